@@ -1,0 +1,1 @@
+"""QoS: request classes and DSCP, link emulation, the namespace testbed, experiments."""

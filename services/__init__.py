@@ -1,0 +1,1 @@
+"""gRPC services: per-site servers, the coordinator, the HTTP gateway and clients."""

@@ -1,0 +1,1 @@
+"""Generated gRPC code; see proto/generate.sh."""

@@ -1,0 +1,257 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class CellImage(_message.Message):
+    __slots__ = ("cell_id", "image", "background", "mask")
+    CELL_ID_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
+    BACKGROUND_FIELD_NUMBER: _ClassVar[int]
+    MASK_FIELD_NUMBER: _ClassVar[int]
+    cell_id: str
+    image: bytes
+    background: bytes
+    mask: bytes
+    def __init__(self, cell_id: _Optional[str] = ..., image: _Optional[bytes] = ..., background: _Optional[bytes] = ..., mask: _Optional[bytes] = ...) -> None: ...
+
+class Match(_message.Message):
+    __slots__ = ("cell_id", "diagnosis", "distance", "thumbnail", "source_id")
+    CELL_ID_FIELD_NUMBER: _ClassVar[int]
+    DIAGNOSIS_FIELD_NUMBER: _ClassVar[int]
+    DISTANCE_FIELD_NUMBER: _ClassVar[int]
+    THUMBNAIL_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_ID_FIELD_NUMBER: _ClassVar[int]
+    cell_id: str
+    diagnosis: str
+    distance: float
+    thumbnail: bytes
+    source_id: str
+    def __init__(self, cell_id: _Optional[str] = ..., diagnosis: _Optional[str] = ..., distance: _Optional[float] = ..., thumbnail: _Optional[bytes] = ..., source_id: _Optional[str] = ...) -> None: ...
+
+class CellResult(_message.Message):
+    __slots__ = ("query_cell_id", "matches", "background_estimated", "mask_estimated", "error")
+    QUERY_CELL_ID_FIELD_NUMBER: _ClassVar[int]
+    MATCHES_FIELD_NUMBER: _ClassVar[int]
+    BACKGROUND_ESTIMATED_FIELD_NUMBER: _ClassVar[int]
+    MASK_ESTIMATED_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    query_cell_id: str
+    matches: _containers.RepeatedCompositeFieldContainer[Match]
+    background_estimated: bool
+    mask_estimated: bool
+    error: str
+    def __init__(self, query_cell_id: _Optional[str] = ..., matches: _Optional[_Iterable[_Union[Match, _Mapping]]] = ..., background_estimated: _Optional[bool] = ..., mask_estimated: _Optional[bool] = ..., error: _Optional[str] = ...) -> None: ...
+
+class SiteTiming(_message.Message):
+    __slots__ = ("transfer_s", "extraction_s", "search_s", "total_s", "site_wall_s")
+    TRANSFER_S_FIELD_NUMBER: _ClassVar[int]
+    EXTRACTION_S_FIELD_NUMBER: _ClassVar[int]
+    SEARCH_S_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_S_FIELD_NUMBER: _ClassVar[int]
+    SITE_WALL_S_FIELD_NUMBER: _ClassVar[int]
+    transfer_s: float
+    extraction_s: float
+    search_s: float
+    total_s: float
+    site_wall_s: float
+    def __init__(self, transfer_s: _Optional[float] = ..., extraction_s: _Optional[float] = ..., search_s: _Optional[float] = ..., total_s: _Optional[float] = ..., site_wall_s: _Optional[float] = ...) -> None: ...
+
+class ImageRequest(_message.Message):
+    __slots__ = ("site", "cell_id")
+    SITE_FIELD_NUMBER: _ClassVar[int]
+    CELL_ID_FIELD_NUMBER: _ClassVar[int]
+    site: str
+    cell_id: str
+    def __init__(self, site: _Optional[str] = ..., cell_id: _Optional[str] = ...) -> None: ...
+
+class ImageReply(_message.Message):
+    __slots__ = ("cell_id", "image", "diagnosis", "mask")
+    CELL_ID_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
+    DIAGNOSIS_FIELD_NUMBER: _ClassVar[int]
+    MASK_FIELD_NUMBER: _ClassVar[int]
+    cell_id: str
+    image: bytes
+    diagnosis: str
+    mask: bytes
+    def __init__(self, cell_id: _Optional[str] = ..., image: _Optional[bytes] = ..., diagnosis: _Optional[str] = ..., mask: _Optional[bytes] = ...) -> None: ...
+
+class AnalyseRequest(_message.Message):
+    __slots__ = ("case_id", "request_class", "cells", "k")
+    CASE_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_CLASS_FIELD_NUMBER: _ClassVar[int]
+    CELLS_FIELD_NUMBER: _ClassVar[int]
+    K_FIELD_NUMBER: _ClassVar[int]
+    case_id: str
+    request_class: str
+    cells: _containers.RepeatedCompositeFieldContainer[CellImage]
+    k: int
+    def __init__(self, case_id: _Optional[str] = ..., request_class: _Optional[str] = ..., cells: _Optional[_Iterable[_Union[CellImage, _Mapping]]] = ..., k: _Optional[int] = ...) -> None: ...
+
+class AnalyseReply(_message.Message):
+    __slots__ = ("site", "algorithm", "cells", "timing", "database_cells")
+    SITE_FIELD_NUMBER: _ClassVar[int]
+    ALGORITHM_FIELD_NUMBER: _ClassVar[int]
+    CELLS_FIELD_NUMBER: _ClassVar[int]
+    TIMING_FIELD_NUMBER: _ClassVar[int]
+    DATABASE_CELLS_FIELD_NUMBER: _ClassVar[int]
+    site: str
+    algorithm: str
+    cells: _containers.RepeatedCompositeFieldContainer[CellResult]
+    timing: SiteTiming
+    database_cells: int
+    def __init__(self, site: _Optional[str] = ..., algorithm: _Optional[str] = ..., cells: _Optional[_Iterable[_Union[CellResult, _Mapping]]] = ..., timing: _Optional[_Union[SiteTiming, _Mapping]] = ..., database_cells: _Optional[int] = ...) -> None: ...
+
+class SiteInfoRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SiteInfo(_message.Message):
+    __slots__ = ("site", "algorithm", "database_cells", "diagnoses", "workers")
+    SITE_FIELD_NUMBER: _ClassVar[int]
+    ALGORITHM_FIELD_NUMBER: _ClassVar[int]
+    DATABASE_CELLS_FIELD_NUMBER: _ClassVar[int]
+    DIAGNOSES_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    site: str
+    algorithm: str
+    database_cells: int
+    diagnoses: _containers.RepeatedScalarFieldContainer[str]
+    workers: int
+    def __init__(self, site: _Optional[str] = ..., algorithm: _Optional[str] = ..., database_cells: _Optional[int] = ..., diagnoses: _Optional[_Iterable[str]] = ..., workers: _Optional[int] = ...) -> None: ...
+
+class CaseRequest(_message.Message):
+    __slots__ = ("case_id", "request_class", "cells", "sites", "k", "deadline_s")
+    CASE_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_CLASS_FIELD_NUMBER: _ClassVar[int]
+    CELLS_FIELD_NUMBER: _ClassVar[int]
+    SITES_FIELD_NUMBER: _ClassVar[int]
+    K_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_S_FIELD_NUMBER: _ClassVar[int]
+    case_id: str
+    request_class: str
+    cells: _containers.RepeatedCompositeFieldContainer[CellImage]
+    sites: _containers.RepeatedScalarFieldContainer[str]
+    k: int
+    deadline_s: float
+    def __init__(self, case_id: _Optional[str] = ..., request_class: _Optional[str] = ..., cells: _Optional[_Iterable[_Union[CellImage, _Mapping]]] = ..., sites: _Optional[_Iterable[str]] = ..., k: _Optional[int] = ..., deadline_s: _Optional[float] = ...) -> None: ...
+
+class SiteResult(_message.Message):
+    __slots__ = ("site", "status_code", "status_message", "algorithm", "cells", "timing", "bytes_sent", "bytes_received")
+    SITE_FIELD_NUMBER: _ClassVar[int]
+    STATUS_CODE_FIELD_NUMBER: _ClassVar[int]
+    STATUS_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    ALGORITHM_FIELD_NUMBER: _ClassVar[int]
+    CELLS_FIELD_NUMBER: _ClassVar[int]
+    TIMING_FIELD_NUMBER: _ClassVar[int]
+    BYTES_SENT_FIELD_NUMBER: _ClassVar[int]
+    BYTES_RECEIVED_FIELD_NUMBER: _ClassVar[int]
+    site: str
+    status_code: int
+    status_message: str
+    algorithm: str
+    cells: _containers.RepeatedCompositeFieldContainer[CellResult]
+    timing: SiteTiming
+    bytes_sent: int
+    bytes_received: int
+    def __init__(self, site: _Optional[str] = ..., status_code: _Optional[int] = ..., status_message: _Optional[str] = ..., algorithm: _Optional[str] = ..., cells: _Optional[_Iterable[_Union[CellResult, _Mapping]]] = ..., timing: _Optional[_Union[SiteTiming, _Mapping]] = ..., bytes_sent: _Optional[int] = ..., bytes_received: _Optional[int] = ...) -> None: ...
+
+class CellVote(_message.Message):
+    __slots__ = ("query_cell_id", "diagnosis", "votes", "total")
+    QUERY_CELL_ID_FIELD_NUMBER: _ClassVar[int]
+    DIAGNOSIS_FIELD_NUMBER: _ClassVar[int]
+    VOTES_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    query_cell_id: str
+    diagnosis: str
+    votes: int
+    total: int
+    def __init__(self, query_cell_id: _Optional[str] = ..., diagnosis: _Optional[str] = ..., votes: _Optional[int] = ..., total: _Optional[int] = ...) -> None: ...
+
+class CaseSummary(_message.Message):
+    __slots__ = ("case_id", "request_class", "total_s", "sites_ok", "sites_failed", "bytes_sent", "bytes_received", "votes")
+    CASE_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_CLASS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_S_FIELD_NUMBER: _ClassVar[int]
+    SITES_OK_FIELD_NUMBER: _ClassVar[int]
+    SITES_FAILED_FIELD_NUMBER: _ClassVar[int]
+    BYTES_SENT_FIELD_NUMBER: _ClassVar[int]
+    BYTES_RECEIVED_FIELD_NUMBER: _ClassVar[int]
+    VOTES_FIELD_NUMBER: _ClassVar[int]
+    case_id: str
+    request_class: str
+    total_s: float
+    sites_ok: int
+    sites_failed: int
+    bytes_sent: int
+    bytes_received: int
+    votes: _containers.RepeatedCompositeFieldContainer[CellVote]
+    def __init__(self, case_id: _Optional[str] = ..., request_class: _Optional[str] = ..., total_s: _Optional[float] = ..., sites_ok: _Optional[int] = ..., sites_failed: _Optional[int] = ..., bytes_sent: _Optional[int] = ..., bytes_received: _Optional[int] = ..., votes: _Optional[_Iterable[_Union[CellVote, _Mapping]]] = ...) -> None: ...
+
+class CaseEvent(_message.Message):
+    __slots__ = ("site_result", "summary")
+    SITE_RESULT_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    site_result: SiteResult
+    summary: CaseSummary
+    def __init__(self, site_result: _Optional[_Union[SiteResult, _Mapping]] = ..., summary: _Optional[_Union[CaseSummary, _Mapping]] = ...) -> None: ...
+
+class ClassStatsRequest(_message.Message):
+    __slots__ = ("request_class",)
+    REQUEST_CLASS_FIELD_NUMBER: _ClassVar[int]
+    request_class: str
+    def __init__(self, request_class: _Optional[str] = ...) -> None: ...
+
+class ClassStats(_message.Message):
+    __slots__ = ("request_class", "dscp", "cases", "mean_s", "std_s", "cv", "p50_s", "p95_s", "recent_s")
+    REQUEST_CLASS_FIELD_NUMBER: _ClassVar[int]
+    DSCP_FIELD_NUMBER: _ClassVar[int]
+    CASES_FIELD_NUMBER: _ClassVar[int]
+    MEAN_S_FIELD_NUMBER: _ClassVar[int]
+    STD_S_FIELD_NUMBER: _ClassVar[int]
+    CV_FIELD_NUMBER: _ClassVar[int]
+    P50_S_FIELD_NUMBER: _ClassVar[int]
+    P95_S_FIELD_NUMBER: _ClassVar[int]
+    RECENT_S_FIELD_NUMBER: _ClassVar[int]
+    request_class: str
+    dscp: int
+    cases: int
+    mean_s: float
+    std_s: float
+    cv: float
+    p50_s: float
+    p95_s: float
+    recent_s: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, request_class: _Optional[str] = ..., dscp: _Optional[int] = ..., cases: _Optional[int] = ..., mean_s: _Optional[float] = ..., std_s: _Optional[float] = ..., cv: _Optional[float] = ..., p50_s: _Optional[float] = ..., p95_s: _Optional[float] = ..., recent_s: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class ClassStatsReply(_message.Message):
+    __slots__ = ("classes",)
+    CLASSES_FIELD_NUMBER: _ClassVar[int]
+    classes: _containers.RepeatedCompositeFieldContainer[ClassStats]
+    def __init__(self, classes: _Optional[_Iterable[_Union[ClassStats, _Mapping]]] = ...) -> None: ...
+
+class SitesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SiteStatus(_message.Message):
+    __slots__ = ("site", "address", "serving", "info")
+    SITE_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    SERVING_FIELD_NUMBER: _ClassVar[int]
+    INFO_FIELD_NUMBER: _ClassVar[int]
+    site: str
+    address: str
+    serving: bool
+    info: SiteInfo
+    def __init__(self, site: _Optional[str] = ..., address: _Optional[str] = ..., serving: _Optional[bool] = ..., info: _Optional[_Union[SiteInfo, _Mapping]] = ...) -> None: ...
+
+class SitesReply(_message.Message):
+    __slots__ = ("sites",)
+    SITES_FIELD_NUMBER: _ClassVar[int]
+    sites: _containers.RepeatedCompositeFieldContainer[SiteStatus]
+    def __init__(self, sites: _Optional[_Iterable[_Union[SiteStatus, _Mapping]]] = ...) -> None: ...
