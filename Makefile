@@ -10,7 +10,7 @@ setup: .setup-stamp
 	touch $@
 
 demo: setup
-	pathmaster demo
+	$(PYTHON) -m pathmaster demo
 
 test: setup
 	$(PYTHON) -m pytest -q
