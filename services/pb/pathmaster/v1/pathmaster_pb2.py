@@ -24,13 +24,17 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n*services/pb/pathmaster/v1/pathmaster.proto\x12\rpathmaster.v1\"M\n\tCellImage\x12\x0f\n\x07\x63\x65ll_id\x18\x01 \x01(\t\x12\r\n\x05image\x18\x02 \x01(\x0c\x12\x12\n\nbackground\x18\x03 \x01(\x0c\x12\x0c\n\x04mask\x18\x04 \x01(\x0c\"c\n\x05Match\x12\x0f\n\x07\x63\x65ll_id\x18\x01 \x01(\t\x12\x11\n\tdiagnosis\x18\x02 \x01(\t\x12\x10\n\x08\x64istance\x18\x03 \x01(\x02\x12\x11\n\tthumbnail\x18\x04 \x01(\x0c\x12\x11\n\tsource_id\x18\x05 \x01(\t\"\x8f\x01\n\nCellResult\x12\x15\n\rquery_cell_id\x18\x01 \x01(\t\x12%\n\x07matches\x18\x02 \x03(\x0b\x32\x14.pathmaster.v1.Match\x12\x1c\n\x14\x62\x61\x63kground_estimated\x18\x03 \x01(\x08\x12\x16\n\x0emask_estimated\x18\x04 \x01(\x08\x12\r\n\x05\x65rror\x18\x05 \x01(\t\"n\n\nSiteTiming\x12\x12\n\ntransfer_s\x18\x01 \x01(\x01\x12\x14\n\x0c\x65xtraction_s\x18\x02 \x01(\x01\x12\x10\n\x08search_s\x18\x03 \x01(\x01\x12\x0f\n\x07total_s\x18\x04 \x01(\x01\x12\x13\n\x0bsite_wall_s\x18\x05 \x01(\x01\"-\n\x0cImageRequest\x12\x0c\n\x04site\x18\x01 \x01(\t\x12\x0f\n\x07\x63\x65ll_id\x18\x02 \x01(\t\"M\n\nImageReply\x12\x0f\n\x07\x63\x65ll_id\x18\x01 \x01(\t\x12\r\n\x05image\x18\x02 \x01(\x0c\x12\x11\n\tdiagnosis\x18\x03 \x01(\t\x12\x0c\n\x04mask\x18\x04 \x01(\x0c\"l\n\x0e\x41nalyseRequest\x12\x0f\n\x07\x63\x61se_id\x18\x01 \x01(\t\x12\x15\n\rrequest_class\x18\x02 \x01(\t\x12\'\n\x05\x63\x65lls\x18\x03 \x03(\x0b\x32\x18.pathmaster.v1.CellImage\x12\t\n\x01k\x18\x04 \x01(\x05\"\x9c\x01\n\x0c\x41nalyseReply\x12\x0c\n\x04site\x18\x01 \x01(\t\x12\x11\n\talgorithm\x18\x02 \x01(\t\x12(\n\x05\x63\x65lls\x18\x03 \x03(\x0b\x32\x19.pathmaster.v1.CellResult\x12)\n\x06timing\x18\x04 \x01(\x0b\x32\x19.pathmaster.v1.SiteTiming\x12\x16\n\x0e\x64\x61tabase_cells\x18\x05 \x01(\x03\"\x11\n\x0fSiteInfoRequest\"g\n\x08SiteInfo\x12\x0c\n\x04site\x18\x01 \x01(\t\x12\x11\n\talgorithm\x18\x02 \x01(\t\x12\x16\n\x0e\x64\x61tabase_cells\x18\x03 \x01(\x03\x12\x11\n\tdiagnoses\x18\x04 \x03(\t\x12\x0f\n\x07workers\x18\x05 \x01(\x05\"\x8c\x01\n\x0b\x43\x61seRequest\x12\x0f\n\x07\x63\x61se_id\x18\x01 \x01(\t\x12\x15\n\rrequest_class\x18\x02 \x01(\t\x12\'\n\x05\x63\x65lls\x18\x03 \x03(\x0b\x32\x18.pathmaster.v1.CellImage\x12\r\n\x05sites\x18\x04 \x03(\t\x12\t\n\x01k\x18\x05 \x01(\x05\x12\x12\n\ndeadline_s\x18\x06 \x01(\x01\"\xdb\x01\n\nSiteResult\x12\x0c\n\x04site\x18\x01 \x01(\t\x12\x13\n\x0bstatus_code\x18\x02 \x01(\x05\x12\x16\n\x0estatus_message\x18\x03 \x01(\t\x12\x11\n\talgorithm\x18\x04 \x01(\t\x12(\n\x05\x63\x65lls\x18\x05 \x03(\x0b\x32\x19.pathmaster.v1.CellResult\x12)\n\x06timing\x18\x06 \x01(\x0b\x32\x19.pathmaster.v1.SiteTiming\x12\x12\n\nbytes_sent\x18\x07 \x01(\x03\x12\x16\n\x0e\x62ytes_received\x18\x08 \x01(\x03\"R\n\x08\x43\x65llVote\x12\x15\n\rquery_cell_id\x18\x01 \x01(\t\x12\x11\n\tdiagnosis\x18\x02 \x01(\t\x12\r\n\x05votes\x18\x03 \x01(\x05\x12\r\n\x05total\x18\x04 \x01(\x05\"\xc2\x01\n\x0b\x43\x61seSummary\x12\x0f\n\x07\x63\x61se_id\x18\x01 \x01(\t\x12\x15\n\rrequest_class\x18\x02 \x01(\t\x12\x0f\n\x07total_s\x18\x03 \x01(\x01\x12\x10\n\x08sites_ok\x18\x04 \x01(\x05\x12\x14\n\x0csites_failed\x18\x05 \x01(\x05\x12\x12\n\nbytes_sent\x18\x06 \x01(\x03\x12\x16\n\x0e\x62ytes_received\x18\x07 \x01(\x03\x12&\n\x05votes\x18\x08 \x03(\x0b\x32\x17.pathmaster.v1.CellVote\"u\n\tCaseEvent\x12\x30\n\x0bsite_result\x18\x01 \x01(\x0b\x32\x19.pathmaster.v1.SiteResultH\x00\x12-\n\x07summary\x18\x02 \x01(\x0b\x32\x1a.pathmaster.v1.CaseSummaryH\x00\x42\x07\n\x05\x65vent\"*\n\x11\x43lassStatsRequest\x12\x15\n\rrequest_class\x18\x01 \x01(\t\"\x9b\x01\n\nClassStats\x12\x15\n\rrequest_class\x18\x01 \x01(\t\x12\x0c\n\x04\x64scp\x18\x02 \x01(\x05\x12\r\n\x05\x63\x61ses\x18\x03 \x01(\x03\x12\x0e\n\x06mean_s\x18\x04 \x01(\x01\x12\r\n\x05std_s\x18\x05 \x01(\x01\x12\n\n\x02\x63v\x18\x06 \x01(\x01\x12\r\n\x05p50_s\x18\x07 \x01(\x01\x12\r\n\x05p95_s\x18\x08 \x01(\x01\x12\x10\n\x08recent_s\x18\t \x03(\x01\"=\n\x0f\x43lassStatsReply\x12*\n\x07\x63lasses\x18\x01 \x03(\x0b\x32\x19.pathmaster.v1.ClassStats\"\x0e\n\x0cSitesRequest\"c\n\nSiteStatus\x12\x0c\n\x04site\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x0f\n\x07serving\x18\x03 \x01(\x08\x12%\n\x04info\x18\x04 \x01(\x0b\x32\x17.pathmaster.v1.SiteInfo\"6\n\nSitesReply\x12(\n\x05sites\x18\x01 \x03(\x0b\x32\x19.pathmaster.v1.SiteStatus2\xd2\x01\n\x04Site\x12\x45\n\x07\x41nalyse\x12\x1d.pathmaster.v1.AnalyseRequest\x1a\x1b.pathmaster.v1.AnalyseReply\x12\x42\n\x08GetImage\x12\x1b.pathmaster.v1.ImageRequest\x1a\x19.pathmaster.v1.ImageReply\x12?\n\x04Info\x12\x1e.pathmaster.v1.SiteInfoRequest\x1a\x17.pathmaster.v1.SiteInfo2\xaf\x02\n\x0b\x43oordinator\x12\x44\n\nSubmitCase\x12\x1a.pathmaster.v1.CaseRequest\x1a\x18.pathmaster.v1.CaseEvent0\x01\x12Q\n\rGetClassStats\x12 .pathmaster.v1.ClassStatsRequest\x1a\x1e.pathmaster.v1.ClassStatsReply\x12\x42\n\x08GetImage\x12\x1b.pathmaster.v1.ImageRequest\x1a\x19.pathmaster.v1.ImageReply\x12\x43\n\tListSites\x12\x1b.pathmaster.v1.SitesRequest\x1a\x19.pathmaster.v1.SitesReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n*services/pb/pathmaster/v1/pathmaster.proto\x12\rpathmaster.v1\"M\n\tCellImage\x12\x0f\n\x07\x63\x65ll_id\x18\x01 \x01(\t\x12\r\n\x05image\x18\x02 \x01(\x0c\x12\x12\n\nbackground\x18\x03 \x01(\x0c\x12\x0c\n\x04mask\x18\x04 \x01(\x0c\"c\n\x05Match\x12\x0f\n\x07\x63\x65ll_id\x18\x01 \x01(\t\x12\x11\n\tdiagnosis\x18\x02 \x01(\t\x12\x10\n\x08\x64istance\x18\x03 \x01(\x02\x12\x11\n\tthumbnail\x18\x04 \x01(\x0c\x12\x11\n\tsource_id\x18\x05 \x01(\t\"\x8f\x01\n\nCellResult\x12\x15\n\rquery_cell_id\x18\x01 \x01(\t\x12%\n\x07matches\x18\x02 \x03(\x0b\x32\x14.pathmaster.v1.Match\x12\x1c\n\x14\x62\x61\x63kground_estimated\x18\x03 \x01(\x08\x12\x16\n\x0emask_estimated\x18\x04 \x01(\x08\x12\r\n\x05\x65rror\x18\x05 \x01(\t\"n\n\nSiteTiming\x12\x12\n\ntransfer_s\x18\x01 \x01(\x01\x12\x14\n\x0c\x65xtraction_s\x18\x02 \x01(\x01\x12\x10\n\x08search_s\x18\x03 \x01(\x01\x12\x0f\n\x07total_s\x18\x04 \x01(\x01\x12\x13\n\x0bsite_wall_s\x18\x05 \x01(\x01\"-\n\x0cImageRequest\x12\x0c\n\x04site\x18\x01 \x01(\t\x12\x0f\n\x07\x63\x65ll_id\x18\x02 \x01(\t\"M\n\nImageReply\x12\x0f\n\x07\x63\x65ll_id\x18\x01 \x01(\t\x12\r\n\x05image\x18\x02 \x01(\x0c\x12\x11\n\tdiagnosis\x18\x03 \x01(\t\x12\x0c\n\x04mask\x18\x04 \x01(\x0c\"l\n\x0e\x41nalyseRequest\x12\x0f\n\x07\x63\x61se_id\x18\x01 \x01(\t\x12\x15\n\rrequest_class\x18\x02 \x01(\t\x12\'\n\x05\x63\x65lls\x18\x03 \x03(\x0b\x32\x18.pathmaster.v1.CellImage\x12\t\n\x01k\x18\x04 \x01(\x05\"\x9c\x01\n\x0c\x41nalyseReply\x12\x0c\n\x04site\x18\x01 \x01(\t\x12\x11\n\talgorithm\x18\x02 \x01(\t\x12(\n\x05\x63\x65lls\x18\x03 \x03(\x0b\x32\x19.pathmaster.v1.CellResult\x12)\n\x06timing\x18\x04 \x01(\x0b\x32\x19.pathmaster.v1.SiteTiming\x12\x16\n\x0e\x64\x61tabase_cells\x18\x05 \x01(\x03\"\x11\n\x0fSiteInfoRequest\"\xc6\x02\n\x08SiteInfo\x12\x0c\n\x04site\x18\x01 \x01(\t\x12\x11\n\talgorithm\x18\x02 \x01(\t\x12\x16\n\x0e\x64\x61tabase_cells\x18\x03 \x01(\x03\x12\x11\n\tdiagnoses\x18\x04 \x03(\t\x12\x0f\n\x07workers\x18\x05 \x01(\x05\x12<\n\x0b\x63lass_ports\x18\x06 \x03(\x0b\x32\'.pathmaster.v1.SiteInfo.ClassPortsEntry\x12:\n\nclass_dscp\x18\x07 \x03(\x0b\x32&.pathmaster.v1.SiteInfo.ClassDscpEntry\x1a\x31\n\x0f\x43lassPortsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01\x1a\x30\n\x0e\x43lassDscpEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01\"\x8c\x01\n\x0b\x43\x61seRequest\x12\x0f\n\x07\x63\x61se_id\x18\x01 \x01(\t\x12\x15\n\rrequest_class\x18\x02 \x01(\t\x12\'\n\x05\x63\x65lls\x18\x03 \x03(\x0b\x32\x18.pathmaster.v1.CellImage\x12\r\n\x05sites\x18\x04 \x03(\t\x12\t\n\x01k\x18\x05 \x01(\x05\x12\x12\n\ndeadline_s\x18\x06 \x01(\x01\"\xdb\x01\n\nSiteResult\x12\x0c\n\x04site\x18\x01 \x01(\t\x12\x13\n\x0bstatus_code\x18\x02 \x01(\x05\x12\x16\n\x0estatus_message\x18\x03 \x01(\t\x12\x11\n\talgorithm\x18\x04 \x01(\t\x12(\n\x05\x63\x65lls\x18\x05 \x03(\x0b\x32\x19.pathmaster.v1.CellResult\x12)\n\x06timing\x18\x06 \x01(\x0b\x32\x19.pathmaster.v1.SiteTiming\x12\x12\n\nbytes_sent\x18\x07 \x01(\x03\x12\x16\n\x0e\x62ytes_received\x18\x08 \x01(\x03\"R\n\x08\x43\x65llVote\x12\x15\n\rquery_cell_id\x18\x01 \x01(\t\x12\x11\n\tdiagnosis\x18\x02 \x01(\t\x12\r\n\x05votes\x18\x03 \x01(\x05\x12\r\n\x05total\x18\x04 \x01(\x05\"\xc2\x01\n\x0b\x43\x61seSummary\x12\x0f\n\x07\x63\x61se_id\x18\x01 \x01(\t\x12\x15\n\rrequest_class\x18\x02 \x01(\t\x12\x0f\n\x07total_s\x18\x03 \x01(\x01\x12\x10\n\x08sites_ok\x18\x04 \x01(\x05\x12\x14\n\x0csites_failed\x18\x05 \x01(\x05\x12\x12\n\nbytes_sent\x18\x06 \x01(\x03\x12\x16\n\x0e\x62ytes_received\x18\x07 \x01(\x03\x12&\n\x05votes\x18\x08 \x03(\x0b\x32\x17.pathmaster.v1.CellVote\"u\n\tCaseEvent\x12\x30\n\x0bsite_result\x18\x01 \x01(\x0b\x32\x19.pathmaster.v1.SiteResultH\x00\x12-\n\x07summary\x18\x02 \x01(\x0b\x32\x1a.pathmaster.v1.CaseSummaryH\x00\x42\x07\n\x05\x65vent\"*\n\x11\x43lassStatsRequest\x12\x15\n\rrequest_class\x18\x01 \x01(\t\"\x9b\x01\n\nClassStats\x12\x15\n\rrequest_class\x18\x01 \x01(\t\x12\x0c\n\x04\x64scp\x18\x02 \x01(\x05\x12\r\n\x05\x63\x61ses\x18\x03 \x01(\x03\x12\x0e\n\x06mean_s\x18\x04 \x01(\x01\x12\r\n\x05std_s\x18\x05 \x01(\x01\x12\n\n\x02\x63v\x18\x06 \x01(\x01\x12\r\n\x05p50_s\x18\x07 \x01(\x01\x12\r\n\x05p95_s\x18\x08 \x01(\x01\x12\x10\n\x08recent_s\x18\t \x03(\x01\"=\n\x0f\x43lassStatsReply\x12*\n\x07\x63lasses\x18\x01 \x03(\x0b\x32\x19.pathmaster.v1.ClassStats\"\x0e\n\x0cSitesRequest\"c\n\nSiteStatus\x12\x0c\n\x04site\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x0f\n\x07serving\x18\x03 \x01(\x08\x12%\n\x04info\x18\x04 \x01(\x0b\x32\x17.pathmaster.v1.SiteInfo\"6\n\nSitesReply\x12(\n\x05sites\x18\x01 \x03(\x0b\x32\x19.pathmaster.v1.SiteStatus2\xd2\x01\n\x04Site\x12\x45\n\x07\x41nalyse\x12\x1d.pathmaster.v1.AnalyseRequest\x1a\x1b.pathmaster.v1.AnalyseReply\x12\x42\n\x08GetImage\x12\x1b.pathmaster.v1.ImageRequest\x1a\x19.pathmaster.v1.ImageReply\x12?\n\x04Info\x12\x1e.pathmaster.v1.SiteInfoRequest\x1a\x17.pathmaster.v1.SiteInfo2\xaf\x02\n\x0b\x43oordinator\x12\x44\n\nSubmitCase\x12\x1a.pathmaster.v1.CaseRequest\x1a\x18.pathmaster.v1.CaseEvent0\x01\x12Q\n\rGetClassStats\x12 .pathmaster.v1.ClassStatsRequest\x1a\x1e.pathmaster.v1.ClassStatsReply\x12\x42\n\x08GetImage\x12\x1b.pathmaster.v1.ImageRequest\x1a\x19.pathmaster.v1.ImageReply\x12\x43\n\tListSites\x12\x1b.pathmaster.v1.SitesRequest\x1a\x19.pathmaster.v1.SitesReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'services.pb.pathmaster.v1.pathmaster_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_SITEINFO_CLASSPORTSENTRY']._loaded_options = None
+  _globals['_SITEINFO_CLASSPORTSENTRY']._serialized_options = b'8\001'
+  _globals['_SITEINFO_CLASSDSCPENTRY']._loaded_options = None
+  _globals['_SITEINFO_CLASSDSCPENTRY']._serialized_options = b'8\001'
   _globals['_CELLIMAGE']._serialized_start=61
   _globals['_CELLIMAGE']._serialized_end=138
   _globals['_MATCH']._serialized_start=140
@@ -49,32 +53,36 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ANALYSEREPLY']._serialized_end=892
   _globals['_SITEINFOREQUEST']._serialized_start=894
   _globals['_SITEINFOREQUEST']._serialized_end=911
-  _globals['_SITEINFO']._serialized_start=913
-  _globals['_SITEINFO']._serialized_end=1016
-  _globals['_CASEREQUEST']._serialized_start=1019
-  _globals['_CASEREQUEST']._serialized_end=1159
-  _globals['_SITERESULT']._serialized_start=1162
-  _globals['_SITERESULT']._serialized_end=1381
-  _globals['_CELLVOTE']._serialized_start=1383
-  _globals['_CELLVOTE']._serialized_end=1465
-  _globals['_CASESUMMARY']._serialized_start=1468
-  _globals['_CASESUMMARY']._serialized_end=1662
-  _globals['_CASEEVENT']._serialized_start=1664
-  _globals['_CASEEVENT']._serialized_end=1781
-  _globals['_CLASSSTATSREQUEST']._serialized_start=1783
-  _globals['_CLASSSTATSREQUEST']._serialized_end=1825
-  _globals['_CLASSSTATS']._serialized_start=1828
-  _globals['_CLASSSTATS']._serialized_end=1983
-  _globals['_CLASSSTATSREPLY']._serialized_start=1985
-  _globals['_CLASSSTATSREPLY']._serialized_end=2046
-  _globals['_SITESREQUEST']._serialized_start=2048
-  _globals['_SITESREQUEST']._serialized_end=2062
-  _globals['_SITESTATUS']._serialized_start=2064
-  _globals['_SITESTATUS']._serialized_end=2163
-  _globals['_SITESREPLY']._serialized_start=2165
-  _globals['_SITESREPLY']._serialized_end=2219
-  _globals['_SITE']._serialized_start=2222
-  _globals['_SITE']._serialized_end=2432
-  _globals['_COORDINATOR']._serialized_start=2435
-  _globals['_COORDINATOR']._serialized_end=2738
+  _globals['_SITEINFO']._serialized_start=914
+  _globals['_SITEINFO']._serialized_end=1240
+  _globals['_SITEINFO_CLASSPORTSENTRY']._serialized_start=1141
+  _globals['_SITEINFO_CLASSPORTSENTRY']._serialized_end=1190
+  _globals['_SITEINFO_CLASSDSCPENTRY']._serialized_start=1192
+  _globals['_SITEINFO_CLASSDSCPENTRY']._serialized_end=1240
+  _globals['_CASEREQUEST']._serialized_start=1243
+  _globals['_CASEREQUEST']._serialized_end=1383
+  _globals['_SITERESULT']._serialized_start=1386
+  _globals['_SITERESULT']._serialized_end=1605
+  _globals['_CELLVOTE']._serialized_start=1607
+  _globals['_CELLVOTE']._serialized_end=1689
+  _globals['_CASESUMMARY']._serialized_start=1692
+  _globals['_CASESUMMARY']._serialized_end=1886
+  _globals['_CASEEVENT']._serialized_start=1888
+  _globals['_CASEEVENT']._serialized_end=2005
+  _globals['_CLASSSTATSREQUEST']._serialized_start=2007
+  _globals['_CLASSSTATSREQUEST']._serialized_end=2049
+  _globals['_CLASSSTATS']._serialized_start=2052
+  _globals['_CLASSSTATS']._serialized_end=2207
+  _globals['_CLASSSTATSREPLY']._serialized_start=2209
+  _globals['_CLASSSTATSREPLY']._serialized_end=2270
+  _globals['_SITESREQUEST']._serialized_start=2272
+  _globals['_SITESREQUEST']._serialized_end=2286
+  _globals['_SITESTATUS']._serialized_start=2288
+  _globals['_SITESTATUS']._serialized_end=2387
+  _globals['_SITESREPLY']._serialized_start=2389
+  _globals['_SITESREPLY']._serialized_end=2443
+  _globals['_SITE']._serialized_start=2446
+  _globals['_SITE']._serialized_end=2656
+  _globals['_COORDINATOR']._serialized_start=2659
+  _globals['_COORDINATOR']._serialized_end=2962
 # @@protoc_insertion_point(module_scope)
