@@ -1,0 +1,292 @@
+"""Similarity between cells: z-scores, a feature subset chosen from the data, FAISS search.
+
+The pipeline from raw feature vectors to an index is:
+
+1. ``fit_normalization(X)`` -> ``Normalization`` (per-feature mean and standard deviation
+   of the site's database; stored with the index so a query is scaled exactly like the
+   database it is compared with).
+2. ``forward_select(Z, labels)`` -> the feature columns (and their weights) that make
+   leave-one-out retrieval of the right diagnosis best on this database.
+3. ``build_index(vectors, algorithm)`` -> a FAISS index over the projected vectors:
+   exact (``"flat"``) by default, ``"ivf"`` or ``"hnsw"`` for large sites, with
+   ``tune_nprobe`` measuring recall against exact search.
+
+All vectors handed to FAISS are float32, C-contiguous. Distances returned by
+``search`` are Euclidean (not squared) in the weighted z-score space: unitless, smaller
+is closer.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+ALGORITHMS = ("flat", "ivf", "hnsw")
+# Below this many cells exact search is well under a millisecond; above it the site
+# builder switches to IVF (measured in benchmarks/bench_search.py).
+EXACT_LIMIT = 200_000
+
+
+@dataclass
+class Normalization:
+    """Per-feature z-score statistics of a database (float64 arrays of shape (n_features,))."""
+
+    mean: np.ndarray
+    std: np.ndarray
+
+    def apply(self, X: np.ndarray) -> np.ndarray:
+        """Z-scores of ``X`` (n, n_features) or (n_features,) as float64."""
+        return (np.asarray(X, dtype=np.float64) - self.mean) / self.std
+
+    def to_dict(self) -> dict:
+        return {"mean": self.mean.tolist(), "std": self.std.tolist()}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Normalization":
+        return cls(np.asarray(data["mean"], dtype=np.float64), np.asarray(data["std"], dtype=np.float64))
+
+
+def fit_normalization(X: np.ndarray) -> Normalization:
+    """Mean and standard deviation of each column of ``X`` (n_cells, n_features).
+
+    A constant column gets std 1 so that it maps to 0 instead of dividing by zero.
+    Non-finite values are rejected: they would poison every distance.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    if X.ndim != 2 or X.shape[0] == 0:
+        raise ValueError(f"need a non-empty 2-D feature matrix, got shape {X.shape}")
+    if not np.isfinite(X).all():
+        bad = sorted(set(np.nonzero(~np.isfinite(X))[1].tolist()))
+        raise ValueError(f"feature matrix has non-finite values in columns {bad}")
+    mean = X.mean(axis=0)
+    std = X.std(axis=0)
+    std[std < 1e-12 * np.maximum(1.0, np.abs(mean))] = 1.0
+    return Normalization(mean, std)
+
+
+@dataclass
+class Projection:
+    """Which z-scored columns go into the index, and with what weight.
+
+    A query vector q (z-scores) becomes ``q[columns] * sqrt(weights)`` so that squared
+    Euclidean distance in the index is the weighted sum of squared z-score differences.
+    """
+
+    columns: np.ndarray  # int64 indices into the feature vector
+    weights: np.ndarray  # float64, same length, > 0
+    names: list[str] = field(default_factory=list)
+    score: float | None = None  # leave-one-out score the selection reached
+    history: list[dict] = field(default_factory=list)
+
+    def apply(self, Z: np.ndarray) -> np.ndarray:
+        """Project z-scores (n, n_features) or (n_features,) to float32 index vectors."""
+        Z = np.asarray(Z, dtype=np.float64)
+        out = Z[..., self.columns] * np.sqrt(self.weights)
+        return np.ascontiguousarray(out, dtype=np.float32)
+
+    def to_dict(self) -> dict:
+        return {
+            "columns": self.columns.tolist(),
+            "weights": self.weights.tolist(),
+            "names": list(self.names),
+            "score": self.score,
+            "history": self.history,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Projection":
+        return cls(
+            np.asarray(data["columns"], dtype=np.int64),
+            np.asarray(data["weights"], dtype=np.float64),
+            list(data.get("names", [])),
+            data.get("score"),
+            list(data.get("history", [])),
+        )
+
+    @classmethod
+    def all_features(cls, names: list[str]) -> "Projection":
+        n = len(names)
+        return cls(np.arange(n, dtype=np.int64), np.ones(n), list(names))
+
+
+def loo_precision(sq_dist: np.ndarray, labels: np.ndarray, k: int = 5) -> float:
+    """Leave-one-out precision@k: mean fraction of each cell's k nearest others sharing its label.
+
+    ``sq_dist`` is an (n, n) matrix of (squared) distances; its diagonal is ignored.
+    Precision@k is used for selection rather than top-1 because it changes smoothly as a
+    feature is added, so the greedy search is less driven by ties and noise.
+    """
+    n = sq_dist.shape[0]
+    k = min(k, n - 1)
+    d = sq_dist.copy()
+    np.fill_diagonal(d, np.inf)
+    nearest = np.argpartition(d, k - 1, axis=1)[:, :k]
+    return float((labels[nearest] == labels[:, None]).mean())
+
+
+def forward_select(
+    Z: np.ndarray,
+    labels,
+    names: list[str] | None = None,
+    *,
+    k: int = 5,
+    max_features: int = 24,
+    min_gain: float = 1e-3,
+    max_cells: int = 2000,
+    seed: int = 0,
+    time_limit_s: float = 60.0,
+) -> Projection:
+    """Greedy forward feature selection on leave-one-out retrieval.
+
+    Z: float (n_cells, n_features) z-scores; labels: n_cells diagnoses (any hashable).
+    Starting from no features, each step adds the feature whose inclusion most raises
+    leave-one-out precision@k (``loo_precision``); it stops when no feature gains at least
+    ``min_gain``, after ``max_features`` features, or after ``time_limit_s`` seconds.
+    Large databases are subsampled (stratified by nothing, uniformly, seeded) to
+    ``max_cells`` cells because each step costs O(n_cells^2 x n_features).
+
+    Returns a ``Projection`` with unit weights on the chosen columns, the score reached and
+    the per-step history (feature added, score).
+    """
+    Z = np.asarray(Z, dtype=np.float64)
+    labels = np.asarray(labels)
+    n, n_features = Z.shape
+    names = list(names) if names is not None else [f"f{i}" for i in range(n_features)]
+    if n < k + 1:
+        raise ValueError(f"feature selection needs more than {k} labelled cells, got {n}")
+    if n > max_cells:
+        keep = np.random.default_rng(seed).choice(n, max_cells, replace=False)
+        Z, labels = Z[keep], labels[keep]
+        n = max_cells
+    _, codes = np.unique(labels, return_inverse=True)
+
+    chosen: list[int] = []
+    history: list[dict] = []
+    current = np.zeros((n, n), dtype=np.float64)
+    best_score = -1.0
+    started = time.monotonic()
+    while len(chosen) < min(max_features, n_features):
+        step_best, step_feature, step_dist = -1.0, -1, None
+        for f in range(n_features):
+            if f in chosen:
+                continue
+            column = Z[:, f]
+            candidate = current + (column[:, None] - column[None, :]) ** 2
+            score = loo_precision(candidate, codes, k)
+            if score > step_best:
+                step_best, step_feature, step_dist = score, f, candidate
+        if step_best < best_score + min_gain:
+            break
+        chosen.append(step_feature)
+        current = step_dist
+        best_score = step_best
+        history.append({"feature": names[step_feature], "score": round(step_best, 6)})
+        if time.monotonic() - started > time_limit_s:
+            break
+    columns = np.asarray(chosen, dtype=np.int64)
+    return Projection(columns, np.ones(len(columns)), [names[c] for c in chosen], best_score, history)
+
+
+# ---------------------------------------------------------------- FAISS indexes
+
+
+def default_nlist(n_vectors: int) -> int:
+    """IVF list count: about 4 x sqrt(n), at least 1, and at most n / 39 so that
+    k-means has the ~39 training points per centroid FAISS asks for."""
+    return int(max(1, min(4 * math.sqrt(n_vectors), n_vectors // 39)))
+
+
+def build_index(
+    vectors: np.ndarray,
+    algorithm: str = "flat",
+    *,
+    nlist: int | None = None,
+    hnsw_m: int = 32,
+    train_size: int = 100_000,
+    seed: int = 0,
+):
+    """A FAISS index over ``vectors`` (float32, (n, d)) using squared-L2 distance.
+
+    algorithm: ``"flat"`` exact search (IndexFlatL2); ``"ivf"`` inverted lists over a
+    k-means coarse quantizer (IndexIVFFlat, trained on at most ``train_size`` vectors;
+    set ``index.nprobe``, e.g. with ``tune_nprobe``); ``"hnsw"`` a navigable small-world
+    graph (IndexHNSWFlat with ``hnsw_m`` links; ``index.hnsw.efSearch`` sets its recall).
+    Row i of ``vectors`` gets FAISS id i.
+    """
+    import faiss
+
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    if vectors.ndim != 2 or vectors.shape[1] == 0:
+        raise ValueError(f"need a 2-D array of vectors with at least one column, got {vectors.shape}")
+    n, d = vectors.shape
+    if algorithm == "flat":
+        index = faiss.IndexFlatL2(d)
+    elif algorithm == "ivf":
+        nlist = nlist or default_nlist(n)
+        quantizer = faiss.IndexFlatL2(d)
+        index = faiss.IndexIVFFlat(quantizer, d, nlist, faiss.METRIC_L2)
+        index.cp.seed = seed
+        sample = vectors
+        if n > train_size:
+            sample = vectors[np.random.default_rng(seed).choice(n, train_size, replace=False)]
+        index.train(sample)
+        index.nprobe = min(nlist, 8)
+    elif algorithm == "hnsw":
+        index = faiss.IndexHNSWFlat(d, hnsw_m)
+        index.hnsw.efSearch = 64
+    else:
+        raise ValueError(f"unknown search algorithm {algorithm!r}; known: {', '.join(ALGORITHMS)}")
+    if n:
+        index.add(vectors)
+    return index
+
+
+def search(index, queries: np.ndarray, k: int = 5) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k of each query row: (distances float32 (m, k), ids int64 (m, k)).
+
+    Distances are Euclidean (square root of FAISS's squared L2). Where the index holds
+    fewer than k vectors the missing slots have id -1 and distance inf.
+    """
+    queries = np.ascontiguousarray(np.atleast_2d(queries), dtype=np.float32)
+    sq, ids = index.search(queries, k)
+    dist = np.sqrt(np.maximum(sq, 0.0))
+    dist[ids < 0] = np.inf
+    return dist, ids
+
+
+def recall_at_k(approx_ids: np.ndarray, exact_ids: np.ndarray) -> float:
+    """Fraction of the exact top-k ids that the approximate top-k also returned (mean over queries)."""
+    approx_ids, exact_ids = np.atleast_2d(approx_ids), np.atleast_2d(exact_ids)
+    hits = sum(len(np.intersect1d(a[a >= 0], e[e >= 0])) for a, e in zip(approx_ids, exact_ids))
+    total = int((exact_ids >= 0).sum())
+    return hits / total if total else 1.0
+
+
+def tune_nprobe(index, queries: np.ndarray, exact_ids: np.ndarray, k: int = 5, target_recall: float = 0.95) -> tuple[int, float]:
+    """Smallest power-of-two ``nprobe`` whose recall@k against ``exact_ids`` reaches the target.
+
+    Sets ``index.nprobe`` to it and returns (nprobe, recall measured). If even probing every
+    list misses the target (it cannot for IVF-Flat, which is then exact), returns nlist.
+    """
+    nprobe = 1
+    while True:
+        index.nprobe = nprobe
+        _, ids = index.search(np.ascontiguousarray(queries, dtype=np.float32), k)
+        recall = recall_at_k(ids, exact_ids)
+        if recall >= target_recall or nprobe >= index.nlist:
+            return nprobe, recall
+        nprobe = min(nprobe * 2, index.nlist)
+
+
+def describe(index) -> str:
+    """A short, stable name of the index kind and its search setting, e.g. ``faiss-ivf1024-nprobe16``."""
+    import faiss
+
+    if isinstance(index, faiss.IndexIVF):
+        return f"faiss-ivf{index.nlist}-nprobe{index.nprobe}"
+    if isinstance(index, faiss.IndexHNSW):
+        return f"faiss-hnsw{index.hnsw.nb_neighbors(1)}-ef{index.hnsw.efSearch}"
+    return "faiss-flat-l2"

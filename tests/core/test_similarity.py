@@ -1,0 +1,103 @@
+"""Z-scores, forward feature selection and FAISS indexes on vectors whose answers we know."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pathmaster import similarity as sim
+
+
+def _blobs(n_per_class=60, n_classes=4, informative=3, noise=8, seed=0):
+    """Classes separated only along the first ``informative`` columns; the rest is noise."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(0, 4, size=(n_classes, informative))
+    X, y = [], []
+    for c in range(n_classes):
+        signal = centres[c] + rng.normal(0, 1, size=(n_per_class, informative))
+        junk = rng.normal(0, 3, size=(n_per_class, noise))
+        X.append(np.hstack([signal, junk]))
+        y += [f"class{c}"] * n_per_class
+    return np.vstack(X), np.array(y)
+
+
+def test_normalization_gives_zero_mean_unit_std_and_handles_constant_columns():
+    rng = np.random.default_rng(1)
+    X = np.column_stack([rng.normal(50, 7, 500), np.full(500, 3.0), rng.uniform(0, 1e-3, 500)])
+    norm = sim.fit_normalization(X)
+    Z = norm.apply(X)
+    np.testing.assert_allclose(Z.mean(axis=0), 0, atol=1e-9)
+    np.testing.assert_allclose(Z[:, [0, 2]].std(axis=0), 1, rtol=1e-9)
+    assert np.all(Z[:, 1] == 0)
+    back = sim.Normalization.from_dict(norm.to_dict())
+    np.testing.assert_array_equal(back.apply(X[:3]), Z[:3])
+
+
+def test_normalization_rejects_non_finite_values_naming_the_column():
+    X = np.ones((4, 3))
+    X[2, 1] = np.nan
+    with pytest.raises(ValueError, match=r"columns \[1\]"):
+        sim.fit_normalization(X)
+
+
+def test_forward_selection_keeps_the_informative_features_and_beats_all_features():
+    X, y = _blobs()
+    Z = sim.fit_normalization(X).apply(X)
+    names = [f"f{i}" for i in range(X.shape[1])]
+    chosen = sim.forward_select(Z, y, names)
+    assert set(chosen.columns.tolist()) <= {0, 1, 2}
+    assert len(chosen.columns) >= 2
+    assert chosen.names == [names[c] for c in chosen.columns]
+    everything = sim.loo_precision(_sq_dist(Z), np.unique(y, return_inverse=True)[1])
+    assert chosen.score > everything + 0.1
+    # the recorded score is the real leave-one-out precision of the chosen subset
+    sub = chosen.apply(Z)
+    assert chosen.score == pytest.approx(sim.loo_precision(_sq_dist(sub), np.unique(y, return_inverse=True)[1]))
+    assert sim.Projection.from_dict(chosen.to_dict()).columns.tolist() == chosen.columns.tolist()
+
+
+def _sq_dist(X):
+    X = np.asarray(X, dtype=np.float64)
+    return ((X[:, None, :] - X[None, :, :]) ** 2).sum(-1)
+
+
+def test_exact_index_matches_brute_force_distances_and_order():
+    rng = np.random.default_rng(2)
+    base = rng.normal(size=(800, 12)).astype(np.float32)
+    queries = rng.normal(size=(20, 12)).astype(np.float32)
+    dist, ids = sim.search(sim.build_index(base), queries, k=5)
+    brute = np.sqrt(((queries[:, None, :].astype(np.float64) - base[None]) ** 2).sum(-1))
+    expected = np.argsort(brute, axis=1)[:, :5]
+    np.testing.assert_array_equal(ids, expected)
+    np.testing.assert_allclose(dist, np.take_along_axis(brute, expected, 1), rtol=1e-4)
+
+
+def test_search_with_k_larger_than_the_index_pads_with_minus_one():
+    dist, ids = sim.search(sim.build_index(np.eye(3, dtype=np.float32)), np.zeros(3), k=5)
+    assert ids[0, 3:].tolist() == [-1, -1]
+    assert np.isinf(dist[0, 3:]).all()
+
+
+@pytest.mark.parametrize("algorithm", ["ivf", "hnsw"])
+def test_approximate_indexes_reach_recall_against_exact(algorithm):
+    rng = np.random.default_rng(3)
+    centres = rng.normal(0, 5, size=(30, 16))
+    base = (centres[rng.integers(0, 30, 20000)] + rng.normal(size=(20000, 16))).astype(np.float32)
+    queries = (centres[rng.integers(0, 30, 200)] + rng.normal(size=(200, 16))).astype(np.float32)
+    _, exact = sim.search(sim.build_index(base), queries, k=5)
+    index = sim.build_index(base, algorithm)
+    if algorithm == "ivf":
+        nprobe, recall = sim.tune_nprobe(index, queries, exact, k=5, target_recall=0.95)
+        assert recall >= 0.95 and 1 <= nprobe <= index.nlist
+        assert sim.describe(index) == f"faiss-ivf{index.nlist}-nprobe{nprobe}"
+    _, approx = sim.search(index, queries, k=5)
+    assert sim.recall_at_k(approx, exact) >= 0.95
+
+
+def test_recall_counts_shared_ids():
+    assert sim.recall_at_k(np.array([[1, 2, 3]]), np.array([[3, 4, 1]])) == pytest.approx(2 / 3)
+
+
+def test_unknown_algorithm_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown search algorithm 'annoy'"):
+        sim.build_index(np.zeros((4, 2), np.float32), "annoy")
