@@ -1,0 +1,241 @@
+"""A site's cell database: one SQLite file plus the cell images beside it.
+
+Layout of a site directory::
+
+    SITE_DIR/site.sqlite                  cells, problems, config (this module)
+    SITE_DIR/cells/ab/abcdef0123456789.png        the cell image
+    SITE_DIR/cells/ab/abcdef0123456789-thumb.png  thumbnail (at most THUMBNAIL_PX a side)
+    SITE_DIR/cells/ab/abcdef0123456789-mask.png   4-region label mask
+    SITE_DIR/cells/ab/abcdef0123456789-bg.png     blank-slide background
+    SITE_DIR/index-<fingerprint>.faiss    the search index (pathmaster.site; rebuildable)
+
+Crash safety: a cell's files are written first, each atomically (temporary name, then
+``os.replace``), and its row is inserted afterwards inside a transaction, so a row never
+points at a missing or half-written file. A cell id is derived from the cell's source id,
+so an interrupted ingest that is run again rewrites the same file names and skips cells
+whose rows were committed. Nothing else refers to a cell until its row exists.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+DB_NAME = "site.sqlite"
+SCHEMA_VERSION = 1
+THUMBNAIL_PX = 64
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS config (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL                 -- JSON
+);
+CREATE TABLE IF NOT EXISTS cells (
+    cell_id              TEXT PRIMARY KEY,
+    source_id            TEXT NOT NULL UNIQUE,
+    diagnosis            TEXT,
+    origin               TEXT NOT NULL,  -- dataset kind, e.g. herlev, synthetic
+    image_path           TEXT NOT NULL,  -- relative to the site directory
+    thumbnail_path       TEXT NOT NULL,
+    mask_path            TEXT,
+    background_path      TEXT,
+    mask_estimated       INTEGER NOT NULL,
+    background_estimated INTEGER NOT NULL,
+    features             BLOB NOT NULL,  -- float64 little-endian, one per config feature_names
+    added_at             TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS problems (
+    source   TEXT PRIMARY KEY,          -- the file or cell that could not be ingested
+    problem  TEXT NOT NULL,
+    seen_at  TEXT NOT NULL
+);
+"""
+
+
+def cell_id_for(source_id: str) -> str:
+    """The site's id of a cell: 16 hex digits of SHA-1 of its source id (stable across re-runs)."""
+    return hashlib.sha1(source_id.encode("utf-8")).hexdigest()[:16]
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass
+class CellRow:
+    """One database cell as stored (paths relative to the site directory)."""
+
+    cell_id: str
+    source_id: str
+    diagnosis: str | None
+    origin: str
+    image_path: str
+    thumbnail_path: str
+    mask_path: str | None
+    background_path: str | None
+    mask_estimated: bool
+    background_estimated: bool
+    features: np.ndarray | None = None
+
+
+_COLUMNS = ("cell_id", "source_id", "diagnosis", "origin", "image_path", "thumbnail_path",
+            "mask_path", "background_path", "mask_estimated", "background_estimated")
+
+
+def _row_to_cell(row, features: bytes | None = None) -> CellRow:
+    values = dict(zip(_COLUMNS, row))
+    values["mask_estimated"] = bool(values["mask_estimated"])
+    values["background_estimated"] = bool(values["background_estimated"])
+    vector = None if features is None else np.frombuffer(features, dtype="<f8").copy()
+    return CellRow(**values, features=vector)
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that ``path`` is either absent, old, or complete."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+class SiteDB:
+    """The SQLite database of one site directory.
+
+    ``SiteDB(site_dir, create=True)`` makes the directory and schema if needed; without
+    ``create`` a missing database raises FileNotFoundError naming the path.
+    """
+
+    def __init__(self, site_dir: str | Path, *, create: bool = False):
+        self.site_dir = Path(site_dir)
+        self.path = self.site_dir / DB_NAME
+        if not self.path.exists():
+            if not create:
+                raise FileNotFoundError(f"{self.path}: no site database here (create one with `pathmaster index DATASET --db {self.site_dir}`)")
+            self.site_dir.mkdir(parents=True, exist_ok=True)
+        # isolation_level=None: transactions are explicit (``transaction()``), so a batch of
+        # cells is committed together or not at all.
+        self.conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=NORMAL")  # durable against a killed process
+        self.conn.executescript(SCHEMA)
+        version = self.get_config("schema_version")
+        if version is None:
+            self.set_config("schema_version", SCHEMA_VERSION)
+        elif version != SCHEMA_VERSION:
+            raise RuntimeError(f"{self.path}: schema version {version}, this PathMaster reads {SCHEMA_VERSION}")
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> "SiteDB":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @contextmanager
+    def transaction(self):
+        """BEGIN IMMEDIATE ... COMMIT, rolled back on any exception."""
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
+    # ------------------------------------------------------------ config (JSON values)
+
+    def get_config(self, key: str, default=None):
+        row = self.conn.execute("SELECT value FROM config WHERE key = ?", (key,)).fetchone()
+        return default if row is None else json.loads(row[0])
+
+    def set_config(self, key: str, value) -> None:
+        self.conn.execute("INSERT OR REPLACE INTO config (key, value) VALUES (?, ?)", (key, json.dumps(value)))
+
+    # ------------------------------------------------------------ cells
+
+    def __len__(self) -> int:
+        return self.conn.execute("SELECT COUNT(*) FROM cells").fetchone()[0]
+
+    def source_ids(self) -> set[str]:
+        return {r[0] for r in self.conn.execute("SELECT source_id FROM cells")}
+
+    def add_cell(self, cell: CellRow) -> None:
+        """Insert one cell (call inside ``transaction()``); its files must already exist."""
+        features = np.ascontiguousarray(cell.features, dtype="<f8")
+        self.conn.execute(
+            f"INSERT INTO cells ({', '.join(_COLUMNS)}, features, added_at) VALUES ({', '.join('?' * (len(_COLUMNS) + 2))})",
+            (cell.cell_id, cell.source_id, cell.diagnosis, cell.origin, cell.image_path,
+             cell.thumbnail_path, cell.mask_path, cell.background_path, int(cell.mask_estimated),
+             int(cell.background_estimated), features.tobytes(), _now()),
+        )
+        self.conn.execute("DELETE FROM problems WHERE source = ?", (cell.source_id,))
+
+    def cell(self, cell_id: str) -> CellRow:
+        """The stored cell (with features); KeyError for an unknown id."""
+        row = self.conn.execute(f"SELECT {', '.join(_COLUMNS)}, features FROM cells WHERE cell_id = ?", (cell_id,)).fetchone()
+        if row is None:
+            raise KeyError(cell_id)
+        return _row_to_cell(row[:-1], row[-1])
+
+    def cells(self) -> list[CellRow]:
+        """Every cell, without features, in insertion order (the index's row order)."""
+        rows = self.conn.execute(f"SELECT {', '.join(_COLUMNS)} FROM cells ORDER BY rowid")
+        return [_row_to_cell(r) for r in rows]
+
+    def feature_matrix(self) -> tuple[list[str], np.ndarray]:
+        """(cell ids, float64 (n_cells, n_features)) in insertion order."""
+        ids, vectors = [], []
+        for cell_id, blob in self.conn.execute("SELECT cell_id, features FROM cells ORDER BY rowid"):
+            ids.append(cell_id)
+            vectors.append(np.frombuffer(blob, dtype="<f8"))
+        n_features = len(self.get_config("feature_names", []))
+        matrix = np.vstack(vectors) if vectors else np.zeros((0, n_features))
+        return ids, matrix
+
+    def fingerprint(self) -> str:
+        """SHA-1 over the cell ids in insertion order: changes whenever the cell set does."""
+        digest = hashlib.sha1()
+        for (cell_id,) in self.conn.execute("SELECT cell_id FROM cells ORDER BY rowid"):
+            digest.update(cell_id.encode())
+        return digest.hexdigest()
+
+    # ------------------------------------------------------------ problems
+
+    def record_problem(self, source: str, problem: str) -> None:
+        self.conn.execute("INSERT OR REPLACE INTO problems (source, problem, seen_at) VALUES (?, ?, ?)",
+                          (source, problem, _now()))
+
+    def problems(self) -> list[tuple[str, str]]:
+        return list(self.conn.execute("SELECT source, problem FROM problems ORDER BY source"))
+
+    # ------------------------------------------------------------ consistency
+
+    def check(self) -> list[str]:
+        """Everything wrong with the database, as sentences; empty when it is consistent.
+
+        Checks SQLite's own integrity, that every path a row names exists and that every
+        feature vector has one value per feature name.
+        """
+        issues = []
+        result = self.conn.execute("PRAGMA integrity_check").fetchone()[0]
+        if result != "ok":
+            issues.append(f"sqlite integrity_check: {result}")
+        n_features = len(self.get_config("feature_names", []))
+        query = "SELECT cell_id, image_path, thumbnail_path, mask_path, background_path, length(features) FROM cells"
+        for cell_id, *paths, n_bytes in self.conn.execute(query):
+            for rel in paths:
+                if rel is not None and not (self.site_dir / rel).is_file():
+                    issues.append(f"cell {cell_id}: file {rel} is missing")
+            if n_bytes != 8 * n_features:
+                issues.append(f"cell {cell_id}: {n_bytes // 8} features stored, expected {n_features}")
+        return issues

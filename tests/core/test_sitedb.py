@@ -1,0 +1,87 @@
+"""The SQLite site database: schema, transactions, config, consistency check."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import numpy as np
+import pytest
+
+from pathmaster.sitedb import SiteDB, CellRow, cell_id_for, write_atomic
+
+
+def _cell(site, source, diagnosis="mild_dysplasia", n=3):
+    cid = cell_id_for(source)
+    for suffix in ("", "-thumb"):
+        write_atomic(site / f"cells/{cid}{suffix}.png", b"png")
+    return CellRow(cid, source, diagnosis, "test", f"cells/{cid}.png", f"cells/{cid}-thumb.png",
+                   None, None, True, False, np.arange(n, dtype=float) + len(source))
+
+
+def test_missing_database_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no site database here"):
+        SiteDB(tmp_path / "nowhere")
+
+
+def test_cells_round_trip_with_features_and_flags(tmp_path):
+    with SiteDB(tmp_path, create=True) as db:
+        db.set_config("feature_names", ["a", "b", "c"])
+        with db.transaction():
+            db.add_cell(_cell(tmp_path, "herlev/x/1.BMP"))
+            db.add_cell(_cell(tmp_path, "herlev/x/22.BMP", "carcinoma_in_situ"))
+    with SiteDB(tmp_path) as db:  # reopened: the data is on disk
+        assert len(db) == 2
+        row = db.cell(cell_id_for("herlev/x/22.BMP"))
+        assert row.diagnosis == "carcinoma_in_situ" and row.mask_estimated and not row.background_estimated
+        np.testing.assert_array_equal(row.features, [15.0, 16.0, 17.0])
+        ids, X = db.feature_matrix()
+        assert ids == [cell_id_for("herlev/x/1.BMP"), cell_id_for("herlev/x/22.BMP")]
+        assert X.shape == (2, 3) and X.dtype == np.float64
+        assert db.check() == []
+        with pytest.raises(KeyError):
+            db.cell("0000000000000000")
+
+
+def test_a_failed_transaction_leaves_nothing_behind(tmp_path):
+    with SiteDB(tmp_path, create=True) as db:
+        db.set_config("feature_names", ["a", "b", "c"])
+        with pytest.raises(sqlite3.IntegrityError):
+            with db.transaction():
+                db.add_cell(_cell(tmp_path, "one"))
+                db.add_cell(_cell(tmp_path, "one"))  # same source id twice
+        assert len(db) == 0
+
+
+def test_fingerprint_follows_the_cell_set(tmp_path):
+    with SiteDB(tmp_path, create=True) as db:
+        db.set_config("feature_names", ["a", "b", "c"])
+        empty = db.fingerprint()
+        with db.transaction():
+            db.add_cell(_cell(tmp_path, "one"))
+        assert db.fingerprint() != empty
+
+
+def test_check_reports_missing_files_and_wrong_vector_length(tmp_path):
+    with SiteDB(tmp_path, create=True) as db:
+        db.set_config("feature_names", ["a", "b", "c", "d"])
+        with db.transaction():
+            db.add_cell(_cell(tmp_path, "one"))
+        (tmp_path / f"cells/{cell_id_for('one')}-thumb.png").unlink()
+        issues = db.check()
+        assert any("-thumb.png is missing" in i for i in issues)
+        assert any("3 features stored, expected 4" in i for i in issues)
+
+
+def test_problems_are_kept_and_cleared_when_the_cell_later_ingests(tmp_path):
+    with SiteDB(tmp_path, create=True) as db:
+        db.set_config("feature_names", ["a", "b", "c"])
+        db.record_problem("one", "mask has no nucleus pixels")
+        db.record_problem("two", "not an image file")
+        with db.transaction():
+            db.add_cell(_cell(tmp_path, "one"))
+        assert db.problems() == [("two", "not an image file")]
+
+
+def test_cell_ids_are_stable_and_distinct():
+    assert cell_id_for("a/1.png") == cell_id_for("a/1.png") != cell_id_for("a/2.png")
+    assert len(cell_id_for("x")) == 16
