@@ -1,0 +1,85 @@
+"""The physical lower bound on one run's completion time (BRIEF §6).
+
+No schedule can beat the time the bytes need at the links' rates, plus the propagation
+delay they cross, plus the site work that cannot overlap the transfer (a site can only
+analyse cells it has received; its reply can only leave once analysed). From the bytes a
+run actually moved and the link settings, the bound is the largest of:
+
+1. per site: its upload over its path's slowest link, its own work, its reply over the
+   same path, and one round trip of the core's delay if the site lies behind the core;
+2. the core link: every byte to the sites behind the core crosses it one after another,
+   then at least the quickest of those sites still has to work and reply;
+3. the master's own link: every byte to every site leaves through it, then at least the
+   quickest site still has to work and reply.
+
+Bytes are application payload, so protocol headers, the TCP handshake and slow start are
+left out: the bound is optimistic, which is what a lower bound must be. A measured time
+over its bound is >= 1; how far above 1 says how much the network, not physics, cost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SiteTransfer:
+    """What one site's part of a run moved and spent."""
+
+    site: str
+    bytes_up: int  # master -> site (cells, backgrounds, masks)
+    bytes_down: int  # site -> master (matches, thumbnails)
+    compute_s: float = 0.0  # the site's own work (analysis + search), measured at the site
+    behind_core: bool = True  # whether the path crosses the core (bottleneck) link
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The lower bound in seconds and the term that set it."""
+
+    total_s: float
+    per_site_s: float
+    core_s: float
+    master_link_s: float
+
+    @property
+    def limited_by(self) -> str:
+        terms = {"site path": self.per_site_s, "core link": self.core_s, "master link": self.master_link_s}
+        return max(terms, key=terms.get)
+
+    def to_dict(self) -> dict:
+        return {"total_s": self.total_s, "per_site_s": self.per_site_s, "core_s": self.core_s,
+                "master_link_s": self.master_link_s, "limited_by": self.limited_by}
+
+
+def lower_bound(sites: list[SiteTransfer], core_kbit: float, access_kbit: float,
+                core_delay_ms: float = 0.0) -> Bound:
+    """The physical lower bound of one run, in seconds.
+
+    sites: what each site moved (bytes) and spent (compute_s, seconds).
+    core_kbit, access_kbit: core (bottleneck) and host-link rates in kbit/s (1000 bit/s).
+    core_delay_ms: one-way propagation delay added on the core link, in milliseconds.
+    """
+    if not sites:
+        raise ValueError("a run with no sites has no bound")
+    if core_kbit <= 0 or access_kbit <= 0:
+        raise ValueError(f"link rates must be > 0 (core {core_kbit}, access {access_kbit} kbit/s)")
+    core_bps = core_kbit * 1000 / 8  # bytes per second
+    access_bps = access_kbit * 1000 / 8
+    one_way = core_delay_ms / 1000
+
+    def path_rate(s: SiteTransfer) -> float:
+        return min(core_bps, access_bps) if s.behind_core else access_bps
+
+    def tail(s: SiteTransfer) -> float:
+        """What is left for a site once its last request byte has crossed: work, reply, way back."""
+        delay = one_way if s.behind_core else 0.0
+        return delay + s.compute_s + s.bytes_down / path_rate(s) + delay
+
+    per_site = max(s.bytes_up / path_rate(s) + tail(s) for s in sites)
+    remote = [s for s in sites if s.behind_core]
+    core = 0.0
+    if remote:
+        core = sum(s.bytes_up for s in remote) / min(core_bps, access_bps) + min(tail(s) for s in remote)
+    master_link = sum(s.bytes_up for s in sites) / access_bps + min(tail(s) for s in sites)
+    return Bound(max(per_site, core, master_link), per_site, core, master_link)

@@ -1,0 +1,161 @@
+"""The raw-data store of one experiment: a directory that is the whole record of it.
+
+    OUT/
+      experiment.toml        the experiment file exactly as run
+      metadata.json          kernel, git commit, host, configuration, seed, run order, timestamps
+      runs/RUN_ID.json       one file per finished run: the raw measurements (see `save_run`)
+
+Every run file is written to a temporary name and renamed, so an interrupted experiment
+leaves only whole runs behind; `done_ids` is what a resumed experiment skips.
+Reports read nothing but these files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+from pathmaster.records import InvalidInput
+from qos.experiment.matrix import Run
+from qos.experiment.spec import Experiment
+
+REPO = Path(__file__).resolve().parents[2]
+FORMAT_VERSION = 1
+
+
+def now_iso() -> str:
+    """The current UTC time, ISO 8601 with microseconds."""
+    return datetime.now(timezone.utc).isoformat()
+
+
+def git_commit(repo: Path = REPO) -> str:
+    """The commit the code ran at (with '+dirty' if the tree had changes), or 'unknown'."""
+    try:
+        head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"],
+                              capture_output=True, text=True, timeout=10)
+        if head.returncode != 0:
+            return "unknown"
+        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10)
+        return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+
+
+def environment() -> dict:
+    """What the machine was: kernel, Python, host, tool versions."""
+    def version(cmd: list[str]) -> str:
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+            return (out.stdout or out.stderr).strip().splitlines()[0]
+        except (OSError, subprocess.TimeoutExpired, IndexError):
+            return "absent"
+
+    return {
+        "kernel": platform.release(),
+        "kernel_version": platform.version(),
+        "machine": platform.machine(),
+        "hostname": platform.node(),
+        "python": sys.version.split()[0],
+        "cpus": os.cpu_count(),
+        "iperf3": version(["iperf3", "--version"]),
+        "tc": version(["tc", "-V"]),
+        "git_commit": git_commit(),
+    }
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class Store:
+    """One experiment's output directory."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+        self.runs_dir = self.root / "runs"
+
+    @property
+    def metadata_path(self) -> Path:
+        return self.root / "metadata.json"
+
+    def open_for(self, experiment: Experiment, order: list[Run]) -> dict:
+        """Start a new experiment here, or check that the one here is the same and resume it.
+
+        Returns the metadata. Raises InvalidInput if the directory holds a different
+        experiment (another configuration would make the runs incomparable).
+        """
+        self.runs_dir.mkdir(parents=True, exist_ok=True)
+        if self.metadata_path.exists():
+            meta = self.metadata()
+            if meta.get("fingerprint") != experiment.fingerprint():
+                raise InvalidInput(
+                    f"holds experiment {meta.get('experiment', {}).get('name')!r} with another configuration "
+                    f"(fingerprint {meta.get('fingerprint')} != {experiment.fingerprint()}); "
+                    "use a new --out directory", self.root)
+            meta.setdefault("resumed", []).append({"at": now_iso(), "environment": environment()})
+        else:
+            meta = {
+                "format": FORMAT_VERSION,
+                "experiment": experiment.to_dict(),
+                "fingerprint": experiment.fingerprint(),
+                "seed": experiment.seed,
+                "order": [run.run_id for run in order],
+                "started": now_iso(),
+                "environment": environment(),
+                "command": sys.argv,
+            }
+            if experiment.source and Path(experiment.source).is_file():
+                shutil.copyfile(experiment.source, self.root / "experiment.toml")
+        _write_json(self.metadata_path, meta)
+        return meta
+
+    def metadata(self) -> dict:
+        """The experiment's metadata; InvalidInput if there is none."""
+        try:
+            return json.loads(self.metadata_path.read_text())
+        except FileNotFoundError:
+            raise InvalidInput("no metadata.json: not an experiment output directory", self.root) from None
+        except json.JSONDecodeError as exc:
+            raise InvalidInput(f"metadata.json is not valid JSON: {exc}", self.root) from None
+
+    def update_metadata(self, **fields) -> None:
+        meta = self.metadata()
+        meta.update(fields)
+        _write_json(self.metadata_path, meta)
+
+    def run_path(self, run_id: str) -> Path:
+        return self.runs_dir / f"{run_id}.json"
+
+    def save_run(self, run: Run, record: dict) -> Path:
+        """Write one run's raw record (atomically). `record` holds the measurements."""
+        path = self.run_path(run.run_id)
+        _write_json(path, {"format": FORMAT_VERSION, "run": run.to_dict()} | record)
+        return path
+
+    def done_ids(self) -> set[str]:
+        """Ids of the runs whose raw data are complete on disk."""
+        if not self.runs_dir.is_dir():
+            return set()
+        return {p.stem for p in self.runs_dir.glob("*.json")}
+
+    def load_runs(self) -> list[dict]:
+        """Every run record, sorted by run id; a damaged file raises InvalidInput naming it."""
+        records = []
+        for path in sorted(self.runs_dir.glob("*.json")):
+            try:
+                records.append(json.loads(path.read_text()))
+            except json.JSONDecodeError as exc:
+                raise InvalidInput(f"run file is not valid JSON: {exc}", path) from None
+        return records

@@ -1,0 +1,66 @@
+"""Statistics against scipy and textbook values; the physical bound against hand arithmetic."""
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from qos.experiment.bound import SiteTransfer, lower_bound
+from qos.experiment.stats import compare, summarise, welch
+
+
+def test_summary_of_known_sample():
+    x = [1.0, 2.0, 3.0, 4.0, 5.0]
+    s = summarise(x)
+    assert s.n == 5 and s.mean == 3.0 and s.median == 3.0
+    assert s.std == pytest.approx(np.sqrt(2.5))
+    assert s.cv == pytest.approx(np.sqrt(2.5) / 3)
+    assert s.p95 == pytest.approx(4.8)
+    lo, hi = sps.t.interval(0.95, 4, loc=3.0, scale=sps.sem(x))
+    assert (s.ci_low, s.ci_high) == (pytest.approx(lo), pytest.approx(hi))
+
+
+def test_summary_rejects_empty():
+    with pytest.raises(ValueError):
+        summarise([])
+
+
+def test_welch_matches_scipy():
+    rng = np.random.default_rng(1)
+    a = rng.normal(10, 1, 10)
+    b = rng.normal(11, 3, 7)
+    t, p = welch(a, b)
+    ref = sps.ttest_ind(a, b, equal_var=False)
+    assert t == pytest.approx(ref.statistic) and p == pytest.approx(ref.pvalue)
+
+
+def test_compare_tells_noise_from_a_real_difference():
+    rng = np.random.default_rng(2)
+    a = rng.normal(10, 1, 10)
+    same = compare(a, rng.normal(10, 1, 10))
+    far = compare(a, rng.normal(20, 1, 10))
+    assert not same.significant and same.p > 0.05
+    assert far.significant and far.boot_high < 0 and far.diff < -5
+
+
+def test_bound_single_remote_site_is_bytes_over_rate_plus_round_trip_plus_work():
+    # 125 kB at 1 Mbit/s = 1 s each way; 2 x 50 ms delay; 0.5 s work
+    site = SiteTransfer("B1", bytes_up=125_000, bytes_down=125_000, compute_s=0.5, behind_core=True)
+    b = lower_bound([site], core_kbit=1000, access_kbit=100_000, core_delay_ms=50)
+    assert b.total_s == pytest.approx(1 + 0.05 + 0.5 + 1 + 0.05)
+    assert b.per_site_s == pytest.approx(b.total_s)
+
+
+def test_bound_two_remote_sites_share_the_core():
+    sites = [SiteTransfer(n, 125_000, 1_250, 0.0, True) for n in ("B1", "C1")]
+    local = SiteTransfer("A1", 125_000, 1_250, 0.0, False)
+    b = lower_bound(sites + [local], core_kbit=1000, access_kbit=10_000)
+    # both uploads cross the core one after the other: 2 s, then one 10 ms reply
+    assert b.core_s == pytest.approx(2.0 + 0.01)
+    assert b.total_s == pytest.approx(b.core_s) and b.limited_by == "core link"
+
+
+def test_bound_rejects_nonsense():
+    with pytest.raises(ValueError):
+        lower_bound([], 1000, 1000)
+    with pytest.raises(ValueError):
+        lower_bound([SiteTransfer("x", 1, 1)], 0, 1000)
