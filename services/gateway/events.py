@@ -1,0 +1,83 @@
+"""Turn the coordinator's protobuf replies into the JSON the page and the batch write.
+
+Thumbnails become `data:` URLs so the page shows them without another request;
+gRPC status codes get their names ("UNAVAILABLE") so a person can read them.
+"""
+
+from __future__ import annotations
+
+import base64
+
+import grpc
+
+_STATUS_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
+
+
+def status_name(code: int) -> str:
+    """The gRPC status name for a numeric code, e.g. 14 -> "UNAVAILABLE"."""
+    return _STATUS_NAMES.get(int(code), f"STATUS_{int(code)}")
+
+
+def png_data_url(png: bytes) -> str:
+    """A `data:image/png;base64,...` URL for PNG bytes ("" when there are none)."""
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii") if png else ""
+
+
+def match_json(match, with_thumbnail: bool = True) -> dict:
+    """One `Match` as a dict: cell_id, diagnosis, distance, source_id[, thumbnail]."""
+    out = {"cell_id": match.cell_id, "diagnosis": match.diagnosis,
+           "distance": round(float(match.distance), 6), "source_id": match.source_id}
+    if with_thumbnail:
+        out["thumbnail"] = png_data_url(match.thumbnail)
+    return out
+
+
+def cell_result_json(cell, with_thumbnails: bool = True) -> dict:
+    """One `CellResult` as a dict, its matches closest first."""
+    return {"query_cell_id": cell.query_cell_id, "error": cell.error,
+            "background_estimated": cell.background_estimated,
+            "mask_estimated": cell.mask_estimated,
+            "matches": [match_json(m, with_thumbnails) for m in cell.matches]}
+
+
+def timing_json(timing) -> dict:
+    """A `SiteTiming` as a dict of seconds."""
+    return {name: round(getattr(timing, name), 6)
+            for name in ("total_s", "transfer_s", "extraction_s", "search_s", "site_wall_s")}
+
+
+def site_result_json(result, with_thumbnails: bool = True) -> dict:
+    """One site's `SiteResult` as an event dict of type "site"."""
+    return {"type": "site", "site": result.site,
+            "ok": result.status_code == 0,
+            "status_code": result.status_code,
+            "status": status_name(result.status_code),
+            "status_message": result.status_message,
+            "algorithm": result.algorithm,
+            "timing": timing_json(result.timing),
+            "bytes_sent": result.bytes_sent, "bytes_received": result.bytes_received,
+            "cells": [cell_result_json(c, with_thumbnails) for c in result.cells]}
+
+
+def summary_json(summary) -> dict:
+    """The `CaseSummary` as an event dict of type "summary"."""
+    return {"type": "summary", "case_id": summary.case_id,
+            "request_class": summary.request_class, "total_s": round(summary.total_s, 6),
+            "sites_ok": summary.sites_ok, "sites_failed": summary.sites_failed,
+            "bytes_sent": summary.bytes_sent, "bytes_received": summary.bytes_received,
+            "votes": [{"query_cell_id": v.query_cell_id, "diagnosis": v.diagnosis,
+                       "votes": v.votes, "total": v.total} for v in summary.votes]}
+
+
+def case_event_json(event, with_thumbnails: bool = True) -> dict:
+    """One `CaseEvent` (a site's result or the final summary) as a dict."""
+    if event.WhichOneof("event") == "site_result":
+        return site_result_json(event.site_result, with_thumbnails)
+    return summary_json(event.summary)
+
+
+def class_stats_json(stats) -> dict:
+    """One `ClassStats` as a dict (times in seconds)."""
+    return {"request_class": stats.request_class, "dscp": stats.dscp, "cases": stats.cases,
+            "mean_s": stats.mean_s, "std_s": stats.std_s, "cv": stats.cv,
+            "p50_s": stats.p50_s, "p95_s": stats.p95_s, "recent_s": list(stats.recent_s)}

@@ -1,0 +1,474 @@
+// The pathologist's page: add a case's files, pick a request class, watch each site's
+// matches arrive. Talks only to the gateway (same origin); no libraries, works offline.
+"use strict";
+
+const state = {
+  config: null,          // GET /api/config
+  sites: [],             // site names, in the order the rows are drawn
+  files: new Map(),      // file name -> File, for files small enough to send
+  previews: new Map(),   // cell id -> object URL of its image (for the results)
+  tooLarge: [],          // [{file, problem}] found before sending
+  pairing: null,         // POST /api/pair reply
+  running: false,
+  started: 0,
+  timer: null,
+};
+
+const $ = (sel) => document.querySelector(sel);
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (key === "class") node.className = value;
+    else if (key === "text") node.textContent = value;
+    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else if (value !== null && value !== undefined && value !== false) node.setAttribute(key, value);
+  }
+  for (const child of children) if (child) node.append(child);
+  return node;
+}
+
+async function getJSON(url, options) {
+  const response = await fetch(url, options);
+  const body = await response.json().catch(() => ({}));
+  if (!response.ok) throw new Error(body.error || `${url}: HTTP ${response.status}`);
+  return body;
+}
+
+const postJSON = (url, obj) => getJSON(url, {
+  method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify(obj),
+});
+
+// ---------------------------------------------------------------- diagnoses
+
+// Severity drives the colour, so a glance tells normal from abnormal.
+const SEVERITY = {
+  normal_superficial: 0, normal_intermediate: 0, normal_columnar: 0,
+  mild_dysplasia: 1, moderate_dysplasia: 2, severe_dysplasia: 3, carcinoma_in_situ: 4,
+};
+
+function diagnosisBadge(diagnosis, extra) {
+  const level = diagnosis in SEVERITY ? SEVERITY[diagnosis] : "unknown";
+  const label = (diagnosis || "unknown").replaceAll("_", " ");
+  return el("span", {class: `dx dx-${level}`, title: label}, label, extra ? ` ${extra}` : "");
+}
+
+const seconds = (s) => `${s.toFixed(s < 10 ? 2 : 1)} s`;
+const megabytes = (n) => `${(n / 1e6).toFixed(1)} MB`;
+
+// ---------------------------------------------------------------- sites
+
+async function loadSites() {
+  try {
+    const reply = await getJSON("/api/sites");
+    state.sites = reply.sites.map((s) => s.site);
+    renderChips(reply.sites.map((s) => ({
+      site: s.site, cls: s.serving ? "ok" : "down",
+      text: s.serving ? `${s.database_cells} cells` : "not serving",
+    })));
+  } catch (err) {
+    renderChips([{site: "coordinator", cls: "down", text: err.message}]);
+  }
+}
+
+function renderChips(chips) {
+  $("#site-chips").replaceChildren(...chips.map((c) =>
+    el("li", {class: `chip chip-${c.cls}`, "data-site": c.site},
+      el("strong", {text: c.site}), " ", el("span", {text: c.text}))));
+}
+
+function ensureSite(site) {
+  if (!state.sites.includes(site)) state.sites.push(site);
+}
+
+// ---------------------------------------------------------------- request classes
+
+async function loadConfig() {
+  state.config = await getJSON("/api/config");
+  const box = $("#classes");
+  for (const c of state.config.classes) {
+    const id = `class-${c.name}`;
+    box.append(el("label", {class: "class-option", for: id},
+      el("input", {type: "radio", name: "request-class", id, value: c.name,
+        checked: c.name === state.config.default_class, onchange: loadStats}),
+      el("span", {class: "class-name", text: c.name}),
+      el("span", {class: "class-desc", text: c.description})));
+  }
+}
+
+const chosenClass = () => document.querySelector("input[name=request-class]:checked").value;
+
+async function loadStats() {
+  const cls = chosenClass();
+  const box = $("#expect");
+  try {
+    const s = await getJSON(`/api/stats?class=${encodeURIComponent(cls)}`);
+    if (!s.cases) {
+      box.replaceChildren(el("span", {class: "muted", text: `No ${cls} cases yet: no times to show.`}));
+      return;
+    }
+    box.replaceChildren(
+      el("div", {class: "expect-line"},
+        el("span", {class: "expect-label", text: "Expect about "}),
+        el("strong", {class: "expect-mean", text: seconds(s.mean_s)}),
+        el("span", {class: "expect-spread", text: ` ± ${seconds(s.std_s)}`})),
+      el("div", {class: "muted", text:
+        `${cls}: ${s.cases} case${s.cases === 1 ? "" : "s"}, median ${seconds(s.p50_s)}, 95% under ${seconds(s.p95_s)}`}),
+      sparkline(s.recent_s, s.mean_s));
+  } catch (err) {
+    box.replaceChildren(el("span", {class: "error", text: `Completion times unavailable: ${err.message}`}));
+  }
+}
+
+// Recent completion times as dots (oldest left), with the mean as a line.
+function sparkline(values, mean) {
+  const ns = "http://www.w3.org/2000/svg";
+  const w = 240, h = 44, pad = 5;
+  const svg = document.createElementNS(ns, "svg");
+  svg.setAttribute("viewBox", `0 0 ${w} ${h}`);
+  svg.setAttribute("class", "sparkline");
+  svg.setAttribute("role", "img");
+  svg.setAttribute("aria-label", `recent times: ${values.map((v) => v.toFixed(2)).join(", ")} s`);
+  if (!values.length) return svg;
+  const top = Math.max(...values) * 1.1 || 1;
+  const y = (v) => h - pad - (v / top) * (h - 2 * pad);
+  const x = (i) => values.length === 1 ? w / 2 : pad + (i * (w - 2 * pad)) / (values.length - 1);
+  const line = document.createElementNS(ns, "line");
+  for (const [k, v] of Object.entries({x1: 0, x2: w, y1: y(mean), y2: y(mean), class: "mean"})) line.setAttribute(k, v);
+  svg.append(line);
+  values.forEach((v, i) => {
+    const dot = document.createElementNS(ns, "circle");
+    for (const [k, a] of Object.entries({cx: x(i), cy: y(v), r: 3})) dot.setAttribute(k, a);
+    svg.append(dot);
+  });
+  return svg;
+}
+
+// ---------------------------------------------------------------- adding files
+
+function addFiles(fileList) {
+  const limit = state.config.max_file_bytes;
+  for (const file of fileList) {
+    state.tooLarge = state.tooLarge.filter((p) => p.file !== file.name);
+    if (file.size > limit) {
+      // Never sent: the message stays where the file was added.
+      state.files.delete(file.name);
+      state.tooLarge.push({file: file.name,
+        problem: `too large: ${megabytes(file.size)}, the limit is ${megabytes(limit)} per file`});
+    } else {
+      state.files.set(file.name, file);
+    }
+  }
+  refreshPairing();
+}
+
+async function refreshPairing() {
+  try {
+    state.pairing = await postJSON("/api/pair", {names: [...state.files.keys()]});
+  } catch (err) {
+    state.pairing = {cells: [], problems: [{file: "(pairing)", problem: err.message}]};
+  }
+  for (const url of state.previews.values()) URL.revokeObjectURL(url);
+  state.previews.clear();
+  for (const cell of state.pairing.cells) {
+    state.previews.set(cell.cell_id, URL.createObjectURL(state.files.get(cell.image)));
+  }
+  renderPairing();
+}
+
+function fileMark(name) {
+  return name ? el("span", {class: "yes", title: name, text: "✓ " + name})
+              : el("span", {class: "muted", title: "will be estimated by each site", text: "estimated"});
+}
+
+function renderPairing() {
+  const cells = state.pairing ? state.pairing.cells : [];
+  const rows = cells.map((c) => el("tr", {"data-cell": c.cell_id},
+    el("th", {scope: "row"},
+      el("img", {class: "preview", src: state.previews.get(c.cell_id), alt: ""}),
+      el("span", {text: c.cell_id})),
+    el("td", {}, fileMark(c.background)), el("td", {}, fileMark(c.mask))));
+  $("#pairing tbody").replaceChildren(...rows);
+  $("#pairing").hidden = rows.length === 0;
+  const problems = [...state.tooLarge, ...(state.pairing ? state.pairing.problems : [])];
+  $("#file-problems").replaceChildren(...problems.map((p) =>
+    el("li", {class: "error", "data-file": p.file}, el("strong", {text: p.file}), `: ${p.problem}`)));
+  $("#submit").disabled = state.running || rows.length === 0;
+  if (!state.running) {
+    $("#case-status").textContent = rows.length
+      ? `${rows.length} cell${rows.length === 1 ? "" : "s"} ready. Choose a class and press “Find similar cells”.`
+      : "Add a case's cell images to start.";
+  }
+}
+
+function clearCase() {
+  state.files.clear();
+  state.tooLarge = [];
+  state.pairing = null;
+  $("#cells").replaceChildren();
+  $("#site-cards").replaceChildren();
+  refreshPairing();
+}
+
+// ---------------------------------------------------------------- results
+
+function readBase64(file) {
+  return new Promise((resolve, reject) => {
+    const reader = new FileReader();
+    reader.onload = () => resolve(reader.result.slice(reader.result.indexOf(",") + 1));
+    reader.onerror = () => reject(new Error(`${file.name}: cannot be read (${reader.error})`));
+    reader.readAsDataURL(file);
+  });
+}
+
+async function submitCase() {
+  const cls = chosenClass();
+  state.running = true;
+  $("#submit").disabled = true;
+  $("#cells").replaceChildren();
+  $("#site-cards").replaceChildren(...state.sites.map((s) => siteCard(s)));
+  setStatus(`Sending ${state.files.size} files (${cls})…`);
+  state.started = performance.now();
+  state.timer = setInterval(tick, 200);
+  try {
+    const files = await Promise.all([...state.files.values()].map(async (f) =>
+      ({name: f.name, data: await readBase64(f)})));
+    const response = await fetch("/api/case", {
+      method: "POST", headers: {"Content-Type": "application/json"},
+      body: JSON.stringify({request_class: cls, files}),
+    });
+    if (!response.ok) {
+      const body = await response.json().catch(() => ({}));
+      throw new Error(body.error || `HTTP ${response.status}`);
+    }
+    await readEvents(response, handleEvent);
+  } catch (err) {
+    setStatus(`The case could not be run: ${err.message}`, "error");
+  } finally {
+    clearInterval(state.timer);
+    state.running = false;
+    $("#submit").disabled = !(state.pairing && state.pairing.cells.length);
+    for (const card of document.querySelectorAll(".site-card.waiting")) {
+      markSite(card.dataset.site, "down", "no answer");
+    }
+    loadStats();
+  }
+}
+
+// The case's reply is newline-delimited JSON, one event per line, as sites answer.
+async function readEvents(response, onEvent) {
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  let buffered = "";
+  for (;;) {
+    const {value, done} = await reader.read();
+    if (done) break;
+    buffered += decoder.decode(value, {stream: true});
+    let newline;
+    while ((newline = buffered.indexOf("\n")) >= 0) {
+      const line = buffered.slice(0, newline);
+      buffered = buffered.slice(newline + 1);
+      if (line.trim()) onEvent(JSON.parse(line));
+    }
+  }
+}
+
+function handleEvent(event) {
+  if (event.type === "accepted") onAccepted(event);
+  else if (event.type === "site") onSite(event);
+  else if (event.type === "summary") onSummary(event);
+  else if (event.type === "error") setStatus(event.message, "error");
+}
+
+function setStatus(text, cls = "") {
+  const status = $("#case-status");
+  status.textContent = text;
+  status.className = `case-status ${cls}`;
+}
+
+function tick() {
+  const waiting = document.querySelectorAll(".site-card.waiting").length;
+  const elapsed = (performance.now() - state.started) / 1000;
+  if (waiting) setStatus(`Waiting for ${waiting} site${waiting === 1 ? "" : "s"}… ${seconds(elapsed)}`);
+  for (const t of document.querySelectorAll(".site-card.waiting .site-time")) t.textContent = seconds(elapsed);
+}
+
+function onAccepted(event) {
+  const cells = event.cells.map((id) => cellCard(id));
+  // A rejected cell keeps its place in the case, with the reason where its results would be.
+  const rejected = event.rejected.map((r) => el("article", {class: "cell-card rejected", "data-cell": r.name},
+    el("header", {class: "cell-head"}, el("h3", {text: r.name})),
+    el("p", {class: "error", role: "alert"}, el("strong", {text: "Not analysed: "}), r.problem)));
+  $("#cells").replaceChildren(...cells, ...rejected);
+  setStatus(`${event.cells.length} cell${event.cells.length === 1 ? "" : "s"} sent to ${state.sites.length} sites (${event.request_class}).`);
+}
+
+function siteCard(site) {
+  return el("div", {class: "site-card waiting", "data-site": site},
+    el("div", {class: "site-name", text: site}),
+    el("div", {class: "site-state", text: "waiting"}),
+    el("div", {class: "site-time", text: ""}),
+    el("div", {class: "site-detail"}));
+}
+
+function markSite(site, cls, stateText, timeText = "", detail = "") {
+  let card = document.querySelector(`.site-card[data-site="${CSS.escape(site)}"]`);
+  if (!card) {
+    card = siteCard(site);
+    $("#site-cards").append(card);
+  }
+  card.className = `site-card ${cls}`;
+  card.querySelector(".site-state").textContent = stateText;
+  card.querySelector(".site-time").textContent = timeText;
+  card.querySelector(".site-detail").textContent = detail;
+  for (const row of document.querySelectorAll(`.site-row[data-site="${CSS.escape(site)}"].pending`)) {
+    row.classList.remove("pending");
+    if (cls !== "ok") fillRowError(row, `${stateText}${detail ? ": " + detail : ""}`);
+  }
+}
+
+function cellCard(cellId) {
+  const card = el("article", {class: "cell-card", "data-cell": cellId},
+    el("header", {class: "cell-head"},
+      el("img", {class: "query", src: state.previews.get(cellId), alt: `test cell ${cellId}`}),
+      el("h3", {text: cellId}),
+      el("span", {class: "vote muted", text: "voting when all sites answer"}),
+      el("span", {class: "flags"})),
+    el("div", {class: "site-rows"}, ...state.sites.map((s) => siteRow(s))));
+  return card;
+}
+
+function siteRow(site) {
+  return el("div", {class: "site-row pending", "data-site": site},
+    el("div", {class: "row-site", text: site}),
+    el("div", {class: "matches"}, el("span", {class: "muted", text: "waiting…"})));
+}
+
+function rowFor(cellId, site) {
+  const card = document.querySelector(`.cell-card[data-cell="${CSS.escape(cellId)}"]`);
+  if (!card) return null;
+  let row = card.querySelector(`.site-row[data-site="${CSS.escape(site)}"]`);
+  if (!row) {
+    row = siteRow(site);
+    card.querySelector(".site-rows").append(row);
+  }
+  return row;
+}
+
+function fillRowError(row, message) {
+  row.classList.add("failed");
+  row.querySelector(".matches").replaceChildren(el("span", {class: "error", role: "alert", text: message}));
+}
+
+function onSite(event) {
+  ensureSite(event.site);
+  const t = event.timing;
+  if (event.ok) {
+    markSite(event.site, "ok", "answered", seconds(t.total_s),
+      `transfer ${seconds(t.transfer_s)} · features ${seconds(t.extraction_s)} · search ${seconds(t.search_s)}`);
+  } else {
+    markSite(event.site, "down", event.status, seconds(t.total_s), event.status_message);
+  }
+  for (const cell of event.cells) {
+    const row = rowFor(cell.query_cell_id, event.site);
+    if (!row) continue;
+    row.classList.remove("pending");
+    if (cell.error) {
+      fillRowError(row, cell.error);
+      continue;
+    }
+    row.querySelector(".matches").replaceChildren(...cell.matches.map((m, i) =>
+      matchTile(cell.query_cell_id, event.site, m, i + 1)));
+    const flags = document.querySelector(`.cell-card[data-cell="${CSS.escape(cell.query_cell_id)}"] .flags`);
+    const notes = [cell.background_estimated && "background estimated", cell.mask_estimated && "mask estimated"].filter(Boolean);
+    flags.textContent = notes.join(" · ");
+  }
+}
+
+function matchTile(queryId, site, match, rank) {
+  const label = match.diagnosis.replaceAll("_", " ");
+  return el("button", {type: "button", class: "match",
+      title: `${rank}. ${label}, distance ${match.distance.toFixed(3)} (${match.source_id})`,
+      "aria-label": `match ${rank} from ${site}: ${label}, distance ${match.distance.toFixed(3)}. Enlarge.`,
+      onclick: () => openViewer(queryId, site, match)},
+    el("img", {src: match.thumbnail, alt: "", loading: "lazy"}),
+    diagnosisBadge(match.diagnosis),
+    el("span", {class: "distance", text: match.distance.toFixed(3)}));
+}
+
+function onSummary(event) {
+  for (const v of event.votes) {
+    const card = document.querySelector(`.cell-card[data-cell="${CSS.escape(v.query_cell_id)}"]`);
+    if (!card) continue;
+    const vote = card.querySelector(".vote");
+    vote.className = "vote";
+    vote.replaceChildren(diagnosisBadge(v.diagnosis, `${v.votes}/${v.total}`));
+    vote.title = `${v.votes} of ${v.total} matches across sites`;
+  }
+  const failed = event.sites_failed ? `, ${event.sites_failed} failed` : "";
+  setStatus(`Case ${event.case_id} done in ${seconds(event.total_s)}: ${event.sites_ok} site${event.sites_ok === 1 ? "" : "s"} answered${failed}.`,
+    event.sites_failed ? "warn" : "done");
+}
+
+// ---------------------------------------------------------------- enlarge
+
+async function openViewer(queryId, site, match) {
+  const dialog = $("#viewer");
+  $("#viewer-title").replaceChildren(`${site}: `, diagnosisBadge(match.diagnosis));
+  $("#viewer-query").src = state.previews.get(queryId) || "";
+  $("#viewer-caption").textContent = `${match.cell_id} · distance ${match.distance.toFixed(3)} · ${match.source_id}`;
+  const img = $("#viewer-match");
+  const error = $("#viewer-error");
+  error.hidden = true;
+  img.src = match.thumbnail;  // shown at once, replaced by the full image when it arrives
+  dialog.showModal();
+  try {
+    const response = await fetch(`/api/image?site=${encodeURIComponent(site)}&cell_id=${encodeURIComponent(match.cell_id)}`);
+    if (!response.ok) throw new Error((await response.json().catch(() => ({}))).error || `HTTP ${response.status}`);
+    img.src = URL.createObjectURL(await response.blob());
+    img.dataset.full = "1";
+  } catch (err) {
+    error.textContent = `Full image unavailable: ${err.message}`;
+    error.hidden = false;
+  }
+}
+
+// ---------------------------------------------------------------- wiring
+
+function wire() {
+  const zone = $("#dropzone");
+  const input = $("#file-input");
+  zone.addEventListener("click", () => input.click());
+  zone.addEventListener("keydown", (e) => {
+    if (e.key === "Enter" || e.key === " ") { e.preventDefault(); input.click(); }
+  });
+  zone.addEventListener("dragover", (e) => { e.preventDefault(); zone.classList.add("over"); });
+  zone.addEventListener("dragleave", () => zone.classList.remove("over"));
+  zone.addEventListener("drop", (e) => {
+    e.preventDefault();
+    zone.classList.remove("over");
+    addFiles(e.dataTransfer.files);
+  });
+  input.addEventListener("change", () => { addFiles(input.files); input.value = ""; });
+  $("#submit").addEventListener("click", submitCase);
+  $("#clear").addEventListener("click", clearCase);
+  $("#viewer").addEventListener("close", () => {
+    const img = $("#viewer-match");
+    if (img.dataset.full) URL.revokeObjectURL(img.src);
+    delete img.dataset.full;
+  });
+}
+
+async function start() {
+  wire();
+  try {
+    await loadConfig();
+  } catch (err) {
+    setStatus(`The gateway is not answering: ${err.message}`, "error");
+    return;
+  }
+  await Promise.all([loadSites(), loadStats()]);
+  document.body.dataset.ready = "1";
+}
+
+start();
