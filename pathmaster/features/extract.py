@@ -1,0 +1,45 @@
+"""The feature vector of one cell: geometric, optical-density and nuclear-texture features."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import density, geometry, texture
+from .catalog import Feature
+from .regions import cell_regions
+
+# Vector order: geometric, then density, then texture.
+FEATURES: tuple[Feature, ...] = geometry.FEATURES + density.FEATURES + texture.FEATURES
+
+
+def feature_names() -> tuple[str, ...]:
+    """Names of the features, in vector order."""
+    return tuple(f.name for f in FEATURES)
+
+
+def extract_features(image: np.ndarray, background: np.ndarray, mask: np.ndarray,
+                     source: str | None = None) -> np.ndarray:
+    """Feature vector of one cell.
+
+    image: uint8 (H, W, 3) RGB cell image.
+    background: uint8 (H, W, 3) blank slide under the same lighting (callers estimate one
+        when the user has none); it turns intensity into optical density.
+    mask: integer (H, W) labels 0 background, 1 cytoplasm, 2 nucleus, 3 nucleolus.
+    source: file or cell id, named in error messages.
+
+    Returns float64 (len(FEATURES),), every value finite, in the order and units of
+    FEATURES. Raises pathmaster.records.InvalidInput for bad arrays or a cell with no
+    nucleus.
+    """
+    cell = cell_regions(image, background, mask, source)
+    od_rgb = density.optical_density(cell.image, cell.background)
+    values = {
+        **geometry.geometry_features(cell),
+        **density.density_features(cell, od_rgb),
+        **texture.texture_features(cell.nucleus, od_rgb.mean(axis=2)),
+    }
+    if values.keys() != set(feature_names()):
+        missing = set(feature_names()) - values.keys()
+        extra = values.keys() - set(feature_names())
+        raise AssertionError(f"feature catalogue out of step with code: missing {missing}, extra {extra}")
+    return np.array([values[name] for name in feature_names()], dtype=np.float64)

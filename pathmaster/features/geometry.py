@@ -1,0 +1,179 @@
+"""Size and shape of the nucleus and the whole cell, N/C ratio and nucleoli.
+
+Shape measures come from scikit-image's regionprops (area, perimeter, eccentricity,
+axis lengths) and OpenCV (contours; the convex hull of the pixel outlines, which gives
+solidity and the Feret diameters).
+When a region falls apart into several pieces (a binucleate cell, a stray mask pixel),
+its shape is that of its largest piece; the N/C ratio and nucleolus measures use every
+pixel of the regions.
+"""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+from skimage import measure
+
+from .catalog import Feature
+from .regions import CellRegions
+
+# Fourier descriptors: the contour is resampled to this many points by arc length, and
+# harmonics 2..FOURIER_HARMONICS are reported (harmonic 1 is the best-fitting ellipse).
+FOURIER_POINTS = 64
+FOURIER_HARMONICS = 8
+
+_SHAPE = (
+    ("area", "px^2", "area"),
+    ("perimeter", "px", "perimeter (scikit-image regionprops, 4-connected contour with diagonal weights)"),
+    ("form_factor", "1", "form factor 4*pi*area/perimeter^2 (1 for a disk, smaller when elongated or ragged)"),
+    ("eccentricity", "1", "eccentricity of the ellipse with the same second moments (0 for a disk)"),
+    ("solidity", "1", "area / area of the convex hull of the pixel outlines"),
+    ("major_axis", "px", "major axis length of the ellipse with the same second moments"),
+    ("minor_axis", "px", "minor axis length of the ellipse with the same second moments"),
+    ("feret_max", "px", "maximum Feret (caliper) diameter of the pixel outlines"),
+    ("feret_min", "px", "minimum Feret (caliper) diameter: narrowest width over all directions"),
+)
+
+FEATURES: tuple[Feature, ...] = (
+    *(Feature(f"{region}_{key}", unit, f"{label}: {doc}", "geometric")
+      for region, label in (("nucleus", "nucleus"), ("cell", "whole cell (cytoplasm and nucleus)"))
+      for key, unit, doc in _SHAPE),
+    Feature("nucleus_radial_cv", "1",
+            "contour irregularity: std / mean of the distance from the nucleus centroid to its contour",
+            "geometric"),
+    *(Feature(f"nucleus_fourier_{k}", "1",
+              f"Fourier descriptor {k} of the nucleus contour: amplitude of harmonics +-{k} over harmonics +-1",
+              "geometric")
+      for k in range(2, FOURIER_HARMONICS + 1)),
+    Feature("nc_ratio", "1", "nucleus/cytoplasm ratio as nucleus area / whole cell area (Herlev's N/C)",
+            "geometric"),
+    Feature("nucleus_offset", "1",
+            "distance from cell centroid to nucleus centroid over the cell's equivalent radius", "geometric"),
+    Feature("nucleolus_count", "1", "number of nucleoli (8-connected pieces labelled 3)", "geometric"),
+    Feature("nucleolus_area", "px^2", "total area of the nucleoli", "geometric"),
+    Feature("nucleolus_fraction", "1", "total nucleolus area / nucleus area", "geometric"),
+)
+
+
+def largest_piece(region: np.ndarray) -> np.ndarray:
+    """The largest 8-connected piece of a boolean mask, as a bool array of the same shape."""
+    labels = measure.label(region, connectivity=2)
+    if labels.max() <= 1:
+        return labels == 1
+    sizes = np.bincount(labels.ravel())
+    sizes[0] = 0
+    return labels == int(np.argmax(sizes))
+
+
+def outer_contour(piece: np.ndarray) -> np.ndarray:
+    """Outer contour of one connected piece: float64 (n, 2) of (x, y) pixel centres, OpenCV order."""
+    contours, _ = cv2.findContours(piece.astype(np.uint8), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_NONE)
+    longest = max(contours, key=len)
+    return longest.reshape(-1, 2).astype(np.float64)
+
+
+def outline_hull(piece: np.ndarray) -> np.ndarray:
+    """Convex hull of a connected piece's pixel outlines: float64 (m, 2) polygon of (x, y).
+
+    Every contour pixel contributes its four corners, so a one-pixel-wide line is 1 px
+    wide and a filled square of n x n pixels has hull area n^2, like its pixel area.
+    """
+    centres = outer_contour(piece)
+    corners = (centres[:, None, :] + np.array([[-0.5, -0.5], [-0.5, 0.5], [0.5, -0.5], [0.5, 0.5]])).reshape(-1, 2)
+    return cv2.convexHull(corners.astype(np.float32)).reshape(-1, 2).astype(np.float64)
+
+
+def feret_diameters(hull: np.ndarray) -> tuple[float, float]:
+    """(minimum, maximum) caliper width in px of a convex polygon (m, 2).
+
+    The maximum is the largest distance between two vertices. The minimum width is
+    attained with one caliper on a hull edge, so it is the smallest, over edges, of the
+    farthest vertex from that edge's line.
+    """
+    maximum = float(np.sqrt(((hull[:, None, :] - hull[None, :, :]) ** 2).sum(axis=2).max()))
+    edges = np.roll(hull, -1, axis=0) - hull
+    lengths = np.hypot(edges[:, 0], edges[:, 1])
+    keep = lengths > 1e-9
+    edges, starts, lengths = edges[keep], hull[keep], lengths[keep]
+    offsets = hull[None, :, :] - starts[:, None, :]
+    # |cross(edge, vertex - start)| / |edge| is the vertex's distance from the edge's line.
+    distances = np.abs(edges[:, None, 0] * offsets[..., 1] - edges[:, None, 1] * offsets[..., 0]) / lengths[:, None]
+    return float(distances.max(axis=1).min()), maximum
+
+
+def _resample_closed(points: np.ndarray, count: int) -> np.ndarray:
+    """`count` points spaced evenly by arc length along a closed polygon (n, 2)."""
+    closed = np.vstack([points, points[:1]])
+    steps = np.hypot(*np.diff(closed, axis=0).T)
+    arc = np.concatenate([[0.0], np.cumsum(steps)])
+    targets = np.linspace(0.0, arc[-1], count, endpoint=False)
+    return np.column_stack([np.interp(targets, arc, closed[:, 0]), np.interp(targets, arc, closed[:, 1])])
+
+
+def contour_irregularity(piece: np.ndarray, centroid_rc: tuple[float, float]) -> dict[str, float]:
+    """Radial coefficient of variation and Fourier descriptors 2..FOURIER_HARMONICS of a piece.
+
+    Fourier descriptors: the contour as complex numbers x + iy, resampled by arc length;
+    |Z_k| and |Z_-k| pooled per harmonic and divided by harmonic 1, which removes
+    position, size, rotation and starting point. A disk has only harmonic 1 and an
+    ellipse small odd ones; lobes and notches raise the rest.
+    A piece too small to have a contour of length > 0 gets zeros.
+    """
+    contour = outer_contour(piece)
+    values = {"nucleus_radial_cv": 0.0, **{f"nucleus_fourier_{k}": 0.0 for k in range(2, FOURIER_HARMONICS + 1)}}
+    if len(contour) < 3:
+        return values
+    radii = np.hypot(contour[:, 0] - centroid_rc[1], contour[:, 1] - centroid_rc[0])
+    if radii.mean() > 0:
+        values["nucleus_radial_cv"] = float(radii.std() / radii.mean())
+    samples = _resample_closed(contour, FOURIER_POINTS)
+    spectrum = np.abs(np.fft.fft(samples[:, 0] + 1j * samples[:, 1]))
+    fundamental = np.hypot(spectrum[1], spectrum[-1])
+    if fundamental > 0:
+        for k in range(2, FOURIER_HARMONICS + 1):
+            values[f"nucleus_fourier_{k}"] = float(np.hypot(spectrum[k], spectrum[-k]) / fundamental)
+    return values
+
+
+def _shape(piece: np.ndarray, name: str) -> tuple[dict[str, float], object]:
+    """Size and shape of one connected piece; also returns its regionprops."""
+    props = measure.regionprops(piece.astype(np.uint8))[0]
+    area, perimeter = float(props.area), float(props.perimeter)
+    # The outline hull serves solidity and both Feret diameters at once; regionprops
+    # would rasterise a convex hull image for each, several times slower.
+    hull = outline_hull(piece)
+    feret_min, feret_max = feret_diameters(hull)
+    values = {
+        f"{name}_area": area,
+        f"{name}_perimeter": perimeter,
+        # regionprops gives a perimeter of 0 for a single pixel; call that a disk.
+        f"{name}_form_factor": 4.0 * np.pi * area / perimeter**2 if perimeter > 0 else 1.0,
+        f"{name}_eccentricity": float(props.eccentricity),
+        f"{name}_solidity": area / cv2.contourArea(hull.astype(np.float32)),
+        f"{name}_major_axis": float(props.axis_major_length),
+        f"{name}_minor_axis": float(props.axis_minor_length),
+        f"{name}_feret_max": feret_max,
+        f"{name}_feret_min": feret_min,
+    }
+    return values, props
+
+
+def geometry_features(cell: CellRegions) -> dict[str, float]:
+    """The FEATURES of this module for one cell (cropped regions from cell_regions())."""
+    nucleus_piece = largest_piece(cell.nucleus)
+    cell_piece = largest_piece(cell.cell)
+    values, nucleus_props = _shape(nucleus_piece, "nucleus")
+    cell_values, cell_props = _shape(cell_piece, "cell")
+    values.update(cell_values)
+    values.update(contour_irregularity(nucleus_piece, nucleus_props.centroid))
+
+    nucleus_area = float(cell.nucleus.sum())
+    values["nc_ratio"] = nucleus_area / float(cell.cell.sum())
+    equivalent_radius = np.sqrt(cell_props.area / np.pi)
+    values["nucleus_offset"] = float(np.hypot(*np.subtract(nucleus_props.centroid, cell_props.centroid))
+                                     / equivalent_radius)
+    nucleoli = measure.label(cell.nucleolus, connectivity=2)
+    values["nucleolus_count"] = float(nucleoli.max())
+    values["nucleolus_area"] = float(cell.nucleolus.sum())
+    values["nucleolus_fraction"] = values["nucleolus_area"] / nucleus_area
+    return values
