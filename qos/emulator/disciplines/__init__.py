@@ -1,0 +1,11 @@
+"""Queueing disciplines of the link emulator, each a scheduler on a virtual clock."""
+
+from qos.emulator.disciplines.base import Discipline, PacketQueue
+from qos.emulator.disciplines.fifo import Fifo
+from qos.emulator.disciplines.priority import BANDS, Priority
+from qos.emulator.disciplines.shaper import TokenBucketShaper
+from qos.emulator.disciplines.wfq import ClassWfq, FlowFq
+from qos.emulator.disciplines.wred import CISCO_DSCP_DEFAULTS, SEED003_AF1, Wred, WredProfile
+
+__all__ = ["Discipline", "PacketQueue", "Fifo", "Priority", "BANDS", "ClassWfq", "FlowFq",
+           "Wred", "WredProfile", "CISCO_DSCP_DEFAULTS", "SEED003_AF1", "TokenBucketShaper"]

@@ -1,0 +1,109 @@
+"""Per-class counters of one emulated link direction, and the per-run JSON they end up in.
+
+For every class: packets and bytes that arrived, were queued and were sent, drops by
+reason, and the mean and max queueing delay (arrival to the start of transmission,
+shaping hold time included). A coarse time series of the backlog (and of WRED's
+average) is kept too, so plots can be drawn from the raw data afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from pathlib import Path
+
+
+class ClassStats:
+    """Counters of one class on one link direction."""
+
+    __slots__ = ("arrived_packets", "arrived_bytes", "enqueued_packets", "enqueued_bytes",
+                 "sent_packets", "sent_bytes", "drops", "delay_sum", "delay_max")
+
+    def __init__(self):
+        self.arrived_packets = self.arrived_bytes = 0
+        self.enqueued_packets = self.enqueued_bytes = 0
+        self.sent_packets = self.sent_bytes = 0
+        self.drops: Counter[str] = Counter()
+        self.delay_sum = 0.0
+        self.delay_max = 0.0
+
+    def to_dict(self) -> dict:
+        return {
+            "arrived_packets": self.arrived_packets, "arrived_bytes": self.arrived_bytes,
+            "enqueued_packets": self.enqueued_packets, "enqueued_bytes": self.enqueued_bytes,
+            "sent_packets": self.sent_packets, "sent_bytes": self.sent_bytes,
+            "drops": dict(self.drops), "dropped_packets": sum(self.drops.values()),
+            "queueing_delay_mean_s": self.delay_sum / self.sent_packets if self.sent_packets else None,
+            "queueing_delay_max_s": self.delay_max if self.sent_packets else None,
+        }
+
+
+class LinkStats:
+    """Counters of one link direction, by class, plus a backlog time series.
+
+    `sample_interval` (s) spaces the time series; `max_samples` bounds its memory.
+    """
+
+    def __init__(self, sample_interval: float = 0.1, max_samples: int = 100_000):
+        self.classes: dict[str, ClassStats] = {}
+        self.samples: list[list[float]] = []
+        self.sample_fields: list[str] = ["t_s", "backlog_packets", "backlog_bytes"]
+        self.sample_interval = sample_interval
+        self.max_samples = max_samples
+        self._next_sample = 0.0
+
+    def of(self, klass: str) -> ClassStats:
+        stats = self.classes.get(klass)
+        if stats is None:
+            stats = self.classes[klass] = ClassStats()
+        return stats
+
+    def arrived(self, klass: str, length: int) -> None:
+        s = self.of(klass)
+        s.arrived_packets += 1
+        s.arrived_bytes += length
+
+    def enqueued(self, klass: str, length: int) -> None:
+        s = self.of(klass)
+        s.enqueued_packets += 1
+        s.enqueued_bytes += length
+
+    def dropped(self, klass: str, reason: str) -> None:
+        self.of(klass).drops[reason] += 1
+
+    def sent(self, klass: str, length: int, queueing_delay: float) -> None:
+        s = self.of(klass)
+        s.sent_packets += 1
+        s.sent_bytes += length
+        s.delay_sum += queueing_delay
+        if queueing_delay > s.delay_max:
+            s.delay_max = queueing_delay
+
+    def maybe_sample(self, now: float, backlog_packets: int, backlog_bytes: int, extra: dict) -> None:
+        """Record the backlog at most once per `sample_interval`."""
+        if now < self._next_sample or len(self.samples) >= self.max_samples:
+            return
+        if len(self.sample_fields) == 3 and extra:
+            self.sample_fields += list(extra)
+        self.samples.append([round(now, 6), backlog_packets, backlog_bytes, *extra.values()])
+        self._next_sample = now + self.sample_interval
+
+    def to_dict(self) -> dict:
+        return {
+            "classes": {k: v.to_dict() for k, v in sorted(self.classes.items())},
+            "sample_fields": self.sample_fields,
+            "samples": self.samples,
+        }
+
+
+def write_json_atomic(path: str | Path, data: dict) -> None:
+    """Write `data` as JSON so a reader never sees half a file (temp file, then rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
