@@ -1,5 +1,12 @@
 """The 2002 PathMaster QoS testbed in Linux network namespaces (Mininet style).
 
-Modules: `netns` (namespaces, commands inside them, cleanup), `node` (Host, Router),
-`link` (veth Link, bridge Lan).
+Modules, bottom up: `netns` (namespaces, commands inside them, cleanup), `node` (Host,
+Router), `link` (veth Link, bridge Lan), `topology` (Topology, PathMaster2002), `kernel`
+(htb/pfifo disciplines on DSCP), `config` (TOML), `testbed` (the Testbed facade),
+`commands` (`pathmaster testbed up|down|status`).
 """
+
+from qos.testbed.config import ConfigError, TestbedConfig, load_config
+from qos.testbed.testbed import Testbed, teardown
+
+__all__ = ["ConfigError", "Testbed", "TestbedConfig", "load_config", "teardown"]

@@ -62,7 +62,7 @@ class Link:
         if not _interface_exists(self.intf1):
             # Created inside node1's namespace with the peer placed in node2's: the pair
             # never appears in the root namespace, so names need only be unique per node.
-            self.node1.cmd("ip", "link", "add", self.intf1.name, "type", "veth",
+            self.node1.cmd("ip", "link", "add", "name", self.intf1.name, "type", "veth",
                            "peer", "name", self.intf2.name, "netns", self.node2.namespace)
         configure_interface(self.intf1)
         configure_interface(self.intf2, master=self.bridge2)
@@ -94,7 +94,7 @@ class Lan:
     def create(self) -> None:
         """Create the bridge with the router's address (idempotent); attached links create themselves."""
         if not _interface_exists(self.interface):
-            self.router.cmd("ip", "link", "add", self.name, "type", "bridge")
+            self.router.cmd("ip", "link", "add", "name", self.name, "type", "bridge")
         self.router.cmd("ip", "addr", "replace", self.interface.address, "dev", self.name)
         self.router.cmd("ip", "link", "set", self.name, "up")
         for link in self.links:

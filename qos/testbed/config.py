@@ -1,0 +1,113 @@
+"""Testbed configuration: a TOML file shaped like `default.toml`, read into a `TestbedConfig`.
+
+    config = load_config("my.toml")          # None -> the packaged default.toml
+    config = config.with_tag("t123")         # a separate, parallel testbed
+"""
+
+from __future__ import annotations
+
+import copy
+import ipaddress
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from qos.testbed import netns
+
+DEFAULT_CONFIG = Path(__file__).with_name("default.toml")
+BACKENDS = ("kernel", "emulator")
+
+
+class ConfigError(ValueError):
+    """A testbed configuration file with a bad or missing setting; the message names file and key."""
+
+
+@dataclass(frozen=True)
+class TestbedConfig:
+    """The testbed's settings (see default.toml for what each means)."""
+
+    tag: str
+    address_range: ipaddress.IPv4Network
+    subnets: tuple[str, ...]
+    hosts_per_subnet: int
+    master: str
+    bottleneck: dict
+    source: str = "<default>"
+
+    def with_tag(self, tag: str) -> "TestbedConfig":
+        return TestbedConfig(netns.check_tag(tag), self.address_range, self.subnets,
+                             self.hosts_per_subnet, self.master, self.bottleneck, self.source)
+
+    def with_bottleneck(self, **changes) -> "TestbedConfig":
+        """A copy with [bottleneck] keys replaced (e.g. ``discipline={"strategy": "priority"}``)."""
+        bottleneck = {**copy.deepcopy(self.bottleneck), **changes}
+        _check_bottleneck(bottleneck, self.source, "bottleneck")
+        return TestbedConfig(self.tag, self.address_range, self.subnets, self.hosts_per_subnet,
+                             self.master, bottleneck, self.source)
+
+    def link_settings(self, subnet: str) -> dict:
+        """[bottleneck] merged with [bottleneck.subnet.<subnet>] for subnet `subnet`'s uplink."""
+        merged = {k: v for k, v in self.bottleneck.items() if k != "subnet"}
+        merged.update(self.bottleneck.get("subnet", {}).get(subnet, {}))
+        return merged
+
+    def to_dict(self) -> dict:
+        return {"tag": self.tag, "address_range": str(self.address_range), "subnets": list(self.subnets),
+                "hosts_per_subnet": self.hosts_per_subnet, "master": self.master,
+                "bottleneck": copy.deepcopy(self.bottleneck)}
+
+
+def _check_bottleneck(b: dict, source: str, where: str) -> None:
+    if "rate_bps" in b and (not isinstance(b["rate_bps"], (int, float)) or b["rate_bps"] <= 0):
+        raise ConfigError(f"{source}: [{where}] rate_bps must be a positive number of bit/s, got {b['rate_bps']!r}")
+    if "backend" in b and b["backend"] not in BACKENDS:
+        raise ConfigError(f"{source}: [{where}] backend must be one of {', '.join(BACKENDS)}, got {b['backend']!r}")
+    if "overhead_bytes" in b and not (isinstance(b["overhead_bytes"], int) and b["overhead_bytes"] >= 14):
+        raise ConfigError(f"{source}: [{where}] overhead_bytes must be an integer >= 14 (the Ethernet header)")
+    if "discipline" in b and not isinstance(b["discipline"], dict):
+        raise ConfigError(f"{source}: [{where}.discipline] must be a table")
+    for name, sub in b.get("subnet", {}).items():
+        _check_bottleneck(sub, source, f"{where}.subnet.{name}")
+
+
+def from_dict(data: dict, source: str = "<dict>") -> TestbedConfig:
+    """Validate a parsed configuration; missing keys take default.toml's values."""
+    base = tomllib.loads(DEFAULT_CONFIG.read_text()) if source != str(DEFAULT_CONFIG) else {}
+    merged = {**base, **data}
+    merged["bottleneck"] = {**base.get("bottleneck", {}), **data.get("bottleneck", {})}
+    unknown = set(merged) - {"tag", "address_range", "subnets", "hosts_per_subnet", "master", "bottleneck"}
+    if unknown:
+        raise ConfigError(f"{source}: unknown settings {', '.join(sorted(unknown))}")
+    try:
+        tag = netns.check_tag(str(merged["tag"]))
+    except ValueError as exc:
+        raise ConfigError(f"{source}: tag: {exc}") from None
+    try:
+        network = ipaddress.IPv4Network(merged["address_range"])
+    except ValueError as exc:
+        raise ConfigError(f"{source}: address_range: {exc}") from None
+    if not network.is_private or network.prefixlen > 16:
+        raise ConfigError(f"{source}: address_range {network} must be a private /16 or larger")
+    subnets = tuple(merged["subnets"])
+    if not subnets or len(subnets) > 250 or any(not (isinstance(s, str) and s.isalpha() and s.isupper() and len(s) == 1) for s in subnets):
+        raise ConfigError(f"{source}: subnets must be single capital letters, got {list(subnets)}")
+    hosts = merged["hosts_per_subnet"]
+    if not isinstance(hosts, int) or not 1 <= hosts <= 9:
+        raise ConfigError(f"{source}: hosts_per_subnet must be 1-9, got {hosts!r}")
+    master = merged["master"]
+    if master[:1] not in subnets or not master[1:].isdigit() or not 1 <= int(master[1:]) <= hosts:
+        raise ConfigError(f"{source}: master {master!r} is not a host of the topology")
+    _check_bottleneck(merged["bottleneck"], source, "bottleneck")
+    return TestbedConfig(tag, network, subnets, hosts, master, merged["bottleneck"], source)
+
+
+def load_config(path: str | Path | None = None) -> TestbedConfig:
+    """Read a testbed TOML file (None: the packaged default.toml); raise ConfigError naming the problem."""
+    path = Path(path) if path else DEFAULT_CONFIG
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such testbed configuration file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    return from_dict(data, str(path))

@@ -1,0 +1,205 @@
+"""The testbed as one object: build, re-configure the bottleneck, inspect, tear down.
+
+    from qos.testbed import Testbed, load_config
+    with Testbed(load_config().with_tag("t1")) as tb:       # up() ... down()
+        tb.set_strategy({"strategy": "priority"})             # on every bottleneck queue
+        server = tb.host("B3").popen(["iperf3", "-s"])
+        print(tb.bottleneck_stats())
+
+`up`, `down` and `status` are idempotent. A state file (/run/pathmaster/testbed-<tag>.json)
+records what is up; `down` also works from the tag alone (`teardown(tag)`), finding the
+namespaces by their ``pm-<tag>-`` prefix, so a crashed run leaves nothing behind either.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from qos.classes import DEFAULT_CLASSES, ClassTable
+from qos.testbed import kernel, netns
+from qos.testbed.config import TestbedConfig, load_config
+from qos.testbed.node import Interface, Node
+from qos.testbed.topology import PathMaster2002
+
+STATE_DIR = Path(os.environ.get("PATHMASTER_TESTBED_STATE", "/run/pathmaster"))
+
+
+def state_path(tag: str) -> Path:
+    return STATE_DIR / f"testbed-{netns.check_tag(tag)}.json"
+
+
+def teardown(tag: str) -> list[str]:
+    """Remove everything of testbed `tag`: processes, namespaces (with their veths, qdiscs and
+    iptables rules) and the state file. Works without the config. Returns the namespaces removed."""
+    removed = netns.list_namespaces(netns.tag_prefix(tag))
+    for name in removed:
+        netns.delete(name)
+    state_path(tag).unlink(missing_ok=True)
+    return removed
+
+
+class Testbed:
+    """The PathMaster 2002 testbed of `config` (default: the packaged default.toml)."""
+
+    def __init__(self, config: TestbedConfig | None = None, classes: ClassTable = DEFAULT_CLASSES):
+        self.config = config or load_config()
+        self.classes = classes
+        self.topology = PathMaster2002(self.config)
+        self.disciplines: dict[str, kernel.Discipline] = {}   # "rA:rA-eth1" -> installed discipline
+        self.emulators: dict[str, object] = {}                 # subnet -> emulator process
+
+    @property
+    def tag(self) -> str:
+        return self.config.tag
+
+    # -- life cycle ---------------------------------------------------------------------------
+
+    def up(self) -> "Testbed":
+        """Build the topology and install every bottleneck's discipline (idempotent)."""
+        self.topology.build()
+        for subnet in self.config.subnets:
+            self._configure_uplink(subnet, self.config.link_settings(subnet))
+        self._write_state()
+        return self
+
+    def down(self) -> list[str]:
+        """Stop emulators and processes and remove every namespace of this tag (idempotent)."""
+        for proc in self.emulators.values():
+            netns.stop_process(proc)
+        self.emulators.clear()
+        self.disciplines.clear()
+        return teardown(self.tag)
+
+    def __enter__(self) -> "Testbed":
+        try:
+            return self.up()
+        except BaseException:
+            self.down()
+            raise
+
+    def __exit__(self, *exc) -> None:
+        self.down()
+
+    # -- nodes ----------------------------------------------------------------------------------
+
+    def host(self, name: str) -> Node:
+        """A node by name: "A1" ... "C3", "rA" ... "rC", "core"."""
+        return self.topology.node(name)
+
+    @property
+    def master(self) -> Node:
+        return self.topology.master
+
+    def ip(self, name: str) -> str:
+        return self.host(name).ip
+
+    # -- the bottleneck -----------------------------------------------------------------------
+
+    def set_strategy(self, discipline: dict, subnets: list[str] | None = None,
+                     backend: str | None = None) -> None:
+        """Install `discipline` (a [bottleneck.discipline]-shaped table) on the uplinks of
+        `subnets` (default all), both directions, with `backend` (default: as configured)."""
+        for subnet in subnets or self.config.subnets:
+            settings = self.config.link_settings(subnet)
+            settings["discipline"] = dict(discipline)
+            if backend:
+                settings["backend"] = backend
+            self._configure_uplink(subnet, settings)
+        self._write_state()
+
+    def _configure_uplink(self, subnet: str, settings: dict) -> None:
+        rate = settings["rate_bps"]
+        spec = {"overhead_bytes": settings.get("overhead_bytes", kernel.ETHERNET_HEADER_BYTES),
+                **settings.get("discipline", {})}
+        backend = settings.get("backend", "kernel")
+        old = self.emulators.pop(subnet, None)
+        if old is not None:
+            netns.stop_process(old)
+        for intf in self.topology.bottleneck_interfaces(subnet):
+            kernel.clear(intf.node, intf.name)
+            self.disciplines.pop(_key(intf), None)
+        if backend == "kernel":
+            discipline = kernel.from_config(spec, rate, self.classes)
+            for intf in self.topology.bottleneck_interfaces(subnet):
+                kernel.install(intf.node, intf.name, discipline)
+                self.disciplines[_key(intf)] = discipline
+        elif backend == "emulator":
+            self.emulators[subnet] = self._launch_emulator(subnet, rate, spec)
+        else:
+            raise ValueError(f"subnet {subnet}: unknown backend {backend!r}")
+
+    def _launch_emulator(self, subnet: str, rate_bps: float, spec: dict):
+        """Start the user-space emulator in router rX for both directions of its uplink."""
+        from qos import emulator  # the other backend; imported only when a link uses it
+
+        router = self.topology.routers[subnet]
+        uplink = self.topology.uplinks[subnet]
+        return emulator.launch(router.namespace, {"rate_bps": rate_bps, **spec},
+                               interfaces=[uplink.intf1.name])
+
+    def bottleneck_stats(self) -> dict[str, dict]:
+        """Per-class counters of every kernel-backed bottleneck queue, keyed "node:interface"."""
+        out = {}
+        for subnet in self.config.subnets:
+            for intf in self.topology.bottleneck_interfaces(subnet):
+                discipline = self.disciplines.get(_key(intf))
+                if discipline is not None:
+                    out[_key(intf)] = kernel.stats(intf.node, intf.name, discipline)
+        return out
+
+    # -- state ----------------------------------------------------------------------------------
+
+    def _write_state(self) -> None:
+        STATE_DIR.mkdir(parents=True, exist_ok=True)
+        state = {
+            "tag": self.tag,
+            "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "config": self.config.to_dict(),
+            "namespaces": sorted(n.namespace for n in self.topology.nodes.values()),
+            "disciplines": {k: d.strategy for k, d in self.disciplines.items()},
+            "emulators": {s: p.pid for s, p in self.emulators.items()},
+        }
+        tmp = state_path(self.tag).with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=2))
+        tmp.replace(state_path(self.tag))
+
+    def status(self) -> dict:
+        """What is up: expected vs present namespaces, the installed qdiscs, running processes."""
+        return status(self.tag, self.topology)
+
+
+def _key(intf: Interface) -> str:
+    return f"{intf.node.name}:{intf.name}"
+
+
+def status(tag: str, topology: PathMaster2002 | None = None) -> dict:
+    """The state of testbed `tag` as found on the machine (not just as recorded)."""
+    path = state_path(tag)
+    recorded = json.loads(path.read_text()) if path.exists() else None
+    present = netns.list_namespaces(netns.tag_prefix(tag))
+    if topology is None and recorded is not None:
+        from qos.testbed.config import from_dict
+        topology = PathMaster2002(from_dict(recorded["config"], str(path)))
+    expected = sorted(n.namespace for n in topology.nodes.values()) if topology else present
+    qdiscs = {}
+    if topology is not None:
+        for subnet in topology.config.subnets:
+            for intf in topology.bottleneck_interfaces(subnet):
+                if intf.node.exists():
+                    shown = intf.node.run("tc", "qdisc", "show", "dev", intf.name, check=False).stdout
+                    qdiscs[_key(intf)] = shown.split()[1] if shown.split() else "none"
+    processes = {name: len(netns.pids(name)) for name in present}
+    missing = sorted(set(expected) - set(present))
+    return {
+        "tag": tag,
+        "up": bool(present) and not missing,
+        "namespaces_present": len(present),
+        "namespaces_missing": missing,
+        "state_file": str(path) if recorded else None,
+        "disciplines": recorded.get("disciplines", {}) if recorded else {},
+        "root_qdiscs": qdiscs,
+        "processes": {k: v for k, v in processes.items() if v},
+    }
