@@ -1,0 +1,287 @@
+"""``SiteIndex``: one site's database, ready to answer "which cells look like this one?".
+
+    site = SiteIndex.open(site_dir)                  # SQLite + FAISS, loaded once
+    analysis = site.analyse(image, background, mask)  # features (+ what was estimated)
+    matches = site.search(analysis.features, k=5)     # [Match(cell_id, diagnosis, distance, source_id)]
+    site.thumbnail_png(cell_id); site.image_png(cell_id)
+
+This module also builds the search index of a site (``build_search_index``): database
+statistics for the z-scores, the feature subset chosen by forward selection, the FAISS
+index. All of it is stored in the database's ``index`` config; the FAISS file is named by
+the database's fingerprint, so a missing or stale file is rebuilt from the database.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from pathmaster import similarity
+from pathmaster.records import DIAGNOSES, InvalidInput
+from pathmaster.sitedb import SiteDB, write_atomic
+
+log = logging.getLogger(__name__)
+
+DEFAULT_K = 5
+# Forward selection needs enough labelled cells for leave-one-out to mean something.
+MIN_CELLS_FOR_SELECTION = 30
+# Queries (database cells) used to measure an approximate index's recall against exact.
+RECALL_QUERIES = 500
+TARGET_RECALL = 0.95
+
+
+@dataclass
+class CellAnalysis:
+    """Features of one test cell, and whether PathMaster had to estimate its inputs.
+
+    features: float64 (n_features,). mask, background: the arrays actually used (given or
+    estimated), uint8 (H, W) and (H, W, 3).
+    """
+
+    features: np.ndarray
+    background_estimated: bool
+    mask_estimated: bool
+    mask: np.ndarray | None = None
+    background: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class Match:
+    """One database cell returned for a query; distance is unitless (weighted z-scores)."""
+
+    cell_id: str
+    diagnosis: str | None
+    distance: float
+    source_id: str
+
+
+def analyse_cell(image: np.ndarray, background: np.ndarray | None = None, mask: np.ndarray | None = None,
+                 source: str | None = None) -> CellAnalysis:
+    """Features of one cell, segmenting it and estimating its background when not given.
+
+    image: uint8 (H, W, 3) RGB; background: uint8 (H, W, 3) or None; mask: uint8 (H, W)
+    labels 0-3 or None. Raises InvalidInput naming ``source`` for bad arrays or a cell whose
+    mask (given or found) has no nucleus.
+    """
+    from pathmaster.features import extract_features
+    from pathmaster.imageio import check_cell
+
+    name = source or "cell"
+    check_cell(image, mask, background, name)
+    # Segment first: segmentation copes without a background, and the background estimate
+    # is better when it knows which pixels are cell.
+    mask_estimated = mask is None
+    if mask is None:
+        from pathmaster.segmentation import segment_cell
+
+        mask = segment_cell(image, background)
+    background_estimated = background is None
+    if background is None:
+        from pathmaster.segmentation import estimate_background
+
+        background = estimate_background(image, mask)
+    features = extract_features(image, background, mask, source=name)
+    return CellAnalysis(features, background_estimated, mask_estimated, mask, background)
+
+
+# ---------------------------------------------------------------- building the index
+
+
+def index_path(site_dir: Path, fingerprint: str) -> Path:
+    return Path(site_dir) / f"index-{fingerprint[:16]}.faiss"
+
+
+def build_search_index(db: SiteDB, *, algorithm: str | None = None, select: bool | None = None,
+                       seed: int = 0) -> dict:
+    """Fit z-scores and the feature subset to the database, build and save the FAISS index.
+
+    algorithm: "flat", "ivf", "hnsw", or None for the site's stored choice (default: exact
+    below ``similarity.EXACT_LIMIT`` cells, IVF above). select: forward selection on
+    (True) or off (False: all features), None for the stored choice (default on).
+    Returns the ``index`` config written to the database.
+    """
+    options = db.get_config("index_options", {"algorithm": "auto", "select": True})
+    if algorithm is not None:
+        options["algorithm"] = algorithm
+    if select is not None:
+        options["select"] = select
+    db.set_config("index_options", options)
+
+    names = db.get_config("feature_names")
+    cell_ids, X = db.feature_matrix()
+    if not cell_ids:
+        raise InvalidInput("the site database has no cells yet; nothing to index", db.path)
+    labels = np.array([c.diagnosis for c in db.cells()], dtype=object)
+    normalization = similarity.fit_normalization(X)
+    Z = normalization.apply(X)
+
+    labelled = np.array([label is not None for label in labels])
+    if options["select"] and labelled.sum() >= MIN_CELLS_FOR_SELECTION and len(set(labels[labelled])) > 1:
+        projection = similarity.forward_select(Z[labelled], labels[labelled], names, seed=seed)
+    else:
+        projection = similarity.Projection.all_features(names)
+    vectors = projection.apply(Z)
+
+    kind = options["algorithm"]
+    if kind == "auto":
+        kind = "flat" if len(vectors) <= similarity.EXACT_LIMIT else "ivf"
+    index = similarity.build_index(vectors, kind, seed=seed)
+    config = {"algorithm": kind, "normalization": normalization.to_dict(),
+              "projection": projection.to_dict(), "n_cells": len(cell_ids)}
+    if kind in ("ivf", "hnsw"):
+        sample = np.random.default_rng(seed).choice(len(vectors), min(RECALL_QUERIES, len(vectors)), replace=False)
+        _, exact = similarity.search(similarity.build_index(vectors), vectors[sample], DEFAULT_K)
+        if kind == "ivf":
+            config["nprobe"], config["recall_at_5"] = similarity.tune_nprobe(
+                index, vectors[sample], exact, DEFAULT_K, TARGET_RECALL)
+        else:
+            _, approx = similarity.search(index, vectors[sample], DEFAULT_K)
+            config["recall_at_5"] = similarity.recall_at_k(approx, exact)
+    fingerprint = db.fingerprint()
+    config["fingerprint"] = fingerprint
+    _save_index(db.site_dir, fingerprint, index)
+    with db.transaction():
+        db.set_config("index", config)
+    return config
+
+
+def _save_index(site_dir: Path, fingerprint: str, index) -> None:
+    """Write the FAISS file atomically and remove index files of older fingerprints."""
+    import faiss
+
+    path = index_path(site_dir, fingerprint)
+    write_atomic(path, faiss.serialize_index(index).tobytes())
+    for old in Path(site_dir).glob("index-*.faiss"):
+        if old != path:
+            old.unlink(missing_ok=True)
+
+
+def _load_or_rebuild_faiss(db: SiteDB, config: dict):
+    """The site's FAISS index: read from its file, or rebuilt from the database vectors
+    with the stored config (same z-scores, same features) when the file is missing."""
+    import faiss
+
+    path = index_path(db.site_dir, config["fingerprint"])
+    if path.is_file():
+        index = faiss.deserialize_index(np.fromfile(path, dtype=np.uint8))
+    else:
+        log.info("%s: search index file missing; rebuilding it from the database", db.site_dir)
+        _, X = db.feature_matrix()
+        normalization = similarity.Normalization.from_dict(config["normalization"])
+        projection = similarity.Projection.from_dict(config["projection"])
+        index = similarity.build_index(projection.apply(normalization.apply(X)), config["algorithm"])
+        _save_index(db.site_dir, config["fingerprint"], index)
+    if "nprobe" in config:
+        index.nprobe = config["nprobe"]
+    return index
+
+
+# ---------------------------------------------------------------- the facade
+
+
+class SiteIndex:
+    """A site's cells and search index in memory (see the module docstring)."""
+
+    def __init__(self, site_dir: Path, config: dict, index, cells, feature_names: list[str]):
+        self.site_dir = Path(site_dir)
+        self.config = config
+        self.feature_names = list(feature_names)
+        self._index = index
+        self._normalization = similarity.Normalization.from_dict(config["normalization"])
+        self._projection = similarity.Projection.from_dict(config["projection"])
+        self._cells = cells
+        self._by_id = {c.cell_id: c for c in cells}
+
+    @classmethod
+    def open(cls, site_dir: str | Path) -> "SiteIndex":
+        """Load a site directory made by ``pathmaster index``.
+
+        When cells were added since the index was built (e.g. an ingest was killed before
+        its last step) the index is rebuilt first; a missing FAISS file is rebuilt from the
+        database. Raises FileNotFoundError when there is no site database.
+        """
+        with SiteDB(site_dir) as db:
+            config = db.get_config("index")
+            if config is None or config["fingerprint"] != db.fingerprint():
+                log.info("%s: index out of date with the database; rebuilding", site_dir)
+                config = build_search_index(db)
+            index = _load_or_rebuild_faiss(db, config)
+            return cls(site_dir, config, index, db.cells(), db.get_config("feature_names"))
+
+    def __len__(self) -> int:
+        return len(self._cells)
+
+    @property
+    def algorithm(self) -> str:
+        """The comparison algorithm, e.g. ``faiss-flat-l2/zscore/12of115-features``."""
+        p = self._projection
+        return f"{similarity.describe(self._index)}/zscore/{len(p.columns)}of{len(self.feature_names)}-features"
+
+    def diagnoses(self) -> list[str]:
+        """The distinct diagnoses in the database, in severity order (unknown ones last)."""
+        present = {c.diagnosis for c in self._cells if c.diagnosis is not None}
+        return [d for d in DIAGNOSES if d in present] + sorted(present - set(DIAGNOSES))
+
+    def analyse(self, image: np.ndarray, background: np.ndarray | None = None,
+                mask: np.ndarray | None = None, source: str | None = None) -> CellAnalysis:
+        """Features of a test cell (see ``analyse_cell``)."""
+        return analyse_cell(image, background, mask, source)
+
+    def _vectors(self, features: np.ndarray) -> np.ndarray:
+        features = np.atleast_2d(np.asarray(features, dtype=np.float64))
+        if features.ndim != 2 or features.shape[1] != len(self.feature_names):
+            raise InvalidInput(f"feature vectors must have {len(self.feature_names)} values each, got shape {features.shape}")
+        if not np.isfinite(features).all():
+            raise InvalidInput("feature vector has non-finite values")
+        return self._projection.apply(self._normalization.apply(features))
+
+    def search_many(self, features: np.ndarray, k: int = DEFAULT_K) -> list[list[Match]]:
+        """Top-k database cells for each row of ``features`` (m, n_features), nearest first."""
+        if k < 1:
+            raise InvalidInput(f"k must be at least 1, got {k}")
+        distances, ids = similarity.search(self._index, self._vectors(features), min(k, len(self)))
+        results = []
+        for row_d, row_i in zip(distances, ids):
+            results.append([Match(self._cells[i].cell_id, self._cells[i].diagnosis, float(d), self._cells[i].source_id)
+                            for d, i in zip(row_d, row_i) if i >= 0])
+        return results
+
+    def search(self, features: np.ndarray, k: int = DEFAULT_K) -> list[Match]:
+        """Top-k database cells for one feature vector (n_features,), nearest first."""
+        return self.search_many(np.asarray(features)[None, :] if np.ndim(features) == 1 else features, k)[0]
+
+    def _file(self, cell_id: str, attribute: str) -> bytes:
+        cell = self._by_id[cell_id]  # KeyError for an unknown id
+        relative = getattr(cell, attribute)
+        if relative is None:
+            raise KeyError(f"cell {cell_id} has no {attribute.removesuffix('_path')}")
+        return (self.site_dir / relative).read_bytes()
+
+    def thumbnail_png(self, cell_id: str) -> bytes:
+        """PNG bytes of the cell's thumbnail; KeyError for an unknown cell id."""
+        return self._file(cell_id, "thumbnail_path")
+
+    def image_png(self, cell_id: str) -> bytes:
+        """PNG bytes of the full cell image; KeyError for an unknown cell id."""
+        return self._file(cell_id, "image_path")
+
+    def mask_png(self, cell_id: str) -> bytes:
+        """PNG bytes of the cell's label mask (0-3); KeyError for an unknown id or no mask."""
+        return self._file(cell_id, "mask_path")
+
+    def cell(self, cell_id: str):
+        """The stored row of a cell (a ``sitedb.CellRow`` without features); KeyError if unknown."""
+        return self._by_id[cell_id]
+
+    def vectors(self) -> np.ndarray:
+        """The database's index vectors (float32, (n_cells, d)), in cell order, for evaluation."""
+        with SiteDB(self.site_dir) as db:
+            _, X = db.feature_matrix()
+        return self._projection.apply(self._normalization.apply(X))
+
+    def labels(self) -> list[str | None]:
+        """The database diagnoses in cell order."""
+        return [c.diagnosis for c in self._cells]

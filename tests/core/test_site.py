@@ -1,0 +1,125 @@
+"""SiteIndex: the facade the site server uses, over a small real site built by ingest."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from pathmaster.ingest import ingest
+from pathmaster.records import DIAGNOSES
+from pathmaster.site import SiteIndex, index_path
+from pathmaster.sitedb import SiteDB
+from pathmaster.synth import cell_rng, synth_cell
+
+N_CELLS = 70  # 10 per Herlev class
+
+
+def synthetic_records(n, seed=7, start=0):
+    return [synth_cell(DIAGNOSES[i % len(DIAGNOSES)], cell_rng(seed, i), source_id=f"synth/{seed}/{i}")
+            for i in range(start, start + n)]
+
+
+@pytest.fixture(scope="module")
+def records():
+    return synthetic_records(N_CELLS)
+
+
+@pytest.fixture(scope="module")
+def site_dir(tmp_path_factory, records):
+    path = tmp_path_factory.mktemp("site")
+    report = ingest("synthetic", path, records=records)
+    assert report.added == N_CELLS and report.problems == []
+    return path
+
+
+@pytest.fixture(scope="module")
+def site(site_dir):
+    return SiteIndex.open(site_dir)
+
+
+def test_a_database_cell_finds_itself_first_at_distance_zero(site, records):
+    cell = records[12]
+    analysis = site.analyse(cell.image, cell.background, cell.mask)
+    assert not analysis.background_estimated and not analysis.mask_estimated
+    matches = site.search(analysis.features, k=5)
+    assert len(matches) == 5
+    assert matches[0].source_id == cell.source_id and matches[0].diagnosis == cell.diagnosis
+    assert matches[0].distance == pytest.approx(0.0, abs=1e-3)
+    distances = [m.distance for m in matches]
+    assert distances == sorted(distances) and distances[1] > 0
+
+
+def test_search_many_equals_search_row_by_row(site, records):
+    features = np.vstack([site.analyse(r.image, r.background, r.mask).features for r in records[:3]])
+    many = site.search_many(features, k=4)
+    assert [len(row) for row in many] == [4, 4, 4]
+    assert many == [site.search(f, k=4) for f in features]
+
+
+def test_k_is_capped_at_the_database_size_and_must_be_positive(site, records):
+    features = site.analyse(records[0].image, records[0].background, records[0].mask).features
+    assert len(site.search(features, k=1000)) == N_CELLS
+    with pytest.raises(ValueError, match="k must be at least 1"):
+        site.search(features, k=0)
+
+
+def test_wrong_feature_length_is_a_clear_error(site):
+    with pytest.raises(ValueError, match=r"must have \d+ values each"):
+        site.search(np.zeros(3))
+
+
+def test_unsegmented_cell_without_background_is_estimated_and_flagged(site, records):
+    cell = records[5]
+    analysis = site.analyse(cell.image)
+    assert analysis.background_estimated and analysis.mask_estimated
+    assert analysis.mask.shape == cell.image.shape[:2] and (analysis.mask == 2).any()
+    assert len(site.search(analysis.features)) == 5
+
+
+def test_images_thumbnails_and_metadata(site, records):
+    assert len(site) == N_CELLS
+    assert site.diagnoses() == list(DIAGNOSES)
+    assert site.algorithm.startswith("faiss-flat-l2/zscore/")
+    match = site.search(site.analyse(records[3].image, records[3].background, records[3].mask).features)[0]
+    image = np.asarray(Image.open(io.BytesIO(site.image_png(match.cell_id))))
+    np.testing.assert_array_equal(image, records[3].image)  # lossless
+    thumb = Image.open(io.BytesIO(site.thumbnail_png(match.cell_id)))
+    assert max(thumb.size) <= 64 and thumb.format == "PNG"
+    with pytest.raises(KeyError):
+        site.thumbnail_png("no-such-cell")
+    with pytest.raises(KeyError):
+        site.image_png("no-such-cell")
+
+
+def test_missing_index_file_is_rebuilt_from_the_database(site_dir, site, records):
+    config = site.config
+    path = index_path(site_dir, config["fingerprint"])
+    query = site.analyse(records[20].image, records[20].background, records[20].mask).features
+    before = site.search(query)
+    path.unlink()
+    reopened = SiteIndex.open(site_dir)
+    assert path.is_file()
+    assert reopened.search(query) == before
+    assert reopened.config["projection"] == config["projection"]  # same features, not re-selected
+
+
+def test_cells_added_without_an_index_build_are_searchable_after_open(tmp_path):
+    first = synthetic_records(35, seed=3)
+    ingest("synthetic", tmp_path, records=first)
+    late = synthetic_records(5, seed=3, start=35)
+    ingest("synthetic", tmp_path, records=late, build_index=False)  # as if killed before the index step
+    site = SiteIndex.open(tmp_path)
+    assert len(site) == 40
+    probe = late[2]
+    hit = site.search(site.analyse(probe.image, probe.background, probe.mask).features, k=1)[0]
+    assert hit.source_id == probe.source_id
+    with SiteDB(tmp_path) as db:
+        assert db.get_config("index")["fingerprint"] == db.fingerprint()
+
+
+def test_opening_a_directory_without_a_site_names_it(tmp_path):
+    with pytest.raises(FileNotFoundError, match=str(tmp_path)):
+        SiteIndex.open(tmp_path)
