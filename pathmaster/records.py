@@ -29,13 +29,69 @@ DIAGNOSES = (
     "severe_dysplasia",
     "carcinoma_in_situ",
 )
-NORMAL_DIAGNOSES = frozenset(DIAGNOSES[:3])
+
+# The 5 SIPaKMeD classes (Plissiti et al., ICIP 2018). The dataset's authors group them as
+# normal (superficial-intermediate, parabasal), benign (metaplastic) and abnormal
+# (koilocytotic, dyskeratotic); benign counts as not abnormal here.
+SIPAKMED_DIAGNOSES = (
+    "superficial_intermediate",
+    "parabasal",
+    "metaplastic",
+    "koilocytotic",
+    "dyskeratotic",
+)
+
+NORMAL_DIAGNOSES = frozenset(DIAGNOSES[:3]) | frozenset(SIPAKMED_DIAGNOSES[:3])
+ALL_DIAGNOSES = DIAGNOSES + SIPAKMED_DIAGNOSES
+
+# Folder names used by the public datasets and common spellings -> our vocabulary.
+# Keys are compared after `_folder_key` (lower case, '-'/' ' -> '_', no leading 'im_').
+DIAGNOSIS_ALIASES = {
+    # Herlev's own folder names (French spelling of superficial included).
+    "normal_superficiel": "normal_superficial",
+    "light_dysplastic": "mild_dysplasia",
+    "moderate_dysplastic": "moderate_dysplasia",
+    "severe_dysplastic": "severe_dysplasia",
+    "carcinoma_in_situ": "carcinoma_in_situ",
+    "mild_dysplastic": "mild_dysplasia",
+    "light_dysplasia": "mild_dysplasia",
+    "cis": "carcinoma_in_situ",
+    # SIPaKMeD's folder names are im_<Class>; the prefix is dropped before lookup.
+    "superficial_intermediate": "superficial_intermediate",
+    "parabasal": "parabasal",
+    "metaplastic": "metaplastic",
+    "koilocytotic": "koilocytotic",
+    "dyskeratotic": "dyskeratotic",
+}
+
+
+def _folder_key(name: str) -> str:
+    key = name.strip().lower().replace("-", "_").replace(" ", "_")
+    return key[3:] if key.startswith("im_") else key
+
+
+def diagnosis_from_name(name: str, source: str | Path | None = None) -> str:
+    """Map a class-folder name (Herlev, SIPaKMeD or our own spelling) to a diagnosis.
+
+    Returns one of ALL_DIAGNOSES; raises InvalidInput naming `source` for an unknown name.
+    """
+    key = _folder_key(name)
+    if key in ALL_DIAGNOSES:
+        return key
+    if key in DIAGNOSIS_ALIASES:
+        return DIAGNOSIS_ALIASES[key]
+    raise InvalidInput(
+        f"unknown diagnosis class {name!r}; known: {', '.join(ALL_DIAGNOSES)} "
+        f"(or the Herlev/SIPaKMeD folder names)",
+        source,
+    )
 
 
 def is_abnormal(diagnosis: str) -> bool:
-    """True for the dysplasias and carcinoma in situ; raises on an unknown diagnosis."""
-    if diagnosis not in DIAGNOSES:
-        raise InvalidInput(f"unknown diagnosis {diagnosis!r}; known: {', '.join(DIAGNOSES)}")
+    """True for the dysplasias, carcinoma in situ and SIPaKMeD's koilocytotic/dyskeratotic
+    cells; raises InvalidInput on an unknown diagnosis."""
+    if diagnosis not in ALL_DIAGNOSES:
+        raise InvalidInput(f"unknown diagnosis {diagnosis!r}; known: {', '.join(ALL_DIAGNOSES)}")
     return diagnosis not in NORMAL_DIAGNOSES
 
 

@@ -1,0 +1,261 @@
+"""Image bytes in, validated NumPy arrays out (and back to PNG bytes).
+
+Everything a user hands PathMaster (an upload, a file in a dataset) passes through here, so
+every failure is an `InvalidInput` that names the file and says what is wrong: not an
+image, truncated, too large, a mask of the wrong size or with labels outside 0-3, a cell
+whose mask has no nucleus.
+
+Arrays follow the records module: images and backgrounds are uint8 (H, W, 3) RGB, masks
+are uint8 (H, W) with labels 0 background, 1 cytoplasm, 2 nucleus, 3 nucleolus.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from pathmaster.records import MASK_LABELS, NUCLEUS, InvalidInput
+
+MAX_IMAGE_BYTES = 16 * 1024 * 1024  # one encoded file; a study cell is ~100 KB
+MAX_PIXELS = 4096 * 4096  # one image; checked from the header, before decoding
+
+# Pillow's own decompression-bomb guard would only warn below 2x its limit; ours is stricter
+# and gives a clear message, so Pillow's is left at its default.
+
+
+def _open(data: bytes, name: str, max_bytes: int, max_pixels: int) -> Image.Image:
+    """Open and fully decode `data`, enforcing the limits; raise InvalidInput otherwise."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise InvalidInput(f"expected image bytes, got {type(data).__name__}", name)
+    if len(data) == 0:
+        raise InvalidInput("empty file (0 bytes)", name)
+    if len(data) > max_bytes:
+        raise InvalidInput(
+            f"file is {len(data)} bytes, over the limit of {max_bytes} bytes", name
+        )
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            img = Image.open(io.BytesIO(data))
+            width, height = img.size
+            if width * height > max_pixels:
+                raise InvalidInput(
+                    f"image is {width} x {height} = {width * height} pixels, over the limit "
+                    f"of {max_pixels} pixels",
+                    name,
+                )
+            img.load()  # decodes now, so truncation is reported here
+    except InvalidInput:
+        raise
+    except Image.UnidentifiedImageError:
+        raise InvalidInput(
+            "not an image file (PNG, BMP, JPEG or TIFF expected)", name
+        ) from None
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError,
+            Image.DecompressionBombWarning) as exc:
+        raise InvalidInput(f"cannot decode image ({exc}); the file is truncated or corrupt", name) from None
+    if width == 0 or height == 0:
+        raise InvalidInput(f"image has no pixels ({width} x {height})", name)
+    return img
+
+
+def _to_rgb(img: Image.Image) -> np.ndarray:
+    """Any Pillow mode -> uint8 (H, W, 3) RGB.
+
+    Transparent pixels become white: in bright-field microscopy "nothing there" is the
+    lamp shining through a blank slide. 16-bit greyscale is scaled to 8 bits.
+    """
+    if img.mode in ("I;16", "I;16B", "I;16L", "I"):
+        grey = np.asarray(img).astype(np.float64)
+        top = 65535.0 if img.mode.startswith("I;16") or grey.max() > 255 else 255.0
+        grey8 = np.clip(np.rint(grey * (255.0 / top)), 0, 255).astype(np.uint8)
+        return np.repeat(grey8[:, :, None], 3, axis=2)
+    if img.mode == "F":
+        raise InvalidInput("floating-point images are not supported; save as 8-bit RGB", None)
+    if img.mode in ("RGBA", "LA", "PA") or (img.mode == "P" and "transparency" in img.info):
+        rgba = img.convert("RGBA")
+        white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return np.asarray(Image.alpha_composite(white, rgba).convert("RGB"), dtype=np.uint8)
+    return np.asarray(img.convert("RGB"), dtype=np.uint8)
+
+
+def decode_image(
+    data: bytes,
+    name: str,
+    *,
+    max_bytes: int = MAX_IMAGE_BYTES,
+    max_pixels: int = MAX_PIXELS,
+) -> np.ndarray:
+    """Decode an encoded image (PNG, BMP, JPEG, TIFF, ...) to RGB.
+
+    data: the file's bytes. name: the file name or upload name, used in error messages.
+    Returns uint8 (H, W, 3) RGB; greyscale is replicated to 3 channels, alpha is composited
+    over white, 16-bit greyscale is scaled to 8 bits.
+    Raises InvalidInput (naming `name`) for non-image bytes, a truncated or corrupt file,
+    more than `max_bytes` bytes or more than `max_pixels` pixels.
+    """
+    img = _open(data, name, max_bytes, max_pixels)
+    try:
+        return _to_rgb(img)
+    except InvalidInput as exc:
+        raise InvalidInput(exc.problem, name) from None
+
+
+def read_image(path: str | Path, *, max_bytes: int = MAX_IMAGE_BYTES,
+               max_pixels: int = MAX_PIXELS) -> np.ndarray:
+    """Read an image file as uint8 (H, W, 3) RGB; see `decode_image` for the rules.
+
+    The size limit is checked before reading, so an oversized file is never loaded.
+    """
+    return decode_image(_read_bytes(path, max_bytes), str(path),
+                        max_bytes=max_bytes, max_pixels=max_pixels)
+
+
+def _read_bytes(path: str | Path, max_bytes: int) -> bytes:
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        if size > max_bytes:
+            raise InvalidInput(f"file is {size} bytes, over the limit of {max_bytes} bytes", path)
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise InvalidInput("file not found", path) from None
+    except IsADirectoryError:
+        raise InvalidInput("is a directory, not an image file", path) from None
+    except PermissionError:
+        raise InvalidInput("permission denied", path) from None
+
+
+def decode_mask(
+    data: bytes,
+    name: str,
+    shape: tuple[int, ...],
+    *,
+    max_bytes: int = MAX_IMAGE_BYTES,
+    max_pixels: int = MAX_PIXELS,
+) -> np.ndarray:
+    """Decode a label-mask image and check it against its cell image.
+
+    data: encoded single-channel image (8-bit greyscale, or palette whose indices are the
+    labels; an RGB file is accepted only if it is grey, R == G == B).
+    shape: the cell image's shape, (H, W) or (H, W, 3).
+    Returns uint8 (H, W) with labels 0 background, 1 cytoplasm, 2 nucleus, 3 nucleolus.
+    Raises InvalidInput naming `name` when the size differs from the image or a label is
+    outside 0-3. Colour-coded masks (e.g. Herlev's) are the importers' job, not this one's.
+    """
+    img = _open(data, name, max_bytes, max_pixels)
+    if img.mode in ("L", "P"):
+        labels = np.asarray(img, dtype=np.uint8)  # P: the palette indices are the labels
+    elif img.mode in ("I;16", "I;16B", "I;16L", "I"):
+        raw = np.asarray(img)
+        if raw.max() > 255:
+            raise InvalidInput(f"mask labels go up to {int(raw.max())}; expected 0-3", name)
+        labels = raw.astype(np.uint8)
+    elif img.mode in ("1",):
+        labels = np.asarray(img, dtype=np.uint8)
+    else:
+        rgb = np.asarray(img.convert("RGB"), dtype=np.uint8)
+        if not ((rgb[..., 0] == rgb[..., 1]).all() and (rgb[..., 1] == rgb[..., 2]).all()):
+            raise InvalidInput(
+                f"mask is a colour image (mode {img.mode}); expected a greyscale label image "
+                "with values 0 background, 1 cytoplasm, 2 nucleus, 3 nucleolus",
+                name,
+            )
+        labels = rgb[..., 0]
+    expected = tuple(shape[:2])
+    if labels.shape != expected:
+        raise InvalidInput(
+            f"mask is {labels.shape[1]} x {labels.shape[0]} pixels but its image is "
+            f"{expected[1]} x {expected[0]} (width x height)",
+            name,
+        )
+    _check_labels(labels, name)
+    return labels
+
+
+def read_mask(path: str | Path, shape: tuple[int, ...], *,
+              max_bytes: int = MAX_IMAGE_BYTES) -> np.ndarray:
+    """Read a label-mask file; see `decode_mask`."""
+    return decode_mask(_read_bytes(path, max_bytes), str(path), shape, max_bytes=max_bytes)
+
+
+def _check_labels(mask: np.ndarray, name: str) -> None:
+    bad = np.setdiff1d(np.unique(mask), MASK_LABELS)
+    if bad.size:
+        count = int(np.isin(mask, bad).sum())
+        shown = ", ".join(str(int(v)) for v in bad[:8]) + (" ..." if bad.size > 8 else "")
+        raise InvalidInput(
+            f"mask has labels outside 0-3 ({shown}) in {count} pixels; expected "
+            "0 background, 1 cytoplasm, 2 nucleus, 3 nucleolus",
+            name,
+        )
+
+
+def check_cell(
+    image: np.ndarray,
+    mask: np.ndarray | None,
+    background: np.ndarray | None,
+    name: str,
+) -> None:
+    """Check that a cell's arrays fit together; raise InvalidInput naming `name` if not.
+
+    image: uint8 (H, W, 3). mask: None or uint8 (H, W) with labels 0-3 and at least one
+    nucleus pixel (label 2). background: None or uint8 (H, W, 3) like the image.
+    """
+    _check_rgb(image, "image", name)
+    height, width = image.shape[:2]
+    if background is not None:
+        _check_rgb(background, "background", name)
+        if background.shape != image.shape:
+            raise InvalidInput(
+                f"background is {background.shape[1]} x {background.shape[0]} pixels but the "
+                f"image is {width} x {height} (width x height)",
+                name,
+            )
+    if mask is None:
+        return
+    if not isinstance(mask, np.ndarray) or mask.ndim != 2:
+        got = getattr(mask, "shape", type(mask).__name__)
+        raise InvalidInput(f"mask must be a 2-D label array, got {got}", name)
+    if mask.dtype != np.uint8:
+        raise InvalidInput(f"mask must be uint8, got {mask.dtype}", name)
+    if mask.shape != (height, width):
+        raise InvalidInput(
+            f"mask is {mask.shape[1]} x {mask.shape[0]} pixels but the image is "
+            f"{width} x {height} (width x height)",
+            name,
+        )
+    _check_labels(mask, name)
+    if not (mask == NUCLEUS).any():
+        raise InvalidInput("mask has no nucleus pixels (label 2); every cell needs a nucleus", name)
+
+
+def _check_rgb(array: np.ndarray, what: str, name: str) -> None:
+    if not isinstance(array, np.ndarray):
+        raise InvalidInput(f"{what} must be a NumPy array, got {type(array).__name__}", name)
+    if array.ndim != 3 or array.shape[2] != 3:
+        raise InvalidInput(f"{what} must be RGB (H, W, 3), got shape {array.shape}", name)
+    if array.dtype != np.uint8:
+        raise InvalidInput(f"{what} must be uint8, got {array.dtype}", name)
+    if array.shape[0] == 0 or array.shape[1] == 0:
+        raise InvalidInput(f"{what} has no pixels", name)
+
+
+def encode_png(array: np.ndarray, *, compress_level: int = 6) -> bytes:
+    """Encode uint8 (H, W) or (H, W, 3) as PNG bytes (deterministic: no timestamps)."""
+    if array.dtype != np.uint8 or array.ndim not in (2, 3):
+        raise ValueError(f"encode_png needs uint8 (H, W) or (H, W, 3), got {array.dtype} {array.shape}")
+    buffer = io.BytesIO()
+    Image.fromarray(array).save(buffer, format="PNG", compress_level=compress_level)
+    return buffer.getvalue()
+
+
+def write_png(path: str | Path, array: np.ndarray) -> Path:
+    """Write uint8 (H, W) or (H, W, 3) to `path` as PNG; returns the path."""
+    path = Path(path)
+    path.write_bytes(encode_png(array))
+    return path
