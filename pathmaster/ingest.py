@@ -24,7 +24,7 @@ from PIL import Image
 from pathmaster.imageio import encode_png
 from pathmaster.records import CellRecord, InvalidInput
 from pathmaster.site import analyse_cell, build_search_index
-from pathmaster.sitedb import THUMBNAIL_PX, CellRow, SiteDB, cell_id_for, write_atomic
+from pathmaster.sitedb import THUMBNAIL_PX, CellRow, SiteDB, cell_id_for, remove_orphan_temporaries, write_atomic
 
 BATCH_SIZE = 32
 
@@ -104,6 +104,7 @@ def ingest(dataset_dir: str | Path, site_dir: str | Path, *, batch_size: int = B
                 f"this site was indexed with a different feature set ({len(stored)} features, this "
                 f"PathMaster computes {len(names)}); index into a new site directory", db.path)
         known = db.source_ids()
+        remove_orphan_temporaries(site_dir)
         if records is None:
             from pathmaster.importers import iter_dataset
 

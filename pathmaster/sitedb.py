@@ -106,6 +106,24 @@ def write_atomic(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def remove_orphan_temporaries(site_dir: Path) -> int:
+    """Delete temporary files left by ``write_atomic`` in processes that no longer run
+    (an ingest killed mid-write); returns how many were removed."""
+    removed = 0
+    for tmp in Path(site_dir).rglob(".*.tmp"):
+        try:
+            pid = int(tmp.name.rsplit(".", 2)[-2])
+            os.kill(pid, 0)  # raises if no such process
+            continue
+        except ProcessLookupError:
+            pass
+        except (ValueError, PermissionError):
+            continue  # not ours, or a live process of another user
+        tmp.unlink(missing_ok=True)
+        removed += 1
+    return removed
+
+
 class SiteDB:
     """The SQLite database of one site directory.
 
