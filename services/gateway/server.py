@@ -33,6 +33,7 @@ from urllib.parse import parse_qs, urlsplit
 import grpc
 
 from qos.classes import DEFAULT_CLASSES
+from qos.transport import ClassChannels
 from services.gateway import events
 from services.gateway.pairing import pair_files
 from services.gateway.upload import MAX_FILE_BYTES, check_case
@@ -77,11 +78,12 @@ class Gateway:
     def __init__(self, coordinator_address: str, case_deadline_s: float = CASE_DEADLINE_S):
         self.coordinator_address = coordinator_address
         self.case_deadline_s = case_deadline_s
-        self.channel = grpc.insecure_channel(coordinator_address)
-        self.stub = pb_grpc.CoordinatorStub(self.channel)
+        # A case travels on its class's DSCP; stats, site list and images go unmarked.
+        self.channels = ClassChannels({"coordinator": coordinator_address})
+        self.stub = pb_grpc.CoordinatorStub(self.channels.channel("coordinator"))
 
     def close(self) -> None:
-        self.channel.close()
+        self.channels.close()
 
     def config(self) -> dict:
         return {"coordinator": self.coordinator_address,
@@ -130,7 +132,8 @@ class Gateway:
                    "message": "no usable cell images in this case: nothing was sent"}
             return
         request = pb.CaseRequest(request_class=request_class, cells=checked.cells, k=5)
-        call = self.stub.SubmitCase(request, timeout=self.case_deadline_s)
+        stub = pb_grpc.CoordinatorStub(self.channels.channel("coordinator", request_class))
+        call = stub.SubmitCase(request, timeout=self.case_deadline_s)
         try:
             for event in call:
                 yield events.case_event_json(event)

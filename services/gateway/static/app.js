@@ -47,10 +47,19 @@ const SEVERITY = {
   mild_dysplasia: 1, moderate_dysplasia: 2, severe_dysplasia: 3, carcinoma_in_situ: 4,
 };
 
-function diagnosisBadge(diagnosis, extra) {
+// Short names fit under a thumbnail; the full name is in the tooltip and the viewer.
+const SHORT = {
+  normal_superficial: "superficial", normal_intermediate: "intermediate",
+  normal_columnar: "columnar", mild_dysplasia: "mild", moderate_dysplasia: "moderate",
+  severe_dysplasia: "severe", carcinoma_in_situ: "CIS",
+};
+
+const fullName = (diagnosis) => (diagnosis || "unknown").replaceAll("_", " ");
+
+function diagnosisBadge(diagnosis, extra, short = false) {
   const level = diagnosis in SEVERITY ? SEVERITY[diagnosis] : "unknown";
-  const label = (diagnosis || "unknown").replaceAll("_", " ");
-  return el("span", {class: `dx dx-${level}`, title: label}, label, extra ? ` ${extra}` : "");
+  const label = short && SHORT[diagnosis] ? SHORT[diagnosis] : fullName(diagnosis);
+  return el("span", {class: `dx dx-${level}`, title: fullName(diagnosis)}, label, extra ? ` ${extra}` : "");
 }
 
 const seconds = (s) => `${s.toFixed(s < 10 ? 2 : 1)} s`;
@@ -185,7 +194,10 @@ function renderPairing() {
   const cells = state.pairing ? state.pairing.cells : [];
   const rows = cells.map((c) => el("tr", {"data-cell": c.cell_id},
     el("th", {scope: "row"},
-      el("img", {class: "preview", src: state.previews.get(c.cell_id), alt: ""}),
+      el("img", {class: "preview", src: state.previews.get(c.cell_id), alt: "",
+        onerror: (e) => { e.target.replaceWith(el("span", {class: "preview no-preview",
+          title: "the browser cannot show this file; the gateway checks it when the case is sent",
+          text: "?"})); }}),
       el("span", {text: c.cell_id})),
     el("td", {}, fileMark(c.background)), el("td", {}, fileMark(c.mask))));
   $("#pairing tbody").replaceChildren(...rows);
@@ -330,9 +342,9 @@ function markSite(site, cls, stateText, timeText = "", detail = "") {
 function cellCard(cellId) {
   const card = el("article", {class: "cell-card", "data-cell": cellId},
     el("header", {class: "cell-head"},
-      el("img", {class: "query", src: state.previews.get(cellId), alt: `test cell ${cellId}`}),
       el("h3", {text: cellId}),
-      el("span", {class: "vote muted", text: "voting when all sites answer"}),
+      el("img", {class: "query", src: state.previews.get(cellId), alt: `test cell ${cellId}`}),
+      el("span", {class: "vote muted", text: "vote when all sites answer"}),
       el("span", {class: "flags"})),
     el("div", {class: "site-rows"}, ...state.sites.map((s) => siteRow(s))));
   return card;
@@ -367,7 +379,7 @@ function onSite(event) {
     markSite(event.site, "ok", "answered", seconds(t.total_s),
       `transfer ${seconds(t.transfer_s)} · features ${seconds(t.extraction_s)} · search ${seconds(t.search_s)}`);
   } else {
-    markSite(event.site, "down", event.status, seconds(t.total_s), event.status_message);
+    markSite(event.site, "down", event.status, t.total_s ? seconds(t.total_s) : "", event.status_message);
   }
   for (const cell of event.cells) {
     const row = rowFor(cell.query_cell_id, event.site);
@@ -386,13 +398,13 @@ function onSite(event) {
 }
 
 function matchTile(queryId, site, match, rank) {
-  const label = match.diagnosis.replaceAll("_", " ");
+  const label = fullName(match.diagnosis);
   return el("button", {type: "button", class: "match",
       title: `${rank}. ${label}, distance ${match.distance.toFixed(3)} (${match.source_id})`,
       "aria-label": `match ${rank} from ${site}: ${label}, distance ${match.distance.toFixed(3)}. Enlarge.`,
       onclick: () => openViewer(queryId, site, match)},
     el("img", {src: match.thumbnail, alt: "", loading: "lazy"}),
-    diagnosisBadge(match.diagnosis),
+    diagnosisBadge(match.diagnosis, "", true),
     el("span", {class: "distance", text: match.distance.toFixed(3)}));
 }
 

@@ -1,0 +1,73 @@
+"""`pathmaster batch` (teaching-set queries to a file) and `pathmaster gateway` (the web page)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def register(subparsers) -> None:
+    batch = subparsers.add_parser(
+        "batch", help="run a folder of cells through the coordinator into a CSV/JSONL file",
+        description="Run every cell under DIR through the coordinator. Cells pair with "
+                    "NAME-background.* and NAME-mask.* by name; a cell in a folder named after a "
+                    "diagnosis is labelled with it, and the summary gives per-class accuracy. "
+                    "Resumable: run the same command again and finished cells are skipped.")
+    batch.add_argument("dir", metavar="DIR", help="folder of cell images (class folders allowed)")
+    batch.add_argument("--out", required=True, help="results file: .csv or .jsonl (appended to)")
+    batch.add_argument("--class", dest="request_class", default="teaching",
+                       help="request class (default: teaching)")
+    batch.add_argument("--coordinator", required=True, metavar="HOST:PORT",
+                       help="the coordinator's address (pathmaster demo prints it)")
+    batch.add_argument("--jobs", type=int, default=2,
+                       help="cases in flight at once: the concurrency limit (default 2)")
+    batch.add_argument("--case-size", type=int, default=6, help="cells per case (default 6)")
+    batch.add_argument("--deadline", type=float, default=300.0,
+                       help="seconds one case may take before it is counted failed (default 300)")
+    batch.add_argument("--quiet", action="store_true", help="no progress bar")
+    batch.set_defaults(func=run_batch_command)
+
+    gateway = subparsers.add_parser(
+        "gateway", help="serve the pathologist's web page for a running coordinator")
+    gateway.add_argument("--coordinator", required=True, metavar="HOST:PORT")
+    gateway.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    gateway.add_argument("--port", type=int, default=8080, help="port (0: any free one)")
+    gateway.set_defaults(func=run_gateway_command)
+
+
+def _check_class(name: str) -> None:
+    from qos.classes import DEFAULT_CLASSES
+
+    DEFAULT_CLASSES[name]  # raises UnknownClass naming the known ones
+
+
+def run_batch_command(args: argparse.Namespace) -> int:
+    from qos.classes import UnknownClass
+    from services.gateway.batch import run_batch
+
+    try:
+        _check_class(args.request_class)
+        summary = run_batch(args.dir, args.out, args.coordinator,
+                            request_class=args.request_class, jobs=args.jobs,
+                            case_size=args.case_size, deadline_s=args.deadline,
+                            progress=not args.quiet)
+    except (UnknownClass, ValueError, FileNotFoundError) as exc:
+        print(f"pathmaster batch: {exc}", file=sys.stderr)
+        return 2
+    print(summary.format())
+    return 0 if summary.status_counts().get("failed", 0) == 0 else 1
+
+
+def run_gateway_command(args: argparse.Namespace) -> int:
+    import threading
+
+    from services.gateway import start_gateway
+
+    handle = start_gateway(args.coordinator, host=args.host, port=args.port)
+    print(f"PathMaster page: {handle.url}  (coordinator {args.coordinator}; Ctrl-C stops)",
+          flush=True)
+    try:
+        threading.Event().wait()
+    finally:
+        handle.stop()
+    return 0
