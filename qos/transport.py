@@ -1,0 +1,268 @@
+"""QoS-aware gRPC transport: every request class travels on its own DSCP, both ways.
+
+Requests: one gRPC channel per (site, class), created with the channel option
+`grpc.dscp` (grpcio >= 1.57), so every packet the coordinator sends for a class carries
+that class's DSCP. A channel's DSCP is fixed per connection, hence one channel per class.
+
+Replies (our choice among per-class ports, `tcp_reflect_tos` and netfilter marking):
+**per-class server ports**. A site runs one gRPC server per class, each created with
+`grpc.dscp` set to that class's DSCP; Linux copies the listening socket's TOS to every
+accepted connection, so each reply carries the class's DSCP too. It needs no root, no
+sysctl and no firewall rule at the site, and it works the same in a namespace testbed
+and on a real network. A control port (unmarked, DSCP 0) serves Info, health checks
+and reflection; the site advertises its class ports in `SiteInfo.class_ports` so the
+coordinator needs only the control address. (tests/services/test_dscp_wire.py checks
+both directions on the wire with tcpdump.)
+
+Also here: message size limits (a 10 MB image must pass) and TLS / mutual-TLS
+credentials from files, used by every server and channel.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent import futures
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from qos.classes import DEFAULT_CLASSES, ClassTable
+
+# Large enough for a case of several 10 MB images (checked against the coordinator's
+# own, smaller, per-case limit first so users get an actionable message).
+MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class TLSFiles:
+    """PEM files for TLS. `cert`/`key`: this end's certificate chain and private key;
+    `ca`: the CA that signed the other end; `mutual`: servers demand client certificates.
+
+    A server needs cert and key (and ca when mutual). A channel needs ca (and cert and
+    key when the server demands client certificates).
+    """
+
+    cert: Path | None = None
+    key: Path | None = None
+    ca: Path | None = None
+    mutual: bool = False
+    server_name: str = ""  # overrides the name checked in the server's certificate
+
+    def _read(self, what: str) -> bytes | None:
+        path = getattr(self, what)
+        if path is None:
+            return None
+        try:
+            return Path(path).read_bytes()
+        except OSError as exc:
+            raise ValueError(f"TLS {what} file {path}: {exc.strerror}") from None
+
+    def server_credentials(self) -> grpc.ServerCredentials:
+        if self.cert is None or self.key is None:
+            raise ValueError("TLS for a server needs both 'cert' and 'key'")
+        if self.mutual and self.ca is None:
+            raise ValueError("mutual TLS needs 'ca' to check client certificates")
+        return grpc.ssl_server_credentials(
+            [(self._read("key"), self._read("cert"))],
+            root_certificates=self._read("ca") if self.mutual else None,
+            require_client_auth=self.mutual,
+        )
+
+    def channel_credentials(self) -> grpc.ChannelCredentials:
+        return grpc.ssl_channel_credentials(
+            root_certificates=self._read("ca"),
+            private_key=self._read("key"),
+            certificate_chain=self._read("cert"),
+        )
+
+
+def _size_options(max_message_bytes: int) -> list[tuple[str, int]]:
+    return [
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.max_receive_message_length", max_message_bytes),
+    ]
+
+
+def open_channel(
+    address: str,
+    dscp: int | None = None,
+    tls: TLSFiles | None = None,
+    max_message_bytes: int = MAX_MESSAGE_BYTES,
+) -> grpc.Channel:
+    """A channel to `address` ("host:port") whose packets carry `dscp` (None: unmarked)."""
+    options: list[tuple[str, object]] = _size_options(max_message_bytes)
+    if dscp is not None:
+        options.append(("grpc.dscp", int(dscp)))
+    if tls is None:
+        return grpc.insecure_channel(address, options=options)
+    if tls.server_name:
+        options.append(("grpc.ssl_target_name_override", tls.server_name))
+    return grpc.secure_channel(address, tls.channel_credentials(), options=options)
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """("host", port) from "host:port" or "[v6]:port"; ValueError naming the address otherwise."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"address {address!r} is not HOST:PORT")
+    return host, int(port)
+
+
+class ClassChannels:
+    """Channels to many servers, one per (target, class), created on first use.
+
+    `targets` maps a name (a site) to its control address. `class_ports(name)` may be set
+    later (from the site's Info) to send each class to the port that marks its replies;
+    until then a class goes to the control address, still marked on the way out.
+    """
+
+    def __init__(
+        self,
+        targets: dict[str, str],
+        classes: ClassTable = DEFAULT_CLASSES,
+        tls: TLSFiles | None = None,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
+    ):
+        self.targets = dict(targets)
+        self.classes = classes
+        self.tls = tls
+        self.max_message_bytes = max_message_bytes
+        self._class_ports: dict[str, dict[str, int]] = {}
+        self._channels: dict[tuple[str, str | None], grpc.Channel] = {}
+        self._lock = threading.Lock()
+
+    def set_class_ports(self, name: str, ports: dict[str, int]) -> None:
+        """Route `name`'s classes to these ports on its host (replaces any open channels)."""
+        with self._lock:
+            if self._class_ports.get(name) == dict(ports):
+                return
+            self._class_ports[name] = dict(ports)
+            for key in [k for k in self._channels if k[0] == name and k[1] is not None]:
+                self._channels.pop(key).close()
+
+    def has_class_ports(self, name: str) -> bool:
+        return bool(self._class_ports.get(name))
+
+    def address(self, name: str, class_name: str | None = None) -> str:
+        """Where `class_name`'s calls to `name` go (the control address for None)."""
+        control = self.targets[name]
+        port = self._class_ports.get(name, {}).get(class_name) if class_name else None
+        if not port:
+            return control
+        host, _ = split_address(control)
+        return f"{host}:{port}"
+
+    def channel(self, name: str, class_name: str | None = None) -> grpc.Channel:
+        """The channel for (name, class); None gives the unmarked control channel."""
+        dscp = self.classes[class_name].dscp if class_name is not None else None
+        with self._lock:
+            key = (name, class_name)
+            if key not in self._channels:
+                self._channels[key] = open_channel(
+                    self.address(name, class_name), dscp, self.tls, self.max_message_bytes
+                )
+            return self._channels[key]
+
+    def close(self) -> None:
+        with self._lock:
+            for channel in self._channels.values():
+                channel.close()
+            self._channels.clear()
+
+
+def _add_port(server: grpc.Server, address: str, tls: TLSFiles | None) -> int:
+    if tls is None:
+        port = server.add_insecure_port(address)
+    else:
+        port = server.add_secure_port(address, tls.server_credentials())
+    if port == 0:
+        raise OSError(f"cannot listen on {address} (address in use or not local)")
+    return port
+
+
+class MarkedServer:
+    """A gRPC service on a control port plus one port per request class.
+
+    `add_servicers(server)` registers the service(s) on a grpc.Server; it is called for
+    the control server and for every class server, all sharing one thread pool.
+    `service_names` are the full names announced by health checking and reflection
+    (served on every port). `class_ports` maps class -> port (0: any free port);
+    None serves only the control port (replies then unmarked).
+    """
+
+    def __init__(
+        self,
+        add_servicers: Callable[[grpc.Server], None],
+        service_names: Iterable[str],
+        host: str,
+        control_port: int,
+        class_ports: dict[str, int] | None = None,
+        classes: ClassTable = DEFAULT_CLASSES,
+        tls: TLSFiles | None = None,
+        max_workers: int = 16,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
+    ):
+        self.classes = classes
+        self.health = health.HealthServicer()
+        self._executor = futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc")
+        names = list(service_names)
+
+        def build(dscp: int | None) -> grpc.Server:
+            options: list[tuple[str, object]] = _size_options(max_message_bytes)
+            if dscp is not None:
+                options.append(("grpc.dscp", int(dscp)))
+            server = grpc.server(self._executor, options=options)
+            add_servicers(server)
+            health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+            reflection.enable_server_reflection(
+                names + [health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
+                server,
+            )
+            return server
+
+        self._servers: list[grpc.Server] = []
+        control = build(None)
+        self.port = _add_port(control, f"{host}:{control_port}", tls)
+        self._servers.append(control)
+        self.class_ports: dict[str, int] = {}
+        for class_name, port in (class_ports or {}).items():
+            server = build(classes[class_name].dscp)
+            self.class_ports[class_name] = _add_port(server, f"{host}:{port}", tls)
+            self._servers.append(server)
+        self._service_names = names
+
+    def start(self) -> "MarkedServer":
+        for server in self._servers:
+            server.start()
+        for name in ["", *self._service_names]:
+            self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        return self
+
+    def stop(self, grace: float | None = 1.0) -> None:
+        """Stop every port; in-flight calls get `grace` seconds to finish."""
+        self.health.enter_graceful_shutdown()
+        events = [server.stop(grace) for server in self._servers]
+        for event in events:
+            event.wait(timeout=(grace or 0) + 5)
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def wait(self) -> None:
+        self._servers[0].wait_for_termination()
+
+
+def connect_address(listen_host: str, port: int) -> str:
+    """The address a local client dials for a server listening on `listen_host`:`port`
+    (a wildcard listen address is reached through loopback)."""
+    host = listen_host.strip("[]")
+    if host in ("", "0.0.0.0", "::"):
+        host = "127.0.0.1"
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def all_class_ports(classes: ClassTable = DEFAULT_CLASSES, port: int = 0) -> dict[str, int]:
+    """{class: port} for every class; port 0 lets the kernel pick free ports."""
+    return {c.name: port for c in classes}

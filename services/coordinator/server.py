@@ -1,0 +1,304 @@
+"""The coordinator: one case in, every site at once, each site's answer out as it arrives.
+
+SubmitCase, step by step:
+1. validate the case (validation.py) and pick its request class;
+2. send the same AnalyseRequest to every chosen site at once, on that (site, class)'s
+   channel (qos/transport.py: marked with the class's DSCP both ways), each call with
+   the time left of the case's deadline, less a small reserve to report in time;
+3. stream a SiteResult the moment each site answers, or fails (UNAVAILABLE,
+   DEADLINE_EXCEEDED, ...: partial results, never a hang);
+4. send the summary (votes per test cell), record the case (JSON line + per-class stats).
+A client that cancels cancels every site call still running.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+import uuid
+from collections import Counter
+
+import grpc
+from prometheus_client import start_http_server
+
+from qos.transport import ClassChannels, MarkedServer, connect_address, split_address
+from services.config import CoordinatorConfig, DEFAULT_K
+from services.coordinator.stats import CaseLog, ClassStats, metrics_registry
+from services.coordinator.validation import CaseRejected, check_case
+from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
+from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
+
+log = logging.getLogger("pathmaster.coordinator")
+
+COORDINATOR_SERVICE = pb.DESCRIPTOR.services_by_name["Coordinator"].full_name
+INFO_TIMEOUT_S = 2.0
+# Of the time left, keep this share (at most MAX_RESERVE_S) to stream the last results
+# and the summary before the client's own deadline.
+RESERVE_SHARE, MAX_RESERVE_S = 0.05, 0.25
+
+
+def site_deadline(now: float, case_deadline: float) -> float:
+    """Seconds a site call may take, from `now`, to leave the coordinator time to report."""
+    left = case_deadline - now
+    return max(0.0, left - min(MAX_RESERVE_S, RESERVE_SHARE * left))
+
+
+def vote(cells_by_site: list[list[pb.CellResult]]) -> list[pb.CellVote]:
+    """Per test cell, the diagnosis most often among every site's matches (ties: first seen)."""
+    counts: dict[str, Counter] = {}
+    for cells in cells_by_site:
+        for cell in cells:
+            tally = counts.setdefault(cell.query_cell_id, Counter())
+            tally.update(m.diagnosis for m in cell.matches if m.diagnosis)
+    votes = []
+    for cell_id, tally in counts.items():
+        if tally:
+            diagnosis, n = tally.most_common(1)[0]
+            votes.append(pb.CellVote(query_cell_id=cell_id, diagnosis=diagnosis, votes=n,
+                                     total=sum(tally.values())))
+    return votes
+
+
+class CoordinatorServicer(pb_grpc.CoordinatorServicer):
+    """The Coordinator service (see the module docstring)."""
+
+    def __init__(self, config: CoordinatorConfig, channels: ClassChannels, stats: ClassStats,
+                 case_log: CaseLog, histogram=None):
+        self.config = config
+        self.channels = channels
+        self.stats = stats
+        self.case_log = case_log
+        self.histogram = histogram
+        self.site_names = [s.name for s in config.sites]
+        self.cases_cancelled = 0
+
+    # ------------------------------------------------------------ routing to sites
+
+    def _site_stub(self, site: str, class_name: str | None = None) -> pb_grpc.SiteStub:
+        return pb_grpc.SiteStub(self.channels.channel(site, class_name))
+
+    def resolve_class_ports(self, sites: list[str], timeout_s: float = INFO_TIMEOUT_S) -> None:
+        """Ask each site not yet resolved which port serves which class (in parallel)."""
+        calls = {s: self._site_stub(s).Info.future(pb.SiteInfoRequest(), timeout=timeout_s)
+                 for s in sites if not self.channels.has_class_ports(s)}
+        for site, call in calls.items():
+            try:
+                info = call.result()
+            except grpc.RpcError as exc:
+                log.warning("site %s: no Info (%s); its replies will be unmarked", site, exc.code().name)
+                continue
+            self.channels.set_class_ports(site, dict(info.class_ports))
+
+    # ------------------------------------------------------------ SubmitCase
+
+    def SubmitCase(self, request: pb.CaseRequest, context: grpc.ServicerContext):
+        started = time.monotonic()
+        try:
+            rclass = check_case(request, self.config.classes, self.config.max_cells,
+                                self.config.max_case_bytes)
+            sites = self._chosen_sites(request)
+        except CaseRejected as exc:
+            context.abort(exc.code, exc.message)
+        budget = request.deadline_s or self.config.default_deadline_s
+        grpc_left = context.time_remaining()
+        if grpc_left is not None:
+            budget = min(budget, grpc_left)
+        case_deadline = started + budget
+        case_id = request.case_id or uuid.uuid4().hex[:12]
+        self.resolve_class_ports(sites, timeout_s=min(INFO_TIMEOUT_S, budget / 4))
+
+        site_request = pb.AnalyseRequest(case_id=case_id, request_class=rclass.name,
+                                         cells=request.cells, k=request.k or DEFAULT_K)
+        request_bytes = site_request.ByteSize()
+        log.info("case %s (%s, DSCP %d): %d cells to %s, deadline %.1f s", case_id, rclass.name,
+                 rclass.dscp, len(request.cells), ", ".join(sites), budget)
+
+        answers: queue.Queue = queue.Queue()
+        calls = {}
+        for site in sites:
+            sent_at = time.monotonic()
+            call = self._site_stub(site, rclass.name).Analyse.future(
+                site_request, timeout=site_deadline(sent_at, case_deadline))
+            call.add_done_callback(lambda c, s=site, t=sent_at: answers.put((s, c, time.monotonic() - t)))
+            calls[site] = call
+
+        def cancel_sites():
+            for call in calls.values():
+                call.cancel()  # a no-op for calls already done
+
+        context.add_callback(cancel_sites)
+
+        results: list[pb.SiteResult] = []
+        cancelled = False
+        while len(results) < len(sites):
+            if not context.is_active():
+                cancelled = True
+                break
+            try:
+                # Every site call ends by its own deadline; the extra second only guards
+                # against a bug leaving this stream open for ever.
+                site, call, elapsed = answers.get(timeout=max(0.0, case_deadline - time.monotonic()) + 1.0)
+            except queue.Empty:
+                log.error("case %s: site calls outlived their deadline; reporting them late", case_id)
+                for site in set(sites) - {r.site for r in results}:
+                    results.append(pb.SiteResult(site=site, status_code=grpc.StatusCode.DEADLINE_EXCEEDED.value[0],
+                                                 status_message="no answer by the deadline"))
+                    yield pb.CaseEvent(site_result=results[-1])
+                break
+            result = self._site_result(site, call, elapsed, request_bytes)
+            results.append(result)
+            yield pb.CaseEvent(site_result=result)
+
+        total_s = time.monotonic() - started
+        if cancelled:
+            cancel_sites()
+            self.cases_cancelled += 1
+            log.info("case %s: cancelled by the client after %.3f s", case_id, total_s)
+            self._record(case_id, rclass, results, total_s, len(request.cells), "cancelled")
+            return
+        summary = pb.CaseSummary(
+            case_id=case_id, request_class=rclass.name, total_s=total_s,
+            sites_ok=sum(r.status_code == 0 for r in results),
+            sites_failed=sum(r.status_code != 0 for r in results),
+            bytes_sent=sum(r.bytes_sent for r in results),
+            bytes_received=sum(r.bytes_received for r in results),
+            votes=vote([list(r.cells) for r in results if r.status_code == 0]),
+        )
+        self.stats.add(rclass.name, total_s)
+        if self.histogram is not None:
+            self.histogram.labels(rclass.name).observe(total_s)
+        self._record(case_id, rclass, results, total_s, len(request.cells), "done")
+        yield pb.CaseEvent(summary=summary)
+
+    def _chosen_sites(self, request: pb.CaseRequest) -> list[str]:
+        if not request.sites:
+            return list(self.site_names)
+        unknown = [s for s in request.sites if s not in self.site_names]
+        if unknown:
+            raise CaseRejected(grpc.StatusCode.INVALID_ARGUMENT,
+                               f"unknown site(s) {', '.join(map(repr, unknown))}; known sites: "
+                               f"{', '.join(self.site_names)}")
+        return list(dict.fromkeys(request.sites))
+
+    def _site_result(self, site: str, call: grpc.Future, elapsed: float, request_bytes: int) -> pb.SiteResult:
+        """A finished site call -> SiteResult (its status when it failed)."""
+        if call.cancelled():
+            return pb.SiteResult(site=site, status_code=grpc.StatusCode.CANCELLED.value[0],
+                                 status_message="cancelled", bytes_sent=request_bytes)
+        error = call.exception()
+        if error is not None:
+            code = error.code()
+            if code == grpc.StatusCode.UNAVAILABLE:
+                self.channels.set_class_ports(site, {})  # the site may come back on new ports
+            log.warning("site %s: %s: %s", site, code.name, error.details())
+            return pb.SiteResult(site=site, status_code=code.value[0],
+                                 status_message=f"site {site}: {code.name}: {error.details()}",
+                                 timing=pb.SiteTiming(total_s=elapsed), bytes_sent=request_bytes)
+        reply: pb.AnalyseReply = call.result()
+        timing = pb.SiteTiming()
+        timing.CopyFrom(reply.timing)
+        timing.total_s = elapsed
+        timing.transfer_s = max(0.0, elapsed - reply.timing.site_wall_s)
+        return pb.SiteResult(site=site, status_code=0, status_message="OK", algorithm=reply.algorithm,
+                             cells=reply.cells, timing=timing, bytes_sent=request_bytes,
+                             bytes_received=reply.ByteSize())
+
+    def _record(self, case_id: str, rclass, results: list[pb.SiteResult], total_s: float,
+                cells: int, outcome: str) -> None:
+        self.case_log.write({
+            "case_id": case_id, "class": rclass.name, "dscp": rclass.dscp, "outcome": outcome,
+            "cells": cells, "total_s": round(total_s, 6),
+            "bytes_sent": sum(r.bytes_sent for r in results),
+            "bytes_received": sum(r.bytes_received for r in results),
+            "sites": {
+                r.site: {"status": _code_name(r.status_code),
+                         "total_s": round(r.timing.total_s, 6), "transfer_s": round(r.timing.transfer_s, 6),
+                         "extraction_s": round(r.timing.extraction_s, 6), "search_s": round(r.timing.search_s, 6),
+                         "site_wall_s": round(r.timing.site_wall_s, 6),
+                         "bytes_sent": r.bytes_sent, "bytes_received": r.bytes_received}
+                for r in results
+            },
+        })
+
+    # ------------------------------------------------------------ the other RPCs
+
+    def GetClassStats(self, request: pb.ClassStatsRequest, context) -> pb.ClassStatsReply:
+        if request.request_class and request.request_class not in self.config.classes:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          f"unknown request class {request.request_class!r}; known classes: "
+                          f"{', '.join(self.config.classes.names())}")
+        names = [request.request_class] if request.request_class else self.config.classes.names()
+        return pb.ClassStatsReply(classes=[pb.ClassStats(**self.stats.summary(n)) for n in names])
+
+    def GetImage(self, request: pb.ImageRequest, context) -> pb.ImageReply:
+        if request.site not in self.site_names:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          f"unknown site {request.site!r}; known sites: {', '.join(self.site_names)}")
+        try:
+            return self._site_stub(request.site).GetImage(
+                request, timeout=context.time_remaining() or self.config.default_deadline_s)
+        except grpc.RpcError as exc:
+            context.abort(exc.code(), exc.details())
+
+    def ListSites(self, request, context) -> pb.SitesReply:
+        calls = {s.name: self._site_stub(s.name).Info.future(pb.SiteInfoRequest(), timeout=INFO_TIMEOUT_S)
+                 for s in self.config.sites}
+        statuses = []
+        for site in self.config.sites:
+            status = pb.SiteStatus(site=site.name, address=site.address)
+            try:
+                status.info.CopyFrom(calls[site.name].result())
+                status.serving = True
+            except grpc.RpcError:
+                status.serving = False
+            statuses.append(status)
+        return pb.SitesReply(sites=statuses)
+
+
+def _code_name(code: int) -> str:
+    return next((c.name for c in grpc.StatusCode if c.value[0] == code), str(code))
+
+
+class CoordinatorServer:
+    """A running coordinator: gRPC (plus health, reflection) and, when configured, a
+    Prometheus endpoint. `.address`, `.metrics_url`; `stop()` ends both."""
+
+    def __init__(self, config: CoordinatorConfig):
+        self.config = config
+        self.metrics_url = ""
+        self._metrics_server = None
+
+    def start(self) -> "CoordinatorServer":
+        cfg = self.config
+        self.channels = ClassChannels({s.name: s.address for s in cfg.sites}, cfg.classes, cfg.site_tls,
+                                      max_message_bytes=max(cfg.max_case_bytes * 2, 64 * 2**20))
+        self.stats = ClassStats(cfg.classes, cfg.stats_window)
+        registry, histogram = metrics_registry(self.stats)
+        self.servicer = CoordinatorServicer(cfg, self.channels, self.stats, CaseLog(cfg.case_log), histogram)
+        host, port = split_address(cfg.listen)
+        self.server = MarkedServer(
+            lambda server: pb_grpc.add_CoordinatorServicer_to_server(self.servicer, server),
+            [COORDINATOR_SERVICE], host, port, None, cfg.classes, cfg.tls, max_workers=64,
+            max_message_bytes=max(cfg.max_case_bytes * 2, 64 * 2**20),
+        ).start()
+        self.address = connect_address(host, self.server.port)
+        if cfg.metrics:
+            m_host, m_port = split_address(cfg.metrics)
+            self._metrics_server, _ = start_http_server(m_port, addr=m_host.strip("[]"), registry=registry)
+            self.metrics_url = f"http://{connect_address(m_host, self._metrics_server.server_port)}/metrics"
+        # Learn the sites' class ports now, so the first case's replies are marked too.
+        threading.Thread(target=self.servicer.resolve_class_ports, args=(self.servicer.site_names,),
+                         daemon=True).start()
+        log.info("coordinator on %s (%s), %d sites%s", self.address, "TLS" if cfg.tls else "no TLS",
+                 len(cfg.sites), f", metrics {self.metrics_url}" if self.metrics_url else "")
+        return self
+
+    def stop(self, grace: float = 1.0) -> None:
+        self.server.stop(grace)
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+            self._metrics_server.server_close()
+            self._metrics_server = None
+        self.channels.close()

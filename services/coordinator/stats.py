@@ -1,0 +1,125 @@
+"""Completion records and per-class completion-time statistics.
+
+Every case the coordinator finishes leaves one JSON line in the case log (case id, class,
+DSCP, sites with their status, times and bytes each way, total time). Per class, the
+coordinator keeps the most recent completion times (a bounded window) and reports their
+mean, standard deviation, coefficient of variation, median and 95th percentile, through
+the GetClassStats RPC and as Prometheus gauges.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from pathlib import Path
+
+import numpy as np
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from qos.classes import ClassTable
+
+
+def summarise(times_s) -> dict:
+    """{"cases", "mean_s", "std_s", "cv", "p50_s", "p95_s"} of completion times in seconds.
+
+    std is the sample standard deviation (n - 1); cv = std / mean; all 0.0 for no data
+    (std and cv 0.0 for one value). Percentiles interpolate linearly (NumPy's default).
+    """
+    t = np.asarray(list(times_s), dtype=np.float64)
+    if t.size == 0:
+        return {"cases": 0, "mean_s": 0.0, "std_s": 0.0, "cv": 0.0, "p50_s": 0.0, "p95_s": 0.0}
+    mean = float(t.mean())
+    std = float(t.std(ddof=1)) if t.size > 1 else 0.0
+    return {
+        "cases": int(t.size),
+        "mean_s": mean,
+        "std_s": std,
+        "cv": std / mean if mean > 0 else 0.0,
+        "p50_s": float(np.percentile(t, 50)),
+        "p95_s": float(np.percentile(t, 95)),
+    }
+
+
+class ClassStats:
+    """Completion times per request class; thread-safe.
+
+    window: how many recent times per class the statistics cover. `cases` in `summary`
+    counts every case recorded since start, the other figures cover the window.
+    """
+
+    def __init__(self, classes: ClassTable, window: int = 1000):
+        self.classes = classes
+        self._times = {c.name: deque(maxlen=window) for c in classes}
+        self._counts = {c.name: 0 for c in classes}
+        self._lock = threading.Lock()
+
+    def add(self, class_name: str, total_s: float) -> None:
+        with self._lock:
+            self._times[class_name].append(float(total_s))
+            self._counts[class_name] += 1
+
+    def summary(self, class_name: str) -> dict:
+        """summarise() of the class's window, with "cases" = all cases, "dscp" and "recent_s"."""
+        with self._lock:
+            times = list(self._times[class_name])
+            count = self._counts[class_name]
+        out = summarise(times)
+        out.update(request_class=class_name, dscp=self.classes[class_name].dscp,
+                   cases=count, recent_s=times[-50:])
+        return out
+
+    def collect(self):
+        """Prometheus collector protocol: per-class gauges computed on each scrape."""
+        names = [c.name for c in self.classes]
+        cases = CounterMetricFamily("pathmaster_cases", "Cases completed", labels=["request_class"])
+        gauges = {
+            key: GaugeMetricFamily(f"pathmaster_case_{key}", help_, labels=["request_class"])
+            for key, help_ in [
+                ("mean_seconds", "Mean case completion time (recent window)"),
+                ("std_seconds", "Standard deviation of case completion time (recent window)"),
+                ("cv", "Coefficient of variation of case completion time (recent window)"),
+                ("p50_seconds", "Median case completion time (recent window)"),
+                ("p95_seconds", "95th percentile of case completion time (recent window)"),
+            ]
+        }
+        fields = {"mean_seconds": "mean_s", "std_seconds": "std_s", "cv": "cv",
+                  "p50_seconds": "p50_s", "p95_seconds": "p95_s"}
+        for name in names:
+            s = self.summary(name)
+            cases.add_metric([name], s["cases"])
+            for key, gauge in gauges.items():
+                gauge.add_metric([name], s[fields[key]])
+        yield cases
+        yield from gauges.values()
+
+
+def metrics_registry(stats: ClassStats) -> tuple[CollectorRegistry, Histogram]:
+    """A registry of its own per coordinator (several may run in one process) holding the
+    per-class gauges and a completion-time histogram; returns (registry, histogram)."""
+    registry = CollectorRegistry()
+    registry.register(stats)
+    histogram = Histogram(
+        "pathmaster_case_seconds", "Case completion time", ["request_class"], registry=registry,
+        buckets=(0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 60, 120),
+    )
+    return registry, histogram
+
+
+class CaseLog:
+    """Completion records appended as JSON lines to `path` (None: records are dropped)."""
+
+    def __init__(self, path: Path | None):
+        self.path = Path(path) if path else None
+        self._lock = threading.Lock()
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(self, record: dict) -> None:
+        if self.path is None:
+            return
+        line = json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **record}, sort_keys=True)
+        with self._lock, open(self.path, "a", encoding="utf-8") as f:
+            f.write(line + "\n")

@@ -1,0 +1,194 @@
+"""A site's gRPC server: the `Site` service over one site database, work on Ray actors.
+
+The gRPC handler only routes: each cell of a case goes to one of the site's Ray actors
+(round robin), which already holds the FAISS index. The handler waits for the cells with
+the call's own deadline, and stops waiting (and cancels queued cells) as soon as the
+coordinator cancels the call.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+
+import grpc
+import ray
+
+from qos.transport import MarkedServer, connect_address
+from services.config import DEFAULT_K, SiteConfig
+from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
+from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
+from services.site.worker import ensure_ray, start_workers, stop_workers
+
+log = logging.getLogger("pathmaster.site")
+
+SITE_SERVICE = pb.DESCRIPTOR.services_by_name["Site"].full_name
+MAX_K = 100
+POLL_S = 0.1  # how often a waiting handler checks whether its caller has gone
+
+
+def cell_result(result: dict) -> pb.CellResult:
+    """A worker's result dict -> CellResult."""
+    return pb.CellResult(
+        query_cell_id=result["query_cell_id"],
+        matches=[
+            pb.Match(cell_id=m["cell_id"], diagnosis=m["diagnosis"], distance=m["distance"],
+                     thumbnail=m["thumbnail"], source_id=m["source_id"])
+            for m in result["matches"]
+        ],
+        background_estimated=result["background_estimated"],
+        mask_estimated=result["mask_estimated"],
+        error=result["error"],
+    )
+
+
+class SiteServicer(pb_grpc.SiteServicer):
+    """The Site service over a list of Ray actor handles (see worker.py)."""
+
+    def __init__(self, name: str, workers: list, info: dict, class_ports: dict | None = None,
+                 class_dscp: dict | None = None):
+        self.name = name
+        self.workers = workers
+        self.info = info
+        self.class_ports = dict(class_ports or {})
+        self.class_dscp = dict(class_dscp or {})
+        self._next = itertools.cycle(range(len(workers)))
+        self._lock = threading.Lock()
+        self.cases_started = 0
+        self.cases_cancelled = 0  # the caller went away before the answer (observable in tests)
+
+    def _worker(self):
+        with self._lock:
+            return self.workers[next(self._next)]
+
+    def Analyse(self, request: pb.AnalyseRequest, context: grpc.ServicerContext) -> pb.AnalyseReply:
+        started = time.perf_counter()
+        if not request.cells:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the request has no cells")
+        if request.k < 0 or request.k > MAX_K:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"k must be 0-{MAX_K}, got {request.k}")
+        k = request.k or DEFAULT_K
+        with self._lock:
+            self.cases_started += 1
+        log.info("site %s: case %s (%s): analysing %d cells", self.name, request.case_id,
+                 request.request_class, len(request.cells))
+        order = {}
+        for i, cell in enumerate(request.cells):
+            ref = self._worker().analyse.remote(cell.cell_id, cell.image, cell.background, cell.mask, k)
+            order[ref] = i
+        results: list[dict | None] = [None] * len(order)
+        pending = list(order)
+        try:
+            while pending:
+                if not context.is_active():
+                    with self._lock:
+                        self.cases_cancelled += 1
+                    log.info("site %s: case %s cancelled by the caller", self.name, request.case_id)
+                    return pb.AnalyseReply()  # nobody is listening any more
+                remaining = context.time_remaining()
+                if remaining is not None and remaining <= 0:
+                    context.abort(grpc.StatusCode.DEADLINE_EXCEEDED,
+                                  f"site {self.name}: deadline passed with {len(pending)} cells unfinished")
+                wait = POLL_S if remaining is None else max(0.0, min(POLL_S, remaining))
+                ready, pending = ray.wait(pending, num_returns=1, timeout=wait)
+                for ref in ready:
+                    results[order[ref]] = ray.get(ref)
+        except ray.exceptions.RayActorError as exc:
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"site {self.name}: a worker died: {exc}")
+        except ray.exceptions.RayTaskError as exc:
+            log.error("site %s: case %s failed: %s", self.name, request.case_id, exc)
+            context.abort(grpc.StatusCode.INTERNAL,
+                          f"site {self.name}: analysis failed: {type(exc.cause).__name__}: {exc.cause}")
+        finally:
+            for ref in pending:
+                ray.cancel(ref)
+        return pb.AnalyseReply(
+            site=self.name,
+            algorithm=self.info["algorithm"],
+            cells=[cell_result(r) for r in results],
+            timing=pb.SiteTiming(
+                extraction_s=sum(r["extraction_s"] for r in results),
+                search_s=sum(r["search_s"] for r in results),
+                site_wall_s=time.perf_counter() - started,
+            ),
+            database_cells=self.info["database_cells"],
+        )
+
+    def GetImage(self, request: pb.ImageRequest, context: grpc.ServicerContext) -> pb.ImageReply:
+        if not request.cell_id:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "cell_id is empty")
+        remaining = context.time_remaining()
+        ref = self._worker().image.remote(request.cell_id)
+        try:
+            found = ray.get(ref, timeout=remaining)
+        except ray.exceptions.GetTimeoutError:
+            context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"site {self.name}: image not read in time")
+        except (KeyError, LookupError) as exc:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"site {self.name} has no cell {request.cell_id!r}")
+        except ray.exceptions.RayTaskError as exc:
+            if isinstance(exc.cause, LookupError):
+                context.abort(grpc.StatusCode.NOT_FOUND, f"site {self.name} has no cell {request.cell_id!r}")
+            raise
+        return pb.ImageReply(cell_id=request.cell_id, image=found["image"],
+                             diagnosis=found["diagnosis"], mask=found["mask"])
+
+    def Info(self, request: pb.SiteInfoRequest, context: grpc.ServicerContext) -> pb.SiteInfo:
+        return pb.SiteInfo(
+            site=self.name,
+            algorithm=self.info["algorithm"],
+            database_cells=self.info["database_cells"],
+            diagnoses=self.info["diagnoses"],
+            workers=len(self.workers),
+            class_ports=self.class_ports,
+            class_dscp=self.class_dscp,
+        )
+
+
+class SiteServer:
+    """A running site: Ray actors over `config.db` behind a control port and class ports.
+
+    `start()` connects to Ray (local by default), starts the actors, and serves.
+    `.address` is the control address; `.class_ports` the per-class ports; `stop()` ends it.
+    """
+
+    def __init__(self, config: SiteConfig):
+        self.config = config
+        self.workers: list = []
+        self.server: MarkedServer | None = None
+        self.servicer: SiteServicer | None = None
+
+    def start(self) -> "SiteServer":
+        cfg = self.config
+        if not cfg.db.is_dir():
+            raise FileNotFoundError(f"site {cfg.name}: database folder {cfg.db} not found "
+                                    f"(build one with `pathmaster synth` and `pathmaster index`)")
+        ensure_ray(cfg.ray_address)
+        self.workers = start_workers(cfg.db, cfg.algorithm, cfg.workers, cfg.worker_cpus)
+        info = ray.get(self.workers[0].info.remote())
+        self.servicer = SiteServicer(cfg.name, self.workers, info)
+        host, _, port = cfg.listen.rpartition(":")
+        self.server = MarkedServer(
+            lambda server: pb_grpc.add_SiteServicer_to_server(self.servicer, server),
+            [SITE_SERVICE], host, int(port), cfg.class_ports, cfg.classes, cfg.tls,
+        )
+        self.servicer.class_ports = dict(self.server.class_ports)
+        self.servicer.class_dscp = {name: cfg.classes[name].dscp for name in self.server.class_ports}
+        self.server.start()
+        self.address = connect_address(host, self.server.port)
+        log.info("site %s: serving %s on %s (classes on ports %s), %d Ray worker(s), algorithm %s",
+                 cfg.name, cfg.db, self.address, self.server.class_ports, len(self.workers), info["algorithm"])
+        return self
+
+    @property
+    def class_ports(self) -> dict[str, int]:
+        return dict(self.server.class_ports) if self.server else {}
+
+    def stop(self, grace: float = 1.0) -> None:
+        if self.server is not None:
+            self.server.stop(grace)
+            self.server = None
+        if self.workers:
+            stop_workers(self.workers)
+            self.workers = []
