@@ -1,0 +1,63 @@
+"""Datasets in, CellRecords out: one function whatever the layout on disk.
+
+    for item in iter_dataset(path):
+        if isinstance(item, ImportProblem):
+            report(item)          # a bad file: say which and why, go on
+        else:
+            ingest(item)          # a CellRecord with image, mask and background filled in
+
+Layouts, detected in this order (`detect_layout`):
+- "synthetic": written by `pathmaster synth` (a manifest.json names every file);
+- "sipakmed": SIPaKMeD class folders with CROPPED cells and _cyt.dat/_nuc.dat boundaries;
+- "herlev": Herlev class folders with NAME.BMP and colour-coded NAME-d.bmp masks;
+- "folders": class folders of plain images, masks and backgrounds optional.
+Every record comes out complete: a missing mask is segmented (`mask_estimated=True`), a
+missing background is estimated (`background_estimated=True`). See datasets/README.md.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+from pathmaster.records import CellRecord, InvalidInput
+
+from . import folders, herlev, sipakmed, synthetic
+from .base import ImportProblem
+
+LAYOUTS = {module.NAME: module for module in (synthetic, sipakmed, herlev, folders)}
+
+__all__ = ["ImportProblem", "LAYOUTS", "detect_layout", "iter_dataset"]
+
+
+def detect_layout(path: str | Path) -> str:
+    """Name of the layout of the dataset folder `path` (a key of LAYOUTS).
+
+    Raises InvalidInput naming the path when it is not a folder or matches no layout.
+    """
+    root = Path(path)
+    if not root.is_dir():
+        raise InvalidInput("not a dataset folder (does not exist or is a file)", root)
+    for name, module in LAYOUTS.items():
+        if module.looks_like(root):
+            return name
+    raise InvalidInput(
+        "no dataset found: expected a `pathmaster synth` folder (manifest.json), Herlev or "
+        "SIPaKMeD class folders, or class folders of images (see datasets/README.md)",
+        root,
+    )
+
+
+def iter_dataset(path: str | Path, layout: str | None = None) -> Iterator[CellRecord | ImportProblem]:
+    """Import every cell of the dataset at `path`, in a stable order.
+
+    layout: one of LAYOUTS to skip detection. Yields complete CellRecords (image, mask and
+    background filled in, `origin` = layout name, `source_id` unique within the dataset)
+    and an ImportProblem for every file or folder that could not be imported.
+    Raises InvalidInput only when `path` itself is not a dataset.
+    """
+    root = Path(path)
+    name = layout or detect_layout(root)
+    if name not in LAYOUTS:
+        raise InvalidInput(f"unknown layout {name!r}; known: {', '.join(LAYOUTS)}", root)
+    yield from LAYOUTS[name].iter_cells(root)

@@ -1,0 +1,66 @@
+"""What every importer shares: the problem record, class folders, finishing a cell."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from pathmaster.imageio import check_cell
+from pathmaster.records import CellRecord, InvalidInput, diagnosis_from_name
+from pathmaster.segmentation import complete_cell
+
+IMAGE_SUFFIXES = frozenset({".png", ".bmp", ".jpg", ".jpeg", ".tif", ".tiff"})
+# Folders that archive tools and desktops leave behind; never class folders.
+IGNORED_DIRS = frozenset({"__macosx", "__pycache__"})
+
+
+@dataclass(frozen=True)
+class ImportProblem:
+    """A file (or folder) that could not be imported, and why. Ingest reports it and goes on."""
+
+    path: str
+    problem: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.problem}"
+
+
+def is_image(path: Path) -> bool:
+    return path.is_file() and path.suffix.lower() in IMAGE_SUFFIXES and not path.name.startswith(".")
+
+
+def subfolders(path: Path) -> list[Path]:
+    """Visible subfolders, sorted by name."""
+    return sorted(
+        p for p in path.iterdir()
+        if p.is_dir() and not p.name.startswith(".") and p.name.lower() not in IGNORED_DIRS
+    )
+
+
+def class_folders(root: Path) -> Iterator[tuple[Path, str] | ImportProblem]:
+    """Each class folder of `root` with its diagnosis, or a problem for an unknown name."""
+    for folder in subfolders(root):
+        try:
+            yield folder, diagnosis_from_name(folder.name, folder)
+        except InvalidInput as exc:
+            yield ImportProblem(str(folder), exc.problem + "; its files were not imported")
+
+
+def finish(record: CellRecord, path: Path) -> CellRecord | ImportProblem:
+    """Validate a record, fill in a missing mask/background (flagged), validate again.
+
+    Returns the completed record, or an ImportProblem naming `path` and the problem.
+    """
+    try:
+        check_cell(record.image, record.mask, record.background, str(path))
+        complete_cell(record)
+        check_cell(record.image, record.mask, record.background, str(path))
+    except InvalidInput as exc:
+        return ImportProblem(str(path), exc.problem)
+    return record
+
+
+def problem_from(exc: InvalidInput, fallback: Path) -> ImportProblem:
+    """An InvalidInput as an ImportProblem, keeping the file it names."""
+    return ImportProblem(exc.source or str(fallback), exc.problem)

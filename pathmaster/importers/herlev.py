@@ -1,0 +1,124 @@
+"""The Herlev Pap-smear layout (Jantzen et al. 2005, "New database pictures").
+
+    ROOT/<class folder>/NAME.BMP      the cell, 24-bit RGB
+    ROOT/<class folder>/NAME-d.bmp    its segmentation, colour-coded (below)
+
+Class folders: normal_superficiel, normal_intermediate, normal_columnar, light_dysplastic,
+moderate_dysplastic, severe_dysplastic, carcinoma_in_situ (see records.DIAGNOSIS_ALIASES).
+Mask colour code: (0,0,255) nucleus, (0,0,128) cytoplasm, (255,0,0) background;
+(128,128,128) "unsure" and (0,0,0) "other" pixels at the cell's edge count as background
+(their number is kept in the record's extra). Herlev has no blank-slide images, so the
+background is always estimated; a cell without its -d.bmp is segmented automatically.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from pathmaster.imageio import read_image
+from pathmaster.records import BACKGROUND, CYTOPLASM, NUCLEUS, CellRecord, InvalidInput
+
+from .base import ImportProblem, class_folders, finish, is_image, problem_from, subfolders
+
+NAME = "herlev"
+MASK_SUFFIX = "-d"
+
+# Colour -> label. "Unsure"/"other" map to background: they sit outside the cell's edge.
+COLOUR_CODE = {
+    (0, 0, 255): NUCLEUS,
+    (0, 0, 128): CYTOPLASM,
+    (255, 0, 0): BACKGROUND,
+    (128, 128, 128): BACKGROUND,
+    (0, 0, 0): BACKGROUND,
+}
+UNSURE_COLOURS = ((128, 128, 128), (0, 0, 0))
+# A resampled or re-saved copy shifts colours a little; beyond this it is not the code.
+COLOUR_TOLERANCE = 40.0
+
+
+def _mask_path(image: Path) -> Path | None:
+    """NAME-d.bmp next to NAME.BMP, whatever the case of the extension."""
+    for candidate in image.parent.iterdir():
+        if candidate.stem == image.stem + MASK_SUFFIX and candidate.suffix.lower() == ".bmp":
+            return candidate
+    return None
+
+
+def looks_like(root: Path) -> bool:
+    """A Herlev root has class folders holding NAME-d.bmp masks."""
+    return any(
+        p.stem.endswith(MASK_SUFFIX) and p.suffix.lower() == ".bmp"
+        for folder in subfolders(root) for p in folder.iterdir()
+    )
+
+
+def decode_colour_mask(rgb: np.ndarray, name: str) -> tuple[np.ndarray, int]:
+    """Herlev colour-coded mask, uint8 (H, W, 3) -> (labels uint8 (H, W), unsure pixel count).
+
+    Each pixel takes the nearest code colour; a colour farther than COLOUR_TOLERANCE from
+    every code colour raises InvalidInput naming `name`, the colour and its pixel count.
+    """
+    palette = np.array(list(COLOUR_CODE), dtype=np.float64)
+    labels_of = np.array(list(COLOUR_CODE.values()), dtype=np.uint8)
+    colours, inverse = np.unique(rgb.reshape(-1, 3), axis=0, return_inverse=True)
+    distance = np.linalg.norm(colours[:, None, :].astype(np.float64) - palette[None], axis=2)
+    nearest = distance.argmin(axis=1)
+    far = distance.min(axis=1) > COLOUR_TOLERANCE
+    if far.any():
+        counts = np.bincount(inverse.ravel(), minlength=len(colours))
+        shown = ", ".join(f"{tuple(int(c) for c in colours[i])} x {counts[i]}" for i in np.flatnonzero(far)[:5])
+        raise InvalidInput(
+            f"mask colours not in the Herlev code ({shown}); expected (0,0,255) nucleus, "
+            "(0,0,128) cytoplasm, (255,0,0) background, (128,128,128)/(0,0,0) unsure",
+            name,
+        )
+    labels = labels_of[nearest][inverse.ravel()].reshape(rgb.shape[:2])
+    unsure_index = [i for i, colour in enumerate(COLOUR_CODE) if colour in UNSURE_COLOURS]
+    unsure = int(np.isin(nearest[inverse.ravel()], unsure_index).sum())
+    return labels, unsure
+
+
+def iter_cells(root: Path) -> Iterator[CellRecord | ImportProblem]:
+    for entry in class_folders(root):
+        if isinstance(entry, ImportProblem):
+            yield entry
+            continue
+        folder, diagnosis = entry
+        files = sorted(p for p in folder.iterdir() if is_image(p))
+        images = [p for p in files if not p.stem.endswith(MASK_SUFFIX)]
+        stems = {p.stem for p in images}
+        for orphan in (p for p in files if p.stem.endswith(MASK_SUFFIX)):
+            if orphan.stem[: -len(MASK_SUFFIX)] not in stems:
+                yield ImportProblem(str(orphan), "mask without its cell image "
+                                    f"({orphan.stem[:-len(MASK_SUFFIX)]}.BMP not found)")
+        for image_path in images:
+            yield _cell(root, image_path, diagnosis)
+
+
+def _cell(root: Path, image_path: Path, diagnosis: str) -> CellRecord | ImportProblem:
+    try:
+        image = read_image(image_path)
+    except InvalidInput as exc:
+        return problem_from(exc, image_path)
+    mask_path = _mask_path(image_path)
+    extra: dict = {"path": str(image_path)}
+    mask = None
+    if mask_path is not None:
+        try:
+            rgb = read_image(mask_path)
+            if rgb.shape != image.shape:
+                raise InvalidInput(
+                    f"mask is {rgb.shape[1]} x {rgb.shape[0]} pixels but its image is "
+                    f"{image.shape[1]} x {image.shape[0]} (width x height)", mask_path)
+            mask, extra["unsure_pixels"] = decode_colour_mask(rgb, str(mask_path))
+        except InvalidInput as exc:
+            return problem_from(exc, mask_path)
+        extra["mask_path"] = str(mask_path)
+    record = CellRecord(
+        source_id=image_path.relative_to(root).with_suffix("").as_posix(),
+        diagnosis=diagnosis, image=image, mask=mask, background=None, origin=NAME, extra=extra,
+    )
+    return finish(record, mask_path or image_path)

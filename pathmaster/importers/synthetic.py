@@ -1,0 +1,58 @@
+"""Datasets written by `pathmaster synth` (pathmaster.synth.write_dataset)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterator
+
+from pathmaster.imageio import read_image, read_mask
+from pathmaster.records import ALL_DIAGNOSES, CellRecord, InvalidInput
+from pathmaster.synth import GENERATOR, MANIFEST
+
+from .base import ImportProblem, finish, problem_from
+
+NAME = "synthetic"
+
+
+def looks_like(root: Path) -> bool:
+    manifest = root / MANIFEST
+    if not manifest.is_file():
+        return False
+    try:
+        return json.loads(manifest.read_text()).get("format") == GENERATOR
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def iter_cells(root: Path) -> Iterator[CellRecord | ImportProblem]:
+    """One record per manifest entry, with its own background and ground-truth mask."""
+    manifest_path = root / MANIFEST
+    try:
+        manifest = json.loads(manifest_path.read_text())
+        cells = manifest["cells"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        yield ImportProblem(str(manifest_path), f"unreadable manifest ({exc})")
+        return
+    for entry in cells:
+        try:
+            cell_id, diagnosis = entry["id"], entry["diagnosis"]
+            paths = {key: root / entry[key] for key in ("image", "background", "mask")}
+        except (KeyError, TypeError) as exc:
+            yield ImportProblem(str(manifest_path), f"manifest entry {entry!r} lacks {exc}")
+            continue
+        if diagnosis not in ALL_DIAGNOSES:
+            yield ImportProblem(str(paths["image"]), f"unknown diagnosis {diagnosis!r} in the manifest")
+            continue
+        try:
+            image = read_image(paths["image"])
+            background = read_image(paths["background"])
+            mask = read_mask(paths["mask"], image.shape)
+        except InvalidInput as exc:
+            yield problem_from(exc, paths["image"])
+            continue
+        yield finish(
+            CellRecord(source_id=cell_id, diagnosis=diagnosis, image=image, mask=mask,
+                       background=background, origin=NAME, extra={"path": str(paths["image"])}),
+            paths["image"],
+        )
