@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import ipaddress
 import tomllib
 from dataclasses import dataclass
@@ -26,24 +27,25 @@ class ConfigError(ValueError):
 class TestbedConfig:
     """The testbed's settings (see default.toml for what each means)."""
 
+    __test__ = False  # not a pytest test class, despite the name
+
     tag: str
     address_range: ipaddress.IPv4Network
     subnets: tuple[str, ...]
     hosts_per_subnet: int
     master: str
     bottleneck: dict
+    tcp_congestion: str = "reno"
     source: str = "<default>"
 
     def with_tag(self, tag: str) -> "TestbedConfig":
-        return TestbedConfig(netns.check_tag(tag), self.address_range, self.subnets,
-                             self.hosts_per_subnet, self.master, self.bottleneck, self.source)
+        return dataclasses.replace(self, tag=netns.check_tag(tag))
 
     def with_bottleneck(self, **changes) -> "TestbedConfig":
         """A copy with [bottleneck] keys replaced (e.g. ``discipline={"strategy": "priority"}``)."""
         bottleneck = {**copy.deepcopy(self.bottleneck), **changes}
         _check_bottleneck(bottleneck, self.source, "bottleneck")
-        return TestbedConfig(self.tag, self.address_range, self.subnets, self.hosts_per_subnet,
-                             self.master, bottleneck, self.source)
+        return dataclasses.replace(self, bottleneck=bottleneck)
 
     def link_settings(self, subnet: str) -> dict:
         """[bottleneck] merged with [bottleneck.subnet.<subnet>] for subnet `subnet`'s uplink."""
@@ -54,7 +56,7 @@ class TestbedConfig:
     def to_dict(self) -> dict:
         return {"tag": self.tag, "address_range": str(self.address_range), "subnets": list(self.subnets),
                 "hosts_per_subnet": self.hosts_per_subnet, "master": self.master,
-                "bottleneck": copy.deepcopy(self.bottleneck)}
+                "tcp_congestion": self.tcp_congestion, "bottleneck": copy.deepcopy(self.bottleneck)}
 
 
 def _check_bottleneck(b: dict, source: str, where: str) -> None:
@@ -75,7 +77,8 @@ def from_dict(data: dict, source: str = "<dict>") -> TestbedConfig:
     base = tomllib.loads(DEFAULT_CONFIG.read_text()) if source != str(DEFAULT_CONFIG) else {}
     merged = {**base, **data}
     merged["bottleneck"] = {**base.get("bottleneck", {}), **data.get("bottleneck", {})}
-    unknown = set(merged) - {"tag", "address_range", "subnets", "hosts_per_subnet", "master", "bottleneck"}
+    unknown = set(merged) - {"tag", "address_range", "subnets", "hosts_per_subnet", "master", "bottleneck",
+                                "tcp_congestion"}
     if unknown:
         raise ConfigError(f"{source}: unknown settings {', '.join(sorted(unknown))}")
     try:
@@ -98,7 +101,10 @@ def from_dict(data: dict, source: str = "<dict>") -> TestbedConfig:
     if master[:1] not in subnets or not master[1:].isdigit() or not 1 <= int(master[1:]) <= hosts:
         raise ConfigError(f"{source}: master {master!r} is not a host of the topology")
     _check_bottleneck(merged["bottleneck"], source, "bottleneck")
-    return TestbedConfig(tag, network, subnets, hosts, master, merged["bottleneck"], source)
+    congestion = merged.get("tcp_congestion", "reno")
+    if not isinstance(congestion, str) or not (congestion == "" or congestion.isalnum()):
+        raise ConfigError(f"{source}: tcp_congestion must be an algorithm name or \"\", got {congestion!r}")
+    return TestbedConfig(tag, network, subnets, hosts, master, merged["bottleneck"], congestion, source)
 
 
 def load_config(path: str | Path | None = None) -> TestbedConfig:

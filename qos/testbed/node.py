@@ -64,6 +64,10 @@ class Node:
         """Start a command inside the node without waiting (see `netns.popen`)."""
         return netns.popen(self.namespace, argv, **kwargs)
 
+    def set_sysctl(self, key: str, value: str | int) -> None:
+        """Set a per-namespace sysctl, e.g. ("net.ipv4.ip_forward", 1)."""
+        self.cmd("sysctl", "-q", "-w", f"{key}={value}")
+
     def wait_listening(self, port: int, protocol: str = "tcp", timeout: float = 10.0) -> None:
         """Poll until something listens on `port` inside the node; raise TimeoutError after `timeout` s."""
         flag = "-Hltn" if protocol == "tcp" else "-Hlun"
@@ -109,4 +113,4 @@ class Router(Node):
 
     def create(self) -> None:
         super().create()
-        self.cmd("sysctl", "-q", "-w", "net.ipv4.ip_forward=1")
+        self.set_sysctl("net.ipv4.ip_forward", 1)

@@ -44,6 +44,8 @@ def teardown(tag: str) -> list[str]:
 class Testbed:
     """The PathMaster 2002 testbed of `config` (default: the packaged default.toml)."""
 
+    __test__ = False  # not a pytest test class, despite the name
+
     def __init__(self, config: TestbedConfig | None = None, classes: ClassTable = DEFAULT_CLASSES):
         self.config = config or load_config()
         self.classes = classes
@@ -60,6 +62,9 @@ class Testbed:
     def up(self) -> "Testbed":
         """Build the topology and install every bottleneck's discipline (idempotent)."""
         self.topology.build()
+        if self.config.tcp_congestion:
+            for node in self.topology.nodes.values():
+                node.set_sysctl("net.ipv4.tcp_congestion_control", self.config.tcp_congestion)
         for subnet in self.config.subnets:
             self._configure_uplink(subnet, self.config.link_settings(subnet))
         self._write_state()
