@@ -40,6 +40,7 @@ the link/direction and the key; `Direction.build()` makes the `Link`.
 
 from __future__ import annotations
 
+import json
 import random
 import re
 import tomllib
@@ -59,7 +60,7 @@ DISCIPLINES = ("fifo", "priority", "wfq", "fq", "wred")
 DIRECTIONS = ("forward", "reverse")
 _LINK_KEYS = {"rate", "delay", "jitter", "loss", "overhead", "discipline", "limit",
               "priority", "wfq", "wred", "shape", "fq"}
-_DIRECTION_KEYS = _LINK_KEYS | {"queue", "in", "out", "match"}
+_DIRECTION_KEYS = _LINK_KEYS | {"queue", "in", "out", "match", "chain"}
 
 _RATE_UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
 _TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
@@ -118,14 +119,15 @@ class Direction:
     match: list[str]
     settings: dict
     classes: ClassTable = field(default=DEFAULT_CLASSES, repr=False)
+    chain: str = "FORWARD"
 
     @property
     def name(self) -> str:
         return f"{self.link}.{self.direction}"
 
-    def build(self, rng: random.Random) -> Link:
+    def build(self, rng: random.Random, stats: LinkStats | None = None) -> Link:
         """Make the `Link` this direction describes (checked already by `load_config`)."""
-        return _build_link(self.name, self.settings, self.classes, rng)
+        return _build_link(self.name, self.settings, self.classes, rng, stats)
 
 
 @dataclass
@@ -137,15 +139,15 @@ class EmulatorConfig:
 
 
 def load_config(path: str | Path) -> EmulatorConfig:
-    """Read and check an emulator TOML file; see the module docstring for its shape."""
+    """Read and check an emulator TOML file (or the same structure as .json, as `launch` writes)."""
     path = Path(path)
     try:
         with open(path, "rb") as f:
-            data = tomllib.load(f)
+            data = json.load(f) if path.suffix == ".json" else tomllib.load(f)
     except OSError as e:
         raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{path}: not valid TOML: {e}") from None
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as e:
+        raise ConfigError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'TOML'}: {e}") from None
     try:
         return _from_dict(data, path)
     except ConfigError as e:
@@ -204,7 +206,13 @@ def _from_dict(data: dict, path: Path) -> EmulatorConfig:
             if "out" in own:
                 match += ["-o", str(own["out"])]
             match += [str(a) for a in own.get("match", [])]
-            d = Direction(link_name, direction, queue, match, settings, classes)
+            if not match:
+                raise ConfigError(f"{where}: says nothing about which packets to take; give 'in', 'out' "
+                                  "or 'match' (iptables arguments)")
+            chain = own.get("chain", "FORWARD")
+            if chain not in ("FORWARD", "OUTPUT", "INPUT"):
+                raise ConfigError(f"{where}.chain: {chain!r} is not an iptables filter chain")
+            d = Direction(link_name, direction, queue, match, settings, classes, chain)
             _build_link(d.name, settings, classes, random.Random(0))  # check now, fail early
             directions.append(d)
     queues = [d.queue for d in directions]
