@@ -28,12 +28,11 @@ from pathlib import Path
 import grpc
 
 from pathmaster.records import DIAGNOSES
-from qos.transport import ClassChannels
+from services.client import CoordinatorClient
 from services.gateway.events import status_name
 from services.gateway.pairing import IMAGE_EXTENSIONS, CellFiles, pair_files
 from services.gateway.upload import MAX_FILE_BYTES, cell_problem
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
-from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
 
 COLUMNS = ("cell", "label", "diagnosis", "votes", "total", "correct", "status", "error",
            "sites_ok", "sites_failed", "request_class", "case_id", "case_s", "matches")
@@ -216,7 +215,7 @@ def _read_files(root: Path, cell: BatchCell) -> tuple[dict[str, bytes], str | No
     return files, None
 
 
-def run_case(stub, root: Path, cells: list[BatchCell], request_class: str,
+def run_case(client: CoordinatorClient, root: Path, cells: list[BatchCell], request_class: str,
              deadline_s: float) -> list[dict]:
     """Check, send and collect one case; one result row per cell (never raises for a site
     or coordinator failure: those become "failed" rows that a later run retries)."""
@@ -238,8 +237,7 @@ def run_case(stub, root: Path, cells: list[BatchCell], request_class: str,
     errors: dict[str, list[str]] = {cid: [] for cid in by_id}
     try:
         summary = None
-        for event in stub.SubmitCase(pb.CaseRequest(request_class=request_class, cells=sent, k=5),
-                                     timeout=deadline_s):
+        for event in client.submit(sent, request_class, deadline_s=deadline_s):
             if event.WhichOneof("event") == "summary":
                 summary = event.summary
                 continue
@@ -299,14 +297,13 @@ def run_batch(root: str | Path, out: str | Path, coordinator: str,
     summary = BatchSummary(out=results.path, cells=len(cells), skipped=len(cells) - len(todo),
                            problems=problems)
     cases = [todo[i:i + case_size] for i in range(0, len(todo), case_size)]
-    channels = ClassChannels({"coordinator": coordinator})
-    stub = pb_grpc.CoordinatorStub(channels.channel("coordinator", request_class))
+    client = CoordinatorClient(coordinator)
     started = time.perf_counter()
     bar = tqdm(total=len(todo), unit="cell", desc=f"batch ({request_class})",
                disable=not progress, file=sys.stderr, dynamic_ncols=True)
     try:
         with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="batch") as pool:
-            futures = [pool.submit(run_case, stub, root, case, request_class, deadline_s)
+            futures = [pool.submit(run_case, client, root, case, request_class, deadline_s)
                        for case in cases]
             not_ok = 0
             for future in as_completed(futures):
@@ -319,7 +316,7 @@ def run_batch(root: str | Path, out: str | Path, coordinator: str,
                 bar.update(len(rows))
     finally:
         bar.close()
-        channels.close()
+        client.close()
         summary.elapsed_s = time.perf_counter() - started
     summary.rows = {cid: row for cid, row in results.read().items()
                     if cid in {c.cell_id for c in cells}}

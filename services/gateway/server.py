@@ -33,12 +33,10 @@ from urllib.parse import parse_qs, urlsplit
 import grpc
 
 from qos.classes import DEFAULT_CLASSES
-from qos.transport import ClassChannels
+from services.client import CoordinatorClient
 from services.gateway import events
 from services.gateway.pairing import pair_files
 from services.gateway.upload import MAX_FILE_BYTES, check_case
-from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
-from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +47,6 @@ STATIC_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; ch
 # oversize files out before it sends, so this only stops runaway API clients.
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
 CASE_DEADLINE_S = 300.0   # a case whose sites have not all answered by then is cut off
-QUICK_DEADLINE_S = 10.0   # stats, site list, one image
 
 
 class HttpError(Exception):
@@ -73,17 +70,15 @@ def grpc_http_error(exc: grpc.RpcError, what: str) -> HttpError:
 
 
 class Gateway:
-    """What the request handlers share: the coordinator's address and its stub."""
+    """What the request handlers share: the coordinator's client."""
 
     def __init__(self, coordinator_address: str, case_deadline_s: float = CASE_DEADLINE_S):
         self.coordinator_address = coordinator_address
         self.case_deadline_s = case_deadline_s
-        # A case travels on its class's DSCP; stats, site list and images go unmarked.
-        self.channels = ClassChannels({"coordinator": coordinator_address})
-        self.stub = pb_grpc.CoordinatorStub(self.channels.channel("coordinator"))
+        self.client = CoordinatorClient(coordinator_address)
 
     def close(self) -> None:
-        self.channels.close()
+        self.client.close()
 
     def config(self) -> dict:
         return {"coordinator": self.coordinator_address,
@@ -94,31 +89,28 @@ class Gateway:
 
     def sites(self) -> dict:
         try:
-            reply = self.stub.ListSites(pb.SitesRequest(), timeout=QUICK_DEADLINE_S)
+            sites = self.client.sites()
         except grpc.RpcError as exc:
             raise grpc_http_error(exc, f"listing the sites at {self.coordinator_address}")
         return {"sites": [{"site": s.site, "address": s.address, "serving": s.serving,
                            "algorithm": s.info.algorithm,
-                           "database_cells": s.info.database_cells} for s in reply.sites]}
+                           "database_cells": s.info.database_cells} for s in sites]}
 
     def stats(self, request_class: str) -> dict:
         try:
-            reply = self.stub.GetClassStats(pb.ClassStatsRequest(request_class=request_class),
-                                            timeout=QUICK_DEADLINE_S)
+            found = self.client.class_stats(request_class)
         except grpc.RpcError as exc:
             raise grpc_http_error(exc, f"completion times of class {request_class!r}")
-        found = [s for s in reply.classes if s.request_class == request_class]
+        found = [s for s in found if s.request_class == request_class]
         if not found:
             return {"request_class": request_class, "cases": 0, "recent_s": []}
         return events.class_stats_json(found[0])
 
     def image(self, site: str, cell_id: str) -> bytes:
         try:
-            reply = self.stub.GetImage(pb.ImageRequest(site=site, cell_id=cell_id),
-                                       timeout=QUICK_DEADLINE_S)
+            return self.client.image(site, cell_id).image
         except grpc.RpcError as exc:
             raise grpc_http_error(exc, f"image {cell_id!r} from site {site!r}")
-        return reply.image
 
     def submit(self, request_class: str, files: dict[str, bytes]):
         """Yield the case's events as dicts: "accepted", then "site"s, then "summary"/"error"."""
@@ -131,9 +123,7 @@ class Gateway:
             yield {"type": "error", "status": "INVALID_ARGUMENT",
                    "message": "no usable cell images in this case: nothing was sent"}
             return
-        request = pb.CaseRequest(request_class=request_class, cells=checked.cells, k=5)
-        stub = pb_grpc.CoordinatorStub(self.channels.channel("coordinator", request_class))
-        call = stub.SubmitCase(request, timeout=self.case_deadline_s)
+        call = self.client.submit(checked.cells, request_class, deadline_s=self.case_deadline_s)
         try:
             for event in call:
                 yield events.case_event_json(event)

@@ -403,7 +403,7 @@ function matchTile(queryId, site, match, rank) {
       title: `${rank}. ${label}, distance ${match.distance.toFixed(3)} (${match.source_id})`,
       "aria-label": `match ${rank} from ${site}: ${label}, distance ${match.distance.toFixed(3)}. Enlarge.`,
       onclick: () => openViewer(queryId, site, match)},
-    el("img", {src: match.thumbnail, alt: "", loading: "lazy"}),
+    el("img", {src: match.thumbnail, alt: ""}),
     diagnosisBadge(match.diagnosis, "", true),
     el("span", {class: "distance", text: match.distance.toFixed(3)}));
 }
