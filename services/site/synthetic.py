@@ -19,8 +19,9 @@ def cache_root() -> Path:
     return Path(os.environ.get("PATHMASTER_CACHE", Path.home() / ".cache" / "pathmaster"))
 
 
-def build_synthetic_site(site_dir: str | Path, cells: int, seed: int) -> Path:
-    """A site database of `cells` synthetic cells (diagnoses in turn) from `seed`, at `site_dir`.
+def build_synthetic_site(site_dir: str | Path, cells: int, seed: int, algorithm: str | None = None) -> Path:
+    """A site database of `cells` synthetic cells (diagnoses in turn) from `seed`, at `site_dir`,
+    its search index built with `algorithm` ("flat", "ivf", "hnsw"; None: by size).
 
     Reuses a finished database already there; removes and rebuilds an unfinished one.
     Returns the site folder.
@@ -39,7 +40,7 @@ def build_synthetic_site(site_dir: str | Path, cells: int, seed: int) -> Path:
         synth_cell(DIAGNOSES[i % len(DIAGNOSES)], cell_rng(seed, i), source_id=f"synth-{seed}-{i:06d}")
         for i in range(cells)
     )
-    ingest(site_dir / f"synthetic-seed{seed}", site_dir, records=records)
+    ingest(site_dir / f"synthetic-seed{seed}", site_dir, records=records, algorithm=algorithm)
     (site_dir / READY).write_text(f"cells={cells} seed={seed}\n")
     return site_dir
 

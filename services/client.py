@@ -1,0 +1,101 @@
+"""A small Python client of the coordinator (used by `pathmaster query`, benchmarks, tests).
+
+    with CoordinatorClient("127.0.0.1:50051") as client:
+        for event in client.submit(cells_from_files(["c1.png", "c1-mask.png"]), "urgent"):
+            ...   # pb.CaseEvent: a site_result per site as it answers, then the summary
+        client.class_stats("urgent")
+
+Requests to the coordinator are marked with the class's DSCP too (one channel per class).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path, PurePath
+
+import grpc
+
+from pathmaster.records import InvalidInput
+from qos.classes import DEFAULT_CLASSES, ClassTable
+from qos.transport import ClassChannels, TLSFiles
+from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
+from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
+
+# Extra time the client allows past the case deadline for the coordinator's last events.
+REPLY_MARGIN_S = 5.0
+QUICK_CALL_S = 10.0
+
+
+def cells_from_files(paths) -> list[pb.CellImage]:
+    """Read cell files into CellImages, pairing NAME.EXT with NAME-background.EXT and
+    NAME-mask.EXT (the gateway's rule). Raises InvalidInput naming a file that cannot be
+    read or does not pair."""
+    from services.gateway.pairing import pair_files
+
+    pairing = pair_files(str(p) for p in paths)
+    if pairing.problems:
+        name, problem = pairing.problems[0]
+        raise InvalidInput(problem, name)
+    cells = []
+    for files in pairing.cells:
+        parts = {role: _read(getattr(files, role)) for role in ("image", "background", "mask")
+                 if getattr(files, role)}
+        cells.append(pb.CellImage(cell_id=PurePath(files.image).name, **parts))
+    return cells
+
+
+def _read(path: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except FileNotFoundError:
+        raise InvalidInput("file not found", path) from None
+    except OSError as exc:
+        raise InvalidInput(f"cannot read: {exc.strerror}", path) from None
+
+
+class CoordinatorClient:
+    """Calls to one coordinator at `address` ("host:port"), TLS when `tls` is given."""
+
+    def __init__(self, address: str, tls: TLSFiles | None = None, classes: ClassTable = DEFAULT_CLASSES):
+        self.address = address
+        self.classes = classes
+        self._channels = ClassChannels({"coordinator": address}, classes, tls)
+
+    def _stub(self, request_class: str | None = None) -> pb_grpc.CoordinatorStub:
+        return pb_grpc.CoordinatorStub(self._channels.channel("coordinator", request_class))
+
+    def submit(self, cells: list[pb.CellImage], request_class: str = "routine", *, k: int = 5,
+               deadline_s: float = 60.0, sites: list[str] | None = None, case_id: str = ""):
+        """Submit a case; returns the gRPC stream of pb.CaseEvent (iterate it; `.cancel()`
+        cancels the case). Raises grpc.RpcError when iterated if the case is refused.
+        An unknown class goes to the coordinator unmarked, which refuses it by name."""
+        request = pb.CaseRequest(case_id=case_id, request_class=request_class, cells=cells,
+                                 sites=sites or [], k=k, deadline_s=deadline_s)
+        stub = self._stub(request_class if request_class in self.classes else None)
+        return stub.SubmitCase(request, timeout=deadline_s + REPLY_MARGIN_S)
+
+    def class_stats(self, request_class: str = "") -> list[pb.ClassStats]:
+        """Per-class completion-time statistics (every class when empty)."""
+        reply = self._stub().GetClassStats(pb.ClassStatsRequest(request_class=request_class),
+                                           timeout=QUICK_CALL_S)
+        return list(reply.classes)
+
+    def sites(self) -> list[pb.SiteStatus]:
+        return list(self._stub().ListSites(pb.SitesRequest(), timeout=QUICK_CALL_S).sites)
+
+    def image(self, site: str, cell_id: str) -> pb.ImageReply:
+        """The full image (PNG), diagnosis and mask of a database cell at `site`."""
+        return self._stub().GetImage(pb.ImageRequest(site=site, cell_id=cell_id), timeout=QUICK_CALL_S)
+
+    def close(self) -> None:
+        self._channels.close()
+
+    def __enter__(self) -> "CoordinatorClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def describe_error(error: grpc.RpcError) -> str:
+    """"STATUS: details" of a failed call, for people."""
+    return f"{error.code().name}: {error.details()}"

@@ -1,0 +1,271 @@
+"""`pathmaster demo`, `pathmaster serve site|coordinator`, `pathmaster query`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+STARTED = time.perf_counter()
+
+
+def register(subparsers) -> None:
+    demo = subparsers.add_parser(
+        "demo", help="3 sites + a coordinator on loopback, then one 6-cell case (the main job)",
+        description="Start three sites (each its own synthetic database, built on first run and "
+                    "cached) and a coordinator on loopback with a local Ray, submit a 6-cell case, "
+                    "print each site's results as they stream in, then keep serving until Ctrl-C.")
+    demo.add_argument("--once", action="store_true", help="exit after the case")
+    demo.add_argument("--port", type=int, default=50051, help="coordinator port (default 50051; 0: any free)")
+    demo.add_argument("--metrics-port", type=int, default=0, help="Prometheus port (default: any free)")
+    demo.add_argument("--cells", type=int, default=140, help="cells per site database (default 140)")
+    demo.add_argument("--cache", type=Path, default=None,
+                      help="where the site databases are cached (default ~/.cache/pathmaster/demo)")
+    demo.add_argument("--ray-address", default="", help="join this Ray cluster instead of starting one")
+    demo.add_argument("--class", dest="request_class", default="urgent", help="the case's class (default urgent)")
+    demo.add_argument("--no-gateway", action="store_true", help="do not start the web page")
+    demo.set_defaults(func=run_demo)
+
+    serve = subparsers.add_parser("serve", help="run a site or the coordinator from a config file")
+    which = serve.add_subparsers(dest="role", metavar="ROLE", required=True)
+    site = which.add_parser("site", help="serve one site database (see deploy/site.example.toml)")
+    site.add_argument("--config", required=True, type=Path, help="site TOML file")
+    site.add_argument("--ray-address", default=None,
+                      help='join this Ray cluster ("auto" or HOST:PORT); overrides the config')
+    site.set_defaults(func=run_serve_site)
+    coord = which.add_parser("coordinator", help="serve the coordinator (see deploy/coordinator.example.toml)")
+    coord.add_argument("--config", required=True, type=Path, help="coordinator TOML file")
+    coord.set_defaults(func=run_serve_coordinator)
+
+    query = subparsers.add_parser(
+        "query", help="submit a case to a coordinator and print each site's matches",
+        description="Submit the cells in IMAGE... as one case. NAME-background.EXT and NAME-mask.EXT "
+                    "files given alongside NAME.EXT are sent as that cell's background and mask.")
+    query.add_argument("images", nargs="+", metavar="IMAGE")
+    query.add_argument("--coordinator", required=True, metavar="HOST:PORT")
+    query.add_argument("--class", dest="request_class", default="routine",
+                       help="urgent, routine, teaching or bulk (default routine)")
+    query.add_argument("--k", type=int, default=5, help="matches per cell and site (default 5)")
+    query.add_argument("--deadline", type=float, default=60.0, help="seconds (default 60)")
+    query.add_argument("--site", action="append", default=[], help="ask only this site (repeatable)")
+    query.add_argument("--json", action="store_true", help="one JSON object per event, per line")
+    query.add_argument("--tls-ca", type=Path, help="CA certificate: connect with TLS")
+    query.add_argument("--tls-cert", type=Path, help="client certificate (mutual TLS)")
+    query.add_argument("--tls-key", type=Path, help="client private key (mutual TLS)")
+    query.set_defaults(func=run_query)
+
+
+# ------------------------------------------------------------------ printing results
+
+
+def format_site_result(result, elapsed_s: float, truth: dict | None = None) -> str:
+    """A site's result as lines for a terminal (truth: {cell id: diagnosis} when known)."""
+    from services.gateway.events import status_name
+
+    head = f"[{elapsed_s:6.2f} s] {result.site:<12} {status_name(result.status_code)}"
+    if result.status_code != 0:
+        return f"{head}  {result.status_message}"
+    t = result.timing
+    lines = [f"{head}  {result.algorithm}: site {t.site_wall_s:.2f} s (extraction {t.extraction_s:.2f} s, "
+             f"search {t.search_s:.3f} s), transfer {t.transfer_s:.3f} s, "
+             f"{result.bytes_sent / 1024:.0f} KiB out / {result.bytes_received / 1024:.0f} KiB back"]
+    for cell in result.cells:
+        label = f"    {cell.query_cell_id}"
+        if truth and cell.query_cell_id in truth:
+            label += f" ({truth[cell.query_cell_id]})"
+        if cell.error:
+            lines.append(f"{label}: ERROR {cell.error}")
+            continue
+        matches = ", ".join(f"{m.diagnosis} {m.distance:.2f}" for m in cell.matches)
+        lines.append(f"{label}: {matches}")
+    return "\n".join(lines)
+
+
+def format_summary(summary, truth: dict | None = None) -> str:
+    lines = [f"case {summary.case_id} ({summary.request_class}): {summary.total_s:.2f} s, "
+             f"{summary.sites_ok} site(s) OK, {summary.sites_failed} failed, "
+             f"{summary.bytes_sent / 1024:.0f} KiB sent, {summary.bytes_received / 1024:.0f} KiB received"]
+    for v in summary.votes:
+        known = f"  [true: {truth[v.query_cell_id]}]" if truth and v.query_cell_id in truth else ""
+        lines.append(f"    {v.query_cell_id}: {v.diagnosis} ({v.votes}/{v.total} matches){known}")
+    return "\n".join(lines)
+
+
+def print_case(events, started: float, truth: dict | None = None, as_json: bool = False) -> bool:
+    """Print a case's events as they arrive; True when every site answered OK."""
+    from services.gateway.events import case_event_json
+
+    ok = True
+    for event in events:
+        if as_json:
+            print(json.dumps(case_event_json(event, with_thumbnails=False)), flush=True)
+        elif event.HasField("site_result"):
+            print(format_site_result(event.site_result, time.perf_counter() - started, truth), flush=True)
+        else:
+            print(format_summary(event.summary, truth), flush=True)
+        if event.HasField("site_result") and event.site_result.status_code != 0:
+            ok = False
+    return ok
+
+
+# ------------------------------------------------------------------ demo
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+    from services.client import CoordinatorClient
+    from services.demo import CASE_SEED, start_demo
+    from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
+    from services.site.synthetic import synthetic_case_cells
+
+    print("PathMaster demo on loopback WITHOUT TLS (for TLS/mutual TLS use `pathmaster serve` "
+          "with a [tls] section; deploy/make-certs.sh makes certificates)", flush=True)
+    try:
+        deployment = start_demo(cells=args.cells, cache=args.cache, coordinator_port=args.port,
+                                metrics_port=args.metrics_port, ray_address=args.ray_address)
+    except OSError as exc:
+        print(f"pathmaster demo: {exc}; is another demo running? try --port 0", file=sys.stderr)
+        return 1
+    gateway = None
+    try:
+        coordinator = deployment.coordinator
+        for name, site in deployment.sites.items():
+            print(f"site {name:<12} {site.address}  classes on ports "
+                  f"{', '.join(f'{c}={p}' for c, p in site.class_ports.items())}")
+        print(f"coordinator       {coordinator.address}  metrics {coordinator.metrics_url}")
+        print(f"case log          {coordinator.config.case_log}")
+        if not args.no_gateway:
+            gateway = _start_gateway(coordinator.address)
+        print(f"ready in {time.perf_counter() - STARTED:.1f} s (Ray included)", flush=True)
+
+        cells = synthetic_case_cells(6, CASE_SEED)
+        truth = {c["cell_id"]: c["diagnosis"] for c in cells}
+        case = [pb.CellImage(cell_id=c["cell_id"], image=c["image"], background=c["background"],
+                             mask=c["mask"]) for c in cells]
+        print(f"\nsubmitting a 6-cell {args.request_class} case to all sites ...", flush=True)
+        with CoordinatorClient(coordinator.address) as client:
+            started = time.perf_counter()
+            ok = print_case(client.submit(case, args.request_class), started, truth)
+        if args.once:
+            return 0 if ok else 1
+        print(f"\nserving; try: pathmaster query --coordinator {coordinator.address} --class urgent IMAGE...")
+        print("Ctrl-C to stop", flush=True)
+        _wait_for_signal()
+        return 0
+    finally:
+        if gateway is not None:
+            gateway.stop()
+        deployment.stop()
+
+
+def _start_gateway(coordinator_address: str):
+    """The web page, when the gateway is part of this build; None otherwise."""
+    try:
+        from services.gateway import start_gateway
+    except ImportError:
+        return None
+    handle = start_gateway(coordinator_address)
+    print(f"web page          {handle.url}")
+    return handle
+
+
+def _wait_for_signal() -> None:
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    while not stop.wait(3600):
+        pass
+
+
+# ------------------------------------------------------------------ serve
+
+
+def run_serve_site(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    from services.config import ConfigError, load_site_config
+    from services.site.server import SiteServer
+
+    try:
+        config = load_site_config(args.config)
+    except ConfigError as exc:
+        print(f"pathmaster serve site: {exc}", file=sys.stderr)
+        return 2
+    if args.ray_address is not None:
+        config.ray_address = args.ray_address
+    if config.tls is None:
+        print(f"site {config.name}: serving WITHOUT TLS (add a [tls] section to {args.config})", file=sys.stderr)
+    try:
+        server = SiteServer(config).start()
+    except (OSError, RuntimeError, ValueError) as exc:
+        print(f"pathmaster serve site: {exc}", file=sys.stderr)
+        return 1
+    print(f"site {config.name} serving on {server.address}; classes on ports {server.class_ports}", flush=True)
+    try:
+        _wait_for_signal()
+    finally:
+        server.stop()
+    return 0
+
+
+def run_serve_coordinator(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    from services.config import ConfigError, load_coordinator_config
+    from services.coordinator.server import CoordinatorServer
+
+    try:
+        config = load_coordinator_config(args.config)
+    except ConfigError as exc:
+        print(f"pathmaster serve coordinator: {exc}", file=sys.stderr)
+        return 2
+    if config.tls is None:
+        print(f"coordinator: serving WITHOUT TLS (add a [tls] section to {args.config})", file=sys.stderr)
+    try:
+        server = CoordinatorServer(config).start()
+    except (OSError, ValueError) as exc:
+        print(f"pathmaster serve coordinator: {exc}", file=sys.stderr)
+        return 1
+    print(f"coordinator serving on {server.address}"
+          + (f"; metrics {server.metrics_url}" if server.metrics_url else ""), flush=True)
+    try:
+        _wait_for_signal()
+    finally:
+        server.stop()
+    return 0
+
+
+# ------------------------------------------------------------------ query
+
+
+def run_query(args: argparse.Namespace) -> int:
+    import grpc
+
+    from pathmaster.records import InvalidInput
+    from qos.transport import TLSFiles
+    from services.client import CoordinatorClient, cells_from_files, describe_error
+
+    tls = None
+    if args.tls_ca or args.tls_cert:
+        tls = TLSFiles(cert=args.tls_cert, key=args.tls_key, ca=args.tls_ca)
+    try:
+        cells = cells_from_files(args.images)
+    except InvalidInput as exc:
+        print(f"pathmaster query: {exc}", file=sys.stderr)
+        return 2
+    try:
+        with CoordinatorClient(args.coordinator, tls) as client:
+            started = time.perf_counter()
+            events = client.submit(cells, args.request_class, k=args.k, deadline_s=args.deadline,
+                                   sites=args.site)
+            ok = print_case(events, started, as_json=args.json)
+    except grpc.RpcError as exc:
+        print(f"pathmaster query: {describe_error(exc)}", file=sys.stderr)
+        return 2 if exc.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED) else 1
+    except ValueError as exc:  # e.g. unreadable TLS files
+        print(f"pathmaster query: {exc}", file=sys.stderr)
+        return 2
+    return 0 if ok else 1

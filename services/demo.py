@@ -1,0 +1,124 @@
+"""A whole PathMaster deployment on loopback in one process: sites + coordinator, one Ray.
+
+`pathmaster demo` runs this with three sites named after the study's (Connecticut,
+New York, California), each with its own synthetic database (its own seed, built on first
+run and cached) and its own comparison algorithm. Tests and benchmarks start the same
+thing with smaller databases.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from services.config import CoordinatorConfig, SiteConfig, SiteEndpoint
+from services.coordinator.server import CoordinatorServer
+from services.site.server import SiteServer
+from services.site.synthetic import build_synthetic_site, cache_root
+from services.site.worker import ensure_ray
+
+log = logging.getLogger("pathmaster.demo")
+
+
+@dataclass(frozen=True)
+class DemoSite:
+    """A demo site: name, database seed, comparison algorithm ("flat", "ivf", "hnsw")."""
+
+    name: str
+    seed: int
+    algorithm: str
+
+
+DEMO_SITES = (
+    DemoSite("connecticut", 1, "flat"),
+    DemoSite("new-york", 2, "hnsw"),
+    DemoSite("california", 3, "ivf"),
+)
+DEMO_CELLS = 140
+CASE_SEED = 2026  # the demo case's test cells; no site database uses this seed
+
+
+def demo_databases(sites=DEMO_SITES, cells: int = DEMO_CELLS, cache: Path | None = None) -> dict[str, Path]:
+    """{site name: database folder}, building the missing ones in parallel on Ray (the
+    caller has connected to Ray). Cached under `cache` (default: cache_root()/demo)."""
+    import ray
+
+    cache = Path(cache) if cache else cache_root() / "demo"
+    folders = {s.name: cache / f"{s.name}-seed{s.seed}-{cells}cells" for s in sites}
+    build = ray.remote(num_cpus=1)(build_synthetic_site)
+    missing = [s for s in sites if not (folders[s.name] / "READY").is_file()]
+    if missing:
+        print(f"building {len(missing)} synthetic site database(s) of {cells} cells in {cache} "
+              "(first run only) ...", flush=True)
+        ray.get([build.remote(folders[s.name], cells, s.seed, s.algorithm) for s in missing])
+    return folders
+
+
+class LoopbackDeployment:
+    """Sites and a coordinator on 127.0.0.1, all in this process, on one local Ray.
+
+    databases: {site name: database folder}; algorithms: {site name: algorithm} ("" keeps
+    each database's own). `start()` then `.coordinator.address`; `stop()` ends everything
+    (Ray stays connected for reuse).
+    """
+
+    def __init__(self, databases: dict[str, Path], algorithms: dict[str, str] | None = None, *,
+                 coordinator_port: int = 0, metrics_port: int | None = 0, case_log: Path | None = None,
+                 workers: int = 1, worker_cpus: float = 0.5, ray_address: str = ""):
+        self.databases = databases
+        self.algorithms = algorithms or {}
+        self.coordinator_port = coordinator_port
+        self.metrics_port = metrics_port
+        self.case_log = case_log
+        self.workers = workers
+        self.worker_cpus = worker_cpus
+        self.ray_address = ray_address
+        self.sites: dict[str, SiteServer] = {}
+        self.coordinator: CoordinatorServer | None = None
+
+    def start(self) -> "LoopbackDeployment":
+        ensure_ray(self.ray_address)
+        try:
+            for name, db in self.databases.items():
+                config = SiteConfig(name=name, db=Path(db), algorithm=self.algorithms.get(name, ""),
+                                    workers=self.workers, worker_cpus=self.worker_cpus)
+                self.sites[name] = SiteServer(config).start()
+            metrics = "" if self.metrics_port is None else f"127.0.0.1:{self.metrics_port}"
+            self.coordinator = CoordinatorServer(CoordinatorConfig(
+                sites=[SiteEndpoint(name, site.address) for name, site in self.sites.items()],
+                listen=f"127.0.0.1:{self.coordinator_port}", metrics=metrics, case_log=self.case_log,
+            )).start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        if self.coordinator is not None:
+            self.coordinator.stop(0.5)
+            self.coordinator = None
+        for site in self.sites.values():
+            site.stop(0.5)
+        self.sites.clear()
+
+    def __enter__(self) -> "LoopbackDeployment":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def start_demo(cells: int = DEMO_CELLS, cache: Path | None = None, coordinator_port: int = 50051,
+               metrics_port: int = 0, ray_address: str = "") -> LoopbackDeployment:
+    """Connect to Ray, build/reuse the three demo databases, start the deployment."""
+    started = time.perf_counter()
+    ensure_ray(ray_address)
+    log.info("Ray ready in %.1f s", time.perf_counter() - started)
+    folders = demo_databases(DEMO_SITES, cells, cache)
+    cache_dir = next(iter(folders.values())).parent
+    return LoopbackDeployment(
+        folders, {s.name: s.algorithm for s in DEMO_SITES}, coordinator_port=coordinator_port,
+        metrics_port=metrics_port, case_log=cache_dir / "cases.jsonl", ray_address=ray_address,
+    ).start()
