@@ -1,0 +1,309 @@
+"""Competing traffic in the testbed: the study's bulk downloads, constant-rate UDP, Pareto bursts.
+
+Every generator runs until stopped and reports what it achieved:
+
+    with BulkDownloads(tb, streams=4) as bulk:        # 4 downloads to each of B3 and C3
+        ... run a PathMaster case ...
+    bulk.result.bps                                   # achieved goodput, all flows, bit/s
+
+    traffic = from_spec(tb, {"kind": "udp", "rate_bps": 3e6})
+
+Each flow carries a DSCP (default: the "bulk" request class) so the routers can tell it
+from PathMaster's classes. Downloads are iperf3 -R from the master; iperf3 3.12's server
+does not mark reverse data, so an iptables DSCP rule on the master's server port does,
+inside the master's namespace (it goes with the namespace, like everything else).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass, field
+
+from scipy.optimize import brentq
+
+from qos.classes import DEFAULT_CLASSES
+from qos.testbed import netns
+from qos.testbed.node import Node
+from qos.traffic import pareto
+from qos.traffic.iperf import IperfResult, IperfServer, finish_client, start_client
+
+BULK_DSCP = DEFAULT_CLASSES["bulk"].dscp
+LONG_S = 86400  # "until stopped": iperf3 needs a duration
+KINDS = ("downloads", "udp", "pareto")
+
+
+@dataclass
+class TrafficResult:
+    """What a generator achieved between start and stop, summed over its flows."""
+
+    kind: str
+    dscp: int
+    bytes: int               # payload bytes received
+    seconds: float           # the longest flow's measured duration
+    flows: list[dict] = field(default_factory=list)
+
+    @property
+    def bps(self) -> float:
+        """Achieved payload rate of all flows together, bit/s."""
+        return self.bytes * 8 / self.seconds if self.seconds else 0.0
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "dscp": self.dscp, "bytes": self.bytes, "seconds": self.seconds,
+                "bps": self.bps, "flows": self.flows}
+
+
+def mark_source_port(node: Node, protocol: str, port: int, dscp: int, add: bool = True) -> None:
+    """Add (or delete) an iptables rule in `node` setting DSCP `dscp` on packets it sends from `port`."""
+    node.cmd("iptables", "-t", "mangle", "-A" if add else "-D", "OUTPUT", "-p", protocol,
+             "--sport", str(port), "-j", "DSCP", "--set-dscp", str(dscp))
+
+
+class PortCounter:
+    """An iptables rule in `node` counting the packets and bytes it receives on a port (any target)."""
+
+    def __init__(self, node: Node, protocol: str, port: int):
+        self.node, self.protocol, self.port = node, protocol, port
+        self.comment = f"pm-count-{protocol}-{port}"
+        self._rule = ["INPUT", "-p", protocol, "--dport", str(port), "-m", "comment", "--comment", self.comment]
+
+    def add(self) -> "PortCounter":
+        self.node.cmd("iptables", "-I", *self._rule)
+        return self
+
+    def read(self) -> tuple[int, int]:
+        """(packets, IP bytes) counted so far."""
+        listing = self.node.cmd("iptables", "-L", "INPUT", "-v", "-x", "-n")
+        for line in listing.splitlines():
+            if f"/* {self.comment} */" in line:
+                packets, nbytes = line.split()[:2]
+                return int(packets), int(nbytes)
+        raise RuntimeError(f"counter rule {self.comment} missing in {self.node.name}")
+
+    def remove(self) -> None:
+        self.node.run("iptables", "-D", *self._rule, check=False)
+
+
+class Traffic:
+    """Base of the generators: start() ... stop() -> TrafficResult, or a `with` block."""
+
+    kind = "traffic"
+
+    def __init__(self, dscp: int):
+        if not 0 <= dscp <= 63:
+            raise ValueError(f"DSCP must be 0-63, got {dscp}")
+        self.dscp = dscp
+        self.result: TrafficResult | None = None
+
+    def start(self) -> "Traffic":
+        raise NotImplementedError
+
+    def stop(self) -> TrafficResult:
+        raise NotImplementedError
+
+    def __enter__(self) -> "Traffic":
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def _summarise(self, results: list[tuple[str, IperfResult]]) -> TrafficResult:
+        flows = [{"flow": name, "bytes": r.received_bytes, "seconds": r.seconds, "bps": r.receiver_bps,
+                  "retransmits": r.retransmits, "lost_percent": r.lost_percent} for name, r in results]
+        return TrafficResult(self.kind, self.dscp, sum(f["bytes"] for f in flows),
+                             max((f["seconds"] for f in flows), default=0.0), flows)
+
+
+class BulkDownloads(Traffic):
+    """`streams` parallel TCP downloads from the master to each of `targets` (the study's wget).
+
+    One iperf3 server per target on the master (ports `port`, `port`+1, ...); each target
+    runs ``iperf3 -R -P streams``. Transfers last until `stop`, i.e. they are long downloads
+    (a 20 MB file at the ~1 Mbit/s a stream gets here takes minutes, longer than a case).
+    """
+
+    kind = "downloads"
+
+    def __init__(self, testbed, streams: int, targets: tuple[str, ...] = ("B3", "C3"),
+                 dscp: int = BULK_DSCP, port: int = 5301, source: str | None = None):
+        super().__init__(dscp)
+        if streams < 0:
+            raise ValueError(f"streams must be >= 0, got {streams}")
+        self.testbed, self.streams, self.targets, self.port = testbed, int(streams), tuple(targets), port
+        self.source = testbed.host(source) if source else testbed.master
+        self._servers: list[IperfServer] = []
+        self._clients: list[tuple[str, subprocess.Popen]] = []
+        self._marked: list[int] = []
+
+    def start(self) -> "BulkDownloads":
+        if self.streams == 0:
+            return self
+        for i, target in enumerate(self.targets):
+            port = self.port + i
+            mark_source_port(self.source, "tcp", port, self.dscp)
+            self._marked.append(port)
+            self._servers.append(IperfServer(self.source, port).start())
+            proc = start_client(self.testbed.host(target), self.source.ip, port=port, seconds=LONG_S,
+                                reverse=True, parallel=self.streams, dscp=self.dscp)
+            self._clients.append((target, proc))
+        return self
+
+    def stop(self) -> TrafficResult:
+        results = []
+        try:
+            for target, proc in self._clients:
+                results.append((f"{self.source.name}->{target}", finish_client(proc, interrupt=True)))
+        finally:
+            for server in self._servers:
+                server.stop()
+            for port in self._marked:
+                mark_source_port(self.source, "tcp", port, self.dscp, add=False)
+            self._servers, self._clients, self._marked = [], [], []
+        self.result = self._summarise(results)
+        return self.result
+
+
+class ConstantRateUDP(Traffic):
+    """Constant-rate UDP (iperf3 -u) from the master to `targets`, `rate_bps` in total, split evenly.
+
+    `rate_bps` is the UDP payload rate (iperf3's -b); datagrams carry `length` bytes so
+    packets are 1500-byte IP packets. What arrives is counted by an iptables rule at each
+    target, because an interrupted iperf3 reports only what it sent.
+    """
+
+    kind = "udp"
+
+    def __init__(self, testbed, rate_bps: float, targets: tuple[str, ...] = ("B3", "C3"),
+                 dscp: int = BULK_DSCP, port: int = 5401, source: str | None = None):
+        super().__init__(dscp)
+        if rate_bps < 0:
+            raise ValueError(f"rate_bps must be >= 0, got {rate_bps}")
+        self.testbed, self.rate_bps, self.targets, self.port = testbed, float(rate_bps), tuple(targets), port
+        self.source = testbed.host(source) if source else testbed.master
+        self._servers: list[IperfServer] = []
+        self._clients: list[tuple[str, subprocess.Popen, PortCounter]] = []
+
+    length = pareto.PAYLOAD_BYTES
+
+    def start(self) -> "ConstantRateUDP":
+        if self.rate_bps == 0:
+            return self
+        for i, target in enumerate(self.targets):
+            host = self.testbed.host(target)
+            counter = PortCounter(host, "udp", self.port + i).add()
+            self._servers.append(IperfServer(host, self.port + i).start())
+            proc = start_client(self.source, host.ip, port=self.port + i, seconds=LONG_S,
+                                udp_bps=self.rate_bps / len(self.targets), dscp=self.dscp,
+                                length=self.length)
+            self._clients.append((target, proc, counter))
+        return self
+
+    def stop(self) -> TrafficResult:
+        flows = []
+        try:
+            for target, proc, counter in self._clients:
+                sent = finish_client(proc, interrupt=True)
+                packets, ip_bytes = counter.read()
+                received = ip_bytes - packets * (20 + 8)
+                flows.append({"flow": f"{self.source.name}->{target}", "bytes": received,
+                              "seconds": sent.seconds, "bps": received * 8 / sent.seconds if sent.seconds else 0.0,
+                              "sent_bytes": sent.sent_bytes,
+                              "lost_percent": 100.0 * max(0, sent.sent_bytes - received) / sent.sent_bytes
+                              if sent.sent_bytes else 0.0})
+        finally:
+            for server in self._servers:
+                server.stop()
+            for _, _, counter in self._clients:
+                counter.remove()
+            self._servers, self._clients = [], []
+        self.result = TrafficResult(self.kind, self.dscp, sum(f["bytes"] for f in flows),
+                                    max((f["seconds"] for f in flows), default=0.0), flows)
+        return self.result
+
+
+def k_for_mean(mean_bps: float, cap_bps: float, alpha: float = pareto.SEED_003_ALPHA) -> float:
+    """The Pareto scale k whose capped slot rate has mean `mean_bps` (must be below `cap_bps`)."""
+    if not 0 < mean_bps < cap_bps:
+        raise ValueError(f"mean rate {mean_bps} bit/s must be above 0 and below the cap {cap_bps}")
+    return brentq(lambda k: pareto.capped_mean(k, alpha, cap_bps) - mean_bps, mean_bps * 1e-6, mean_bps)
+
+
+class ParetoBursts(Traffic):
+    """Seed 003's bursty UDP: a Pareto(k, alpha) rate, capped, held for 2 s slots, master -> each target.
+
+    By default k and the cap are seed 003's scaled to the bottleneck rate; pass `mean_bps`
+    to pick k for a mean load instead (per target).
+    """
+
+    kind = "pareto"
+
+    def __init__(self, testbed, mean_bps: float | None = None, targets: tuple[str, ...] = ("B3", "C3"),
+                 dscp: int = BULK_DSCP, port: int = 5501, seed: int = 0,
+                 alpha: float = pareto.SEED_003_ALPHA, source: str | None = None):
+        super().__init__(dscp)
+        link_bps = testbed.config.bottleneck["rate_bps"]
+        self.k_bps, self.cap_bps = pareto.scaled_to_link(link_bps)
+        if mean_bps is not None:
+            self.k_bps = k_for_mean(mean_bps, self.cap_bps, alpha)
+        self.testbed, self.targets, self.port, self.seed, self.alpha = testbed, tuple(targets), port, seed, alpha
+        self.source = testbed.host(source) if source else testbed.master
+        self._procs: list[tuple[str, subprocess.Popen, subprocess.Popen]] = []
+
+    def start(self) -> "ParetoBursts":
+        for i, target in enumerate(self.targets):
+            host, port = self.testbed.host(target), self.port + i
+            sink = host.popen([sys.executable, "-m", "qos.traffic.pareto", "sink", "--port", str(port)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            host.wait_listening(port, protocol="udp")
+            sender = self.source.popen(
+                [sys.executable, "-m", "qos.traffic.pareto", "send", "--dst", host.ip, "--port", str(port),
+                 "--dscp", str(self.dscp), "--k-bps", repr(self.k_bps), "--cap-bps", repr(self.cap_bps),
+                 "--alpha", repr(self.alpha), "--seed", str(self.seed + i)],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            self._procs.append((target, sender, sink))
+        return self
+
+    def stop(self) -> TrafficResult:
+        flows = []
+        for target, sender, sink in self._procs:
+            sent = _json_of(sender)
+            received = _json_of(sink)
+            flows.append({"flow": f"{self.source.name}->{target}", "bytes": received["payload_bytes"],
+                          "seconds": received["seconds"], "bps": received["payload_bytes"] * 8 / received["seconds"]
+                          if received["seconds"] else 0.0, "sent_bytes": sent["payload_bytes"],
+                          "slot_rates_bps": sent["slot_rates_bps"]})
+        self._procs = []
+        self.result = TrafficResult(self.kind, self.dscp, sum(f["bytes"] for f in flows),
+                                    max((f["seconds"] for f in flows), default=0.0), flows)
+        return self.result
+
+
+def _json_of(proc: subprocess.Popen, timeout: float = 10.0) -> dict:
+    """Stop a pareto send/sink process and read the JSON summary it prints."""
+    netns.stop_process(proc, timeout=timeout)
+    out, err = proc.communicate()
+    try:
+        return json.loads(out.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        raise RuntimeError(f"pareto process exited {proc.returncode} without a summary: {err.strip()[-500:]}") from None
+
+
+def from_spec(testbed, spec: dict) -> Traffic:
+    """A generator from a table: {"kind": "downloads", "streams": 4} | {"kind": "udp", "rate_bps": 3e6}
+    | {"kind": "pareto", "mean_bps": 2e6, "seed": 1}; optional "targets", "dscp"."""
+    spec = dict(spec)
+    kind = spec.pop("kind", None)
+    makers = {"downloads": BulkDownloads, "udp": ConstantRateUDP, "pareto": ParetoBursts}
+    if kind not in makers:
+        raise ValueError(f"competing traffic kind {kind!r} is not one of {', '.join(KINDS)}")
+    if "targets" in spec:
+        spec["targets"] = tuple(spec["targets"])
+    try:
+        return makers[kind](testbed, **spec)
+    except TypeError as exc:
+        raise ValueError(f"competing traffic {kind!r}: {exc}") from None

@@ -1,0 +1,91 @@
+"""Competing traffic: the Pareto model against scipy, and the generators through the testbed."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from qos.classes import DEFAULT_CLASSES
+from qos.testbed import Testbed, load_config, netns
+from qos.traffic import pareto
+from qos.traffic.competing import (BulkDownloads, ConstantRateUDP, ParetoBursts, from_spec,
+                                   k_for_mean)
+
+RATE = 10_000_000
+
+
+def test_slot_rates_follow_scipys_pareto_below_the_cap():
+    k, cap = pareto.scaled_to_link(RATE)
+    assert k == pytest.approx(RATE * 40 / 155) and cap == RATE
+    rates = pareto.slot_rates(20_000, k, cap_bps=np.inf, seed=7)
+    assert rates.dtype == np.float64 and rates.min() >= k
+    ks = stats.kstest(rates, stats.pareto(b=pareto.SEED_003_ALPHA, scale=k).cdf)
+    assert ks.pvalue > 0.001
+    capped = pareto.slot_rates(200_000, k, cap_bps=cap, seed=7)
+    assert capped.max() == cap
+    assert capped.mean() == pytest.approx(pareto.capped_mean(k, cap_bps=cap), rel=0.02)
+    assert np.array_equal(pareto.slot_rates(10, k, cap_bps=cap, seed=3), pareto.slot_rates(10, k, cap_bps=cap, seed=3))
+
+
+def test_k_for_mean_inverts_the_capped_mean():
+    k = k_for_mean(2e6, cap_bps=RATE)
+    assert pareto.capped_mean(k, cap_bps=RATE) == pytest.approx(2e6, rel=1e-6)
+    with pytest.raises(ValueError, match="below the cap"):
+        k_for_mean(20e6, cap_bps=RATE)
+
+
+@pytest.fixture(scope="module")
+def testbed(netns_ok):
+    with Testbed(load_config().with_tag(netns.new_tag("tr"))) as tb:
+        yield tb
+
+
+def run_for(seconds: float) -> None:
+    """Let the traffic run for the measured period (a duration, not a synchronisation)."""
+    time.sleep(seconds)
+
+
+@pytest.mark.netns
+def test_bulk_downloads_fill_the_link_marked_as_bulk(testbed):
+    testbed.set_strategy({"strategy": "priority"})
+    with BulkDownloads(testbed, streams=2) as bulk:
+        run_for(3)
+    result = bulk.result
+    assert len(result.flows) == 2 and result.dscp == DEFAULT_CLASSES["bulk"].dscp
+    # Four long transfers share rA's 10 Mbit/s uplink: together they fill most of it.
+    assert 0.80 * RATE <= result.bps * 1514 / 1448 <= 1.03 * RATE, f"{result.bps / 1e6:.2f} Mbit/s"
+    counted = testbed.bottleneck_stats()["rA:rA-eth4"]
+    assert counted["bulk"]["bytes"] >= result.bytes
+    assert counted["routine"]["bytes"] < result.bytes / 100
+    # Stopping removed the marking rules and the processes.
+    assert "DSCP" not in testbed.master.cmd("iptables", "-t", "mangle", "-S", "OUTPUT")
+    assert netns.pids(testbed.master.namespace) == []
+
+
+@pytest.mark.netns
+def test_constant_rate_udp_achieves_its_rate(testbed):
+    testbed.set_strategy({"strategy": "fifo"})
+    with ConstantRateUDP(testbed, rate_bps=4e6) as udp:
+        run_for(3)
+    assert udp.result.bps == pytest.approx(4e6, rel=0.05)
+    assert all(f["lost_percent"] < 1.0 for f in udp.result.flows)
+
+
+@pytest.mark.netns
+def test_pareto_bursts_deliver_their_slot_rates(testbed):
+    testbed.set_strategy({"strategy": "fifo"})
+    traffic = from_spec(testbed, {"kind": "pareto", "mean_bps": 1.5e6, "targets": ["B3"], "seed": 5})
+    with traffic:
+        run_for(4.2)
+    (flow,) = traffic.result.flows
+    expected = np.mean(flow["slot_rates_bps"][:2]) * pareto.PAYLOAD_BYTES / pareto.FRAME_BYTES
+    assert flow["bps"] == pytest.approx(expected, rel=0.10)
+    assert flow["bytes"] >= 0.98 * flow["sent_bytes"]
+
+
+def test_bad_traffic_specs_are_named():
+    with pytest.raises(ValueError, match="kind 'ftp' is not one of downloads, udp, pareto"):
+        from_spec(None, {"kind": "ftp"})
