@@ -11,6 +11,7 @@ classes x repetitions (flent's idea: the experiment is data, not code).
     cells = 6                   # test cells per case
     image_bytes = 100000        # bytes per cell image; background and mask are the same size
     k = 5                       # matches returned per cell and site
+    match_bytes = 5000          # thumbnail bytes per match
 
     [competing]
     kind = "downloads"          # "downloads" (parallel bulk TCP), "udp" (constant rate), "pareto"
@@ -67,12 +68,12 @@ class Link:
     core_kbit: float
     delay_ms: float = 0.0  # one-way, added on the core link
     mtu: int = 1500
-    access_kbit: float | None = None  # host-router links; None = same as core x 10
+    access_kbit: float | None = None  # host-router LAN links; None = not rate-limited
     queue_packets: int = 100  # router queue length (packets) on the core link
 
     @property
     def access_rate_kbit(self) -> float:
-        return self.access_kbit if self.access_kbit is not None else self.core_kbit * 10
+        return self.access_kbit if self.access_kbit is not None else float("inf")
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,8 @@ class Workload:
     with_background: bool = True
     with_mask: bool = True
     k: int = 5
+    match_bytes: int = 5000  # thumbnail bytes per returned match
+    mode: str = "transfer"  # "transfer": sites answer without analysing (see workload.py)
     sites: tuple[str, ...] = ("A1", "B1", "C1")  # the server of each subnet; master is A1's peer
     deadline_s: float = 120.0
 
@@ -216,7 +219,8 @@ def parse_spec(data: dict, source: str = "<experiment>") -> Experiment:
         raise InvalidInput(f"[experiment] order must be 'shuffled' or 'blocked', got {order!r}", source)
 
     wl = data.get("workload", {})
-    known_wl = {"cells", "image_bytes", "with_background", "with_mask", "k", "sites", "deadline_s"}
+    known_wl = {"cells", "image_bytes", "with_background", "with_mask", "k", "match_bytes", "mode", "sites",
+                "deadline_s"}
     _unknown_keys(wl, known_wl, "workload", source)
     workload = Workload(
         cells=_take(wl, "cells", int, "workload", source, 6),
@@ -224,11 +228,15 @@ def parse_spec(data: dict, source: str = "<experiment>") -> Experiment:
         with_background=_take(wl, "with_background", bool, "workload", source, True),
         with_mask=_take(wl, "with_mask", bool, "workload", source, True),
         k=_take(wl, "k", int, "workload", source, 5),
+        match_bytes=_take(wl, "match_bytes", int, "workload", source, 5000),
+        mode=_take(wl, "mode", str, "workload", source, "transfer"),
         sites=tuple(_take(wl, "sites", list, "workload", source, ["A1", "B1", "C1"])),
         deadline_s=float(_take(wl, "deadline_s", (int, float), "workload", source, 120.0)),
     )
-    if workload.cells < 1 or workload.image_bytes < 1 or workload.k < 1:
-        raise InvalidInput("[workload] cells, image_bytes and k must be >= 1", source)
+    if workload.cells < 1 or workload.image_bytes < 1 or workload.k < 1 or workload.match_bytes < 0:
+        raise InvalidInput("[workload] cells, image_bytes and k must be >= 1, match_bytes >= 0", source)
+    if workload.mode != "transfer":
+        raise InvalidInput(f"[workload] mode {workload.mode!r} is not supported; use 'transfer'", source)
 
     comp = data.get("competing", {})
     _unknown_keys(comp, {"kind", "levels", "targets", "params"}, "competing", source)

@@ -1,0 +1,242 @@
+"""The real bench: the PathMaster 2002 testbed (qos.testbed) with a case workload and competing downloads.
+
+    bench = TestbedBench(experiment)     # builds a testbed with its own tag, starts the sites
+    bench.configure(link, strategy)      # the strategy on every bottleneck queue
+    bench.set_competing(8, seed)         # 8 downloads master -> each target (iperf3 -R)
+    case = bench.run_case("urgent", seed, "run-id")
+    bench.close()                        # stops everything; the testbed leaves nothing behind
+
+The case: the master (A1) sends the case to the server of every subnet in parallel over
+gRPC, one channel per class with its DSCP (workload.py). The competing traffic: the
+study's wget downloads, as iperf3 reverse-mode TCP streams from the master to B3 and C3
+marked with the bulk class's DSCP; what they achieve is read from the targets' receive
+counters during each case, and iperf3's own JSON report is kept for every block.
+"""
+
+from __future__ import annotations
+
+import json
+import selectors
+import subprocess
+import sys
+import time
+
+from qos.classes import DEFAULT_CLASSES
+from qos.experiment.spec import Experiment, Link, Strategy
+from qos.testbed import kernel, netns
+from qos.testbed.config import load_config
+from qos.testbed.testbed import Testbed
+
+SITE_PORT = 50051
+IPERF_BASE_PORT = 5201
+# Cisco WFQ weighs a flow by IP precedence + 1: AF41 -> 5, AF21 -> 3, AF11 -> 2, LE/best effort -> 1.
+DEFAULT_WEIGHTS = {"urgent": 5, "routine": 3, "teaching": 2, "bulk": 1}
+
+
+def discipline_table(strategy: Strategy, link: Link) -> tuple[dict, str]:
+    """The testbed's [bottleneck.discipline] table and backend for one of our strategies."""
+    common = {"limit_packets": link.queue_packets}
+    if strategy.discipline == "fifo":
+        return {"strategy": "fifo", **common}, "kernel"
+    if strategy.discipline == "prio":
+        return {"strategy": "priority", **common}, "kernel"
+    if strategy.discipline == "wfq":
+        weights = dict(strategy.params.get("weights", DEFAULT_WEIGHTS))
+        if strategy.shape_kbit is None:
+            return {"strategy": "shares", "weights": weights, **common}, "kernel"
+        return {"strategy": "shaping", "weights": weights, "shaped_class": "bulk",
+                "shaped_rate_bps": int(strategy.shape_kbit * 1000), **common}, "kernel"
+    raise NotImplementedError(
+        f"strategy {strategy.name!r}: discipline {strategy.discipline!r} needs the user-space emulator "
+        "(this kernel has no red qdisc), which the testbed cannot launch yet")
+
+
+class AgentError(RuntimeError):
+    """The master's workload agent did not answer as expected."""
+
+
+class TestbedBench:
+    """A testbed of its own (unique tag) with sites, a master agent and competing traffic."""
+
+    __test__ = False  # not a pytest class, despite the name
+
+    def __init__(self, experiment: Experiment, tag: str | None = None, testbed_config=None):
+        self.experiment = experiment
+        self.workload = experiment.workload
+        config = (testbed_config or load_config()).with_tag(tag or netns.new_tag("x"))
+        first = experiment.links[0]
+        config = config.with_bottleneck(rate_bps=int(first.core_kbit * 1000))
+        self.testbed = Testbed(config)
+        self.sites: dict = {}
+        self.agent: subprocess.Popen | None = None
+        self.iperf_servers: list = []
+        self.iperf_clients: list = []
+        self.iperf_reports: list[dict] = []
+        self.competing_level = 0.0
+        self._mtu = 1500
+        try:
+            self.testbed.up()
+            self._start_sites()
+            self._start_agent()
+        except BaseException:
+            self.close()
+            raise
+
+    # -- set-up ---------------------------------------------------------------------------------
+
+    def _start_sites(self) -> None:
+        # Linux caches a path's ssthresh and RTT between connections; a run must not inherit them.
+        for name in {*self.workload.sites, self.testbed.config.master}:
+            self.testbed.host(name).cmd("sysctl", "-q", "-w", "net.ipv4.tcp_no_metrics_save=1")
+        for name in self.workload.sites:
+            host = self.testbed.host(name)
+            proc = host.popen([sys.executable, "-m", "qos.experiment.workload", "site", "--name", name,
+                               "--host", host.ip, "--port", str(SITE_PORT),
+                               "--match-bytes", str(self.workload.match_bytes)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            self.sites[name] = proc
+        for name in self.workload.sites:
+            self.testbed.host(name).wait_listening(SITE_PORT, timeout=30)
+
+    def _start_agent(self) -> None:
+        argv = [sys.executable, "-m", "qos.experiment.workload", "agent"]
+        for name in self.workload.sites:
+            argv += ["--site", f"{name}={self.testbed.ip(name)}:{SITE_PORT}"]
+        self.agent = self.testbed.master.popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                               stderr=subprocess.PIPE, text=True)
+        self._read_agent(60)
+        for cls in self.experiment.request_classes:
+            self._ask({"op": "warm", "class": cls}, 60)
+
+    def _read_agent(self, timeout: float) -> dict:
+        sel = selectors.DefaultSelector()
+        sel.register(self.agent.stdout, selectors.EVENT_READ)
+        try:
+            if not sel.select(timeout):
+                raise AgentError(f"the master's workload agent gave no answer in {timeout} s")
+        finally:
+            sel.close()
+        line = self.agent.stdout.readline()
+        if not line:
+            err = self.agent.stderr.read() if self.agent.poll() is not None else ""
+            raise AgentError(f"the master's workload agent exited: {err.strip()[-2000:]}")
+        return json.loads(line)
+
+    def _ask(self, command: dict, timeout: float) -> dict:
+        self.agent.stdin.write(json.dumps(command) + "\n")
+        self.agent.stdin.flush()
+        reply = self._read_agent(timeout)
+        if reply.get("ok") is False and "sites" not in reply:
+            raise AgentError(f"agent failed on {command.get('op')}: {reply.get('error')}")
+        return reply
+
+    # -- the Bench protocol ---------------------------------------------------------------------
+
+    def environment(self) -> dict:
+        return {"bench": "testbed", "tag": self.testbed.tag, "testbed": self.testbed.config.to_dict(),
+                "sites": {n: self.testbed.ip(n) for n in self.workload.sites},
+                "master": self.testbed.config.master, "workload_mode": self.workload.mode,
+                "competing_tool": "iperf3 -R (reverse: the master sends)",
+                "kernel_qdiscs": sorted(kernel.available_qdiscs())}
+
+    def behind_core(self, site: str) -> bool:
+        return site[0] != self.testbed.config.master[0]
+
+    def configure(self, link: Link, strategy: Strategy) -> None:
+        if link.delay_ms:
+            raise NotImplementedError(f"link {link.name!r}: a core delay needs the user-space emulator "
+                                      "(this kernel has no netem), which the testbed cannot launch yet")
+        if link.mtu != self._mtu:
+            self._set_mtu(link.mtu)
+        table, backend = discipline_table(strategy, link)
+        rate = int(link.core_kbit * 1000)
+        if self.testbed.config.bottleneck.get("rate_bps") != rate:
+            self.testbed.config = self.testbed.config.with_bottleneck(rate_bps=rate)
+        self.testbed.set_strategy(table, backend=backend)
+
+    def _set_mtu(self, mtu: int) -> None:
+        for node in self.testbed.topology.nodes.values():
+            for intf in node.interfaces:
+                node.cmd("ip", "link", "set", "dev", intf.name, "mtu", str(mtu))
+        self._mtu = mtu
+
+    def set_competing(self, level: float, seed: int) -> None:
+        self._stop_competing()
+        self._wait_queues_empty()
+        self.competing_level = level
+        kind = self.experiment.competing.kind
+        if not level:
+            return
+        if kind != "downloads":
+            raise NotImplementedError(f"competing traffic {kind!r} needs qos.traffic, which is not there yet")
+        streams = int(level)
+        tos = str(DEFAULT_CLASSES["bulk"].tos)
+        master = self.testbed.master
+        for i, target in enumerate(self.experiment.competing.targets):
+            port = IPERF_BASE_PORT + i
+            self.iperf_servers.append(master.popen(["iperf3", "-s", "-1", "-p", str(port), "-B", master.ip],
+                                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            master.wait_listening(port)
+            client = self.testbed.host(target).popen(
+                ["iperf3", "-c", master.ip, "-p", str(port), "-R", "-P", str(streams), "-S", tos,
+                 "-t", "86400", "-J"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            self.iperf_clients.append((target, client))
+
+    def _wait_queues_empty(self, timeout: float = 15.0) -> None:
+        """Poll until the bottleneck queues have drained what stopped traffic left in them."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            backlog = sum(c["backlog"] for queues in self.counters().values() for c in queues.values())
+            if backlog == 0:
+                return
+            time.sleep(0.05)
+        raise TimeoutError(f"bottleneck queues still hold packets {timeout} s after the competing traffic stopped")
+
+    def _stop_competing(self) -> None:
+        for target, client in self.iperf_clients:
+            netns.stop_process(client, sig=2)  # SIGINT: iperf3 still writes its JSON report
+            out = client.stdout.read() if client.stdout else ""
+            try:
+                report = json.loads(out) if out.strip() else None
+            except json.JSONDecodeError:
+                report = {"unparsed": out[-2000:]}
+            self.iperf_reports.append({"level": self.competing_level, "target": target, "iperf3": report})
+        for server in self.iperf_servers:
+            netns.stop_process(server)
+        self.iperf_clients.clear()
+        self.iperf_servers.clear()
+
+    def competing_bytes(self) -> int:
+        """Bytes the competing targets have received so far (their interfaces' rx counters)."""
+        total = 0
+        for target in self.experiment.competing.targets:
+            node = self.testbed.host(target)
+            for intf in node.interfaces:
+                total += int(node.cmd("cat", f"/sys/class/net/{intf.name}/statistics/rx_bytes"))
+        return total
+
+    def counters(self) -> dict:
+        return self.testbed.bottleneck_stats()
+
+    def run_case(self, request_class: str, seed: int, case_id: str) -> dict:
+        w = self.workload
+        reply = self._ask({"op": "case", "class": request_class, "cells": w.cells, "image_bytes": w.image_bytes,
+                           "background": w.with_background, "mask": w.with_mask, "k": w.k, "seed": seed,
+                           "deadline_s": w.deadline_s, "case_id": case_id}, w.deadline_s + 30)
+        if "sites" not in reply:
+            return {"ok": False, "error": reply.get("error", "no reply")}
+        return reply
+
+    def close(self) -> dict:
+        """Stop every process and take the testbed down; returns the iperf3 reports of every block."""
+        try:
+            self._stop_competing()
+            if self.agent is not None:
+                if self.agent.stdin:
+                    self.agent.stdin.close()
+                netns.stop_process(self.agent)
+            for proc in self.sites.values():
+                netns.stop_process(proc)
+        finally:
+            self.testbed.down()
+        return {"iperf3": self.iperf_reports}

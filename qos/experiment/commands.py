@@ -1,0 +1,86 @@
+"""`pathmaster experiment run FILE|NAME --out DIR` and `pathmaster experiment report DIR`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("experiment", help="run QoS experiments in the testbed and report on them",
+                                   description="Run a QoS experiment (a TOML file or a built-in name) in the "
+                                               "testbed, and make tables and plots from its raw data.")
+    sub = parser.add_subparsers(dest="experiment_command", metavar="ACTION", required=True)
+
+    run = sub.add_parser("run", help="run (or resume) an experiment; needs root",
+                         description="Run every run of the experiment in shuffled order, storing raw data "
+                                     "per run in DIR/runs/. Run the same command again to resume.")
+    run.add_argument("experiment", metavar="FILE|NAME",
+                     help="an experiment file, or a built-in: pathmaster2002, wan-latency, bursty, smoke")
+    run.add_argument("--out", required=True, metavar="DIR", help="output directory (created; resumed if it exists)")
+    run.add_argument("--max-runs", type=int, default=None, help="stop after this many new runs")
+    run.add_argument("--no-report", action="store_true", help="do not write the report at the end")
+    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.set_defaults(func=cmd_run)
+
+    report = sub.add_parser("report", help="tables and plots from an experiment's raw data",
+                            description="Write DIR/report/: summary and Table 1 (CSV, Markdown), "
+                                        "significance tests, and figures (PNG, SVG).")
+    report.add_argument("out", metavar="DIR")
+    report.add_argument("--no-plots", action="store_true")
+    report.set_defaults(func=cmd_report)
+
+    show = sub.add_parser("list", help="the built-in experiments")
+    show.set_defaults(func=cmd_list)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from pathmaster.records import InvalidInput
+    from qos.experiment.spec import load_spec
+
+    try:
+        experiment = load_spec(args.experiment)
+    except InvalidInput as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    from qos.experiment.bench import TestbedBench
+    from qos.experiment.report import write_report
+    from qos.experiment.runner import run_experiment
+
+    try:
+        bench = TestbedBench(experiment)
+        store = run_experiment(experiment, args.out, bench, progress=not args.quiet, max_runs=args.max_runs)
+    except (InvalidInput, NotImplementedError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"interrupted; run the same command again to resume into {args.out}", file=sys.stderr)
+        return 130
+    if not args.no_report:
+        folder = write_report(store.root)
+        print(f"report: {folder / 'report.md'}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from pathmaster.records import InvalidInput
+    from qos.experiment.report import write_report
+
+    try:
+        folder = write_report(args.out, plots=not args.no_plots)
+    except InvalidInput as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"report: {folder / 'report.md'}")
+    print((folder / "table1.md").read_text())
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from qos.experiment.matrix import expand
+    from qos.experiment.spec import builtin_names, load_spec
+
+    for name in builtin_names():
+        exp = load_spec(name)
+        print(f"{name:16s} {len(expand(exp)):4d} runs  {exp.description}")
+    return 0

@@ -1,0 +1,140 @@
+"""Run an experiment: every run of its matrix, in shuffled order, resumable, with a progress bar.
+
+    experiment = load_spec("smoke")
+    run_experiment(experiment, "out/smoke", bench=TestbedBench(experiment))
+
+The runner owns the order and the record; the bench (see bench.py) owns the network: it
+sets a link and a router strategy, keeps the competing traffic at a level, runs one
+case and reads the counters. The runner changes only what differs from the previous
+run, so competing traffic stays warm across a block of runs at the same level.
+
+An interrupted experiment (Ctrl-C, a crash, a reboot) resumes with the same command: runs
+whose raw files exist are skipped, the rest go in the original order.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Protocol
+
+from tqdm import tqdm
+
+from qos.experiment.bound import SiteTransfer, lower_bound
+from qos.experiment.matrix import Run, expand, remaining
+from qos.experiment.spec import Experiment, Link, Strategy
+from qos.experiment.store import Store, now_iso
+
+
+class Bench(Protocol):
+    """What the runner needs from a network (bench.TestbedBench is the real one)."""
+
+    def environment(self) -> dict: ...
+    def configure(self, link: Link, strategy: Strategy) -> None: ...
+    def set_competing(self, level: float, seed: int) -> None: ...
+    def counters(self) -> dict: ...
+    def competing_bytes(self) -> int: ...
+    def run_case(self, request_class: str, seed: int, case_id: str) -> dict: ...
+    def behind_core(self, site: str) -> bool: ...
+    def close(self) -> dict: ...
+
+
+def counter_delta(before: dict, after: dict) -> dict:
+    """after - before for every numeric leaf of two nested counter dicts (gauges like backlog kept as after)."""
+    out = {}
+    for key, value in after.items():
+        if isinstance(value, dict):
+            out[key] = counter_delta(before.get(key, {}), value)
+        elif isinstance(value, (int, float)) and key not in ("backlog", "qlen"):
+            out[key] = value - before.get(key, 0)
+        else:
+            out[key] = value
+    return out
+
+
+def run_bound(experiment: Experiment, link: Link, sites: list[dict], bench: Bench) -> dict:
+    """The physical lower bound of a finished case (bound.py) from its per-site bytes and work."""
+    transfers = [SiteTransfer(s["site"], s["bytes_up"], s["bytes_down"], s.get("compute_s", 0.0),
+                              bench.behind_core(s["site"])) for s in sites]
+    return lower_bound(transfers, link.core_kbit, link.access_rate_kbit, link.delay_ms).to_dict()
+
+
+def execute_run(experiment: Experiment, run: Run, bench: Bench, state: dict) -> dict:
+    """One run on the bench: configure what changed, time one case, return its raw record."""
+    link = experiment.link(run.link)
+    strategy = experiment.strategy(run.strategy)
+    seed = run.seed(experiment.seed)
+    record: dict = {"seed": seed, "started": now_iso()}
+    if state.get("config") != (link, strategy):
+        bench.configure(link, strategy)
+        state["config"] = (link, strategy)
+    if state.get("competing") != run.competing:
+        bench.set_competing(run.competing, seed)
+        state["competing"] = run.competing
+        state["competing_since"] = time.monotonic()
+    # The competing traffic needs time to reach its steady rate (TCP slow start) before a case.
+    wait = experiment.settle_s - (time.monotonic() - state["competing_since"])
+    if wait > 0 and run.competing:
+        time.sleep(wait)
+    counters_before = bench.counters()
+    competing_before = bench.competing_bytes()
+    t0 = time.monotonic()
+    case = bench.run_case(run.request_class, seed, run.run_id)
+    window = time.monotonic() - t0
+    competing_after = bench.competing_bytes()
+    record |= case
+    record["router_counters"] = counter_delta(counters_before, bench.counters())
+    record["competing"] = {
+        "kind": experiment.competing.kind, "level": run.competing, "unit": experiment.competing.unit,
+        "targets": list(experiment.competing.targets), "window_s": window,
+        "bytes": competing_after - competing_before,
+        "achieved_kbit": (competing_after - competing_before) * 8 / 1000 / window if window > 0 else 0.0,
+    }
+    record["link"] = {"name": link.name, "core_kbit": link.core_kbit, "access_kbit": link.access_kbit,
+                      "delay_ms": link.delay_ms, "mtu": link.mtu, "queue_packets": link.queue_packets}
+    record["strategy"] = {"name": strategy.name, "discipline": strategy.discipline,
+                          "shape_kbit": strategy.shape_kbit, "params": strategy.params}
+    if record.get("ok"):
+        record["bound"] = run_bound(experiment, link, record["sites"], bench)
+    record["finished"] = now_iso()
+    return record
+
+
+def run_experiment(experiment: Experiment, out_dir: str | Path, bench: Bench, progress: bool = True,
+                   max_runs: int | None = None) -> Store:
+    """Run (or resume) `experiment` into `out_dir` on `bench`; stop after `max_runs` new runs if given.
+
+    Returns the store. The bench is closed at the end (also on interruption); whatever it
+    reports on closing (e.g. iperf3's JSON) is added to the metadata.
+    """
+    store = Store(out_dir)
+    order = expand(experiment)
+    store.open_for(experiment, order)
+    todo = remaining(order, store.done_ids())
+    if max_runs is not None:
+        todo = todo[:max_runs]
+    state: dict = {}
+    failures = 0
+    started = time.monotonic()
+    try:
+        store.update_metadata(bench=bench.environment())
+        bar = tqdm(todo, desc=experiment.name, unit="run", disable=not progress, file=sys.stderr,
+                   initial=len(order) - len(remaining(order, store.done_ids())), total=len(order))
+        for run in bar:
+            record = execute_run(experiment, run, bench, state)
+            failures += not record.get("ok")
+            store.save_run(run, record)
+            bar.set_postfix_str(f"{run.strategy} c={run.competing:g} {record.get('completion_s', 0):.2f}s"
+                                + (f" failed={failures}" if failures else ""))
+    finally:
+        closing = bench.close() or {}
+        meta = store.metadata()
+        sessions = meta.get("sessions", [])
+        sessions.append({"runs": len(todo), "failed": failures, "wall_s": time.monotonic() - started,
+                         "ended": now_iso(), **closing})
+        fields = {"sessions": sessions}
+        if not remaining(order, store.done_ids()):
+            fields["finished"] = now_iso()
+        store.update_metadata(**fields)
+    return store
