@@ -1,0 +1,108 @@
+"""The PathMaster 2002 topology, its configuration, and `pathmaster testbed up|down|status`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from qos.testbed import ConfigError, Testbed, load_config, netns, teardown
+from qos.testbed.probe import checksum, ping
+from qos.testbed.testbed import state_path
+
+HOSTS = [f"{s}{k}" for s in "ABC" for k in (1, 2, 3)]
+
+
+def pathmaster(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pathmaster", "testbed", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_config_errors_name_the_file_and_setting(tmp_path: Path):
+    cases = {
+        'tag = "Bad-Tag"': "tag",
+        'subnets = ["A", "b"]': "subnets",
+        'master = "D1"': "master 'D1'",
+        'address_range = "8.8.0.0/16"': "private",
+        'colour = "red"': "unknown settings colour",
+        '[bottleneck]\nbackend = "ns3"': "backend must be one of kernel, emulator",
+        '[bottleneck]\nrate_bps = -1': "rate_bps",
+        "tag = ": "not valid TOML",
+    }
+    for text, message in cases.items():
+        path = tmp_path / "bed.toml"
+        path.write_text(text)
+        with pytest.raises(ConfigError, match=message) as err:
+            load_config(path)
+        assert str(path) in str(err.value)
+    with pytest.raises(ConfigError, match="no such testbed configuration file"):
+        load_config(tmp_path / "missing.toml")
+
+
+def test_default_config_is_the_study_testbed():
+    config = load_config()
+    assert config.subnets == ("A", "B", "C") and config.master == "A1"
+    assert config.bottleneck["rate_bps"] == 10_000_000
+    assert config.with_tag("x1").tag == "x1"
+
+
+def test_icmp_checksum_matches_rfc1071_example():
+    # RFC 1071 section 3: the words 0001 f203 f4f5 f6f7 sum to ddf2, checksum 220d.
+    assert checksum(bytes.fromhex("0001f203f4f5f6f7")) == 0x220D
+
+
+@pytest.mark.netns
+def test_up_builds_figure_4_and_every_host_reaches_every_other(netns_ok):
+    config = load_config().with_tag(netns.new_tag("f"))
+    with Testbed(config) as tb:
+        assert sorted(n.removeprefix(netns.tag_prefix(tb.tag)) for n in
+                      netns.list_namespaces(netns.tag_prefix(tb.tag))) == sorted(
+            HOSTS + ["rA", "rB", "rC", "core"])
+        assert tb.ip("A1") == "10.42.1.1" and tb.ip("C3") == "10.42.3.3"
+        # No interface of ours in the root namespace.
+        root = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+        assert "rA-eth" not in root and "A1-eth0" not in root
+        # A1 reaches B3 through rA, core and rB (3 hops: TTL 64 - 3 on the reply).
+        route = tb.host("A1").cmd("ip", "route", "get", tb.ip("B3"))
+        assert "via 10.42.1.254" in route
+        replies = ping(tb.host("A1"), [tb.ip(h) for h in HOSTS if h != "A1"], count=1)
+        assert all(rtts[0] is not None for rtts in replies.values()), replies
+        replies = ping(tb.host("C3"), [tb.ip("B2")], count=1)
+        assert replies[tb.ip("B2")][0] is not None
+        status = tb.status()
+        assert status["up"] and status["namespaces_missing"] == []
+        assert set(status["root_qdiscs"].values()) == {"htb"}
+        assert len(status["root_qdiscs"]) == 6  # both ends of three router-core links
+    assert netns.list_namespaces(netns.tag_prefix(config.tag)) == []
+
+
+@pytest.mark.netns
+def test_cli_is_idempotent_and_down_cleans_up_after_a_crash(netns_ok, tmp_path: Path):
+    tag = netns.new_tag("c")
+    try:
+        first = pathmaster("up", "--tag", tag)
+        assert first.returncode == 0, first.stderr
+        again = pathmaster("up", "--tag", tag)
+        assert again.returncode == 0, again.stderr
+        status = json.loads(pathmaster("status", "--tag", tag).stdout)
+        assert status["up"] and status["namespaces_present"] == 13
+
+        # A "crash": processes left running inside, and the state file lost.
+        orphan = subprocess.Popen(["ip", "netns", "exec", f"pm-{tag}-B3", "sleep", "300"])
+        state_path(tag).unlink()
+        down = pathmaster("down", "--tag", tag)
+        assert down.returncode == 0, down.stderr
+        assert "removed 13 namespaces" in down.stdout
+        assert orphan.wait(10) != 0
+        assert netns.list_namespaces(netns.tag_prefix(tag)) == []
+        assert pathmaster("down", "--tag", tag).returncode == 0
+        status = json.loads(pathmaster("status", "--tag", tag).stdout)
+        assert not status["up"] and status["namespaces_present"] == 0
+
+        bad = pathmaster("up", "--config", str(tmp_path / "nope.toml"))
+        assert bad.returncode == 2 and "no such testbed configuration file" in bad.stderr
+    finally:
+        teardown(tag)
