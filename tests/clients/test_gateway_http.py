@@ -1,0 +1,140 @@
+"""The gateway's HTTP API against a real deployment: a case streams per site, bad files are
+named and left out while the rest of the case goes ahead, a down site or coordinator is a
+clear message, not a crash."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import urllib.error
+import urllib.request
+
+import pytest
+from PIL import Image
+
+
+def get(url: str):
+    """(status, content type, body bytes) of a GET, errors included."""
+    try:
+        with urllib.request.urlopen(url, timeout=30) as r:
+            return r.status, r.headers["Content-Type"], r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers["Content-Type"], e.read()
+
+
+def post_case(base: str, files: dict[str, bytes], request_class: str = "routine") -> list[dict]:
+    """POST a case and read its whole NDJSON stream; returns the events in order."""
+    body = json.dumps({"request_class": request_class,
+                       "files": [{"name": n, "data": base64.b64encode(d).decode()}
+                                 for n, d in files.items()]}).encode()
+    request = urllib.request.Request(base + "api/case", data=body,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=120) as r:
+        assert r.headers["Content-Type"] == "application/x-ndjson"
+        return [json.loads(line) for line in r if line.strip()]
+
+
+def read_case(case_dir, *extra) -> dict[str, bytes]:
+    files = {p.name: p.read_bytes() for p in sorted(case_dir.iterdir())}
+    files.update({p.name: p.read_bytes() for p in extra})
+    return files
+
+
+def test_case_streams_each_sites_matches_and_keeps_good_cells_past_bad_files(
+        gateway, case_dir, bad_files):
+    files = read_case(case_dir, bad_files["not_image"], bad_files["oversize"])
+    events = post_case(gateway.url, files)
+
+    accepted = events[0]
+    assert accepted["type"] == "accepted"
+    assert accepted["cells"] == [f"cell{n}" for n in range(1, 7)]
+    rejected = {r["name"]: r["problem"] for r in accepted["rejected"]}
+    assert set(rejected) == {"scan-notes", "huge"}
+    assert "not an image file" in rejected["scan-notes"] and "scan-notes.png" in rejected["scan-notes"]
+    assert "over the limit" in rejected["huge"] and "huge.png" in rejected["huge"]
+    paired = {c["cell_id"]: c for c in accepted["pairing"]["cells"]}
+    assert paired["cell1"]["mask"] == "cell1-mask.png" and paired["cell4"]["mask"] is None
+
+    sites = [e for e in events if e["type"] == "site"]
+    assert sorted(e["site"] for e in sites) == ["site-a", "site-b", "site-c"]
+    for site in sites:
+        assert site["ok"] and site["status"] == "OK" and site["timing"]["total_s"] > 0
+        assert [c["query_cell_id"] for c in site["cells"]] == accepted["cells"]
+        for cell in site["cells"]:
+            assert cell["error"] == "" and len(cell["matches"]) == 5
+            distances = [m["distance"] for m in cell["matches"]]
+            assert distances == sorted(distances)
+            assert all(m["thumbnail"].startswith("data:image/png;base64,") for m in cell["matches"])
+        given = {c["query_cell_id"]: c for c in site["cells"]}
+        assert not given["cell1"]["mask_estimated"] and given["cell4"]["mask_estimated"]
+
+    summary = events[-1]
+    assert summary["type"] == "summary" and summary["sites_ok"] == 3 and summary["sites_failed"] == 0
+    assert sorted(v["query_cell_id"] for v in summary["votes"]) == accepted["cells"]
+    assert all(v["total"] == 15 and 1 <= v["votes"] <= 15 for v in summary["votes"])
+
+    # The match's full image, through the coordinator's GetImage.
+    match = sites[0]["cells"][0]["matches"][0]
+    status, kind, png = get(f"{gateway.url}api/image?site={sites[0]['site']}&cell_id={match['cell_id']}")
+    assert (status, kind) == (200, "image/png")
+    assert Image.open(io.BytesIO(png)).size[0] > 0
+
+    # The case is now in the class's recent completion times.
+    status, _, body = get(gateway.url + "api/stats?class=routine")
+    stats = json.loads(body)
+    assert status == 200 and stats["cases"] >= 1
+    assert summary["total_s"] == pytest.approx(stats["recent_s"][-1], rel=1e-6)
+
+
+def test_down_site_is_reported_where_it_happened_and_the_others_still_answer(down_gateway, case_dir):
+    events = post_case(down_gateway.url, read_case(case_dir), "urgent")
+    sites = {e["site"]: e for e in events if e["type"] == "site"}
+    assert set(sites) == {"site-a", "site-b", "site-down"}
+    down = sites["site-down"]
+    assert not down["ok"] and down["status"] == "UNAVAILABLE" and down["status_message"]
+    assert all(len(c["matches"]) == 5 for s in ("site-a", "site-b") for c in sites[s]["cells"])
+    summary = events[-1]
+    assert (summary["sites_ok"], summary["sites_failed"]) == (2, 1)
+    assert all(v["total"] == 10 for v in summary["votes"])
+
+    status, _, body = get(down_gateway.url + "api/sites")
+    serving = {s["site"]: s["serving"] for s in json.loads(body)["sites"]}
+    assert status == 200 and serving == {"site-a": True, "site-b": True, "site-down": False}
+
+
+def test_bad_requests_get_a_clear_status_and_message(gateway, case_dir):
+    status, _, body = get(gateway.url + "api/stats?class=express")
+    assert status == 400 and "express" in json.loads(body)["error"]
+    assert "urgent" in json.loads(body)["error"]
+
+    status, _, body = get(gateway.url + "api/image?site=site-a&cell_id=no-such-cell")
+    assert status == 404 and "no-such-cell" in json.loads(body)["error"]
+
+    bad_base64 = urllib.request.Request(
+        gateway.url + "api/case", headers={"Content-Type": "application/json"},
+        data=json.dumps({"request_class": "routine", "files": [{"name": "a.png", "data": "@@"}]}).encode())
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(bad_base64, timeout=10)
+    assert err.value.code == 400 and "a.png" in json.loads(err.value.read())["error"]
+
+    # Only bad files: nothing is sent, and the stream says why.
+    events = post_case(gateway.url, {"notes.txt": b"hello"})
+    assert events[0]["rejected"][0]["name"] == "notes.txt"
+    assert events[-1]["type"] == "error" and "nothing was sent" in events[-1]["message"]
+
+
+def test_coordinator_down_is_a_message_not_a_crash(case_dir, nowhere):
+    from services.gateway import start_gateway
+
+    handle = start_gateway(nowhere)
+    try:
+        status, _, body = get(handle.url + "api/sites")
+        assert status == 502 and "UNAVAILABLE" in json.loads(body)["error"]
+        events = post_case(handle.url, read_case(case_dir))
+        assert events[-1]["type"] == "error" and events[-1]["status"] == "UNAVAILABLE"
+        assert events[0]["cells"]  # the cells were fine; the coordinator was not there
+        status, _, page = get(handle.url)
+        assert status == 200 and b"PathMaster" in page
+    finally:
+        handle.stop()
