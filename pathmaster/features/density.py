@@ -14,6 +14,7 @@ its true value is lost. Exposures are expected to leave headroom (blank slide we
 
 from __future__ import annotations
 
+import cv2
 import numpy as np
 
 from .catalog import Feature
@@ -22,6 +23,10 @@ from .regions import CellRegions
 # Intensities below this grey level are raised to it, so that black pixels (and a black
 # background) give a finite OD: at most log10(255 / 1) ~= 2.41.
 INTENSITY_FLOOR = 1.0
+
+# The blank slide's illumination (vignetting, tint) varies over tens of pixels; smoothing
+# it removes its pixel noise and uint8 rounding, which would otherwise add to every OD.
+BACKGROUND_SIGMA_PX = 2.0
 
 CHANNELS = ("red", "green", "blue")
 _STAT_REGIONS = ("nucleus", "cytoplasm")
@@ -33,7 +38,7 @@ FEATURES: tuple[Feature, ...] = (
                 "density"),
         Feature(f"{region}_od_skew", "1", f"skewness of the optical density of the {region}", "density"),
         Feature(f"{region}_od_kurtosis", "1",
-                f"excess (Fisher) kurtosis of the optical density of the {region}", "density"),
+                f"kurtosis (Pearson: 3 for a normal distribution) of the optical density of the {region}", "density"),
         Feature(f"{region}_od_integrated", "OD*px^2",
                 f"integrated optical density (sum over pixels) of the {region}", "density"),
     )),
@@ -49,11 +54,13 @@ def optical_density(image: np.ndarray, background: np.ndarray) -> np.ndarray:
     """Per-channel optical density of a cell image against its blank-slide background.
 
     image, background: uint8 (H, W, 3). Returns float64 (H, W, 3) in OD units,
-    -log10(I / I0) with both intensities floored at INTENSITY_FLOOR, and clipped below at
-    0 (a pixel brighter than the blank slide is noise, not negative stain).
+    -log10(I / I0) with I0 the background smoothed by BACKGROUND_SIGMA_PX, both
+    intensities floored at INTENSITY_FLOOR, and clipped below at 0 (a pixel brighter
+    than the blank slide is noise, not negative stain).
     """
     intensity = np.maximum(image.astype(np.float64), INTENSITY_FLOOR)
-    lamp = np.maximum(background.astype(np.float64), INTENSITY_FLOOR)
+    smooth = cv2.GaussianBlur(background.astype(np.float64), (0, 0), BACKGROUND_SIGMA_PX)
+    lamp = np.maximum(smooth, INTENSITY_FLOOR)
     return np.maximum(-np.log10(intensity / lamp), 0.0)
 
 
@@ -69,7 +76,7 @@ def _region_stats(od: np.ndarray, region: np.ndarray, name: str) -> dict[str, fl
         # A nucleus without cytoplasm (bare nucleus) is a real cell; its cytoplasm has no density.
         return {f"{name}_od_{stat}": 0.0 for stat in ("mean", "std", "skew", "kurtosis", "integrated")}
     mean, std = float(values.mean()), float(values.std())
-    # Standardised moments, as scipy.stats.skew / kurtosis (bias=True) define them; computed
+    # Standardised moments, as scipy.stats.skew / kurtosis(fisher=False) define them; computed
     # here directly because scipy's per-call argument handling costs ~1 ms each. A flat
     # region (scipy would give NaN) has no skew or tail.
     if std < 1e-12:
@@ -77,7 +84,7 @@ def _region_stats(od: np.ndarray, region: np.ndarray, name: str) -> dict[str, fl
     else:
         z = (values - mean) / std
         z2 = z * z
-        skew, kurtosis = float(np.mean(z2 * z)), float(np.mean(z2 * z2)) - 3.0
+        skew, kurtosis = float(np.mean(z2 * z)), float(np.mean(z2 * z2))
     return {
         f"{name}_od_mean": mean,
         f"{name}_od_std": std,

@@ -13,9 +13,10 @@ import numpy as np
 
 from pathmaster.records import CYTOPLASM, MASK_LABELS, NUCLEOLUS, NUCLEUS, InvalidInput
 
-# Pixels kept around the cell when cropping, so contours and LBP neighbourhoods of
-# border pixels see background rather than the array edge.
-CROP_MARGIN_PX = 2
+# Pixels kept around the cell when cropping. At least the radius of the background
+# smoothing kernel in density.py (4 sigma = 8 px), so that every cell pixel sees the same
+# smoothed background as in the whole image: cropping changes no feature value.
+CROP_MARGIN_PX = 8
 
 
 @dataclass(frozen=True)

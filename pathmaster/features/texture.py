@@ -1,15 +1,20 @@
 """Nuclear texture: Haralick (grey-level co-occurrence) features and LBP histograms.
 
-Both are computed on the nucleus's optical density quantised on a fixed scale
-(OD_STEP per level), not on raw intensities: OD does not depend on the lamp, and a
-fixed scale keeps texture comparable between cells (a hyperchromatic nucleus uses
-higher levels). Haralick features come from mahotas, LBP from scikit-image.
+Both are computed on the nucleus's optical density, not on raw intensities, because OD
+does not depend on the lamp. Haralick features (mahotas) need grey levels: OD is
+quantised on a fixed scale (OD_STEP per level), which keeps texture comparable between
+cells (a hyperchromatic nucleus uses higher levels). LBP (scikit-image) only compares
+each pixel with its neighbours, so it runs on the continuous OD: on quantised levels,
+flat patches make exact ties that the interpolation of the LBP circle then decides at
+floating-point precision, differently for a rotated or shifted copy of the same cell.
 """
 
 from __future__ import annotations
 
-import mahotas.features
+import warnings
+
 import numpy as np
+from mahotas.features.texture import cooccurence, haralick_features as mahotas_haralick_features
 from skimage.feature import local_binary_pattern
 
 from .catalog import Feature
@@ -41,11 +46,11 @@ LBP_SETTINGS = ((8, 1), (16, 2))
 
 FEATURES: tuple[Feature, ...] = (
     *(Feature(f"nucleus_haralick_{name}_d{d}", "1",
-              f"nuclear texture, Haralick {doc}, quantised OD, pairs {d} px apart, mean of 4 directions",
+              f"nuclear texture, Haralick {doc}, quantised OD, pairs {d} px apart in 4 directions",
               "texture")
       for d in HARALICK_DISTANCES for name, doc in HARALICK_NAMES),
     *(Feature(f"nucleus_lbp_p{p}r{r}_{code}", "1",
-              f"nuclear texture, fraction of nucleus pixels with uniform LBP code {code} "
+              f"nuclear texture, fraction of nucleus pixels with uniform LBP code {code} of the OD "
               f"({p} neighbours at {r} px{'; code ' + str(p + 1) + ' = non-uniform' if code == p + 1 else ''})",
               "texture")
       for p, r in LBP_SETTINGS for code in range(p + 2)),
@@ -65,35 +70,41 @@ def quantise_od(od: np.ndarray) -> np.ndarray:
 def haralick_features(levels: np.ndarray, region: np.ndarray) -> dict[str, float]:
     """Haralick features of `region` in a quantised image, at each of HARALICK_DISTANCES.
 
-    levels: uint8 (h, w) from quantise_od(); region: bool (h, w). Pairs with a pixel
-    outside the region are ignored (mahotas' ignore_zeros). A region too small to hold a
-    pixel pair in every direction at some distance (a nucleus of a few pixels) gets
-    zeros for that distance: there is no texture to measure at that scale.
+    levels: uint8 (h, w) from quantise_od(); region: bool (h, w). At each distance the
+    symmetric co-occurrence matrices of the 4 directions (0, 45, 90, 135 degrees) are
+    pooled into one, which is rotation-invariant, works for a nucleus with pairs in only
+    some directions, and costs one feature evaluation instead of four. Pairs with a pixel
+    outside the region are ignored. A region with no pixel pair at some distance (a
+    nucleus of a pixel or two) gets zeros there: it has no texture at that scale.
     """
     inside = np.where(region, levels, 0).astype(np.uint8)
     values: dict[str, float] = {}
     for d in HARALICK_DISTANCES:
-        try:
+        pooled = sum(cooccurence(inside, direction, symmetric=True, distance=d) for direction in range(4))
+        if pooled[1:, 1:].any():
             # VAR[|x-y|] rather than VAR[P(|x-y|)]: the latter depends on the matrix size,
             # i.e. on the cell's darkest level rather than on its texture.
-            row = mahotas.features.haralick(inside, ignore_zeros=True, return_mean=True, distance=d,
-                                            use_x_minus_y_variance=True)
-        except ValueError:
+            row = mahotas_haralick_features([pooled], ignore_zeros=True, use_x_minus_y_variance=True)[0]
+        else:
             row = np.zeros(len(HARALICK_NAMES))
         for (name, _), value in zip(HARALICK_NAMES, row):
             values[f"nucleus_haralick_{name}_d{d}"] = float(value)
     return values
 
 
-def lbp_features(levels: np.ndarray, region: np.ndarray) -> dict[str, float]:
+def lbp_features(od: np.ndarray, region: np.ndarray) -> dict[str, float]:
     """Normalised histograms of rotation-invariant uniform LBP codes over `region`.
 
-    levels: uint8 (h, w) quantised OD (the whole crop: neighbours outside the region
+    od: float64 (h, w) optical density (the whole crop: neighbours outside the region
     still count, so the nucleus border shows as an edge); region: bool (h, w), not empty.
     """
     values: dict[str, float] = {}
     for p, r in LBP_SETTINGS:
-        codes = local_binary_pattern(levels, p, r, method="uniform")[region].astype(np.int64)
+        with warnings.catch_warnings():
+            # scikit-image warns that float images give ties decided by rounding noise;
+            # continuous OD is used precisely because it has (almost) no ties.
+            warnings.simplefilter("ignore", UserWarning)
+            codes = local_binary_pattern(od, p, r, method="uniform")[region].astype(np.int64)
         histogram = np.bincount(codes, minlength=p + 2) / codes.size
         for code in range(p + 2):
             values[f"nucleus_lbp_p{p}r{r}_{code}"] = float(histogram[code])
@@ -108,5 +119,5 @@ def texture_features(nucleus: np.ndarray, od: np.ndarray) -> dict[str, float]:
     rows, cols = np.nonzero(nucleus)
     box = (slice(max(rows.min() - margin, 0), rows.max() + margin + 1),
            slice(max(cols.min() - margin, 0), cols.max() + margin + 1))
-    levels, region = quantise_od(od[box]), nucleus[box]
-    return {**haralick_features(levels, region), **lbp_features(levels, region)}
+    region = nucleus[box]
+    return {**haralick_features(quantise_od(od[box]), region), **lbp_features(od[box], region)}

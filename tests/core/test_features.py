@@ -1,0 +1,423 @@
+"""Cell features against known answers and independent scikit-image / scipy / mahotas calls.
+
+The cells here are drawn with skimage.draw and rendered with Beer-Lambert optics over a
+vignetted, tinted blank slide, so that their true optical densities are known.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import ndimage, stats
+from skimage import draw, measure
+from skimage.feature import graycomatrix, graycoprops, local_binary_pattern
+
+from pathmaster.features import FEATURES, GROUPS, extract_features, feature_names
+from pathmaster.features import texture
+from pathmaster.records import CYTOPLASM, NUCLEOLUS, NUCLEUS, InvalidInput
+
+NAMES = feature_names()
+UNITS = {"px", "px^2", "OD", "OD*px^2", "1"}
+# Stain absorbance per RGB channel relative to the grey OD (their mean, which is 1).
+ABSORBANCE = np.array([1.0, 1.15, 0.85])
+
+
+def slide(size: tuple[int, int], lamp: float) -> np.ndarray:
+    """Float blank slide (H, W, 3): lamp intensity with vignetting and a warm tint."""
+    h, w = size
+    yy, xx = np.mgrid[:h, :w]
+    r2 = ((yy - h / 2) ** 2 + (xx - w / 2) ** 2) / (max(h, w) / 2) ** 2
+    return lamp * (1.0 - 0.15 * r2)[..., None] * np.array([1.0, 0.97, 0.93])
+
+
+def render(od: np.ndarray, background: np.ndarray, noise: np.ndarray | None = None,
+           scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """Beer-Lambert: (image, background) as uint8 from a grey OD map and a float slide.
+
+    `scale` multiplies the lamp (and the camera noise with it) before the single uint8
+    rounding a camera does.
+    """
+    image = background * 10.0 ** (-od[..., None] * ABSORBANCE)
+    if noise is not None:
+        image = image + noise[0]
+        background = background + noise[1]
+    as_uint8 = lambda a: np.clip(np.round(a * scale), 0, 255).astype(np.uint8)  # noqa: E731
+    return as_uint8(image), as_uint8(background)
+
+
+def realistic_cell(seed: int = 0, size: int = 200, nucleoli: int = 2):
+    """A ~200 px cell: returns (od, slide, noise, mask) before rendering.
+
+    Cytoplasm OD 0.15, nucleus 0.6 with smoothed-noise chromatin, nucleoli 0.95,
+    slight optical blur, camera noise of 1.5 grey levels at a lamp of 205.
+    """
+    rng = np.random.default_rng(seed)
+    mask = np.zeros((size, size), np.uint8)
+    c = size / 2
+    mask[draw.ellipse(c, c, 0.4 * size, 0.3 * size, rotation=0.4, shape=mask.shape)] = CYTOPLASM
+    mask[draw.ellipse(c + 5, c - 4, 28, 22, rotation=-0.3, shape=mask.shape)] = NUCLEUS
+    for k in range(nucleoli):
+        mask[draw.disk((c + 2 + 10 * k, c - 8 + 6 * k), 3, shape=mask.shape)] = NUCLEOLUS
+    chromatin = ndimage.gaussian_filter(rng.normal(size=mask.shape), 1.5)
+    chromatin /= chromatin.std()
+    od = np.zeros(mask.shape)
+    od[mask == CYTOPLASM] = 0.15
+    nucleus = mask >= NUCLEUS
+    od[nucleus] = 0.6 + 0.12 * chromatin[nucleus]
+    od[mask == NUCLEOLUS] = 0.95
+    od = ndimage.gaussian_filter(np.clip(od, 0, None), 0.7)
+    noise = (rng.normal(0, 1.5, mask.shape + (3,)), rng.normal(0, 1.0, mask.shape + (3,)))
+    return od, slide(mask.shape, 205.0), noise, mask
+
+
+def value(vector: np.ndarray, name: str) -> float:
+    return float(vector[NAMES.index(name)])
+
+
+def reference_od(image: np.ndarray, background: np.ndarray) -> np.ndarray:
+    """Grey OD written out independently: -log10(I / I0), I0 the background smoothed
+    (sigma 2 px, mirrored edges, as documented), intensities floored at 1, OD >= 0."""
+    smooth = np.stack([ndimage.gaussian_filter(background[..., k].astype(float), 2.0, mode="mirror",
+                                               truncate=4.0) for k in range(3)], axis=2)
+    ratio = np.maximum(image.astype(float), 1.0) / np.maximum(smooth, 1.0)
+    return np.maximum(-np.log10(ratio), 0.0).mean(axis=2)
+
+
+def flat_cell(nucleus_mask: np.ndarray, cell_mask: np.ndarray, lamp: float = 200.0,
+              nucleus_od: float = 0.5, cytoplasm_od: float = 0.1):
+    """Uniform-density cell from boolean masks, no noise: (image, background, label mask)."""
+    mask = np.zeros(cell_mask.shape, np.uint8)
+    mask[cell_mask] = CYTOPLASM
+    mask[nucleus_mask] = NUCLEUS
+    od = np.where(nucleus_mask, nucleus_od, np.where(cell_mask, cytoplasm_od, 0.0))
+    image, background = render(od, slide(mask.shape, lamp))
+    return image, background, mask
+
+
+def disk_mask(shape, centre, radius):
+    out = np.zeros(shape, bool)
+    out[draw.disk(centre, radius, shape=shape)] = True
+    return out
+
+
+# --- the catalogue -------------------------------------------------------------------
+
+def test_catalogue_names_units_groups_match_the_vector():
+    od, background, noise, mask = realistic_cell()
+    vector = extract_features(*render(od, background, noise), mask)
+    assert vector.dtype == np.float64 and vector.shape == (len(FEATURES),)
+    assert len(set(NAMES)) == len(NAMES)
+    for f in FEATURES:
+        assert f.unit in UNITS, f
+        assert f.group in GROUPS and f.doc.strip(), f
+    assert {f.group for f in FEATURES} == set(GROUPS)
+    # Groups are contiguous in the vector: geometric, density, texture.
+    order = [f.group for f in FEATURES]
+    assert order == sorted(order, key=GROUPS.index)
+
+
+# --- geometry: known shapes and regionprops --------------------------------------------
+
+def test_disk_in_disk_known_answers():
+    shape, r_n, r_c = (200, 200), 30, 60
+    nucleus = disk_mask(shape, (100, 100), r_n)
+    image, background, mask = flat_cell(nucleus, disk_mask(shape, (100, 100), r_c))
+    v = extract_features(image, background, mask)
+    assert value(v, "nucleus_area") == pytest.approx(np.pi * r_n**2, rel=0.02)
+    assert value(v, "cell_area") == pytest.approx(np.pi * r_c**2, rel=0.02)
+    assert value(v, "nucleus_form_factor") == pytest.approx(1.0, abs=0.1)
+    assert value(v, "nucleus_eccentricity") < 0.05
+    assert value(v, "nucleus_solidity") > 0.97
+    for name in ("nucleus_feret_max", "nucleus_feret_min", "nucleus_major_axis", "nucleus_minor_axis"):
+        assert value(v, name) == pytest.approx(2 * r_n, abs=1.5), name
+    assert value(v, "nc_ratio") == pytest.approx((r_n / r_c) ** 2, rel=0.03)
+    assert value(v, "nucleus_offset") < 0.01
+    assert value(v, "nucleus_radial_cv") < 0.03
+    assert max(value(v, f"nucleus_fourier_{k}") for k in range(2, 9)) < 0.02
+    assert value(v, "nucleolus_count") == 0 and value(v, "nucleolus_area") == 0
+
+
+def test_ellipse_and_square_known_answers():
+    shape = (200, 200)
+    ellipse = np.zeros(shape, bool)
+    ellipse[draw.ellipse(100, 100, 20, 40, shape=shape)] = True  # semi-axes 20 (rows), 40 (cols)
+    image, background, mask = flat_cell(ellipse, disk_mask(shape, (100, 100), 70))
+    v = extract_features(image, background, mask)
+    assert value(v, "nucleus_major_axis") == pytest.approx(80, abs=1.5)
+    assert value(v, "nucleus_minor_axis") == pytest.approx(40, abs=1.5)
+    assert value(v, "nucleus_feret_max") == pytest.approx(80, abs=1.5)
+    assert value(v, "nucleus_feret_min") == pytest.approx(40, abs=1.5)
+    assert value(v, "nucleus_eccentricity") == pytest.approx(np.sqrt(1 - 0.5**2), abs=0.01)
+
+    square = np.zeros(shape, bool)
+    square[80:120, 80:120] = True
+    image, background, mask = flat_cell(square, disk_mask(shape, (100, 100), 70))
+    v = extract_features(image, background, mask)
+    assert value(v, "nucleus_area") == 1600
+    assert value(v, "nucleus_solidity") == pytest.approx(1.0, abs=1e-9)
+    assert value(v, "nucleus_feret_min") == pytest.approx(40, abs=1e-6)
+    assert value(v, "nucleus_feret_max") == pytest.approx(40 * np.sqrt(2), abs=1e-6)
+
+
+def test_geometry_matches_regionprops_on_a_realistic_cell():
+    od, background, noise, mask = realistic_cell(seed=3)
+    v = extract_features(*render(od, background, noise), mask)
+    for name, region in (("nucleus", mask >= NUCLEUS), ("cell", mask > 0)):
+        props = measure.regionprops(region.astype(np.uint8))[0]
+        assert value(v, f"{name}_area") == props.area
+        assert value(v, f"{name}_perimeter") == pytest.approx(props.perimeter, rel=1e-9)
+        assert value(v, f"{name}_form_factor") == pytest.approx(4 * np.pi * props.area / props.perimeter**2)
+        assert value(v, f"{name}_eccentricity") == pytest.approx(props.eccentricity, rel=1e-9)
+        assert value(v, f"{name}_major_axis") == pytest.approx(props.axis_major_length, rel=1e-9)
+        assert value(v, f"{name}_minor_axis") == pytest.approx(props.axis_minor_length, rel=1e-9)
+        # Solidity and maximum Feret come from the hull of pixel outlines, regionprops
+        # rasterises its own hull: close, not identical.
+        assert value(v, f"{name}_solidity") == pytest.approx(props.solidity, abs=0.02)
+        assert value(v, f"{name}_feret_max") == pytest.approx(props.feret_diameter_max, abs=1.5)
+    assert value(v, "nucleolus_count") == 2
+    assert value(v, "nucleolus_area") == np.count_nonzero(mask == NUCLEOLUS)
+    assert value(v, "nc_ratio") == pytest.approx(np.count_nonzero(mask >= NUCLEUS) / np.count_nonzero(mask))
+
+
+def test_lobed_nucleus_is_irregular_and_a_smooth_one_is_not():
+    shape = (200, 200)
+    angles = np.linspace(0, 2 * np.pi, 400, endpoint=False)
+    radius = 30 + 6 * np.cos(5 * angles)  # five lobes
+    lobed = np.zeros(shape, bool)
+    lobed[draw.polygon(100 + radius * np.sin(angles), 100 + radius * np.cos(angles), shape=shape)] = True
+    smooth = disk_mask(shape, (100, 100), 30)
+    cell = disk_mask(shape, (100, 100), 70)
+    v_lobed = extract_features(*flat_cell(lobed, cell))
+    v_smooth = extract_features(*flat_cell(smooth, cell))
+    assert value(v_lobed, "nucleus_radial_cv") > 3 * value(v_smooth, "nucleus_radial_cv")
+    # Five lobes put the contour's energy in harmonics +-5 (4 and 6 around the fundamental).
+    assert value(v_lobed, "nucleus_fourier_4") + value(v_lobed, "nucleus_fourier_6") > 0.1
+    assert value(v_lobed, "nucleus_solidity") < value(v_smooth, "nucleus_solidity") - 0.03
+    assert value(v_lobed, "nucleus_form_factor") < value(v_smooth, "nucleus_form_factor") - 0.1
+
+
+def test_nucleoli_counted():
+    shape = (200, 200)
+    image, background, mask = flat_cell(disk_mask(shape, (100, 100), 35), disk_mask(shape, (100, 100), 70))
+    for centre in ((90, 90), (110, 105), (95, 115)):
+        mask[disk_mask(shape, centre, 3)] = NUCLEOLUS
+    v = extract_features(image, background, mask)
+    assert value(v, "nucleolus_count") == 3
+    assert value(v, "nucleolus_area") == np.count_nonzero(mask == NUCLEOLUS)
+    assert value(v, "nucleolus_fraction") == pytest.approx(
+        np.count_nonzero(mask == NUCLEOLUS) / np.count_nonzero(mask >= NUCLEUS))
+
+
+# --- optical density ---------------------------------------------------------------------
+
+def test_uniform_stain_gives_its_optical_density():
+    shape = (160, 160)
+    image, background, mask = flat_cell(disk_mask(shape, (80, 80), 25), disk_mask(shape, (80, 80), 60),
+                                        nucleus_od=0.5, cytoplasm_od=0.1)
+    v = extract_features(image, background, mask)
+    # uint8 rounding of I ~ 60-180 grey levels bounds the error to ~0.005 OD.
+    assert value(v, "nucleus_od_mean") == pytest.approx(0.5, abs=0.005)
+    assert value(v, "cytoplasm_od_mean") == pytest.approx(0.1, abs=0.005)
+    assert value(v, "nucleus_od_std") < 0.01
+    for channel, absorbance in zip(("red", "green", "blue"), ABSORBANCE):
+        assert value(v, f"nucleus_od_{channel}") == pytest.approx(0.5 * absorbance, abs=0.005)
+        assert value(v, f"cytoplasm_od_{channel}") == pytest.approx(0.1 * absorbance, abs=0.005)
+    n_nucleus = np.count_nonzero(mask == NUCLEUS)
+    assert value(v, "nucleus_od_integrated") == pytest.approx(value(v, "nucleus_od_mean") * n_nucleus)
+
+
+def test_od_statistics_match_scipy_on_a_realistic_cell():
+    od, background, noise, mask = realistic_cell(seed=5)
+    image, slide_u8 = render(od, background, noise)
+    v = extract_features(image, slide_u8, mask)
+    grey = reference_od(image, slide_u8)
+    nucleus, cytoplasm = grey[mask >= NUCLEUS], grey[mask == CYTOPLASM]
+    for name, values in (("nucleus", nucleus), ("cytoplasm", cytoplasm)):
+        assert value(v, f"{name}_od_mean") == pytest.approx(values.mean(), rel=1e-6)
+        assert value(v, f"{name}_od_std") == pytest.approx(values.std(), rel=1e-6)
+        assert value(v, f"{name}_od_skew") == pytest.approx(stats.skew(values), rel=1e-5)
+        assert value(v, f"{name}_od_kurtosis") == pytest.approx(stats.kurtosis(values, fisher=False), rel=1e-5)
+        assert value(v, f"{name}_od_integrated") == pytest.approx(values.sum(), rel=1e-6)
+    excess = grey[mask == NUCLEOLUS].mean() - nucleus.mean()
+    assert value(v, "nucleolus_od_excess") == pytest.approx(excess, rel=1e-6)
+    # And the rendered densities come back: true nucleus OD is 0.6 before blur.
+    assert value(v, "nucleus_od_mean") == pytest.approx(od[mask >= NUCLEUS].mean(), abs=0.01)
+
+
+def _od_feature_drift(base: np.ndarray, moved: np.ndarray) -> dict[str, float]:
+    """How far each density feature moved, as a fraction of its scale.
+
+    The scale is the feature's own magnitude, except for skewness, which is centred on 0
+    (a symmetric distribution): 1% of a skew of 0.02 would demand 0.0002, which no
+    measurement has; its scale is max(|skew|, 1), its natural unit.
+    """
+    drift = {}
+    for i, f in enumerate(FEATURES):
+        if f.group != "density":
+            continue
+        scale = max(abs(base[i]), 1.0) if f.name.endswith("_skew") else abs(base[i])
+        drift[f.name] = abs(moved[i] - base[i]) / max(scale, 1e-12)
+    return drift
+
+
+@pytest.mark.parametrize("factor", [0.8, 0.9, 1.1, 1.2])
+def test_optical_density_features_are_lamp_invariant(factor):
+    od, background, noise, mask = realistic_cell(seed=1)
+    base = extract_features(*render(od, background, noise), mask)
+    # A brighter or dimmer lamp: the same scene, image and slide scaled, rounded once more
+    # to uint8 (the slide peaks at 205 * 1.2 < 255, so nothing clips).
+    image, slide_u8 = render(od, background, noise)
+    scaled = [np.clip(np.round(a * factor), 0, 255).astype(np.uint8) for a in (image, slide_u8)]
+    moved = extract_features(*scaled, mask)
+    drift = _od_feature_drift(base, moved)
+    assert max(drift.values()) < 0.01, {k: round(d, 4) for k, d in drift.items() if d >= 0.01}
+    # Texture is measured on quantised OD: it barely moves either.
+    for i, f in enumerate(FEATURES):
+        if f.group == "texture" and "lbp" in f.name:
+            assert abs(moved[i] - base[i]) < 0.02, f.name
+        elif f.group == "texture" and "imc1" not in f.name and "correlation" not in f.name:
+            assert abs(moved[i] - base[i]) <= 0.05 * abs(base[i]) + 1e-9, f.name
+
+
+def test_lamp_invariance_check_catches_a_missing_background_correction():
+    """Scaling the image alone (a background from another lamp) must move OD features:
+    the invariance test above would catch features that ignored the background."""
+    od, background, noise, mask = realistic_cell(seed=1)
+    image, slide_u8 = render(od, background, noise)
+    base = extract_features(image, slide_u8, mask)
+    moved = extract_features(np.clip(np.round(image * 0.8), 0, 255).astype(np.uint8), slide_u8, mask)
+    assert _od_feature_drift(base, moved)["nucleus_od_mean"] > 0.1
+
+
+# --- texture -------------------------------------------------------------------------
+
+def _reference_levels(image, background):
+    """Quantised OD written out from the documented scale: levels 1..OD_LEVELS."""
+    grey = reference_od(image, background)
+    return np.clip(np.floor(grey / texture.OD_STEP), 0, texture.OD_LEVELS - 1).astype(np.uint8) + 1
+
+
+def test_haralick_distance_1_matches_skimage_glcm():
+    od, background, noise, mask = realistic_cell(seed=2)
+    image, slide_u8 = render(od, background, noise)
+    v = extract_features(image, slide_u8, mask)
+    levels = np.where(mask >= NUCLEUS, _reference_levels(image, slide_u8), 0)
+    glcm = graycomatrix(levels, [1], [0, np.pi / 4, np.pi / 2, 3 * np.pi / 4],
+                        levels=texture.OD_LEVELS + 1, symmetric=True)
+    # Drop pairs touching level 0 (outside the nucleus); pool the four directions.
+    glcm = glcm[1:, 1:].astype(float).sum(axis=3, keepdims=True)
+    for ours, theirs in (("contrast", "contrast"), ("asm", "ASM"), ("idm", "homogeneity"),
+                         ("correlation", "correlation")):
+        expected = graycoprops(glcm, theirs)[0, 0]
+        assert value(v, f"nucleus_haralick_{ours}_d1") == pytest.approx(expected, rel=1e-6), ours
+    # Texture grows with distance for a smooth chromatin pattern: contrast at 4 px > at 1 px.
+    assert value(v, "nucleus_haralick_contrast_d4") > 2 * value(v, "nucleus_haralick_contrast_d1")
+
+
+@pytest.mark.filterwarnings("ignore:Applying `local_binary_pattern` to floating-point")
+def test_lbp_histograms_match_skimage():
+    od, background, noise, mask = realistic_cell(seed=2)
+    image, slide_u8 = render(od, background, noise)
+    v = extract_features(image, slide_u8, mask)
+    grey = reference_od(image, slide_u8)
+    nucleus = mask >= NUCLEUS
+    for p, r in texture.LBP_SETTINGS:
+        codes = local_binary_pattern(grey, p, r, method="uniform")[nucleus].astype(int)
+        expected = np.bincount(codes, minlength=p + 2) / codes.size
+        ours = [value(v, f"nucleus_lbp_p{p}r{r}_{code}") for code in range(p + 2)]
+        # Exact but for a rare neighbour within rounding (1e-16 OD) of its centre.
+        np.testing.assert_allclose(ours, expected, atol=2.0 / codes.size)
+        assert sum(ours) == pytest.approx(1.0)
+
+
+def test_uniform_nucleus_has_no_texture_and_mottled_one_has():
+    shape = (160, 160)
+    nucleus, cell = disk_mask(shape, (80, 80), 30), disk_mask(shape, (80, 80), 60)
+    v_flat = extract_features(*flat_cell(nucleus, cell))
+    assert value(v_flat, "nucleus_haralick_contrast_d1") == 0
+    assert value(v_flat, "nucleus_haralick_asm_d1") == 1
+    od, background, noise, mask = realistic_cell(seed=4)
+    v_mottled = extract_features(*render(od, background, noise), mask)
+    assert value(v_mottled, "nucleus_haralick_contrast_d1") > 0.5
+    assert value(v_mottled, "nucleus_haralick_asm_d1") < 0.1
+
+
+# --- invariances and robustness ----------------------------------------------------------
+
+def test_more_slide_around_the_cell_changes_nothing():
+    od, background, noise, mask = realistic_cell(seed=6, size=120)
+    image, slide_u8 = render(od, background, noise)
+    base = extract_features(image, slide_u8, mask)
+    pad = ((30, 10), (5, 40))
+    padded = extract_features(np.pad(image, pad + ((0, 0),), mode="reflect"),
+                              np.pad(slide_u8, pad + ((0, 0),), mode="reflect"),
+                              np.pad(mask, pad))
+    np.testing.assert_allclose(padded, base, rtol=1e-9, atol=1e-12)
+
+
+def test_quarter_turn_keeps_the_features():
+    od, background, noise, mask = realistic_cell(seed=7)
+    image, slide_u8 = render(od, background, noise)
+    base = extract_features(image, slide_u8, mask)
+    turned = extract_features(np.rot90(image).copy(), np.rot90(slide_u8).copy(), np.rot90(mask).copy())
+    contour = [i for i, n in enumerate(NAMES) if "fourier" in n or "radial" in n]
+    rest = [i for i in range(len(NAMES)) if i not in contour]
+    np.testing.assert_allclose(turned[rest], base[rest], rtol=1e-6, atol=1e-9)
+    # Fourier descriptors resample the contour from another starting pixel.
+    np.testing.assert_allclose(turned[contour], base[contour], rtol=0.05, atol=0.005)
+
+
+@pytest.mark.parametrize("case", ["one_pixel", "two_pixels", "bare_nucleus", "at_image_edge"])
+def test_degenerate_but_valid_cells_give_finite_features(case):
+    shape = (40, 40)
+    cell = disk_mask(shape, (20, 20), 12)
+    nucleus = np.zeros(shape, bool)
+    if case == "one_pixel":
+        nucleus[20, 20] = True
+    elif case == "two_pixels":
+        nucleus[20, 20:22] = True
+    elif case == "bare_nucleus":
+        nucleus = cell.copy()
+    else:
+        cell = disk_mask(shape, (3, 20), 10)
+        nucleus = disk_mask(shape, (1, 20), 4)
+    v = extract_features(*flat_cell(nucleus, cell))
+    assert np.isfinite(v).all(), [n for n, x in zip(NAMES, v) if not np.isfinite(x)]
+    assert value(v, "nucleus_area") == np.count_nonzero(nucleus)
+
+
+def test_cell_without_nucleus_is_rejected_with_its_name():
+    shape = (80, 80)
+    image, background, mask = flat_cell(np.zeros(shape, bool), disk_mask(shape, (40, 40), 30))
+    with pytest.raises(InvalidInput, match="no nucleus") as err:
+        extract_features(image, background, mask, source="case7/cell3.png")
+    assert "case7/cell3.png" in str(err.value)
+
+
+@pytest.mark.parametrize("problem, match", [
+    ("mask_size", "mask shape"),
+    ("mask_label", "outside 0-3"),
+    ("float_image", "uint8"),
+    ("grey_image", r"\(H, W, 3\)"),
+    ("background_size", "background shape"),
+    ("float_mask", "integer"),
+])
+def test_bad_arrays_are_rejected_clearly(problem, match):
+    shape = (80, 80)
+    image, background, mask = flat_cell(disk_mask(shape, (40, 40), 10), disk_mask(shape, (40, 40), 30))
+    if problem == "mask_size":
+        mask = mask[:-1]
+    elif problem == "mask_label":
+        mask = mask.copy()
+        mask[0, 0] = 7
+    elif problem == "float_image":
+        image = image / 255.0
+    elif problem == "grey_image":
+        image = image[..., 0]
+    elif problem == "background_size":
+        background = background[:, :-2]
+    else:
+        mask = mask.astype(float)
+    with pytest.raises(InvalidInput, match=match) as err:
+        extract_features(image, background, mask, source="cell.bmp")
+    assert str(err.value).startswith("cell.bmp: ")
