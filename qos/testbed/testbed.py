@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -38,6 +39,8 @@ def teardown(tag: str) -> list[str]:
     for name in removed:
         netns.delete(name)
     state_path(tag).unlink(missing_ok=True)
+    for workdir in STATE_DIR.glob(f"testbed-{netns.check_tag(tag)}-emulator-*"):
+        shutil.rmtree(workdir, ignore_errors=True)
     return removed
 
 
@@ -72,8 +75,11 @@ class Testbed:
 
     def down(self) -> list[str]:
         """Stop emulators and processes and remove every namespace of this tag (idempotent)."""
-        for proc in self.emulators.values():
-            netns.stop_process(proc)
+        for emu in self.emulators.values():
+            try:
+                emu.stop()
+            except Exception:  # its namespace goes anyway; a failed stop must not block teardown
+                pass
         self.emulators.clear()
         self.disciplines.clear()
         return teardown(self.tag)
@@ -122,7 +128,7 @@ class Testbed:
         backend = settings.get("backend", "kernel")
         old = self.emulators.pop(subnet, None)
         if old is not None:
-            netns.stop_process(old)
+            old.stop()
         for intf in self.topology.bottleneck_interfaces(subnet):
             kernel.clear(intf.node, intf.name)
             self.disciplines.pop(_key(intf), None)
@@ -137,22 +143,43 @@ class Testbed:
             raise ValueError(f"subnet {subnet}: unknown backend {backend!r}")
 
     def _launch_emulator(self, subnet: str, rate_bps: float, spec: dict):
-        """Start the user-space emulator in router rX for both directions of its uplink."""
+        """Start the user-space emulator in router rX on both directions of its uplink
+        (packets leaving the subnet and packets entering it); see `qos.emulator.launch`."""
         from qos import emulator  # the other backend; imported only when a link uses it
 
         router = self.topology.routers[subnet]
         uplink = self.topology.uplinks[subnet]
         return emulator.launch(router.namespace, {"rate_bps": rate_bps, **spec},
-                               interfaces=[uplink.intf1.name])
+                               interfaces=[uplink.intf1.name],
+                               workdir=STATE_DIR / f"testbed-{self.tag}-emulator-{subnet}")
 
     def bottleneck_stats(self) -> dict[str, dict]:
-        """Per-class counters of every kernel-backed bottleneck queue, keyed "node:interface"."""
+        """Per-class counters {bytes, packets, drops, backlog, qlen} of every bottleneck queue.
+
+        Kernel queues are keyed "node:interface" and read live. Emulated ones are keyed
+        "router:<direction>" and are as of the emulator's last statistics write (every few
+        seconds and when it stops); bytes and packets count what it sent on.
+        """
         out = {}
         for subnet in self.config.subnets:
             for intf in self.topology.bottleneck_interfaces(subnet):
                 discipline = self.disciplines.get(_key(intf))
                 if discipline is not None:
                     out[_key(intf)] = kernel.stats(intf.node, intf.name, discipline)
+            emu = self.emulators.get(subnet)
+            if emu is not None:
+                router = self.topology.routers[subnet].name
+                try:
+                    directions = emu.stats().get("directions", {})
+                except (OSError, ValueError):
+                    directions = {}  # not written yet
+                for name, d in directions.items():
+                    out[f"{router}:{name}"] = {
+                        cls: {"bytes": c["sent_bytes"], "packets": c["sent_packets"],
+                              "drops": c["dropped_packets"],
+                              "backlog": c["enqueued_bytes"] - c["sent_bytes"],
+                              "qlen": c["enqueued_packets"] - c["sent_packets"]}
+                        for cls, c in d.get("classes", {}).items()}
         return out
 
     # -- state ----------------------------------------------------------------------------------
@@ -205,6 +232,7 @@ def status(tag: str, topology: PathMaster2002 | None = None) -> dict:
         "namespaces_missing": missing,
         "state_file": str(path) if recorded else None,
         "disciplines": recorded.get("disciplines", {}) if recorded else {},
+        "emulators": recorded.get("emulators", {}) if recorded else {},
         "root_qdiscs": qdiscs,
         "processes": {k: v for k, v in processes.items() if v},
     }
