@@ -7,10 +7,10 @@
     bench.close()                        # stops everything; the testbed leaves nothing behind
 
 The case: the master (A1) sends the case to the server of every subnet in parallel over
-gRPC, one channel per class with its DSCP (workload.py). The competing traffic: the
-study's wget downloads, as iperf3 reverse-mode TCP streams from the master to B3 and C3
-marked with the bulk class's DSCP; what they achieve is read from the targets' receive
-counters during each case, and iperf3's own JSON report is kept for every block.
+gRPC, one channel per class with its DSCP (workload.py). The competing traffic comes from
+qos.traffic (the study's downloads from the master to B3 and C3, constant-rate UDP or
+Pareto bursts), marked with the bulk class's DSCP; what it achieves during each case is
+read from the targets' receive counters, and each block's own totals are kept.
 """
 
 from __future__ import annotations
@@ -21,14 +21,13 @@ import subprocess
 import sys
 import time
 
-from qos.classes import DEFAULT_CLASSES
-from qos.experiment.spec import Experiment, Link, Strategy
+from qos import traffic
+from qos.experiment.spec import Competing, Experiment, Link, Strategy
 from qos.testbed import kernel, netns
 from qos.testbed.config import load_config
 from qos.testbed.testbed import Testbed
 
 SITE_PORT = 50051
-IPERF_BASE_PORT = 5201
 # Cisco WFQ weighs a flow by IP precedence + 1: AF41 -> 5, AF21 -> 3, AF11 -> 2, LE/best effort -> 1.
 DEFAULT_WEIGHTS = {"urgent": 5, "routine": 3, "teaching": 2, "bulk": 1}
 
@@ -51,6 +50,24 @@ def discipline_table(strategy: Strategy, link: Link) -> tuple[dict, str]:
         "(this kernel has no red qdisc), which the testbed cannot launch yet")
 
 
+def competing_spec(competing: Competing, level: float, seed: int) -> dict:
+    """The qos.traffic table for one level: downloads = streams per target; udp and pareto =
+    total mean rate in kbit/s over all targets."""
+    spec: dict = {"kind": competing.kind, "targets": list(competing.targets)}
+    if "dscp" in competing.params:
+        spec["dscp"] = int(competing.params["dscp"])
+    if competing.kind == "downloads":
+        spec["streams"] = int(level)
+    elif competing.kind == "udp":
+        spec["rate_bps"] = level * 1000
+    else:
+        spec["mean_bps"] = level * 1000 / len(competing.targets)
+        spec["seed"] = seed
+        if "alpha" in competing.params:
+            spec["alpha"] = float(competing.params["alpha"])
+    return spec
+
+
 class AgentError(RuntimeError):
     """The master's workload agent did not answer as expected."""
 
@@ -69,9 +86,8 @@ class TestbedBench:
         self.testbed = Testbed(config)
         self.sites: dict = {}
         self.agent: subprocess.Popen | None = None
-        self.iperf_servers: list = []
-        self.iperf_clients: list = []
-        self.iperf_reports: list[dict] = []
+        self.traffic = None  # the running qos.traffic generator, if any
+        self.traffic_reports: list[dict] = []  # what each block of competing traffic achieved
         self.competing_level = 0.0
         self._mtu = 1500
         try:
@@ -136,7 +152,7 @@ class TestbedBench:
         return {"bench": "testbed", "tag": self.testbed.tag, "testbed": self.testbed.config.to_dict(),
                 "sites": {n: self.testbed.ip(n) for n in self.workload.sites},
                 "master": self.testbed.config.master, "workload_mode": self.workload.mode,
-                "competing_tool": "iperf3 -R (reverse: the master sends)",
+                "competing_tool": "qos.traffic (downloads: iperf3 -R from the master, DSCP set at the master)",
                 "kernel_qdiscs": sorted(kernel.available_qdiscs())}
 
     def behind_core(self, site: str) -> bool:
@@ -161,26 +177,14 @@ class TestbedBench:
         self._mtu = mtu
 
     def set_competing(self, level: float, seed: int) -> None:
+        """Stop the current competing traffic, let the queues drain, start `level` (qos.traffic)."""
         self._stop_competing()
         self._wait_queues_empty()
         self.competing_level = level
-        kind = self.experiment.competing.kind
         if not level:
             return
-        if kind != "downloads":
-            raise NotImplementedError(f"competing traffic {kind!r} needs qos.traffic, which is not there yet")
-        streams = int(level)
-        tos = str(DEFAULT_CLASSES["bulk"].tos)
-        master = self.testbed.master
-        for i, target in enumerate(self.experiment.competing.targets):
-            port = IPERF_BASE_PORT + i
-            self.iperf_servers.append(master.popen(["iperf3", "-s", "-1", "-p", str(port), "-B", master.ip],
-                                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-            master.wait_listening(port)
-            client = self.testbed.host(target).popen(
-                ["iperf3", "-c", master.ip, "-p", str(port), "-R", "-P", str(streams), "-S", tos,
-                 "-t", "86400", "-J"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            self.iperf_clients.append((target, client))
+        self.traffic = traffic.from_spec(self.testbed, competing_spec(self.experiment.competing, level, seed))
+        self.traffic.start()
 
     def _wait_queues_empty(self, timeout: float = 15.0) -> None:
         """Poll until the bottleneck queues have drained what stopped traffic left in them."""
@@ -193,18 +197,13 @@ class TestbedBench:
         raise TimeoutError(f"bottleneck queues still hold packets {timeout} s after the competing traffic stopped")
 
     def _stop_competing(self) -> None:
-        for target, client in self.iperf_clients:
-            netns.stop_process(client, sig=2)  # SIGINT: iperf3 still writes its JSON report
-            out = client.stdout.read() if client.stdout else ""
-            try:
-                report = json.loads(out) if out.strip() else None
-            except json.JSONDecodeError:
-                report = {"unparsed": out[-2000:]}
-            self.iperf_reports.append({"level": self.competing_level, "target": target, "iperf3": report})
-        for server in self.iperf_servers:
-            netns.stop_process(server)
-        self.iperf_clients.clear()
-        self.iperf_servers.clear()
+        if self.traffic is None:
+            return
+        try:
+            result = self.traffic.stop()
+            self.traffic_reports.append({"level": self.competing_level, **result.to_dict()})
+        finally:
+            self.traffic = None
 
     def competing_bytes(self) -> int:
         """Bytes the competing targets have received so far (their interfaces' rx counters)."""
@@ -228,7 +227,7 @@ class TestbedBench:
         return reply
 
     def close(self) -> dict:
-        """Stop every process and take the testbed down; returns the iperf3 reports of every block."""
+        """Stop every process and take the testbed down; returns what every competing block achieved."""
         try:
             self._stop_competing()
             if self.agent is not None:
@@ -239,4 +238,4 @@ class TestbedBench:
                 netns.stop_process(proc)
         finally:
             self.testbed.down()
-        return {"iperf3": self.iperf_reports}
+        return {"competing_blocks": self.traffic_reports}

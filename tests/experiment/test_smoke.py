@@ -57,9 +57,12 @@ def test_resumed_run_is_complete_and_kept_the_first_session(smoke_run):
     assert meta["order"] == order and "finished" in meta
     env = meta["environment"]
     assert env["kernel"] and env["git_commit"] and env["iperf3"] != "absent"
-    # every block of competing traffic left iperf3's own report
-    reports = [r for s in meta["sessions"] for r in s["iperf3"] if r["level"]]
-    assert reports and all(r["iperf3"]["end"]["sum_received"]["bits_per_second"] > 0 for r in reports)
+    # every block of competing traffic left what its flows achieved (from iperf3's reports)
+    blocks = [b for s in meta["sessions"] for b in s["competing_blocks"]]
+    assert blocks and all(b["level"] > 0 and b["kind"] == "downloads" for b in blocks)
+    for block in blocks:
+        assert len(block["flows"]) == len(experiment.competing.targets)
+        assert block["bps"] > 0 and block["bytes"] > 0
 
 
 def test_runs_are_recorded_in_the_shuffled_order(smoke_run):
