@@ -120,7 +120,7 @@ async function loadStats() {
       el("div", {class: "expect-line"},
         el("span", {class: "expect-label", text: "Expect about "}),
         el("strong", {class: "expect-mean", text: seconds(s.mean_s)}),
-        el("span", {class: "expect-spread", text: ` ± ${seconds(s.std_s)}`})),
+        s.cases > 1 ? el("span", {class: "expect-spread", text: ` ± ${seconds(s.std_s)}`}) : null),
       el("div", {class: "muted", text:
         `${cls}: ${s.cases} case${s.cases === 1 ? "" : "s"}, median ${seconds(s.p50_s)}, 95% under ${seconds(s.p95_s)}`}),
       sparkline(s.recent_s, s.mean_s));
@@ -335,7 +335,8 @@ function markSite(site, cls, stateText, timeText = "", detail = "") {
   card.querySelector(".site-detail").textContent = detail;
   for (const row of document.querySelectorAll(`.site-row[data-site="${CSS.escape(site)}"].pending`)) {
     row.classList.remove("pending");
-    if (cls !== "ok") fillRowError(row, `${stateText}${detail ? ": " + detail : ""}`);
+    // The full reason is on the site's card; each cell's row just says the site failed.
+    if (cls !== "ok") fillRowError(row, `${stateText}: no matches from ${site} (see its card above)`);
   }
 }
 

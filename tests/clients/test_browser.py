@@ -1,0 +1,158 @@
+"""The pathologist's page in a real browser: Debian's chromium driven by Playwright.
+
+Adds a synthetic 6-cell case with the keyboard (file chooser) and by drag and drop, runs
+it, and checks what a person would see: 5 matches per cell from each of 3 sites, a vote
+per cell, each site's timing, bad files named where they were added, a site that is down
+shown on its own row while the other sites' matches still show. Screenshots go to
+test-artifacts/clients/.
+"""
+
+from __future__ import annotations
+
+import base64
+import shutil
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "clients"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]
+CASE_TIMEOUT_MS = 90_000
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).exists() and not shutil.which("chromium"):
+        pytest.skip(f"Debian's chromium not found at {CHROMIUM} (apt-get install chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1440, "height": 900})
+    page = context.new_page()
+    errors = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.on("console", lambda msg: print("browser console:", msg.text))  # shown on failure
+    yield page
+    context.close()
+    assert errors == [], f"JavaScript errors on the page: {errors}"
+
+
+def open_page(page, url: str) -> None:
+    page.goto(url)
+    page.bring_to_front()  # keyboard events go to the page that has focus
+    page.wait_for_selector("body[data-ready='1']", timeout=15_000)
+
+
+def choose_files_by_keyboard(page, paths) -> None:
+    """Tab-free path a keyboard user takes: focus the drop zone, press Enter, pick files."""
+    page.focus("#dropzone")
+    with page.expect_file_chooser() as chooser:
+        page.keyboard.press("Enter")
+    chooser.value.set_files([str(p) for p in paths])
+
+
+def drop_file(page, name: str, data: bytes) -> None:
+    """Drop one file on the drop zone, as dragging it from the desktop does."""
+    transfer = page.evaluate_handle(
+        """([name, b64]) => {
+            const bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+            const dt = new DataTransfer();
+            dt.items.add(new File([bytes], name, {type: "image/png"}));
+            return dt;
+        }""", [name, base64.b64encode(data).decode()])
+    page.dispatch_event("#dropzone", "drop", {"dataTransfer": transfer})
+
+
+def run_case(page, status_class: str) -> None:
+    page.wait_for_selector("#submit:not([disabled])")
+    page.focus("#submit")
+    page.keyboard.press("Enter")
+    page.wait_for_selector(f"#case-status.{status_class}", timeout=CASE_TIMEOUT_MS)
+
+
+def test_case_results_stream_into_the_page(page, gateway, case_dir, bad_files):
+    open_page(page, gateway.url)
+    assert page.locator("#site-chips .chip-ok").count() == 3
+
+    choose_files_by_keyboard(page, sorted(case_dir.iterdir()) + [bad_files["oversize"]])
+    drop_file(page, bad_files["not_image"].name, bad_files["not_image"].read_bytes())
+    page.wait_for_selector("#pairing tbody tr[data-cell='scan-notes']")
+
+    # The pairing the user sees before sending: companions beside their cell.
+    rows = page.locator("#pairing tbody tr")
+    assert rows.count() == 7  # 6 cells + the dropped file (checked on the server)
+    cell1 = page.locator("#pairing tr[data-cell='cell1']")
+    assert "cell1-background.png" in cell1.inner_text() and "cell1-mask.png" in cell1.inner_text()
+    assert "estimated" in page.locator("#pairing tr[data-cell='cell4']").inner_text()
+    # The oversize file is refused where it was added, before anything is sent.
+    too_large = page.locator("#file-problems li[data-file='huge.png']")
+    assert "too large" in too_large.inner_text()
+
+    page.click("label[for='class-urgent']")
+    run_case(page, "done")
+
+    cards = page.locator(".cell-card:not(.rejected)")
+    assert cards.count() == 6
+    for i in range(6):
+        card = cards.nth(i)
+        assert card.locator(".site-row").count() == 3
+        for site in ("site-a", "site-b", "site-c"):
+            assert card.locator(f".site-row[data-site='{site}'] .match").count() == 5
+        assert card.locator(".vote .dx").inner_text().endswith("/15")
+    for site in ("site-a", "site-b", "site-c"):
+        site_card = page.locator(f".site-card[data-site='{site}']")
+        assert "ok" in site_card.get_attribute("class")
+        assert site_card.locator(".site-time").inner_text().endswith(" s")
+    rejected = page.locator(".cell-card.rejected[data-cell='scan-notes']")
+    assert "not an image file" in rejected.inner_text()
+    # Completion times of the class now include this case.
+    page.wait_for_selector("#expect .expect-mean")
+    assert "urgent:" in page.locator("#expect").inner_text()
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "case-results.png"), full_page=True)
+
+    # Enlarge a match with the keyboard; the full image comes through GetImage.
+    first = cards.nth(0).locator(".site-row[data-site='site-a'] .match").first
+    first.focus()
+    page.keyboard.press("Enter")
+    page.wait_for_selector("#viewer-match[data-full='1']", timeout=15_000)
+    assert page.evaluate("document.querySelector('#viewer-match').naturalWidth") > 0
+    assert page.locator("#viewer").evaluate("d => d.open")
+    page.screenshot(path=str(ARTIFACTS / "enlarged-match.png"))
+    page.keyboard.press("Escape")
+    assert not page.locator("#viewer").evaluate("d => d.open")
+
+
+def test_a_down_site_shows_on_its_row_and_the_rest_of_the_case_still_shows(
+        page, down_gateway, case_dir):
+    open_page(page, down_gateway.url)
+    assert page.locator("#site-chips .chip-down[data-site='site-down']").count() == 1
+
+    choose_files_by_keyboard(page, sorted(case_dir.iterdir()))
+    run_case(page, "warn")
+
+    assert "1 failed" in page.locator("#case-status").inner_text()
+    down = page.locator(".site-card[data-site='site-down']")
+    assert "down" in down.get_attribute("class") and "UNAVAILABLE" in down.inner_text()
+    cards = page.locator(".cell-card:not(.rejected)")
+    assert cards.count() == 6
+    for i in range(6):
+        card = cards.nth(i)
+        assert "UNAVAILABLE" in card.locator(".site-row[data-site='site-down']").inner_text()
+        for site in ("site-a", "site-b"):
+            assert card.locator(f".site-row[data-site='{site}'] .match").count() == 5
+        assert card.locator(".vote .dx").inner_text().endswith("/10")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "site-down.png"), full_page=True)
