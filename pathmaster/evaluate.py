@@ -144,12 +144,13 @@ def held_out(site, records, k: int = 5) -> tuple[dict, list]:
     cannot be analysed are skipped and returned as (source, problem) pairs alongside the
     metrics, so a bad query file never stops an evaluation.
     """
-    from pathmaster.records import InvalidInput
+    from pathmaster.ingest import problem_pair
+    from pathmaster.records import CellRecord, InvalidInput
 
     labels, ranked, ap, problems = [], [], [], []
     for record in records:
-        if not hasattr(record, "image"):
-            problems.append((str(getattr(record, "source", "?")), str(getattr(record, "problem", record))))
+        if not isinstance(record, CellRecord):
+            problems.append(problem_pair(record))
             continue
         if record.diagnosis is None:
             problems.append((record.source_id, "query cell has no diagnosis to score against"))

@@ -67,21 +67,20 @@ def store_cell(site_dir: Path, record: CellRecord, mask: np.ndarray, background:
                    paths["mask"], paths["background"], mask_estimated, background_estimated, features)
 
 
-def _problem(item) -> tuple[str, str]:
-    """(source, problem) of an importer's ImportProblem."""
-    source = getattr(item, "source", None) or getattr(item, "path", None) or "?"
-    return str(source), str(getattr(item, "problem", None) or getattr(item, "message", item))
+def problem_pair(item) -> tuple[str, str]:
+    """(file, problem) of an importer's ImportProblem."""
+    return str(item.path), item.problem
 
 
 def ingest(dataset_dir: str | Path, site_dir: str | Path, *, batch_size: int = BATCH_SIZE,
            progress: bool = False, build_index: bool = True, algorithm: str | None = None,
-           select: bool | None = None, records=None,
+           features: str | None = None, records=None,
            on_batch: Callable[[int], None] | None = None) -> IngestReport:
     """Add every cell of ``dataset_dir`` that ``site_dir`` does not hold yet.
 
     batch_size: cells per committed transaction (a kill loses at most this much work).
     progress: show a tqdm progress bar on stderr. build_index: rebuild the search index at
-    the end (``algorithm``/``select`` as in ``build_search_index``). records: an iterable
+    the end (``algorithm``/``features`` as in ``build_search_index``). records: an iterable
     to use instead of ``iter_dataset(dataset_dir)`` (CellRecords and ImportProblems).
     on_batch: called with the number of cells committed so far, after each commit.
     Returns an ``IngestReport``; raises InvalidInput when the dataset cannot be read at all
@@ -127,7 +126,7 @@ def ingest(dataset_dir: str | Path, site_dir: str | Path, *, batch_size: int = B
         bar = tqdm(records, unit="cell", desc=f"indexing {Path(dataset_dir).name}", disable=not progress)
         for item in bar:
             if not isinstance(item, CellRecord):
-                pending_problems.append(_problem(item))
+                pending_problems.append(problem_pair(item))
                 report.problems.append(pending_problems[-1])
                 continue
             if item.source_id in known:
@@ -152,5 +151,5 @@ def ingest(dataset_dir: str | Path, site_dir: str | Path, *, batch_size: int = B
         report.total_cells = len(db)
         report.seconds = time.perf_counter() - started
         if build_index and report.total_cells:
-            report.index = build_search_index(db, algorithm=algorithm, select=select)
+            report.index = build_search_index(db, algorithm=algorithm, features=features)
     return report

@@ -6,7 +6,7 @@
     site.thumbnail_png(cell_id); site.image_png(cell_id)
 
 This module also builds the search index of a site (``build_search_index``): database
-statistics for the z-scores, the feature subset chosen by forward selection, the FAISS
+statistics for the z-scores, the feature subset or weighting chosen from the data, the FAISS
 index. All of it is stored in the database's ``index`` config; the FAISS file is named by
 the database's fingerprint, so a missing or stale file is rebuilt from the database.
 """
@@ -26,7 +26,8 @@ from pathmaster.sitedb import SiteDB, write_atomic
 log = logging.getLogger(__name__)
 
 DEFAULT_K = 5
-# Forward selection needs enough labelled cells for leave-one-out to mean something.
+# Choosing features from the data needs enough labelled cells for cross-validated
+# leave-one-out scores to mean something; below this every feature counts equally.
 MIN_CELLS_FOR_SELECTION = 30
 # Queries (database cells) used to measure an approximate index's recall against exact.
 RECALL_QUERIES = 500
@@ -94,20 +95,29 @@ def index_path(site_dir: Path, fingerprint: str) -> Path:
     return Path(site_dir) / f"index-{fingerprint[:16]}.faiss"
 
 
-def build_search_index(db: SiteDB, *, algorithm: str | None = None, select: bool | None = None,
+FEATURE_CHOICES = ("auto", *similarity.PROJECTIONS)
+
+
+def build_search_index(db: SiteDB, *, algorithm: str | None = None, features: str | None = None,
                        seed: int = 0) -> dict:
     """Fit z-scores and the feature subset to the database, build and save the FAISS index.
 
     algorithm: "flat", "ivf", "hnsw", or None for the site's stored choice (default: exact
-    below ``similarity.EXACT_LIMIT`` cells, IVF above). select: forward selection on
-    (True) or off (False: all features), None for the stored choice (default on).
+    below ``similarity.EXACT_LIMIT`` cells, IVF above). features: "auto" (the best of
+    all features, Fisher weights and forward selection by cross-validated retrieval,
+    ``similarity.choose_projection``), or one of ``similarity.PROJECTIONS`` to force it;
+    None for the site's stored choice (default "auto").
     Returns the ``index`` config written to the database.
     """
-    options = db.get_config("index_options", {"algorithm": "auto", "select": True})
+    options = db.get_config("index_options", {"algorithm": "auto", "features": "auto"})
     if algorithm is not None:
         options["algorithm"] = algorithm
-    if select is not None:
-        options["select"] = select
+    if features is not None:
+        options["features"] = features
+    if options["algorithm"] not in ("auto", *similarity.ALGORITHMS):
+        raise InvalidInput(f"unknown search algorithm {options['algorithm']!r}; known: auto, {', '.join(similarity.ALGORITHMS)}")
+    if options["features"] not in FEATURE_CHOICES:
+        raise InvalidInput(f"unknown feature choice {options['features']!r}; known: {', '.join(FEATURE_CHOICES)}")
     db.set_config("index_options", options)
 
     names = db.get_config("feature_names")
@@ -119,8 +129,12 @@ def build_search_index(db: SiteDB, *, algorithm: str | None = None, select: bool
     Z = normalization.apply(X)
 
     labelled = np.array([label is not None for label in labels])
-    if options["select"] and labelled.sum() >= MIN_CELLS_FOR_SELECTION and len(set(labels[labelled])) > 1:
-        projection = similarity.forward_select(Z[labelled], labels[labelled], names, seed=seed)
+    Zl, yl = Z[labelled], labels[labelled]
+    enough = len(yl) >= MIN_CELLS_FOR_SELECTION and len(set(yl)) > 1
+    if options["features"] == "auto" and enough:
+        projection = similarity.choose_projection(Zl, yl, names, seed=seed)
+    elif options["features"] in ("fisher", "forward") and enough:
+        projection = similarity.PROJECTIONS[options["features"]](Zl, yl, names, seed)
     else:
         projection = similarity.Projection.all_features(names)
     vectors = projection.apply(Z)
@@ -216,9 +230,9 @@ class SiteIndex:
 
     @property
     def algorithm(self) -> str:
-        """The comparison algorithm, e.g. ``faiss-flat-l2/zscore/12of115-features``."""
+        """The comparison algorithm, e.g. ``faiss-flat-l2/zscore/forward-12of115``."""
         p = self._projection
-        return f"{similarity.describe(self._index)}/zscore/{len(p.columns)}of{len(self.feature_names)}-features"
+        return f"{similarity.describe(self._index)}/zscore/{p.method}-{len(p.columns)}of{len(self.feature_names)}"
 
     def diagnoses(self) -> list[str]:
         """The distinct diagnoses in the database, in severity order (unknown ones last)."""

@@ -14,7 +14,7 @@ from pathmaster.site import SiteIndex, index_path
 from pathmaster.sitedb import SiteDB
 from pathmaster.synth import cell_rng, synth_cell
 
-N_CELLS = 70  # 10 per Herlev class
+N_CELLS = 42  # 6 per Herlev class
 
 
 def synthetic_records(n, seed=7, start=0):
@@ -107,12 +107,12 @@ def test_missing_index_file_is_rebuilt_from_the_database(site_dir, site, records
 
 
 def test_cells_added_without_an_index_build_are_searchable_after_open(tmp_path):
-    first = synthetic_records(35, seed=3)
+    first = synthetic_records(12, seed=3)
     ingest("synthetic", tmp_path, records=first)
-    late = synthetic_records(5, seed=3, start=35)
+    late = synthetic_records(4, seed=3, start=12)
     ingest("synthetic", tmp_path, records=late, build_index=False)  # as if killed before the index step
     site = SiteIndex.open(tmp_path)
-    assert len(site) == 40
+    assert len(site) == 16
     probe = late[2]
     hit = site.search(site.analyse(probe.image, probe.background, probe.mask).features, k=1)[0]
     assert hit.source_id == probe.source_id
