@@ -1,0 +1,125 @@
+"""The core commands as a user runs them: synth -> index -> search -> evaluate, and bad input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from pathmaster.cli import main
+
+N_CELLS = 14  # 2 per Herlev class
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    out = tmp_path_factory.mktemp("synthetic")
+    assert main(["synth", "--out", str(out), "--cells", str(N_CELLS), "--seed", "4"]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def site(dataset, tmp_path_factory):
+    path = tmp_path_factory.mktemp("site")
+    assert main(["index", str(dataset), "--db", str(path), "--quiet"]) == 0
+    return path
+
+
+def _run_json(capsys, argv):
+    capsys.readouterr()
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def _cell_files(dataset, index=3):
+    manifest = json.loads((dataset / "manifest.json").read_text())
+    entry = manifest["cells"][index]
+    return entry, {key: dataset / entry[key] for key in ("image", "background", "mask")}
+
+
+def test_index_reports_and_a_second_run_adds_nothing(dataset, site, capsys):
+    capsys.readouterr()
+    assert main(["index", str(dataset), "--db", str(site), "--quiet"]) == 0
+    assert f"0 cells added, {N_CELLS} already there, 0 problems; {N_CELLS} cells" in capsys.readouterr().out
+
+
+def test_search_json_finds_the_database_cell_itself_first(dataset, site, capsys):
+    entry, files = _cell_files(dataset)
+    out = _run_json(capsys, ["search", "--db", str(site), str(files["image"]), "--background", str(files["background"]),
+                             "--mask", str(files["mask"]), "--json"])
+    matches = out["matches"]
+    assert len(matches) == 5
+    assert {"cell_id", "diagnosis", "distance"} <= matches[0].keys()
+    assert matches[0]["source_id"] == entry["id"] and matches[0]["diagnosis"] == entry["diagnosis"]
+    assert matches[0]["distance"] == pytest.approx(0.0, abs=1e-3)
+    assert not out["mask_estimated"] and not out["background_estimated"]
+
+
+def test_search_without_mask_and_background_estimates_them(dataset, site, capsys):
+    _, files = _cell_files(dataset, 8)
+    out = _run_json(capsys, ["search", "--db", str(site), str(files["image"]), "--k", "3", "--json"])
+    assert len(out["matches"]) == 3
+    assert out["mask_estimated"] and out["background_estimated"]
+    capsys.readouterr()
+    assert main(["search", "--db", str(site), str(files["image"])]) == 0
+    text = capsys.readouterr().out
+    assert "estimated from the image" in text and text.count("\n") == 7  # note, header, 5 rows
+
+
+def test_evaluate_leave_one_out_and_held_out(dataset, site, capsys):
+    loo = _run_json(capsys, ["evaluate", "--db", str(site), "--json"])
+    for key in ("top1", "precision_at_5", "majority_at_5", "map", "binary_accuracy"):
+        assert 0.0 <= loo[key] <= 1.0
+    assert sum(map(sum, loo["confusion"]["matrix"])) == N_CELLS == loo["queries"]
+    # the database's own cells as held-out queries: each finds itself first
+    held = _run_json(capsys, ["evaluate", "--db", str(site), "--queries", str(dataset), "--json"])
+    assert held["top1"] == 1.0 and held["queries"] == N_CELLS
+    assert held["map"] > loo["map"]
+
+
+def _fails(capsys, argv, *needles):
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    for needle in needles:
+        assert needle in err, err
+    return err
+
+
+def test_bad_search_inputs_name_the_file_and_the_problem(dataset, site, tmp_path, capsys):
+    junk = tmp_path / "notes.png"
+    junk.write_text("not a picture")
+    _fails(capsys, ["search", "--db", str(site), str(junk)], str(junk), "not an image")
+    truncated = tmp_path / "cut.png"
+    _, files = _cell_files(dataset)
+    truncated.write_bytes(files["image"].read_bytes()[:400])
+    _fails(capsys, ["search", "--db", str(site), str(truncated)], str(truncated), "truncated")
+    _, other = _cell_files(dataset, 5)
+    _fails(capsys, ["search", "--db", str(site), str(files["image"]), "--mask", str(other["mask"])],
+           str(other["mask"]), "mask is")
+    _fails(capsys, ["search", "--db", str(tmp_path / "nosite"), str(files["image"])], "no site database here")
+    _fails(capsys, ["search", "--db", str(site), str(tmp_path / "missing.png")], "missing.png", "not found")
+
+
+def test_index_reports_bad_files_and_ingests_the_rest(dataset, tmp_path, capsys):
+    folder = tmp_path / "plain" / "mild_dysplasia"
+    folder.mkdir(parents=True)
+    entry, files = _cell_files(dataset, 3)
+    shutil.copy(files["image"], folder / "good.png")
+    shutil.copy(files["mask"], folder / "good-mask.png")
+    (folder / "broken.png").write_bytes(files["image"].read_bytes()[:300])
+    capsys.readouterr()
+    assert main(["index", str(tmp_path / "plain"), "--db", str(tmp_path / "site"), "--quiet"]) == 0
+    captured = capsys.readouterr()
+    assert "broken.png" in captured.err and "1 cells added" in captured.out and "1 problems" in captured.out
+
+
+def test_index_of_a_missing_folder_fails_cleanly_from_the_real_entry_point(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "pathmaster", "index", str(tmp_path / "absent"),
+                           "--db", str(tmp_path / "site")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "absent" in done.stderr and "Traceback" not in done.stderr
