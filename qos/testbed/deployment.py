@@ -1,0 +1,198 @@
+"""PathMaster in the testbed (issue 4 §5): site services on X1, the coordinator and the pathologist on A1.
+
+    with Testbed(config) as tb:
+        with deploy(tb, workdir) as pm:                  # sites on A1, B1, C1; coordinator on A1
+            case = run_case(pm, "urgent")                # `pathmaster query` run on the master
+            case.total_s, case.sites                     # what the coordinator reported
+
+Every part is the product's own command run inside a node: ``pathmaster serve site`` on
+each subnet's server X1 (its Ray and its site workers in that node), ``pathmaster serve
+coordinator`` and ``pathmaster query --json`` on the master. So a case's bytes cross the
+bottleneck queues exactly as the product sends them, each class on its DSCP: requests by
+the coordinator's per-class channels, replies by the sites' per-class ports.
+
+Site databases are synthetic (`services.site.synthetic`), built once and cached.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from qos.classes import DEFAULT_CLASSES
+from qos.testbed import netns
+from qos.testbed.node import Node
+
+SITE_PORT = 50051
+COORDINATOR_PORT = 50050
+# Fixed per-class reply ports, so that a capture or a filter can name them.
+CLASS_PORTS = {c.name: 50061 + i for i, c in enumerate(DEFAULT_CLASSES)}
+CASE_SEED = 2026
+
+
+class DeploymentError(RuntimeError):
+    """A PathMaster process in the testbed did not come up; the message carries its log."""
+
+
+@dataclass
+class Deployment:
+    """The running PathMaster processes of one testbed."""
+
+    testbed: object
+    workdir: Path
+    sites: dict[str, subprocess.Popen] = field(default_factory=dict)   # host name -> site server
+    coordinator: subprocess.Popen | None = None
+
+    @property
+    def coordinator_address(self) -> str:
+        return f"{self.testbed.master.ip}:{COORDINATOR_PORT}"
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """Stop the coordinator and the sites together (each site takes its Ray down with it)."""
+        procs = ([self.coordinator] if self.coordinator else []) + list(self.sites.values())
+        for proc in procs:  # signal all first: their shutdowns overlap instead of queueing
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        for proc in procs:
+            netns.stop_process(proc, timeout=timeout)
+        self.coordinator, self.sites = None, {}
+
+    def __enter__(self) -> "Deployment":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def site_hosts(testbed) -> list[str]:
+    """The server X1 of every subnet: where the sites run."""
+    return [f"{subnet}1" for subnet in testbed.config.subnets]
+
+
+def _write_site_config(path: Path, name: str, db: Path, ip: str) -> None:
+    ports = ", ".join(f"{c} = {p}" for c, p in CLASS_PORTS.items())
+    path.write_text(
+        "[site]\n"
+        f'name = "{name}"\n'
+        f'db = "{db}"\n'
+        f'listen = "{ip}:{SITE_PORT}"\n'
+        f"class_ports = {{ {ports} }}\n"
+        "workers = 1\n"
+        "worker_cpus = 0.5\n")
+
+
+def _write_coordinator_config(path: Path, ip: str, sites: dict[str, str]) -> None:
+    entries = "".join(f'\n[[sites]]\nname = "{n}"\naddress = "{a}"\n' for n, a in sites.items())
+    path.write_text(f'[coordinator]\nlisten = "{ip}:{COORDINATOR_PORT}"\n'
+                    f'case_log = "{path.parent / "cases.jsonl"}"\n{entries}')
+
+
+def _start(node: Node, argv: list[str], log: Path) -> subprocess.Popen:
+    with open(log, "wb") as out:
+        return node.popen([sys.executable, "-m", "pathmaster", *argv], stdout=out, stderr=subprocess.STDOUT)
+
+
+def _wait_serving(node: Node, proc: subprocess.Popen, port: int, log: Path, deadline: float) -> None:
+    """Poll until `proc` listens on `port` in `node`; DeploymentError with its log if it dies or is late."""
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise DeploymentError(f"{node.name}: exited with status {proc.returncode}: "
+                                  f"{log.read_text(errors='replace')[-2000:]}")
+        if node.cmd("ss", "-Hltn", f"sport = :{port}").strip():
+            return
+        time.sleep(0.2)
+    raise DeploymentError(f"{node.name}: not listening on port {port} in time: "
+                          f"{log.read_text(errors='replace')[-2000:]}")
+
+
+def deploy(testbed, workdir: str | Path, cells_per_site: int = 40, timeout_s: float = 240.0) -> Deployment:
+    """Start a site on X1 of every subnet and the coordinator on the master; return when all serve.
+
+    `cells_per_site` sizes each site's synthetic database (seed = subnet number; cached).
+    Raises DeploymentError (with the failing process's log) and stops what it started.
+    """
+    from services.site.synthetic import build_synthetic_site, cache_root
+
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    deployment = Deployment(testbed, workdir)
+    deadline = time.monotonic() + timeout_s
+    try:
+        endpoints = {}
+        for n, host_name in enumerate(site_hosts(testbed), start=1):
+            node = testbed.host(host_name)
+            db = build_synthetic_site(cache_root() / "testbed" / f"site{n}-{cells_per_site}cells",
+                                      cells_per_site, seed=n)
+            config = workdir / f"site-{host_name}.toml"
+            _write_site_config(config, f"site-{host_name}", db, node.ip)
+            deployment.sites[host_name] = _start(node, ["serve", "site", "--config", str(config)],
+                                                 workdir / f"site-{host_name}.log")
+            endpoints[f"site-{host_name}"] = f"{node.ip}:{SITE_PORT}"
+        for host_name, proc in deployment.sites.items():
+            _wait_serving(testbed.host(host_name), proc, SITE_PORT, workdir / f"site-{host_name}.log", deadline)
+        config = workdir / "coordinator.toml"
+        _write_coordinator_config(config, testbed.master.ip, endpoints)
+        log = workdir / "coordinator.log"
+        deployment.coordinator = _start(testbed.master, ["serve", "coordinator", "--config", str(config)], log)
+        _wait_serving(testbed.master, deployment.coordinator, COORDINATOR_PORT, log, deadline)
+    except BaseException:
+        deployment.stop()
+        raise
+    return deployment
+
+
+@dataclass
+class CaseResult:
+    """One case as `pathmaster query --json` reported it on the master."""
+
+    request_class: str
+    ok: bool                  # every site answered OK
+    total_s: float            # the coordinator's completion time of the whole case
+    wall_s: float             # the query command's wall time on the master (process start included)
+    sites: dict[str, dict]    # site name -> its result event
+    summary: dict
+    returncode: int
+
+
+def write_case_files(folder: Path, cells: int = 6, seed: int = CASE_SEED) -> list[Path]:
+    """`cells` synthetic test cells as NAME.png, NAME-background.png, NAME-mask.png in `folder`."""
+    from services.site.synthetic import synthetic_case_cells
+
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i, cell in enumerate(synthetic_case_cells(cells, seed)):
+        for role, suffix in (("image", ""), ("background", "-background"), ("mask", "-mask")):
+            path = folder / f"cell{i}{suffix}.png"
+            path.write_bytes(cell[role])
+            paths.append(path)
+    return paths
+
+
+def run_case(deployment: Deployment, request_class: str = "urgent", cells: int = 6, seed: int = CASE_SEED,
+             deadline_s: float = 120.0) -> CaseResult:
+    """Submit one case of `cells` synthetic cells from the master with `pathmaster query`; wait for it."""
+    DEFAULT_CLASSES[request_class]  # UnknownClass names the known ones
+    files = write_case_files(deployment.workdir / f"case-{seed}-{cells}", cells, seed)
+    started = time.monotonic()
+    done = deployment.testbed.master.run(
+        sys.executable, "-m", "pathmaster", "query", "--coordinator", deployment.coordinator_address,
+        "--class", request_class, "--deadline", str(deadline_s), "--json", *map(str, files),
+        check=False, timeout=deadline_s + 60)
+    wall = time.monotonic() - started
+    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    summary = next((e for e in events if e.get("type") == "summary"), None)
+    if summary is None:
+        raise DeploymentError(f"pathmaster query on {deployment.testbed.master.name} gave no summary "
+                              f"(exit {done.returncode}): {done.stderr.strip()[-2000:]}")
+    sites = {e["site"]: e for e in events if e.get("type") == "site"}
+    return CaseResult(request_class, done.returncode == 0 and all(s["ok"] for s in sites.values()),
+                      float(summary["total_s"]), wall, sites, summary, done.returncode)
