@@ -131,26 +131,16 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         context.add_callback(cancel_sites)
 
         results: list[pb.SiteResult] = []
-        cancelled = False
-        while len(results) < len(sites):
-            if not context.is_active():
-                cancelled = True
-                break
-            try:
-                # Every site call ends by its own deadline; the extra second only guards
-                # against a bug leaving this stream open for ever.
-                site, call, elapsed = answers.get(timeout=max(0.0, case_deadline - time.monotonic()) + 1.0)
-            except queue.Empty:
-                log.error("case %s: site calls outlived their deadline; reporting them late", case_id)
-                for site in set(sites) - {r.site for r in results}:
-                    results.append(pb.SiteResult(site=site, status_code=grpc.StatusCode.DEADLINE_EXCEEDED.value[0],
-                                                 status_message="no answer by the deadline"))
-                    yield pb.CaseEvent(site_result=results[-1])
-                break
-            result = self._site_result(site, call, elapsed, request_bytes)
-            results.append(result)
-            yield pb.CaseEvent(site_result=result)
-
+        closed = False
+        try:
+            for result in self._site_results(sites, answers, case_deadline, request_bytes):
+                if not context.is_active():
+                    break
+                results.append(result)
+                yield pb.CaseEvent(site_result=result)
+        except GeneratorExit:  # gRPC closes the stream when the client cancels
+            closed = True
+        cancelled = closed or not context.is_active()
         total_s = time.monotonic() - started
         if cancelled:
             cancel_sites()
@@ -171,6 +161,24 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             self.histogram.labels(rclass.name).observe(total_s)
         self._record(case_id, rclass, results, total_s, len(request.cells), "done")
         yield pb.CaseEvent(summary=summary)
+
+    def _site_results(self, sites: list[str], answers: queue.Queue, case_deadline: float, request_bytes: int):
+        """Yield each site's SiteResult in the order the sites answer."""
+        waiting = set(sites)
+        while waiting:
+            try:
+                # Every site call ends by its own deadline; the extra second only guards
+                # against a bug leaving this stream open for ever.
+                site, call, elapsed = answers.get(timeout=max(0.0, case_deadline - time.monotonic()) + 1.0)
+            except queue.Empty:
+                log.error("sites %s outlived their deadline; reporting them late", sorted(waiting))
+                for site in sorted(waiting):
+                    yield pb.SiteResult(site=site, status_code=grpc.StatusCode.DEADLINE_EXCEEDED.value[0],
+                                        status_message=f"site {site}: no answer by the deadline",
+                                        bytes_sent=request_bytes)
+                return
+            waiting.discard(site)
+            yield self._site_result(site, call, elapsed, request_bytes)
 
     def _chosen_sites(self, request: pb.CaseRequest) -> list[str]:
         if not request.sites:

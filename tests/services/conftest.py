@@ -1,0 +1,118 @@
+"""Fixtures for the services tests: one Ray, one small site database, one deployment.
+
+Kept small for the test budget: one 70-cell synthetic database is built once per session
+and copied for each site (the sites differ by name and comparison algorithm).
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+import struct
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
+
+SITE_CELLS = 70
+SITES = {"alpha": "flat", "beta": "hnsw", "gamma": "flat"}
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """One local Ray for every services test (2 CPUs, no dashboard)."""
+    import logging
+
+    import ray
+
+    started_here = not ray.is_initialized()
+    if started_here:
+        ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
+    yield ray
+    if started_here:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def site_db(tmp_path_factory) -> Path:
+    """A 70-cell synthetic site database (seed 1)."""
+    from services.site.synthetic import build_synthetic_site
+
+    return build_synthetic_site(tmp_path_factory.mktemp("sitedb") / "site", SITE_CELLS, seed=1)
+
+
+@pytest.fixture(scope="session")
+def site_dbs(site_db, tmp_path_factory) -> dict[str, Path]:
+    """{site name: its own copy of the database}."""
+    root = tmp_path_factory.mktemp("sites")
+    return {name: Path(shutil.copytree(site_db, root / name)) for name in SITES}
+
+
+@pytest.fixture(scope="session")
+def deployment(ray_session, site_dbs, tmp_path_factory):
+    """Three sites (alpha flat, beta hnsw, gamma flat) and a coordinator on loopback."""
+    from services.demo import LoopbackDeployment
+
+    log = tmp_path_factory.mktemp("coordinator") / "cases.jsonl"
+    with LoopbackDeployment(site_dbs, SITES, case_log=log) as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def case_cells() -> list[dict]:
+    """Six synthetic test cells (encoded PNG parts, with their true diagnosis)."""
+    from services.site.synthetic import synthetic_case_cells
+
+    return synthetic_case_cells(6, seed=2026)
+
+
+def as_case(cells: list[dict], with_parts: bool = True) -> list[pb.CellImage]:
+    """CellImages from synthetic_case_cells() dicts (background and mask when with_parts)."""
+    parts = ("image", "background", "mask") if with_parts else ("image",)
+    return [pb.CellImage(cell_id=c["cell_id"], **{p: c[p] for p in parts}) for c in cells]
+
+
+def large_cell(cells: list[dict], side: int) -> bytes:
+    """A test cell scaled up to side x side pixels with mild noise, as PNG: slower to analyse."""
+    from pathmaster.imageio import decode_image, encode_png
+
+    image = decode_image(cells[3]["image"], "cell")
+    big = np.asarray(Image.fromarray(image).resize((side, side), Image.BILINEAR)).astype(np.int16)
+    noise = np.random.default_rng(side).integers(-4, 5, big.shape)
+    return encode_png(np.clip(big + noise, 0, 255).astype(np.uint8), compress_level=1)
+
+
+def padded_png(png: bytes, total_bytes: int) -> bytes:
+    """`png` grown to `total_bytes` with a private ancillary chunk ("prVt"), as microscope
+    software stores vendor data: a file that big, whatever its pixel count. Decoders skip it."""
+    end = png.rindex(b"IEND") - 4  # the IEND chunk's length field
+    filler = total_bytes - len(png) - 12
+    data = np.random.default_rng(0).integers(0, 256, filler, dtype=np.uint8).tobytes()
+    chunk = struct.pack(">I", filler) + b"prVt" + data
+    chunk += struct.pack(">I", zlib.crc32(b"prVt" + data) & 0xFFFFFFFF)
+    out = png[:end] + chunk + png[end:]
+    Image.open(io.BytesIO(out)).load()  # still a valid PNG
+    return out
+
+
+@pytest.fixture(scope="session")
+def case(case_cells) -> list[pb.CellImage]:
+    """The six test cells as CellImages, each with its background and mask."""
+    return as_case(case_cells)
+
+
+@pytest.fixture(scope="session")
+def slow_case(case_cells) -> list[pb.CellImage]:
+    """Six 300 x 300-pixel cells: seconds of work per site, for faults in mid-case."""
+    png = large_cell(case_cells, 300)
+    return [pb.CellImage(cell_id=f"large-{i}.png", image=png) for i in range(6)]
+
+
+@pytest.fixture(scope="session")
+def ten_mb_png(case_cells) -> bytes:
+    """A 10 MB PNG file of one test cell (padded with vendor data)."""
+    return padded_png(case_cells[0]["image"], 10 * 1024 * 1024)

@@ -1,0 +1,270 @@
+"""The coordinator over three real sites (Ray actors, FAISS, SQLite) on loopback."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+import urllib.request
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from PIL import Image
+
+from services.client import CoordinatorClient
+from services.config import CoordinatorConfig, SiteEndpoint
+from services.coordinator.server import CoordinatorServer
+from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
+
+OK = 0
+UNAVAILABLE = grpc.StatusCode.UNAVAILABLE.value[0]
+DEADLINE_EXCEEDED = grpc.StatusCode.DEADLINE_EXCEEDED.value[0]
+
+
+def run_case(address, cells, request_class="routine", **kwargs):
+    """[(seconds since submit, event)] of one case."""
+    with CoordinatorClient(address) as client:
+        started = time.monotonic()
+        return [(time.monotonic() - started, e) for e in client.submit(cells, request_class, **kwargs)]
+
+
+def site_results(events):
+    return {e.site_result.site: e.site_result for _, e in events if e.HasField("site_result")}
+
+
+def assert_serving(address, case, sites=("alpha", "beta", "gamma")):
+    """The coordinator still answers a good case from every (named) site."""
+    events = run_case(address, case[:2], deadline_s=60, sites=list(sites))
+    results = site_results(events)
+    assert set(results) == set(sites) and all(r.status_code == OK for r in results.values())
+    assert events[-1][1].HasField("summary")
+
+
+def test_case_streams_every_site_then_summary(deployment, case, case_cells):
+    events = run_case(deployment.coordinator.address, case, "urgent", deadline_s=60)
+    results = site_results(events)
+    assert set(results) == {"alpha", "beta", "gamma"}
+    assert [e.HasField("summary") for _, e in events] == [False, False, False, True]
+    truth = {c["cell_id"]: c["diagnosis"] for c in case_cells}
+    for site, result in results.items():
+        assert result.status_code == OK, result.status_message
+        assert [c.query_cell_id for c in result.cells] == [c.cell_id for c in case]
+        assert ("hnsw" in result.algorithm) == (site == "beta")
+        for cell in result.cells:
+            assert cell.error == ""
+            assert not cell.mask_estimated and not cell.background_estimated  # both were sent
+            assert len(cell.matches) == 5
+            distances = [m.distance for m in cell.matches]
+            assert distances == sorted(distances)
+            assert Image.open(io.BytesIO(cell.matches[0].thumbnail)).format == "PNG"
+        t = result.timing
+        assert 0 < t.extraction_s and 0 < t.site_wall_s <= t.total_s
+        assert result.bytes_sent > sum(len(c.image) for c in case) and result.bytes_received > 0
+    summary = events[-1][1].summary
+    assert summary.sites_ok == 3 and summary.sites_failed == 0 and summary.request_class == "urgent"
+    assert summary.bytes_sent == sum(r.bytes_sent for r in results.values())
+    # Synthetic classes are well separated: most votes name the true diagnosis.
+    correct = sum(v.diagnosis == truth[v.query_cell_id] for v in summary.votes)
+    assert len(summary.votes) == 6 and correct >= 4
+
+
+def test_cells_without_mask_or_background_are_estimated(deployment, case_cells):
+    cells = [pb.CellImage(cell_id=c["cell_id"], image=c["image"]) for c in case_cells[:2]]
+    events = run_case(deployment.coordinator.address, cells, sites=["alpha"])
+    (result,) = site_results(events).values()
+    assert all(c.mask_estimated and c.background_estimated and len(c.matches) == 5 for c in result.cells)
+
+
+def test_completion_record_stats_and_metrics(deployment, case):
+    address = deployment.coordinator.address
+    with CoordinatorClient(address) as client:
+        before = client.class_stats("teaching")[0].cases
+    for _ in range(2):
+        run_case(address, case[:1], "teaching")
+    with CoordinatorClient(address) as client:
+        (stats,) = client.class_stats("teaching")
+        every = client.class_stats()
+    assert stats.request_class == "teaching" and stats.dscp == 10
+    assert stats.cases == before + 2
+    recent = list(stats.recent_s)
+    assert stats.mean_s == pytest.approx(sum(recent) / len(recent))
+    assert stats.p50_s <= stats.p95_s and stats.cv == pytest.approx(stats.std_s / stats.mean_s)
+    assert [s.request_class for s in every] == ["urgent", "routine", "teaching", "bulk"]
+
+    records = [json.loads(line) for line in deployment.coordinator.config.case_log.read_text().splitlines()]
+    last = records[-1]
+    assert last["class"] == "teaching" and last["dscp"] == 10 and last["outcome"] == "done"
+    assert set(last["sites"]) == {"alpha", "beta", "gamma"}
+    assert all(s["status"] == "OK" and s["bytes_sent"] > 0 and s["bytes_received"] > 0 and s["total_s"] > 0
+               for s in last["sites"].values())
+    assert last["bytes_sent"] == sum(s["bytes_sent"] for s in last["sites"].values())
+    assert last["total_s"] == pytest.approx(stats.recent_s[-1], abs=1e-5)
+
+    text = urllib.request.urlopen(deployment.coordinator.metrics_url, timeout=10).read().decode()
+    assert f'pathmaster_cases_total{{request_class="teaching"}} {float(stats.cases)}' in text
+    assert 'pathmaster_case_p95_seconds{request_class="teaching"}' in text
+    assert 'pathmaster_case_seconds_count{request_class="teaching"}' in text
+
+
+def test_unknown_class_is_invalid_argument_listing_known(deployment, case):
+    with pytest.raises(grpc.RpcError) as err:
+        run_case(deployment.coordinator.address, case, "express")
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "'express'" in err.value.details()
+    for name in ("urgent", "routine", "teaching", "bulk"):
+        assert name in err.value.details()
+    assert_serving(deployment.coordinator.address, case)
+
+
+def test_corrupt_image_names_the_cell(deployment, case):
+    broken = pb.CellImage(cell_id="broken-cell.png", image=case[1].image[: len(case[1].image) // 2])
+    with pytest.raises(grpc.RpcError) as err:
+        run_case(deployment.coordinator.address, [case[0], broken])
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "broken-cell.png" in err.value.details() and "image" in err.value.details()
+
+    bad_mask = pb.CellImage(cell_id="c7.png", image=case[0].image, mask=case[0].image)  # RGB, not labels
+    with pytest.raises(grpc.RpcError) as err:
+        run_case(deployment.coordinator.address, [bad_mask])
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "c7.png" in err.value.details() and "mask" in err.value.details()
+    assert_serving(deployment.coordinator.address, case)
+
+
+def test_unknown_site_is_invalid_argument(deployment, case):
+    with pytest.raises(grpc.RpcError) as err:
+        run_case(deployment.coordinator.address, case, sites=["atlantis"])
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "atlantis" in err.value.details() and "alpha" in err.value.details()
+
+
+@pytest.fixture(scope="module")
+def small_limits(deployment):
+    """A second coordinator over the same sites with small case limits."""
+    sites = [SiteEndpoint(name, site.address) for name, site in deployment.sites.items()]
+    server = CoordinatorServer(CoordinatorConfig(sites=sites, max_cells=4, max_case_bytes=4 * 2**20)).start()
+    yield server
+    server.stop(0)
+
+
+def test_too_many_cells_is_resource_exhausted_with_the_limit(small_limits, case):
+    with pytest.raises(grpc.RpcError) as err:
+        run_case(small_limits.address, case)  # 6 cells, limit 4
+    assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "6 cells" in err.value.details() and "limit is 4" in err.value.details()
+    assert_serving(small_limits.address, case)
+
+
+def test_too_many_bytes_is_resource_exhausted_with_the_limit(small_limits, case, ten_mb_png):
+    with pytest.raises(grpc.RpcError) as err:
+        run_case(small_limits.address, [pb.CellImage(cell_id="huge.png", image=ten_mb_png)])
+    assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert str(4 * 2**20) in err.value.details()
+    assert_serving(small_limits.address, case)
+
+
+def test_ten_megabyte_image_works(deployment, ten_mb_png):
+    assert len(ten_mb_png) >= 10 * 2**20
+    events = run_case(deployment.coordinator.address, [pb.CellImage(cell_id="ten-mb.png", image=ten_mb_png)],
+                      sites=["alpha"], deadline_s=60)
+    result = site_results(events)["alpha"]
+    assert result.status_code == OK, result.status_message
+    assert result.bytes_sent > 10 * 2**20
+    assert len(result.cells[0].matches) == 5 and result.cells[0].error == ""
+
+
+def test_site_down_gives_unavailable_first_and_partial_results(deployment, case):
+    sites = [SiteEndpoint(name, site.address) for name, site in deployment.sites.items()]
+    sites.append(SiteEndpoint("down", "127.0.0.1:9"))  # nothing listens on the discard port
+    server = CoordinatorServer(CoordinatorConfig(sites=sites)).start()
+    try:
+        events = run_case(server.address, case, deadline_s=60)
+        results = site_results(events)
+        assert results["down"].status_code == UNAVAILABLE and "down" in results["down"].status_message
+        assert all(results[s].status_code == OK for s in ("alpha", "beta", "gamma"))
+        # Streamed as each site answers: the dead site's result comes first, well before the others.
+        first_time, first = events[0]
+        assert first.site_result.site == "down"
+        assert first_time < min(t for t, e in events[1:])
+        summary = events[-1][1].summary
+        assert summary.sites_ok == 3 and summary.sites_failed == 1
+        assert_serving(server.address, case)
+    finally:
+        server.stop(0)
+
+
+def test_deadline_gives_deadline_exceeded_in_time(deployment, slow_case, case):
+    deadline = 0.5
+    events = run_case(deployment.coordinator.address, slow_case, deadline_s=deadline)
+    results = site_results(events)
+    assert {r.status_code for r in results.values()} == {DEADLINE_EXCEEDED}
+    assert events[-1][1].HasField("summary") and events[-1][1].summary.sites_failed == 3
+    assert events[-1][0] < deadline + 1.0  # tolerance for a loaded machine
+    assert_serving(deployment.coordinator.address, case)
+
+
+def test_client_cancel_cancels_every_site_call(deployment, slow_case, case):
+    sites = [site.servicer for site in deployment.sites.values()]
+    started = [s.cases_started for s in sites]
+    cancelled = [s.cases_cancelled for s in sites]
+    coordinator_cancelled = deployment.coordinator.servicer.cases_cancelled
+    with CoordinatorClient(deployment.coordinator.address) as client:
+        call = client.submit(slow_case, "routine", deadline_s=60)
+        poll_until(lambda: all(s.cases_started > n for s, n in zip(sites, started)), 20,
+                   "every site to start the case")
+        call.cancel()
+        with pytest.raises(grpc.RpcError) as err:
+            list(call)
+        assert err.value.code() == grpc.StatusCode.CANCELLED
+    poll_until(lambda: all(s.cases_cancelled > n for s, n in zip(sites, cancelled)), 10,
+               "every site to see the cancellation")
+    poll_until(lambda: deployment.coordinator.servicer.cases_cancelled > coordinator_cancelled, 10,
+               "the coordinator to record the cancellation")
+    assert_serving(deployment.coordinator.address, case)
+
+
+def poll_until(condition, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def test_get_image_and_list_sites(deployment, case):
+    with CoordinatorClient(deployment.coordinator.address) as client:
+        sites = {s.site: s for s in client.sites()}
+        assert set(sites) == {"alpha", "beta", "gamma"} and all(s.serving for s in sites.values())
+        info = sites["beta"].info
+        assert info.database_cells == 70 and "hnsw" in info.algorithm and info.workers == 1
+        assert set(info.class_ports) == {"urgent", "routine", "teaching", "bulk"}
+        assert info.class_dscp["urgent"] == 34
+        match = site_results(run_case(deployment.coordinator.address, case[:1]))["alpha"].cells[0].matches[0]
+        reply = client.image("alpha", match.cell_id)
+        assert reply.diagnosis == match.diagnosis
+        full = Image.open(io.BytesIO(reply.image))
+        thumb = Image.open(io.BytesIO(match.thumbnail))
+        assert full.format == "PNG" and full.size[0] >= thumb.size[0]
+        with pytest.raises(grpc.RpcError) as err:
+            client.image("alpha", "no-such-cell")
+        assert err.value.code() == grpc.StatusCode.NOT_FOUND and "no-such-cell" in err.value.details()
+
+
+@pytest.mark.parametrize("which", ["coordinator", "site"])
+def test_health_and_reflection(deployment, which):
+    address = deployment.coordinator.address if which == "coordinator" else deployment.sites["alpha"].address
+    service = "pathmaster.v1.Coordinator" if which == "coordinator" else "pathmaster.v1.Site"
+    with grpc.insecure_channel(address) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        reply = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
+        assert reply.status == health_pb2.HealthCheckResponse.SERVING
+        with pytest.raises(grpc.RpcError) as err:
+            health.Check(health_pb2.HealthCheckRequest(service="no.such.Service"), timeout=5)
+        assert err.value.code() == grpc.StatusCode.NOT_FOUND
+        stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+        replies = stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]),
+                                            timeout=5)
+        names = {s.name for r in replies for s in r.list_services_response.service}
+    assert {service, "grpc.health.v1.Health"} <= names
