@@ -10,7 +10,8 @@
     loss = 0.0                     # probability 0-1
     overhead = 14                  # bytes per packet on top of the IP length
     discipline = "fifo"            # fifo | priority | wfq | fq | wred
-    limit = 100                    # packets: the FIFO, WRED's buffer, FQ's cap, WFQ per class
+    limit = 100                    # packets: the FIFO, WRED's buffer, FQ's cap, WFQ per class,
+                                   # every priority band (default there: Cisco's 20/40/60/80)
 
     [link.wan.priority]            # discipline = "priority"
     bands = { urgent = "high", bulk = "low" }   # default: from the classes' priority order
@@ -261,7 +262,8 @@ def _build_link(name: str, s: dict, classes: ClassTable, rng: random.Random,
     for other in ("priority", "wfq", "wred", "fq"):
         if other in s and other != kind:
             raise ConfigError(f"{where}: a [{other}] table but discipline = {kind!r}")
-    scheduler = _build_discipline(kind, s.get(kind, {}), limit, rate, classes, rng, f"{where}.{kind}")
+    scheduler = _build_discipline(kind, s.get(kind, {}), limit, rate, classes, rng, f"{where}.{kind}",
+                                  limit_given="limit" in s)
     shapers = {}
     for klass, shape in s.get("shape", {}).items():
         w = f"{where}.shape.{klass}"
@@ -284,7 +286,7 @@ def _build_link(name: str, s: dict, classes: ClassTable, rng: random.Random,
 
 
 def _build_discipline(kind: str, opts: dict, limit: int, rate: float, classes: ClassTable,
-                      rng: random.Random, where: str) -> Discipline:
+                      rng: random.Random, where: str, limit_given: bool = False) -> Discipline:
     if not isinstance(opts, dict):
         raise ConfigError(f"{where}: expected a table")
 
@@ -310,8 +312,11 @@ def _build_discipline(kind: str, opts: dict, limit: int, rate: float, classes: C
             bands = {c.name: BANDS[min(i, len(BANDS) - 1)] for i, c in enumerate(classes)}
         for klass in bands:
             check_class(klass, f"{where}.bands")
+        limits = opts.get("limits")
+        if limits is None and limit_given:  # one explicit buffer size for every band
+            limits = {band: limit for band in BANDS}
         try:
-            return Priority(bands, opts.get("default", "normal"), opts.get("limits"))
+            return Priority(bands, opts.get("default", "normal"), limits)
         except ValueError as e:
             raise ConfigError(f"{where}: {e}") from None
     if kind == "wfq":

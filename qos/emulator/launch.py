@@ -34,6 +34,7 @@ from qos.classes import DEFAULT_CLASSES
 from qos.emulator.config import ConfigError, config_from_dict, load_config
 from qos.emulator.disciplines import BANDS
 from qos.testbed import netns
+from qos.testbed.kernel import DEFAULT_LIMIT_PACKETS
 
 READY_PREFIX = "READY "
 
@@ -69,6 +70,9 @@ def settings_from_strategy(spec: dict) -> dict:
     for old, new in renames.items():
         if old in spec:
             out[new] = spec.pop(old)
+    # The testbed's kernel backend defaults to a Cisco interface's 40-packet hold queue; so
+    # does the emulator behind the same table, so both backends run the same experiment.
+    out.setdefault("limit", DEFAULT_LIMIT_PACKETS)
     strategy = spec.pop("strategy", None)
     weights = spec.pop("weights", None)
     default = spec.pop("default", None)

@@ -186,6 +186,8 @@ class Runner:
             delete_rule(*self._rules_in.pop())
 
     def _callback(self, d: _Direction):
+        # The links' virtual clock is time.monotonic() - self._t0 everywhere: the callbacks
+        # and the loop must agree on it to the microsecond.
         link, t0, clock = d.link, self._t0, time.monotonic
 
         def on_packet(nfq_packet) -> None:
@@ -215,9 +217,6 @@ class Runner:
             self._bind()
             if self.rules:
                 self._insert_rules()
-            self._t0 = time.monotonic()
-            for d in self.directions:  # the links' virtual clocks start now
-                d.link.busy_until = 0.0
             if ready is not None:
                 ready()
             self._loop(duration, wake_r)

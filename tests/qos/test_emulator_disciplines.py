@@ -198,3 +198,11 @@ def test_shaping_combines_with_wfq():
     sent = bytes_by_class(simulate(link, arrivals, until=3.0), 0.5, 3.0)
     assert sent["bulk"] * 8 / 2.5 == pytest.approx(2e6, rel=0.02)
     assert sent["urgent"] * 8 / 2.5 == pytest.approx(8e6, rel=0.02)
+
+
+def test_wred_average_keeps_decaying_while_arrivals_are_dropped_on_an_empty_queue():
+    wred = Wred({}, WredProfile(5, 10, 10), limit=100, weight_exponent=3, packet_time=0.01)
+    wred.avg = 1000.0  # far above max: arrivals are dropped and the queue stays empty
+    # Each 0.1 s idle shrinks the average by (7/8)**10 = 0.26: 263, 69, 18, then below 5.
+    assert [bool(wred.enqueue(synthetic_packet(), t)) for t in (0.1, 0.2, 0.3, 0.4)] == [
+        True, True, True, False]

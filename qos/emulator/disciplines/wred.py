@@ -100,9 +100,10 @@ class Wred(Discipline):
 
     def _update_average(self, now: float) -> None:
         if not self.queue and self._idle_since is not None:
+            # Still idle until a packet is actually queued: a dropped arrival does not end it.
             idle_packets = max(0.0, now - self._idle_since) / self.packet_time
             self.avg *= (1.0 - self.weight) ** idle_packets
-            self._idle_since = None
+            self._idle_since = now
         self.avg += self.weight * (len(self.queue) - self.avg)
 
     def enqueue(self, pkt: Packet, now: float) -> Drops:
@@ -125,6 +126,7 @@ class Wred(Discipline):
         if self.queue.full():
             return [(pkt, TAIL)]
         self.queue.push(pkt)
+        self._idle_since = None
         return []
 
     def dequeue(self, now: float) -> Packet | None:
