@@ -307,6 +307,10 @@ def build_index(
         quantizer = faiss.IndexFlatL2(d)
         index = faiss.IndexIVFFlat(quantizer, d, nlist, faiss.METRIC_L2)
         index.cp.seed = seed
+        # 10 k-means iterations instead of 25: the lists only route the search, and the
+        # recall actually reached is measured (tune_nprobe), so a coarser k-means costs a
+        # little nprobe, not correctness, and builds a 1M-vector site 2.5x faster.
+        index.cp.niter = 10
         sample = vectors
         if n > train_size:
             sample = vectors[np.random.default_rng(seed).choice(n, train_size, replace=False)]
