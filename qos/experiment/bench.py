@@ -4,6 +4,7 @@
     bench.configure(link, strategy)      # the strategy on every bottleneck queue
     bench.set_competing(8, seed)         # 8 downloads master -> each target (iperf3 -R)
     case = bench.run_case("urgent", seed, "run-id")
+    bench.finish()                       # stops the competing traffic, returns what it achieved
     bench.close()                        # stops everything; the testbed leaves nothing behind
 
 The case: the master (A1) sends the case to the server of every subnet in parallel over
@@ -226,16 +227,30 @@ class TestbedBench:
             return {"ok": False, "error": reply.get("error", "no reply")}
         return reply
 
-    def close(self) -> dict:
-        """Stop every process and take the testbed down; returns what every competing block achieved."""
+    def finish(self) -> dict:
+        """Stop the competing traffic; returns what each block of it achieved since the last finish."""
+        self._stop_competing()
+        self.competing_level = 0.0
+        reports, self.traffic_reports = self.traffic_reports, []
+        return {"competing_blocks": reports}
+
+    def __enter__(self) -> "TestbedBench":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop every process and take the testbed down (idempotent)."""
         try:
             self._stop_competing()
             if self.agent is not None:
                 if self.agent.stdin:
                     self.agent.stdin.close()
                 netns.stop_process(self.agent)
+                self.agent = None
             for proc in self.sites.values():
                 netns.stop_process(proc)
+            self.sites.clear()
         finally:
             self.testbed.down()
-        return {"competing_blocks": self.traffic_reports}

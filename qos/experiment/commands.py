@@ -48,8 +48,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from qos.experiment.runner import run_experiment
 
     try:
-        bench = TestbedBench(experiment)
-        store = run_experiment(experiment, args.out, bench, progress=not args.quiet, max_runs=args.max_runs)
+        with TestbedBench(experiment) as bench:
+            store = run_experiment(experiment, args.out, bench, progress=not args.quiet, max_runs=args.max_runs)
     except (InvalidInput, NotImplementedError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

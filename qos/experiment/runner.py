@@ -1,7 +1,8 @@
 """Run an experiment: every run of its matrix, in shuffled order, resumable, with a progress bar.
 
     experiment = load_spec("smoke")
-    run_experiment(experiment, "out/smoke", bench=TestbedBench(experiment))
+    with TestbedBench(experiment) as bench:
+        run_experiment(experiment, "out/smoke", bench)
 
 The runner owns the order and the record; the bench (see bench.py) owns the network: it
 sets a link and a router strategy, keeps the competing traffic at a level, runs one
@@ -37,7 +38,7 @@ class Bench(Protocol):
     def competing_bytes(self) -> int: ...
     def run_case(self, request_class: str, seed: int, case_id: str) -> dict: ...
     def behind_core(self, site: str) -> bool: ...
-    def close(self) -> dict: ...
+    def finish(self) -> dict: ...
 
 
 def counter_delta(before: dict, after: dict) -> dict:
@@ -105,8 +106,9 @@ def run_experiment(experiment: Experiment, out_dir: str | Path, bench: Bench, pr
                    max_runs: int | None = None) -> Store:
     """Run (or resume) `experiment` into `out_dir` on `bench`; stop after `max_runs` new runs if given.
 
-    Returns the store. The bench is closed at the end (also on interruption); whatever it
-    reports on closing (e.g. iperf3's JSON) is added to the metadata.
+    Returns the store. At the end (also on interruption) the bench's `finish` stops the
+    competing traffic, and what it reports (each competing block's totals) goes into the
+    metadata. The bench stays up: its owner closes it.
     """
     store = Store(out_dir)
     order = expand(experiment)
@@ -128,7 +130,7 @@ def run_experiment(experiment: Experiment, out_dir: str | Path, bench: Bench, pr
             bar.set_postfix_str(f"{run.strategy} c={run.competing:g} {record.get('completion_s', 0):.2f}s"
                                 + (f" failed={failures}" if failures else ""))
     finally:
-        closing = bench.close() or {}
+        closing = bench.finish() or {}
         meta = store.metadata()
         sessions = meta.get("sessions", [])
         sessions.append({"runs": len(todo), "failed": failures, "wall_s": time.monotonic() - started,

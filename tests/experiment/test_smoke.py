@@ -1,7 +1,7 @@
 """The `smoke` experiment in a real testbed (root + network namespaces), then reports from its raw data.
 
-One module-scoped run feeds every test here: it is interrupted after a few runs and
-resumed (a second bench, the same output directory), then checked for the study's
+One module-scoped run feeds every test here: it stops after a few runs and is resumed
+into the same output directory, then checked for the study's
 ordering at high competing load, and reported on.
 """
 
@@ -31,9 +31,10 @@ def smoke_run(netns_ok, tmp_path_factory):
 
     experiment = load_spec("smoke")
     out = tmp_path_factory.mktemp("smoke")
-    run_experiment(experiment, out, TestbedBench(experiment), progress=False, max_runs=FIRST_SESSION)
-    first = {p.name: p.read_bytes() for p in (out / "runs").glob("*.json")}
-    run_experiment(experiment, out, TestbedBench(experiment), progress=False)
+    with TestbedBench(experiment) as bench:
+        run_experiment(experiment, out, bench, progress=False, max_runs=FIRST_SESSION)
+        first = {p.name: p.read_bytes() for p in (out / "runs").glob("*.json")}
+        run_experiment(experiment, out, bench, progress=False)
     return experiment, out, first
 
 
