@@ -347,20 +347,33 @@ def recall_at_k(approx_ids: np.ndarray, exact_ids: np.ndarray) -> float:
     return hits / total if total else 1.0
 
 
-def tune_nprobe(index, queries: np.ndarray, exact_ids: np.ndarray, k: int = 5, target_recall: float = 0.95) -> tuple[int, float]:
+def tune_nprobe(index, queries: np.ndarray, exact_ids: np.ndarray, k: int = 5, target_recall: float = 0.95,
+                exclude: np.ndarray | None = None) -> tuple[int, float]:
     """Smallest power-of-two ``nprobe`` whose recall@k against ``exact_ids`` reaches the target.
 
+    exact_ids: (m, k) exact top-k of each query, or (m, k + 1) when ``exclude`` gives one id
+    per query to leave out of both rankings (a database vector used as a query would
+    otherwise always "find" itself and inflate the recall).
     Sets ``index.nprobe`` to it and returns (nprobe, recall measured). If even probing every
     list misses the target (it cannot for IVF-Flat, which is then exact), returns nlist.
     """
+    queries = np.ascontiguousarray(queries, dtype=np.float32)
+    exact_ids = drop_ids(exact_ids, exclude, k)
     nprobe = 1
     while True:
         index.nprobe = nprobe
-        _, ids = index.search(np.ascontiguousarray(queries, dtype=np.float32), k)
-        recall = recall_at_k(ids, exact_ids)
+        _, ids = index.search(queries, k if exclude is None else k + 1)
+        recall = recall_at_k(drop_ids(ids, exclude, k), exact_ids)
         if recall >= target_recall or nprobe >= index.nlist:
             return nprobe, recall
         nprobe = min(nprobe * 2, index.nlist)
+
+
+def drop_ids(ids: np.ndarray, exclude: np.ndarray | None, k: int) -> np.ndarray:
+    """Each row of ``ids`` without its ``exclude`` id (if present), cut to k columns."""
+    if exclude is None:
+        return ids[:, :k]
+    return np.array([[i for i in row if i != skip][:k] for row, skip in zip(ids, exclude)])
 
 
 def describe(index) -> str:

@@ -124,42 +124,55 @@ def build_search_index(db: SiteDB, *, algorithm: str | None = None, features: st
     cell_ids, X = db.feature_matrix()
     if not cell_ids:
         raise InvalidInput("the site database has no cells yet; nothing to index", db.path)
-    labels = np.array([c.diagnosis for c in db.cells()], dtype=object)
-    normalization = similarity.fit_normalization(X)
-    Z = normalization.apply(X)
-
-    labelled = np.array([label is not None for label in labels])
-    Zl, yl = Z[labelled], labels[labelled]
-    enough = len(yl) >= MIN_CELLS_FOR_SELECTION and len(set(yl)) > 1
-    if options["features"] == "auto" and enough:
-        projection = similarity.choose_projection(Zl, yl, names, seed=seed)
-    elif options["features"] in ("fisher", "forward") and enough:
-        projection = similarity.PROJECTIONS[options["features"]](Zl, yl, names, seed)
+    fingerprint = db.fingerprint()
+    previous = db.get_config("index") or {}
+    if previous.get("fingerprint") == fingerprint and previous.get("features") == options["features"]:
+        # Same cells, same feature choice: only the search structure changes, so keep the
+        # fitted z-scores and feature choice (fitting them is the slow part).
+        normalization = similarity.Normalization.from_dict(previous["normalization"])
+        projection = similarity.Projection.from_dict(previous["projection"])
     else:
-        projection = similarity.Projection.all_features(names)
-    vectors = projection.apply(Z)
+        normalization, projection = _fit_features(db, X, names, options["features"], seed)
+    vectors = projection.apply(normalization.apply(X))
 
     kind = options["algorithm"]
     if kind == "auto":
         kind = "flat" if len(vectors) <= similarity.EXACT_LIMIT else "ivf"
     index = similarity.build_index(vectors, kind, seed=seed)
-    config = {"algorithm": kind, "normalization": normalization.to_dict(),
-              "projection": projection.to_dict(), "n_cells": len(cell_ids)}
+    config = {"algorithm": kind, "features": options["features"], "normalization": normalization.to_dict(),
+              "projection": projection.to_dict(), "n_cells": len(cell_ids), "fingerprint": fingerprint}
     if kind in ("ivf", "hnsw"):
+        # Database cells as queries, each left out of its own results.
         sample = np.random.default_rng(seed).choice(len(vectors), min(RECALL_QUERIES, len(vectors)), replace=False)
-        _, exact = similarity.search(similarity.build_index(vectors), vectors[sample], DEFAULT_K)
+        _, exact = similarity.search(similarity.build_index(vectors), vectors[sample], DEFAULT_K + 1)
         if kind == "ivf":
             config["nprobe"], config["recall_at_5"] = similarity.tune_nprobe(
-                index, vectors[sample], exact, DEFAULT_K, TARGET_RECALL)
+                index, vectors[sample], exact, DEFAULT_K, TARGET_RECALL, exclude=sample)
         else:
-            _, approx = similarity.search(index, vectors[sample], DEFAULT_K)
-            config["recall_at_5"] = similarity.recall_at_k(approx, exact)
-    fingerprint = db.fingerprint()
-    config["fingerprint"] = fingerprint
+            _, approx = similarity.search(index, vectors[sample], DEFAULT_K + 1)
+            config["recall_at_5"] = similarity.recall_at_k(similarity.drop_ids(approx, sample, DEFAULT_K),
+                                                           similarity.drop_ids(exact, sample, DEFAULT_K))
     _save_index(db.site_dir, fingerprint, index)
     with db.transaction():
         db.set_config("index", config)
     return config
+
+
+def _fit_features(db: SiteDB, X: np.ndarray, names: list[str], choice: str, seed: int):
+    """(Normalization, Projection) fitted to the database's feature matrix ``X``."""
+    labels = np.array([c.diagnosis for c in db.cells()], dtype=object)
+    normalization = similarity.fit_normalization(X)
+    Z = normalization.apply(X)
+    labelled = np.array([label is not None for label in labels])
+    Zl, yl = Z[labelled], labels[labelled]
+    enough = len(yl) >= MIN_CELLS_FOR_SELECTION and len(set(yl)) > 1
+    if choice == "auto" and enough:
+        projection = similarity.choose_projection(Zl, yl, names, seed=seed)
+    elif choice in ("fisher", "forward") and enough:
+        projection = similarity.PROJECTIONS[choice](Zl, yl, names, seed)
+    else:
+        projection = similarity.Projection.all_features(names)
+    return normalization, projection
 
 
 def _save_index(site_dir: Path, fingerprint: str, index) -> None:

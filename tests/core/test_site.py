@@ -123,3 +123,20 @@ def test_cells_added_without_an_index_build_are_searchable_after_open(tmp_path):
 def test_opening_a_directory_without_a_site_names_it(tmp_path):
     with pytest.raises(FileNotFoundError, match=str(tmp_path)):
         SiteIndex.open(tmp_path)
+
+
+def test_switching_to_an_approximate_index_keeps_the_feature_choice_and_measures_recall(tmp_path, records):
+    from pathmaster.site import build_search_index
+
+    ingest("synthetic", tmp_path, records=records[:35])
+    with SiteDB(tmp_path) as db:
+        flat = db.get_config("index")
+        ivf = build_search_index(db, algorithm="ivf")
+        hnsw = build_search_index(db, algorithm="hnsw")
+    assert ivf["projection"] == flat["projection"] == hnsw["projection"]
+    assert ivf["recall_at_5"] >= 0.95 and ivf["nprobe"] >= 1
+    assert 0.0 <= hnsw["recall_at_5"] <= 1.0
+    site = SiteIndex.open(tmp_path)
+    assert site.algorithm.startswith("faiss-hnsw")
+    probe = records[4]
+    assert site.search(site.analyse(probe.image, probe.background, probe.mask).features)[0].source_id == probe.source_id
