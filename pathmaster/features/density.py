@@ -4,12 +4,15 @@ Beer-Lambert: a stain of optical density OD passes I = I0 * 10**(-OD) of the lam
 so OD = -log10(I / I0) with I the cell image and I0 the background (blank slide, same
 lighting) at the same pixel.
 
-Lamp invariance: OD is computed in float64 from the *ratio* I / I0, so a brighter or
-dimmer lamp (image and background scaled by the same factor) cancels out. What remains
-is uint8 rounding, which is a random error of at most 0.5 grey levels per pixel and
-averages out over a region, and clipping: a pixel at 255 in either image is saturated and
-its true value is lost. Exposures are expected to leave headroom (blank slide well below
-255), as a microscope camera's auto-exposure does; nothing here can undo saturation.
+Lamp invariance: OD is computed in float from the *ratio* I / I0, so a brighter or
+dimmer lamp (image and background scaled by the same factor) cancels out. What remains:
+- uint8 rounding, a random error of at most 0.5 grey levels per pixel. It averages out
+  in means; the background's share is removed by smoothing the slide. Measured on drawn
+  cells (lamp x0.8-1.2, 10 cells): means, stds and integrated OD move < 0.2%, kurtosis
+  < 0.8%, skewness < 0.006 (skew is centred on 0, so it is judged on its unit scale).
+- clipping: a pixel at 255 in either image is saturated and its true value is lost.
+  Exposures must leave headroom (a blank slide peaking near 255 cannot take a brighter
+  lamp); nothing here can undo saturation.
 """
 
 from __future__ import annotations

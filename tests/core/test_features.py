@@ -297,19 +297,33 @@ def _reference_levels(image, background):
     return np.clip(np.floor(grey / texture.OD_STEP), 0, texture.OD_LEVELS - 1).astype(np.uint8) + 1
 
 
-def test_haralick_distance_1_matches_skimage_glcm():
+def pooled_glcm(levels: np.ndarray, d: int) -> np.ndarray:
+    """scikit-image's co-occurrence matrix for pairs d px apart in the four directions,
+    pooled, pairs touching level 0 (outside the nucleus) dropped. A diagonal pair d px
+    apart along both axes is sqrt(2) * d away, which is the distance skimage is given."""
+    straight = graycomatrix(levels, [d], [0, np.pi / 2], levels=texture.OD_LEVELS + 1, symmetric=True)
+    diagonal = graycomatrix(levels, [d * np.sqrt(2)], [np.pi / 4, 3 * np.pi / 4],
+                            levels=texture.OD_LEVELS + 1, symmetric=True)
+    pooled = straight.sum(axis=3, keepdims=True) + diagonal.sum(axis=3, keepdims=True)
+    return pooled[1:, 1:].astype(float)
+
+
+def test_haralick_matches_skimage_glcm_at_every_distance():
     od, background, noise, mask = realistic_cell(seed=2)
     image, slide_u8 = render(od, background, noise)
     v = extract_features(image, slide_u8, mask)
     levels = np.where(mask >= NUCLEUS, _reference_levels(image, slide_u8), 0)
-    glcm = graycomatrix(levels, [1], [0, np.pi / 4, np.pi / 2, 3 * np.pi / 4],
-                        levels=texture.OD_LEVELS + 1, symmetric=True)
-    # Drop pairs touching level 0 (outside the nucleus); pool the four directions.
-    glcm = glcm[1:, 1:].astype(float).sum(axis=3, keepdims=True)
-    for ours, theirs in (("contrast", "contrast"), ("asm", "ASM"), ("idm", "homogeneity"),
-                         ("correlation", "correlation")):
-        expected = graycoprops(glcm, theirs)[0, 0]
-        assert value(v, f"nucleus_haralick_{ours}_d1") == pytest.approx(expected, rel=1e-6), ours
+    for d in texture.HARALICK_DISTANCES:
+        glcm = pooled_glcm(levels, d)
+        for ours, theirs in (("contrast", "contrast"), ("asm", "ASM"), ("idm", "homogeneity"),
+                             ("correlation", "correlation")):
+            expected = graycoprops(glcm, theirs)[0, 0]
+            assert value(v, f"nucleus_haralick_{ours}_d{d}") == pytest.approx(expected, rel=1e-6), (ours, d)
+        # mahotas measures entropy in bits, scikit-image in nats.
+        entropy_bits = graycoprops(glcm, "entropy")[0, 0] / np.log(2)
+        assert value(v, f"nucleus_haralick_entropy_d{d}") == pytest.approx(entropy_bits, rel=1e-6)
+        assert value(v, f"nucleus_haralick_variance_d{d}") == pytest.approx(graycoprops(glcm, "variance")[0, 0],
+                                                                         rel=1e-6)
     # Texture grows with distance for a smooth chromatin pattern: contrast at 4 px > at 1 px.
     assert value(v, "nucleus_haralick_contrast_d4") > 2 * value(v, "nucleus_haralick_contrast_d1")
 
