@@ -112,3 +112,15 @@ def test_recall_counts_shared_ids():
 def test_unknown_algorithm_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown search algorithm 'annoy'"):
         sim.build_index(np.zeros((4, 2), np.float32), "annoy")
+
+
+def test_choose_projection_scores_every_candidate_on_held_out_halves_and_picks_the_best():
+    X, y = _blobs(n_per_class=40)
+    Z = sim.fit_normalization(X).apply(X)
+    chosen = sim.choose_projection(Z, y, [f"f{i}" for i in range(X.shape[1])])
+    cv = {h["method"]: h["cv_precision_at_5"] for h in chosen.history if "method" in h}
+    assert cv.keys() == {"all", "fisher", "forward"}
+    assert chosen.method == max(cv, key=cv.get) and chosen.score == pytest.approx(cv[chosen.method], abs=1e-6)
+    assert cv[chosen.method] > cv["all"] + 0.05  # noise columns hurt; weighting or selection removes them
+    fisher = sim.fisher_weights(Z, y)
+    assert fisher.weights[:3].min() > 5 * fisher.weights[3:].max()  # informative columns weigh most
