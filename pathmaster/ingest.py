@@ -16,7 +16,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 from PIL import Image
@@ -74,15 +73,13 @@ def problem_pair(item) -> tuple[str, str]:
 
 def ingest(dataset_dir: str | Path, site_dir: str | Path, *, batch_size: int = BATCH_SIZE,
            progress: bool = False, build_index: bool = True, algorithm: str | None = None,
-           features: str | None = None, records=None,
-           on_batch: Callable[[int], None] | None = None) -> IngestReport:
+           features: str | None = None, records=None) -> IngestReport:
     """Add every cell of ``dataset_dir`` that ``site_dir`` does not hold yet.
 
     batch_size: cells per committed transaction (a kill loses at most this much work).
     progress: show a tqdm progress bar on stderr. build_index: rebuild the search index at
     the end (``algorithm``/``features`` as in ``build_search_index``). records: an iterable
     to use instead of ``iter_dataset(dataset_dir)`` (CellRecords and ImportProblems).
-    on_batch: called with the number of cells committed so far, after each commit.
     Returns an ``IngestReport``; raises InvalidInput when the dataset cannot be read at all
     or was analysed with another feature set than the site's.
     """
@@ -120,8 +117,6 @@ def ingest(dataset_dir: str | Path, site_dir: str | Path, *, batch_size: int = B
             report.added += len(pending)
             pending.clear()
             pending_problems.clear()
-            if on_batch:
-                on_batch(report.added)
 
         bar = tqdm(records, unit="cell", desc=f"indexing {Path(dataset_dir).name}", disable=not progress)
         for item in bar:
