@@ -59,6 +59,7 @@ from qos.emulator.stats import LinkStats
 
 DISCIPLINES = ("fifo", "priority", "wfq", "fq", "wred")
 DIRECTIONS = ("forward", "reverse")
+_DISCIPLINE_TABLES = ("priority", "wfq", "wred", "fq")
 _LINK_KEYS = {"rate", "delay", "jitter", "loss", "overhead", "discipline", "limit",
               "priority", "wfq", "wred", "shape", "fq"}
 _DIRECTION_KEYS = _LINK_KEYS | {"queue", "in", "out", "match", "chain"}
@@ -195,7 +196,11 @@ def _from_dict(data: dict, path: Path) -> EmulatorConfig:
             unknown = set(own) - _DIRECTION_KEYS
             if unknown:
                 raise ConfigError(f"{where}: unknown keys {sorted(unknown)}")
-            settings = _merge(shared, {k: v for k, v in own.items() if k in _LINK_KEYS})
+            inherited = shared
+            if "discipline" in own:  # a direction with its own discipline drops the link's tables for others
+                inherited = {k: v for k, v in shared.items()
+                             if k not in _DISCIPLINE_TABLES or k == own["discipline"]}
+            settings = _merge(inherited, {k: v for k, v in own.items() if k in _LINK_KEYS})
             if "queue" not in own:
                 raise ConfigError(f"{where}: missing 'queue' (the NFQUEUE number)")
             queue = own["queue"]
