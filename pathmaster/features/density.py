@@ -101,12 +101,12 @@ def _region_stats(od: np.ndarray, region: np.ndarray, name: str) -> dict[str, fl
     }
 
 
-def density_features(cell: CellRegions, od_rgb: np.ndarray) -> dict[str, float]:
+def density_features(cell: CellRegions, od_rgb: np.ndarray, od: np.ndarray) -> dict[str, float]:
     """The FEATURES of this module for one cell.
 
-    cell: the cropped regions; od_rgb: float64 (h, w, 3) optical_density() of the crop.
+    cell: the cropped regions; od_rgb: float64 (h, w, 3) optical_density() of the crop;
+    od: float64 (h, w) its mean over channels (grey_optical_density()).
     """
-    od = od_rgb.mean(axis=2)
     values: dict[str, float] = {}
     for name in _STAT_REGIONS:
         region = getattr(cell, name)

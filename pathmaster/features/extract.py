@@ -10,11 +10,14 @@ from .regions import cell_regions
 
 # Vector order: geometric, then density, then texture.
 FEATURES: tuple[Feature, ...] = geometry.FEATURES + density.FEATURES + texture.FEATURES
+_NAMES = tuple(f.name for f in FEATURES)
+if len(set(_NAMES)) != len(_NAMES):
+    raise ImportError("pathmaster.features: two features share a name")
 
 
 def feature_names() -> tuple[str, ...]:
     """Names of the features, in vector order."""
-    return tuple(f.name for f in FEATURES)
+    return _NAMES
 
 
 def extract_features(image: np.ndarray, background: np.ndarray, mask: np.ndarray,
@@ -33,13 +36,13 @@ def extract_features(image: np.ndarray, background: np.ndarray, mask: np.ndarray
     """
     cell = cell_regions(image, background, mask, source)
     od_rgb = density.optical_density(cell.image, cell.background)
+    od_grey = od_rgb.mean(axis=2)
     values = {
         **geometry.geometry_features(cell),
-        **density.density_features(cell, od_rgb),
-        **texture.texture_features(cell.nucleus, od_rgb.mean(axis=2)),
+        **density.density_features(cell, od_rgb, od_grey),
+        **texture.texture_features(cell.nucleus, od_grey),
     }
-    if values.keys() != set(feature_names()):
-        missing = set(feature_names()) - values.keys()
-        extra = values.keys() - set(feature_names())
+    if len(values) != len(_NAMES) or not values.keys() >= set(_NAMES):
+        missing, extra = set(_NAMES) - values.keys(), values.keys() - set(_NAMES)
         raise AssertionError(f"feature catalogue out of step with code: missing {missing}, extra {extra}")
-    return np.array([values[name] for name in feature_names()], dtype=np.float64)
+    return np.array([values[name] for name in _NAMES], dtype=np.float64)

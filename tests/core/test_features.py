@@ -179,12 +179,17 @@ def test_geometry_matches_regionprops_on_a_realistic_cell():
     assert value(v, "nc_ratio") == pytest.approx(np.count_nonzero(mask >= NUCLEUS) / np.count_nonzero(mask))
 
 
+def lobed_mask(shape, centre, radius, lobes=5, depth=0.2, turn=0.0):
+    angles = np.linspace(0, 2 * np.pi, 400, endpoint=False)
+    r = radius * (1 + depth * np.cos(lobes * (angles - turn)))
+    out = np.zeros(shape, bool)
+    out[draw.polygon(centre[0] + r * np.sin(angles), centre[1] + r * np.cos(angles), shape=shape)] = True
+    return out
+
+
 def test_lobed_nucleus_is_irregular_and_a_smooth_one_is_not():
     shape = (200, 200)
-    angles = np.linspace(0, 2 * np.pi, 400, endpoint=False)
-    radius = 30 + 6 * np.cos(5 * angles)  # five lobes
-    lobed = np.zeros(shape, bool)
-    lobed[draw.polygon(100 + radius * np.sin(angles), 100 + radius * np.cos(angles), shape=shape)] = True
+    lobed = lobed_mask(shape, (100, 100), 30)
     smooth = disk_mask(shape, (100, 100), 30)
     cell = disk_mask(shape, (100, 100), 70)
     v_lobed = extract_features(*flat_cell(lobed, cell))
@@ -194,6 +199,16 @@ def test_lobed_nucleus_is_irregular_and_a_smooth_one_is_not():
     assert value(v_lobed, "nucleus_fourier_4") + value(v_lobed, "nucleus_fourier_6") > 0.1
     assert value(v_lobed, "nucleus_solidity") < value(v_smooth, "nucleus_solidity") - 0.03
     assert value(v_lobed, "nucleus_form_factor") < value(v_smooth, "nucleus_form_factor") - 0.1
+
+
+def test_contour_descriptors_ignore_size_and_rotation():
+    shape = (260, 260)
+    cell = disk_mask(shape, (130, 130), 125)
+    small = extract_features(*flat_cell(lobed_mask(shape, (130, 130), 30), cell))
+    large = extract_features(*flat_cell(lobed_mask(shape, (130, 130), 60, turn=0.3), cell))
+    for name in ["nucleus_radial_cv"] + [f"nucleus_fourier_{k}" for k in range(2, 9)]:
+        assert value(large, name) == pytest.approx(value(small, name), abs=0.01), name
+    assert value(large, "nucleus_area") == pytest.approx(4 * value(small, "nucleus_area"), rel=0.02)
 
 
 def test_nucleoli_counted():
