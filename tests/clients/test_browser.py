@@ -49,8 +49,10 @@ def page(browser):
 
 
 def open_page(page, url: str) -> None:
+    # A file-chooser listener turns on Playwright's interception of the chooser; set it up
+    # before the page loads so the first Enter on the drop zone cannot race it.
+    page.on("filechooser", lambda chooser: None)
     page.goto(url)
-    page.bring_to_front()  # keyboard events go to the page that has focus
     page.wait_for_selector("body[data-ready='1']", timeout=15_000)
 
 
