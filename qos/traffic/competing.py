@@ -244,13 +244,15 @@ class ParetoBursts(Traffic):
 
     def __init__(self, testbed, mean_bps: float | None = None, targets: tuple[str, ...] = ("B3", "C3"),
                  dscp: int = BULK_DSCP, port: int = 5501, seed: int = 0,
-                 alpha: float = pareto.SEED_003_ALPHA, source: str | None = None):
+                 alpha: float = pareto.SEED_003_ALPHA, source: str | None = None,
+                 slot_s: float = pareto.SLOT_S):
         super().__init__(dscp)
         link_bps = testbed.config.bottleneck["rate_bps"]
         self.k_bps, self.cap_bps = pareto.scaled_to_link(link_bps)
         if mean_bps is not None:
             self.k_bps = k_for_mean(mean_bps, self.cap_bps, alpha)
         self.testbed, self.targets, self.port, self.seed, self.alpha = testbed, tuple(targets), port, seed, alpha
+        self.slot_s = slot_s
         self.source = testbed.host(source) if source else testbed.master
         self._procs: list[tuple[str, subprocess.Popen, subprocess.Popen]] = []
 
@@ -263,7 +265,7 @@ class ParetoBursts(Traffic):
             sender = self.source.popen(
                 [sys.executable, "-m", "qos.traffic.pareto", "send", "--dst", host.ip, "--port", str(port),
                  "--dscp", str(self.dscp), "--k-bps", repr(self.k_bps), "--cap-bps", repr(self.cap_bps),
-                 "--alpha", repr(self.alpha), "--seed", str(self.seed + i)],
+                 "--alpha", repr(self.alpha), "--seed", str(self.seed + i), "--slot-s", repr(self.slot_s)],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             self._procs.append((target, sender, sink))
         return self
