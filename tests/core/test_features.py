@@ -450,3 +450,21 @@ def test_bad_arrays_are_rejected_clearly(problem, match):
     with pytest.raises(InvalidInput, match=match) as err:
         extract_features(image, background, mask, source="cell.bmp")
     assert str(err.value).startswith("cell.bmp: ")
+
+
+def test_synthetic_cells_of_every_diagnosis_give_finite_features_that_follow_it():
+    from pathmaster.records import DIAGNOSES
+    from pathmaster.synth import synth_cell
+
+    vectors = {}
+    for diagnosis in DIAGNOSES:
+        cells = [synth_cell(diagnosis, np.random.default_rng(seed)) for seed in range(3)]
+        vectors[diagnosis] = np.array([extract_features(c.image, c.background, c.mask) for c in cells])
+        assert np.isfinite(vectors[diagnosis]).all(), diagnosis
+
+    def median(diagnosis, name):
+        return float(np.median(vectors[diagnosis][:, NAMES.index(name)]))
+
+    # Carcinoma in situ: enlarged nucleus, high N/C ratio (the generator's cytology criteria).
+    assert median("carcinoma_in_situ", "nc_ratio") > 5 * median("normal_intermediate", "nc_ratio")
+    assert median("carcinoma_in_situ", "nucleus_area") > 2 * median("normal_intermediate", "nucleus_area")
