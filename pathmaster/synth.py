@@ -161,24 +161,33 @@ def _shape_mask(
     The harmonic amplitudes fall as 1/k so the contour wrinkles rather than zig-zags; the
     curve is then stretched to `aspect` (area kept) and rotated by `angle` radians.
     """
-    rows, cols = np.mgrid[0 : shape[0], 0 : shape[1]].astype(np.float64)
+    ks = np.array(list(harmonics), dtype=np.float64)
+    amplitudes = irregularity * rng.normal(1.0, 0.35, ks.size).clip(0.2) / ks * ks[0]
+    phases = rng.uniform(0, 2 * np.pi, ks.size)
+    # Work only in the curve's bounding window: the curve never leaves radius x (1 + sum a_k)
+    # stretched by sqrt(aspect).
+    reach = radius * (1 + amplitudes.sum()) * np.sqrt(aspect) + 2
+    top, left = max(int(centre[0] - reach), 0), max(int(centre[1] - reach), 0)
+    bottom, right = min(int(centre[0] + reach) + 2, shape[0]), min(int(centre[1] + reach) + 2, shape[1])
+    inside = np.zeros(shape, dtype=bool)
+    if top >= bottom or left >= right:
+        return inside
+    rows, cols = np.mgrid[top:bottom, left:right].astype(np.float64)
     dy, dx = rows - centre[0], cols - centre[1]
     cos_a, sin_a = np.cos(angle), np.sin(angle)
     u = (dx * cos_a + dy * sin_a) / np.sqrt(aspect)  # along the major axis, unstretched
     v = (-dx * sin_a + dy * cos_a) * np.sqrt(aspect)
     theta = np.arctan2(v, u)
     rho = np.hypot(u, v)
-    ks = np.array(list(harmonics), dtype=np.float64)
-    amplitudes = irregularity * rng.normal(1.0, 0.35, ks.size).clip(0.2) / ks * ks[0]
-    phases = rng.uniform(0, 2 * np.pi, ks.size)
     boundary = radius * (1 + np.tensordot(amplitudes, np.cos(np.multiply.outer(ks, theta) + phases[:, None, None]), axes=1))
-    return rho <= boundary
+    inside[top:bottom, left:right] = rho <= boundary
+    return inside
 
 
 def _smooth_noise(rng: np.random.Generator, shape: tuple[int, int], sigma: float) -> np.ndarray:
     """Gaussian-filtered white noise with zero mean and unit standard deviation."""
-    field = ndi.gaussian_filter(rng.standard_normal(shape), sigma, mode="wrap")
-    return (field - field.mean()) / (field.std() + 1e-12)
+    field = ndi.gaussian_filter(rng.standard_normal(shape, dtype=np.float32), sigma, mode="wrap")
+    return (field - field.mean()) / (field.std() + np.float32(1e-12))
 
 
 def _blank_slide(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
@@ -198,8 +207,10 @@ def _blank_slide(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray
 
 def _expose(light: np.ndarray, rng: np.random.Generator, noise_sd: float) -> np.ndarray:
     """One camera exposure: shot-like noise (sd grows with sqrt of the signal), 8-bit."""
-    sd = noise_sd * np.sqrt(np.maximum(light, 1.0) / 200.0)
-    return np.clip(np.rint(light + sd * rng.standard_normal(light.shape)), 0, 255).astype(np.uint8)
+    light = light.astype(np.float32)
+    sd = np.float32(noise_sd / np.sqrt(200.0)) * np.sqrt(np.maximum(light, np.float32(1.0)))
+    noisy = light + sd * rng.standard_normal(light.shape, dtype=np.float32)
+    return np.clip(np.rint(noisy), 0, 255).astype(np.uint8)
 
 
 def synth_cell(diagnosis: str, rng: np.random.Generator, source_id: str = "") -> CellRecord:
@@ -265,15 +276,16 @@ def synth_cell(diagnosis: str, rng: np.random.Generator, source_id: str = "") ->
     grain = _draw(rng, p.chromatin_grain, 0.5, 3.0)
     chromatin = np.clip(1 + contrast * _smooth_noise(rng, shape, grain), 0.2, None)
 
-    od = (cyto * cyto_od * mottling)[:, :, None] * cyto_stain
-    od += (nucleus * nuc_od * chromatin)[:, :, None] * HAEMATOXYLIN
-    od += (nucleoli * 0.35 * nuc_od)[:, :, None] * EOSIN
-    lamp = _blank_slide(rng, shape)
+    cyto_stain, haem, eosin = (v.astype(np.float32) for v in (cyto_stain, HAEMATOXYLIN, EOSIN))
+    od = (cyto * np.float32(cyto_od) * mottling)[:, :, None] * cyto_stain
+    od += (nucleus * np.float32(nuc_od) * chromatin)[:, :, None] * haem
+    od += (nucleoli * np.float32(0.35 * nuc_od))[:, :, None] * eosin
+    lamp = _blank_slide(rng, shape).astype(np.float32)
     # Mounting medium and glass are not perfectly clear: a faint fine texture that the
     # blank-slide exposure does not share (it is taken at another place on the slide).
-    od += (0.006 * _smooth_noise(rng, shape, 1.2))[:, :, None]
+    od += (np.float32(0.006) * _smooth_noise(rng, shape, 1.2))[:, :, None]
     blur = rng.uniform(0.6, 1.0)
-    transmitted = ndi.gaussian_filter(10.0 ** -od, sigma=(blur, blur, 0))
+    transmitted = ndi.gaussian_filter(np.float32(10.0) ** -od, sigma=(blur, blur, 0))
     noise_sd = rng.uniform(4.0, 6.0)
     image = _expose(lamp * transmitted, rng, noise_sd)
     background = _expose(lamp, rng, noise_sd)
