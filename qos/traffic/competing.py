@@ -27,7 +27,7 @@ from qos.classes import DEFAULT_CLASSES
 from qos.testbed import netns
 from qos.testbed.node import Node
 from qos.traffic import pareto
-from qos.traffic.iperf import IperfResult, IperfServer, finish_client, start_client
+from qos.traffic.iperf import IperfServer, finish_client, start_client
 
 BULK_DSCP = DEFAULT_CLASSES["bulk"].dscp
 LONG_S = 86400  # "until stopped": iperf3 needs a duration
@@ -86,14 +86,19 @@ class PortCounter:
 
 
 class Traffic:
-    """Base of the generators: start() ... stop() -> TrafficResult, or a `with` block."""
+    """Base of the generators: start() ... stop() -> TrafficResult, or a `with` block.
+
+    Flows go from `source` (default: the master) to each of `targets`, on ports `port`,
+    `port` + 1, ..., marked with `dscp`.
+    """
 
     kind = "traffic"
 
-    def __init__(self, dscp: int):
+    def __init__(self, testbed, dscp: int, targets: tuple[str, ...], port: int, source: str | None):
         if not 0 <= dscp <= 63:
             raise ValueError(f"DSCP must be 0-63, got {dscp}")
-        self.dscp = dscp
+        self.testbed, self.dscp, self.targets, self.port = testbed, dscp, tuple(targets), port
+        self.source = testbed.host(source) if source else testbed.master
         self.result: TrafficResult | None = None
 
     def start(self) -> "Traffic":
@@ -112,11 +117,14 @@ class Traffic:
     def __exit__(self, *exc) -> None:
         self.stop()
 
-    def _summarise(self, results: list[tuple[str, IperfResult]]) -> TrafficResult:
-        flows = [{"flow": name, "bytes": r.received_bytes, "seconds": r.seconds, "bps": r.receiver_bps,
-                  "retransmits": r.retransmits, "lost_percent": r.lost_percent} for name, r in results]
-        return TrafficResult(self.kind, self.dscp, sum(f["bytes"] for f in flows),
-                             max((f["seconds"] for f in flows), default=0.0), flows)
+    def flow_name(self, target: str) -> str:
+        return f"{self.source.name}->{target}"
+
+    def _finish(self, flows: list[dict]) -> TrafficResult:
+        """Sum per-flow dicts ({"flow", "bytes", "seconds", ...}) into `self.result`."""
+        self.result = TrafficResult(self.kind, self.dscp, sum(f["bytes"] for f in flows),
+                                    max((f["seconds"] for f in flows), default=0.0), flows)
+        return self.result
 
 
 class BulkDownloads(Traffic):
@@ -131,11 +139,10 @@ class BulkDownloads(Traffic):
 
     def __init__(self, testbed, streams: int, targets: tuple[str, ...] = ("B3", "C3"),
                  dscp: int = BULK_DSCP, port: int = 5301, source: str | None = None):
-        super().__init__(dscp)
+        super().__init__(testbed, dscp, targets, port, source)
         if streams < 0:
             raise ValueError(f"streams must be >= 0, got {streams}")
-        self.testbed, self.streams, self.targets, self.port = testbed, int(streams), tuple(targets), port
-        self.source = testbed.host(source) if source else testbed.master
+        self.streams = int(streams)
         self._servers: list[IperfServer] = []
         self._clients: list[tuple[str, subprocess.Popen]] = []
         self._marked: list[int] = []
@@ -154,18 +161,19 @@ class BulkDownloads(Traffic):
         return self
 
     def stop(self) -> TrafficResult:
-        results = []
+        flows = []
         try:
             for target, proc in self._clients:
-                results.append((f"{self.source.name}->{target}", finish_client(proc, interrupt=True)))
+                r = finish_client(proc, interrupt=True)
+                flows.append({"flow": self.flow_name(target), "bytes": r.received_bytes, "seconds": r.seconds,
+                              "bps": r.receiver_bps, "retransmits": r.retransmits})
         finally:
             for server in self._servers:
                 server.stop()
             for port in self._marked:
                 mark_source_port(self.source, "tcp", port, self.dscp, add=False)
             self._servers, self._clients, self._marked = [], [], []
-        self.result = self._summarise(results)
-        return self.result
+        return self._finish(flows)
 
 
 class ConstantRateUDP(Traffic):
@@ -180,15 +188,12 @@ class ConstantRateUDP(Traffic):
 
     def __init__(self, testbed, rate_bps: float, targets: tuple[str, ...] = ("B3", "C3"),
                  dscp: int = BULK_DSCP, port: int = 5401, source: str | None = None):
-        super().__init__(dscp)
+        super().__init__(testbed, dscp, targets, port, source)
         if rate_bps < 0:
             raise ValueError(f"rate_bps must be >= 0, got {rate_bps}")
-        self.testbed, self.rate_bps, self.targets, self.port = testbed, float(rate_bps), tuple(targets), port
-        self.source = testbed.host(source) if source else testbed.master
+        self.rate_bps = float(rate_bps)
         self._servers: list[IperfServer] = []
         self._clients: list[tuple[str, subprocess.Popen, PortCounter]] = []
-
-    length = pareto.PAYLOAD_BYTES
 
     def start(self) -> "ConstantRateUDP":
         if self.rate_bps == 0:
@@ -199,7 +204,7 @@ class ConstantRateUDP(Traffic):
             self._servers.append(IperfServer(host, self.port + i).start())
             proc = start_client(self.source, host.ip, port=self.port + i, seconds=LONG_S,
                                 udp_bps=self.rate_bps / len(self.targets), dscp=self.dscp,
-                                length=self.length)
+                                length=pareto.PAYLOAD_BYTES)
             self._clients.append((target, proc, counter))
         return self
 
@@ -210,7 +215,7 @@ class ConstantRateUDP(Traffic):
                 sent = finish_client(proc, interrupt=True)
                 packets, ip_bytes = counter.read()
                 received = ip_bytes - packets * (20 + 8)
-                flows.append({"flow": f"{self.source.name}->{target}", "bytes": received,
+                flows.append({"flow": self.flow_name(target), "bytes": received,
                               "seconds": sent.seconds, "bps": received * 8 / sent.seconds if sent.seconds else 0.0,
                               "sent_bytes": sent.sent_bytes,
                               "lost_percent": 100.0 * max(0, sent.sent_bytes - received) / sent.sent_bytes
@@ -221,9 +226,7 @@ class ConstantRateUDP(Traffic):
             for _, _, counter in self._clients:
                 counter.remove()
             self._servers, self._clients = [], []
-        self.result = TrafficResult(self.kind, self.dscp, sum(f["bytes"] for f in flows),
-                                    max((f["seconds"] for f in flows), default=0.0), flows)
-        return self.result
+        return self._finish(flows)
 
 
 def k_for_mean(mean_bps: float, cap_bps: float, alpha: float = pareto.SEED_003_ALPHA) -> float:
@@ -246,14 +249,12 @@ class ParetoBursts(Traffic):
                  dscp: int = BULK_DSCP, port: int = 5501, seed: int = 0,
                  alpha: float = pareto.SEED_003_ALPHA, source: str | None = None,
                  slot_s: float = pareto.SLOT_S):
-        super().__init__(dscp)
+        super().__init__(testbed, dscp, targets, port, source)
         link_bps = testbed.config.bottleneck["rate_bps"]
         self.k_bps, self.cap_bps = pareto.scaled_to_link(link_bps)
         if mean_bps is not None:
             self.k_bps = k_for_mean(mean_bps, self.cap_bps, alpha)
-        self.testbed, self.targets, self.port, self.seed, self.alpha = testbed, tuple(targets), port, seed, alpha
-        self.slot_s = slot_s
-        self.source = testbed.host(source) if source else testbed.master
+        self.seed, self.alpha, self.slot_s = seed, alpha, slot_s
         self._procs: list[tuple[str, subprocess.Popen, subprocess.Popen]] = []
 
     def start(self) -> "ParetoBursts":
@@ -275,14 +276,12 @@ class ParetoBursts(Traffic):
         for target, sender, sink in self._procs:
             sent = _json_of(sender)
             received = _json_of(sink)
-            flows.append({"flow": f"{self.source.name}->{target}", "bytes": received["payload_bytes"],
+            flows.append({"flow": self.flow_name(target), "bytes": received["payload_bytes"],
                           "seconds": received["seconds"], "bps": received["payload_bytes"] * 8 / received["seconds"]
                           if received["seconds"] else 0.0, "sent_bytes": sent["payload_bytes"],
                           "slot_rates_bps": sent["slot_rates_bps"]})
         self._procs = []
-        self.result = TrafficResult(self.kind, self.dscp, sum(f["bytes"] for f in flows),
-                                    max((f["seconds"] for f in flows), default=0.0), flows)
-        return self.result
+        return self._finish(flows)
 
 
 def _json_of(proc: subprocess.Popen, timeout: float = 10.0) -> dict:
