@@ -49,6 +49,19 @@ def test_default_config_is_the_study_testbed():
     assert config.with_tag("x1").tag == "x1"
 
 
+def test_a_subnet_can_override_the_bottleneck(tmp_path: Path):
+    path = tmp_path / "bed.toml"
+    path.write_text('[bottleneck.subnet.B]\nbackend = "emulator"\nrate_bps = 2_000_000\n')
+    config = load_config(path)
+    assert config.link_settings("B")["backend"] == "emulator"
+    assert config.link_settings("B")["rate_bps"] == 2_000_000
+    assert config.link_settings("A")["backend"] == "kernel"
+    assert config.link_settings("A")["rate_bps"] == 10_000_000
+    path.write_text('[bottleneck.subnet.B]\nbackend = "tc"\n')
+    with pytest.raises(ConfigError, match=r"\[bottleneck.subnet.B\] backend"):
+        load_config(path)
+
+
 def test_icmp_checksum_matches_rfc1071_example():
     # RFC 1071 section 3: the words 0001 f203 f4f5 f6f7 sum to ddf2, checksum 220d.
     assert checksum(bytes.fromhex("0001f203f4f5f6f7")) == 0x220D
