@@ -5,6 +5,7 @@
 
 Modules: catalog (what a feature is), regions (input checks, cropping), geometry,
 density (optical density from the background), texture (Haralick, LBP), extract.
+`python -m pathmaster.features [--markdown]` prints every feature with its unit and doc.
 """
 
 from .catalog import GROUPS, Feature

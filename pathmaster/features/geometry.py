@@ -23,7 +23,7 @@ FOURIER_POINTS = 64
 FOURIER_HARMONICS = 8
 
 _SHAPE = (
-    ("area", "px^2", "area"),
+    ("area", "px^2", "area (pixel count)"),
     ("perimeter", "px", "perimeter (scikit-image regionprops, 4-connected contour with diagonal weights)"),
     ("form_factor", "1", "form factor 4*pi*area/perimeter^2 (1 for a disk, smaller when elongated or ragged)"),
     ("eccentricity", "1", "eccentricity of the ellipse with the same second moments (0 for a disk)"),

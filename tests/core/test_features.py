@@ -468,3 +468,15 @@ def test_synthetic_cells_of_every_diagnosis_give_finite_features_that_follow_it(
     # Carcinoma in situ: enlarged nucleus, high N/C ratio (the generator's cytology criteria).
     assert median("carcinoma_in_situ", "nc_ratio") > 5 * median("normal_intermediate", "nc_ratio")
     assert median("carcinoma_in_situ", "nucleus_area") > 2 * median("normal_intermediate", "nucleus_area")
+
+
+def test_catalogue_prints_every_feature_with_its_unit():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "pathmaster.features"], capture_output=True, text=True,
+                         check=True, timeout=60).stdout.splitlines()
+    assert len(out) == len(FEATURES)
+    for line, f in zip(out, FEATURES):
+        index, name, unit = line.split()[:3]
+        assert (name, unit) == (f.name, f.unit)
