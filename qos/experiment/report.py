@@ -136,6 +136,8 @@ def significance_rows(meta: dict, cells: dict[tuple, Cell], alpha: float = 0.05)
 def _fmt(value, digits: int = 3) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     if isinstance(value, float):
         return f"{value:.{digits}g}" if abs(value) < 1e4 else f"{value:.0f}"
     return str(value)
@@ -155,34 +157,128 @@ def write_csv(path: Path, rows: list[dict], columns: list[str]) -> None:
         writer.writerows(rows)
 
 
-def table1(meta: dict, cells: dict[tuple, Cell]) -> str:
-    """The study's Table 1 layout: rows = competing level, columns = strategy, 'mean (std)' seconds.
-
-    One table per (link, request class); a second line per level gives the mean ratio to the bound.
-    """
+def _grid(meta: dict, cells: dict[tuple, Cell], title: str, value) -> str:
+    """One Markdown table per (link, class): rows = competing level, columns = strategy, `value(cell)`."""
     unit = "streams" if meta["experiment"]["competing"]["kind"] == "downloads" else "kbit/s"
     order = strategy_order(meta)
     parts = []
     for link, cls in sorted({(k[2], k[3]) for k in cells}):
         levels = sorted({k[1] for k in cells if k[2] == link and k[3] == cls})
         present = [s for s in order if any((s, lv, link, cls) in cells for lv in levels)]
-        header = [f"competing ({unit})", "achieved kbit/s"] + present
-        lines = [f"### link {link}, class {cls}: completion time, mean (std) s; [mean ratio to bound]", "",
+        header = [f"competing ({unit})"] + present
+        lines = [f"### {title}: link {link}, class {cls}", "",
                  "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for lv in levels:
-            achieved = [v for s in present for v in cells.get((s, lv, link, cls), Cell(s, lv, link, cls)).achieved_kbit]
-            row = [f"{lv:g}", _fmt(_mean(achieved), 4)]
+            row = [f"{lv:g}"]
             for s in present:
                 cell = cells.get((s, lv, link, cls))
-                if cell is None or not cell.times:
-                    row.append("-")
-                    continue
-                sm: Summary = summarise(cell.times)
-                fail = f" ({cell.failed} failed)" if cell.failed else ""
-                row.append(f"{sm.mean:.2f} ({_fmt(sm.std, 2)}) [{_mean(cell.ratios):.2f}]{fail}")
+                row.append(value(cell) if cell is not None and cell.times else "-")
             lines.append("| " + " | ".join(row) + " |")
         parts.append("\n".join(lines))
     return "\n\n".join(parts) + "\n"
+
+
+def table1(meta: dict, cells: dict[tuple, Cell]) -> str:
+    """The study's Table 1 layout: rows = competing level, columns = strategy, 'mean (std)' seconds,
+    with [the mean ratio to the lower bound]; then the competing traffic each cell let through."""
+
+    def timing(cell: Cell) -> str:
+        sm: Summary = summarise(cell.times)
+        fail = f" ({cell.failed} failed)" if cell.failed else ""
+        return f"{sm.mean:.2f} ({_fmt(sm.std, 2)}) [{_mean(cell.ratios):.2f}]{fail}"
+
+    return (_grid(meta, cells, "completion time, mean (std) s [mean ratio to bound]", timing) + "\n"
+            + _grid(meta, cells, "competing traffic achieved during the cases, mean kbit/s",
+                    lambda c: _fmt(_mean(c.achieved_kbit), 4)))
+
+
+def _unshaped_by_discipline(meta: dict) -> dict[str, str]:
+    """discipline -> the first unshaped strategy using it (the study's four queueing strategies)."""
+    out: dict[str, str] = {}
+    for s in meta["experiment"]["strategies"]:
+        if s.get("shape_kbit") is None:
+            out.setdefault(s["discipline"], s["name"])
+    return out
+
+
+def study_findings(meta: dict, cells: dict[tuple, Cell]) -> list[dict]:
+    """The study's six findings (BRIEF §3), each checked against this experiment's data.
+
+    Returns one row per finding that the matrix can test: the finding, what the data say
+    (computed here, from the cells), and whether they agree. Per (link, class) pair.
+    """
+    by_disc = _unshaped_by_discipline(meta)
+    shaped = sorted((s for s in meta["experiment"]["strategies"] if s.get("shape_kbit") is not None),
+                    key=lambda s: -s["shape_kbit"])
+    rows = []
+    for link, cls in sorted({(k[2], k[3]) for k in cells}):
+        levels = sorted({k[1] for k in cells if k[2] == link and k[3] == cls})
+        if len(levels) < 2:
+            continue
+        low, top = levels[0], levels[-1]
+
+        def times(name, level):
+            cell = cells.get((name, level, link, cls))
+            return cell.times if cell and len(cell.times) >= 2 else None
+
+        def stat(name, level, fn):
+            t = times(name, level)
+            return fn(np.asarray(t)) if t else float("nan")
+
+        mean = lambda n, lv: stat(n, lv, np.mean)  # noqa: E731
+        std = lambda n, lv: stat(n, lv, lambda x: x.std(ddof=1))  # noqa: E731
+        queueing = [n for n in by_disc.values() if times(n, low) and times(n, top)]
+        where = f"{link}, {cls}"
+        if len(queueing) >= 2:
+            means = {n: mean(n, low) for n in queueing}
+            spread = max(means.values()) / min(means.values())
+            differ = [f"{a}/{b}" for a, b in itertools.combinations(queueing, 2)
+                      if compare(times(a, low), times(b, low)).significant]
+            rows.append({"where": where, "finding": "1. all strategies alike at low traffic",
+                         "data": f"at {low:g}: means {', '.join(f'{n} {v:.2f}' for n, v in means.items())} s "
+                                 f"(max/min {spread:.2f}); significantly different pairs: {', '.join(differ) or 'none'}",
+                         "agrees": spread < 1.25 or not differ})
+        fifo, prio, wfq, wred = (by_disc.get(d) for d in ("fifo", "prio", "wfq", "wred"))
+        if fifo in queueing and len(queueing) >= 2:
+            growth = {n: mean(n, top) / mean(n, low) for n in queueing}
+            worst_mean = max(queueing, key=lambda n: mean(n, top))
+            worst_std = max(queueing, key=lambda n: std(n, top))
+            rows.append({"where": where, "finding": "2. FIFO degrades most, with a large std",
+                         "data": f"at {top:g}: mean/idle {', '.join(f'{n} {v:.1f}x' for n, v in growth.items())}; "
+                                 f"std {', '.join(f'{n} {std(n, top):.2f}' for n in queueing)} s",
+                         "agrees": worst_mean == fifo and worst_std == fifo})
+        if fifo in queueing and prio in queueing:
+            c = compare(times(fifo, top), times(prio, top))
+            rows.append({"where": where, "finding": "3. priority queuing beats FIFO, with much smaller std",
+                         "data": f"at {top:g}: {prio} {mean(prio, top):.2f} (std {std(prio, top):.2f}) vs "
+                                 f"{fifo} {mean(fifo, top):.2f} (std {std(fifo, top):.2f}) s; Welch p = {c.p:.3g}",
+                         "agrees": mean(prio, top) < mean(fifo, top) and std(prio, top) < std(fifo, top)})
+        loaded = [lv for lv in levels if lv > low]
+        if wfq in queueing and len(queueing) >= 2:
+            avg = {n: float(np.mean([mean(n, lv) for lv in loaded])) for n in queueing}
+            best = min(avg, key=avg.get)
+            rows.append({"where": where, "finding": "4. WFQ best on average",
+                         "data": "mean over loaded levels: " + ", ".join(f"{n} {v:.2f}" for n, v in avg.items())
+                                 + f" s; best {best}",
+                         "agrees": best == wfq})
+        if wred in queueing and len(queueing) >= 2:
+            at_top = {n: mean(n, top) for n in queueing}
+            best = min(at_top, key=at_top.get)
+            c = compare(times(wred, top), times(best, top)) if best != wred else None
+            rows.append({"where": where, "finding": "5. WRED shortest at the highest traffic",
+                         "data": f"at {top:g}: " + ", ".join(f"{n} {v:.2f}" for n, v in at_top.items())
+                                 + f" s; shortest {best}"
+                                 + (f" (WRED vs it: Welch p = {c.p:.3g})" if c else ""),
+                         "agrees": best == wred})
+        flat = [(s["name"], s["shape_kbit"], mean(s["name"], top) / mean(s["name"], low))
+                for s in shaped if times(s["name"], low) and times(s["name"], top)]
+        if flat:
+            rows.append({"where": where, "finding": "6. with shaping, completion time flat as competing traffic grows",
+                         "data": "mean at top / idle: " + ", ".join(f"{kb:g} kbit/s {g:.2f}x" for _, kb, g in flat),
+                         "agrees": flat[-1][2] < 1.25 and all(b[2] <= a[2] * 1.1 for a, b in zip(flat, flat[1:]))})
+    for row in rows:
+        row["agrees"] = bool(row["agrees"])
+    return rows
 
 
 def write_report(out_dir: str | Path, plots: bool = True) -> Path:
@@ -207,6 +303,10 @@ def write_report(out_dir: str | Path, plots: bool = True) -> Path:
         f"started {meta.get('started')}, finished {meta.get('finished', 'not yet')}",
         f"- kernel {env.get('kernel')}, git {env.get('git_commit')}, seed {meta.get('seed')}", "",
         "## Table 1", "", table1(meta, cells),
+        "## The study's findings, checked", "",
+        "Computed from this experiment's cells (finding 1: means within 25% or no significant difference; finding 6: the lowest limit flat, "
+        "within 25%, and no limit steeper than the next higher one by more than 10%).", "",
+        markdown_table(study_findings(meta, cells), ["where", "finding", "data", "agrees"]), "",
         "## Every cell", "", markdown_table(summary, SUMMARY_COLUMNS[:16]), "",
         "## Differences that are not significant", "",
         f"Welch's t-test (p < 0.05) and a 95% bootstrap interval of the difference of means must both "
