@@ -276,17 +276,24 @@ def _od_feature_drift(base: np.ndarray, moved: np.ndarray) -> dict[str, float]:
 
 
 @pytest.mark.parametrize("factor", [0.8, 0.9, 1.1, 1.2])
-def test_optical_density_features_are_lamp_invariant(factor):
+@pytest.mark.parametrize("how", ["rescaled", "re-exposed"])
+def test_optical_density_features_are_lamp_invariant(factor, how):
     od, background, noise, mask = realistic_cell(seed=1)
-    base = extract_features(*render(od, background, noise), mask)
-    # A brighter or dimmer lamp: the same scene, image and slide scaled, rounded once more
-    # to uint8 (the slide peaks at 205 * 1.2 < 255, so nothing clips).
     image, slide_u8 = render(od, background, noise)
-    scaled = [np.clip(np.round(a * factor), 0, 255).astype(np.uint8) for a in (image, slide_u8)]
+    base = extract_features(image, slide_u8, mask)
+    if how == "rescaled":
+        # The uint8 images scaled and rounded once more (the slide peaks at 205 * 1.2 < 255,
+        # so nothing clips).
+        scaled = [np.clip(np.round(a * factor), 0, 255).astype(np.uint8) for a in (image, slide_u8)]
+    else:
+        # The same scene photographed under the other lamp: one rounding, as a camera does.
+        scaled = render(od, background, noise, scale=factor)
     moved = extract_features(*scaled, mask)
     drift = _od_feature_drift(base, moved)
     assert max(drift.values()) < 0.01, {k: round(d, 4) for k, d in drift.items() if d >= 0.01}
-    # Texture is measured on quantised OD: it barely moves either.
+    # Texture is measured on OD too, so it barely moves: LBP fractions by < 0.02, Haralick
+    # features by < 5% (but for correlation and imc1, which sit near 0 at 4 px, where a
+    # relative change means nothing).
     for i, f in enumerate(FEATURES):
         if f.group == "texture" and "lbp" in f.name:
             assert abs(moved[i] - base[i]) < 0.02, f.name
