@@ -80,6 +80,10 @@ class TLSFiles:
         )
 
 
+# A server that was down is retried within seconds, not gRPC's default of up to 2 minutes.
+MAX_RECONNECT_BACKOFF_MS = 5000
+
+
 def _size_options(max_message_bytes: int) -> list[tuple[str, int]]:
     return [
         ("grpc.max_send_message_length", max_message_bytes),
@@ -95,6 +99,7 @@ def open_channel(
 ) -> grpc.Channel:
     """A channel to `address` ("host:port") whose packets carry `dscp` (None: unmarked)."""
     options: list[tuple[str, object]] = _size_options(max_message_bytes)
+    options.append(("grpc.max_reconnect_backoff_ms", MAX_RECONNECT_BACKOFF_MS))
     if dscp is not None:
         options.append(("grpc.dscp", int(dscp)))
     if tls is None:

@@ -81,7 +81,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
 
     def resolve_class_ports(self, sites: list[str], timeout_s: float = INFO_TIMEOUT_S) -> None:
         """Ask each site not yet resolved which port serves which class (in parallel)."""
-        calls = {s: self._site_stub(s).Info.future(pb.SiteInfoRequest(), timeout=timeout_s)
+        # wait_for_ready: a site that was down when its channel was first used may be up now.
+        calls = {s: self._site_stub(s).Info.future(pb.SiteInfoRequest(), timeout=timeout_s, wait_for_ready=True)
                  for s in sites if not self.channels.has_class_ports(s)}
         for site, call in calls.items():
             try:

@@ -1,0 +1,127 @@
+"""DSCP on the wire: a coordinator and a site in two network namespaces joined by a veth.
+
+The product's own commands run inside the namespaces (`pathmaster serve site`, with its
+own Ray, `pathmaster serve coordinator`, `pathmaster query`); tcpdump on the coordinator's
+end of the veth records every TCP packet; each class's packets must carry its DSCP in both
+directions (requests: per-class channels; replies: the site's per-class ports), and the
+site's control port stays unmarked.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from collections import defaultdict
+
+import pytest
+
+from qos.classes import DEFAULT_CLASSES
+from qos.testbed import netns
+from qos.testbed.link import Link
+from qos.testbed.node import Host
+
+pytestmark = [pytest.mark.netns, pytest.mark.slow]
+
+SITE_PORT = 50051
+COORDINATOR_PORT = 50050
+CLASS_PORTS = {c.name: 50061 + i for i, c in enumerate(DEFAULT_CLASSES)}
+# "IP (tos 0x88, ttl 64, ...)" then "    10.77.0.1.40000 > 10.77.0.2.50061: Flags [P.], ..."
+PACKET = re.compile(r"IP \(tos (0x[0-9a-f]+),.*?\n\s+([\d.]+)\.(\d+) > ([\d.]+)\.(\d+):", re.S)
+
+
+def wait_for_line(path, text: str, proc: subprocess.Popen, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while text not in path.read_text(errors="replace"):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise AssertionError(f"{proc.args[-1]}: no {text!r} in its output: {path.read_text()[-1500:]}")
+        time.sleep(0.1)
+
+
+def read_capture(pcap) -> str:
+    """tcpdump's verbose reading of a capture file (IP header, with TOS, then ports)."""
+    return subprocess.run(["tcpdump", "-r", str(pcap), "-nn", "-v"], capture_output=True, text=True).stdout
+
+
+@pytest.fixture
+def two_hosts(netns_ok):
+    """Hosts "co" and "st" in namespaces with a per-run tag, joined by a veth."""
+    tag = netns.new_tag("svc")
+    co, st = Host("co", tag), Host("st", tag)
+    try:
+        co.create()
+        st.create()
+        Link(co, st, "10.77.0.1/24", "10.77.0.2/24").create()
+        yield co, st
+    finally:
+        co.destroy()
+        st.destroy()
+
+
+def test_each_class_carries_its_dscp_both_ways(two_hosts, site_db, tmp_path, case_cells):
+    co, st = two_hosts
+    ports = ", ".join(f"{c} = {p}" for c, p in CLASS_PORTS.items())
+    (tmp_path / "site.toml").write_text(
+        f'[site]\nname = "st"\ndb = "{site_db}"\nlisten = "{st.ip}:{SITE_PORT}"\n'
+        f"class_ports = {{ {ports} }}\nworkers = 1\n")
+    (tmp_path / "co.toml").write_text(
+        f'[coordinator]\nlisten = "{co.ip}:{COORDINATOR_PORT}"\n'
+        f'[[sites]]\nname = "st"\naddress = "{st.ip}:{SITE_PORT}"\n')
+    cells = []
+    for i, cell in enumerate(case_cells[:2]):
+        for role, suffix in (("image", ""), ("mask", "-mask")):
+            cells.append(tmp_path / f"cell{i}{suffix}.png")
+            cells[-1].write_bytes(cell[role])
+
+    procs = []
+    try:
+        site_log = tmp_path / "site.log"
+        with open(site_log, "wb") as out:
+            site = st.popen([sys.executable, "-m", "pathmaster", "serve", "site", "--config",
+                             str(tmp_path / "site.toml")], stdout=out, stderr=subprocess.STDOUT)
+        procs.append(site)
+        co_log = tmp_path / "co.log"
+        with open(co_log, "wb") as out:
+            coordinator = co.popen([sys.executable, "-m", "pathmaster", "serve", "coordinator", "--config",
+                                    str(tmp_path / "co.toml")], stdout=out, stderr=subprocess.STDOUT)
+        procs.append(coordinator)
+        wait_for_line(site_log, "serving on", site, 180)
+        wait_for_line(co_log, "serving on", coordinator, 60)
+
+        dump_log = tmp_path / "tcpdump.err"
+        with open(dump_log, "wb") as err:
+            dump = co.popen(["tcpdump", "-i", co.interfaces[0].name, "-nn", "-U", "--immediate-mode",
+                             "-w", str(tmp_path / "wire.pcap"), "tcp"], stdout=subprocess.DEVNULL, stderr=err)
+        procs.append(dump)
+        wait_for_line(dump_log, "listening on", dump, 30)
+
+        for request_class in CLASS_PORTS:
+            done = co.run(sys.executable, "-m", "pathmaster", "query", "--coordinator",
+                          f"{co.ip}:{COORDINATOR_PORT}", "--class", request_class, "--json",
+                          *map(str, cells), check=False, timeout=120)
+            assert done.returncode == 0, done.stderr
+            assert '"type": "summary"' in done.stdout
+        # The last class's replies are on file before tcpdump stops.
+        last_reply = f"{st.ip}.{CLASS_PORTS[request_class]} >"
+        deadline = time.monotonic() + 10
+        while last_reply not in read_capture(tmp_path / "wire.pcap") and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        for proc in reversed(procs):
+            netns.stop_process(proc, timeout=10)
+
+    text = read_capture(tmp_path / "wire.pcap")
+    seen = defaultdict(set)  # (port, direction) -> DSCPs seen
+    for tos, src, sport, dst, dport in PACKET.findall(text):
+        dscp = int(tos, 16) >> 2
+        if src == co.ip and dst == st.ip:
+            seen[(int(dport), "request")].add(dscp)
+        elif src == st.ip and dst == co.ip:
+            seen[(int(sport), "reply")].add(dscp)
+    for request_class, port in CLASS_PORTS.items():
+        dscp = DEFAULT_CLASSES[request_class].dscp
+        for direction in ("request", "reply"):
+            assert seen[(port, direction)] == {dscp}, (request_class, direction, dict(seen))
+    # The control port (Info) carries no class: unmarked both ways.
+    assert seen[(SITE_PORT, "request")] == {0} and seen[(SITE_PORT, "reply")] == {0}
