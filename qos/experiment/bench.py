@@ -104,10 +104,14 @@ class TestbedBench:
         self.traffic_reports: list[dict] = []  # what each block of competing traffic achieved
         self.competing_level = 0.0
         self._mtu = 1500
+        self.deployment = None  # service mode: the product's own processes (qos.testbed.deployment)
         try:
             self.testbed.up()
-            self._start_sites()
-            self._start_agent()
+            if self.workload.mode == "service":
+                self._deploy_service()
+            else:
+                self._start_sites()
+                self._start_agent()
         except BaseException:
             self.close()
             raise
@@ -127,6 +131,39 @@ class TestbedBench:
             self.sites[name] = proc
         for name in self.workload.sites:
             self.testbed.host(name).wait_listening(SITE_PORT, timeout=30)
+
+    def _deploy_service(self) -> None:
+        import tempfile
+
+        from qos.testbed import deployment
+
+        for name in {*deployment.site_hosts(self.testbed), self.testbed.config.master}:
+            self.testbed.host(name).cmd("sysctl", "-q", "-w", "net.ipv4.tcp_no_metrics_save=1")
+        workdir = tempfile.mkdtemp(prefix=f"pm-experiment-{self.testbed.tag}-")
+        self.deployment = deployment.deploy(self.testbed, workdir, workers_on_x2=self.workload.workers_on_x2)
+        for cls in self.experiment.request_classes:  # first case per class: Ray workers warm up
+            deployment.run_case(self.deployment, cls, cells=1, seed=0, deadline_s=self.workload.deadline_s)
+
+    def _service_case(self, request_class: str, seed: int) -> dict:
+        """One case through the product (`pathmaster query` on the master), as a run record."""
+        from qos.testbed import deployment
+
+        w = self.workload
+        try:
+            case = deployment.run_case(self.deployment, request_class, cells=w.cells, seed=seed,
+                                       deadline_s=w.deadline_s)
+        except deployment.DeploymentError as exc:
+            return {"ok": False, "error": str(exc)}
+        sites = []
+        for name, event in case.sites.items():
+            timing = event["timing"]
+            sites.append({"site": name, "status": event["status"], "total_s": timing["total_s"],
+                          "transfer_s": timing["transfer_s"], "compute_s": timing["site_wall_s"],
+                          "extraction_s": timing["extraction_s"], "search_s": timing["search_s"],
+                          "bytes_up": event["bytes_sent"], "bytes_down": event["bytes_received"]})
+        return {"completion_s": case.total_s, "query_wall_s": case.wall_s, "ok": case.ok, "sites": sites,
+                "bytes_up": case.summary["bytes_sent"], "bytes_down": case.summary["bytes_received"],
+                "votes": case.summary["votes"]}
 
     def _start_agent(self) -> None:
         argv = [sys.executable, "-m", "qos.experiment.workload", "agent"]
@@ -164,13 +201,15 @@ class TestbedBench:
 
     def environment(self) -> dict:
         return {"bench": "testbed", "tag": self.testbed.tag, "testbed": self.testbed.config.to_dict(),
-                "sites": {n: self.testbed.ip(n) for n in self.workload.sites},
+                "sites": {n: self.testbed.ip(n) for n in self.workload.sites} if self.deployment is None
+                else {n: self.testbed.ip(n) for n in self.deployment.sites},
                 "master": self.testbed.config.master, "workload_mode": self.workload.mode,
                 "competing_tool": "qos.traffic (downloads: iperf3 -R from the master, DSCP set at the master)",
                 "kernel_qdiscs": sorted(kernel.available_qdiscs())}
 
     def behind_core(self, site: str) -> bool:
-        return site[0] != self.testbed.config.master[0]
+        host = site.rsplit("-", 1)[-1]  # "B1", or the service's "site-B1"
+        return host[0] != self.testbed.config.master[0]
 
     def configure(self, link: Link, strategy: Strategy) -> None:
         if link.mtu != self._mtu:
@@ -231,6 +270,8 @@ class TestbedBench:
         return self.testbed.bottleneck_stats()
 
     def run_case(self, request_class: str, seed: int, case_id: str) -> dict:
+        if self.deployment is not None:
+            return self._service_case(request_class, seed)
         w = self.workload
         reply = self._ask({"op": "case", "class": request_class, "cells": w.cells, "image_bytes": w.image_bytes,
                            "background": w.with_background, "mask": w.with_mask, "k": w.k, "seed": seed,
@@ -264,5 +305,8 @@ class TestbedBench:
             for proc in self.sites.values():
                 netns.stop_process(proc)
             self.sites.clear()
+            if self.deployment is not None:
+                self.deployment.stop()
+                self.deployment = None
         finally:
             self.testbed.down()

@@ -41,7 +41,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         experiment = load_spec(args.experiment)
     except InvalidInput as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"pathmaster experiment: {exc}", file=sys.stderr)
         return 2
     from qos.experiment.bench import TestbedBench
     from qos.experiment.report import write_report
@@ -51,7 +51,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         with TestbedBench(experiment) as bench:
             store = run_experiment(experiment, args.out, bench, progress=not args.quiet, max_runs=args.max_runs)
     except (InvalidInput, NotImplementedError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"pathmaster experiment: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"interrupted; run the same command again to resume into {args.out}", file=sys.stderr)
@@ -69,7 +69,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     try:
         folder = write_report(args.out, plots=not args.no_plots)
     except InvalidInput as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"pathmaster experiment: {exc}", file=sys.stderr)
         return 2
     print(f"report: {folder / 'report.md'}")
     print((folder / "table1.md").read_text())

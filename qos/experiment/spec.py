@@ -86,7 +86,10 @@ class Workload:
     with_mask: bool = True
     k: int = 5
     match_bytes: int = 5000  # thumbnail bytes per returned match
-    mode: str = "transfer"  # "transfer": sites answer without analysing (see workload.py)
+    mode: str = "transfer"  # "transfer": sites answer without analysing (workload.py);
+    # "service": the product itself (qos.testbed.deployment: sites with Ray on X1/X2, coordinator
+    # and `pathmaster query` on the master) with synthetic cells; image_bytes/match_bytes unused
+    workers_on_x2: bool = False  # service mode: each site's second Ray worker on its X2 host
     sites: tuple[str, ...] = ("A1", "B1", "C1")  # the server of each subnet; master is A1's peer
     deadline_s: float = 120.0
 
@@ -220,7 +223,7 @@ def parse_spec(data: dict, source: str = "<experiment>") -> Experiment:
 
     wl = data.get("workload", {})
     known_wl = {"cells", "image_bytes", "with_background", "with_mask", "k", "match_bytes", "mode", "sites",
-                "deadline_s"}
+                "deadline_s", "workers_on_x2"}
     _unknown_keys(wl, known_wl, "workload", source)
     workload = Workload(
         cells=_take(wl, "cells", int, "workload", source, 6),
@@ -230,13 +233,14 @@ def parse_spec(data: dict, source: str = "<experiment>") -> Experiment:
         k=_take(wl, "k", int, "workload", source, 5),
         match_bytes=_take(wl, "match_bytes", int, "workload", source, 5000),
         mode=_take(wl, "mode", str, "workload", source, "transfer"),
+        workers_on_x2=_take(wl, "workers_on_x2", bool, "workload", source, False),
         sites=tuple(_take(wl, "sites", list, "workload", source, ["A1", "B1", "C1"])),
         deadline_s=float(_take(wl, "deadline_s", (int, float), "workload", source, 120.0)),
     )
     if workload.cells < 1 or workload.image_bytes < 1 or workload.k < 1 or workload.match_bytes < 0:
         raise InvalidInput("[workload] cells, image_bytes and k must be >= 1, match_bytes >= 0", source)
-    if workload.mode != "transfer":
-        raise InvalidInput(f"[workload] mode {workload.mode!r} is not supported; use 'transfer'", source)
+    if workload.mode not in ("transfer", "service"):
+        raise InvalidInput(f"[workload] mode {workload.mode!r} is not 'transfer' or 'service'", source)
 
     comp = data.get("competing", {})
     _unknown_keys(comp, {"kind", "levels", "targets", "params"}, "competing", source)
