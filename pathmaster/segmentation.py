@@ -24,6 +24,7 @@ from pathmaster.imageio import check_cell
 
 MIN_BACKGROUND_PIXELS = 200  # fewer glass pixels (and under 5% of the image): flat lamp
 QUADRATIC_MIN_PIXELS = 1000  # fewer: fit a plane, not a quadratic
+ENVELOPE_WEIGHT = 0.99  # asymmetric least squares: weight of pixels above the lamp surface
 
 
 def _PLANE(y: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -122,7 +123,7 @@ def segment_cell(image: np.ndarray, background: np.ndarray | None = None) -> np.
     mask = np.full((height, width), BACKGROUND, dtype=np.uint8)
     mask[cell] = CYTOPLASM
     mask[nucleus] = NUCLEUS
-    mask[_nucleoli(od_sum, nucleus)] = NUCLEOLUS
+    mask[_nucleoli(hed[..., 1], nucleus)] = NUCLEOLUS
     return mask
 
 
@@ -152,12 +153,14 @@ def _refine_nucleus(od_sum: np.ndarray, cell: np.ndarray, core: np.ndarray) -> n
     return _component_nearest_centre(nucleus) if nucleus.any() else core
 
 
-def _nucleoli(od_sum: np.ndarray, nucleus: np.ndarray) -> np.ndarray:
-    """Small dense spots in the nucleus: white top-hat of OD above the nucleus's own
-    chromatin variation (median + 4 MAD), 3 px to 1/5 of the nucleus in area."""
+def _nucleoli(eosin: np.ndarray, nucleus: np.ndarray) -> np.ndarray:
+    """Nucleoli: small eosinophilic spots in the nucleus (red against blue chromatin in a Pap
+    stain). White top-hat of the eosin channel above the nucleus's own variation (median +
+    4 MAD); 3 px up to 1/5 of the nucleus in area."""
     if nucleus.sum() < 40:
         return np.zeros_like(nucleus)
-    tophat = morphology.white_tophat(np.where(nucleus, od_sum, 0.0), morphology.disk(3))
+    smooth = ndi.gaussian_filter(eosin, 0.7)
+    tophat = morphology.white_tophat(np.where(nucleus, smooth, smooth[nucleus].min()), morphology.disk(4))
     values = tophat[nucleus]
     median = np.median(values)
     mad = np.median(np.abs(values - median)) + 1e-9
@@ -175,7 +178,7 @@ def estimate_background(image: np.ndarray, mask: np.ndarray | None = None) -> np
     """Estimate the blank-slide image (lamp through clear glass) from a cell image.
 
     image: uint8 (H, W, 3). mask: optional uint8 (H, W) labels; its 0 pixels are the glass.
-    Without a mask, glass is found iteratively: pixels clear relative to the current fit.
+    Without a mask, glass is found iteratively: the pixels not well below the current fit.
     Fits each channel with a 2-D quadratic surface over the glass pixels (vignetting and a
     gradient are smooth), so the estimate also holds under the cell. With fewer than
     MIN_BACKGROUND_PIXELS glass pixels (and under 5% of the image) the lamp is taken as flat,
@@ -190,35 +193,53 @@ def estimate_background(image: np.ndarray, mask: np.ndarray | None = None) -> np
         glass = mask == BACKGROUND
         glass = ndi.binary_erosion(glass, iterations=2, border_value=1)  # clear of the blurred edge
         return _fit_lamp(image, glass)
-    # No mask: start from the brightest third (glass, mostly), fit, then take as glass what
-    # is clear relative to that fit, and refit. Vignetting makes a single threshold on
-    # brightness fail: the corners can be darker than a pale cytoplasm.
-    grey = image.astype(np.float64).sum(axis=2)
-    glass = grey >= np.percentile(grey, 67)
-    for _ in range(2):
-        lamp = _fit_lamp(image, glass)
-        od_sum = ndi.gaussian_filter(_optical_density(image, lamp).sum(axis=2), 1.0)
-        glass = ndi.binary_erosion(od_sum <= _glass_threshold(od_sum), iterations=2, border_value=1)
+    # No mask: stain only ever darkens the lamp, so the lamp is the upper envelope of the
+    # image. Asymmetric least squares (Eilers & Boelens 2005) finds it: pixels above the
+    # surface weigh ENVELOPE_WEIGHT, those below 1 - ENVELOPE_WEIGHT, refit until stable.
+    # Glass is then what lies within noise of the envelope. Brightness thresholds fail
+    # here: with vignetting the corners can be darker than a pale cytoplasm.
+    level = ndi.gaussian_filter(image.astype(np.float64).sum(axis=2), 1.5)
+    noise = 1.4826 * np.median(np.abs(level - ndi.gaussian_filter(level, 3.0))) + 1e-6
+    weights = np.ones((height, width))
+    for _ in range(15):
+        residual = level - _fit_surface(level, weights)
+        updated = np.where(residual > 0, ENVELOPE_WEIGHT, 1 - ENVELOPE_WEIGHT)
+        if (updated == weights).all():
+            break
+        weights = updated
+    glass = residual > -4.0 * noise
+    glass = level - _fit_surface(level, glass.astype(np.float64)) > -4.0 * noise
+    glass = ndi.binary_erosion(glass, iterations=2, border_value=1)  # clear of the blurred edge
     return _fit_lamp(image, glass)
 
 
+def _fit_surface(level: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Weighted least-squares surface (quadratic, or a plane with few points) through
+    `level`, evaluated everywhere. level: float (H, W) or (H, W, C); weights: (H, W),
+    a boolean selection or float weights (0 = ignore)."""
+    height, width = level.shape[:2]
+    rows, cols = np.nonzero(weights)
+    if len(rows) > 20000:  # a quadratic needs far fewer points; keep it fast
+        pick = np.linspace(0, len(rows) - 1, 20000).astype(int)
+        rows, cols = rows[pick], cols[pick]
+    root_w = np.sqrt(np.asarray(weights, dtype=np.float64)[rows, cols])
+    values = level[rows, cols]
+    # Few glass pixels (a tight crop) cannot pin down curvature: fit a plane instead.
+    terms = _QUADRATIC if len(rows) >= QUADRATIC_MIN_PIXELS else _PLANE
+    design = terms(rows / height - 0.5, cols / width - 0.5)
+    weighted = values * (root_w if values.ndim == 1 else root_w[:, None])
+    coef, *_ = np.linalg.lstsq(design * root_w[:, None], weighted, rcond=None)
+    gy, gx = np.mgrid[0:height, 0:width].astype(np.float64)
+    return (terms(gy.ravel() / height - 0.5, gx.ravel() / width - 0.5) @ coef).reshape(level.shape)
+
+
 def _fit_lamp(image: np.ndarray, glass: np.ndarray) -> np.ndarray:
-    """Quadratic surface per channel through the glass pixels, as uint8 (H, W, 3)."""
-    height, width = image.shape[:2]
+    """Surface per channel through the glass pixels, as uint8 (H, W, 3)."""
     pixels = image[glass].astype(np.float64)
     if len(pixels) < min(MIN_BACKGROUND_PIXELS, max(20, 0.05 * glass.size)):
         flat = np.percentile(image.reshape(-1, 3).astype(np.float64), 99, axis=0)
         return np.broadcast_to(np.rint(flat).astype(np.uint8), image.shape).copy()
-    rows, cols = np.nonzero(glass)
-    if len(rows) > 20000:  # a quadratic needs far fewer points; keep it fast
-        pick = np.linspace(0, len(rows) - 1, 20000).astype(int)
-        rows, cols, pixels = rows[pick], cols[pick], pixels[pick]
-    # Few glass pixels (a tight crop) cannot pin down curvature: fit a plane instead.
-    terms = _QUADRATIC if len(pixels) >= QUADRATIC_MIN_PIXELS else _PLANE
-    coef, *_ = np.linalg.lstsq(terms(rows / height - 0.5, cols / width - 0.5), pixels, rcond=None)
-    gy, gx = np.mgrid[0:height, 0:width].astype(np.float64)
-    full = terms(gy.ravel() / height - 0.5, gx.ravel() / width - 0.5) @ coef
-    full = full.reshape(height, width, 3)
+    full = _fit_surface(image.astype(np.float64), glass)
     # Far from the glass pixels the fit can sag; the lamp is not dimmer than the dim glass.
     floor = np.percentile(pixels, 1, axis=0)
     return np.clip(np.rint(np.maximum(full, floor)), 1, 255).astype(np.uint8)

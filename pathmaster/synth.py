@@ -227,7 +227,7 @@ def synth_cell(diagnosis: str, rng: np.random.Generator, source_id: str = "") ->
     height, width = (int(v) for v in rng.integers(SIZE_RANGE[0], SIZE_RANGE[1] + 1, size=2))
     shape = (height, width)
 
-    nuc_r = _draw(rng, p.nuc_radius, 3.0, 30.0)
+    nuc_r = _draw(rng, p.nuc_radius, 4.0, 30.0)
     cyto_r = max(_draw(rng, p.cyto_radius, 18.0, 92.0), MIN_CYTO_RIM * nuc_r)
     cyto_aspect = _draw(rng, p.cyto_aspect, 1.0, 4.0)
     nuc_aspect = _draw(rng, p.nuc_aspect, 1.0, 2.2)
@@ -279,7 +279,8 @@ def synth_cell(diagnosis: str, rng: np.random.Generator, source_id: str = "") ->
     cyto_stain, haem, eosin = (v.astype(np.float32) for v in (cyto_stain, HAEMATOXYLIN, EOSIN))
     od = (cyto * np.float32(cyto_od) * mottling)[:, :, None] * cyto_stain
     od += (nucleus * np.float32(nuc_od) * chromatin)[:, :, None] * haem
-    od += (nucleoli * np.float32(0.35 * nuc_od))[:, :, None] * eosin
+    # Nucleoli: dense and eosinophilic (red in a Pap stain), against blue chromatin.
+    od += (nucleoli * np.float32(0.6 * nuc_od))[:, :, None] * eosin
     lamp = _blank_slide(rng, shape).astype(np.float32)
     # Mounting medium and glass are not perfectly clear: a faint fine texture that the
     # blank-slide exposure does not share (it is taken at another place on the slide).
