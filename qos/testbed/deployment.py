@@ -6,8 +6,11 @@
             case.total_s, case.sites                     # what the coordinator reported
 
 Every part is the product's own command run inside a node: ``pathmaster serve site`` on
-each subnet's server X1 (its Ray and its site workers in that node), ``pathmaster serve
-coordinator`` and ``pathmaster query --json`` on the master. So a case's bytes cross the
+each subnet's server X1, ``pathmaster serve coordinator`` and ``pathmaster query --json``
+on the master. Each site has its own Ray cluster: the head on X1 and a worker node on the
+worker host X2, one CPU each, and two site workers of one CPU, so one analyses on X1 and
+one on X2, as the study's server and worker did (`workers_on_x2=False`: one worker in a
+local Ray on X1, quicker to start). So a case's bytes cross the
 bottleneck queues exactly as the product sends them, each class on its DSCP: requests by
 the coordinator's per-class channels, replies by the sites' per-class ports.
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -31,6 +35,10 @@ from qos.testbed.node import Node
 
 SITE_PORT = 50051
 COORDINATOR_PORT = 50050
+RAY_PORT = 6379
+# The sites' Ray clusters are reachable only inside the testbed's namespaces; Ray's token
+# authentication would need the token copied to every node for nothing.
+RAY_ENV = {"RAY_AUTH_MODE": "disabled"}
 # Fixed per-class reply ports, so that a capture or a filter can name them.
 CLASS_PORTS = {c.name: 50061 + i for i, c in enumerate(DEFAULT_CLASSES)}
 CASE_SEED = 2026
@@ -48,6 +56,7 @@ class Deployment:
     workdir: Path
     sites: dict[str, subprocess.Popen] = field(default_factory=dict)   # host name -> site server
     coordinator: subprocess.Popen | None = None
+    ray_nodes: list[str] = field(default_factory=list)                 # hosts running `ray start` daemons
 
     @property
     def coordinator_address(self) -> str:
@@ -64,7 +73,9 @@ class Deployment:
                     pass
         for proc in procs:
             netns.stop_process(proc, timeout=timeout)
-        self.coordinator, self.sites = None, {}
+        for name in self.ray_nodes:
+            _stop_ray(self.testbed.host(name), self.testbed.tag)
+        self.coordinator, self.sites, self.ray_nodes = None, {}, []
 
     def __enter__(self) -> "Deployment":
         return self
@@ -78,16 +89,77 @@ def site_hosts(testbed) -> list[str]:
     return [f"{subnet}1" for subnet in testbed.config.subnets]
 
 
-def _write_site_config(path: Path, name: str, db: Path, ip: str) -> None:
+def _write_site_config(path: Path, name: str, db: Path, ip: str, ray_address: str) -> None:
     ports = ", ".join(f"{c} = {p}" for c, p in CLASS_PORTS.items())
+    workers = "workers = 2\nworker_cpus = 1.0\n" if ray_address else "workers = 1\nworker_cpus = 0.5\n"
     path.write_text(
         "[site]\n"
         f'name = "{name}"\n'
         f'db = "{db}"\n'
         f'listen = "{ip}:{SITE_PORT}"\n'
         f"class_ports = {{ {ports} }}\n"
-        "workers = 1\n"
-        "worker_cpus = 0.5\n")
+        f'ray_address = "{ray_address}"\n'
+        + workers)
+
+
+def _ray_temp_dir(tag: str, node: Node) -> str:
+    # Short and outside /tmp/ray: Ray's socket paths must fit in 107 bytes, and /tmp/ray
+    # belongs to whoever else runs Ray on the machine.
+    return f"/tmp/pmray-{tag}-{node.name}"
+
+
+def _start_ray(node: Node, tag: str, head: Node | None) -> subprocess.Popen:
+    """`ray start` on `node`: a head (head=None) or a worker node joining `head`; one CPU."""
+    argv = ["ray", "start", "--node-ip-address", node.ip, "--num-cpus", "1", "--disable-usage-stats",
+            "--temp-dir", _ray_temp_dir(tag, node)]
+    argv += (["--head", "--port", str(RAY_PORT), "--include-dashboard=false"] if head is None
+             else ["--address", f"{head.ip}:{RAY_PORT}"])
+    return node.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                      env={**os.environ, **RAY_ENV})
+
+
+def _ray_start_all(pairs: list[tuple[Node, Node | None]], tag: str, deadline: float, attempts: int = 2) -> None:
+    """`ray start` on every (node, head) pair in parallel; retry the ones that failed.
+
+    Ray gives a new node 30 s to register (fixed in ray/_private/node.py), which a loaded
+    2-core machine can miss; a second try then usually finds the machine calmer.
+    """
+    pending = pairs
+    for attempt in range(1, attempts + 1):
+        running = [(node, head, _start_ray(node, tag, head)) for node, head in pending]
+        failed = []
+        for node, head, proc in running:
+            try:
+                out, _ = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                netns.stop_process(proc)
+                raise DeploymentError(f"{node.name}: ray start did not finish in time") from None
+            if proc.returncode != 0:
+                failed.append((node, head, out))
+        if not failed:
+            return
+        if attempt == attempts:
+            node, _, out = failed[0]
+            raise DeploymentError(f"{node.name}: ray start failed {attempts} times: {out[-2000:]}")
+        for node, _, _ in failed:
+            _stop_ray(node, tag)
+        pending = [(node, head) for node, head, _ in failed]
+
+
+def _stop_ray(node: Node, tag: str) -> None:
+    """Kill the Ray daemons `ray start` left in `node` (never `ray stop`: it stops every Ray
+    on the machine), and remove their temporary folder."""
+    for pid in netns.pids(node.namespace):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if "ray" in cmdline.lower():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    shutil.rmtree(_ray_temp_dir(tag, node), ignore_errors=True)
 
 
 def _write_coordinator_config(path: Path, ip: str, sites: dict[str, str]) -> None:
@@ -98,7 +170,8 @@ def _write_coordinator_config(path: Path, ip: str, sites: dict[str, str]) -> Non
 
 def _start(node: Node, argv: list[str], log: Path) -> subprocess.Popen:
     with open(log, "wb") as out:
-        return node.popen([sys.executable, "-m", "pathmaster", *argv], stdout=out, stderr=subprocess.STDOUT)
+        return node.popen([sys.executable, "-m", "pathmaster", *argv], stdout=out, stderr=subprocess.STDOUT,
+                          env={**os.environ, **RAY_ENV})
 
 
 def _wait_serving(node: Node, proc: subprocess.Popen, port: int, log: Path, deadline: float) -> None:
@@ -114,8 +187,10 @@ def _wait_serving(node: Node, proc: subprocess.Popen, port: int, log: Path, dead
                           f"{log.read_text(errors='replace')[-2000:]}")
 
 
-def deploy(testbed, workdir: str | Path, cells_per_site: int = 40, timeout_s: float = 240.0) -> Deployment:
-    """Start a site on X1 of every subnet and the coordinator on the master; return when all serve.
+def deploy(testbed, workdir: str | Path, cells_per_site: int = 40, workers_on_x2: bool = True,
+           timeout_s: float = 300.0) -> Deployment:
+    """Start a site on X1 of every subnet (its Ray over X1 and X2) and the coordinator on the
+    master; return when all serve.
 
     `cells_per_site` sizes each site's synthetic database (seed = subnet number; cached).
     Raises DeploymentError (with the failing process's log) and stops what it started.
@@ -127,13 +202,22 @@ def deploy(testbed, workdir: str | Path, cells_per_site: int = 40, timeout_s: fl
     deployment = Deployment(testbed, workdir)
     deadline = time.monotonic() + timeout_s
     try:
+        if workers_on_x2:
+            # Heads first (in parallel), then each site's worker node joins its head.
+            heads = [testbed.host(h) for h in site_hosts(testbed)]
+            deployment.ray_nodes += [h.name for h in heads]
+            _ray_start_all([(h, None) for h in heads], testbed.tag, deadline)
+            workers = [(testbed.host(h.name[0] + "2"), h) for h in heads]
+            deployment.ray_nodes += [w.name for w, _ in workers]
+            _ray_start_all(workers, testbed.tag, deadline)
         endpoints = {}
         for n, host_name in enumerate(site_hosts(testbed), start=1):
             node = testbed.host(host_name)
             db = build_synthetic_site(cache_root() / "testbed" / f"site{n}-{cells_per_site}cells",
                                       cells_per_site, seed=n)
             config = workdir / f"site-{host_name}.toml"
-            _write_site_config(config, f"site-{host_name}", db, node.ip)
+            _write_site_config(config, f"site-{host_name}", db, node.ip,
+                               f"{node.ip}:{RAY_PORT}" if workers_on_x2 else "")
             deployment.sites[host_name] = _start(node, ["serve", "site", "--config", str(config)],
                                                  workdir / f"site-{host_name}.log")
             endpoints[f"site-{host_name}"] = f"{node.ip}:{SITE_PORT}"

@@ -1,13 +1,16 @@
 """A 6-cell PathMaster case end to end across the testbed, under competing downloads (issue 4 §5).
 
-The product's own processes run inside the nodes: sites on A1, B1, C1 (each with its
-Ray), the coordinator and `pathmaster query` on the master A1. Routers run priority
+The product's own processes run inside the nodes: sites on A1, B1, C1, each with a Ray
+cluster over its server X1 and worker X2 and a site worker on each; the coordinator and
+`pathmaster query` on the master A1. Routers run priority
 queuing; the competing downloads are marked bulk. The test checks the case completes
 with every site's matches, and that the routers saw its bytes in the urgent class both
 ways: uploads leaving subnet A (rA's uplink) and replies entering it (core -> rA).
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +19,17 @@ from qos.testbed.deployment import deploy, run_case
 from qos.traffic import BulkDownloads
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
+
+
+def site_workers(node) -> int:
+    """How many Ray site-worker actor processes run in `node`."""
+    titles = []
+    for pid in netns.pids(node.namespace):
+        try:
+            titles.append(Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode())
+        except OSError:
+            continue
+    return sum(t.startswith("ray::SiteWorker") for t in titles)
 
 
 def test_six_cell_case_runs_across_the_testbed_with_its_dscp_honoured(netns_ok, tmp_path):
@@ -27,6 +41,9 @@ def test_six_cell_case_runs_across_the_testbed_with_its_dscp_honoured(netns_ok, 
             with BulkDownloads(tb, streams=2) as bulk:
                 case = run_case(pm, "urgent", cells=6)
             after = tb.bottleneck_stats()
+            workers = {name: site_workers(tb.host(name)) for name in ("A1", "A2", "B1", "B2", "C1", "C2")}
+
+    assert all(count == 1 for count in workers.values()), workers
 
     assert case.ok, case.sites
     assert sorted(case.sites) == ["site-A1", "site-B1", "site-C1"]
