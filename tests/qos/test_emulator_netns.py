@@ -247,20 +247,24 @@ def test_shaping_holds_the_shaped_class_to_its_rate(testbed):
 
 
 COMPARISONS = {
-    # name: (the testbed's kernel strategy table, flows in start order, the flow whose
-    # completion time is compared). Greedy competitors start first (see the priority test).
+    # name: (the testbed's kernel strategy table, flows in start order, the flows whose
+    # throughput is compared, the flow whose completion time is compared). Greedy
+    # competitors start first (see the priority test); their own throughput is not
+    # compared under priority, where htb assures every class 1% and Cisco PQ nothing.
     "pfifo": ({"strategy": "fifo", "limit_packets": 40},
-              [("B1", {"nbytes": 3_000_000})], 0),
+              [("B1", {"nbytes": 3_000_000})], [0], 0),
     "htb priority": ({"strategy": "priority"},
-                     [("B2", {"seconds": 4, "dscp": 0}), ("B1", {"nbytes": 2_000_000, "dscp": URGENT})], 1),
+                     [("B2", {"seconds": 4, "dscp": 0}), ("B1", {"nbytes": 2_000_000, "dscp": URGENT})],
+                     [1], 1),
     "htb ceil": ({"strategy": "shaping", "shaped_class": "bulk", "shaped_rate_bps": 4_000_000},
-                 [("B3", {"seconds": 4, "dscp": BULK}), ("B1", {"nbytes": 2_000_000, "dscp": URGENT})], 1),
+                 [("B3", {"seconds": 4, "dscp": BULK}), ("B1", {"nbytes": 2_000_000, "dscp": URGENT})],
+                 [0, 1], 1),
 }
 
 
 @pytest.mark.parametrize("name", list(COMPARISONS))
 def test_user_space_matches_the_kernel_on_the_same_workload(testbed, name):
-    strategy, specs, measured = COMPARISONS[name]
+    strategy, specs, compared, timed = COMPARISONS[name]
     results = {}
     for backend in ("kernel", "emulator"):
         testbed.set_strategy(strategy, subnets=["A"], backend=backend)
@@ -268,11 +272,8 @@ def test_user_space_matches_the_kernel_on_the_same_workload(testbed, name):
         if backend == "emulator":
             emulator_stats(testbed)
         results[backend] = flows
-    for k, e in zip(results["kernel"], results["emulator"]):
-        # Within 5% for flows that get a real share; a starved flow's few packets within 5% of the link.
-        tolerance = 0.05 * k.frame_bps() if k.frame_bps() >= 0.2 * RATE else 0.05 * RATE
-        assert abs(e.frame_bps() - k.frame_bps()) <= tolerance, \
-            f"{name}: {e.frame_bps() / 1e6:.2f} vs kernel {k.frame_bps() / 1e6:.2f} Mbit/s"
-    k, e = results["kernel"][measured], results["emulator"][measured]
-    assert e.completion_s() == pytest.approx(k.completion_s(), rel=0.10), \
-        f"{name}: completion {e.completion_s():.2f} s vs kernel {k.completion_s():.2f} s"
+    for i in compared:
+        k, e = results["kernel"][i].frame_bps(), results["emulator"][i].frame_bps()
+        assert e == pytest.approx(k, rel=0.05), f"{name}, flow {i}: {e / 1e6:.2f} vs kernel {k / 1e6:.2f} Mbit/s"
+    k, e = results["kernel"][timed].completion_s(), results["emulator"][timed].completion_s()
+    assert e == pytest.approx(k, rel=0.10), f"{name}: completion {e:.2f} s vs kernel {k:.2f} s"
