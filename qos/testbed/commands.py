@@ -20,7 +20,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from qos.testbed import netns
     from qos.testbed.config import ConfigError, load_config
     from qos.testbed.testbed import Testbed, status, teardown
 
@@ -44,7 +43,7 @@ def _run(args: argparse.Namespace) -> int:
         else:
             removed = teardown(config.tag)
             print(f"testbed {config.tag} down: removed {len(removed)} namespaces")
-    except netns.CommandError as exc:
+    except (RuntimeError, ValueError) as exc:  # CommandError, the emulator's errors, bad disciplines
         print(f"pathmaster testbed {args.verb}: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -149,16 +149,7 @@ def _ray_start_all(pairs: list[tuple[Node, Node | None]], tag: str, deadline: fl
 def _stop_ray(node: Node, tag: str) -> None:
     """Kill the Ray daemons `ray start` left in `node` (never `ray stop`: it stops every Ray
     on the machine), and remove their temporary folder."""
-    for pid in netns.pids(node.namespace):
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-        except OSError:
-            continue
-        if "ray" in cmdline.lower():
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+    netns.kill_pids(netns.pids_running(node.namespace, "ray"), signal.SIGKILL)
     shutil.rmtree(_ray_temp_dir(tag, node), ignore_errors=True)
 
 

@@ -143,15 +143,33 @@ def pids(namespace: str) -> list[int]:
     return [int(p) for p in done.stdout.split() if p.isdigit()]
 
 
+def pids_running(namespace: str, text: str) -> list[int]:
+    """Process ids inside `namespace` whose command line contains `text`."""
+    found = []
+    for pid in pids(namespace):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # exited meanwhile
+            continue
+        if text in cmdline:
+            found.append(pid)
+    return found
+
+
+def kill_pids(pid_list: list[int], sig: int = signal.SIGTERM) -> None:
+    """Send `sig` to each of `pid_list`, ignoring those already gone."""
+    for pid in pid_list:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
 def kill_all(namespace: str, timeout: float = 5.0) -> int:
     """Stop every process inside `namespace` (TERM, then KILL after `timeout` s); return how many there were."""
     victims = pids(namespace)
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in victims:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
+        kill_pids(victims, sig)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and pids(namespace):
             time.sleep(0.05)

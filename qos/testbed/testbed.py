@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import time
 from pathlib import Path
 
@@ -129,6 +130,7 @@ class Testbed:
         old = self.emulators.pop(subnet, None)
         if old is not None:
             old.stop()
+        _stop_stray_emulators(self.topology.routers[subnet])
         for intf in self.topology.bottleneck_interfaces(subnet):
             kernel.clear(intf.node, intf.name)
             self.disciplines.pop(_key(intf), None)
@@ -201,6 +203,23 @@ class Testbed:
     def status(self) -> dict:
         """What is up: expected vs present namespaces, the installed qdiscs, running processes."""
         return status(self.tag, self.topology)
+
+
+def _stop_stray_emulators(router: Node, timeout: float = 10.0) -> None:
+    """Stop emulators an earlier session left in `router` (e.g. a previous `testbed up`):
+    they hold the NFQUEUE numbers a new one needs. On SIGTERM an emulator removes its own
+    rules; any NFQUEUE rule still in FORWARD afterwards is removed here."""
+    stray = netns.pids_running(router.namespace, "qos.emulator")
+    if not stray:
+        return
+    netns.kill_pids(stray)
+    deadline = time.monotonic() + timeout
+    while netns.pids_running(router.namespace, "qos.emulator") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    netns.kill_pids(netns.pids_running(router.namespace, "qos.emulator"), signal.SIGKILL)
+    for rule in router.cmd("iptables", "-S", "FORWARD").splitlines():
+        if "NFQUEUE" in rule and rule.startswith("-A "):
+            router.run("iptables", "-D", *rule.split()[1:], check=False)
 
 
 def _key(intf: Interface) -> str:
