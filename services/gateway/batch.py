@@ -10,6 +10,12 @@ Cells go in cases of `case_size`, at most `jobs` cases in flight. Every finished
 appended to the output at once, one row per cell, so a run that stops can be resumed:
 cells whose last row is "ok" or "invalid" are skipped; "failed" ones (no site answered)
 are tried again. The summary is computed from the whole file, this run and earlier ones.
+
+One row per cell (CSV columns = JSON keys): cell (its path under DIR without extension),
+label, diagnosis (voted across sites), votes/total, correct, status (ok | failed |
+invalid), error, sites_ok/sites_failed, request_class, case_id, case_s (the case's
+completion time at the coordinator) and matches ({site: [[cell_id, diagnosis, distance],
+...]} closest first; a JSON string in the CSV).
 """
 
 from __future__ import annotations

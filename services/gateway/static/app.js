@@ -419,7 +419,7 @@ function onSummary(event) {
     vote.title = `${v.votes} of ${v.total} matches across sites`;
   }
   const failed = event.sites_failed ? `, ${event.sites_failed} failed` : "";
-  setStatus(`Case ${event.case_id} done in ${seconds(event.total_s)}: ${event.sites_ok} site${event.sites_ok === 1 ? "" : "s"} answered${failed}.`,
+  setStatus(`Case ${event.case_id} done in ${seconds(event.total_s)}: ${event.sites_ok} site${event.sites_ok === 1 ? "" : "s"} answered${failed} · ${megabytes(event.bytes_sent)} sent, ${megabytes(event.bytes_received)} received.`,
     event.sites_failed ? "warn" : "done");
 }
 
