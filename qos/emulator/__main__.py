@@ -16,7 +16,8 @@ from qos.emulator.runner import RuleError, run_from_args
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m qos.emulator", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m qos.emulator",
+                                     description="Run the user-space link emulator on NFQUEUE (as root, in a namespace).")
     parser.add_argument("--config", required=True, help="emulator TOML (or JSON) file")
     parser.add_argument("--stats", help="write per-run statistics (JSON) here")
     parser.add_argument("--duration", help="stop after this long (e.g. 30s); default: until signalled")

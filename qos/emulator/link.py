@@ -116,10 +116,6 @@ class Link:
             t = min(t, shaper.next_time())
         return t
 
-    def release_time_of_head(self) -> float:
-        """When the first packet on the wire is due (inf when none)."""
-        return self._in_flight[0][0] if self._in_flight else math.inf
-
     def held(self) -> int:
         """Packets anywhere inside the link (shapers, queue, on the wire)."""
         return len(self.scheduler) + len(self._in_flight) + sum(len(s) for s in self.shapers.values())

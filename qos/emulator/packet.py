@@ -41,7 +41,7 @@ class Packet:
         Whatever the caller needs to release the packet later (the NFQUEUE packet).
     """
 
-    __slots__ = ("length", "dscp", "flow", "klass", "arrival", "handle", "eligible", "seq")
+    __slots__ = ("length", "dscp", "flow", "klass", "arrival", "handle")
 
     def __init__(self, length: int, dscp: int = 0, flow: tuple = (), handle=None):
         self.length = int(length)
@@ -49,9 +49,7 @@ class Packet:
         self.flow = flow
         self.klass = ""
         self.arrival = 0.0
-        self.eligible = 0.0  # when shaping let it into the scheduler
         self.handle = handle
-        self.seq = 0
 
     def __repr__(self) -> str:
         return f"Packet(length={self.length}, dscp={self.dscp}, klass={self.klass!r})"

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
 
 import qos.emulator
 from qos.emulator.config import ConfigError, config_from_dict, load_config, parse_rate, parse_time
-from qos.emulator.disciplines import ClassWfq, Priority, Wred
+from qos.emulator.disciplines import ClassWfq, FlowFq, Priority, Wred
 from qos.emulator.launch import interface_config, settings_from_strategy
 
 EXAMPLE = Path(qos.emulator.__file__).with_name("example.toml")
@@ -23,11 +24,11 @@ def test_the_example_builds_both_directions(tmp_path):
     forward, reverse = config.directions
     assert (forward.name, forward.queue, forward.match) == ("uplink.forward", 0, ["-o", "rA-eth4"])
     assert (reverse.queue, reverse.match) == (1, ["-i", "rA-eth4"])
-    link = forward.build(__import__("random").Random(0))
+    link = forward.build(random.Random(0))
     assert isinstance(link.scheduler, ClassWfq) and link.scheduler.weights["urgent"] == 4
     assert link.delay == 0.020 and link.overhead == 14 and link.rate_bps == 10e6
     assert set(link.shapers) == {"bulk"}
-    back = reverse.build(__import__("random").Random(0))
+    back = reverse.build(random.Random(0))
     assert isinstance(back.scheduler, Wred)
     assert back.scheduler.profiles[10].min_th == 50  # seed 003's AF11
     assert back.scheduler.profiles[18].min_th == 32  # Cisco's AF21 default
@@ -93,8 +94,11 @@ def test_a_direction_overrides_the_link():
     data["link"]["l"]["reverse"] = {"queue": 2, "in": "eth0", "discipline": "priority"}
     forward, reverse = config_from_dict(data).directions
     assert forward.settings["discipline"] == "fifo"
-    prio = reverse.build(__import__("random").Random(0)).scheduler
+    prio = reverse.build(random.Random(0)).scheduler
     assert isinstance(prio, Priority) and [q.limit for q in prio.queues] == [30] * 4
+    data["link"]["l"]["reverse"]["discipline"] = "fq"
+    fq = config_from_dict(data).directions[1].build(random.Random(0)).scheduler
+    assert isinstance(fq, FlowFq) and fq.limit == 30
 
 
 def test_the_testbeds_strategy_tables_translate():

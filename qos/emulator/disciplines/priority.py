@@ -44,9 +44,6 @@ class Priority(Discipline):
         self._default = BANDS.index(default)
         self._count = 0
 
-    def band_of(self, klass: str) -> str:
-        return BANDS[self._index.get(klass, self._default)]
-
     def enqueue(self, pkt: Packet, now: float) -> Drops:
         queue = self.queues[self._index.get(pkt.klass, self._default)]
         if queue.full():
