@@ -118,3 +118,20 @@ def test_a_killed_emulator_leaves_no_rule_behind(line, tmp_path):
     with pytest.raises(EmulatorError, match="wrote no statistics"):
         emu.stop()                              # ...so stop() does, and says what is missing
     assert nfqueue_rules(router) == []
+
+
+def test_the_command_line_runs_for_a_duration_and_cleans_up(line, tmp_path):
+    client, router, server, out = line
+    path = tmp_path / "emulator.toml"
+    path.write_text(f'seed = 3\n[link.l]\nrate = "5mbit"\ndiscipline = "fq"\n'
+                    f'[link.l.forward]\nqueue = 9\nout = "{out}"\n')
+    done = router.run(sys.executable, "-m", "qos.emulator", "--config", str(path), "--duration", "1s",
+                      "--stats", str(tmp_path / "s.json"), timeout=30)
+    assert done.stdout.startswith("READY ")
+    stats = json.loads((tmp_path / "s.json").read_text())
+    assert stats["seed"] == 3 and 1.0 <= stats["duration_s"] < 5
+    assert stats["directions"]["l.forward"]["settings"]["discipline"] == "fq"
+    assert nfqueue_rules(router) == []
+    bad = router.run(sys.executable, "-m", "qos.emulator", "--config", str(tmp_path / "nope.toml"),
+                     check=False)
+    assert bad.returncode == 2 and "nope.toml: cannot read" in bad.stderr

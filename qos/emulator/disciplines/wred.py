@@ -42,9 +42,10 @@ def _profiles(table: dict[int, tuple]) -> dict[int, WredProfile]:
     return {dscp: WredProfile(*values) for dscp, values in table.items()}
 
 
-# Cisco IOS defaults for `random-detect dscp-based` (command reference of `random-detect
-# dscp`, usage guidelines): AFx1 32/40, AFx2 28/40, AFx3 24/40, CSn 20+2n/40, EF 36/40,
-# everything else 20/40; mark-probability denominator 10 throughout.
+# Cisco IOS defaults for `random-detect dscp-based`, as in the default-values table of the
+# `random-detect dscp` command reference: AFx1 32/40, AFx2 28/40, AFx3 24/40, CSn 20+2n/40,
+# EF 36/40, everything else 20/40; mark-probability denominator 10 throughout. (The table
+# itself could not be fetched again when this was written; a config can override any entry.)
 CISCO_DSCP_DEFAULTS: dict[int, WredProfile] = _profiles({
     **{(x << 3) | 2: (32, 40, 10) for x in range(1, 5)},
     **{(x << 3) | 4: (28, 40, 10) for x in range(1, 5)},
