@@ -283,14 +283,15 @@ def build_index(
     *,
     nlist: int | None = None,
     hnsw_m: int = 32,
-    train_size: int = 100_000,
+    train_size: int | None = None,
     seed: int = 0,
 ):
     """A FAISS index over ``vectors`` (float32, (n, d)) using squared-L2 distance.
 
     algorithm: ``"flat"`` exact search (IndexFlatL2); ``"ivf"`` inverted lists over a
-    k-means coarse quantizer (IndexIVFFlat, trained on at most ``train_size`` vectors;
-    set ``index.nprobe``, e.g. with ``tune_nprobe``); ``"hnsw"`` a navigable small-world
+    k-means coarse quantizer (IndexIVFFlat, trained on a sample of ``train_size`` vectors,
+    by default max(100k, 40 per list) as k-means needs; set ``index.nprobe``, e.g. with
+    ``tune_nprobe``); ``"hnsw"`` a navigable small-world
     graph (IndexHNSWFlat with ``hnsw_m`` links; ``index.hnsw.efSearch`` sets its recall).
     Row i of ``vectors`` gets FAISS id i.
     """
@@ -312,6 +313,7 @@ def build_index(
         # little nprobe, not correctness, and builds a 1M-vector site 2.5x faster.
         index.cp.niter = 10
         sample = vectors
+        train_size = train_size or max(100_000, 40 * nlist)
         if n > train_size:
             sample = vectors[np.random.default_rng(seed).choice(n, train_size, replace=False)]
         index.train(sample)
