@@ -177,30 +177,50 @@ def _nucleoli(eosin: np.ndarray, nucleus: np.ndarray) -> np.ndarray:
 def estimate_background(image: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
     """Estimate the blank-slide image (lamp through clear glass) from a cell image.
 
-    image: uint8 (H, W, 3). mask: optional uint8 (H, W) labels; its 0 pixels are the glass.
-    Without a mask, glass is found iteratively: the pixels not well below the current fit.
+    image: uint8 (H, W, 3). mask: optional uint8 (H, W) labels; glass is looked for among
+    its 0 pixels. Glass is what lies within noise of the image's upper envelope (stain
+    only darkens), see `_clear_glass`.
     Fits each channel with a 2-D quadratic surface over the glass pixels (vignetting and a
     gradient are smooth), so the estimate also holds under the cell. With fewer than
     MIN_BACKGROUND_PIXELS glass pixels (and under 5% of the image) the lamp is taken as flat,
     at the 99th percentile of each channel.
-    Returns uint8 (H, W, 3), nowhere darker than the dimmest 1% of the glass.
+    Returns uint8 (H, W, 3), nowhere darker than the dimmest 1% of the glass, and lifted
+    if needed so that 99% of the cell is darker than it (stain only absorbs).
     """
     check_cell(image, None, None, "estimate_background input")
     height, width = image.shape[:2]
+    glass = _clear_glass(image)
     if mask is not None:
         if mask.shape != (height, width):
             raise InvalidInput(f"mask shape {mask.shape} does not match image shape {image.shape[:2]}")
-        glass = mask == BACKGROUND
-        glass = ndi.binary_erosion(glass, iterations=2, border_value=1)  # clear of the blurred edge
-        return _fit_lamp(image, glass)
-    # No mask: stain only ever darkens the lamp, so the lamp is the upper envelope of the
-    # image. Asymmetric least squares (Eilers & Boelens 2005) finds it: pixels above the
-    # surface weigh ENVELOPE_WEIGHT, those below 1 - ENVELOPE_WEIGHT, refit until stable.
-    # Glass is then what lies within noise of the envelope. Brightness thresholds fail
-    # here: with vignetting the corners can be darker than a pale cytoplasm.
+        # A mask's "background" can hold neighbouring cells and debris (real crops do):
+        # only the part of it that is also clear glass shows the lamp.
+        # Too little of it and the lamp is taken as flat (see _fit_lamp).
+        glass = glass & (mask == BACKGROUND)
+    glass = ndi.binary_erosion(glass, iterations=2, border_value=1)  # clear of the blurred edge
+    lamp = _fit_lamp(image, glass).astype(np.float64)
+    # Stain only absorbs: the lamp is at least as bright as the cell. A crop with no glass
+    # in it (the cell fills the frame) fools the fit; lift it above 99% of the cell.
+    cell = ~glass
+    if cell.any():
+        smooth = ndi.gaussian_filter(image.astype(np.float64), (1.0, 1.0, 0))
+        excess = np.percentile((smooth - lamp)[cell], 99, axis=0)
+        lamp += np.maximum(excess, 0.0)
+    return np.clip(np.rint(lamp), 1, 255).astype(np.uint8)
+
+
+def _clear_glass(image: np.ndarray) -> np.ndarray:
+    """Boolean (H, W): pixels where the lamp shines through clear glass.
+
+    Stain only ever darkens the lamp, so the lamp is the upper envelope of the image.
+    Asymmetric least squares (Eilers & Boelens 2005) finds it: pixels above the surface
+    weigh ENVELOPE_WEIGHT, those below 1 - ENVELOPE_WEIGHT, refit until stable. Glass is
+    what lies within noise of the envelope. A brightness threshold would fail: with
+    vignetting the corners can be darker than a pale cytoplasm.
+    """
     level = ndi.gaussian_filter(image.astype(np.float64).sum(axis=2), 1.5)
     noise = 1.4826 * np.median(np.abs(level - ndi.gaussian_filter(level, 3.0))) + 1e-6
-    weights = np.ones((height, width))
+    weights = np.ones(level.shape)
     for _ in range(15):
         residual = level - _fit_surface(level, weights)
         updated = np.where(residual > 0, ENVELOPE_WEIGHT, 1 - ENVELOPE_WEIGHT)
@@ -208,9 +228,7 @@ def estimate_background(image: np.ndarray, mask: np.ndarray | None = None) -> np
             break
         weights = updated
     glass = residual > -4.0 * noise
-    glass = level - _fit_surface(level, glass.astype(np.float64)) > -4.0 * noise
-    glass = ndi.binary_erosion(glass, iterations=2, border_value=1)  # clear of the blurred edge
-    return _fit_lamp(image, glass)
+    return level - _fit_surface(level, glass.astype(np.float64)) > -4.0 * noise
 
 
 def _fit_surface(level: np.ndarray, weights: np.ndarray) -> np.ndarray:
