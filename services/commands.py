@@ -186,51 +186,47 @@ def _wait_for_signal() -> None:
 
 
 def run_serve_site(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    from services.config import ConfigError, load_site_config
+    from services.config import load_site_config
     from services.site.server import SiteServer
 
-    try:
-        config = load_site_config(args.config)
-    except ConfigError as exc:
-        print(f"pathmaster serve site: {exc}", file=sys.stderr)
-        return 2
-    if args.ray_address is not None:
-        config.ray_address = args.ray_address
-    if config.tls is None:
-        print(f"site {config.name}: serving WITHOUT TLS (add a [tls] section to {args.config})", file=sys.stderr)
-    try:
-        server = SiteServer(config).start()
-    except (OSError, RuntimeError, ValueError) as exc:
-        print(f"pathmaster serve site: {exc}", file=sys.stderr)
-        return 1
-    print(f"site {config.name} serving on {server.address}; classes on ports {server.class_ports}", flush=True)
-    try:
-        _wait_for_signal()
-    finally:
-        server.stop()
-    return 0
+    def load(path):
+        config = load_site_config(path)
+        if args.ray_address is not None:
+            config.ray_address = args.ray_address
+        return config
+
+    return _serve("site", load, SiteServer, args.config,
+                  lambda s: f"site {s.config.name} serving on {s.address}; classes on ports {s.class_ports}")
 
 
 def run_serve_coordinator(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    from services.config import ConfigError, load_coordinator_config
+    from services.config import load_coordinator_config
     from services.coordinator.server import CoordinatorServer
 
+    return _serve("coordinator", load_coordinator_config, CoordinatorServer, args.config,
+                  lambda s: f"coordinator serving on {s.address}"
+                            + (f"; metrics {s.metrics_url}" if s.metrics_url else ""))
+
+
+def _serve(role: str, load, server_class, config_path: Path, describe) -> int:
+    """Load `config_path`, start `server_class(config)`, print `describe(server)`, serve until
+    SIGINT/SIGTERM. Exit status 2 for a bad configuration, 1 when the server cannot start."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    from services.config import ConfigError
+
     try:
-        config = load_coordinator_config(args.config)
+        config = load(config_path)
     except ConfigError as exc:
-        print(f"pathmaster serve coordinator: {exc}", file=sys.stderr)
+        print(f"pathmaster serve {role}: {exc}", file=sys.stderr)
         return 2
     if config.tls is None:
-        print(f"coordinator: serving WITHOUT TLS (add a [tls] section to {args.config})", file=sys.stderr)
+        print(f"{role}: serving WITHOUT TLS (add a [tls] section to {config_path})", file=sys.stderr)
     try:
-        server = CoordinatorServer(config).start()
-    except (OSError, ValueError) as exc:
-        print(f"pathmaster serve coordinator: {exc}", file=sys.stderr)
+        server = server_class(config).start()
+    except (OSError, RuntimeError, ValueError) as exc:
+        print(f"pathmaster serve {role}: {exc}", file=sys.stderr)
         return 1
-    print(f"coordinator serving on {server.address}"
-          + (f"; metrics {server.metrics_url}" if server.metrics_url else ""), flush=True)
+    print(describe(server), flush=True)
     try:
         _wait_for_signal()
     finally:

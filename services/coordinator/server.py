@@ -34,6 +34,8 @@ log = logging.getLogger("pathmaster.coordinator")
 
 COORDINATOR_SERVICE = pb.DESCRIPTOR.services_by_name["Coordinator"].full_name
 INFO_TIMEOUT_S = 2.0
+RETRY_LOOKUP_S = 10.0    # a site whose Info failed is not waited for again sooner
+REFRESH_TIMEOUT_S = 30.0  # background look-up after a failure
 # Of the time left, keep this share (at most MAX_RESERVE_S) to stream the last results
 # and the summary before the client's own deadline.
 RESERVE_SHARE, MAX_RESERVE_S = 0.05, 0.25
@@ -73,6 +75,9 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         self.histogram = histogram
         self.site_names = [s.name for s in config.sites]
         self.cases_cancelled = 0
+        self._last_lookup: dict[str, float] = {}
+        self._refreshing: set[str] = set()
+        self._lock = threading.Lock()
 
     # ------------------------------------------------------------ routing to sites
 
@@ -80,17 +85,46 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         return pb_grpc.SiteStub(self.channels.channel(site, class_name))
 
     def resolve_class_ports(self, sites: list[str], timeout_s: float = INFO_TIMEOUT_S) -> None:
-        """Ask each site not yet resolved which port serves which class (in parallel)."""
+        """Ask each given site which port serves which class (in parallel, waiting up to
+        `timeout_s` for a site that is still starting); remembers what it learns."""
         # wait_for_ready: a site that was down when its channel was first used may be up now.
         calls = {s: self._site_stub(s).Info.future(pb.SiteInfoRequest(), timeout=timeout_s, wait_for_ready=True)
-                 for s in sites if not self.channels.has_class_ports(s)}
+                 for s in sites}
         for site, call in calls.items():
+            self._last_lookup[site] = time.monotonic()
             try:
                 info = call.result()
             except grpc.RpcError as exc:
-                log.warning("site %s: no Info (%s); its replies will be unmarked", site, exc.code().name)
+                log.warning("site %s: no Info (%s); its replies are unmarked until it answers",
+                            site, exc.code().name)
                 continue
             self.channels.set_class_ports(site, dict(info.class_ports))
+
+    def _class_ports_for_case(self, sites: list[str], budget_s: float) -> None:
+        """Before fan-out, learn the class ports of sites never heard from, unless tried
+        recently: a site that is down must not delay every case."""
+        now = time.monotonic()
+        unknown = [s for s in sites if not self.channels.has_class_ports(s)
+                   and now - self._last_lookup.get(s, float("-inf")) >= RETRY_LOOKUP_S]
+        if unknown:
+            self.resolve_class_ports(unknown, timeout_s=min(INFO_TIMEOUT_S, budget_s / 4))
+
+    def _refresh_later(self, site: str) -> None:
+        """After a site failed, look its class ports up again in the background (it may
+        have restarted on other ports); one look-up per site at a time."""
+        with self._lock:
+            if site in self._refreshing:
+                return
+            self._refreshing.add(site)
+
+        def refresh():
+            try:
+                self.resolve_class_ports([site], timeout_s=REFRESH_TIMEOUT_S)
+            finally:
+                with self._lock:
+                    self._refreshing.discard(site)
+
+        threading.Thread(target=refresh, daemon=True, name=f"refresh-{site}").start()
 
     # ------------------------------------------------------------ SubmitCase
 
@@ -108,7 +142,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             budget = min(budget, grpc_left)
         case_deadline = started + budget
         case_id = request.case_id or uuid.uuid4().hex[:12]
-        self.resolve_class_ports(sites, timeout_s=min(INFO_TIMEOUT_S, budget / 4))
+        self._class_ports_for_case(sites, budget)
 
         site_request = pb.AnalyseRequest(case_id=case_id, request_class=rclass.name,
                                          cells=request.cells, k=request.k or DEFAULT_K)
@@ -141,11 +175,12 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                 yield pb.CaseEvent(site_result=result)
         except GeneratorExit:  # gRPC closes the stream when the client cancels
             closed = True
+        cancel_sites()  # only calls still running, i.e. after a cancel or a lost deadline
         cancelled = closed or not context.is_active()
         total_s = time.monotonic() - started
         if cancelled:
-            cancel_sites()
-            self.cases_cancelled += 1
+            with self._lock:
+                self.cases_cancelled += 1
             log.info("case %s: cancelled by the client after %.3f s", case_id, total_s)
             self._record(case_id, rclass, results, total_s, len(request.cells), "cancelled")
             return
@@ -200,7 +235,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         if error is not None:
             code = error.code()
             if code == grpc.StatusCode.UNAVAILABLE:
-                self.channels.set_class_ports(site, {})  # the site may come back on new ports
+                self._refresh_later(site)
             log.warning("site %s: %s: %s", site, code.name, error.details())
             return pb.SiteResult(site=site, status_code=code.value[0],
                                  status_message=f"site {site}: {code.name}: {error.details()}",

@@ -171,7 +171,7 @@ class SiteServer:
         host, _, port = cfg.listen.rpartition(":")
         self.server = MarkedServer(
             lambda server: pb_grpc.add_SiteServicer_to_server(self.servicer, server),
-            [SITE_SERVICE], host, int(port), cfg.class_ports, cfg.classes, cfg.tls,
+            [SITE_SERVICE], host, int(port), cfg.class_ports, cfg.classes, cfg.tls, max_workers=32,
         )
         self.servicer.class_ports = dict(self.server.class_ports)
         self.servicer.class_dscp = {name: cfg.classes[name].dscp for name in self.server.class_ports}

@@ -109,8 +109,8 @@ def ensure_ray(address: str = "", num_cpus: int | None = None) -> None:
     kwargs = dict(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
     if address:
         ray.init(address=address, **kwargs)
-    else:
-        ray.init(num_cpus=num_cpus, **kwargs)
+    else:  # a local instance talks over loopback only
+        ray.init(num_cpus=num_cpus, _node_ip_address="127.0.0.1", **kwargs)
 
 
 _RemoteWorker = ray.remote(max_restarts=1, max_task_retries=0)(SiteWorker)

@@ -31,7 +31,8 @@ def ray_session():
 
     started_here = not ray.is_initialized()
     if started_here:
-        ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
+        ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False,
+                 _node_ip_address="127.0.0.1")
     yield ray
     if started_here:
         ray.shutdown()
