@@ -164,11 +164,21 @@ def _evaluate(args) -> int:
         metrics["mode"] = "leave-one-out"
     metrics["algorithm"] = site.algorithm
     metrics["database_cells"] = len(site)
+    # Leave-one-out reuses the cells the feature choice was fitted to; its cross-validated
+    # score (fitted on one half, scored on the other) says how much that flatters it.
+    projection = site.config["projection"]
+    cv = {h["method"]: h["cv_precision_at_5"] for h in projection.get("history", []) if "method" in h}
+    metrics["feature_choice"] = {"method": projection.get("method", "all"),
+                                 "features": len(projection["columns"]),
+                                 "cv_precision_at_5": cv.get(projection.get("method"))}
     for source, problem in problems:
         print(f"skipped query {source}: {problem}", file=sys.stderr)
     if args.json:
         print(json.dumps(metrics, indent=1))
     else:
         print(f"{metrics['mode']} on {args.db} ({len(site)} cells, {site.algorithm})")
+        if metrics["feature_choice"]["cv_precision_at_5"] is not None and not args.queries:
+            print(f"(features chosen on these cells; their cross-validated precision@5 was "
+                  f"{metrics['feature_choice']['cv_precision_at_5']:.3f})")
         print(evaluate.format_report(metrics))
     return 0
