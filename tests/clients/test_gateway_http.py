@@ -152,3 +152,24 @@ def test_coordinator_down_is_a_message_not_a_crash(case_dir, nowhere):
         assert status == 200 and b"PathMaster" in page
     finally:
         handle.stop()
+
+
+def test_gateway_command_serves_the_page_until_interrupted(nowhere):
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "pathmaster", "gateway", "--coordinator", nowhere,
+                             "--port", "0"], stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()  # the command prints its URL once it listens
+        assert line.startswith("PathMaster page: http://127.0.0.1:"), line
+        url = line.split()[2]
+        status, kind, page = get(url)
+        assert status == 200 and kind.startswith("text/html") and b"/static/app.js" in page
+        status, kind, script = get(url + "static/app.js")
+        assert status == 200 and kind.startswith("text/javascript") and b"api/case" in script
+        assert get(url + "static/../server.py")[0] == 404
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=20) == 130
