@@ -127,21 +127,30 @@ class EmulatorProcess:
         return self.proc.wait(timeout)
 
     def stats(self) -> dict:
-        """The latest statistics the process wrote (it rewrites them every few seconds)."""
+        """What the process last wrote: while it runs, a progress snapshot at most 0.5 s old
+        (counters, packets held; `"final": false`); after `stop`, the full record."""
         return json.loads(self.stats_path.read_text())
 
+    def held_packets(self) -> int:
+        """Packets inside the emulated links (queues, shapers, delay lines), as of the last snapshot."""
+        return sum(d["held_packets"] for d in self.stats()["directions"].values())
+
     def stop(self, timeout: float = 10.0) -> dict:
-        """Stop the process (TERM, then KILL), make sure its rules are gone; return its statistics."""
+        """Stop the process (TERM, then KILL), make sure its rules are gone; return its final statistics."""
         netns.stop_process(self.proc, timeout)
         leftover = remove_rules(self.namespace, self.config)
         if leftover:
             print(f"emulator in {self.namespace} left {leftover} iptables rule(s); removed",
                   file=sys.stderr)
         try:
-            return self.stats()
+            stats = self.stats()
         except (OSError, ValueError) as e:
-            raise EmulatorError(f"emulator in {self.namespace} wrote no statistics ({e}); "
-                                f"its log: {self.log_path.read_text()[-2000:]}") from None
+            stats = {"error": str(e)}
+        if not stats.get("final"):
+            raise EmulatorError(f"emulator in {self.namespace} ended without its final statistics "
+                                f"(exit status {self.proc.returncode}); its log: "
+                                f"{self.log_path.read_text()[-2000:].strip()}")
+        return stats
 
     def __enter__(self) -> "EmulatorProcess":
         return self

@@ -141,12 +141,14 @@ class _Direction:
 class Runner:
     """Run the links of `config` on their NFQUEUEs until stopped.
 
-    `stats_path`: where the per-run JSON goes (also rewritten every `stats_every` s).
+    `stats_path`: where the per-run JSON goes. While running, a small progress snapshot
+    (counters and packets held, no time series or lateness: `"final": false`) replaces it
+    every `stats_every` s, so others can watch the queues drain; the full record at the end.
     `rules`: insert/delete the iptables rules here (False when someone else manages them).
     """
 
     def __init__(self, config: EmulatorConfig, stats_path: str | Path | None = None,
-                 rules: bool = True, stats_every: float = 5.0, realtime: bool = True):
+                 rules: bool = True, stats_every: float = 0.5, realtime: bool = True):
         self.config = config
         self.realtime = realtime
         self.scheduling = "default"
@@ -266,7 +268,7 @@ class Runner:
                         if len(lateness) < LATENESS_SAMPLES_MAX:
                             lateness.append(clock() - t0 - due)
             if self.stats_path and now >= next_stats:
-                write_json_atomic(self.stats_path, self.collect())
+                write_json_atomic(self.stats_path, self.collect(final=False), durable=False)
                 next_stats = now + self.stats_every
 
     def _release_all(self) -> None:
@@ -277,30 +279,37 @@ class Runner:
 
     # -- results -------------------------------------------------------------------------
 
-    def collect(self) -> dict:
-        """The run's statistics: per direction, per class; timer lateness; kernel queue drops."""
+    def collect(self, final: bool = True) -> dict:
+        """The run's statistics: per direction, per class; timer lateness; kernel queue drops.
+
+        `final=False` gives the cheap progress snapshot (no time series, no lateness).
+        """
         counters = kernel_queue_counters()
-        late = percentiles(self.lateness)
-        return {
+        out = {
+            "final": final,
             "started_unix_s": self._started_wall,
             "duration_s": time.monotonic() - self._t0,
             "seed": self.seed,
             "scheduling": self.scheduling,
             "config_path": str(self.config.path),
-            "release_lateness_s": {"median": late["p50"], "p99": late["p99"], "max": late["max"],
-                                   "count": late["count"]},
             "directions": {
                 d.spec.name: {
                     "queue": d.spec.queue,
                     "match": d.spec.match,
                     "settings": d.spec.settings,
+                    "held_packets": d.link.held(),
                     "unparsed_packets": d.unparsed,
                     "kernel_queue": counters.get(d.spec.queue),
-                    **d.link.stats.to_dict(),
+                    **d.link.stats.to_dict(samples=final),
                 }
                 for d in self.directions
             },
         }
+        if final:
+            late = percentiles(self.lateness)
+            out["release_lateness_s"] = {"median": late["p50"], "p99": late["p99"], "max": late["max"],
+                                         "count": late["count"]}
+        return out
 
 
 def run_from_args(config: EmulatorConfig, stats_path: str | None, duration: float | None,

@@ -89,21 +89,26 @@ class LinkStats:
         self.samples.append([round(now, 6), backlog_packets, backlog_bytes, *extra.values()])
         self._next_sample = now + self.sample_interval
 
-    def to_dict(self) -> dict:
-        return {
-            "classes": {k: v.to_dict() for k, v in sorted(self.classes.items())},
-            "sample_fields": self.sample_fields,
-            "samples": self.samples,
-        }
+    def to_dict(self, samples: bool = True) -> dict:
+        """Counters by class; with `samples`, also the backlog time series."""
+        out = {"classes": {k: v.to_dict() for k, v in sorted(self.classes.items())}}
+        if samples:
+            out["sample_fields"] = self.sample_fields
+            out["samples"] = self.samples
+        return out
 
 
-def write_json_atomic(path: str | Path, data: dict) -> None:
-    """Write `data` as JSON so a reader never sees half a file (temp file, then rename)."""
+def write_json_atomic(path: str | Path, data: dict, durable: bool = True) -> None:
+    """Write `data` as JSON so a reader never sees half a file (temp file, then rename).
+
+    `durable` also waits for the disk (fsync); progress snapshots skip that wait.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w") as f:
         json.dump(data, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
+        if durable:
+            f.flush()
+            os.fsync(f.fileno())
     os.replace(tmp, path)

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -89,14 +90,19 @@ def test_a_process_that_cannot_start_says_why(line, tmp_path):
 
 def test_stop_removes_the_rules_and_releases_held_packets(line, tmp_path):
     client, router, server, out = line
-    emu = launch(router.namespace, config(out, delay="800ms"), workdir=tmp_path)
+    emu = launch(router.namespace, config(out, delay="1500ms"), workdir=tmp_path)
     assert len(nfqueue_rules(router)) == 1
     receiver = server.popen([sys.executable, "-c", RECEIVER, "3"], stdout=subprocess.PIPE, text=True)
     server.wait_listening(7100, protocol="udp")
     client.cmd(sys.executable, "-c",
                f"import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
                f"[s.sendto(b'p%d' % i, ('{SERVER_IP}', 7100)) for i in range(5)]")
-    # The packets are now in the emulator's 800 ms delay line; stopping must let them go.
+    # The packets are now in the emulator's 1.5 s delay line, and its progress snapshot says so;
+    # stopping must let them go.
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not (emu.stats_path.exists() and emu.held_packets() == 5):
+        time.sleep(0.05)
+    assert emu.held_packets() == 5 and emu.stats()["final"] is False
     stats = emu.stop()
     got = receiver.communicate(timeout=10)[0].split()
     assert got == [f"p{i}" for i in range(5)]
@@ -107,6 +113,7 @@ def test_stop_removes_the_rules_and_releases_held_packets(line, tmp_path):
     assert forward["kernel_queue"]["queue_dropped"] == 0
     assert stats["release_lateness_s"]["count"] >= 0
     assert json.loads((tmp_path / "emulator-stats.json").read_text())["seed"] == 1
+    assert forward["held_packets"] == 0 and "samples" in forward
 
 
 def test_a_killed_emulator_leaves_no_rule_behind(line, tmp_path):
@@ -115,7 +122,7 @@ def test_a_killed_emulator_leaves_no_rule_behind(line, tmp_path):
     os.killpg(emu.pid, signal.SIGKILL)
     emu.wait(10)
     assert len(nfqueue_rules(router)) == 1     # the process could not clean up...
-    with pytest.raises(EmulatorError, match="wrote no statistics"):
+    with pytest.raises(EmulatorError, match="without its final statistics"):
         emu.stop()                              # ...so stop() does, and says what is missing
     assert nfqueue_rules(router) == []
 
