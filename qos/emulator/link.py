@@ -146,8 +146,9 @@ class Link:
             self.stats.enqueued(pkt.klass, pkt.length)
         if self.busy_until < now:
             self.busy_until = now  # the transmitter was idle: it starts now
-        sched = self.scheduler
-        self.stats.maybe_sample(now, len(sched), sched.backlog_bytes(), sched.snapshot())
+        if self.stats.sample_due(now):  # checked first: backlog_bytes() may walk every queue
+            sched = self.scheduler
+            self.stats.sample(now, len(sched), sched.backlog_bytes(), sched.snapshot())
 
     def _drop(self, pkt: Packet, reason: str) -> None:
         self.stats.dropped(pkt.klass, reason)

@@ -80,10 +80,12 @@ class LinkStats:
         if queueing_delay > s.delay_max:
             s.delay_max = queueing_delay
 
-    def maybe_sample(self, now: float, backlog_packets: int, backlog_bytes: int, extra: dict) -> None:
-        """Record the backlog at most once per `sample_interval`."""
-        if now < self._next_sample or len(self.samples) >= self.max_samples:
-            return
+    def sample_due(self, now: float) -> bool:
+        """Whether `sample` should be called at `now` (at most once per `sample_interval`)."""
+        return now >= self._next_sample and len(self.samples) < self.max_samples
+
+    def sample(self, now: float, backlog_packets: int, backlog_bytes: int, extra: dict) -> None:
+        """Record the backlog (and discipline-specific `extra` values) at `now`."""
         if len(self.sample_fields) == 3 and extra:
             self.sample_fields += list(extra)
         self.samples.append([round(now, 6), backlog_packets, backlog_bytes, *extra.values()])

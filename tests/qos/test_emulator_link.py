@@ -114,3 +114,18 @@ def test_invalid_link_parameters_are_refused():
         Link(0, Fifo(10), CLASSIFY)
     with pytest.raises(ValueError, match="loss"):
         Link(1e6, Fifo(10), CLASSIFY, loss=1.0)
+
+
+def test_backlog_is_sampled_at_most_once_per_interval():
+    from qos.emulator.disciplines import Wred, WredProfile
+    from qos.emulator.stats import LinkStats
+
+    stats = LinkStats(sample_interval=0.1)
+    link = Link(10e6, Wred({}, WredProfile(20, 40, 10), limit=100), CLASSIFY, stats=stats)
+    simulate(link, constant_rate(12e6, 1.0), until=1.0)
+    times = [s[0] for s in stats.samples]
+    assert 9 <= len(times) <= 11 and all(b - a >= 0.1 for a, b in zip(times, times[1:]))
+    assert stats.sample_fields == ["t_s", "backlog_packets", "backlog_bytes", "wred_avg"]
+    backlog = [s[1] for s in stats.samples]
+    assert backlog[-1] > backlog[0]  # 12 Mbit/s into 10: the queue grows
+    assert link.stats.to_dict(samples=False).keys() == {"classes"}
