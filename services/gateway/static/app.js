@@ -354,7 +354,9 @@ function cellCard(cellId) {
 function siteRow(site) {
   return el("div", {class: "site-row pending", "data-site": site},
     el("div", {class: "row-site", text: site}),
-    el("div", {class: "matches"}, el("span", {class: "muted", text: "waiting…"})));
+    // Five grey tiles where the matches will land, so nothing jumps when they arrive.
+    el("div", {class: "matches", "aria-label": `waiting for ${site}`},
+      ...Array.from({length: 5}, () => el("span", {class: "match-placeholder"}))));
 }
 
 function rowFor(cellId, site) {
