@@ -180,10 +180,13 @@ class ClassChannels:
 
 
 def _add_port(server: grpc.Server, address: str, tls: TLSFiles | None) -> int:
-    if tls is None:
-        port = server.add_insecure_port(address)
-    else:
-        port = server.add_secure_port(address, tls.server_credentials())
+    try:
+        if tls is None:
+            port = server.add_insecure_port(address)
+        else:
+            port = server.add_secure_port(address, tls.server_credentials())
+    except RuntimeError:  # grpcio reports a failed bind this way
+        port = 0
     if port == 0:
         raise OSError(f"cannot listen on {address} (address in use or not local)")
     return port
@@ -217,7 +220,8 @@ class MarkedServer:
         names = list(service_names)
 
         def build(dscp: int | None) -> grpc.Server:
-            options: list[tuple[str, object]] = _size_options(max_message_bytes)
+            # No SO_REUSEPORT: a second server on a busy port must fail, not share it.
+            options: list[tuple[str, object]] = _size_options(max_message_bytes) + [("grpc.so_reuseport", 0)]
             if dscp is not None:
                 options.append(("grpc.dscp", int(dscp)))
             server = grpc.server(self._executor, options=options)

@@ -108,8 +108,8 @@ def case(case_cells) -> list[pb.CellImage]:
 
 @pytest.fixture(scope="session")
 def slow_case(case_cells) -> list[pb.CellImage]:
-    """Six 300 x 300-pixel cells: seconds of work per site, for faults in mid-case."""
-    png = large_cell(case_cells, 300)
+    """Six 250 x 250-pixel cells: seconds of work per site, for faults in mid-case."""
+    png = large_cell(case_cells, 250)
     return [pb.CellImage(cell_id=f"large-{i}.png", image=png) for i in range(6)]
 
 

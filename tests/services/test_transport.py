@@ -1,0 +1,48 @@
+"""Transport pieces that need no site: port binding, channel routing, addresses."""
+
+from __future__ import annotations
+
+import pytest
+
+from qos.classes import DEFAULT_CLASSES
+from qos.transport import ClassChannels, MarkedServer, connect_address, split_address
+
+
+def nothing(server):
+    """No service of our own: health and reflection are still served."""
+
+
+def test_busy_port_is_an_error_not_a_shared_port():
+    first = MarkedServer(nothing, [], "127.0.0.1", 0).start()
+    try:
+        with pytest.raises(OSError, match=f"127.0.0.1:{first.port}"):
+            MarkedServer(nothing, [], "127.0.0.1", first.port)
+    finally:
+        first.stop(0)
+
+
+def test_class_ports_each_get_a_port():
+    server = MarkedServer(nothing, [], "127.0.0.1", 0, {c.name: 0 for c in DEFAULT_CLASSES}).start()
+    try:
+        ports = set(server.class_ports.values()) | {server.port}
+        assert set(server.class_ports) == {"urgent", "routine", "teaching", "bulk"} and len(ports) == 5
+    finally:
+        server.stop(0)
+
+
+def test_class_channels_route_to_class_ports():
+    channels = ClassChannels({"a": "10.0.0.5:50051"})
+    assert channels.address("a", "urgent") == "10.0.0.5:50051"  # ports not known yet
+    channels.set_class_ports("a", {"urgent": 50061})
+    assert channels.address("a", "urgent") == "10.0.0.5:50061"
+    assert channels.address("a", "bulk") == "10.0.0.5:50051" and channels.address("a") == "10.0.0.5:50051"
+    with pytest.raises(KeyError, match="express"):
+        channels.channel("a", "express")
+    channels.close()
+
+
+def test_addresses():
+    assert split_address("[::1]:80") == ("[::1]", 80)
+    with pytest.raises(ValueError, match="HOST:PORT"):
+        split_address("localhost")
+    assert connect_address("0.0.0.0", 5) == "127.0.0.1:5" and connect_address("::1", 5) == "[::1]:5"
