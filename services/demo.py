@@ -60,13 +60,13 @@ class LoopbackDeployment:
     """Sites and a coordinator on 127.0.0.1, all in this process, on one local Ray.
 
     databases: {site name: database folder}; algorithms: {site name: algorithm} ("" keeps
-    each database's own). `start()` then `.coordinator.address`; `stop()` ends everything
+    each database's own). worker_cpus is small because several sites share one machine's Ray. `start()` then `.coordinator.address`; `stop()` ends everything
     (Ray stays connected for reuse).
     """
 
     def __init__(self, databases: dict[str, Path], algorithms: dict[str, str] | None = None, *,
                  coordinator_port: int = 0, metrics_port: int | None = 0, case_log: Path | None = None,
-                 workers: int = 1, worker_cpus: float = 0.5, ray_address: str = ""):
+                 workers: int = 1, worker_cpus: float = 0.25, ray_address: str = ""):
         self.databases = databases
         self.algorithms = algorithms or {}
         self.coordinator_port = coordinator_port

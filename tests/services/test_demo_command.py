@@ -1,0 +1,38 @@
+"""`pathmaster demo --once`, the README's main job, end to end in its own process.
+
+Its three databases are pre-seeded in a fresh cache (copies of the session's small one)
+so the test does not spend a minute generating cells; it joins the tests' Ray.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+from services.demo import DEMO_SITES
+from services.site.synthetic import READY
+
+
+def test_demo_once_prints_every_site_and_the_votes(site_db, tmp_path, ray_session):
+    cache = tmp_path / "cache"
+    for site in DEMO_SITES:
+        shutil.copytree(site_db, cache / "demo" / f"{site.name}-seed{site.seed}-70cells")
+        assert (cache / "demo" / f"{site.name}-seed{site.seed}-70cells" / READY).is_file()
+    env = dict(os.environ, PATHMASTER_CACHE=str(cache))
+    done = subprocess.run(
+        [sys.executable, "-m", "pathmaster", "demo", "--once", "--port", "0", "--cells", "70",
+         "--ray-address", ray_session.get_runtime_context().gcs_address],
+        capture_output=True, text=True, timeout=300, env=env)
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr
+    assert "WITHOUT TLS" in out.splitlines()[0]
+    assert "building" not in out  # the cache was used
+    for site in DEMO_SITES:
+        assert re.search(rf"\] {site.name}\s+OK\s+faiss-{site.algorithm}", out), out
+    assert re.search(r"case \w+ \(urgent\): [\d.]+ s, 3 site\(s\) OK, 0 failed", out), out
+    assert len(re.findall(r"test-2026-\d\.png: \w+ \(\d+/15 matches\)  \[true: \w+\]", out)) == 6
+    log = cache / "demo" / "cases.jsonl"
+    assert log.is_file() and '"outcome": "done"' in log.read_text()
