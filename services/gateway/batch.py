@@ -4,7 +4,7 @@
 
 DIR holds cell images, each optionally with NAME-background.* and NAME-mask.* beside it
 (the page's pairing rule). A cell inside a folder named after a diagnosis (DIR/mild_dysplasia/
-7.png) carries that label, and the summary gives per-class accuracy of the voted diagnosis.
+7.png, or Herlev's DIR/light_dysplastic/7.BMP with its colour mask 7-d.bmp) carries that label, and the summary gives per-class accuracy of the voted diagnosis.
 
 Cells go in cases of `case_size`, at most `jobs` cases in flight. Every finished case is
 appended to the output at once, one row per cell, so a run that stops can be resumed:
@@ -13,7 +13,8 @@ are tried again. The summary is computed from the whole file, this run and earli
 
 One row per cell (CSV columns = JSON keys): cell (its path under DIR without extension),
 label, diagnosis (voted across sites), votes/total, correct, status (ok | failed |
-invalid), error, sites_ok/sites_failed, request_class, case_id, case_s (the case's
+invalid), error, sites_ok/sites_failed, mask_estimated/background_estimated (a site
+had to make them: none was given), request_class, case_id, case_s (the case's
 completion time at the coordinator) and matches ({site: [[cell_id, diagnosis, distance],
 ...]} closest first; a JSON string in the CSV).
 """
@@ -29,11 +30,13 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import grpc
 
-from pathmaster.records import DIAGNOSES
+from pathmaster.importers import herlev
+from pathmaster.imageio import decode_image, encode_png
+from pathmaster.records import ALL_DIAGNOSES, InvalidInput, diagnosis_from_name
 from services.client import CoordinatorClient
 from services.gateway.events import status_name
 from services.gateway.pairing import IMAGE_EXTENSIONS, CellFiles, pair_files
@@ -41,17 +44,23 @@ from services.gateway.upload import MAX_FILE_BYTES, cell_problem
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 
 COLUMNS = ("cell", "label", "diagnosis", "votes", "total", "correct", "status", "error",
-           "sites_ok", "sites_failed", "request_class", "case_id", "case_s", "matches")
+           "sites_ok", "sites_failed", "mask_estimated", "background_estimated",
+           "request_class", "case_id", "case_s", "matches")
 DONE_STATUSES = ("ok", "invalid")  # "failed" rows are tried again on resume
 FORMATS = (".csv", ".jsonl")
 
 
 @dataclass
 class BatchCell:
-    """One cell of the teaching set: its files (paths relative to the root) and label."""
+    """One cell of the teaching set: its files (paths relative to the root) and label.
+
+    `herlev_mask`: the mask is a Herlev colour-coded NAME-d.bmp (path in `files.mask`),
+    turned into 0-3 labels before it is sent.
+    """
 
     files: CellFiles
     label: str | None
+    herlev_mask: bool = False
 
     @property
     def cell_id(self) -> str:
@@ -109,7 +118,7 @@ class BatchSummary:
         if accuracy:
             lines.append("accuracy of the diagnosis voted across sites, by true class:")
             width = max(len(k) for k in accuracy)
-            ordered = [d for d in DIAGNOSES if d in accuracy] + ["all"]
+            ordered = [d for d in ALL_DIAGNOSES if d in accuracy] + ["all"]
             for key in ordered:
                 correct, n = accuracy[key]
                 lines.append(f"  {key:<{width}}  {correct:4d}/{n:<4d} {100.0 * correct / n:5.1f}%")
@@ -123,19 +132,38 @@ def find_cells(root: str | Path) -> tuple[list[BatchCell], list[tuple[str, str]]
 
     Returns (cells sorted by id, problems: (file, reason) for image files that do not pair).
     Files whose extension is not an image type (manifests, notes) are ignored silently.
-    A cell's label is its folder's name when that is a diagnosis, else None.
+    A cell's label is the diagnosis its folder is named after (our names, or Herlev's and
+    SIPaKMeD's, e.g. light_dysplastic), else None. In a Herlev folder (`herlev.looks_like`)
+    NAME-d.bmp is NAME's colour-coded mask.
     """
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: not a folder of cell images")
     names = [p.relative_to(root).as_posix() for p in sorted(root.rglob("*"))
              if p.is_file() and p.suffix.lower() in IMAGE_EXTENSIONS]
-    pairing = pair_files(names)
+    herlev_masks = {}  # NAME-mask.bmp (what pairing sees) -> NAME-d.bmp (the file)
+    if herlev.looks_like(root):
+        for name in names:
+            path = PurePosixPath(name)
+            if path.stem.endswith(herlev.MASK_SUFFIX) and path.suffix.lower() == ".bmp":
+                stem = path.stem.removesuffix(herlev.MASK_SUFFIX)
+                herlev_masks[str(path.with_name(f"{stem}-mask{path.suffix}"))] = name
+    pairing = pair_files([n for n in names if n not in herlev_masks.values()] + list(herlev_masks))
     cells = []
     for files in pairing.cells:
-        folder = Path(files.image).parent.name
-        cells.append(BatchCell(files=files, label=folder if folder in DIAGNOSES else None))
+        herlev_mask = files.mask in herlev_masks
+        if herlev_mask:
+            files.mask = herlev_masks[files.mask]
+        cells.append(BatchCell(files=files, label=_label(PurePosixPath(files.image).parent.name),
+                               herlev_mask=herlev_mask))
     return cells, pairing.problems
+
+
+def _label(folder: str) -> str | None:
+    try:
+        return diagnosis_from_name(folder) if folder else None
+    except InvalidInput:
+        return None
 
 
 # ---------------------------------------------------------------- the output file
@@ -175,7 +203,8 @@ class ResultsFile:
         for key in ("votes", "total", "sites_ok", "sites_failed"):
             out[key] = int(row[key]) if row[key] else 0
         out["case_s"] = float(row["case_s"]) if row["case_s"] else 0.0
-        out["correct"] = {"True": True, "False": False}.get(row["correct"])
+        for key in ("correct", "mask_estimated", "background_estimated"):
+            out[key] = {"True": True, "False": False}.get(row[key])
         out["matches"] = json.loads(row["matches"]) if row["matches"] else {}
         return out
 
@@ -202,14 +231,15 @@ class ResultsFile:
 def _row(cell: BatchCell, request_class: str, **values) -> dict:
     row = {"cell": cell.cell_id, "label": cell.label or "", "diagnosis": "", "votes": 0,
            "total": 0, "correct": None, "status": "failed", "error": "", "sites_ok": 0,
-           "sites_failed": 0, "request_class": request_class, "case_id": "", "case_s": 0.0,
-           "matches": {}}
+           "sites_failed": 0, "mask_estimated": None, "background_estimated": None,
+           "request_class": request_class, "case_id": "", "case_s": 0.0, "matches": {}}
     row.update(values)
     return row
 
 
 def _read_files(root: Path, cell: BatchCell) -> tuple[dict[str, bytes], str | None]:
-    """The cell's files as {name: bytes}, or a problem (an oversize file is never read)."""
+    """The cell's files as {name: bytes}, or a problem (an oversize file is never read).
+    A Herlev colour mask is sent as a PNG of 0-3 labels."""
     files = {}
     for name in (cell.files.image, cell.files.background, cell.files.mask):
         if name:
@@ -218,6 +248,12 @@ def _read_files(root: Path, cell: BatchCell) -> tuple[dict[str, bytes], str | No
             if size > MAX_FILE_BYTES:
                 return {}, f"{name}: file is {size} bytes, over the limit of {MAX_FILE_BYTES} bytes"
             files[name] = path.read_bytes()
+    if cell.herlev_mask:
+        try:
+            rgb = decode_image(files[cell.files.mask], cell.files.mask)
+            files[cell.files.mask] = encode_png(herlev.decode_colour_mask(rgb, cell.files.mask)[0])
+        except InvalidInput as exc:
+            return {}, str(exc)
     return files, None
 
 
@@ -241,6 +277,7 @@ def run_case(client: CoordinatorClient, root: Path, cells: list[BatchCell], requ
         return rows
     matches: dict[str, dict] = {cid: {} for cid in by_id}
     errors: dict[str, list[str]] = {cid: [] for cid in by_id}
+    estimated: dict[str, dict[str, bool]] = {cid: {} for cid in by_id}
     try:
         summary = None
         for event in client.submit(sent, request_class, deadline_s=deadline_s):
@@ -259,6 +296,9 @@ def run_case(client: CoordinatorClient, root: Path, cells: list[BatchCell], requ
                 if cell.error:
                     errors[cell.query_cell_id].append(f"{result.site}: {cell.error}")
                 else:
+                    flags = estimated[cell.query_cell_id]
+                    flags["mask"] = flags.get("mask", False) or cell.mask_estimated
+                    flags["background"] = flags.get("background", False) or cell.background_estimated
                     matches[cell.query_cell_id][result.site] = [
                         [m.cell_id, m.diagnosis, round(float(m.distance), 6)] for m in cell.matches]
         if summary is None:
@@ -278,6 +318,8 @@ def run_case(client: CoordinatorClient, root: Path, cells: list[BatchCell], requ
             correct=(vote.diagnosis == cell.label) if answered and cell.label else None,
             error="; ".join(errors[cid]), sites_ok=summary.sites_ok,
             sites_failed=summary.sites_failed, case_id=summary.case_id,
+            mask_estimated=estimated[cid].get("mask"),
+            background_estimated=estimated[cid].get("background"),
             case_s=round(summary.total_s, 6), matches=matches[cid]))
     return rows
 

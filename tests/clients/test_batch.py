@@ -118,3 +118,24 @@ def test_batch_refuses_bad_arguments_with_a_message(teaching_set, tmp_path, caps
     assert main(["batch", str(tmp_path / "missing"), "--out", str(tmp_path / "r.csv"),
                  "--coordinator", nowhere]) == 2
     assert "not a folder" in capsys.readouterr().err
+
+
+def test_a_herlev_teaching_set_runs_with_its_folder_names_and_colour_masks(
+        stack, herlev_40px, tmp_path):
+    """Real Herlev cells: folder names like light_dysplastic become diagnoses, and each
+    NAME-d.bmp colour mask is sent as labels, so no site has to segment the cell."""
+    root = tmp_path / "herlev"
+    for folder in sorted(p for p in herlev_40px.iterdir() if p.is_dir()):
+        (root / folder.name).mkdir(parents=True)
+        for image in sorted(folder.glob("*.BMP"))[:2]:
+            for path in (image, image.with_name(image.stem + "-d.bmp")):
+                (root / folder.name / path.name).write_bytes(path.read_bytes())
+
+    summary = run_batch(root, tmp_path / "herlev.jsonl", stack.coordinator.address,
+                        case_size=7, progress=False)
+    assert summary.problems == [] and summary.cells == N_LABELLED
+    rows = list(summary.rows.values())
+    assert {r["label"] for r in rows} == set(DIAGNOSES)  # light_dysplastic -> mild_dysplasia, ...
+    assert summary.status_counts()["ok"] == N_LABELLED, [r["error"] for r in rows]
+    assert all(r["mask_estimated"] is False and r["background_estimated"] is True for r in rows)
+    assert summary.accuracy()["all"][1] == N_LABELLED
