@@ -75,6 +75,20 @@ def delete_rule(queue: int, match: list[str], chain: str = "FORWARD") -> bool:
     return found
 
 
+def nfqueue_unavailable_reason() -> str | None:
+    """Why this kernel cannot run the emulator (no NFQUEUE), or None when it can."""
+    if not PROC_NFQUEUE.exists():
+        # The module loads on first use of the NFQUEUE target; ask for it explicitly once.
+        subprocess.run(["modprobe", "-q", "nfnetlink_queue"], capture_output=True, timeout=30)
+    if not PROC_NFQUEUE.exists():
+        return f"the kernel has no NFQUEUE support ({PROC_NFQUEUE} missing; module nfnetlink_queue)"
+    try:
+        import netfilterqueue  # noqa: F401
+    except ImportError as e:
+        return f"the Python package netfilterqueue is missing: {e}"
+    return None
+
+
 def kernel_queue_counters() -> dict[int, dict[str, int]]:
     """Per NFQUEUE number in this namespace: packets waiting and the kernel's drop counters."""
     out = {}

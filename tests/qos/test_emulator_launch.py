@@ -16,6 +16,7 @@ import time
 import pytest
 
 from qos.emulator import ConfigError, EmulatorError, launch
+from qos.emulator.runner import nfqueue_unavailable_reason
 from qos.testbed import netns
 from qos.testbed.link import Link
 from qos.testbed.node import Host, Router
@@ -27,6 +28,9 @@ SERVER_IP = "10.77.2.1"
 
 @pytest.fixture(scope="module")
 def line(netns_ok):
+    reason = nfqueue_unavailable_reason()
+    if reason:
+        pytest.skip(reason)
     tag = netns.new_tag("el")
     client, router, server = Host("c", tag), Router("r", tag), Host("s", tag)
     nodes = (client, router, server)

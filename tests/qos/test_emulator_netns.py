@@ -21,6 +21,7 @@ import sys
 import pytest
 
 from qos.classes import DEFAULT_CLASSES
+from qos.emulator.runner import nfqueue_unavailable_reason
 from qos.testbed import Testbed, kernel, netns
 from qos.testbed.config import from_dict
 from qos.traffic.iperf import client_argv, parse
@@ -36,6 +37,9 @@ INTERVAL = 0.5  # s, the receivers' reporting interval
 
 @pytest.fixture(scope="module")
 def testbed(netns_ok):
+    reason = nfqueue_unavailable_reason()
+    if reason:
+        pytest.skip(reason)
     missing = kernel.missing_for_kernel_backend()
     if missing:
         pytest.skip(f"kernel lacks qdiscs {missing} (needed for the comparison and as the default)")
