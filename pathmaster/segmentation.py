@@ -220,33 +220,40 @@ def _clear_glass(image: np.ndarray) -> np.ndarray:
     """
     level = ndi.gaussian_filter(image.astype(np.float64).sum(axis=2), 1.5)
     noise = 1.4826 * np.median(np.abs(level - ndi.gaussian_filter(level, 3.0))) + 1e-6
-    weights = np.ones(level.shape)
-    for _ in range(15):
-        residual = level - _fit_surface(level, weights)
+    # The envelope is smooth: a grid of ~4000 pixels pins it down as well as all of them.
+    height, width = level.shape
+    stride = max(1, int(np.sqrt(level.size / 4000)))
+    rows, cols = (g.ravel() for g in np.mgrid[0:height:stride, 0:width:stride])
+    values = level[rows, cols]
+    terms = _QUADRATIC if len(values) >= QUADRATIC_MIN_PIXELS else _PLANE
+    design = terms(rows / height - 0.5, cols / width - 0.5)
+    weights = np.ones(len(values))
+    for _ in range(20):
+        root_w = np.sqrt(weights)
+        coef, *_ = np.linalg.lstsq(design * root_w[:, None], values * root_w, rcond=None)
+        residual = values - design @ coef
         updated = np.where(residual > 0, ENVELOPE_WEIGHT, 1 - ENVELOPE_WEIGHT)
         if (updated == weights).all():
             break
         weights = updated
-    glass = residual > -4.0 * noise
-    return level - _fit_surface(level, glass.astype(np.float64)) > -4.0 * noise
+    keep = residual > -4.0 * noise
+    coef, *_ = np.linalg.lstsq(design[keep], values[keep], rcond=None)
+    gy, gx = np.mgrid[0:height, 0:width].astype(np.float64)
+    envelope = (terms(gy.ravel() / height - 0.5, gx.ravel() / width - 0.5) @ coef).reshape(height, width)
+    return level - envelope > -4.0 * noise
 
 
-def _fit_surface(level: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """Weighted least-squares surface (quadratic, or a plane with few points) through
-    `level`, evaluated everywhere. level: float (H, W) or (H, W, C); weights: (H, W),
-    a boolean selection or float weights (0 = ignore)."""
+def _fit_surface(level: np.ndarray, where: np.ndarray) -> np.ndarray:
+    """Least-squares surface (quadratic, or a plane with few points) through `level` at
+    the `where` pixels, evaluated everywhere. level: float (H, W) or (H, W, C)."""
     height, width = level.shape[:2]
-    rows, cols = np.nonzero(weights)
+    rows, cols = np.nonzero(where)
     if len(rows) > 20000:  # a quadratic needs far fewer points; keep it fast
         pick = np.linspace(0, len(rows) - 1, 20000).astype(int)
         rows, cols = rows[pick], cols[pick]
-    root_w = np.sqrt(np.asarray(weights, dtype=np.float64)[rows, cols])
-    values = level[rows, cols]
     # Few glass pixels (a tight crop) cannot pin down curvature: fit a plane instead.
     terms = _QUADRATIC if len(rows) >= QUADRATIC_MIN_PIXELS else _PLANE
-    design = terms(rows / height - 0.5, cols / width - 0.5)
-    weighted = values * (root_w if values.ndim == 1 else root_w[:, None])
-    coef, *_ = np.linalg.lstsq(design * root_w[:, None], weighted, rcond=None)
+    coef, *_ = np.linalg.lstsq(terms(rows / height - 0.5, cols / width - 0.5), level[rows, cols], rcond=None)
     gy, gx = np.mgrid[0:height, 0:width].astype(np.float64)
     return (terms(gy.ravel() / height - 0.5, gx.ravel() / width - 0.5) @ coef).reshape(level.shape)
 

@@ -39,12 +39,10 @@ UNSURE_COLOURS = ((128, 128, 128), (0, 0, 0))
 COLOUR_TOLERANCE = 40.0
 
 
-def _mask_path(image: Path) -> Path | None:
-    """NAME-d.bmp next to NAME.BMP, whatever the case of the extension."""
-    for candidate in image.parent.iterdir():
-        if candidate.stem == image.stem + MASK_SUFFIX and candidate.suffix.lower() == ".bmp":
-            return candidate
-    return None
+def _masks_by_stem(files: list[Path]) -> dict[str, Path]:
+    """Cell stem -> its NAME-d.bmp, whatever the case of the extension."""
+    return {p.stem[: -len(MASK_SUFFIX)]: p for p in files
+            if p.stem.endswith(MASK_SUFFIX) and p.suffix.lower() == ".bmp"}
 
 
 def looks_like(root: Path) -> bool:
@@ -63,7 +61,10 @@ def decode_colour_mask(rgb: np.ndarray, name: str) -> tuple[np.ndarray, int]:
     """
     palette = np.array(list(COLOUR_CODE), dtype=np.float64)
     labels_of = np.array(list(COLOUR_CODE.values()), dtype=np.uint8)
-    colours, inverse = np.unique(rgb.reshape(-1, 3), axis=0, return_inverse=True)
+    # One integer per colour: a 1-D unique is far cheaper than np.unique(axis=0).
+    flat = rgb.reshape(-1, 3).astype(np.uint32)
+    codes, inverse = np.unique((flat[:, 0] << 16) | (flat[:, 1] << 8) | flat[:, 2], return_inverse=True)
+    colours = np.stack([codes >> 16, (codes >> 8) & 255, codes & 255], axis=1)
     distance = np.linalg.norm(colours[:, None, :].astype(np.float64) - palette[None], axis=2)
     nearest = distance.argmin(axis=1)
     far = distance.min(axis=1) > COLOUR_TOLERANCE
@@ -88,22 +89,22 @@ def iter_cells(root: Path) -> Iterator[CellRecord | ImportProblem]:
             continue
         folder, diagnosis = entry
         files = sorted(p for p in folder.iterdir() if is_image(p))
-        images = [p for p in files if not p.stem.endswith(MASK_SUFFIX)]
+        masks = _masks_by_stem(files)
+        mask_files = set(masks.values())
+        images = [p for p in files if p not in mask_files]
         stems = {p.stem for p in images}
-        for orphan in (p for p in files if p.stem.endswith(MASK_SUFFIX)):
-            if orphan.stem[: -len(MASK_SUFFIX)] not in stems:
-                yield ImportProblem(str(orphan), "mask without its cell image "
-                                    f"({orphan.stem[:-len(MASK_SUFFIX)]}.BMP not found)")
+        for stem, orphan in masks.items():
+            if stem not in stems:
+                yield ImportProblem(str(orphan), f"mask without its cell image ({stem}.BMP not found)")
         for image_path in images:
-            yield _cell(root, image_path, diagnosis)
+            yield _cell(root, image_path, masks.get(image_path.stem), diagnosis)
 
 
-def _cell(root: Path, image_path: Path, diagnosis: str) -> CellRecord | ImportProblem:
+def _cell(root: Path, image_path: Path, mask_path: Path | None, diagnosis: str) -> CellRecord | ImportProblem:
     try:
         image = read_image(image_path)
     except InvalidInput as exc:
         return problem_from(exc, image_path)
-    mask_path = _mask_path(image_path)
     extra: dict = {"path": str(image_path)}
     mask = None
     if mask_path is not None:
