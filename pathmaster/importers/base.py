@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from pathmaster.imageio import check_cell
 from pathmaster.records import CellRecord, InvalidInput, diagnosis_from_name
@@ -38,13 +38,18 @@ def subfolders(path: Path) -> list[Path]:
     )
 
 
-def class_folders(root: Path) -> Iterator[tuple[Path, str] | ImportProblem]:
-    """Each class folder of `root` with its diagnosis, or a problem for an unknown name."""
+def each_class(
+    root: Path, cells_in: Callable[[Path, Path, str], Iterator[CellRecord | ImportProblem]]
+) -> Iterator[CellRecord | ImportProblem]:
+    """Run `cells_in(root, class_folder, diagnosis)` over every class folder of `root`;
+    a folder whose name is no known diagnosis becomes one ImportProblem instead."""
     for folder in subfolders(root):
         try:
-            yield folder, diagnosis_from_name(folder.name, folder)
+            diagnosis = diagnosis_from_name(folder.name, folder)
         except InvalidInput as exc:
             yield ImportProblem(str(folder), exc.problem + "; its files were not imported")
+            continue
+        yield from cells_in(root, folder, diagnosis)
 
 
 def finish(record: CellRecord, path: Path) -> CellRecord | ImportProblem:

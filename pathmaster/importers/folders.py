@@ -16,7 +16,7 @@ from typing import Iterator
 from pathmaster.imageio import read_image, read_mask
 from pathmaster.records import CellRecord, InvalidInput
 
-from .base import ImportProblem, class_folders, finish, is_image, problem_from
+from .base import ImportProblem, each_class, finish, is_image, problem_from
 
 NAME = "folders"
 COMPANIONS = ("-mask", "-background")
@@ -36,14 +36,13 @@ def _companion(image: Path, suffix: str) -> Path | None:
 def iter_cells(root: Path) -> Iterator[CellRecord | ImportProblem]:
     for stray in sorted(p for p in root.iterdir() if is_image(p)):
         yield ImportProblem(str(stray), "image outside a class folder: put it in ROOT/<diagnosis>/")
-    for entry in class_folders(root):
-        if isinstance(entry, ImportProblem):
-            yield entry
-            continue
-        folder, diagnosis = entry
-        for image_path in sorted(p for p in folder.iterdir() if is_image(p)):
-            if not image_path.stem.endswith(COMPANIONS):
-                yield _cell(root, image_path, diagnosis)
+    yield from each_class(root, _class_cells)
+
+
+def _class_cells(root: Path, folder: Path, diagnosis: str) -> Iterator[CellRecord | ImportProblem]:
+    for image_path in sorted(p for p in folder.iterdir() if is_image(p)):
+        if not image_path.stem.endswith(COMPANIONS):
+            yield _cell(root, image_path, diagnosis)
 
 
 def _cell(root: Path, image_path: Path, diagnosis: str) -> CellRecord | ImportProblem:

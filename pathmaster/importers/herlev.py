@@ -21,7 +21,7 @@ import numpy as np
 from pathmaster.imageio import read_image
 from pathmaster.records import BACKGROUND, CYTOPLASM, NUCLEUS, CellRecord, InvalidInput
 
-from .base import ImportProblem, class_folders, finish, is_image, problem_from, subfolders
+from .base import ImportProblem, each_class, finish, is_image, problem_from, subfolders
 
 NAME = "herlev"
 MASK_SUFFIX = "-d"
@@ -83,21 +83,20 @@ def decode_colour_mask(rgb: np.ndarray, name: str) -> tuple[np.ndarray, int]:
 
 
 def iter_cells(root: Path) -> Iterator[CellRecord | ImportProblem]:
-    for entry in class_folders(root):
-        if isinstance(entry, ImportProblem):
-            yield entry
-            continue
-        folder, diagnosis = entry
-        files = sorted(p for p in folder.iterdir() if is_image(p))
-        masks = _masks_by_stem(files)
-        mask_files = set(masks.values())
-        images = [p for p in files if p not in mask_files]
-        stems = {p.stem for p in images}
-        for stem, orphan in masks.items():
-            if stem not in stems:
-                yield ImportProblem(str(orphan), f"mask without its cell image ({stem}.BMP not found)")
-        for image_path in images:
-            yield _cell(root, image_path, masks.get(image_path.stem), diagnosis)
+    return each_class(root, _class_cells)
+
+
+def _class_cells(root: Path, folder: Path, diagnosis: str) -> Iterator[CellRecord | ImportProblem]:
+    files = sorted(p for p in folder.iterdir() if is_image(p))
+    masks = _masks_by_stem(files)
+    mask_files = set(masks.values())
+    images = [p for p in files if p not in mask_files]
+    stems = {p.stem for p in images}
+    for stem, orphan in masks.items():
+        if stem not in stems:
+            yield ImportProblem(str(orphan), f"mask without its cell image ({stem}.BMP not found)")
+    for image_path in images:
+        yield _cell(root, image_path, masks.get(image_path.stem), diagnosis)
 
 
 def _cell(root: Path, image_path: Path, mask_path: Path | None, diagnosis: str) -> CellRecord | ImportProblem:

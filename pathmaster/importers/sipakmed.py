@@ -24,7 +24,7 @@ from skimage.draw import polygon as fill_polygon
 from pathmaster.imageio import read_image
 from pathmaster.records import CYTOPLASM, NUCLEUS, CellRecord, InvalidInput
 
-from .base import ImportProblem, class_folders, finish, is_image, problem_from, subfolders
+from .base import ImportProblem, each_class, finish, is_image, problem_from, subfolders
 
 NAME = "sipakmed"
 CROPPED = "cropped"
@@ -99,19 +99,17 @@ def boundaries_to_mask(cytoplasm: np.ndarray, nucleus: np.ndarray, shape: tuple[
 
 
 def iter_cells(root: Path) -> Iterator[CellRecord | ImportProblem]:
-    for entry in class_folders(root):
-        if isinstance(entry, ImportProblem):
-            yield entry
-            continue
-        class_folder, diagnosis = entry
-        cropped = _cropped_folders(class_folder)
-        if not cropped:
-            yield ImportProblem(str(class_folder), "no CROPPED folder with cropped cells "
-                                "(SIPaKMeD layout: im_<Class>/CROPPED/NNN_MM.bmp)")
-            continue
-        for folder in cropped:
-            for image_path in sorted(p for p in folder.iterdir() if is_image(p)):
-                yield _cell(root, image_path, diagnosis)
+    return each_class(root, _class_cells)
+
+
+def _class_cells(root: Path, class_folder: Path, diagnosis: str) -> Iterator[CellRecord | ImportProblem]:
+    cropped = _cropped_folders(class_folder)
+    if not cropped:
+        yield ImportProblem(str(class_folder), "no CROPPED folder with cropped cells "
+                            "(SIPaKMeD layout: im_<Class>/CROPPED/NNN_MM.bmp)")
+    for folder in cropped:
+        for image_path in sorted(p for p in folder.iterdir() if is_image(p)):
+            yield _cell(root, image_path, diagnosis)
 
 
 def _cell(root: Path, image_path: Path, diagnosis: str) -> CellRecord | ImportProblem:
