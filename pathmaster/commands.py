@@ -53,6 +53,8 @@ def register(subparsers) -> None:
     p.add_argument("--features", choices=("auto", "all", "fisher", "forward"), default=None,
                    help="feature weighting: all equal, Fisher-ratio weights, forward selection, or auto = "
                         "whichever retrieves diagnoses best under cross-validation (default: as before, else auto)")
+    p.add_argument("--batch-size", type=int, default=32,
+                   help="cells per committed transaction: at most this much work is redone after a crash (default 32)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_index)
 
@@ -94,8 +96,10 @@ def _index(args) -> int:
 
     if not args.dataset.is_dir():
         raise NotADirectoryError(f"{args.dataset}: not a dataset directory")
+    if args.batch_size < 1:
+        raise ValueError(f"--batch-size must be at least 1, got {args.batch_size}")
     report = ingest(args.dataset, args.db, progress=not args.quiet, algorithm=args.algorithm,
-                    features=args.features)
+                    features=args.features, batch_size=args.batch_size)
     for source, problem in report.problems:
         print(f"skipped {source}: {problem}", file=sys.stderr)
     print(f"{report.added} cells added, {report.skipped} already there, {len(report.problems)} problems; "

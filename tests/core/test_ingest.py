@@ -15,7 +15,7 @@ import pytest
 from pathmaster.ingest import ingest
 from pathmaster.records import DIAGNOSES
 from pathmaster.sitedb import SiteDB
-from pathmaster.synth import cell_rng, synth_cell
+from pathmaster.synth import cell_rng, synth_cell, write_dataset
 
 
 def synthetic_records(n, seed=11, start=0):
@@ -56,17 +56,6 @@ def test_bad_cells_are_reported_by_name_and_the_rest_is_ingested(tmp_path):
         assert [source for source, _ in db.problems()] == [no_nucleus.source_id]
 
 
-INGEST_SCRIPT = """
-import sys
-from pathmaster.ingest import ingest
-from pathmaster.records import DIAGNOSES
-from pathmaster.synth import cell_rng, synth_cell
-n, seed = int(sys.argv[2]), int(sys.argv[3])
-records = (synth_cell(DIAGNOSES[i % 7], cell_rng(seed, i), source_id=f"synth/{seed}/{i}") for i in range(n))
-ingest("synthetic", sys.argv[1], records=records, batch_size=2)
-"""
-
-
 def _committed(db_path) -> int:
     try:
         with sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=5) as conn:
@@ -76,10 +65,11 @@ def _committed(db_path) -> int:
 
 
 def test_killed_ingest_leaves_a_consistent_database_and_rerun_completes_it(tmp_path):
-    n, seed = 24, 5
+    n = 24
+    dataset = write_dataset(tmp_path / "data", n, seed=5)
     site = tmp_path / "site"
-    child = subprocess.Popen([sys.executable, "-c", INGEST_SCRIPT, str(site), str(n), str(seed)],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    child = subprocess.Popen([sys.executable, "-m", "pathmaster", "index", str(dataset), "--db", str(site),
+                              "--quiet", "--batch-size", "2"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 90
     try:
         while _committed(site / "site.sqlite") < 6:
@@ -95,8 +85,8 @@ def test_killed_ingest_leaves_a_consistent_database_and_rerun_completes_it(tmp_p
         assert 6 <= survived < n
         assert db.check() == []  # every row's files exist, every vector has its full length
         assert db.get_config("index") is None  # the killed run never reached the index step
-    report = ingest("synthetic", site, records=synthetic_records(n, seed=seed))
-    assert report.skipped == survived and report.added == n - survived
+    report = ingest(dataset, site)  # the same command again
+    assert report.skipped == survived and report.added == n - survived and not report.problems
     with SiteDB(site) as db:
         assert len(db) == n and db.check() == []
         assert db.get_config("index")["fingerprint"] == db.fingerprint()
