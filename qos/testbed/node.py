@@ -42,8 +42,12 @@ class Node:
         self.interfaces: list[Interface] = []
 
     def create(self) -> None:
-        """Create the namespace (idempotent)."""
+        """Create the namespace (idempotent), IPv4 only."""
         netns.add(self.namespace)
+        # The testbed is IPv4; IPv6 would add router solicitations and MLD reports to the
+        # bottleneck queues' counters (and the u32 DSCP filters match IPv4 only).
+        for scope in ("all", "default"):
+            self.set_sysctl(f"net.ipv6.conf.{scope}.disable_ipv6", 1)
 
     def destroy(self) -> None:
         """Kill the node's processes and delete its namespace (idempotent)."""
