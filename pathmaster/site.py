@@ -228,9 +228,18 @@ class SiteIndex:
 
         When cells were added since the index was built (e.g. an ingest was killed before
         its last step) the index is rebuilt first; a missing FAISS file is rebuilt from the
-        database. Raises FileNotFoundError when there is no site database.
+        database. Raises FileNotFoundError when there is no site database, InvalidInput
+        when its cells were measured with another feature set than this PathMaster's.
         """
+        from pathmaster.features import feature_names
+
         with SiteDB(site_dir) as db:
+            stored = db.get_config("feature_names")
+            if stored != list(feature_names()):
+                raise InvalidInput(
+                    f"the site's cells were measured with another feature set ({len(stored or [])} features; "
+                    f"this PathMaster computes {len(feature_names())}): index the dataset again into a new "
+                    "site directory", db.path)
             config = db.get_config("index")
             if config is None or config["fingerprint"] != db.fingerprint():
                 log.info("%s: index out of date with the database; rebuilding", site_dir)

@@ -140,3 +140,13 @@ def test_switching_to_an_approximate_index_keeps_the_feature_choice_and_measures
     assert site.algorithm.startswith("faiss-hnsw")
     probe = records[4]
     assert site.search(site.analyse(probe.image, probe.background, probe.mask).features)[0].source_id == probe.source_id
+
+
+def test_a_site_measured_with_another_feature_set_is_refused_with_a_clear_message(tmp_path, records):
+    from pathmaster.records import InvalidInput
+
+    ingest("synthetic", tmp_path, records=records[:8], build_index=False)
+    with SiteDB(tmp_path) as db:
+        db.set_config("feature_names", ["old_feature"] * 3)
+    with pytest.raises(InvalidInput, match="another feature set .*index the dataset again"):
+        SiteIndex.open(tmp_path)
