@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from pathmaster.cli import main
 from qos.testbed import ConfigError, Testbed, load_config, netns, teardown
 from qos.testbed.probe import checksum, ping
 from qos.testbed.testbed import state_path
@@ -17,8 +18,16 @@ HOSTS = [f"{s}{k}" for s in "ABC" for k in (1, 2, 3)]
 
 
 def pathmaster(*args: str) -> subprocess.CompletedProcess:
+    """`pathmaster testbed ARGS` as a separate process (the installed entry point)."""
     return subprocess.run([sys.executable, "-m", "pathmaster", "testbed", *args],
                           capture_output=True, text=True, timeout=120)
+
+
+def cli(capsys, *args: str) -> tuple[int, str, str]:
+    """`pathmaster testbed ARGS` in this process: (exit status, stdout, stderr)."""
+    code = main(["testbed", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
 
 
 def test_config_errors_name_the_file_and_setting(tmp_path: Path):
@@ -93,29 +102,30 @@ def test_up_builds_figure_4_and_every_host_reaches_every_other(netns_ok):
 
 
 @pytest.mark.netns
-def test_cli_is_idempotent_and_down_cleans_up_after_a_crash(netns_ok, tmp_path: Path):
+def test_cli_is_idempotent_and_down_cleans_up_after_a_crash(netns_ok, tmp_path: Path, capsys):
     tag = netns.new_tag("c")
     try:
-        first = pathmaster("up", "--tag", tag)
+        first = pathmaster("up", "--tag", tag)  # the installed command, in a process that then exits
         assert first.returncode == 0, first.stderr
-        again = pathmaster("up", "--tag", tag)
-        assert again.returncode == 0, again.stderr
-        status = json.loads(pathmaster("status", "--tag", tag).stdout)
+        code, _, err = cli(capsys, "up", "--tag", tag)
+        assert code == 0, err
+        code, out, _ = cli(capsys, "status", "--tag", tag)
+        status = json.loads(out)
         assert status["up"] and status["namespaces_present"] == 13
 
         # A "crash": processes left running inside, and the state file lost.
         orphan = subprocess.Popen(["ip", "netns", "exec", f"pm-{tag}-B3", "sleep", "300"])
         state_path(tag).unlink()
-        down = pathmaster("down", "--tag", tag)
-        assert down.returncode == 0, down.stderr
-        assert "removed 13 namespaces" in down.stdout
+        code, out, err = cli(capsys, "down", "--tag", tag)
+        assert code == 0, err
+        assert "removed 13 namespaces" in out
         assert orphan.wait(10) != 0
         assert netns.list_namespaces(netns.tag_prefix(tag)) == []
-        assert pathmaster("down", "--tag", tag).returncode == 0
-        status = json.loads(pathmaster("status", "--tag", tag).stdout)
+        assert cli(capsys, "down", "--tag", tag)[0] == 0
+        status = json.loads(cli(capsys, "status", "--tag", tag)[1])
         assert not status["up"] and status["namespaces_present"] == 0
 
-        bad = pathmaster("up", "--config", str(tmp_path / "nope.toml"))
-        assert bad.returncode == 2 and "no such testbed configuration file" in bad.stderr
+        code, _, err = cli(capsys, "up", "--config", str(tmp_path / "nope.toml"))
+        assert code == 2 and "no such testbed configuration file" in err
     finally:
         teardown(tag)
