@@ -43,14 +43,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     except InvalidInput as exc:
         print(f"pathmaster experiment: {exc}", file=sys.stderr)
         return 2
+    import os
+
+    if os.geteuid() != 0:
+        print("pathmaster experiment: running an experiment needs root (it builds network namespaces)",
+              file=sys.stderr)
+        return 2
     from qos.experiment.bench import TestbedBench
     from qos.experiment.report import write_report
     from qos.experiment.runner import run_experiment
+    from qos.testbed.netns import CommandError
 
     try:
         with TestbedBench(experiment) as bench:
             store = run_experiment(experiment, args.out, bench, progress=not args.quiet, max_runs=args.max_runs)
-    except (InvalidInput, NotImplementedError) as exc:
+    except (InvalidInput, ValueError, CommandError) as exc:
         print(f"pathmaster experiment: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
