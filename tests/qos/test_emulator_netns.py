@@ -17,6 +17,7 @@ import json
 import statistics
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -69,22 +70,35 @@ class Flow:
     """One iperf3 test: a JSON server on `dst`, a client on the master; receiver-side results.
 
     Every flow gets a port of its own, so a server left over from a failed test can never
-    answer a later one.
+    answer a later one. The server starts at once; the client with `start`.
     """
 
     def __init__(self, tb: Testbed, dst: str, **options):
-        port = next(_ports)
+        self.port = next(_ports)
+        self.tb, self.dst, self.options = tb, dst, options
         self.node = tb.host(dst)
         self.client = None
-        self.server = self.node.popen(["iperf3", "-s", "-1", "-J", "-i", str(INTERVAL), "-p", str(port)],
+        self.server = self.node.popen(["iperf3", "-s", "-1", "-J", "-i", str(INTERVAL), "-p", str(self.port)],
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
-            self.node.wait_listening(port)
-            self.client = tb.master.popen(client_argv(tb.ip(dst), port=port, **options),
-                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            self.node.wait_listening(self.port)
         except BaseException:
             self.kill()
             raise
+
+    def start(self) -> None:
+        self.client = self.tb.master.popen(client_argv(self.tb.ip(self.dst), port=self.port, **self.options),
+                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def wait_sending(self, timeout: float = 10.0) -> None:
+        """Poll until the data connection is up (control + data established at the server)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            established = self.node.cmd("ss", "-Htn", "state", "established", f"sport = :{self.port}")
+            if len(established.splitlines()) >= 2:
+                return
+            time.sleep(0.02)
+        raise TimeoutError(f"iperf3 flow to {self.dst}:{self.port} not sending after {timeout} s")
 
     def kill(self) -> None:
         for proc in (self.client, self.server):
@@ -122,12 +136,18 @@ class Flow:
         return self.server_json["end"]["sum_received"]["seconds"]
 
 
-def run_flows(tb: Testbed, specs: list[tuple[str, dict]]) -> list[Flow]:
-    """Start the flows in order (each as soon as its server listens), then wait for all."""
+def run_flows(tb: Testbed, specs: list[tuple[str, dict]], one_by_one: bool = False) -> list[Flow]:
+    """Start every server, then the clients back to back (so that the flows overlap however
+    loaded the machine is), or with `one_by_one` each once the one before is sending
+    (a greedy flow already running, as the priority tests need); wait for all."""
     flows = []
     try:
         for dst, options in specs:
             flows.append(Flow(tb, dst, **options))
+        for f in flows:
+            f.start()
+            if one_by_one:
+                f.wait_sending()
         for f in flows:
             f.finish()
     finally:
@@ -195,7 +215,8 @@ def test_priority_keeps_the_marked_flow_against_greedy_best_effort(testbed):
     # Best effort goes first: under strict priority a later one could not even connect
     # (its SYN waits behind the marked flow, as in Cisco PQ).
     best_effort, marked = run_flows(testbed, [("B2", {"seconds": 6, "dscp": 0}),
-                                              ("B1", {"seconds": 3, "omit": 1, "dscp": URGENT})])
+                                              ("B1", {"seconds": 3, "omit": 1, "dscp": URGENT})],
+                                    one_by_one=True)
     stats = emulator_stats(testbed)[f"{uplink_name(testbed)}.forward"]["classes"]
     assert marked.frame_bps() >= 0.90 * RATE, f"marked {marked.frame_bps() / 1e6:.2f} Mbit/s"
     assert stats["urgent"]["sent_bytes"] > 2 * stats["default"]["sent_bytes"]
@@ -217,14 +238,20 @@ def test_class_wfq_shares_follow_weights_3_to_1(testbed):
 def test_wred_higher_drop_precedence_loses_first(testbed):
     emulate(testbed, {"strategy": "wred", "limit_packets": 200,
                       "wred": {"defaults": "seed003", "weight_exponent": 4}})
-    flows = run_flows(testbed, [(dst, {"seconds": 3, "dscp": dscp, "udp_bps": 5e6, "length": 1400})
+    # 3 x 6 Mbit/s into 10: dropping all of AF13 is not enough, so AF12 must lose too, and
+    # AF11 (thresholds 50-70, above where AF12 is already forced out at 40) least.
+    flows = run_flows(testbed, [(dst, {"seconds": 3, "dscp": dscp, "udp_bps": 6e6, "length": 1400})
                                 for dst, dscp in (("B1", AF11), ("B2", AF12), ("B3", AF13))])
     emulator_stats(testbed)
     loss = {}
     for flow, dscp in zip(flows, (AF11, AF12, AF13)):
-        end = flow.server_json["end"]["sum"]
-        loss[dscp] = end["lost_packets"] / end["packets"]
+        # The receiver counts a loss only before a packet that did arrive, so a flow that
+        # loses its end under-reports: compare what arrived with what the client sent.
+        server = flow.server_json["end"]["sum"]
+        received = server["packets"] - server["lost_packets"]
+        loss[dscp] = 1 - received / flow.client_result.packets
     assert loss[AF13] > loss[AF12] > loss[AF11], f"loss by DSCP {loss}"
+    assert loss[AF13] > 0.9 and loss[AF12] > 0.1, f"loss by DSCP {loss}"
 
 
 def test_wred_average_queue_stays_between_thresholds_under_tcp(testbed):
@@ -272,7 +299,7 @@ def test_user_space_matches_the_kernel_on_the_same_workload(testbed, name):
     results = {}
     for backend in ("kernel", "emulator"):
         testbed.set_strategy(strategy, subnets=["A"], backend=backend)
-        flows = run_flows(testbed, specs)
+        flows = run_flows(testbed, specs, one_by_one=True)
         if backend == "emulator":
             emulator_stats(testbed)
         results[backend] = flows
