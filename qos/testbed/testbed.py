@@ -123,31 +123,41 @@ class Testbed:
         self._write_state()
 
     def _configure_uplink(self, subnet: str, settings: dict) -> None:
+        """Replace subnet `subnet`'s bottleneck discipline. The new one is checked first, so a
+        bad table raises (naming the problem) and leaves the link as it was."""
         rate = settings["rate_bps"]
         spec = {"overhead_bytes": settings.get("overhead_bytes", kernel.ETHERNET_HEADER_BYTES),
                 **settings.get("discipline", {})}
         backend = settings.get("backend", "kernel")
+        uplink_ends = self.topology.bottleneck_interfaces(subnet)
+        if backend == "kernel":
+            discipline = kernel.from_config(spec, rate, self.classes)
+        elif backend == "emulator":
+            from qos import emulator  # the other backend; imported only when a link uses it
+
+            emulator.config_from_dict(emulator.interface_config([uplink_ends[0].name], {"rate_bps": rate, **spec}),
+                                      f"subnet {subnet} emulator settings")
+        else:
+            raise ValueError(f"subnet {subnet}: unknown backend {backend!r}")
+
         old = self.emulators.pop(subnet, None)
         if old is not None:
             old.stop()
         _stop_stray_emulators(self.topology.routers[subnet])
-        for intf in self.topology.bottleneck_interfaces(subnet):
+        for intf in uplink_ends:
             kernel.clear(intf.node, intf.name)
             self.disciplines.pop(_key(intf), None)
         if backend == "kernel":
-            discipline = kernel.from_config(spec, rate, self.classes)
-            for intf in self.topology.bottleneck_interfaces(subnet):
+            for intf in uplink_ends:
                 kernel.install(intf.node, intf.name, discipline)
                 self.disciplines[_key(intf)] = discipline
-        elif backend == "emulator":
-            self.emulators[subnet] = self._launch_emulator(subnet, rate, spec)
         else:
-            raise ValueError(f"subnet {subnet}: unknown backend {backend!r}")
+            self.emulators[subnet] = self._launch_emulator(subnet, rate, spec)
 
     def _launch_emulator(self, subnet: str, rate_bps: float, spec: dict):
         """Start the user-space emulator in router rX on both directions of its uplink
         (packets leaving the subnet and packets entering it); see `qos.emulator.launch`."""
-        from qos import emulator  # the other backend; imported only when a link uses it
+        from qos import emulator
 
         router = self.topology.routers[subnet]
         uplink = self.topology.uplinks[subnet]

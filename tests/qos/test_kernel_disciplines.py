@@ -124,3 +124,13 @@ def test_shaping_holds_the_competing_class_to_its_rate(testbed):
     assert abs(rates["bulk"] - shaped) <= 0.05 * shaped, f"bulk {rates['bulk'] / 1e6:.2f} Mbit/s"
     # The rest of the link is left to the other classes, not wasted.
     assert rates["urgent"] >= 0.90 * (RATE - shaped)
+
+
+def test_a_bad_strategy_is_refused_and_the_link_keeps_its_discipline(testbed):
+    testbed.set_strategy({"strategy": "priority"})
+    with pytest.raises(ValueError, match="unknown kernel strategy 'wrde'"):
+        testbed.set_strategy({"strategy": "wrde"})
+    with pytest.raises(ValueError, match="shaped_rate_bps"):
+        testbed.set_strategy({"strategy": "shaping", "shaped_class": "bulk"})
+    assert {d.strategy for d in testbed.disciplines.values()} == {"priority"}
+    assert "htb" in testbed.host("rA").cmd("tc", "qdisc", "show", "dev", "rA-eth4")
