@@ -21,8 +21,10 @@ The four strategies of the study that this kernel can do:
 Rates are in bit/s of the IP packet plus `overhead_bytes` per packet (the emulator's
 convention). The default, 14, is the Ethernet header, which htb counts by itself on a
 veth; 38 adds preamble, FCS and inter-frame gap, counting the wire as a real 10 Mbit/s
-Ethernet does (htb gets ``overhead`` = overhead_bytes - 14). The kernel has no prio/red/netem qdisc; WRED,
-delay and loss come from the user-space emulator (`qos.emulator`).
+Ethernet does (htb gets ``overhead`` = overhead_bytes - 14).
+
+The kernel has no prio, red or netem qdisc: WRED, delay and loss come from the user-space
+emulator (`qos.emulator`).
 """
 
 from __future__ import annotations

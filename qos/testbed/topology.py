@@ -53,9 +53,6 @@ class Topology:
         except KeyError:
             raise KeyError(f"no node {name!r} in the topology; nodes: {', '.join(self.nodes)}") from None
 
-    def hosts(self) -> list[Host]:
-        return [n for n in self.nodes.values() if isinstance(n, Host)]
-
     def build(self) -> None:
         """Create every namespace, LAN and link (idempotent), then the routes."""
         for node in self.nodes.values():
@@ -85,6 +82,7 @@ class PathMaster2002(Topology):
         base = config.address_range.network_address
         self.core = self.add_router("core")
         self.routers: dict[str, Router] = {}
+        self.subnet_lans: dict[str, Lan] = {}
         self.uplinks: dict[str, Link] = {}
         self.subnet_networks: dict[str, ipaddress.IPv4Network] = {}
         for n, subnet in enumerate(config.subnets, start=1):
@@ -93,6 +91,7 @@ class PathMaster2002(Topology):
             router = self.add_router(f"r{subnet}")
             self.routers[subnet] = router
             lan = self.add_lan(router, f"{network.network_address + 254}/24")
+            self.subnet_lans[subnet] = lan
             for k in range(1, config.hosts_per_subnet + 1):
                 lan.attach(self.add_host(f"{subnet}{k}"), f"{network.network_address + k}/24")
             p2p = int(base) + 4 * (n - 1)
@@ -104,17 +103,13 @@ class PathMaster2002(Topology):
     def master(self) -> Host:
         return self.node(self.config.master)
 
-    def subnet_of(self, node_name: str) -> str:
-        return node_name[-1] if node_name.startswith("r") else node_name[0]
-
     def configure_routes(self) -> None:
         for subnet, router in self.routers.items():
             uplink = self.uplinks[subnet]
             router.add_route("default", uplink.intf2.ip)
             self.core.add_route(str(self.subnet_networks[subnet]), uplink.intf1.ip)
-            gateway = self.lans[list(self.routers).index(subnet)].gateway
             for k in range(1, self.config.hosts_per_subnet + 1):
-                self.node(f"{subnet}{k}").set_default_route(gateway)
+                self.node(f"{subnet}{k}").set_default_route(self.subnet_lans[subnet].gateway)
 
     def bottleneck_interfaces(self, subnet: str) -> list:
         """The two egress interfaces of subnet `subnet`'s uplink: router -> core, then core -> router."""
