@@ -192,6 +192,31 @@ def table1(meta: dict, cells: dict[tuple, Cell]) -> str:
                     lambda c: _fmt(_mean(c.achieved_kbit), 4)))
 
 
+def links_table(meta: dict, cells: dict[tuple, Cell]) -> str:
+    """With several link settings (e.g. a delay sweep): rows = link, columns = (strategy, level, class);
+    each entry 'mean (std) s, effective case throughput kbit/s, [mean ratio to bound]'."""
+    links = [item["name"] for item in meta["experiment"]["links"]]
+    columns = sorted({(k[0], k[1], k[3]) for k in cells},
+                     key=lambda c: (strategy_order(meta).index(c[0]) if c[0] in strategy_order(meta) else 99, c[1], c[2]))
+    header = ["link", "core kbit/s", "one-way delay ms", "MTU"] + [f"{st} {lv:g} {cls}" for st, lv, cls in columns]
+    lines = ["### completion time per link setting: mean (std) s, case throughput kbit/s, [ratio to bound]", "",
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    settings = {item["name"]: item for item in meta["experiment"]["links"]}
+    for name in links:
+        link = settings[name]
+        row = [name, f"{link['core_kbit']:g}", f"{link['delay_ms']:g}", str(link["mtu"])]
+        for st, lv, cls in columns:
+            cell = cells.get((st, lv, name, cls))
+            if cell is None or not cell.times:
+                row.append("-")
+                continue
+            sm = summarise(cell.times)
+            row.append(f"{sm.mean:.2f} ({_fmt(sm.std, 2)}), {_mean(cell.throughput_kbit):.0f}, "
+                       f"[{_mean(cell.ratios):.2f}]")
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def _unshaped_by_discipline(meta: dict) -> dict[str, str]:
     """discipline -> the first unshaped strategy using it (the study's four queueing strategies)."""
     out: dict[str, str] = {}
@@ -291,7 +316,9 @@ def write_report(out_dir: str | Path, plots: bool = True) -> Path:
     sig = significance_rows(meta, cells)
     sig_columns = list(sig[0]) if sig else ["link", "request_class", "competing", "a", "b"]
     write_csv(report_dir / "significance.csv", sig, sig_columns)
-    (report_dir / "table1.md").write_text(table1(meta, cells))
+    several_links = len(meta["experiment"]["links"]) > 1
+    table = links_table(meta, cells) if several_links else table1(meta, cells)
+    (report_dir / "table1.md").write_text(table)
 
     name = meta["experiment"]["name"]
     env = meta.get("environment", {})
@@ -302,7 +329,7 @@ def write_report(out_dir: str | Path, plots: bool = True) -> Path:
         f"- runs: {sum(len(c.times) for c in cells.values())} ok, {sum(c.failed for c in cells.values())} failed; "
         f"started {meta.get('started')}, finished {meta.get('finished', 'not yet')}",
         f"- kernel {env.get('kernel')}, git {env.get('git_commit')}, seed {meta.get('seed')}", "",
-        "## Table 1", "", table1(meta, cells),
+        "## Table 1", "", table,
         "## The study's findings, checked", "",
         "Computed from this experiment's cells (finding 1: means within 25% or no significant difference; finding 6: the lowest limit flat, "
         "within 25%, and no limit steeper than the next higher one by more than 10%).", "",

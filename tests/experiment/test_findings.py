@@ -43,3 +43,20 @@ def test_data_unlike_the_study_disagree():
              "wred": (1.0, 3.0, 5.0), "s4000": (1.0, 1.1, 1.1), "s200": (1.0, 2.0, 3.0)}
     verdicts = _verdicts(_cells(means, {"prio": 1.0}))
     assert verdicts == {"1": False, "2": False, "3": False, "4": False, "5": False, "6": False}
+
+
+def test_links_table_has_a_row_per_link_with_its_mean():
+    from qos.experiment.report import links_table
+
+    meta = {"experiment": {"strategies": STRATEGIES[:1], "links": [
+        {"name": "near", "core_kbit": 10000, "delay_ms": 0.1, "mtu": 1500},
+        {"name": "far", "core_kbit": 10000, "delay_ms": 800, "mtu": 9000}]}}
+    cells = {}
+    for link, times in (("near", [1.0, 1.2]), ("far", [20.0, 22.0])):
+        cell = Cell("fifo", 0, link, "urgent")
+        cell.times, cell.ratios, cell.throughput_kbit = times, [1.1, 1.1], [100.0, 100.0]
+        cells[cell.key] = cell
+    rows = [line for line in links_table(meta, cells).splitlines() if line.startswith("| near") or line.startswith("| far")]
+    assert len(rows) == 2
+    assert "1.10 (0.14)" in rows[0] and "| 0.1 | 1500 |" in rows[0]
+    assert "21.00 (1.4)" in rows[1] and "| 800 | 9000 |" in rows[1]
