@@ -188,14 +188,20 @@ def _save_index(site_dir: Path, fingerprint: str, index) -> None:
 
 def _load_or_rebuild_faiss(db: SiteDB, config: dict):
     """The site's FAISS index: read from its file, or rebuilt from the database vectors
-    with the stored config (same z-scores, same features) when the file is missing."""
+    with the stored config (same z-scores, same features) when the file is missing,
+    damaged or holds another number of cells."""
     import faiss
 
     path = index_path(db.site_dir, config["fingerprint"])
+    index = None
     if path.is_file():
-        index = faiss.deserialize_index(np.fromfile(path, dtype=np.uint8))
+        try:
+            index = faiss.deserialize_index(np.fromfile(path, dtype=np.uint8))
+        except RuntimeError as exc:  # FAISS's error for a damaged file
+            log.warning("%s: unreadable (%s); rebuilding it from the database", path, str(exc).splitlines()[0])
     else:
         log.info("%s: search index file missing; rebuilding it from the database", db.site_dir)
+    if index is None or index.ntotal != config["n_cells"]:
         _, X = db.feature_matrix()
         normalization = similarity.Normalization.from_dict(config["normalization"])
         projection = similarity.Projection.from_dict(config["projection"])

@@ -94,7 +94,7 @@ def test_images_thumbnails_and_metadata(site, records):
         site.image_png("no-such-cell")
 
 
-def test_missing_index_file_is_rebuilt_from_the_database(site_dir, site, records):
+def test_missing_or_damaged_index_file_is_rebuilt_from_the_database(site_dir, site, records):
     config = site.config
     path = index_path(site_dir, config["fingerprint"])
     query = site.analyse(records[20].image, records[20].background, records[20].mask).features
@@ -104,6 +104,8 @@ def test_missing_index_file_is_rebuilt_from_the_database(site_dir, site, records
     assert path.is_file()
     assert reopened.search(query) == before
     assert reopened.config["projection"] == config["projection"]  # same features, not re-selected
+    path.write_bytes(path.read_bytes()[:100])  # a damaged file
+    assert SiteIndex.open(site_dir).search(query) == before
 
 
 def test_cells_added_without_an_index_build_are_searchable_after_open(tmp_path):
