@@ -59,7 +59,14 @@ class TestbedConfig:
                 "tcp_congestion": self.tcp_congestion, "bottleneck": copy.deepcopy(self.bottleneck)}
 
 
+BOTTLENECK_KEYS = {"rate_bps", "backend", "overhead_bytes", "discipline", "subnet"}
+
+
 def _check_bottleneck(b: dict, source: str, where: str) -> None:
+    unknown = set(b) - BOTTLENECK_KEYS - ({"subnet"} if where != "bottleneck" else set())
+    if unknown or (where != "bottleneck" and "subnet" in b):
+        raise ConfigError(f"{source}: [{where}] unknown settings {', '.join(sorted(unknown or {'subnet'}))}; "
+                          f"known: {', '.join(sorted(BOTTLENECK_KEYS - {'subnet'}))}")
     if "rate_bps" in b and (not isinstance(b["rate_bps"], (int, float)) or b["rate_bps"] <= 0):
         raise ConfigError(f"{source}: [{where}] rate_bps must be a positive number of bit/s, got {b['rate_bps']!r}")
     if "backend" in b and b["backend"] not in BACKENDS:
@@ -101,10 +108,33 @@ def from_dict(data: dict, source: str = "<dict>") -> TestbedConfig:
     if master[:1] not in subnets or not master[1:].isdigit() or not 1 <= int(master[1:]) <= hosts:
         raise ConfigError(f"{source}: master {master!r} is not a host of the topology")
     _check_bottleneck(merged["bottleneck"], source, "bottleneck")
+    for name in merged["bottleneck"].get("subnet", {}):
+        if name not in subnets:
+            raise ConfigError(f"{source}: [bottleneck.subnet.{name}]: no subnet {name!r} in {list(subnets)}")
     congestion = merged.get("tcp_congestion", "reno")
     if not isinstance(congestion, str) or not (congestion == "" or congestion.isalnum()):
         raise ConfigError(f"{source}: tcp_congestion must be an algorithm name or \"\", got {congestion!r}")
-    return TestbedConfig(tag, network, subnets, hosts, master, merged["bottleneck"], congestion, source)
+    config = TestbedConfig(tag, network, subnets, hosts, master, merged["bottleneck"], congestion, source)
+    _check_kernel_disciplines(config)
+    return config
+
+
+def _check_kernel_disciplines(config: TestbedConfig) -> None:
+    """Build each kernel-backed uplink's discipline once, so a bad table fails at load, naming the file.
+    (Emulator settings are checked by the emulator when it starts.)"""
+    from qos.testbed import kernel
+
+    for subnet in config.subnets:
+        settings = config.link_settings(subnet)
+        if settings.get("backend", "kernel") != "kernel":
+            continue
+        spec = {"overhead_bytes": settings.get("overhead_bytes", kernel.ETHERNET_HEADER_BYTES),
+                **settings.get("discipline", {})}
+        try:
+            kernel.from_config(spec, settings["rate_bps"])
+        except (KeyError, ValueError) as exc:
+            raise ConfigError(f"{config.source}: [bottleneck] discipline of subnet {subnet}: "
+                              f"{exc.args[0] if exc.args else exc}") from None
 
 
 def load_config(path: str | Path | None = None) -> TestbedConfig:

@@ -40,6 +40,9 @@ def test_config_errors_name_the_file_and_setting(tmp_path: Path):
         '[bottleneck]\nbackend = "ns3"': "backend must be one of kernel, emulator",
         '[bottleneck]\nrate_bps = -1': "rate_bps",
         "tag = ": "not valid TOML",
+        '[bottleneck]\nrate_bsp = 1': "unknown settings rate_bsp",
+        '[bottleneck.subnet.D]\nbackend = "kernel"': "no subnet 'D'",
+        '[bottleneck.discipline]\nstrategy = "wred"': "unknown kernel strategy 'wred'",
     }
     for text, message in cases.items():
         path = tmp_path / "bed.toml"
