@@ -36,6 +36,7 @@ class TestbedConfig:
     master: str
     bottleneck: dict
     tcp_congestion: str = "reno"
+    lan_rate_bps: int = 0
     source: str = "<default>"
 
     def with_tag(self, tag: str) -> "TestbedConfig":
@@ -56,7 +57,8 @@ class TestbedConfig:
     def to_dict(self) -> dict:
         return {"tag": self.tag, "address_range": str(self.address_range), "subnets": list(self.subnets),
                 "hosts_per_subnet": self.hosts_per_subnet, "master": self.master,
-                "tcp_congestion": self.tcp_congestion, "bottleneck": copy.deepcopy(self.bottleneck)}
+                "tcp_congestion": self.tcp_congestion, "lan_rate_bps": self.lan_rate_bps,
+                "bottleneck": copy.deepcopy(self.bottleneck)}
 
 
 BOTTLENECK_KEYS = {"rate_bps", "backend", "overhead_bytes", "discipline", "subnet"}
@@ -85,7 +87,7 @@ def from_dict(data: dict, source: str = "<dict>") -> TestbedConfig:
     merged = {**base, **data}
     merged["bottleneck"] = {**base.get("bottleneck", {}), **data.get("bottleneck", {})}
     unknown = set(merged) - {"tag", "address_range", "subnets", "hosts_per_subnet", "master", "bottleneck",
-                                "tcp_congestion"}
+                                "tcp_congestion", "lan_rate_bps"}
     if unknown:
         raise ConfigError(f"{source}: unknown settings {', '.join(sorted(unknown))}")
     try:
@@ -114,7 +116,11 @@ def from_dict(data: dict, source: str = "<dict>") -> TestbedConfig:
     congestion = merged.get("tcp_congestion", "reno")
     if not isinstance(congestion, str) or not (congestion == "" or congestion.isalnum()):
         raise ConfigError(f"{source}: tcp_congestion must be an algorithm name or \"\", got {congestion!r}")
-    config = TestbedConfig(tag, network, subnets, hosts, master, merged["bottleneck"], congestion, source)
+    lan_rate = merged.get("lan_rate_bps", 0)
+    if not isinstance(lan_rate, int) or lan_rate < 0:
+        raise ConfigError(f"{source}: lan_rate_bps must be 0 (unshaped) or a rate in bit/s, got {lan_rate!r}")
+    config = TestbedConfig(tag, network, subnets, hosts, master, merged["bottleneck"], congestion,
+                           lan_rate, source)
     _check_kernel_disciplines(config)
     return config
 

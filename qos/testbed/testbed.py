@@ -71,8 +71,19 @@ class Testbed:
                 node.set_sysctl("net.ipv4.tcp_congestion_control", self.config.tcp_congestion)
         for subnet in self.config.subnets:
             self._configure_uplink(subnet, self.config.link_settings(subnet))
+        self._configure_lans()
         self._write_state()
         return self
+
+    def _configure_lans(self) -> None:
+        """FIFO at `lan_rate_bps` on both ends of every host's LAN link (none when 0)."""
+        for lan in self.topology.lans:
+            for link in lan.links:
+                for intf in (link.intf1, link.intf2):
+                    if self.config.lan_rate_bps:
+                        kernel.install(intf.node, intf.name, kernel.fifo(self.config.lan_rate_bps, 100))
+                    else:
+                        kernel.clear(intf.node, intf.name)
 
     def down(self) -> list[str]:
         """Stop emulators and processes and remove every namespace of this tag (idempotent)."""

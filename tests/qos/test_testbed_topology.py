@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -13,8 +14,10 @@ from pathmaster.cli import main
 from qos.testbed import ConfigError, Testbed, load_config, netns, teardown
 from qos.testbed.probe import checksum, ping
 from qos.testbed.testbed import state_path
+from qos.traffic.iperf import IperfServer, run_client
 
 HOSTS = [f"{s}{k}" for s in "ABC" for k in (1, 2, 3)]
+LAN_RATE = 20_000_000
 
 
 def pathmaster(*args: str) -> subprocess.CompletedProcess:
@@ -37,6 +40,7 @@ def test_config_errors_name_the_file_and_setting(tmp_path: Path):
         'master = "D1"': "master 'D1'",
         'address_range = "8.8.0.0/16"': "private",
         'colour = "red"': "unknown settings colour",
+        "lan_rate_bps = -5": "lan_rate_bps",
         '[bottleneck]\nbackend = "ns3"': "backend must be one of kernel, emulator",
         '[bottleneck]\nrate_bps = -1': "rate_bps",
         "tag = ": "not valid TOML",
@@ -81,7 +85,7 @@ def test_icmp_checksum_matches_rfc1071_example():
 
 @pytest.mark.netns
 def test_up_builds_figure_4_and_every_host_reaches_every_other(netns_ok):
-    config = load_config().with_tag(netns.new_tag("f"))
+    config = dataclasses.replace(load_config().with_tag(netns.new_tag("f")), lan_rate_bps=LAN_RATE)
     with Testbed(config) as tb:
         assert sorted(n.removeprefix(netns.tag_prefix(tb.tag)) for n in
                       netns.list_namespaces(netns.tag_prefix(tb.tag))) == sorted(
@@ -101,6 +105,10 @@ def test_up_builds_figure_4_and_every_host_reaches_every_other(netns_ok):
         assert status["up"] and status["namespaces_missing"] == []
         assert set(status["root_qdiscs"].values()) == {"htb"}
         assert len(status["root_qdiscs"]) == 6  # both ends of three router-core links
+        # The LAN links run at lan_rate_bps: A2 -> A1 stays inside subnet A.
+        with IperfServer(tb.host("A1"), 5201):
+            lan = run_client(tb.host("A2"), tb.ip("A1"), port=5201, seconds=2, omit=0.5)
+        assert 0.95 * LAN_RATE <= lan.frame_bps() <= 1.03 * LAN_RATE, f"{lan.frame_bps() / 1e6:.1f} Mbit/s"
     assert netns.list_namespaces(netns.tag_prefix(config.tag)) == []
 
 
