@@ -129,7 +129,8 @@ class Gateway:
                 yield events.case_event_json(event)
         except grpc.RpcError as exc:
             yield {"type": "error", "status": exc.code().name,
-                   "message": f"coordinator at {self.coordinator_address}: {exc.details()}"}
+                   "message": f"the coordinator at {self.coordinator_address} did not run the "
+                              f"case: {exc.code().name}: {exc.details()}"}
         finally:
             call.cancel()  # the browser went away, or the stream is over: free the sites
 

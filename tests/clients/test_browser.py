@@ -158,3 +158,18 @@ def test_a_down_site_shows_on_its_row_and_the_rest_of_the_case_still_shows(
         assert card.locator(".vote .dx").inner_text().endswith("/10")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "site-down.png"), full_page=True)
+
+
+def test_a_missing_coordinator_is_a_message_on_the_page(page, case_dir, nowhere):
+    from services.gateway import start_gateway
+
+    handle = start_gateway(nowhere)
+    try:
+        open_page(page, handle.url)
+        assert "UNAVAILABLE" in page.locator("#site-chips .chip-down").inner_text()
+        choose_files_by_keyboard(page, [case_dir / "cell1.png"])
+        run_case(page, "error")
+        assert "UNAVAILABLE" in page.locator("#case-status").inner_text()
+        assert not page.locator("#submit").is_disabled()  # the user can try again
+    finally:
+        handle.stop()

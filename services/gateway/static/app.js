@@ -10,6 +10,7 @@ const state = {
   tooLarge: [],          // [{file, problem}] found before sending
   pairing: null,         // POST /api/pair reply
   running: false,
+  finished: false,       // the case's stream ended with its summary or an error
   started: 0,
   timer: null,
 };
@@ -207,9 +208,9 @@ function renderPairing() {
     el("li", {class: "error", "data-file": p.file}, el("strong", {text: p.file}), `: ${p.problem}`)));
   $("#submit").disabled = state.running || rows.length === 0;
   if (!state.running) {
-    $("#case-status").textContent = rows.length
+    setStatus(rows.length
       ? `${rows.length} cell${rows.length === 1 ? "" : "s"} ready. Choose a class and press “Find similar cells”.`
-      : "Add a case's cell images to start.";
+      : "Add a case's cell images to start.");
   }
 }
 
@@ -253,7 +254,9 @@ async function submitCase() {
       const body = await response.json().catch(() => ({}));
       throw new Error(body.error || `HTTP ${response.status}`);
     }
+    state.finished = false;
     await readEvents(response, handleEvent);
+    if (!state.finished) throw new Error("the gateway's stream ended before the case finished");
   } catch (err) {
     setStatus(`The case could not be run: ${err.message}`, "error");
   } finally {
@@ -290,6 +293,7 @@ function handleEvent(event) {
   else if (event.type === "site") onSite(event);
   else if (event.type === "summary") onSummary(event);
   else if (event.type === "error") setStatus(event.message, "error");
+  if (event.type === "summary" || event.type === "error") state.finished = true;
 }
 
 function setStatus(text, cls = "") {
