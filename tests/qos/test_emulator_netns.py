@@ -200,10 +200,14 @@ def udp_rtts(tb: Testbed, dst: str, count: int = 25) -> list[float]:
 def test_one_tcp_flow_fills_the_link_and_rtt_is_twice_the_delay(testbed):
     delay = 0.020
     emulate(testbed, {"strategy": "fifo", "limit_packets": 100, "delay": "20ms"})
-    rtt = statistics.median(udp_rtts(testbed, "B1"))
+    # The path's RTT is the least one seen: the probe programs themselves run at normal
+    # priority on a shared machine and can only add to it, never take away.
+    rtts = udp_rtts(testbed, "B1")
+    rtt = min(rtts)
     (flow,) = run_flows(testbed, [("B1", {"seconds": 4, "omit": 1})])
     stats = emulator_stats(testbed)
-    assert abs(rtt - 2 * delay) <= 0.001, f"median RTT {rtt * 1e3:.2f} ms"
+    assert abs(rtt - 2 * delay) <= 0.001, \
+        f"least RTT {rtt * 1e3:.2f} ms (median {statistics.median(rtts) * 1e3:.2f} ms)"
     assert flow.frame_bps() >= 0.95 * RATE, f"{flow.frame_bps() / 1e6:.2f} Mbit/s of frames"
     assert flow.frame_bps() <= 1.02 * RATE
     forward = stats[f"{uplink_name(testbed)}.forward"]["classes"]["default"]
@@ -285,10 +289,10 @@ COMPARISONS = {
     "pfifo": ({"strategy": "fifo", "limit_packets": 40},
               [("B1", {"nbytes": 3_000_000})], [0], 0),
     "htb priority": ({"strategy": "priority"},
-                     [("B2", {"seconds": 4, "dscp": 0}), ("B1", {"nbytes": 2_000_000, "dscp": URGENT})],
+                     [("B2", {"seconds": 4, "dscp": 0}), ("B1", {"nbytes": 3_000_000, "dscp": URGENT})],
                      [1], 1),
     "htb ceil": ({"strategy": "shaping", "shaped_class": "bulk", "shaped_rate_bps": 4_000_000},
-                 [("B3", {"seconds": 4, "dscp": BULK}), ("B1", {"nbytes": 2_000_000, "dscp": URGENT})],
+                 [("B3", {"seconds": 4, "dscp": BULK}), ("B1", {"nbytes": 3_000_000, "dscp": URGENT})],
                  [0, 1], 1),
 }
 
