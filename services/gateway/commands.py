@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+DEMO_COORDINATOR = "127.0.0.1:50051"  # `pathmaster demo`'s default coordinator port
+
 
 def register(subparsers) -> None:
     batch = subparsers.add_parser(
@@ -17,8 +19,9 @@ def register(subparsers) -> None:
     batch.add_argument("--out", required=True, help="results file: .csv or .jsonl (appended to)")
     batch.add_argument("--class", dest="request_class", default="teaching",
                        help="request class (default: teaching)")
-    batch.add_argument("--coordinator", required=True, metavar="HOST:PORT",
-                       help="the coordinator's address (pathmaster demo prints it)")
+    batch.add_argument("--coordinator", default=DEMO_COORDINATOR, metavar="HOST:PORT",
+                       help=f"the coordinator's address (default {DEMO_COORDINATOR}, where "
+                            "`pathmaster demo` listens)")
     batch.add_argument("--jobs", type=int, default=2,
                        help="cases in flight at once: the concurrency limit (default 2)")
     batch.add_argument("--case-size", type=int, default=6, help="cells per case (default 6)")
@@ -29,7 +32,8 @@ def register(subparsers) -> None:
 
     gateway = subparsers.add_parser(
         "gateway", help="serve the pathologist's web page for a running coordinator")
-    gateway.add_argument("--coordinator", required=True, metavar="HOST:PORT")
+    gateway.add_argument("--coordinator", default=DEMO_COORDINATOR, metavar="HOST:PORT",
+                         help=f"the coordinator's address (default {DEMO_COORDINATOR})")
     gateway.add_argument("--host", default="127.0.0.1", help="address to listen on")
     gateway.add_argument("--port", type=int, default=8080, help="port (0: any free one)")
     gateway.set_defaults(func=run_gateway_command)
