@@ -206,7 +206,8 @@ def test_sipakmed_bad_files_are_reported_and_the_rest_imported(tmp_path, pool):
 # --- plain class folders and synthetic datasets -----------------------------------------
 
 def test_plain_class_folders_segment_and_estimate(tmp_path, pool):
-    write_png(tmp_path / "severe_dysplasia" / "a.png", pool[1].image) if (tmp_path / "severe_dysplasia").mkdir() is None else None
+    (tmp_path / "severe_dysplasia").mkdir()
+    write_png(tmp_path / "severe_dysplasia" / "a.png", pool[1].image)
     write_png(tmp_path / "severe_dysplasia" / "b.png", pool[2].image)
     write_png(tmp_path / "severe_dysplasia" / "b-mask.png", pool[2].mask)
     write_png(tmp_path / "severe_dysplasia" / "b-background.png", pool[2].background)
