@@ -17,6 +17,7 @@ inside the master's namespace (it goes with the namespace, like everything else)
 from __future__ import annotations
 
 import json
+import select
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -262,12 +263,17 @@ class ParetoBursts(Traffic):
             host, port = self.testbed.host(target), self.port + i
             sink = host.popen([sys.executable, "-m", "qos.traffic.pareto", "sink", "--port", str(port)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            host.wait_listening(port, protocol="udp")
+            _wait_ready(sink, f"pareto sink on {target}")
             sender = self.source.popen(
                 [sys.executable, "-m", "qos.traffic.pareto", "send", "--dst", host.ip, "--port", str(port),
                  "--dscp", str(self.dscp), "--k-bps", repr(self.k_bps), "--cap-bps", repr(self.cap_bps),
                  "--alpha", repr(self.alpha), "--seed", str(self.seed + i), "--slot-s", repr(self.slot_s)],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            try:
+                _wait_ready(sender, f"pareto sender to {target}")
+            except BaseException:
+                netns.stop_process(sink)
+                raise
             self._procs.append((target, sender, sink))
         return self
 
@@ -282,6 +288,15 @@ class ParetoBursts(Traffic):
                           "slot_rates_bps": sent["slot_rates_bps"]})
         self._procs = []
         return self._finish(flows)
+
+
+def _wait_ready(proc: subprocess.Popen, what: str, timeout: float = 60.0) -> None:
+    """Wait for the READY line of a pareto process (it imports numpy first, slow on a busy machine)."""
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    line = proc.stdout.readline().strip() if ready else ""
+    if line != pareto.READY:
+        netns.stop_process(proc)
+        raise RuntimeError(f"{what} did not start within {timeout} s: {line or proc.stderr.read()[-500:]}")
 
 
 def _json_of(proc: subprocess.Popen, timeout: float = 10.0) -> dict:

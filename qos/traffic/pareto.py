@@ -5,7 +5,9 @@ F(x) = 1 - (k/x)^alpha for x >= k, capped at `cap_bps`. Seed 003 used k = 40 Mbi
 alpha = 1.05, cap 155 Mbit/s on an OC-3 link; `scaled_to_link` keeps those proportions
 on another link rate. Rates count IP packet + 14-byte Ethernet header, as the bottleneck does.
 
-Both ends are processes for a testbed node:
+Both ends are processes for a testbed node. Each prints READY once it has its socket and
+its SIGTERM handler (a stop before that would lose the summary), then, when stopped or
+done, one line of JSON:
 
     python -m qos.traffic.pareto sink --port 6001                    # prints JSON on SIGTERM
     python -m qos.traffic.pareto send --dst 10.42.2.3 --port 6001 --dscp 1 --k-bps 2.6e6 \\
@@ -29,6 +31,7 @@ SEED_003_ALPHA = 1.05
 SLOT_S = 2.0
 PAYLOAD_BYTES = 1472           # a 1500-byte IP packet
 FRAME_BYTES = PAYLOAD_BYTES + 8 + 20 + 14
+READY = "READY"
 
 
 def scaled_to_link(link_bps: float) -> tuple[float, float]:
@@ -80,6 +83,7 @@ def send(dst: str, port: int, dscp: int, k_bps: float, cap_bps: float, alpha: fl
     payload = bytes(PAYLOAD_BYTES)
     n_slots = max(1, int(np.ceil(duration_s / slot_s)))
     rates = slot_rates(n_slots, k_bps, alpha, cap_bps, seed)
+    print(READY, flush=True)
     start = time.monotonic()
     sent = packets = 0
     for i, rate in enumerate(rates):
@@ -113,6 +117,7 @@ def sink(port: int, duration_s: float) -> dict:
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.bind(("0.0.0.0", port))
     sock.settimeout(0.1)  # wake up to notice SIGTERM
+    print(READY, flush=True)
     received = packets = 0
     first = last = None
     end = time.monotonic() + duration_s
