@@ -80,8 +80,9 @@ class TLSFiles:
         )
 
 
-# A server that was down is retried within seconds, not gRPC's default of up to 2 minutes.
-MAX_RECONNECT_BACKOFF_MS = 5000
+# A server that was down is retried every second or so, not gRPC's default of up to 2
+# minutes apart: a site that comes back is used (and its class ports learnt) at once.
+MAX_RECONNECT_BACKOFF_MS = 1000
 
 
 def _size_options(max_message_bytes: int) -> list[tuple[str, int]]:
@@ -138,16 +139,18 @@ class ClassChannels:
         self.max_message_bytes = max_message_bytes
         self._class_ports: dict[str, dict[str, int]] = {}
         self._channels: dict[tuple[str, str | None], grpc.Channel] = {}
+        self._retired: list[grpc.Channel] = []
         self._lock = threading.Lock()
 
     def set_class_ports(self, name: str, ports: dict[str, int]) -> None:
-        """Route `name`'s classes to these ports on its host (replaces any open channels)."""
+        """Route `name`'s classes to these ports on its host from now on. Channels to the
+        old addresses are retired, not closed: calls in flight on them finish normally."""
         with self._lock:
             if self._class_ports.get(name) == dict(ports):
                 return
             self._class_ports[name] = dict(ports)
             for key in [k for k in self._channels if k[0] == name and k[1] is not None]:
-                self._channels.pop(key).close()
+                self._retired.append(self._channels.pop(key))
 
     def has_class_ports(self, name: str) -> bool:
         return bool(self._class_ports.get(name))
@@ -174,9 +177,10 @@ class ClassChannels:
 
     def close(self) -> None:
         with self._lock:
-            for channel in self._channels.values():
+            for channel in [*self._channels.values(), *self._retired]:
                 channel.close()
             self._channels.clear()
+            self._retired.clear()
 
 
 def _add_port(server: grpc.Server, address: str, tls: TLSFiles | None) -> int:

@@ -76,6 +76,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         self.site_names = [s.name for s in config.sites]
         self.cases_cancelled = 0
         self._last_lookup: dict[str, float] = {}
+        self._lookups: dict[str, grpc.Future] = {}
         self._refreshing: set[str] = set()
         self._lock = threading.Lock()
 
@@ -84,16 +85,27 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     def _site_stub(self, site: str, class_name: str | None = None) -> pb_grpc.SiteStub:
         return pb_grpc.SiteStub(self.channels.channel(site, class_name))
 
+    def _lookup(self, site: str, timeout_s: float) -> grpc.Future:
+        """The site's Info call in flight, or a new one: concurrent look-ups share one."""
+        with self._lock:
+            call = self._lookups.get(site)
+            if call is None or call.done():
+                # wait_for_ready: a site that was down when its channel was first used may be up now.
+                call = self._site_stub(site).Info.future(pb.SiteInfoRequest(), timeout=timeout_s,
+                                                         wait_for_ready=True)
+                self._lookups[site] = call
+                self._last_lookup[site] = time.monotonic()
+            return call
+
     def resolve_class_ports(self, sites: list[str], timeout_s: float = INFO_TIMEOUT_S) -> None:
-        """Ask each given site which port serves which class (in parallel, waiting up to
-        `timeout_s` for a site that is still starting); remembers what it learns."""
-        # wait_for_ready: a site that was down when its channel was first used may be up now.
-        calls = {s: self._site_stub(s).Info.future(pb.SiteInfoRequest(), timeout=timeout_s, wait_for_ready=True)
-                 for s in sites}
+        """Learn which port of each site serves which class (in parallel, waiting up to
+        `timeout_s` for a site that is still starting)."""
+        calls = {s: self._lookup(s, timeout_s) for s in sites}
         for site, call in calls.items():
-            self._last_lookup[site] = time.monotonic()
             try:
-                info = call.result()
+                info = call.result(timeout=timeout_s)
+            except grpc.FutureTimeoutError:
+                continue  # a longer look-up started by someone else is still running
             except grpc.RpcError as exc:
                 log.warning("site %s: no Info (%s); its replies are unmarked until it answers",
                             site, exc.code().name)
@@ -101,17 +113,20 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             self.channels.set_class_ports(site, dict(info.class_ports))
 
     def _class_ports_for_case(self, sites: list[str], budget_s: float) -> None:
-        """Before fan-out, learn the class ports of sites never heard from, unless tried
-        recently: a site that is down must not delay every case."""
+        """Before fan-out, learn the class ports of sites not yet known: join a look-up in
+        flight, or start one unless one failed recently (a site that is down must not
+        delay every case)."""
         now = time.monotonic()
-        unknown = [s for s in sites if not self.channels.has_class_ports(s)
-                   and now - self._last_lookup.get(s, float("-inf")) >= RETRY_LOOKUP_S]
+        with self._lock:
+            unknown = [s for s in sites if not self.channels.has_class_ports(s) and (
+                (s in self._lookups and not self._lookups[s].done())
+                or now - self._last_lookup.get(s, float("-inf")) >= RETRY_LOOKUP_S)]
         if unknown:
             self.resolve_class_ports(unknown, timeout_s=min(INFO_TIMEOUT_S, budget_s / 4))
 
     def _refresh_later(self, site: str) -> None:
-        """After a site failed, look its class ports up again in the background (it may
-        have restarted on other ports); one look-up per site at a time."""
+        """Look a site's class ports up in the background: after it failed (it may have
+        restarted on other ports) or first answered; one look-up per site at a time."""
         with self._lock:
             if site in self._refreshing:
                 return
@@ -235,12 +250,15 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         if error is not None:
             code = error.code()
             if code == grpc.StatusCode.UNAVAILABLE:
-                self._refresh_later(site)
+                if self.channels.has_class_ports(site):  # else _class_ports_for_case retries
+                    self._refresh_later(site)
             log.warning("site %s: %s: %s", site, code.name, error.details())
             return pb.SiteResult(site=site, status_code=code.value[0],
                                  status_message=f"site {site}: {code.name}: {error.details()}",
                                  timing=pb.SiteTiming(total_s=elapsed), bytes_sent=request_bytes)
         reply: pb.AnalyseReply = call.result()
+        if not self.channels.has_class_ports(site):  # it answers: learn its ports for the next cases
+            self._refresh_later(site)
         timing = pb.SiteTiming()
         timing.CopyFrom(reply.timing)
         timing.total_s = elapsed
