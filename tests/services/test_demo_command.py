@@ -12,10 +12,13 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 from services.demo import DEMO_SITES
 from services.site.synthetic import READY
 
 
+@pytest.mark.slow
 def test_demo_once_prints_every_site_and_the_votes(site_db, tmp_path, ray_session):
     cache = tmp_path / "cache"
     for site in DEMO_SITES:
