@@ -223,7 +223,9 @@ def test_priority_keeps_the_marked_flow_against_greedy_best_effort(testbed):
                                     one_by_one=True)
     stats = emulator_stats(testbed)[f"{uplink_name(testbed)}.forward"]["classes"]
     assert marked.frame_bps() >= 0.90 * RATE, f"marked {marked.frame_bps() / 1e6:.2f} Mbit/s"
-    assert stats["urgent"]["sent_bytes"] > 2 * stats["default"]["sent_bytes"]
+    # Marked packets wait at most for their own queue; best effort waits out the marked flow.
+    assert stats["urgent"]["queueing_delay_max_s"] < 0.1
+    assert stats["default"]["queueing_delay_max_s"] > 1.0
     # While the marked flow ran, best effort got almost nothing.
     during = [i["sum"] for i in best_effort.server_json["intervals"][4:8]]  # 2-4 s
     assert all(i["bits_per_second"] <= 0.10 * RATE for i in during), during
@@ -287,28 +289,33 @@ COMPARISONS = {
     # competitors start first (see the priority test); their own throughput is not
     # compared under priority, where htb assures every class 1% and Cisco PQ nothing.
     "pfifo": ({"strategy": "fifo", "limit_packets": 40},
-              [("B1", {"nbytes": 3_000_000})], [0], 0),
+              [("B1", {"nbytes": 2_000_000})], [0], 0),
     "htb priority": ({"strategy": "priority"},
-                     [("B2", {"seconds": 4, "dscp": 0}), ("B1", {"nbytes": 3_000_000, "dscp": URGENT})],
+                     [("B2", {"seconds": 3, "dscp": 0}), ("B1", {"nbytes": 2_000_000, "dscp": URGENT})],
                      [1], 1),
     "htb ceil": ({"strategy": "shaping", "shaped_class": "bulk", "shaped_rate_bps": 4_000_000},
-                 [("B3", {"seconds": 4, "dscp": BULK}), ("B1", {"nbytes": 3_000_000, "dscp": URGENT})],
+                 [("B3", {"seconds": 3, "dscp": BULK}), ("B1", {"nbytes": 2_000_000, "dscp": URGENT})],
                  [0, 1], 1),
 }
+REPEATS = 3  # a lost retransmission (200 ms timeout) in one run must not decide the comparison
 
 
 @pytest.mark.parametrize("name", list(COMPARISONS))
 def test_user_space_matches_the_kernel_on_the_same_workload(testbed, name):
     strategy, specs, compared, timed = COMPARISONS[name]
-    results = {}
-    for backend in ("kernel", "emulator"):
-        testbed.set_strategy(strategy, subnets=["A"], backend=backend)
-        flows = run_flows(testbed, specs, one_by_one=True)
-        if backend == "emulator":
-            emulator_stats(testbed)
-        results[backend] = flows
+    rates = {b: {i: [] for i in compared} for b in ("kernel", "emulator")}
+    completions = {"kernel": [], "emulator": []}
+    for _ in range(REPEATS):  # alternating, so load on the machine hits both alike
+        for backend in ("kernel", "emulator"):
+            testbed.set_strategy(strategy, subnets=["A"], backend=backend)
+            flows = run_flows(testbed, specs, one_by_one=True)
+            if backend == "emulator":
+                emulator_stats(testbed)
+            for i in compared:
+                rates[backend][i].append(flows[i].frame_bps())
+            completions[backend].append(flows[timed].completion_s())
     for i in compared:
-        k, e = results["kernel"][i].frame_bps(), results["emulator"][i].frame_bps()
+        k, e = statistics.median(rates["kernel"][i]), statistics.median(rates["emulator"][i])
         assert e == pytest.approx(k, rel=0.05), f"{name}, flow {i}: {e / 1e6:.2f} vs kernel {k / 1e6:.2f} Mbit/s"
-    k, e = results["kernel"][timed].completion_s(), results["emulator"][timed].completion_s()
+    k, e = statistics.median(completions["kernel"]), statistics.median(completions["emulator"])
     assert e == pytest.approx(k, rel=0.10), f"{name}: completion {e:.2f} s vs kernel {k:.2f} s"
