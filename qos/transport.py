@@ -274,8 +274,3 @@ def connect_address(listen_host: str, port: int) -> str:
     if host in ("", "0.0.0.0", "::"):
         host = "127.0.0.1"
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def all_class_ports(classes: ClassTable = DEFAULT_CLASSES, port: int = 0) -> dict[str, int]:
-    """{class: port} for every class; port 0 lets the kernel pick free ports."""
-    return {c.name: port for c in classes}

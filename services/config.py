@@ -13,7 +13,8 @@ from pathlib import Path
 from qos.classes import DEFAULT_CLASSES, ClassTable
 from qos.transport import TLSFiles, split_address
 
-DEFAULT_K = 5
+DEFAULT_K = 5    # matches per test cell when the request says 0
+MAX_K = 100      # more matches per cell than this is refused
 
 
 class ConfigError(ValueError):

@@ -12,11 +12,11 @@ import grpc
 
 from pathmaster.records import InvalidInput
 from qos.classes import ClassTable, RequestClass, UnknownClass
+from services.config import MAX_K
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.site.cells import decode_cell
 
 DEFAULT_CLASS = "routine"
-MAX_K = 100
 
 
 class CaseRejected(Exception):
@@ -69,12 +69,8 @@ def check_case(request: pb.CaseRequest, classes: ClassTable, max_cells: int,
             raise CaseRejected(grpc.StatusCode.INVALID_ARGUMENT,
                                f"cell id {name} appears twice; give each cell its own id")
         seen.add(cell.cell_id)
-        _check_cell(cell, name)
+        try:
+            decode_cell(cell.cell_id, cell.image, cell.background, cell.mask)
+        except InvalidInput as exc:
+            raise CaseRejected(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
     return rclass
-
-
-def _check_cell(cell: pb.CellImage, name: str) -> None:
-    try:
-        decode_cell(cell.cell_id, cell.image, cell.background, cell.mask)
-    except InvalidInput as exc:
-        raise CaseRejected(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None

@@ -17,7 +17,7 @@ import grpc
 import ray
 
 from qos.transport import MarkedServer, connect_address
-from services.config import DEFAULT_K, SiteConfig
+from services.config import DEFAULT_K, MAX_K, SiteConfig
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
 from services.site.worker import ensure_ray, start_workers, stop_workers
@@ -25,7 +25,6 @@ from services.site.worker import ensure_ray, start_workers, stop_workers
 log = logging.getLogger("pathmaster.site")
 
 SITE_SERVICE = pb.DESCRIPTOR.services_by_name["Site"].full_name
-MAX_K = 100
 POLL_S = 0.1  # how often a waiting handler checks whether its caller has gone
 
 
