@@ -349,26 +349,34 @@ def recall_at_k(approx_ids: np.ndarray, exact_ids: np.ndarray) -> float:
     return hits / total if total else 1.0
 
 
+def nprobe_steps(nlist: int) -> list[int]:
+    """Candidate nprobe values: 1, 2, 3, 4, 6, 8, 12, 16, 24, ... (steps of about x1.5) up to nlist."""
+    steps, value = [], 1
+    while value < nlist:
+        steps += [value, value * 3 // 2] if value >= 2 else [value]
+        value *= 2
+    return sorted({v for v in steps if v < nlist} | {nlist})
+
+
 def tune_nprobe(index, queries: np.ndarray, exact_ids: np.ndarray, k: int = 5, target_recall: float = 0.95,
                 exclude: np.ndarray | None = None) -> tuple[int, float]:
-    """Smallest power-of-two ``nprobe`` whose recall@k against ``exact_ids`` reaches the target.
+    """Smallest ``nprobe`` of ``nprobe_steps`` whose recall@k against ``exact_ids`` reaches the target.
 
     exact_ids: (m, k) exact top-k of each query, or (m, k + 1) when ``exclude`` gives one id
     per query to leave out of both rankings (a database vector used as a query would
     otherwise always "find" itself and inflate the recall).
-    Sets ``index.nprobe`` to it and returns (nprobe, recall measured). If even probing every
-    list misses the target (it cannot for IVF-Flat, which is then exact), returns nlist.
+    Sets ``index.nprobe`` to it and returns (nprobe, recall measured). Probing every list
+    (nprobe = nlist) makes IVF-Flat exact, so the search always ends.
     """
     queries = np.ascontiguousarray(queries, dtype=np.float32)
     exact_ids = drop_ids(exact_ids, exclude, k)
-    nprobe = 1
-    while True:
+    for nprobe in nprobe_steps(index.nlist):
         index.nprobe = nprobe
         _, ids = index.search(queries, k if exclude is None else k + 1)
         recall = recall_at_k(drop_ids(ids, exclude, k), exact_ids)
-        if recall >= target_recall or nprobe >= index.nlist:
-            return nprobe, recall
-        nprobe = min(nprobe * 2, index.nlist)
+        if recall >= target_recall:
+            break
+    return nprobe, recall
 
 
 def drop_ids(ids: np.ndarray, exclude: np.ndarray | None, k: int) -> np.ndarray:

@@ -124,3 +124,8 @@ def test_choose_projection_scores_every_candidate_on_held_out_halves_and_picks_t
     assert cv[chosen.method] > cv["all"] + 0.05  # noise columns hurt; weighting or selection removes them
     fisher = sim.fisher_weights(Z, y)
     assert fisher.weights[:3].min() > 5 * fisher.weights[3:].max()  # informative columns weigh most
+
+
+def test_nprobe_steps_grow_by_about_half_and_end_at_nlist():
+    assert sim.nprobe_steps(40) == [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 40]
+    assert sim.nprobe_steps(1) == [1]
