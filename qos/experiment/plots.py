@@ -7,7 +7,7 @@
     ratio_LINK_CLASS           mean completion time / lower bound, every strategy
     box_LINK_CLASS             box plots of every strategy at every level
     cdf_LINK_CLASS             CDF of completion time per strategy at the highest level
-    links_CLASS                with several link settings: mean time and throughput per link
+    links_CLASS                with a delay sweep: mean time and throughput against delay, per MTU
 
 Each is written as PNG and SVG.
 """
@@ -116,23 +116,31 @@ def write_figures(meta: dict, cells: dict, folder: Path) -> list[Path]:
         ax.legend(fontsize="small")
         written += _save(fig, folder, f"cdf_{tag}")
 
-    links = [item["name"] for item in meta["experiment"]["links"]]
-    if len(links) > 1:
+    links = meta["experiment"]["links"]
+    if len(links) > 1 and len({item["delay_ms"] for item in links}) > 1:
+        # A delay sweep (seed 002): time and throughput against one-way delay, a line per
+        # (core rate, MTU, strategy, level), log-log so a round-trip bound shows as a slope.
+        groups: dict[tuple, list[dict]] = {}
+        for item in links:
+            groups.setdefault((item["core_kbit"], item["mtu"]), []).append(item)
         for cls in sorted({k[3] for k in cells}):
             fig, (ax_t, ax_r) = plt.subplots(1, 2, figsize=(11, 4))
-            for name in [s["name"] for s in strategies]:
-                for lv in sorted({k[1] for k in cells}):
-                    xs = [i for i, ln in enumerate(links) if (name, lv, ln, cls) in cells and cells[(name, lv, ln, cls)].times]
-                    if not xs:
-                        continue
-                    picked = [cells[(name, lv, links[i], cls)] for i in xs]
-                    label = name if lv == 0 else f"{name}, {lv:g} {unit}"
-                    ax_t.plot(xs, [np.mean(c.times) for c in picked], marker="o", label=label)
-                    ax_r.plot(xs, [np.mean(c.throughput_kbit) for c in picked], marker="o", label=label)
+            for (core, mtu), members in groups.items():
+                members = sorted(members, key=lambda item: item["delay_ms"])
+                for name in [s["name"] for s in strategies]:
+                    for lv in sorted({k[1] for k in cells}):
+                        picked = [(item["delay_ms"], cells[(name, lv, item["name"], cls)]) for item in members
+                                  if (name, lv, item["name"], cls) in cells and cells[(name, lv, item["name"], cls)].times]
+                        if not picked:
+                            continue
+                        label = f"{name}, MTU {mtu}, {core:g} kbit/s" + (f", {lv:g} {unit}" if lv else "")
+                        xs = [d for d, _ in picked]
+                        ax_t.plot(xs, [np.mean(c.times) for _, c in picked], marker="o", label=label)
+                        ax_r.plot(xs, [np.mean(c.throughput_kbit) for _, c in picked], marker="o", label=label)
             for ax in (ax_t, ax_r):
-                ax.set_xticks(range(len(links)), links, rotation=45, fontsize="small")
-            ax_t.set(ylabel="mean completion time (s)", yscale="log", title=f"per link setting, {cls}")
-            ax_r.set(ylabel="effective case throughput (kbit/s)", yscale="log")
+                ax.set(xscale="log", yscale="log", xlabel="one-way delay between subnets (ms)")
+            ax_t.set(ylabel="mean completion time (s)", title=f"delay sweep, {cls}")
+            ax_r.set(ylabel="effective case throughput (kbit/s)")
             ax_t.legend(fontsize="small")
             written += _save(fig, folder, f"links_{_safe(cls)}")
     return written

@@ -323,6 +323,7 @@ def write_report(out_dir: str | Path, plots: bool = True) -> Path:
     name = meta["experiment"]["name"]
     env = meta.get("environment", {})
     not_sig = [r for r in sig if not r["significant"]]
+    findings = study_findings(meta, cells)
     text = [
         f"# Experiment `{name}`", "",
         meta["experiment"].get("description", ""), "",
@@ -330,10 +331,12 @@ def write_report(out_dir: str | Path, plots: bool = True) -> Path:
         f"started {meta.get('started')}, finished {meta.get('finished', 'not yet')}",
         f"- kernel {env.get('kernel')}, git {env.get('git_commit')}, seed {meta.get('seed')}", "",
         "## Table 1", "", table,
-        "## The study's findings, checked", "",
-        "Computed from this experiment's cells (finding 1: means within 25% or no significant difference; finding 6: the lowest limit flat, "
-        "within 25%, and no limit steeper than the next higher one by more than 10%).", "",
-        markdown_table(study_findings(meta, cells), ["where", "finding", "data", "agrees"]), "",
+        *([] if not findings else [
+            "## The study's findings, checked", "",
+            "Computed from this experiment's cells (finding 1: means within 25% or no significant difference; "
+            "finding 6: the lowest limit flat, within 25%, and no limit steeper than the next higher one by more "
+            "than 10%).", "",
+            markdown_table(findings, ["where", "finding", "data", "agrees"]), ""]),
         "## Every cell", "", markdown_table(summary, SUMMARY_COLUMNS[:16]), "",
         "## Differences that are not significant", "",
         f"Welch's t-test (p < 0.05) and a 95% bootstrap interval of the difference of means must both "
