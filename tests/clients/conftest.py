@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-SITE_CELLS = 21  # 3 per diagnosis: enough for 5 matches per cell, quick to build
+SITE_CELLS = 14  # 2 per diagnosis: enough for 5 matches per cell, quick to build
 SITES = (("site-a", 11), ("site-b", 12), ("site-c", 13))
 
 
