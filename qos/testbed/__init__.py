@@ -3,7 +3,8 @@
 Modules, bottom up: `netns` (namespaces, commands inside them, cleanup), `node` (Host,
 Router), `link` (veth Link, bridge Lan), `topology` (Topology, PathMaster2002), `kernel`
 (htb/pfifo disciplines on DSCP), `config` (TOML), `testbed` (the Testbed facade),
-`commands` (`pathmaster testbed up|down|status`).
+`probe` (ICMP ping from a node), `deployment` (PathMaster's own processes in the nodes),
+`commands` (`pathmaster testbed up|down|status`). README.md says where the queues are.
 """
 
 from qos.testbed.config import ConfigError, TestbedConfig, load_config
