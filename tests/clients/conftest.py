@@ -106,5 +106,5 @@ def bad_files(tmp_path_factory) -> dict[str, Path]:
     not_image.write_text("this is a note, not a picture\n")
     oversize = folder / "huge.png"
     with open(oversize, "wb") as f:
-        f.truncate(MAX_FILE_BYTES + 1)
+        f.truncate(MAX_FILE_BYTES + 2**20)  # clearly over: 9.4 MB against 8.4 MB
     return {"not_image": not_image, "oversize": oversize}
