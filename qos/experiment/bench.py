@@ -129,8 +129,18 @@ class TestbedBench:
                                "--match-bytes", str(self.workload.match_bytes)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             self.sites[name] = proc
-        for name in self.workload.sites:
-            self.testbed.host(name).wait_listening(SITE_PORT, timeout=30)
+        deadline = time.monotonic() + 60
+        for name, proc in self.sites.items():
+            while True:  # until it listens; a site that dies says why at once
+                if proc.poll() is not None:
+                    raise RuntimeError(f"transfer site on {name} exited ({proc.returncode}): "
+                                       f"{proc.stderr.read().strip()[-2000:]}")
+                try:
+                    self.testbed.host(name).wait_listening(SITE_PORT, timeout=0.5)
+                    break
+                except TimeoutError:
+                    if time.monotonic() > deadline:
+                        raise
 
     def _deploy_service(self) -> None:
         import tempfile

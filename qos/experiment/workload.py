@@ -27,7 +27,8 @@ from concurrent import futures
 import grpc
 import numpy as np
 
-from qos.transport import ClassChannels, MarkedServer, all_class_ports
+from qos.classes import DEFAULT_CLASSES
+from qos.transport import ClassChannels, MarkedServer
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
 
@@ -82,7 +83,7 @@ def serve_transfer_site(name: str, host: str, port: int, match_bytes: int) -> Ma
     """Start a transfer-only site on host:port with one marked port per class; returns the server."""
     servicer = TransferSite(name, match_bytes)
     server = MarkedServer(lambda s: pb_grpc.add_SiteServicer_to_server(servicer, s), [SITE_SERVICE],
-                          host, port, class_ports=all_class_ports())
+                          host, port, class_ports={c.name: 0 for c in DEFAULT_CLASSES})
     servicer.class_ports = dict(server.class_ports)
     return server.start()
 

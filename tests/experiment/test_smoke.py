@@ -76,7 +76,7 @@ def test_runs_are_recorded_in_the_shuffled_order(smoke_run):
 def test_every_run_holds_its_raw_measurements(smoke_run):
     experiment, out, _ = smoke_run
     for rec in Store(out).load_runs():
-        assert rec["ok"], rec.get("error")
+        assert rec["ok"], (rec["run"]["run_id"], rec.get("error"), rec.get("sites"))
         assert {s["site"] for s in rec["sites"]} == set(experiment.workload.sites)
         assert rec["completion_s"] >= max(s["total_s"] for s in rec["sites"])
         # the case carries cells, backgrounds and masks to each site; matches come back
