@@ -204,7 +204,7 @@ def test_one_tcp_flow_fills_the_link_and_rtt_is_twice_the_delay(testbed):
     # priority on a shared machine and can only add to it, never take away.
     rtts = udp_rtts(testbed, "B1")
     rtt = min(rtts)
-    (flow,) = run_flows(testbed, [("B1", {"seconds": 4, "omit": 1})])
+    (flow,) = run_flows(testbed, [("B1", {"seconds": 3, "omit": 1})])
     stats = emulator_stats(testbed)
     assert abs(rtt - 2 * delay) <= 0.001, \
         f"least RTT {rtt * 1e3:.2f} ms (median {statistics.median(rtts) * 1e3:.2f} ms)"
@@ -262,7 +262,7 @@ def test_wred_higher_drop_precedence_loses_first(testbed):
 
 def test_wred_average_queue_stays_between_thresholds_under_tcp(testbed):
     emulate(testbed, {"strategy": "wred", "limit_packets": 200, "wred": {"defaults": "seed003"}})
-    run_flows(testbed, [("B1", {"seconds": 6, "dscp": AF11, "parallel": 4})])
+    run_flows(testbed, [("B1", {"seconds": 5, "dscp": AF11, "parallel": 4})])
     forward = emulator_stats(testbed)[f"{uplink_name(testbed)}.forward"]
     column = forward["sample_fields"].index("wred_avg")
     averages = [s[column] for s in forward["samples"]]
