@@ -1,9 +1,9 @@
 """A site's gRPC server: the `Site` service over one site database, work on Ray actors.
 
-The gRPC handler only routes: each cell of a case goes to one of the site's Ray actors
-(round robin), which already holds the FAISS index. The handler waits for the cells with
-the call's own deadline, and stops waiting (and cancels queued cells) as soon as the
-coordinator cancels the call.
+The gRPC handler only routes: each cell of a case goes to the site's Ray actors, which
+already hold the FAISS index, most-favoured request class first (dispatch.py). The
+handler waits for the cells with the call's own deadline, and stops waiting (and drops
+its queued cells) as soon as the coordinator cancels the call.
 """
 
 from __future__ import annotations
@@ -12,14 +12,17 @@ import itertools
 import logging
 import threading
 import time
+from collections import deque
 
 import grpc
 import ray
 
+from qos.classes import DEFAULT_CLASSES, ClassTable
 from qos.transport import MarkedServer, connect_address
 from services.config import DEFAULT_K, MAX_K, SiteConfig
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
+from services.site.dispatch import PriorityDispatcher
 from services.site.worker import ensure_ray, start_workers, stop_workers
 
 log = logging.getLogger("pathmaster.site")
@@ -43,24 +46,47 @@ def cell_result(result: dict) -> pb.CellResult:
     )
 
 
+class _CallerGone(Exception):
+    """The coordinator cancelled the call (or went away)."""
+
+
 class SiteServicer(pb_grpc.SiteServicer):
     """The Site service over a list of Ray actor handles (see worker.py)."""
 
-    def __init__(self, name: str, workers: list, info: dict, class_ports: dict | None = None,
-                 class_dscp: dict | None = None):
+    def __init__(self, name: str, workers: list, info: dict, classes: ClassTable = DEFAULT_CLASSES):
         self.name = name
         self.workers = workers
+        self.classes = classes
+        self.dispatcher = PriorityDispatcher(workers)
         self.info = info
-        self.class_ports = dict(class_ports or {})
-        self.class_dscp = dict(class_dscp or {})
+        self.class_ports: dict[str, int] = {}
+        self.class_dscp: dict[str, int] = {}
         self._next = itertools.cycle(range(len(workers)))
         self._lock = threading.Lock()
-        self.cases_started = 0
-        self.cases_cancelled = 0  # the caller went away before the answer (observable in tests)
+        # Recent case ids, for operators and tests: begun here, and abandoned by their caller.
+        self.cases_started: deque[str] = deque(maxlen=1000)
+        self.cases_cancelled: deque[str] = deque(maxlen=1000)
 
     def _worker(self):
         with self._lock:
             return self.workers[next(self._next)]
+
+    def _priority(self, class_name: str) -> int:
+        """The class's priority (0 most favoured); an unknown class waits behind all."""
+        return self.classes[class_name].priority if class_name in self.classes else len(self.classes.names())
+
+    def _wait_s(self, context: grpc.ServicerContext, request: pb.AnalyseRequest, jobs: list) -> float:
+        """How long to wait for the next cell before looking at the caller again; aborts
+        with DEADLINE_EXCEEDED when the call's deadline has passed, raises _CallerGone
+        when the caller cancelled."""
+        if not context.is_active():
+            raise _CallerGone()
+        remaining = context.time_remaining()
+        if remaining is not None and remaining <= 0:
+            unfinished = sum(not job.done.is_set() for job in jobs)
+            context.abort(grpc.StatusCode.DEADLINE_EXCEEDED,
+                          f"site {self.name}: deadline passed with {unfinished} cells unfinished")
+        return POLL_S if remaining is None else max(0.0, min(POLL_S, remaining))
 
     def Analyse(self, request: pb.AnalyseRequest, context: grpc.ServicerContext) -> pb.AnalyseReply:
         started = time.perf_counter()
@@ -69,40 +95,32 @@ class SiteServicer(pb_grpc.SiteServicer):
         if request.k < 0 or request.k > MAX_K:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"k must be 0-{MAX_K}, got {request.k}")
         k = request.k or DEFAULT_K
-        with self._lock:
-            self.cases_started += 1
+        self.cases_started.append(request.case_id)
         log.info("site %s: case %s (%s): analysing %d cells", self.name, request.case_id,
                  request.request_class, len(request.cells))
-        order = {}
-        for i, cell in enumerate(request.cells):
-            ref = self._worker().analyse.remote(cell.cell_id, cell.image, cell.background, cell.mask, k)
-            order[ref] = i
-        results: list[dict | None] = [None] * len(order)
-        pending = list(order)
+        priority = self._priority(request.request_class)
+        jobs = [self.dispatcher.submit(priority, (cell.cell_id, cell.image, cell.background, cell.mask, k))
+                for cell in request.cells]
         try:
-            while pending:
-                if not context.is_active():
-                    with self._lock:
-                        self.cases_cancelled += 1
-                    log.info("site %s: case %s cancelled by the caller", self.name, request.case_id)
-                    return pb.AnalyseReply()  # nobody is listening any more
-                remaining = context.time_remaining()
-                if remaining is not None and remaining <= 0:
-                    context.abort(grpc.StatusCode.DEADLINE_EXCEEDED,
-                                  f"site {self.name}: deadline passed with {len(pending)} cells unfinished")
-                wait = POLL_S if remaining is None else max(0.0, min(POLL_S, remaining))
-                ready, pending = ray.wait(pending, num_returns=1, timeout=wait)
-                for ref in ready:
-                    results[order[ref]] = ray.get(ref)
-        except ray.exceptions.RayActorError as exc:
-            context.abort(grpc.StatusCode.UNAVAILABLE, f"site {self.name}: a worker died: {exc}")
-        except ray.exceptions.RayTaskError as exc:
-            log.error("site %s: case %s failed: %s", self.name, request.case_id, exc)
-            context.abort(grpc.StatusCode.INTERNAL,
-                          f"site {self.name}: analysis failed: {type(exc.cause).__name__}: {exc.cause}")
+            for job in jobs:
+                while not job.done.wait(self._wait_s(context, request, jobs)):
+                    pass
+                if isinstance(job.error, ray.exceptions.RayActorError):
+                    context.abort(grpc.StatusCode.UNAVAILABLE, f"site {self.name}: a worker died: {job.error}")
+                if job.error is not None:
+                    log.error("site %s: case %s failed: %s", self.name, request.case_id, job.error)
+                    cause = getattr(job.error, "cause", job.error)
+                    context.abort(grpc.StatusCode.INTERNAL,
+                                  f"site {self.name}: analysis failed: {type(cause).__name__}: {cause}")
+        except _CallerGone:
+            self.cases_cancelled.append(request.case_id)
+            log.info("site %s: case %s cancelled by the caller", self.name, request.case_id)
+            return pb.AnalyseReply()  # nobody is listening any more
         finally:
-            for ref in pending:
-                ray.cancel(ref)
+            for job in jobs:
+                if not job.done.is_set():
+                    self.dispatcher.cancel(job)
+        results = [job.result for job in jobs]
         return pb.AnalyseReply(
             site=self.name,
             algorithm=self.info["algorithm"],
@@ -166,7 +184,7 @@ class SiteServer:
         ensure_ray(cfg.ray_address)
         self.workers = start_workers(cfg.db, cfg.algorithm, cfg.workers, cfg.worker_cpus)
         info = ray.get(self.workers[0].info.remote())
-        self.servicer = SiteServicer(cfg.name, self.workers, info)
+        self.servicer = SiteServicer(cfg.name, self.workers, info, cfg.classes)
         host, _, port = cfg.listen.rpartition(":")
         self.server = MarkedServer(
             lambda server: pb_grpc.add_SiteServicer_to_server(self.servicer, server),
@@ -188,6 +206,8 @@ class SiteServer:
         if self.server is not None:
             self.server.stop(grace)
             self.server = None
+        if self.servicer is not None:
+            self.servicer.dispatcher.stop()
         if self.workers:
             stop_workers(self.workers)
             self.workers = []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 import time
 import urllib.request
 
@@ -207,18 +208,15 @@ def test_deadline_gives_deadline_exceeded_in_time(deployment, slow_case, case):
 
 def test_client_cancel_cancels_every_site_call(deployment, slow_case, case):
     sites = [site.servicer for site in deployment.sites.values()]
-    started = [s.cases_started for s in sites]
-    cancelled = [s.cases_cancelled for s in sites]
     coordinator_cancelled = deployment.coordinator.servicer.cases_cancelled
     with CoordinatorClient(deployment.coordinator.address) as client:
-        call = client.submit(slow_case, "routine", deadline_s=60)
-        poll_until(lambda: all(s.cases_started > n for s, n in zip(sites, started)), 20,
-                   "every site to start the case")
+        call = client.submit(slow_case, "routine", deadline_s=60, case_id="cancel-me")
+        poll_until(lambda: all("cancel-me" in s.cases_started for s in sites), 20, "every site to start the case")
         call.cancel()
         with pytest.raises(grpc.RpcError) as err:
             list(call)
         assert err.value.code() == grpc.StatusCode.CANCELLED
-    poll_until(lambda: all(s.cases_cancelled > n for s, n in zip(sites, cancelled)), 10,
+    poll_until(lambda: all("cancel-me" in s.cases_cancelled for s in sites), 10,
                "every site to see the cancellation")
     poll_until(lambda: deployment.coordinator.servicer.cases_cancelled > coordinator_cancelled, 10,
                "the coordinator to record the cancellation")
@@ -268,3 +266,24 @@ def test_health_and_reflection(deployment, which):
                                             timeout=5)
         names = {s.name for r in replies for s in r.list_services_response.service}
     assert {service, "grpc.health.v1.Health"} <= names
+
+
+def test_urgent_cells_overtake_queued_bulk_cells(deployment, slow_case, case):
+    """At a site, a waiting urgent cell is the next to start, ahead of queued bulk cells."""
+    address = deployment.coordinator.address
+    dispatcher = deployment.sites["alpha"].servicer.dispatcher
+    finished = {}
+
+    def submit(request_class, cells):
+        events = run_case(address, cells, request_class, sites=["alpha"], deadline_s=120)
+        assert site_results(events)["alpha"].status_code == OK
+        finished[request_class] = time.monotonic()
+
+    bulk = threading.Thread(target=submit, args=("bulk", slow_case))
+    bulk.start()
+    try:
+        poll_until(lambda: dispatcher.waiting() >= 4, 30, "the bulk cells to queue at the site")
+        submit("urgent", case[:1])
+    finally:
+        bulk.join(120)
+    assert finished["urgent"] < finished["bulk"]

@@ -1,0 +1,99 @@
+"""Cells go to a site's Ray actors most-favoured class first.
+
+DSCP orders packets in the network; this orders work at the site. Each actor is given at
+most one cell at a time, so a waiting urgent cell is the next one any actor starts, even
+behind a queue of bulk cells (a cell already running is never interrupted). Within a
+class, cells start in the order they came.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+
+import ray
+
+POLL_S = 0.02  # how often the dispatcher looks for finished cells while some run
+
+
+class Job:
+    """One cell's work: `done` is set when `result` (or `error`) is there."""
+
+    def __init__(self, args: tuple):
+        self.args = args
+        self.done = threading.Event()
+        self.result = None
+        self.error: BaseException | None = None
+        self.cancelled = False
+        self.ref = None
+
+
+class PriorityDispatcher:
+    """Runs `actor.analyse.remote(*job.args)` on `workers`, lowest priority number first."""
+
+    def __init__(self, workers: list):
+        self.workers = workers
+        self._heap: list[tuple[int, int, Job]] = []
+        self._order = itertools.count()
+        self._idle = list(range(len(workers)))
+        self._running: dict = {}  # ObjectRef -> (job, worker index)
+        self._changed = threading.Condition()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, daemon=True, name="site-dispatch")
+        self._thread.start()
+
+    def submit(self, priority: int, args: tuple) -> Job:
+        job = Job(args)
+        with self._changed:
+            heapq.heappush(self._heap, (priority, next(self._order), job))
+            self._changed.notify()
+        return job
+
+    def waiting(self) -> int:
+        """Jobs not started yet (cancelled ones included until they are skipped)."""
+        with self._changed:
+            return len(self._heap)
+
+    def cancel(self, job: Job) -> None:
+        """Drop a waiting job; a running one finishes (Ray actors are not interrupted)."""
+        with self._changed:
+            job.cancelled = True
+            if job.ref is not None:
+                ray.cancel(job.ref)
+
+    def stop(self) -> None:
+        with self._changed:
+            self._stopped = True
+            self._changed.notify()
+        self._thread.join(timeout=5)
+
+    def _start_waiting_jobs(self) -> None:
+        while self._idle and self._heap:
+            _, _, job = heapq.heappop(self._heap)
+            if job.cancelled:
+                continue
+            worker = self._idle.pop()
+            job.ref = self.workers[worker].analyse.remote(*job.args)
+            self._running[job.ref] = (job, worker)
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                if self._stopped:
+                    return
+                self._start_waiting_jobs()
+                running = list(self._running)
+                if not running:
+                    self._changed.wait()
+                    continue
+            ready, _ = ray.wait(running, num_returns=1, timeout=POLL_S)
+            for ref in ready:
+                with self._changed:
+                    job, worker = self._running.pop(ref)
+                    self._idle.append(worker)
+                try:
+                    job.result = ray.get(ref)
+                except Exception as exc:  # the handler turns it into a gRPC status
+                    job.error = exc
+                job.done.set()
