@@ -94,15 +94,15 @@ class ClassProfile:
 PROFILES: dict[str, ClassProfile] = {
     "normal_superficial": ClassProfile(
         cyto_radius=(76, 8), cyto_aspect=(1.25, 0.15), cyto_irregularity=(0.07, 0.02),
-        cyto_od=(0.16, 0.04), eosinophilia=(0.8, 0.15),
-        nuc_radius=(5.5, 0.9), nuc_aspect=(1.1, 0.08), nuc_irregularity=(0.03, 0.015),
-        nuc_od=(1.05, 0.15), chromatin_contrast=(0.06, 0.03), chromatin_grain=(0.8, 0.2),
+        cyto_od=(0.16, 0.04), eosinophilia=(0.7, 0.25),
+        nuc_radius=(5.8, 1.1), nuc_aspect=(1.1, 0.08), nuc_irregularity=(0.03, 0.015),
+        nuc_od=(0.95, 0.2), chromatin_contrast=(0.06, 0.03), chromatin_grain=(0.8, 0.2),
         nucleoli=0.0, nucleus_offset=0.2),
     "normal_intermediate": ClassProfile(
         cyto_radius=(72, 9), cyto_aspect=(1.3, 0.15), cyto_irregularity=(0.07, 0.02),
-        cyto_od=(0.2, 0.05), eosinophilia=(0.25, 0.2),
-        nuc_radius=(8.5, 1.4), nuc_aspect=(1.15, 0.1), nuc_irregularity=(0.03, 0.015),
-        nuc_od=(0.5, 0.1), chromatin_contrast=(0.12, 0.04), chromatin_grain=(0.9, 0.2),
+        cyto_od=(0.2, 0.05), eosinophilia=(0.3, 0.25),
+        nuc_radius=(8.8, 1.6), nuc_aspect=(1.15, 0.1), nuc_irregularity=(0.03, 0.015),
+        nuc_od=(0.52, 0.12), chromatin_contrast=(0.12, 0.04), chromatin_grain=(0.9, 0.2),
         nucleoli=0.05, nucleus_offset=0.2),
     "normal_columnar": ClassProfile(
         cyto_radius=(36, 6), cyto_aspect=(2.8, 0.5), cyto_irregularity=(0.04, 0.015),
@@ -111,25 +111,25 @@ PROFILES: dict[str, ClassProfile] = {
         nuc_od=(0.6, 0.12), chromatin_contrast=(0.14, 0.05), chromatin_grain=(1.0, 0.25),
         nucleoli=0.3, nucleus_offset=0.55),
     "mild_dysplasia": ClassProfile(
-        cyto_radius=(64, 10), cyto_aspect=(1.3, 0.15), cyto_irregularity=(0.06, 0.02),
+        cyto_radius=(66, 11), cyto_aspect=(1.3, 0.15), cyto_irregularity=(0.06, 0.02),
         cyto_od=(0.22, 0.06), eosinophilia=(0.4, 0.25),
-        nuc_radius=(13.0, 2.4), nuc_aspect=(1.2, 0.12), nuc_irregularity=(0.05, 0.02),
-        nuc_od=(0.62, 0.13), chromatin_contrast=(0.18, 0.05), chromatin_grain=(1.1, 0.3),
+        nuc_radius=(12.0, 2.5), nuc_aspect=(1.2, 0.12), nuc_irregularity=(0.05, 0.02),
+        nuc_od=(0.6, 0.14), chromatin_contrast=(0.18, 0.05), chromatin_grain=(1.1, 0.3),
         nucleoli=0.2),
     "moderate_dysplasia": ClassProfile(
-        cyto_radius=(50, 9), cyto_aspect=(1.25, 0.15), cyto_irregularity=(0.05, 0.02),
+        cyto_radius=(50, 10), cyto_aspect=(1.25, 0.15), cyto_irregularity=(0.05, 0.02),
         cyto_od=(0.26, 0.06), eosinophilia=(0.35, 0.25),
         nuc_radius=(15.5, 2.5), nuc_aspect=(1.22, 0.12), nuc_irregularity=(0.07, 0.025),
         nuc_od=(0.7, 0.14), chromatin_contrast=(0.23, 0.06), chromatin_grain=(1.3, 0.35),
         nucleoli=0.4),
     "severe_dysplasia": ClassProfile(
-        cyto_radius=(37, 7), cyto_aspect=(1.25, 0.15), cyto_irregularity=(0.05, 0.02),
+        cyto_radius=(38, 8), cyto_aspect=(1.25, 0.15), cyto_irregularity=(0.05, 0.02),
         cyto_od=(0.28, 0.07), eosinophilia=(0.3, 0.25),
         nuc_radius=(17.5, 2.6), nuc_aspect=(1.25, 0.14), nuc_irregularity=(0.09, 0.03),
         nuc_od=(0.8, 0.15), chromatin_contrast=(0.28, 0.07), chromatin_grain=(1.5, 0.4),
         nucleoli=0.7),
     "carcinoma_in_situ": ClassProfile(
-        cyto_radius=(29, 5), cyto_aspect=(1.25, 0.15), cyto_irregularity=(0.05, 0.02),
+        cyto_radius=(30, 6), cyto_aspect=(1.25, 0.15), cyto_irregularity=(0.05, 0.02),
         cyto_od=(0.3, 0.07), eosinophilia=(0.25, 0.2),
         nuc_radius=(19.0, 2.7), nuc_aspect=(1.25, 0.14), nuc_irregularity=(0.1, 0.03),
         nuc_od=(0.85, 0.16), chromatin_contrast=(0.33, 0.08), chromatin_grain=(1.7, 0.45),
