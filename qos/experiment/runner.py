@@ -70,6 +70,9 @@ def execute_run(experiment: Experiment, run: Run, bench: Bench, state: dict) -> 
     if state.get("config") != (link, strategy):
         bench.configure(link, strategy)
         state["config"] = (link, strategy)
+        # A new discipline starts with empty queues: the competing flows lost what was queued
+        # and back off, so they need to settle again before a case meets them at full strength.
+        state["competing_since"] = time.monotonic()
     if state.get("competing") != run.competing:
         bench.set_competing(run.competing, seed)
         state["competing"] = run.competing
