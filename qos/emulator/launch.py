@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -104,13 +105,15 @@ class EmulatorProcess:
     """A running emulator in a namespace. Quacks like `subprocess.Popen` (pid, poll, wait)."""
 
     def __init__(self, namespace: str, proc: subprocess.Popen, config: dict, config_path: Path,
-                 stats_path: Path, log_path: Path):
+                 stats_path: Path, log_path: Path, scratch: Path | None = None):
         self.namespace = namespace
         self.proc = proc
         self.config = config
         self.config_path = config_path
         self.stats_path = stats_path
         self.log_path = log_path
+        self.scratch = scratch  # a temporary directory of ours, removed after a clean stop
+        self._final: dict | None = None
 
     @property
     def pid(self) -> int:
@@ -129,6 +132,8 @@ class EmulatorProcess:
     def stats(self) -> dict:
         """What the process last wrote: while it runs, a progress snapshot at most 0.5 s old
         (counters, packets held; `"final": false`); after `stop`, the full record."""
+        if self._final is not None:
+            return self._final
         return json.loads(self.stats_path.read_text())
 
     def held_packets(self) -> int:
@@ -150,6 +155,11 @@ class EmulatorProcess:
             raise EmulatorError(f"emulator in {self.namespace} ended without its final statistics "
                                 f"(exit status {self.proc.returncode}); its log: "
                                 f"{self.log_path.read_text()[-2000:].strip()}")
+        self._final = stats
+        if self.scratch is not None:
+            # The caller asked to keep nothing (no workdir): the statistics are returned, the rest goes.
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            self.scratch = None
         return stats
 
     def __enter__(self) -> "EmulatorProcess":
@@ -181,7 +191,8 @@ def launch(namespace: str, config: dict | str | Path, *, interfaces: list[str] |
     config: an emulator config (dict, or a TOML/JSON file); with `interfaces`, one flat table
         of link settings applied to both directions of each of those interfaces.
     stats_path: the run's statistics JSON (default: in `workdir`).
-    workdir: where the config copy, log and statistics go (default: a new temporary directory).
+    workdir: where the config copy, log and statistics go (default: a temporary directory,
+        removed by a clean `stop`, which returns the statistics; kept when something failed).
     Raises ConfigError for a bad configuration (before starting anything) and EmulatorError
     when the process does not report READY within `ready_timeout` s.
     """
@@ -190,7 +201,8 @@ def launch(namespace: str, config: dict | str | Path, *, interfaces: list[str] |
     else:
         data = interface_config(interfaces, config) if interfaces else dict(config)
     config_from_dict(data, f"emulator config for {namespace}")  # fail here, not in the child
-    workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix=f"emu-{namespace}-"))
+    scratch = None if workdir else Path(tempfile.mkdtemp(prefix=f"emu-{namespace}-"))
+    workdir = Path(workdir) if workdir else scratch
     workdir.mkdir(parents=True, exist_ok=True)
     config_path = workdir / "emulator.json"
     config_path.write_text(json.dumps(data, indent=1))
@@ -200,7 +212,7 @@ def launch(namespace: str, config: dict | str | Path, *, interfaces: list[str] |
         proc = netns.popen(namespace, [sys.executable, "-m", "qos.emulator", "--config", str(config_path),
                                        "--stats", str(stats_path)],
                            stdout=subprocess.PIPE, stderr=log, cwd=str(workdir), env=_child_env())
-    emu = EmulatorProcess(namespace, proc, data, config_path, stats_path, log_path)
+    emu = EmulatorProcess(namespace, proc, data, config_path, stats_path, log_path, scratch)
     try:
         _wait_ready(emu, ready_timeout)
     except BaseException:

@@ -120,6 +120,15 @@ def test_stop_removes_the_rules_and_releases_held_packets(line, tmp_path):
     assert forward["held_packets"] == 0 and "samples" in forward
 
 
+def test_a_temporary_workdir_goes_after_a_clean_stop(line):
+    client, router, server, out = line
+    emu = launch(router.namespace, config(out))
+    scratch = emu.stats_path.parent
+    assert scratch.is_dir()
+    stats = emu.stop()
+    assert not scratch.exists() and emu.stats() is stats and stats["final"]
+
+
 def test_a_killed_emulator_leaves_no_rule_behind(line, tmp_path):
     client, router, server, out = line
     emu = launch(router.namespace, config(out), workdir=tmp_path)
