@@ -88,8 +88,13 @@ def test_every_run_holds_its_raw_measurements(smoke_run):
             assert sum(q["all"]["packets"] for q in counters.values()) > 0
         else:  # the case's packets were classified by their DSCP into the urgent queue
             assert sum(q["urgent"]["packets"] for q in counters.values()) > rec["bytes_up"] / 1500
-        if rec["run"]["competing"]:
-            assert rec["competing"]["achieved_kbit"] > 100
+        assert rec["competing"]["achieved_kbit"] >= 0 and rec["competing"]["window_s"] > 0
+    # competing traffic was there during the cases (per cell: strict priority may starve it in a run)
+    top = max(experiment.competing.levels)
+    for strategy in experiment.strategies:
+        achieved = [json.loads(p.read_text())["competing"]["achieved_kbit"]
+                    for p in (out / "runs").glob(f"{strategy.name}__c{top:g}__*.json")]
+        assert np.median(achieved) > 100
 
 
 def test_high_load_fifo_is_slower_and_less_predictable_than_priority(smoke_run):
