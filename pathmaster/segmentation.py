@@ -7,9 +7,9 @@ job, see `complete_cell`).
 
 Method, in optical density (OD = -log10(I / I0), the quantity stain amounts are linear in):
 cell = OD above the clear-glass peak of the OD histogram (one object: the component
-nearest the centre, holes filled); nucleus = the dense part of the cell: Otsu (or
-multi-Otsu's top class for a tiny nucleus) on OD within the cell, refined by a marker-based
-watershed on the OD gradient; nucleoli = small eosinophilic spots inside the nucleus: a
+nearest the centre, holes filled); nucleus = the dense part of the cell: Otsu (for a tiny
+nucleus multi-Otsu's top class or an outlier threshold) on OD within the cell, refined by
+a marker-based watershed on the OD gradient; nucleoli = small eosinophilic spots inside the nucleus: a
 white top-hat of the eosin channel of a colour deconvolution (skimage.color.rgb2hed).
 The lamp: the upper envelope of the image by asymmetric least squares, see
 `estimate_background`.
@@ -26,6 +26,7 @@ from pathmaster.imageio import check_cell
 
 MIN_BACKGROUND_PIXELS = 200  # fewer glass pixels (and under 5% of the image): flat lamp
 QUADRATIC_MIN_PIXELS = 1000  # fewer: fit a plane, not a quadratic
+SPLIT_PREFERENCE = 1.3  # a later nucleus threshold must raise the density ratio this much
 ENVELOPE_WEIGHT = 0.99  # asymmetric least squares: weight of pixels above the lamp surface
 
 
@@ -107,13 +108,27 @@ def segment_cell(image: np.ndarray, background: np.ndarray | None = None) -> np.
     inside = score[cell]
     nucleus = np.zeros_like(cell)
     if inside.size > 10 and np.ptp(inside) > 0:
-        threshold = filters.threshold_otsu(inside)
-        # A small pyknotic nucleus in a large cell is a tiny mode in the histogram; Otsu
-        # then splits the cytoplasm instead. Multi-Otsu's top class copes with that.
-        core = cell & (score > threshold)
-        if core.sum() > 0.5 * cell.sum() and np.unique(inside).size > 3:
-            threshold = filters.threshold_multiotsu(inside, classes=3)[-1]
-            core = cell & (score > threshold)
+        # Otsu splits the cell in two. A small nucleus in a large cell is a tiny mode of
+        # the histogram, and Otsu then cuts the cytoplasm in halves of similar density;
+        # multi-Otsu's top class may find it, and failing that the nucleus is an outlier
+        # of the cytoplasm's density (median + 5 MAD). A nucleus is markedly denser than
+        # the rest of its cell: a later split replaces Otsu's only if its density ratio
+        # (core / rest) is clearly higher, since a coarse nucleus's own clumps also
+        # stand out a little from it.
+        median = np.median(inside)
+        thresholds = [filters.threshold_otsu(inside)]
+        if np.unique(inside).size > 3:
+            thresholds.append(filters.threshold_multiotsu(inside, classes=3)[-1])
+        thresholds.append(median + 5 * 1.4826 * np.median(np.abs(inside - median)))
+        best_contrast, core = 0.0, cell & (score > thresholds[0])
+        for threshold in thresholds:
+            candidate = cell & (score > threshold)
+            rest = cell & ~candidate
+            if not candidate.any():
+                continue
+            contrast = score[candidate].mean() / score[rest].mean() if rest.any() else np.inf
+            if contrast > SPLIT_PREFERENCE * best_contrast:
+                best_contrast, core = contrast, candidate
         nucleus = _refine_nucleus(od_sum, filters.sobel(od_sum), cell, core)
     if not nucleus.any():  # fall back to the densest disc of the cell
         peak = np.unravel_index(np.argmax(np.where(cell, score, -np.inf)), score.shape)
