@@ -2,7 +2,7 @@
 # One-time set-up of a fresh machine: system packages (when root) and the Python package.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-APT_PACKAGES="iperf3 tcpdump iptables ethtool iproute2 libnetfilter-queue-dev build-essential chromium"
+APT_PACKAGES="iperf3 tcpdump iptables ethtool iproute2 openssl libnetfilter-queue-dev build-essential chromium"
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     missing=$(for p in $APT_PACKAGES; do dpkg -s "$p" >/dev/null 2>&1 || echo "$p"; done)
     if [ -n "$missing" ]; then
