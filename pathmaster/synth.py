@@ -193,7 +193,9 @@ def _smooth_noise(rng: np.random.Generator, shape: tuple[int, int], sigma: float
 def _blank_slide(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
     """Noise-free lamp field (float64, H x W x 3, grey levels): tint, vignetting, gradient."""
     height, width = shape
-    level = rng.uniform(212, 240)
+    # Exposure leaves headroom: the brightest slide pixel stays near 210, so the same scene under
+    # a lamp up to 1.2x brighter still does not clip (optical density needs unclipped pixels).
+    level = rng.uniform(180, 198)
     tint = np.array([rng.uniform(-6, 4), rng.uniform(-4, 4), rng.uniform(-2, 8)])  # warm..cool
     rows, cols = np.mgrid[0:height, 0:width].astype(np.float64)
     cy = height / 2 + rng.uniform(-0.3, 0.3) * height

@@ -190,3 +190,22 @@ def test_bad_arguments_are_clear(tmp_path):
         write_dataset(tmp_path, n_cells=0, seed=1)
     with pytest.raises(InvalidInput, match="no synthetic profile"):
         write_dataset(tmp_path, n_cells=3, seed=1, diagnoses=("normal_columnar", "benign"))
+
+
+@pytest.mark.parametrize("factor", [0.8, 1.2])
+def test_synthetic_cells_keep_the_lamp_invariance_of_optical_density(factor):
+    """The blank slide is exposed with headroom, so a 1.2x brighter lamp does not clip it and
+    the optical-density features of a synthetic cell move less than 1%."""
+    from pathmaster.features import FEATURES, extract_features
+
+    density = [i for i, f in enumerate(FEATURES) if f.group == "density"]
+    for k, diagnosis in enumerate(DIAGNOSES[::3]):
+        cell = synth_cell(diagnosis, np.random.default_rng(500 + k))
+        base = extract_features(cell.image, cell.background, cell.mask)[density]
+        lit = [np.clip(np.round(a * float(factor)), 0, 255).astype(np.uint8) for a in (cell.image, cell.background)]
+        moved = extract_features(*lit, cell.mask)[density]
+        scale = np.array([max(abs(b), 1.0) if FEATURES[i].name.endswith("_skew") else abs(b)
+                          for i, b in zip(density, base)])
+        drift = np.abs(moved - base) / np.maximum(scale, 1e-12)
+        worst = int(np.argmax(drift))
+        assert drift[worst] < 0.01, f"{diagnosis}: {FEATURES[density[worst]].name} moved {drift[worst]:.3%}"
