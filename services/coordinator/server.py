@@ -111,6 +111,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                             site, exc.code().name)
                 continue
             self.channels.set_class_ports(site, dict(info.class_ports))
+            log.info("site %s: class ports %s (its replies are marked per class)", site,
+                     dict(info.class_ports))
 
     def _class_ports_for_case(self, sites: list[str], budget_s: float) -> None:
         """Before fan-out, learn the class ports of sites not yet known: join a look-up in
@@ -351,13 +353,25 @@ class CoordinatorServer:
             self._metrics_server, _ = start_http_server(m_port, addr=m_host.strip("[]"), registry=registry)
             self.metrics_url = f"http://{connect_address(m_host, self._metrics_server.server_port)}/metrics"
         # Learn the sites' class ports now, so the first case's replies are marked too.
-        threading.Thread(target=self.servicer.resolve_class_ports, args=(self.servicer.site_names,),
-                         daemon=True).start()
+        self._stopping = threading.Event()
+        threading.Thread(target=self._learn_class_ports, daemon=True, name="class-ports").start()
         log.info("coordinator on %s (%s), %d sites%s", self.address, "TLS" if cfg.tls else "no TLS",
                  len(cfg.sites), f", metrics {self.metrics_url}" if self.metrics_url else "")
         return self
 
+    def _learn_class_ports(self) -> None:
+        """Keep asking sites that have not answered Info yet (they may still be starting,
+        Ray and all) until each has, or the coordinator stops."""
+        channels, servicer = self.channels, self.servicer
+        while not self._stopping.is_set():
+            unknown = [s for s in servicer.site_names if not channels.has_class_ports(s)]
+            if not unknown:
+                return
+            servicer.resolve_class_ports(unknown, timeout_s=REFRESH_TIMEOUT_S)
+            self._stopping.wait(RETRY_LOOKUP_S if any(not channels.has_class_ports(s) for s in unknown) else 0)
+
     def stop(self, grace: float = 1.0) -> None:
+        self._stopping.set()
         self.server.stop(grace)
         if self._metrics_server is not None:
             self._metrics_server.shutdown()

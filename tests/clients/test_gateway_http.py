@@ -94,7 +94,7 @@ def test_case_streams_each_sites_matches_and_keeps_good_cells_past_bad_files(
     status, _, body = get(gateway.url + "api/stats?class=routine")
     stats = json.loads(body)
     assert status == 200 and stats["cases"] >= 1
-    assert summary["total_s"] == pytest.approx(stats["recent_s"][-1], rel=1e-6)
+    assert summary["total_s"] == pytest.approx(stats["recent_s"][-1], abs=1e-6)  # the page rounds to 1 µs
 
 
 def test_down_site_is_reported_where_it_happened_and_the_others_still_answer(down_gateway, case_dir):
@@ -107,9 +107,10 @@ def test_down_site_is_reported_where_it_happened_and_the_others_still_answer(dow
     summary = events[-1]
     assert (summary["sites_ok"], summary["sites_failed"]) == (2, 1)
     # Streamed, not buffered: the refused connection is on the page while the two live
-    # sites are still extracting features (seconds for 6 cells).
+    # sites are still extracting features: buffered, both would arrive together.
     assert events.index(down) < events.index(sites["site-a"])
-    assert summary["_arrived"] - down["_arrived"] > 0.3
+    live_work_s = min(sites[s]["timing"]["site_wall_s"] for s in ("site-a", "site-b"))
+    assert summary["_arrived"] - down["_arrived"] > 0.5 * live_work_s
     assert all(v["total"] == 10 for v in summary["votes"])
 
     status, _, body = get(down_gateway.url + "api/sites")

@@ -39,6 +39,14 @@ def wait_for_line(path, text: str, proc: subprocess.Popen, timeout_s: float) -> 
         time.sleep(0.1)
 
 
+INFO_CALL = """
+import sys, grpc
+from services.pb.pathmaster.v1 import pathmaster_pb2 as pb, pathmaster_pb2_grpc as pb_grpc
+with grpc.insecure_channel(sys.argv[1]) as channel:
+    print(repr(pb_grpc.SiteStub(channel).Info(pb.SiteInfoRequest(), timeout=30).site).replace("'", '"'))
+"""
+
+
 def read_capture(pcap) -> str:
     """tcpdump's verbose reading of a capture file (IP header, with TOS, then ports)."""
     return subprocess.run(["tcpdump", "-r", str(pcap), "-nn", "-v"], capture_output=True, text=True).stdout
@@ -88,6 +96,8 @@ def test_each_class_carries_its_dscp_both_ways(two_hosts, site_db, tmp_path, cas
         procs.append(coordinator)
         wait_for_line(site_log, "serving on", site, 180)
         wait_for_line(co_log, "serving on", coordinator, 60)
+        # Until the coordinator has the site's class ports, it sends on the control port.
+        wait_for_line(co_log, "class ports", coordinator, 60)
 
         dump_log = tmp_path / "tcpdump.err"
         with open(dump_log, "wb") as err:
@@ -95,6 +105,9 @@ def test_each_class_carries_its_dscp_both_ways(two_hosts, site_db, tmp_path, cas
                              "-w", str(tmp_path / "wire.pcap"), "tcp"], stdout=subprocess.DEVNULL, stderr=err)
         procs.append(dump)
         wait_for_line(dump_log, "listening on", dump, 30)
+        # One control-port call on the wire (the coordinator's own Info look-up came earlier).
+        info = co.run(sys.executable, "-c", INFO_CALL, f"{st.ip}:{SITE_PORT}", check=False, timeout=60)
+        assert info.returncode == 0 and '"st"' in info.stdout, info.stderr
 
         for request_class in CLASS_PORTS:
             done = co.run(sys.executable, "-m", "pathmaster", "query", "--coordinator",
