@@ -37,13 +37,19 @@ KINDS = ("downloads", "udp", "pareto")
 
 @dataclass
 class TrafficResult:
-    """What a generator achieved between start and stop, summed over its flows."""
+    """What a generator achieved between start and stop, summed over its flows.
+
+    `iperf3` keeps, for generators that run iperf3, each flow's own report as iperf3 printed
+    it (``{"flow name": {"client": parsed -J output}}``): the raw data behind the totals.
+    It is left out of `to_dict`, which is the short summary.
+    """
 
     kind: str
     dscp: int
     bytes: int               # payload bytes received
     seconds: float           # the longest flow's measured duration
     flows: list[dict] = field(default_factory=list)
+    iperf3: dict[str, dict] = field(default_factory=dict)
 
     @property
     def bps(self) -> float:
@@ -121,10 +127,10 @@ class Traffic:
     def flow_name(self, target: str) -> str:
         return f"{self.source.name}->{target}"
 
-    def _finish(self, flows: list[dict]) -> TrafficResult:
+    def _finish(self, flows: list[dict], iperf3: dict[str, dict] | None = None) -> TrafficResult:
         """Sum per-flow dicts ({"flow", "bytes", "seconds", ...}) into `self.result`."""
         self.result = TrafficResult(self.kind, self.dscp, sum(f["bytes"] for f in flows),
-                                    max((f["seconds"] for f in flows), default=0.0), flows)
+                                    max((f["seconds"] for f in flows), default=0.0), flows, iperf3 or {})
         return self.result
 
 
@@ -162,19 +168,20 @@ class BulkDownloads(Traffic):
         return self
 
     def stop(self) -> TrafficResult:
-        flows = []
+        flows, raw = [], {}
         try:
             for target, proc in self._clients:
                 r = finish_client(proc, interrupt=True)
                 flows.append({"flow": self.flow_name(target), "bytes": r.received_bytes, "seconds": r.seconds,
                               "bps": r.receiver_bps, "retransmits": r.retransmits})
+                raw[self.flow_name(target)] = {"client": r.raw}
         finally:
             for server in self._servers:
                 server.stop()
             for port in self._marked:
                 mark_source_port(self.source, "tcp", port, self.dscp, add=False)
             self._servers, self._clients, self._marked = [], [], []
-        return self._finish(flows)
+        return self._finish(flows, raw)
 
 
 class ConstantRateUDP(Traffic):
@@ -210,10 +217,11 @@ class ConstantRateUDP(Traffic):
         return self
 
     def stop(self) -> TrafficResult:
-        flows = []
+        flows, raw = [], {}
         try:
             for target, proc, counter in self._clients:
                 sent = finish_client(proc, interrupt=True)
+                raw[self.flow_name(target)] = {"client": sent.raw}
                 packets, ip_bytes = counter.read()
                 received = ip_bytes - packets * (20 + 8)
                 flows.append({"flow": self.flow_name(target), "bytes": received,
@@ -227,7 +235,7 @@ class ConstantRateUDP(Traffic):
             for _, _, counter in self._clients:
                 counter.remove()
             self._servers, self._clients = [], []
-        return self._finish(flows)
+        return self._finish(flows, raw)
 
 
 def k_for_mean(mean_bps: float, cap_bps: float, alpha: float = pareto.SEED_003_ALPHA) -> float:

@@ -58,6 +58,15 @@ def test_bulk_downloads_fill_the_link_marked_as_bulk(testbed):
     assert len(result.flows) == 2 and result.dscp == DEFAULT_CLASSES["bulk"].dscp
     # Four long transfers share rA's 10 Mbit/s uplink: together they fill most of it.
     assert 0.80 * RATE <= result.bps * 1514 / 1448 <= 1.03 * RATE, f"{result.bps / 1e6:.2f} Mbit/s"
+    # Each flow keeps iperf3's own JSON report, and the totals are what iperf3 said was received.
+    assert set(result.iperf3) == {f["flow"] for f in result.flows}
+    for flow in result.flows:
+        client = result.iperf3[flow["flow"]]["client"]
+        assert client["start"]["test_start"]["reverse"] == 1 and client["start"]["test_start"]["num_streams"] == 2
+        assert client["end"]["sum_received"]["bytes"] == flow["bytes"] > 0
+        assert client["intervals"]
+    assert sum(r["client"]["end"]["sum_received"]["bytes"] for r in result.iperf3.values()) == result.bytes
+    assert "iperf3" not in result.to_dict()  # the summary stays short; the raw JSON travels beside it
     counted = testbed.bottleneck_stats()["rA:rA-eth4"]
     assert counted["bulk"]["bytes"] >= result.bytes
     assert counted["routine"]["bytes"] < result.bytes / 100
@@ -74,6 +83,10 @@ def test_constant_rate_udp_achieves_its_rate(testbed):
         run_for(3)
     assert udp.result.bps == pytest.approx(4e6, rel=0.05)
     assert all(f["lost_percent"] < 1.0 for f in udp.result.flows)
+    for flow in udp.result.flows:  # the sender's iperf3 JSON is kept; it is what "sent_bytes" came from
+        client = udp.result.iperf3[flow["flow"]]["client"]
+        assert client["start"]["test_start"]["protocol"] == "UDP"
+        assert client["end"]["sum"]["bytes"] == flow["sent_bytes"] > 0
 
 
 @pytest.mark.netns
