@@ -236,15 +236,17 @@ class TestbedBench:
                 node.cmd("ip", "link", "set", "dev", intf.name, "mtu", str(mtu))
         self._mtu = mtu
 
-    def set_competing(self, level: float, seed: int) -> None:
-        """Stop the current competing traffic, let the queues drain, start `level` (qos.traffic)."""
-        self._stop_competing()
+    def set_competing(self, level: float, seed: int):
+        """Stop the current competing traffic, let the queues drain, start `level` (qos.traffic).
+
+        Returns what the stopped block achieved (a qos.traffic TrafficResult), or None."""
+        ended = self.stop_competing()
         self._wait_queues_empty()
         self.competing_level = level
-        if not level:
-            return
-        self.traffic = traffic.from_spec(self.testbed, competing_spec(self.experiment.competing, level, seed))
-        self.traffic.start()
+        if level:
+            self.traffic = traffic.from_spec(self.testbed, competing_spec(self.experiment.competing, level, seed))
+            self.traffic.start()
+        return ended
 
     def _wait_queues_empty(self, timeout: float = 15.0) -> None:
         """Poll until the bottleneck queues have drained what stopped traffic left in them."""
@@ -258,14 +260,16 @@ class TestbedBench:
             time.sleep(0.05)
         raise TimeoutError(f"bottleneck queues still hold packets {timeout} s after the competing traffic stopped")
 
-    def _stop_competing(self) -> None:
+    def stop_competing(self):
+        """Stop the competing traffic; its TrafficResult (with the flows' iperf3 JSON), or None if none ran."""
         if self.traffic is None:
-            return
+            return None
         try:
             result = self.traffic.stop()
             self.traffic_reports.append({"level": self.competing_level, **result.to_dict()})
         finally:
             self.traffic = None
+        return result
 
     def competing_bytes(self) -> int:
         """Bytes the competing targets have received so far (their interfaces' rx counters)."""
@@ -292,7 +296,7 @@ class TestbedBench:
 
     def finish(self) -> dict:
         """Stop the competing traffic; returns what each block of it achieved since the last finish."""
-        self._stop_competing()
+        self.stop_competing()
         self.competing_level = 0.0
         reports, self.traffic_reports = self.traffic_reports, []
         return {"competing_blocks": reports}
@@ -306,7 +310,7 @@ class TestbedBench:
     def close(self) -> None:
         """Stop every process and take the testbed down (idempotent)."""
         try:
-            self._stop_competing()
+            self.stop_competing()
             if self.agent is not None:
                 if self.agent.stdin:
                     self.agent.stdin.close()

@@ -11,6 +11,11 @@ run, so competing traffic stays warm across a block of runs at the same level.
 
 An interrupted experiment (Ctrl-C, a crash, a reboot) resumes with the same command: runs
 whose raw files exist are skipped, the rest go in the original order.
+
+iperf3 reports a flow only when it stops, i.e. at the end of a block of runs at one level.
+Then every run of the block gets its own iperf3 file (store.save_iperf3): the flows' JSON
+with the per-second intervals that overlap its case. A crash (not Ctrl-C, which still stops
+the traffic) loses the iperf3 files of the block it interrupts, not its runs.
 """
 
 from __future__ import annotations
@@ -33,7 +38,8 @@ class Bench(Protocol):
 
     def environment(self) -> dict: ...
     def configure(self, link: Link, strategy: Strategy) -> None: ...
-    def set_competing(self, level: float, seed: int) -> None: ...
+    def set_competing(self, level: float, seed: int): ...  # -> the stopped block's TrafficResult or None
+    def stop_competing(self): ...  # -> TrafficResult or None
     def counters(self) -> dict: ...
     def competing_bytes(self) -> int: ...
     def run_case(self, request_class: str, seed: int, case_id: str) -> dict: ...
@@ -61,6 +67,35 @@ def run_bound(experiment: Experiment, link: Link, sites: list[dict], bench: Benc
     return lower_bound(transfers, link.core_kbit, link.access_rate_kbit, link.delay_ms).to_dict()
 
 
+# iperf3 stamps a test's start in whole seconds, and its intervals begin after the connections are up.
+IPERF3_SLACK_S = 2.0
+
+
+def iperf3_of_run(result, window: tuple[float, float]) -> dict:
+    """The competing flows' iperf3 JSON for one run: each report's `start` and `end` (which cover
+    the whole block of traffic) and those per-second `intervals` that overlap the run's case
+    `window` (epoch seconds, widened by IPERF3_SLACK_S)."""
+    flows: dict = {}
+    for name, reports in result.iperf3.items():
+        flows[name] = {}
+        for side, data in reports.items():
+            origin = data.get("start", {}).get("timestamp", {}).get("timesecs", 0)
+            lo, hi = window[0] - origin - IPERF3_SLACK_S, window[1] - origin + IPERF3_SLACK_S
+            kept = [iv for iv in data.get("intervals", []) if iv["sum"]["end"] > lo and iv["sum"]["start"] < hi]
+            flows[name][side] = data | {"intervals": kept}
+    return {"case_window_epoch": list(window), "flows": flows}
+
+
+def save_block_iperf3(store: Store, result, block: list[tuple[str, tuple[float, float]]]) -> None:
+    """Give every run of a stopped block of competing traffic its slice of the flows' iperf3 JSON."""
+    if result is None or not result.iperf3:
+        return
+    runs = [run_id for run_id, _ in block]
+    for run_id, window in block:
+        store.save_iperf3(run_id, {"run_id": run_id, "kind": result.kind, "block_runs": runs,
+                                   **iperf3_of_run(result, window)})
+
+
 def execute_run(experiment: Experiment, run: Run, bench: Bench, state: dict) -> dict:
     """One run on the bench: configure what changed, time one case, return its raw record."""
     link = experiment.link(run.link)
@@ -74,7 +109,8 @@ def execute_run(experiment: Experiment, run: Run, bench: Bench, state: dict) -> 
         # and back off, so they need to settle again before a case meets them at full strength.
         state["competing_since"] = time.monotonic()
     if state.get("competing") != run.competing:
-        bench.set_competing(run.competing, seed)
+        ended = bench.set_competing(run.competing, seed)
+        state.setdefault("ended", []).append((ended, state.pop("block", [])))
         state["competing"] = run.competing
         state["competing_since"] = time.monotonic()
     # The competing traffic needs time to reach its steady rate (TCP slow start) before a case.
@@ -83,9 +119,11 @@ def execute_run(experiment: Experiment, run: Run, bench: Bench, state: dict) -> 
         time.sleep(wait)
     counters_before = bench.counters()
     competing_before = bench.competing_bytes()
-    t0 = time.monotonic()
+    t0, epoch0 = time.monotonic(), time.time()
     case = bench.run_case(run.request_class, seed, run.run_id)
     window = time.monotonic() - t0
+    if run.competing:
+        state.setdefault("block", []).append((run.run_id, (epoch0, epoch0 + window)))
     competing_after = bench.competing_bytes()
     record |= case
     record["router_counters"] = counter_delta(counters_before, bench.counters())
@@ -130,10 +168,17 @@ def run_experiment(experiment: Experiment, out_dir: str | Path, bench: Bench, pr
             record = execute_run(experiment, run, bench, state)
             failures += not record.get("ok")
             store.save_run(run, record)
+            for ended, block in state.pop("ended", []):
+                save_block_iperf3(store, ended, block)
             bar.set_postfix_str(f"{run.strategy} c={run.competing:g} {record.get('completion_s', 0):.2f}s"
                                 + (f" failed={failures}" if failures else ""))
     finally:
-        closing = bench.finish() or {}
+        try:
+            for ended, block in state.pop("ended", []):  # stopped by a run that did not finish
+                save_block_iperf3(store, ended, block)
+            save_block_iperf3(store, bench.stop_competing(), state.get("block", []))
+        finally:
+            closing = bench.finish() or {}
         meta = store.metadata()
         sessions = meta.get("sessions", [])
         sessions.append({"runs": len(todo), "failed": failures, "wall_s": time.monotonic() - started,

@@ -4,6 +4,8 @@
       experiment.toml        the experiment file exactly as run
       metadata.json          kernel, git commit, host, configuration, seed, run order, timestamps
       runs/RUN_ID.json       one file per finished run: the raw measurements (see `save_run`)
+      iperf3/RUN_ID.json     iperf3's own JSON for the competing flows during that run
+                             (runs with iperf3 traffic only; written when its block of traffic stops)
 
 Every run file is written to a temporary name and renamed, so an interrupted experiment
 leaves only whole runs behind; `done_ids` is what a resumed experiment skips.
@@ -143,6 +145,26 @@ class Store:
         path = self.run_path(run.run_id)
         _write_json(path, {"format": FORMAT_VERSION, "run": run.to_dict()} | record)
         return path
+
+    def iperf3_path(self, run_id: str) -> Path:
+        return self.root / "iperf3" / f"{run_id}.json"
+
+    def save_iperf3(self, run_id: str, data: dict) -> Path:
+        """Write the competing flows' iperf3 JSON of one run (atomically)."""
+        path = self.iperf3_path(run_id)
+        path.parent.mkdir(exist_ok=True)
+        _write_json(path, data)
+        return path
+
+    def load_iperf3(self, run_id: str) -> dict | None:
+        """The iperf3 JSON kept for a run, or None if it had no iperf3 traffic."""
+        path = self.iperf3_path(run_id)
+        try:
+            return json.loads(path.read_text())
+        except FileNotFoundError:
+            return None
+        except json.JSONDecodeError as exc:
+            raise InvalidInput(f"iperf3 file is not valid JSON: {exc}", path) from None
 
     def done_ids(self) -> set[str]:
         """Ids of the runs whose raw data are complete on disk."""

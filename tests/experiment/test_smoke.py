@@ -97,6 +97,32 @@ def test_every_run_holds_its_raw_measurements(smoke_run):
         assert np.median(achieved) > 100
 
 
+def test_every_loaded_run_keeps_iperf3s_json_of_its_competing_flows(smoke_run):
+    experiment, out, _ = smoke_run
+    store = Store(out)
+    loaded = [rec for rec in store.load_runs() if rec["run"]["competing"] > 0]
+    assert loaded
+    for rec in loaded:
+        run_id = rec["run"]["run_id"]
+        kept = store.load_iperf3(run_id)
+        assert kept is not None, f"{run_id}: no iperf3 JSON"
+        assert run_id in kept["block_runs"] and kept["kind"] == "downloads"
+        assert {name.split("->")[1] for name in kept["flows"]} == set(experiment.competing.targets)
+        in_case = 0
+        for flow in kept["flows"].values():
+            client = flow["client"]
+            assert client["start"]["test_start"]["reverse"] == 1
+            assert client["start"]["test_start"]["num_streams"] == rec["run"]["competing"]
+            assert client["end"]["sum_received"]["bytes"] > 0
+            assert client["intervals"]
+            in_case += sum(iv["sum"]["bytes"] for iv in client["intervals"])
+        # The kept intervals span the case: they hold at least the payload its targets received then.
+        assert in_case >= 0.8 * rec["competing"]["bytes"] * 1448 / 1514, run_id
+    # runs without competing traffic have none
+    idle = [rec["run"]["run_id"] for rec in store.load_runs() if rec["run"]["competing"] == 0]
+    assert idle and all(store.load_iperf3(rid) is None for rid in idle)
+
+
 def test_high_load_fifo_is_slower_and_less_predictable_than_priority(smoke_run):
     experiment, out, _ = smoke_run
     top = max(experiment.competing.levels)
