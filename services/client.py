@@ -58,6 +58,7 @@ class CoordinatorClient:
     def __init__(self, address: str, tls: TLSFiles | None = None, classes: ClassTable = DEFAULT_CLASSES):
         self.address = address
         self.classes = classes
+        self.tls = tls
         self._channels = ClassChannels({"coordinator": address}, classes, tls)
 
     def _stub(self, request_class: str | None = None) -> pb_grpc.CoordinatorStub:
@@ -86,6 +87,11 @@ class CoordinatorClient:
         """The full image (PNG), diagnosis and mask of a database cell at `site`."""
         return self._stub().GetImage(pb.ImageRequest(site=site, cell_id=cell_id), timeout=QUICK_CALL_S)
 
+    def describe(self, error: grpc.RpcError) -> str:
+        """`describe_error`, plus which TLS setting to check when the failure looks like a
+        TLS mismatch between this client and the coordinator."""
+        return describe_error(error) + tls_hint(error, self.tls)
+
     def close(self) -> None:
         self._channels.close()
 
@@ -99,3 +105,20 @@ class CoordinatorClient:
 def describe_error(error: grpc.RpcError) -> str:
     """"STATUS: details" of a failed call, for people."""
     return f"{error.code().name}: {error.details()}"
+
+
+def tls_hint(error: grpc.RpcError, tls: TLSFiles | None) -> str:
+    """" (what to check)" when a call to the coordinator failed the way a TLS mismatch
+    fails, else "". gRPC only says "Socket closed" when a plaintext client meets a TLS
+    server, and "handshake failed" when the certificates do not fit."""
+    if error.code() != grpc.StatusCode.UNAVAILABLE:
+        return ""
+    details = error.details() or ""
+    if tls is None and "Socket closed" in details:
+        return (" (the coordinator closed the connection: if it serves TLS, connect with "
+                "--tls-ca, and --tls-cert/--tls-key when it demands a client certificate)")
+    if tls is not None and "handshake" in details.lower():
+        return (" (the TLS handshake failed: does the coordinator serve TLS, did --tls-ca "
+                "sign its certificate, does it demand a client certificate "
+                "(--tls-cert/--tls-key)?)")
+    return ""

@@ -54,10 +54,40 @@ def register(subparsers) -> None:
     query.add_argument("--deadline", type=float, default=60.0, help="seconds (default 60)")
     query.add_argument("--site", action="append", default=[], help="ask only this site (repeatable)")
     query.add_argument("--json", action="store_true", help="one JSON object per event, per line")
-    query.add_argument("--tls-ca", type=Path, help="CA certificate: connect with TLS")
-    query.add_argument("--tls-cert", type=Path, help="client certificate (mutual TLS)")
-    query.add_argument("--tls-key", type=Path, help="client private key (mutual TLS)")
+    add_tls_arguments(query)
     query.set_defaults(func=run_query)
+
+
+# ------------------------------------------------------------------ TLS to the coordinator
+# Shared by every command that calls a coordinator (query, batch, gateway). Here rather than
+# in services/client.py, which imports gRPC: registering the flags must stay cheap.
+
+
+def add_tls_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add --tls-ca, --tls-cert and --tls-key (connecting to the coordinator) to `parser`."""
+    group = parser.add_argument_group("TLS to the coordinator (certificates: deploy/make-certs.sh)")
+    group.add_argument("--tls-ca", type=Path, metavar="PEM",
+                       help="CA certificate that signed the coordinator's: connect with TLS")
+    group.add_argument("--tls-cert", type=Path, metavar="PEM",
+                       help="client certificate, for a coordinator that demands one (mutual TLS)")
+    group.add_argument("--tls-key", type=Path, metavar="PEM", help="the client certificate's private key")
+
+
+def tls_from_args(args: argparse.Namespace):
+    """The qos.transport.TLSFiles that `add_tls_arguments`' flags ask for; None: no TLS.
+
+    Every file is read now, so a wrong path fails before anything is sent. Raises ValueError
+    naming the flag or file at fault.
+    """
+    from qos.transport import TLSFiles
+
+    if not (args.tls_ca or args.tls_cert or args.tls_key):
+        return None
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise ValueError("--tls-cert and --tls-key go together: give both for mutual TLS")
+    tls = TLSFiles(cert=args.tls_cert, key=args.tls_key, ca=args.tls_ca)
+    tls.channel_credentials()
+    return tls
 
 
 # ------------------------------------------------------------------ printing results
@@ -241,27 +271,22 @@ def run_query(args: argparse.Namespace) -> int:
     import grpc
 
     from pathmaster.records import InvalidInput
-    from qos.transport import TLSFiles
-    from services.client import CoordinatorClient, cells_from_files, describe_error
+    from services.client import CoordinatorClient, cells_from_files
 
-    tls = None
-    if args.tls_ca or args.tls_cert:
-        tls = TLSFiles(cert=args.tls_cert, key=args.tls_key, ca=args.tls_ca)
     try:
+        tls = tls_from_args(args)
         cells = cells_from_files(args.images)
-    except InvalidInput as exc:
+    except (InvalidInput, ValueError) as exc:
         print(f"pathmaster query: {exc}", file=sys.stderr)
         return 2
+    client = CoordinatorClient(args.coordinator, tls)
     try:
-        with CoordinatorClient(args.coordinator, tls) as client:
+        with client:
             started = time.perf_counter()
             events = client.submit(cells, args.request_class, k=args.k, deadline_s=args.deadline,
                                    sites=args.site)
             ok = print_case(events, started, as_json=args.json)
     except grpc.RpcError as exc:
-        print(f"pathmaster query: {describe_error(exc)}", file=sys.stderr)
+        print(f"pathmaster query: {client.describe(exc)}", file=sys.stderr)
         return 2 if exc.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED) else 1
-    except ValueError as exc:  # e.g. unreadable TLS files
-        print(f"pathmaster query: {exc}", file=sys.stderr)
-        return 2
     return 0 if ok else 1

@@ -37,6 +37,7 @@ import grpc
 from pathmaster.importers import herlev
 from pathmaster.imageio import decode_image, encode_png
 from pathmaster.records import ALL_DIAGNOSES, InvalidInput, diagnosis_from_name
+from qos.transport import TLSFiles
 from services.client import CoordinatorClient
 from services.gateway.events import status_name
 from services.gateway.pairing import IMAGE_EXTENSIONS, CellFiles, pair_files
@@ -304,7 +305,7 @@ def run_case(client: CoordinatorClient, root: Path, cells: list[BatchCell], requ
         if summary is None:
             raise RuntimeError("the coordinator's stream ended without a summary")
     except (grpc.RpcError, RuntimeError) as exc:
-        detail = f"{exc.code().name}: {exc.details()}" if isinstance(exc, grpc.RpcError) else str(exc)
+        detail = client.describe(exc) if isinstance(exc, grpc.RpcError) else str(exc)
         return rows + [_row(c, request_class, error=f"coordinator: {detail}") for c in by_id.values()]
     votes = {v.query_cell_id: v for v in summary.votes}
     for cid, cell in by_id.items():
@@ -326,12 +327,14 @@ def run_case(client: CoordinatorClient, root: Path, cells: list[BatchCell], requ
 
 def run_batch(root: str | Path, out: str | Path, coordinator: str,
               request_class: str = "teaching", jobs: int = 2, case_size: int = 6,
-              deadline_s: float = 300.0, progress: bool = True) -> BatchSummary:
+              deadline_s: float = 300.0, progress: bool = True,
+              tls: TLSFiles | None = None) -> BatchSummary:
     """Run every cell under `root` not yet done in `out` through the coordinator.
 
     root: folder of cells (see `find_cells`). out: .csv or .jsonl, appended to.
     coordinator: "host:port". jobs: cases in flight at once (the concurrency limit).
-    case_size: cells per case. Returns the `BatchSummary` (also of earlier runs' rows).
+    case_size: cells per case. tls: connect with TLS (None: plaintext).
+    Returns the `BatchSummary` (also of earlier runs' rows).
     """
     from tqdm import tqdm
 
@@ -345,7 +348,7 @@ def run_batch(root: str | Path, out: str | Path, coordinator: str,
     summary = BatchSummary(out=results.path, cells=len(cells), skipped=len(cells) - len(todo),
                            problems=problems)
     cases = [todo[i:i + case_size] for i in range(0, len(todo), case_size)]
-    client = CoordinatorClient(coordinator)
+    client = CoordinatorClient(coordinator, tls)
     started = time.perf_counter()
     bar = tqdm(total=len(todo), unit="cell", desc=f"batch ({request_class})",
                disable=not progress, file=sys.stderr, dynamic_ncols=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from services.commands import add_tls_arguments, tls_from_args
+
 DEMO_COORDINATOR = "127.0.0.1:50051"  # `pathmaster demo`'s default coordinator port
 
 
@@ -28,6 +30,7 @@ def register(subparsers) -> None:
     batch.add_argument("--deadline", type=float, default=300.0,
                        help="seconds one case may take before it is counted failed (default 300)")
     batch.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_tls_arguments(batch)
     batch.set_defaults(func=run_batch_command)
 
     gateway = subparsers.add_parser(
@@ -36,6 +39,7 @@ def register(subparsers) -> None:
                          help=f"the coordinator's address (default {DEMO_COORDINATOR})")
     gateway.add_argument("--host", default="127.0.0.1", help="address to listen on")
     gateway.add_argument("--port", type=int, default=8080, help="port (0: any free one)")
+    add_tls_arguments(gateway)
     gateway.set_defaults(func=run_gateway_command)
 
 
@@ -54,7 +58,7 @@ def run_batch_command(args: argparse.Namespace) -> int:
         summary = run_batch(args.dir, args.out, args.coordinator,
                             request_class=args.request_class, jobs=args.jobs,
                             case_size=args.case_size, deadline_s=args.deadline,
-                            progress=not args.quiet)
+                            progress=not args.quiet, tls=tls_from_args(args))
     except (UnknownClass, ValueError, FileNotFoundError) as exc:
         print(f"pathmaster batch: {exc}", file=sys.stderr)
         return 2
@@ -67,7 +71,12 @@ def run_gateway_command(args: argparse.Namespace) -> int:
 
     from services.gateway import start_gateway
 
-    handle = start_gateway(args.coordinator, host=args.host, port=args.port)
+    try:
+        tls = tls_from_args(args)
+    except ValueError as exc:
+        print(f"pathmaster gateway: {exc}", file=sys.stderr)
+        return 2
+    handle = start_gateway(args.coordinator, host=args.host, port=args.port, tls=tls)
     print(f"PathMaster page: {handle.url}  (coordinator {args.coordinator}; Ctrl-C stops)",
           flush=True)
     try:

@@ -33,7 +33,8 @@ from urllib.parse import parse_qs, urlsplit
 import grpc
 
 from qos.classes import DEFAULT_CLASSES
-from services.client import CoordinatorClient
+from qos.transport import TLSFiles
+from services.client import CoordinatorClient, tls_hint
 from services.gateway import events
 from services.gateway.pairing import pair_files
 from services.gateway.upload import MAX_FILE_BYTES, check_case
@@ -58,27 +59,32 @@ class HttpError(Exception):
         self.message = message
 
 
-def grpc_http_error(exc: grpc.RpcError, what: str) -> HttpError:
-    """Map a failed coordinator call to an HTTP error that says what failed and why."""
+def grpc_http_error(exc: grpc.RpcError, what: str, hint: str = "") -> HttpError:
+    """Map a failed coordinator call to an HTTP error that says what failed and why
+    (`hint`: what to check, appended)."""
     code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
     detail = exc.details() if hasattr(exc, "details") else str(exc)
     status = {grpc.StatusCode.NOT_FOUND: HTTPStatus.NOT_FOUND,
               grpc.StatusCode.INVALID_ARGUMENT: HTTPStatus.BAD_REQUEST,
               grpc.StatusCode.DEADLINE_EXCEEDED: HTTPStatus.GATEWAY_TIMEOUT,
               }.get(code, HTTPStatus.BAD_GATEWAY)
-    return HttpError(status, f"{what}: {code.name}: {detail}")
+    return HttpError(status, f"{what}: {code.name}: {detail}{hint}")
 
 
 class Gateway:
     """What the request handlers share: the coordinator's client."""
 
-    def __init__(self, coordinator_address: str, case_deadline_s: float = CASE_DEADLINE_S):
+    def __init__(self, coordinator_address: str, case_deadline_s: float = CASE_DEADLINE_S,
+                 tls: TLSFiles | None = None):
         self.coordinator_address = coordinator_address
         self.case_deadline_s = case_deadline_s
-        self.client = CoordinatorClient(coordinator_address)
+        self.client = CoordinatorClient(coordinator_address, tls)
 
     def close(self) -> None:
         self.client.close()
+
+    def _failed(self, exc: grpc.RpcError, what: str) -> HttpError:
+        return grpc_http_error(exc, what, tls_hint(exc, self.client.tls))
 
     def config(self) -> dict:
         return {"coordinator": self.coordinator_address,
@@ -91,7 +97,7 @@ class Gateway:
         try:
             sites = self.client.sites()
         except grpc.RpcError as exc:
-            raise grpc_http_error(exc, f"listing the sites at {self.coordinator_address}")
+            raise self._failed(exc, f"listing the sites at {self.coordinator_address}")
         return {"sites": [{"site": s.site, "address": s.address, "serving": s.serving,
                            "algorithm": s.info.algorithm,
                            "database_cells": s.info.database_cells} for s in sites]}
@@ -100,7 +106,7 @@ class Gateway:
         try:
             found = self.client.class_stats(request_class)
         except grpc.RpcError as exc:
-            raise grpc_http_error(exc, f"completion times of class {request_class!r}")
+            raise self._failed(exc, f"completion times of class {request_class!r}")
         found = [s for s in found if s.request_class == request_class]
         if not found:
             return {"request_class": request_class, "cases": 0, "recent_s": []}
@@ -110,7 +116,7 @@ class Gateway:
         try:
             return self.client.image(site, cell_id).image
         except grpc.RpcError as exc:
-            raise grpc_http_error(exc, f"image {cell_id!r} from site {site!r}")
+            raise self._failed(exc, f"image {cell_id!r} from site {site!r}")
 
     def submit(self, request_class: str, files: dict[str, bytes]):
         """Yield the case's events as dicts: "accepted", then "site"s, then "summary"/"error"."""
@@ -130,7 +136,7 @@ class Gateway:
         except grpc.RpcError as exc:
             yield {"type": "error", "status": exc.code().name,
                    "message": f"the coordinator at {self.coordinator_address} did not run the "
-                              f"case: {exc.code().name}: {exc.details()}"}
+                              f"case: {self.client.describe(exc)}"}
         finally:
             call.cancel()  # the browser went away, or the stream is over: free the sites
 
@@ -299,15 +305,17 @@ class GatewayHandle:
 
 
 def start_gateway(coordinator_address: str, host: str = "127.0.0.1", port: int = 0,
-                  case_deadline_s: float = CASE_DEADLINE_S) -> GatewayHandle:
-    """Serve the page for the coordinator at `coordinator_address` ("host:port").
+                  case_deadline_s: float = CASE_DEADLINE_S,
+                  tls: TLSFiles | None = None) -> GatewayHandle:
+    """Serve the page for the coordinator at `coordinator_address` ("host:port"), over
+    TLS when `tls` is given (the page itself is plain HTTP, for a browser on this host).
 
     Listens on host:port (port 0 picks a free one) in a background thread and returns
     at once with a `GatewayHandle` (`.url`, `.stop()`).
     """
     server = ThreadingHTTPServer((host, port), GatewayHandler)
     server.daemon_threads = True
-    server.gateway = Gateway(coordinator_address, case_deadline_s)
+    server.gateway = Gateway(coordinator_address, case_deadline_s, tls)
     thread = threading.Thread(target=server.serve_forever, name="pathmaster-gateway",
                               daemon=True)
     thread.start()

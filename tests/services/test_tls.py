@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import subprocess
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import grpc
@@ -79,3 +83,90 @@ def test_server_tls_needs_cert_and_key(certs):
         TLSFiles(ca=certs / "ca.pem").server_credentials()
     with pytest.raises(ValueError, match="no-such.pem"):
         TLSFiles(cert=certs / "no-such.pem", key=certs / "site.key").server_credentials()
+
+
+# ------------------------------------------------------------------ batch and gateway over TLS
+
+
+def tls_flags(certs: Path, name: str = "client") -> list[str]:
+    return ["--tls-ca", str(certs / "ca.pem"), "--tls-cert", str(certs / f"{name}.pem"),
+            "--tls-key", str(certs / f"{name}.key")]
+
+
+@pytest.fixture(scope="module")
+def cell_folder(case_cells, tmp_path_factory) -> Path:
+    """Two test cells as files, each with NAME-background.png and NAME-mask.png."""
+    folder = tmp_path_factory.mktemp("cells")
+    for cell in case_cells[:2]:
+        stem = Path(cell["cell_id"]).stem
+        for part, suffix in (("image", ""), ("background", "-background"), ("mask", "-mask")):
+            (folder / f"{stem}{suffix}.png").write_bytes(cell[part])
+    return folder
+
+
+def test_batch_runs_over_mutual_tls_and_says_why_without_it(secure, certs, cell_folder, tmp_path, capsys):
+    from pathmaster.cli import main
+    from services.gateway.batch import ResultsFile
+
+    coordinator, _ = secure
+    command = ["batch", str(cell_folder), "--coordinator", coordinator.address, "--quiet"]
+    out = tmp_path / "tls.jsonl"
+    assert main(command + ["--out", str(out)] + tls_flags(certs)) == 0
+    rows = ResultsFile(out).read()
+    assert len(rows) == 2
+    assert all(r["status"] == "ok" and len(r["matches"]["secure"]) == 5 for r in rows.values())
+
+    # No CA: the cells fail (to be retried), and each row says to connect with TLS.
+    plain = tmp_path / "plain.jsonl"
+    assert main(command + ["--out", str(plain)]) == 1
+    errors = [r["error"] for r in ResultsFile(plain).read().values()]
+    assert len(errors) == 2 and all("UNAVAILABLE" in e and "--tls-ca" in e for e in errors)
+
+    # Bad flags stop the run before anything is sent or written.
+    capsys.readouterr()
+    half = tmp_path / "half.jsonl"
+    assert main(command + ["--out", str(half), "--tls-cert", str(certs / "client.pem")]) == 2
+    assert "--tls-cert and --tls-key go together" in capsys.readouterr().err
+    assert main(command + ["--out", str(half), "--tls-ca", str(certs / "no-such-ca.pem")]) == 2
+    assert "no-such-ca.pem" in capsys.readouterr().err
+    assert not half.exists()
+
+
+def get_json(url: str) -> tuple[int, dict]:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as reply:
+            return reply.status, json.load(reply)
+    except urllib.error.HTTPError as err:
+        return err.code, json.load(err)
+
+
+def test_gateway_relays_a_case_over_mutual_tls_and_says_why_without_it(secure, certs, case_cells):
+    from pathmaster.cli import build_parser
+    from services.commands import tls_from_args
+    from services.gateway import start_gateway
+
+    coordinator, _ = secure
+    args = build_parser().parse_args(["gateway", "--coordinator", coordinator.address] + tls_flags(certs))
+    with_tls, without = start_gateway(coordinator.address, tls=tls_from_args(args)), start_gateway(coordinator.address)
+    try:
+        status, body = get_json(with_tls.url + "api/sites")
+        assert status == 200 and [(s["site"], s["serving"]) for s in body["sites"]] == [("secure", True)]
+        cell = case_cells[0]
+        files = [{"name": "c.png", "data": base64.b64encode(cell["image"]).decode()},
+                 {"name": "c-mask.png", "data": base64.b64encode(cell["mask"]).decode()}]
+        request = urllib.request.Request(
+            with_tls.url + "api/case", headers={"Content-Type": "application/json"},
+            data=json.dumps({"request_class": "urgent", "files": files}).encode())
+        with urllib.request.urlopen(request, timeout=90) as reply:
+            events = [json.loads(line) for line in reply.read().splitlines()]
+        assert events[-1]["type"] == "summary", events[-1]
+        (site,) = [e for e in events if e["type"] == "site"]
+        assert site["ok"] and site["site"] == "secure" and len(site["cells"][0]["matches"]) == 5
+
+        # No CA: the page's call fails with a message that says to connect with TLS.
+
+        status, body = get_json(without.url + "api/sites")
+        assert status == 502 and "UNAVAILABLE" in body["error"] and "--tls-ca" in body["error"]
+    finally:
+        with_tls.stop()
+        without.stop()
