@@ -2,9 +2,9 @@
 
     python benchmarks/bench_emulator.py [--repeats 3] [--json out.json]
 
-A line of three namespaces, client - router - server, built with the testbed's
-primitives; the emulator runs in the router on the client->server direction; iperf3
-sends one TCP flow (1 s slow start left out, then `--seconds` measured at the receiver).
+A line of three namespaces, client - router - server (`qos.testbed.line`); the emulator
+runs in the router on the client->server direction; iperf3 sends one
+TCP flow (1 s slow start left out, then `--seconds` measured at the receiver).
 
 It prints:
 1. CPU of the emulator process at 10 Mbit/s (20 ms delay, FIFO): % of one core, median
@@ -30,25 +30,11 @@ from pathlib import Path
 
 from qos.emulator import launch
 from qos.testbed import netns
-from qos.testbed.link import Link
-from qos.testbed.node import Host, Router
+from qos.testbed.line import line_topology
 from qos.traffic.iperf import client_argv
 
-SERVER_IP = "10.78.2.1"
 SWEEP_MBIT = (10, 20, 50, 100, 200, 300, 400, 600, 800)
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def build_line(tag: str):
-    client, router, server = Host("c", tag), Router("r", tag), Host("s", tag)
-    for node in (client, router, server):
-        node.create()
-    Link(client, router, "10.78.1.1/24", "10.78.1.254/24").create()
-    to_server = Link(router, server, "10.78.2.254/24", f"{SERVER_IP}/24")
-    to_server.create()
-    client.set_default_route("10.78.1.254")
-    server.set_default_route("10.78.2.254")
-    return client, router, server, to_server.intf1.name
 
 
 def cpu_seconds(pid: int) -> float:
@@ -63,7 +49,7 @@ def tcp_flow(client, server, seconds: float, port: int) -> float:
                        stderr=subprocess.DEVNULL, text=True)
     try:
         server.wait_listening(port)
-        client.cmd(*client_argv(SERVER_IP, port=port, seconds=seconds, omit=1), timeout=seconds + 30)
+        client.cmd(*client_argv(server.ip, port=port, seconds=seconds, omit=1), timeout=seconds + 30)
         result = json.loads(srv.communicate(timeout=10)[0])
     finally:
         netns.stop_process(srv, timeout=2)
@@ -74,14 +60,13 @@ def tcp_flow(client, server, seconds: float, port: int) -> float:
 
 
 def emulated_run(line, rate_bps: float, seconds: float, port: int, delay: str = "0ms") -> dict:
-    client, router, server, out = line
     config = {"seed": 1, "link": {"bottleneck": {
         "rate": rate_bps, "delay": delay, "overhead": 14, "limit": 200,
-        "forward": {"queue": 0, "out": out}}}}
-    emu = launch(router.namespace, config)
+        "forward": {"queue": 0, "out": line.out_interface}}}}
+    emu = launch(line.router.namespace, config)
     try:
         before, t0 = cpu_seconds(emu.pid), time.monotonic()
-        frames = tcp_flow(client, server, seconds, port)
+        frames = tcp_flow(line.client, line.server, seconds, port)
         cpu = (cpu_seconds(emu.pid) - before) / (time.monotonic() - t0)
     finally:
         stats = emu.stop()
@@ -89,6 +74,43 @@ def emulated_run(line, rate_bps: float, seconds: float, port: int, delay: str = 
     return {"rate_bps": rate_bps, "frames_bps": frames, "ratio": frames / rate_bps, "cpu_core_fraction": cpu,
             "lateness_median_s": late["median"], "lateness_p99_s": late["p99"],
             "kernel_queue": stats["directions"]["bottleneck.forward"]["kernel_queue"]}
+
+
+def measure(line, args) -> dict:
+    """All three measurements on `line`; the raw data of every run."""
+    port = iter(range(5401, 6000))
+    raw: dict = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "repeats": args.repeats,
+                 "seconds": args.seconds, "load_average": os.getloadavg()}
+    runs = [emulated_run(line, 10e6, args.seconds, next(port), delay="20ms") for _ in range(args.repeats)]
+    raw["at_10mbit"] = runs
+    med = {k: statistics.median(r[k] for r in runs)
+           for k in ("cpu_core_fraction", "ratio", "lateness_median_s", "lateness_p99_s")}
+    print(f"10 Mbit/s, 20 ms, FIFO ({args.repeats} runs, medians):")
+    print(f"  emulator CPU        {100 * med['cpu_core_fraction']:.1f} % of one core")
+    print(f"  throughput / rate   {med['ratio']:.3f}")
+    print(f"  release lateness    median {1e6 * med['lateness_median_s']:.0f} us, "
+          f"p99 {1e6 * med['lateness_p99_s']:.0f} us")
+
+    plain = [tcp_flow(line.client, line.server, args.seconds, next(port)) for _ in range(args.repeats)]
+    raw["plain_kernel_path_bps"] = plain
+    print(f"plain kernel path (no emulator): {statistics.median(plain) / 1e6:.0f} Mbit/s of frames")
+
+    print("rate sweep (medians): rate -> throughput/rate, CPU, lateness p99")
+    sweep, sustained = [], None
+    for mbit in SWEEP_MBIT:
+        runs = [emulated_run(line, mbit * 1e6, args.seconds, next(port)) for _ in range(args.repeats)]
+        ratio = statistics.median(r["ratio"] for r in runs)
+        cpu = statistics.median(r["cpu_core_fraction"] for r in runs)
+        p99 = statistics.median(r["lateness_p99_s"] for r in runs)
+        sweep.append({"mbit": mbit, "runs": runs})
+        print(f"  {mbit:4d} Mbit/s -> {ratio:.3f}, CPU {100 * cpu:.0f} %, p99 {1e6 * p99:.0f} us")
+        if ratio < 0.95:
+            break
+        sustained = mbit
+    raw["sweep"] = sweep
+    raw["highest_sustained_mbit"] = sustained
+    print(f"highest rate sustained within 5%: {sustained} Mbit/s")
+    return raw
 
 
 def main() -> int:
@@ -100,45 +122,8 @@ def main() -> int:
     if os.geteuid() != 0:
         print("bench_emulator: needs root (network namespaces, iptables); skipped")
         return 0
-    tag = netns.new_tag("eb")
-    line = build_line(tag)
-    port = iter(range(5401, 6000))
-    raw: dict = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "repeats": args.repeats,
-                 "seconds": args.seconds, "load_average": os.getloadavg()}
-    try:
-        runs = [emulated_run(line, 10e6, args.seconds, next(port), delay="20ms") for _ in range(args.repeats)]
-        raw["at_10mbit"] = runs
-        med = {k: statistics.median(r[k] for r in runs)
-               for k in ("cpu_core_fraction", "ratio", "lateness_median_s", "lateness_p99_s")}
-        print(f"10 Mbit/s, 20 ms, FIFO ({args.repeats} runs, medians):")
-        print(f"  emulator CPU        {100 * med['cpu_core_fraction']:.1f} % of one core")
-        print(f"  throughput / rate   {med['ratio']:.3f}")
-        print(f"  release lateness    median {1e6 * med['lateness_median_s']:.0f} us, "
-              f"p99 {1e6 * med['lateness_p99_s']:.0f} us")
-
-        client, router, server, out = line
-        plain = [tcp_flow(client, server, args.seconds, next(port)) for _ in range(args.repeats)]
-        raw["plain_kernel_path_bps"] = plain
-        print(f"plain kernel path (no emulator): {statistics.median(plain) / 1e6:.0f} Mbit/s of frames")
-
-        print("rate sweep (medians): rate -> throughput/rate, CPU, lateness p99")
-        sweep, sustained = [], None
-        for mbit in SWEEP_MBIT:
-            runs = [emulated_run(line, mbit * 1e6, args.seconds, next(port)) for _ in range(args.repeats)]
-            ratio = statistics.median(r["ratio"] for r in runs)
-            cpu = statistics.median(r["cpu_core_fraction"] for r in runs)
-            p99 = statistics.median(r["lateness_p99_s"] for r in runs)
-            sweep.append({"mbit": mbit, "runs": runs})
-            print(f"  {mbit:4d} Mbit/s -> {ratio:.3f}, CPU {100 * cpu:.0f} %, p99 {1e6 * p99:.0f} us")
-            if ratio < 0.95:
-                break
-            sustained = mbit
-        raw["sweep"] = sweep
-        raw["highest_sustained_mbit"] = sustained
-        print(f"highest rate sustained within 5%: {sustained} Mbit/s")
-    finally:
-        for name in netns.list_namespaces(netns.tag_prefix(tag)):
-            netns.delete(name)
+    with line_topology(netns.new_tag("eb"), "10.78.1.0/24", "10.78.2.0/24") as line:
+        raw = measure(line, args)
     if args.json:
         Path(args.json).write_text(json.dumps(raw, indent=1))
     return 0

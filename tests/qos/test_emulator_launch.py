@@ -1,7 +1,6 @@
 """Starting and stopping the emulator in a namespace: rules in and out, nothing lost, nothing left.
 
-A three-node line (client - router - server) built with the testbed's primitives; the
-emulator runs in the router.
+A three-node line (client - router - server, `qos.testbed.line`); the emulator runs in the router.
 """
 
 from __future__ import annotations
@@ -18,12 +17,9 @@ import pytest
 from qos.emulator import ConfigError, EmulatorError, launch
 from qos.emulator.runner import nfqueue_unavailable_reason
 from qos.testbed import netns
-from qos.testbed.link import Link
-from qos.testbed.node import Host, Router
+from qos.testbed.line import line_topology
 
 pytestmark = pytest.mark.netns
-
-SERVER_IP = "10.77.2.1"
 
 
 @pytest.fixture(scope="module")
@@ -31,21 +27,8 @@ def line(netns_ok):
     reason = nfqueue_unavailable_reason()
     if reason:
         pytest.skip(reason)
-    tag = netns.new_tag("el")
-    client, router, server = Host("c", tag), Router("r", tag), Host("s", tag)
-    nodes = (client, router, server)
-    try:
-        for node in nodes:
-            node.create()
-        Link(client, router, "10.77.1.1/24", "10.77.1.254/24").create()
-        to_server = Link(router, server, "10.77.2.254/24", f"{SERVER_IP}/24")
-        to_server.create()
-        client.set_default_route("10.77.1.254")
-        server.set_default_route("10.77.2.254")
-        yield client, router, server, to_server.intf1.name
-    finally:
-        for node in nodes:
-            node.destroy()
+    with line_topology(netns.new_tag("el"), "10.77.1.0/24", "10.77.2.0/24") as line:
+        yield line.client, line.router, line.server, line.out_interface
 
 
 def config(out_interface: str, **settings) -> dict:
@@ -100,7 +83,7 @@ def test_stop_removes_the_rules_and_releases_held_packets(line, tmp_path):
     server.wait_listening(7100, protocol="udp")
     client.cmd(sys.executable, "-c",
                f"import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
-               f"[s.sendto(b'p%d' % i, ('{SERVER_IP}', 7100)) for i in range(5)]")
+               f"[s.sendto(b'p%d' % i, ('{server.ip}', 7100)) for i in range(5)]")
     # The packets are now in the emulator's 1.5 s delay line, and its progress snapshot says so;
     # stopping must let them go.
     deadline = time.monotonic() + 5
