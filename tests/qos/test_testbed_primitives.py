@@ -55,7 +55,11 @@ def test_two_subnets_through_a_router_carry_tcp(tag):
     server.wait(10)
     end = json.loads(out)["end"]
     assert end["sum_sent"]["bytes"] >= 2 * 1024 * 1024
-    assert end["sum_received"]["bytes"] >= 1024 * 1024  # what was still in flight at the end is not counted
+    assert end["sum_received"]["bytes"] > 0
+    # iperf3's receiver total misses what was in flight when the client stopped, which on an
+    # unshaped veth can be most of 2 MB; the router's own counters see every forwarded byte.
+    forwarded = max(i["stats64"]["tx"]["bytes"] for i in json.loads(ra.cmd("ip", "-j", "-s", "link", "show")))
+    assert forwarded >= 2 * 1024 * 1024
 
 
 def test_destroy_kills_processes_and_removes_everything(tag):
