@@ -170,3 +170,14 @@ def test_gateway_relays_a_case_over_mutual_tls_and_says_why_without_it(secure, c
     finally:
         with_tls.stop()
         without.stop()
+
+
+def test_query_uses_the_same_flags(secure, certs, cell_folder, capsys):
+    from pathmaster.cli import main
+
+    coordinator, _ = secure
+    command = ["query", str(cell_folder / "test-2026-0.png"), "--coordinator", coordinator.address]
+    assert main(command + tls_flags(certs)) == 0
+    assert "secure" in capsys.readouterr().out
+    assert main(command) == 1
+    assert "--tls-ca" in capsys.readouterr().err
