@@ -362,13 +362,13 @@ class CoordinatorServer:
     def _learn_class_ports(self) -> None:
         """Keep asking sites that have not answered Info yet (they may still be starting,
         Ray and all) until each has, or the coordinator stops."""
-        channels, servicer = self.channels, self.servicer
-        while not self._stopping.is_set():
-            unknown = [s for s in servicer.site_names if not channels.has_class_ports(s)]
-            if not unknown:
-                return
-            servicer.resolve_class_ports(unknown, timeout_s=REFRESH_TIMEOUT_S)
-            self._stopping.wait(RETRY_LOOKUP_S if any(not channels.has_class_ports(s) for s in unknown) else 0)
+        def unknown() -> list[str]:
+            return [s for s in self.servicer.site_names if not self.channels.has_class_ports(s)]
+
+        while unknown() and not self._stopping.is_set():
+            self.servicer.resolve_class_ports(unknown(), timeout_s=REFRESH_TIMEOUT_S)
+            if unknown():
+                self._stopping.wait(RETRY_LOOKUP_S)
 
     def stop(self, grace: float = 1.0) -> None:
         self._stopping.set()
