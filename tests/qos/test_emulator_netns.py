@@ -293,13 +293,17 @@ COMPARISONS = {
     # throughput is compared, the flow whose completion time is compared). Greedy
     # competitors start first (see the priority test); their own throughput is not
     # compared under priority, where htb assures every class 1% and Cisco PQ nothing.
+    # The competitor outlasts the timed flow (5 s against ~2 s plus the start gap): had it
+    # stopped mid-transfer, the timed flow's completion would measure how late it happened
+    # to start and how long each backend takes to drain the competitor's leftover queue,
+    # not the service its class gets. (CI failed on exactly that: 2.53 s vs 2.30 s.)
     "pfifo": ({"strategy": "fifo", "limit_packets": 40},
               [("B1", {"nbytes": 2_000_000})], [0], 0),
     "htb priority": ({"strategy": "priority"},
-                     [("B2", {"seconds": 3, "dscp": 0}), ("B1", {"nbytes": 2_000_000, "dscp": URGENT})],
+                     [("B2", {"seconds": 5, "dscp": 0}), ("B1", {"nbytes": 2_000_000, "dscp": URGENT})],
                      [1], 1),
     "htb ceil": ({"strategy": "shaping", "shaped_class": "bulk", "shaped_rate_bps": 4_000_000},
-                 [("B3", {"seconds": 3, "dscp": BULK}), ("B1", {"nbytes": 2_000_000, "dscp": URGENT})],
+                 [("B3", {"seconds": 5, "dscp": BULK}), ("B1", {"nbytes": 1_500_000, "dscp": URGENT})],
                  [0, 1], 1),
 }
 REPEATS = 3  # a lost retransmission (200 ms timeout) in one run must not decide the comparison
