@@ -90,14 +90,39 @@ def run(namespace: str, argv: list[str], check: bool = True, timeout: float = 30
     return _run(exec_argv(namespace, list(argv)), namespace, check, timeout, input)
 
 
-def popen(namespace: str, argv: list[str], **kwargs) -> subprocess.Popen:
+def popen(namespace: str, argv: list[str], enter_timeout: float = 10.0, **kwargs) -> subprocess.Popen:
     """Start `argv` inside `namespace` without waiting; keyword arguments go to `subprocess.Popen`.
 
     The process gets its own session so that `stop_process` can signal its whole group
-    (``ip netns exec`` execs the command, so the pid is the command's own).
+    (``ip netns exec`` execs the command, so the pid is the command's own). Returns once the
+    process is inside the namespace (or has already exited): until ``ip netns exec`` has
+    switched, `pids` cannot see it and a `delete` right after would leave it running.
     """
     kwargs.setdefault("start_new_session", True)
-    return subprocess.Popen(exec_argv(namespace, list(argv)), **kwargs)
+    proc = subprocess.Popen(exec_argv(namespace, list(argv)), **kwargs)
+    try:
+        _wait_entered(proc, namespace, enter_timeout)
+    except BaseException:
+        stop_process(proc, timeout=1)
+        raise
+    return proc
+
+
+def _wait_entered(proc: subprocess.Popen, namespace: str, timeout: float) -> None:
+    """Poll until `proc`'s network namespace is `namespace` (same nsfs inode, as `ip netns
+    identify` compares) or it has exited; TimeoutError after `timeout` s."""
+    target = os.stat(NETNS_DIR / namespace)
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None:
+        try:
+            current = os.stat(f"/proc/{proc.pid}/ns/net")
+        except FileNotFoundError:  # exited between poll and stat
+            return
+        if (current.st_dev, current.st_ino) == (target.st_dev, target.st_ino):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{proc.args!r} did not enter namespace {namespace} within {timeout} s")
+        time.sleep(0.001)
 
 
 def stop_process(proc: subprocess.Popen, timeout: float = 5.0, sig: int = signal.SIGTERM) -> int | None:
