@@ -30,12 +30,33 @@ SPLIT_PREFERENCE = 1.3  # a later nucleus threshold must raise the density ratio
 ENVELOPE_WEIGHT = 0.99  # asymmetric least squares: weight of pixels above the lamp surface
 
 
-def _PLANE(y: np.ndarray, x: np.ndarray) -> np.ndarray:
-    return np.column_stack([np.ones_like(x), x, y])
+def _PLANE(y: np.ndarray, x: np.ndarray) -> tuple:
+    return (1.0, x, y)
 
 
-def _QUADRATIC(y: np.ndarray, x: np.ndarray) -> np.ndarray:
-    return np.column_stack([np.ones_like(x), x, y, x * x, x * y, y * y])
+def _QUADRATIC(y: np.ndarray, x: np.ndarray) -> tuple:
+    return (1.0, x, y, x * x, x * y, y * y)
+
+
+def _design(terms, rows: np.ndarray, cols: np.ndarray, height: int, width: int) -> np.ndarray:
+    """Least-squares design matrix (n, k) of a surface's terms at pixels (rows, cols),
+    coordinates scaled to [-0.5, 0.5) of the image's height and width."""
+    return np.column_stack(np.broadcast_arrays(*terms(rows / height - 0.5, cols / width - 0.5)))
+
+
+def _surface_on_grid(terms, coef: np.ndarray, height: int, width: int) -> np.ndarray:
+    """A fitted surface at every pixel: float64 (H, W), or (H, W, C) for coef (k, C).
+
+    Sums coefficient x term with each term broadcast from a row or a column of
+    coordinates: a per-pixel design matrix (H*W, k) cost seconds and gigabytes on a
+    4096 px image, for the same numbers.
+    """
+    y = (np.arange(height) / height - 0.5)[:, None]
+    x = (np.arange(width) / width - 0.5)[None, :]
+    total = np.zeros((height, width) + coef.shape[1:])
+    for term, c in zip(terms(y, x), coef):
+        total += np.multiply.outer(term, c)
+    return total
 
 
 def _optical_density(image: np.ndarray, background: np.ndarray) -> np.ndarray:
@@ -78,6 +99,31 @@ def _component_nearest_centre(binary: np.ndarray) -> np.ndarray:
     return labels == best
 
 
+def open_with_disk(binary: np.ndarray, radius: int) -> np.ndarray:
+    """Morphological opening of a boolean image by a disk, in time linear in its pixels.
+
+    binary: bool (H, W); radius: int >= 1 (px). Returns bool (H, W), the same as
+    ``skimage.morphology.opening(binary, skimage.morphology.disk(radius))`` (mirrored
+    edges), pixel for pixel. The disk's footprint grows with the image here (1% of its
+    side), and a footprint filter costs pixels x footprint area, i.e. quadratic in pixel
+    count (8 of 22 s on a 1800 px image); exact Euclidean distance transforms give the
+    same erosion and dilation at a cost independent of the radius: a pixel survives
+    erosion by disk(r) when no background pixel lies within r of it, and the dilation
+    of that keeps every pixel within r of a survivor.
+    """
+    # Mirrored by the radius, as skimage's mode="reflect" does: the disk never reaches
+    # past the padding, so its distances are those of the endless mirrored image.
+    def within_radius_of_false(pixels: np.ndarray) -> np.ndarray:
+        padded = np.pad(pixels, radius, mode="symmetric")
+        if padded.all():
+            return np.zeros(pixels.shape, dtype=bool)
+        near = ndi.distance_transform_edt(padded) <= radius
+        return near[radius:-radius, radius:-radius]
+
+    eroded = ~within_radius_of_false(binary)
+    return within_radius_of_false(~eroded)
+
+
 def segment_cell(image: np.ndarray, background: np.ndarray | None = None) -> np.ndarray:
     """Segment one cell image into PathMaster's 4 regions.
 
@@ -96,7 +142,7 @@ def segment_cell(image: np.ndarray, background: np.ndarray | None = None) -> np.
 
     # Cell: everything stained, i.e. above the clear-glass peak of the OD histogram.
     cell = od_sum > _glass_threshold(od_sum)
-    cell = morphology.opening(cell, morphology.disk(max(1, small // 100)))
+    cell = open_with_disk(cell, max(1, small // 100))
     if not cell.any():
         cell = np.ones((height, width), dtype=bool)
     cell = ndi.binary_fill_holes(_component_nearest_centre(cell))
@@ -164,7 +210,13 @@ def _refine_nucleus(od_sum: np.ndarray, gradient: np.ndarray, cell: np.ndarray, 
     markers[cell & ~grown] = 1
     seed = ndi.binary_erosion(core, iterations=1)
     markers[seed if seed.any() else core] = 2
-    nucleus = segmentation.watershed(gradient, markers) == 2
+    # Only pixels within 3 px of the core are unlabelled, so the flood happens in their
+    # bounding box (plus the ring of markers around it); outside it everything is label 1.
+    # Flooding the whole image cost O(N log N) heap pushes for the fixed markers alone.
+    rows, cols = np.nonzero(grown)
+    box = (slice(max(rows.min() - 1, 0), rows.max() + 2), slice(max(cols.min() - 1, 0), cols.max() + 2))
+    nucleus = np.zeros(cell.shape, dtype=bool)
+    nucleus[box] = segmentation.watershed(gradient[box], markers[box]) == 2
     nucleus = ndi.binary_fill_holes(nucleus & cell)
     return _component_nearest_centre(nucleus) if nucleus.any() else core
 
@@ -242,7 +294,7 @@ def _clear_glass(image: np.ndarray) -> np.ndarray:
     rows, cols = (g.ravel() for g in np.mgrid[0:height:stride, 0:width:stride])
     values = level[rows, cols]
     terms = _QUADRATIC if len(values) >= QUADRATIC_MIN_PIXELS else _PLANE
-    design = terms(rows / height - 0.5, cols / width - 0.5)
+    design = _design(terms, rows, cols, height, width)
     weights = np.ones(len(values))
     for _ in range(20):
         root_w = np.sqrt(weights)
@@ -254,8 +306,7 @@ def _clear_glass(image: np.ndarray) -> np.ndarray:
         weights = updated
     keep = residual > -4.0 * noise
     coef, *_ = np.linalg.lstsq(design[keep], values[keep], rcond=None)
-    gy, gx = np.mgrid[0:height, 0:width].astype(np.float64)
-    envelope = (terms(gy.ravel() / height - 0.5, gx.ravel() / width - 0.5) @ coef).reshape(height, width)
+    envelope = _surface_on_grid(terms, coef, height, width)
     return level - envelope > -4.0 * noise
 
 
@@ -269,9 +320,8 @@ def _fit_surface(level: np.ndarray, where: np.ndarray) -> np.ndarray:
         rows, cols = rows[pick], cols[pick]
     # Few glass pixels (a tight crop) cannot pin down curvature: fit a plane instead.
     terms = _QUADRATIC if len(rows) >= QUADRATIC_MIN_PIXELS else _PLANE
-    coef, *_ = np.linalg.lstsq(terms(rows / height - 0.5, cols / width - 0.5), level[rows, cols], rcond=None)
-    gy, gx = np.mgrid[0:height, 0:width].astype(np.float64)
-    return (terms(gy.ravel() / height - 0.5, gx.ravel() / width - 0.5) @ coef).reshape(level.shape)
+    coef, *_ = np.linalg.lstsq(_design(terms, rows, cols, height, width), level[rows, cols], rcond=None)
+    return _surface_on_grid(terms, coef, height, width)
 
 
 def _fit_lamp(image: np.ndarray, glass: np.ndarray) -> np.ndarray:
