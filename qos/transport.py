@@ -5,14 +5,16 @@ Requests: one gRPC channel per (site, class), created with the channel option
 that class's DSCP. A channel's DSCP is fixed per connection, hence one channel per class.
 
 Replies (our choice among per-class ports, `tcp_reflect_tos` and netfilter marking):
-**per-class server ports**. A site runs one gRPC server per class, each created with
-`grpc.dscp` set to that class's DSCP; Linux copies the listening socket's TOS to every
-accepted connection, so each reply carries the class's DSCP too. It needs no root, no
-sysctl and no firewall rule at the site, and it works the same in a namespace testbed
-and on a real network. A control port (unmarked, DSCP 0) serves Info, health checks
-and reflection; the site advertises its class ports in `SiteInfo.class_ports` so the
-coordinator needs only the control address. (tests/services/test_dscp_wire.py checks
-both directions on the wire with tcpdump.)
+**per-class server ports** (`MarkedServer`). A server runs one gRPC server per class,
+each created with `grpc.dscp` set to that class's DSCP; Linux copies the listening
+socket's TOS to every accepted connection, so each reply carries the class's DSCP too.
+It needs no root, no sysctl and no firewall rule, and it works the same in a namespace
+testbed and on a real network. A control port (unmarked, DSCP 0) serves Info, health
+checks and reflection; the server advertises its class ports in its Info reply, so a
+caller needs only the control address and reaches a class port on that same host
+(`ClassChannels`). Sites do this for the coordinator (`SiteInfo.class_ports`), the
+coordinator for its clients (`CoordinatorInfo.class_ports`).
+(tests/services/test_dscp_wire.py checks every hop, both ways, on the wire with tcpdump.)
 
 Also here: message size limits (a 10 MB image must pass) and TLS / mutual-TLS
 credentials from files, used by every server and channel.
@@ -247,6 +249,11 @@ class MarkedServer:
             self.class_ports[class_name] = _add_port(server, f"{host}:{port}", tls)
             self._servers.append(server)
         self._service_names = names
+
+    @property
+    def class_dscp(self) -> dict[str, int]:
+        """class -> the DSCP its port marks replies with (what Info advertises beside the ports)."""
+        return {name: self.classes[name].dscp for name in self.class_ports}
 
     def start(self) -> "MarkedServer":
         for server in self._servers:

@@ -5,11 +5,17 @@
             ...   # pb.CaseEvent: a site_result per site as it answers, then the summary
         client.class_stats("urgent")
 
-Requests to the coordinator are marked with the class's DSCP too (one channel per class).
+A case travels with its class's DSCP both ways: the client asks the coordinator once
+(Info, on the control port) which port serves each class, then sends each case on a
+channel marked with the class's DSCP to that class's port, whose socket marks the
+streamed replies too (qos/transport.py). A coordinator that advertises no class ports
+(an older one) gets every case on its control port: requests still marked, replies not.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 from pathlib import Path, PurePath
 
 import grpc
@@ -20,9 +26,13 @@ from qos.transport import ClassChannels, TLSFiles
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
 
+log = logging.getLogger("pathmaster.client")
+
 # Extra time the client allows past the case deadline for the coordinator's last events.
 REPLY_MARGIN_S = 5.0
 QUICK_CALL_S = 10.0
+INFO_TIMEOUT_S = 5.0   # asking for the class ports; a coordinator that is down fails at once
+COORDINATOR = "coordinator"  # the one target of this client's ClassChannels
 
 
 def cells_from_files(paths) -> list[pb.CellImage]:
@@ -53,26 +63,70 @@ def _read(path: str) -> bytes:
 
 
 class CoordinatorClient:
-    """Calls to one coordinator at `address` ("host:port"), TLS when `tls` is given."""
+    """Calls to one coordinator at `address` ("host:port"), TLS when `tls` is given.
+
+    Thread-safe: the batch and the gateway share one client between many cases.
+    """
 
     def __init__(self, address: str, tls: TLSFiles | None = None, classes: ClassTable = DEFAULT_CLASSES):
         self.address = address
         self.classes = classes
         self.tls = tls
-        self._channels = ClassChannels({"coordinator": address}, classes, tls)
+        self._channels = ClassChannels({COORDINATOR: address}, classes, tls)
+        self._class_ports: dict[str, int] | None = None  # None: not asked yet (or to ask again)
+        self._ports_lock = threading.Lock()
 
     def _stub(self, request_class: str | None = None) -> pb_grpc.CoordinatorStub:
-        return pb_grpc.CoordinatorStub(self._channels.channel("coordinator", request_class))
+        return pb_grpc.CoordinatorStub(self._channels.channel(COORDINATOR, request_class))
+
+    def class_address(self, request_class: str) -> str:
+        """Where this client sends `request_class`'s cases (the control address until the
+        coordinator's class ports are known, or when it has none)."""
+        return self._channels.address(COORDINATOR, request_class)
+
+    def learn_class_ports(self) -> dict[str, int]:
+        """Ask the coordinator (once) which port serves each class, and use them from now
+        on; returns them ({} from an older coordinator, which has none). When the
+        coordinator cannot be asked now (down, TLS refused), cases go to the control port,
+        where the same failure is reported, and the next case asks again."""
+        with self._ports_lock:
+            ports = self._class_ports
+            if ports is None:
+                try:
+                    info = self._stub().Info(pb.CoordinatorInfoRequest(), timeout=INFO_TIMEOUT_S)
+                    ports = dict(info.class_ports)
+                except grpc.RpcError as exc:
+                    if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+                        return {}
+                    log.info("coordinator %s has no class ports: its replies are unmarked", self.address)
+                    ports = {}
+                self._channels.set_class_ports(COORDINATOR, ports)
+                self._class_ports = ports
+            return dict(ports)
+
+    def _forget_class_ports(self, call) -> None:
+        """A case that failed UNAVAILABLE on a class port makes the next case ask again:
+        the coordinator may have restarted on other ports. (Runs on a gRPC thread: no lock.)"""
+        if call.code() == grpc.StatusCode.UNAVAILABLE:
+            self._class_ports = None
 
     def submit(self, cells: list[pb.CellImage], request_class: str = "routine", *, k: int = 5,
                deadline_s: float = 60.0, sites: list[str] | None = None, case_id: str = ""):
         """Submit a case; returns the gRPC stream of pb.CaseEvent (iterate it; `.cancel()`
         cancels the case). Raises grpc.RpcError when iterated if the case is refused.
-        An unknown class goes to the coordinator unmarked, which refuses it by name."""
+        The case goes to its class's port (marked both ways); an unknown class goes to
+        the control port unmarked, and the coordinator refuses it by name."""
         request = pb.CaseRequest(case_id=case_id, request_class=request_class, cells=cells,
                                  sites=sites or [], k=k, deadline_s=deadline_s)
-        stub = self._stub(request_class if request_class in self.classes else None)
-        return stub.SubmitCase(request, timeout=deadline_s + REPLY_MARGIN_S)
+        known = request_class in self.classes
+        if known:
+            self.learn_class_ports()
+        on_class_port = known and self.class_address(request_class) != self.address
+        stub = self._stub(request_class if known else None)
+        call = stub.SubmitCase(request, timeout=deadline_s + REPLY_MARGIN_S)
+        if on_class_port:
+            call.add_done_callback(self._forget_class_ports)
+        return call
 
     def class_stats(self, request_class: str = "") -> list[pb.ClassStats]:
         """Per-class completion-time statistics (every class when empty)."""

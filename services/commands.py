@@ -167,7 +167,9 @@ def run_demo(args: argparse.Namespace) -> int:
         for name, site in deployment.sites.items():
             print(f"site {name:<12} {site.address}  classes on ports "
                   f"{', '.join(f'{c}={p}' for c, p in site.class_ports.items())}")
-        print(f"coordinator       {coordinator.address}  metrics {coordinator.metrics_url}")
+        print(f"coordinator       {coordinator.address}  classes on ports "
+              f"{', '.join(f'{c}={p}' for c, p in coordinator.class_ports.items())}  "
+              f"metrics {coordinator.metrics_url}")
         print(f"case log          {coordinator.config.case_log}")
         if not args.no_gateway:
             gateway = _start_gateway(coordinator.address)
@@ -234,7 +236,7 @@ def run_serve_coordinator(args: argparse.Namespace) -> int:
     from services.coordinator.server import CoordinatorServer
 
     return _serve("coordinator", load_coordinator_config, CoordinatorServer, args.config,
-                  lambda s: f"coordinator serving on {s.address}"
+                  lambda s: f"coordinator serving on {s.address}; classes on ports {s.class_ports}"
                             + (f"; metrics {s.metrics_url}" if s.metrics_url else ""))
 
 

@@ -28,7 +28,7 @@ class SiteConfig:
     name: the site's name in results. db: its site database folder (`pathmaster index`).
     listen: control address (Info, health, reflection). class_ports: class -> port of the
     server that marks replies with that class's DSCP (0: any free port; the site
-    advertises the ports it got). algorithm: the site's comparison algorithm, passed to
+    advertises the ports it got; see `read_class_ports`). algorithm: the site's comparison algorithm, passed to
     `SiteIndex.open` ("" keeps the database's own). workers: Ray actors, each holding the
     index once. worker_cpus: Ray CPUs reserved per actor (fractions let several sites share
     a small machine). ray_address: "" starts a local Ray; "auto" or "HOST:PORT" joins one.
@@ -58,7 +58,10 @@ class SiteEndpoint:
 class CoordinatorConfig:
     """The coordinator.
 
-    listen: client-facing address. sites: where the sites are. metrics: "HOST:PORT" of the
+    listen: client-facing control address (Info, stats, sites, images; a client learns the
+    class ports there). class_ports: class -> port of the server that marks the replies to
+    clients with that class's DSCP, as a site's (0: any free port; advertised by the
+    coordinator's Info, on the same host as `listen`). sites: where the sites are. metrics: "HOST:PORT" of the
     Prometheus endpoint ("" for none). case_log: JSON-lines file of completion records
     (None for none). max_cells / max_case_bytes: per-case limits (RESOURCE_EXHAUSTED
     beyond). default_deadline_s: used when the client sets no deadline. tls: this server's
@@ -68,6 +71,7 @@ class CoordinatorConfig:
 
     sites: list[SiteEndpoint]
     listen: str = "127.0.0.1:0"
+    class_ports: dict[str, int] = field(default_factory=lambda: {c.name: 0 for c in DEFAULT_CLASSES})
     metrics: str = ""
     case_log: Path | None = None
     max_cells: int = 64
@@ -152,6 +156,30 @@ def _classes(path: Path, data: dict) -> ClassTable:
     return DEFAULT_CLASSES
 
 
+def read_class_ports(s: _Section, classes: ClassTable) -> dict[str, int]:
+    """The per-class reply-marking ports of a [site] or [coordinator] table.
+
+    Either `class_ports = { urgent = 50061, ... }` (0: any free port; `{}`: none, replies
+    unmarked), or `class_port_base = N` for N, N+1, ... in the class table's order (handy
+    behind a firewall). Neither: every class on a free port, which the server advertises.
+    """
+    if "class_ports" in s.data and "class_port_base" in s.data:
+        raise s.fail("class_port_base", "give either class_ports or class_port_base, not both")
+    names = classes.names()
+    base = s.get("class_port_base", int)
+    if base is not None:
+        if not 1 <= base <= 65536 - len(names):
+            raise s.fail("class_port_base", f"expected a port 1-{65536 - len(names)}, got {base}")
+        return {name: base + i for i, name in enumerate(names)}
+    ports = s.get("class_ports", dict, {name: 0 for name in names})
+    for class_name, port in ports.items():
+        if class_name not in classes:
+            raise s.fail("class_ports", f"unknown class {class_name!r}; known: {', '.join(names)}")
+        if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
+            raise s.fail("class_ports", f"{class_name}: expected a port number, got {port!r}")
+    return dict(ports)
+
+
 def load_site_config(path: str | Path) -> SiteConfig:
     """Read a site's TOML file: a [site] table, optional [tls] and [classes]."""
     path, data = _read(path)
@@ -159,12 +187,7 @@ def load_site_config(path: str | Path) -> SiteConfig:
         raise ConfigError(f"{path}: no [site] table")
     s = _Section(path, "site", data["site"])
     classes = _classes(path, data)
-    ports = s.get("class_ports", dict, {c.name: 0 for c in classes})
-    for class_name, port in ports.items():
-        if class_name not in classes:
-            raise s.fail("class_ports", f"unknown class {class_name!r}; known: {', '.join(classes.names())}")
-        if not isinstance(port, int) or not 0 <= port <= 65535:
-            raise s.fail("class_ports", f"{class_name}: expected a port number, got {port!r}")
+    ports = read_class_ports(s, classes)
     workers = s.get("workers", int, 1)
     if workers < 1:
         raise s.fail("workers", f"must be at least 1, got {workers}")
@@ -172,7 +195,7 @@ def load_site_config(path: str | Path) -> SiteConfig:
         name=s.get("name", str, required=True),
         db=s.path_value("db", required=True),
         listen=s.address("listen", "127.0.0.1:0"),
-        class_ports=dict(ports),
+        class_ports=ports,
         algorithm=s.get("algorithm", str, ""),
         workers=workers,
         worker_cpus=s.get("worker_cpus", float, 0.5),
@@ -196,9 +219,11 @@ def load_coordinator_config(path: str | Path) -> CoordinatorConfig:
     if len(set(names)) != len(names):
         raise ConfigError(f"{path}: [[sites]]: duplicate site names in {names}")
     max_mb = s.get("max_case_mb", float, 64.0)
+    classes = _classes(path, data)
     return CoordinatorConfig(
         sites=sites,
         listen=s.address("listen", "127.0.0.1:0"),
+        class_ports=read_class_ports(s, classes),
         metrics=s.get("metrics", str, ""),
         case_log=s.path_value("case_log"),
         max_cells=s.get("max_cells", int, 64),
@@ -206,5 +231,5 @@ def load_coordinator_config(path: str | Path) -> CoordinatorConfig:
         default_deadline_s=s.get("default_deadline_s", float, 60.0),
         tls=_tls(path, data),
         site_tls=_tls(path, data, "site_tls"),
-        classes=_classes(path, data),
+        classes=classes,
     )

@@ -9,6 +9,12 @@ SubmitCase, step by step:
    DEADLINE_EXCEEDED, ...: partial results, never a hang);
 4. send the summary (votes per test cell), record the case (JSON line + per-class stats).
 A client that cancels cancels every site call still running.
+
+Towards clients the coordinator marks its replies the way sites do towards it
+(qos/transport.py's `MarkedServer`): next to its control port it serves one port per
+request class, whose socket carries that class's DSCP, and advertises them with the Info
+RPC. services/client.py learns them once and sends each case to its class's port, so the
+streamed SiteResults and the summary go back with the class's DSCP.
 """
 
 from __future__ import annotations
@@ -74,6 +80,9 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         self.case_log = case_log
         self.histogram = histogram
         self.site_names = [s.name for s in config.sites]
+        # Filled in by CoordinatorServer once its ports are bound; advertised by Info.
+        self.class_ports: dict[str, int] = {}
+        self.class_dscp: dict[str, int] = {}
         self.cases_cancelled = 0
         self._last_lookup: dict[str, float] = {}
         self._lookups: dict[str, grpc.Future] = {}
@@ -306,6 +315,9 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         except grpc.RpcError as exc:
             context.abort(exc.code(), exc.details())
 
+    def Info(self, request: pb.CoordinatorInfoRequest, context) -> pb.CoordinatorInfo:
+        return pb.CoordinatorInfo(class_ports=self.class_ports, class_dscp=self.class_dscp)
+
     def ListSites(self, request, context) -> pb.SitesReply:
         calls = {s.name: self._site_stub(s.name).Info.future(pb.SiteInfoRequest(), timeout=INFO_TIMEOUT_S)
                  for s in self.config.sites}
@@ -344,9 +356,12 @@ class CoordinatorServer:
         host, port = split_address(cfg.listen)
         self.server = MarkedServer(
             lambda server: pb_grpc.add_CoordinatorServicer_to_server(self.servicer, server),
-            [COORDINATOR_SERVICE], host, port, None, cfg.classes, cfg.tls, max_workers=64,
+            [COORDINATOR_SERVICE], host, port, cfg.class_ports, cfg.classes, cfg.tls, max_workers=64,
             max_message_bytes=max(cfg.max_case_bytes * 2, 64 * 2**20),
-        ).start()
+        )
+        self.servicer.class_ports = dict(self.server.class_ports)
+        self.servicer.class_dscp = self.server.class_dscp
+        self.server.start()
         self.address = connect_address(host, self.server.port)
         if cfg.metrics:
             m_host, m_port = split_address(cfg.metrics)
@@ -355,9 +370,15 @@ class CoordinatorServer:
         # Learn the sites' class ports now, so the first case's replies are marked too.
         self._stopping = threading.Event()
         threading.Thread(target=self._learn_class_ports, daemon=True, name="class-ports").start()
-        log.info("coordinator on %s (%s), %d sites%s", self.address, "TLS" if cfg.tls else "no TLS",
-                 len(cfg.sites), f", metrics {self.metrics_url}" if self.metrics_url else "")
+        log.info("coordinator on %s (%s; classes on ports %s), %d sites%s", self.address,
+                 "TLS" if cfg.tls else "no TLS", self.server.class_ports, len(cfg.sites),
+                 f", metrics {self.metrics_url}" if self.metrics_url else "")
         return self
+
+    @property
+    def class_ports(self) -> dict[str, int]:
+        """class -> the port that serves it and marks its replies."""
+        return dict(self.server.class_ports)
 
     def _learn_class_ports(self) -> None:
         """Keep asking sites that have not answered Info yet (they may still be starting,

@@ -191,7 +191,7 @@ class SiteServer:
             [SITE_SERVICE], host, int(port), cfg.class_ports, cfg.classes, cfg.tls, max_workers=32,
         )
         self.servicer.class_ports = dict(self.server.class_ports)
-        self.servicer.class_dscp = {name: cfg.classes[name].dscp for name in self.server.class_ports}
+        self.servicer.class_dscp = self.server.class_dscp
         self.server.start()
         self.address = connect_address(host, self.server.port)
         log.info("site %s: serving %s on %s (classes on ports %s), %d Ray worker(s), algorithm %s",

@@ -52,3 +52,29 @@ def test_coordinator_config_errors(tmp_path):
         load_coordinator_config(path)
     with pytest.raises(ConfigError, match="not found"):
         load_coordinator_config(tmp_path / "missing.toml")
+
+
+def test_coordinator_class_ports(tmp_path):
+    path = tmp_path / "c.toml"
+    sites = '[[sites]]\nname = "a"\naddress = "h:1"\n'
+    path.write_text(sites)
+    assert load_coordinator_config(path).class_ports == {"urgent": 0, "routine": 0, "teaching": 0, "bulk": 0}
+    path.write_text("[coordinator]\nclass_port_base = 50071\n" + sites)
+    assert load_coordinator_config(path).class_ports == {
+        "urgent": 50071, "routine": 50072, "teaching": 50073, "bulk": 50074}
+    path.write_text("[coordinator]\nclass_ports = { urgent = 50081 }\n" + sites)
+    assert load_coordinator_config(path).class_ports == {"urgent": 50081}
+
+
+@pytest.mark.parametrize("line, message", [
+    ("class_port_base = 65534", "[coordinator] class_port_base: expected a port 1-65532, got 65534"),
+    ("class_port_base = 1\nclass_ports = {}", "either class_ports or class_port_base"),
+    ("class_ports = { urgent = 70000 }", "[coordinator] class_ports: urgent: expected a port number"),
+    ("class_ports = { express = 1 }", "unknown class 'express'"),
+])
+def test_coordinator_class_port_errors(tmp_path, line, message):
+    path = tmp_path / "c.toml"
+    path.write_text(f'[coordinator]\n{line}\n[[sites]]\nname = "a"\naddress = "h:1"\n')
+    with pytest.raises(ConfigError) as err:
+        load_coordinator_config(path)
+    assert message in str(err.value)

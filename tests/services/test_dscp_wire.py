@@ -1,10 +1,11 @@
 """DSCP on the wire: a coordinator and a site in two network namespaces joined by a veth.
 
 The product's own commands run inside the namespaces (`pathmaster serve site`, with its
-own Ray, `pathmaster serve coordinator`, `pathmaster query`); tcpdump on the coordinator's
-end of the veth records every TCP packet; each class's packets must carry its DSCP in both
-directions (requests: per-class channels; replies: the site's per-class ports), and the
-site's control port stays unmarked.
+own Ray, and `pathmaster query` in one; `pathmaster serve coordinator` in the other), so
+both hops cross the veth: client <-> coordinator and coordinator <-> site. tcpdump on the
+coordinator's end records every TCP packet; on each hop each class's packets must carry
+its DSCP in both directions (requests: per-class channels; replies: the server's per-class
+ports), and the control ports (Info) stay unmarked.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ pytestmark = [pytest.mark.netns, pytest.mark.slow]
 SITE_PORT = 50051
 COORDINATOR_PORT = 50050
 CLASS_PORTS = {c.name: 50061 + i for i, c in enumerate(DEFAULT_CLASSES)}
+COORDINATOR_BASE = 50071  # the coordinator's class ports: class_port_base, in class order
+COORDINATOR_PORTS = {c.name: COORDINATOR_BASE + i for i, c in enumerate(DEFAULT_CLASSES)}
 # "IP (tos 0x88, ttl 64, ...)" then "    10.77.0.1.40000 > 10.77.0.2.50061: Flags [P.], ..."
 PACKET = re.compile(r"IP \(tos (0x[0-9a-f]+),.*?\n\s+([\d.]+)\.(\d+) > ([\d.]+)\.(\d+):", re.S)
 
@@ -74,7 +77,7 @@ def test_each_class_carries_its_dscp_both_ways(two_hosts, site_db, tmp_path, cas
         f'[site]\nname = "st"\ndb = "{site_db}"\nlisten = "{st.ip}:{SITE_PORT}"\n'
         f"class_ports = {{ {ports} }}\nworkers = 1\n")
     (tmp_path / "co.toml").write_text(
-        f'[coordinator]\nlisten = "{co.ip}:{COORDINATOR_PORT}"\n'
+        f'[coordinator]\nlisten = "{co.ip}:{COORDINATOR_PORT}"\nclass_port_base = {COORDINATOR_BASE}\n'
         f'[[sites]]\nname = "st"\naddress = "{st.ip}:{SITE_PORT}"\n')
     cells = []
     for i, cell in enumerate(case_cells[:2]):
@@ -109,14 +112,15 @@ def test_each_class_carries_its_dscp_both_ways(two_hosts, site_db, tmp_path, cas
         info = co.run(sys.executable, "-c", INFO_CALL, f"{st.ip}:{SITE_PORT}", check=False, timeout=60)
         assert info.returncode == 0 and '"st"' in info.stdout, info.stderr
 
+        # The pathologist's query runs beside the site, so its hop crosses the veth too.
         for request_class in CLASS_PORTS:
-            done = co.run(sys.executable, "-m", "pathmaster", "query", "--coordinator",
+            done = st.run(sys.executable, "-m", "pathmaster", "query", "--coordinator",
                           f"{co.ip}:{COORDINATOR_PORT}", "--class", request_class, "--json",
                           *map(str, cells), check=False, timeout=120)
             assert done.returncode == 0, done.stderr
             assert '"type": "summary"' in done.stdout
-        # The last class's replies are on file before tcpdump stops.
-        last_reply = f"{st.ip}.{CLASS_PORTS[request_class]} >"
+        # The last class's replies to the client are on file before tcpdump stops.
+        last_reply = f"{co.ip}.{COORDINATOR_PORTS[request_class]} >"
         deadline = time.monotonic() + 10
         while last_reply not in read_capture(tmp_path / "wire.pcap") and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -125,16 +129,23 @@ def test_each_class_carries_its_dscp_both_ways(two_hosts, site_db, tmp_path, cas
             netns.stop_process(proc, timeout=10)
 
     text = read_capture(tmp_path / "wire.pcap")
-    seen = defaultdict(set)  # (port, direction) -> DSCPs seen
+    # Every packet is a request to or a reply from one of these listening ports.
+    servers = {(st.ip, port) for port in [SITE_PORT, *CLASS_PORTS.values()]}
+    servers |= {(co.ip, port) for port in [COORDINATOR_PORT, *COORDINATOR_PORTS.values()]}
+    seen = defaultdict(set)  # (server ip, port, direction) -> DSCPs seen
     for tos, src, sport, dst, dport in PACKET.findall(text):
         dscp = int(tos, 16) >> 2
-        if src == co.ip and dst == st.ip:
-            seen[(int(dport), "request")].add(dscp)
-        elif src == st.ip and dst == co.ip:
-            seen[(int(sport), "reply")].add(dscp)
-    for request_class, port in CLASS_PORTS.items():
+        if (dst, int(dport)) in servers:
+            seen[(dst, int(dport), "request")].add(dscp)
+        elif (src, int(sport)) in servers:
+            seen[(src, int(sport), "reply")].add(dscp)
+        else:
+            raise AssertionError(f"a packet between no known ports: {src}.{sport} > {dst}.{dport}")
+    for request_class in CLASS_PORTS:
         dscp = DEFAULT_CLASSES[request_class].dscp
-        for direction in ("request", "reply"):
-            assert seen[(port, direction)] == {dscp}, (request_class, direction, dict(seen))
-    # The control port (Info) carries no class: unmarked both ways.
-    assert seen[(SITE_PORT, "request")] == {0} and seen[(SITE_PORT, "reply")] == {0}
+        for server in [(co.ip, COORDINATOR_PORTS[request_class]), (st.ip, CLASS_PORTS[request_class])]:
+            for direction in ("request", "reply"):
+                assert seen[(*server, direction)] == {dscp}, (request_class, server, direction, dict(seen))
+    # The control ports (Info of the site and of the coordinator) carry no class: unmarked both ways.
+    for server in [(st.ip, SITE_PORT), (co.ip, COORDINATOR_PORT)]:
+        assert seen[(*server, "request")] == {0} and seen[(*server, "reply")] == {0}, (server, dict(seen))

@@ -273,3 +273,29 @@ class SitesReply(_message.Message):
     SITES_FIELD_NUMBER: _ClassVar[int]
     sites: _containers.RepeatedCompositeFieldContainer[SiteStatus]
     def __init__(self, sites: _Optional[_Iterable[_Union[SiteStatus, _Mapping]]] = ...) -> None: ...
+
+class CoordinatorInfoRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class CoordinatorInfo(_message.Message):
+    __slots__ = ("class_ports", "class_dscp")
+    class ClassPortsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class ClassDscpEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    CLASS_PORTS_FIELD_NUMBER: _ClassVar[int]
+    CLASS_DSCP_FIELD_NUMBER: _ClassVar[int]
+    class_ports: _containers.ScalarMap[str, int]
+    class_dscp: _containers.ScalarMap[str, int]
+    def __init__(self, class_ports: _Optional[_Mapping[str, int]] = ..., class_dscp: _Optional[_Mapping[str, int]] = ...) -> None: ...

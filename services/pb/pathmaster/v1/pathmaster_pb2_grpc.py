@@ -212,6 +212,11 @@ class CoordinatorStub:
                 request_serializer=services_dot_pb_dot_pathmaster_dot_v1_dot_pathmaster__pb2.SitesRequest.SerializeToString,
                 response_deserializer=services_dot_pb_dot_pathmaster_dot_v1_dot_pathmaster__pb2.SitesReply.FromString,
                 _registered_method=True)
+        self.Info = channel.unary_unary(
+                '/pathmaster.v1.Coordinator/Info',
+                request_serializer=services_dot_pb_dot_pathmaster_dot_v1_dot_pathmaster__pb2.CoordinatorInfoRequest.SerializeToString,
+                response_deserializer=services_dot_pb_dot_pathmaster_dot_v1_dot_pathmaster__pb2.CoordinatorInfo.FromString,
+                _registered_method=True)
 
 
 class CoordinatorServicer:
@@ -242,6 +247,13 @@ class CoordinatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Info(self, request, context):
+        """Which port serves (and marks the replies of) each request class.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CoordinatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -264,6 +276,11 @@ def add_CoordinatorServicer_to_server(servicer, server):
                     servicer.ListSites,
                     request_deserializer=services_dot_pb_dot_pathmaster_dot_v1_dot_pathmaster__pb2.SitesRequest.FromString,
                     response_serializer=services_dot_pb_dot_pathmaster_dot_v1_dot_pathmaster__pb2.SitesReply.SerializeToString,
+            ),
+            'Info': grpc.unary_unary_rpc_method_handler(
+                    servicer.Info,
+                    request_deserializer=services_dot_pb_dot_pathmaster_dot_v1_dot_pathmaster__pb2.CoordinatorInfoRequest.FromString,
+                    response_serializer=services_dot_pb_dot_pathmaster_dot_v1_dot_pathmaster__pb2.CoordinatorInfo.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -374,6 +391,33 @@ class Coordinator:
             '/pathmaster.v1.Coordinator/ListSites',
             services_dot_pb_dot_pathmaster_dot_v1_dot_pathmaster__pb2.SitesRequest.SerializeToString,
             services_dot_pb_dot_pathmaster_dot_v1_dot_pathmaster__pb2.SitesReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Info(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/pathmaster.v1.Coordinator/Info',
+            services_dot_pb_dot_pathmaster_dot_v1_dot_pathmaster__pb2.CoordinatorInfoRequest.SerializeToString,
+            services_dot_pb_dot_pathmaster_dot_v1_dot_pathmaster__pb2.CoordinatorInfo.FromString,
             options,
             channel_credentials,
             insecure,
