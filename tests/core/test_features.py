@@ -45,19 +45,21 @@ def render(od: np.ndarray, background: np.ndarray, noise: np.ndarray | None = No
     return as_uint8(image), as_uint8(background)
 
 
-def realistic_cell(seed: int = 0, size: int = 200, nucleoli: int = 2):
+def realistic_cell(seed: int = 0, size: int = 200, nucleoli: int = 2, zoom: float = 1.0):
     """A ~200 px cell: returns (od, slide, noise, mask) before rendering.
 
     Cytoplasm OD 0.15, nucleus 0.6 with smoothed-noise chromatin, nucleoli 0.95,
     slight optical blur, camera noise of 1.5 grey levels at a lamp of 205.
+    zoom enlarges the nucleus and spreads the nucleoli (for large images); chromatin
+    grain, blur and noise keep their pixel scale, as under a higher-resolution camera.
     """
     rng = np.random.default_rng(seed)
     mask = np.zeros((size, size), np.uint8)
     c = size / 2
     mask[draw.ellipse(c, c, 0.4 * size, 0.3 * size, rotation=0.4, shape=mask.shape)] = CYTOPLASM
-    mask[draw.ellipse(c + 5, c - 4, 28, 22, rotation=-0.3, shape=mask.shape)] = NUCLEUS
+    mask[draw.ellipse(c + 5 * zoom, c - 4 * zoom, 28 * zoom, 22 * zoom, rotation=-0.3, shape=mask.shape)] = NUCLEUS
     for k in range(nucleoli):
-        mask[draw.disk((c + 2 + 10 * k, c - 8 + 6 * k), 3, shape=mask.shape)] = NUCLEOLUS
+        mask[draw.disk((c + (2 + 10 * k) * zoom, c + (-8 + 6 * k) * zoom), 3, shape=mask.shape)] = NUCLEOLUS
     chromatin = ndimage.gaussian_filter(rng.normal(size=mask.shape), 1.5)
     chromatin /= chromatin.std()
     od = np.zeros(mask.shape)
@@ -116,6 +118,12 @@ def test_catalogue_names_units_groups_match_the_vector():
     assert order == sorted(order, key=GROUPS.index)
 
 
+# The comparisons with independent implementations run on a Herlev-sized cell and on a
+# 1024 x 1024 px one with a 5x larger nucleus: large uploads take other code paths' costs
+# (contours, hulls, co-occurrence over ~70 000 nucleus pixels) and must give the same values.
+REFERENCE_SIZES = pytest.mark.parametrize("size, zoom", [(200, 1.0), (1024, 5.0)], ids=["200px", "1024px"])
+
+
 # --- geometry: known shapes and regionprops --------------------------------------------
 
 def test_disk_in_disk_known_answers():
@@ -159,8 +167,9 @@ def test_ellipse_and_square_known_answers():
     assert value(v, "nucleus_feret_max") == pytest.approx(40 * np.sqrt(2), abs=1e-6)
 
 
-def test_geometry_matches_regionprops_on_a_realistic_cell():
-    od, background, noise, mask = realistic_cell(seed=3)
+@REFERENCE_SIZES
+def test_geometry_matches_regionprops_on_a_realistic_cell(size, zoom):
+    od, background, noise, mask = realistic_cell(seed=3, size=size, zoom=zoom)
     v = extract_features(*render(od, background, noise), mask)
     for name, region in (("nucleus", mask >= NUCLEUS), ("cell", mask > 0)):
         props = measure.regionprops(region.astype(np.uint8))[0]
@@ -241,8 +250,9 @@ def test_uniform_stain_gives_its_optical_density():
     assert value(v, "nucleus_od_integrated") == pytest.approx(value(v, "nucleus_od_mean") * n_nucleus)
 
 
-def test_od_statistics_match_scipy_on_a_realistic_cell():
-    od, background, noise, mask = realistic_cell(seed=5)
+@REFERENCE_SIZES
+def test_od_statistics_match_scipy_on_a_realistic_cell(size, zoom):
+    od, background, noise, mask = realistic_cell(seed=5, size=size, zoom=zoom)
     image, slide_u8 = render(od, background, noise)
     v = extract_features(image, slide_u8, mask)
     grey = reference_od(image, slide_u8)
@@ -330,8 +340,9 @@ def pooled_glcm(levels: np.ndarray, d: int) -> np.ndarray:
     return pooled[1:, 1:].astype(float)
 
 
-def test_haralick_matches_skimage_glcm_at_every_distance():
-    od, background, noise, mask = realistic_cell(seed=2)
+@REFERENCE_SIZES
+def test_haralick_matches_skimage_glcm_at_every_distance(size, zoom):
+    od, background, noise, mask = realistic_cell(seed=2, size=size, zoom=zoom)
     image, slide_u8 = render(od, background, noise)
     v = extract_features(image, slide_u8, mask)
     levels = np.where(mask >= NUCLEUS, _reference_levels(image, slide_u8), 0)
@@ -351,8 +362,9 @@ def test_haralick_matches_skimage_glcm_at_every_distance():
 
 
 @pytest.mark.filterwarnings("ignore:Applying `local_binary_pattern` to floating-point")
-def test_lbp_histograms_match_skimage():
-    od, background, noise, mask = realistic_cell(seed=2)
+@REFERENCE_SIZES
+def test_lbp_histograms_match_skimage(size, zoom):
+    od, background, noise, mask = realistic_cell(seed=2, size=size, zoom=zoom)
     image, slide_u8 = render(od, background, noise)
     v = extract_features(image, slide_u8, mask)
     grey = reference_od(image, slide_u8)
