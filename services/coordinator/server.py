@@ -338,8 +338,9 @@ def _code_name(code: int) -> str:
 
 
 class CoordinatorServer:
-    """A running coordinator: gRPC (plus health, reflection) and, when configured, a
-    Prometheus endpoint. `.address`, `.metrics_url`; `stop()` ends both."""
+    """A running coordinator: gRPC (plus health, reflection) on a control port and one
+    port per class (`config.class_ports`), and, when configured, a Prometheus endpoint.
+    `.address` (control), `.class_ports`, `.metrics_url`; `stop()` ends them all."""
 
     def __init__(self, config: CoordinatorConfig):
         self.config = config

@@ -50,6 +50,8 @@ def test_mutual_tls_case_end_to_end(secure, certs, case):
     coordinator, _ = secure
     with CoordinatorClient(coordinator.address, tls=party(certs, "client")) as client:
         events = list(client.submit(case[:2], "urgent", deadline_s=60))
+        # The case went to the coordinator's urgent port (marked replies), over TLS too.
+        assert client.class_address("urgent").endswith(f":{coordinator.class_ports['urgent']}")
     (result,) = [e.site_result for e in events if e.HasField("site_result")]
     assert result.status_code == 0, result.status_message
     assert len(result.cells) == 2 and all(len(c.matches) == 5 for c in result.cells)
