@@ -12,7 +12,8 @@ worker host X2, one CPU each, and two site workers of one CPU, so one analyses o
 one on X2, as the study's server and worker did (`workers_on_x2=False`: one worker in a
 local Ray on X1, quicker to start). So a case's bytes cross the
 bottleneck queues exactly as the product sends them, each class on its DSCP: requests by
-the coordinator's per-class channels, replies by the sites' per-class ports.
+the coordinator's per-class channels, replies by the sites' per-class ports (and
+client<->coordinator likewise, by the coordinator's class ports).
 
 Site databases are synthetic (`services.site.synthetic`), built once and cached.
 """
