@@ -291,7 +291,7 @@ def estimate_background(image: np.ndarray, mask: np.ndarray | None = None) -> np
     # in it (the cell fills the frame) fools the fit; lift it above 99% of the cell.
     cell = ~glass
     if cell.any():
-        smooth = ndi.gaussian_filter(image.astype(np.float64), (1.0, 1.0, 0))
+        smooth = ndi.gaussian_filter(image, (1.0, 1.0, 0), output=np.float64)
         excess = np.percentile((smooth - lamp)[cell], 99, axis=0)
         lamp += np.maximum(excess, 0.0)
     return np.clip(np.rint(lamp), 1, 255).astype(np.uint8)
@@ -306,7 +306,7 @@ def _clear_glass(image: np.ndarray) -> np.ndarray:
     what lies within noise of the envelope. A brightness threshold would fail: with
     vignetting the corners can be darker than a pale cytoplasm.
     """
-    level = ndi.gaussian_filter(image.astype(np.float64).sum(axis=2), 1.5)
+    level = ndi.gaussian_filter(image.sum(axis=2, dtype=np.float64), 1.5)
     noise = 1.4826 * np.median(np.abs(level - ndi.gaussian_filter(level, 3.0))) + 1e-6
     # The envelope is smooth: a grid of ~4000 pixels pins it down as well as all of them.
     height, width = level.shape
@@ -332,7 +332,8 @@ def _clear_glass(image: np.ndarray) -> np.ndarray:
 
 def _fit_surface(level: np.ndarray, where: np.ndarray) -> np.ndarray:
     """Least-squares surface (quadratic, or a plane with few points) through `level` at
-    the `where` pixels, evaluated everywhere. level: float (H, W) or (H, W, C)."""
+    the `where` pixels, evaluated everywhere: float64 of level's shape. level: (H, W) or
+    (H, W, C), any real dtype (only the fitted pixels are converted to float64)."""
     height, width = level.shape[:2]
     rows, cols = np.nonzero(where)
     if len(rows) > 20000:  # a quadratic needs far fewer points; keep it fast
@@ -340,7 +341,8 @@ def _fit_surface(level: np.ndarray, where: np.ndarray) -> np.ndarray:
         rows, cols = rows[pick], cols[pick]
     # Few glass pixels (a tight crop) cannot pin down curvature: fit a plane instead.
     terms = _QUADRATIC if len(rows) >= QUADRATIC_MIN_PIXELS else _PLANE
-    coef, *_ = np.linalg.lstsq(_design(terms, rows, cols, height, width), level[rows, cols], rcond=None)
+    values = level[rows, cols].astype(np.float64)
+    coef, *_ = np.linalg.lstsq(_design(terms, rows, cols, height, width), values, rcond=None)
     return _surface_on_grid(terms, coef, height, width)
 
 
@@ -350,7 +352,7 @@ def _fit_lamp(image: np.ndarray, glass: np.ndarray) -> np.ndarray:
     if len(pixels) < min(MIN_BACKGROUND_PIXELS, max(20, 0.05 * glass.size)):
         flat = np.percentile(image.reshape(-1, 3).astype(np.float64), 99, axis=0)
         return np.broadcast_to(np.rint(flat).astype(np.uint8), image.shape).copy()
-    full = _fit_surface(image.astype(np.float64), glass)
+    full = _fit_surface(image, glass)
     # Far from the glass pixels the fit can sag; the lamp is not dimmer than the dim glass.
     floor = np.percentile(pixels, 1, axis=0)
     return np.clip(np.rint(np.maximum(full, floor)), 1, 255).astype(np.uint8)
