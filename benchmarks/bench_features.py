@@ -2,6 +2,7 @@
 measurement (cp_measure) of the same cells, side by side in one run, on one core.
 
     python benchmarks/bench_features.py [--cells-per-class 5] [--repeats 5] [--seed 0] [--json]
+    python benchmarks/bench_features.py --sweep [--sizes 128,256,512,1024,1800] [--before REV]
 
 Cells come from the synthetic generator (~200 x 200 px, every diagnosis). Each cell is
 measured by both methods in alternation, `repeats` times, so machine noise hits both
@@ -10,6 +11,15 @@ over cells. The CellProfiler-style measurement covers what our vector covers: si
 and Feret diameters of the nucleus and cytoplasm objects, their intensities, and Haralick
 texture at 256 grey levels at the same three distances (cp_measure's MeasureTexture scales).
 If cp_measure cannot run, scikit-image regionprops + graycoprops at 256 grey levels stand in.
+
+--sweep: time against image size. One synthetic cell is upscaled to each size (S x S px,
+bilinear, camera noise of 4 grey levels added afterwards so it is not unnaturally smooth)
+and analysed as an upload is: `analyse_cell(image)` segments it, estimates its blank
+slide and extracts the features; "features" alone is extract_features with the true mask
+and slide. Printed: median seconds per image (wall and CPU) and ms per megapixel, which
+stays flat when the cost is linear in pixels. With --before REV each size is also timed
+with the code of git revision REV (a temporary git worktree), before and after alternating
+size by size in fresh processes so machine noise hits both alike.
 """
 
 from __future__ import annotations
@@ -24,7 +34,11 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import platform  # noqa: E402
 import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
 import time  # noqa: E402
+from pathlib import Path  # noqa: E402
 from typing import Callable  # noqa: E402
 
 import cv2  # noqa: E402
@@ -86,13 +100,123 @@ def skimage_method() -> tuple[str, Callable[[np.ndarray, np.ndarray], int]]:
     return "scikit-image regionprops + graycoprops @256 levels", measure_cell
 
 
+# ------------------------------------------------------------------ size sweep
+
+REPO = Path(__file__).resolve().parents[1]
+SWEEP_SIZES = (128, 256, 512, 1024, 1800)
+BEFORE_MAX_SIZE = 1800  # the old code needs minutes per image above this
+
+
+def sweep_cell(side: int, seed: int = 0):
+    """(image, background, mask) of one synthetic carcinoma-in-situ cell upscaled to side x side px."""
+    from skimage.transform import resize
+
+    cell = synth_cell("carcinoma_in_situ", np.random.default_rng(seed))
+    noise = np.random.default_rng(seed + 1)
+
+    def upscale(array: np.ndarray, order: int) -> np.ndarray:
+        return resize(array, (side, side), order=order, preserve_range=True, anti_aliasing=False)
+
+    def exposed(array: np.ndarray) -> np.ndarray:
+        return np.clip(upscale(array, 1) + noise.normal(0.0, 4.0, (side, side, 3)), 0, 255).round().astype(np.uint8)
+
+    return exposed(cell.image), exposed(cell.background), upscale(cell.mask, 0).astype(np.uint8)
+
+
+def sweep_worker(side: int, repeats: int, seed: int) -> dict:
+    """Median wall and CPU seconds of analyse_cell(image) and extract_features at one size,
+    with whatever pathmaster is first on sys.path (this tree or a worktree of REV)."""
+    import pathmaster
+    from pathmaster.site import analyse_cell
+
+    image, background, mask = sweep_cell(side, seed)
+    tasks = {"analyse": lambda: analyse_cell(image),
+             "features": lambda: extract_features(image, background, mask)}
+    extract_features(image, background, mask)  # lazy imports out of the timing
+    result = {}
+    for name, task in tasks.items():
+        wall, cpu = [], []
+        for _ in range(repeats):
+            w0, c0 = time.perf_counter(), time.process_time()
+            task()
+            wall.append(time.perf_counter() - w0)
+            cpu.append(time.process_time() - c0)
+        result[name] = {"wall_s": statistics.median(wall), "cpu_s": statistics.median(cpu)}
+    result["package"] = str(Path(pathmaster.__file__).resolve().parent)
+    return result
+
+
+def _run_worker(tree: Path, side: int, repeats: int, seed: int) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    out = subprocess.run([sys.executable, __file__, "--sweep-worker", str(side), "--repeats", str(repeats),
+                          "--seed", str(seed)], env=env, check=True, capture_output=True, text=True, timeout=1800)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    if Path(result["package"]) != (tree / "pathmaster").resolve():
+        raise RuntimeError(f"worker for {tree} imported pathmaster from {result['package']}")
+    return result
+
+
+def sweep(sizes: list[int], repeats: int, seed: int, before: str | None, as_json: bool) -> int:
+    """Time analysis against image size; with `before`, side by side with git revision `before`."""
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-before-") as tmp:
+        old_tree = None
+        if before:
+            old_tree = Path(tmp) / "tree"
+            subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "--quiet", str(old_tree), before],
+                           check=True)
+        try:
+            for side in sizes:
+                row = {"size": side, "megapixels": side * side / 1e6, "after": _run_worker(REPO, side, repeats, seed)}
+                if old_tree is not None and side <= BEFORE_MAX_SIZE:
+                    row["before"] = _run_worker(old_tree, side, repeats if side <= 1024 else 1, seed)
+                rows.append(row)
+                if as_json:  # progress, since a sweep takes minutes
+                    print(_sweep_line(row), file=sys.stderr, flush=True)
+        finally:
+            if old_tree is not None:
+                subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(old_tree)], check=False)
+    if as_json:
+        print(json.dumps({"repeats": repeats, "before": before, "rows": rows,
+                          "load_average": os.getloadavg()[0]}, indent=2))
+    else:
+        old = f"; before = {before}, timed once above 1024 px" if before else ""
+        print(f"analysis time against image size, median of {repeats}, one core; after = this working tree{old}")
+        for row in rows:
+            print(_sweep_line(row))
+        print(f"load average at the end: {os.getloadavg()[0]:.2f}")
+    return 0
+
+
+def _sweep_line(row: dict) -> str:
+    parts = [f"{row['size']:5d} px ({row['megapixels']:6.2f} MP):"]
+    for task in ("analyse", "features"):
+        after = row["after"][task]
+        text = (f"{task} {after['wall_s']:8.3f} s wall {after['cpu_s']:8.3f} s CPU "
+                f"{1000 * after['cpu_s'] / row['megapixels']:8.1f} ms CPU/MP")
+        if "before" in row:
+            old = row["before"][task]
+            text += f" | before {old['wall_s']:8.3f} s wall {old['cpu_s']:8.3f} s CPU (x{old['cpu_s'] / after['cpu_s']:.1f})"
+        parts.append(text)
+    return "\n    ".join(parts)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cells-per-class", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--sweep", action="store_true", help="time analysis against image size instead")
+    parser.add_argument("--sizes", default=",".join(map(str, SWEEP_SIZES)), help="--sweep: image sides in px")
+    parser.add_argument("--before", metavar="REV", help="--sweep: also time git revision REV, side by side")
+    parser.add_argument("--sweep-worker", type=int, metavar="SIDE", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.sweep_worker:
+        print(json.dumps(sweep_worker(args.sweep_worker, args.repeats, args.seed)))
+        return 0
+    if args.sweep:
+        return sweep([int(v) for v in args.sizes.split(",")], args.repeats, args.seed, args.before, args.json)
 
     rng = np.random.default_rng(args.seed)
     cells = [synth_cell(d, rng) for d in DIAGNOSES for _ in range(args.cells_per_class)]
