@@ -19,7 +19,10 @@ slide and extracts the features; "features" alone is extract_features with the t
 and slide. Printed: median seconds per image (wall and CPU) and ms per megapixel, which
 stays flat when the cost is linear in pixels. With --before REV each size is also timed
 with the code of git revision REV (a temporary git worktree), before and after alternating
-size by size in fresh processes so machine noise hits both alike.
+size by size in fresh processes so machine noise hits both alike. Measured on the 2-core
+development VM, --repeats 3 --before 8a00fe4 (the code before the large-image work), CPU s:
+analyse 1024 px 3.07 -> 1.47, 1800 px 19.2 -> 4.73, 4096 px 29.9 (1.2-1.8 s per megapixel
+from 512 px up, was 2.1-5.9 and rising); features alone 40-60 ms per megapixel, unchanged.
 """
 
 from __future__ import annotations
