@@ -15,6 +15,10 @@ caller needs only the control address and reaches a class port on that same host
 (`ClassChannels`). Sites do this for the coordinator (`SiteInfo.class_ports`), the
 coordinator for its clients (`CoordinatorInfo.class_ports`).
 (tests/services/test_dscp_wire.py checks every hop, both ways, on the wire with tcpdump.)
+A class port refuses a request of another class (FAILED_PRECONDITION): its replies would
+carry the wrong DSCP. That happens only to a caller whose port map is stale (the server
+restarted on other free ports); like UNAVAILABLE it means "ask Info again"
+(`STALE_PORT_CODES`).
 
 Also here: message size limits (a 10 MB image must pass) and TLS / mutual-TLS
 credentials from files, used by every server and channel.
@@ -185,6 +189,38 @@ class ClassChannels:
             self._retired.clear()
 
 
+# What a call on a class port fails with when the caller's port map may be out of date:
+# the server is gone (UNAVAILABLE) or the port now serves another class (FAILED_PRECONDITION).
+STALE_PORT_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.FAILED_PRECONDITION)
+
+
+class _OwnClassOnly(grpc.ServerInterceptor):
+    """On a class port: refuse unary requests whose `request_class` names another class."""
+
+    def __init__(self, class_name: str):
+        self.class_name = class_name
+
+    def intercept_service(self, continuation, handler_call_details):
+        handler = continuation(handler_call_details)
+        if handler is None or handler.request_streaming:
+            return handler
+        if handler.response_streaming:
+            return grpc.unary_stream_rpc_method_handler(
+                self._checked(handler.unary_stream), handler.request_deserializer, handler.response_serializer)
+        return grpc.unary_unary_rpc_method_handler(
+            self._checked(handler.unary_unary), handler.request_deserializer, handler.response_serializer)
+
+    def _checked(self, behaviour):
+        def checked(request, context):
+            asked = getattr(request, "request_class", "")
+            if asked and asked != self.class_name:
+                context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                              f"this port serves class {self.class_name!r} only, not {asked!r}: "
+                              f"ask Info for the class ports again (the server may have restarted)")
+            return behaviour(request, context)
+        return checked
+
+
 def _add_port(server: grpc.Server, address: str, tls: TLSFiles | None) -> int:
     try:
         if tls is None:
@@ -205,7 +241,8 @@ class MarkedServer:
     the control server and for every class server, all sharing one thread pool.
     `service_names` are the full names announced by health checking and reflection
     (served on every port). `class_ports` maps class -> port (0: any free port);
-    None serves only the control port (replies then unmarked).
+    None serves only the control port (replies then unmarked). A class port refuses
+    requests naming another class (`_OwnClassOnly`).
     """
 
     def __init__(
@@ -225,12 +262,14 @@ class MarkedServer:
         self._executor = futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc")
         names = list(service_names)
 
-        def build(dscp: int | None) -> grpc.Server:
+        def build(class_name: str | None) -> grpc.Server:
             # No SO_REUSEPORT: a second server on a busy port must fail, not share it.
             options: list[tuple[str, object]] = _size_options(max_message_bytes) + [("grpc.so_reuseport", 0)]
-            if dscp is not None:
-                options.append(("grpc.dscp", int(dscp)))
-            server = grpc.server(self._executor, options=options)
+            interceptors = []
+            if class_name is not None:
+                options.append(("grpc.dscp", int(classes[class_name].dscp)))
+                interceptors.append(_OwnClassOnly(class_name))
+            server = grpc.server(self._executor, options=options, interceptors=interceptors)
             add_servicers(server)
             health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
             reflection.enable_server_reflection(
@@ -245,7 +284,7 @@ class MarkedServer:
         self._servers.append(control)
         self.class_ports: dict[str, int] = {}
         for class_name, port in (class_ports or {}).items():
-            server = build(classes[class_name].dscp)
+            server = build(class_name)
             self.class_ports[class_name] = _add_port(server, f"{host}:{port}", tls)
             self._servers.append(server)
         self._service_names = names

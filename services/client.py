@@ -22,7 +22,7 @@ import grpc
 
 from pathmaster.records import InvalidInput
 from qos.classes import DEFAULT_CLASSES, ClassTable
-from qos.transport import ClassChannels, TLSFiles
+from qos.transport import STALE_PORT_CODES, ClassChannels, TLSFiles
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
 
@@ -105,9 +105,10 @@ class CoordinatorClient:
             return dict(ports)
 
     def _forget_class_ports(self, call) -> None:
-        """A case that failed UNAVAILABLE on a class port makes the next case ask again:
-        the coordinator may have restarted on other ports. (Runs on a gRPC thread: no lock.)"""
-        if call.code() == grpc.StatusCode.UNAVAILABLE:
+        """A case that failed on a class port as a stale port map does (STALE_PORT_CODES)
+        makes the next case ask again: the coordinator may have restarted on other ports.
+        (Runs on a gRPC thread: no lock.)"""
+        if call.code() in STALE_PORT_CODES:
             self._class_ports = None
 
     def submit(self, cells: list[pb.CellImage], request_class: str = "routine", *, k: int = 5,

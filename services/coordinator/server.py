@@ -29,7 +29,7 @@ from collections import Counter
 import grpc
 from prometheus_client import start_http_server
 
-from qos.transport import ClassChannels, MarkedServer, connect_address, split_address
+from qos.transport import STALE_PORT_CODES, ClassChannels, MarkedServer, connect_address, split_address
 from services.config import CoordinatorConfig, DEFAULT_K
 from services.coordinator.stats import CaseLog, ClassStats, metrics_registry
 from services.coordinator.validation import CaseRejected, check_case
@@ -260,7 +260,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         error = call.exception()
         if error is not None:
             code = error.code()
-            if code == grpc.StatusCode.UNAVAILABLE:
+            if code in STALE_PORT_CODES:
                 if self.channels.has_class_ports(site):  # else _class_ports_for_case retries
                     self._refresh_later(site)
             log.warning("site %s: %s: %s", site, code.name, error.details())

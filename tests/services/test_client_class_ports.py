@@ -113,3 +113,29 @@ def test_client_relearns_the_ports_of_a_restarted_coordinator(deployment, case):
         first.stop(0)  # a second stop is harmless
         if second is not None:
             second.stop(0)
+
+
+def test_a_class_port_refuses_other_classes_and_a_stale_client_recovers(deployment, case):
+    coordinator = deployment.coordinator
+    host = coordinator.address.rpartition(":")[0]
+    urgent_port = f"{host}:{coordinator.class_ports['urgent']}"
+    # A bulk case on the urgent port would get urgent's DSCP on its replies: refused by name.
+    with grpc.insecure_channel(urgent_port) as channel:
+        request = pb.CaseRequest(request_class="bulk", cells=case[:1], sites=["alpha"], deadline_s=10)
+        with pytest.raises(grpc.RpcError) as err:
+            list(pb_grpc.CoordinatorStub(channel).SubmitCase(request, timeout=15))
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "'urgent'" in err.value.details() and "'bulk'" in err.value.details()
+    # A client whose port map is stale (classes swapped, as after a restart on reused free
+    # ports) fails once with that message, asks Info again, and the next case goes right.
+    with CoordinatorClient(coordinator.address) as client:
+        client.learn_class_ports()
+        swapped = dict(coordinator.class_ports, urgent=coordinator.class_ports["bulk"],
+                       bulk=coordinator.class_ports["urgent"])
+        client._channels.set_class_ports("coordinator", swapped)
+        with pytest.raises(grpc.RpcError) as err:
+            list(client.submit(case[:1], "bulk", deadline_s=10, sites=["alpha"]))
+        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        summary = summary_of(client.submit(case[:1], "bulk", deadline_s=60, sites=["alpha"]))
+        assert summary.request_class == "bulk"
+        assert port_of(client.class_address("bulk")) == coordinator.class_ports["bulk"]
