@@ -146,6 +146,11 @@ def print_case(events, started: float, truth: dict | None = None, as_json: bool 
 # ------------------------------------------------------------------ demo
 
 
+def _ports_text(class_ports: dict[str, int]) -> str:
+    """"urgent=50071, routine=50072, ...": where each class is served (and marked)."""
+    return ", ".join(f"{c}={p}" for c, p in class_ports.items())
+
+
 def run_demo(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
     from services.client import CoordinatorClient
@@ -165,11 +170,9 @@ def run_demo(args: argparse.Namespace) -> int:
     try:
         coordinator = deployment.coordinator
         for name, site in deployment.sites.items():
-            print(f"site {name:<12} {site.address}  classes on ports "
-                  f"{', '.join(f'{c}={p}' for c, p in site.class_ports.items())}")
+            print(f"site {name:<12} {site.address}  classes on ports {_ports_text(site.class_ports)}")
         print(f"coordinator       {coordinator.address}  classes on ports "
-              f"{', '.join(f'{c}={p}' for c, p in coordinator.class_ports.items())}  "
-              f"metrics {coordinator.metrics_url}")
+              f"{_ports_text(coordinator.class_ports)}  metrics {coordinator.metrics_url}")
         print(f"case log          {coordinator.config.case_log}")
         if not args.no_gateway:
             gateway = _start_gateway(coordinator.address)
@@ -228,7 +231,7 @@ def run_serve_site(args: argparse.Namespace) -> int:
         return config
 
     return _serve("site", load, SiteServer, args.config,
-                  lambda s: f"site {s.config.name} serving on {s.address}; classes on ports {s.class_ports}")
+                  lambda s: f"site {s.config.name} serving on {s.address}; classes on ports {_ports_text(s.class_ports)}")
 
 
 def run_serve_coordinator(args: argparse.Namespace) -> int:
@@ -236,7 +239,7 @@ def run_serve_coordinator(args: argparse.Namespace) -> int:
     from services.coordinator.server import CoordinatorServer
 
     return _serve("coordinator", load_coordinator_config, CoordinatorServer, args.config,
-                  lambda s: f"coordinator serving on {s.address}; classes on ports {s.class_ports}"
+                  lambda s: f"coordinator serving on {s.address}; classes on ports {_ports_text(s.class_ports)}"
                             + (f"; metrics {s.metrics_url}" if s.metrics_url else ""))
 
 

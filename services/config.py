@@ -28,8 +28,8 @@ class SiteConfig:
     name: the site's name in results. db: its site database folder (`pathmaster index`).
     listen: control address (Info, health, reflection). class_ports: class -> port of the
     server that marks replies with that class's DSCP (0: any free port; the site
-    advertises the ports it got; see `read_class_ports`). algorithm: the site's comparison algorithm, passed to
-    `SiteIndex.open` ("" keeps the database's own). workers: Ray actors, each holding the
+    advertises the ports it got; see `read_class_ports`). algorithm: the site's
+    comparison algorithm, passed to `SiteIndex.open` ("" keeps the database's own). workers: Ray actors, each holding the
     index once. worker_cpus: Ray CPUs reserved per actor (fractions let several sites share
     a small machine). ray_address: "" starts a local Ray; "auto" or "HOST:PORT" joins one.
     """
@@ -37,7 +37,7 @@ class SiteConfig:
     name: str
     db: Path
     listen: str = "127.0.0.1:0"
-    class_ports: dict[str, int] = field(default_factory=lambda: {c.name: 0 for c in DEFAULT_CLASSES})
+    class_ports: dict[str, int] = field(default_factory=lambda: free_class_ports(DEFAULT_CLASSES))
     algorithm: str = ""
     workers: int = 1
     worker_cpus: float = 0.5
@@ -61,8 +61,8 @@ class CoordinatorConfig:
     listen: client-facing control address (Info, stats, sites, images; a client learns the
     class ports there). class_ports: class -> port of the server that marks the replies to
     clients with that class's DSCP, as a site's (0: any free port; advertised by the
-    coordinator's Info, on the same host as `listen`). sites: where the sites are. metrics: "HOST:PORT" of the
-    Prometheus endpoint ("" for none). case_log: JSON-lines file of completion records
+    coordinator's Info, on the same host as `listen`). sites: where the sites are.
+    metrics: "HOST:PORT" of the Prometheus endpoint ("" for none). case_log: JSON-lines file of completion records
     (None for none). max_cells / max_case_bytes: per-case limits (RESOURCE_EXHAUSTED
     beyond). default_deadline_s: used when the client sets no deadline. tls: this server's
     certificate (and client-certificate check when mutual). site_tls: what the coordinator
@@ -71,7 +71,7 @@ class CoordinatorConfig:
 
     sites: list[SiteEndpoint]
     listen: str = "127.0.0.1:0"
-    class_ports: dict[str, int] = field(default_factory=lambda: {c.name: 0 for c in DEFAULT_CLASSES})
+    class_ports: dict[str, int] = field(default_factory=lambda: free_class_ports(DEFAULT_CLASSES))
     metrics: str = ""
     case_log: Path | None = None
     max_cells: int = 64
@@ -156,6 +156,11 @@ def _classes(path: Path, data: dict) -> ClassTable:
     return DEFAULT_CLASSES
 
 
+def free_class_ports(classes: ClassTable) -> dict[str, int]:
+    """Every class on a free port (0), which the server picks and then advertises."""
+    return {c.name: 0 for c in classes}
+
+
 def read_class_ports(s: _Section, classes: ClassTable) -> dict[str, int]:
     """The per-class reply-marking ports of a [site] or [coordinator] table.
 
@@ -171,7 +176,7 @@ def read_class_ports(s: _Section, classes: ClassTable) -> dict[str, int]:
         if not 1 <= base <= 65536 - len(names):
             raise s.fail("class_port_base", f"expected a port 1-{65536 - len(names)}, got {base}")
         return {name: base + i for i, name in enumerate(names)}
-    ports = s.get("class_ports", dict, {name: 0 for name in names})
+    ports = s.get("class_ports", dict, free_class_ports(classes))
     for class_name, port in ports.items():
         if class_name not in classes:
             raise s.fail("class_ports", f"unknown class {class_name!r}; known: {', '.join(names)}")
