@@ -126,6 +126,14 @@ def sweep_cell(side: int, seed: int = 0):
     return exposed(cell.image), exposed(cell.background), upscale(cell.mask, 0).astype(np.uint8)
 
 
+def timed(task: Callable[[], object]) -> tuple[object, float, float]:
+    """Run `task` once: (its result, wall seconds, CPU seconds of this process). On a shared
+    machine the wall clock also counts waiting for a core, CPU time only the work."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = task()
+    return result, time.perf_counter() - wall, time.process_time() - cpu
+
+
 def sweep_worker(side: int, repeats: int, seed: int) -> dict:
     """Median wall and CPU seconds of analyse_cell(image) and extract_features at one size,
     with whatever pathmaster is first on sys.path (this tree or a worktree of REV)."""
@@ -140,10 +148,9 @@ def sweep_worker(side: int, repeats: int, seed: int) -> dict:
     for name, task in tasks.items():
         wall, cpu = [], []
         for _ in range(repeats):
-            w0, c0 = time.perf_counter(), time.process_time()
-            task()
-            wall.append(time.perf_counter() - w0)
-            cpu.append(time.process_time() - c0)
+            _, w, c = timed(task)
+            wall.append(w)
+            cpu.append(c)
         result[name] = {"wall_s": statistics.median(wall), "cpu_s": statistics.median(cpu)}
     result["package"] = str(Path(pathmaster.__file__).resolve().parent)
     return result
@@ -235,22 +242,17 @@ def main(argv: list[str] | None = None) -> int:
         return extract_features(cell.image, cell.background, cell.mask)
 
     ours(cells[0])  # warm caches and lazy imports before timing
-    # Wall time and CPU time of this process: on a shared machine the wall clock also
-    # counts waiting for a core, CPU time only the work (both are printed).
-    clocks = {"wall": time.perf_counter, "cpu": time.process_time}
-    per_cell = {(method, clock): [] for method in ("ours", "ref") for clock in clocks}
+    per_cell = {(method, clock): [] for method in ("ours", "ref") for clock in ("wall", "cpu")}
     ref_values = 0
     for cell in cells:
         samples = {key: [] for key in per_cell}
         for _ in range(args.repeats):
-            for method in ("ours", "ref"):
-                starts = {clock: read() for clock, read in clocks.items()}
-                if method == "ours":
-                    ours(cell)
-                else:
-                    ref_values = reference(cell.image, cell.mask)
-                for clock, read in clocks.items():
-                    samples[(method, clock)].append(1000 * (read() - starts[clock]))
+            for method, task in (("ours", lambda: ours(cell)), ("ref", lambda: reference(cell.image, cell.mask))):
+                value, wall, cpu = timed(task)
+                if method == "ref":
+                    ref_values = value
+                samples[(method, "wall")].append(1000 * wall)
+                samples[(method, "cpu")].append(1000 * cpu)
         for key, values in samples.items():
             per_cell[key].append(statistics.median(values))
     median = {key: statistics.median(values) for key, values in per_cell.items()}
