@@ -61,16 +61,10 @@ class TrafficResult:
                 "bps": self.bps, "flows": self.flows}
 
 
-def mark_port(node: Node, protocol: str, port: int, dscp: int, side: str = "source", add: bool = True) -> None:
-    """Add (or delete) an iptables rule in `node` setting DSCP `dscp` on packets it sends from
-    (`side="source"`) or to (`side="destination"`) `port`.
-
-    Both catch every connection on the port: iperf3's control connection as well as its data,
-    so the whole test travels in one class (iperf3 --dscp marks only the data).
-    """
-    option = {"source": "--sport", "destination": "--dport"}[side]
+def mark_source_port(node: Node, protocol: str, port: int, dscp: int, add: bool = True) -> None:
+    """Add (or delete) an iptables rule in `node` setting DSCP `dscp` on packets it sends from `port`."""
     node.cmd("iptables", "-t", "mangle", "-A" if add else "-D", "OUTPUT", "-p", protocol,
-             option, str(port), "-j", "DSCP", "--set-dscp", str(dscp))
+             "--sport", str(port), "-j", "DSCP", "--set-dscp", str(dscp))
 
 
 class PortCounter:
@@ -165,7 +159,7 @@ class BulkDownloads(Traffic):
             return self
         for i, target in enumerate(self.targets):
             port = self.port + i
-            mark_port(self.source, "tcp", port, self.dscp)
+            mark_source_port(self.source, "tcp", port, self.dscp)
             self._marked.append(port)
             self._servers.append(IperfServer(self.source, port).start())
             proc = start_client(self.testbed.host(target), self.source.ip, port=port, seconds=LONG_S,
@@ -185,7 +179,7 @@ class BulkDownloads(Traffic):
             for server in self._servers:
                 server.stop()
             for port in self._marked:
-                mark_port(self.source, "tcp", port, self.dscp, add=False)
+                mark_source_port(self.source, "tcp", port, self.dscp, add=False)
             self._servers, self._clients, self._marked = [], [], []
         return self._finish(flows, raw)
 

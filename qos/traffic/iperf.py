@@ -128,7 +128,7 @@ def client_argv(server_ip: str, port: int = 5201, seconds: float | None = 3.0, d
     """The iperf3 client command line (JSON output, --dscp marking of what the client sends).
 
     With `reverse` the server sends, and iperf3 3.12's server does not apply the client's
-    DSCP to it: mark such data at the server's edge (see `qos.traffic.competing.mark_port`).
+    DSCP to it: mark such data at the server's edge (see `qos.traffic.competing.mark_source_port`).
 
     `omit` seconds at the start (slow start) are run but left out of the results.
     """

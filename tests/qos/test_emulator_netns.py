@@ -25,7 +25,6 @@ from qos.classes import DEFAULT_CLASSES
 from qos.emulator.runner import nfqueue_unavailable_reason
 from qos.testbed import Testbed, kernel, netns
 from qos.testbed.config import from_dict
-from qos.traffic.competing import mark_port
 from qos.traffic.iperf import client_argv, parse
 
 pytestmark = pytest.mark.netns
@@ -73,9 +72,10 @@ class Flow:
     Every flow gets a port of its own, so a server left over from a failed test can never
     answer a later one. The server starts at once; the client with `start`.
 
-    A marked flow's control connection travels in its class too (iperf3 --dscp marks only
-    the data): unmarked, it would queue behind a greedy best-effort competitor, and the
-    test's end, sent on it, could be lost there and come 200 ms late.
+    iperf3 --dscp marks only the data; the control connection stays best effort, which is
+    why iperf3's own test length is no completion time (see `Transfer`). Marking it too
+    puts the test at the mercy of the class it measures (tried: under WRED the AF13 test,
+    whose packets are nearly all dropped, never got going).
     """
 
     tool = "iperf3"
@@ -86,7 +86,6 @@ class Flow:
         self.tb, self.dst, self.options = tb, dst, options
         self.node = tb.host(dst)
         self.client = None
-        self.marked = False
         self.server = self.node.popen(self.server_argv(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             self.node.wait_listening(self.port)
@@ -101,9 +100,6 @@ class Flow:
         return client_argv(self.tb.ip(self.dst), port=self.port, **self.options)
 
     def start(self) -> None:
-        if self.options.get("dscp"):
-            mark_port(self.tb.master, "tcp", self.port, self.options["dscp"], side="destination")
-            self.marked = True
         self.client = self.tb.master.popen(self.client_argv(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                            text=True)
 
@@ -121,9 +117,6 @@ class Flow:
         for proc in (self.client, self.server):
             if proc is not None:
                 netns.stop_process(proc, timeout=2)
-        if self.marked:
-            mark_port(self.tb.master, "tcp", self.port, self.options["dscp"], side="destination", add=False)
-            self.marked = False
 
     def finish(self, timeout: float = 30.0) -> None:
         try:
@@ -169,10 +162,6 @@ class Transfer(Flow):
     def client_argv(self) -> list[str]:
         return [sys.executable, "-m", "qos.traffic.transfer", "send", self.tb.ip(self.dst), str(self.port),
                 str(self.options["nbytes"]), "--dscp", str(self.options.get("dscp", 0))]
-
-    def start(self) -> None:  # the sender marks its own socket, SYN included
-        self.client = self.tb.master.popen(self.client_argv(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                           text=True)
 
     def read_results(self, client_out: str, server_out: str) -> None:
         self.result = json.loads(server_out)
