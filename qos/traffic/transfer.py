@@ -1,10 +1,10 @@
 """A fixed-size TCP transfer timed from its first to its last byte at the receiver.
 
 iperf3 cannot time this: with `-n` its test ends when the *sender* has written the last
-byte into its socket and said so on the control connection, so the receiver's report
-stops while the tail is still in the network (2 MB sent, 1.76 MB counted, on a 10 Mbit/s
-link) and any delay of that control message is added to the time. Here the receiver
-reads until the sender closes and timestamps what it reads.
+byte into its socket and said so on the control connection. The receiver's clock stops
+when that message arrives, which may be before the data's tail (2 MB sent, 1.76 MB
+counted on a 10 Mbit/s link) or, when it waits or is lost behind other traffic, long
+after. Here the receiver reads until the sender closes and timestamps what it reads.
 
     python -m qos.traffic.transfer sink 5400 --interval 0.5     # prints one JSON line
     python -m qos.traffic.transfer send 10.42.2.1 5400 2000000 --dscp 46
