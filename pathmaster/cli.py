@@ -16,7 +16,7 @@ COMMAND_MODULES = (
     "services.commands",          # demo, serve, query
     "services.gateway.commands",  # batch
     "qos.testbed.commands",       # testbed up/down/status
-    "qos.experiment.commands",    # experiment run/report
+    "services.experiment.commands",  # experiment list/run/report
 )
 
 

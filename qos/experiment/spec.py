@@ -87,7 +87,7 @@ class Workload:
     k: int = 5
     match_bytes: int = 5000  # thumbnail bytes per returned match
     mode: str = "transfer"  # "transfer": sites answer without analysing (workload.py);
-    # "service": the product itself (qos.testbed.deployment: sites with Ray on X1/X2, coordinator
+    # "service": the product itself (services.experiment.deployment: sites with Ray on X1/X2, coordinator
     # and `pathmaster query` on the master) with synthetic cells; image_bytes/match_bytes unused
     workers_on_x2: bool = False  # service mode: each site's second Ray worker on its X2 host
     sites: tuple[str, ...] = ("A1", "B1", "C1")  # the server of each subnet; master is A1's peer

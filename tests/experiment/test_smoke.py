@@ -27,7 +27,7 @@ FIRST_SESSION = 4
 
 @pytest.fixture(scope="module")
 def smoke_run(netns_ok, tmp_path_factory):
-    from qos.experiment.bench import TestbedBench
+    from services.experiment.bench import TestbedBench
 
     experiment = load_spec("smoke")
     out = tmp_path_factory.mktemp("smoke")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from qos.testbed import Testbed, load_config, netns
-from qos.testbed.deployment import deploy, run_case
+from services.experiment.deployment import deploy, run_case
 from qos.traffic import BulkDownloads
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]

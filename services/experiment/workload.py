@@ -163,7 +163,7 @@ def agent_main(argv: list[str] | None = None) -> int:
     {"op": "case", "class": C, "cells": N, "image_bytes": B, "background": bool, "mask": bool,
      "k": K, "seed": S, "deadline_s": D, "case_id": ID}.
     """
-    parser = argparse.ArgumentParser(prog="qos.experiment.workload agent")
+    parser = argparse.ArgumentParser(prog="services.experiment.workload agent")
     parser.add_argument("--site", action="append", required=True, help="NAME=HOST:PORT (control port)")
     args = parser.parse_args(argv)
     master = Master(dict(s.split("=", 1) for s in args.site))
@@ -189,7 +189,7 @@ def agent_main(argv: list[str] | None = None) -> int:
 
 def site_main(argv: list[str] | None = None) -> int:
     """A transfer-only site until stdin closes or it is signalled."""
-    parser = argparse.ArgumentParser(prog="qos.experiment.workload site")
+    parser = argparse.ArgumentParser(prog="services.experiment.workload site")
     parser.add_argument("--name", required=True)
     parser.add_argument("--host", default="0.0.0.0")
     parser.add_argument("--port", type=int, required=True)

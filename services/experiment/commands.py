@@ -49,7 +49,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print("pathmaster experiment: running an experiment needs root (it builds network namespaces)",
               file=sys.stderr)
         return 2
-    from qos.experiment.bench import TestbedBench
+    from services.experiment.bench import TestbedBench
     from qos.experiment.report import write_report
     from qos.experiment.runner import run_experiment
     from qos.testbed.netns import CommandError

@@ -104,7 +104,7 @@ class TestbedBench:
         self.traffic_reports: list[dict] = []  # what each block of competing traffic achieved
         self.competing_level = 0.0
         self._mtu = 1500
-        self.deployment = None  # service mode: the product's own processes (qos.testbed.deployment)
+        self.deployment = None  # service mode: the product's own processes (services.experiment.deployment)
         try:
             self.testbed.up()
             if self.workload.mode == "service":
@@ -124,7 +124,7 @@ class TestbedBench:
             self.testbed.host(name).cmd("sysctl", "-q", "-w", "net.ipv4.tcp_no_metrics_save=1")
         for name in self.workload.sites:
             host = self.testbed.host(name)
-            proc = host.popen([sys.executable, "-m", "qos.experiment.workload", "site", "--name", name,
+            proc = host.popen([sys.executable, "-m", "services.experiment.workload", "site", "--name", name,
                                "--host", host.ip, "--port", str(SITE_PORT),
                                "--match-bytes", str(self.workload.match_bytes)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -145,7 +145,7 @@ class TestbedBench:
     def _deploy_service(self) -> None:
         import tempfile
 
-        from qos.testbed import deployment
+        from services.experiment import deployment
 
         for name in {*deployment.site_hosts(self.testbed), self.testbed.config.master}:
             self.testbed.host(name).cmd("sysctl", "-q", "-w", "net.ipv4.tcp_no_metrics_save=1")
@@ -156,7 +156,7 @@ class TestbedBench:
 
     def _service_case(self, request_class: str, seed: int) -> dict:
         """One case through the product (`pathmaster query` on the master), as a run record."""
-        from qos.testbed import deployment
+        from services.experiment import deployment
 
         w = self.workload
         try:
@@ -176,7 +176,7 @@ class TestbedBench:
                 "votes": case.summary["votes"]}
 
     def _start_agent(self) -> None:
-        argv = [sys.executable, "-m", "qos.experiment.workload", "agent"]
+        argv = [sys.executable, "-m", "services.experiment.workload", "agent"]
         for name in self.workload.sites:
             argv += ["--site", f"{name}={self.testbed.ip(name)}:{SITE_PORT}"]
         self.agent = self.testbed.master.popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
