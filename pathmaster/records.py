@@ -104,6 +104,18 @@ class InvalidInput(ValueError):
         super().__init__(problem if source is None else f"{source}: {problem}")
 
 
+class ConfigError(InvalidInput):
+    """A configuration file (or table) that cannot be used.
+
+    The one configuration error of the project: every loader raises it, and its message
+    names the file and the key, e.g. ``site.toml: [site] workrs: unknown key``.
+    """
+
+    def __init__(self, problem: str, source: str | Path | None = None, key: str | None = None):
+        self.key = key
+        super().__init__(problem if key is None else f"{key}: {problem}", source)
+
+
 @dataclass
 class CellRecord:
     """One cell as imported or generated, before features.
