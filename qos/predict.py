@@ -1,0 +1,237 @@
+"""Predict how long a site will take for a case, before the case is sent.
+
+A site's completion time, as the coordinator sees it, is the transfer of the request and
+the reply over the path, plus the site's own work (waiting for a worker, then analysing
+and searching)::
+
+    predicted_s = base_s + (bytes_up + bytes_down) / rate_Bps + site_s
+
+- `base_s` and `rate_Bps` describe the path for one request class (round trips, and the
+  throughput the class gets). They are fitted *passively*, from the coordinator's own
+  transfers: every answered call gives (bytes each way, transfer seconds = wall time at
+  the coordinator less the site's own wall time). The fit is least squares with
+  exponential forgetting (recent calls count more, `HALF_LIFE_CALLS`), so the estimate
+  follows competing traffic as it comes and goes. While every case has the same size the
+  slope cannot be told from the intercept; the model then keeps its prior rate and puts
+  the rest in `base_s`, which still predicts cases of that size well.
+- `site_s` comes from what the site reports: how many cells wait ahead, how many workers
+  serve them, and its recent seconds per cell (per shipping mode: analysing an image costs
+  far more than searching a feature vector).
+
+No library fits this: it is a two-parameter weighted least-squares update over a short
+window (numpy does the algebra) and EWMAs of what the sites say.
+
+`PredictionLog` keeps predicted-vs-actual pairs and reports the median absolute
+percentage error, which the case log, the summary and the benchmarks show.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+HALF_LIFE_CALLS = 8        # a call's weight halves after this many newer calls
+WINDOW_CALLS = 32          # calls kept per path
+PRIOR_RATE_BPS = 100e6     # bits/s assumed before the path has shown its rate (a LAN)
+SERVICE_EWMA_ALPHA = 0.3   # weight of the newest per-cell service time a site reports
+
+
+@dataclass(frozen=True)
+class PathFit:
+    """A path's fitted model: transfer seconds = base_s + bytes / rate_Bps."""
+
+    base_s: float
+    rate_Bps: float
+    calls: int
+
+    def transfer_s(self, nbytes: int) -> float:
+        """Predicted seconds to move `nbytes` (both directions summed) over this path."""
+        return self.base_s + nbytes / self.rate_Bps
+
+
+class PathModel:
+    """Passive estimate of one (site, class) path from the calls made over it.
+
+    Parameters
+    ----------
+    prior_rate_bps : float
+        Rate in bits per second assumed until calls of different sizes show the real one.
+    """
+
+    def __init__(self, prior_rate_bps: float = PRIOR_RATE_BPS):
+        self.prior_rate_Bps = prior_rate_bps / 8
+        self._calls: deque[tuple[float, float]] = deque(maxlen=WINDOW_CALLS)
+
+    def observe(self, nbytes: int, transfer_s: float) -> None:
+        """Record one call: bytes moved (request + reply) and its transfer seconds."""
+        if nbytes < 0 or not math.isfinite(transfer_s) or transfer_s < 0:
+            return
+        self._calls.append((float(nbytes), float(transfer_s)))
+
+    def fit(self) -> PathFit | None:
+        """The weighted least-squares fit, or None before the first call."""
+        if not self._calls:
+            return None
+        x, y = np.array(self._calls).T
+        w = 0.5 ** (np.arange(len(x))[::-1] / HALF_LIFE_CALLS)
+        w /= w.sum()
+        x_mean, y_mean = w @ x, w @ y
+        x_var = w @ (x - x_mean) ** 2
+        slope = None
+        # Sizes must vary by more than ~10% of their mean for the slope to mean anything.
+        if x_var > (0.1 * x_mean) ** 2 and len(x) >= 3:
+            slope = (w @ ((x - x_mean) * (y - y_mean))) / x_var
+        if slope is None or slope <= 0:
+            slope = 1.0 / self.prior_rate_Bps
+        base = max(0.0, y_mean - slope * x_mean)
+        return PathFit(base_s=float(base), rate_Bps=float(1.0 / slope), calls=len(x))
+
+
+@dataclass(frozen=True)
+class SiteLoad:
+    """What a site reports about its work (in each reply and in Info).
+
+    waiting_cells: cells queued at the site and not started; workers: cells it analyses at
+    once; seconds_per_cell: its recent service time per cell, by shipping mode.
+    """
+
+    waiting_cells: int = 0
+    workers: int = 1
+    seconds_per_cell: dict | None = None
+
+
+class SiteModel:
+    """One site's predictor: a path model per request class and service times per mode."""
+
+    def __init__(self, prior_rate_bps: float = PRIOR_RATE_BPS):
+        self.prior_rate_bps = prior_rate_bps
+        self.paths: dict[str, PathModel] = {}
+        self.per_cell_s: dict[str, float] = {}
+        self.load = SiteLoad()
+
+    def path(self, request_class: str) -> PathModel:
+        """The path model of one class (made on first use)."""
+        if request_class not in self.paths:
+            self.paths[request_class] = PathModel(self.prior_rate_bps)
+        return self.paths[request_class]
+
+    def observe(self, request_class: str, mode: str, nbytes: int, transfer_s: float,
+                cells: int, site_wall_s: float, load: SiteLoad | None = None) -> None:
+        """Record one answered call.
+
+        Parameters
+        ----------
+        request_class, mode : str
+            The class the call travelled in and how the cells were shipped
+            ("features" or "images").
+        nbytes : int
+            Request plus reply bytes.
+        transfer_s : float
+            The call's wall time at the coordinator less `site_wall_s`.
+        cells : int
+            Cells in the call.
+        site_wall_s : float
+            Seconds the site spent on the call (queue included).
+        load : SiteLoad, optional
+            The site's report after the call.
+        """
+        self.path(request_class).observe(nbytes, transfer_s)
+        if load is not None:
+            self.load = load
+            reported = (load.seconds_per_cell or {}).get(mode)
+            if reported is not None and reported > 0:
+                self._update_service(mode, reported)
+                return
+        if cells > 0 and site_wall_s > 0:
+            # Without a report, the site's wall time per cell stands in for its service time.
+            workers = max(1, self.load.workers)
+            self._update_service(mode, site_wall_s * min(workers, cells) / cells)
+
+    def _update_service(self, mode: str, seconds: float) -> None:
+        old = self.per_cell_s.get(mode)
+        self.per_cell_s[mode] = seconds if old is None else old + SERVICE_EWMA_ALPHA * (seconds - old)
+
+    def site_s(self, mode: str, cells: int) -> float | None:
+        """Predicted seconds of site work for `cells` new cells (queue ahead included)."""
+        per_cell = self.per_cell_s.get(mode)
+        if per_cell is None:
+            return None
+        workers = max(1, self.load.workers)
+        # Cells ahead and ours are served `workers` at a time.
+        return per_cell * math.ceil((self.load.waiting_cells + cells) / workers)
+
+    def predict(self, request_class: str, mode: str, nbytes: int, cells: int) -> float | None:
+        """Predicted completion seconds, or None until the site has answered once in this
+        mode and the class's path has carried a call."""
+        fit = self.path(request_class).fit()
+        site = self.site_s(mode, cells)
+        if fit is None or site is None:
+            return None
+        return fit.transfer_s(nbytes) + site
+
+
+class Predictor:
+    """Every site's model, shared by the coordinator's threads."""
+
+    def __init__(self, prior_rate_bps: float = PRIOR_RATE_BPS):
+        self.prior_rate_bps = prior_rate_bps
+        self._sites: dict[str, SiteModel] = {}
+        self._lock = threading.Lock()
+
+    def site(self, name: str) -> SiteModel:
+        with self._lock:
+            if name not in self._sites:
+                self._sites[name] = SiteModel(self.prior_rate_bps)
+            return self._sites[name]
+
+    def observe(self, site: str, **call) -> None:
+        """`SiteModel.observe` for one site, under the lock."""
+        model = self.site(site)
+        with self._lock:
+            model.observe(**call)
+
+    def predict(self, site: str, request_class: str, mode: str, nbytes: int, cells: int) -> float | None:
+        model = self.site(site)
+        with self._lock:
+            return model.predict(request_class, mode, nbytes, cells)
+
+    def path_fit(self, site: str, request_class: str) -> PathFit | None:
+        model = self.site(site)
+        with self._lock:
+            return model.path(request_class).fit()
+
+
+def absolute_percentage_error(predicted_s: float, actual_s: float) -> float:
+    """|predicted - actual| / actual, as a fraction (0.1 = 10%)."""
+    if actual_s <= 0:
+        raise ValueError(f"actual time must be positive, got {actual_s}")
+    return abs(predicted_s - actual_s) / actual_s
+
+
+class PredictionLog:
+    """The latest predicted-vs-actual pairs, for the median absolute percentage error."""
+
+    def __init__(self, window: int = 500):
+        self._errors: deque[float] = deque(maxlen=window)
+        self._lock = threading.Lock()
+
+    def add(self, predicted_s: float | None, actual_s: float) -> float | None:
+        """Record one pair; returns its absolute percentage error (None without a prediction)."""
+        if predicted_s is None or actual_s <= 0:
+            return None
+        error = absolute_percentage_error(predicted_s, actual_s)
+        with self._lock:
+            self._errors.append(error)
+        return error
+
+    def mdape(self) -> float | None:
+        """Median absolute percentage error of the pairs kept, or None before any."""
+        with self._lock:
+            return float(np.median(self._errors)) if self._errors else None
+
+    def __len__(self) -> int:
+        return len(self._errors)

@@ -1,0 +1,179 @@
+"""The transport's predictor, deadline policy and urgent admission, as plain logic."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from qos.admission import Admission, Refused
+from qos.policy import plan_site
+from qos.predict import PathModel, PredictionLog, SiteLoad, SiteModel
+
+CLASSES = ["urgent", "routine", "teaching", "bulk"]
+
+
+# ---------------------------------------------------------------- prediction
+
+def test_path_model_recovers_rate_and_base_from_calls_of_several_sizes():
+    model = PathModel()
+    rng = np.random.default_rng(0)
+    base, rate = 0.02, 1.25e6  # 20 ms, 10 Mbit/s
+    for n in rng.integers(10_000, 2_000_000, 30):
+        model.observe(int(n), base + n / rate)
+    fit = model.fit()
+    assert fit.base_s == pytest.approx(base, rel=1e-6)
+    assert fit.rate_Bps == pytest.approx(rate, rel=1e-6)
+
+
+def test_path_model_follows_a_change_of_rate_within_a_few_half_lives():
+    model = PathModel()
+    sizes = [100_000, 400_000, 1_600_000]
+    for i in range(30):
+        n = sizes[i % 3]
+        model.observe(n, 0.01 + n / 1.25e6)
+    for i in range(40):  # competing traffic arrives: a quarter of the rate
+        n = sizes[i % 3]
+        model.observe(n, 0.01 + n / 0.3125e6)
+    assert model.fit().rate_Bps == pytest.approx(0.3125e6, rel=0.05)
+
+
+def test_same_size_calls_keep_the_prior_rate_and_still_predict_that_size():
+    model = PathModel(prior_rate_bps=100e6)
+    for _ in range(10):
+        model.observe(50_000, 0.3)
+    fit = model.fit()
+    assert fit.rate_Bps == pytest.approx(100e6 / 8)
+    assert fit.transfer_s(50_000) == pytest.approx(0.3)
+
+
+def test_site_model_adds_the_queue_ahead_to_the_prediction():
+    site = SiteModel()
+    site.observe("urgent", "features", 10_000, 0.05, cells=6, site_wall_s=0.2,
+                 load=SiteLoad(waiting_cells=0, workers=2, seconds_per_cell={"features": 0.01}))
+    idle = site.predict("urgent", "features", 10_000, cells=6)
+    site.load = SiteLoad(waiting_cells=20, workers=2, seconds_per_cell={"features": 0.01})
+    busy = site.predict("urgent", "features", 10_000, cells=6)
+    assert busy - idle == pytest.approx(0.01 * 10)  # 20 cells ahead, 2 at a time
+    assert site.predict("urgent", "images", 10_000, cells=6) is None  # never seen in that mode
+
+
+def test_prediction_log_reports_the_median_absolute_percentage_error():
+    log = PredictionLog()
+    assert log.mdape() is None
+    for predicted, actual in [(1.1, 1.0), (0.8, 1.0), (1.0, 1.0), (2.0, 1.0), (1.05, 1.0)]:
+        log.add(predicted, actual)
+    assert log.mdape() == pytest.approx(0.1)
+    assert log.add(None, 1.0) is None and len(log) == 5
+
+
+# ---------------------------------------------------------------- policy
+
+def fixed(predictions):
+    return lambda cls, mode: predictions.get((cls, mode))
+
+
+def test_features_go_where_the_schema_matches_and_images_elsewhere():
+    same = plan_site("a", requested="routine", entitled=CLASSES, deadline_s=10, predict=fixed({}),
+                     schema_matches=True)
+    other = plan_site("b", requested="routine", entitled=CLASSES, deadline_s=10, predict=fixed({}),
+                      schema_matches=False, ship="features")
+    assert same.mode == "features" and other.mode == "images"
+    assert "another feature schema" in " ".join(other.reasons)
+
+
+def test_urgent_steps_down_when_routine_meets_the_deadline_with_room_and_hedges_back_up():
+    plan = plan_site("a", requested="urgent", entitled=CLASSES, deadline_s=10,
+                     predict=fixed({("urgent", "features"): 0.5, ("routine", "features"): 0.6}),
+                     schema_matches=True)
+    assert plan.request_class == "routine" and plan.predicted_s == 0.6
+    assert plan.hedge_class == "urgent"
+    assert plan.hedge_after_s == pytest.approx(0.6 + 0.3)
+    assert any("stepped down" in r for r in plan.reasons)
+
+
+def test_urgent_stays_when_routine_would_use_most_of_the_deadline():
+    plan = plan_site("a", requested="urgent", entitled=CLASSES, deadline_s=2,
+                     predict=fixed({("urgent", "features"): 0.5, ("routine", "features"): 1.5}),
+                     schema_matches=True)
+    assert plan.request_class == "urgent" and plan.hedge_class is None
+
+
+def test_a_teacher_never_escalates_beyond_the_entitlement():
+    teacher = ["teaching", "bulk"]
+    plan = plan_site("a", requested="teaching", entitled=teacher, deadline_s=60,
+                     predict=fixed({("teaching", "features"): 1.0}), schema_matches=True)
+    assert plan.hedge_class is None and plan.request_class == "teaching"
+    with pytest.raises(ValueError, match="not among"):
+        plan_site("a", requested="urgent", entitled=teacher, deadline_s=60, predict=fixed({}),
+                  schema_matches=True)
+
+
+def test_routine_hedges_on_urgent_or_a_replica_when_nothing_is_above():
+    routine = plan_site("a", requested="routine", entitled=CLASSES, deadline_s=10,
+                        predict=fixed({("routine", "images"): 1.0}), schema_matches=False)
+    assert routine.hedge_class == "urgent" and routine.hedge_after_s == pytest.approx(1.5)
+    top = plan_site("a", requested="urgent", entitled=["urgent"], deadline_s=10,
+                    predict=fixed({("urgent", "images"): 1.0}), schema_matches=False, replica="a2")
+    assert top.hedge_site == "a2" and top.hedge_class is None
+
+
+@pytest.mark.parametrize("deadline", [0, -1, float("nan")])
+def test_a_deadline_must_be_positive(deadline):
+    with pytest.raises(ValueError, match="deadline"):
+        plan_site("a", requested="routine", entitled=CLASSES, deadline_s=deadline, predict=fixed({}),
+                  schema_matches=True)
+
+
+# ---------------------------------------------------------------- admission
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_urgent_beyond_its_reservation_and_shared_room_is_served_as_routine():
+    adm = Admission(CLASSES, capacity=4, reserved=2, class_share={"urgent": 0.5})
+    tickets = [adm.admit("urgent", f"c{i}") for i in range(4)]
+    assert [t.reserved for t in tickets] == [True, True, False, False]
+    assert [t.served_as for t in tickets] == ["urgent", "urgent", "urgent", "routine"]
+    assert tickets[3].reclassified and adm.reclassified == 1
+
+
+def test_other_classes_cannot_take_the_reserved_share_and_get_a_retry_after():
+    clock = Clock()
+    adm = Admission(CLASSES, capacity=3, reserved=1, clock=clock)
+    held = [adm.admit("teaching", "t1"), adm.admit("bulk", "t2")]
+    with pytest.raises(Refused) as refused:
+        adm.admit("teaching", "t3")
+    assert refused.value.retry_after_s > 0
+    assert adm.admit("urgent", "u").reserved  # the reserved slot is still there
+    clock.now = 4.0
+    adm.release(held[0])
+    assert adm.admit("teaching", "t3").served_as == "teaching"
+    with pytest.raises(Refused) as again:
+        adm.admit("teaching", "t4")  # the reserved slot and both shared ones are in use
+    assert again.value.retry_after_s == pytest.approx(4.0)
+
+
+def test_a_class_share_stops_a_burst_of_one_class_taking_every_shared_slot():
+    adm = Admission(CLASSES, capacity=5, reserved=1, class_share={"teaching": 0.5})
+    adm.admit("teaching", "a"), adm.admit("teaching", "b")
+    with pytest.raises(Refused):
+        adm.admit("teaching", "c")
+    assert adm.admit("routine", "d").served_as == "routine"
+
+
+def test_one_client_cannot_fill_a_class():
+    adm = Admission(CLASSES, capacity=10, reserved=2, per_client=2)
+    first = adm.admit("routine", "greedy")
+    adm.admit("routine", "greedy")
+    with pytest.raises(Refused, match="this client"):
+        adm.admit("routine", "greedy")
+    assert adm.admit("routine", "other").client == "other"
+    adm.release(first)
+    adm.release(first)  # idempotent
+    assert adm.admit("routine", "greedy").served_as == "routine"
+    assert adm.in_use() == 3
