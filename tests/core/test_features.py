@@ -498,3 +498,21 @@ def test_catalogue_prints_every_feature_with_its_unit(capsys):
     for line, f in zip(out, FEATURES):
         index, name, unit = line.split()[:3]
         assert (name, unit) == (f.name, f.unit)
+
+
+def test_feature_schema_changes_with_code_that_moves_values_not_with_docs(monkeypatch, tmp_path):
+    """The schema identity hashes the value modules' code without docstrings or comments."""
+    from pathmaster.features import schema
+
+    base = schema.feature_schema()
+    assert base.startswith("fs1-") and len(base) == 20
+    assert schema.feature_schema() == base  # stable within one installation
+    src = (schema._PACKAGE / "features" / "density.py").read_text()
+    assert schema._code_digest(src) == schema._code_digest(src.replace('"""', '"""Reworded. ', 1) + "\n# a comment\n")
+    assert schema._code_digest(src) != schema._code_digest(src + "\nEPS = 1e-9\n")
+    # A different library version is a different schema.
+    schema.feature_schema.cache_clear()
+    monkeypatch.setattr(schema, "_library_version", lambda name: "0.0" if name == "mahotas" else "1")
+    changed = schema.feature_schema()
+    schema.feature_schema.cache_clear()
+    assert changed != base
