@@ -21,3 +21,14 @@ MAX_PIXELS = 4096 * 4096             # one image; checked from the header, befor
 COORDINATOR_PORT = 50051   # the coordinator's control port (Info, Submit, health)
 SITE_PORT = 50051          # a site's control port on its own host (testbed deployments)
 CASE_DEADLINE_S = 300.0    # a case whose sites have not all answered by then is cut off
+
+# --- Replies sized for the wire -----------------------------------------------------------
+WIRE_THUMBNAIL_PX = 48     # a match's inline thumbnail (JPEG, ~1 KB); full images on demand
+
+# --- Coordinator: own analysis and admission (qos.admission) ---------------------------------
+ANALYSIS_WORKERS = 2            # Ray actors analysing each case's cells once at the coordinator
+ANALYSIS_READY_S = 120.0        # how long the coordinator waits for them before images-only
+CASE_SLOTS = 64                 # cases in progress at once at one coordinator
+URGENT_RESERVED_SLOTS = 16      # of those, kept for the most favoured class (seed 004's guarantee)
+CLASS_SHARE = {"teaching": 0.5, "bulk": 0.25}  # most of the shared slots one class may hold
+PER_CLIENT_CASES = 16           # cases one client may have in progress at once

@@ -71,6 +71,22 @@ def problem_pair(item) -> tuple[str, str]:
     return str(item.path), item.problem
 
 
+def record_feature_schema(db: SiteDB, schema: str) -> str:
+    """Store the feature schema the database's vectors are made with, and return it.
+
+    A database whose cells were all measured with one schema keeps it. Cells added by a
+    PathMaster with another schema make the set mixed ("mixed"): such a site gets images,
+    never feature vectors, until it is indexed again into a new directory.
+    """
+    stored = db.get_config("feature_schema")
+    if stored is None:
+        stored = schema if len(db) == 0 else "unknown"  # cells from before schemas were kept
+    elif stored != schema:
+        stored = "mixed"
+    db.set_config("feature_schema", stored)
+    return stored
+
+
 def ingest(dataset_dir: str | Path, site_dir: str | Path, *, batch_size: int = BATCH_SIZE,
            progress: bool = False, build_index: bool = True, algorithm: str | None = None,
            features: str | None = None, records=None) -> IngestReport:
@@ -86,6 +102,7 @@ def ingest(dataset_dir: str | Path, site_dir: str | Path, *, batch_size: int = B
     from tqdm import tqdm
 
     from pathmaster.features import feature_names
+    from pathmaster.features.schema import feature_schema
 
     started = time.perf_counter()
     site_dir = Path(site_dir)
@@ -99,6 +116,7 @@ def ingest(dataset_dir: str | Path, site_dir: str | Path, *, batch_size: int = B
             raise InvalidInput(
                 f"this site was indexed with a different feature set ({len(stored)} features, this "
                 f"PathMaster computes {len(names)}); index into a new site directory", db.path)
+        record_feature_schema(db, feature_schema())
         known = db.source_ids()
         remove_orphan_temporaries(site_dir)
         if records is None:

@@ -227,6 +227,9 @@ class SiteIndex:
         self._projection = similarity.Projection.from_dict(config["projection"])
         self._cells = cells
         self._by_id = {c.cell_id: c for c in cells}
+        # The feature schema (pathmaster.features.schema) the stored vectors were made
+        # with; "unknown" or "mixed" when they cannot be vouched for.
+        self.feature_schema = "unknown"
 
     @classmethod
     def open(cls, site_dir: str | Path) -> "SiteIndex":
@@ -251,7 +254,9 @@ class SiteIndex:
                 log.info("%s: index out of date with the database; rebuilding", site_dir)
                 config = build_search_index(db)
             index = _load_or_rebuild_faiss(db, config)
-            return cls(site_dir, config, index, db.cells(), db.get_config("feature_names"))
+            site = cls(site_dir, config, index, db.cells(), db.get_config("feature_names"))
+            site.feature_schema = db.get_config("feature_schema") or "unknown"
+            return site
 
     def __len__(self) -> int:
         return len(self._cells)

@@ -111,14 +111,26 @@ class CoordinatorClient:
         if call.code() in STALE_PORT_CODES:
             self._class_ports = None
 
+    def feature_schema(self) -> str:
+        """The feature schema the coordinator analyses with ("" while it does not)."""
+        return self._stub().Info(pb.CoordinatorInfoRequest(), timeout=INFO_TIMEOUT_S).feature_schema
+
     def submit(self, cells: list[pb.CellImage], request_class: str = "routine", *, k: int = 5,
-               deadline_s: float = 60.0, sites: list[str] | None = None, case_id: str = ""):
+               deadline_s: float = 60.0, sites: list[str] | None = None, case_id: str = "",
+               ship: str = "auto", features: list[pb.CellFeatures] | None = None, feature_schema: str = ""):
         """Submit a case; returns the gRPC stream of pb.CaseEvent (iterate it; `.cancel()`
-        cancels the case). Raises grpc.RpcError when iterated if the case is refused.
-        The case goes to its class's port (marked both ways); an unknown class goes to
-        the control port unmarked, and the coordinator refuses it by name."""
+        cancels the case): the plan (how each site gets the case and its predicted time),
+        a site_result per site as it answers, then the summary. Raises grpc.RpcError when
+        iterated if the case is refused. The case goes to its class's port (marked both
+        ways); an unknown class goes to the control port unmarked, and the coordinator
+        refuses it by name.
+
+        ship: "auto" (features to sites with the coordinator's feature schema, images to
+        the rest), "features" or "images". features/feature_schema: cells analysed here
+        (`analyse_locally`); `cells` then carry only their ids."""
         request = pb.CaseRequest(case_id=case_id, request_class=request_class, cells=cells,
-                                 sites=sites or [], k=k, deadline_s=deadline_s)
+                                 sites=sites or [], k=k, deadline_s=deadline_s, ship=ship,
+                                 features=features or [], feature_schema=feature_schema)
         known = request_class in self.classes
         if known:
             self.learn_class_ports()
@@ -155,6 +167,28 @@ class CoordinatorClient:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def analyse_locally(cells: list[pb.CellImage]) -> tuple[list[pb.CellImage], list[pb.CellFeatures], str]:
+    """Analyse a case's cells in this process, as the coordinator would, so that only
+    their feature vectors (about 1 KB a cell) are uploaded.
+
+    Returns (cells with only their ids, their CellFeatures, the feature schema). Raises
+    InvalidInput naming the first cell that cannot be analysed.
+    """
+    from pathmaster.features.schema import feature_schema
+    from pathmaster.site import analyse_cell
+    from services.site.cells import decode_cell
+
+    ids, vectors = [], []
+    for cell in cells:
+        rgb, background, mask = decode_cell(cell.cell_id, cell.image, cell.background, cell.mask)
+        analysis = analyse_cell(rgb, background, mask, source=f"cell {cell.cell_id!r}")
+        ids.append(pb.CellImage(cell_id=cell.cell_id))
+        vectors.append(pb.CellFeatures(cell_id=cell.cell_id, values=[float(v) for v in analysis.features],
+                                       background_estimated=analysis.background_estimated,
+                                       mask_estimated=analysis.mask_estimated))
+    return ids, vectors, feature_schema()
 
 
 def describe_error(error: grpc.RpcError) -> str:

@@ -54,6 +54,12 @@ def register(subparsers) -> None:
     query.add_argument("--deadline", type=float, default=60.0, help="seconds (default 60)")
     query.add_argument("--site", action="append", default=[], help="ask only this site (repeatable)")
     query.add_argument("--json", action="store_true", help="one JSON object per event, per line")
+    query.add_argument("--ship", choices=("auto", "features", "images"), default="auto",
+                       help="how cells go to the sites: features where a site shares the coordinator's "
+                            "feature schema (analysed once), images elsewhere (default: %(default)s)")
+    query.add_argument("--analyse-locally", action="store_true",
+                       help="analyse the cells here and upload only their features (KB, not MB); "
+                            "needs a coordinator with the same feature schema")
     add_tls_arguments(query)
     query.set_defaults(func=run_query)
 
@@ -103,7 +109,8 @@ def format_site_result(result, elapsed_s: float, truth: dict | None = None) -> s
     t = result.timing
     lines = [f"{head}  {result.algorithm}: site {t.site_wall_s:.2f} s (extraction {t.extraction_s:.2f} s, "
              f"search {t.search_s:.3f} s), transfer {t.transfer_s:.3f} s, "
-             f"{result.bytes_sent / 1024:.0f} KiB out / {result.bytes_received / 1024:.0f} KiB back"]
+             f"{result.bytes_sent / 1024:.0f} KiB out / {result.bytes_received / 1024:.0f} KiB back"
+             + (f", {result.mode} in {result.request_class}" if result.mode else "")]
     for cell in result.cells:
         label = f"    {cell.query_cell_id}"
         if truth and cell.query_cell_id in truth:
@@ -116,8 +123,21 @@ def format_site_result(result, elapsed_s: float, truth: dict | None = None) -> s
     return "\n".join(lines)
 
 
+def format_plan(plan) -> str:
+    """The case's plan, printed before any result: the predicted wait, per site."""
+    wait = f"expected in about {plan.predicted_s:.1f} s" if plan.predicted_s else "no prediction yet"
+    served = f" (served as {plan.served_class})" if plan.served_class != plan.request_class else ""
+    lines = [f"case {plan.case_id} ({plan.request_class}{served}): {wait}, deadline {plan.deadline_s:.0f} s"]
+    for s in plan.sites:
+        predicted = f"~{s.predicted_s:.2f} s" if s.predicted_s else "not predicted yet"
+        lines.append(f"    {s.site:<12} {s.mode:<8} {s.request_class:<9} {predicted}")
+    lines += [f"    {d}" for d in plan.decisions]
+    return "\n".join(lines)
+
+
 def format_summary(summary, truth: dict | None = None) -> str:
-    lines = [f"case {summary.case_id} ({summary.request_class}): {summary.total_s:.2f} s, "
+    predicted = f" (predicted {summary.predicted_s:.2f} s)" if summary.predicted_s else ""
+    lines = [f"case {summary.case_id} ({summary.request_class}): {summary.total_s:.2f} s{predicted}, "
              f"{summary.sites_ok} site(s) OK, {summary.sites_failed} failed, "
              f"{summary.bytes_sent / 1024:.0f} KiB sent, {summary.bytes_received / 1024:.0f} KiB received"]
     for v in summary.votes:
@@ -134,6 +154,8 @@ def print_case(events, started: float, truth: dict | None = None, as_json: bool 
     for event in events:
         if as_json:
             print(json.dumps(case_event_json(event, with_thumbnails=False)), flush=True)
+        elif event.HasField("plan"):
+            print(format_plan(event.plan), flush=True)
         elif event.HasField("site_result"):
             print(format_site_result(event.site_result, time.perf_counter() - started, truth), flush=True)
         else:
@@ -288,8 +310,18 @@ def run_query(args: argparse.Namespace) -> int:
     try:
         with client:
             started = time.perf_counter()
+            local = {}
+            if args.analyse_locally:
+                from services.client import analyse_locally
+
+                try:
+                    cells, vectors, schema = analyse_locally(cells)
+                except InvalidInput as exc:
+                    print(f"pathmaster query: {exc}", file=sys.stderr)
+                    return 2
+                local = {"features": vectors, "feature_schema": schema}
             events = client.submit(cells, args.request_class, k=args.k, deadline_s=args.deadline,
-                                   sites=args.site)
+                                   sites=args.site, ship=args.ship, **local)
             ok = print_case(events, started, as_json=args.json)
     except grpc.RpcError as exc:
         print(f"pathmaster query: {client.describe(exc)}", file=sys.stderr)

@@ -10,6 +10,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pathmaster import defaults
 from qos.classes import DEFAULT_CLASSES, ClassTable
 from qos.transport import TLSFiles, split_address
 
@@ -81,6 +82,15 @@ class CoordinatorConfig:
     site_tls: TLSFiles | None = None
     classes: ClassTable = DEFAULT_CLASSES
     stats_window: int = 1000  # completion times kept per class for mean/std/percentiles
+    # Each case's cells analysed once here, on Ray actors (0: never; images to every site).
+    analysis_workers: int = defaults.ANALYSIS_WORKERS
+    analysis_cpus: float = 0.0   # Ray CPUs reserved per analyser (0: share the sites' CPUs)
+    ray_address: str = ""        # "" starts (or reuses) a local Ray; "auto"/"HOST:PORT" joins one
+    # Admission (qos.admission): cases in progress, urgent's reserved share, per-class and per-client caps.
+    case_slots: int = defaults.CASE_SLOTS
+    urgent_reserved_slots: int = defaults.URGENT_RESERVED_SLOTS
+    class_share: dict = field(default_factory=lambda: dict(defaults.CLASS_SHARE))
+    per_client_cases: int = defaults.PER_CLIENT_CASES
 
 
 # ------------------------------------------------------------------ reading TOML

@@ -16,7 +16,8 @@ from pathlib import Path
 from services.config import CoordinatorConfig, SiteConfig, SiteEndpoint
 from services.coordinator.server import CoordinatorServer
 from services.site.server import SiteServer
-from services.site.synthetic import build_synthetic_site, cache_root
+from pathmaster.defaults import ANALYSIS_READY_S
+from services.site.synthetic import build_synthetic_site, cache_root, is_current
 from services.site.worker import ensure_ray
 
 log = logging.getLogger("pathmaster.demo")
@@ -48,7 +49,7 @@ def demo_databases(sites=DEMO_SITES, cells: int = DEMO_CELLS, cache: Path | None
     cache = Path(cache) if cache else cache_root() / "demo"
     folders = {s.name: cache / f"{s.name}-seed{s.seed}-{cells}cells" for s in sites}
     build = ray.remote(num_cpus=1)(build_synthetic_site)
-    missing = [s for s in sites if not (folders[s.name] / "READY").is_file()]
+    missing = [s for s in sites if not is_current(folders[s.name])]
     if missing:
         print(f"building {len(missing)} synthetic site database(s) of {cells} cells in {cache} "
               "(first run only) ...", flush=True)
@@ -66,7 +67,8 @@ class LoopbackDeployment:
 
     def __init__(self, databases: dict[str, Path], algorithms: dict[str, str] | None = None, *,
                  coordinator_port: int = 0, metrics_port: int | None = 0, case_log: Path | None = None,
-                 workers: int = 1, worker_cpus: float = 0.25, ray_address: str = ""):
+                 workers: int = 1, worker_cpus: float = 0.25, ray_address: str = "",
+                 analysis_workers: int = 1):
         self.databases = databases
         self.algorithms = algorithms or {}
         self.coordinator_port = coordinator_port
@@ -75,6 +77,7 @@ class LoopbackDeployment:
         self.workers = workers
         self.worker_cpus = worker_cpus
         self.ray_address = ray_address
+        self.analysis_workers = analysis_workers
         self.sites: dict[str, SiteServer] = {}
         self.coordinator: CoordinatorServer | None = None
 
@@ -89,7 +92,11 @@ class LoopbackDeployment:
             self.coordinator = CoordinatorServer(CoordinatorConfig(
                 sites=[SiteEndpoint(name, site.address) for name, site in self.sites.items()],
                 listen=f"127.0.0.1:{self.coordinator_port}", metrics=metrics, case_log=self.case_log,
+                analysis_workers=self.analysis_workers,
             )).start()
+            # Cases go as features only once the coordinator's analysers are up: wait, so
+            # the first case behaves like every other.
+            self.coordinator.wait_analysers(ANALYSIS_READY_S)
         except BaseException:
             self.stop()
             raise

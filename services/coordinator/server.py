@@ -19,18 +19,24 @@ streamed SiteResults and the summary go back with the class's DSCP.
 
 from __future__ import annotations
 
+import itertools
 import logging
-import queue
 import threading
 import time
 import uuid
 from collections import Counter
+from dataclasses import replace
 
 import grpc
 from prometheus_client import start_http_server
 
+from pathmaster import defaults
+from qos.admission import Admission, Refused
+from qos.policy import plan_site
+from qos.predict import PredictionLog, Predictor, SiteLoad
 from qos.transport import STALE_PORT_CODES, ClassChannels, MarkedServer, connect_address, split_address
 from services.config import CoordinatorConfig, DEFAULT_K
+from services.coordinator.fanout import FanOut, SiteOutcome
 from services.coordinator.stats import CaseLog, ClassStats, metrics_registry
 from services.coordinator.validation import CaseRejected, check_case
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
@@ -51,6 +57,22 @@ def site_deadline(now: float, case_deadline: float) -> float:
     """Seconds a site call may take, from `now`, to leave the coordinator time to report."""
     left = case_deadline - now
     return max(0.0, left - min(MAX_RESERVE_S, RESERVE_SHARE * left))
+
+
+def site_load(load: pb.SiteLoad) -> SiteLoad:
+    """A site's reported load as the predictor's SiteLoad."""
+    return SiteLoad(waiting_cells=load.waiting_cells, workers=max(1, load.workers),
+                    seconds_per_cell=dict(load.seconds_per_cell))
+
+
+def client_identity(context: grpc.ServicerContext) -> str:
+    """Who is calling, for per-client limits: the TLS certificate's common name when there
+    is one, else the peer's address without its port."""
+    names = context.auth_context().get("x509_common_name") if context.auth_context() else None
+    if names:
+        return "cn:" + names[0].decode(errors="replace")
+    peer = context.peer() or ""
+    return peer.rsplit(":", 1)[0] if peer.count(":") > 1 else peer
 
 
 def vote(cells_by_site: list[list[pb.CellResult]]) -> list[pb.CellVote]:
@@ -88,6 +110,22 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         self._lookups: dict[str, grpc.Future] = {}
         self._refreshing: set[str] = set()
         self._lock = threading.Lock()
+        # Predictable completion (issue 10): what each site says of itself, the predictor
+        # fed by every answer, and the admission that keeps urgent capacity.
+        self.site_schemas: dict[str, str] = {}
+        self.analysers = None            # services.coordinator.analysis.Analysers, once ready
+        self.analysers_schema = ""       # their feature schema; "" while none are ready
+        self.analysis_s_per_cell: float | None = None
+        self.predictor = Predictor()
+        self.predictions = PredictionLog()       # case-level predicted vs actual
+        self.site_predictions = PredictionLog()  # per site
+        self.reply_bytes_per_cell: dict[str, float] = {}
+        from pathmaster.features import feature_names
+
+        self.feature_count = len(feature_names())
+        names = config.classes.names()
+        self.admission = Admission(names, capacity=config.case_slots, reserved=config.urgent_reserved_slots,
+                                   class_share=dict(config.class_share), per_client=config.per_client_cases)
 
     # ------------------------------------------------------------ routing to sites
 
@@ -120,6 +158,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                             site, exc.code().name)
                 continue
             self.channels.set_class_ports(site, dict(info.class_ports))
+            self.site_schemas[site] = info.feature_schema
+            self.predictor.site(site).load = site_load(info.load)
             log.info("site %s: class ports %s (its replies are marked per class)", site,
                      dict(info.class_ports))
 
@@ -158,7 +198,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         started = time.monotonic()
         try:
             rclass = check_case(request, self.config.classes, self.config.max_cells,
-                                self.config.max_case_bytes)
+                                self.config.max_case_bytes, self.analysers_schema)
             sites = self._chosen_sites(request)
         except CaseRejected as exc:
             context.abort(exc.code, exc.message)
@@ -168,48 +208,98 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             budget = min(budget, grpc_left)
         case_deadline = started + budget
         case_id = request.case_id or uuid.uuid4().hex[:12]
+        try:
+            ticket = self.admission.admit(rclass.name, client_identity(context))
+        except Refused as exc:
+            context.set_trailing_metadata((("retry-after", f"{exc.retry_after_s:g}"),))
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{exc} (retry after {exc.retry_after_s:g} s)")
+        try:
+            yield from self._run_case(request, context, rclass, ticket, sites, case_id, started, budget, case_deadline)
+        finally:
+            self.admission.release(ticket)
+
+    def _run_case(self, request, context, rclass, ticket, sites, case_id, started, budget, case_deadline):
         self._class_ports_for_case(sites, budget)
-
-        site_request = pb.AnalyseRequest(case_id=case_id, request_class=rclass.name,
-                                         cells=request.cells, k=request.k or DEFAULT_K)
-        request_bytes = site_request.ByteSize()
-        log.info("case %s (%s, DSCP %d): %d cells to %s, deadline %.1f s", case_id, rclass.name,
-                 rclass.dscp, len(request.cells), ", ".join(sites), budget)
-
-        answers: queue.Queue = queue.Queue()
-        calls = {}
+        served = self.config.classes[ticket.served_as]
+        decisions = []
+        if ticket.reclassified:
+            decisions.append(f"urgent capacity is fully used: served as {served.name} (reclassified, not dropped)")
+        k = request.k or DEFAULT_K
+        ship = request.ship or "auto"
+        cells = len(request.features) or len(request.cells)
+        images_request = pb.AnalyseRequest(case_id=case_id, request_class=served.name, cells=request.cells, k=k)
+        features_bytes = cells * (8 * self.feature_count + 64)  # doubles + ids and flags
+        entitled = [c.name for c in self.config.classes if c.priority >= served.priority]
+        if rclass.name != served.name:
+            entitled = [rclass.name, *entitled]
+        schema = self.analysers_schema
+        plans = {}
         for site in sites:
-            sent_at = time.monotonic()
-            call = self._site_stub(site, rclass.name).Analyse.future(
-                site_request, timeout=site_deadline(sent_at, case_deadline))
-            call.add_done_callback(lambda c, s=site, t=sent_at: answers.put((s, c, time.monotonic() - t)))
-            calls[site] = call
+            site_schema = self.site_schemas.get(site, "")
+            matches = bool(schema) and site_schema == schema
+            mode_bytes = {"features": features_bytes, "images": images_request.ByteSize()}
+            plans[site] = plan_site(
+                site, requested=served.name, entitled=entitled, deadline_s=budget, ship=ship,
+                schema_matches=matches or (bool(request.features) and site_schema == request.feature_schema),
+                predict=lambda cls, mode, s=site: self._predict(s, cls, mode, mode_bytes[mode], cells))
+        analysis_s = self._analysis_estimate(cells) if any(
+            p.mode == "features" for p in plans.values()) and not request.features else 0.0
+        predictions = [p.predicted_s for p in plans.values()]
+        case_predicted = (analysis_s + max(predictions)) if predictions and None not in predictions else None
+        log.info("case %s (%s as %s): %d cells to %s, deadline %.1f s, predicted %s", case_id, rclass.name,
+                 served.name, cells, ", ".join(sites), budget,
+                 "-" if case_predicted is None else f"{case_predicted:.2f} s")
+        yield pb.CaseEvent(plan=pb.CasePlan(
+            case_id=case_id, request_class=rclass.name, served_class=served.name, deadline_s=budget,
+            predicted_s=case_predicted or 0.0, decisions=decisions,
+            sites=[pb.SitePlan(site=s, mode=p.mode, request_class=p.request_class,
+                               predicted_s=p.predicted_s or 0.0, hedge_after_s=p.hedge_after_s or 0.0,
+                               reasons=list(p.reasons)) for s, p in plans.items()]))
 
-        def cancel_sites():
-            for call in calls.values():
-                call.cancel()  # a no-op for calls already done
+        features, cell_errors = self._features_for_case(request, plans, case_deadline, decisions)
+        features_request = None
+        if features is not None:
+            features_request = pb.AnalyseRequest(case_id=case_id, request_class=served.name, k=k,
+                                                 feature_schema=request.feature_schema or schema,
+                                                 features=features)
 
-        context.add_callback(cancel_sites)
+        have_images = all(cell.image for cell in request.cells)
 
+        def send(site: str, class_name: str, mode: str):
+            message = features_request if mode == "features" else images_request if have_images else None
+            if message is None:
+                return None
+            if message.request_class != class_name:  # a hedge in another class
+                copy = pb.AnalyseRequest()
+                copy.CopyFrom(message)
+                copy.request_class = class_name
+                message = copy
+            call = self._site_stub(site, class_name).Analyse.future(
+                message, timeout=site_deadline(time.monotonic(), case_deadline))
+            return call, message.ByteSize()
+
+        fan = FanOut(plans, send, case_deadline)
+        context.add_callback(fan.cancel)
         results: list[pb.SiteResult] = []
         closed = False
         try:
-            for result in self._site_results(sites, answers, case_deadline, request_bytes):
+            for outcome in itertools.chain(fan.start(), fan.outcomes()):
                 if not context.is_active():
                     break
-                results.append(result)
-                yield pb.CaseEvent(site_result=result)
+                results.append(self._site_result(outcome, request, cell_errors))
+                yield pb.CaseEvent(site_result=results[-1])
         except GeneratorExit:  # gRPC closes the stream when the client cancels
             closed = True
-        cancel_sites()  # only calls still running, i.e. after a cancel or a lost deadline
+        fan.cancel()  # only copies still running, i.e. after a cancel or a lost deadline
         cancelled = closed or not context.is_active()
         total_s = time.monotonic() - started
         if cancelled:
             with self._lock:
                 self.cases_cancelled += 1
             log.info("case %s: cancelled by the client after %.3f s", case_id, total_s)
-            self._record(case_id, rclass, results, total_s, len(request.cells), "cancelled")
+            self._record(case_id, rclass, served, results, total_s, cells, "cancelled", case_predicted, decisions)
             return
+        error = self.predictions.add(case_predicted, total_s)
         summary = pb.CaseSummary(
             case_id=case_id, request_class=rclass.name, total_s=total_s,
             sites_ok=sum(r.status_code == 0 for r in results),
@@ -217,30 +307,55 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             bytes_sent=sum(r.bytes_sent for r in results),
             bytes_received=sum(r.bytes_received for r in results),
             votes=vote([list(r.cells) for r in results if r.status_code == 0]),
+            predicted_s=case_predicted or 0.0, served_class=served.name, decisions=decisions,
         )
         self.stats.add(rclass.name, total_s)
         if self.histogram is not None:
             self.histogram.labels(rclass.name).observe(total_s)
-        self._record(case_id, rclass, results, total_s, len(request.cells), "done")
+        self._record(case_id, rclass, served, results, total_s, cells, "done", case_predicted, decisions,
+                     prediction_error=error)
         yield pb.CaseEvent(summary=summary)
 
-    def _site_results(self, sites: list[str], answers: queue.Queue, case_deadline: float, request_bytes: int):
-        """Yield each site's SiteResult in the order the sites answer."""
-        waiting = set(sites)
-        while waiting:
-            try:
-                # Every site call ends by its own deadline; the extra second only guards
-                # against a bug leaving this stream open for ever.
-                site, call, elapsed = answers.get(timeout=max(0.0, case_deadline - time.monotonic()) + 1.0)
-            except queue.Empty:
-                log.error("sites %s outlived their deadline; reporting them late", sorted(waiting))
-                for site in sorted(waiting):
-                    yield pb.SiteResult(site=site, status_code=grpc.StatusCode.DEADLINE_EXCEEDED.value[0],
-                                        status_message=f"site {site}: no answer by the deadline",
-                                        bytes_sent=request_bytes)
-                return
-            waiting.discard(site)
-            yield self._site_result(site, call, elapsed, request_bytes)
+    # ------------------------------------------------------------ analysis and prediction
+
+    def _predict(self, site: str, request_class: str, mode: str, request_bytes: int, cells: int) -> float | None:
+        reply_bytes = self.reply_bytes_per_cell.get(site, 0.0) * cells
+        return self.predictor.predict(site, request_class, mode, int(request_bytes + reply_bytes), cells)
+
+    def _analysis_estimate(self, cells: int) -> float:
+        per_cell = self.analysis_s_per_cell or 0.0
+        workers = max(1, len(self.analysers.actors)) if self.analysers else 1
+        return per_cell * -(-cells // workers)
+
+    def _features_for_case(self, request, plans, case_deadline, decisions):
+        """The case's feature vectors (None when no site takes features) and per-cell errors."""
+        wanted = [s for s, p in plans.items() if p.mode == "features"]
+        if not wanted:
+            return None, {}
+        if request.features:
+            return list(request.features), {}
+        t0 = time.monotonic()
+        try:
+            analysed = self.analysers.analyse(list(request.cells), max(0.1, case_deadline - t0))
+        except Exception as exc:  # analysers gone or too slow: every site takes the images
+            decisions.append(f"the coordinator could not analyse the cells ({type(exc).__name__}): "
+                             "images sent to every site")
+            for site in wanted:
+                plans[site] = replace(plans[site], mode="images")
+            return None, {}
+        spent = time.monotonic() - t0
+        per_cell = spent * min(len(self.analysers.actors), len(analysed)) / max(1, len(analysed))
+        old = self.analysis_s_per_cell
+        self.analysis_s_per_cell = per_cell if old is None else old + 0.3 * (per_cell - old)
+        errors = {cell.cell_id: r for cell, r in zip(request.cells, analysed) if isinstance(r, str)}
+        features = [r for r in analysed if not isinstance(r, str)]
+        if not features:  # nothing to search with: the sites report each cell's problem themselves
+            for site in wanted:
+                plans[site] = replace(plans[site], mode="images")
+            return None, {}
+        decisions.append(f"analysed {len(request.cells)} cells once at the coordinator in {spent:.2f} s; "
+                         f"features sent to {', '.join(wanted)}")
+        return features, errors
 
     def _chosen_sites(self, request: pb.CaseRequest) -> list[str]:
         if not request.sites:
@@ -252,45 +367,64 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                                f"{', '.join(self.site_names)}")
         return list(dict.fromkeys(request.sites))
 
-    def _site_result(self, site: str, call: grpc.Future, elapsed: float, request_bytes: int) -> pb.SiteResult:
-        """A finished site call -> SiteResult (its status when it failed)."""
-        if call.cancelled():
-            return pb.SiteResult(site=site, status_code=grpc.StatusCode.CANCELLED.value[0],
-                                 status_message="cancelled", bytes_sent=request_bytes)
-        error = call.exception()
-        if error is not None:
-            code = error.code()
-            if code in STALE_PORT_CODES:
-                if self.channels.has_class_ports(site):  # else _class_ports_for_case retries
-                    self._refresh_later(site)
-            log.warning("site %s: %s: %s", site, code.name, error.details())
-            return pb.SiteResult(site=site, status_code=code.value[0],
-                                 status_message=f"site {site}: {code.name}: {error.details()}",
-                                 timing=pb.SiteTiming(total_s=elapsed), bytes_sent=request_bytes)
-        reply: pb.AnalyseReply = call.result()
+    def _site_result(self, outcome: SiteOutcome, request: pb.CaseRequest, cell_errors: dict) -> pb.SiteResult:
+        """A site's final outcome -> SiteResult; an answer also feeds the predictor."""
+        site, plan = outcome.site, outcome.plan
+        attempt = outcome.attempt
+        base = dict(site=site, status_code=outcome.code.value[0], bytes_sent=outcome.bytes_sent,
+                    mode=attempt.mode if attempt else plan.mode,
+                    request_class=attempt.request_class if attempt else plan.request_class,
+                    predicted_s=plan.predicted_s or 0.0, decisions=[*plan.reasons, *outcome.decisions])
+        if outcome.reply is None:
+            if outcome.code in STALE_PORT_CODES and self.channels.has_class_ports(site):
+                self._refresh_later(site)  # it may have restarted on other ports
+            log.warning("%s", outcome.message)
+            return pb.SiteResult(status_message=outcome.message,
+                                 timing=pb.SiteTiming(total_s=outcome.elapsed_s), **base)
+        reply = outcome.reply
         if not self.channels.has_class_ports(site):  # it answers: learn its ports for the next cases
             self._refresh_later(site)
         timing = pb.SiteTiming()
         timing.CopyFrom(reply.timing)
-        timing.total_s = elapsed
-        timing.transfer_s = max(0.0, elapsed - reply.timing.site_wall_s)
-        return pb.SiteResult(site=site, status_code=0, status_message="OK", algorithm=reply.algorithm,
-                             cells=reply.cells, timing=timing, bytes_sent=request_bytes,
-                             bytes_received=reply.ByteSize())
+        timing.total_s = outcome.elapsed_s
+        timing.transfer_s = max(0.0, outcome.elapsed_s - reply.timing.site_wall_s)
+        reply_bytes = reply.ByteSize()
+        cells = list(reply.cells)
+        if attempt.mode == "features" and cell_errors:  # cells the coordinator could not analyse
+            by_id = {c.query_cell_id: c for c in cells}
+            cells = [by_id.get(c.cell_id) or pb.CellResult(query_cell_id=c.cell_id, error=cell_errors.get(c.cell_id, ""))
+                     for c in request.cells]
+        n_cells = max(1, len(reply.cells))
+        self.predictor.observe(site, request_class=attempt.request_class, mode=attempt.mode,
+                               nbytes=attempt.request_bytes + reply_bytes, transfer_s=timing.transfer_s,
+                               cells=n_cells, site_wall_s=reply.timing.site_wall_s, load=site_load(reply.load))
+        old = self.reply_bytes_per_cell.get(site)
+        per_cell = reply_bytes / n_cells
+        self.reply_bytes_per_cell[site] = per_cell if old is None else old + 0.3 * (per_cell - old)
+        if plan.predicted_s:
+            self.site_predictions.add(plan.predicted_s, outcome.elapsed_s)
+        return pb.SiteResult(status_message="OK", algorithm=reply.algorithm, cells=cells, timing=timing,
+                             bytes_received=reply_bytes, **base)
 
-    def _record(self, case_id: str, rclass, results: list[pb.SiteResult], total_s: float,
-                cells: int, outcome: str) -> None:
+    def _record(self, case_id: str, rclass, served, results: list[pb.SiteResult], total_s: float,
+                cells: int, outcome: str, predicted_s: float | None, decisions: list[str],
+                prediction_error: float | None = None) -> None:
         self.case_log.write({
             "case_id": case_id, "class": rclass.name, "dscp": rclass.dscp, "outcome": outcome,
-            "cells": cells, "total_s": round(total_s, 6),
+            "served_class": served.name, "cells": cells, "total_s": round(total_s, 6),
+            "predicted_s": None if predicted_s is None else round(predicted_s, 6),
+            "prediction_error": None if prediction_error is None else round(prediction_error, 4),
+            "decisions": decisions,
             "bytes_sent": sum(r.bytes_sent for r in results),
             "bytes_received": sum(r.bytes_received for r in results),
             "sites": {
-                r.site: {"status": _code_name(r.status_code),
+                r.site: {"status": _code_name(r.status_code), "mode": r.mode, "class": r.request_class,
+                         "predicted_s": round(r.predicted_s, 6),
                          "total_s": round(r.timing.total_s, 6), "transfer_s": round(r.timing.transfer_s, 6),
                          "extraction_s": round(r.timing.extraction_s, 6), "search_s": round(r.timing.search_s, 6),
                          "site_wall_s": round(r.timing.site_wall_s, 6),
-                         "bytes_sent": r.bytes_sent, "bytes_received": r.bytes_received}
+                         "bytes_sent": r.bytes_sent, "bytes_received": r.bytes_received,
+                         "decisions": list(r.decisions)}
                 for r in results
             },
         })
@@ -316,7 +450,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             context.abort(exc.code(), exc.details())
 
     def Info(self, request: pb.CoordinatorInfoRequest, context) -> pb.CoordinatorInfo:
-        return pb.CoordinatorInfo(class_ports=self.class_ports, class_dscp=self.class_dscp)
+        return pb.CoordinatorInfo(class_ports=self.class_ports, class_dscp=self.class_dscp,
+                                  feature_schema=self.analysers_schema)
 
     def ListSites(self, request, context) -> pb.SitesReply:
         calls = {s.name: self._site_stub(s.name).Info.future(pb.SiteInfoRequest(), timeout=INFO_TIMEOUT_S)
@@ -371,6 +506,12 @@ class CoordinatorServer:
         # Learn the sites' class ports now, so the first case's replies are marked too.
         self._stopping = threading.Event()
         threading.Thread(target=self._learn_class_ports, daemon=True, name="class-ports").start()
+        self._analysers = None
+        self._analysers_settled = threading.Event()  # ready, failed or not configured
+        if cfg.analysis_workers <= 0:
+            self._analysers_settled.set()
+        else:
+            threading.Thread(target=self._start_analysers, daemon=True, name="analysers").start()
         log.info("coordinator on %s (%s; classes on ports %s), %d sites%s", self.address,
                  "TLS" if cfg.tls else "no TLS", self.server.class_ports, len(cfg.sites),
                  f", metrics {self.metrics_url}" if self.metrics_url else "")
@@ -380,6 +521,34 @@ class CoordinatorServer:
     def class_ports(self) -> dict[str, int]:
         """class -> the port that serves it and marks its replies."""
         return dict(self.server.class_ports)
+
+    def _start_analysers(self) -> None:
+        """Start the Ray actors that analyse each case once; until they are ready (or if
+        they cannot start) every site gets the images."""
+        from services.coordinator.analysis import Analysers
+        from services.site.worker import ensure_ray
+
+        try:
+            ensure_ray(self.config.ray_address)
+            self._analysers = Analysers(self.config.analysis_workers, self.config.analysis_cpus)
+            schema = self._analysers.wait_ready(defaults.ANALYSIS_READY_S)
+        except Exception as exc:  # noqa: BLE001 - the coordinator serves images-only instead
+            log.warning("coordinator analysers did not start (%s: %s): images go to every site",
+                        type(exc).__name__, exc)
+            self._analysers_settled.set()
+            return
+        if self._stopping.is_set():
+            self._analysers.stop()
+            return
+        self.servicer.analysers = self._analysers
+        self.servicer.analysers_schema = schema
+        self._analysers_settled.set()
+        log.info("coordinator: %d analysers ready, feature schema %s", len(self._analysers.actors), schema)
+
+    def wait_analysers(self, timeout_s: float) -> bool:
+        """Wait until the analysers are ready (tests, the demo); True when they are."""
+        self._analysers_settled.wait(timeout_s)
+        return bool(self.servicer.analysers_schema)
 
     def _learn_class_ports(self) -> None:
         """Keep asking sites that have not answered Info yet (they may still be starting,
@@ -395,6 +564,9 @@ class CoordinatorServer:
     def stop(self, grace: float = 1.0) -> None:
         self._stopping.set()
         self.server.stop(grace)
+        if self._analysers is not None:
+            self._analysers.stop()
+            self._analysers = None
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
             self._metrics_server.server_close()

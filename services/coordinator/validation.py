@@ -8,6 +8,8 @@ limit for too many cells or bytes.
 
 from __future__ import annotations
 
+import math
+
 import grpc
 
 from pathmaster.records import InvalidInput
@@ -33,12 +35,17 @@ def cell_name(cell: pb.CellImage, index: int) -> str:
     return repr(cell.cell_id) if cell.cell_id else f"#{index + 1}"
 
 
+SHIP_MODES = ("", "auto", "features", "images")
+
+
 def check_case(request: pb.CaseRequest, classes: ClassTable, max_cells: int,
-               max_case_bytes: int) -> RequestClass:
+               max_case_bytes: int, feature_schema: str = "") -> RequestClass:
     """Validate `request`; return its request class (empty means "routine").
 
-    Raises CaseRejected with INVALID_ARGUMENT or RESOURCE_EXHAUSTED. Decodes every image,
-    background and mask, so a corrupt one is reported here, naming its cell.
+    Raises CaseRejected with INVALID_ARGUMENT, FAILED_PRECONDITION or RESOURCE_EXHAUSTED.
+    Decodes every image, background and mask, so a corrupt one is reported here, naming
+    its cell. A case sent as features (`request.features`) must be in `feature_schema`,
+    the coordinator's own, with one finite vector per cell id.
     """
     try:
         rclass = classes[request.request_class or DEFAULT_CLASS]
@@ -57,9 +64,14 @@ def check_case(request: pb.CaseRequest, classes: ClassTable, max_cells: int,
                            f"({max_case_bytes / 2**20:.1f} MiB) per case")
     if not 0 <= request.k <= MAX_K:
         raise CaseRejected(grpc.StatusCode.INVALID_ARGUMENT, f"k must be 0-{MAX_K}, got {request.k}")
-    if request.deadline_s < 0:
+    if not (math.isfinite(request.deadline_s) and request.deadline_s >= 0):
         raise CaseRejected(grpc.StatusCode.INVALID_ARGUMENT,
-                           f"deadline_s must be positive (or 0 for the default), got {request.deadline_s}")
+                           f"deadline_s must be positive seconds (or 0 for the default), got {request.deadline_s}")
+    if request.ship not in SHIP_MODES:
+        raise CaseRejected(grpc.StatusCode.INVALID_ARGUMENT,
+                           f"ship must be auto, features or images, got {request.ship!r}")
+    if request.features:
+        check_features(request, feature_schema)
     seen: set[str] = set()
     for i, cell in enumerate(request.cells):
         name = cell_name(cell, i)
@@ -69,8 +81,31 @@ def check_case(request: pb.CaseRequest, classes: ClassTable, max_cells: int,
             raise CaseRejected(grpc.StatusCode.INVALID_ARGUMENT,
                                f"cell id {name} appears twice; give each cell its own id")
         seen.add(cell.cell_id)
+        if request.features:
+            continue  # the client analysed its cells; only their ids travel
         try:
             decode_cell(cell.cell_id, cell.image, cell.background, cell.mask)
         except InvalidInput as exc:
             raise CaseRejected(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
     return rclass
+
+
+def check_features(request: pb.CaseRequest, feature_schema: str) -> None:
+    """A case the client analysed itself: same schema as ours, a finite vector per cell."""
+    if not feature_schema:
+        raise CaseRejected(grpc.StatusCode.FAILED_PRECONDITION,
+                           "this coordinator is not analysing cells yet: send the images")
+    if request.feature_schema != feature_schema:
+        raise CaseRejected(grpc.StatusCode.FAILED_PRECONDITION,
+                           f"features of schema {request.feature_schema or 'unnamed'} cannot be compared "
+                           f"here (the coordinator's schema is {feature_schema}): send the images")
+    ids = [c.cell_id for c in request.cells]
+    if sorted(ids) != sorted(f.cell_id for f in request.features):
+        raise CaseRejected(grpc.StatusCode.INVALID_ARGUMENT, "give exactly one feature vector per cell id")
+    from pathmaster.features import feature_names
+
+    n = len(feature_names())
+    for f in request.features:
+        if len(f.values) != n or not all(math.isfinite(v) for v in f.values):
+            raise CaseRejected(grpc.StatusCode.INVALID_ARGUMENT,
+                               f"cell {f.cell_id!r}: a feature vector has {n} finite values")

@@ -282,9 +282,12 @@ def run_case(client: CoordinatorClient, root: Path, cells: list[BatchCell], requ
     try:
         summary = None
         for event in client.submit(sent, request_class, deadline_s=deadline_s):
-            if event.WhichOneof("event") == "summary":
+            kind = event.WhichOneof("event")
+            if kind == "summary":
                 summary = event.summary
                 continue
+            if kind != "site_result":
+                continue  # the plan: predictions, not results
             result = event.site_result
             if result.status_code != 0:
                 for cid in by_id:

@@ -18,15 +18,19 @@ def status_name(code: int) -> str:
     return _STATUS_NAMES.get(int(code), f"STATUS_{int(code)}")
 
 
-def png_data_url(png: bytes) -> str:
-    """A `data:image/png;base64,...` URL for PNG bytes ("" when there are none)."""
-    return "data:image/png;base64," + base64.b64encode(png).decode("ascii") if png else ""
+def png_data_url(image: bytes) -> str:
+    """A `data:` URL for PNG or JPEG bytes ("" when there are none)."""
+    if not image:
+        return ""
+    kind = "jpeg" if image[:3] == b"\xff\xd8\xff" else "png"
+    return f"data:image/{kind};base64," + base64.b64encode(image).decode("ascii")
 
 
 def match_json(match, with_thumbnail: bool = True) -> dict:
     """One `Match` as a dict: cell_id, diagnosis, distance, source_id[, thumbnail]."""
     out = {"cell_id": match.cell_id, "diagnosis": match.diagnosis,
-           "distance": round(float(match.distance), 6), "source_id": match.source_id}
+           "distance": round(float(match.distance), 6), "source_id": match.source_id,
+           "image_sha256": match.image_sha256}
     if with_thumbnail:
         out["thumbnail"] = png_data_url(match.thumbnail)
     return out
@@ -56,6 +60,9 @@ def site_result_json(result, with_thumbnails: bool = True) -> dict:
             "algorithm": result.algorithm,
             "timing": timing_json(result.timing),
             "bytes_sent": result.bytes_sent, "bytes_received": result.bytes_received,
+            "mode": result.mode, "request_class": result.request_class,
+            "predicted_s": round(result.predicted_s, 6) if result.predicted_s else None,
+            "decisions": list(result.decisions),
             "cells": [cell_result_json(c, with_thumbnails) for c in result.cells]}
 
 
@@ -66,13 +73,31 @@ def summary_json(summary) -> dict:
             "sites_ok": summary.sites_ok, "sites_failed": summary.sites_failed,
             "bytes_sent": summary.bytes_sent, "bytes_received": summary.bytes_received,
             "votes": [{"query_cell_id": v.query_cell_id, "diagnosis": v.diagnosis,
-                       "votes": v.votes, "total": v.total} for v in summary.votes]}
+                       "votes": v.votes, "total": v.total} for v in summary.votes],
+            "predicted_s": round(summary.predicted_s, 6) if summary.predicted_s else None,
+            "served_class": summary.served_class, "decisions": list(summary.decisions)}
+
+
+def plan_json(plan) -> dict:
+    """The `CasePlan` (first event) as a dict of type "plan": predicted seconds (None: no
+    prediction yet) and, per site, the mode and class chosen and why."""
+    return {"type": "plan", "case_id": plan.case_id, "request_class": plan.request_class,
+            "served_class": plan.served_class, "deadline_s": plan.deadline_s,
+            "predicted_s": round(plan.predicted_s, 6) if plan.predicted_s else None,
+            "decisions": list(plan.decisions),
+            "sites": [{"site": s.site, "mode": s.mode, "request_class": s.request_class,
+                       "predicted_s": round(s.predicted_s, 6) if s.predicted_s else None,
+                       "hedge_after_s": round(s.hedge_after_s, 6) if s.hedge_after_s else None,
+                       "reasons": list(s.reasons)} for s in plan.sites]}
 
 
 def case_event_json(event, with_thumbnails: bool = True) -> dict:
     """One `CaseEvent` (a site's result or the final summary) as a dict."""
-    if event.WhichOneof("event") == "site_result":
+    kind = event.WhichOneof("event")
+    if kind == "site_result":
         return site_result_json(event.site_result, with_thumbnails)
+    if kind == "plan":
+        return plan_json(event.plan)
     return summary_json(event.summary)
 
 

@@ -18,10 +18,11 @@ POLL_S = 0.02  # how often the dispatcher looks for finished cells while some ru
 
 
 class Job:
-    """One cell's work: `done` is set when `result` (or `error`) is there."""
+    """One cell's work, `actor.<method>(*args)`: `done` is set when `result` (or `error`) is there."""
 
-    def __init__(self, args: tuple):
+    def __init__(self, args: tuple, method: str = "analyse"):
         self.args = args
+        self.method = method
         self.done = threading.Event()
         self.result = None
         self.error: BaseException | None = None
@@ -30,7 +31,7 @@ class Job:
 
 
 class PriorityDispatcher:
-    """Runs `actor.analyse.remote(*job.args)` on `workers`, lowest priority number first."""
+    """Runs `actor.<job.method>.remote(*job.args)` on `workers`, lowest priority number first."""
 
     def __init__(self, workers: list):
         self.workers = workers
@@ -43,8 +44,8 @@ class PriorityDispatcher:
         self._thread = threading.Thread(target=self._run, daemon=True, name="site-dispatch")
         self._thread.start()
 
-    def submit(self, priority: int, args: tuple) -> Job:
-        job = Job(args)
+    def submit(self, priority: int, args: tuple, method: str = "analyse") -> Job:
+        job = Job(args, method)
         with self._changed:
             heapq.heappush(self._heap, (priority, next(self._order), job))
             self._changed.notify()
@@ -74,7 +75,7 @@ class PriorityDispatcher:
             if job.cancelled:
                 continue
             worker = self._idle.pop()
-            job.ref = self.workers[worker].analyse.remote(*job.args)
+            job.ref = getattr(self.workers[worker], job.method).remote(*job.args)
             self._running[job.ref] = (job, worker)
 
     def _run(self) -> None:

@@ -29,6 +29,7 @@ log = logging.getLogger("pathmaster.site")
 
 SITE_SERVICE = pb.DESCRIPTOR.services_by_name["Site"].full_name
 POLL_S = 0.1  # how often a waiting handler checks whether its caller has gone
+SERVICE_EWMA_ALPHA = 0.3  # weight of the newest case in the per-cell service time reported
 
 
 def cell_result(result: dict) -> pb.CellResult:
@@ -37,7 +38,7 @@ def cell_result(result: dict) -> pb.CellResult:
         query_cell_id=result["query_cell_id"],
         matches=[
             pb.Match(cell_id=m["cell_id"], diagnosis=m["diagnosis"], distance=m["distance"],
-                     thumbnail=m["thumbnail"], source_id=m["source_id"])
+                     thumbnail=m["thumbnail"], source_id=m["source_id"], image_sha256=m["image_sha256"])
             for m in result["matches"]
         ],
         background_estimated=result["background_estimated"],
@@ -66,6 +67,41 @@ class SiteServicer(pb_grpc.SiteServicer):
         # Recent case ids, for operators and tests: begun here, and abandoned by their caller.
         self.cases_started: deque[str] = deque(maxlen=1000)
         self.cases_cancelled: deque[str] = deque(maxlen=1000)
+        self.seconds_per_cell: dict[str, float] = {}  # by mode, an EWMA over cases
+
+    def load(self) -> pb.SiteLoad:
+        """What the coordinator's predictor needs: the queue, the workers, the service time."""
+        with self._lock:
+            per_cell = dict(self.seconds_per_cell)
+        return pb.SiteLoad(waiting_cells=self.dispatcher.waiting(), workers=len(self.workers),
+                           seconds_per_cell=per_cell)
+
+    def _note_service(self, mode: str, results: list[dict]) -> None:
+        work = [r["extraction_s"] + r["search_s"] for r in results]
+        if not work:
+            return
+        seconds = sum(work) / len(work)
+        with self._lock:
+            old = self.seconds_per_cell.get(mode)
+            self.seconds_per_cell[mode] = seconds if old is None else old + SERVICE_EWMA_ALPHA * (seconds - old)
+
+    def _jobs(self, request: pb.AnalyseRequest, context: grpc.ServicerContext, k: int) -> tuple[str, list]:
+        """Queue the request's cells: analysed images, or (features mode) search only."""
+        priority = self._priority(request.request_class)
+        if not request.features:
+            return "images", [self.dispatcher.submit(priority, (c.cell_id, c.image, c.background, c.mask, k))
+                              for c in request.cells]
+        if request.cells:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "send cells as images or as features, not both")
+        schema = self.info.get("feature_schema", "unknown")
+        if request.feature_schema != schema:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                          f"site {self.name} compares features of schema {schema}, not "
+                          f"{request.feature_schema or 'unnamed'}: send the images instead")
+        return "features", [
+            self.dispatcher.submit(priority, (f.cell_id, list(f.values), k, f.background_estimated,
+                                              f.mask_estimated), method="search")
+            for f in request.features]
 
     def _worker(self):
         with self._lock:
@@ -90,17 +126,15 @@ class SiteServicer(pb_grpc.SiteServicer):
 
     def Analyse(self, request: pb.AnalyseRequest, context: grpc.ServicerContext) -> pb.AnalyseReply:
         started = time.perf_counter()
-        if not request.cells:
+        if not request.cells and not request.features:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the request has no cells")
         if request.k < 0 or request.k > MAX_K:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"k must be 0-{MAX_K}, got {request.k}")
         k = request.k or DEFAULT_K
         self.cases_started.append(request.case_id)
-        log.info("site %s: case %s (%s): analysing %d cells", self.name, request.case_id,
-                 request.request_class, len(request.cells))
-        priority = self._priority(request.request_class)
-        jobs = [self.dispatcher.submit(priority, (cell.cell_id, cell.image, cell.background, cell.mask, k))
-                for cell in request.cells]
+        mode, jobs = self._jobs(request, context, k)
+        log.info("site %s: case %s (%s): %s %d cells", self.name, request.case_id, request.request_class,
+                 "analysing" if mode == "images" else "searching with the features of", len(jobs))
         try:
             for job in jobs:
                 while not job.done.wait(self._wait_s(context, request, jobs)):
@@ -121,6 +155,7 @@ class SiteServicer(pb_grpc.SiteServicer):
                 if not job.done.is_set():
                     self.dispatcher.cancel(job)
         results = [job.result for job in jobs]
+        self._note_service(mode, results)
         return pb.AnalyseReply(
             site=self.name,
             algorithm=self.info["algorithm"],
@@ -131,6 +166,7 @@ class SiteServicer(pb_grpc.SiteServicer):
                 site_wall_s=time.perf_counter() - started,
             ),
             database_cells=self.info["database_cells"],
+            load=self.load(),
         )
 
     def GetImage(self, request: pb.ImageRequest, context: grpc.ServicerContext) -> pb.ImageReply:
@@ -160,6 +196,8 @@ class SiteServicer(pb_grpc.SiteServicer):
             workers=len(self.workers),
             class_ports=self.class_ports,
             class_dscp=self.class_dscp,
+            feature_schema=self.info.get("feature_schema", "unknown"),
+            load=self.load(),
         )
 
 

@@ -19,6 +19,22 @@ def cache_root() -> Path:
     return Path(os.environ.get("PATHMASTER_CACHE", Path.home() / ".cache" / "pathmaster"))
 
 
+def ready_stamp(cells: int, seed: int) -> str:
+    """What a finished database's READY file says: its size, seed and feature schema, so a
+    PathMaster whose features differ rebuilds it instead of comparing unlike vectors."""
+    from pathmaster.features.schema import feature_schema
+
+    return f"cells={cells} seed={seed} schema={feature_schema()}\n"
+
+
+def is_current(site_dir: str | Path) -> bool:
+    """True when `site_dir` holds a finished build whose vectors this PathMaster makes
+    alike (same feature schema); its size and seed are the caller's to name."""
+    ready = Path(site_dir) / READY
+    schema = ready_stamp(0, 0).split()[-1]
+    return ready.is_file() and schema in ready.read_text().split()
+
+
 def build_synthetic_site(site_dir: str | Path, cells: int, seed: int, algorithm: str | None = None) -> Path:
     """A site database of `cells` synthetic cells (diagnoses in turn) from `seed`, at `site_dir`,
     its search index built with `algorithm` ("flat", "ivf", "hnsw"; None: by size).
@@ -31,8 +47,8 @@ def build_synthetic_site(site_dir: str | Path, cells: int, seed: int, algorithm:
     from pathmaster.synth import cell_rng, synth_cell
 
     site_dir = Path(site_dir)
-    if (site_dir / READY).is_file():
-        return site_dir
+    if is_current(site_dir):
+        return site_dir  # built by this PathMaster: its vectors compare with ours
     if site_dir.exists():
         shutil.rmtree(site_dir)
     site_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -41,7 +57,7 @@ def build_synthetic_site(site_dir: str | Path, cells: int, seed: int, algorithm:
         for i in range(cells)
     )
     ingest(site_dir / f"synthetic-seed{seed}", site_dir, records=records, algorithm=algorithm)
-    (site_dir / READY).write_text(f"cells={cells} seed={seed}\n")
+    (site_dir / READY).write_text(ready_stamp(cells, seed))
     return site_dir
 
 

@@ -8,12 +8,16 @@ so the same code runs in-process (benchmarks' baseline) and as a Ray actor (`sta
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
+from functools import lru_cache
 from pathlib import Path
 
 import ray
 
+from pathmaster.defaults import WIRE_THUMBNAIL_PX
+from pathmaster.imageio import wire_thumbnail
 from pathmaster.records import InvalidInput
 from services.site.cells import decode_cell
 
@@ -30,6 +34,7 @@ class SiteWorker:
         from pathmaster.site import SiteIndex
 
         self.index = SiteIndex.open(db)
+        self._wire = lru_cache(maxsize=4096)(self._wire_parts)
 
     def ready(self) -> bool:
         return True
@@ -40,13 +45,47 @@ class SiteWorker:
             "algorithm": self.index.algorithm,
             "database_cells": len(self.index),
             "diagnoses": [str(d) for d in self.index.diagnoses()],
+            "feature_schema": self.index.feature_schema,
         }
+
+    def _wire_parts(self, cell_id: str) -> tuple[bytes, str]:
+        """(small JPEG thumbnail, SHA-256 of the full image) of a database cell."""
+        thumbnail = wire_thumbnail(self.index.thumbnail_png(cell_id), WIRE_THUMBNAIL_PX)
+        return thumbnail, hashlib.sha256(self.index.image_png(cell_id)).hexdigest()
+
+    def _matches(self, features, k: int) -> list[dict]:
+        matches = []
+        for match in self.index.search(features, k):
+            thumbnail, sha = self._wire(match.cell_id)
+            matches.append({
+                "cell_id": str(match.cell_id),
+                "diagnosis": str(match.diagnosis or ""),
+                "distance": float(match.distance),
+                "source_id": str(match.source_id),
+                "thumbnail": thumbnail,
+                "image_sha256": sha,
+            })
+        return matches
+
+    def search(self, cell_id: str, values: list[float], k: int, background_estimated: bool = False,
+               mask_estimated: bool = False) -> dict:
+        """One test cell already analysed (its raw feature vector) -> a result dict as
+        `analyse` returns; extraction_s is 0 (the analysis happened elsewhere)."""
+        result = {"query_cell_id": cell_id, "matches": [], "background_estimated": background_estimated,
+                  "mask_estimated": mask_estimated, "error": "", "extraction_s": 0.0, "search_s": 0.0}
+        t0 = time.perf_counter()
+        try:
+            result["matches"] = self._matches(values, k)
+        except InvalidInput as exc:
+            result["error"] = f"cell {cell_id!r}: {exc}"
+        result["search_s"] = time.perf_counter() - t0
+        return result
 
     def analyse(self, cell_id: str, image: bytes, background: bytes, mask: bytes, k: int) -> dict:
         """One test cell, as encoded bytes (background/mask may be b"") -> a result dict.
 
         Returns {"query_cell_id", "matches": [{"cell_id", "diagnosis", "distance",
-        "source_id", "thumbnail"}], "background_estimated", "mask_estimated", "error",
+        "source_id", "thumbnail", "image_sha256"}], "background_estimated", "mask_estimated", "error",
         "extraction_s", "search_s"}; times in seconds, search_s includes reading the
         matches' thumbnails. Bad input gives "error" (naming the cell), not an exception.
         """
@@ -64,14 +103,7 @@ class SiteWorker:
         result["extraction_s"] = t1 - t0
         result["background_estimated"] = bool(analysis.background_estimated)
         result["mask_estimated"] = bool(analysis.mask_estimated)
-        for match in self.index.search(analysis.features, k):
-            result["matches"].append({
-                "cell_id": str(match.cell_id),
-                "diagnosis": str(match.diagnosis or ""),
-                "distance": float(match.distance),
-                "source_id": str(match.source_id),
-                "thumbnail": self.index.thumbnail_png(match.cell_id),
-            })
+        result["matches"] = self._matches(analysis.features, k)
         result["search_s"] = time.perf_counter() - t1
         return result
 

@@ -75,7 +75,7 @@ def test_case_streams_each_sites_matches_and_keeps_good_cells_past_bad_files(
             assert cell["error"] == "" and len(cell["matches"]) == 5
             distances = [m["distance"] for m in cell["matches"]]
             assert distances == sorted(distances)
-            assert all(m["thumbnail"].startswith("data:image/png;base64,") for m in cell["matches"])
+            assert all(m["thumbnail"].startswith("data:image/jpeg;base64,") for m in cell["matches"])  # ~1 KB, sized for the wire
         given = {c["query_cell_id"]: c for c in site["cells"]}
         assert not given["cell1"]["mask_estimated"] and given["cell4"]["mask_estimated"]
 

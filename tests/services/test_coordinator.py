@@ -47,7 +47,7 @@ def test_case_streams_every_site_then_summary(deployment, case, case_cells):
     events = run_case(deployment.coordinator.address, case, "urgent", deadline_s=60)
     results = site_results(events)
     assert set(results) == {"alpha", "beta", "gamma"}
-    assert [e.HasField("summary") for _, e in events] == [False, False, False, True]
+    assert [e.WhichOneof("event") for _, e in events] == ["plan", *["site_result"] * 3, "summary"]
     truth = {c["cell_id"]: c["diagnosis"] for c in case_cells}
     for site, result in results.items():
         assert result.status_code == OK, result.status_message
@@ -59,10 +59,14 @@ def test_case_streams_every_site_then_summary(deployment, case, case_cells):
             assert len(cell.matches) == 5
             distances = [m.distance for m in cell.matches]
             assert distances == sorted(distances)
-            assert Image.open(io.BytesIO(cell.matches[0].thumbnail)).format == "PNG"
+            thumbnail = Image.open(io.BytesIO(cell.matches[0].thumbnail))  # sized for the wire
+            assert thumbnail.format == "JPEG" and max(thumbnail.size) <= 48
+        # Every site shares the coordinator's feature schema: the cells were analysed once,
+        # at the coordinator, and only their feature vectors travelled.
+        assert result.mode == "features" and result.request_class == "urgent"
         t = result.timing
-        assert 0 < t.extraction_s and 0 < t.site_wall_s <= t.total_s
-        assert result.bytes_sent > sum(len(c.image) for c in case) and result.bytes_received > 0
+        assert t.extraction_s == 0 and 0 < t.site_wall_s <= t.total_s
+        assert 0 < result.bytes_sent < sum(len(c.image) for c in case) / 10 and result.bytes_received > 0
     summary = events[-1][1].summary
     assert summary.sites_ok == 3 and summary.sites_failed == 0 and summary.request_class == "urgent"
     assert summary.bytes_sent == sum(r.bytes_sent for r in results.values())
@@ -168,8 +172,9 @@ def test_too_many_bytes_is_resource_exhausted_with_the_limit(small_limits, case,
 
 def test_ten_megabyte_image_works(deployment, ten_mb_png):
     assert len(ten_mb_png) >= 10 * 2**20
+    # Shipped as images: the 10 MB file itself crosses to the site (features mode would send ~1 KB).
     events = run_case(deployment.coordinator.address, [pb.CellImage(cell_id="ten-mb.png", image=ten_mb_png)],
-                      sites=["alpha"], deadline_s=60)
+                      sites=["alpha"], deadline_s=60, ship="images")
     result = site_results(events)["alpha"]
     assert result.status_code == OK, result.status_message
     assert result.bytes_sent > 10 * 2**20
@@ -186,9 +191,10 @@ def test_site_down_gives_unavailable_first_and_partial_results(deployment, case)
         assert results["down"].status_code == UNAVAILABLE and "down" in results["down"].status_message
         assert all(results[s].status_code == OK for s in ("alpha", "beta", "gamma"))
         # Streamed as each site answers: the dead site's result comes first, well before the others.
-        first_time, first = events[0]
+        assert events[0][1].HasField("plan")
+        first_time, first = events[1]
         assert first.site_result.site == "down"
-        assert first_time < min(t for t, e in events[1:])
+        assert first_time < min(t for t, e in events[2:])
         summary = events[-1][1].summary
         assert summary.sites_ok == 3 and summary.sites_failed == 1
         assert_serving(server.address, case)
@@ -198,7 +204,7 @@ def test_site_down_gives_unavailable_first_and_partial_results(deployment, case)
 
 def test_deadline_gives_deadline_exceeded_in_time(deployment, slow_case, case):
     deadline = 0.5
-    events = run_case(deployment.coordinator.address, slow_case, deadline_s=deadline)
+    events = run_case(deployment.coordinator.address, slow_case, deadline_s=deadline, ship="images")
     results = site_results(events)
     assert {r.status_code for r in results.values()} == {DEADLINE_EXCEEDED}
     assert events[-1][1].HasField("summary") and events[-1][1].summary.sites_failed == 3
@@ -210,7 +216,7 @@ def test_client_cancel_cancels_every_site_call(deployment, slow_case, case):
     sites = [site.servicer for site in deployment.sites.values()]
     coordinator_cancelled = deployment.coordinator.servicer.cases_cancelled
     with CoordinatorClient(deployment.coordinator.address) as client:
-        call = client.submit(slow_case, "routine", deadline_s=60, case_id="cancel-me")
+        call = client.submit(slow_case, "routine", deadline_s=60, case_id="cancel-me", ship="images")
         poll_until(lambda: all("cancel-me" in s.cases_started for s in sites), 20, "every site to start the case")
         call.cancel()
         with pytest.raises(grpc.RpcError) as err:
@@ -274,8 +280,8 @@ def test_urgent_cells_overtake_queued_bulk_cells(deployment, slow_case, case):
     dispatcher = deployment.sites["alpha"].servicer.dispatcher
     finished = {}
 
-    def submit(request_class, cells):
-        events = run_case(address, cells, request_class, sites=["alpha"], deadline_s=120)
+    def submit(request_class, cells):  # images: the work queues at the site, as tested here
+        events = run_case(address, cells, request_class, sites=["alpha"], deadline_s=120, ship="images")
         assert site_results(events)["alpha"].status_code == OK
         finished[request_class] = time.monotonic()
 

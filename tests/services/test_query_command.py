@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 
 def query(*args, timeout=120):
     return subprocess.run([sys.executable, "-m", "pathmaster", "query", *map(str, args)],
@@ -21,12 +23,55 @@ def test_query_json_pairs_masks_and_streams_each_site(deployment, case_cells, tm
     done = query("--coordinator", deployment.coordinator.address, "--class", "urgent", "--json", *files)
     assert done.returncode == 0, done.stderr
     events = [json.loads(line) for line in done.stdout.splitlines()]
-    assert [e["type"] for e in events] == ["site", "site", "site", "summary"]
-    for site in events[:3]:
+    # The plan (predicted wait, how each site gets the case) comes before any result.
+    assert [e["type"] for e in events] == ["plan", "site", "site", "site", "summary"]
+    plan = events[0]
+    assert {s["site"] for s in plan["sites"]} == {"alpha", "beta", "gamma"}
+    assert all(s["mode"] == "features" and s["reasons"] for s in plan["sites"])
+    for site in events[1:4]:
+        assert site["mode"] == "features" and "predicted_s" in site
         assert site["ok"] and [c["query_cell_id"] for c in site["cells"]] == ["cell0.png", "cell1.png"]
         # Background and mask were paired with their image and sent: nothing estimated.
         assert not any(c["mask_estimated"] or c["background_estimated"] for c in site["cells"])
     assert events[-1]["request_class"] == "urgent" and events[-1]["sites_ok"] == 3
+    assert "predicted_s" in events[-1]
+
+
+def test_query_predicts_once_the_sites_have_answered_and_logs_prediction_and_actual(deployment, case_cells, tmp_path):
+    (tmp_path / "one.png").write_bytes(case_cells[0]["image"])
+    address = deployment.coordinator.address
+    for _ in range(2):  # the first answers teach the predictor every site's path and service time
+        assert query("--coordinator", address, "--class", "routine", "--json", tmp_path / "one.png").returncode == 0
+    done = query("--coordinator", address, "--class", "routine", "--json", tmp_path / "one.png")
+    events = [json.loads(line) for line in done.stdout.splitlines()]
+    plan, summary = events[0], events[-1]
+    assert plan["predicted_s"] > 0 and all(s["predicted_s"] > 0 for s in plan["sites"])
+    assert summary["predicted_s"] == plan["predicted_s"]
+    logged = [json.loads(line) for line in deployment.case_log.read_text().splitlines()]
+    record = next(r for r in logged if r["case_id"] == summary["case_id"])
+    assert record["predicted_s"] == round(plan["predicted_s"], 6) and record["total_s"] > 0
+    expected_error = abs(record["predicted_s"] - record["total_s"]) / record["total_s"]
+    assert record["prediction_error"] == pytest.approx(expected_error, abs=1e-3)
+    assert {s["mode"] for s in record["sites"].values()} == {"features"}
+
+
+def test_query_can_analyse_locally_and_upload_only_features(deployment, case_cells, tmp_path):
+    files = []
+    for i, cell in enumerate(case_cells[:3]):
+        files.append(tmp_path / f"c{i}.png")
+        files[-1].write_bytes(cell["image"])
+    address = deployment.coordinator.address
+    local = query("--coordinator", address, "--json", "--analyse-locally", *files)
+    remote = query("--coordinator", address, "--json", "--ship", "images", *files)
+    assert local.returncode == 0 and remote.returncode == 0, local.stderr + remote.stderr
+    local_sites = {e["site"]: e for e in map(json.loads, local.stdout.splitlines()) if e["type"] == "site"}
+    remote_sites = {e["site"]: e for e in map(json.loads, remote.stdout.splitlines()) if e["type"] == "site"}
+    for name, site in local_sites.items():
+        assert site["mode"] == "features" and remote_sites[name]["mode"] == "images"
+        # The same matches whichever way the cell travelled.
+        for a, b in zip(site["cells"], remote_sites[name]["cells"]):
+            assert [m["cell_id"] for m in a["matches"]] == [m["cell_id"] for m in b["matches"]]
+        assert site["bytes_sent"] * 20 < remote_sites[name]["bytes_sent"]
 
 
 def test_query_text_output(deployment, case_cells, tmp_path):

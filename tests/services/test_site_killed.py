@@ -50,7 +50,7 @@ def test_site_killed_mid_case(deployment, site_dbs, slow_case, case, tmp_path, r
         deadline = 60.0
         with CoordinatorClient(coordinator.address) as client:
             started = time.monotonic()
-            events = client.submit(slow_case, "urgent", deadline_s=deadline)
+            events = client.submit(slow_case, "urgent", deadline_s=deadline, ship="images")
             wait_for(log, r"case \S+ \(urgent\): analysing 6 cells", site, 30)
             os.killpg(site.pid, signal.SIGKILL)
             received = list(events)

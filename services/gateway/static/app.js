@@ -290,6 +290,7 @@ async function readEvents(response, onEvent) {
 
 function handleEvent(event) {
   if (event.type === "accepted") onAccepted(event);
+  else if (event.type === "plan") onPlan(event);
   else if (event.type === "site") onSite(event);
   else if (event.type === "summary") onSummary(event);
   else if (event.type === "error") setStatus(event.message, "error");
@@ -317,6 +318,16 @@ function onAccepted(event) {
     el("p", {class: "error", role: "alert"}, el("strong", {text: "Not analysed: "}), r.problem)));
   $("#cells").replaceChildren(...cells, ...rejected);
   setStatus(`${event.cells.length} cell${event.cells.length === 1 ? "" : "s"} sent to ${state.sites.length} sites (${event.request_class}).`);
+}
+
+// The coordinator's plan arrives before any result: the expected wait, per site.
+function onPlan(event) {
+  const wait = event.predicted_s ? `expected in about ${event.predicted_s.toFixed(1)} s` : "no estimate yet";
+  setStatus(`Case sent; ${wait}.`);
+  for (const s of event.sites) {
+    const expected = s.predicted_s ? `expected ~${s.predicted_s.toFixed(1)} s` : "";
+    markSite(s.site, "waiting", "waiting", expected, s.reasons.join("; "));
+  }
 }
 
 function siteCard(site) {

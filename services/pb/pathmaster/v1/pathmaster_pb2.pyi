@@ -18,19 +18,33 @@ class CellImage(_message.Message):
     mask: bytes
     def __init__(self, cell_id: _Optional[str] = ..., image: _Optional[bytes] = ..., background: _Optional[bytes] = ..., mask: _Optional[bytes] = ...) -> None: ...
 
+class CellFeatures(_message.Message):
+    __slots__ = ("cell_id", "values", "background_estimated", "mask_estimated")
+    CELL_ID_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    BACKGROUND_ESTIMATED_FIELD_NUMBER: _ClassVar[int]
+    MASK_ESTIMATED_FIELD_NUMBER: _ClassVar[int]
+    cell_id: str
+    values: _containers.RepeatedScalarFieldContainer[float]
+    background_estimated: bool
+    mask_estimated: bool
+    def __init__(self, cell_id: _Optional[str] = ..., values: _Optional[_Iterable[float]] = ..., background_estimated: _Optional[bool] = ..., mask_estimated: _Optional[bool] = ...) -> None: ...
+
 class Match(_message.Message):
-    __slots__ = ("cell_id", "diagnosis", "distance", "thumbnail", "source_id")
+    __slots__ = ("cell_id", "diagnosis", "distance", "thumbnail", "source_id", "image_sha256")
     CELL_ID_FIELD_NUMBER: _ClassVar[int]
     DIAGNOSIS_FIELD_NUMBER: _ClassVar[int]
     DISTANCE_FIELD_NUMBER: _ClassVar[int]
     THUMBNAIL_FIELD_NUMBER: _ClassVar[int]
     SOURCE_ID_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_SHA256_FIELD_NUMBER: _ClassVar[int]
     cell_id: str
     diagnosis: str
     distance: float
     thumbnail: bytes
     source_id: str
-    def __init__(self, cell_id: _Optional[str] = ..., diagnosis: _Optional[str] = ..., distance: _Optional[float] = ..., thumbnail: _Optional[bytes] = ..., source_id: _Optional[str] = ...) -> None: ...
+    image_sha256: str
+    def __init__(self, cell_id: _Optional[str] = ..., diagnosis: _Optional[str] = ..., distance: _Optional[float] = ..., thumbnail: _Optional[bytes] = ..., source_id: _Optional[str] = ..., image_sha256: _Optional[str] = ...) -> None: ...
 
 class CellResult(_message.Message):
     __slots__ = ("query_cell_id", "matches", "background_estimated", "mask_estimated", "error")
@@ -81,37 +95,60 @@ class ImageReply(_message.Message):
     def __init__(self, cell_id: _Optional[str] = ..., image: _Optional[bytes] = ..., diagnosis: _Optional[str] = ..., mask: _Optional[bytes] = ...) -> None: ...
 
 class AnalyseRequest(_message.Message):
-    __slots__ = ("case_id", "request_class", "cells", "k")
+    __slots__ = ("case_id", "request_class", "cells", "k", "feature_schema", "features")
     CASE_ID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_CLASS_FIELD_NUMBER: _ClassVar[int]
     CELLS_FIELD_NUMBER: _ClassVar[int]
     K_FIELD_NUMBER: _ClassVar[int]
+    FEATURE_SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    FEATURES_FIELD_NUMBER: _ClassVar[int]
     case_id: str
     request_class: str
     cells: _containers.RepeatedCompositeFieldContainer[CellImage]
     k: int
-    def __init__(self, case_id: _Optional[str] = ..., request_class: _Optional[str] = ..., cells: _Optional[_Iterable[_Union[CellImage, _Mapping]]] = ..., k: _Optional[int] = ...) -> None: ...
+    feature_schema: str
+    features: _containers.RepeatedCompositeFieldContainer[CellFeatures]
+    def __init__(self, case_id: _Optional[str] = ..., request_class: _Optional[str] = ..., cells: _Optional[_Iterable[_Union[CellImage, _Mapping]]] = ..., k: _Optional[int] = ..., feature_schema: _Optional[str] = ..., features: _Optional[_Iterable[_Union[CellFeatures, _Mapping]]] = ...) -> None: ...
+
+class SiteLoad(_message.Message):
+    __slots__ = ("waiting_cells", "workers", "seconds_per_cell")
+    class SecondsPerCellEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    WAITING_CELLS_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_PER_CELL_FIELD_NUMBER: _ClassVar[int]
+    waiting_cells: int
+    workers: int
+    seconds_per_cell: _containers.ScalarMap[str, float]
+    def __init__(self, waiting_cells: _Optional[int] = ..., workers: _Optional[int] = ..., seconds_per_cell: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class AnalyseReply(_message.Message):
-    __slots__ = ("site", "algorithm", "cells", "timing", "database_cells")
+    __slots__ = ("site", "algorithm", "cells", "timing", "database_cells", "load")
     SITE_FIELD_NUMBER: _ClassVar[int]
     ALGORITHM_FIELD_NUMBER: _ClassVar[int]
     CELLS_FIELD_NUMBER: _ClassVar[int]
     TIMING_FIELD_NUMBER: _ClassVar[int]
     DATABASE_CELLS_FIELD_NUMBER: _ClassVar[int]
+    LOAD_FIELD_NUMBER: _ClassVar[int]
     site: str
     algorithm: str
     cells: _containers.RepeatedCompositeFieldContainer[CellResult]
     timing: SiteTiming
     database_cells: int
-    def __init__(self, site: _Optional[str] = ..., algorithm: _Optional[str] = ..., cells: _Optional[_Iterable[_Union[CellResult, _Mapping]]] = ..., timing: _Optional[_Union[SiteTiming, _Mapping]] = ..., database_cells: _Optional[int] = ...) -> None: ...
+    load: SiteLoad
+    def __init__(self, site: _Optional[str] = ..., algorithm: _Optional[str] = ..., cells: _Optional[_Iterable[_Union[CellResult, _Mapping]]] = ..., timing: _Optional[_Union[SiteTiming, _Mapping]] = ..., database_cells: _Optional[int] = ..., load: _Optional[_Union[SiteLoad, _Mapping]] = ...) -> None: ...
 
 class SiteInfoRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class SiteInfo(_message.Message):
-    __slots__ = ("site", "algorithm", "database_cells", "diagnoses", "workers", "class_ports", "class_dscp")
+    __slots__ = ("site", "algorithm", "database_cells", "diagnoses", "workers", "class_ports", "class_dscp", "feature_schema", "load")
     class ClassPortsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -133,6 +170,8 @@ class SiteInfo(_message.Message):
     WORKERS_FIELD_NUMBER: _ClassVar[int]
     CLASS_PORTS_FIELD_NUMBER: _ClassVar[int]
     CLASS_DSCP_FIELD_NUMBER: _ClassVar[int]
+    FEATURE_SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    LOAD_FIELD_NUMBER: _ClassVar[int]
     site: str
     algorithm: str
     database_cells: int
@@ -140,26 +179,34 @@ class SiteInfo(_message.Message):
     workers: int
     class_ports: _containers.ScalarMap[str, int]
     class_dscp: _containers.ScalarMap[str, int]
-    def __init__(self, site: _Optional[str] = ..., algorithm: _Optional[str] = ..., database_cells: _Optional[int] = ..., diagnoses: _Optional[_Iterable[str]] = ..., workers: _Optional[int] = ..., class_ports: _Optional[_Mapping[str, int]] = ..., class_dscp: _Optional[_Mapping[str, int]] = ...) -> None: ...
+    feature_schema: str
+    load: SiteLoad
+    def __init__(self, site: _Optional[str] = ..., algorithm: _Optional[str] = ..., database_cells: _Optional[int] = ..., diagnoses: _Optional[_Iterable[str]] = ..., workers: _Optional[int] = ..., class_ports: _Optional[_Mapping[str, int]] = ..., class_dscp: _Optional[_Mapping[str, int]] = ..., feature_schema: _Optional[str] = ..., load: _Optional[_Union[SiteLoad, _Mapping]] = ...) -> None: ...
 
 class CaseRequest(_message.Message):
-    __slots__ = ("case_id", "request_class", "cells", "sites", "k", "deadline_s")
+    __slots__ = ("case_id", "request_class", "cells", "sites", "k", "deadline_s", "ship", "feature_schema", "features")
     CASE_ID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_CLASS_FIELD_NUMBER: _ClassVar[int]
     CELLS_FIELD_NUMBER: _ClassVar[int]
     SITES_FIELD_NUMBER: _ClassVar[int]
     K_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_S_FIELD_NUMBER: _ClassVar[int]
+    SHIP_FIELD_NUMBER: _ClassVar[int]
+    FEATURE_SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    FEATURES_FIELD_NUMBER: _ClassVar[int]
     case_id: str
     request_class: str
     cells: _containers.RepeatedCompositeFieldContainer[CellImage]
     sites: _containers.RepeatedScalarFieldContainer[str]
     k: int
     deadline_s: float
-    def __init__(self, case_id: _Optional[str] = ..., request_class: _Optional[str] = ..., cells: _Optional[_Iterable[_Union[CellImage, _Mapping]]] = ..., sites: _Optional[_Iterable[str]] = ..., k: _Optional[int] = ..., deadline_s: _Optional[float] = ...) -> None: ...
+    ship: str
+    feature_schema: str
+    features: _containers.RepeatedCompositeFieldContainer[CellFeatures]
+    def __init__(self, case_id: _Optional[str] = ..., request_class: _Optional[str] = ..., cells: _Optional[_Iterable[_Union[CellImage, _Mapping]]] = ..., sites: _Optional[_Iterable[str]] = ..., k: _Optional[int] = ..., deadline_s: _Optional[float] = ..., ship: _Optional[str] = ..., feature_schema: _Optional[str] = ..., features: _Optional[_Iterable[_Union[CellFeatures, _Mapping]]] = ...) -> None: ...
 
 class SiteResult(_message.Message):
-    __slots__ = ("site", "status_code", "status_message", "algorithm", "cells", "timing", "bytes_sent", "bytes_received")
+    __slots__ = ("site", "status_code", "status_message", "algorithm", "cells", "timing", "bytes_sent", "bytes_received", "mode", "predicted_s", "request_class", "decisions")
     SITE_FIELD_NUMBER: _ClassVar[int]
     STATUS_CODE_FIELD_NUMBER: _ClassVar[int]
     STATUS_MESSAGE_FIELD_NUMBER: _ClassVar[int]
@@ -168,6 +215,10 @@ class SiteResult(_message.Message):
     TIMING_FIELD_NUMBER: _ClassVar[int]
     BYTES_SENT_FIELD_NUMBER: _ClassVar[int]
     BYTES_RECEIVED_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    PREDICTED_S_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_CLASS_FIELD_NUMBER: _ClassVar[int]
+    DECISIONS_FIELD_NUMBER: _ClassVar[int]
     site: str
     status_code: int
     status_message: str
@@ -176,7 +227,11 @@ class SiteResult(_message.Message):
     timing: SiteTiming
     bytes_sent: int
     bytes_received: int
-    def __init__(self, site: _Optional[str] = ..., status_code: _Optional[int] = ..., status_message: _Optional[str] = ..., algorithm: _Optional[str] = ..., cells: _Optional[_Iterable[_Union[CellResult, _Mapping]]] = ..., timing: _Optional[_Union[SiteTiming, _Mapping]] = ..., bytes_sent: _Optional[int] = ..., bytes_received: _Optional[int] = ...) -> None: ...
+    mode: str
+    predicted_s: float
+    request_class: str
+    decisions: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, site: _Optional[str] = ..., status_code: _Optional[int] = ..., status_message: _Optional[str] = ..., algorithm: _Optional[str] = ..., cells: _Optional[_Iterable[_Union[CellResult, _Mapping]]] = ..., timing: _Optional[_Union[SiteTiming, _Mapping]] = ..., bytes_sent: _Optional[int] = ..., bytes_received: _Optional[int] = ..., mode: _Optional[str] = ..., predicted_s: _Optional[float] = ..., request_class: _Optional[str] = ..., decisions: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CellVote(_message.Message):
     __slots__ = ("query_cell_id", "diagnosis", "votes", "total")
@@ -191,7 +246,7 @@ class CellVote(_message.Message):
     def __init__(self, query_cell_id: _Optional[str] = ..., diagnosis: _Optional[str] = ..., votes: _Optional[int] = ..., total: _Optional[int] = ...) -> None: ...
 
 class CaseSummary(_message.Message):
-    __slots__ = ("case_id", "request_class", "total_s", "sites_ok", "sites_failed", "bytes_sent", "bytes_received", "votes")
+    __slots__ = ("case_id", "request_class", "total_s", "sites_ok", "sites_failed", "bytes_sent", "bytes_received", "votes", "predicted_s", "served_class", "decisions")
     CASE_ID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_CLASS_FIELD_NUMBER: _ClassVar[int]
     TOTAL_S_FIELD_NUMBER: _ClassVar[int]
@@ -200,6 +255,9 @@ class CaseSummary(_message.Message):
     BYTES_SENT_FIELD_NUMBER: _ClassVar[int]
     BYTES_RECEIVED_FIELD_NUMBER: _ClassVar[int]
     VOTES_FIELD_NUMBER: _ClassVar[int]
+    PREDICTED_S_FIELD_NUMBER: _ClassVar[int]
+    SERVED_CLASS_FIELD_NUMBER: _ClassVar[int]
+    DECISIONS_FIELD_NUMBER: _ClassVar[int]
     case_id: str
     request_class: str
     total_s: float
@@ -208,15 +266,54 @@ class CaseSummary(_message.Message):
     bytes_sent: int
     bytes_received: int
     votes: _containers.RepeatedCompositeFieldContainer[CellVote]
-    def __init__(self, case_id: _Optional[str] = ..., request_class: _Optional[str] = ..., total_s: _Optional[float] = ..., sites_ok: _Optional[int] = ..., sites_failed: _Optional[int] = ..., bytes_sent: _Optional[int] = ..., bytes_received: _Optional[int] = ..., votes: _Optional[_Iterable[_Union[CellVote, _Mapping]]] = ...) -> None: ...
+    predicted_s: float
+    served_class: str
+    decisions: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, case_id: _Optional[str] = ..., request_class: _Optional[str] = ..., total_s: _Optional[float] = ..., sites_ok: _Optional[int] = ..., sites_failed: _Optional[int] = ..., bytes_sent: _Optional[int] = ..., bytes_received: _Optional[int] = ..., votes: _Optional[_Iterable[_Union[CellVote, _Mapping]]] = ..., predicted_s: _Optional[float] = ..., served_class: _Optional[str] = ..., decisions: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class SitePlan(_message.Message):
+    __slots__ = ("site", "mode", "request_class", "predicted_s", "hedge_after_s", "reasons")
+    SITE_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_CLASS_FIELD_NUMBER: _ClassVar[int]
+    PREDICTED_S_FIELD_NUMBER: _ClassVar[int]
+    HEDGE_AFTER_S_FIELD_NUMBER: _ClassVar[int]
+    REASONS_FIELD_NUMBER: _ClassVar[int]
+    site: str
+    mode: str
+    request_class: str
+    predicted_s: float
+    hedge_after_s: float
+    reasons: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, site: _Optional[str] = ..., mode: _Optional[str] = ..., request_class: _Optional[str] = ..., predicted_s: _Optional[float] = ..., hedge_after_s: _Optional[float] = ..., reasons: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class CasePlan(_message.Message):
+    __slots__ = ("case_id", "request_class", "served_class", "deadline_s", "predicted_s", "sites", "decisions")
+    CASE_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_CLASS_FIELD_NUMBER: _ClassVar[int]
+    SERVED_CLASS_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_S_FIELD_NUMBER: _ClassVar[int]
+    PREDICTED_S_FIELD_NUMBER: _ClassVar[int]
+    SITES_FIELD_NUMBER: _ClassVar[int]
+    DECISIONS_FIELD_NUMBER: _ClassVar[int]
+    case_id: str
+    request_class: str
+    served_class: str
+    deadline_s: float
+    predicted_s: float
+    sites: _containers.RepeatedCompositeFieldContainer[SitePlan]
+    decisions: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, case_id: _Optional[str] = ..., request_class: _Optional[str] = ..., served_class: _Optional[str] = ..., deadline_s: _Optional[float] = ..., predicted_s: _Optional[float] = ..., sites: _Optional[_Iterable[_Union[SitePlan, _Mapping]]] = ..., decisions: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CaseEvent(_message.Message):
-    __slots__ = ("site_result", "summary")
+    __slots__ = ("site_result", "summary", "plan")
     SITE_RESULT_FIELD_NUMBER: _ClassVar[int]
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    PLAN_FIELD_NUMBER: _ClassVar[int]
     site_result: SiteResult
     summary: CaseSummary
-    def __init__(self, site_result: _Optional[_Union[SiteResult, _Mapping]] = ..., summary: _Optional[_Union[CaseSummary, _Mapping]] = ...) -> None: ...
+    plan: CasePlan
+    def __init__(self, site_result: _Optional[_Union[SiteResult, _Mapping]] = ..., summary: _Optional[_Union[CaseSummary, _Mapping]] = ..., plan: _Optional[_Union[CasePlan, _Mapping]] = ...) -> None: ...
 
 class ClassStatsRequest(_message.Message):
     __slots__ = ("request_class",)
@@ -279,7 +376,7 @@ class CoordinatorInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class CoordinatorInfo(_message.Message):
-    __slots__ = ("class_ports", "class_dscp")
+    __slots__ = ("class_ports", "class_dscp", "feature_schema")
     class ClassPortsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -296,6 +393,8 @@ class CoordinatorInfo(_message.Message):
         def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     CLASS_PORTS_FIELD_NUMBER: _ClassVar[int]
     CLASS_DSCP_FIELD_NUMBER: _ClassVar[int]
+    FEATURE_SCHEMA_FIELD_NUMBER: _ClassVar[int]
     class_ports: _containers.ScalarMap[str, int]
     class_dscp: _containers.ScalarMap[str, int]
-    def __init__(self, class_ports: _Optional[_Mapping[str, int]] = ..., class_dscp: _Optional[_Mapping[str, int]] = ...) -> None: ...
+    feature_schema: str
+    def __init__(self, class_ports: _Optional[_Mapping[str, int]] = ..., class_dscp: _Optional[_Mapping[str, int]] = ..., feature_schema: _Optional[str] = ...) -> None: ...

@@ -1,0 +1,205 @@
+"""One case's calls to its sites: send, hedge, fall back, and report each site once.
+
+For each site the coordinator has a plan (qos.policy.SitePlan: mode, class, when to
+hedge). `FanOut` makes the calls and yields each site's outcome the moment it is final:
+
+- the first call goes in the planned class and mode;
+- a site still silent at its `hedge_after_s` gets a second copy of the request on the
+  hedge class (a more favoured one the user may use); the first good answer wins and the
+  other copy is cancelled;
+- a site that refuses features (another schema after all, or a failure in the search
+  path) gets the images instead, when the case has them, and the decision says so;
+- when every copy failed, the site's outcome carries each copy's error.
+
+Calls are gRPC futures; their completions and the hedge timers meet in one queue, so one
+thread (the SubmitCase handler's) makes every decision in order.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import grpc
+
+from qos.policy import SitePlan
+from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
+
+# A site that answers these to a features request may still take the images.
+FEATURES_FALLBACK_CODES = (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.INVALID_ARGUMENT,
+                           grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.INTERNAL)
+
+
+@dataclass
+class Attempt:
+    """One copy of a site's request in flight."""
+
+    call: grpc.Future
+    sent_at: float
+    request_class: str
+    mode: str
+    request_bytes: int
+    label: str              # "first", "hedge", "images fallback"
+
+
+@dataclass
+class SiteRun:
+    """Everything about one site's part of the case."""
+
+    plan: SitePlan
+    attempts: list[Attempt] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    decisions: list[str] = field(default_factory=list)
+    timer: threading.Timer | None = None
+    done: bool = False
+
+    def running(self) -> list[Attempt]:
+        return [a for a in self.attempts if not a.call.done()]
+
+
+@dataclass
+class SiteOutcome:
+    """A site's final answer (`reply` is None when every copy failed)."""
+
+    site: str
+    plan: SitePlan
+    attempt: Attempt | None
+    reply: pb.AnalyseReply | None
+    elapsed_s: float
+    code: grpc.StatusCode
+    message: str
+    decisions: list[str]
+    bytes_sent: int
+
+
+class FanOut:
+    """Sends one case to its sites and yields a `SiteOutcome` per site as each is final.
+
+    Parameters
+    ----------
+    plans : dict
+        site -> SitePlan.
+    send : callable
+        ``send(site, request_class, mode) -> (grpc.Future, request_bytes)``, or None when
+        the case cannot be sent that way (e.g. images of a case that came as features).
+    deadline : float
+        time.monotonic() by which every site must have answered.
+    """
+
+    def __init__(self, plans: dict[str, SitePlan], send: Callable, deadline: float):
+        self.runs = {site: SiteRun(plan) for site, plan in plans.items()}
+        self.send = send
+        self.deadline = deadline
+        self._events: queue.Queue = queue.Queue()
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def start(self) -> list[SiteOutcome]:
+        """Send every site's first copy; returns the outcomes of sites that could not be sent to."""
+        unsendable = []
+        for site, run in self.runs.items():
+            if not self._attempt(site, run.plan.request_class, run.plan.mode, "first"):
+                run.done = True
+                unsendable.append(self._failure(site, grpc.StatusCode.FAILED_PRECONDITION,
+                                                f"site {site} compares features of another schema and this "
+                                                "case came as features only: send the images"))
+                continue
+            if run.plan.hedge_after_s is not None:
+                run.timer = threading.Timer(run.plan.hedge_after_s, self._events.put, args=(("hedge", site, None),))
+                run.timer.daemon = True
+                run.timer.start()
+        return unsendable
+
+    def _attempt(self, site: str, request_class: str, mode: str, label: str) -> bool:
+        sent = self.send(site, request_class, mode)
+        if sent is None:
+            return False
+        call, request_bytes = sent
+        attempt = Attempt(call, time.monotonic(), request_class, mode, request_bytes, label)
+        with self._lock:
+            self.runs[site].attempts.append(attempt)
+        call.add_done_callback(lambda c, s=site, a=attempt: self._events.put(("done", s, a)))
+        return True
+
+    def cancel(self) -> None:
+        """Cancel every copy still running and every hedge timer (idempotent)."""
+        with self._lock:
+            self._closed = True
+            runs = list(self.runs.values())
+        for run in runs:
+            if run.timer is not None:
+                run.timer.cancel()
+            for attempt in run.attempts:
+                attempt.call.cancel()
+
+    def outcomes(self):
+        """Yield each remaining site's SiteOutcome, in the order they become final."""
+        waiting = {s for s, r in self.runs.items() if not r.done}
+        while waiting:
+            try:
+                # Every call ends by its own deadline; the extra second only guards against
+                # a bug leaving the stream open for ever.
+                kind, site, attempt = self._events.get(timeout=max(0.0, self.deadline - time.monotonic()) + 1.0)
+            except queue.Empty:
+                for site in sorted(waiting):
+                    yield self._failure(site, grpc.StatusCode.DEADLINE_EXCEEDED, f"site {site}: no answer by the deadline")
+                return
+            run = self.runs[site]
+            if run.done:
+                continue
+            outcome = self._hedge(site, run) if kind == "hedge" else self._finished(site, run, attempt)
+            if outcome is not None:
+                run.done = True
+                if run.timer is not None:
+                    run.timer.cancel()
+                for other in run.running():
+                    other.call.cancel()
+                waiting.discard(site)
+                yield outcome
+
+    # ------------------------------------------------------------ decisions, one thread
+
+    def _hedge(self, site: str, run: SiteRun) -> SiteOutcome | None:
+        plan = run.plan
+        if len(run.attempts) > 1 or time.monotonic() >= self.deadline:
+            return None
+        target_class = plan.hedge_class or plan.request_class
+        predicted = f" (predicted {plan.predicted_s:.2f} s)" if plan.predicted_s else ""
+        if self._attempt(site, target_class, run.attempts[0].mode, "hedge"):
+            run.decisions.append(f"no answer after {plan.hedge_after_s:.2f} s{predicted}: "
+                                 f"hedged with a copy in class {target_class}")
+        return None
+
+    def _finished(self, site: str, run: SiteRun, attempt: Attempt) -> SiteOutcome | None:
+        call = attempt.call
+        elapsed = time.monotonic() - attempt.sent_at
+        if not call.cancelled() and call.exception() is None:
+            if len(run.attempts) > 1:
+                run.decisions.append(f"answered by the {attempt.label} copy ({attempt.request_class})")
+            return SiteOutcome(site, run.plan, attempt, call.result(), elapsed, grpc.StatusCode.OK, "OK",
+                               run.decisions, attempt.request_bytes)
+        if call.cancelled():
+            code, details = grpc.StatusCode.CANCELLED, "cancelled"
+        else:
+            code, details = call.exception().code(), call.exception().details()
+        run.errors.append(f"{attempt.label} copy ({attempt.request_class}, {attempt.mode}): {code.name}: {details}")
+        if (attempt.mode == "features" and code in FEATURES_FALLBACK_CODES
+                and not any(a.mode == "images" for a in run.attempts) and not self._closed):
+            if self._attempt(site, attempt.request_class, "images", "images fallback"):
+                run.decisions.append(f"features failed ({code.name}: {details}): images sent instead")
+                return None
+        if run.running():
+            return None  # the other copy may still answer
+        message = f"site {site}: {code.name}: {details}"
+        if len(run.errors) > 1:
+            message = f"site {site}: every copy failed: " + "; ".join(run.errors)
+        return SiteOutcome(site, run.plan, attempt, None, elapsed, code, message, run.decisions,
+                           sum(a.request_bytes for a in run.attempts))
+
+    def _failure(self, site: str, code: grpc.StatusCode, message: str) -> SiteOutcome:
+        run = self.runs[site]
+        return SiteOutcome(site, run.plan, None, None, 0.0, code, message, run.decisions,
+                           sum(a.request_bytes for a in run.attempts))
