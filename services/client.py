@@ -20,6 +20,7 @@ from pathlib import Path, PurePath
 
 import grpc
 
+from pathmaster import defaults
 from pathmaster.records import InvalidInput
 from qos.classes import DEFAULT_CLASSES, ClassTable
 from qos.transport import STALE_PORT_CODES, ClassChannels, TLSFiles
@@ -111,8 +112,8 @@ class CoordinatorClient:
         if call.code() in STALE_PORT_CODES:
             self._class_ports = None
 
-    def submit(self, cells: list[pb.CellImage], request_class: str = "routine", *, k: int = 5,
-               deadline_s: float = 60.0, sites: list[str] | None = None, case_id: str = ""):
+    def submit(self, cells: list[pb.CellImage], request_class: str = "routine", *, k: int = defaults.K,
+               deadline_s: float = defaults.QUERY_DEADLINE_S, sites: list[str] | None = None, case_id: str = ""):
         """Submit a case; returns the gRPC stream of pb.CaseEvent (iterate it; `.cancel()`
         cancels the case). Raises grpc.RpcError when iterated if the case is refused.
         The case goes to its class's port (marked both ways); an unknown class goes to

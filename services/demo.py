@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from pathmaster import defaults
+from pathmaster.defaults import DEMO_CELLS
 from services.config import CoordinatorConfig, SiteConfig, SiteEndpoint
 from services.coordinator.server import CoordinatorServer
 from services.site.server import SiteServer
@@ -36,7 +38,6 @@ DEMO_SITES = (
     DemoSite("new-york", 2, "hnsw"),
     DemoSite("california", 3, "ivf"),
 )
-DEMO_CELLS = 140
 CASE_SEED = 2026  # the demo case's test cells; no site database uses this seed
 
 
@@ -110,7 +111,7 @@ class LoopbackDeployment:
         self.stop()
 
 
-def start_demo(cells: int = DEMO_CELLS, cache: Path | None = None, coordinator_port: int = 50051,
+def start_demo(cells: int = DEMO_CELLS, cache: Path | None = None, coordinator_port: int = defaults.COORDINATOR_PORT,
                metrics_port: int = 0, ray_address: str = "") -> LoopbackDeployment:
     """Connect to Ray, build/reuse the three demo databases, start the deployment."""
     started = time.perf_counter()

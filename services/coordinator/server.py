@@ -29,8 +29,9 @@ from collections import Counter
 import grpc
 from prometheus_client import start_http_server
 
+from pathmaster import defaults
 from qos.transport import STALE_PORT_CODES, ClassChannels, MarkedServer, connect_address, split_address
-from services.config import CoordinatorConfig, DEFAULT_K
+from services.config import CoordinatorConfig
 from services.coordinator.stats import CaseLog, ClassStats, metrics_registry
 from services.coordinator.validation import CaseRejected, check_case
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
@@ -171,7 +172,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         self._class_ports_for_case(sites, budget)
 
         site_request = pb.AnalyseRequest(case_id=case_id, request_class=rclass.name,
-                                         cells=request.cells, k=request.k or DEFAULT_K)
+                                         cells=request.cells, k=request.k or defaults.K)
         request_bytes = site_request.ByteSize()
         log.info("case %s (%s, DSCP %d): %d cells to %s, deadline %.1f s", case_id, rclass.name,
                  rclass.dscp, len(request.cells), ", ".join(sites), budget)

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import grpc
 
+from pathmaster.defaults import MAX_K
 from pathmaster.records import InvalidInput
 from qos.classes import ClassTable, RequestClass, UnknownClass
-from services.config import MAX_K
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.site.cells import decode_cell
 
