@@ -33,7 +33,7 @@ from pathmaster import defaults
 from qos.transport import STALE_PORT_CODES, ClassChannels, MarkedServer, connect_address, split_address
 from services.config import CoordinatorConfig
 from services.coordinator.stats import CaseLog, ClassStats, metrics_registry
-from services.coordinator.validation import CaseRejected, check_case
+from services.coordinator.validation import CaseRejected, check_case_request
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
 
@@ -158,8 +158,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     def SubmitCase(self, request: pb.CaseRequest, context: grpc.ServicerContext):
         started = time.monotonic()
         try:
-            rclass = check_case(request, self.config.classes, self.config.max_cells,
-                                self.config.max_case_bytes)
+            rclass = check_case_request(request, self.config.classes, self.config.max_cells,
+                                        self.config.max_case_bytes)
             sites = self._chosen_sites(request)
         except CaseRejected as exc:
             context.abort(exc.code, exc.message)

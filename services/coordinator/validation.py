@@ -33,8 +33,8 @@ def cell_name(cell: pb.CellImage, index: int) -> str:
     return repr(cell.cell_id) if cell.cell_id else f"#{index + 1}"
 
 
-def check_case(request: pb.CaseRequest, classes: ClassTable, max_cells: int,
-               max_case_bytes: int) -> RequestClass:
+def check_case_request(request: pb.CaseRequest, classes: ClassTable, max_cells: int,
+                       max_case_bytes: int) -> RequestClass:
     """Validate `request`; return its request class (empty means "routine").
 
     Raises CaseRejected with INVALID_ARGUMENT or RESOURCE_EXHAUSTED. Decodes every image,

@@ -38,7 +38,7 @@ from qos.transport import TLSFiles
 from services.client import CoordinatorClient, tls_hint
 from services.gateway import events
 from services.gateway.pairing import pair_files
-from services.gateway.upload import check_case
+from services.gateway.upload import check_upload
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ class Gateway:
 
     def submit(self, request_class: str, files: dict[str, bytes]):
         """Yield the case's events as dicts: "accepted", then "site"s, then "summary"/"error"."""
-        checked = check_case(files)
+        checked = check_upload(files)
         yield {"type": "accepted", "request_class": request_class,
                "cells": [c.cell_id for c in checked.cells],
                "pairing": checked.pairing.as_dict(),

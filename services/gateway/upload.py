@@ -49,8 +49,8 @@ def cell_problem(files: dict[str, bytes], cell: CellFiles,
     return None
 
 
-def check_case(files: dict[str, bytes], max_bytes: int = MAX_FILE_BYTES,
-               max_cells: int = MAX_CASE_CELLS) -> CheckedCase:
+def check_upload(files: dict[str, bytes], max_bytes: int = MAX_FILE_BYTES,
+                 max_cells: int = MAX_CASE_CELLS) -> CheckedCase:
     """Pair uploaded files into cells and check each file.
 
     In:  {file name: bytes}. Out: a `CheckedCase`. A cell with any bad file (its image,
