@@ -33,4 +33,5 @@ QUERY_DEADLINE_S = 60.0    # a case's deadline when the client sets none (coordi
 DEPLOY_TIMEOUT_S = 300.0   # deploying PathMaster in the testbed (Ray, sites, coordinator) must end by then
 BATCH_JOBS = 2             # cases `pathmaster batch` keeps in flight at once
 BATCH_CASE_CELLS = 6       # cells per case `pathmaster batch` sends (a study case is 6 cells)
+STATS_WINDOW_CASES = 1000  # completion times the coordinator keeps per class for its statistics
 DEMO_CELLS = 140           # cells in each site database of `pathmaster demo` (7 diagnoses x 20)

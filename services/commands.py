@@ -253,7 +253,7 @@ def _serve(role: str, load, server_class, config_path: Path, describe) -> int:
     """Load `config_path`, start `server_class(config)`, print `describe(server)`, serve until
     SIGINT/SIGTERM. Exit status 2 for a bad configuration, 1 when the server cannot start."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    from services.config import ConfigError
+    from pathmaster.records import ConfigError
 
     try:
         config = load(config_path)

@@ -88,7 +88,7 @@ class LoopbackDeployment:
                 self.sites[name] = SiteServer(config).start()
             metrics = "" if self.metrics_port is None else f"127.0.0.1:{self.metrics_port}"
             self.coordinator = CoordinatorServer(CoordinatorConfig(
-                sites=[SiteEndpoint(name, site.address) for name, site in self.sites.items()],
+                sites=[SiteEndpoint(name=name, address=site.address) for name, site in self.sites.items()],
                 listen=f"127.0.0.1:{self.coordinator_port}", metrics=metrics, case_log=self.case_log,
             )).start()
         except BaseException:

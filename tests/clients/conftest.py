@@ -50,8 +50,8 @@ def down_coordinator(stack):
     from services.config import CoordinatorConfig, SiteEndpoint
     from services.coordinator.server import CoordinatorServer
 
-    sites = [SiteEndpoint(name, stack.sites[name].address) for name in ("site-a", "site-b")]
-    sites.append(SiteEndpoint("site-down", dead_address()))
+    sites = [SiteEndpoint(name=name, address=stack.sites[name].address) for name in ("site-a", "site-b")]
+    sites.append(SiteEndpoint(name="site-down", address=dead_address()))
     coordinator = CoordinatorServer(CoordinatorConfig(sites=sites)).start()
     yield coordinator
     coordinator.stop(0.5)
