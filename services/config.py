@@ -186,7 +186,7 @@ class _Served(_ServerTable):
     """A server's [tls] and [classes], and its class ports resolved against those classes."""
 
     tls: TLSFiles | None = None
-    classes: Classes = DEFAULT_CLASSES
+    classes: Classes = Field(default_factory=lambda: DEFAULT_CLASSES)
 
     @model_validator(mode="after")
     def _resolve_class_ports(self):
@@ -238,8 +238,8 @@ class SiteFile(_Table):
     site: SiteTable
     tls: TLSTable | None = None
     """This server's certificate; mutual = true demands client certificates."""
-    classes: Classes = DEFAULT_CLASSES
-    """A class table of your own replaces the default whole (qos/classes.py)."""
+    classes: Classes = Field(default_factory=lambda: DEFAULT_CLASSES)
+    """[classes.NAME] tables: a class table of your own replaces the default (qos/classes.py) whole."""
 
     def config(self) -> SiteConfig:
         return SiteConfig(**dict(self.site), tls=self.tls and self.tls.files(), classes=self.classes)
@@ -254,8 +254,9 @@ class CoordinatorFile(_Table):
     """This server's certificate; mutual = true demands client certificates."""
     site_tls: TLSTable | None = None
     """What the coordinator presents to the sites and which CA it trusts for them."""
-    classes: Classes = DEFAULT_CLASSES
-    """A class table of your own replaces the default whole; list every class, in the sites' files too."""
+    classes: Classes = Field(default_factory=lambda: DEFAULT_CLASSES)
+    """[classes.NAME] tables: a class table of your own replaces the default (qos/classes.py)
+    whole; list every class, in the sites' files too."""
 
     def config(self) -> CoordinatorConfig:
         return CoordinatorConfig(**dict(self.coordinator), sites=self.sites, classes=self.classes,
