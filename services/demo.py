@@ -13,8 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pathmaster import defaults
-from pathmaster.defaults import DEMO_CELLS
+from pathmaster.defaults import COORDINATOR_PORT, DEMO_CELLS
 from services.config import CoordinatorConfig, SiteConfig, SiteEndpoint
 from services.coordinator.server import CoordinatorServer
 from services.site.server import SiteServer
@@ -111,7 +110,7 @@ class LoopbackDeployment:
         self.stop()
 
 
-def start_demo(cells: int = DEMO_CELLS, cache: Path | None = None, coordinator_port: int = defaults.COORDINATOR_PORT,
+def start_demo(cells: int = DEMO_CELLS, cache: Path | None = None, coordinator_port: int = COORDINATOR_PORT,
                metrics_port: int = 0, ray_address: str = "") -> LoopbackDeployment:
     """Connect to Ray, build/reuse the three demo databases, start the deployment."""
     started = time.perf_counter()
