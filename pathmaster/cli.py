@@ -17,6 +17,7 @@ COMMAND_MODULES = (
     "services.gateway.commands",  # batch
     "qos.testbed.commands",       # testbed up/down/status
     "services.experiment.commands",  # experiment list/run/report
+    "services.config_commands",   # config schema
 )
 
 

@@ -17,10 +17,24 @@ MAX_K = 100           # more matches per cell than this is refused
 MAX_IMAGE_BYTES = 16 * 1024 * 1024   # one encoded file; a study cell is ~100 KB
 MAX_PIXELS = 4096 * 4096             # one image; checked from the header, before decoding
 
+MAX_FILE_BYTES = 8 * 1024 * 1024     # one uploaded file (page, batch); room for uncompressed TIFFs
+MAX_CASE_CELLS = 64                  # cells per case (coordinator, page); more is a batch
+MAX_CASE_BYTES = 64 * 1024 * 1024    # one case's images together, at the coordinator
+MAX_REQUEST_BYTES = 64 * 1024 * 1024  # one HTTP request body at the gateway (base64 files)
+MAX_MESSAGE_BYTES = 256 * 1024 * 1024  # one gRPC message, either way (QoS transport)
+
 # --- Services --------------------------------------------------------------------------
 COORDINATOR_PORT = 50051   # the coordinator's control port (Info, Submit, health)
 SITE_PORT = 50051          # a site's control port on its own host (testbed deployments)
+CLASS_PORT_BASE = 50061    # a site's fixed per-class reply ports: this one, +1, ... by priority
+GATEWAY_PORT = 8080        # the web page (`pathmaster gateway`)
 CASE_DEADLINE_S = 300.0    # a case whose sites have not all answered by then is cut off
+QUERY_DEADLINE_S = 60.0    # a case's deadline when the client sets none (coordinator, query, client)
+DEPLOY_TIMEOUT_S = 300.0   # deploying PathMaster in the testbed (Ray, sites, coordinator) must end by then
+BATCH_JOBS = 2             # cases `pathmaster batch` keeps in flight at once
+BATCH_CASE_CELLS = 6       # cells per case `pathmaster batch` sends (a study case is 6 cells)
+STATS_WINDOW_CASES = 1000  # completion times the coordinator keeps per class for its statistics
+DEMO_CELLS = 140           # cells in each site database of `pathmaster demo` (7 diagnoses x 20)
 
 # --- Replies sized for the wire -----------------------------------------------------------
 WIRE_THUMBNAIL_PX = 48     # a match's inline thumbnail (JPEG, ~1 KB); full images on demand

@@ -22,6 +22,7 @@ from collections import Counter
 
 import numpy as np
 
+from pathmaster import defaults
 from pathmaster.records import DIAGNOSES, NORMAL_DIAGNOSES
 
 
@@ -49,7 +50,7 @@ def _is_normal(label: str) -> bool:
     return label in NORMAL_DIAGNOSES
 
 
-def score_rankings(query_labels, ranked_labels: np.ndarray, average_precision=None, k: int = 5) -> dict:
+def score_rankings(query_labels, ranked_labels: np.ndarray, average_precision=None, k: int = defaults.K) -> dict:
     """Metrics of ranked neighbour labels.
 
     query_labels: m diagnoses; ranked_labels: (m, r >= k) array of the database diagnoses
@@ -107,7 +108,7 @@ def score_rankings(query_labels, ranked_labels: np.ndarray, average_precision=No
     }
 
 
-def leave_one_out(vectors: np.ndarray, labels, k: int = 5, *, max_queries: int | None = None,
+def leave_one_out(vectors: np.ndarray, labels, k: int = defaults.K, *, max_queries: int | None = None,
                   seed: int = 0, chunk: int = 512) -> dict:
     """Leave-one-out metrics of a database: each cell (or a seeded sample of ``max_queries``
     cells) ranks all the other cells by Euclidean distance in ``vectors`` (n, d).
@@ -137,7 +138,7 @@ def leave_one_out(vectors: np.ndarray, labels, k: int = 5, *, max_queries: int |
     return score_rankings(labels[queries], top, ap, k)
 
 
-def held_out(site, records, k: int = 5) -> tuple[dict, list]:
+def held_out(site, records, k: int = defaults.K) -> tuple[dict, list]:
     """Metrics of query cells from another dataset against ``site`` (a ``SiteIndex``).
 
     records: iterable of ``CellRecord`` (with diagnoses) and ``ImportProblem``s; cells that

@@ -18,10 +18,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from pathmaster.defaults import MAX_IMAGE_BYTES, MAX_PIXELS
 from pathmaster.records import MASK_LABELS, NUCLEUS, InvalidInput
-
-MAX_IMAGE_BYTES = 16 * 1024 * 1024  # one encoded file; a study cell is ~100 KB
-MAX_PIXELS = 4096 * 4096  # one image; checked from the header, before decoding
 
 # Pillow's own decompression-bomb guard would only warn below 2x its limit; ours is stricter
 # and gives a clear message, so Pillow's is left at its default.

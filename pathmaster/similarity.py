@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from pathmaster import defaults
+
 ALGORITHMS = ("flat", "ivf", "hnsw")
 # Below this many cells exact search is well under a millisecond; above it the site
 # builder switches to IVF (measured in benchmarks/bench_search.py).
@@ -115,7 +117,7 @@ class Projection:
         return cls(np.arange(n, dtype=np.int64), np.ones(n), list(names))
 
 
-def loo_precision(sq_dist: np.ndarray, labels: np.ndarray, k: int = 5) -> float:
+def loo_precision(sq_dist: np.ndarray, labels: np.ndarray, k: int = defaults.K) -> float:
     """Leave-one-out precision@k: mean fraction of each cell's k nearest others sharing its label.
 
     ``sq_dist`` is an (n, n) matrix of (squared) distances whose diagonal is +inf (so a cell
@@ -139,7 +141,7 @@ def forward_select(
     labels,
     names: list[str] | None = None,
     *,
-    k: int = 5,
+    k: int = defaults.K,
     max_features: int = 24,
     patience: int = 4,
     max_cells: int = 800,
@@ -236,7 +238,7 @@ def _held_out_precision(projection: Projection, Z: np.ndarray, codes: np.ndarray
     return loo_precision(_self_excluded(sq[:, None] - 2.0 * V @ V.T + sq[None, :]), codes, k)
 
 
-def choose_projection(Z: np.ndarray, labels, names: list[str], *, k: int = 5, max_cells: int = 1200,
+def choose_projection(Z: np.ndarray, labels, names: list[str], *, k: int = defaults.K, max_cells: int = 1200,
                       seed: int = 0, candidates=tuple(PROJECTIONS)) -> Projection:
     """Pick the feature subset/weighting that retrieves diagnoses best on data it was not fitted to.
 
@@ -328,7 +330,7 @@ def build_index(
     return index
 
 
-def search(index, queries: np.ndarray, k: int = 5) -> tuple[np.ndarray, np.ndarray]:
+def search(index, queries: np.ndarray, k: int = defaults.K) -> tuple[np.ndarray, np.ndarray]:
     """Top-k of each query row: (distances float32 (m, k), ids int64 (m, k)).
 
     Distances are Euclidean (square root of FAISS's squared L2). Where the index holds
@@ -358,7 +360,7 @@ def nprobe_steps(nlist: int) -> list[int]:
     return sorted({v for v in steps if v < nlist} | {nlist})
 
 
-def tune_nprobe(index, queries: np.ndarray, exact_ids: np.ndarray, k: int = 5, target_recall: float = 0.95,
+def tune_nprobe(index, queries: np.ndarray, exact_ids: np.ndarray, k: int = defaults.K, target_recall: float = 0.95,
                 exclude: np.ndarray | None = None) -> tuple[int, float]:
     """Smallest ``nprobe`` of ``nprobe_steps`` whose recall@k against ``exact_ids`` reaches the target.
 

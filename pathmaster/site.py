@@ -19,13 +19,12 @@ from pathlib import Path
 
 import numpy as np
 
-from pathmaster import similarity
+from pathmaster import defaults, similarity
 from pathmaster.records import DIAGNOSES, InvalidInput
 from pathmaster.sitedb import SiteDB, write_atomic
 
 log = logging.getLogger(__name__)
 
-DEFAULT_K = 5
 # Choosing features from the data needs enough labelled cells for cross-validated
 # leave-one-out scores to mean something; below this every feature counts equally.
 MIN_CELLS_FOR_SELECTION = 30
@@ -144,14 +143,14 @@ def build_search_index(db: SiteDB, *, algorithm: str | None = None, features: st
     if kind in ("ivf", "hnsw"):
         # Database cells as queries, each left out of its own results.
         sample = np.random.default_rng(seed).choice(len(vectors), min(RECALL_QUERIES, len(vectors)), replace=False)
-        _, exact = similarity.search(similarity.build_index(vectors), vectors[sample], DEFAULT_K + 1)
+        _, exact = similarity.search(similarity.build_index(vectors), vectors[sample], defaults.K + 1)
         if kind == "ivf":
             config["nprobe"], config["recall_at_5"] = similarity.tune_nprobe(
-                index, vectors[sample], exact, DEFAULT_K, TARGET_RECALL, exclude=sample)
+                index, vectors[sample], exact, defaults.K, TARGET_RECALL, exclude=sample)
         else:
-            _, approx = similarity.search(index, vectors[sample], DEFAULT_K + 1)
-            config["recall_at_5"] = similarity.recall_at_k(similarity.drop_ids(approx, sample, DEFAULT_K),
-                                                           similarity.drop_ids(exact, sample, DEFAULT_K))
+            _, approx = similarity.search(index, vectors[sample], defaults.K + 1)
+            config["recall_at_5"] = similarity.recall_at_k(similarity.drop_ids(approx, sample, defaults.K),
+                                                           similarity.drop_ids(exact, sample, defaults.K))
     _save_index(db.site_dir, fingerprint, index)
     with db.transaction():
         db.set_config("index", config)
@@ -285,7 +284,7 @@ class SiteIndex:
             raise InvalidInput("feature vector has non-finite values")
         return self._projection.apply(self._normalization.apply(features))
 
-    def search_many(self, features: np.ndarray, k: int = DEFAULT_K) -> list[list[Match]]:
+    def search_many(self, features: np.ndarray, k: int = defaults.K) -> list[list[Match]]:
         """Top-k database cells for each row of ``features`` (m, n_features), nearest first."""
         if k < 1:
             raise InvalidInput(f"k must be at least 1, got {k}")
@@ -296,7 +295,7 @@ class SiteIndex:
                             for d, i in zip(row_d, row_i) if i >= 0])
         return results
 
-    def search(self, features: np.ndarray, k: int = DEFAULT_K) -> list[Match]:
+    def search(self, features: np.ndarray, k: int = defaults.K) -> list[Match]:
         """Top-k database cells for one feature vector (n_features,), nearest first."""
         return self.search_many(np.asarray(features)[None, :] if np.ndim(features) == 1 else features, k)[0]
 

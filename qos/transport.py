@@ -36,11 +36,8 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from pathmaster.defaults import MAX_MESSAGE_BYTES
 from qos.classes import DEFAULT_CLASSES, ClassTable
-
-# Large enough for a case of several 10 MB images (checked against the coordinator's
-# own, smaller, per-case limit first so users get an actionable message).
-MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 
 
 @dataclass(frozen=True)

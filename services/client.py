@@ -20,6 +20,7 @@ from pathlib import Path, PurePath
 
 import grpc
 
+from pathmaster import defaults
 from pathmaster.records import InvalidInput
 from qos.classes import DEFAULT_CLASSES, ClassTable
 from qos.transport import STALE_PORT_CODES, ClassChannels, TLSFiles
@@ -115,8 +116,8 @@ class CoordinatorClient:
         """The feature schema the coordinator analyses with ("" while it does not)."""
         return self._stub().Info(pb.CoordinatorInfoRequest(), timeout=INFO_TIMEOUT_S).feature_schema
 
-    def submit(self, cells: list[pb.CellImage], request_class: str = "routine", *, k: int = 5,
-               deadline_s: float = 60.0, sites: list[str] | None = None, case_id: str = "",
+    def submit(self, cells: list[pb.CellImage], request_class: str = "routine", *, k: int = defaults.K,
+               deadline_s: float = defaults.QUERY_DEADLINE_S, sites: list[str] | None = None, case_id: str = "",
                ship: str = "auto", features: list[pb.CellFeatures] | None = None, feature_schema: str = ""):
         """Submit a case; returns the gRPC stream of pb.CaseEvent (iterate it; `.cancel()`
         cancels the case): the plan (how each site gets the case and its predicted time),

@@ -11,6 +11,8 @@ import threading
 import time
 from pathlib import Path
 
+from pathmaster import defaults
+
 STARTED = time.perf_counter()
 
 
@@ -21,13 +23,16 @@ def register(subparsers) -> None:
                     "cached) and a coordinator on loopback with a local Ray, submit a 6-cell case, "
                     "print each site's results as they stream in, then keep serving until Ctrl-C.")
     demo.add_argument("--once", action="store_true", help="exit after the case")
-    demo.add_argument("--port", type=int, default=50051, help="coordinator port (default 50051; 0: any free)")
+    demo.add_argument("--port", type=int, default=defaults.COORDINATOR_PORT,
+                      help="coordinator port (default %(default)s; 0: any free)")
     demo.add_argument("--metrics-port", type=int, default=0, help="Prometheus port (default: any free)")
-    demo.add_argument("--cells", type=int, default=140, help="cells per site database (default 140)")
+    demo.add_argument("--cells", type=int, default=defaults.DEMO_CELLS,
+                      help="cells per site database (default %(default)s)")
     demo.add_argument("--cache", type=Path, default=None,
                       help="where the site databases are cached (default ~/.cache/pathmaster/demo)")
     demo.add_argument("--ray-address", default="", help="join this Ray cluster instead of starting one")
-    demo.add_argument("--class", dest="request_class", default="urgent", help="the case's class (default urgent)")
+    demo.add_argument("--class", dest="request_class", default="urgent",
+                      help="the case's class (default %(default)s)")
     demo.add_argument("--no-gateway", action="store_true", help="do not start the web page")
     demo.set_defaults(func=run_demo)
 
@@ -49,9 +54,10 @@ def register(subparsers) -> None:
     query.add_argument("images", nargs="+", metavar="IMAGE")
     query.add_argument("--coordinator", required=True, metavar="HOST:PORT")
     query.add_argument("--class", dest="request_class", default="routine",
-                       help="urgent, routine, teaching or bulk (default routine)")
-    query.add_argument("--k", type=int, default=5, help="matches per cell and site (default 5)")
-    query.add_argument("--deadline", type=float, default=60.0, help="seconds (default 60)")
+                       help="urgent, routine, teaching or bulk (default %(default)s)")
+    query.add_argument("--k", type=int, default=defaults.K, help="matches per cell and site (default %(default)s)")
+    query.add_argument("--deadline", type=float, default=defaults.QUERY_DEADLINE_S,
+                       help="seconds (default %(default)s)")
     query.add_argument("--site", action="append", default=[], help="ask only this site (repeatable)")
     query.add_argument("--json", action="store_true", help="one JSON object per event, per line")
     query.add_argument("--ship", choices=("auto", "features", "images"), default="auto",
@@ -269,7 +275,7 @@ def _serve(role: str, load, server_class, config_path: Path, describe) -> int:
     """Load `config_path`, start `server_class(config)`, print `describe(server)`, serve until
     SIGINT/SIGTERM. Exit status 2 for a bad configuration, 1 when the server cannot start."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    from services.config import ConfigError
+    from pathmaster.records import ConfigError
 
     try:
         config = load(config_path)

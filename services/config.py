@@ -1,169 +1,206 @@
 """Site and coordinator settings, read from TOML files (see deploy/*.example.toml).
 
+Each file is a pydantic model of its tables (`SiteFile`, `CoordinatorFile`; their JSON
+Schema is in docs/config-schema/, printed by `pathmaster config schema`). The settings a
+server runs with are `SiteConfig` and `CoordinatorConfig`: a file's [site] or
+[coordinator] table together with its [tls] and [classes] tables, also what a program
+builds directly (the demo, tests). Every key must be known and of its TOML type.
+
 Relative paths in a file are taken relative to that file's folder. A mistake names the
-file and the key: `ConfigError("deploy/site.toml: [site] workers: expected an integer")`.
+file and the key: `ConfigError("deploy/site.toml: [site] workrs: unknown key")`.
 """
 
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer,
+                      PlainValidator, ValidationError, ValidationInfo, WithJsonSchema, WrapValidator,
+                      field_validator, model_validator)
 
 from pathmaster import defaults
+from pathmaster.records import ConfigError
 from qos.classes import DEFAULT_CLASSES, ClassTable
 from qos.transport import TLSFiles, split_address
 
-DEFAULT_K = 5    # matches per test cell when the request says 0
-MAX_K = 100      # more matches per cell than this is refused
+# ------------------------------------------------------------------ value types
 
 
-class ConfigError(ValueError):
-    """A configuration file that cannot be used; the message names the file and key."""
-
-
-@dataclass
-class SiteConfig:
-    """One site server.
-
-    name: the site's name in results. db: its site database folder (`pathmaster index`).
-    listen: control address (Info, health, reflection). class_ports: class -> port of the
-    server that marks replies with that class's DSCP (0: any free port; the site
-    advertises the ports it got; see `read_class_ports`). algorithm: the site's
-    comparison algorithm, passed to `SiteIndex.open` ("" keeps the database's own). workers: Ray actors, each holding the
-    index once. worker_cpus: Ray CPUs reserved per actor (fractions let several sites share
-    a small machine). ray_address: "" starts a local Ray; "auto" or "HOST:PORT" joins one.
-    """
-
-    name: str
-    db: Path
-    listen: str = "127.0.0.1:0"
-    class_ports: dict[str, int] = field(default_factory=lambda: free_class_ports(DEFAULT_CLASSES))
-    algorithm: str = ""
-    workers: int = 1
-    worker_cpus: float = 0.5
-    ray_address: str = ""
-    tls: TLSFiles | None = None
-    classes: ClassTable = DEFAULT_CLASSES
-
-
-@dataclass
-class SiteEndpoint:
-    """A site as the coordinator knows it: its name and control address."""
-
-    name: str
-    address: str
-
-
-@dataclass
-class CoordinatorConfig:
-    """The coordinator.
-
-    listen: client-facing control address (Info, stats, sites, images; a client learns the
-    class ports there). class_ports: class -> port of the server that marks the replies to
-    clients with that class's DSCP, as a site's (0: any free port; advertised by the
-    coordinator's Info, on the same host as `listen`). sites: where the sites are.
-    metrics: "HOST:PORT" of the Prometheus endpoint ("" for none). case_log: JSON-lines file of completion records
-    (None for none). max_cells / max_case_bytes: per-case limits (RESOURCE_EXHAUSTED
-    beyond). default_deadline_s: used when the client sets no deadline. tls: this server's
-    certificate (and client-certificate check when mutual). site_tls: what the coordinator
-    presents to sites and trusts from them.
-    """
-
-    sites: list[SiteEndpoint]
-    listen: str = "127.0.0.1:0"
-    class_ports: dict[str, int] = field(default_factory=lambda: free_class_ports(DEFAULT_CLASSES))
-    metrics: str = ""
-    case_log: Path | None = None
-    max_cells: int = 64
-    max_case_bytes: int = 64 * 1024 * 1024
-    default_deadline_s: float = 60.0
-    tls: TLSFiles | None = None
-    site_tls: TLSFiles | None = None
-    classes: ClassTable = DEFAULT_CLASSES
-    stats_window: int = 1000  # completion times kept per class for mean/std/percentiles
-    # Each case's cells analysed once here, on Ray actors (0: never; images to every site).
-    analysis_workers: int = defaults.ANALYSIS_WORKERS
-    analysis_cpus: float = 0.0   # Ray CPUs reserved per analyser (0: share the sites' CPUs)
-    ray_address: str = ""        # "" starts (or reuses) a local Ray; "auto"/"HOST:PORT" joins one
-    # Admission (qos.admission): cases in progress, urgent's reserved share, per-class and per-client caps.
-    case_slots: int = defaults.CASE_SLOTS
-    urgent_reserved_slots: int = defaults.URGENT_RESERVED_SLOTS
-    class_share: dict = field(default_factory=lambda: dict(defaults.CLASS_SHARE))
-    per_client_cases: int = defaults.PER_CLIENT_CASES
-
-
-# ------------------------------------------------------------------ reading TOML
-
-
-class _Section:
-    """Typed access to one TOML table with errors naming file, section and key."""
-
-    def __init__(self, path: Path, name: str, data: dict):
-        self.path, self.name, self.data = path, name, data
-
-    def fail(self, key: str, problem: str) -> ConfigError:
-        return ConfigError(f"{self.path}: [{self.name}] {key}: {problem}")
-
-    def get(self, key: str, kind: type, default=None, required: bool = False):
-        if key not in self.data:
-            if required:
-                raise self.fail(key, "missing (required)")
-            return default
-        value = self.data[key]
-        if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise self.fail(key, f"expected {kind.__name__}, got {value!r}")
-        return value
-
-    def path_value(self, key: str, required: bool = False) -> Path | None:
-        value = self.get(key, str, required=required)
-        if not value:
-            return None
-        p = Path(value).expanduser()
-        return p if p.is_absolute() else (self.path.parent / p)
-
-    def address(self, key: str, default: str) -> str:
-        value = self.get(key, str, default)
-        try:
-            split_address(value)
-        except ValueError as exc:
-            raise self.fail(key, str(exc)) from None
-        return value
-
-
-def _read(path: str | Path) -> tuple[Path, dict]:
-    path = Path(path)
+def _port(value: Any, handler) -> int:
     try:
-        with open(path, "rb") as f:
-            return path, tomllib.load(f)
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: configuration file not found") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+        return handler(value)
+    except ValidationError:
+        raise ValueError(f"expected a port number, got {value!r}") from None
 
 
-def _tls(path: Path, data: dict, name: str = "tls") -> TLSFiles | None:
-    if name not in data:
-        return None
-    s = _Section(path, name, data[name])
-    return TLSFiles(
-        cert=s.path_value("cert"),
-        key=s.path_value("key"),
-        ca=s.path_value("ca"),
-        mutual=s.get("mutual", bool, False),
-        server_name=s.get("server_name", str, ""),
-    )
+Port = Annotated[int, Field(ge=0, le=65535), WrapValidator(_port)]
+# Class name -> port of the server that marks replies with that class's DSCP (0: any free port).
+ClassPorts = dict[str, Port]
 
 
-def _classes(path: Path, data: dict) -> ClassTable:
-    if "classes" in data:  # inline [classes.NAME] tables
-        try:
-            return ClassTable(data["classes"])
-        except (KeyError, ValueError, TypeError) as exc:
-            raise ConfigError(f"{path}: [classes]: {exc}") from None
-    return DEFAULT_CLASSES
+def _address(value: str) -> str:
+    split_address(value)  # ValueError naming the address
+    return value
+
+
+Address = Annotated[str, AfterValidator(_address)]  # "HOST:PORT" or "[v6]:PORT"
+
+
+def _beside_file(value: Path, info: ValidationInfo) -> Path:
+    """A relative path read from a file is relative to that file's folder."""
+    value = value.expanduser()
+    folder = (info.context or {}).get("folder")
+    return value if value.is_absolute() or folder is None else folder / value
+
+
+FilePath = Annotated[Path, Field(strict=False), AfterValidator(_beside_file)]
+OptionalPath = Annotated[FilePath | None, BeforeValidator(lambda value: value or None)]  # "": none
+
+
+def _class_table(value: Any) -> ClassTable:
+    if isinstance(value, ClassTable):
+        return value
+    if not isinstance(value, dict):
+        raise ValueError(f"expected [classes.NAME] tables, got {value!r}")
+    try:
+        return ClassTable(value)
+    except (KeyError, ValueError, TypeError) as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _class_dicts(table: ClassTable) -> dict[str, dict]:
+    return {c.name: {"dscp": c.dscp, "priority": c.priority, "description": c.description} for c in table}
+
+
+# The request classes in force (qos.classes.ClassTable), written as [classes.NAME] tables.
+Classes = Annotated[
+    ClassTable,
+    PlainValidator(_class_table),
+    PlainSerializer(_class_dicts),
+    WithJsonSchema({"type": "object", "additionalProperties": {
+        "type": "object", "required": ["dscp"],
+        "properties": {"dscp": {"type": "integer", "minimum": 0, "maximum": 63},
+                       "priority": {"type": "integer"}, "description": {"type": "string"}}}}),
+]
+
+
+class _Table(BaseModel):
+    """A TOML table: every key known, every value of its TOML type ("2" is not 2)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, arbitrary_types_allowed=True,
+                              use_attribute_docstrings=True)
+
+
+# ------------------------------------------------------------------ the tables
+
+
+class TLSTable(_Table):
+    """[tls] / [site_tls]: PEM files for TLS (see qos.transport.TLSFiles)."""
+
+    cert: OptionalPath = None
+    """This end's certificate chain."""
+    key: OptionalPath = None
+    """This end's private key."""
+    ca: OptionalPath = None
+    """The CA that signed the other end."""
+    mutual: bool = False
+    """A server demands client certificates from that CA."""
+    server_name: str = ""
+    """Overrides the name checked in the server's certificate."""
+
+    def files(self) -> TLSFiles:
+        return TLSFiles(**dict(self))
+
+
+class _ServerTable(_Table):
+    """What a site's and the coordinator's tables share: where they serve, per class."""
+
+    listen: Address = "127.0.0.1:0"
+    """Control address, HOST:PORT (Info, health, reflection); port 0: any free port."""
+    class_ports: ClassPorts | None = None
+    """Class -> port of the server that marks replies with that class's DSCP (0: any free
+    port; {}: none, replies unmarked). Omitted (and no class_port_base): every class on a
+    free port. The server advertises the ports it got in its Info."""
+    class_port_base: Port | None = None
+    """Instead of class_ports: N, N+1, ... in the class table's order (handy behind a firewall)."""
+
+
+class SiteTable(_ServerTable):
+    """[site]: one site server."""
+
+    name: str
+    """The site's name in results."""
+    db: FilePath
+    """Its site database folder (`pathmaster index`)."""
+    algorithm: str = ""
+    """Comparison algorithm passed to SiteIndex.open: "flat", "ivf" or "hnsw"; "" keeps the database's own."""
+    workers: int = Field(1, ge=1)
+    """Ray actors, each holding the index once."""
+    worker_cpus: float = Field(0.5, gt=0)
+    """Ray CPUs reserved per actor (fractions let several sites share a small machine)."""
+    ray_address: str = ""
+    """"" starts a local Ray; "auto" or "HOST:PORT" joins one."""
+
+
+class SiteEndpoint(_Table):
+    """[[sites]]: a site as the coordinator knows it."""
+
+    name: str
+    """The site's name (unique)."""
+    address: Address
+    """Its control address; the class ports come from its Info."""
+
+
+class CoordinatorTable(_ServerTable):
+    """[coordinator]: the client-facing coordinator (clients learn the class ports at `listen`)."""
+
+    metrics: str = ""
+    """HOST:PORT of the Prometheus endpoint; "" for none."""
+    case_log: OptionalPath = None
+    """JSON-lines file of completion records; omitted or "" for none."""
+    max_cells: int = Field(defaults.MAX_CASE_CELLS, ge=1)
+    """Cells per case; more is RESOURCE_EXHAUSTED."""
+    max_case_mb: float = Field(defaults.MAX_CASE_BYTES / 2**20, gt=0)
+    """MiB per case, all images together; more is RESOURCE_EXHAUSTED."""
+    default_deadline_s: float = Field(defaults.QUERY_DEADLINE_S, gt=0)
+    """Seconds a case may take when the client sets no deadline."""
+    stats_window: int = Field(defaults.STATS_WINDOW_CASES, ge=1)
+    """Completion times kept per class for mean/std/percentiles."""
+    analysis_workers: int = Field(defaults.ANALYSIS_WORKERS, ge=0)
+    """Ray actors that analyse each case's cells once here, so that sites of the same
+    feature schema get feature vectors instead of images; 0: images to every site."""
+    analysis_cpus: float = Field(0.0, ge=0)
+    """Ray CPUs reserved per analyser (0: they share the CPUs of the sites' workers)."""
+    ray_address: str = ""
+    """"" starts (or reuses) a local Ray for the analysers; "auto" or "HOST:PORT" joins one."""
+    case_slots: int = Field(defaults.CASE_SLOTS, ge=1)
+    """Cases in progress at once; more are refused with RESOURCE_EXHAUSTED and a retry-after."""
+    urgent_reserved_slots: int = Field(defaults.URGENT_RESERVED_SLOTS, ge=0)
+    """Of `case_slots`, kept for the most favoured class; an urgent burst beyond them and its
+    share of the rest is served as the next class (reclassified, not dropped)."""
+    class_share: dict[str, float] = Field(default_factory=lambda: dict(defaults.CLASS_SHARE))
+    """Class -> the largest fraction (0-1] of the shared slots it may hold at once."""
+    per_client_cases: int = Field(defaults.PER_CLIENT_CASES, ge=1)
+    """Cases one client (certificate name, else address) may have in progress at once."""
+
+    @model_validator(mode="after")
+    def _check_admission(self):
+        if self.urgent_reserved_slots >= self.case_slots:
+            raise ConfigError(f"must be below case_slots ({self.case_slots}), got {self.urgent_reserved_slots}",
+                              key="urgent_reserved_slots")
+        for name, share in self.class_share.items():
+            if not 0 < share <= 1:
+                raise ConfigError(f"expected a fraction in (0, 1], got {share}", key=f"class_share.{name}")
+        return self
+
+    @property
+    def max_case_bytes(self) -> int:
+        return int(self.max_case_mb * 2**20)
+
+
+# ------------------------------------------------------------------ the settings in force
 
 
 def free_class_ports(classes: ClassTable) -> dict[str, int]:
@@ -171,80 +208,154 @@ def free_class_ports(classes: ClassTable) -> dict[str, int]:
     return {c.name: 0 for c in classes}
 
 
-def read_class_ports(s: _Section, classes: ClassTable) -> dict[str, int]:
-    """The per-class reply-marking ports of a [site] or [coordinator] table.
+class _Served(_ServerTable):
+    """A server's [tls] and [classes], and its class ports resolved against those classes."""
 
-    Either `class_ports = { urgent = 50061, ... }` (0: any free port; `{}`: none, replies
-    unmarked), or `class_port_base = N` for N, N+1, ... in the class table's order (handy
-    behind a firewall). Neither: every class on a free port, which the server advertises.
+    tls: TLSFiles | None = None
+    classes: Classes = Field(default_factory=lambda: DEFAULT_CLASSES)
+
+    @model_validator(mode="after")
+    def _resolve_class_ports(self):
+        if self.class_ports is not None and self.class_port_base is not None:
+            raise ConfigError("give either class_ports or class_port_base, not both", key="class_port_base")
+        names = self.classes.names()
+        if self.class_port_base is not None:
+            if not 1 <= self.class_port_base <= 65536 - len(names):
+                raise ConfigError(f"expected a port 1-{65536 - len(names)}, got {self.class_port_base}",
+                                  key="class_port_base")
+            self.class_ports = {name: self.class_port_base + i for i, name in enumerate(names)}
+        elif self.class_ports is None:
+            self.class_ports = free_class_ports(self.classes)
+        for class_name in self.class_ports:
+            if class_name not in self.classes:
+                raise ConfigError(f"unknown class {class_name!r}; known: {', '.join(names)}", key="class_ports")
+        return self
+
+
+class SiteConfig(SiteTable, _Served):
+    """One site server: its [site] table, [tls] (this server's certificate) and [classes]."""
+
+
+class CoordinatorConfig(CoordinatorTable, _Served):
+    """The coordinator: its [coordinator] table, [[sites]], [tls] (this server's certificate,
+    and the client-certificate check when mutual), [site_tls] (what it presents to sites and
+    trusts from them) and [classes]."""
+
+    sites: list[SiteEndpoint]
+    site_tls: TLSFiles | None = None
+
+    @field_validator("sites")
+    @classmethod
+    def _some_distinct_sites(cls, sites: list[SiteEndpoint]) -> list[SiteEndpoint]:
+        if not sites:
+            raise ValueError("no [[sites]] entries; list each site's name and address")
+        names = [site.name for site in sites]
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate site names in {names}")
+        return sites
+
+
+# ------------------------------------------------------------------ the files
+
+
+class SiteFile(_Table):
+    """A site's TOML file (deploy/site.example.toml)."""
+
+    site: SiteTable
+    tls: TLSTable | None = None
+    """This server's certificate; mutual = true demands client certificates."""
+    classes: Classes = Field(default_factory=lambda: DEFAULT_CLASSES)
+    """[classes.NAME] tables: a class table of your own replaces the default (qos/classes.py) whole."""
+
+    def config(self) -> SiteConfig:
+        return SiteConfig(**dict(self.site), tls=self.tls and self.tls.files(), classes=self.classes)
+
+
+class CoordinatorFile(_Table):
+    """The coordinator's TOML file (deploy/coordinator.example.toml)."""
+
+    coordinator: CoordinatorTable = CoordinatorTable()
+    sites: list[SiteEndpoint] = []
+    tls: TLSTable | None = None
+    """This server's certificate; mutual = true demands client certificates."""
+    site_tls: TLSTable | None = None
+    """What the coordinator presents to the sites and which CA it trusts for them."""
+    classes: Classes = Field(default_factory=lambda: DEFAULT_CLASSES)
+    """[classes.NAME] tables: a class table of your own replaces the default (qos/classes.py)
+    whole; list every class, in the sites' files too."""
+
+    def config(self) -> CoordinatorConfig:
+        return CoordinatorConfig(**dict(self.coordinator), sites=self.sites, classes=self.classes,
+                                 tls=self.tls and self.tls.files(), site_tls=self.site_tls and self.site_tls.files())
+
+
+# ------------------------------------------------------------------ reading TOML
+
+_FILE_TABLES = {"tls", "site_tls", "classes", "sites"}  # a settings field that is a table of the file
+_ARRAYS = {"sites"}  # arrays of tables: [[sites]]
+_TYPES = {"int": "int", "float": "float", "string": "str", "bool": "bool", "dict": "table",
+          "model": "table", "list": "array", "path": "str"}
+
+
+def _error(error: dict, path: Path, table: str | None) -> ConfigError:
+    """A pydantic error as a ConfigError naming the file, the table and the key.
+
+    `table`: the file's table whose keys a settings model's top-level fields are (errors
+    from `config()`; its other fields are whole tables of the file).
     """
-    if "class_ports" in s.data and "class_port_base" in s.data:
-        raise s.fail("class_port_base", "give either class_ports or class_port_base, not both")
-    names = classes.names()
-    base = s.get("class_port_base", int)
-    if base is not None:
-        if not 1 <= base <= 65536 - len(names):
-            raise s.fail("class_port_base", f"expected a port 1-{65536 - len(names)}, got {base}")
-        return {name: base + i for i, name in enumerate(names)}
-    ports = s.get("class_ports", dict, free_class_ports(classes))
-    for class_name, port in ports.items():
-        if class_name not in classes:
-            raise s.fail("class_ports", f"unknown class {class_name!r}; known: {', '.join(names)}")
-        if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
-            raise s.fail("class_ports", f"{class_name}: expected a port number, got {port!r}")
-    return dict(ports)
+    loc = list(error["loc"])
+    if table and not (loc and loc[0] in _FILE_TABLES):
+        loc.insert(0, table)
+    cause = (error.get("ctx") or {}).get("error")
+    kind = error["type"].removesuffix("_type").removesuffix("_parsing")
+    if isinstance(cause, ConfigError):
+        loc.append(cause.key)
+        problem = str(cause).removeprefix(f"{cause.key}: ")
+    elif isinstance(cause, Exception):
+        problem = str(cause)
+    elif error["type"] == "missing":
+        problem = "missing (required)"
+    elif error["type"] in ("extra_forbidden", "unexpected_keyword_argument"):
+        problem = "unknown table" if len(loc) == 1 else "unknown key"
+    elif kind in _TYPES:
+        problem = f"expected {_TYPES[kind]}, got {error['input']!r}"
+    else:
+        problem = f"{error['msg'][:1].lower()}{error['msg'][1:]}, got {error['input']!r}"
+    if not loc:
+        return ConfigError(problem, path)
+    name, *rest = loc
+    if name in _ARRAYS:
+        key = f"[[{name}]]" + (f" #{rest.pop(0) + 1}" if rest and isinstance(rest[0], int) else "")
+    else:
+        key = f"[{name}]"
+    key += f" {rest.pop(0)}" if rest else ""
+    return ConfigError("".join(f"{part}: " for part in rest) + problem, path, key)
+
+
+def _read(path: str | Path, file_model: type[SiteFile | CoordinatorFile], table: str):
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError("configuration file not found", path) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"not valid TOML ({exc})", path) from None
+    try:
+        parsed = file_model.model_validate(data, context={"folder": path.parent})
+    except ValidationError as exc:
+        raise _error(exc.errors()[0], path, None) from None
+    try:
+        return parsed.config()
+    except ValidationError as exc:
+        raise _error(exc.errors()[0], path, table) from None
 
 
 def load_site_config(path: str | Path) -> SiteConfig:
     """Read a site's TOML file: a [site] table, optional [tls] and [classes]."""
-    path, data = _read(path)
-    if "site" not in data:
-        raise ConfigError(f"{path}: no [site] table")
-    s = _Section(path, "site", data["site"])
-    classes = _classes(path, data)
-    ports = read_class_ports(s, classes)
-    workers = s.get("workers", int, 1)
-    if workers < 1:
-        raise s.fail("workers", f"must be at least 1, got {workers}")
-    return SiteConfig(
-        name=s.get("name", str, required=True),
-        db=s.path_value("db", required=True),
-        listen=s.address("listen", "127.0.0.1:0"),
-        class_ports=ports,
-        algorithm=s.get("algorithm", str, ""),
-        workers=workers,
-        worker_cpus=s.get("worker_cpus", float, 0.5),
-        ray_address=s.get("ray_address", str, ""),
-        tls=_tls(path, data),
-        classes=classes,
-    )
+    return _read(path, SiteFile, "site")
 
 
 def load_coordinator_config(path: str | Path) -> CoordinatorConfig:
     """Read a coordinator's TOML file: [coordinator], [[sites]], optional [tls], [site_tls], [classes]."""
-    path, data = _read(path)
-    s = _Section(path, "coordinator", data.get("coordinator", {}))
-    sites = []
-    for i, entry in enumerate(data.get("sites", [])):
-        e = _Section(path, f"sites #{i + 1}", entry)
-        sites.append(SiteEndpoint(e.get("name", str, required=True), e.address("address", "")))
-    if not sites:
-        raise ConfigError(f"{path}: no [[sites]] entries; list each site's name and address")
-    names = [site.name for site in sites]
-    if len(set(names)) != len(names):
-        raise ConfigError(f"{path}: [[sites]]: duplicate site names in {names}")
-    max_mb = s.get("max_case_mb", float, 64.0)
-    classes = _classes(path, data)
-    return CoordinatorConfig(
-        sites=sites,
-        listen=s.address("listen", "127.0.0.1:0"),
-        class_ports=read_class_ports(s, classes),
-        metrics=s.get("metrics", str, ""),
-        case_log=s.path_value("case_log"),
-        max_cells=s.get("max_cells", int, 64),
-        max_case_bytes=int(max_mb * 1024 * 1024),
-        default_deadline_s=s.get("default_deadline_s", float, 60.0),
-        tls=_tls(path, data),
-        site_tls=_tls(path, data, "site_tls"),
-        classes=classes,
-    )
+    return _read(path, CoordinatorFile, "coordinator")

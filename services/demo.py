@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from pathmaster.defaults import COORDINATOR_PORT, DEMO_CELLS
 from services.config import CoordinatorConfig, SiteConfig, SiteEndpoint
 from services.coordinator.server import CoordinatorServer
 from services.site.server import SiteServer
@@ -37,7 +38,6 @@ DEMO_SITES = (
     DemoSite("new-york", 2, "hnsw"),
     DemoSite("california", 3, "ivf"),
 )
-DEMO_CELLS = 140
 CASE_SEED = 2026  # the demo case's test cells; no site database uses this seed
 
 
@@ -90,7 +90,7 @@ class LoopbackDeployment:
                 self.sites[name] = SiteServer(config).start()
             metrics = "" if self.metrics_port is None else f"127.0.0.1:{self.metrics_port}"
             self.coordinator = CoordinatorServer(CoordinatorConfig(
-                sites=[SiteEndpoint(name, site.address) for name, site in self.sites.items()],
+                sites=[SiteEndpoint(name=name, address=site.address) for name, site in self.sites.items()],
                 listen=f"127.0.0.1:{self.coordinator_port}", metrics=metrics, case_log=self.case_log,
                 analysis_workers=self.analysis_workers,
             )).start()
@@ -117,7 +117,7 @@ class LoopbackDeployment:
         self.stop()
 
 
-def start_demo(cells: int = DEMO_CELLS, cache: Path | None = None, coordinator_port: int = 50051,
+def start_demo(cells: int = DEMO_CELLS, cache: Path | None = None, coordinator_port: int = COORDINATOR_PORT,
                metrics_port: int = 0, ray_address: str = "") -> LoopbackDeployment:
     """Connect to Ray, build/reuse the three demo databases, start the deployment."""
     started = time.perf_counter()

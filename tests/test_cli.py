@@ -9,7 +9,8 @@ from pathmaster.cli import build_parser
 def test_help_lists_subcommands_of_every_area():
     parser = build_parser()
     names = set(parser._subparsers._group_actions[0].choices)
-    expected = {"synth", "index", "search", "evaluate", "demo", "serve", "query", "batch", "testbed", "experiment"}
+    expected = {"synth", "index", "search", "evaluate", "demo", "serve", "query", "batch", "testbed", "experiment",
+                "config"}
     assert expected <= names, f"missing subcommands: {sorted(expected - names)}"
 
 

@@ -35,10 +35,10 @@ from qos.admission import Admission, Refused
 from qos.policy import plan_site
 from qos.predict import PredictionLog, Predictor, SiteLoad
 from qos.transport import STALE_PORT_CODES, ClassChannels, MarkedServer, connect_address, split_address
-from services.config import CoordinatorConfig, DEFAULT_K
+from services.config import CoordinatorConfig
 from services.coordinator.fanout import FanOut, SiteOutcome
 from services.coordinator.stats import CaseLog, ClassStats, metrics_registry
-from services.coordinator.validation import CaseRejected, check_case
+from services.coordinator.validation import CaseRejected, check_case_request
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
 
@@ -197,8 +197,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     def SubmitCase(self, request: pb.CaseRequest, context: grpc.ServicerContext):
         started = time.monotonic()
         try:
-            rclass = check_case(request, self.config.classes, self.config.max_cells,
-                                self.config.max_case_bytes, self.analysers_schema)
+            rclass = check_case_request(request, self.config.classes, self.config.max_cells,
+                                        self.config.max_case_bytes, self.analysers_schema)
             sites = self._chosen_sites(request)
         except CaseRejected as exc:
             context.abort(exc.code, exc.message)
@@ -224,7 +224,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         decisions = []
         if ticket.reclassified:
             decisions.append(f"urgent capacity is fully used: served as {served.name} (reclassified, not dropped)")
-        k = request.k or DEFAULT_K
+        k = request.k or defaults.K
         ship = request.ship or "auto"
         cells = len(request.features) or len(request.cells)
         images_request = pb.AnalyseRequest(case_id=case_id, request_class=served.name, cells=request.cells, k=k)

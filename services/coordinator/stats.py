@@ -19,6 +19,7 @@ import numpy as np
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from pathmaster import defaults
 from qos.classes import ClassTable
 
 
@@ -50,7 +51,7 @@ class ClassStats:
     counts every case recorded since start, the other figures cover the window.
     """
 
-    def __init__(self, classes: ClassTable, window: int = 1000):
+    def __init__(self, classes: ClassTable, window: int = defaults.STATS_WINDOW_CASES):
         self.classes = classes
         self._times = {c.name: deque(maxlen=window) for c in classes}
         self._counts = {c.name: 0 for c in classes}

@@ -12,9 +12,9 @@ import math
 
 import grpc
 
+from pathmaster.defaults import MAX_K
 from pathmaster.records import InvalidInput
 from qos.classes import ClassTable, RequestClass, UnknownClass
-from services.config import MAX_K
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.site.cells import decode_cell
 
@@ -38,8 +38,8 @@ def cell_name(cell: pb.CellImage, index: int) -> str:
 SHIP_MODES = ("", "auto", "features", "images")
 
 
-def check_case(request: pb.CaseRequest, classes: ClassTable, max_cells: int,
-               max_case_bytes: int, feature_schema: str = "") -> RequestClass:
+def check_case_request(request: pb.CaseRequest, classes: ClassTable, max_cells: int,
+                       max_case_bytes: int, feature_schema: str = "") -> RequestClass:
     """Validate `request`; return its request class (empty means "routine").
 
     Raises CaseRejected with INVALID_ARGUMENT, FAILED_PRECONDITION or RESOURCE_EXHAUSTED.

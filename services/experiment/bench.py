@@ -22,13 +22,13 @@ import subprocess
 import sys
 import time
 
+from pathmaster.defaults import SITE_PORT
 from qos import traffic
 from qos.experiment.spec import Competing, Experiment, Link, Strategy
 from qos.testbed import kernel, netns
 from qos.testbed.config import load_config
 from qos.testbed.testbed import Testbed
 
-SITE_PORT = 50051
 # Cisco WFQ weighs a flow by IP precedence + 1: AF41 -> 5, AF21 -> 3, AF11 -> 2, LE/best effort -> 1.
 DEFAULT_WEIGHTS = {"urgent": 5, "routine": 3, "teaching": 2, "bulk": 1}
 

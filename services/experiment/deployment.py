@@ -30,18 +30,18 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pathmaster.defaults import CLASS_PORT_BASE, DEPLOY_TIMEOUT_S, SITE_PORT
 from qos.classes import DEFAULT_CLASSES
 from qos.testbed import netns
 from qos.testbed.node import Node
 
-SITE_PORT = 50051
 COORDINATOR_PORT = 50050
 RAY_PORT = 6379
 # The sites' Ray clusters are reachable only inside the testbed's namespaces; Ray's token
 # authentication would need the token copied to every node for nothing.
 RAY_ENV = {"RAY_AUTH_MODE": "disabled"}
 # Fixed per-class reply ports, so that a capture or a filter can name them.
-CLASS_PORTS = {c.name: 50061 + i for i, c in enumerate(DEFAULT_CLASSES)}
+CLASS_PORTS = {c.name: CLASS_PORT_BASE + i for i, c in enumerate(DEFAULT_CLASSES)}
 CASE_SEED = 2026
 
 
@@ -180,7 +180,7 @@ def _wait_serving(node: Node, proc: subprocess.Popen, port: int, log: Path, dead
 
 
 def deploy(testbed, workdir: str | Path, cells_per_site: int = 40, workers_on_x2: bool = True,
-           timeout_s: float = 300.0) -> Deployment:
+           timeout_s: float = DEPLOY_TIMEOUT_S) -> Deployment:
     """Start a site on X1 of every subnet (its Ray over X1 and X2) and the coordinator on the
     master; return when all serve.
 

@@ -34,6 +34,7 @@ from pathlib import Path, PurePosixPath
 
 import grpc
 
+from pathmaster import defaults
 from pathmaster.importers import herlev
 from pathmaster.imageio import decode_image, encode_png
 from pathmaster.records import ALL_DIAGNOSES, InvalidInput, diagnosis_from_name
@@ -41,7 +42,7 @@ from qos.transport import TLSFiles
 from services.client import CoordinatorClient
 from services.gateway.events import status_name
 from services.gateway.pairing import IMAGE_EXTENSIONS, CellFiles, pair_files
-from services.gateway.upload import MAX_FILE_BYTES, cell_problem
+from services.gateway.upload import cell_problem
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 
 COLUMNS = ("cell", "label", "diagnosis", "votes", "total", "correct", "status", "error",
@@ -246,8 +247,8 @@ def _read_files(root: Path, cell: BatchCell) -> tuple[dict[str, bytes], str | No
         if name:
             path = root / name
             size = path.stat().st_size
-            if size > MAX_FILE_BYTES:
-                return {}, f"{name}: file is {size} bytes, over the limit of {MAX_FILE_BYTES} bytes"
+            if size > defaults.MAX_FILE_BYTES:
+                return {}, f"{name}: file is {size} bytes, over the limit of {defaults.MAX_FILE_BYTES} bytes"
             files[name] = path.read_bytes()
     if cell.herlev_mask:
         try:
@@ -329,8 +330,8 @@ def run_case(client: CoordinatorClient, root: Path, cells: list[BatchCell], requ
 
 
 def run_batch(root: str | Path, out: str | Path, coordinator: str,
-              request_class: str = "teaching", jobs: int = 2, case_size: int = 6,
-              deadline_s: float = 300.0, progress: bool = True,
+              request_class: str = "teaching", jobs: int = defaults.BATCH_JOBS, case_size: int = defaults.BATCH_CASE_CELLS,
+              deadline_s: float = defaults.CASE_DEADLINE_S, progress: bool = True,
               tls: TLSFiles | None = None) -> BatchSummary:
     """Run every cell under `root` not yet done in `out` through the coordinator.
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+from pathmaster import defaults
 from services.commands import add_tls_arguments, tls_from_args
 
-DEMO_COORDINATOR = "127.0.0.1:50051"  # `pathmaster demo`'s default coordinator port
+DEMO_COORDINATOR = f"127.0.0.1:{defaults.COORDINATOR_PORT}"  # where `pathmaster demo` listens
 
 
 def register(subparsers) -> None:
@@ -20,15 +21,16 @@ def register(subparsers) -> None:
     batch.add_argument("dir", metavar="DIR", help="folder of cell images (class folders allowed)")
     batch.add_argument("--out", required=True, help="results file: .csv or .jsonl (appended to)")
     batch.add_argument("--class", dest="request_class", default="teaching",
-                       help="request class (default: teaching)")
+                       help="request class (default: %(default)s)")
     batch.add_argument("--coordinator", default=DEMO_COORDINATOR, metavar="HOST:PORT",
-                       help=f"the coordinator's address (default {DEMO_COORDINATOR}, where "
+                       help="the coordinator's address (default %(default)s, where "
                             "`pathmaster demo` listens)")
-    batch.add_argument("--jobs", type=int, default=2,
-                       help="cases in flight at once: the concurrency limit (default 2)")
-    batch.add_argument("--case-size", type=int, default=6, help="cells per case (default 6)")
-    batch.add_argument("--deadline", type=float, default=300.0,
-                       help="seconds one case may take before it is counted failed (default 300)")
+    batch.add_argument("--jobs", type=int, default=defaults.BATCH_JOBS,
+                       help="cases in flight at once: the concurrency limit (default %(default)s)")
+    batch.add_argument("--case-size", type=int, default=defaults.BATCH_CASE_CELLS,
+                       help="cells per case (default %(default)s)")
+    batch.add_argument("--deadline", type=float, default=defaults.CASE_DEADLINE_S,
+                       help="seconds one case may take before it is counted failed (default %(default)s)")
     batch.add_argument("--quiet", action="store_true", help="no progress bar")
     add_tls_arguments(batch)
     batch.set_defaults(func=run_batch_command)
@@ -36,9 +38,10 @@ def register(subparsers) -> None:
     gateway = subparsers.add_parser(
         "gateway", help="serve the pathologist's web page for a running coordinator")
     gateway.add_argument("--coordinator", default=DEMO_COORDINATOR, metavar="HOST:PORT",
-                         help=f"the coordinator's address (default {DEMO_COORDINATOR})")
+                         help="the coordinator's address (default %(default)s)")
     gateway.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    gateway.add_argument("--port", type=int, default=8080, help="port (0: any free one)")
+    gateway.add_argument("--port", type=int, default=defaults.GATEWAY_PORT,
+                         help="port (default %(default)s; 0: any free one)")
     add_tls_arguments(gateway)
     gateway.set_defaults(func=run_gateway_command)
 

@@ -32,22 +32,21 @@ from urllib.parse import parse_qs, urlsplit
 
 import grpc
 
+from pathmaster.defaults import CASE_DEADLINE_S, MAX_FILE_BYTES, MAX_REQUEST_BYTES
 from qos.classes import DEFAULT_CLASSES
 from qos.transport import TLSFiles
 from services.client import CoordinatorClient, tls_hint
 from services.gateway import events
 from services.gateway.pairing import pair_files
-from services.gateway.upload import MAX_FILE_BYTES, check_case
+from services.gateway.upload import check_upload
 
 log = logging.getLogger(__name__)
 
 STATIC_DIR = Path(__file__).parent / "static"
 STATIC_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
                 ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
-# A 6-cell case with backgrounds and masks is ~2 MB, ~2.7 MB as base64. The page leaves
-# oversize files out before it sends, so this only stops runaway API clients.
-MAX_REQUEST_BYTES = 64 * 1024 * 1024
-CASE_DEADLINE_S = 300.0   # a case whose sites have not all answered by then is cut off
+# MAX_REQUEST_BYTES: a 6-cell case with backgrounds and masks is ~2 MB, ~2.7 MB as base64.
+# The page leaves oversize files out before it sends, so it only stops runaway API clients.
 
 
 class HttpError(Exception):
@@ -120,7 +119,7 @@ class Gateway:
 
     def submit(self, request_class: str, files: dict[str, bytes]):
         """Yield the case's events as dicts: "accepted", then "site"s, then "summary"/"error"."""
-        checked = check_case(files)
+        checked = check_upload(files)
         yield {"type": "accepted", "request_class": request_class,
                "cells": [c.cell_id for c in checked.cells],
                "pairing": checked.pairing.as_dict(),

@@ -8,16 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pathmaster.defaults import MAX_CASE_CELLS, MAX_FILE_BYTES
 from pathmaster.imageio import check_cell, decode_image, decode_mask
 from pathmaster.records import InvalidInput
 from services.gateway.pairing import CellFiles, Pairing, pair_files
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 
-# A cell image is ~100 KB (BRIEF §1); 8 MiB leaves room for uncompressed TIFFs while
-# keeping a 6-cell case with backgrounds and masks under the transport's message limits.
-MAX_FILE_BYTES = 8 * 1024 * 1024
-# Beyond this many cells the case is a batch: use `pathmaster batch`.
-MAX_CASE_CELLS = 64
 
 
 @dataclass
@@ -53,8 +49,8 @@ def cell_problem(files: dict[str, bytes], cell: CellFiles,
     return None
 
 
-def check_case(files: dict[str, bytes], max_bytes: int = MAX_FILE_BYTES,
-               max_cells: int = MAX_CASE_CELLS) -> CheckedCase:
+def check_upload(files: dict[str, bytes], max_bytes: int = MAX_FILE_BYTES,
+                 max_cells: int = MAX_CASE_CELLS) -> CheckedCase:
     """Pair uploaded files into cells and check each file.
 
     In:  {file name: bytes}. Out: a `CheckedCase`. A cell with any bad file (its image,

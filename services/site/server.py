@@ -17,9 +17,10 @@ from collections import deque
 import grpc
 import ray
 
+from pathmaster import defaults
 from qos.classes import DEFAULT_CLASSES, ClassTable
 from qos.transport import MarkedServer, connect_address
-from services.config import DEFAULT_K, MAX_K, SiteConfig
+from services.config import SiteConfig
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
 from services.site.dispatch import PriorityDispatcher
@@ -128,9 +129,9 @@ class SiteServicer(pb_grpc.SiteServicer):
         started = time.perf_counter()
         if not request.cells and not request.features:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the request has no cells")
-        if request.k < 0 or request.k > MAX_K:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"k must be 0-{MAX_K}, got {request.k}")
-        k = request.k or DEFAULT_K
+        if request.k < 0 or request.k > defaults.MAX_K:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"k must be 0-{defaults.MAX_K}, got {request.k}")
+        k = request.k or defaults.K
         self.cases_started.append(request.case_id)
         mode, jobs = self._jobs(request, context, k)
         log.info("site %s: case %s (%s): %s %d cells", self.name, request.case_id, request.request_class,

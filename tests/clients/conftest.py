@@ -50,8 +50,8 @@ def down_coordinator(stack):
     from services.config import CoordinatorConfig, SiteEndpoint
     from services.coordinator.server import CoordinatorServer
 
-    sites = [SiteEndpoint(name, stack.sites[name].address) for name in ("site-a", "site-b")]
-    sites.append(SiteEndpoint("site-down", dead_address()))
+    sites = [SiteEndpoint(name=name, address=stack.sites[name].address) for name in ("site-a", "site-b")]
+    sites.append(SiteEndpoint(name="site-down", address=dead_address()))
     coordinator = CoordinatorServer(CoordinatorConfig(sites=sites)).start()
     yield coordinator
     coordinator.stop(0.5)
@@ -99,7 +99,7 @@ def case_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="package")
 def bad_files(tmp_path_factory) -> dict[str, Path]:
     """A file that is not an image though named .png, and one over the gateway's size limit."""
-    from services.gateway.upload import MAX_FILE_BYTES
+    from pathmaster.defaults import MAX_FILE_BYTES
 
     folder = tmp_path_factory.mktemp("bad")
     not_image = folder / "scan-notes.png"

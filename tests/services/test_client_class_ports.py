@@ -33,7 +33,7 @@ def summary_of(events) -> pb.CaseSummary:
 
 
 def site_endpoints(deployment) -> list[SiteEndpoint]:
-    return [SiteEndpoint(name, site.address) for name, site in deployment.sites.items()]
+    return [SiteEndpoint(name=name, address=site.address) for name, site in deployment.sites.items()]
 
 
 def test_coordinator_advertises_a_marked_port_per_class(deployment):

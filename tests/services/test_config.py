@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from services.config import ConfigError, load_coordinator_config, load_site_config
+from pathmaster.records import ConfigError
+from services.config import load_coordinator_config, load_site_config
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 
@@ -78,3 +79,44 @@ def test_coordinator_class_port_errors(tmp_path, line, message):
     with pytest.raises(ConfigError) as err:
         load_coordinator_config(path)
     assert message in str(err.value)
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in DEPLOY.glob("*.toml")))
+def test_every_example_config_loads(name):
+    load = load_site_config if name.startswith("site") else load_coordinator_config
+    assert load(DEPLOY / name)
+
+
+SITE = '[site]\nname = "a"\ndb = "x"\n'
+SITES = '[[sites]]\nname = "a"\naddress = "h:1"\n'
+
+
+@pytest.mark.parametrize("load, text, message", [
+    (load_site_config, SITE + "workrs = 2\n", "[site] workrs: unknown key"),
+    (load_site_config, SITE + '[tls]\ncrt = "c.pem"\n', "[tls] crt: unknown key"),
+    (load_site_config, SITE + '[sight]\nname = "b"\n', "[sight]: unknown table"),
+    (load_coordinator_config, "[coordinator]\nmax_cell = 4\n" + SITES, "[coordinator] max_cell: unknown key"),
+    (load_coordinator_config, SITES + "port = 1\n", "[[sites]] #1 port: unknown key"),
+    (load_coordinator_config, SITES + '[tls]\nmutal = true\n', "[tls] mutal: unknown key"),
+    (load_coordinator_config, SITES + '[site_tls]\nca_file = "ca.pem"\n', "[site_tls] ca_file: unknown key"),
+])
+def test_unknown_key_names_file_and_key(tmp_path, load, text, message):
+    path = tmp_path / "settings.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load(path)
+    assert str(err.value) == f"{path}: {message}"
+
+
+def test_values_keep_their_toml_type(tmp_path):
+    path = tmp_path / "site.toml"
+    path.write_text(SITE + 'workers = "2"\n')
+    with pytest.raises(ConfigError, match=r"\[site\] workers: expected int, got '2'"):
+        load_site_config(path)
+
+
+def test_relative_paths_are_beside_the_file(tmp_path):
+    path = tmp_path / "site.toml"
+    path.write_text(SITE + '[tls]\ncert = "certs/s.pem"\n')
+    config = load_site_config(path)
+    assert config.db == tmp_path / "x" and config.tls.cert == tmp_path / "certs" / "s.pem"

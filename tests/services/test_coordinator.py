@@ -148,8 +148,8 @@ def test_unknown_site_is_invalid_argument(deployment, case):
 @pytest.fixture(scope="module")
 def small_limits(deployment):
     """A second coordinator over the same sites with small case limits."""
-    sites = [SiteEndpoint(name, site.address) for name, site in deployment.sites.items()]
-    server = CoordinatorServer(CoordinatorConfig(sites=sites, max_cells=4, max_case_bytes=4 * 2**20)).start()
+    sites = [SiteEndpoint(name=name, address=site.address) for name, site in deployment.sites.items()]
+    server = CoordinatorServer(CoordinatorConfig(sites=sites, max_cells=4, max_case_mb=4)).start()
     yield server
     server.stop(0)
 
@@ -182,8 +182,8 @@ def test_ten_megabyte_image_works(deployment, ten_mb_png):
 
 
 def test_site_down_gives_unavailable_first_and_partial_results(deployment, case):
-    sites = [SiteEndpoint(name, site.address) for name, site in deployment.sites.items()]
-    sites.append(SiteEndpoint("down", "127.0.0.1:9"))  # nothing listens on the discard port
+    sites = [SiteEndpoint(name=name, address=site.address) for name, site in deployment.sites.items()]
+    sites.append(SiteEndpoint(name="down", address="127.0.0.1:9"))  # nothing listens on the discard port
     server = CoordinatorServer(CoordinatorConfig(sites=sites)).start()
     try:
         events = run_case(server.address, case, deadline_s=60)

@@ -45,7 +45,8 @@ def test_site_killed_mid_case(deployment, site_dbs, slow_case, case, tmp_path, r
     coordinator = None
     try:
         address = wait_for(log, r"site kappa serving on (\S+);", site, 120).group(1)
-        sites = [SiteEndpoint("alpha", deployment.sites["alpha"].address), SiteEndpoint("kappa", address)]
+        sites = [SiteEndpoint(name="alpha", address=deployment.sites["alpha"].address),
+                 SiteEndpoint(name="kappa", address=address)]
         coordinator = CoordinatorServer(CoordinatorConfig(sites=sites)).start()
         deadline = 60.0
         with CoordinatorClient(coordinator.address) as client:

@@ -39,7 +39,7 @@ def secure(ray_session, site_dbs, certs):
     site = SiteServer(SiteConfig(name="secure", db=site_dbs["alpha"], worker_cpus=0.25,
                                  tls=party(certs, "site", mutual=True))).start()
     coordinator = CoordinatorServer(CoordinatorConfig(
-        sites=[SiteEndpoint("secure", site.address)], tls=party(certs, "coordinator", mutual=True),
+        sites=[SiteEndpoint(name="secure", address=site.address)], tls=party(certs, "coordinator", mutual=True),
         site_tls=party(certs, "coordinator"))).start()
     yield coordinator, site
     coordinator.stop(0)
@@ -70,7 +70,7 @@ def test_coordinator_refuses_clients_without_a_certificate(secure, certs, case, 
 def test_site_refuses_a_coordinator_without_a_certificate(secure, certs, case):
     _, site = secure
     coordinator = CoordinatorServer(CoordinatorConfig(
-        sites=[SiteEndpoint("secure", site.address)], site_tls=TLSFiles(ca=certs / "ca.pem"))).start()
+        sites=[SiteEndpoint(name="secure", address=site.address)], site_tls=TLSFiles(ca=certs / "ca.pem"))).start()
     try:
         with CoordinatorClient(coordinator.address) as client:
             events = list(client.submit(case[:1], "routine", deadline_s=10))

@@ -6,7 +6,7 @@ import grpc
 import pytest
 
 from qos.classes import DEFAULT_CLASSES
-from services.coordinator.validation import CaseRejected, check_case
+from services.coordinator.validation import CaseRejected, check_case_request
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 
 LIMITS = dict(classes=DEFAULT_CLASSES, max_cells=8, max_case_bytes=16 * 2**20)
@@ -14,13 +14,13 @@ LIMITS = dict(classes=DEFAULT_CLASSES, max_cells=8, max_case_bytes=16 * 2**20)
 
 def rejected(request) -> CaseRejected:
     with pytest.raises(CaseRejected) as err:
-        check_case(request, **LIMITS)
+        check_case_request(request, **LIMITS)
     return err.value
 
 
 def test_a_good_case_gets_its_class(case):
-    assert check_case(pb.CaseRequest(request_class="urgent", cells=case), **LIMITS).dscp == 34
-    assert check_case(pb.CaseRequest(cells=case), **LIMITS).name == "routine"  # the default
+    assert check_case_request(pb.CaseRequest(request_class="urgent", cells=case), **LIMITS).dscp == 34
+    assert check_case_request(pb.CaseRequest(cells=case), **LIMITS).name == "routine"  # the default
 
 
 @pytest.mark.parametrize("change, code, words", [
