@@ -30,6 +30,7 @@ import grpc
 from prometheus_client import start_http_server
 
 from qos.transport import STALE_PORT_CODES, ClassChannels, MarkedServer, connect_address, split_address
+from services.classinfo import class_messages
 from services.config import CoordinatorConfig, DEFAULT_K
 from services.coordinator.stats import CaseLog, ClassStats, metrics_registry
 from services.coordinator.validation import CaseRejected, check_case
@@ -316,7 +317,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             context.abort(exc.code(), exc.details())
 
     def Info(self, request: pb.CoordinatorInfoRequest, context) -> pb.CoordinatorInfo:
-        return pb.CoordinatorInfo(class_ports=self.class_ports, class_dscp=self.class_dscp)
+        return pb.CoordinatorInfo(class_ports=self.class_ports, class_dscp=self.class_dscp,
+                                  classes=class_messages(self.config.classes))
 
     def ListSites(self, request, context) -> pb.SitesReply:
         calls = {s.name: self._site_stub(s.name).Info.future(pb.SiteInfoRequest(), timeout=INFO_TIMEOUT_S)
