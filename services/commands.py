@@ -49,7 +49,7 @@ def register(subparsers) -> None:
     query.add_argument("images", nargs="+", metavar="IMAGE")
     query.add_argument("--coordinator", required=True, metavar="HOST:PORT")
     query.add_argument("--class", dest="request_class", default="routine",
-                       help="urgent, routine, teaching or bulk (default routine)")
+                       help="one of the coordinator's request classes, e.g. urgent (default routine)")
     query.add_argument("--k", type=int, default=5, help="matches per cell and site (default 5)")
     query.add_argument("--deadline", type=float, default=60.0, help="seconds (default 60)")
     query.add_argument("--site", action="append", default=[], help="ask only this site (repeatable)")
@@ -88,6 +88,14 @@ def tls_from_args(args: argparse.Namespace):
     tls = TLSFiles(cert=args.tls_cert, key=args.tls_key, ca=args.tls_ca)
     tls.channel_credentials()
     return tls
+
+
+def unknown_class_message(exc, coordinator: str) -> str:
+    """What a client command says of a class the coordinator does not have (exc: a
+    qos.classes.UnknownClass from the client's learnt table), naming the coordinator's
+    classes, in the coordinator's own words for the same refusal."""
+    return (f"INVALID_ARGUMENT: the coordinator at {coordinator} has no request class "
+            f"{exc.name!r}; its classes: {', '.join(exc.known)}")
 
 
 # ------------------------------------------------------------------ printing results
@@ -276,6 +284,7 @@ def run_query(args: argparse.Namespace) -> int:
     import grpc
 
     from pathmaster.records import InvalidInput
+    from qos.classes import UnknownClass
     from services.client import CoordinatorClient, cells_from_files
 
     try:
@@ -287,6 +296,11 @@ def run_query(args: argparse.Namespace) -> int:
     client = CoordinatorClient(args.coordinator, tls)
     try:
         with client:
+            try:
+                client.request_class(args.request_class)  # the coordinator's table, not ours
+            except UnknownClass as exc:
+                print(f"pathmaster query: {unknown_class_message(exc, args.coordinator)}", file=sys.stderr)
+                return 2
             started = time.perf_counter()
             events = client.submit(cells, args.request_class, k=args.k, deadline_s=args.deadline,
                                    sites=args.site)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from services.commands import add_tls_arguments, tls_from_args
+from services.commands import add_tls_arguments, tls_from_args, unknown_class_message
 
 DEMO_COORDINATOR = "127.0.0.1:50051"  # `pathmaster demo`'s default coordinator port
 
@@ -20,7 +20,7 @@ def register(subparsers) -> None:
     batch.add_argument("dir", metavar="DIR", help="folder of cell images (class folders allowed)")
     batch.add_argument("--out", required=True, help="results file: .csv or .jsonl (appended to)")
     batch.add_argument("--class", dest="request_class", default="teaching",
-                       help="request class (default: teaching)")
+                       help="one of the coordinator's request classes (default: teaching)")
     batch.add_argument("--coordinator", default=DEMO_COORDINATOR, metavar="HOST:PORT",
                        help=f"the coordinator's address (default {DEMO_COORDINATOR}, where "
                             "`pathmaster demo` listens)")
@@ -43,23 +43,19 @@ def register(subparsers) -> None:
     gateway.set_defaults(func=run_gateway_command)
 
 
-def _check_class(name: str) -> None:
-    from qos.classes import DEFAULT_CLASSES
-
-    DEFAULT_CLASSES[name]  # raises UnknownClass naming the known ones
-
-
 def run_batch_command(args: argparse.Namespace) -> int:
     from qos.classes import UnknownClass
     from services.gateway.batch import run_batch
 
     try:
-        _check_class(args.request_class)
         summary = run_batch(args.dir, args.out, args.coordinator,
                             request_class=args.request_class, jobs=args.jobs,
                             case_size=args.case_size, deadline_s=args.deadline,
                             progress=not args.quiet, tls=tls_from_args(args))
-    except (UnknownClass, ValueError, FileNotFoundError) as exc:
+    except UnknownClass as exc:
+        print(f"pathmaster batch: {unknown_class_message(exc, args.coordinator)}", file=sys.stderr)
+        return 2
+    except (ValueError, FileNotFoundError) as exc:
         print(f"pathmaster batch: {exc}", file=sys.stderr)
         return 2
     print(summary.format())
