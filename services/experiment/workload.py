@@ -217,7 +217,7 @@ def site_main(argv: list[str] | None = None) -> int:
     add_classes_argument(parser)
     args = parser.parse_args(argv)
     server = serve_transfer_site(args.name, args.host, args.port, args.match_bytes, args.classes)
-    print(json.dumps({"ready": True, "class_ports": server.class_ports}), flush=True)
+    print(json.dumps({"ready": True, "port": server.port, "class_ports": server.class_ports}), flush=True)
     try:
         server.wait()
     except KeyboardInterrupt:
