@@ -103,3 +103,27 @@ def test_the_agent_and_sites_take_the_table_the_bench_gives_them():
                     proc.stdin.close()
                 proc.terminate()
                 proc.wait(timeout=20)
+
+
+@pytest.mark.netns
+def test_in_the_testbed_the_runs_table_marks_the_case_and_sorts_it_at_the_routers(netns_ok):
+    """The bench gives the table to the agent, the sites and the routers: the urgent case
+    (CS5 here) lands in the routers' urgent queue. Were the agent marking with the default
+    table (AF41), the routers, which know only this run's table, would not queue it as urgent."""
+    from services.experiment.bench import TestbedBench
+
+    data = spec(["urgent"])
+    data["workload"] = {"cells": 2, "image_bytes": 5000, "k": 2, "match_bytes": 1000}
+    data["strategies"] = {"prio": {"discipline": "prio"}}
+    experiment = parse_spec(data)
+    with TestbedBench(experiment) as bench:
+        bench.configure(experiment.links[0], experiment.strategy("prio"))
+        before = bench.counters()
+        record = bench.run_case("urgent", seed=1, case_id="remapped-1")
+        after = bench.counters()
+    assert record["ok"] and record["dscp"] == 40, record
+    sent = {cls: sum(after[q][cls]["packets"] - before[q][cls]["packets"] for q in after)
+            for cls in experiment.classes.names()}
+    # Every packet of the case, both ways, in the urgent queues; none in the queue that takes
+    # what the table does not know (AF41 would go there).
+    assert sent["urgent"] > record["bytes_up"] / 1500 and sent["second-opinion"] == 0, sent
