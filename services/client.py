@@ -23,7 +23,7 @@ from pathlib import Path, PurePath
 import grpc
 
 from pathmaster.records import InvalidInput
-from qos.classes import ClassTable, RequestClass
+from qos.classes import ClassTable, RequestClass, UnknownClass
 from qos.transport import STALE_PORT_CODES, ClassChannels, TLSFiles
 from services.classinfo import table_from_info
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
@@ -191,6 +191,14 @@ class CoordinatorClient:
 def describe_error(error: grpc.RpcError) -> str:
     """"STATUS: details" of a failed call, for people."""
     return f"{error.code().name}: {error.details()}"
+
+
+def unknown_class_message(error: UnknownClass, coordinator: str) -> str:
+    """What a client says of a class the coordinator at `coordinator` does not have (`error`:
+    from the client's learnt table), naming the coordinator's classes, in the words of the
+    coordinator's own refusal."""
+    return (f"INVALID_ARGUMENT: the coordinator at {coordinator} has no request class "
+            f"{error.name!r}; its classes: {', '.join(error.known)}")
 
 
 def tls_hint(error: grpc.RpcError, tls: TLSFiles | None) -> str:

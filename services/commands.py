@@ -90,14 +90,6 @@ def tls_from_args(args: argparse.Namespace):
     return tls
 
 
-def unknown_class_message(exc, coordinator: str) -> str:
-    """What a client command says of a class the coordinator does not have (exc: a
-    qos.classes.UnknownClass from the client's learnt table), naming the coordinator's
-    classes, in the coordinator's own words for the same refusal."""
-    return (f"INVALID_ARGUMENT: the coordinator at {coordinator} has no request class "
-            f"{exc.name!r}; its classes: {', '.join(exc.known)}")
-
-
 # ------------------------------------------------------------------ printing results
 
 
@@ -285,7 +277,7 @@ def run_query(args: argparse.Namespace) -> int:
 
     from pathmaster.records import InvalidInput
     from qos.classes import UnknownClass
-    from services.client import CoordinatorClient, cells_from_files
+    from services.client import CoordinatorClient, cells_from_files, unknown_class_message
 
     try:
         tls = tls_from_args(args)

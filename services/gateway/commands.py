@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from services.commands import add_tls_arguments, tls_from_args, unknown_class_message
+from services.commands import add_tls_arguments, tls_from_args
 
 DEMO_COORDINATOR = "127.0.0.1:50051"  # `pathmaster demo`'s default coordinator port
 
@@ -45,6 +45,7 @@ def register(subparsers) -> None:
 
 def run_batch_command(args: argparse.Namespace) -> int:
     from qos.classes import UnknownClass
+    from services.client import unknown_class_message
     from services.gateway.batch import run_batch
 
     try:

@@ -35,7 +35,7 @@ import grpc
 
 from qos.classes import UnknownClass
 from qos.transport import TLSFiles
-from services.client import CoordinatorClient, tls_hint
+from services.client import CoordinatorClient, tls_hint, unknown_class_message
 from services.coordinator.validation import DEFAULT_CLASS  # what the coordinator takes for no class
 from services.gateway import events
 from services.gateway.pairing import pair_files
@@ -112,8 +112,7 @@ class Gateway:
         try:
             self.client.request_class(name)
         except UnknownClass as exc:
-            raise HttpError(HTTPStatus.BAD_REQUEST, f"unknown request class {name!r}; the coordinator "
-                                                    f"at {self.coordinator_address} has: {', '.join(exc.known)}")
+            raise HttpError(HTTPStatus.BAD_REQUEST, unknown_class_message(exc, self.coordinator_address))
         except grpc.RpcError:
             pass
         return name
