@@ -92,6 +92,17 @@ class ClassTable:
     def by_dscp(self, dscp: int) -> RequestClass | None:
         return next((c for c in self if c.dscp == dscp), None)
 
+    def to_table(self) -> dict[str, dict]:
+        """The table as data, in `DEFAULT_TABLE`'s shape (`ClassTable(t.to_table())` equals `t`),
+        most favoured first: what a record or a message carries."""
+        return {c.name: {"dscp": c.dscp, "priority": c.priority, "description": c.description} for c in self}
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ClassTable) and list(self) == list(other)
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
 
 def load_classes(path: str | Path | None = None) -> ClassTable:
     """Read a class table from a TOML file (`[classes.NAME] dscp = ...`); None gives the default."""

@@ -5,11 +5,13 @@
             ...   # pb.CaseEvent: a site_result per site as it answers, then the summary
         client.class_stats("urgent")
 
-A case travels with its class's DSCP both ways: the client asks the coordinator once
-(Info, on the control port) which port serves each class, then sends each case on a
-channel marked with the class's DSCP to that class's port, whose socket marks the
-streamed replies too (qos/transport.py). A coordinator that advertises no class ports
-(an older one) gets every case on its control port: requests still marked, replies not.
+The coordinator's request classes are the client's: it asks the coordinator once (Info,
+on the control port) for its class table (`client.classes`: names, DSCPs, order,
+descriptions; services/classinfo.py) and which port serves each class. A case then travels
+with its class's DSCP both ways: on a channel marked with the DSCP of the coordinator's
+table to that class's port, whose socket marks the streamed replies too (qos/transport.py).
+A coordinator that advertises no class ports (an older one) gets every case on its control
+port: requests still marked, replies not.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ import grpc
 
 from pathmaster import defaults
 from pathmaster.records import InvalidInput
-from qos.classes import DEFAULT_CLASSES, ClassTable
+from qos.classes import ClassTable, RequestClass, UnknownClass
 from qos.transport import STALE_PORT_CODES, ClassChannels, TLSFiles
+from services.classinfo import table_from_info
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
 
@@ -32,7 +35,7 @@ log = logging.getLogger("pathmaster.client")
 # Extra time the client allows past the case deadline for the coordinator's last events.
 REPLY_MARGIN_S = 5.0
 QUICK_CALL_S = 10.0
-INFO_TIMEOUT_S = 5.0   # asking for the class ports; a coordinator that is down fails at once
+INFO_TIMEOUT_S = 5.0   # asking for the classes and their ports; a coordinator that is down fails at once
 COORDINATOR = "coordinator"  # the one target of this client's ClassChannels
 
 
@@ -69,13 +72,14 @@ class CoordinatorClient:
     Thread-safe: the batch and the gateway share one client between many cases.
     """
 
-    def __init__(self, address: str, tls: TLSFiles | None = None, classes: ClassTable = DEFAULT_CLASSES):
+    def __init__(self, address: str, tls: TLSFiles | None = None):
         self.address = address
-        self.classes = classes
         self.tls = tls
-        self._channels = ClassChannels({COORDINATOR: address}, classes, tls)
-        self._class_ports: dict[str, int] | None = None  # None: not asked yet (or to ask again)
-        self._ports_lock = threading.Lock()
+        # No class channel before the coordinator has said which classes it has.
+        self._channels = ClassChannels({COORDINATOR: address}, ClassTable({}), tls)
+        self._old_channels: list[ClassChannels] = []  # of an earlier table: calls in flight finish
+        self._learnt: tuple[ClassTable, dict[str, int]] | None = None  # None: not asked yet (or to ask again)
+        self._learn_lock = threading.Lock()
 
     def _stub(self, request_class: str | None = None) -> pb_grpc.CoordinatorStub:
         return pb_grpc.CoordinatorStub(self._channels.channel(COORDINATOR, request_class))
@@ -85,32 +89,55 @@ class CoordinatorClient:
         coordinator's class ports are known, or when it has none)."""
         return self._channels.address(COORDINATOR, request_class)
 
-    def learn_class_ports(self) -> dict[str, int]:
-        """Ask the coordinator (once) which port serves each class, and use them from now
-        on; returns them ({} from an older coordinator, which has none). When the
-        coordinator cannot be asked now (down, TLS refused), cases go to the control port,
-        where the same failure is reported, and the next case asks again."""
-        with self._ports_lock:
-            ports = self._class_ports
-            if ports is None:
+    def _learn(self) -> tuple[ClassTable, dict[str, int]]:
+        """The coordinator's class table and class ports, asked once (Info) and used from
+        then on. Raises grpc.RpcError when the coordinator cannot be asked now (down, TLS
+        refused); the next call asks again."""
+        with self._learn_lock:
+            if self._learnt is None:
                 try:
                     info = self._stub().Info(pb.CoordinatorInfoRequest(), timeout=INFO_TIMEOUT_S)
-                    ports = dict(info.class_ports)
                 except grpc.RpcError as exc:
                     if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
-                        return {}
-                    log.info("coordinator %s has no class ports: its replies are unmarked", self.address)
-                    ports = {}
+                        raise
+                    log.info("coordinator %s has no Info: no class ports, its replies are unmarked", self.address)
+                    info = None
+                classes = table_from_info(info)
+                ports = dict(info.class_ports) if info is not None else {}
+                if classes != self._channels.classes:  # first answer, or a coordinator with a new table
+                    self._old_channels.append(self._channels)
+                    self._channels = ClassChannels({COORDINATOR: self.address}, classes, self.tls)
                 self._channels.set_class_ports(COORDINATOR, ports)
-                self._class_ports = ports
-            return dict(ports)
+                self._learnt = (classes, ports)
+            return self._learnt
+
+    @property
+    def classes(self) -> ClassTable:
+        """The coordinator's request classes, most favoured first (asked once). Raises
+        grpc.RpcError when the coordinator cannot be asked."""
+        return self._learn()[0]
+
+    def request_class(self, name: str) -> RequestClass:
+        """`name` in the coordinator's table. Raises UnknownClass naming the coordinator's
+        classes, grpc.RpcError when the coordinator cannot be asked."""
+        return self.classes[name]
+
+    def learn_class_ports(self) -> dict[str, int]:
+        """Ask the coordinator (once) for its classes and which port serves each, and use
+        them from now on; returns the ports ({} from an older coordinator, which has none).
+        When the coordinator cannot be asked now (down, TLS refused), cases go to the
+        control port, where the same failure is reported, and the next case asks again."""
+        try:
+            return dict(self._learn()[1])
+        except grpc.RpcError:
+            return {}
 
     def _forget_class_ports(self, call) -> None:
         """A case that failed on a class port as a stale port map does (STALE_PORT_CODES)
-        makes the next case ask again: the coordinator may have restarted on other ports.
-        (Runs on a gRPC thread: no lock.)"""
+        makes the next case ask again: the coordinator may have restarted on other ports
+        (or with another class table). (Runs on a gRPC thread: no lock.)"""
         if call.code() in STALE_PORT_CODES:
-            self._class_ports = None
+            self._learnt = None
 
     def feature_schema(self) -> str:
         """The feature schema the coordinator analyses with ("" while it does not)."""
@@ -132,9 +159,10 @@ class CoordinatorClient:
         request = pb.CaseRequest(case_id=case_id, request_class=request_class, cells=cells,
                                  sites=sites or [], k=k, deadline_s=deadline_s, ship=ship,
                                  features=features or [], feature_schema=feature_schema)
-        known = request_class in self.classes
-        if known:
-            self.learn_class_ports()
+        try:
+            known = request_class in self._learn()[0]
+        except grpc.RpcError:
+            known = False
         on_class_port = known and self.class_address(request_class) != self.address
         stub = self._stub(request_class if known else None)
         call = stub.SubmitCase(request, timeout=deadline_s + REPLY_MARGIN_S)
@@ -161,7 +189,8 @@ class CoordinatorClient:
         return describe_error(error) + tls_hint(error, self.tls)
 
     def close(self) -> None:
-        self._channels.close()
+        for channels in [*self._old_channels, self._channels]:
+            channels.close()
 
     def __enter__(self) -> "CoordinatorClient":
         return self
@@ -195,6 +224,14 @@ def analyse_locally(cells: list[pb.CellImage]) -> tuple[list[pb.CellImage], list
 def describe_error(error: grpc.RpcError) -> str:
     """"STATUS: details" of a failed call, for people."""
     return f"{error.code().name}: {error.details()}"
+
+
+def unknown_class_message(error: UnknownClass, coordinator: str) -> str:
+    """What a client says of a class the coordinator at `coordinator` does not have (`error`:
+    from the client's learnt table), naming the coordinator's classes, in the words of the
+    coordinator's own refusal."""
+    return (f"INVALID_ARGUMENT: the coordinator at {coordinator} has no request class "
+            f"{error.name!r}; its classes: {', '.join(error.known)}")
 
 
 def tls_hint(error: grpc.RpcError, tls: TLSFiles | None) -> str:

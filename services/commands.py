@@ -54,7 +54,7 @@ def register(subparsers) -> None:
     query.add_argument("images", nargs="+", metavar="IMAGE")
     query.add_argument("--coordinator", required=True, metavar="HOST:PORT")
     query.add_argument("--class", dest="request_class", default="routine",
-                       help="urgent, routine, teaching or bulk (default %(default)s)")
+                       help="one of the coordinator's request classes, e.g. urgent (default %(default)s)")
     query.add_argument("--k", type=int, default=defaults.K, help="matches per cell and site (default %(default)s)")
     query.add_argument("--deadline", type=float, default=defaults.QUERY_DEADLINE_S,
                        help="seconds (default %(default)s)")
@@ -304,7 +304,8 @@ def run_query(args: argparse.Namespace) -> int:
     import grpc
 
     from pathmaster.records import InvalidInput
-    from services.client import CoordinatorClient, cells_from_files
+    from qos.classes import UnknownClass
+    from services.client import CoordinatorClient, cells_from_files, unknown_class_message
 
     try:
         tls = tls_from_args(args)
@@ -315,6 +316,11 @@ def run_query(args: argparse.Namespace) -> int:
     client = CoordinatorClient(args.coordinator, tls)
     try:
         with client:
+            try:
+                client.request_class(args.request_class)  # the coordinator's table, not ours
+            except UnknownClass as exc:
+                print(f"pathmaster query: {unknown_class_message(exc, args.coordinator)}", file=sys.stderr)
+                return 2
             started = time.perf_counter()
             local = {}
             if args.analyse_locally:

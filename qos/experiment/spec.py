@@ -30,6 +30,10 @@ classes x repetitions (flent's idea: the experiment is data, not code).
     delay_ms = 0.0              # one-way delay added on the core link
     mtu = 1500
 
+    [classes.urgent]            # optional: the run's request-class table (qos/classes.py's
+    dscp = 40                   # shape), given to the transfer workload's master and sites;
+    priority = 0                # without it, the default table (urgent AF41, routine AF21, ...)
+
 `load_spec(path)` validates all of it and names the file and key of anything wrong.
 """
 
@@ -43,7 +47,7 @@ from importlib import resources
 from pathlib import Path
 
 from pathmaster.records import InvalidInput
-from qos.classes import DEFAULT_CLASSES
+from qos.classes import DEFAULT_CLASSES, ClassTable
 
 DISCIPLINES = ("fifo", "prio", "wfq", "wred")
 COMPETING_KINDS = ("downloads", "udp", "pareto")
@@ -123,12 +127,14 @@ class Experiment:
     links: tuple[Link, ...]
     settle_s: float = 1.0  # competing traffic runs this long before a case is submitted
     order: str = "shuffled"  # "shuffled" or "blocked" (by competing level; see matrix.expand)
+    classes: ClassTable = DEFAULT_CLASSES  # the run's request classes (the file's [classes])
     source: str = ""  # the file it came from
 
     def to_dict(self) -> dict:
         """A JSON-ready form, recorded in every run's metadata."""
         data = asdict(self)
         data.pop("source")
+        data["classes"] = self.classes.to_table()
         return data
 
     def fingerprint(self) -> str:
@@ -197,7 +203,15 @@ def _unknown_keys(table: dict, known: set[str], where: str, source: str) -> None
 
 def parse_spec(data: dict, source: str = "<experiment>") -> Experiment:
     """Validate an already-parsed TOML document; see the module docstring for the format."""
-    _unknown_keys(data, {"experiment", "workload", "competing", "strategies", "links"}, "top level", source)
+    _unknown_keys(data, {"experiment", "workload", "competing", "strategies", "links", "classes"}, "top level", source)
+    table = DEFAULT_CLASSES
+    if "classes" in data:
+        try:
+            table = ClassTable(data["classes"])  # the shape of a coordinator's or site's [classes]
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise InvalidInput(f"[classes] {exc}", source) from None
+        if not table.names():
+            raise InvalidInput("[classes] lists no class", source)
     head = data.get("experiment")
     if not isinstance(head, dict):
         raise InvalidInput("needs an [experiment] table", source)
@@ -210,9 +224,9 @@ def parse_spec(data: dict, source: str = "<experiment>") -> Experiment:
         raise InvalidInput(f"[experiment] repetitions must be >= 1, got {repetitions}", source)
     classes = tuple(_take(head, "request_classes", list, "experiment", source, ["urgent"]))
     for cls in classes:
-        if cls not in DEFAULT_CLASSES:
+        if cls not in table:
             raise InvalidInput(
-                f"[experiment] unknown request class {cls!r}; known: {', '.join(DEFAULT_CLASSES.names())}", source
+                f"[experiment] unknown request class {cls!r}; known: {', '.join(table.names())}", source
             )
     if not classes:
         raise InvalidInput("[experiment] request_classes is empty", source)
@@ -312,5 +326,6 @@ def parse_spec(data: dict, source: str = "<experiment>") -> Experiment:
         links=tuple(links),
         settle_s=float(_take(head, "settle_s", (int, float), "experiment", source, 1.0)),
         order=order,
+        classes=table,
         source=source,
     )

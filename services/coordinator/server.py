@@ -35,6 +35,7 @@ from qos.admission import Admission, Refused
 from qos.policy import plan_site
 from qos.predict import PredictionLog, Predictor, SiteLoad
 from qos.transport import STALE_PORT_CODES, ClassChannels, MarkedServer, connect_address, split_address
+from services.classinfo import class_messages
 from services.config import CoordinatorConfig
 from services.coordinator.fanout import FanOut, SiteOutcome
 from services.coordinator.stats import CaseLog, ClassStats, metrics_registry
@@ -451,6 +452,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
 
     def Info(self, request: pb.CoordinatorInfoRequest, context) -> pb.CoordinatorInfo:
         return pb.CoordinatorInfo(class_ports=self.class_ports, class_dscp=self.class_dscp,
+                                  classes=class_messages(self.config.classes),
                                   feature_schema=self.analysers_schema)
 
     def ListSites(self, request, context) -> pb.SitesReply:

@@ -28,6 +28,7 @@ from qos.experiment.spec import Competing, Experiment, Link, Strategy
 from qos.testbed import kernel, netns
 from qos.testbed.config import load_config
 from qos.testbed.testbed import Testbed
+from services.experiment.workload import classes_argv
 
 # Cisco WFQ weighs a flow by IP precedence + 1: AF41 -> 5, AF21 -> 3, AF11 -> 2, LE/best effort -> 1.
 DEFAULT_WEIGHTS = {"urgent": 5, "routine": 3, "teaching": 2, "bulk": 1}
@@ -97,7 +98,7 @@ class TestbedBench:
         config = (testbed_config or load_config()).with_tag(tag or netns.new_tag("x"))
         first = experiment.links[0]
         config = config.with_bottleneck(rate_bps=int(first.core_kbit * 1000))
-        self.testbed = Testbed(config)
+        self.testbed = Testbed(config, classes=experiment.classes)  # routers classify by the run's DSCPs
         self.sites: dict = {}
         self.agent: subprocess.Popen | None = None
         self.traffic = None  # the running qos.traffic generator, if any
@@ -126,7 +127,8 @@ class TestbedBench:
             host = self.testbed.host(name)
             proc = host.popen([sys.executable, "-m", "services.experiment.workload", "site", "--name", name,
                                "--host", host.ip, "--port", str(SITE_PORT),
-                               "--match-bytes", str(self.workload.match_bytes)],
+                               "--match-bytes", str(self.workload.match_bytes),
+                               *classes_argv(self.experiment.classes)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             self.sites[name] = proc
         deadline = time.monotonic() + 60
@@ -150,7 +152,8 @@ class TestbedBench:
         for name in {*deployment.site_hosts(self.testbed), self.testbed.config.master}:
             self.testbed.host(name).cmd("sysctl", "-q", "-w", "net.ipv4.tcp_no_metrics_save=1")
         workdir = tempfile.mkdtemp(prefix=f"pm-experiment-{self.testbed.tag}-")
-        self.deployment = deployment.deploy(self.testbed, workdir, workers_on_x2=self.workload.workers_on_x2)
+        self.deployment = deployment.deploy(self.testbed, workdir, workers_on_x2=self.workload.workers_on_x2,
+                                            classes=self.experiment.classes)
         for cls in self.experiment.request_classes:  # first case per class: Ray workers warm up
             deployment.run_case(self.deployment, cls, cells=1, seed=0, deadline_s=self.workload.deadline_s)
 
@@ -176,7 +179,8 @@ class TestbedBench:
                 "votes": case.summary["votes"]}
 
     def _start_agent(self) -> None:
-        argv = [sys.executable, "-m", "services.experiment.workload", "agent"]
+        argv = [sys.executable, "-m", "services.experiment.workload", "agent",
+                *classes_argv(self.experiment.classes)]
         for name in self.workload.sites:
             argv += ["--site", f"{name}={self.testbed.ip(name)}:{SITE_PORT}"]
         self.agent = self.testbed.master.popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,

@@ -16,6 +16,10 @@ the coordinator's per-class channels, replies by the sites' per-class ports (and
 client<->coordinator likewise, by the coordinator's class ports).
 
 Site databases are synthetic (`services.site.synthetic`), built once and cached.
+
+The run's request classes (`deploy(classes=...)`: the experiment file's table) go into every
+site's and the coordinator's configuration as `[classes]`; `pathmaster query` learns them
+from the coordinator, as every client does.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pathmaster.defaults import CLASS_PORT_BASE, DEPLOY_TIMEOUT_S, SITE_PORT
-from qos.classes import DEFAULT_CLASSES
+from qos.classes import DEFAULT_CLASSES, ClassTable
 from qos.testbed import netns
 from qos.testbed.node import Node
 
@@ -40,8 +44,8 @@ RAY_PORT = 6379
 # The sites' Ray clusters are reachable only inside the testbed's namespaces; Ray's token
 # authentication would need the token copied to every node for nothing.
 RAY_ENV = {"RAY_AUTH_MODE": "disabled"}
-# Fixed per-class reply ports, so that a capture or a filter can name them.
-CLASS_PORTS = {c.name: CLASS_PORT_BASE + i for i, c in enumerate(DEFAULT_CLASSES)}
+# Fixed per-class reply ports, so that a capture or a filter can name them: the classes'
+# ports are CLASS_PORT_BASE, +1, ... in the order of the table (services/config.py).
 CASE_SEED = 2026
 
 
@@ -90,17 +94,23 @@ def site_hosts(testbed) -> list[str]:
     return [f"{subnet}1" for subnet in testbed.config.subnets]
 
 
-def _write_site_config(path: Path, name: str, db: Path, ip: str, ray_address: str) -> None:
-    ports = ", ".join(f"{c} = {p}" for c, p in CLASS_PORTS.items())
+def _classes_toml(classes: ClassTable) -> str:
+    """`classes` as a configuration's [classes] tables."""
+    return "".join(f"\n[classes.{json.dumps(name)}]\ndscp = {c['dscp']}\npriority = {c['priority']}\n"
+                   f"description = {json.dumps(c['description'])}\n"
+                   for name, c in classes.to_table().items())
+
+
+def _write_site_config(path: Path, name: str, db: Path, ip: str, ray_address: str, classes: ClassTable) -> None:
     workers = "workers = 2\nworker_cpus = 1.0\n" if ray_address else "workers = 1\nworker_cpus = 0.5\n"
     path.write_text(
         "[site]\n"
         f'name = "{name}"\n'
         f'db = "{db}"\n'
         f'listen = "{ip}:{SITE_PORT}"\n'
-        f"class_ports = {{ {ports} }}\n"
+        f"class_port_base = {CLASS_PORT_BASE}\n"
         f'ray_address = "{ray_address}"\n'
-        + workers)
+        + workers + _classes_toml(classes))
 
 
 def _ray_temp_dir(tag: str, node: Node) -> str:
@@ -154,10 +164,10 @@ def _stop_ray(node: Node, tag: str) -> None:
     shutil.rmtree(_ray_temp_dir(tag, node), ignore_errors=True)
 
 
-def _write_coordinator_config(path: Path, ip: str, sites: dict[str, str]) -> None:
+def _write_coordinator_config(path: Path, ip: str, sites: dict[str, str], classes: ClassTable) -> None:
     entries = "".join(f'\n[[sites]]\nname = "{n}"\naddress = "{a}"\n' for n, a in sites.items())
     path.write_text(f'[coordinator]\nlisten = "{ip}:{COORDINATOR_PORT}"\n'
-                    f'case_log = "{path.parent / "cases.jsonl"}"\n{entries}')
+                    f'case_log = "{path.parent / "cases.jsonl"}"\n{entries}{_classes_toml(classes)}')
 
 
 def _start(node: Node, argv: list[str], log: Path) -> subprocess.Popen:
@@ -180,9 +190,9 @@ def _wait_serving(node: Node, proc: subprocess.Popen, port: int, log: Path, dead
 
 
 def deploy(testbed, workdir: str | Path, cells_per_site: int = 40, workers_on_x2: bool = True,
-           timeout_s: float = DEPLOY_TIMEOUT_S) -> Deployment:
+           timeout_s: float = DEPLOY_TIMEOUT_S, classes: ClassTable = DEFAULT_CLASSES) -> Deployment:
     """Start a site on X1 of every subnet (its Ray over X1 and X2) and the coordinator on the
-    master; return when all serve.
+    master, all with the request classes `classes`; return when all serve.
 
     `cells_per_site` sizes each site's synthetic database (seed = subnet number; cached).
     Raises DeploymentError (with the failing process's log) and stops what it started.
@@ -209,14 +219,14 @@ def deploy(testbed, workdir: str | Path, cells_per_site: int = 40, workers_on_x2
                                       cells_per_site, seed=n)
             config = workdir / f"site-{host_name}.toml"
             _write_site_config(config, f"site-{host_name}", db, node.ip,
-                               f"{node.ip}:{RAY_PORT}" if workers_on_x2 else "")
+                               f"{node.ip}:{RAY_PORT}" if workers_on_x2 else "", classes)
             deployment.sites[host_name] = _start(node, ["serve", "site", "--config", str(config)],
                                                  workdir / f"site-{host_name}.log")
             endpoints[f"site-{host_name}"] = f"{node.ip}:{SITE_PORT}"
         for host_name, proc in deployment.sites.items():
             _wait_serving(testbed.host(host_name), proc, SITE_PORT, workdir / f"site-{host_name}.log", deadline)
         config = workdir / "coordinator.toml"
-        _write_coordinator_config(config, testbed.master.ip, endpoints)
+        _write_coordinator_config(config, testbed.master.ip, endpoints, classes)
         log = workdir / "coordinator.log"
         deployment.coordinator = _start(testbed.master, ["serve", "coordinator", "--config", str(config)], log)
         _wait_serving(testbed.master, deployment.coordinator, COORDINATOR_PORT, log, deadline)
@@ -255,8 +265,8 @@ def write_case_files(folder: Path, cells: int = 6, seed: int = CASE_SEED) -> lis
 
 def run_case(deployment: Deployment, request_class: str = "urgent", cells: int = 6, seed: int = CASE_SEED,
              deadline_s: float = 120.0) -> CaseResult:
-    """Submit one case of `cells` synthetic cells from the master with `pathmaster query`; wait for it."""
-    DEFAULT_CLASSES[request_class]  # UnknownClass names the known ones
+    """Submit one case of `cells` synthetic cells from the master with `pathmaster query`; wait for
+    it. A class the coordinator does not have: DeploymentError with query's message naming its classes."""
     files = write_case_files(deployment.workdir / f"case-{seed}-{cells}", cells, seed)
     started = time.monotonic()
     done = deployment.testbed.master.run(

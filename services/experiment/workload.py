@@ -14,6 +14,10 @@ Two halves, each a process inside a testbed namespace:
 
 The runner talks to the master through `agent_main` (JSON lines on stdin/stdout), so the
 channels, and their TCP connections, stay warm across the runs of an experiment.
+
+There is no coordinator to ask for the request classes: the experiment file's table
+(`Experiment.classes`, its `[classes]` or the default one) is the run's one source, given
+to the agent and to every site as `--classes JSON` (`ClassTable.to_table()`'s shape).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from concurrent import futures
 import grpc
 import numpy as np
 
-from qos.classes import DEFAULT_CLASSES
+from qos.classes import ClassTable
 from qos.transport import ClassChannels, MarkedServer
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
@@ -58,6 +62,7 @@ class TransferSite(pb_grpc.SiteServicer):
         self.name = name
         self.thumbnail = np.random.default_rng(0).integers(0, 256, match_bytes, dtype=np.uint8).tobytes()
         self.class_ports: dict[str, int] = {}
+        self.class_dscp: dict[str, int] = {}
 
     def Analyse(self, request, context):
         started = time.perf_counter()
@@ -76,15 +81,17 @@ class TransferSite(pb_grpc.SiteServicer):
                                timing=pb.SiteTiming(site_wall_s=wall))
 
     def Info(self, request, context):
-        return pb.SiteInfo(site=self.name, algorithm="transfer-only", class_ports=self.class_ports)
+        return pb.SiteInfo(site=self.name, algorithm="transfer-only", class_ports=self.class_ports,
+                           class_dscp=self.class_dscp)
 
 
-def serve_transfer_site(name: str, host: str, port: int, match_bytes: int) -> MarkedServer:
-    """Start a transfer-only site on host:port with one marked port per class; returns the server."""
+def serve_transfer_site(name: str, host: str, port: int, match_bytes: int, classes: ClassTable) -> MarkedServer:
+    """Start a transfer-only site on host:port with one port per class of `classes`, each
+    marking its replies with that class's DSCP; returns the server."""
     servicer = TransferSite(name, match_bytes)
     server = MarkedServer(lambda s: pb_grpc.add_SiteServicer_to_server(servicer, s), [SITE_SERVICE],
-                          host, port, class_ports={c.name: 0 for c in DEFAULT_CLASSES})
-    servicer.class_ports = dict(server.class_ports)
+                          host, port, class_ports={c.name: 0 for c in classes}, classes=classes)
+    servicer.class_ports, servicer.class_dscp = dict(server.class_ports), server.class_dscp
     return server.start()
 
 
@@ -96,14 +103,15 @@ class Master:
     back-off carries over from one run to the next.
     """
 
-    def __init__(self, sites: dict[str, str]):
+    def __init__(self, sites: dict[str, str], classes: ClassTable):
         self.sites = dict(sites)
+        self.classes = classes  # the run's table: each case is marked with its class's DSCP from it
         self.class_ports: dict[str, dict[str, int]] = {}
         self.channels = self._channels()
         self.pool = futures.ThreadPoolExecutor(max_workers=len(sites))
 
     def _channels(self) -> ClassChannels:
-        channels = ClassChannels(self.sites)
+        channels = ClassChannels(self.sites, self.classes)
         for name, ports in self.class_ports.items():
             channels.set_class_ports(name, ports)
         return channels
@@ -149,11 +157,22 @@ class Master:
         finally:
             channels.close()
         return {"completion_s": total, "ok": all(s["status"] == "OK" for s in sites), "sites": sites,
+                "dscp": self.classes[request_class].dscp,
                 "bytes_up": sum(s["bytes_up"] for s in sites), "bytes_down": sum(s["bytes_down"] for s in sites)}
 
     def close(self) -> None:
         self.pool.shutdown(wait=False)
         self.channels.close()
+
+
+def classes_argv(classes: ClassTable) -> list[str]:
+    """The arguments that give the agent or a site the run's class table."""
+    return ["--classes", json.dumps(classes.to_table())]
+
+
+def add_classes_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--classes", type=lambda text: ClassTable(json.loads(text)), required=True,
+                        metavar="JSON", help="the run's request classes ({name: {dscp, priority, description}})")
 
 
 def agent_main(argv: list[str] | None = None) -> int:
@@ -165,8 +184,9 @@ def agent_main(argv: list[str] | None = None) -> int:
     """
     parser = argparse.ArgumentParser(prog="services.experiment.workload agent")
     parser.add_argument("--site", action="append", required=True, help="NAME=HOST:PORT (control port)")
+    add_classes_argument(parser)
     args = parser.parse_args(argv)
-    master = Master(dict(s.split("=", 1) for s in args.site))
+    master = Master(dict(s.split("=", 1) for s in args.site), args.classes)
     try:
         master.discover()
         print(json.dumps({"ready": True}), flush=True)
@@ -194,9 +214,10 @@ def site_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="0.0.0.0")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--match-bytes", type=int, default=5000)
+    add_classes_argument(parser)
     args = parser.parse_args(argv)
-    server = serve_transfer_site(args.name, args.host, args.port, args.match_bytes)
-    print(json.dumps({"ready": True, "class_ports": server.class_ports}), flush=True)
+    server = serve_transfer_site(args.name, args.host, args.port, args.match_bytes, args.classes)
+    print(json.dumps({"ready": True, "port": server.port, "class_ports": server.class_ports}), flush=True)
     try:
         server.wait()
     except KeyboardInterrupt:

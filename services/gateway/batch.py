@@ -338,7 +338,8 @@ def run_batch(root: str | Path, out: str | Path, coordinator: str,
     root: folder of cells (see `find_cells`). out: .csv or .jsonl, appended to.
     coordinator: "host:port". jobs: cases in flight at once (the concurrency limit).
     case_size: cells per case. tls: connect with TLS (None: plaintext).
-    Returns the `BatchSummary` (also of earlier runs' rows).
+    Returns the `BatchSummary` (also of earlier runs' rows). Raises UnknownClass (naming
+    the coordinator's classes) when the coordinator has no `request_class`.
     """
     from tqdm import tqdm
 
@@ -353,6 +354,13 @@ def run_batch(root: str | Path, out: str | Path, coordinator: str,
                            problems=problems)
     cases = [todo[i:i + case_size] for i in range(0, len(todo), case_size)]
     client = CoordinatorClient(coordinator, tls)
+    try:
+        client.request_class(request_class)  # UnknownClass names the coordinator's classes
+    except grpc.RpcError:
+        pass  # the coordinator cannot be asked now: each case reports why, and is tried again
+    except BaseException:
+        client.close()
+        raise
     started = time.perf_counter()
     bar = tqdm(total=len(todo), unit="cell", desc=f"batch ({request_class})",
                disable=not progress, file=sys.stderr, dynamic_ncols=True)

@@ -21,7 +21,7 @@ def register(subparsers) -> None:
     batch.add_argument("dir", metavar="DIR", help="folder of cell images (class folders allowed)")
     batch.add_argument("--out", required=True, help="results file: .csv or .jsonl (appended to)")
     batch.add_argument("--class", dest="request_class", default="teaching",
-                       help="request class (default: %(default)s)")
+                       help="one of the coordinator's request classes (default: %(default)s)")
     batch.add_argument("--coordinator", default=DEMO_COORDINATOR, metavar="HOST:PORT",
                        help="the coordinator's address (default %(default)s, where "
                             "`pathmaster demo` listens)")
@@ -46,23 +46,20 @@ def register(subparsers) -> None:
     gateway.set_defaults(func=run_gateway_command)
 
 
-def _check_class(name: str) -> None:
-    from qos.classes import DEFAULT_CLASSES
-
-    DEFAULT_CLASSES[name]  # raises UnknownClass naming the known ones
-
-
 def run_batch_command(args: argparse.Namespace) -> int:
     from qos.classes import UnknownClass
+    from services.client import unknown_class_message
     from services.gateway.batch import run_batch
 
     try:
-        _check_class(args.request_class)
         summary = run_batch(args.dir, args.out, args.coordinator,
                             request_class=args.request_class, jobs=args.jobs,
                             case_size=args.case_size, deadline_s=args.deadline,
                             progress=not args.quiet, tls=tls_from_args(args))
-    except (UnknownClass, ValueError, FileNotFoundError) as exc:
+    except UnknownClass as exc:
+        print(f"pathmaster batch: {unknown_class_message(exc, args.coordinator)}", file=sys.stderr)
+        return 2
+    except (ValueError, FileNotFoundError) as exc:
         print(f"pathmaster batch: {exc}", file=sys.stderr)
         return 2
     print(summary.format())

@@ -3,7 +3,8 @@
 Routes (all JSON unless said otherwise):
 
     GET  /                      the page (static/index.html; app.js and style.css beside it)
-    GET  /api/config            request classes, file-size limit, coordinator address
+    GET  /api/config            the coordinator's request classes (its Info), file-size limit,
+                                coordinator address
     GET  /api/sites             the coordinator's sites and whether each is serving
     GET  /api/stats?class=NAME  recent completion times for one request class
     POST /api/pair              {"names": [...]} -> how those files pair into cells
@@ -33,9 +34,10 @@ from urllib.parse import parse_qs, urlsplit
 import grpc
 
 from pathmaster.defaults import CASE_DEADLINE_S, MAX_FILE_BYTES, MAX_REQUEST_BYTES
-from qos.classes import DEFAULT_CLASSES
+from qos.classes import UnknownClass
 from qos.transport import TLSFiles
-from services.client import CoordinatorClient, tls_hint
+from services.client import CoordinatorClient, tls_hint, unknown_class_message
+from services.coordinator.validation import DEFAULT_CLASS  # what the coordinator takes for no class
 from services.gateway import events
 from services.gateway.pairing import pair_files
 from services.gateway.upload import check_upload
@@ -86,11 +88,33 @@ class Gateway:
         return grpc_http_error(exc, what, tls_hint(exc, self.client.tls))
 
     def config(self) -> dict:
-        return {"coordinator": self.coordinator_address,
-                "max_file_bytes": MAX_FILE_BYTES,
-                "default_class": "routine",
-                "classes": [{"name": c.name, "dscp": c.dscp, "description": c.description}
-                            for c in DEFAULT_CLASSES]}
+        """What the page needs to start: the coordinator's request classes, most favoured
+        first (empty, with "classes_error" saying why, while the coordinator cannot be
+        asked: the page still loads, and a case then reports the same failure)."""
+        config = {"coordinator": self.coordinator_address, "max_file_bytes": MAX_FILE_BYTES,
+                  "default_class": DEFAULT_CLASS, "classes": []}
+        try:
+            classes = self.client.classes
+        except grpc.RpcError as exc:
+            return config | {"classes_error": self._failed(exc, "the request classes of the coordinator "
+                                                               f"at {self.coordinator_address}").message}
+        config["classes"] = [{"name": c.name, "dscp": c.dscp, "priority": c.priority,
+                              "description": c.description} for c in classes]
+        if DEFAULT_CLASS not in classes and classes.names():
+            config["default_class"] = classes.names()[0]
+        return config
+
+    def check_class(self, name: str) -> str:
+        """`name` if the coordinator has that request class; HttpError 400 naming its
+        classes if not. Unchecked while the coordinator cannot be asked (the call that
+        follows reports why)."""
+        try:
+            self.client.request_class(name)
+        except UnknownClass as exc:
+            raise HttpError(HTTPStatus.BAD_REQUEST, unknown_class_message(exc, self.coordinator_address))
+        except grpc.RpcError:
+            pass
+        return name
 
     def sites(self) -> dict:
         try:
@@ -225,7 +249,7 @@ class GatewayHandler(BaseHTTPRequestHandler):
         self._send_json(self.gateway.sites())
 
     def _stats(self, _path):
-        self._send_json(self.gateway.stats(self._request_class(self.query.get("class", ""))))
+        self._send_json(self.gateway.stats(self.gateway.check_class(self.query.get("class", ""))))
 
     def _image(self, _path):
         site, cell_id = self.query.get("site", ""), self.query.get("cell_id", "")
@@ -241,7 +265,7 @@ class GatewayHandler(BaseHTTPRequestHandler):
 
     def _case(self, _path):
         body = self._read_json()
-        request_class = self._request_class(body.get("request_class", ""))
+        request_class = self.gateway.check_class(body.get("request_class", ""))
         files = self._decode_files(body.get("files"))
         # Headers go out now; from here on errors travel as "error" events in the stream.
         self.send_response(HTTPStatus.OK)
@@ -262,13 +286,6 @@ class GatewayHandler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
     # ------------------------------------------------------------------ input checks
-    @staticmethod
-    def _request_class(name: str) -> str:
-        if name not in DEFAULT_CLASSES:
-            raise HttpError(HTTPStatus.BAD_REQUEST, f"unknown request class {name!r}; known: "
-                                                    f"{', '.join(DEFAULT_CLASSES.names())}")
-        return name
-
     @staticmethod
     def _decode_files(files) -> dict[str, bytes]:
         if not isinstance(files, list) or not files:

@@ -106,14 +106,15 @@ def test_failed_cells_are_retried_and_jobs_bound_the_cases_in_flight(
     assert all(r["request_class"] == "teaching" for r in final.values())
 
 
-def test_batch_refuses_bad_arguments_with_a_message(teaching_set, tmp_path, capsys, nowhere):
+def test_batch_refuses_bad_arguments_with_a_message(stack, teaching_set, tmp_path, capsys, nowhere):
     from pathmaster.cli import main
 
     assert main(["batch", str(teaching_set), "--out", str(tmp_path / "r.txt"),
                  "--coordinator", nowhere]) == 2
     assert "must end in .csv or .jsonl" in capsys.readouterr().err
+    # The class is checked against the coordinator's table (only a coordinator can say).
     assert main(["batch", str(teaching_set), "--out", str(tmp_path / "r.csv"), "--class",
-                 "express", "--coordinator", nowhere]) == 2
+                 "express", "--coordinator", stack.coordinator.address]) == 2
     assert "express" in capsys.readouterr().err
     assert main(["batch", str(tmp_path / "missing"), "--out", str(tmp_path / "r.csv"),
                  "--coordinator", nowhere]) == 2

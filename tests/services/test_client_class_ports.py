@@ -12,6 +12,7 @@ import pytest
 
 from qos.classes import DEFAULT_CLASSES
 from qos.transport import ClassChannels, MarkedServer, connect_address
+from services.classinfo import table_from_info
 from services.client import CoordinatorClient
 from services.config import CoordinatorConfig, SiteEndpoint
 from services.coordinator.server import COORDINATOR_SERVICE, CoordinatorServer, CoordinatorServicer
@@ -44,6 +45,24 @@ def test_coordinator_advertises_a_marked_port_per_class(deployment):
     assert set(info.class_ports) == set(DEFAULT_CLASSES.names())
     assert len({*info.class_ports.values(), port_of(coordinator.address)}) == len(DEFAULT_CLASSES.names()) + 1
     assert dict(info.class_dscp) == {c.name: c.dscp for c in DEFAULT_CLASSES}
+
+
+def test_coordinator_info_carries_its_class_table(deployment):
+    with grpc.insecure_channel(deployment.coordinator.address) as channel:
+        info = pb_grpc.CoordinatorStub(channel).Info(pb.CoordinatorInfoRequest(), timeout=10)
+    assert [(c.name, c.dscp, c.priority, c.description) for c in info.classes] == \
+        [(c.name, c.dscp, c.priority, c.description) for c in DEFAULT_CLASSES]
+    assert table_from_info(info) == DEFAULT_CLASSES
+
+
+def test_the_table_of_an_older_coordinator():
+    # Before Info.classes: names and DSCPs from class_dscp, the higher DSCP taken as more favoured.
+    older = pb.CoordinatorInfo(class_ports={"urgent": 50071, "teaching": 50072},
+                               class_dscp={"teaching": 10, "urgent": 40})
+    table = table_from_info(older)
+    assert table.names() == ["urgent", "teaching"] and table["urgent"].dscp == 40
+    # Before Info (None), or an Info that lists no class: the default table, all such a coordinator had.
+    assert table_from_info(None) == DEFAULT_CLASSES == table_from_info(pb.CoordinatorInfo())
 
 
 def test_client_sends_each_class_to_its_port(deployment, case):

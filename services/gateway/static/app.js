@@ -93,12 +93,25 @@ function ensureSite(site) {
 
 // ---------------------------------------------------------------- request classes
 
+// The classes are the coordinator's (its Info, through the gateway): a deployment that
+// re-maps them shows its own names and descriptions here.
 async function loadConfig() {
   state.config = await getJSON("/api/config");
+  renderClasses();
+}
+
+function renderClasses() {
   const box = $("#classes");
-  for (const c of state.config.classes) {
+  box.querySelectorAll(".class-option, .class-error").forEach((node) => node.remove());
+  const classes = state.config.classes;
+  if (!classes.length) {
+    box.append(el("p", {class: "class-error error",
+      text: `Request classes unavailable: ${state.config.classes_error || "the coordinator lists none"}`}));
+    return;
+  }
+  for (const c of classes) {
     const id = `class-${c.name}`;
-    box.append(el("label", {class: "class-option", for: id},
+    box.append(el("label", {class: "class-option", for: id, "data-dscp": c.dscp},
       el("input", {type: "radio", name: "request-class", id, value: c.name,
         checked: c.name === state.config.default_class, onchange: loadStats}),
       el("span", {class: "class-name", text: c.name}),
@@ -106,9 +119,22 @@ async function loadConfig() {
   }
 }
 
-const chosenClass = () => document.querySelector("input[name=request-class]:checked").value;
+// Classes the coordinator could not be asked for at start-up are asked for again later.
+async function refreshClasses() {
+  if (state.config.classes.length) return;
+  try {
+    state.config = await getJSON("/api/config");
+    renderClasses();
+  } catch (err) { /* the gateway itself is gone: the case or the stats say so */ }
+}
+
+// The chosen class; before the coordinator has listed its classes, the default one (a
+// case sent then reports why the coordinator cannot be reached).
+const chosenClass = () =>
+  document.querySelector("input[name=request-class]:checked")?.value ?? state.config.default_class;
 
 async function loadStats() {
+  await refreshClasses();
   const cls = chosenClass();
   const box = $("#expect");
   try {

@@ -376,7 +376,7 @@ class CoordinatorInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class CoordinatorInfo(_message.Message):
-    __slots__ = ("class_ports", "class_dscp", "feature_schema")
+    __slots__ = ("class_ports", "class_dscp", "classes", "feature_schema")
     class ClassPortsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -393,8 +393,22 @@ class CoordinatorInfo(_message.Message):
         def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     CLASS_PORTS_FIELD_NUMBER: _ClassVar[int]
     CLASS_DSCP_FIELD_NUMBER: _ClassVar[int]
+    CLASSES_FIELD_NUMBER: _ClassVar[int]
     FEATURE_SCHEMA_FIELD_NUMBER: _ClassVar[int]
     class_ports: _containers.ScalarMap[str, int]
     class_dscp: _containers.ScalarMap[str, int]
+    classes: _containers.RepeatedCompositeFieldContainer[RequestClass]
     feature_schema: str
-    def __init__(self, class_ports: _Optional[_Mapping[str, int]] = ..., class_dscp: _Optional[_Mapping[str, int]] = ..., feature_schema: _Optional[str] = ...) -> None: ...
+    def __init__(self, class_ports: _Optional[_Mapping[str, int]] = ..., class_dscp: _Optional[_Mapping[str, int]] = ..., classes: _Optional[_Iterable[_Union[RequestClass, _Mapping]]] = ..., feature_schema: _Optional[str] = ...) -> None: ...
+
+class RequestClass(_message.Message):
+    __slots__ = ("name", "dscp", "priority", "description")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DSCP_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    dscp: int
+    priority: int
+    description: str
+    def __init__(self, name: _Optional[str] = ..., dscp: _Optional[int] = ..., priority: _Optional[int] = ..., description: _Optional[str] = ...) -> None: ...

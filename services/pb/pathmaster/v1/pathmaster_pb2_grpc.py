@@ -248,7 +248,7 @@ class CoordinatorServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Info(self, request, context):
-        """Which port serves (and marks the replies of) each request class.
+        """The request classes, and which port serves (and marks the replies of) each.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
