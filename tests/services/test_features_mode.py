@@ -99,10 +99,10 @@ def test_a_site_refuses_features_of_another_schema_and_mixed_requests(deployment
 def test_a_deadline_that_is_not_a_positive_number_is_refused(deployment, case_cells, deadline):
     from tests.services.conftest import as_case
 
-    with CoordinatorClient(deployment.coordinator.address) as client:
-        request = pb.CaseRequest(request_class="routine", cells=as_case(case_cells[:1]), deadline_s=deadline)
+    request = pb.CaseRequest(request_class="routine", cells=as_case(case_cells[:1]), deadline_s=deadline)
+    with grpc.insecure_channel(deployment.coordinator.address) as channel:
         with pytest.raises(grpc.RpcError) as refused:
-            list(client._stub("routine").SubmitCase(request, timeout=30))
+            list(pb_grpc.CoordinatorStub(channel).SubmitCase(request, timeout=30))
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "deadline" in refused.value.details()
 
 
