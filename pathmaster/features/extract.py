@@ -6,7 +6,7 @@ import numpy as np
 
 from . import density, geometry, texture
 from .catalog import Feature
-from .regions import cell_regions
+from .regions import CellRegions, cell_regions
 
 # Vector order: geometric, then density, then texture.
 FEATURES: tuple[Feature, ...] = geometry.FEATURES + density.FEATURES + texture.FEATURES
@@ -34,7 +34,12 @@ def extract_features(image: np.ndarray, background: np.ndarray, mask: np.ndarray
     FEATURES. Raises pathmaster.records.InvalidInput for bad arrays or a cell with no
     nucleus.
     """
-    cell = cell_regions(image, background, mask, source)
+    return features_of(cell_regions(image, background, mask, source))
+
+
+def features_of(cell: CellRegions) -> np.ndarray:
+    """Feature vector of a cell already checked and cut into regions (`cell_regions`, or
+    `crop_regions` after `pathmaster.imageio.check_cell`): float64 (len(FEATURES),)."""
     od_rgb = density.optical_density(cell.image, cell.background)
     od_grey = od_rgb.mean(axis=2)
     values = {
