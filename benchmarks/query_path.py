@@ -19,8 +19,9 @@ Prints:
   in order, and the modules entered more than once along it (A > B > A);
 - re-entries: call chains that enter a module, leave it for another project module and
   come back into it on the same stack (A -> B -> A), each chain once with how often;
-- how many times the cell's bytes are decoded (decode_image, decode_mask, PIL's
-  Image.open, image.load) and its arrays checked (check_cell, the mask-label check), per
+- how many times the cell's bytes are opened and decoded (decode_image, decode_mask,
+  probe_image; PIL's Image.open, and its _getdecoder: pixels actually decoded) and its
+  arrays checked (check_cell, the mask-label check), per
   function.
 """
 
@@ -42,7 +43,7 @@ PROJECT = ("pathmaster", "qos", "services")
 # (module, function) pairs counted as "decode" and "check" events.
 DECODES = {("pathmaster.imageio", "decode_image"), ("pathmaster.imageio", "decode_mask"),
            ("pathmaster.imageio", "probe_image"),
-           ("PIL.Image", "open"), ("PIL.ImageFile", "load")}
+           ("PIL.Image", "open"), ("PIL.Image", "_getdecoder")}  # a decoder: pixels decoded
 CHECKS = {("pathmaster.imageio", "check_cell"), ("pathmaster.imageio", "_check_labels"),
           ("pathmaster.features.regions", "cell_regions")}
 

@@ -153,7 +153,7 @@ def _segment_cell(image: np.ndarray, background: np.ndarray | None) -> np.ndarra
     height, width = image.shape[:2]
     small = min(height, width)
     if background is None:
-        background = estimate_background(image)
+        background = _estimate_background(image, None)
     od_sum = ndi.gaussian_filter(optical_density(image, background).sum(axis=2), 1.0)
 
     # Cell: everything stained, i.e. above the clear-glass peak of the OD histogram.

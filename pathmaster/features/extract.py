@@ -40,13 +40,11 @@ def extract_features(image: np.ndarray, background: np.ndarray, mask: np.ndarray
 def features_of(cell: CellRegions) -> np.ndarray:
     """Feature vector of a cell already checked and cut into regions (`cell_regions`, or
     `crop_regions` after `pathmaster.imageio.check_cell`): float64 (len(FEATURES),)."""
+    values = geometry.geometry_features(cell)
     od_rgb = density.optical_density(cell.image, cell.background)
     od_grey = od_rgb.mean(axis=2)
-    values = {
-        **geometry.geometry_features(cell),
-        **density.density_features(cell, od_rgb, od_grey),
-        **texture.texture_features(cell.nucleus, od_grey),
-    }
+    values.update(density.density_features(cell, od_rgb, od_grey))
+    values.update(texture.texture_features(cell.nucleus, od_grey))
     if len(values) != len(_NAMES) or not values.keys() >= set(_NAMES):
         missing, extra = set(_NAMES) - values.keys(), values.keys() - set(_NAMES)
         raise AssertionError(f"feature catalogue out of step with code: missing {missing}, extra {extra}")

@@ -1,7 +1,7 @@
 """Checking a submitted case before any site sees it.
 
 A case that would fail at every site is refused once, at the coordinator, with a status a
-client can act on: INVALID_ARGUMENT for an unknown class or a cell that does not decode
+client can act on: INVALID_ARGUMENT for an unknown class or a cell whose parts do not check
 (naming the cell and the part: image, background or mask), RESOURCE_EXHAUSTED with the
 limit for too many cells or bytes.
 """
@@ -14,7 +14,7 @@ from pathmaster.records import InvalidInput
 from qos.classes import ClassTable, RequestClass, UnknownClass
 from services.config import MAX_K
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
-from services.site.cells import decode_cell
+from services.site.cells import probe_cell
 
 DEFAULT_CLASS = "routine"
 
@@ -37,8 +37,11 @@ def check_case(request: pb.CaseRequest, classes: ClassTable, max_cells: int,
                max_case_bytes: int) -> RequestClass:
     """Validate `request`; return its request class (empty means "routine").
 
-    Raises CaseRejected with INVALID_ARGUMENT or RESOURCE_EXHAUSTED. Decodes every image,
-    background and mask, so a corrupt one is reported here, naming its cell.
+    Raises CaseRejected with INVALID_ARGUMENT or RESOURCE_EXHAUSTED. Checks every cell's
+    parts from their headers and decodes only its mask (services/site/cells.py
+    `probe_cell`), so a part that is not an image, too large, cut short or of the wrong
+    size is reported here, naming its cell; damage inside compressed pixels is reported
+    by the sites, per cell.
     """
     try:
         rclass = classes[request.request_class or DEFAULT_CLASS]
@@ -70,7 +73,7 @@ def check_case(request: pb.CaseRequest, classes: ClassTable, max_cells: int,
                                f"cell id {name} appears twice; give each cell its own id")
         seen.add(cell.cell_id)
         try:
-            decode_cell(cell.cell_id, cell.image, cell.background, cell.mask)
+            probe_cell(cell.cell_id, cell.image, cell.background, cell.mask)
         except InvalidInput as exc:
             raise CaseRejected(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
     return rclass

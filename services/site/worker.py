@@ -2,7 +2,8 @@
 
 `SiteWorker` holds one `SiteIndex` (SQLite metadata + FAISS index, loaded once when the
 worker starts) and analyses one encoded cell at a time: decode, segment/estimate what
-the user did not send, extract features, search, attach thumbnails. It is a plain class
+the user did not send, extract features, search, attach thumbnails; the result is a
+`CellOutcome`. It is a plain class
 so the same code runs in-process (benchmarks' baseline) and as a Ray actor (`start_workers`).
 """
 
@@ -10,14 +11,37 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import ray
 
 from pathmaster.records import InvalidInput
+from pathmaster.site import Match
 from services.site.cells import decode_cell
 
 log = logging.getLogger("pathmaster.site")
+
+
+@dataclass(frozen=True)
+class CellOutcome:
+    """What a site worker returns for one test cell; the site server turns it into the
+    wire's `CellResult` (server.py `cell_result`).
+
+    matches: the database cells found (`pathmaster.site.Match`), nearest first;
+    thumbnails: PNG bytes of each, in the same order. error: why the cell could not be
+    analysed (bad input, naming the cell), "" when it was. Times in seconds: extraction_s
+    decoding to features, search_s the search and reading the thumbnails.
+    """
+
+    query_cell_id: str
+    matches: tuple[Match, ...] = ()
+    thumbnails: tuple[bytes, ...] = ()
+    background_estimated: bool = False
+    mask_estimated: bool = False
+    error: str = ""
+    extraction_s: float = 0.0
+    search_s: float = 0.0
 
 
 class SiteWorker:
@@ -42,38 +66,23 @@ class SiteWorker:
             "diagnoses": [str(d) for d in self.index.diagnoses()],
         }
 
-    def analyse(self, cell_id: str, image: bytes, background: bytes, mask: bytes, k: int) -> dict:
-        """One test cell, as encoded bytes (background/mask may be b"") -> a result dict.
+    def analyse(self, cell_id: str, image: bytes, background: bytes, mask: bytes, k: int) -> CellOutcome:
+        """One test cell, as encoded bytes (background/mask may be b"") -> its CellOutcome.
 
-        Returns {"query_cell_id", "matches": [{"cell_id", "diagnosis", "distance",
-        "source_id", "thumbnail"}], "background_estimated", "mask_estimated", "error",
-        "extraction_s", "search_s"}; times in seconds, search_s includes reading the
-        matches' thumbnails. Bad input gives "error" (naming the cell), not an exception.
+        Bad input gives the outcome's `error` (naming the cell), not an exception.
         """
-        result = {"query_cell_id": cell_id, "matches": [], "background_estimated": False,
-                  "mask_estimated": False, "error": "", "extraction_s": 0.0, "search_s": 0.0}
         t0 = time.perf_counter()
         try:
             rgb, background_rgb, labels = decode_cell(cell_id, image, background, mask)
             analysis = self.index.analyse(rgb, background_rgb, labels, source=f"cell {cell_id!r}")
         except InvalidInput as exc:
-            result["error"] = str(exc)
-            result["extraction_s"] = time.perf_counter() - t0
-            return result
+            return CellOutcome(cell_id, error=str(exc), extraction_s=time.perf_counter() - t0)
         t1 = time.perf_counter()
-        result["extraction_s"] = t1 - t0
-        result["background_estimated"] = bool(analysis.background_estimated)
-        result["mask_estimated"] = bool(analysis.mask_estimated)
-        for match in self.index.search(analysis.features, k):
-            result["matches"].append({
-                "cell_id": str(match.cell_id),
-                "diagnosis": str(match.diagnosis or ""),
-                "distance": float(match.distance),
-                "source_id": str(match.source_id),
-                "thumbnail": self.index.thumbnail_png(match.cell_id),
-            })
-        result["search_s"] = time.perf_counter() - t1
-        return result
+        matches = tuple(self.index.search(analysis.features, k))
+        thumbnails = tuple(self.index.thumbnail_png(m.cell_id) for m in matches)
+        return CellOutcome(cell_id, matches, thumbnails, bool(analysis.background_estimated),
+                           bool(analysis.mask_estimated), extraction_s=t1 - t0,
+                           search_s=time.perf_counter() - t1)
 
     def image(self, cell_id: str) -> dict:
         """{"image": PNG bytes, "diagnosis", "mask": PNG bytes or b""} of a database cell;
