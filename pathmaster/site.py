@@ -74,17 +74,22 @@ def analyse_cell(image: np.ndarray, background: np.ndarray | None = None, mask: 
     source : str, optional
         The file or cell named in error messages (default "cell").
 
-    The arrays are checked once (`pathmaster.imageio.check_cell`, in
-    `pathmaster.segmentation.complete_cell`) and analysed as they are. Raises InvalidInput
+    The arrays are checked once (`pathmaster.imageio.check_cell`; by
+    `pathmaster.segmentation.complete_cell` when it fills something in) and analysed as
+    they are. Raises InvalidInput
     naming ``source`` for arrays that do not fit together or a mask without a nucleus.
     """
     from pathmaster.features.extract import features_of
     from pathmaster.features.regions import crop_regions
-    from pathmaster.segmentation import complete_cell
+    from pathmaster.imageio import check_cell
 
-    # Segments first: segmentation copes without a background, and the background
-    # estimate is better when it knows which pixels are cell.
-    cell = complete_cell(CellRecord(source or "cell", None, image, mask=mask, background=background))
+    cell = CellRecord(source or "cell", None, image, mask=mask, background=background)
+    if mask is None or background is None:
+        from pathmaster.segmentation import complete_cell
+
+        complete_cell(cell)  # checks, then fills in what is missing
+    else:
+        check_cell(image, mask, background, cell.source_id)
     features = features_of(crop_regions(cell.image, cell.background, cell.mask))
     return CellAnalysis(features, cell.background_estimated, cell.mask_estimated, cell.mask, cell.background)
 
