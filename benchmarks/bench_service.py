@@ -115,7 +115,7 @@ def bench_case_latency(deployment, databases: dict, cells, reps: int) -> dict:
         for worker in local:
             for part in parts:
                 result = worker.analyse(*part, 5)
-                assert not result["error"], result["error"]
+                assert not result.error, result.error
 
     distributed, baseline = [], []
     with CoordinatorClient(deployment.coordinator.address) as client:

@@ -12,21 +12,28 @@ are uint8 (H, W) with labels 0 background, 1 cytoplasm, 2 nucleus, 3 nucleolus.
 from __future__ import annotations
 
 import io
+import struct
 import warnings
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 from PIL import Image
 
 from pathmaster.defaults import MAX_IMAGE_BYTES, MAX_PIXELS
-from pathmaster.records import MASK_LABELS, NUCLEUS, InvalidInput
+from pathmaster.records import MASK_LABELS, NUCLEOLUS, NUCLEUS, InvalidInput
 
 # Pillow's own decompression-bomb guard would only warn below 2x its limit; ours is stricter
 # and gives a clear message, so Pillow's is left at its default.
 
 
-def _open(data: bytes, name: str, max_bytes: int, max_pixels: int) -> Image.Image:
-    """Open and fully decode `data`, enforcing the limits; raise InvalidInput otherwise."""
+def _open(data: bytes, name: str, max_bytes: int, max_pixels: int, *, load: bool = True) -> Image.Image:
+    """Open `data`, enforcing the limits; raise InvalidInput otherwise.
+
+    load: decode the pixels now (so truncation is reported here); when False only the
+    header is read, and the file is checked to be complete where its format allows
+    that without decoding (`_check_complete`).
+    """
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise InvalidInput(f"expected image bytes, got {type(data).__name__}", name)
     if len(data) == 0:
@@ -46,7 +53,10 @@ def _open(data: bytes, name: str, max_bytes: int, max_pixels: int) -> Image.Imag
                     f"of {max_pixels} pixels",
                     name,
                 )
-            img.load()  # decodes now, so truncation is reported here
+            if load:
+                img.load()  # decodes now, so truncation is reported here
+            else:
+                _check_complete(img, data)
     except InvalidInput:
         raise
     except Image.UnidentifiedImageError:
@@ -59,6 +69,31 @@ def _open(data: bytes, name: str, max_bytes: int, max_pixels: int) -> Image.Imag
     if width == 0 or height == 0:
         raise InvalidInput(f"image has no pixels ({width} x {height})", name)
     return img
+
+
+def _check_complete(img: Image.Image, data: bytes) -> None:
+    """Raise OSError when an opened (not decoded) image's file is visibly cut short.
+
+    PNG: every chunk fits in the file and the last is IEND. JPEG: an end-of-image marker
+    follows the last scan. Other formats' headers do not show it, so those are decoded.
+    Damage inside compressed pixel data still shows only on decoding.
+    """
+    if img.format == "PNG":
+        pos = 8  # after the signature: chunks of length (4 bytes), type (4), data, CRC (4)
+        while pos + 8 <= len(data):
+            length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+            pos += 12 + length
+            if pos > len(data):
+                raise OSError(f"its {kind.decode('latin-1')} chunk runs past the end of the file")
+            if kind == b"IEND":
+                return
+        raise OSError("no IEND chunk at the end")
+    if img.format == "JPEG":
+        scan = data.rfind(b"\xff\xda")
+        if scan < 0 or data.rfind(b"\xff\xd9") < scan:
+            raise OSError("no end-of-image marker after the scan data")
+        return
+    img.load()
 
 
 def _to_rgb(img: Image.Image) -> np.ndarray:
@@ -101,6 +136,52 @@ def decode_image(
         return _to_rgb(img)
     except InvalidInput as exc:
         raise InvalidInput(exc.problem, name) from None
+
+
+class ImageHeader(NamedTuple):
+    """What an image file's header says: size in pixels, Pillow's format and mode names."""
+
+    width: int
+    height: int
+    format: str
+    mode: str
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(H, W), the shape of the decoded image's first two axes."""
+        return (self.height, self.width)
+
+
+def probe_image(
+    data: bytes,
+    name: str,
+    *,
+    max_bytes: int = MAX_IMAGE_BYTES,
+    max_pixels: int = MAX_PIXELS,
+) -> ImageHeader:
+    """Check an encoded image from its header, without decoding its pixels (for PNG
+    and JPEG; other formats are decoded, their headers cannot show a cut-short file).
+
+    Parameters
+    ----------
+    data : bytes
+        The file's bytes.
+    name : str
+        The file or upload name, used in error messages.
+    max_bytes, max_pixels : int
+        The limits `decode_image` enforces.
+
+    Returns
+    -------
+    ImageHeader
+        width, height (pixels), format ("PNG", "JPEG", ...) and mode ("RGB", "L", ...).
+
+    Raises InvalidInput, as `decode_image` would, for non-image bytes, a file over either
+    limit, no pixels, or a PNG or JPEG visibly cut short. Corrupt compressed pixel data
+    is found only by `decode_image`.
+    """
+    img = _open(data, name, max_bytes, max_pixels, load=False)
+    return ImageHeader(img.width, img.height, img.format or "", img.mode)
 
 
 def read_image(path: str | Path, *, max_bytes: int = MAX_IMAGE_BYTES,
@@ -181,7 +262,11 @@ def read_mask(path: str | Path, shape: tuple[int, ...], *,
     return decode_mask(_read_bytes(path, max_bytes), str(path), shape, max_bytes=max_bytes)
 
 
-def _check_labels(mask: np.ndarray, name: str) -> None:
+def _check_labels(mask: np.ndarray, name: str | None) -> None:
+    """Raise InvalidInput unless every value of the integer array `mask` is in MASK_LABELS."""
+    low, high = min(MASK_LABELS), max(MASK_LABELS)
+    if mask.size and len(MASK_LABELS) == high - low + 1 and low <= mask.min() and mask.max() <= high:
+        return  # the common case, in two passes without sorting; the message needs more
     bad = np.setdiff1d(np.unique(mask), MASK_LABELS)
     if bad.size:
         count = int(np.isin(mask, bad).sum())
@@ -193,16 +278,60 @@ def _check_labels(mask: np.ndarray, name: str) -> None:
         )
 
 
+def check_mask(mask: np.ndarray, shape: tuple[int, ...], name: str | None) -> None:
+    """Check a label mask against its image's shape; raise InvalidInput naming `name` if not.
+
+    Parameters
+    ----------
+    mask : ndarray of int, shape (H, W)
+        Labels 0 background, 1 cytoplasm, 2 nucleus, 3 nucleolus; any integer dtype
+        (PathMaster makes uint8).
+    shape : tuple of int
+        The image's shape, (H, W) or (H, W, 3).
+    name : str or None
+        The file or cell named in the error message.
+
+    A mask need not have a nucleus here (a hint for the background estimate need not);
+    a cell's mask must, see `check_cell`.
+    """
+    if not isinstance(mask, np.ndarray) or mask.ndim != 2:
+        got = getattr(mask, "shape", type(mask).__name__)
+        raise InvalidInput(f"mask must be a 2-D label array, got {got}", name)
+    if not np.issubdtype(mask.dtype, np.integer):
+        raise InvalidInput(f"mask must be an integer label array (uint8), got {mask.dtype}", name)
+    height, width = shape[:2]
+    if mask.shape != (height, width):
+        raise InvalidInput(
+            f"mask is {mask.shape[1]} x {mask.shape[0]} pixels but the image is "
+            f"{width} x {height} (width x height; mask shape {mask.shape}, image shape "
+            f"{(height, width)})",
+            name,
+        )
+    _check_labels(mask, name)
+
+
 def check_cell(
     image: np.ndarray,
     mask: np.ndarray | None,
     background: np.ndarray | None,
-    name: str,
+    name: str | None,
 ) -> None:
     """Check that a cell's arrays fit together; raise InvalidInput naming `name` if not.
 
-    image: uint8 (H, W, 3). mask: None or uint8 (H, W) with labels 0-3 and at least one
-    nucleus pixel (label 2). background: None or uint8 (H, W, 3) like the image.
+    The one rule for a cell's arrays: the decoders, the segmentation, the features and
+    the site analysis all check with it.
+
+    Parameters
+    ----------
+    image : ndarray of uint8, shape (H, W, 3)
+        RGB cell image, at least one pixel.
+    mask : ndarray of int, shape (H, W), or None
+        Labels 0-3 (`check_mask`) with at least one nucleus pixel: label 2, or 3 (a
+        nucleolus lies inside its nucleus, so it counts as nucleus).
+    background : ndarray of uint8, shape (H, W, 3), or None
+        The blank slide, the image's shape.
+    name : str or None
+        The file or cell named in the error message.
     """
     _check_rgb(image, "image", name)
     height, width = image.shape[:2]
@@ -211,28 +340,19 @@ def check_cell(
         if background.shape != image.shape:
             raise InvalidInput(
                 f"background is {background.shape[1]} x {background.shape[0]} pixels but the "
-                f"image is {width} x {height} (width x height)",
+                f"image is {width} x {height} (width x height; background shape "
+                f"{background.shape}, image shape {image.shape})",
                 name,
             )
     if mask is None:
         return
-    if not isinstance(mask, np.ndarray) or mask.ndim != 2:
-        got = getattr(mask, "shape", type(mask).__name__)
-        raise InvalidInput(f"mask must be a 2-D label array, got {got}", name)
-    if mask.dtype != np.uint8:
-        raise InvalidInput(f"mask must be uint8, got {mask.dtype}", name)
-    if mask.shape != (height, width):
+    check_mask(mask, image.shape, name)
+    if not ((mask == NUCLEUS).any() or (mask == NUCLEOLUS).any()):
         raise InvalidInput(
-            f"mask is {mask.shape[1]} x {mask.shape[0]} pixels but the image is "
-            f"{width} x {height} (width x height)",
-            name,
-        )
-    _check_labels(mask, name)
-    if not (mask == NUCLEUS).any():
-        raise InvalidInput("mask has no nucleus pixels (label 2); every cell needs a nucleus", name)
+            "mask has no nucleus pixels (label 2, or 3); every cell needs a nucleus", name)
 
 
-def _check_rgb(array: np.ndarray, what: str, name: str) -> None:
+def _check_rgb(array: np.ndarray, what: str, name: str | None) -> None:
     if not isinstance(array, np.ndarray):
         raise InvalidInput(f"{what} must be a NumPy array, got {type(array).__name__}", name)
     if array.ndim != 3 or array.shape[2] != 3:

@@ -5,7 +5,8 @@ and a blank-slide background image. Users and public datasets often have neither
 module makes both from the cell image alone (flagging them as estimated is the caller's
 job, see `complete_cell`).
 
-Method, in optical density (OD = -log10(I / I0), the quantity stain amounts are linear in):
+Method, in optical density (OD = -log10(I / I0), the quantity stain amounts are linear in;
+`pathmaster.features.density.optical_density`, the same OD the features measure):
 cell = OD above the clear-glass peak of the OD histogram (one object: the component
 nearest the centre, holes filled); nucleus = the dense part of the cell: Otsu (for a tiny
 nucleus multi-Otsu's top class or an outlier threshold) on OD within the cell, refined by
@@ -26,8 +27,9 @@ import numpy as np
 from scipy import ndimage as ndi
 from skimage import color, filters, measure, morphology, segmentation
 
-from pathmaster.records import BACKGROUND, CYTOPLASM, NUCLEOLUS, NUCLEUS, CellRecord, InvalidInput
-from pathmaster.imageio import check_cell
+from pathmaster.records import BACKGROUND, CYTOPLASM, NUCLEOLUS, NUCLEUS, CellRecord
+from pathmaster.features.density import optical_density
+from pathmaster.imageio import check_cell, check_mask
 
 MIN_BACKGROUND_PIXELS = 200  # fewer glass pixels (and under 5% of the image): flat lamp
 QUADRATIC_MIN_PIXELS = 1000  # fewer: fit a plane, not a quadratic
@@ -72,12 +74,6 @@ def _surface_on_grid(terms, coef: np.ndarray, height: int, width: int) -> np.nda
     for part in parts.values():
         total += part
     return total
-
-
-def _optical_density(image: np.ndarray, background: np.ndarray) -> np.ndarray:
-    """Per-channel OD = -log10(I / I0), float64 (H, W, 3), clipped at 0."""
-    ratio = (image.astype(np.float64) + 1.0) / (background.astype(np.float64) + 1.0)
-    return np.clip(-np.log10(ratio), 0.0, None)
 
 
 def _glass_threshold(od_sum: np.ndarray) -> float:
@@ -149,11 +145,16 @@ def segment_cell(image: np.ndarray, background: np.ndarray | None = None) -> np.
     never empty: if no darker region is found, the densest part of the cell is used.
     """
     check_cell(image, None, background, "segment_cell input")
+    return _segment_cell(image, background)
+
+
+def _segment_cell(image: np.ndarray, background: np.ndarray | None) -> np.ndarray:
+    """`segment_cell` of arrays that passed `check_cell`."""
     height, width = image.shape[:2]
     small = min(height, width)
     if background is None:
-        background = estimate_background(image)
-    od_sum = ndi.gaussian_filter(_optical_density(image, background).sum(axis=2), 1.0)
+        background = _estimate_background(image, None)
+    od_sum = ndi.gaussian_filter(optical_density(image, background).sum(axis=2), 1.0)
 
     # Cell: everything stained, i.e. above the clear-glass peak of the OD histogram.
     cell = od_sum > _glass_threshold(od_sum)
@@ -217,10 +218,10 @@ def _bounding_box(region: np.ndarray, margin: int) -> tuple[slice, slice]:
 
 
 def _normalise_to_lamp(image: np.ndarray, background: np.ndarray) -> np.ndarray:
-    """Image divided by its blank slide, rescaled to a white lamp, so colour deconvolution
-    sees the stain and not the lamp's tint and vignetting."""
-    ratio = (image.astype(np.float64) + 1.0) / (background.astype(np.float64) + 1.0)
-    return np.clip(ratio, 0, 1)
+    """Transmittance I / I0 = 10**-OD, float64 (H, W, 3) in [0, 1]: the image divided by
+    its blank slide, i.e. on a white lamp, so colour deconvolution sees the stain and not
+    the lamp's tint and vignetting."""
+    return 10.0 ** -optical_density(image, background)
 
 
 def _refine_nucleus(od_sum: np.ndarray, gradient: np.ndarray, cell: np.ndarray, core: np.ndarray) -> np.ndarray:
@@ -281,11 +282,15 @@ def estimate_background(image: np.ndarray, mask: np.ndarray | None = None) -> np
     if needed so that 99% of the cell is darker than it (stain only absorbs).
     """
     check_cell(image, None, None, "estimate_background input")
-    height, width = image.shape[:2]
+    if mask is not None:
+        check_mask(mask, image.shape, "estimate_background input")
+    return _estimate_background(image, mask)
+
+
+def _estimate_background(image: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+    """`estimate_background` of arrays that passed `check_cell` / `check_mask`."""
     glass = _clear_glass(image)
     if mask is not None:
-        if mask.shape != (height, width):
-            raise InvalidInput(f"mask shape {mask.shape} does not match image shape {image.shape[:2]}")
         # A mask's "background" can hold neighbouring cells and debris (real crops do):
         # only the part of it that is also clear glass shows the lamp.
         # Too little of it and the lamp is taken as flat (see _fit_lamp).
@@ -366,13 +371,16 @@ def _fit_lamp(image: np.ndarray, glass: np.ndarray) -> np.ndarray:
 def complete_cell(record: CellRecord) -> CellRecord:
     """Fill in a record's missing mask and background, flagging what was estimated.
 
-    A missing mask is segmented (with the background when there is one); a missing
-    background is estimated from the image and mask. Returns the same record, updated.
+    Checks the record's arrays once (`check_cell`, naming its source_id), then segments
+    a missing mask (with the background when there is one) and estimates a missing
+    background from the image and mask. Returns the same record, updated.
+    Raises InvalidInput for arrays that do not fit together.
     """
+    check_cell(record.image, record.mask, record.background, record.source_id)
     if record.mask is None:
-        record.mask = segment_cell(record.image, record.background)
+        record.mask = _segment_cell(record.image, record.background)
         record.mask_estimated = True
     if record.background is None:
-        record.background = estimate_background(record.image, record.mask)
+        record.background = _estimate_background(record.image, record.mask)
         record.background_estimated = True
     return record

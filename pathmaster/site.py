@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from pathmaster import defaults, similarity
-from pathmaster.records import DIAGNOSES, InvalidInput
+from pathmaster.records import DIAGNOSES, CellRecord, InvalidInput
 from pathmaster.sitedb import SiteDB, write_atomic
 
 log = logging.getLogger(__name__)
@@ -62,29 +62,35 @@ def analyse_cell(image: np.ndarray, background: np.ndarray | None = None, mask: 
                  source: str | None = None) -> CellAnalysis:
     """Features of one cell, segmenting it and estimating its background when not given.
 
-    image: uint8 (H, W, 3) RGB; background: uint8 (H, W, 3) or None; mask: uint8 (H, W)
-    labels 0-3 or None. Raises InvalidInput naming ``source`` for bad arrays or a cell whose
-    mask (given or found) has no nucleus.
+    Parameters
+    ----------
+    image : ndarray of uint8, shape (H, W, 3)
+        RGB cell image.
+    background : ndarray of uint8, shape (H, W, 3), optional
+        The blank slide; estimated when None.
+    mask : ndarray of int, shape (H, W), optional
+        Labels 0-3; segmented when None.
+    source : str, optional
+        The file or cell named in error messages (default "cell").
+
+    The arrays are checked once (`pathmaster.imageio.check_cell`; by
+    `pathmaster.segmentation.complete_cell` when it fills something in) and analysed as
+    they are. Raises InvalidInput
+    naming ``source`` for arrays that do not fit together or a mask without a nucleus.
     """
-    from pathmaster.features import extract_features
+    from pathmaster.features.extract import features_of
+    from pathmaster.features.regions import crop_regions
     from pathmaster.imageio import check_cell
 
-    name = source or "cell"
-    check_cell(image, mask, background, name)
-    # Segment first: segmentation copes without a background, and the background estimate
-    # is better when it knows which pixels are cell.
-    mask_estimated = mask is None
-    if mask is None:
-        from pathmaster.segmentation import segment_cell
+    cell = CellRecord(source or "cell", None, image, mask=mask, background=background)
+    if mask is None or background is None:
+        from pathmaster.segmentation import complete_cell
 
-        mask = segment_cell(image, background)
-    background_estimated = background is None
-    if background is None:
-        from pathmaster.segmentation import estimate_background
-
-        background = estimate_background(image, mask)
-    features = extract_features(image, background, mask, source=name)
-    return CellAnalysis(features, background_estimated, mask_estimated, mask, background)
+        complete_cell(cell)  # checks, then fills in what is missing
+    else:
+        check_cell(image, mask, background, cell.source_id)
+    features = features_of(crop_regions(cell.image, cell.background, cell.mask))
+    return CellAnalysis(features, cell.background_estimated, cell.mask_estimated, cell.mask, cell.background)
 
 
 # ---------------------------------------------------------------- building the index

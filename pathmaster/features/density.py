@@ -59,10 +59,23 @@ FEATURES: tuple[Feature, ...] = (
 def optical_density(image: np.ndarray, background: np.ndarray) -> np.ndarray:
     """Per-channel optical density of a cell image against its blank-slide background.
 
-    image, background: uint8 (H, W, 3). Returns float64 (H, W, 3) in OD units,
-    -log10(I / I0) with I0 the background smoothed by BACKGROUND_SIGMA_PX, both
-    intensities floored at INTENSITY_FLOOR, and clipped below at 0 (a pixel brighter
-    than the blank slide is noise, not negative stain).
+    The one optical density of PathMaster: the features and the segmentation both use it.
+
+    Parameters
+    ----------
+    image : ndarray of uint8, shape (H, W, 3)
+        The cell image, I (grey levels).
+    background : ndarray of uint8, shape (H, W, 3)
+        The blank slide under the same lighting, I0 (grey levels).
+
+    Returns
+    -------
+    ndarray of float64, shape (H, W, 3)
+        OD = -log10(I / I0), unitless (OD units), with I0 the background smoothed by a
+        Gaussian of BACKGROUND_SIGMA_PX px (its pixel noise would add to every OD), both
+        intensities floored at INTENSITY_FLOOR grey levels (so a black pixel gives at
+        most log10(255) ~= 2.41, not infinity), and clipped below at 0 (a pixel brighter
+        than the blank slide is noise, not negative stain).
     """
     # The slide is smoothed in float32 (its rounding, ~1e-7 relative, is far below the
     # 0.5-grey-level rounding of the camera) because it is the costliest step here.

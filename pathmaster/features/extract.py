@@ -6,7 +6,7 @@ import numpy as np
 
 from . import density, geometry, texture
 from .catalog import Feature
-from .regions import cell_regions
+from .regions import CellRegions, cell_regions
 
 # Vector order: geometric, then density, then texture.
 FEATURES: tuple[Feature, ...] = geometry.FEATURES + density.FEATURES + texture.FEATURES
@@ -34,14 +34,17 @@ def extract_features(image: np.ndarray, background: np.ndarray, mask: np.ndarray
     FEATURES. Raises pathmaster.records.InvalidInput for bad arrays or a cell with no
     nucleus.
     """
-    cell = cell_regions(image, background, mask, source)
+    return features_of(cell_regions(image, background, mask, source))
+
+
+def features_of(cell: CellRegions) -> np.ndarray:
+    """Feature vector of a cell already checked and cut into regions (`cell_regions`, or
+    `crop_regions` after `pathmaster.imageio.check_cell`): float64 (len(FEATURES),)."""
+    values = geometry.geometry_features(cell)
     od_rgb = density.optical_density(cell.image, cell.background)
     od_grey = od_rgb.mean(axis=2)
-    values = {
-        **geometry.geometry_features(cell),
-        **density.density_features(cell, od_rgb, od_grey),
-        **texture.texture_features(cell.nucleus, od_grey),
-    }
+    values.update(density.density_features(cell, od_rgb, od_grey))
+    values.update(texture.texture_features(cell.nucleus, od_grey))
     if len(values) != len(_NAMES) or not values.keys() >= set(_NAMES):
         missing, extra = set(_NAMES) - values.keys(), values.keys() - set(_NAMES)
         raise AssertionError(f"feature catalogue out of step with code: missing {missing}, extra {extra}")

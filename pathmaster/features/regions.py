@@ -1,4 +1,4 @@
-"""Checking one cell's arrays and cutting it into PathMaster's regions.
+"""Cutting one cell into PathMaster's regions (its arrays checked by imageio.check_cell).
 
 The mask labels come from pathmaster.records: 0 background, 1 cytoplasm, 2 nucleus,
 3 nucleolus. A nucleolus lies inside its nucleus, so the *nucleus region* is labels
@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pathmaster.records import CYTOPLASM, MASK_LABELS, NUCLEOLUS, NUCLEUS, InvalidInput
+from pathmaster.imageio import check_cell
+from pathmaster.records import CYTOPLASM, NUCLEOLUS, NUCLEUS, InvalidInput
 
 # Pixels kept around the cell when cropping. At least the radius of the background
 # smoothing kernel in density.py (4 sigma = 8 px), so that every cell pixel sees the same
@@ -34,42 +35,33 @@ class CellRegions:
     nucleolus: np.ndarray
 
 
-def _check_rgb(name: str, array: np.ndarray, source: str | None) -> None:
-    if not isinstance(array, np.ndarray):
-        raise InvalidInput(f"{name} must be a numpy array, got {type(array).__name__}", source)
-    if array.dtype != np.uint8:
-        raise InvalidInput(f"{name} must be uint8 (0-255), got dtype {array.dtype}", source)
-    if array.ndim != 3 or array.shape[2] != 3:
-        raise InvalidInput(f"{name} must be RGB with shape (H, W, 3), got shape {array.shape}", source)
-
-
 def cell_regions(image: np.ndarray, background: np.ndarray, mask: np.ndarray,
                  source: str | None = None) -> CellRegions:
-    """Validate a cell's arrays and return its regions, cropped around the cell.
+    """Check a cell's arrays and return its regions, cropped around the cell.
 
-    image, background: uint8 (H, W, 3) RGB of the same shape; mask: integer (H, W) with
-    labels in 0-3. Raises InvalidInput (naming `source` when given) on wrong dtypes or
-    shapes, labels outside 0-3, or a cell with no nucleus.
+    Parameters
+    ----------
+    image, background : ndarray of uint8, shape (H, W, 3)
+        RGB cell image and its blank slide.
+    mask : ndarray of int, shape (H, W)
+        Labels 0 background, 1 cytoplasm, 2 nucleus, 3 nucleolus.
+    source : str, optional
+        The file or cell named in error messages.
+
+    Raises InvalidInput (naming `source`) where `pathmaster.imageio.check_cell`, the one
+    rule for a cell's arrays, does, or when the background or mask is missing.
     """
-    _check_rgb("image", image, source)
-    _check_rgb("background", background, source)
-    if background.shape != image.shape:
-        raise InvalidInput(
-            f"background shape {background.shape} differs from image shape {image.shape}", source)
-    if not isinstance(mask, np.ndarray) or not np.issubdtype(mask.dtype, np.integer):
-        kind = getattr(mask, "dtype", type(mask).__name__)
-        raise InvalidInput(f"mask must be an integer array, got {kind}", source)
-    if mask.shape != image.shape[:2]:
-        raise InvalidInput(f"mask shape {mask.shape} differs from image size {image.shape[:2]}", source)
-    bad = np.setdiff1d(np.unique(mask), MASK_LABELS)
-    if bad.size:
-        raise InvalidInput(
-            f"mask has labels {bad.tolist()[:5]} outside 0-3 (0 background, 1 cytoplasm, "
-            f"2 nucleus, 3 nucleolus)", source)
-    nucleus = (mask == NUCLEUS) | (mask == NUCLEOLUS)
-    if not nucleus.any():
-        raise InvalidInput("cell has no nucleus (no mask pixel labelled 2 or 3)", source)
+    for what, array in (("background", background), ("mask", mask)):
+        if array is None:
+            raise InvalidInput(f"features need a {what} (pathmaster.segmentation.complete_cell "
+                               "estimates a missing one)", source)
+    check_cell(image, mask, background, source)
+    return crop_regions(image, background, mask)
 
+
+def crop_regions(image: np.ndarray, background: np.ndarray, mask: np.ndarray) -> CellRegions:
+    """The regions of a cell whose arrays passed `check_cell`, cropped around the cell
+    (its mask's bounding box plus CROP_MARGIN_PX): for callers that checked already."""
     rows, cols = np.nonzero(mask)
     top, left = max(rows.min() - CROP_MARGIN_PX, 0), max(cols.min() - CROP_MARGIN_PX, 0)
     bottom, right = rows.max() + CROP_MARGIN_PX + 1, cols.max() + CROP_MARGIN_PX + 1
@@ -80,6 +72,6 @@ def cell_regions(image: np.ndarray, background: np.ndarray, mask: np.ndarray,
         background=background[box],
         cell=labels > 0,
         cytoplasm=labels == CYTOPLASM,
-        nucleus=nucleus[box],
+        nucleus=(labels == NUCLEUS) | (labels == NUCLEOLUS),
         nucleolus=labels == NUCLEOLUS,
     )

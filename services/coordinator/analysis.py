@@ -38,21 +38,17 @@ class CellAnalyser:
         """The feature schema this analyser makes vectors in."""
         return self.schema
 
-    def analyse(self, cell_id: str, image: bytes, background: bytes, mask: bytes) -> dict:
-        """{"cell_id", "values": list of float, "background_estimated", "mask_estimated",
-        "error"}: "error" names the cell and what is wrong when it cannot be analysed."""
-        out = {"cell_id": cell_id, "values": [], "background_estimated": False,
-               "mask_estimated": False, "error": ""}
+    def analyse(self, cell_id: str, image: bytes, background: bytes, mask: bytes) -> pb.CellFeatures | str:
+        """The cell's raw feature vector as the wire carries it, or the text of what is
+        wrong with the cell (naming it) when it cannot be analysed."""
         try:
             rgb, bg, labels = decode_cell(cell_id, image, background, mask)
             analysis = self._analyse(rgb, bg, labels, source=f"cell {cell_id!r}")
         except InvalidInput as exc:
-            out["error"] = str(exc)
-            return out
-        out["values"] = [float(v) for v in analysis.features]
-        out["background_estimated"] = bool(analysis.background_estimated)
-        out["mask_estimated"] = bool(analysis.mask_estimated)
-        return out
+            return str(exc)
+        return pb.CellFeatures(cell_id=cell_id, values=[float(v) for v in analysis.features],
+                               background_estimated=bool(analysis.background_estimated),
+                               mask_estimated=bool(analysis.mask_estimated))
 
 
 _RemoteAnalyser = ray.remote(max_restarts=-1, max_task_retries=0)(CellAnalyser)
@@ -87,15 +83,11 @@ class Analysers:
         refs = [self.actors[i % len(self.actors)].analyse.remote(c.cell_id, c.image, c.background, c.mask)
                 for i, c in enumerate(cells)]
         try:
-            results = ray.get(refs, timeout=timeout_s)
+            return ray.get(refs, timeout=timeout_s)
         except BaseException:
             for ref in refs:
                 ray.cancel(ref)
             raise
-        return [r["error"] or pb.CellFeatures(cell_id=r["cell_id"], values=r["values"],
-                                              background_estimated=r["background_estimated"],
-                                              mask_estimated=r["mask_estimated"])
-                for r in results]
 
     def stop(self) -> None:
         for actor in self.actors:

@@ -1,7 +1,7 @@
 """Checking a submitted case before any site sees it.
 
 A case that would fail at every site is refused once, at the coordinator, with a status a
-client can act on: INVALID_ARGUMENT for an unknown class or a cell that does not decode
+client can act on: INVALID_ARGUMENT for an unknown class or a cell whose parts do not check
 (naming the cell and the part: image, background or mask), RESOURCE_EXHAUSTED with the
 limit for too many cells or bytes.
 """
@@ -16,7 +16,7 @@ from pathmaster.defaults import MAX_K
 from pathmaster.records import InvalidInput
 from qos.classes import ClassTable, RequestClass, UnknownClass
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
-from services.site.cells import decode_cell
+from services.site.cells import probe_cell
 
 DEFAULT_CLASS = "routine"
 
@@ -43,9 +43,11 @@ def check_case_request(request: pb.CaseRequest, classes: ClassTable, max_cells: 
     """Validate `request`; return its request class (empty means "routine").
 
     Raises CaseRejected with INVALID_ARGUMENT, FAILED_PRECONDITION or RESOURCE_EXHAUSTED.
-    Decodes every image, background and mask, so a corrupt one is reported here, naming
-    its cell. A case sent as features (`request.features`) must be in `feature_schema`,
-    the coordinator's own, with one finite vector per cell id.
+    Checks every cell's parts from their headers and decodes only its mask
+    (services/site/cells.py `probe_cell`), so a part that is not an image, too large, cut
+    short or of the wrong size is reported here, naming its cell; damage inside compressed
+    pixels is reported by the sites, per cell. A case sent as features (`request.features`)
+    must be in `feature_schema`, the coordinator's own, with one finite vector per cell id.
     """
     try:
         rclass = classes[request.request_class or DEFAULT_CLASS]
@@ -84,7 +86,7 @@ def check_case_request(request: pb.CaseRequest, classes: ClassTable, max_cells: 
         if request.features:
             continue  # the client analysed its cells; only their ids travel
         try:
-            decode_cell(cell.cell_id, cell.image, cell.background, cell.mask)
+            probe_cell(cell.cell_id, cell.image, cell.background, cell.mask)
         except InvalidInput as exc:
             raise CaseRejected(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
     return rclass

@@ -1,30 +1,65 @@
-"""Turning one submitted cell (encoded image, optional background and mask) into arrays.
+"""One submitted cell (encoded image, optional background and mask): checked at the
+coordinator, decoded at the site, each once.
 
-Used twice on purpose: the coordinator decodes every cell before fan-out so a corrupt
-one is refused once, naming it; each site decodes again because it must not trust its
-caller.
+The coordinator refuses a cell that would fail at every site before fanning it out, but
+does not decode its images: `probe_cell` reads the headers (format, size limits, pixel
+count, sizes that agree, a PNG or JPEG cut short) and decodes only the mask, whose
+labels and nucleus no header shows (a one-channel label image, cheap). Each site, which
+must not trust its caller, decodes once (`decode_cell`) and checks the arrays once where
+it analyses them (`pathmaster.site.analyse_cell`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from pathmaster.imageio import check_cell, decode_image, decode_mask
+from pathmaster.imageio import check_cell, decode_image, decode_mask, probe_image
 from pathmaster.records import InvalidInput
+
+
+def _name(cell_id: str) -> str:
+    return f"cell {cell_id!r}"
+
+
+def probe_cell(cell_id: str, image: bytes, background: bytes = b"", mask: bytes = b"") -> None:
+    """Check encoded cell parts without decoding the image or background.
+
+    Empty background/mask bytes mean "not sent". Raises InvalidInput naming the cell and
+    the part (image, background or mask) that is missing, not an image, over a limit,
+    visibly cut short, of another size than the image, or (mask) with labels outside 0-3
+    or no nucleus.
+    """
+    name = _name(cell_id)
+    if not image:
+        raise InvalidInput("no image", f"{name} image")
+    header = probe_image(image, f"{name} image")
+    if background:
+        found = probe_image(background, f"{name} background")
+        if found.shape != header.shape:
+            raise InvalidInput(
+                f"background is {found.width} x {found.height} pixels but the image is "
+                f"{header.width} x {header.height} (width x height)", name)
+    if mask:
+        labels = decode_mask(mask, f"{name} mask", header.shape)
+        # The cell rule's mask part, against a stand-in image of the header's size.
+        check_cell(np.broadcast_to(np.zeros(3, np.uint8), header.shape + (3,)), labels, None,
+                   f"{name} mask")
 
 
 def decode_cell(cell_id: str, image: bytes, background: bytes = b"", mask: bytes = b""
                 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
     """Encoded cell parts -> (image uint8 (H, W, 3), background or None, mask uint8 (H, W) or None).
 
-    Empty background/mask bytes mean "not sent". Raises InvalidInput naming the cell and
-    the part (image, background or mask) that is missing, corrupt or does not fit.
+    Empty background/mask bytes mean "not sent". Each part is decoded once. Raises
+    InvalidInput naming the cell and the part (image, background or mask) that is
+    missing or does not decode; a mask of another size than the image, or with labels
+    outside 0-3, is refused here too (`decode_mask`). Whether the parts fit together as
+    a cell is `check_cell`'s to say, where they are analysed.
     """
-    name = f"cell {cell_id!r}"
+    name = _name(cell_id)
     if not image:
         raise InvalidInput("no image", f"{name} image")
     rgb = decode_image(image, f"{name} image")
     bg = decode_image(background, f"{name} background") if background else None
     labels = decode_mask(mask, f"{name} mask", rgb.shape) if mask else None
-    check_cell(rgb, labels, bg, name)
     return rgb, bg, labels

@@ -24,7 +24,7 @@ from services.config import SiteConfig
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
 from services.site.dispatch import PriorityDispatcher
-from services.site.worker import ensure_ray, start_workers, stop_workers
+from services.site.worker import CellOutcome, ensure_ray, start_workers, stop_workers
 
 log = logging.getLogger("pathmaster.site")
 
@@ -33,18 +33,18 @@ POLL_S = 0.1  # how often a waiting handler checks whether its caller has gone
 SERVICE_EWMA_ALPHA = 0.3  # weight of the newest case in the per-cell service time reported
 
 
-def cell_result(result: dict) -> pb.CellResult:
-    """A worker's result dict -> CellResult."""
+def cell_result(outcome: CellOutcome) -> pb.CellResult:
+    """A worker's CellOutcome -> the wire's CellResult (core Match + thumbnail -> pb.Match)."""
     return pb.CellResult(
-        query_cell_id=result["query_cell_id"],
+        query_cell_id=outcome.query_cell_id,
         matches=[
-            pb.Match(cell_id=m["cell_id"], diagnosis=m["diagnosis"], distance=m["distance"],
-                     thumbnail=m["thumbnail"], source_id=m["source_id"], image_sha256=m["image_sha256"])
-            for m in result["matches"]
+            pb.Match(cell_id=m.cell_id, diagnosis=m.diagnosis or "", distance=m.distance,
+                     thumbnail=thumbnail, source_id=m.source_id, image_sha256=sha)
+            for m, thumbnail, sha in zip(outcome.matches, outcome.thumbnails, outcome.image_sha256, strict=True)
         ],
-        background_estimated=result["background_estimated"],
-        mask_estimated=result["mask_estimated"],
-        error=result["error"],
+        background_estimated=outcome.background_estimated,
+        mask_estimated=outcome.mask_estimated,
+        error=outcome.error,
     )
 
 
@@ -77,8 +77,8 @@ class SiteServicer(pb_grpc.SiteServicer):
         return pb.SiteLoad(waiting_cells=self.dispatcher.waiting(), workers=len(self.workers),
                            seconds_per_cell=per_cell)
 
-    def _note_service(self, mode: str, results: list[dict]) -> None:
-        work = [r["extraction_s"] + r["search_s"] for r in results]
+    def _note_service(self, mode: str, results: list[CellOutcome]) -> None:
+        work = [r.extraction_s + r.search_s for r in results]
         if not work:
             return
         seconds = sum(work) / len(work)
@@ -155,15 +155,15 @@ class SiteServicer(pb_grpc.SiteServicer):
             for job in jobs:
                 if not job.done.is_set():
                     self.dispatcher.cancel(job)
-        results = [job.result for job in jobs]
+        results: list[CellOutcome] = [job.result for job in jobs]
         self._note_service(mode, results)
         return pb.AnalyseReply(
             site=self.name,
             algorithm=self.info["algorithm"],
             cells=[cell_result(r) for r in results],
             timing=pb.SiteTiming(
-                extraction_s=sum(r["extraction_s"] for r in results),
-                search_s=sum(r["search_s"] for r in results),
+                extraction_s=sum(r.extraction_s for r in results),
+                search_s=sum(r.search_s for r in results),
                 site_wall_s=time.perf_counter() - started,
             ),
             database_cells=self.info["database_cells"],

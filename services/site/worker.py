@@ -2,7 +2,8 @@
 
 `SiteWorker` holds one `SiteIndex` (SQLite metadata + FAISS index, loaded once when the
 worker starts) and analyses one encoded cell at a time: decode, segment/estimate what
-the user did not send, extract features, search, attach thumbnails. It is a plain class
+the user did not send, extract features, search, attach thumbnails; the result is a
+`CellOutcome`. It is a plain class
 so the same code runs in-process (benchmarks' baseline) and as a Ray actor (`start_workers`).
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -19,9 +21,33 @@ import ray
 from pathmaster.defaults import WIRE_THUMBNAIL_PX
 from pathmaster.imageio import wire_thumbnail
 from pathmaster.records import InvalidInput
+from pathmaster.site import Match
 from services.site.cells import decode_cell
 
 log = logging.getLogger("pathmaster.site")
+
+
+@dataclass(frozen=True)
+class CellOutcome:
+    """What a site worker returns for one test cell; the site server turns it into the
+    wire's `CellResult` (server.py `cell_result`).
+
+    matches: the database cells found (`pathmaster.site.Match`), nearest first;
+    thumbnails: a small JPEG of each (sized for the wire), in the same order;
+    image_sha256: the content hash of each one's full image (a client's cache key). error: why the cell could not be
+    analysed (bad input, naming the cell), "" when it was. Times in seconds: extraction_s
+    decoding to features, search_s the search and reading the thumbnails.
+    """
+
+    query_cell_id: str
+    matches: tuple[Match, ...] = ()
+    thumbnails: tuple[bytes, ...] = ()
+    image_sha256: tuple[str, ...] = ()
+    background_estimated: bool = False
+    mask_estimated: bool = False
+    error: str = ""
+    extraction_s: float = 0.0
+    search_s: float = 0.0
 
 
 class SiteWorker:
@@ -53,59 +79,38 @@ class SiteWorker:
         thumbnail = wire_thumbnail(self.index.thumbnail_png(cell_id), WIRE_THUMBNAIL_PX)
         return thumbnail, hashlib.sha256(self.index.image_png(cell_id)).hexdigest()
 
-    def _matches(self, features, k: int) -> list[dict]:
-        matches = []
-        for match in self.index.search(features, k):
-            thumbnail, sha = self._wire(match.cell_id)
-            matches.append({
-                "cell_id": str(match.cell_id),
-                "diagnosis": str(match.diagnosis or ""),
-                "distance": float(match.distance),
-                "source_id": str(match.source_id),
-                "thumbnail": thumbnail,
-                "image_sha256": sha,
-            })
-        return matches
+    def _outcome(self, cell_id: str, features, k: int, **flags) -> CellOutcome:
+        """Search with one raw feature vector; the outcome with the matches' wire parts."""
+        t0 = time.perf_counter()
+        matches = tuple(self.index.search(features, k))
+        parts = [self._wire(m.cell_id) for m in matches]
+        return CellOutcome(cell_id, matches, tuple(p[0] for p in parts), tuple(p[1] for p in parts),
+                           search_s=time.perf_counter() - t0, **flags)
 
     def search(self, cell_id: str, values: list[float], k: int, background_estimated: bool = False,
-               mask_estimated: bool = False) -> dict:
-        """One test cell already analysed (its raw feature vector) -> a result dict as
-        `analyse` returns; extraction_s is 0 (the analysis happened elsewhere)."""
-        result = {"query_cell_id": cell_id, "matches": [], "background_estimated": background_estimated,
-                  "mask_estimated": mask_estimated, "error": "", "extraction_s": 0.0, "search_s": 0.0}
-        t0 = time.perf_counter()
+               mask_estimated: bool = False) -> CellOutcome:
+        """One test cell analysed elsewhere (its raw feature vector) -> its CellOutcome;
+        extraction_s is 0. A vector that does not fit gives the outcome's `error`."""
         try:
-            result["matches"] = self._matches(values, k)
+            return self._outcome(cell_id, values, k, background_estimated=background_estimated,
+                                 mask_estimated=mask_estimated)
         except InvalidInput as exc:
-            result["error"] = f"cell {cell_id!r}: {exc}"
-        result["search_s"] = time.perf_counter() - t0
-        return result
+            return CellOutcome(cell_id, error=f"cell {cell_id!r}: {exc}")
 
-    def analyse(self, cell_id: str, image: bytes, background: bytes, mask: bytes, k: int) -> dict:
-        """One test cell, as encoded bytes (background/mask may be b"") -> a result dict.
+    def analyse(self, cell_id: str, image: bytes, background: bytes, mask: bytes, k: int) -> CellOutcome:
+        """One test cell, as encoded bytes (background/mask may be b"") -> its CellOutcome.
 
-        Returns {"query_cell_id", "matches": [{"cell_id", "diagnosis", "distance",
-        "source_id", "thumbnail", "image_sha256"}], "background_estimated", "mask_estimated", "error",
-        "extraction_s", "search_s"}; times in seconds, search_s includes reading the
-        matches' thumbnails. Bad input gives "error" (naming the cell), not an exception.
+        Bad input gives the outcome's `error` (naming the cell), not an exception.
         """
-        result = {"query_cell_id": cell_id, "matches": [], "background_estimated": False,
-                  "mask_estimated": False, "error": "", "extraction_s": 0.0, "search_s": 0.0}
         t0 = time.perf_counter()
         try:
             rgb, background_rgb, labels = decode_cell(cell_id, image, background, mask)
             analysis = self.index.analyse(rgb, background_rgb, labels, source=f"cell {cell_id!r}")
         except InvalidInput as exc:
-            result["error"] = str(exc)
-            result["extraction_s"] = time.perf_counter() - t0
-            return result
-        t1 = time.perf_counter()
-        result["extraction_s"] = t1 - t0
-        result["background_estimated"] = bool(analysis.background_estimated)
-        result["mask_estimated"] = bool(analysis.mask_estimated)
-        result["matches"] = self._matches(analysis.features, k)
-        result["search_s"] = time.perf_counter() - t1
-        return result
+            return CellOutcome(cell_id, error=str(exc), extraction_s=time.perf_counter() - t0)
+        return self._outcome(cell_id, analysis.features, k, extraction_s=time.perf_counter() - t0,
+                             background_estimated=bool(analysis.background_estimated),
+                             mask_estimated=bool(analysis.mask_estimated))
 
     def image(self, cell_id: str) -> dict:
         """{"image": PNG bytes, "diagnosis", "mask": PNG bytes or b""} of a database cell;
