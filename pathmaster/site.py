@@ -334,6 +334,10 @@ class SiteIndex:
             _, X = db.feature_matrix()
         return self._projection.apply(self._normalization.apply(X))
 
+    def cell_ids(self) -> list[str]:
+        """The database's cell ids in cell order."""
+        return [c.cell_id for c in self._cells]
+
     def labels(self) -> list[str | None]:
         """The database diagnoses in cell order."""
         return [c.diagnosis for c in self._cells]

@@ -74,6 +74,10 @@ class SiteWorker:
             "feature_schema": self.index.feature_schema,
         }
 
+    def wire_parts(self, cell_id: str) -> tuple[bytes, str]:
+        """A database cell's (wire thumbnail, image hash), made once and then kept."""
+        return self._wire(cell_id)
+
     def _wire_parts(self, cell_id: str) -> tuple[bytes, str]:
         """(small JPEG thumbnail, SHA-256 of the full image) of a database cell."""
         thumbnail = wire_thumbnail(self.index.thumbnail_png(cell_id), WIRE_THUMBNAIL_PX)

@@ -84,6 +84,8 @@ def test_the_site_decodes_and_checks_each_part_once(site_db, case_cells):
     from services.site.worker import CellOutcome, SiteWorker
 
     worker = SiteWorker(site_db)
+    for cell_id in worker.index.cell_ids():  # the matches' wire thumbnails are made once per database cell
+        worker.wire_parts(cell_id)
     outcome, counts = calls(lambda: worker.analyse(*parts(case_cells[0]), 3))
     assert isinstance(outcome, CellOutcome) and outcome.error == ""
     assert counts == {"decode_image": 2, "decode_mask": 1, "pixels decoded": 3, "check_cell": 1}
@@ -106,11 +108,11 @@ def test_a_cell_outcome_goes_on_the_wire_with_its_thumbnails():
     from services.site.worker import CellOutcome
 
     outcome = CellOutcome("q.png", (Match("a", "normal_superficial", 0.5, "s-a"), Match("b", None, 0.7, "s-b")),
-                          (b"PNG-a", b"PNG-b"), background_estimated=True, extraction_s=0.1)
+                          (b"JPEG-a", b"JPEG-b"), ("sha-a", "sha-b"), background_estimated=True, extraction_s=0.1)
     result = cell_result(outcome)
     assert result.query_cell_id == "q.png" and result.background_estimated and not result.mask_estimated
-    assert [(m.cell_id, m.diagnosis, m.thumbnail, m.source_id) for m in result.matches] == [
-        ("a", "normal_superficial", b"PNG-a", "s-a"), ("b", "", b"PNG-b", "s-b")]
+    assert [(m.cell_id, m.diagnosis, m.thumbnail, m.source_id, m.image_sha256) for m in result.matches] == [
+        ("a", "normal_superficial", b"JPEG-a", "s-a", "sha-a"), ("b", "", b"JPEG-b", "s-b", "sha-b")]
     assert result.matches[0].distance == pytest.approx(0.5)
     with pytest.raises(AttributeError):
         outcome.error = "changed"  # frozen
