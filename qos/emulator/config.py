@@ -36,7 +36,7 @@
     out = "r1-eth0"
 
 `load_config(path)` checks everything up front and raises `ConfigError` naming the file,
-the link/direction and the key; `Direction.build()` makes the `Link`.
+the link/direction and the key; `Direction.build()` makes the `EmulatedLink`.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from qos.emulator.disciplines import (BANDS, CISCO_DSCP_DEFAULTS, SEED003_AF1, C
                                       Priority, TokenBucketShaper, Wred, WredProfile)
 from qos.emulator.disciplines.base import Discipline
 from qos.emulator.disciplines.wred import CISCO_DEFAULT_PROFILE, CISCO_WEIGHT_EXPONENT
-from qos.emulator.link import Link
+from qos.emulator.link import EmulatedLink
 from qos.emulator.stats import LinkStats
 
 DISCIPLINES = ("fifo", "priority", "wfq", "fq", "wred")
@@ -127,8 +127,8 @@ class Direction:
     def name(self) -> str:
         return f"{self.link}.{self.direction}"
 
-    def build(self, rng: random.Random, stats: LinkStats | None = None) -> Link:
-        """Make the `Link` this direction describes (checked already by `load_config`)."""
+    def build(self, rng: random.Random, stats: LinkStats | None = None) -> EmulatedLink:
+        """Make the `EmulatedLink` this direction describes (checked already by `load_config`)."""
         return _build_link(self.name, self.settings, self.classes, rng, stats)
 
 
@@ -245,7 +245,7 @@ def _positive_int(value, where: str) -> int:
 
 
 def _build_link(name: str, s: dict, classes: ClassTable, rng: random.Random,
-                stats: LinkStats | None = None) -> Link:
+                stats: LinkStats | None = None) -> EmulatedLink:
     where = f"link.{name}"
     if "rate" not in s:
         raise ConfigError(f"{where}: missing 'rate'")
@@ -284,7 +284,7 @@ def _build_link(name: str, s: dict, classes: ClassTable, rng: random.Random,
         except ValueError as e:
             raise ConfigError(f"{w}: {e}") from None
     try:
-        return Link(rate, scheduler, dscp_classifier(classes), delay=delay, jitter=jitter, loss=float(loss),
+        return EmulatedLink(rate, scheduler, dscp_classifier(classes), delay=delay, jitter=jitter, loss=float(loss),
                     overhead=overhead, shapers=shapers, rng=rng, stats=stats, name=name)
     except ValueError as e:
         raise ConfigError(f"{where}: {e}") from None

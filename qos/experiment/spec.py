@@ -61,7 +61,7 @@ class Strategy:
 
 
 @dataclass(frozen=True)
-class Link:
+class LinkProfile:
     """One setting of the core (bottleneck) link."""
 
     name: str
@@ -120,7 +120,7 @@ class Experiment:
     workload: Workload
     competing: Competing
     strategies: tuple[Strategy, ...]
-    links: tuple[Link, ...]
+    links: tuple[LinkProfile, ...]
     settle_s: float = 1.0  # competing traffic runs this long before a case is submitted
     order: str = "shuffled"  # "shuffled" or "blocked" (by competing level; see matrix.expand)
     source: str = ""  # the file it came from
@@ -139,7 +139,7 @@ class Experiment:
     def strategy(self, name: str) -> Strategy:
         return next(s for s in self.strategies if s.name == name)
 
-    def link(self, name: str) -> Link:
+    def link(self, name: str) -> LinkProfile:
         return next(item for item in self.links if item.name == name)
 
 
@@ -286,7 +286,7 @@ def parse_spec(data: dict, source: str = "<experiment>") -> Experiment:
     for i, entry in enumerate(links_list):
         where = f"links[{i}]"
         _unknown_keys(entry, {"name", "core_kbit", "delay_ms", "mtu", "access_kbit", "queue_packets"}, where, source)
-        link = Link(
+        link = LinkProfile(
             name=_take(entry, "name", str, where, source, required=True),
             core_kbit=float(_take(entry, "core_kbit", (int, float), where, source, required=True)),
             delay_ms=float(_take(entry, "delay_ms", (int, float), where, source, 0.0)),

@@ -1,6 +1,6 @@
 """Kernel queueing backend: the Linux qdiscs this kernel has (htb, tbf, pfifo; u32 on the DSCP).
 
-A `Discipline` is data: the link rate and a list of `QueueClass`es, each with the DSCPs it
+A `KernelQdisc` is data: the link rate and a list of `QueueClass`es, each with the DSCPs it
 takes, its htb priority, assured rate, ceiling and pfifo buffer. `install` turns it into
 
     root htb 1:  (unclassified packets -> the default class)
@@ -65,7 +65,7 @@ class QueueClass:
 
 
 @dataclass(frozen=True)
-class Discipline:
+class KernelQdisc:
     """A link's egress discipline: its rate, its classes, where unclassified packets go."""
 
     strategy: str
@@ -89,11 +89,11 @@ def _check_rate(what: str, bps: float) -> int:
     return int(bps)
 
 
-def fifo(rate_bps: float, limit_packets: int = DEFAULT_LIMIT_PACKETS, overhead_bytes: int = ETHERNET_HEADER_BYTES) -> Discipline:
+def fifo(rate_bps: float, limit_packets: int = DEFAULT_LIMIT_PACKETS, overhead_bytes: int = ETHERNET_HEADER_BYTES) -> KernelQdisc:
     """First come, first served at `rate_bps` with a `limit_packets` tail-drop buffer."""
     rate = _check_rate("link rate", rate_bps)
     only = QueueClass("all", (), 0, rate, rate, int(limit_packets))
-    return Discipline("fifo", rate, (only,), "all", overhead_bytes)
+    return KernelQdisc("fifo", rate, (only,), "all", overhead_bytes)
 
 
 def _default_class(table: ClassTable, default: str | None) -> str:
@@ -106,7 +106,7 @@ def _default_class(table: ClassTable, default: str | None) -> str:
 
 def priority(rate_bps: float, classes: ClassTable = DEFAULT_CLASSES,
              limit_packets: int = DEFAULT_LIMIT_PACKETS, default: str | None = None,
-             overhead_bytes: int = ETHERNET_HEADER_BYTES) -> Discipline:
+             overhead_bytes: int = ETHERNET_HEADER_BYTES) -> KernelQdisc:
     """Strict priority by request class: htb prio = the class's priority, each may use the whole link.
 
     Each class is assured 1% of the link (htb needs a rate) and borrows the rest in priority
@@ -118,12 +118,12 @@ def priority(rate_bps: float, classes: ClassTable = DEFAULT_CLASSES,
         QueueClass(c.name, (c.dscp,), min(c.priority, 7), token, rate, int(limit_packets))
         for c in classes
     )
-    return Discipline("priority", rate, queues, _default_class(classes, default), overhead_bytes)
+    return KernelQdisc("priority", rate, queues, _default_class(classes, default), overhead_bytes)
 
 
 def shares(rate_bps: float, weights: dict[str, float], classes: ClassTable = DEFAULT_CLASSES,
            limit_packets: int = DEFAULT_LIMIT_PACKETS, default: str | None = None,
-           overhead_bytes: int = ETHERNET_HEADER_BYTES, ceilings: dict[str, float] | None = None) -> Discipline:
+           overhead_bytes: int = ETHERNET_HEADER_BYTES, ceilings: dict[str, float] | None = None) -> KernelQdisc:
     """Class-based fair queuing: class i is assured rate x w_i / sum(w) and shares spare capacity by weight.
 
     `weights` maps request class names to positive weights; classes not named get weight 1.
@@ -144,23 +144,23 @@ def shares(rate_bps: float, weights: dict[str, float], classes: ClassTable = DEF
         ceil = min(rate, _check_rate(f"ceiling of class {c.name!r}", ceilings[c.name])) if c.name in ceilings else rate
         assured = min(max(int(rate * w[c.name] / total), 8000), ceil)
         queues.append(QueueClass(c.name, (c.dscp,), 0, assured, ceil, int(limit_packets), w[c.name]))
-    return Discipline("shares", rate, tuple(queues), _default_class(classes, default), overhead_bytes,
+    return KernelQdisc("shares", rate, tuple(queues), _default_class(classes, default), overhead_bytes,
                       {"weights": w})
 
 
 def shaping(rate_bps: float, shaped_class: str, shaped_rate_bps: float,
             weights: dict[str, float] | None = None, classes: ClassTable = DEFAULT_CLASSES,
             limit_packets: int = DEFAULT_LIMIT_PACKETS, default: str | None = None,
-            overhead_bytes: int = ETHERNET_HEADER_BYTES) -> Discipline:
+            overhead_bytes: int = ETHERNET_HEADER_BYTES) -> KernelQdisc:
     """`shares` with class `shaped_class` (the competing traffic) held to at most `shaped_rate_bps`."""
     base = shares(rate_bps, weights or {}, classes, limit_packets, default, overhead_bytes,
                   ceilings={shaped_class: shaped_rate_bps})
-    return Discipline("shaping", base.rate_bps, base.classes, base.default, overhead_bytes,
+    return KernelQdisc("shaping", base.rate_bps, base.classes, base.default, overhead_bytes,
                       {**base.params, "shaped_class": shaped_class, "shaped_rate_bps": int(shaped_rate_bps)})
 
 
-def from_config(spec: dict, rate_bps: float, classes: ClassTable = DEFAULT_CLASSES) -> Discipline:
-    """Build a Discipline from a config table, e.g. ``{strategy = "shaping", shaped_class = "bulk",
+def from_config(spec: dict, rate_bps: float, classes: ClassTable = DEFAULT_CLASSES) -> KernelQdisc:
+    """Build a KernelQdisc from a config table, e.g. ``{strategy = "shaping", shaped_class = "bulk",
     shaped_rate_bps = 4_000_000, weights = {urgent = 4, routine = 3}, limit_packets = 40}``."""
     spec = dict(spec)
     strategy = spec.pop("strategy", "fifo")
@@ -186,7 +186,7 @@ def from_config(spec: dict, rate_bps: float, classes: ClassTable = DEFAULT_CLASS
     return made
 
 
-def _tc_commands(dev: str, d: Discipline) -> list[list[str]]:
+def _tc_commands(dev: str, d: KernelQdisc) -> list[list[str]]:
     """The tc command lines that install `d` on `dev` (after any old root qdisc is removed)."""
     extra = d.overhead_bytes - ETHERNET_HEADER_BYTES
     if extra < 0:
@@ -213,7 +213,7 @@ def _tc_commands(dev: str, d: Discipline) -> list[list[str]]:
     return cmds
 
 
-def install(node: Node, dev: str, discipline: Discipline) -> None:
+def install(node: Node, dev: str, discipline: KernelQdisc) -> None:
     """Replace the egress discipline of interface `dev` on `node` with `discipline`."""
     clear(node, dev)
     batch = "\n".join(" ".join(c) for c in _tc_commands(dev, discipline)) + "\n"
@@ -226,7 +226,7 @@ def clear(node: Node, dev: str) -> None:
     node.run("tc", "qdisc", "del", "dev", dev, "root", check=False)
 
 
-def stats(node: Node, dev: str, discipline: Discipline) -> dict[str, dict[str, int]]:
+def stats(node: Node, dev: str, discipline: KernelQdisc) -> dict[str, dict[str, int]]:
     """Per-class counters of `dev`'s leaf queues: {class: {bytes, packets, drops, backlog, qlen}}."""
     qdiscs = json.loads(node.cmd("tc", "-s", "-j", "qdisc", "show", "dev", dev) or "[]")
     by_handle = {q["handle"]: q for q in qdiscs}

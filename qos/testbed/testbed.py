@@ -54,7 +54,7 @@ class Testbed:
         self.config = config or load_config()
         self.classes = classes
         self.topology = PathMaster2002(self.config)
-        self.disciplines: dict[str, kernel.Discipline] = {}   # "rA:rA-eth1" -> installed discipline
+        self.disciplines: dict[str, kernel.KernelQdisc] = {}   # "rA:rA-eth1" -> installed discipline
         self.emulators: dict[str, object] = {}                 # subnet -> emulator process
 
     @property

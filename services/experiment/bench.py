@@ -23,7 +23,7 @@ import sys
 import time
 
 from qos import traffic
-from qos.experiment.spec import Competing, Experiment, Link, Strategy
+from qos.experiment.spec import Competing, Experiment, LinkProfile, Strategy
 from qos.testbed import kernel, netns
 from qos.testbed.config import load_config
 from qos.testbed.testbed import Testbed
@@ -33,7 +33,7 @@ SITE_PORT = 50051
 DEFAULT_WEIGHTS = {"urgent": 5, "routine": 3, "teaching": 2, "bulk": 1}
 
 
-def discipline_table(strategy: Strategy, link: Link) -> tuple[dict, str]:
+def discipline_table(strategy: Strategy, link: LinkProfile) -> tuple[dict, str]:
     """The testbed's [bottleneck.discipline] table and backend for one strategy on one link.
 
     The kernel backend (htb) does FIFO, priority, WFQ-like shares and shaping; WRED and a
@@ -221,7 +221,7 @@ class TestbedBench:
         host = site.rsplit("-", 1)[-1]  # "B1", or the service's "site-B1"
         return host[0] != self.testbed.config.master[0]
 
-    def configure(self, link: Link, strategy: Strategy) -> None:
+    def configure(self, link: LinkProfile, strategy: Strategy) -> None:
         if link.mtu != self._mtu:
             self._set_mtu(link.mtu)
         table, backend = discipline_table(strategy, link)
