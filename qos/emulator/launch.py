@@ -30,12 +30,12 @@ import time
 import tomllib
 from pathlib import Path
 
+from pathmaster import defaults
 from qos.classes import DEFAULT_CLASSES
 
 from qos.emulator.config import ConfigError, config_from_dict, load_config
 from qos.emulator.disciplines import BANDS
 from qos.testbed import netns
-from qos.testbed.kernel import DEFAULT_LIMIT_PACKETS
 
 READY_PREFIX = "READY "
 
@@ -73,7 +73,7 @@ def settings_from_strategy(spec: dict) -> dict:
             out[new] = spec.pop(old)
     # The testbed's kernel backend defaults to a Cisco interface's 40-packet hold queue; so
     # does the emulator behind the same table, so both backends run the same experiment.
-    out.setdefault("limit", DEFAULT_LIMIT_PACKETS)
+    out.setdefault("limit", defaults.HOLD_QUEUE_PACKETS)
     strategy = spec.pop("strategy", None)
     weights = spec.pop("weights", None)
     default = spec.pop("default", None)
@@ -93,7 +93,7 @@ def settings_from_strategy(spec: dict) -> dict:
                 shaped, rate = spec.pop("shaped_class"), spec.pop("shaped_rate_bps")
             except KeyError as e:
                 raise ConfigError(f"strategy 'shaping' needs {e.args[0]}") from None
-            out["shape"] = {shaped: {"rate": rate, "burst": int(spec.pop("shaped_burst_bytes", 3028))}}
+            out["shape"] = {shaped: {"rate": rate, "burst": int(spec.pop("shaped_burst_bytes", defaults.SHAPER_BURST_BYTES))}}
     else:
         raise ConfigError(f"unknown strategy {strategy!r}; the emulator knows fifo, priority, shares, "
                           "shaping, wred, fq")

@@ -20,6 +20,7 @@ import signal
 import time
 from pathlib import Path
 
+from pathmaster import defaults
 from qos.classes import DEFAULT_CLASSES, ClassTable
 from qos.testbed import kernel, netns
 from qos.testbed.config import TestbedConfig, load_config
@@ -81,7 +82,7 @@ class Testbed:
             for link in lan.links:
                 for intf in (link.intf1, link.intf2):
                     if self.config.lan_rate_bps:
-                        kernel.install(intf.node, intf.name, kernel.fifo(self.config.lan_rate_bps, 100))
+                        kernel.install(intf.node, intf.name, kernel.fifo(self.config.lan_rate_bps, defaults.ROUTER_QUEUE_PACKETS))
                     else:
                         kernel.clear(intf.node, intf.name)
 

@@ -22,15 +22,14 @@ import subprocess
 import sys
 import time
 
+from pathmaster import defaults
 from qos import traffic
 from qos.experiment.spec import Competing, Experiment, LinkProfile, Strategy
 from qos.testbed import kernel, netns
 from qos.testbed.config import load_config
 from qos.testbed.testbed import Testbed
 
-SITE_PORT = 50051
-# Cisco WFQ weighs a flow by IP precedence + 1: AF41 -> 5, AF21 -> 3, AF11 -> 2, LE/best effort -> 1.
-DEFAULT_WEIGHTS = {"urgent": 5, "routine": 3, "teaching": 2, "bulk": 1}
+SITE_PORT = defaults.SITE_PORT
 
 
 def discipline_table(strategy: Strategy, link: LinkProfile) -> tuple[dict, str]:
@@ -47,7 +46,7 @@ def discipline_table(strategy: Strategy, link: LinkProfile) -> tuple[dict, str]:
     elif strategy.discipline == "prio":
         table["strategy"] = "priority"
     elif strategy.discipline == "wfq":
-        table["weights"] = dict(strategy.params.get("weights", DEFAULT_WEIGHTS))
+        table["weights"] = dict(strategy.params.get("weights", defaults.WFQ_WEIGHTS))
         table["strategy"] = "shares"
     elif strategy.discipline == "wred":
         table["strategy"] = "wred"

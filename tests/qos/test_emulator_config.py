@@ -25,7 +25,7 @@ def test_the_example_builds_both_directions(tmp_path):
     assert (forward.name, forward.queue, forward.match) == ("uplink.forward", 0, ["-o", "rA-eth4"])
     assert (reverse.queue, reverse.match) == (1, ["-i", "rA-eth4"])
     link = forward.build(random.Random(0))
-    assert isinstance(link.scheduler, ClassWfq) and link.scheduler.weights["urgent"] == 4
+    assert isinstance(link.scheduler, ClassWfq) and link.scheduler.weights["urgent"] == 5
     assert link.delay == 0.020 and link.overhead == 14 and link.rate_bps == 10e6
     assert set(link.shapers) == {"bulk"}
     back = reverse.build(random.Random(0))
