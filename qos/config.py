@@ -76,7 +76,7 @@ def renamed(new: str, scale: float | None = None, units: dict[str, float] | None
         unit = "kbit/s" if new.endswith("_kbit") else "ms" if new.endswith("_ms") else ""
         raise ValueError(f"old spelling; use {new}{hint}" + (f" ({unit})" if unit else ""))
 
-    return Annotated[SkipJsonSchema[Any], AfterValidator(refuse), Field(default=None, exclude=True)]
+    return Annotated[SkipJsonSchema[Any], AfterValidator(refuse), Field(default=None, exclude=True, repr=False)]
 
 
 def old_rate(new: str = "rate_kbit") -> Any:
@@ -104,6 +104,9 @@ def key_path(loc: tuple) -> str:
     return f"[{'.'.join(parts[:-1])}] {parts[-1]}"
 
 
+_UNION_MEMBERS = {"int", "float", "str", "bool", "none", "dict[str,any]", "list[any]"}
+
+
 def _problem(error: dict) -> str:
     kind = error["type"]
     if kind == "extra_forbidden":
@@ -125,15 +128,21 @@ def config_error(exc: ValidationError, source: str | Path | None, prefix: tuple 
 
     prefix : where in the file the validated table sits (e.g. ``("link", "wan", "forward")``).
     """
-    errors = exc.errors(include_url=False)
-    first = errors[0]
-    loc = tuple(prefix) + tuple(first["loc"])
-    # A problem reported on a wrapper of a union/tagged value carries the variant's name; drop it.
-    loc = tuple(p for p in loc if not (isinstance(p, str) and p.startswith(("function-", "lax-", "strict-"))))
+    problems: dict[tuple, dict] = {}
+    for error in exc.errors(include_url=False):
+        # A union's members (int | float) report under their own names; they are one key.
+        loc = tuple(p for p in error["loc"] if not (isinstance(p, str) and (
+            p in _UNION_MEMBERS or p.startswith(("function-", "lax-", "strict-")))))
+        if loc in problems and {problems[loc]["type"], error["type"]} == {"int_type", "float_type"}:
+            problems[loc] = {**error, "type": "number_type", "msg": "Input should be a number"}
+        problems.setdefault(loc, error)
+    # An old spelling first: its message says what to write instead, which settles the rest.
+    ordered = sorted(problems.items(), key=lambda item: "old spelling" not in item[1]["msg"])
+    loc, first = ordered[0]
     problem = _problem(first)
-    if len(errors) > 1:
-        problem += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
-    return ConfigError(problem, source, key_path(loc) or None)
+    if len(ordered) > 1:
+        problem += f" (and {len(ordered) - 1} more problem{'s' if len(ordered) > 2 else ''})"
+    return ConfigError(problem, source, key_path(tuple(prefix) + loc) or None)
 
 
 def validate(model: type[M], data: Any, source: str | Path, prefix: tuple = (), **context) -> M:

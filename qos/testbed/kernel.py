@@ -161,8 +161,12 @@ def shaping(rate_bps: float, shaped_class: str, shaped_rate_bps: float,
 
 def from_config(spec: dict, rate_bps: float, classes: ClassTable = DEFAULT_CLASSES) -> KernelQdisc:
     """Build a KernelQdisc from a config table, e.g. ``{strategy = "shaping", shaped_class = "bulk",
-    shaped_rate_bps = 4_000_000, weights = {urgent = 4, routine = 3}, limit_packets = 40}``."""
+    shaped_rate_kbit = 4000, weights = {urgent = 5, routine = 3}, limit_packets = 40}``
+    (rates in files are kbit/s; `rate_bps` here is the link's, in bit/s)."""
     spec = dict(spec)
+    if "shaped_rate_bps" in spec:
+        raise ValueError("shaped_rate_bps: old spelling; use shaped_rate_kbit "
+                         f"= {spec['shaped_rate_bps'] / 1000:g} (kbit/s)")
     strategy = spec.pop("strategy", "fifo")
     common = {"limit_packets": spec.pop("limit_packets", defaults.HOLD_QUEUE_PACKETS),
               "overhead_bytes": spec.pop("overhead_bytes", ETHERNET_HEADER_BYTES)}
@@ -174,7 +178,7 @@ def from_config(spec: dict, rate_bps: float, classes: ClassTable = DEFAULT_CLASS
         made = shares(rate_bps, spec.pop("weights", {}), classes, default=spec.pop("default", None), **common)
     elif strategy == "shaping":
         try:
-            shaped_class, shaped_rate = spec.pop("shaped_class"), spec.pop("shaped_rate_bps")
+            shaped_class, shaped_rate = spec.pop("shaped_class"), spec.pop("shaped_rate_kbit") * 1000
         except KeyError as exc:
             raise ValueError(f"strategy 'shaping' needs {exc.args[0]}") from None
         made = shaping(rate_bps, shaped_class, shaped_rate, spec.pop("weights", {}), classes,

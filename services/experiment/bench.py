@@ -54,7 +54,7 @@ def discipline_table(strategy: Strategy, link: LinkProfile) -> tuple[dict, str]:
     if strategy.shape_kbit is not None:
         if table["strategy"] != "shares":
             raise ValueError(f"strategy {strategy.name!r}: shaping combines with wfq only")
-        table |= {"strategy": "shaping", "shaped_class": "bulk", "shaped_rate_bps": int(strategy.shape_kbit * 1000)}
+        table |= {"strategy": "shaping", "shaped_class": "bulk", "shaped_rate_kbit": strategy.shape_kbit}
     backend = "kernel"
     if strategy.discipline == "wred" or link.delay_ms:
         backend = "emulator"
@@ -95,7 +95,7 @@ class TestbedBench:
         self.workload = experiment.workload
         config = (testbed_config or load_config()).with_tag(tag or netns.new_tag("x"))
         first = experiment.links[0]
-        config = config.with_bottleneck(rate_bps=int(first.core_kbit * 1000))
+        config = config.with_bottleneck(rate_kbit=first.core_kbit)
         self.testbed = Testbed(config)
         self.sites: dict = {}
         self.agent: subprocess.Popen | None = None
@@ -224,9 +224,8 @@ class TestbedBench:
         if link.mtu != self._mtu:
             self._set_mtu(link.mtu)
         table, backend = discipline_table(strategy, link)
-        rate = int(link.core_kbit * 1000)
-        if self.testbed.config.bottleneck.get("rate_bps") != rate:
-            self.testbed.config = self.testbed.config.with_bottleneck(rate_bps=rate)
+        if self.testbed.config.bottleneck.rate_kbit != link.core_kbit:
+            self.testbed.config = self.testbed.config.with_bottleneck(rate_kbit=link.core_kbit)
         self.testbed.set_strategy(table, backend=backend)
 
     def _set_mtu(self, mtu: int) -> None:
