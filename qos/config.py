@@ -19,7 +19,7 @@ import json
 import re
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Callable, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 from pydantic.json_schema import SkipJsonSchema
@@ -113,6 +113,8 @@ def _problem(error: dict) -> str:
         return "unknown key"
     if kind == "missing":
         return "missing (required)"
+    if kind == "too_short":
+        return f"needs at least {error['ctx']['min_length']} entry, has {error['ctx']['actual_length']}"
     message = error["msg"]
     for prefix in ("Value error, ", "Assertion failed, "):
         if message.startswith(prefix):
@@ -123,19 +125,26 @@ def _problem(error: dict) -> str:
     return message
 
 
-def config_error(exc: ValidationError, source: str | Path | None, prefix: tuple = ()) -> ConfigError:
+def config_error(exc: ValidationError, source: str | Path | None, prefix: tuple = (),
+                 rename: Callable[[tuple], tuple] | None = None) -> ConfigError:
     """The first problem of a `ValidationError` as a `ConfigError` naming `source` and the key.
 
     prefix : where in the file the validated table sits (e.g. ``("link", "wan", "forward")``).
+    rename : maps a location to the file's own (e.g. a list index back to its table's name).
     """
     problems: dict[tuple, dict] = {}
     for error in exc.errors(include_url=False):
         # A union's members (int | float) report under their own names; they are one key.
         loc = tuple(p for p in error["loc"] if not (isinstance(p, str) and (
             p in _UNION_MEMBERS or p.startswith(("function-", "lax-", "strict-")))))
+        loc = rename(loc) if rename else loc
         if loc in problems and {problems[loc]["type"], error["type"]} == {"int_type", "float_type"}:
             problems[loc] = {**error, "type": "number_type", "msg": "Input should be a number"}
         problems.setdefault(loc, error)
+    # "too short" of a list whose entries failed is a consequence, not a problem of its own.
+    problems = {loc: e for loc, e in problems.items()
+                if not (e["type"] == "too_short" and any(len(o) > len(loc) and o[:len(loc)] == loc
+                                                         for o in problems))}
     # An old spelling first: its message says what to write instead, which settles the rest.
     ordered = sorted(problems.items(), key=lambda item: "old spelling" not in item[1]["msg"])
     loc, first = ordered[0]
@@ -145,14 +154,15 @@ def config_error(exc: ValidationError, source: str | Path | None, prefix: tuple 
     return ConfigError(problem, source, key_path(tuple(prefix) + loc) or None)
 
 
-def validate(model: type[M], data: Any, source: str | Path, prefix: tuple = (), **context) -> M:
+def validate(model: type[M], data: Any, source: str | Path, prefix: tuple = (),
+             rename: Callable[[tuple], tuple] | None = None, **context) -> M:
     """`model.model_validate(data)`, failing with a `ConfigError` that names `source` and the key."""
     if not isinstance(data, dict):
         raise ConfigError(f"expected a table, got {data!r}", source, key_path(prefix) or None)
     try:
         return model.model_validate(data, context=context or None)
     except ValidationError as exc:
-        raise config_error(exc, source, prefix) from None
+        raise config_error(exc, source, prefix, rename) from None
 
 
 def read_toml(path: str | Path, what: str = "configuration") -> dict:
