@@ -59,7 +59,7 @@ def discipline_table(strategy: Strategy, link: LinkProfile) -> tuple[dict, str]:
     if strategy.discipline == "wred" or link.delay_ms:
         backend = "emulator"
         if link.delay_ms:
-            table["delay"] = f"{link.delay_ms / 2}ms"
+            table["delay_ms"] = link.delay_ms / 2
     return table, backend
 
 
