@@ -155,12 +155,12 @@ def config_error(exc: ValidationError, source: str | Path | None, prefix: tuple 
 
 
 def validate(model: type[M], data: Any, source: str | Path, prefix: tuple = (),
-             rename: Callable[[tuple], tuple] | None = None, **context) -> M:
+             rename: Callable[[tuple], tuple] | None = None) -> M:
     """`model.model_validate(data)`, failing with a `ConfigError` that names `source` and the key."""
     if not isinstance(data, dict):
         raise ConfigError(f"expected a table, got {data!r}", source, key_path(prefix) or None)
     try:
-        return model.model_validate(data, context=context or None)
+        return model.model_validate(data)
     except ValidationError as exc:
         raise config_error(exc, source, prefix, rename) from None
 
