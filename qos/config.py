@@ -172,7 +172,7 @@ def read_toml(path: str | Path, what: str = "configuration") -> dict:
         with open(path, "rb") as f:
             return json.load(f) if path.suffix == ".json" else tomllib.load(f)
     except FileNotFoundError:
-        raise ConfigError(f"no such {what} file", path) from None
+        raise ConfigError(f"cannot read: no such {what} file", path) from None
     except OSError as exc:
         raise ConfigError(f"cannot read: {exc.strerror}", path) from None
     except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:

@@ -283,10 +283,6 @@ class EmulatorConfig(FileModel):
     def directions(self) -> list["Direction"]:
         return self._directions
 
-    @property
-    def sample_interval(self) -> float:  # noqa: F811 - the old key is refused; this is the value in s
-        return float(self.sample_interval_s)
-
 
 @dataclass
 class Direction:

@@ -173,7 +173,7 @@ class Runner:
         self.seed = seed
         self.directions = []
         for i, spec in enumerate(config.directions):
-            stats = LinkStats(config.sample_interval)
+            stats = LinkStats(config.sample_interval_s)
             self.directions.append(_Direction(spec, spec.build(random.Random(seed + i), stats)))
         self.lateness = array("d")
         self._stop = False

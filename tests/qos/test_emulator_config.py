@@ -28,6 +28,7 @@ def test_the_example_builds_both_directions(tmp_path):
     assert isinstance(link.scheduler, ClassWfq) and link.scheduler.weights["urgent"] == 5
     assert link.delay == 0.020 and link.overhead == 14 and link.rate_bps == 10e6
     assert set(link.shapers) == {"bulk"}
+    assert config.sample_interval_s == 0.1 and config.seed == 1
     back = reverse.build(random.Random(0))
     assert isinstance(back.scheduler, Wred)
     assert back.scheduler.profiles[10].min_th == 50  # seed 003's AF11
@@ -88,7 +89,7 @@ def test_bad_files_name_the_file(tmp_path):
     broken.write_text("[link.l\nrate = 1")
     with pytest.raises(ConfigError, match=r"broken\.toml: not valid TOML"):
         load_config(broken)
-    with pytest.raises(ConfigError, match=r"missing\.toml: no such emulator configuration file"):
+    with pytest.raises(ConfigError, match=r"missing\.toml: cannot read"):
         load_config(tmp_path / "missing.toml")
     no_queue = tmp_path / "q.toml"
     no_queue.write_text('[link.l]\nrate_kbit = 1000\n[link.l.forward]\nout = "e0"\n')
