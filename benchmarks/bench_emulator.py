@@ -59,9 +59,9 @@ def tcp_flow(client, server, seconds: float, port: int) -> float:
     return goodput * (mss + 52 + 14) / mss  # frames: IP + TCP (timestamps) + Ethernet headers
 
 
-def emulated_run(line, rate_bps: float, seconds: float, port: int, delay: str = "0ms") -> dict:
+def emulated_run(line, rate_bps: float, seconds: float, port: int, delay_ms: float = 0) -> dict:
     config = {"seed": 1, "link": {"bottleneck": {
-        "rate": rate_bps, "delay": delay, "overhead": 14, "limit": 200,
+        "rate_kbit": rate_bps / 1000, "delay_ms": delay_ms, "overhead_bytes": 14, "limit_packets": 200,
         "forward": {"queue": 0, "out": line.out_interface}}}}
     emu = launch(line.router.namespace, config)
     try:
@@ -81,7 +81,7 @@ def measure(line, args) -> dict:
     port = iter(range(5401, 6000))
     raw: dict = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "repeats": args.repeats,
                  "seconds": args.seconds, "load_average": os.getloadavg()}
-    runs = [emulated_run(line, 10e6, args.seconds, next(port), delay="20ms") for _ in range(args.repeats)]
+    runs = [emulated_run(line, 10e6, args.seconds, next(port), delay_ms=20) for _ in range(args.repeats)]
     raw["at_10mbit"] = runs
     med = {k: statistics.median(r[k] for r in runs)
            for k in ("cpu_core_fraction", "ratio", "lateness_median_s", "lateness_p99_s")}

@@ -2,7 +2,7 @@
 
 Each layer reads its defaults from here (the core, the QoS transport and testbed, the
 services and clients), so a value is typed once and a change is made once. Units are in
-the names: `_BYTES`, `_PIXELS`, `_S` (seconds), `_PACKETS`, `_BPS` (bits per second).
+the names: `_BYTES`, `_PIXELS`, `_S` (seconds), `_MS`, `_PACKETS`, `_KBIT` (kbit/s).
 Configuration models (pydantic) use these as their field defaults, and the JSON Schema
 they export shows them.
 """
@@ -46,3 +46,27 @@ CASE_SLOTS = 64                 # cases in progress at once at one coordinator
 URGENT_RESERVED_SLOTS = 16      # of those, kept for the most favoured class (seed 004's guarantee)
 CLASS_SHARE = {"teaching": 0.5, "bulk": 0.25}  # most of the shared slots one class may hold
 PER_CLIENT_CASES = 16           # cases one client may have in progress at once
+
+# --- QoS: rates and router queues ------------------------------------------------------
+# Rates in files are kbit/s (`_KBIT`), the study's unit and Cisco IOS's `bandwidth` unit.
+BOTTLENECK_RATE_KBIT = 10_000  # the study's shared 10 Mbit/s segment (the testbed's core links)
+HOLD_QUEUE_PACKETS = 40        # Cisco IOS interface output hold queue: the testbed's bottleneck
+                               # buffer, on both backends, when its table gives none
+CONGESTIVE_DISCARD_PACKETS = 64  # Cisco IOS fair-queue congestive discard threshold: one WFQ
+                                 # class's queue, one shaped class's queue in the emulator
+ROUTER_QUEUE_PACKETS = 100     # an experiment link's router queue and the emulator's buffer when
+                               # its file gives none; the project's own choice (no outside source),
+                               # the one qos/experiment/results were measured with
+FAIR_QUEUE_CAP_PACKETS = 1000  # flow fair queuing (the emulator's `fq`) buffer cap, all flows
+PRIORITY_QUEUE_LIMITS_PACKETS = (20, 40, 60, 80)  # Cisco IOS priority queuing's queue-limit
+                                                  # defaults, bands high, medium, normal, low
+# Cisco IOS weighs a WFQ flow by IP precedence + 1: AF41 -> 5, AF21 -> 3, AF11 -> 2, LE -> 1.
+WFQ_WEIGHTS = {"urgent": 5, "routine": 3, "teaching": 2, "bulk": 1}
+SHAPER_BURST_BYTES = 3028      # token bucket of a shaped class: two full Ethernet frames (2 x 1514)
+# WRED (Cisco IOS `random-detect`): the profile of a DSCP with no profile of its own is
+# min 20, max 40 packets, mark-probability denominator 10; exponential weighting constant 9.
+WRED_DEFAULT_PROFILE = (20, 40, 10)
+WRED_WEIGHT_EXPONENT = 9
+
+# --- Experiments -----------------------------------------------------------------------
+EXPERIMENT_REPETITIONS = 10    # runs per cell of an experiment's matrix (the study's 10 runs)

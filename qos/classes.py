@@ -10,9 +10,12 @@ The table is data: `load_classes(path)` reads a TOML file of the same shape as
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+
+from pydantic import Field, ValidationError, field_validator
+
+from qos.config import FileModel, config_error, read_toml, validate
 
 
 @dataclass(frozen=True)
@@ -57,21 +60,48 @@ class UnknownClass(KeyError):
         return self.args[0]
 
 
+class ClassEntry(FileModel):
+    """One `[classes.NAME]` table."""
+
+    dscp: int = Field(description="DiffServ code point, 0-63 (e.g. 34 = AF41)")
+    priority: int | None = Field(None, ge=0, description="0 = most favoured; default: the table's order")
+    description: str = ""
+
+    @field_validator("dscp")
+    @classmethod
+    def _dscp_range(cls, dscp: int) -> int:
+        if not 0 <= dscp <= 63:
+            raise ValueError(f"DSCP {dscp} is outside 0-63")
+        return dscp
+
+
+class ClassesFile(FileModel):
+    """A request-class table file: `[classes.NAME]` tables (see `DEFAULT_TABLE`)."""
+
+    classes: dict[str, ClassEntry] = Field(min_length=1)
+
+
 class ClassTable:
-    """The request classes in force, by name."""
+    """The request classes in force, by name (a lookup object; its file form is `ClassesFile`).
+
+    `table` maps class names to `[classes.NAME]`-shaped dicts; a bad entry raises
+    `ValueError` (pydantic's `ValidationError`); `load_classes` names the file and key.
+    """
 
     def __init__(self, table: dict[str, dict] | None = None):
         table = DEFAULT_TABLE if table is None else table
         self._classes: dict[str, RequestClass] = {}
         for name, entry in table.items():
-            dscp = int(entry["dscp"])
-            if not 0 <= dscp <= 63:
-                raise ValueError(f"class {name!r}: DSCP {dscp} is outside 0-63")
+            if not isinstance(entry, ClassEntry):
+                try:
+                    entry = ClassEntry.model_validate(entry)
+                except ValidationError as exc:  # ConfigError is a ValueError
+                    raise config_error(exc, None, ("classes", name)) from None
             self._classes[name] = RequestClass(
                 name=name,
-                dscp=dscp,
-                priority=int(entry.get("priority", len(self._classes))),
-                description=str(entry.get("description", "")),
+                dscp=entry.dscp,
+                priority=len(self._classes) if entry.priority is None else entry.priority,
+                description=entry.description,
             )
 
     def __getitem__(self, name: str) -> RequestClass:
@@ -104,15 +134,19 @@ class ClassTable:
         return hash(tuple(self))
 
 
+def parse_classes(data: dict, source: str | Path = "<classes>") -> ClassTable:
+    """A class table from an already parsed file (`{"classes": {NAME: {...}}}`); raises
+    `ConfigError` naming `source` and the key."""
+    checked = validate(ClassesFile, data, source)
+    return ClassTable(dict(checked.classes))
+
+
 def load_classes(path: str | Path | None = None) -> ClassTable:
-    """Read a class table from a TOML file (`[classes.NAME] dscp = ...`); None gives the default."""
+    """Read a class table from a TOML file (`[classes.NAME] dscp = ...`); None gives the default.
+    Raises `ConfigError` naming the file and the key."""
     if path is None:
         return ClassTable()
-    with open(path, "rb") as f:
-        data = tomllib.load(f)
-    if "classes" not in data:
-        raise ValueError(f"{path}: no [classes] table")
-    return ClassTable(data["classes"])
+    return parse_classes(read_toml(path, "request-class table"), path)
 
 
 DEFAULT_CLASSES = ClassTable()

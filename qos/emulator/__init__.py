@@ -10,7 +10,7 @@ namespace, with its iptables rules).
 
 from qos.emulator.config import ConfigError, config_from_dict, load_config
 from qos.emulator.launch import EmulatorError, EmulatorProcess, interface_config, launch
-from qos.emulator.link import Link
+from qos.emulator.link import EmulatedLink
 
-__all__ = ["ConfigError", "EmulatorError", "EmulatorProcess", "Link", "config_from_dict",
+__all__ = ["ConfigError", "EmulatorError", "EmulatorProcess", "EmulatedLink", "config_from_dict",
            "interface_config", "launch", "load_config"]

@@ -2,29 +2,30 @@
 
     seed = 1                       # randomness of loss, jitter and WRED (omit: random)
     # classes = "classes.toml"     # a request-class table (qos.classes format); default: the product's
+    sample_interval_s = 0.1        # statistics' time series step
 
     [link.wan]                     # keys here apply to both directions...
-    rate = "10mbit"                # bit, kbit, mbit, gbit (SI, as tc) or a number in bit/s
-    delay = "20ms"                 # s, ms, us or a number in seconds
-    jitter = "0ms"
+    rate_kbit = 10000              # kbit/s
+    delay_ms = 20                  # one way, ms
+    jitter_ms = 0
     loss = 0.0                     # probability 0-1
-    overhead = 14                  # bytes per packet on top of the IP length
+    overhead_bytes = 14            # bytes per packet on top of the IP length
     discipline = "fifo"            # fifo | priority | wfq | fq | wred
-    limit = 100                    # packets: the FIFO, WRED's buffer, FQ's cap, WFQ per class,
+    limit_packets = 100            # the FIFO, WRED's buffer, FQ's cap, WFQ per class,
                                    # every priority band (default there: Cisco's 20/40/60/80)
 
     [link.wan.priority]            # discipline = "priority"
     bands = { urgent = "high", bulk = "low" }   # default: from the classes' priority order
     default = "normal"
     [link.wan.wfq]                 # discipline = "wfq"
-    weights = { urgent = 3, bulk = 1 }
+    weights = { urgent = 5, bulk = 1 }
     [link.wan.wred]                # discipline = "wred"
     defaults = "cisco"             # cisco | seed003 (AF11/12/13 from seed 003 over Cisco's)
     weight_exponent = 9
     dscp = { AF11 = [50, 70, 40] } # DSCP name or number -> [min, max, mark denominator]
     [link.wan.shape.bulk]          # token-bucket shaping of a class, with any discipline
-    rate = "1mbit"
-    burst = 3000                   # bytes
+    rate_kbit = 1000
+    burst_bytes = 3028
 
     [link.wan.forward]             # ...and each direction says where its packets come from
     queue = 10                     # NFQUEUE number
@@ -35,42 +36,42 @@
     in = "r1-eth1"
     out = "r1-eth0"
 
-`load_config(path)` checks everything up front and raises `ConfigError` naming the file,
-the link/direction and the key; `Direction.build()` makes the `Link`.
+Units are in the key names, as in every file of the qos layer (rates kbit/s, times ms);
+the former spellings (`rate = "10mbit"`, `delay = "20ms"`, `overhead`, `limit`, `burst`)
+are refused with the new one. `load_config(path)` checks everything up front and raises
+`ConfigError` naming the file, the link/direction and the key; `Direction.build()` makes
+the `EmulatedLink`.
 """
 
 from __future__ import annotations
 
-import json
 import random
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated, Any
 
+from pydantic import AfterValidator, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
+
+from pathmaster import defaults
+from pathmaster.records import ConfigError
 from qos.classes import DEFAULT_CLASSES, DSCP_NAMES, ClassTable, load_classes
+from qos.config import FileModel, Seq, key_path, old_rate, old_time, read_toml, renamed, validate
 from qos.emulator.classify import dscp_classifier
 from qos.emulator.disciplines import (BANDS, CISCO_DSCP_DEFAULTS, SEED003_AF1, ClassWfq, Fifo, FlowFq,
                                       Priority, TokenBucketShaper, Wred, WredProfile)
 from qos.emulator.disciplines.base import Discipline
-from qos.emulator.disciplines.wred import CISCO_DEFAULT_PROFILE, CISCO_WEIGHT_EXPONENT
-from qos.emulator.link import Link
+from qos.emulator.disciplines.wred import CISCO_DEFAULT_PROFILE
+from qos.emulator.link import EmulatedLink
 from qos.emulator.stats import LinkStats
 
 DISCIPLINES = ("fifo", "priority", "wfq", "fq", "wred")
 DIRECTIONS = ("forward", "reverse")
 _DISCIPLINE_TABLES = ("priority", "wfq", "wred", "fq")
-_LINK_KEYS = {"rate", "delay", "jitter", "loss", "overhead", "discipline", "limit",
-              "priority", "wfq", "wred", "shape", "fq"}
-_DIRECTION_KEYS = _LINK_KEYS | {"queue", "in", "out", "match", "chain"}
 
 _RATE_UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
 _TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 _DSCP_BY_NAME = {name.lower(): value for value, name in DSCP_NAMES.items()}
-
-
-class ConfigError(ValueError):
-    """A configuration file that cannot be used; the message names the file and the key."""
 
 
 def parse_rate(value, where: str = "rate") -> float:
@@ -85,16 +86,16 @@ def parse_time(value, where: str = "time") -> float:
 
 def _parse_unit(value, units: dict, where: str, example: str, allow_zero: bool = False) -> float:
     if isinstance(value, bool):
-        raise ConfigError(f"{where}: expected {example}, got {value!r}")
+        raise ConfigError(f"expected {example}, got {value!r}", None, where)
     if isinstance(value, (int, float)):
         number = float(value)
     else:
         m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[-+]?[0-9]+)?)\s*([a-z]+)\s*", str(value).lower())
         if not m or m.group(2) not in units:
-            raise ConfigError(f"{where}: expected {example} (units {', '.join(units)}), got {value!r}")
+            raise ConfigError(f"expected {example} (units {', '.join(units)}), got {value!r}", None, where)
         number = float(m.group(1)) * units[m.group(2)]
     if number < 0 or (number == 0 and not allow_zero):
-        raise ConfigError(f"{where}: must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+        raise ConfigError(f"must be {'>= 0' if allow_zero else '> 0'}, got {value!r}", None, where)
     return number
 
 
@@ -105,10 +106,182 @@ def parse_dscp(value, where: str) -> int:
     try:
         dscp = int(value)
     except (TypeError, ValueError):
-        raise ConfigError(f"{where}: {value!r} is neither a DSCP number nor a known name") from None
+        raise ConfigError(f"{value!r} is neither a DSCP number nor a known name", None, where) from None
     if not 0 <= dscp <= 63:
-        raise ConfigError(f"{where}: DSCP {dscp} is outside 0-63")
+        raise ConfigError(f"DSCP {dscp} is outside 0-63", None, where)
     return dscp
+
+
+def _check(test, message: str):
+    def check(value):
+        if not test(value):
+            raise ValueError(message.format(value=value))
+        return value
+    return AfterValidator(check)
+
+
+PositiveInt = Annotated[int, _check(lambda v: v >= 1, "expected a positive integer, got {value!r}")]
+PositiveNumber = Annotated[int | float, _check(lambda v: v > 0, "expected a positive number, got {value!r}")]
+Millis = Annotated[int | float, _check(lambda v: v >= 0, "expected milliseconds >= 0, got {value!r}")]
+Band = Annotated[str, _check(lambda v: v in BANDS, "unknown priority band {value!r}; bands are "
+                             + ", ".join(BANDS)), Field(json_schema_extra={"enum": list(BANDS)})]
+DisciplineName = Annotated[str, _check(lambda v: v in DISCIPLINES, "{value!r} is not one of " + ", ".join(DISCIPLINES)),
+                           Field(json_schema_extra={"enum": list(DISCIPLINES)})]
+
+
+class PriorityTable(FileModel):
+    """`[link.NAME.priority]`: Cisco priority queuing's four bands."""
+
+    bands: dict[str, Band] | None = Field(None, description="class -> band; default: the classes' order")
+    default: Band = Field("normal", description="the band of unclassified packets")
+    limits: dict[Band, PositiveInt] | None = Field(None, description="band -> packets; default 20/40/60/80")
+
+
+class WfqTable(FileModel):
+    """`[link.NAME.wfq]`: class-based weighted fair queuing."""
+
+    weights: dict[str, PositiveNumber] | None = Field(None, description="class -> weight; default: all 1")
+
+
+class WredTable(FileModel):
+    """`[link.NAME.wred]`: weighted random early detection by DSCP."""
+
+    weight_exponent: int = Field(defaults.WRED_WEIGHT_EXPONENT, description="0-16")
+    defaults: str = Field("cisco", json_schema_extra={"enum": ["cisco", "seed003"]})  # (shadows the module below)
+    dscp: dict[str, Seq[int | float]] = Field(default_factory=dict,
+                                              description="DSCP name or number -> [min, max, mark denominator]")
+    default_profile: Seq[int | float] | None = None
+
+    @field_validator("defaults")
+    @classmethod
+    def _defaults(cls, base: str) -> str:
+        if base not in ("cisco", "seed003"):
+            raise ValueError(f"expected 'cisco' or 'seed003', got {base!r}")
+        return base
+
+    @field_validator("weight_exponent")
+    @classmethod
+    def _exponent(cls, n: int) -> int:
+        if not 0 <= n <= 16:
+            raise ValueError(f"expected an integer 0-16, got {n!r}")
+        return n
+
+
+class FqTable(FileModel):
+    """`[link.NAME.fq]`: flow fair queuing (no settings of its own)."""
+
+
+class ShapeTable(FileModel):
+    """`[link.NAME.shape.CLASS]`: a token bucket in front of the scheduler."""
+
+    rate_kbit: PositiveNumber = Field(description="kbit/s")
+    burst_bytes: PositiveInt = defaults.SHAPER_BURST_BYTES
+    limit_packets: PositiveInt = defaults.CONGESTIVE_DISCARD_PACKETS
+    rate: old_rate()
+    burst: renamed("burst_bytes")
+    limit: renamed("limit_packets")
+
+
+class LinkSettings(FileModel):
+    """The keys that describe how a link treats packets (a link's table, or one direction's)."""
+
+    rate_kbit: PositiveNumber | None = Field(None, description="kbit/s (required, on the link or each direction)")
+    delay_ms: Millis = Field(0, description="one way")
+    jitter_ms: Millis = Field(0, description="at most delay_ms")
+    loss: int | float = Field(0.0, description="probability 0-1")
+    overhead_bytes: Annotated[int, _check(lambda v: v >= 0, "expected bytes >= 0, got {value!r}")] = 0
+    discipline: DisciplineName = "fifo"
+    limit_packets: PositiveInt = Field(defaults.ROUTER_QUEUE_PACKETS,
+                                       description="the FIFO, WRED's buffer, FQ's cap, WFQ per class, each band")
+    priority: PriorityTable | None = None
+    wfq: WfqTable | None = None
+    wred: WredTable | None = None
+    fq: FqTable | None = None
+    shape: dict[str, ShapeTable] = Field(default_factory=dict)
+    rate: old_rate()
+    delay: old_time("delay_ms")
+    jitter: old_time("jitter_ms")
+    overhead: renamed("overhead_bytes")
+    limit: renamed("limit_packets")
+
+    @field_validator("loss")
+    @classmethod
+    def _loss(cls, loss: float) -> float:
+        if not 0 <= loss < 1:
+            raise ValueError(f"expected a probability in [0, 1), got {loss!r}")
+        return loss
+
+
+class DirectionTable(LinkSettings):
+    """`[link.NAME.forward]` / `.reverse`: where the packets come from, and any key of the link."""
+
+    queue: int = Field(description="NFQUEUE number, 0-65535")
+    in_: str | None = Field(None, alias="in", description="iptables -i")
+    out: str | None = Field(None, description="iptables -o")
+    match: Seq[str] = Field((), description="more iptables arguments")
+    chain: str = Field("FORWARD", json_schema_extra={"enum": ["FORWARD", "OUTPUT", "INPUT"]})
+
+    @field_validator("queue")
+    @classmethod
+    def _queue(cls, queue: int) -> int:
+        if not 0 <= queue <= 65535:
+            raise ValueError(f"expected an integer 0-65535, got {queue!r}")
+        return queue
+
+    @field_validator("chain")
+    @classmethod
+    def _chain(cls, chain: str) -> str:
+        if chain not in ("FORWARD", "OUTPUT", "INPUT"):
+            raise ValueError(f"{chain!r} is not an iptables filter chain")
+        return chain
+
+    @model_validator(mode="after")
+    def _says_which_packets(self) -> "DirectionTable":
+        if not (self.in_ or self.out or self.match):
+            raise ValueError("says nothing about which packets to take; give 'in', 'out' or 'match' "
+                             "(iptables arguments)")
+        return self
+
+
+class LinkTable(LinkSettings):
+    """`[link.NAME]`: keys for both directions, and the directions."""
+
+    forward: DirectionTable | None = None
+    reverse: DirectionTable | None = None
+
+    @model_validator(mode="after")
+    def _has_a_direction(self) -> "LinkTable":
+        if self.forward is None and self.reverse is None:
+            raise ValueError("needs a forward and/or reverse table")
+        return self
+
+
+class EmulatorConfig(FileModel):
+    """An emulator file: its links, each with one or two directions (see the module docstring)."""
+
+    seed: int | None = Field(None, description="randomness of loss, jitter and WRED; omit: random")
+    classes: str | None = Field(None, description="a request-class table file, relative to this one")
+    sample_interval_s: PositiveNumber = Field(0.1, description="statistics' time series step, s")
+    link: dict[str, LinkTable] = Field(min_length=1)
+    sample_interval: renamed("sample_interval_s", scale=1.0)
+
+    _path: Path = PrivateAttr(Path("<dict>"))
+    _directions: list["Direction"] = PrivateAttr(default_factory=list)
+
+    @model_validator(mode="after")
+    def _queues_differ(self) -> "EmulatorConfig":
+        queues = [d.queue for link in self.link.values() for d in (link.forward, link.reverse) if d]
+        if len(set(queues)) != len(queues):
+            raise ValueError(f"NFQUEUE numbers must differ between directions, got {queues}")
+        return self
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def directions(self) -> list["Direction"]:
+        return self._directions
 
 
 @dataclass
@@ -122,110 +295,50 @@ class Direction:
     settings: dict
     classes: ClassTable = field(default=DEFAULT_CLASSES, repr=False)
     chain: str = "FORWARD"
+    source: str = "<dict>"
 
     @property
     def name(self) -> str:
         return f"{self.link}.{self.direction}"
 
-    def build(self, rng: random.Random, stats: LinkStats | None = None) -> Link:
-        """Make the `Link` this direction describes (checked already by `load_config`)."""
-        return _build_link(self.name, self.settings, self.classes, rng, stats)
-
-
-@dataclass
-class EmulatorConfig:
-    path: Path
-    directions: list[Direction]
-    seed: int | None
-    sample_interval: float = 0.1
+    def build(self, rng: random.Random, stats: LinkStats | None = None) -> EmulatedLink:
+        """Make the `EmulatedLink` this direction describes (checked already by `load_config`)."""
+        return _build_link(self, rng, stats)
 
 
 def load_config(path: str | Path) -> EmulatorConfig:
     """Read and check an emulator TOML file (or the same structure as .json, as `launch` writes)."""
-    path = Path(path)
-    try:
-        with open(path, "rb") as f:
-            data = json.load(f) if path.suffix == ".json" else tomllib.load(f)
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as e:
-        raise ConfigError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'TOML'}: {e}") from None
-    try:
-        return _from_dict(data, path)
-    except ConfigError as e:
-        raise ConfigError(f"{path}: {e}") from None
+    return config_from_dict(read_toml(path, "emulator configuration"), path)
 
 
 def config_from_dict(data: dict, path: str | Path = "<dict>") -> EmulatorConfig:
     """The same as `load_config` for an already parsed dictionary (used by the testbed)."""
-    try:
-        return _from_dict(data, Path(path))
-    except ConfigError as e:
-        raise ConfigError(f"{path}: {e}") from None
-
-
-def _from_dict(data: dict, path: Path) -> EmulatorConfig:
-    unknown = set(data) - {"seed", "classes", "link", "sample_interval"}
-    if unknown:
-        raise ConfigError(f"unknown top-level keys {sorted(unknown)}")
+    config = validate(EmulatorConfig, data, path)
+    config._path = Path(path)
     classes = DEFAULT_CLASSES
-    if "classes" in data:
-        table_path = path.parent / data["classes"]
+    if config.classes is not None:
         try:
-            classes = load_classes(table_path)
-        except (OSError, ValueError, KeyError) as e:
-            raise ConfigError(f"classes = {data['classes']!r}: {e}") from None
-    links = data.get("link")
-    if not isinstance(links, dict) or not links:
-        raise ConfigError("no [link.NAME] table")
-    seed = data.get("seed")
-    directions: list[Direction] = []
-    for link_name, link in links.items():
-        if not isinstance(link, dict):
-            raise ConfigError(f"link.{link_name}: expected a table")
-        unknown = set(link) - _LINK_KEYS - set(DIRECTIONS)
-        if unknown:
-            raise ConfigError(f"link.{link_name}: unknown keys {sorted(unknown)}")
+            classes = load_classes(Path(path).parent / config.classes)
+        except ConfigError as e:
+            raise ConfigError(f"{config.classes!r}: {e}", path, "classes") from None
+    for link_name, link in data["link"].items():
         shared = {k: v for k, v in link.items() if k not in DIRECTIONS}
-        present = [d for d in DIRECTIONS if d in link]
-        if not present:
-            raise ConfigError(f"link.{link_name}: needs a [link.{link_name}.forward] and/or .reverse table")
-        for direction in present:
-            where = f"link.{link_name}.{direction}"
+        for direction in DIRECTIONS:
+            if direction not in link:
+                continue
             own = link[direction]
-            unknown = set(own) - _DIRECTION_KEYS
-            if unknown:
-                raise ConfigError(f"{where}: unknown keys {sorted(unknown)}")
+            checked = getattr(config.link[link_name], direction)
             inherited = shared
             if "discipline" in own:  # a direction with its own discipline drops the link's tables for others
                 inherited = {k: v for k, v in shared.items()
                              if k not in _DISCIPLINE_TABLES or k == own["discipline"]}
-            settings = _merge(inherited, {k: v for k, v in own.items() if k in _LINK_KEYS})
-            if "queue" not in own:
-                raise ConfigError(f"{where}: missing 'queue' (the NFQUEUE number)")
-            queue = own["queue"]
-            if not isinstance(queue, int) or not 0 <= queue <= 65535:
-                raise ConfigError(f"{where}.queue: expected an integer 0-65535, got {queue!r}")
-            match = []
-            if "in" in own:
-                match += ["-i", str(own["in"])]
-            if "out" in own:
-                match += ["-o", str(own["out"])]
-            match += [str(a) for a in own.get("match", [])]
-            if not match:
-                raise ConfigError(f"{where}: says nothing about which packets to take; give 'in', 'out' "
-                                  "or 'match' (iptables arguments)")
-            chain = own.get("chain", "FORWARD")
-            if chain not in ("FORWARD", "OUTPUT", "INPUT"):
-                raise ConfigError(f"{where}.chain: {chain!r} is not an iptables filter chain")
-            d = Direction(link_name, direction, queue, match, settings, classes, chain)
-            _build_link(d.name, settings, classes, random.Random(0))  # check now, fail early
-            directions.append(d)
-    queues = [d.queue for d in directions]
-    if len(set(queues)) != len(queues):
-        raise ConfigError(f"NFQUEUE numbers must differ between directions, got {queues}")
-    interval = parse_time(data.get("sample_interval", 0.1), "sample_interval")
-    return EmulatorConfig(path, directions, seed, interval)
+            settings = _merge(inherited, {k: v for k, v in own.items() if k in LinkSettings.model_fields})
+            match = (["-i", checked.in_] if checked.in_ else []) + (["-o", checked.out] if checked.out else [])
+            d = Direction(link_name, direction, checked.queue, match + list(checked.match), settings,
+                              classes, checked.chain, str(path))
+            _build_link(d, random.Random(0))  # check now, fail early
+            config._directions.append(d)
+    return config
 
 
 def _merge(base: dict, override: dict) -> dict:
@@ -238,119 +351,82 @@ def _merge(base: dict, override: dict) -> dict:
     return out
 
 
-def _positive_int(value, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{where}: expected a positive integer, got {value!r}")
-    return value
+def _build_link(d: Direction, rng: random.Random, stats: LinkStats | None = None) -> EmulatedLink:
+    where = ("link", d.link, d.direction)
+    s = validate(LinkSettings, d.settings, d.source, where)
 
+    def fail(problem: str, *key) -> ConfigError:
+        return ConfigError(problem, d.source, key_path(where + key))
 
-def _build_link(name: str, s: dict, classes: ClassTable, rng: random.Random,
-                stats: LinkStats | None = None) -> Link:
-    where = f"link.{name}"
-    if "rate" not in s:
-        raise ConfigError(f"{where}: missing 'rate'")
-    rate = parse_rate(s["rate"], f"{where}.rate")
-    delay = parse_time(s.get("delay", 0), f"{where}.delay")
-    jitter = parse_time(s.get("jitter", 0), f"{where}.jitter")
-    if jitter > delay:
-        raise ConfigError(f"{where}.jitter: {s['jitter']!r} is larger than the delay {s.get('delay', 0)!r}")
-    loss = s.get("loss", 0.0)
-    if isinstance(loss, bool) or not isinstance(loss, (int, float)) or not 0 <= loss < 1:
-        raise ConfigError(f"{where}.loss: expected a probability in [0, 1), got {loss!r}")
-    overhead = s.get("overhead", 0)
-    if isinstance(overhead, bool) or not isinstance(overhead, int) or overhead < 0:
-        raise ConfigError(f"{where}.overhead: expected bytes >= 0, got {overhead!r}")
-    limit = _positive_int(s.get("limit", 100), f"{where}.limit")
-    kind = s.get("discipline", "fifo")
-    if kind not in DISCIPLINES:
-        raise ConfigError(f"{where}.discipline: {kind!r} is not one of {', '.join(DISCIPLINES)}")
-    for other in ("priority", "wfq", "wred", "fq"):
-        if other in s and other != kind:
-            raise ConfigError(f"{where}: a [{other}] table but discipline = {kind!r}")
-    scheduler = _build_discipline(kind, s.get(kind, {}), limit, rate, classes, rng, f"{where}.{kind}",
-                                  limit_given="limit" in s)
+    if s.rate_kbit is None:
+        raise fail("missing (required, on the link or the direction)", "rate_kbit")
+    rate = s.rate_kbit * 1000.0  # bit/s from here on
+    if s.jitter_ms > s.delay_ms:
+        raise fail(f"{s.jitter_ms:g} is larger than the delay ({s.delay_ms:g} ms)", "jitter_ms")
+    for other in _DISCIPLINE_TABLES:
+        if getattr(s, other) is not None and other != s.discipline:
+            raise fail(f"a [{other}] table but discipline = {s.discipline!r}", other)
+    scheduler = _build_discipline(s, rate, d.classes, rng, fail)
     shapers = {}
-    for klass, shape in s.get("shape", {}).items():
-        w = f"{where}.shape.{klass}"
-        if klass not in classes and klass != "default":
-            raise ConfigError(f"{w}: unknown class {klass!r}; classes are {', '.join(classes.names())}, default")
-        unknown = set(shape) - {"rate", "burst", "limit"}
-        if unknown:
-            raise ConfigError(f"{w}: unknown keys {sorted(unknown)}")
+    for klass, shape in s.shape.items():
+        if klass not in d.classes and klass != "default":
+            raise fail(f"unknown class {klass!r}; classes are {', '.join(d.classes.names())}, default",
+                       "shape", klass)
         try:
-            shapers[klass] = TokenBucketShaper(parse_rate(shape.get("rate"), f"{w}.rate"),
-                                               _positive_int(shape.get("burst", 3000), f"{w}.burst"),
-                                               _positive_int(shape.get("limit", 64), f"{w}.limit"), overhead)
+            shapers[klass] = TokenBucketShaper(shape.rate_kbit * 1000.0, shape.burst_bytes, shape.limit_packets,
+                                               s.overhead_bytes)
         except ValueError as e:
-            raise ConfigError(f"{w}: {e}") from None
+            raise fail(str(e), "shape", klass) from None
     try:
-        return Link(rate, scheduler, dscp_classifier(classes), delay=delay, jitter=jitter, loss=float(loss),
-                    overhead=overhead, shapers=shapers, rng=rng, stats=stats, name=name)
+        return EmulatedLink(rate, scheduler, dscp_classifier(d.classes), delay=s.delay_ms / 1000,
+                            jitter=s.jitter_ms / 1000, loss=float(s.loss), overhead=s.overhead_bytes,
+                            shapers=shapers, rng=rng, stats=stats, name=d.name)
     except ValueError as e:
-        raise ConfigError(f"{where}: {e}") from None
+        raise fail(str(e)) from None
 
 
-def _build_discipline(kind: str, opts: dict, limit: int, rate: float, classes: ClassTable,
-                      rng: random.Random, where: str, limit_given: bool = False) -> Discipline:
-    if not isinstance(opts, dict):
-        raise ConfigError(f"{where}: expected a table")
+def _build_discipline(s: LinkSettings, rate: float, classes: ClassTable, rng: random.Random, fail) -> Discipline:
+    kind, limit = s.discipline, s.limit_packets
 
-    def check_keys(allowed):
-        unknown = set(opts) - set(allowed)
-        if unknown:
-            raise ConfigError(f"{where}: unknown keys {sorted(unknown)}")
-
-    def check_class(klass, w):
+    def check_class(klass, *key):
         if klass not in classes and klass != "default":
-            raise ConfigError(f"{w}: unknown class {klass!r}; classes are {', '.join(classes.names())}, default")
+            raise fail(f"unknown class {klass!r}; classes are {', '.join(classes.names())}, default", *key)
 
     if kind == "fifo":
-        check_keys([])
         return Fifo(limit)
     if kind == "fq":
-        check_keys([])
         return FlowFq(limit)
     if kind == "priority":
-        check_keys(["bands", "default", "limits"])
-        bands = opts.get("bands")
+        opts = s.priority or PriorityTable()
+        bands = opts.bands
         if bands is None:  # the class table's order: most favoured class -> high
             bands = {c.name: BANDS[min(i, len(BANDS) - 1)] for i, c in enumerate(classes)}
         for klass in bands:
-            check_class(klass, f"{where}.bands")
-        limits = opts.get("limits")
-        if limits is None and limit_given:  # one explicit buffer size for every band
+            check_class(klass, "priority", "bands")
+        limits = opts.limits
+        if limits is None and "limit_packets" in s.model_fields_set:  # one explicit buffer for every band
             limits = {band: limit for band in BANDS}
         try:
-            return Priority(bands, opts.get("default", "normal"), limits)
+            return Priority(bands, opts.default, limits)
         except ValueError as e:
-            raise ConfigError(f"{where}: {e}") from None
+            raise fail(str(e), "priority") from None
     if kind == "wfq":
-        check_keys(["weights"])
-        weights = opts.get("weights") or {c.name: 1.0 for c in classes}
-        for klass, weight in weights.items():
-            check_class(klass, f"{where}.weights")
-            if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight <= 0:
-                raise ConfigError(f"{where}.weights.{klass}: expected a positive number, got {weight!r}")
+        weights = (s.wfq.weights if s.wfq else None) or {c.name: 1.0 for c in classes}
+        for klass in weights:
+            check_class(klass, "wfq", "weights")
         return ClassWfq({k: float(v) for k, v in weights.items()}, limit)
-    # wred
-    check_keys(["defaults", "weight_exponent", "dscp", "default_profile"])
-    base = opts.get("defaults", "cisco")
-    if base not in ("cisco", "seed003"):
-        raise ConfigError(f"{where}.defaults: expected 'cisco' or 'seed003', got {base!r}")
+    opts = s.wred or WredTable()  # wred
     profiles = dict(CISCO_DSCP_DEFAULTS)
-    if base == "seed003":
+    if opts.defaults == "seed003":
         profiles.update(SEED003_AF1)
     default_profile = CISCO_DEFAULT_PROFILE
     try:
-        for key, values in opts.get("dscp", {}).items():
-            profiles[parse_dscp(key, f"{where}.dscp")] = WredProfile(*values)
-        if "default_profile" in opts:
-            default_profile = WredProfile(*opts["default_profile"])
+        for key, values in opts.dscp.items():
+            profiles[parse_dscp(key, "dscp")] = WredProfile(*values)
+        if opts.default_profile is not None:
+            default_profile = WredProfile(*opts.default_profile)
+    except ConfigError as e:
+        raise fail(e.problem, "wred", "dscp") from None
     except (TypeError, ValueError) as e:
-        if isinstance(e, ConfigError):
-            raise
-        raise ConfigError(f"{where}: a profile is [min, max, mark denominator]: {e}") from None
-    exponent = opts.get("weight_exponent", CISCO_WEIGHT_EXPONENT)
-    if isinstance(exponent, bool) or not isinstance(exponent, int) or not 0 <= exponent <= 16:
-        raise ConfigError(f"{where}.weight_exponent: expected an integer 0-16, got {exponent!r}")
-    return Wred(profiles, default_profile, limit, exponent, packet_time=1500 * 8 / rate, rng=rng)
+        raise fail(f"a profile is [min, max, mark denominator]: {e}", "wred") from None
+    return Wred(profiles, default_profile, limit, opts.weight_exponent, packet_time=1500 * 8 / rate, rng=rng)

@@ -1,7 +1,7 @@
 """Start the emulator inside a namespace and stop it cleanly: what the testbed calls.
 
     emu = launch("pm-t1-rA", {"link": {...}})          # a full emulator config (dict or file)
-    emu = launch("pm-t1-rA", {"rate_bps": 10e6, "strategy": "priority"}, interfaces=["rA-eth1"])
+    emu = launch("pm-t1-rA", {"rate_kbit": 10_000, "strategy": "priority"}, interfaces=["rA-eth1"])
     ...traffic...
     stats = emu.stop()                                  # rules gone, packets released, stats read
 
@@ -12,9 +12,10 @@ killed, `stop` removes the rules itself, so nothing is left behind either way.
 
 The `interfaces` form takes one flat table of settings for each interface's two
 directions (packets leaving through it and packets arriving from it) and also accepts
-the testbed's kernel-backend keys: rate_bps, overhead_bytes, limit_packets, and
-strategy = fifo | priority | shares (weights) | shaping (shaped_class, shaped_rate_bps),
-plus the emulator's own wred and fq and delay/jitter/loss.
+the testbed's kernel-backend keys: rate_kbit, overhead_bytes, limit_packets (the same
+names as the emulator's), and strategy = fifo | priority | shares (weights) | shaping
+(shaped_class, shaped_rate_kbit), plus the emulator's own wred and fq and
+delay_ms/jitter_ms/loss.
 """
 
 from __future__ import annotations
@@ -30,12 +31,13 @@ import time
 import tomllib
 from pathlib import Path
 
+from pathmaster import defaults
 from qos.classes import DEFAULT_CLASSES
 
-from qos.emulator.config import ConfigError, config_from_dict, load_config
+from pathmaster.records import ConfigError
+from qos.emulator.config import config_from_dict, load_config
 from qos.emulator.disciplines import BANDS
 from qos.testbed import netns
-from qos.testbed.kernel import DEFAULT_LIMIT_PACKETS
 
 READY_PREFIX = "READY "
 
@@ -66,14 +68,10 @@ def interface_config(interfaces: list[str], settings: dict, first_queue: int = 0
 def settings_from_strategy(spec: dict) -> dict:
     """Translate the testbed's kernel-backend discipline table into emulator link settings."""
     spec = dict(spec)
-    out = {}
-    renames = {"rate_bps": "rate", "overhead_bytes": "overhead", "limit_packets": "limit"}
-    for old, new in renames.items():
-        if old in spec:
-            out[new] = spec.pop(old)
+    out = {key: spec.pop(key) for key in ("rate_kbit", "overhead_bytes", "limit_packets") if key in spec}
     # The testbed's kernel backend defaults to a Cisco interface's 40-packet hold queue; so
     # does the emulator behind the same table, so both backends run the same experiment.
-    out.setdefault("limit", DEFAULT_LIMIT_PACKETS)
+    out.setdefault("limit_packets", defaults.HOLD_QUEUE_PACKETS)
     strategy = spec.pop("strategy", None)
     weights = spec.pop("weights", None)
     default = spec.pop("default", None)
@@ -90,10 +88,11 @@ def settings_from_strategy(spec: dict) -> dict:
             out["wfq"] = {"weights": weights}
         if strategy == "shaping":
             try:
-                shaped, rate = spec.pop("shaped_class"), spec.pop("shaped_rate_bps")
+                shaped, rate = spec.pop("shaped_class"), spec.pop("shaped_rate_kbit")
             except KeyError as e:
                 raise ConfigError(f"strategy 'shaping' needs {e.args[0]}") from None
-            out["shape"] = {shaped: {"rate": rate, "burst": int(spec.pop("shaped_burst_bytes", 3028))}}
+            out["shape"] = {shaped: {"rate_kbit": rate,
+                                     "burst_bytes": int(spec.pop("shaped_burst_bytes", defaults.SHAPER_BURST_BYTES))}}
     else:
         raise ConfigError(f"unknown strategy {strategy!r}; the emulator knows fifo, priority, shares, "
                           "shaping, wred, fq")

@@ -1,6 +1,6 @@
 """One direction of an emulated link on a virtual clock: shaping, scheduling, serialisation, delay.
 
-A packet's way through a `Link`:
+A packet's way through an `EmulatedLink`:
 
     arrival --loss?--> [shaper of its class] --> scheduler (FIFO/PRIO/WFQ/WRED)
         --> transmitter (one packet at a time, (length + overhead) * 8 / rate seconds)
@@ -25,7 +25,7 @@ from qos.emulator.packet import Packet
 from qos.emulator.stats import LinkStats
 
 
-class Link:
+class EmulatedLink:
     """One direction of a link.
 
     Parameters

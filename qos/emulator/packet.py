@@ -34,7 +34,7 @@ class Packet:
     flow : tuple
         (src, dst, protocol, sport, dport); addresses as 4-byte `bytes`, ports 0 when absent.
     klass : str
-        Name of the class the link's classifier assigned (set by `Link.enqueue`).
+        Name of the class the link's classifier assigned (set by `EmulatedLink.enqueue`).
     arrival : float
         Virtual time (s) at which the packet reached the link.
     handle : object

@@ -2,7 +2,7 @@
 
 Inside a router's namespace, an iptables rule per link direction sends the forwarded
 packets to an NFQUEUE; this process reads them (only their first `HEADER_BYTES`), feeds
-each to its direction's `Link` at the current time, and gives the kernel its verdict
+each to its direction's `EmulatedLink` at the current time, and gives the kernel its verdict
 (accept = send on, drop) when the link releases or drops the packet. Between packets the
 loop sleeps in `select` until the next departure, so releasing is driven by one timer.
 
@@ -32,7 +32,7 @@ from array import array
 from pathlib import Path
 
 from qos.emulator.config import EmulatorConfig
-from qos.emulator.link import Link
+from qos.emulator.link import EmulatedLink
 from qos.emulator.packet import HEADER_BYTES, MalformedPacket, parse_ipv4
 from qos.emulator.stats import LinkStats, write_json_atomic
 
@@ -145,7 +145,7 @@ def percentiles(values, qs=(50, 99)) -> dict[str, float | None]:
 class _Direction:
     """A link direction bound to its NFQUEUE."""
 
-    def __init__(self, spec, link: Link):
+    def __init__(self, spec, link: EmulatedLink):
         self.spec = spec
         self.link = link
         self.nfq = None
@@ -173,7 +173,7 @@ class Runner:
         self.seed = seed
         self.directions = []
         for i, spec in enumerate(config.directions):
-            stats = LinkStats(config.sample_interval)
+            stats = LinkStats(config.sample_interval_s)
             self.directions.append(_Direction(spec, spec.build(random.Random(seed + i), stats)))
         self.lateness = array("d")
         self._stop = False

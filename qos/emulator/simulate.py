@@ -1,11 +1,11 @@
-"""Drive a `Link` offline on its virtual clock: arrivals in, release times out.
+"""Drive a `EmulatedLink` offline on its virtual clock: arrivals in, release times out.
 
 Useful to try a configuration without a network (and the unit tests' workhorse).
 """
 
 from __future__ import annotations
 
-from qos.emulator.link import Link
+from qos.emulator.link import EmulatedLink
 from qos.emulator.packet import Packet
 
 
@@ -21,7 +21,7 @@ def constant_rate(rate_bps: float, duration: float, length: int = 1500, dscp: in
     return [(start + i * gap, synthetic_packet(length, dscp, flow)) for i in range(int(duration / gap))]
 
 
-def simulate(link: Link, arrivals: list[tuple[float, Packet]], until: float) -> list[tuple[float, Packet]]:
+def simulate(link: EmulatedLink, arrivals: list[tuple[float, Packet]], until: float) -> list[tuple[float, Packet]]:
     """Feed (time, packet) arrivals into `link`; return every (release time, packet) up to `until`."""
     out = []
     for t, pkt in sorted(arrivals, key=lambda a: a[0]):

@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 
-class ClassStats:
+class QueueCounters:
     """Counters of one class on one link direction."""
 
     __slots__ = ("arrived_packets", "arrived_bytes", "enqueued_packets", "enqueued_bytes",
@@ -46,17 +46,17 @@ class LinkStats:
     """
 
     def __init__(self, sample_interval: float = 0.1, max_samples: int = 100_000):
-        self.classes: dict[str, ClassStats] = {}
+        self.classes: dict[str, QueueCounters] = {}
         self.samples: list[list[float]] = []
         self.sample_fields: list[str] = ["t_s", "backlog_packets", "backlog_bytes"]
         self.sample_interval = sample_interval
         self.max_samples = max_samples
         self._next_sample = 0.0
 
-    def of(self, klass: str) -> ClassStats:
+    def of(self, klass: str) -> QueueCounters:
         stats = self.classes.get(klass)
         if stats is None:
-            stats = self.classes[klass] = ClassStats()
+            stats = self.classes[klass] = QueueCounters()
         return stats
 
     def arrived(self, klass: str, length: int) -> None:

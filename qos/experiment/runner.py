@@ -29,7 +29,7 @@ from tqdm import tqdm
 
 from qos.experiment.bound import SiteTransfer, lower_bound
 from qos.experiment.matrix import Run, expand, remaining
-from qos.experiment.spec import Experiment, Link, Strategy
+from qos.experiment.spec import Experiment, LinkProfile, Strategy
 from qos.experiment.store import Store, now_iso
 
 
@@ -37,7 +37,7 @@ class Bench(Protocol):
     """What the runner needs from a network (bench.TestbedBench is the real one)."""
 
     def environment(self) -> dict: ...
-    def configure(self, link: Link, strategy: Strategy) -> None: ...
+    def configure(self, link: LinkProfile, strategy: Strategy) -> None: ...
     def set_competing(self, level: float, seed: int): ...  # -> the stopped block's TrafficResult or None
     def stop_competing(self): ...  # -> TrafficResult or None
     def counters(self) -> dict: ...
@@ -60,7 +60,7 @@ def counter_delta(before: dict, after: dict) -> dict:
     return out
 
 
-def run_bound(experiment: Experiment, link: Link, sites: list[dict], bench: Bench) -> dict:
+def run_bound(experiment: Experiment, link: LinkProfile, sites: list[dict], bench: Bench) -> dict:
     """The physical lower bound of a finished case (bound.py) from its per-site bytes and work."""
     transfers = [SiteTransfer(s["site"], s["bytes_up"], s["bytes_down"], s.get("compute_s", 0.0),
                               bench.behind_core(s["site"])) for s in sites]

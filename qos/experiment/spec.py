@@ -31,110 +31,223 @@ classes x repetitions (flent's idea: the experiment is data, not code).
     mtu = 1500
 
     [classes.urgent]            # optional: the run's request-class table (qos/classes.py's
-    dscp = 40                   # shape), given to the transfer workload's master and sites;
-    priority = 0                # without it, the default table (urgent AF41, routine AF21, ...)
+    dscp = 40                   # shape), given to the routers, the transfer workload's master
+    priority = 0                # and sites, and the deployed coordinator; default: the
+                                # default table (urgent AF41, routine AF21, ...)
 
-`load_spec(path)` validates all of it and names the file and key of anything wrong.
+Rates are kbit/s (`_kbit`) and times have their unit in the key (`_ms`, `_s`), as in every
+file of the qos layer. `load_spec(path)` validates all of it (the pydantic model `Experiment`)
+and raises `ConfigError` naming the file and key of anything wrong, e.g.
+``experiment.toml: [links[0]] queue_pakets: unknown key``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import tomllib
-from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import Annotated, Any
 
+from pydantic import BeforeValidator, Field, PrivateAttr, WithJsonSchema, field_validator, model_validator
+
+from pathmaster import defaults
 from pathmaster.records import InvalidInput
-from qos.classes import DEFAULT_CLASSES, ClassTable
+from qos.classes import DEFAULT_CLASSES, ClassEntry, ClassTable
+from qos.config import FileModel, Seq, read_toml, validate
 
 DISCIPLINES = ("fifo", "prio", "wfq", "wred")
 COMPETING_KINDS = ("downloads", "udp", "pareto")
-DEFAULT_REPETITIONS = 10
+Number = int | float
 
 
-@dataclass(frozen=True)
-class Strategy:
-    """A router configuration: a queueing discipline, optionally with the bulk class shaped."""
-
-    name: str
-    discipline: str
-    shape_kbit: float | None = None  # rate limit for the competing traffic, None = unshaped
-    params: dict = field(default_factory=dict)  # discipline-specific extras, passed through
+def _one_of(value: str, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise ValueError(f"{value!r} is not one of {', '.join(allowed)}")
+    return value
 
 
-@dataclass(frozen=True)
-class Link:
-    """One setting of the core (bottleneck) link."""
+class Strategy(FileModel):
+    """A router configuration: a queueing discipline, optionally with the bulk class shaped.
+    In the file: a `[strategies.NAME]` table (`name` is the table's name)."""
 
     name: str
-    core_kbit: float
-    delay_ms: float = 0.0  # one-way, added on the core link
-    mtu: int = 1500
-    access_kbit: float | None = None  # host-router LAN links; None = not rate-limited
-    queue_packets: int = 100  # router queue length (packets) on the core link
+    discipline: str = Field(json_schema_extra={"enum": list(DISCIPLINES)})
+    shape_kbit: float | None = Field(None, description="rate limit for the competing (bulk) traffic, "
+                                                        "kbit/s; none = unshaped")
+    params: dict[str, Any] = Field(default_factory=dict, description="discipline-specific extras, passed through")
+
+    @field_validator("discipline")
+    @classmethod
+    def _discipline(cls, value: str) -> str:
+        return _one_of(value, DISCIPLINES)
+
+    @field_validator("shape_kbit")
+    @classmethod
+    def _shape(cls, value: float | None) -> float | None:
+        if value is not None and value <= 0:
+            raise ValueError(f"shape_kbit must be > 0, got {value:g}")
+        return value
+
+
+class LinkProfile(FileModel):
+    """One setting of the core (bottleneck) link: a `[[links]]` entry."""
+
+    name: str
+    core_kbit: float = Field(gt=0, description="the core link's rate, kbit/s")
+    delay_ms: float = Field(0.0, ge=0, description="one-way, added on the core link")
+    mtu: int = Field(1500, ge=576, le=9000)
+    access_kbit: Number | None = Field(None, gt=0, description="host-router LAN links, kbit/s; none = not limited")
+    queue_packets: int = Field(defaults.ROUTER_QUEUE_PACKETS, ge=1, description="router queue on the core link")
 
     @property
     def access_rate_kbit(self) -> float:
         return self.access_kbit if self.access_kbit is not None else float("inf")
 
 
-@dataclass(frozen=True)
-class Workload:
-    """One PathMaster case: what goes to every site, what comes back."""
+class Workload(FileModel):
+    """`[workload]`: one PathMaster case, what goes to every site, what comes back."""
 
-    cells: int = 6
-    image_bytes: int = 100_000
+    cells: int = Field(6, ge=1, description="test cells per case")
+    image_bytes: int = Field(100_000, ge=1, description="bytes per cell image; background and mask the same")
     with_background: bool = True
     with_mask: bool = True
-    k: int = 5
-    match_bytes: int = 5000  # thumbnail bytes per returned match
-    mode: str = "transfer"  # "transfer": sites answer without analysing (workload.py);
-    # "service": the product itself (services.experiment.deployment: sites with Ray on X1/X2, coordinator
-    # and `pathmaster query` on the master) with synthetic cells; image_bytes/match_bytes unused
-    workers_on_x2: bool = False  # service mode: each site's second Ray worker on its X2 host
-    sites: tuple[str, ...] = ("A1", "B1", "C1")  # the server of each subnet; master is A1's peer
+    k: int = Field(defaults.K, ge=1, description="matches returned per cell and site")
+    match_bytes: int = Field(5000, ge=0, description="thumbnail bytes per returned match")
+    mode: str = Field("transfer", json_schema_extra={"enum": ["transfer", "service"]},
+                      description='"transfer": sites answer without analysing (workload.py); "service": the '
+                                  "product itself (services.experiment.deployment) with synthetic cells")
+    workers_on_x2: bool = Field(False, description="service mode: each site's second Ray worker on its X2 host")
+    sites: Seq[str] = Field(("A1", "B1", "C1"), description="the server of each subnet")
     deadline_s: float = 120.0
 
+    @field_validator("mode")
+    @classmethod
+    def _mode(cls, value: str) -> str:
+        return _one_of(value, ("transfer", "service"))
 
-@dataclass(frozen=True)
-class Competing:
-    """Competing traffic: what kind and the levels swept."""
 
-    kind: str = "downloads"
-    levels: tuple[float, ...] = (0,)
-    targets: tuple[str, ...] = ("B3", "C3")
-    params: dict = field(default_factory=dict)  # e.g. pareto alpha, on/off periods
+class Competing(FileModel):
+    """`[competing]`: competing traffic, what kind and the levels swept."""
+
+    kind: str = Field("downloads", json_schema_extra={"enum": list(COMPETING_KINDS)})
+    levels: Seq[Number] = Field((0,), description="downloads: parallel streams; udp/pareto: mean kbit/s")
+    targets: Seq[str] = ("B3", "C3")
+    params: dict[str, Any] = Field(default_factory=dict, description="e.g. pareto alpha, dscp")
+
+    @field_validator("kind")
+    @classmethod
+    def _kind(cls, value: str) -> str:
+        return _one_of(value, COMPETING_KINDS)
+
+    @field_validator("levels")
+    @classmethod
+    def _levels(cls, levels: tuple) -> tuple:
+        if not levels or any(v < 0 for v in levels):
+            raise ValueError(f"levels must be a non-empty list of numbers >= 0, got {list(levels)!r}")
+        if len(set(levels)) != len(levels):
+            raise ValueError(f"levels repeat a value: {list(levels)!r}")
+        return levels
 
     @property
     def unit(self) -> str:
         return "streams" if self.kind == "downloads" else "kbit/s"
 
 
-@dataclass(frozen=True)
-class Experiment:
-    """A whole experiment file, validated."""
+class Head(FileModel):
+    """`[experiment]`: what the experiment is and how its runs are ordered."""
 
     name: str
-    description: str
-    repetitions: int
-    seed: int
-    request_classes: tuple[str, ...]
-    workload: Workload
-    competing: Competing
-    strategies: tuple[Strategy, ...]
-    links: tuple[Link, ...]
-    settle_s: float = 1.0  # competing traffic runs this long before a case is submitted
-    order: str = "shuffled"  # "shuffled" or "blocked" (by competing level; see matrix.expand)
-    classes: ClassTable = DEFAULT_CLASSES  # the run's request classes (the file's [classes])
-    source: str = ""  # the file it came from
+    description: str = ""
+    repetitions: int = Field(defaults.EXPERIMENT_REPETITIONS, ge=1, description="runs per cell of the matrix")
+    seed: int = Field(0, description="shuffles the run order; recorded with every run")
+    request_classes: Seq[str] = ("urgent",)
+    settle_s: float = Field(1.0, description="competing traffic runs this long before a case is submitted")
+    order: str = Field("shuffled", json_schema_extra={"enum": ["shuffled", "blocked"]},
+                       description="blocked: by competing level (see matrix.expand)")
+
+    @field_validator("request_classes")
+    @classmethod
+    def _classes(cls, classes: tuple[str, ...]) -> tuple[str, ...]:
+        if not classes:
+            raise ValueError("request_classes is empty")
+        return classes  # checked against the file's [classes] table by Experiment
+
+    @field_validator("order")
+    @classmethod
+    def _order(cls, value: str) -> str:
+        if value not in ("shuffled", "blocked"):
+            raise ValueError(f"order must be 'shuffled' or 'blocked', got {value!r}")
+        return value
+
+
+def _named(tables: Any) -> Any:
+    """`[strategies.NAME]` tables -> Strategy entries carrying their NAME."""
+    if not isinstance(tables, dict):
+        return tables
+    return [{**table, "name": name} if isinstance(table, dict) and "name" not in table else table
+            for name, table in tables.items()]
+
+
+_STRATEGY_TABLE = {k: v for k, v in Strategy.model_json_schema().items() if k != "required"}
+_STRATEGY_TABLE["properties"] = {k: v for k, v in _STRATEGY_TABLE["properties"].items() if k != "name"}
+_STRATEGY_TABLE["required"] = ["discipline"]
+Strategies = Annotated[Seq[Strategy], BeforeValidator(_named),
+                       WithJsonSchema({"type": "object", "minProperties": 1, "additionalProperties": _STRATEGY_TABLE,
+                                       "description": "one [strategies.NAME] table per strategy"})]
+
+
+class Experiment(FileModel):
+    """A whole experiment file, validated (its tables as in the module docstring)."""
+
+    experiment: Head
+    workload: Workload = Field(default_factory=Workload)
+    competing: Competing = Field(default_factory=Competing)
+    strategies: Strategies = Field(min_length=1)
+    links: Seq[LinkProfile] = Field(min_length=1, description="one [[links]] entry per link setting")
+    classes_table: dict[str, ClassEntry] | None = Field(
+        None, alias="classes", min_length=1,
+        description="the run's request classes ([classes.NAME] tables); default: the default table")
+
+    _source: str = PrivateAttr("")
+
+    @model_validator(mode="after")
+    def _unique_links(self) -> "Experiment":
+        if len({item.name for item in self.links}) != len(self.links):
+            raise ValueError("[[links]] names must be unique")
+        for name in self.request_classes:
+            if name not in self.classes:
+                raise ValueError(f"[experiment] request_classes: unknown request class {name!r}; "
+                                 f"known: {', '.join(self.classes.names())}")
+        return self
+
+    @property
+    def classes(self) -> ClassTable:
+        """The run's one request-class table: the file's [classes], or the default table."""
+        if self.classes_table is None:
+            return DEFAULT_CLASSES
+        return ClassTable({name: entry.model_dump() for name, entry in self.classes_table.items()})
+
+    # The [experiment] table's values, as the experiment's own.
+    name = property(lambda self: self.experiment.name)
+    description = property(lambda self: self.experiment.description)
+    repetitions = property(lambda self: self.experiment.repetitions)
+    seed = property(lambda self: self.experiment.seed)
+    request_classes = property(lambda self: self.experiment.request_classes)
+    settle_s = property(lambda self: self.experiment.settle_s)
+    order = property(lambda self: self.experiment.order)
+
+    @property
+    def source(self) -> str:
+        """The file it came from."""
+        return self._source
 
     def to_dict(self) -> dict:
-        """A JSON-ready form, recorded in every run's metadata."""
-        data = asdict(self)
-        data.pop("source")
-        data["classes"] = self.classes.to_table()
+        """A JSON-ready form, recorded in every run's metadata (flat: the [experiment] keys at the top)."""
+        data = self.experiment.model_dump()
+        data.update(workload=self.workload.model_dump(), competing=self.competing.model_dump(),
+                    strategies=[s.model_dump() for s in self.strategies],
+                    links=[item.model_dump() for item in self.links], classes=self.classes.to_table())
         return data
 
     def fingerprint(self) -> str:
@@ -145,7 +258,7 @@ class Experiment:
     def strategy(self, name: str) -> Strategy:
         return next(s for s in self.strategies if s.name == name)
 
-    def link(self, name: str) -> Link:
+    def link(self, name: str) -> LinkProfile:
         return next(item for item in self.links if item.name == name)
 
 
@@ -169,163 +282,21 @@ def resolve(file_or_name: str | Path) -> Path:
 
 
 def load_spec(file_or_name: str | Path) -> Experiment:
-    """Read and validate an experiment file (or built-in name); raises InvalidInput on any problem."""
+    """Read and validate an experiment file (or built-in name); raises `ConfigError` (an
+    `InvalidInput`) naming the file and key of any problem."""
     path = resolve(file_or_name)
-    try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except tomllib.TOMLDecodeError as exc:
-        raise InvalidInput(f"not valid TOML: {exc}", path) from None
-    return parse_spec(data, source=str(path))
-
-
-def _take(table: dict, key: str, kind, where: str, source: str, default=None, required=False):
-    """One typed value from a TOML table, with an error naming file and key."""
-    if key not in table:
-        if required:
-            raise InvalidInput(f"[{where}] needs '{key}'", source)
-        return default
-    value = table[key]
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
-        names = " or ".join(k.__name__ for k in kinds)
-        raise InvalidInput(f"[{where}] '{key}' must be {names}, got {value!r}", source)
-    return value
-
-
-def _unknown_keys(table: dict, known: set[str], where: str, source: str) -> None:
-    extra = sorted(set(table) - known)
-    if extra:
-        raise InvalidInput(
-            f"[{where}] unknown key(s) {', '.join(extra)}; known: {', '.join(sorted(known))}", source
-        )
+    return parse_spec(read_toml(path, "experiment"), source=str(path))
 
 
 def parse_spec(data: dict, source: str = "<experiment>") -> Experiment:
     """Validate an already-parsed TOML document; see the module docstring for the format."""
-    _unknown_keys(data, {"experiment", "workload", "competing", "strategies", "links", "classes"}, "top level", source)
-    table = DEFAULT_CLASSES
-    if "classes" in data:
-        try:
-            table = ClassTable(data["classes"])  # the shape of a coordinator's or site's [classes]
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise InvalidInput(f"[classes] {exc}", source) from None
-        if not table.names():
-            raise InvalidInput("[classes] lists no class", source)
-    head = data.get("experiment")
-    if not isinstance(head, dict):
-        raise InvalidInput("needs an [experiment] table", source)
-    _unknown_keys(
-        head, {"name", "description", "repetitions", "seed", "request_classes", "settle_s", "order"}, "experiment", source
-    )
-    name = _take(head, "name", str, "experiment", source, required=True)
-    repetitions = _take(head, "repetitions", int, "experiment", source, DEFAULT_REPETITIONS)
-    if repetitions < 1:
-        raise InvalidInput(f"[experiment] repetitions must be >= 1, got {repetitions}", source)
-    classes = tuple(_take(head, "request_classes", list, "experiment", source, ["urgent"]))
-    for cls in classes:
-        if cls not in table:
-            raise InvalidInput(
-                f"[experiment] unknown request class {cls!r}; known: {', '.join(table.names())}", source
-            )
-    if not classes:
-        raise InvalidInput("[experiment] request_classes is empty", source)
+    names = list(data.get("strategies", {})) if isinstance(data.get("strategies"), dict) else []
 
-    order = _take(head, "order", str, "experiment", source, "shuffled")
-    if order not in ("shuffled", "blocked"):
-        raise InvalidInput(f"[experiment] order must be 'shuffled' or 'blocked', got {order!r}", source)
+    def by_name(loc: tuple) -> tuple:  # ("strategies", 0, ...) -> ("strategies", "fifo", ...)
+        if len(loc) > 1 and loc[0] == "strategies" and isinstance(loc[1], int) and loc[1] < len(names):
+            return ("strategies", names[loc[1]], *loc[2:])
+        return loc
 
-    wl = data.get("workload", {})
-    known_wl = {"cells", "image_bytes", "with_background", "with_mask", "k", "match_bytes", "mode", "sites",
-                "deadline_s", "workers_on_x2"}
-    _unknown_keys(wl, known_wl, "workload", source)
-    workload = Workload(
-        cells=_take(wl, "cells", int, "workload", source, 6),
-        image_bytes=_take(wl, "image_bytes", int, "workload", source, 100_000),
-        with_background=_take(wl, "with_background", bool, "workload", source, True),
-        with_mask=_take(wl, "with_mask", bool, "workload", source, True),
-        k=_take(wl, "k", int, "workload", source, 5),
-        match_bytes=_take(wl, "match_bytes", int, "workload", source, 5000),
-        mode=_take(wl, "mode", str, "workload", source, "transfer"),
-        workers_on_x2=_take(wl, "workers_on_x2", bool, "workload", source, False),
-        sites=tuple(_take(wl, "sites", list, "workload", source, ["A1", "B1", "C1"])),
-        deadline_s=float(_take(wl, "deadline_s", (int, float), "workload", source, 120.0)),
-    )
-    if workload.cells < 1 or workload.image_bytes < 1 or workload.k < 1 or workload.match_bytes < 0:
-        raise InvalidInput("[workload] cells, image_bytes and k must be >= 1, match_bytes >= 0", source)
-    if workload.mode not in ("transfer", "service"):
-        raise InvalidInput(f"[workload] mode {workload.mode!r} is not 'transfer' or 'service'", source)
-
-    comp = data.get("competing", {})
-    _unknown_keys(comp, {"kind", "levels", "targets", "params"}, "competing", source)
-    kind = _take(comp, "kind", str, "competing", source, "downloads")
-    if kind not in COMPETING_KINDS:
-        raise InvalidInput(f"[competing] kind {kind!r} is not one of {', '.join(COMPETING_KINDS)}", source)
-    levels = _take(comp, "levels", list, "competing", source, [0])
-    if not levels or any(isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 for v in levels):
-        raise InvalidInput(f"[competing] levels must be a non-empty list of numbers >= 0, got {levels!r}", source)
-    if len(set(levels)) != len(levels):
-        raise InvalidInput(f"[competing] levels repeat a value: {levels!r}", source)
-    competing = Competing(
-        kind=kind,
-        levels=tuple(levels),
-        targets=tuple(_take(comp, "targets", list, "competing", source, ["B3", "C3"])),
-        params=dict(_take(comp, "params", dict, "competing", source, {})),
-    )
-
-    strategies_table = data.get("strategies")
-    if not isinstance(strategies_table, dict) or not strategies_table:
-        raise InvalidInput("needs at least one [strategies.NAME] table", source)
-    strategies = []
-    for sname, entry in strategies_table.items():
-        where = f"strategies.{sname}"
-        if not isinstance(entry, dict):
-            raise InvalidInput(f"[{where}] must be a table", source)
-        _unknown_keys(entry, {"discipline", "shape_kbit", "params"}, where, source)
-        discipline = _take(entry, "discipline", str, where, source, required=True)
-        if discipline not in DISCIPLINES:
-            raise InvalidInput(f"[{where}] discipline {discipline!r} is not one of {', '.join(DISCIPLINES)}", source)
-        shape = _take(entry, "shape_kbit", (int, float), where, source, None)
-        if shape is not None and shape <= 0:
-            raise InvalidInput(f"[{where}] shape_kbit must be > 0, got {shape}", source)
-        strategies.append(
-            Strategy(sname, discipline, None if shape is None else float(shape),
-                     dict(_take(entry, "params", dict, where, source, {})))
-        )
-
-    links_list = data.get("links")
-    if not isinstance(links_list, list) or not links_list:
-        raise InvalidInput("needs at least one [[links]] entry", source)
-    links = []
-    for i, entry in enumerate(links_list):
-        where = f"links[{i}]"
-        _unknown_keys(entry, {"name", "core_kbit", "delay_ms", "mtu", "access_kbit", "queue_packets"}, where, source)
-        link = Link(
-            name=_take(entry, "name", str, where, source, required=True),
-            core_kbit=float(_take(entry, "core_kbit", (int, float), where, source, required=True)),
-            delay_ms=float(_take(entry, "delay_ms", (int, float), where, source, 0.0)),
-            mtu=_take(entry, "mtu", int, where, source, 1500),
-            access_kbit=_take(entry, "access_kbit", (int, float), where, source, None),
-            queue_packets=_take(entry, "queue_packets", int, where, source, 100),
-        )
-        if link.core_kbit <= 0 or link.delay_ms < 0 or not 576 <= link.mtu <= 9000:
-            raise InvalidInput(f"[{where}] needs core_kbit > 0, delay_ms >= 0 and 576 <= mtu <= 9000", source)
-        links.append(link)
-    if len({item.name for item in links}) != len(links):
-        raise InvalidInput("[[links]] names must be unique", source)
-
-    return Experiment(
-        name=name,
-        description=_take(head, "description", str, "experiment", source, ""),
-        repetitions=repetitions,
-        seed=_take(head, "seed", int, "experiment", source, 0),
-        request_classes=classes,
-        workload=workload,
-        competing=competing,
-        strategies=tuple(strategies),
-        links=tuple(links),
-        settle_s=float(_take(head, "settle_s", (int, float), "experiment", source, 1.0)),
-        order=order,
-        classes=table,
-        source=source,
-    )
+    experiment = validate(Experiment, data, source, rename=by_name)
+    experiment._source = str(source)
+    return experiment

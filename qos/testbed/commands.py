@@ -38,7 +38,7 @@ def _run(args: argparse.Namespace) -> int:
             tb = Testbed(config).up()
             s = tb.status()
             print(f"testbed {config.tag} up: {s['namespaces_present']} namespaces, "
-                  f"bottleneck {config.bottleneck['rate_bps'] / 1e6:g} Mbit/s, "
+                  f"bottleneck {config.bottleneck.rate_kbit / 1e3:g} Mbit/s, "
                   f"{', '.join(sorted(set(s['disciplines'].values()))) or 'no kernel discipline'}")
         else:
             removed = teardown(config.tag)

@@ -2,154 +2,189 @@
 
     config = load_config("my.toml")          # None -> the packaged default.toml
     config = config.with_tag("t123")         # a separate, parallel testbed
+
+Keys a file leaves out take the model's defaults (which default.toml spells out). Rates
+are kbit/s (`rate_kbit`, `lan_rate_kbit`, the discipline's `shaped_rate_kbit`); the old
+`rate_bps` spellings are refused with the new one.
 """
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 import ipaddress
-import tomllib
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated, Any
 
+from pydantic import AfterValidator, Field, PrivateAttr, field_validator, model_validator
+
+from pathmaster import defaults
+from pathmaster.records import ConfigError
+from qos.config import FileModel, Seq, old_rate, read_toml, validate
 from qos.testbed import netns
+from qos.testbed.kernel import ETHERNET_HEADER_BYTES
 
 DEFAULT_CONFIG = Path(__file__).with_name("default.toml")
 BACKENDS = ("kernel", "emulator")
 
+Rate = Annotated[int | float, Field(gt=0)]
+_DEFAULT_DISCIPLINE = {"strategy": "fifo", "limit_packets": defaults.HOLD_QUEUE_PACKETS}
 
-class ConfigError(ValueError):
-    """A testbed configuration file with a bad or missing setting; the message names file and key."""
+
+def _check_backend(backend: str) -> str:
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    return backend
 
 
-@dataclass(frozen=True)
-class TestbedConfig:
+Backend = Annotated[str, AfterValidator(_check_backend), Field(json_schema_extra={"enum": list(BACKENDS)})]
+
+
+class BottleneckOverride(FileModel):
+    """`[bottleneck.subnet.X]`: any [bottleneck] key, for subnet X's uplink only."""
+
+    rate_kbit: Rate | None = Field(None, description="kbit/s")
+    backend: Backend | None = None
+    overhead_bytes: int | None = Field(None, ge=ETHERNET_HEADER_BYTES)
+    discipline: dict[str, Any] | None = None
+    rate_bps: old_rate()
+
+
+class Bottleneck(FileModel):
+    """`[bottleneck]`: every router-core link, each direction (see default.toml)."""
+
+    rate_kbit: Rate = Field(defaults.BOTTLENECK_RATE_KBIT, description="the shared segment, kbit/s")
+    backend: Backend = Field("kernel", description="kernel (htb/pfifo) or emulator (qos.emulator, user space)")
+    overhead_bytes: int = Field(ETHERNET_HEADER_BYTES, ge=ETHERNET_HEADER_BYTES,
+                                description="per packet beyond the IP packet; 14 = Ethernet header")
+    discipline: dict[str, Any] = Field(default_factory=lambda: dict(_DEFAULT_DISCIPLINE),
+                                       description="kernel: see qos/testbed/kernel.py (fifo | priority "
+                                                   "| shares | shaping); emulator: its link keys too")
+    subnet: dict[str, BottleneckOverride] = Field(default_factory=dict)
+    rate_bps: old_rate()
+
+
+class TestbedConfig(FileModel):
     """The testbed's settings (see default.toml for what each means)."""
 
     __test__ = False  # not a pytest test class, despite the name
 
-    tag: str
-    address_range: ipaddress.IPv4Network
-    subnets: tuple[str, ...]
-    hosts_per_subnet: int
-    master: str
-    bottleneck: dict
-    tcp_congestion: str = "reno"
-    lan_rate_bps: int = 0
-    source: str = "<default>"
+    tag: str = Field("main", description="namespaces are pm-<tag>-<node>; 1-12 of a-z, 0-9")
+    address_range: Annotated[ipaddress.IPv4Network, Field(strict=False)] = Field(
+        ipaddress.IPv4Network("10.42.0.0/16"), description="a private /16 or larger")
+    subnets: Seq[str] = ("A", "B", "C")
+    hosts_per_subnet: int = Field(3, description="1-9")
+    master: str = "A1"
+    tcp_congestion: str = Field("reno", description='every node\'s TCP congestion control; "" keeps the machine\'s')
+    lan_rate_kbit: int | float = Field(0, ge=0, description="every host's LAN link, kbit/s; 0 = unshaped")
+    bottleneck: Bottleneck = Field(default_factory=Bottleneck)
+    lan_rate_bps: old_rate("lan_rate_kbit")
+
+    _source: str = PrivateAttr("<default>")
+
+    @property
+    def source(self) -> str:
+        """The file this configuration came from."""
+        return self._source
+
+    @field_validator("tag")
+    @classmethod
+    def _tag(cls, tag: str) -> str:
+        return netns.check_tag(tag)
+
+    @field_validator("address_range")
+    @classmethod
+    def _range(cls, network: ipaddress.IPv4Network) -> ipaddress.IPv4Network:
+        if not network.is_private or network.prefixlen > 16:
+            raise ValueError(f"{network} must be a private /16 or larger")
+        return network
+
+    @field_validator("subnets")
+    @classmethod
+    def _subnets(cls, subnets: tuple[str, ...]) -> tuple[str, ...]:
+        if not subnets or len(subnets) > 250 or any(not (s.isalpha() and s.isupper() and len(s) == 1)
+                                                    for s in subnets):
+            raise ValueError(f"subnets must be single capital letters, got {list(subnets)}")
+        return subnets
+
+    @field_validator("hosts_per_subnet")
+    @classmethod
+    def _hosts(cls, hosts: int) -> int:
+        if not 1 <= hosts <= 9:
+            raise ValueError(f"hosts_per_subnet must be 1-9, got {hosts!r}")
+        return hosts
+
+    @field_validator("tcp_congestion")
+    @classmethod
+    def _congestion(cls, name: str) -> str:
+        if not (name == "" or name.isalnum()):
+            raise ValueError(f'tcp_congestion must be an algorithm name or "", got {name!r}')
+        return name
+
+    @model_validator(mode="after")
+    def _topology(self) -> "TestbedConfig":
+        master = self.master
+        if master[:1] not in self.subnets or not master[1:].isdigit() \
+                or not 1 <= int(master[1:]) <= self.hosts_per_subnet:
+            raise ValueError(f"master {master!r} is not a host of the topology")
+        for name in self.bottleneck.subnet:
+            if name not in self.subnets:
+                raise ValueError(f"[bottleneck.subnet.{name}]: no subnet {name!r} in {list(self.subnets)}")
+        return self
 
     def with_tag(self, tag: str) -> "TestbedConfig":
-        return dataclasses.replace(self, tag=netns.check_tag(tag))
+        return self._remade(tag=netns.check_tag(tag))
 
     def with_bottleneck(self, **changes) -> "TestbedConfig":
         """A copy with [bottleneck] keys replaced (e.g. ``discipline={"strategy": "priority"}``)."""
-        bottleneck = {**copy.deepcopy(self.bottleneck), **changes}
-        _check_bottleneck(bottleneck, self.source, "bottleneck")
-        return dataclasses.replace(self, bottleneck=bottleneck)
+        return self._remade(bottleneck={**self.bottleneck.model_dump(exclude_unset=True), **changes})
+
+    def _remade(self, **changes) -> "TestbedConfig":
+        return from_dict({**self.model_dump(exclude_unset=True, mode="json"), **changes}, self.source)
 
     def link_settings(self, subnet: str) -> dict:
-        """[bottleneck] merged with [bottleneck.subnet.<subnet>] for subnet `subnet`'s uplink."""
-        merged = {k: v for k, v in self.bottleneck.items() if k != "subnet"}
-        merged.update(self.bottleneck.get("subnet", {}).get(subnet, {}))
+        """[bottleneck] merged with [bottleneck.subnet.<subnet>] for subnet `subnet`'s uplink:
+        {rate_kbit, backend, overhead_bytes, discipline}."""
+        merged = self.bottleneck.model_dump(exclude={"subnet"})
+        if subnet in self.bottleneck.subnet:
+            merged.update(self.bottleneck.subnet[subnet].model_dump(exclude_none=True))
         return merged
 
     def to_dict(self) -> dict:
-        return {"tag": self.tag, "address_range": str(self.address_range), "subnets": list(self.subnets),
-                "hosts_per_subnet": self.hosts_per_subnet, "master": self.master,
-                "tcp_congestion": self.tcp_congestion, "lan_rate_bps": self.lan_rate_bps,
-                "bottleneck": copy.deepcopy(self.bottleneck)}
+        """The whole configuration, JSON-ready, in the file's form (`from_dict` reads it back)."""
+        return self.model_dump(mode="json")
 
 
-BOTTLENECK_KEYS = {"rate_bps", "backend", "overhead_bytes", "discipline", "subnet"}
-
-
-def _check_bottleneck(b: dict, source: str, where: str) -> None:
-    unknown = set(b) - BOTTLENECK_KEYS - ({"subnet"} if where != "bottleneck" else set())
-    if unknown or (where != "bottleneck" and "subnet" in b):
-        raise ConfigError(f"{source}: [{where}] unknown settings {', '.join(sorted(unknown or {'subnet'}))}; "
-                          f"known: {', '.join(sorted(BOTTLENECK_KEYS - {'subnet'}))}")
-    if "rate_bps" in b and (not isinstance(b["rate_bps"], (int, float)) or b["rate_bps"] <= 0):
-        raise ConfigError(f"{source}: [{where}] rate_bps must be a positive number of bit/s, got {b['rate_bps']!r}")
-    if "backend" in b and b["backend"] not in BACKENDS:
-        raise ConfigError(f"{source}: [{where}] backend must be one of {', '.join(BACKENDS)}, got {b['backend']!r}")
-    if "overhead_bytes" in b and not (isinstance(b["overhead_bytes"], int) and b["overhead_bytes"] >= 14):
-        raise ConfigError(f"{source}: [{where}] overhead_bytes must be an integer >= 14 (the Ethernet header)")
-    if "discipline" in b and not isinstance(b["discipline"], dict):
-        raise ConfigError(f"{source}: [{where}.discipline] must be a table")
-    for name, sub in b.get("subnet", {}).items():
-        _check_bottleneck(sub, source, f"{where}.subnet.{name}")
-
-
-def from_dict(data: dict, source: str = "<dict>") -> TestbedConfig:
-    """Validate a parsed configuration; missing keys take default.toml's values."""
-    base = tomllib.loads(DEFAULT_CONFIG.read_text()) if source != str(DEFAULT_CONFIG) else {}
-    merged = {**base, **data}
-    merged["bottleneck"] = {**base.get("bottleneck", {}), **data.get("bottleneck", {})}
-    unknown = set(merged) - {"tag", "address_range", "subnets", "hosts_per_subnet", "master", "bottleneck",
-                                "tcp_congestion", "lan_rate_bps"}
-    if unknown:
-        raise ConfigError(f"{source}: unknown settings {', '.join(sorted(unknown))}")
-    try:
-        tag = netns.check_tag(str(merged["tag"]))
-    except ValueError as exc:
-        raise ConfigError(f"{source}: tag: {exc}") from None
-    try:
-        network = ipaddress.IPv4Network(merged["address_range"])
-    except ValueError as exc:
-        raise ConfigError(f"{source}: address_range: {exc}") from None
-    if not network.is_private or network.prefixlen > 16:
-        raise ConfigError(f"{source}: address_range {network} must be a private /16 or larger")
-    subnets = tuple(merged["subnets"])
-    if not subnets or len(subnets) > 250 or any(not (isinstance(s, str) and s.isalpha() and s.isupper() and len(s) == 1) for s in subnets):
-        raise ConfigError(f"{source}: subnets must be single capital letters, got {list(subnets)}")
-    hosts = merged["hosts_per_subnet"]
-    if not isinstance(hosts, int) or not 1 <= hosts <= 9:
-        raise ConfigError(f"{source}: hosts_per_subnet must be 1-9, got {hosts!r}")
-    master = merged["master"]
-    if master[:1] not in subnets or not master[1:].isdigit() or not 1 <= int(master[1:]) <= hosts:
-        raise ConfigError(f"{source}: master {master!r} is not a host of the topology")
-    _check_bottleneck(merged["bottleneck"], source, "bottleneck")
-    for name in merged["bottleneck"].get("subnet", {}):
-        if name not in subnets:
-            raise ConfigError(f"{source}: [bottleneck.subnet.{name}]: no subnet {name!r} in {list(subnets)}")
-    congestion = merged.get("tcp_congestion", "reno")
-    if not isinstance(congestion, str) or not (congestion == "" or congestion.isalnum()):
-        raise ConfigError(f"{source}: tcp_congestion must be an algorithm name or \"\", got {congestion!r}")
-    lan_rate = merged.get("lan_rate_bps", 0)
-    if not isinstance(lan_rate, int) or lan_rate < 0:
-        raise ConfigError(f"{source}: lan_rate_bps must be 0 (unshaped) or a rate in bit/s, got {lan_rate!r}")
-    config = TestbedConfig(tag, network, subnets, hosts, master, merged["bottleneck"], congestion,
-                           lan_rate, source)
-    _check_kernel_disciplines(config)
-    return config
-
-
-def _check_kernel_disciplines(config: TestbedConfig) -> None:
-    """Build each kernel-backed uplink's discipline once, so a bad table fails at load, naming the file.
-    (Emulator settings are checked by the emulator when it starts.)"""
+def check_uplinks(config: TestbedConfig) -> None:
+    """Build each uplink's discipline once (kernel) or check its emulator settings, so a bad
+    [bottleneck] discipline table fails at load, naming the file and the table."""
     from qos.testbed import kernel
 
     for subnet in config.subnets:
         settings = config.link_settings(subnet)
-        if settings.get("backend", "kernel") != "kernel":
-            continue
-        spec = {"overhead_bytes": settings.get("overhead_bytes", kernel.ETHERNET_HEADER_BYTES),
-                **settings.get("discipline", {})}
+        where = f"[bottleneck.subnet.{subnet}]" if subnet in config.bottleneck.subnet else "[bottleneck]"
+        spec = {"overhead_bytes": settings["overhead_bytes"], **settings["discipline"]}
         try:
-            kernel.from_config(spec, settings["rate_bps"])
+            if settings["backend"] == "kernel":
+                kernel.from_config(spec, settings["rate_kbit"] * 1000)
+            else:
+                from qos.emulator.config import config_from_dict
+                from qos.emulator.launch import interface_config
+
+                config_from_dict(interface_config(["uplink"], {"rate_kbit": settings["rate_kbit"], **spec}))
         except (KeyError, ValueError) as exc:
-            raise ConfigError(f"{config.source}: [bottleneck] discipline of subnet {subnet}: "
-                              f"{exc.args[0] if exc.args else exc}") from None
+            problem = exc.problem if isinstance(exc, ConfigError) else (exc.args[0] if exc.args else str(exc))
+            raise ConfigError(f"discipline of subnet {subnet}: {problem}", config.source,
+                              where) from None
+
+
+def from_dict(data: dict, source: str = "<dict>") -> TestbedConfig:
+    """Validate a parsed configuration; missing keys take the defaults (default.toml's values)."""
+    config = validate(TestbedConfig, data, source)
+    config._source = str(source)
+    check_uplinks(config)
+    return config
 
 
 def load_config(path: str | Path | None = None) -> TestbedConfig:
     """Read a testbed TOML file (None: the packaged default.toml); raise ConfigError naming the problem."""
     path = Path(path) if path else DEFAULT_CONFIG
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such testbed configuration file") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    return from_dict(data, str(path))
+    return from_dict(read_toml(path, "testbed configuration"), str(path))

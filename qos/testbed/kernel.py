@@ -1,6 +1,6 @@
 """Kernel queueing backend: the Linux qdiscs this kernel has (htb, tbf, pfifo; u32 on the DSCP).
 
-A `Discipline` is data: the link rate and a list of `QueueClass`es, each with the DSCPs it
+A `KernelQdisc` is data: the link rate and a list of `QueueClass`es, each with the DSCPs it
 takes, its htb priority, assured rate, ceiling and pfifo buffer. `install` turns it into
 
     root htb 1:  (unclassified packets -> the default class)
@@ -33,12 +33,12 @@ import functools
 import json
 from dataclasses import dataclass, field
 
+from pathmaster import defaults
 from qos.classes import DEFAULT_CLASSES, ClassTable
 from qos.testbed import netns
 from qos.testbed.node import Node
 
 STRATEGIES = ("fifo", "priority", "shares", "shaping")
-DEFAULT_LIMIT_PACKETS = 40  # a Cisco interface's default output hold queue
 ETHERNET_HEADER_BYTES = 14
 MTU_FRAME_BYTES = 1500 + ETHERNET_HEADER_BYTES
 
@@ -60,12 +60,12 @@ class QueueClass:
     prio: int
     rate_bps: int
     ceil_bps: int
-    limit_packets: int = DEFAULT_LIMIT_PACKETS
+    limit_packets: int = defaults.HOLD_QUEUE_PACKETS
     weight: float = 1.0
 
 
 @dataclass(frozen=True)
-class Discipline:
+class KernelQdisc:
     """A link's egress discipline: its rate, its classes, where unclassified packets go."""
 
     strategy: str
@@ -89,11 +89,11 @@ def _check_rate(what: str, bps: float) -> int:
     return int(bps)
 
 
-def fifo(rate_bps: float, limit_packets: int = DEFAULT_LIMIT_PACKETS, overhead_bytes: int = ETHERNET_HEADER_BYTES) -> Discipline:
+def fifo(rate_bps: float, limit_packets: int = defaults.HOLD_QUEUE_PACKETS, overhead_bytes: int = ETHERNET_HEADER_BYTES) -> KernelQdisc:
     """First come, first served at `rate_bps` with a `limit_packets` tail-drop buffer."""
     rate = _check_rate("link rate", rate_bps)
     only = QueueClass("all", (), 0, rate, rate, int(limit_packets))
-    return Discipline("fifo", rate, (only,), "all", overhead_bytes)
+    return KernelQdisc("fifo", rate, (only,), "all", overhead_bytes)
 
 
 def _default_class(table: ClassTable, default: str | None) -> str:
@@ -105,8 +105,8 @@ def _default_class(table: ClassTable, default: str | None) -> str:
 
 
 def priority(rate_bps: float, classes: ClassTable = DEFAULT_CLASSES,
-             limit_packets: int = DEFAULT_LIMIT_PACKETS, default: str | None = None,
-             overhead_bytes: int = ETHERNET_HEADER_BYTES) -> Discipline:
+             limit_packets: int = defaults.HOLD_QUEUE_PACKETS, default: str | None = None,
+             overhead_bytes: int = ETHERNET_HEADER_BYTES) -> KernelQdisc:
     """Strict priority by request class: htb prio = the class's priority, each may use the whole link.
 
     Each class is assured 1% of the link (htb needs a rate) and borrows the rest in priority
@@ -118,12 +118,12 @@ def priority(rate_bps: float, classes: ClassTable = DEFAULT_CLASSES,
         QueueClass(c.name, (c.dscp,), min(c.priority, 7), token, rate, int(limit_packets))
         for c in classes
     )
-    return Discipline("priority", rate, queues, _default_class(classes, default), overhead_bytes)
+    return KernelQdisc("priority", rate, queues, _default_class(classes, default), overhead_bytes)
 
 
 def shares(rate_bps: float, weights: dict[str, float], classes: ClassTable = DEFAULT_CLASSES,
-           limit_packets: int = DEFAULT_LIMIT_PACKETS, default: str | None = None,
-           overhead_bytes: int = ETHERNET_HEADER_BYTES, ceilings: dict[str, float] | None = None) -> Discipline:
+           limit_packets: int = defaults.HOLD_QUEUE_PACKETS, default: str | None = None,
+           overhead_bytes: int = ETHERNET_HEADER_BYTES, ceilings: dict[str, float] | None = None) -> KernelQdisc:
     """Class-based fair queuing: class i is assured rate x w_i / sum(w) and shares spare capacity by weight.
 
     `weights` maps request class names to positive weights; classes not named get weight 1.
@@ -144,27 +144,31 @@ def shares(rate_bps: float, weights: dict[str, float], classes: ClassTable = DEF
         ceil = min(rate, _check_rate(f"ceiling of class {c.name!r}", ceilings[c.name])) if c.name in ceilings else rate
         assured = min(max(int(rate * w[c.name] / total), 8000), ceil)
         queues.append(QueueClass(c.name, (c.dscp,), 0, assured, ceil, int(limit_packets), w[c.name]))
-    return Discipline("shares", rate, tuple(queues), _default_class(classes, default), overhead_bytes,
+    return KernelQdisc("shares", rate, tuple(queues), _default_class(classes, default), overhead_bytes,
                       {"weights": w})
 
 
 def shaping(rate_bps: float, shaped_class: str, shaped_rate_bps: float,
             weights: dict[str, float] | None = None, classes: ClassTable = DEFAULT_CLASSES,
-            limit_packets: int = DEFAULT_LIMIT_PACKETS, default: str | None = None,
-            overhead_bytes: int = ETHERNET_HEADER_BYTES) -> Discipline:
+            limit_packets: int = defaults.HOLD_QUEUE_PACKETS, default: str | None = None,
+            overhead_bytes: int = ETHERNET_HEADER_BYTES) -> KernelQdisc:
     """`shares` with class `shaped_class` (the competing traffic) held to at most `shaped_rate_bps`."""
     base = shares(rate_bps, weights or {}, classes, limit_packets, default, overhead_bytes,
                   ceilings={shaped_class: shaped_rate_bps})
-    return Discipline("shaping", base.rate_bps, base.classes, base.default, overhead_bytes,
+    return KernelQdisc("shaping", base.rate_bps, base.classes, base.default, overhead_bytes,
                       {**base.params, "shaped_class": shaped_class, "shaped_rate_bps": int(shaped_rate_bps)})
 
 
-def from_config(spec: dict, rate_bps: float, classes: ClassTable = DEFAULT_CLASSES) -> Discipline:
-    """Build a Discipline from a config table, e.g. ``{strategy = "shaping", shaped_class = "bulk",
-    shaped_rate_bps = 4_000_000, weights = {urgent = 4, routine = 3}, limit_packets = 40}``."""
+def from_config(spec: dict, rate_bps: float, classes: ClassTable = DEFAULT_CLASSES) -> KernelQdisc:
+    """Build a KernelQdisc from a config table, e.g. ``{strategy = "shaping", shaped_class = "bulk",
+    shaped_rate_kbit = 4000, weights = {urgent = 5, routine = 3}, limit_packets = 40}``
+    (rates in files are kbit/s; `rate_bps` here is the link's, in bit/s)."""
     spec = dict(spec)
+    if "shaped_rate_bps" in spec:
+        raise ValueError("shaped_rate_bps: old spelling; use shaped_rate_kbit "
+                         f"= {spec['shaped_rate_bps'] / 1000:g} (kbit/s)")
     strategy = spec.pop("strategy", "fifo")
-    common = {"limit_packets": spec.pop("limit_packets", DEFAULT_LIMIT_PACKETS),
+    common = {"limit_packets": spec.pop("limit_packets", defaults.HOLD_QUEUE_PACKETS),
               "overhead_bytes": spec.pop("overhead_bytes", ETHERNET_HEADER_BYTES)}
     if strategy == "fifo":
         made = fifo(rate_bps, **common)
@@ -174,7 +178,7 @@ def from_config(spec: dict, rate_bps: float, classes: ClassTable = DEFAULT_CLASS
         made = shares(rate_bps, spec.pop("weights", {}), classes, default=spec.pop("default", None), **common)
     elif strategy == "shaping":
         try:
-            shaped_class, shaped_rate = spec.pop("shaped_class"), spec.pop("shaped_rate_bps")
+            shaped_class, shaped_rate = spec.pop("shaped_class"), spec.pop("shaped_rate_kbit") * 1000
         except KeyError as exc:
             raise ValueError(f"strategy 'shaping' needs {exc.args[0]}") from None
         made = shaping(rate_bps, shaped_class, shaped_rate, spec.pop("weights", {}), classes,
@@ -186,7 +190,7 @@ def from_config(spec: dict, rate_bps: float, classes: ClassTable = DEFAULT_CLASS
     return made
 
 
-def _tc_commands(dev: str, d: Discipline) -> list[list[str]]:
+def _tc_commands(dev: str, d: KernelQdisc) -> list[list[str]]:
     """The tc command lines that install `d` on `dev` (after any old root qdisc is removed)."""
     extra = d.overhead_bytes - ETHERNET_HEADER_BYTES
     if extra < 0:
@@ -213,7 +217,7 @@ def _tc_commands(dev: str, d: Discipline) -> list[list[str]]:
     return cmds
 
 
-def install(node: Node, dev: str, discipline: Discipline) -> None:
+def install(node: Node, dev: str, discipline: KernelQdisc) -> None:
     """Replace the egress discipline of interface `dev` on `node` with `discipline`."""
     clear(node, dev)
     batch = "\n".join(" ".join(c) for c in _tc_commands(dev, discipline)) + "\n"
@@ -226,7 +230,7 @@ def clear(node: Node, dev: str) -> None:
     node.run("tc", "qdisc", "del", "dev", dev, "root", check=False)
 
 
-def stats(node: Node, dev: str, discipline: Discipline) -> dict[str, dict[str, int]]:
+def stats(node: Node, dev: str, discipline: KernelQdisc) -> dict[str, dict[str, int]]:
     """Per-class counters of `dev`'s leaf queues: {class: {bytes, packets, drops, backlog, qlen}}."""
     qdiscs = json.loads(node.cmd("tc", "-s", "-j", "qdisc", "show", "dev", dev) or "[]")
     by_handle = {q["handle"]: q for q in qdiscs}

@@ -20,6 +20,7 @@ import signal
 import time
 from pathlib import Path
 
+from pathmaster import defaults
 from qos.classes import DEFAULT_CLASSES, ClassTable
 from qos.testbed import kernel, netns
 from qos.testbed.config import TestbedConfig, load_config
@@ -54,7 +55,7 @@ class Testbed:
         self.config = config or load_config()
         self.classes = classes
         self.topology = PathMaster2002(self.config)
-        self.disciplines: dict[str, kernel.Discipline] = {}   # "rA:rA-eth1" -> installed discipline
+        self.disciplines: dict[str, kernel.KernelQdisc] = {}   # "rA:rA-eth1" -> installed discipline
         self.emulators: dict[str, object] = {}                 # subnet -> emulator process
 
     @property
@@ -76,12 +77,13 @@ class Testbed:
         return self
 
     def _configure_lans(self) -> None:
-        """FIFO at `lan_rate_bps` on both ends of every host's LAN link (none when 0)."""
+        """FIFO at `lan_rate_kbit` on both ends of every host's LAN link (none when 0)."""
         for lan in self.topology.lans:
             for link in lan.links:
                 for intf in (link.intf1, link.intf2):
-                    if self.config.lan_rate_bps:
-                        kernel.install(intf.node, intf.name, kernel.fifo(self.config.lan_rate_bps, 100))
+                    if self.config.lan_rate_kbit:
+                        kernel.install(intf.node, intf.name,
+                                       kernel.fifo(self.config.lan_rate_kbit * 1000, defaults.ROUTER_QUEUE_PACKETS))
                     else:
                         kernel.clear(intf.node, intf.name)
 
@@ -136,7 +138,7 @@ class Testbed:
     def _configure_uplink(self, subnet: str, settings: dict) -> None:
         """Replace subnet `subnet`'s bottleneck discipline. The new one is checked first, so a
         bad table raises (naming the problem) and leaves the link as it was."""
-        rate = settings["rate_bps"]
+        rate = settings["rate_kbit"] * 1000  # bit/s
         spec = {"overhead_bytes": settings.get("overhead_bytes", kernel.ETHERNET_HEADER_BYTES),
                 **settings.get("discipline", {})}
         backend = settings.get("backend", "kernel")
@@ -146,7 +148,7 @@ class Testbed:
         elif backend == "emulator":
             from qos import emulator  # the other backend; imported only when a link uses it
 
-            emulator.config_from_dict(emulator.interface_config([uplink_ends[0].name], {"rate_bps": rate, **spec}),
+            emulator.config_from_dict(emulator.interface_config([uplink_ends[0].name], {"rate_kbit": rate / 1000, **spec}),
                                       f"subnet {subnet} emulator settings")
         else:
             raise ValueError(f"subnet {subnet}: unknown backend {backend!r}")
@@ -172,7 +174,7 @@ class Testbed:
 
         router = self.topology.routers[subnet]
         uplink = self.topology.uplinks[subnet]
-        return emulator.launch(router.namespace, {"rate_bps": rate_bps, **spec},
+        return emulator.launch(router.namespace, {"rate_kbit": rate_bps / 1000, **spec},
                                interfaces=[uplink.intf1.name],
                                workdir=STATE_DIR / f"testbed-{self.tag}-emulator-{subnet}")
 

@@ -259,7 +259,7 @@ class ParetoBursts(Traffic):
                  alpha: float = pareto.SEED_003_ALPHA, source: str | None = None,
                  slot_s: float = pareto.SLOT_S):
         super().__init__(testbed, dscp, targets, port, source)
-        link_bps = testbed.config.bottleneck["rate_bps"]
+        link_bps = testbed.config.bottleneck.rate_kbit * 1000
         self.k_bps, self.cap_bps = pareto.scaled_to_link(link_bps)
         if mean_bps is not None:
             self.k_bps = k_for_mean(mean_bps, self.cap_bps, alpha)

@@ -22,19 +22,18 @@ import subprocess
 import sys
 import time
 
-from pathmaster.defaults import SITE_PORT
+from pathmaster import defaults
 from qos import traffic
-from qos.experiment.spec import Competing, Experiment, Link, Strategy
+from qos.experiment.spec import Competing, Experiment, LinkProfile, Strategy
 from qos.testbed import kernel, netns
 from qos.testbed.config import load_config
 from qos.testbed.testbed import Testbed
 from services.experiment.workload import classes_argv
 
-# Cisco WFQ weighs a flow by IP precedence + 1: AF41 -> 5, AF21 -> 3, AF11 -> 2, LE/best effort -> 1.
-DEFAULT_WEIGHTS = {"urgent": 5, "routine": 3, "teaching": 2, "bulk": 1}
+SITE_PORT = defaults.SITE_PORT
 
 
-def discipline_table(strategy: Strategy, link: Link) -> tuple[dict, str]:
+def discipline_table(strategy: Strategy, link: LinkProfile) -> tuple[dict, str]:
     """The testbed's [bottleneck.discipline] table and backend for one strategy on one link.
 
     The kernel backend (htb) does FIFO, priority, WFQ-like shares and shaping; WRED and a
@@ -48,7 +47,7 @@ def discipline_table(strategy: Strategy, link: Link) -> tuple[dict, str]:
     elif strategy.discipline == "prio":
         table["strategy"] = "priority"
     elif strategy.discipline == "wfq":
-        table["weights"] = dict(strategy.params.get("weights", DEFAULT_WEIGHTS))
+        table["weights"] = dict(strategy.params.get("weights", defaults.WFQ_WEIGHTS))
         table["strategy"] = "shares"
     elif strategy.discipline == "wred":
         table["strategy"] = "wred"
@@ -56,12 +55,12 @@ def discipline_table(strategy: Strategy, link: Link) -> tuple[dict, str]:
     if strategy.shape_kbit is not None:
         if table["strategy"] != "shares":
             raise ValueError(f"strategy {strategy.name!r}: shaping combines with wfq only")
-        table |= {"strategy": "shaping", "shaped_class": "bulk", "shaped_rate_bps": int(strategy.shape_kbit * 1000)}
+        table |= {"strategy": "shaping", "shaped_class": "bulk", "shaped_rate_kbit": strategy.shape_kbit}
     backend = "kernel"
     if strategy.discipline == "wred" or link.delay_ms:
         backend = "emulator"
         if link.delay_ms:
-            table["delay"] = f"{link.delay_ms / 2}ms"
+            table["delay_ms"] = link.delay_ms / 2
     return table, backend
 
 
@@ -97,7 +96,7 @@ class TestbedBench:
         self.workload = experiment.workload
         config = (testbed_config or load_config()).with_tag(tag or netns.new_tag("x"))
         first = experiment.links[0]
-        config = config.with_bottleneck(rate_bps=int(first.core_kbit * 1000))
+        config = config.with_bottleneck(rate_kbit=first.core_kbit)
         self.testbed = Testbed(config, classes=experiment.classes)  # routers classify by the run's DSCPs
         self.sites: dict = {}
         self.agent: subprocess.Popen | None = None
@@ -225,13 +224,12 @@ class TestbedBench:
         host = site.rsplit("-", 1)[-1]  # "B1", or the service's "site-B1"
         return host[0] != self.testbed.config.master[0]
 
-    def configure(self, link: Link, strategy: Strategy) -> None:
+    def configure(self, link: LinkProfile, strategy: Strategy) -> None:
         if link.mtu != self._mtu:
             self._set_mtu(link.mtu)
         table, backend = discipline_table(strategy, link)
-        rate = int(link.core_kbit * 1000)
-        if self.testbed.config.bottleneck.get("rate_bps") != rate:
-            self.testbed.config = self.testbed.config.with_bottleneck(rate_bps=rate)
+        if self.testbed.config.bottleneck.rate_kbit != link.core_kbit:
+            self.testbed.config = self.testbed.config.with_bottleneck(rate_kbit=link.core_kbit)
         self.testbed.set_strategy(table, backend=backend)
 
     def _set_mtu(self, mtu: int) -> None:

@@ -9,7 +9,7 @@ import pytest
 from qos.emulator.classify import dscp_classifier
 from qos.emulator.disciplines import (SEED003_AF1, ClassWfq, Fifo, FlowFq, Priority,
                                       TokenBucketShaper, Wred, WredProfile)
-from qos.emulator.link import Link
+from qos.emulator.link import EmulatedLink
 from qos.emulator.simulate import constant_rate, simulate, synthetic_packet
 
 CLASSIFY = dscp_classifier()
@@ -32,7 +32,7 @@ def test_classifier_maps_af_siblings_to_their_class():
 
 def test_priority_serves_the_marked_class_first_and_starves_bulk():
     bands = {"urgent": "high", "routine": "medium", "teaching": "normal", "bulk": "low"}
-    link = Link(10e6, Priority(bands), CLASSIFY)
+    link = EmulatedLink(10e6, Priority(bands), CLASSIFY)
     arrivals = constant_rate(9e6, 2.0, dscp=URGENT) + constant_rate(9e6, 2.0, dscp=BULK, flow=1)
     sent = bytes_by_class(simulate(link, arrivals, until=2.0), 0.2, 2.0)
     assert sent["urgent"] * 8 / 1.8 == pytest.approx(9e6, rel=0.02)   # everything it offers
@@ -57,7 +57,7 @@ def test_priority_order_of_four_bands_and_cisco_default_limits():
 
 @pytest.mark.parametrize("sizes", [(1500, 1500), (1500, 300)])
 def test_class_wfq_shares_follow_weights_3_to_1(sizes):
-    link = Link(10e6, ClassWfq({"urgent": 3, "bulk": 1}, limit=100), CLASSIFY)
+    link = EmulatedLink(10e6, ClassWfq({"urgent": 3, "bulk": 1}, limit=100), CLASSIFY)
     arrivals = (constant_rate(10e6, 3.0, length=sizes[0], dscp=URGENT)
                 + constant_rate(10e6, 3.0, length=sizes[1], dscp=BULK, flow=1))
     sent = bytes_by_class(simulate(link, arrivals, until=3.0), 0.5, 3.0)
@@ -66,7 +66,7 @@ def test_class_wfq_shares_follow_weights_3_to_1(sizes):
 
 
 def test_class_wfq_gives_an_idle_class_share_to_the_others():
-    link = Link(10e6, ClassWfq({"urgent": 3, "bulk": 1}), CLASSIFY)
+    link = EmulatedLink(10e6, ClassWfq({"urgent": 3, "bulk": 1}), CLASSIFY)
     arrivals = constant_rate(2e6, 2.0, dscp=URGENT) + constant_rate(15e6, 2.0, dscp=BULK, flow=1)
     sent = bytes_by_class(simulate(link, arrivals, until=2.0), 0.5, 2.0)
     assert sent["urgent"] * 8 / 1.5 == pytest.approx(2e6, rel=0.03)
@@ -74,7 +74,7 @@ def test_class_wfq_gives_an_idle_class_share_to_the_others():
 
 
 def test_flow_fq_protects_a_thin_flow_from_a_greedy_one():
-    link = Link(10e6, FlowFq(limit=50), CLASSIFY)
+    link = EmulatedLink(10e6, FlowFq(limit=50), CLASSIFY)
     thin = constant_rate(1e6, 2.0, flow=1)
     greedy = constant_rate(30e6, 2.0, flow=2)
     out = simulate(link, thin + greedy, until=2.5)
@@ -89,7 +89,7 @@ def test_flow_fq_protects_a_thin_flow_from_a_greedy_one():
 
 def test_flow_fq_equal_shares_between_greedy_flows_under_the_cap():
     fq = FlowFq(limit=30)
-    link = Link(10e6, fq, CLASSIFY)
+    link = EmulatedLink(10e6, fq, CLASSIFY)
     arrivals = [a for f in range(3) for a in constant_rate(8e6, 2.0, flow=f)]
     out = simulate(link, arrivals, until=2.0)
     assert len(fq) <= 30
@@ -135,7 +135,7 @@ def test_wred_early_drop_rate_matches_floyds_uniformised_probability():
 def test_wred_higher_drop_precedence_loses_first_with_seed003_profiles():
     wred = Wred(SEED003_AF1, limit=200, weight_exponent=4, packet_time=1500 * 8 / 10e6,
                 rng=random.Random(2))
-    link = Link(10e6, wred, CLASSIFY)
+    link = EmulatedLink(10e6, wred, CLASSIFY)
     arrivals = []
     for flow, dscp in enumerate((AF11, AF12, AF13)):
         arrivals += constant_rate(5e6, 3.0, dscp=dscp, flow=flow)
@@ -172,7 +172,7 @@ def test_wred_average_decays_while_idle():
 
 def test_shaper_holds_the_class_to_its_rate_and_leaves_others_alone():
     shaper = TokenBucketShaper(1e6, burst=3000, limit=1000)
-    link = Link(10e6, Fifo(100), CLASSIFY, shapers={"bulk": shaper})
+    link = EmulatedLink(10e6, Fifo(100), CLASSIFY, shapers={"bulk": shaper})
     arrivals = constant_rate(5e6, 4.0, dscp=BULK) + constant_rate(3e6, 4.0, dscp=URGENT, flow=1)
     out = simulate(link, arrivals, until=4.0)
     sent = bytes_by_class(out, 1.0, 4.0)
@@ -183,7 +183,7 @@ def test_shaper_holds_the_class_to_its_rate_and_leaves_others_alone():
 
 def test_shaper_lets_a_burst_through_at_line_rate():
     shaper = TokenBucketShaper(1e6, burst=15000)
-    link = Link(10e6, Fifo(100), CLASSIFY, shapers={"bulk": shaper})
+    link = EmulatedLink(10e6, Fifo(100), CLASSIFY, shapers={"bulk": shaper})
     out = simulate(link, [(0.0, synthetic_packet(1500, BULK)) for _ in range(12)], until=1.0)
     times = [t for t, _ in out]
     assert times[9] == pytest.approx(0.012)  # 10 packets fit the bucket: back to back, 1.2 ms each
@@ -193,7 +193,7 @@ def test_shaper_lets_a_burst_through_at_line_rate():
 
 def test_shaping_combines_with_wfq():
     shaper = TokenBucketShaper(2e6, burst=3000, limit=1000)
-    link = Link(10e6, ClassWfq({"urgent": 1, "bulk": 1}), CLASSIFY, shapers={"bulk": shaper})
+    link = EmulatedLink(10e6, ClassWfq({"urgent": 1, "bulk": 1}), CLASSIFY, shapers={"bulk": shaper})
     arrivals = constant_rate(10e6, 3.0, dscp=BULK) + constant_rate(10e6, 3.0, dscp=URGENT, flow=1)
     sent = bytes_by_class(simulate(link, arrivals, until=3.0), 0.5, 3.0)
     assert sent["bulk"] * 8 / 2.5 == pytest.approx(2e6, rel=0.02)

@@ -32,7 +32,7 @@ def line(netns_ok):
 
 
 def config(out_interface: str, **settings) -> dict:
-    return {"seed": 1, "link": {"to_server": {"rate": "10mbit", **settings,
+    return {"seed": 1, "link": {"to_server": {"rate_kbit": 10_000, **settings,
                                               "forward": {"queue": 7, "out": out_interface}}}}
 
 
@@ -57,8 +57,8 @@ print(" ".join(got))
 
 def test_bad_configuration_fails_before_anything_starts(line):
     client, router, server, out = line
-    with pytest.raises(ConfigError, match="rate: expected a rate"):
-        launch(router.namespace, config(out, rate="quick"))
+    with pytest.raises(ConfigError, match="rate_kbit: .*number, got 'quick'"):
+        launch(router.namespace, config(out, rate_kbit="quick"))
     assert nfqueue_rules(router) == []
 
 
@@ -77,7 +77,7 @@ def test_a_process_that_cannot_start_says_why(line, tmp_path):
 
 def test_stop_removes_the_rules_and_releases_held_packets(line, tmp_path):
     client, router, server, out = line
-    emu = launch(router.namespace, config(out, delay="1500ms"), workdir=tmp_path)
+    emu = launch(router.namespace, config(out, delay_ms=1500), workdir=tmp_path)
     assert len(nfqueue_rules(router)) == 1
     receiver = server.popen([sys.executable, "-c", RECEIVER, "3"], stdout=subprocess.PIPE, text=True)
     server.wait_listening(7100, protocol="udp")
@@ -126,7 +126,7 @@ def test_a_killed_emulator_leaves_no_rule_behind(line, tmp_path):
 def test_the_command_line_runs_for_a_duration_and_cleans_up(line, tmp_path):
     client, router, server, out = line
     path = tmp_path / "emulator.toml"
-    path.write_text(f'seed = 3\n[link.l]\nrate = "5mbit"\ndiscipline = "fq"\n'
+    path.write_text(f'seed = 3\n[link.l]\nrate_kbit = 5000\ndiscipline = "fq"\n'
                     f'[link.l.forward]\nqueue = 9\nout = "{out}"\n')
     done = router.run(sys.executable, "-m", "qos.emulator", "--config", str(path), "--duration", "1s",
                       "--stats", str(tmp_path / "s.json"), timeout=30)

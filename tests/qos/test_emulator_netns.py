@@ -45,7 +45,7 @@ def testbed(netns_ok):
     if missing:
         pytest.skip(f"kernel lacks qdiscs {missing} (needed for the comparison and as the default)")
     config = from_dict({"tag": netns.new_tag("em"), "subnets": ["A", "B"],
-                        "bottleneck": {"rate_bps": RATE, "subnet": {"B": {"rate_bps": 1_000_000_000}}}})
+                        "bottleneck": {"rate_kbit": RATE / 1000, "subnet": {"B": {"rate_kbit": 1_000_000}}}})
     with Testbed(config) as tb:
         yield tb
 
@@ -249,7 +249,7 @@ def test_one_tcp_flow_fills_the_link_and_rtt_is_twice_the_delay(testbed):
     # can remove. The least RTT of each is the path's: load only ever adds to a probe.
     emulate(testbed, {"strategy": "fifo", "limit_packets": 100})
     base = min(udp_rtts(testbed, "B1"))
-    emulate(testbed, {"strategy": "fifo", "limit_packets": 100, "delay": "20ms"})
+    emulate(testbed, {"strategy": "fifo", "limit_packets": 100, "delay_ms": 20})
     rtts = udp_rtts(testbed, "B1")
     rtt = min(rtts)
     (flow,) = run_flows(testbed, [("B1", {"seconds": 3, "omit": 1})])
@@ -327,7 +327,7 @@ def test_wred_average_queue_stays_between_thresholds_under_tcp(testbed):
 
 def test_shaping_holds_the_shaped_class_to_its_rate(testbed):
     shaped = 4_000_000
-    emulate(testbed, {"strategy": "shaping", "shaped_class": "bulk", "shaped_rate_bps": shaped})
+    emulate(testbed, {"strategy": "shaping", "shaped_class": "bulk", "shaped_rate_kbit": shaped / 1000})
     bulk, urgent = run_flows(testbed, [("B3", {"seconds": 3, "omit": 1, "dscp": BULK}),
                                        ("B1", {"seconds": 3, "omit": 1, "dscp": URGENT})])
     emulator_stats(testbed)
@@ -352,7 +352,7 @@ COMPARISONS = {
     "htb priority": ({"strategy": "priority"},
                      [("B2", {"seconds": 5, "dscp": 0}), ("B1", {"nbytes": 2_000_000, "dscp": URGENT})],
                      [1], 1),
-    "htb ceil": ({"strategy": "shaping", "shaped_class": "bulk", "shaped_rate_bps": 4_000_000},
+    "htb ceil": ({"strategy": "shaping", "shaped_class": "bulk", "shaped_rate_kbit": 4000},
                  [("B3", {"seconds": 5, "dscp": BULK}), ("B1", {"nbytes": 1_500_000, "dscp": URGENT})],
                  [0, 1], 1),
 }

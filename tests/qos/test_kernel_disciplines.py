@@ -77,7 +77,7 @@ def class_rates(tb: Testbed, specs: list[tuple[str, str]], timeout: float = 20.0
 def test_discipline_tables_are_checked():
     with pytest.raises(ValueError, match="unknown kernel strategy 'wred'"):
         kernel.from_config({"strategy": "wred"}, RATE)
-    with pytest.raises(ValueError, match="needs shaped_rate_bps"):
+    with pytest.raises(ValueError, match="needs shaped_rate_kbit"):
         kernel.from_config({"strategy": "shaping", "shaped_class": "bulk"}, RATE)
     with pytest.raises(KeyError, match="unknown request class 'gold'"):
         kernel.from_config({"strategy": "shares", "weights": {"gold": 2}}, RATE)
@@ -119,7 +119,7 @@ def test_class_shares_follow_weights_3_to_1(testbed):
 
 def test_shaping_holds_the_competing_class_to_its_rate(testbed):
     shaped = 4_000_000
-    testbed.set_strategy({"strategy": "shaping", "shaped_class": "bulk", "shaped_rate_bps": shaped})
+    testbed.set_strategy({"strategy": "shaping", "shaped_class": "bulk", "shaped_rate_kbit": shaped / 1000})
     rates, _ = class_rates(testbed, [("B3", "bulk"), ("B1", "urgent")])
     assert abs(rates["bulk"] - shaped) <= 0.05 * shaped, f"bulk {rates['bulk'] / 1e6:.2f} Mbit/s"
     # The rest of the link is left to the other classes, not wasted.
@@ -130,7 +130,7 @@ def test_a_bad_strategy_is_refused_and_the_link_keeps_its_discipline(testbed):
     testbed.set_strategy({"strategy": "priority"})
     with pytest.raises(ValueError, match="unknown kernel strategy 'wrde'"):
         testbed.set_strategy({"strategy": "wrde"})
-    with pytest.raises(ValueError, match="shaped_rate_bps"):
+    with pytest.raises(ValueError, match="shaped_rate_kbit"):
         testbed.set_strategy({"strategy": "shaping", "shaped_class": "bulk"})
     assert {d.strategy for d in testbed.disciplines.values()} == {"priority"}
     assert "htb" in testbed.host("rA").cmd("tc", "qdisc", "show", "dev", "rA-eth4")

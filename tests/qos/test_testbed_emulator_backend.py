@@ -30,7 +30,7 @@ def tcp_frames_bps(tb: Testbed) -> float:
 def test_rtt_is_twice_the_emulated_delay(testbed):
     delay_ms = 10.0
     # Subnet A's uplink only, both directions: A1 -> B1 crosses it once each way.
-    testbed.set_strategy({"strategy": "fifo", "delay": f"{delay_ms}ms"}, subnets=["A"], backend="emulator")
+    testbed.set_strategy({"strategy": "fifo", "delay_ms": delay_ms}, subnets=["A"], backend="emulator")
     assert testbed.status()["emulators"].keys() == {"A"}
     rtts = ping(testbed.master, [testbed.ip("B1")], count=7)[testbed.ip("B1")]
     assert None not in rtts

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import subprocess
 import sys
@@ -39,12 +38,15 @@ def test_config_errors_name_the_file_and_setting(tmp_path: Path):
         'subnets = ["A", "b"]': "subnets",
         'master = "D1"': "master 'D1'",
         'address_range = "8.8.0.0/16"': "private",
-        'colour = "red"': "unknown settings colour",
-        "lan_rate_bps = -5": "lan_rate_bps",
+        'colour = "red"': "colour: unknown key",
+        "lan_rate_kbit = -5": "lan_rate_kbit",
+        "lan_rate_bps = 5": "lan_rate_bps: old spelling; use lan_rate_kbit",
         '[bottleneck]\nbackend = "ns3"': "backend must be one of kernel, emulator",
-        '[bottleneck]\nrate_bps = -1': "rate_bps",
+        '[bottleneck]\nrate_kbit = -1': "rate_kbit",
+        '[bottleneck]\nrate_bps = 10_000_000': r"rate_bps: old spelling; use rate_kbit = 10000 \(kbit/s\)",
         "tag = ": "not valid TOML",
-        '[bottleneck]\nrate_bsp = 1': "unknown settings rate_bsp",
+        '[bottleneck]\nrate_bsp = 1': r"\[bottleneck\] rate_bsp: unknown key",
+        '[bottleneck.discipline]\nstrategy = "shaping"\nshaped_class = "bulk"\nshaped_rate_bps = 1': "use shaped_rate_kbit",
         '[bottleneck.subnet.D]\nbackend = "kernel"': "no subnet 'D'",
         '[bottleneck.discipline]\nstrategy = "wred"': "unknown kernel strategy 'wred'",
     }
@@ -61,18 +63,18 @@ def test_config_errors_name_the_file_and_setting(tmp_path: Path):
 def test_default_config_is_the_study_testbed():
     config = load_config()
     assert config.subnets == ("A", "B", "C") and config.master == "A1"
-    assert config.bottleneck["rate_bps"] == 10_000_000
+    assert config.bottleneck.rate_kbit == 10_000
     assert config.with_tag("x1").tag == "x1"
 
 
 def test_a_subnet_can_override_the_bottleneck(tmp_path: Path):
     path = tmp_path / "bed.toml"
-    path.write_text('[bottleneck.subnet.B]\nbackend = "emulator"\nrate_bps = 2_000_000\n')
+    path.write_text('[bottleneck.subnet.B]\nbackend = "emulator"\nrate_kbit = 2_000\n')
     config = load_config(path)
     assert config.link_settings("B")["backend"] == "emulator"
-    assert config.link_settings("B")["rate_bps"] == 2_000_000
+    assert config.link_settings("B")["rate_kbit"] == 2_000
     assert config.link_settings("A")["backend"] == "kernel"
-    assert config.link_settings("A")["rate_bps"] == 10_000_000
+    assert config.link_settings("A")["rate_kbit"] == 10_000
     path.write_text('[bottleneck.subnet.B]\nbackend = "tc"\n')
     with pytest.raises(ConfigError, match=r"\[bottleneck.subnet.B\] backend"):
         load_config(path)
@@ -85,7 +87,7 @@ def test_icmp_checksum_matches_rfc1071_example():
 
 @pytest.mark.netns
 def test_up_builds_figure_4_and_every_host_reaches_every_other(netns_ok):
-    config = dataclasses.replace(load_config().with_tag(netns.new_tag("f")), lan_rate_bps=LAN_RATE)
+    config = load_config().with_tag(netns.new_tag("f")).model_copy(update={"lan_rate_kbit": LAN_RATE / 1000})
     with Testbed(config) as tb:
         assert sorted(n.removeprefix(netns.tag_prefix(tb.tag)) for n in
                       netns.list_namespaces(netns.tag_prefix(tb.tag))) == sorted(
@@ -105,7 +107,7 @@ def test_up_builds_figure_4_and_every_host_reaches_every_other(netns_ok):
         assert status["up"] and status["namespaces_missing"] == []
         assert set(status["root_qdiscs"].values()) == {"htb"}
         assert len(status["root_qdiscs"]) == 6  # both ends of three router-core links
-        # The LAN links run at lan_rate_bps: A2 -> A1 stays inside subnet A.
+        # The LAN links run at lan_rate_kbit: A2 -> A1 stays inside subnet A.
         with IperfServer(tb.host("A1"), 5201):
             lan = run_client(tb.host("A2"), tb.ip("A1"), port=5201, seconds=2, omit=0.5)
         assert 0.95 * LAN_RATE <= lan.frame_bps() <= 1.03 * LAN_RATE, f"{lan.frame_bps() / 1e6:.1f} Mbit/s"

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Hashable
 
+from pathmaster import defaults
 from qos.emulator.disciplines.base import OVERFLOW, TAIL, Discipline, Drops, PacketQueue
 from qos.emulator.packet import Packet
 
@@ -81,7 +82,7 @@ class ClassWfq(Discipline):
 
     name = "wfq"
 
-    def __init__(self, weights: dict[str, float], limit: int = 64, default_weight: float = 1.0):
+    def __init__(self, weights: dict[str, float], limit: int = defaults.CONGESTIVE_DISCARD_PACKETS, default_weight: float = 1.0):
         self._drr = _DeficitRoundRobin()
         all_weights = {**weights, "default": weights.get("default", default_weight)}
         smallest = min(all_weights.values())
@@ -118,7 +119,7 @@ class FlowFq(Discipline):
 
     name = "fq"
 
-    def __init__(self, limit: int = 1000, quantum: int = MTU_QUANTUM):
+    def __init__(self, limit: int = defaults.FAIR_QUEUE_CAP_PACKETS, quantum: int = MTU_QUANTUM):
         if limit < 1:
             raise ValueError(f"fair-queue buffer cap must be at least 1 packet, got {limit}")
         self.limit = int(limit)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from pathmaster import defaults
 from qos.emulator.disciplines.base import TAIL, WRED_EARLY, WRED_FORCED, Discipline, Drops, PacketQueue
 from qos.emulator.packet import Packet
 
@@ -53,12 +54,12 @@ CISCO_DSCP_DEFAULTS: dict[int, WredProfile] = _profiles({
     **{n << 3: (20 + 2 * n, 40, 10) for n in range(1, 8)},
     46: (36, 40, 10),
 })
-CISCO_DEFAULT_PROFILE = WredProfile(20, 40, 10)
+CISCO_DEFAULT_PROFILE = WredProfile(*defaults.WRED_DEFAULT_PROFILE)
 
 # Seed 003 (Q-Pod) thresholds for the AF1 drop precedences: {min, max, 1/denominator}.
 SEED003_AF1: dict[int, WredProfile] = _profiles({10: (50, 70, 40), 12: (5, 40, 10), 14: (3, 4, 1)})
 
-CISCO_WEIGHT_EXPONENT = 9
+CISCO_WEIGHT_EXPONENT = defaults.WRED_WEIGHT_EXPONENT
 
 
 class Wred(Discipline):
@@ -83,7 +84,7 @@ class Wred(Discipline):
     name = "wred"
 
     def __init__(self, profiles: dict[int, WredProfile], default_profile: WredProfile = CISCO_DEFAULT_PROFILE,
-                 limit: int = 100, weight_exponent: int = CISCO_WEIGHT_EXPONENT,
+                 limit: int = defaults.ROUTER_QUEUE_PACKETS, weight_exponent: int = CISCO_WEIGHT_EXPONENT,
                  packet_time: float = 1500 * 8 / 10e6, rng: random.Random | None = None):
         if not 0 <= weight_exponent <= 16:
             raise ValueError(f"WRED weight exponent must be 0-16, got {weight_exponent}")
