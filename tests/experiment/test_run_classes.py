@@ -41,7 +41,7 @@ def test_the_experiment_file_carries_the_runs_class_table():
     assert parse_spec(spec(["urgent"], classes=None)).classes == DEFAULT_CLASSES
     with pytest.raises(InvalidInput, match="'bulk'; known: urgent, second-opinion"):
         parse_spec(spec(["bulk"]))
-    with pytest.raises(InvalidInput, match=r"\[classes\]"):
+    with pytest.raises(InvalidInput, match=r"\[classes\.urgent\] dscp: DSCP 99 is outside 0-63"):
         parse_spec(spec(classes={"urgent": {"dscp": 99}}))
     assert parse_spec(spec()).fingerprint() != parse_spec(spec(classes={**CLASSES, "urgent": {"dscp": 34}})).fingerprint()
 

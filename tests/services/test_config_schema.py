@@ -19,7 +19,7 @@ from services import config_commands
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "docs" / "config-schema"
 
 
-@pytest.mark.parametrize("name", ["site", "coordinator"])
+@pytest.mark.parametrize("name", ["site", "coordinator", "testbed", "emulator", "experiment"])
 def test_committed_schema_is_what_the_command_prints(name, capsys):
     assert main(["config", "schema", name]) == 0
     printed = capsys.readouterr().out
