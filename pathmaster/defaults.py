@@ -21,3 +21,23 @@ MAX_PIXELS = 4096 * 4096             # one image; checked from the header, befor
 COORDINATOR_PORT = 50051   # the coordinator's control port (Info, Submit, health)
 SITE_PORT = 50051          # a site's control port on its own host (testbed deployments)
 CASE_DEADLINE_S = 300.0    # a case whose sites have not all answered by then is cut off
+
+# --- What one cell may cost to analyse (pathmaster/budget.py) ---------------------------
+# A Pap cell at the study's magnification is ~100-300 px a side (Herlev's largest crops are
+# under 800 x 600), so a cell image over 1024 x 1024 is not a cell but a field of view. It
+# is refused from its header, before decoding, with "crop the cell": features are in pixel
+# units and database cells are cell-sized, so a downscaled field would not match anything
+# anyway. (MAX_PIXELS above stays the limit for any image the core reads, e.g. at ingest.)
+MAX_ANALYSIS_PIXELS = 1024 * 1024
+# CPU time one cell's analysis may use: a floor plus a share per megapixel (a 1024 x 1024
+# worst case measures ~3.5 s of CPU; a study cell ~0.3 s). Past it the worker process is
+# killed and replaced, and that cell alone gets an error.
+CELL_CPU_FLOOR_S = 5.0
+CELL_CPU_PER_MEGAPIXEL_S = 10.0
+# Wall-clock cap of one cell, as a multiple of its CPU budget: catches work that blocks
+# without using CPU; generous, because a busy machine stretches wall time.
+CELL_WALL_FACTOR = 6.0
+# Address space of one analysis worker process (RLIMIT_AS): ~0.9 GiB is the libraries
+# mapped, a 1024 x 1024 cell peaks ~0.25 GiB more; a larger need is a MemoryError for that cell.
+ANALYSIS_MEMORY_BYTES = 3 * 1024**3
+ANALYSIS_WORKERS = 1       # worker processes per site worker (it analyses one cell at a time)
