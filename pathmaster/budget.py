@@ -57,10 +57,10 @@ def image_size(data: bytes, name: str) -> tuple[int, int]:
     try:
         with Image.open(io.BytesIO(data)) as img:
             return img.size
-    except Image.DecompressionBombError:
-        raise InvalidInput(f"image is over {defaults.MAX_PIXELS} pixels", name) from None
-    except Exception:  # what exactly is wrong is decode_image's job to say
+    except Image.UnidentifiedImageError:
         raise InvalidInput("not an image file (PNG, BMP, JPEG or TIFF expected)", name) from None
+    except Exception as exc:  # (the same words as pathmaster.imageio's)
+        raise InvalidInput(f"cannot decode image ({exc}); the file is truncated or corrupt", name) from None
 
 
 def check_analysis_size(data: bytes, name: str, max_pixels: int = defaults.MAX_ANALYSIS_PIXELS) -> int:
@@ -284,6 +284,11 @@ class AnalysisPool:
     def _note_peak(self, peak_rss_bytes: int) -> None:
         with self._lock:
             self.stats.peak_rss_bytes = max(self.stats.peak_rss_bytes, peak_rss_bytes)
+
+    def warm_up(self) -> int:
+        """Start the workers now (the fork server imports the preload modules); returns a
+        worker's process id."""
+        return self._pool.schedule(os.getpid).result()
 
     def close(self) -> None:
         """Stop the workers (a running task is killed)."""

@@ -10,6 +10,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pathmaster.budget import CellBudget
 from qos.classes import DEFAULT_CLASSES, ClassTable
 from qos.transport import TLSFiles, split_address
 
@@ -44,6 +45,9 @@ class SiteConfig:
     ray_address: str = ""
     tls: TLSFiles | None = None
     classes: ClassTable = DEFAULT_CLASSES
+    # What one cell may cost (pathmaster/budget.py; issue 10 item 5); None analyses in the
+    # Ray actor's own process, unbounded (benchmarks' "before").
+    cell_budget: CellBudget | None = CellBudget()
 
 
 @dataclass

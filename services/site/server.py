@@ -22,6 +22,8 @@ from qos.transport import MarkedServer, connect_address
 from services.config import DEFAULT_K, MAX_K, SiteConfig
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
+from pathmaster.records import InvalidInput
+from services.site.cells import check_cell_size
 from services.site.dispatch import PriorityDispatcher
 from services.site.worker import ensure_ray, start_workers, stop_workers
 
@@ -98,8 +100,17 @@ class SiteServicer(pb_grpc.SiteServicer):
         self.cases_started.append(request.case_id)
         log.info("site %s: case %s (%s): analysing %d cells", self.name, request.case_id,
                  request.request_class, len(request.cells))
+        # budget (issue 10 item 5): a field of view instead of a cell is refused from its
+        # header, before any work; each cell's analysis stops at the call's deadline.
+        try:
+            for cell in request.cells:
+                check_cell_size(cell.cell_id, cell.image, cell.background, cell.mask)
+        except InvalidInput as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"site {self.name}: {exc}")
+        remaining = context.time_remaining()
+        deadline = None if remaining is None else time.time() + remaining
         priority = self._priority(request.request_class)
-        jobs = [self.dispatcher.submit(priority, (cell.cell_id, cell.image, cell.background, cell.mask, k))
+        jobs = [self.dispatcher.submit(priority, (cell.cell_id, cell.image, cell.background, cell.mask, k, deadline))
                 for cell in request.cells]
         try:
             for job in jobs:
@@ -182,7 +193,8 @@ class SiteServer:
             raise FileNotFoundError(f"site {cfg.name}: database folder {cfg.db} not found "
                                     f"(build one with `pathmaster synth` and `pathmaster index`)")
         ensure_ray(cfg.ray_address)
-        self.workers = start_workers(cfg.db, cfg.algorithm, cfg.workers, cfg.worker_cpus)
+        self.workers = start_workers(cfg.db, cfg.algorithm, cfg.workers, cfg.worker_cpus,
+                                     budget=cfg.cell_budget)  # budget (issue 10 item 5)
         info = ray.get(self.workers[0].info.remote())
         self.servicer = SiteServicer(cfg.name, self.workers, info, cfg.classes)
         host, _, port = cfg.listen.rpartition(":")

@@ -14,8 +14,10 @@ from pathlib import Path
 
 import ray
 
+from pathmaster.budget import AnalysisPool, CellBudget, CellStopped
 from pathmaster.records import InvalidInput
-from services.site.cells import decode_cell
+from services.site.analysis import PRELOAD, analyse_encoded
+from services.site.cells import check_cell_size, decode_cell
 
 log = logging.getLogger("pathmaster.site")
 
@@ -23,13 +25,30 @@ log = logging.getLogger("pathmaster.site")
 class SiteWorker:
     """Feature extraction and search over one site database (folder `db`)."""
 
-    def __init__(self, db: str | Path):
+    def __init__(self, db: str | Path, budget: CellBudget | None = CellBudget()):
         # Heavy imports happen in the worker, here, so the first case is not slower.
         import pathmaster.features  # noqa: F401
         import pathmaster.segmentation  # noqa: F401
         from pathmaster.site import SiteIndex
 
         self.index = SiteIndex.open(db)
+        # budget (issue 10 item 5): cells are analysed in a bounded worker process (CPU
+        # budget, memory limit, deadline); budget=None analyses in this process, unbounded
+        # (the old way, kept for benchmarks' "before").
+        self.pool = AnalysisPool(budget=budget, preload=PRELOAD) if budget is not None else None
+        if self.pool is not None:
+            self.pool.warm_up()  # the fork server and a worker start now, not on the first case
+
+    def _extract(self, cell_id: str, image: bytes, background: bytes, mask: bytes, deadline: float | None):
+        """(features, background_estimated, mask_estimated) of one cell; InvalidInput or
+        CellStopped (budget) naming it."""
+        if self.pool is None:
+            rgb, background_rgb, labels = decode_cell(cell_id, image, background, mask)
+            analysis = self.index.analyse(rgb, background_rgb, labels, source=f"cell {cell_id!r}")
+            return analysis.features, analysis.background_estimated, analysis.mask_estimated
+        pixels = check_cell_size(cell_id, image, background, mask) if image else 0
+        return self.pool.run(analyse_encoded, cell_id, image, background, mask,
+                             pixels=pixels, deadline=deadline, name=f"cell {cell_id!r}")
 
     def ready(self) -> bool:
         return True
@@ -42,29 +61,32 @@ class SiteWorker:
             "diagnoses": [str(d) for d in self.index.diagnoses()],
         }
 
-    def analyse(self, cell_id: str, image: bytes, background: bytes, mask: bytes, k: int) -> dict:
+    def analyse(self, cell_id: str, image: bytes, background: bytes, mask: bytes, k: int,
+                deadline: float | None = None) -> dict:
         """One test cell, as encoded bytes (background/mask may be b"") -> a result dict.
+        deadline: wall-clock time (time.time()) after which the answer is of no use.
 
         Returns {"query_cell_id", "matches": [{"cell_id", "diagnosis", "distance",
         "source_id", "thumbnail"}], "background_estimated", "mask_estimated", "error",
         "extraction_s", "search_s"}; times in seconds, search_s includes reading the
-        matches' thumbnails. Bad input gives "error" (naming the cell), not an exception.
+        matches' thumbnails. Bad input gives "error" (naming the cell), not an exception;
+        so does a cell stopped by its budget or deadline (the rest of the case is answered).
         """
         result = {"query_cell_id": cell_id, "matches": [], "background_estimated": False,
                   "mask_estimated": False, "error": "", "extraction_s": 0.0, "search_s": 0.0}
         t0 = time.perf_counter()
         try:
-            rgb, background_rgb, labels = decode_cell(cell_id, image, background, mask)
-            analysis = self.index.analyse(rgb, background_rgb, labels, source=f"cell {cell_id!r}")
-        except InvalidInput as exc:
+            features, background_estimated, mask_estimated = self._extract(
+                cell_id, image, background, mask, deadline)
+        except (InvalidInput, CellStopped) as exc:
             result["error"] = str(exc)
             result["extraction_s"] = time.perf_counter() - t0
             return result
         t1 = time.perf_counter()
         result["extraction_s"] = t1 - t0
-        result["background_estimated"] = bool(analysis.background_estimated)
-        result["mask_estimated"] = bool(analysis.mask_estimated)
-        for match in self.index.search(analysis.features, k):
+        result["background_estimated"] = bool(background_estimated)
+        result["mask_estimated"] = bool(mask_estimated)
+        for match in self.index.search(features, k):
             result["matches"].append({
                 "cell_id": str(match.cell_id),
                 "diagnosis": str(match.diagnosis or ""),
@@ -74,6 +96,15 @@ class SiteWorker:
             })
         result["search_s"] = time.perf_counter() - t1
         return result
+
+    def budget_stats(self) -> dict:
+        """The analysis pool's counts, peak worker RSS and recent events
+        [(time.monotonic(), cell name, outcome)]; {} when cells run unbounded."""
+        if self.pool is None:
+            return {}
+        from dataclasses import asdict
+
+        return asdict(self.pool.stats)
 
     def image(self, cell_id: str) -> dict:
         """{"image": PNG bytes, "diagnosis", "mask": PNG bytes or b""} of a database cell;
@@ -117,9 +148,11 @@ _RemoteWorker = ray.remote(max_restarts=1, max_task_retries=0)(SiteWorker)
 _prepare_index = ray.remote(prepare_index)
 
 
-def start_workers(db: str | Path, algorithm: str, count: int, cpus: float, timeout_s: float = 120.0):
+def start_workers(db: str | Path, algorithm: str, count: int, cpus: float, timeout_s: float = 120.0,
+                  budget: CellBudget | None = CellBudget()):
     """Start `count` Ray actors over the database and wait until each has loaded it;
-    with `algorithm` set, the index is first made to use it (`prepare_index`).
+    with `algorithm` set, the index is first made to use it (`prepare_index`). budget:
+    what each cell may cost (None: unbounded, in the actor's own process).
 
     Returns the actor handles. Raises RuntimeError naming the database when a worker
     cannot open it (the worker's own error is included).
@@ -129,7 +162,7 @@ def start_workers(db: str | Path, algorithm: str, count: int, cpus: float, timeo
             ray.get(_prepare_index.options(num_cpus=cpus).remote(str(db), algorithm), timeout=timeout_s)
         except ray.exceptions.RayTaskError as exc:
             raise RuntimeError(f"site database {db}: cannot build a {algorithm!r} index: {exc.cause}") from None
-    workers = [_RemoteWorker.options(num_cpus=cpus).remote(str(db)) for _ in range(count)]
+    workers = [_RemoteWorker.options(num_cpus=cpus).remote(str(db), budget) for _ in range(count)]
     try:
         ray.get([w.ready.remote() for w in workers], timeout=timeout_s)
     except ray.exceptions.RayActorError as exc:
