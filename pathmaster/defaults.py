@@ -37,7 +37,9 @@ CELL_CPU_PER_MEGAPIXEL_S = 10.0
 # Wall-clock cap of one cell, as a multiple of its CPU budget: catches work that blocks
 # without using CPU; generous, because a busy machine stretches wall time.
 CELL_WALL_FACTOR = 6.0
-# Address space of one analysis worker process (RLIMIT_AS): ~0.9 GiB is the libraries
-# mapped, a 1024 x 1024 cell peaks ~0.25 GiB more; a larger need is a MemoryError for that cell.
+# Address space of one analysis worker process (RLIMIT_AS): ~0.45 GiB is the libraries
+# mapped (more in a Ray worker, whose fork server imports Ray too); a 1024 x 1024 cell peaks
+# at ~0.25 GiB of RSS, the incident's 2048 x 2048 flat image at ~0.9 GiB, its 4096 x 4096 at
+# 10.9 GB. A larger need is a MemoryError, an error for that cell alone.
 ANALYSIS_MEMORY_BYTES = 3 * 1024**3
 ANALYSIS_WORKERS = 1       # worker processes per site worker (it analyses one cell at a time)
