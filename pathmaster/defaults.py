@@ -40,7 +40,7 @@ DEMO_CELLS = 140           # cells in each site database of `pathmaster demo` (7
 WIRE_THUMBNAIL_PX = 48     # a match's inline thumbnail (JPEG, ~1 KB); full images on demand
 
 # --- Coordinator: own analysis and admission (qos.admission) ---------------------------------
-ANALYSIS_WORKERS = 2            # Ray actors analysing each case's cells once at the coordinator
+COORDINATOR_ANALYSERS = 2       # Ray actors analysing each case's cells once at the coordinator
 ANALYSIS_READY_S = 120.0        # how long the coordinator waits for them before images-only
 CASE_SLOTS = 64                 # cases in progress at once at one coordinator
 URGENT_RESERVED_SLOTS = 16      # of those, kept for the most favoured class (seed 004's guarantee)
@@ -70,3 +70,25 @@ WRED_WEIGHT_EXPONENT = 9
 
 # --- Experiments -----------------------------------------------------------------------
 EXPERIMENT_REPETITIONS = 10    # runs per cell of an experiment's matrix (the study's 10 runs)
+
+# --- What one cell may cost to analyse (pathmaster/budget.py) ---------------------------
+# A Pap cell at the study's magnification is ~100-300 px a side (Herlev's largest crops are
+# under 800 x 600), so a cell image over 1024 x 1024 is not a cell but a field of view. It
+# is refused from its header, before decoding, with "crop the cell": features are in pixel
+# units and database cells are cell-sized, so a downscaled field would not match anything
+# anyway. (MAX_PIXELS above stays the limit for any image the core reads, e.g. at ingest.)
+MAX_ANALYSIS_PIXELS = 1024 * 1024
+# CPU time one cell's analysis may use: a floor plus a share per megapixel (a 1024 x 1024
+# worst case measures ~3.5 s of CPU; a study cell ~0.3 s). Past it the worker process is
+# killed and replaced, and that cell alone gets an error.
+CELL_CPU_FLOOR_S = 5.0
+CELL_CPU_PER_MEGAPIXEL_S = 10.0
+# Wall-clock cap of one cell, as a multiple of its CPU budget: catches work that blocks
+# without using CPU; generous, because a busy machine stretches wall time.
+CELL_WALL_FACTOR = 6.0
+# Address space of one analysis worker process (RLIMIT_AS): ~0.45 GiB is the libraries
+# mapped (more in a Ray worker, whose fork server imports Ray too); a 1024 x 1024 cell peaks
+# at ~0.25 GiB of RSS, the incident's 2048 x 2048 flat image at ~0.9 GiB, its 4096 x 4096 at
+# 10.9 GB. A larger need is a MemoryError, an error for that cell alone.
+ANALYSIS_MEMORY_BYTES = 3 * 1024**3
+ANALYSIS_PROCESSES = 1     # bounded worker processes per analysing actor (one cell at a time)

@@ -22,6 +22,7 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fi
 
 from pathmaster import defaults
 from pathmaster.records import ConfigError
+from pathmaster.budget import CellBudget
 from qos.classes import DEFAULT_CLASSES, ClassTable
 from qos.transport import TLSFiles, split_address
 
@@ -127,7 +128,31 @@ class _ServerTable(_Table):
     """Instead of class_ports: N, N+1, ... in the class table's order (handy behind a firewall)."""
 
 
-class SiteTable(_ServerTable):
+class _Budgeted(_ServerTable):
+    """What one cell's analysis may cost (pathmaster/budget.py), for servers that analyse."""
+
+    bounded_analysis: bool = True
+    """Analyse each cell in a worker process with a CPU budget and a memory limit
+    (pathmaster/budget.py); false analyses in the Ray actor itself, unbounded."""
+    cell_cpu_floor_s: float = Field(defaults.CELL_CPU_FLOOR_S, gt=0)
+    """CPU seconds any cell may use, whatever its size."""
+    cell_cpu_per_megapixel_s: float = Field(defaults.CELL_CPU_PER_MEGAPIXEL_S, ge=0)
+    """Further CPU seconds per megapixel of the cell image."""
+    cell_wall_factor: float = Field(defaults.CELL_WALL_FACTOR, gt=0)
+    """Wall-clock cap of one cell, as a multiple of its CPU budget (work that blocks)."""
+    analysis_memory_mb: int = Field(defaults.ANALYSIS_MEMORY_BYTES // 2**20, ge=256)
+    """Address space of one analysis worker process, MiB; a cell needing more gets an error."""
+
+    @property
+    def cell_budget(self) -> CellBudget | None:
+        """What one cell may cost, or None when analysis is unbounded."""
+        if not self.bounded_analysis:
+            return None
+        return CellBudget(floor_s=self.cell_cpu_floor_s, per_megapixel_s=self.cell_cpu_per_megapixel_s,
+                          wall_factor=self.cell_wall_factor, memory_bytes=self.analysis_memory_mb * 2**20)
+
+
+class SiteTable(_Budgeted):
     """[site]: one site server."""
 
     name: str
@@ -153,7 +178,7 @@ class SiteEndpoint(_Table):
     """Its control address; the class ports come from its Info."""
 
 
-class CoordinatorTable(_ServerTable):
+class CoordinatorTable(_Budgeted):
     """[coordinator]: the client-facing coordinator (clients learn the class ports at `listen`)."""
 
     metrics: str = ""
@@ -168,7 +193,7 @@ class CoordinatorTable(_ServerTable):
     """Seconds a case may take when the client sets no deadline."""
     stats_window: int = Field(defaults.STATS_WINDOW_CASES, ge=1)
     """Completion times kept per class for mean/std/percentiles."""
-    analysis_workers: int = Field(defaults.ANALYSIS_WORKERS, ge=0)
+    analysis_workers: int = Field(defaults.COORDINATOR_ANALYSERS, ge=0)
     """Ray actors that analyse each case's cells once here, so that sites of the same
     feature schema get feature vectors instead of images; 0: images to every site."""
     analysis_cpus: float = Field(0.0, ge=0)

@@ -7,19 +7,24 @@ statistics, so its matches are the ones it would find from the images. Sites wit
 schema, or their own algorithm, get the images as before.
 
 `CellAnalyser` is a Ray actor (a plain class, so tests can run it in-process): decode the
-cell's parts, segment it and estimate its slide when they were not sent, extract features.
-`Analysers` keeps a few of them and analyses a case's cells in parallel.
+cell's parts, segment it and estimate its slide when they were not sent, extract features,
+in a bounded worker process (pathmaster/budget.py: a CPU budget per cell, a memory limit,
+the case's deadline), exactly as a site does. `Analysers` keeps a few of them and analyses
+a case's cells in parallel.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 
 import ray
 
+from pathmaster.budget import AnalysisPool, CellBudget, CellStopped
 from pathmaster.records import InvalidInput
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
-from services.site.cells import decode_cell
+from services.site.analysis import PRELOAD, analyse_encoded
+from services.site.cells import check_cell_size
 
 log = logging.getLogger("pathmaster.coordinator")
 
@@ -27,28 +32,37 @@ log = logging.getLogger("pathmaster.coordinator")
 class CellAnalyser:
     """Turns one submitted cell into its raw feature vector (or a per-cell error)."""
 
-    def __init__(self):
+    def __init__(self, budget: CellBudget | None = CellBudget()):
         from pathmaster.features.schema import feature_schema
-        from pathmaster.site import analyse_cell
 
-        self._analyse = analyse_cell
         self.schema = feature_schema()
+        # None: analyse in this process, unbounded (a coordinator configured so).
+        self.pool = AnalysisPool(budget=budget, preload=PRELOAD) if budget is not None else None
+        if self.pool is not None:
+            self.pool.warm_up()  # the fork server and a worker start now, not on the first case
 
     def ready(self) -> str:
         """The feature schema this analyser makes vectors in."""
         return self.schema
 
-    def analyse(self, cell_id: str, image: bytes, background: bytes, mask: bytes) -> pb.CellFeatures | str:
+    def analyse(self, cell_id: str, image: bytes, background: bytes, mask: bytes,
+                deadline: float | None = None) -> pb.CellFeatures | str:
         """The cell's raw feature vector as the wire carries it, or the text of what is
-        wrong with the cell (naming it) when it cannot be analysed."""
+        wrong with the cell (naming it) when it cannot be analysed, or was stopped by its
+        budget or by `deadline` (time.time())."""
         try:
-            rgb, bg, labels = decode_cell(cell_id, image, background, mask)
-            analysis = self._analyse(rgb, bg, labels, source=f"cell {cell_id!r}")
-        except InvalidInput as exc:
+            pixels = check_cell_size(cell_id, image, background, mask)
+            if self.pool is None:
+                features, background_estimated, mask_estimated = analyse_encoded(cell_id, image, background, mask)
+            else:
+                features, background_estimated, mask_estimated = self.pool.run(
+                    analyse_encoded, cell_id, image, background, mask, pixels=pixels, deadline=deadline,
+                    name=f"cell {cell_id!r}")
+        except (InvalidInput, CellStopped) as exc:
             return str(exc)
-        return pb.CellFeatures(cell_id=cell_id, values=[float(v) for v in analysis.features],
-                               background_estimated=bool(analysis.background_estimated),
-                               mask_estimated=bool(analysis.mask_estimated))
+        return pb.CellFeatures(cell_id=cell_id, values=[float(v) for v in features],
+                               background_estimated=bool(background_estimated),
+                               mask_estimated=bool(mask_estimated))
 
 
 _RemoteAnalyser = ray.remote(max_restarts=-1, max_task_retries=0)(CellAnalyser)
@@ -63,10 +77,12 @@ class Analysers:
         Actors to start (each holds the feature code loaded once).
     cpus : float
         Ray CPUs reserved per actor.
+    budget : CellBudget or None
+        What one cell may cost (None: unbounded).
     """
 
-    def __init__(self, count: int, cpus: float):
-        self.actors = [_RemoteAnalyser.options(num_cpus=cpus).remote() for _ in range(count)]
+    def __init__(self, count: int, cpus: float, budget: CellBudget | None = CellBudget()):
+        self.actors = [_RemoteAnalyser.options(num_cpus=cpus).remote(budget) for _ in range(count)]
         self.schema = ""
 
     def wait_ready(self, timeout_s: float) -> str:
@@ -80,7 +96,8 @@ class Analysers:
     def analyse(self, cells: list[pb.CellImage], timeout_s: float) -> list[pb.CellFeatures | str]:
         """Each cell's CellFeatures, or the error text for a cell that cannot be analysed,
         in the order of `cells`. Raises ray's GetTimeoutError when `timeout_s` passes."""
-        refs = [self.actors[i % len(self.actors)].analyse.remote(c.cell_id, c.image, c.background, c.mask)
+        deadline = time.time() + timeout_s
+        refs = [self.actors[i % len(self.actors)].analyse.remote(c.cell_id, c.image, c.background, c.mask, deadline)
                 for i, c in enumerate(cells)]
         try:
             return ray.get(refs, timeout=timeout_s)

@@ -532,7 +532,8 @@ class CoordinatorServer:
 
         try:
             ensure_ray(self.config.ray_address)
-            self._analysers = Analysers(self.config.analysis_workers, self.config.analysis_cpus)
+            self._analysers = Analysers(self.config.analysis_workers, self.config.analysis_cpus,
+                                        self.config.cell_budget)
             schema = self._analysers.wait_ready(defaults.ANALYSIS_READY_S)
         except Exception as exc:  # noqa: BLE001 - the coordinator serves images-only instead
             log.warning("coordinator analysers did not start (%s: %s): images go to every site",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from pathmaster.budget import check_analysis_size
 from pathmaster.imageio import check_cell, decode_image, decode_mask, probe_image
 from pathmaster.records import InvalidInput
 
@@ -25,7 +26,8 @@ def probe_cell(cell_id: str, image: bytes, background: bytes = b"", mask: bytes 
     """Check encoded cell parts without decoding the image or background.
 
     Empty background/mask bytes mean "not sent". Raises InvalidInput naming the cell and
-    the part (image, background or mask) that is missing, not an image, over a limit,
+    the part (image, background or mask) that is missing, not an image, over a limit
+    (MAX_ANALYSIS_PIXELS: a field of view, not a cell),
     visibly cut short, of another size than the image, or (mask) with labels outside 0-3
     or no nucleus.
     """
@@ -33,6 +35,7 @@ def probe_cell(cell_id: str, image: bytes, background: bytes = b"", mask: bytes 
     if not image:
         raise InvalidInput("no image", f"{name} image")
     header = probe_image(image, f"{name} image")
+    check_cell_size(cell_id, image, background, mask)
     if background:
         found = probe_image(background, f"{name} background")
         if found.shape != header.shape:
@@ -54,12 +57,26 @@ def decode_cell(cell_id: str, image: bytes, background: bytes = b"", mask: bytes
     InvalidInput naming the cell and the part (image, background or mask) that is
     missing or does not decode; a mask of another size than the image, or with labels
     outside 0-3, is refused here too (`decode_mask`). Whether the parts fit together as
-    a cell is `check_cell`'s to say, where they are analysed.
+    a cell is `check_cell`'s to say, where they are analysed. A part over
+    MAX_ANALYSIS_PIXELS is refused from its header, before anything is decoded.
     """
     name = _name(cell_id)
     if not image:
         raise InvalidInput("no image", f"{name} image")
+    check_cell_size(cell_id, image, background, mask)
     rgb = decode_image(image, f"{name} image")
     bg = decode_image(background, f"{name} background") if background else None
     labels = decode_mask(mask, f"{name} mask", rgb.shape) if mask else None
     return rgb, bg, labels
+
+
+def check_cell_size(cell_id: str, image: bytes, background: bytes = b"", mask: bytes = b"") -> int:
+    """The pixel cap (MAX_ANALYSIS_PIXELS, issue 10 item 5), from the parts' headers before
+    anything is decoded: InvalidInput naming the cell and part, saying the limit and "crop
+    the cell". Returns the image's pixel count (what its analysis budget is scaled by)."""
+    name = f"cell {cell_id!r}"
+    pixels = check_analysis_size(image, f"{name} image")
+    for part, data in (("background", background), ("mask", mask)):
+        if data:
+            check_analysis_size(data, f"{name} {part}")
+    return pixels

@@ -18,11 +18,13 @@ import grpc
 import ray
 
 from pathmaster import defaults
+from pathmaster.records import InvalidInput
 from qos.classes import DEFAULT_CLASSES, ClassTable
 from qos.transport import MarkedServer, connect_address
 from services.config import SiteConfig
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
+from services.site.cells import check_cell_size
 from services.site.dispatch import PriorityDispatcher
 from services.site.worker import CellOutcome, ensure_ray, start_workers, stop_workers
 
@@ -90,7 +92,16 @@ class SiteServicer(pb_grpc.SiteServicer):
         """Queue the request's cells: analysed images, or (features mode) search only."""
         priority = self._priority(request.request_class)
         if not request.features:
-            return "images", [self.dispatcher.submit(priority, (c.cell_id, c.image, c.background, c.mask, k))
+            # A field of view instead of a cell is refused from its header, before any work;
+            # each cell's analysis stops at the call's deadline (pathmaster/budget.py).
+            try:
+                for cell in request.cells:
+                    check_cell_size(cell.cell_id, cell.image, cell.background, cell.mask)
+            except InvalidInput as exc:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"site {self.name}: {exc}")
+            remaining = context.time_remaining()
+            deadline = None if remaining is None else time.time() + remaining
+            return "images", [self.dispatcher.submit(priority, (c.cell_id, c.image, c.background, c.mask, k, deadline))
                               for c in request.cells]
         if request.cells:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "send cells as images or as features, not both")
@@ -221,7 +232,8 @@ class SiteServer:
             raise FileNotFoundError(f"site {cfg.name}: database folder {cfg.db} not found "
                                     f"(build one with `pathmaster synth` and `pathmaster index`)")
         ensure_ray(cfg.ray_address)
-        self.workers = start_workers(cfg.db, cfg.algorithm, cfg.workers, cfg.worker_cpus)
+        self.workers = start_workers(cfg.db, cfg.algorithm, cfg.workers, cfg.worker_cpus,
+                                     budget=cfg.cell_budget)  # budget (issue 10 item 5)
         info = ray.get(self.workers[0].info.remote())
         self.servicer = SiteServicer(cfg.name, self.workers, info, cfg.classes)
         host, _, port = cfg.listen.rpartition(":")

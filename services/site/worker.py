@@ -18,11 +18,13 @@ from pathlib import Path
 
 import ray
 
+from pathmaster.budget import AnalysisPool, CellBudget, CellStopped
 from pathmaster.defaults import WIRE_THUMBNAIL_PX
 from pathmaster.imageio import wire_thumbnail
 from pathmaster.records import InvalidInput
 from pathmaster.site import Match
-from services.site.cells import decode_cell
+from services.site.analysis import PRELOAD, analyse_encoded
+from services.site.cells import check_cell_size, decode_cell
 
 log = logging.getLogger("pathmaster.site")
 
@@ -53,7 +55,7 @@ class CellOutcome:
 class SiteWorker:
     """Feature extraction and search over one site database (folder `db`)."""
 
-    def __init__(self, db: str | Path):
+    def __init__(self, db: str | Path, budget: CellBudget | None = CellBudget()):
         # Heavy imports happen in the worker, here, so the first case is not slower.
         import pathmaster.features  # noqa: F401
         import pathmaster.segmentation  # noqa: F401
@@ -61,6 +63,23 @@ class SiteWorker:
 
         self.index = SiteIndex.open(db)
         self._wire = lru_cache(maxsize=4096)(self._wire_parts)
+        # budget (issue 10 item 5): cells are analysed in a bounded worker process (CPU
+        # budget, memory limit, deadline); budget=None analyses in this process, unbounded
+        # (the old way, kept for benchmarks' "before").
+        self.pool = AnalysisPool(budget=budget, preload=PRELOAD) if budget is not None else None
+        if self.pool is not None:
+            self.pool.warm_up()  # the fork server and a worker start now, not on the first case
+
+    def _extract(self, cell_id: str, image: bytes, background: bytes, mask: bytes, deadline: float | None):
+        """(features, background_estimated, mask_estimated) of one cell; InvalidInput or
+        CellStopped (budget) naming it."""
+        if self.pool is None:
+            rgb, background_rgb, labels = decode_cell(cell_id, image, background, mask)
+            analysis = self.index.analyse(rgb, background_rgb, labels, source=f"cell {cell_id!r}")
+            return analysis.features, analysis.background_estimated, analysis.mask_estimated
+        pixels = check_cell_size(cell_id, image, background, mask) if image else 0
+        return self.pool.run(analyse_encoded, cell_id, image, background, mask,
+                             pixels=pixels, deadline=deadline, name=f"cell {cell_id!r}")
 
     def ready(self) -> bool:
         return True
@@ -101,20 +120,32 @@ class SiteWorker:
         except InvalidInput as exc:
             return CellOutcome(cell_id, error=f"cell {cell_id!r}: {exc}")
 
-    def analyse(self, cell_id: str, image: bytes, background: bytes, mask: bytes, k: int) -> CellOutcome:
+    def analyse(self, cell_id: str, image: bytes, background: bytes, mask: bytes, k: int,
+                deadline: float | None = None) -> CellOutcome:
         """One test cell, as encoded bytes (background/mask may be b"") -> its CellOutcome.
+        deadline: wall-clock time (time.time()) after which the answer is of no use.
 
-        Bad input gives the outcome's `error` (naming the cell), not an exception.
+        Bad input gives the outcome's `error` (naming the cell), not an exception; so does a
+        cell stopped by its budget or deadline (the rest of the case is answered).
         """
         t0 = time.perf_counter()
         try:
-            rgb, background_rgb, labels = decode_cell(cell_id, image, background, mask)
-            analysis = self.index.analyse(rgb, background_rgb, labels, source=f"cell {cell_id!r}")
-        except InvalidInput as exc:
+            features, background_estimated, mask_estimated = self._extract(
+                cell_id, image, background, mask, deadline)
+        except (InvalidInput, CellStopped) as exc:
             return CellOutcome(cell_id, error=str(exc), extraction_s=time.perf_counter() - t0)
-        return self._outcome(cell_id, analysis.features, k, extraction_s=time.perf_counter() - t0,
-                             background_estimated=bool(analysis.background_estimated),
-                             mask_estimated=bool(analysis.mask_estimated))
+        return self._outcome(cell_id, features, k, extraction_s=time.perf_counter() - t0,
+                             background_estimated=bool(background_estimated),
+                             mask_estimated=bool(mask_estimated))
+
+    def budget_stats(self) -> dict:
+        """The analysis pool's counts, peak worker RSS and recent events
+        [(time.monotonic(), cell name, outcome)]; {} when cells run unbounded."""
+        if self.pool is None:
+            return {}
+        from dataclasses import asdict
+
+        return asdict(self.pool.stats)
 
     def image(self, cell_id: str) -> dict:
         """{"image": PNG bytes, "diagnosis", "mask": PNG bytes or b""} of a database cell;
@@ -158,9 +189,11 @@ _RemoteWorker = ray.remote(max_restarts=1, max_task_retries=0)(SiteWorker)
 _prepare_index = ray.remote(prepare_index)
 
 
-def start_workers(db: str | Path, algorithm: str, count: int, cpus: float, timeout_s: float = 120.0):
+def start_workers(db: str | Path, algorithm: str, count: int, cpus: float, timeout_s: float = 120.0,
+                  budget: CellBudget | None = CellBudget()):
     """Start `count` Ray actors over the database and wait until each has loaded it;
-    with `algorithm` set, the index is first made to use it (`prepare_index`).
+    with `algorithm` set, the index is first made to use it (`prepare_index`). budget:
+    what each cell may cost (None: unbounded, in the actor's own process).
 
     Returns the actor handles. Raises RuntimeError naming the database when a worker
     cannot open it (the worker's own error is included).
@@ -170,7 +203,7 @@ def start_workers(db: str | Path, algorithm: str, count: int, cpus: float, timeo
             ray.get(_prepare_index.options(num_cpus=cpus).remote(str(db), algorithm), timeout=timeout_s)
         except ray.exceptions.RayTaskError as exc:
             raise RuntimeError(f"site database {db}: cannot build a {algorithm!r} index: {exc.cause}") from None
-    workers = [_RemoteWorker.options(num_cpus=cpus).remote(str(db)) for _ in range(count)]
+    workers = [_RemoteWorker.options(num_cpus=cpus).remote(str(db), budget) for _ in range(count)]
     try:
         ray.get([w.ready.remote() for w in workers], timeout=timeout_s)
     except ray.exceptions.RayActorError as exc:

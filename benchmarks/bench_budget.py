@@ -1,0 +1,174 @@
+"""Issue 10 item 5: an urgent 6-cell case alone, and with a hostile upload at the same site.
+
+    python benchmarks/bench_budget.py [--runs 3] [--before-runs 1] [--before-side 2048]
+
+Each phase runs in a process of its own (its own local Ray, 2 CPUs), one site of 70
+synthetic cells and a coordinator on loopback:
+
+* before: the code before the budget (the base commit, exported with `git archive`), one
+  Ray worker: the hostile upload is a flat --before-side^2 PNG (the incident's 4096^2 took
+  269 s and 10.9 GB; 2048^2 keeps this run to about a minute, so it understates "before").
+* after, 1 and 2 Ray workers: the flat 4096^2 PNG (refused from its header), and a flat
+  1024^2 PNG, the costliest legal upload (cap MAX_ANALYSIS_PIXELS), under the default budget.
+
+Prints per configuration the median urgent-case time alone and with the hostile upload,
+their difference, and the peak RSS of the Ray worker (VmHWM) and of the analysis workers.
+The machine is shared: compare figures of one run only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BASE_COMMIT = "c9670ca"  # the last commit before the budget
+
+
+def flat_png(side: int) -> bytes:
+    import numpy as np
+
+    from pathmaster.imageio import encode_png
+
+    return encode_png(np.full((side, side, 3), 200, np.uint8), compress_level=9)
+
+
+def vm_hwm_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def phase(args) -> dict:
+    """Runs in its own process: one deployment, the measurements, a JSON line out."""
+    import logging
+
+    import grpc
+    import ray
+
+    from services.client import CoordinatorClient
+    from services.config import CoordinatorConfig, SiteConfig, SiteEndpoint
+    from services.coordinator.server import CoordinatorServer
+    from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
+    from services.site.server import SiteServer
+    from services.site.synthetic import build_synthetic_site, synthetic_case_cells
+
+    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False,
+             _node_ip_address="127.0.0.1")
+    out = {"phase": args.phase, "workers": args.workers}
+    with tempfile.TemporaryDirectory() as tmp:
+        db = build_synthetic_site(Path(tmp) / "site", 70, seed=1)
+        site = SiteServer(SiteConfig(name="s", db=db, workers=args.workers, worker_cpus=0.5)).start()
+        coordinator = CoordinatorServer(CoordinatorConfig(sites=[SiteEndpoint("s", site.address)])).start()
+        case = [pb.CellImage(cell_id=c["cell_id"], image=c["image"], background=c["background"], mask=c["mask"])
+                for c in synthetic_case_cells(6, seed=2026)]
+        pids = [ray.get(w.__ray_call__.remote(lambda self: os.getpid())) for w in site.workers]
+
+        def submit(cells, request_class):
+            started = time.perf_counter()
+            with CoordinatorClient(coordinator.address) as client:
+                try:
+                    events = list(client.submit(cells, request_class, deadline_s=600))
+                except grpc.RpcError as exc:
+                    return time.perf_counter() - started, exc.code().name, []
+            results = [e.site_result for e in events if e.HasField("site_result")]
+            errors = [c.error for r in results for c in r.cells if c.error]
+            return time.perf_counter() - started, results[0].status_code if results else "none", errors
+
+        submit(case, "urgent")  # warm
+        out["alone_s"] = [submit(case, "urgent")[0] for _ in range(args.runs)]
+        for side in args.hostile:
+            hostile = [pb.CellImage(cell_id=f"hostile-{side}.png", image=flat_png(side))]
+            timings, notes = [], []
+            for _ in range(args.runs):
+                before = len(site.servicer.cases_started)
+                box = {}
+                thread = threading.Thread(target=lambda: box.update(r=submit(hostile, "bulk")))
+                thread.start()
+                while len(site.servicer.cases_started) == before and thread.is_alive():
+                    time.sleep(0.01)  # until the site has the hostile case (or it was refused)
+                urgent_s, status, errors = submit(case, "urgent")
+                thread.join()
+                timings.append(urgent_s)
+                notes.append({"urgent_errors": len(errors), "hostile_s": round(box["r"][0], 2),
+                              "hostile_status": str(box["r"][1]), "hostile_error": (box["r"][2] or [""])[0][:100]})
+            out[f"with_{side}_s"] = timings
+            out[f"with_{side}_notes"] = notes
+        out["ray_worker_peak_rss"] = max(vm_hwm_bytes(p) for p in pids)
+        if args.phase == "after":
+            out["analysis_worker_peak_rss"] = max(ray.get(w.budget_stats.remote())["peak_rss_bytes"]
+                                                  for w in site.workers)
+        coordinator.stop(0.5)
+        site.stop(0.5)
+    ray.shutdown()
+    return out
+
+
+def run_phase(name: str, path: Path, workers: int, runs: int, hostile: list[int]) -> dict:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--phase", name, "--workers", str(workers),
+           "--runs", str(runs), "--hostile", *map(str, hostile)]
+    env = dict(os.environ, PYTHONPATH=str(path))
+    done = subprocess.run(cmd, env=env, cwd=path, capture_output=True, text=True, timeout=1800)
+    lines = [l for l in done.stdout.splitlines() if l.startswith("{")]
+    if done.returncode or not lines:
+        raise RuntimeError(f"{name} phase failed:\n{done.stderr[-3000:]}")
+    return json.loads(lines[-1])
+
+
+def report(result: dict) -> None:
+    mib = 2**20
+    alone = statistics.median(result["alone_s"])
+    label = f"{result['phase']}, {result['workers']} Ray worker(s)"
+    print(f"\n{label}: urgent 6-cell case alone, median of {len(result['alone_s'])}: {alone:.2f} s")
+    for key in [k for k in result if k.startswith("with_") and k.endswith("_s")]:
+        side = key[5:-2]
+        median = statistics.median(result[key])
+        print(f"  with a flat {side} x {side} upload: median {median:.2f} s  (+{median - alone:.2f} s)  "
+              f"runs {[round(t, 2) for t in result[key]]}")
+        for note in result[f"with_{side}_notes"][:1]:
+            print(f"    hostile: {note}")
+    print(f"  peak RSS: Ray worker {result['ray_worker_peak_rss'] / mib:.0f} MiB"
+          + (f", analysis worker {result['analysis_worker_peak_rss'] / mib:.0f} MiB" if "analysis_worker_peak_rss" in result else ""))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--before-runs", type=int, default=1)
+    parser.add_argument("--before-side", type=int, default=2048)
+    parser.add_argument("--skip-before", action="store_true")
+    parser.add_argument("--phase", choices=["before", "after"], help=argparse.SUPPRESS)
+    parser.add_argument("--workers", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--hostile", type=int, nargs="*", default=[], help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.phase:  # the code under test comes from PYTHONPATH (the old export or this tree)
+        print(json.dumps(phase(args)), flush=True)
+        return
+    sys.path.insert(0, str(REPO))
+    from pathmaster import defaults
+
+    print(f"MAX_ANALYSIS_PIXELS {defaults.MAX_ANALYSIS_PIXELS}, budget {defaults.CELL_CPU_FLOOR_S} s + "
+          f"{defaults.CELL_CPU_PER_MEGAPIXEL_S} s/MP of CPU, memory {defaults.ANALYSIS_MEMORY_BYTES / 2**20:.0f} MiB")
+    results = []
+    if not args.skip_before:
+        with tempfile.TemporaryDirectory() as old:
+            archive = subprocess.run(["git", "-C", str(REPO), "archive", BASE_COMMIT], capture_output=True, check=True)
+            subprocess.run(["tar", "-x", "-C", old], input=archive.stdout, check=True)
+            results.append(run_phase("before", Path(old), 1, args.before_runs, [args.before_side]))
+            report(results[-1])
+    for workers in (1, 2):
+        results.append(run_phase("after", REPO, workers, args.runs, [4096, 1024]))
+        report(results[-1])
+
+
+if __name__ == "__main__":
+    main()

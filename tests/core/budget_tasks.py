@@ -1,0 +1,52 @@
+"""Tasks for tests/core/test_budget.py, run in the analysis pool's worker processes (so
+they live in a module the workers can import by name)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+
+def double(x):
+    return 2 * x
+
+
+def worker_pid() -> int:
+    return os.getpid()
+
+
+def burn_cpu():
+    """Never returns: only the CPU budget stops it."""
+    n = 0
+    while True:
+        n += 1
+
+
+def exit_now(code: int = 3):
+    os._exit(code)
+
+
+def kill_self():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def allocate(step_bytes: int = 64 * 2**20):
+    """Touches ever more memory until the worker's limit stops it."""
+    held = []
+    while True:
+        held.append(bytearray(step_bytes))  # bytearray(n) writes its zeros: resident
+
+
+def block(seconds: float):
+    time.sleep(seconds)  # uses no CPU: only the wall-clock limit stops it
+    return seconds
+
+
+def refuse(message: str):
+    raise ValueError(message)
+
+
+def thread_settings() -> dict:
+    return {name: os.environ.get(name) for name in
+            ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}

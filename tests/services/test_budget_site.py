@@ -1,0 +1,106 @@
+"""Issue 10 item 5 at the site: a hostile upload cannot hold a site.
+
+* A field of view (a flat 4096 x 4096 PNG, a 60 KB file) is refused from its header with
+  INVALID_ARGUMENT at the coordinator and at the site, and no analysis happens.
+* A legal but slow cell (a flat 1024 x 1024 image: seconds of CPU time) is stopped by its
+  CPU budget while an urgent 6-cell case sent after it at the same site is answered in
+  full, and the rest of the hostile case is answered too. Asserted on outcomes and the
+  pool's own events, never on durations (the test site's budget is 1.5 CPU seconds, a
+  study cell uses ~0.3, the flat 1024 x 1024 ~3; CPU time does not stretch on a busy machine).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import grpc
+import numpy as np
+import pytest
+import ray
+
+from pathmaster.imageio import encode_png
+from services.client import CoordinatorClient
+from services.config import CoordinatorConfig, SiteConfig, SiteEndpoint
+from services.coordinator.server import CoordinatorServer
+from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
+from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
+from services.site.server import SiteServer
+
+# A site whose cells may use 1.5 s of CPU each (a wall cap far away: the CPU budget decides).
+BUDGET = dict(cell_cpu_floor_s=1.5, cell_cpu_per_megapixel_s=0.0, cell_wall_factor=600.0)
+
+
+def flat_png(side: int) -> bytes:
+    return encode_png(np.full((side, side, 3), 200, np.uint8), compress_level=9)
+
+
+@pytest.fixture(scope="module")
+def budget_site(ray_session, site_dbs):
+    site = SiteServer(SiteConfig(name="budget", db=site_dbs["gamma"], workers=1, **BUDGET)).start()
+    # Images to the site (no analysers at the coordinator): the site's own budget is tested here.
+    coordinator = CoordinatorServer(CoordinatorConfig(sites=[SiteEndpoint(name="budget", address=site.address)],
+                                                      analysis_workers=0)).start()
+    try:
+        yield site, coordinator
+    finally:
+        coordinator.stop(0.5)
+        site.stop(0.5)
+
+
+def pool_stats(site) -> dict:
+    return ray.get(site.workers[0].budget_stats.remote())
+
+
+def test_a_field_of_view_is_refused_at_coordinator_and_site(budget_site, case):
+    site, coordinator = budget_site
+    field = pb.CellImage(cell_id="field.png", image=flat_png(4096))
+    assert len(field.image) < 200_000
+    before = pool_stats(site)
+    with CoordinatorClient(coordinator.address) as client, pytest.raises(grpc.RpcError) as err:
+        list(client.submit([field, case[0]], "urgent", deadline_s=30))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "'field.png'" in err.value.details() and "crop the cell" in err.value.details()
+    with grpc.insecure_channel(site.address) as channel:  # a caller that skips the coordinator
+        with pytest.raises(grpc.RpcError) as err:
+            pb_grpc.SiteStub(channel).Analyse(pb.AnalyseRequest(case_id="x", cells=[field]), timeout=30)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "crop the cell" in err.value.details()
+    after = pool_stats(site)
+    assert after["events"] == before["events"]  # nothing was analysed
+    # ...and the site keeps serving
+    with CoordinatorClient(coordinator.address) as client:
+        events = list(client.submit(case[:1], "urgent", deadline_s=60))
+    results = [e.site_result for e in events if e.HasField("site_result")]
+    assert results and results[0].status_code == 0 and not results[0].cells[0].error
+
+
+def test_a_slow_cell_is_stopped_by_its_budget_and_the_urgent_case_is_answered(budget_site, case):
+    site, coordinator = budget_site
+    hostile = [pb.CellImage(cell_id="hostile.png", image=flat_png(1024)), case[1], case[2]]
+    started = len(site.servicer.cases_started)
+    replies: dict[str, list] = {}
+
+    def send(name, cells, request_class):
+        with CoordinatorClient(coordinator.address) as client:
+            replies[name] = list(client.submit(cells, request_class, deadline_s=120))
+
+    hostile_thread = threading.Thread(target=send, args=("hostile", hostile, "routine"))
+    hostile_thread.start()
+    while len(site.servicer.cases_started) == started:  # the site has the hostile case
+        hostile_thread.join(0.05)
+        assert hostile_thread.is_alive(), replies
+    send("urgent", case, "urgent")
+    hostile_thread.join(120)
+
+    urgent = [e.site_result for e in replies["urgent"] if e.HasField("site_result")][0]
+    assert urgent.status_code == 0 and len(urgent.cells) == 6
+    assert all(not c.error and c.matches for c in urgent.cells)
+
+    answer = [e.site_result for e in replies["hostile"] if e.HasField("site_result")][0]
+    assert answer.status_code == 0
+    by_id = {c.query_cell_id: c for c in answer.cells}
+    assert "longer than its budget of 2 s of CPU time" in by_id["hostile.png"].error
+    assert all(not by_id[c.cell_id].error and by_id[c.cell_id].matches for c in hostile[1:])
+
+    outcomes = {name: outcome for _, name, outcome in pool_stats(site)["events"]}
+    assert outcomes["cell 'hostile.png'"] == "over_budget"
+    assert all(outcomes[f"cell {c.cell_id!r}"] == "completed" for c in case)
