@@ -83,7 +83,7 @@ def test_probe_image_reads_the_header_and_refuses_a_file_cut_short(fmt):
 def test_the_site_decodes_and_checks_each_part_once(site_db, case_cells):
     from services.site.worker import CellOutcome, SiteWorker
 
-    worker = SiteWorker(site_db)
+    worker = SiteWorker(site_db, budget=None)  # in this process, so its decodes can be counted
     for cell_id in worker.index.cell_ids():  # the matches' wire thumbnails are made once per database cell
         worker.wire_parts(cell_id)
     outcome, counts = calls(lambda: worker.analyse(*parts(case_cells[0]), 3))

@@ -351,8 +351,12 @@ function onPlan(event) {
   const wait = event.predicted_s ? `expected in about ${event.predicted_s.toFixed(1)} s` : "no estimate yet";
   setStatus(`Case sent; ${wait}.`);
   for (const s of event.sites) {
-    const expected = s.predicted_s ? `expected ~${s.predicted_s.toFixed(1)} s` : "";
-    markSite(s.site, "waiting", "waiting", expected, s.reasons.join("; "));
+    ensureSite(s.site);
+    const card = document.querySelector(`.site-card[data-site="${CSS.escape(s.site)}"]`);
+    if (!card) continue;
+    // Only the site's card: its cells' rows stay pending until the site answers.
+    card.querySelector(".site-time").textContent = s.predicted_s ? `expected ~${s.predicted_s.toFixed(1)} s` : "";
+    card.querySelector(".site-detail").textContent = s.reasons.join("; ");
   }
 }
 
