@@ -46,7 +46,8 @@ def register(subparsers) -> None:
                               description="Ingest a dataset (synthetic, Herlev, SIPaKMeD or class folders of images) "
                                           "into a site directory. Re-running skips cells already there and completes "
                                           "an interrupted run; unreadable files are reported and skipped.")
-    p.add_argument("dataset", type=Path, metavar="DATASET_DIR")
+    p.add_argument("dataset", type=Path, metavar="DATASET_DIR",
+                   help="the dataset folder: synthetic, Herlev, SIPaKMeD or class folders (datasets/README.md)")
     p.add_argument("--db", required=True, type=Path, metavar="SITE_DIR", help="site directory (created if needed)")
     p.add_argument("--algorithm", choices=("auto", "flat", "ivf", "hnsw"), default=None,
                    help="search index: exact (flat), IVF or HNSW; auto = exact up to 200k cells (default: as before, else auto)")
@@ -60,7 +61,7 @@ def register(subparsers) -> None:
 
     p = subparsers.add_parser("search", help="the most similar database cells to one test cell",
                               description="Analyse one cell image and print the k most similar cells of the site.")
-    p.add_argument("image", type=Path, metavar="IMAGE")
+    p.add_argument("image", type=Path, metavar="IMAGE", help="the test cell image (PNG, BMP, JPEG or TIFF)")
     p.add_argument("--db", required=True, type=Path, metavar="SITE_DIR")
     p.add_argument("--background", type=Path, help="blank-slide image taken with the same lighting")
     p.add_argument("--mask", type=Path, help="label image: 0 background, 1 cytoplasm, 2 nucleus, 3 nucleolus")

@@ -144,7 +144,11 @@ class CoordinatorClient:
 
     def describe(self, error: grpc.RpcError) -> str:
         """`describe_error`, plus which TLS setting to check when the failure looks like a
-        TLS mismatch between this client and the coordinator."""
+        TLS mismatch between this client and the coordinator; for a coordinator that
+        cannot be reached at all, "UNAVAILABLE: " and `unreachable` instead of gRPC's text."""
+        if is_unreachable(error):
+            log.debug("coordinator %s: %s", self.address, describe_error(error))
+            return f"{error.code().name}: {unreachable(self.address)}"
         return describe_error(error) + tls_hint(error, self.tls)
 
     def close(self) -> None:
@@ -160,6 +164,23 @@ class CoordinatorClient:
 def describe_error(error: grpc.RpcError) -> str:
     """"STATUS: details" of a failed call, for people."""
     return f"{error.code().name}: {error.details()}"
+
+
+# What gRPC says when nothing accepts the connection (refused, no route, unknown host).
+UNREACHABLE_DETAILS = ("failed to connect to all addresses", "connection refused",
+                       "dns resolution failed", "no route to host", "name or service not known")
+
+
+def is_unreachable(error: grpc.RpcError) -> bool:
+    """True when a call failed because the coordinator could not be connected to at all."""
+    details = (error.details() or "").lower()
+    return error.code() == grpc.StatusCode.UNAVAILABLE and any(d in details for d in UNREACHABLE_DETAILS)
+
+
+def unreachable(address: str) -> str:
+    """What to tell a person whose coordinator at `address` cannot be reached."""
+    return (f"The coordinator at {address} is not reachable; is it running? "
+            "(start one with `pathmaster demo` or `pathmaster serve coordinator`)")
 
 
 def tls_hint(error: grpc.RpcError, tls: TLSFiles | None) -> str:

@@ -46,7 +46,8 @@ def register(subparsers) -> None:
         "query", help="submit a case to a coordinator and print each site's matches",
         description="Submit the cells in IMAGE... as one case. NAME-background.EXT and NAME-mask.EXT "
                     "files given alongside NAME.EXT are sent as that cell's background and mask.")
-    query.add_argument("images", nargs="+", metavar="IMAGE")
+    query.add_argument("images", nargs="+", metavar="IMAGE",
+                       help="cell images, each optionally with its NAME-background.EXT and NAME-mask.EXT")
     query.add_argument("--coordinator", required=True, metavar="HOST:PORT")
     query.add_argument("--class", dest="request_class", default="routine",
                        help="urgent, routine, teaching or bulk (default routine)")
