@@ -20,6 +20,7 @@ from pathlib import Path, PurePath
 
 import grpc
 
+from pathmaster.ids import id_from_name
 from pathmaster.records import InvalidInput
 from qos.classes import DEFAULT_CLASSES, ClassTable
 from qos.transport import STALE_PORT_CODES, ClassChannels, TLSFiles
@@ -49,7 +50,7 @@ def cells_from_files(paths) -> list[pb.CellImage]:
     for files in pairing.cells:
         parts = {role: _read(getattr(files, role)) for role in ("image", "background", "mask")
                  if getattr(files, role)}
-        cells.append(pb.CellImage(cell_id=PurePath(files.image).name, **parts))
+        cells.append(pb.CellImage(cell_id=id_from_name(PurePath(files.image).name), **parts))
     return cells
 
 

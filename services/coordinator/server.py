@@ -29,6 +29,8 @@ from collections import Counter
 import grpc
 from prometheus_client import start_http_server
 
+from pathmaster.ids import check_id, log_tag, shown
+from pathmaster.records import InvalidInput
 from qos.transport import STALE_PORT_CODES, ClassChannels, MarkedServer, connect_address, split_address
 from services.config import CoordinatorConfig, DEFAULT_K
 from services.coordinator.stats import CaseLog, ClassStats, metrics_registry
@@ -173,7 +175,9 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         site_request = pb.AnalyseRequest(case_id=case_id, request_class=rclass.name,
                                          cells=request.cells, k=request.k or DEFAULT_K)
         request_bytes = site_request.ByteSize()
-        log.info("case %s (%s, DSCP %d): %d cells to %s, deadline %.1f s", case_id, rclass.name,
+        # Case ids may be accession numbers: INFO names a case by its keyed tag only.
+        log.debug("case %s is %s", log_tag(case_id), case_id)
+        log.info("case %s (%s, DSCP %d): %d cells to %s, deadline %.1f s", log_tag(case_id), rclass.name,
                  rclass.dscp, len(request.cells), ", ".join(sites), budget)
 
         answers: queue.Queue = queue.Queue()
@@ -207,7 +211,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         if cancelled:
             with self._lock:
                 self.cases_cancelled += 1
-            log.info("case %s: cancelled by the client after %.3f s", case_id, total_s)
+            log.info("case %s: cancelled by the client after %.3f s", log_tag(case_id), total_s)
             self._record(case_id, rclass, results, total_s, len(request.cells), "cancelled")
             return
         summary = pb.CaseSummary(
@@ -281,7 +285,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     def _record(self, case_id: str, rclass, results: list[pb.SiteResult], total_s: float,
                 cells: int, outcome: str) -> None:
         self.case_log.write({
-            "case_id": case_id, "class": rclass.name, "dscp": rclass.dscp, "outcome": outcome,
+            "case_id": case_id, "tag": log_tag(case_id), "class": rclass.name, "dscp": rclass.dscp, "outcome": outcome,
             "cells": cells, "total_s": round(total_s, 6),
             "bytes_sent": sum(r.bytes_sent for r in results),
             "bytes_received": sum(r.bytes_received for r in results),
@@ -300,7 +304,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     def GetClassStats(self, request: pb.ClassStatsRequest, context) -> pb.ClassStatsReply:
         if request.request_class and request.request_class not in self.config.classes:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                          f"unknown request class {request.request_class!r}; known classes: "
+                          f"unknown request class {shown(request.request_class)}; known classes: "
                           f"{', '.join(self.config.classes.names())}")
         names = [request.request_class] if request.request_class else self.config.classes.names()
         return pb.ClassStatsReply(classes=[pb.ClassStats(**self.stats.summary(n)) for n in names])
@@ -308,7 +312,11 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     def GetImage(self, request: pb.ImageRequest, context) -> pb.ImageReply:
         if request.site not in self.site_names:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                          f"unknown site {request.site!r}; known sites: {', '.join(self.site_names)}")
+                          f"unknown site {shown(request.site)}; known sites: {', '.join(self.site_names)}")
+        try:
+            check_id(request.cell_id, "cell id")
+        except InvalidInput as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         try:
             return self._site_stub(request.site).GetImage(
                 request, timeout=context.time_remaining() or self.config.default_deadline_s)
@@ -400,3 +408,4 @@ class CoordinatorServer:
             self._metrics_server.server_close()
             self._metrics_server = None
         self.channels.close()
+        self.servicer.case_log.close()

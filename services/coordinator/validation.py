@@ -13,6 +13,7 @@ import grpc
 from pathmaster.records import InvalidInput
 from qos.classes import ClassTable, RequestClass, UnknownClass
 from services.config import MAX_K
+from services.coordinator.bounds import check_bounds
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.site.cells import decode_cell
 
@@ -40,6 +41,7 @@ def check_case(request: pb.CaseRequest, classes: ClassTable, max_cells: int,
     Raises CaseRejected with INVALID_ARGUMENT or RESOURCE_EXHAUSTED. Decodes every image,
     background and mask, so a corrupt one is reported here, naming its cell.
     """
+    check_bounds(request, CaseRejected)  # ids and names first: messages below echo them
     try:
         rclass = classes[request.request_class or DEFAULT_CLASS]
     except UnknownClass as exc:

@@ -17,6 +17,7 @@ from collections import deque
 import grpc
 import ray
 
+from pathmaster.ids import log_tag, shown
 from qos.classes import DEFAULT_CLASSES, ClassTable
 from qos.transport import MarkedServer, connect_address
 from services.config import DEFAULT_K, MAX_K, SiteConfig
@@ -96,7 +97,7 @@ class SiteServicer(pb_grpc.SiteServicer):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"k must be 0-{MAX_K}, got {request.k}")
         k = request.k or DEFAULT_K
         self.cases_started.append(request.case_id)
-        log.info("site %s: case %s (%s): analysing %d cells", self.name, request.case_id,
+        log.info("site %s: case %s (%s): analysing %d cells", self.name, log_tag(request.case_id),
                  request.request_class, len(request.cells))
         priority = self._priority(request.request_class)
         jobs = [self.dispatcher.submit(priority, (cell.cell_id, cell.image, cell.background, cell.mask, k))
@@ -108,13 +109,13 @@ class SiteServicer(pb_grpc.SiteServicer):
                 if isinstance(job.error, ray.exceptions.RayActorError):
                     context.abort(grpc.StatusCode.UNAVAILABLE, f"site {self.name}: a worker died: {job.error}")
                 if job.error is not None:
-                    log.error("site %s: case %s failed: %s", self.name, request.case_id, job.error)
+                    log.error("site %s: case %s failed: %s", self.name, log_tag(request.case_id), job.error)
                     cause = getattr(job.error, "cause", job.error)
                     context.abort(grpc.StatusCode.INTERNAL,
                                   f"site {self.name}: analysis failed: {type(cause).__name__}: {cause}")
         except _CallerGone:
             self.cases_cancelled.append(request.case_id)
-            log.info("site %s: case %s cancelled by the caller", self.name, request.case_id)
+            log.info("site %s: case %s cancelled by the caller", self.name, log_tag(request.case_id))
             return pb.AnalyseReply()  # nobody is listening any more
         finally:
             for job in jobs:
@@ -143,10 +144,10 @@ class SiteServicer(pb_grpc.SiteServicer):
         except ray.exceptions.GetTimeoutError:
             context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"site {self.name}: image not read in time")
         except (KeyError, LookupError) as exc:
-            context.abort(grpc.StatusCode.NOT_FOUND, f"site {self.name} has no cell {request.cell_id!r}")
+            context.abort(grpc.StatusCode.NOT_FOUND, f"site {self.name} has no cell {shown(request.cell_id)}")
         except ray.exceptions.RayTaskError as exc:
             if isinstance(exc.cause, LookupError):
-                context.abort(grpc.StatusCode.NOT_FOUND, f"site {self.name} has no cell {request.cell_id!r}")
+                context.abort(grpc.StatusCode.NOT_FOUND, f"site {self.name} has no cell {shown(request.cell_id)}")
             raise
         return pb.ImageReply(cell_id=request.cell_id, image=found["image"],
                              diagnosis=found["diagnosis"], mask=found["mask"])
