@@ -145,8 +145,8 @@ def cut_out(slide: np.ndarray, cytoplasm: np.ndarray, nucleus: np.ndarray) -> tu
     return image, boundaries_to_mask(cytoplasm - offset, nucleus - offset, image.shape[:2]), (x0, y0)
 
 
-def iter_cells(root: Path) -> Iterator[CellRecord | ImportProblem]:
-    return each_class(root, _class_cells)
+def iter_cells(root: Path, vocabulary) -> Iterator[CellRecord | ImportProblem]:
+    return each_class(root, _class_cells, vocabulary)
 
 
 def _class_cells(root: Path, class_folder: Path, diagnosis: str) -> Iterator[CellRecord | ImportProblem]:
