@@ -123,7 +123,11 @@ def format_summary(summary, truth: dict | None = None) -> str:
              f"{summary.bytes_sent / 1024:.0f} KiB sent, {summary.bytes_received / 1024:.0f} KiB received"]
     for v in summary.votes:
         known = f"  [true: {truth[v.query_cell_id]}]" if truth and v.query_cell_id in truth else ""
-        lines.append(f"    {v.query_cell_id}: {v.diagnosis} ({v.votes}/{v.total} matches){known}")
+        bethesda = f"; Bethesda {v.bethesda} ({v.bethesda_votes}/{v.bethesda_total})" if v.bethesda else ""
+        lines.append(f"    {v.query_cell_id}: {v.diagnosis} ({v.votes}/{v.total} matches{bethesda}){known}")
+    if summary.bethesda.bethesda:
+        b = summary.bethesda
+        lines.append(f"    case, in Bethesda terms: {b.bethesda} ({b.bethesda_votes}/{b.bethesda_total} matches)")
     return "\n".join(lines)
 
 

@@ -24,13 +24,13 @@ import queue
 import threading
 import time
 import uuid
-from collections import Counter
 
 import grpc
 from prometheus_client import start_http_server
 
 from pathmaster.ids import check_id, log_tag, shown
 from pathmaster.records import InvalidInput
+from pathmaster.vocabulary import majority
 from qos.transport import STALE_PORT_CODES, ClassChannels, MarkedServer, connect_address, split_address
 from services.config import CoordinatorConfig, DEFAULT_K
 from services.coordinator.stats import CaseLog, ClassStats, metrics_registry
@@ -56,19 +56,35 @@ def site_deadline(now: float, case_deadline: float) -> float:
 
 
 def vote(cells_by_site: list[list[pb.CellResult]]) -> list[pb.CellVote]:
-    """Per test cell, the diagnosis most often among every site's matches (ties: first seen)."""
-    counts: dict[str, Counter] = {}
+    """Per test cell, the diagnosis most often among every site's matches, and the Bethesda
+    term most often (sites with different vocabularies vote together in those; ties: first
+    seen; ``pathmaster.vocabulary.majority``)."""
+    matches: dict[str, list[pb.Match]] = {}
     for cells in cells_by_site:
         for cell in cells:
-            tally = counts.setdefault(cell.query_cell_id, Counter())
-            tally.update(m.diagnosis for m in cell.matches if m.diagnosis)
+            matches.setdefault(cell.query_cell_id, []).extend(cell.matches)
     votes = []
-    for cell_id, tally in counts.items():
-        if tally:
-            diagnosis, n = tally.most_common(1)[0]
-            votes.append(pb.CellVote(query_cell_id=cell_id, diagnosis=diagnosis, votes=n,
-                                     total=sum(tally.values())))
+    for cell_id, found in matches.items():
+        by_label = majority(m.diagnosis for m in found)
+        if by_label is None:
+            continue
+        cell_vote = pb.CellVote(query_cell_id=cell_id, diagnosis=by_label.label, votes=by_label.votes,
+                                total=by_label.total)
+        _set_bethesda(cell_vote, majority(m.bethesda for m in found))
+        votes.append(cell_vote)
     return votes
+
+
+def case_bethesda(cells_by_site: list[list[pb.CellResult]]) -> pb.CellVote:
+    """The case's majority in Bethesda terms over every match of every cell and site."""
+    case_vote = pb.CellVote()
+    _set_bethesda(case_vote, majority(m.bethesda for cells in cells_by_site for c in cells for m in c.matches))
+    return case_vote
+
+
+def _set_bethesda(cell_vote: pb.CellVote, winner) -> None:
+    if winner is not None:
+        cell_vote.bethesda, cell_vote.bethesda_votes, cell_vote.bethesda_total = winner.label, winner.votes, winner.total
 
 
 class CoordinatorServicer(pb_grpc.CoordinatorServicer):
@@ -221,6 +237,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             bytes_sent=sum(r.bytes_sent for r in results),
             bytes_received=sum(r.bytes_received for r in results),
             votes=vote([list(r.cells) for r in results if r.status_code == 0]),
+            bethesda=case_bethesda([list(r.cells) for r in results if r.status_code == 0]),
         )
         self.stats.add(rclass.name, total_s)
         if self.histogram is not None:

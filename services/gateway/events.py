@@ -25,7 +25,7 @@ def png_data_url(png: bytes) -> str:
 
 def match_json(match, with_thumbnail: bool = True) -> dict:
     """One `Match` as a dict: cell_id, diagnosis, distance, source_id[, thumbnail]."""
-    out = {"cell_id": match.cell_id, "diagnosis": match.diagnosis,
+    out = {"cell_id": match.cell_id, "diagnosis": match.diagnosis, "bethesda": match.bethesda,
            "distance": round(float(match.distance), 6), "source_id": match.source_id}
     if with_thumbnail:
         out["thumbnail"] = png_data_url(match.thumbnail)
@@ -66,7 +66,11 @@ def summary_json(summary) -> dict:
             "sites_ok": summary.sites_ok, "sites_failed": summary.sites_failed,
             "bytes_sent": summary.bytes_sent, "bytes_received": summary.bytes_received,
             "votes": [{"query_cell_id": v.query_cell_id, "diagnosis": v.diagnosis,
-                       "votes": v.votes, "total": v.total} for v in summary.votes]}
+                       "votes": v.votes, "total": v.total, "bethesda": v.bethesda,
+                       "bethesda_votes": v.bethesda_votes, "bethesda_total": v.bethesda_total}
+                      for v in summary.votes],
+            "bethesda": {"term": summary.bethesda.bethesda, "votes": summary.bethesda.bethesda_votes,
+                         "total": summary.bethesda.bethesda_total}}
 
 
 def case_event_json(event, with_thumbnails: bool = True) -> dict:

@@ -38,7 +38,7 @@ def cell_result(result: dict) -> pb.CellResult:
         query_cell_id=result["query_cell_id"],
         matches=[
             pb.Match(cell_id=m["cell_id"], diagnosis=m["diagnosis"], distance=m["distance"],
-                     thumbnail=m["thumbnail"], source_id=m["source_id"])
+                     thumbnail=m["thumbnail"], source_id=m["source_id"], bethesda=m["bethesda"])
             for m in result["matches"]
         ],
         background_estimated=result["background_estimated"],
@@ -161,7 +161,14 @@ class SiteServicer(pb_grpc.SiteServicer):
             workers=len(self.workers),
             class_ports=self.class_ports,
             class_dscp=self.class_dscp,
+            vocabulary=site_vocabulary(self.info["vocabulary"]),
         )
+
+
+def site_vocabulary(vocabulary: dict) -> pb.Vocabulary:
+    """A ``Vocabulary.as_dict`` as the Vocabulary message (aliases stay at the site)."""
+    return pb.Vocabulary(name=vocabulary["name"], labels=vocabulary["labels"],
+                         abnormal=vocabulary["abnormal"], bethesda=vocabulary["bethesda"])
 
 
 class SiteServer:

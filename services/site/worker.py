@@ -35,17 +35,19 @@ class SiteWorker:
         return True
 
     def info(self) -> dict:
-        """{"algorithm", "database_cells", "diagnoses"} of this worker's database."""
+        """{"algorithm", "database_cells", "diagnoses", "vocabulary"} of this worker's
+        database (the vocabulary as ``Vocabulary.as_dict``)."""
         return {
             "algorithm": self.index.algorithm,
             "database_cells": len(self.index),
             "diagnoses": [str(d) for d in self.index.diagnoses()],
+            "vocabulary": self.index.vocabulary.as_dict(),
         }
 
     def analyse(self, cell_id: str, image: bytes, background: bytes, mask: bytes, k: int) -> dict:
         """One test cell, as encoded bytes (background/mask may be b"") -> a result dict.
 
-        Returns {"query_cell_id", "matches": [{"cell_id", "diagnosis", "distance",
+        Returns {"query_cell_id", "matches": [{"cell_id", "diagnosis", "bethesda", "distance",
         "source_id", "thumbnail"}], "background_estimated", "mask_estimated", "error",
         "extraction_s", "search_s"}; times in seconds, search_s includes reading the
         matches' thumbnails. Bad input gives "error" (naming the cell), not an exception.
@@ -68,6 +70,7 @@ class SiteWorker:
             result["matches"].append({
                 "cell_id": str(match.cell_id),
                 "diagnosis": str(match.diagnosis or ""),
+                "bethesda": self.index.vocabulary.to_bethesda(match.diagnosis) or "",
                 "distance": float(match.distance),
                 "source_id": str(match.source_id),
                 "thumbnail": self.index.thumbnail_png(match.cell_id),
