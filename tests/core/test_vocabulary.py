@@ -109,3 +109,32 @@ def test_unknown_labels_fail_by_name_and_a_site_keeps_its_vocabulary(two_sites, 
     assert "unknown diagnosis class 'normal'" in report.problems[0][1] and "'herlev'" in report.problems[0][1]
     with pytest.raises(InvalidInput, match="this site's vocabulary is 'bethesda', not 'herlev'"):
         ingest(data, root / "bethesda", vocabulary=BUILTIN["herlev"])
+
+
+def test_index_with_a_vocabulary_file_then_search(two_sites, tmp_path, capsys):
+    """`pathmaster index --vocabulary FILE` on "normal"/"abnormal" folders, which no
+    built-in vocabulary knows; `search --json` gives each match's Bethesda term."""
+    import json
+
+    from pathmaster.cli import main
+
+    _, data, _ = two_sites
+    dataset = tmp_path / "lab"
+    for label, source in (("normal", "normal_intermediate"), ("abnormal", "severe_dysplasia")):
+        (dataset / label).mkdir(parents=True)
+        for image in sorted(Path(data).glob(f"{source}/synth-*[0-9].png")):
+            for part in ("", "-mask", "-background"):
+                shutil.copy(image.with_name(image.stem + part + ".png"), dataset / label / (image.stem + part + ".png"))
+    vocabulary = tmp_path / "lab.toml"
+    vocabulary.write_text('labels = ["normal", "abnormal"]\nabnormal = ["abnormal"]\n'
+                          '[bethesda]\nnormal = "NILM"\nabnormal = "HSIL"\n')
+    assert main(["index", str(dataset), "--db", str(tmp_path / "site"), "--quiet"]) == 1  # herlev: refused
+    assert "unknown diagnosis class 'abnormal'" in capsys.readouterr().err
+    site = tmp_path / "site2"
+    assert main(["index", str(dataset), "--db", str(site), "--vocabulary", str(vocabulary), "--quiet"]) == 0
+    query = next(dataset.glob("abnormal/synth-*[0-9].png"))
+    capsys.readouterr()
+    assert main(["search", "--db", str(site), str(query), "--json", "--k", "2"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["vocabulary"] == "lab" and out["matches"][0]["diagnosis"] == "abnormal"
+    assert out["matches"][0]["bethesda"] == "HSIL"
