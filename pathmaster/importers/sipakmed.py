@@ -126,7 +126,8 @@ def boundaries_to_mask(cytoplasm: np.ndarray, nucleus: np.ndarray, shape: tuple[
     return mask
 
 
-def cut_out(slide: np.ndarray, cytoplasm: np.ndarray, nucleus: np.ndarray) -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
+def cut_out(slide: np.ndarray, cytoplasm: np.ndarray,
+            nucleus: np.ndarray) -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
     """One cell of a whole slide: (image, mask, (x0, y0) of the cut-out on the slide).
 
     The cut-out is the bounding box of both polygons (slide pixels, (x, y) vertices) plus

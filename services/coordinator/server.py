@@ -84,7 +84,8 @@ def case_bethesda(cells_by_site: list[list[pb.CellResult]]) -> pb.CellVote:
 
 def _set_bethesda(cell_vote: pb.CellVote, winner) -> None:
     if winner is not None:
-        cell_vote.bethesda, cell_vote.bethesda_votes, cell_vote.bethesda_total = winner.label, winner.votes, winner.total
+        cell_vote.bethesda = winner.label
+        cell_vote.bethesda_votes, cell_vote.bethesda_total = winner.votes, winner.total
 
 
 class CoordinatorServicer(pb_grpc.CoordinatorServicer):
@@ -302,7 +303,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     def _record(self, case_id: str, rclass, results: list[pb.SiteResult], total_s: float,
                 cells: int, outcome: str) -> None:
         self.case_log.write({
-            "case_id": case_id, "tag": log_tag(case_id), "class": rclass.name, "dscp": rclass.dscp, "outcome": outcome,
+            "case_id": case_id, "tag": log_tag(case_id), "class": rclass.name, "dscp": rclass.dscp,
+            "outcome": outcome,
             "cells": cells, "total_s": round(total_s, 6),
             "bytes_sent": sum(r.bytes_sent for r in results),
             "bytes_received": sum(r.bytes_received for r in results),
