@@ -46,13 +46,18 @@ def register(subparsers) -> None:
                               description="Ingest a dataset (synthetic, Herlev, SIPaKMeD or class folders of images) "
                                           "into a site directory. Re-running skips cells already there and completes "
                                           "an interrupted run; unreadable files are reported and skipped.")
-    p.add_argument("dataset", type=Path, metavar="DATASET_DIR")
+    p.add_argument("dataset", type=Path, metavar="DATASET_DIR",
+                   help="the dataset folder: synthetic, Herlev, SIPaKMeD or class folders (datasets/README.md)")
     p.add_argument("--db", required=True, type=Path, metavar="SITE_DIR", help="site directory (created if needed)")
     p.add_argument("--algorithm", choices=("auto", "flat", "ivf", "hnsw"), default=None,
                    help="search index: exact (flat), IVF or HNSW; auto = exact up to 200k cells (default: as before, else auto)")
     p.add_argument("--features", choices=("auto", "all", "fisher", "forward"), default=None,
                    help="feature weighting: all equal, Fisher-ratio weights, forward selection, or auto = "
                         "whichever retrieves diagnoses best under cross-validation (default: as before, else auto)")
+    p.add_argument("--vocabulary", metavar="NAME|FILE",
+                   help="the site's diagnosis labels: herlev, sipakmed, bethesda, or a TOML file (labels, which "
+                        "are abnormal, each one's Bethesda term; see pathmaster/vocabulary.py); set on the first "
+                        "run and kept (default: the dataset's, herlev for most)")
     p.add_argument("--batch-size", type=int, default=32,
                    help="cells per committed transaction: at most this much work is redone after a crash (default 32)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -60,7 +65,7 @@ def register(subparsers) -> None:
 
     p = subparsers.add_parser("search", help="the most similar database cells to one test cell",
                               description="Analyse one cell image and print the k most similar cells of the site.")
-    p.add_argument("image", type=Path, metavar="IMAGE")
+    p.add_argument("image", type=Path, metavar="IMAGE", help="the test cell image (PNG, BMP, JPEG or TIFF)")
     p.add_argument("--db", required=True, type=Path, metavar="SITE_DIR")
     p.add_argument("--background", type=Path, help="blank-slide image taken with the same lighting")
     p.add_argument("--mask", type=Path, help="label image: 0 background, 1 cytoplasm, 2 nucleus, 3 nucleolus")
@@ -98,8 +103,13 @@ def _index(args) -> int:
         raise NotADirectoryError(f"{args.dataset}: not a dataset directory")
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be at least 1, got {args.batch_size}")
+    vocabulary = None
+    if args.vocabulary:
+        from pathmaster.vocabulary import load_vocabulary
+
+        vocabulary = load_vocabulary(args.vocabulary)
     report = ingest(args.dataset, args.db, progress=not args.quiet, algorithm=args.algorithm,
-                    features=args.features, batch_size=args.batch_size)
+                    features=args.features, batch_size=args.batch_size, vocabulary=vocabulary)
     for source, problem in report.problems:
         print(f"skipped {source}: {problem}", file=sys.stderr)
     print(f"{report.added} cells added, {report.skipped} already there, {len(report.problems)} problems; "
@@ -135,7 +145,9 @@ def _search(args) -> int:
             "algorithm": site.algorithm,
             "background_estimated": analysis.background_estimated,
             "mask_estimated": analysis.mask_estimated,
+            "vocabulary": site.vocabulary.name,
             "matches": [{"cell_id": m.cell_id, "diagnosis": m.diagnosis, "distance": round(m.distance, 6),
+                         "bethesda": site.vocabulary.to_bethesda(m.diagnosis),
                          "source_id": m.source_id} for m in matches],
         }, indent=1))
         return 0
@@ -159,7 +171,7 @@ def _evaluate(args) -> int:
     if args.queries:
         from pathmaster.importers import iter_dataset
 
-        metrics, problems = evaluate.held_out(site, iter_dataset(args.queries))
+        metrics, problems = evaluate.held_out(site, iter_dataset(args.queries, vocabulary=site.vocabulary))
         metrics["mode"] = f"held-out queries from {args.queries}"
     else:
         labels = site.labels()

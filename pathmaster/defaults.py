@@ -92,3 +92,20 @@ CELL_WALL_FACTOR = 6.0
 # 10.9 GB. A larger need is a MemoryError, an error for that cell alone.
 ANALYSIS_MEMORY_BYTES = 3 * 1024**3
 ANALYSIS_PROCESSES = 1     # bounded worker processes per analysing actor (one cell at a time)
+
+# --- Identifiers a client chooses (checked at the coordinator, never echoed whole) -------
+MAX_CASE_ID_CHARS = 64          # a case id, e.g. an accession number
+MAX_CELL_ID_CHARS = 128         # a test cell's id: its file name, with a folder or two
+MAX_NAME_CHARS = 64             # a request class or site name in a request
+MAX_CASE_SITES = 256            # site names one case may list
+CASE_ID_CHARACTERS = "A-Za-z0-9._:-"    # a regular-expression character class
+CELL_ID_CHARACTERS = "A-Za-z0-9._:/-"   # the same, and '/' for a folder part
+ECHO_CHARS = 16                 # how much of a refused value an error message shows
+MAX_CASE_DEADLINE_S = 3600.0    # a case's own deadline_s above this is refused
+
+# --- Case log (the coordinator's completion records; mode 0600) ---------------------------
+CASE_LOG_MAX_BYTES = 64 * 1024 * 1024   # then it is rotated to .1, .2, ...
+CASE_LOG_BACKUPS = 5                    # rotated files kept
+
+# --- Site vocabularies ------------------------------------------------------------------
+MAX_VOCABULARY_LABELS = 256     # labels one site vocabulary may declare

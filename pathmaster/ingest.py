@@ -66,6 +66,33 @@ def store_cell(site_dir: Path, record: CellRecord, mask: np.ndarray, background:
                    paths["mask"], paths["background"], mask_estimated, background_estimated, features)
 
 
+def site_vocabulary(db: SiteDB, dataset_dir=None, declared=None):
+    """The site's vocabulary: the one stored in `db`, else `declared`, else the dataset's
+    default (``importers.default_vocabulary``), else herlev; stored when new.
+
+    Raises InvalidInput when `declared` differs from the stored one: a site has one
+    vocabulary (index into a new site directory to use another).
+    """
+    from pathmaster.vocabulary import BUILTIN, DEFAULT, Vocabulary, vocabulary_for_labels
+
+    stored = db.get_config("vocabulary")
+    if stored is not None:
+        current = Vocabulary.from_dict(stored, db.path)
+        if declared is not None and declared.as_dict() != current.as_dict():
+            raise InvalidInput(f"this site's vocabulary is {current.name!r}, not {declared.name!r}; a site has "
+                               "one vocabulary (index into a new site directory to use another)", db.path)
+        return current
+    if declared is None and len(db):  # indexed before sites declared vocabularies
+        declared = vocabulary_for_labels(c.diagnosis for c in db.cells())
+    if declared is None and dataset_dir is not None:
+        from pathmaster.importers import default_vocabulary
+
+        declared = default_vocabulary(dataset_dir)
+    declared = declared or BUILTIN[DEFAULT]
+    db.set_config("vocabulary", declared.as_dict())
+    return declared
+
+
 def problem_pair(item) -> tuple[str, str]:
     """(file, problem) of an importer's ImportProblem."""
     return str(item.path), item.problem
@@ -89,15 +116,20 @@ def record_feature_schema(db: SiteDB, schema: str) -> str:
 
 def ingest(dataset_dir: str | Path, site_dir: str | Path, *, batch_size: int = BATCH_SIZE,
            progress: bool = False, build_index: bool = True, algorithm: str | None = None,
-           features: str | None = None, records=None) -> IngestReport:
+           features: str | None = None, records=None, vocabulary=None) -> IngestReport:
     """Add every cell of ``dataset_dir`` that ``site_dir`` does not hold yet.
 
     batch_size: cells per committed transaction (a kill loses at most this much work).
     progress: show a tqdm progress bar on stderr. build_index: rebuild the search index at
     the end (``algorithm``/``features`` as in ``build_search_index``). records: an iterable
     to use instead of ``iter_dataset(dataset_dir)`` (CellRecords and ImportProblems).
-    Returns an ``IngestReport``; raises InvalidInput when the dataset cannot be read at all
-    or was analysed with another feature set than the site's.
+    vocabulary: the site's diagnosis vocabulary (a ``pathmaster.vocabulary.Vocabulary``),
+    stored in the database on the first run; None keeps the stored one, or on a new site
+    takes ``importers.default_vocabulary`` of the dataset. A cell whose diagnosis is not a
+    label of it is a problem naming the label and the vocabulary.
+    Returns an ``IngestReport``; raises InvalidInput when the dataset cannot be read at all,
+    was analysed with another feature set than the site's, or `vocabulary` is not the
+    site's.
     """
     from tqdm import tqdm
 
@@ -117,12 +149,13 @@ def ingest(dataset_dir: str | Path, site_dir: str | Path, *, batch_size: int = B
                 f"this site was indexed with a different feature set ({len(stored)} features, this "
                 f"PathMaster computes {len(names)}); index into a new site directory", db.path)
         record_feature_schema(db, feature_schema())
+        vocabulary = site_vocabulary(db, dataset_dir if records is None else None, vocabulary)
         known = db.source_ids()
         remove_orphan_temporaries(site_dir)
         if records is None:
             from pathmaster.importers import iter_dataset
 
-            records = iter_dataset(Path(dataset_dir))
+            records = iter_dataset(Path(dataset_dir), vocabulary=vocabulary)
         pending: list[CellRow] = []
         pending_problems: list[tuple[str, str]] = []
 
@@ -144,6 +177,11 @@ def ingest(dataset_dir: str | Path, site_dir: str | Path, *, batch_size: int = B
                 continue
             if item.source_id in known:
                 report.skipped += 1
+                continue
+            if item.diagnosis is not None and item.diagnosis not in vocabulary:
+                pending_problems.append((item.source_id, f"unknown diagnosis {str(item.diagnosis)[:64]!r}: not a label "
+                                                         f"of the site's vocabulary {vocabulary.name!r}"))
+                report.problems.append(pending_problems[-1])
                 continue
             try:
                 analysis = analyse_cell(item.image, item.background, item.mask, item.source_id)

@@ -223,8 +223,15 @@ def _load_or_rebuild_faiss(db: SiteDB, config: dict):
 class SiteIndex:
     """A site's cells and search index in memory (see the module docstring)."""
 
-    def __init__(self, site_dir: Path, config: dict, index, cells, feature_names: list[str]):
+    def __init__(self, site_dir: Path, config: dict, index, cells, feature_names: list[str],
+                 vocabulary: dict | None = None):
+        from pathmaster.vocabulary import Vocabulary, vocabulary_for_labels
+
         self.site_dir = Path(site_dir)
+        # The site's diagnosis vocabulary (``pathmaster.vocabulary``); a database indexed
+        # before sites declared one gets the built-in vocabulary that holds its labels.
+        self.vocabulary = (Vocabulary.from_dict(vocabulary, self.site_dir) if vocabulary
+                           else vocabulary_for_labels(c.diagnosis for c in cells))
         self.config = config
         self.feature_names = list(feature_names)
         self._index = index
@@ -259,7 +266,8 @@ class SiteIndex:
                 log.info("%s: index out of date with the database; rebuilding", site_dir)
                 config = build_search_index(db)
             index = _load_or_rebuild_faiss(db, config)
-            site = cls(site_dir, config, index, db.cells(), db.get_config("feature_names"))
+            site = cls(site_dir, config, index, db.cells(), db.get_config("feature_names"),
+                       db.get_config("vocabulary"))
             site.feature_schema = db.get_config("feature_schema") or "unknown"
             return site
 
@@ -273,9 +281,10 @@ class SiteIndex:
         return f"{similarity.describe(self._index)}/zscore/{p.method}-{len(p.columns)}of{len(self.feature_names)}"
 
     def diagnoses(self) -> list[str]:
-        """The distinct diagnoses in the database, in severity order (unknown ones last)."""
+        """The distinct diagnoses in the database, in the vocabulary's order (others last)."""
         present = {c.diagnosis for c in self._cells if c.diagnosis is not None}
-        return [d for d in DIAGNOSES if d in present] + sorted(present - set(DIAGNOSES))
+        order = self.vocabulary.labels
+        return [d for d in order if d in present] + sorted(present - set(order))
 
     def analyse(self, image: np.ndarray, background: np.ndarray | None = None,
                 mask: np.ndarray | None = None, source: str | None = None) -> CellAnalysis:

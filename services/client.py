@@ -23,6 +23,7 @@ from pathlib import Path, PurePath
 import grpc
 
 from pathmaster import defaults
+from pathmaster.ids import id_from_name
 from pathmaster.records import InvalidInput
 from qos.classes import ClassTable, RequestClass, UnknownClass
 from qos.transport import STALE_PORT_CODES, ClassChannels, TLSFiles
@@ -53,7 +54,7 @@ def cells_from_files(paths) -> list[pb.CellImage]:
     for files in pairing.cells:
         parts = {role: _read(getattr(files, role)) for role in ("image", "background", "mask")
                  if getattr(files, role)}
-        cells.append(pb.CellImage(cell_id=PurePath(files.image).name, **parts))
+        cells.append(pb.CellImage(cell_id=id_from_name(PurePath(files.image).name), **parts))
     return cells
 
 
@@ -185,7 +186,11 @@ class CoordinatorClient:
 
     def describe(self, error: grpc.RpcError) -> str:
         """`describe_error`, plus which TLS setting to check when the failure looks like a
-        TLS mismatch between this client and the coordinator."""
+        TLS mismatch between this client and the coordinator; for a coordinator that
+        cannot be reached at all, "UNAVAILABLE: " and `unreachable` instead of gRPC's text."""
+        if is_unreachable(error):
+            log.debug("coordinator %s: %s", self.address, describe_error(error))
+            return f"{error.code().name}: {unreachable(self.address)}"
         return describe_error(error) + tls_hint(error, self.tls)
 
     def close(self) -> None:
@@ -232,6 +237,23 @@ def unknown_class_message(error: UnknownClass, coordinator: str) -> str:
     coordinator's own refusal."""
     return (f"INVALID_ARGUMENT: the coordinator at {coordinator} has no request class "
             f"{error.name!r}; its classes: {', '.join(error.known)}")
+
+
+# What gRPC says when nothing accepts the connection (refused, no route, unknown host).
+UNREACHABLE_DETAILS = ("failed to connect to all addresses", "connection refused",
+                       "dns resolution failed", "no route to host", "name or service not known")
+
+
+def is_unreachable(error: grpc.RpcError) -> bool:
+    """True when a call failed because the coordinator could not be connected to at all."""
+    details = (error.details() or "").lower()
+    return error.code() == grpc.StatusCode.UNAVAILABLE and any(d in details for d in UNREACHABLE_DETAILS)
+
+
+def unreachable(address: str) -> str:
+    """What to tell a person whose coordinator at `address` cannot be reached."""
+    return (f"The coordinator at {address} is not reachable; is it running? "
+            "(start one with `pathmaster demo` or `pathmaster serve coordinator`)")
 
 
 def tls_hint(error: grpc.RpcError, tls: TLSFiles | None) -> str:

@@ -51,7 +51,8 @@ def register(subparsers) -> None:
         "query", help="submit a case to a coordinator and print each site's matches",
         description="Submit the cells in IMAGE... as one case. NAME-background.EXT and NAME-mask.EXT "
                     "files given alongside NAME.EXT are sent as that cell's background and mask.")
-    query.add_argument("images", nargs="+", metavar="IMAGE")
+    query.add_argument("images", nargs="+", metavar="IMAGE",
+                       help="cell images, each optionally with its NAME-background.EXT and NAME-mask.EXT")
     query.add_argument("--coordinator", required=True, metavar="HOST:PORT")
     query.add_argument("--class", dest="request_class", default="routine",
                        help="one of the coordinator's request classes, e.g. urgent (default %(default)s)")
@@ -148,7 +149,11 @@ def format_summary(summary, truth: dict | None = None) -> str:
              f"{summary.bytes_sent / 1024:.0f} KiB sent, {summary.bytes_received / 1024:.0f} KiB received"]
     for v in summary.votes:
         known = f"  [true: {truth[v.query_cell_id]}]" if truth and v.query_cell_id in truth else ""
-        lines.append(f"    {v.query_cell_id}: {v.diagnosis} ({v.votes}/{v.total} matches){known}")
+        bethesda = f"; Bethesda {v.bethesda} ({v.bethesda_votes}/{v.bethesda_total})" if v.bethesda else ""
+        lines.append(f"    {v.query_cell_id}: {v.diagnosis} ({v.votes}/{v.total} matches{bethesda}){known}")
+    if summary.bethesda.bethesda:
+        b = summary.bethesda
+        lines.append(f"    case, in Bethesda terms: {b.bethesda} ({b.bethesda_votes}/{b.bethesda_total} matches)")
     return "\n".join(lines)
 
 

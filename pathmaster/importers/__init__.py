@@ -21,13 +21,14 @@ from pathlib import Path
 from typing import Iterator
 
 from pathmaster.records import CellRecord, InvalidInput
+from pathmaster.vocabulary import BUILTIN, DEFAULT, Vocabulary, merged
 
 from . import folders, herlev, sipakmed, synthetic
-from .base import ImportProblem
+from .base import ImportProblem, subfolders
 
 LAYOUTS = {module.NAME: module for module in (synthetic, sipakmed, herlev, folders)}
 
-__all__ = ["ImportProblem", "LAYOUTS", "detect_layout", "iter_dataset"]
+__all__ = ["ImportProblem", "LAYOUTS", "default_vocabulary", "detect_layout", "iter_dataset"]
 
 
 def detect_layout(path: str | Path) -> str:
@@ -48,16 +49,46 @@ def detect_layout(path: str | Path) -> str:
     )
 
 
-def iter_dataset(path: str | Path, layout: str | None = None) -> Iterator[CellRecord | ImportProblem]:
+def default_vocabulary(path: str | Path, layout: str | None = None) -> Vocabulary:
+    """The vocabulary a dataset's labels are in when the site declares none: sipakmed for
+    the SIPaKMeD layout; for class folders, the first built-in vocabulary that knows every
+    folder name any of them knows (all of them merged when they are names of several);
+    herlev otherwise."""
+    root = Path(path)
+    name = layout or detect_layout(root)
+    if name == sipakmed.NAME:
+        return BUILTIN["sipakmed"]
+    if name == folders.NAME:
+        names = [f.name for f in subfolders(root)]
+        known = [n for n in names if any(_knows(v, n) for v in BUILTIN.values())]
+        for vocabulary in BUILTIN.values():
+            if all(_knows(vocabulary, n) for n in known):
+                return vocabulary
+        return merged(BUILTIN.values())  # names of several
+    return BUILTIN[DEFAULT]
+
+
+def _knows(vocabulary: Vocabulary, name: str) -> bool:
+    try:
+        vocabulary.label(name)
+    except InvalidInput:
+        return False
+    return True
+
+
+def iter_dataset(path: str | Path, layout: str | None = None,
+                 vocabulary: Vocabulary | None = None) -> Iterator[CellRecord | ImportProblem]:
     """Import every cell of the dataset at `path`, in a stable order.
 
-    layout: one of LAYOUTS to skip detection. Yields complete CellRecords (image, mask and
+    layout: one of LAYOUTS to skip detection. vocabulary: the labels class folders may
+    have (default: `default_vocabulary`). Yields complete CellRecords (image, mask and
     background filled in, `origin` = layout name, `source_id` unique within the dataset)
-    and an ImportProblem for every file or folder that could not be imported.
+    and an ImportProblem for every file or folder that could not be imported (a class
+    folder whose name is not in the vocabulary among them).
     Raises InvalidInput only when `path` itself is not a dataset.
     """
     root = Path(path)
     name = layout or detect_layout(root)
     if name not in LAYOUTS:
         raise InvalidInput(f"unknown layout {name!r}; known: {', '.join(LAYOUTS)}", root)
-    yield from LAYOUTS[name].iter_cells(root)
+    yield from LAYOUTS[name].iter_cells(root, vocabulary or default_vocabulary(root, name))

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from pathmaster.imageio import check_cell
-from pathmaster.records import CellRecord, InvalidInput, diagnosis_from_name
+from pathmaster.records import CellRecord, InvalidInput
 from pathmaster.segmentation import complete_cell
 
 IMAGE_SUFFIXES = frozenset({".png", ".bmp", ".jpg", ".jpeg", ".tif", ".tiff"})
@@ -39,13 +39,14 @@ def subfolders(path: Path) -> list[Path]:
 
 
 def each_class(
-    root: Path, cells_in: Callable[[Path, Path, str], Iterator[CellRecord | ImportProblem]]
+    root: Path, cells_in: Callable[[Path, Path, str], Iterator[CellRecord | ImportProblem]], vocabulary
 ) -> Iterator[CellRecord | ImportProblem]:
     """Run `cells_in(root, class_folder, diagnosis)` over every class folder of `root`;
-    a folder whose name is no known diagnosis becomes one ImportProblem instead."""
+    a folder whose name is no label of `vocabulary` (a ``pathmaster.vocabulary.Vocabulary``)
+    becomes one ImportProblem instead, naming the label and the vocabulary."""
     for folder in subfolders(root):
         try:
-            diagnosis = diagnosis_from_name(folder.name, folder)
+            diagnosis = vocabulary.label(folder.name, folder)
         except InvalidInput as exc:
             yield ImportProblem(str(folder), exc.problem + "; its files were not imported")
             continue

@@ -33,10 +33,10 @@ def _companion(image: Path, suffix: str) -> Path | None:
     return None
 
 
-def iter_cells(root: Path) -> Iterator[CellRecord | ImportProblem]:
+def iter_cells(root: Path, vocabulary) -> Iterator[CellRecord | ImportProblem]:
     for stray in sorted(p for p in root.iterdir() if is_image(p)):
         yield ImportProblem(str(stray), "image outside a class folder: put it in ROOT/<diagnosis>/")
-    yield from each_class(root, _class_cells)
+    yield from each_class(root, _class_cells, vocabulary)
 
 
 def _class_cells(root: Path, folder: Path, diagnosis: str) -> Iterator[CellRecord | ImportProblem]:

@@ -82,8 +82,8 @@ def decode_colour_mask(rgb: np.ndarray, name: str) -> tuple[np.ndarray, int]:
     return labels, unsure
 
 
-def iter_cells(root: Path) -> Iterator[CellRecord | ImportProblem]:
-    return each_class(root, _class_cells)
+def iter_cells(root: Path, vocabulary) -> Iterator[CellRecord | ImportProblem]:
+    return each_class(root, _class_cells, vocabulary)
 
 
 def _class_cells(root: Path, folder: Path, diagnosis: str) -> Iterator[CellRecord | ImportProblem]:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Iterator
 
 from pathmaster.imageio import read_image, read_mask
-from pathmaster.records import ALL_DIAGNOSES, CellRecord, InvalidInput
+from pathmaster.records import CellRecord, InvalidInput
 from pathmaster.synth import GENERATOR, MANIFEST
 
 from .base import ImportProblem, finish, problem_from
@@ -25,7 +25,7 @@ def looks_like(root: Path) -> bool:
         return False
 
 
-def iter_cells(root: Path) -> Iterator[CellRecord | ImportProblem]:
+def iter_cells(root: Path, vocabulary) -> Iterator[CellRecord | ImportProblem]:
     """One record per manifest entry, with its own background and ground-truth mask."""
     manifest_path = root / MANIFEST
     try:
@@ -41,8 +41,9 @@ def iter_cells(root: Path) -> Iterator[CellRecord | ImportProblem]:
         except (KeyError, TypeError) as exc:
             yield ImportProblem(str(manifest_path), f"manifest entry {entry!r} lacks {exc}")
             continue
-        if diagnosis not in ALL_DIAGNOSES:
-            yield ImportProblem(str(paths["image"]), f"unknown diagnosis {diagnosis!r} in the manifest")
+        if diagnosis not in vocabulary:
+            yield ImportProblem(str(paths["image"]), f"unknown diagnosis {str(diagnosis)[:64]!r} in the manifest: "
+                                f"not a label of the site's vocabulary {vocabulary.name!r}")
             continue
         try:
             image = read_image(paths["image"])

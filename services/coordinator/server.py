@@ -24,13 +24,15 @@ import logging
 import threading
 import time
 import uuid
-from collections import Counter
 from dataclasses import replace
 
 import grpc
 from prometheus_client import start_http_server
 
 from pathmaster import defaults
+from pathmaster.ids import check_id, log_tag, shown
+from pathmaster.records import InvalidInput
+from pathmaster.vocabulary import majority
 from qos.admission import Admission, Refused
 from qos.policy import plan_site
 from qos.predict import PredictionLog, Predictor, SiteLoad
@@ -77,19 +79,36 @@ def client_identity(context: grpc.ServicerContext) -> str:
 
 
 def vote(cells_by_site: list[list[pb.CellResult]]) -> list[pb.CellVote]:
-    """Per test cell, the diagnosis most often among every site's matches (ties: first seen)."""
-    counts: dict[str, Counter] = {}
+    """Per test cell, the diagnosis most often among every site's matches, and the Bethesda
+    term most often (sites with different vocabularies vote together in those; ties: first
+    seen; ``pathmaster.vocabulary.majority``)."""
+    matches: dict[str, list[pb.Match]] = {}
     for cells in cells_by_site:
         for cell in cells:
-            tally = counts.setdefault(cell.query_cell_id, Counter())
-            tally.update(m.diagnosis for m in cell.matches if m.diagnosis)
+            matches.setdefault(cell.query_cell_id, []).extend(cell.matches)
     votes = []
-    for cell_id, tally in counts.items():
-        if tally:
-            diagnosis, n = tally.most_common(1)[0]
-            votes.append(pb.CellVote(query_cell_id=cell_id, diagnosis=diagnosis, votes=n,
-                                     total=sum(tally.values())))
+    for cell_id, found in matches.items():
+        by_label = majority(m.diagnosis for m in found)
+        if by_label is None:
+            continue
+        cell_vote = pb.CellVote(query_cell_id=cell_id, diagnosis=by_label.label, votes=by_label.votes,
+                                total=by_label.total)
+        _set_bethesda(cell_vote, majority(m.bethesda for m in found))
+        votes.append(cell_vote)
     return votes
+
+
+def case_bethesda(cells_by_site: list[list[pb.CellResult]]) -> pb.CellVote:
+    """The case's majority in Bethesda terms over every match of every cell and site."""
+    case_vote = pb.CellVote()
+    _set_bethesda(case_vote, majority(m.bethesda for cells in cells_by_site for c in cells for m in c.matches))
+    return case_vote
+
+
+def _set_bethesda(cell_vote: pb.CellVote, winner) -> None:
+    if winner is not None:
+        cell_vote.bethesda = winner.label
+        cell_vote.bethesda_votes, cell_vote.bethesda_total = winner.votes, winner.total
 
 
 class CoordinatorServicer(pb_grpc.CoordinatorServicer):
@@ -297,7 +316,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         if cancelled:
             with self._lock:
                 self.cases_cancelled += 1
-            log.info("case %s: cancelled by the client after %.3f s", case_id, total_s)
+            log.info("case %s: cancelled by the client after %.3f s", log_tag(case_id), total_s)
             self._record(case_id, rclass, served, results, total_s, cells, "cancelled", case_predicted, decisions)
             return
         error = self.predictions.add(case_predicted, total_s)
@@ -309,6 +328,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             bytes_received=sum(r.bytes_received for r in results),
             votes=vote([list(r.cells) for r in results if r.status_code == 0]),
             predicted_s=case_predicted or 0.0, served_class=served.name, decisions=decisions,
+            bethesda=case_bethesda([list(r.cells) for r in results if r.status_code == 0]),
         )
         self.stats.add(rclass.name, total_s)
         if self.histogram is not None:
@@ -411,7 +431,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                 cells: int, outcome: str, predicted_s: float | None, decisions: list[str],
                 prediction_error: float | None = None) -> None:
         self.case_log.write({
-            "case_id": case_id, "class": rclass.name, "dscp": rclass.dscp, "outcome": outcome,
+            "case_id": case_id, "tag": log_tag(case_id), "class": rclass.name, "dscp": rclass.dscp, "outcome": outcome,
             "served_class": served.name, "cells": cells, "total_s": round(total_s, 6),
             "predicted_s": None if predicted_s is None else round(predicted_s, 6),
             "prediction_error": None if prediction_error is None else round(prediction_error, 4),
@@ -435,7 +455,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     def GetClassStats(self, request: pb.ClassStatsRequest, context) -> pb.ClassStatsReply:
         if request.request_class and request.request_class not in self.config.classes:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                          f"unknown request class {request.request_class!r}; known classes: "
+                          f"unknown request class {shown(request.request_class)}; known classes: "
                           f"{', '.join(self.config.classes.names())}")
         names = [request.request_class] if request.request_class else self.config.classes.names()
         return pb.ClassStatsReply(classes=[pb.ClassStats(**self.stats.summary(n)) for n in names])
@@ -443,7 +463,11 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     def GetImage(self, request: pb.ImageRequest, context) -> pb.ImageReply:
         if request.site not in self.site_names:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                          f"unknown site {request.site!r}; known sites: {', '.join(self.site_names)}")
+                          f"unknown site {shown(request.site)}; known sites: {', '.join(self.site_names)}")
+        try:
+            check_id(request.cell_id, "cell id")
+        except InvalidInput as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         try:
             return self._site_stub(request.site).GetImage(
                 request, timeout=context.time_remaining() or self.config.default_deadline_s)
@@ -575,3 +599,4 @@ class CoordinatorServer:
             self._metrics_server.server_close()
             self._metrics_server = None
         self.channels.close()
+        self.servicer.case_log.close()

@@ -1,18 +1,22 @@
 """Completion records and per-class completion-time statistics.
 
-Every case the coordinator finishes leaves one JSON line in the case log (case id, class,
-DSCP, sites with their status, times and bytes each way, total time). Per class, the
-coordinator keeps the most recent completion times (a bounded window) and reports their
-mean, standard deviation, coefficient of variation, median and 95th percentile, through
-the GetClassStats RPC and as Prometheus gauges.
+Every case the coordinator finishes leaves one JSON line in the case log (case id, its log
+tag, class, DSCP, sites with their status, times and bytes each way, total time); the file
+is its owner's only (0600) and rotated by size. Per class, the coordinator keeps the most
+recent completion times (a bounded window) and reports their mean, standard deviation,
+coefficient of variation, median and 95th percentile, through the GetClassStats RPC and
+as Prometheus gauges.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
 import threading
 import time
 from collections import deque
+from logging.handlers import RotatingFileHandler
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +24,10 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from pathmaster import defaults
+from pathmaster.defaults import CASE_LOG_BACKUPS, CASE_LOG_MAX_BYTES
 from qos.classes import ClassTable
+
+CASE_LOG_MODE = 0o600  # case ids may be accession numbers
 
 
 def summarise(times_s) -> dict:
@@ -109,18 +116,39 @@ def metrics_registry(stats: ClassStats) -> tuple[CollectorRegistry, Histogram]:
     return registry, histogram
 
 
-class CaseLog:
-    """Completion records appended as JSON lines to `path` (None: records are dropped)."""
+class _PrivateRotatingFile(RotatingFileHandler):
+    """A RotatingFileHandler whose files are created readable by their owner only (0600)."""
 
-    def __init__(self, path: Path | None):
+    def _open(self):
+        return open(self.baseFilename, self.mode, encoding=self.encoding, errors=self.errors,
+                    opener=lambda path, flags: os.open(path, flags, CASE_LOG_MODE))
+
+
+class CaseLog:
+    """Completion records appended as JSON lines to `path` (None: records are dropped).
+
+    Case ids may be accession numbers: the file is created mode 0600 (an existing one is
+    made so), and rotated when it passes `max_bytes` (to path.1, path.2, ... keeping
+    `backups`; ``logging.handlers.RotatingFileHandler``).
+    """
+
+    def __init__(self, path: Path | None, max_bytes: int = CASE_LOG_MAX_BYTES, backups: int = CASE_LOG_BACKUPS):
         self.path = Path(path) if path else None
-        self._lock = threading.Lock()
+        self._handler = None
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            if self.path.exists():
+                os.chmod(self.path, CASE_LOG_MODE)
+            self._handler = _PrivateRotatingFile(self.path, maxBytes=max_bytes, backupCount=backups,
+                                                 encoding="utf-8", delay=True)
 
     def write(self, record: dict) -> None:
-        if self.path is None:
+        if self._handler is None:
             return
         line = json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **record}, sort_keys=True)
-        with self._lock, open(self.path, "a", encoding="utf-8") as f:
-            f.write(line + "\n")
+        self._handler.handle(logging.makeLogRecord({"msg": line, "levelno": logging.INFO}))
+        self._handler.flush()
+
+    def close(self) -> None:
+        if self._handler is not None:
+            self._handler.close()

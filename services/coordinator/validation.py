@@ -15,6 +15,7 @@ import grpc
 from pathmaster.defaults import MAX_K
 from pathmaster.records import InvalidInput
 from qos.classes import ClassTable, RequestClass, UnknownClass
+from services.coordinator.bounds import check_bounds
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.site.cells import probe_cell
 
@@ -49,6 +50,7 @@ def check_case_request(request: pb.CaseRequest, classes: ClassTable, max_cells: 
     pixels is reported by the sites, per cell. A case sent as features (`request.features`)
     must be in `feature_schema`, the coordinator's own, with one finite vector per cell id.
     """
+    check_bounds(request, CaseRejected)  # ids and names first: messages below echo them
     try:
         rclass = classes[request.request_class or DEFAULT_CLASS]
     except UnknownClass as exc:

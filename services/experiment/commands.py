@@ -26,8 +26,8 @@ def register(subparsers) -> None:
     report = sub.add_parser("report", help="tables and plots from an experiment's raw data",
                             description="Write DIR/report/: summary and Table 1 (CSV, Markdown), "
                                         "significance tests, and figures (PNG, SVG).")
-    report.add_argument("out", metavar="DIR")
-    report.add_argument("--no-plots", action="store_true")
+    report.add_argument("out", metavar="DIR", help="the output folder of `pathmaster experiment run`")
+    report.add_argument("--no-plots", action="store_true", help="tables only, no figures")
     report.set_defaults(func=cmd_report)
 
     show = sub.add_parser("list", help="the built-in experiments")

@@ -28,7 +28,7 @@ def png_data_url(image: bytes) -> str:
 
 def match_json(match, with_thumbnail: bool = True) -> dict:
     """One `Match` as a dict: cell_id, diagnosis, distance, source_id[, thumbnail]."""
-    out = {"cell_id": match.cell_id, "diagnosis": match.diagnosis,
+    out = {"cell_id": match.cell_id, "diagnosis": match.diagnosis, "bethesda": match.bethesda,
            "distance": round(float(match.distance), 6), "source_id": match.source_id,
            "image_sha256": match.image_sha256}
     if with_thumbnail:
@@ -73,7 +73,11 @@ def summary_json(summary) -> dict:
             "sites_ok": summary.sites_ok, "sites_failed": summary.sites_failed,
             "bytes_sent": summary.bytes_sent, "bytes_received": summary.bytes_received,
             "votes": [{"query_cell_id": v.query_cell_id, "diagnosis": v.diagnosis,
-                       "votes": v.votes, "total": v.total} for v in summary.votes],
+                       "votes": v.votes, "total": v.total, "bethesda": v.bethesda,
+                       "bethesda_votes": v.bethesda_votes, "bethesda_total": v.bethesda_total}
+                      for v in summary.votes],
+            "bethesda": {"term": summary.bethesda.bethesda, "votes": summary.bethesda.bethesda_votes,
+                         "total": summary.bethesda.bethesda_total},
             "predicted_s": round(summary.predicted_s, 6) if summary.predicted_s else None,
             "served_class": summary.served_class, "decisions": list(summary.decisions)}
 

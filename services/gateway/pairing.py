@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import PurePath
 
+from pathmaster.ids import id_from_name
+
 IMAGE_EXTENSIONS = (".png", ".bmp", ".tif", ".tiff", ".jpg", ".jpeg")
 # Suffixes of a companion file's stem, mapped to the CellImage field they fill.
 COMPANION_SUFFIXES = {"-background": "background", "-mask": "mask"}
@@ -22,7 +24,8 @@ class CellFiles:
 
     Each is a name (or path) exactly as it was passed to `pair_files`.
     `cell_id` is the image's name without its extension (with any folder part, so
-    cells of different folders keep different ids).
+    cells of different folders keep different ids), made a valid cell id
+    (``pathmaster.ids.id_from_name``: other characters become '_', a long one is shortened).
     """
 
     cell_id: str
@@ -86,7 +89,7 @@ def pair_files(names) -> Pairing:
     cells = []
     for stem, image in sorted(images.items()):
         extra = companions.pop(stem, {})
-        cells.append(CellFiles(cell_id=PurePath(stem).as_posix(), image=image,
+        cells.append(CellFiles(cell_id=id_from_name(PurePath(stem).as_posix()), image=image,
                                background=extra.get("background"), mask=extra.get("mask")))
     for stem, orphans in sorted(companions.items()):
         for role, name in sorted(orphans.items()):

@@ -19,6 +19,7 @@ import ray
 
 from pathmaster import defaults
 from pathmaster.records import InvalidInput
+from pathmaster.ids import log_tag, shown
 from qos.classes import DEFAULT_CLASSES, ClassTable
 from qos.transport import MarkedServer, connect_address
 from services.config import SiteConfig
@@ -41,8 +42,9 @@ def cell_result(outcome: CellOutcome) -> pb.CellResult:
         query_cell_id=outcome.query_cell_id,
         matches=[
             pb.Match(cell_id=m.cell_id, diagnosis=m.diagnosis or "", distance=m.distance,
-                     thumbnail=thumbnail, source_id=m.source_id, image_sha256=sha)
-            for m, thumbnail, sha in zip(outcome.matches, outcome.thumbnails, outcome.image_sha256, strict=True)
+                     thumbnail=thumbnail, source_id=m.source_id, image_sha256=sha, bethesda=bethesda)
+            for m, thumbnail, sha, bethesda in zip(outcome.matches, outcome.thumbnails, outcome.image_sha256,
+                                                   outcome.bethesda, strict=True)
         ],
         background_estimated=outcome.background_estimated,
         mask_estimated=outcome.mask_estimated,
@@ -145,7 +147,7 @@ class SiteServicer(pb_grpc.SiteServicer):
         k = request.k or defaults.K
         self.cases_started.append(request.case_id)
         mode, jobs = self._jobs(request, context, k)
-        log.info("site %s: case %s (%s): %s %d cells", self.name, request.case_id, request.request_class,
+        log.info("site %s: case %s (%s): %s %d cells", self.name, log_tag(request.case_id), request.request_class,
                  "analysing" if mode == "images" else "searching with the features of", len(jobs))
         try:
             for job in jobs:
@@ -154,13 +156,13 @@ class SiteServicer(pb_grpc.SiteServicer):
                 if isinstance(job.error, ray.exceptions.RayActorError):
                     context.abort(grpc.StatusCode.UNAVAILABLE, f"site {self.name}: a worker died: {job.error}")
                 if job.error is not None:
-                    log.error("site %s: case %s failed: %s", self.name, request.case_id, job.error)
+                    log.error("site %s: case %s failed: %s", self.name, log_tag(request.case_id), job.error)
                     cause = getattr(job.error, "cause", job.error)
                     context.abort(grpc.StatusCode.INTERNAL,
                                   f"site {self.name}: analysis failed: {type(cause).__name__}: {cause}")
         except _CallerGone:
             self.cases_cancelled.append(request.case_id)
-            log.info("site %s: case %s cancelled by the caller", self.name, request.case_id)
+            log.info("site %s: case %s cancelled by the caller", self.name, log_tag(request.case_id))
             return pb.AnalyseReply()  # nobody is listening any more
         finally:
             for job in jobs:
@@ -191,10 +193,10 @@ class SiteServicer(pb_grpc.SiteServicer):
         except ray.exceptions.GetTimeoutError:
             context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"site {self.name}: image not read in time")
         except (KeyError, LookupError) as exc:
-            context.abort(grpc.StatusCode.NOT_FOUND, f"site {self.name} has no cell {request.cell_id!r}")
+            context.abort(grpc.StatusCode.NOT_FOUND, f"site {self.name} has no cell {shown(request.cell_id)}")
         except ray.exceptions.RayTaskError as exc:
             if isinstance(exc.cause, LookupError):
-                context.abort(grpc.StatusCode.NOT_FOUND, f"site {self.name} has no cell {request.cell_id!r}")
+                context.abort(grpc.StatusCode.NOT_FOUND, f"site {self.name} has no cell {shown(request.cell_id)}")
             raise
         return pb.ImageReply(cell_id=request.cell_id, image=found["image"],
                              diagnosis=found["diagnosis"], mask=found["mask"])
@@ -210,7 +212,14 @@ class SiteServicer(pb_grpc.SiteServicer):
             class_dscp=self.class_dscp,
             feature_schema=self.info.get("feature_schema", "unknown"),
             load=self.load(),
+            vocabulary=site_vocabulary(self.info["vocabulary"]),
         )
+
+
+def site_vocabulary(vocabulary: dict) -> pb.Vocabulary:
+    """A ``Vocabulary.as_dict`` as the Vocabulary message (aliases stay at the site)."""
+    return pb.Vocabulary(name=vocabulary["name"], labels=vocabulary["labels"],
+                         abnormal=vocabulary["abnormal"], bethesda=vocabulary["bethesda"])
 
 
 class SiteServer:

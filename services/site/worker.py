@@ -36,7 +36,8 @@ class CellOutcome:
 
     matches: the database cells found (`pathmaster.site.Match`), nearest first;
     thumbnails: a small JPEG of each (sized for the wire), in the same order;
-    image_sha256: the content hash of each one's full image (a client's cache key). error: why the cell could not be
+    image_sha256: the content hash of each one's full image (a client's cache key);
+    bethesda: each one's diagnosis in The Bethesda System's terms, by the site's vocabulary. error: why the cell could not be
     analysed (bad input, naming the cell), "" when it was. Times in seconds: extraction_s
     decoding to features, search_s the search and reading the thumbnails.
     """
@@ -45,6 +46,7 @@ class CellOutcome:
     matches: tuple[Match, ...] = ()
     thumbnails: tuple[bytes, ...] = ()
     image_sha256: tuple[str, ...] = ()
+    bethesda: tuple[str, ...] = ()   # each match's diagnosis in Bethesda terms ("" when unmapped)
     background_estimated: bool = False
     mask_estimated: bool = False
     error: str = ""
@@ -85,12 +87,14 @@ class SiteWorker:
         return True
 
     def info(self) -> dict:
-        """{"algorithm", "database_cells", "diagnoses"} of this worker's database."""
+        """{"algorithm", "database_cells", "diagnoses", "vocabulary"} of this worker's
+        database (the vocabulary as ``Vocabulary.as_dict``)."""
         return {
             "algorithm": self.index.algorithm,
             "database_cells": len(self.index),
             "diagnoses": [str(d) for d in self.index.diagnoses()],
             "feature_schema": self.index.feature_schema,
+            "vocabulary": self.index.vocabulary.as_dict(),
         }
 
     def wire_parts(self, cell_id: str) -> tuple[bytes, str]:
@@ -107,7 +111,8 @@ class SiteWorker:
         t0 = time.perf_counter()
         matches = tuple(self.index.search(features, k))
         parts = [self._wire(m.cell_id) for m in matches]
-        return CellOutcome(cell_id, matches, tuple(p[0] for p in parts), tuple(p[1] for p in parts),
+        bethesda = tuple(self.index.vocabulary.to_bethesda(m.diagnosis) or "" for m in matches)
+        return CellOutcome(cell_id, matches, tuple(p[0] for p in parts), tuple(p[1] for p in parts), bethesda,
                            search_s=time.perf_counter() - t0, **flags)
 
     def search(self, cell_id: str, values: list[float], k: int, background_estimated: bool = False,

@@ -142,10 +142,14 @@ def test_real_herlev_sample(herlev_40px):
 
 # --- SIPaKMeD ---------------------------------------------------------------------------
 
-def write_boundary(path: Path, region: np.ndarray) -> None:
-    """One 'x,y' line per vertex of the region's outer contour (column, row; float pixels)."""
+def write_boundary(path: Path, region: np.ndarray, offset: tuple[int, int] = (0, 0)) -> None:
+    """The region's outer contour as SIPaKMeD writes it: one 'x,y' line per vertex
+    (column, row; floats such as ``1146.5,489``), the first vertex repeated to close it,
+    shifted by `offset` (x, y) into a whole slide's coordinates."""
     contour = max(measure.find_contours(np.pad(region, 1).astype(float), 0.5), key=len) - 1
-    path.write_text("".join(f"{col:.4f},{row:.4f}\n" for row, col in contour))
+    assert np.array_equal(contour[0], contour[-1])  # closed, as in the dataset
+    dx, dy = offset
+    path.write_text("".join(f"{col + dx:g},{row + dy:g}\n" for row, col in contour))
 
 
 def write_sipakmed_cell(cropped: Path, name: str, record: CellRecord) -> None:
@@ -201,6 +205,52 @@ def test_sipakmed_bad_files_are_reported_and_the_rest_imported(tmp_path, pool):
     assert "boundary file missing" in found["im_Koilocytotic/CROPPED/001_02_nuc.dat"]
     assert "3 of 3 vertices lie outside" in found["im_Koilocytotic/CROPPED/001_03_cyt.dat"]
     assert "no CROPPED folder" in found["im_Metaplastic"]
+
+
+def test_sipakmed_whole_slides_cells_cut_out_in_slide_coordinates(tmp_path, pool):
+    """No CROPPED folder: each NNN_cytMM.dat/NNN_nucMM.dat pair (full-slide pixels) cuts
+    cell MM out of NNN.bmp with its mask; a pair missing a partner is reported."""
+    folder = tmp_path / "im_Koilocytotic" / "im_Koilocytotic"
+    folder.mkdir(parents=True)
+    glass = np.median(pool[0].background.reshape(-1, 3), axis=0).astype(np.uint8)
+    slide = np.tile(glass, (600, 900, 1))
+    places = {"01": (pool[0], (660, 360)), "02": (pool[2], (37, 15))}  # (x, y) of each cell's corner
+    for number, (record, (x, y)) in places.items():
+        h, w = record.mask.shape
+        slide[y:y + h, x:x + w] = record.image
+        write_boundary(folder / f"003_cyt{number}.dat", record.mask >= CYTOPLASM, (x, y))
+        write_boundary(folder / f"003_nuc{number}.dat", record.mask >= NUCLEUS, (x, y))
+    Image.fromarray(slide).save(folder / "003.bmp", format="BMP")
+    assert "." in (folder / "003_cyt01.dat").read_text()  # float vertices, e.g. 712.5,430
+    write_boundary(folder / "003_cyt03.dat", pool[1].mask >= CYTOPLASM, (300, 300))  # no _nuc03
+
+    records, problems = split(iter_dataset(tmp_path))
+    assert [Path(p.path).name for p in problems] == ["003_cyt03.dat"]
+    assert "without its partner" in problems[0].problem
+    assert sorted(records) == ["im_Koilocytotic/im_Koilocytotic/003_01", "im_Koilocytotic/im_Koilocytotic/003_02"]
+    for number, (truth, (x, y)) in places.items():
+        record = records[f"im_Koilocytotic/im_Koilocytotic/003_{number}"]
+        x0, y0, width, height = record.extra["cut_out"]
+        assert record.image.shape == (height, width, 3) and record.mask.shape == (height, width)
+        assert np.array_equal(record.image, slide[y0:y0 + height, x0:x0 + width])
+        # The mask sits where the cell is: compare in slide coordinates.
+        placed = np.zeros(slide.shape[:2], bool)
+        placed[y0:y0 + height, x0:x0 + width] = record.mask >= NUCLEUS
+        expected = np.zeros(slide.shape[:2], bool)
+        expected[y:y + truth.mask.shape[0], x:x + truth.mask.shape[1]] = truth.mask >= NUCLEUS
+        assert dice(placed, expected) > 0.9
+        assert record.diagnosis == "koilocytotic" and not record.mask_estimated and record.background_estimated
+        assert (record.mask[[0, -1], :] == 0).all() and (record.mask[:, [0, -1]] == 0).all()  # glass around
+
+
+def test_sipakmed_slide_coordinates_in_a_cropped_file_are_reported(tmp_path, pool):
+    """A cropped cell's boundary in whole-slide coordinates does not fit its crop: reported."""
+    cropped = tmp_path / "im_Parabasal" / "CROPPED"
+    write_sipakmed_cell(cropped, "001_01", pool[0])
+    write_boundary(cropped / "001_01_cyt.dat", pool[0].mask >= CYTOPLASM, (1100, 480))
+    records, problems = split(iter_dataset(tmp_path))
+    assert records == {} and len(problems) == 1
+    assert "lie outside the" in problems[0].problem and "cropped image" in problems[0].problem
 
 
 # --- plain class folders and synthetic datasets -----------------------------------------

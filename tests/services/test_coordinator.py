@@ -14,6 +14,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from PIL import Image
 
+from pathmaster.vocabulary import BUILTIN
 from services.client import CoordinatorClient
 from services.config import CoordinatorConfig, SiteEndpoint
 from services.coordinator.server import CoordinatorServer
@@ -73,6 +74,12 @@ def test_case_streams_every_site_then_summary(deployment, case, case_cells):
     # Synthetic classes are well separated: most votes name the true diagnosis.
     correct = sum(v.diagnosis == truth[v.query_cell_id] for v in summary.votes)
     assert len(summary.votes) == 6 and correct >= 4
+    # Every match carries its Bethesda term (the sites' vocabulary is herlev); votes too.
+    herlev = BUILTIN["herlev"]
+    assert all(m.bethesda == herlev.to_bethesda(m.diagnosis)
+               for r in results.values() for c in r.cells for m in c.matches)
+    assert all(v.bethesda and v.bethesda_votes >= v.votes for v in summary.votes)
+    assert all(v.bethesda_total == 15 for v in summary.votes) and summary.bethesda.bethesda_total == 90
 
 
 def test_cells_without_mask_or_background_are_estimated(deployment, case_cells):
@@ -245,6 +252,8 @@ def test_get_image_and_list_sites(deployment, case):
         assert info.database_cells == 70 and "hnsw" in info.algorithm and info.workers == 1
         assert set(info.class_ports) == {"urgent", "routine", "teaching", "bulk"}
         assert info.class_dscp["urgent"] == 34
+        assert info.vocabulary.name == "herlev" and info.vocabulary.bethesda["carcinoma_in_situ"] == "HSIL"
+        assert list(info.vocabulary.labels) == list(BUILTIN["herlev"].labels)
         match = site_results(run_case(deployment.coordinator.address, case[:1]))["alpha"].cells[0].matches[0]
         reply = client.image("alpha", match.cell_id)
         assert reply.diagnosis == match.diagnosis

@@ -108,11 +108,11 @@ def test_a_cell_outcome_goes_on_the_wire_with_its_thumbnails():
     from services.site.worker import CellOutcome
 
     outcome = CellOutcome("q.png", (Match("a", "normal_superficial", 0.5, "s-a"), Match("b", None, 0.7, "s-b")),
-                          (b"JPEG-a", b"JPEG-b"), ("sha-a", "sha-b"), background_estimated=True, extraction_s=0.1)
+                          (b"JPEG-a", b"JPEG-b"), ("sha-a", "sha-b"), ("NILM", ""), background_estimated=True, extraction_s=0.1)
     result = cell_result(outcome)
     assert result.query_cell_id == "q.png" and result.background_estimated and not result.mask_estimated
-    assert [(m.cell_id, m.diagnosis, m.thumbnail, m.source_id, m.image_sha256) for m in result.matches] == [
-        ("a", "normal_superficial", b"JPEG-a", "s-a", "sha-a"), ("b", "", b"JPEG-b", "s-b", "sha-b")]
+    assert [(m.cell_id, m.diagnosis, m.thumbnail, m.source_id, m.image_sha256, m.bethesda) for m in result.matches] == [
+        ("a", "normal_superficial", b"JPEG-a", "s-a", "sha-a", "NILM"), ("b", "", b"JPEG-b", "s-b", "sha-b", "")]
     assert result.matches[0].distance == pytest.approx(0.5)
     with pytest.raises(AttributeError):
         outcome.error = "changed"  # frozen

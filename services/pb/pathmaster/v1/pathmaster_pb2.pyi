@@ -31,20 +31,22 @@ class CellFeatures(_message.Message):
     def __init__(self, cell_id: _Optional[str] = ..., values: _Optional[_Iterable[float]] = ..., background_estimated: _Optional[bool] = ..., mask_estimated: _Optional[bool] = ...) -> None: ...
 
 class Match(_message.Message):
-    __slots__ = ("cell_id", "diagnosis", "distance", "thumbnail", "source_id", "image_sha256")
+    __slots__ = ("cell_id", "diagnosis", "distance", "thumbnail", "source_id", "image_sha256", "bethesda")
     CELL_ID_FIELD_NUMBER: _ClassVar[int]
     DIAGNOSIS_FIELD_NUMBER: _ClassVar[int]
     DISTANCE_FIELD_NUMBER: _ClassVar[int]
     THUMBNAIL_FIELD_NUMBER: _ClassVar[int]
     SOURCE_ID_FIELD_NUMBER: _ClassVar[int]
     IMAGE_SHA256_FIELD_NUMBER: _ClassVar[int]
+    BETHESDA_FIELD_NUMBER: _ClassVar[int]
     cell_id: str
     diagnosis: str
     distance: float
     thumbnail: bytes
     source_id: str
     image_sha256: str
-    def __init__(self, cell_id: _Optional[str] = ..., diagnosis: _Optional[str] = ..., distance: _Optional[float] = ..., thumbnail: _Optional[bytes] = ..., source_id: _Optional[str] = ..., image_sha256: _Optional[str] = ...) -> None: ...
+    bethesda: str
+    def __init__(self, cell_id: _Optional[str] = ..., diagnosis: _Optional[str] = ..., distance: _Optional[float] = ..., thumbnail: _Optional[bytes] = ..., source_id: _Optional[str] = ..., image_sha256: _Optional[str] = ..., bethesda: _Optional[str] = ...) -> None: ...
 
 class CellResult(_message.Message):
     __slots__ = ("query_cell_id", "matches", "background_estimated", "mask_estimated", "error")
@@ -148,7 +150,7 @@ class SiteInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class SiteInfo(_message.Message):
-    __slots__ = ("site", "algorithm", "database_cells", "diagnoses", "workers", "class_ports", "class_dscp", "feature_schema", "load")
+    __slots__ = ("site", "algorithm", "database_cells", "diagnoses", "workers", "class_ports", "class_dscp", "feature_schema", "load", "vocabulary")
     class ClassPortsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -172,6 +174,7 @@ class SiteInfo(_message.Message):
     CLASS_DSCP_FIELD_NUMBER: _ClassVar[int]
     FEATURE_SCHEMA_FIELD_NUMBER: _ClassVar[int]
     LOAD_FIELD_NUMBER: _ClassVar[int]
+    VOCABULARY_FIELD_NUMBER: _ClassVar[int]
     site: str
     algorithm: str
     database_cells: int
@@ -181,7 +184,27 @@ class SiteInfo(_message.Message):
     class_dscp: _containers.ScalarMap[str, int]
     feature_schema: str
     load: SiteLoad
-    def __init__(self, site: _Optional[str] = ..., algorithm: _Optional[str] = ..., database_cells: _Optional[int] = ..., diagnoses: _Optional[_Iterable[str]] = ..., workers: _Optional[int] = ..., class_ports: _Optional[_Mapping[str, int]] = ..., class_dscp: _Optional[_Mapping[str, int]] = ..., feature_schema: _Optional[str] = ..., load: _Optional[_Union[SiteLoad, _Mapping]] = ...) -> None: ...
+    vocabulary: Vocabulary
+    def __init__(self, site: _Optional[str] = ..., algorithm: _Optional[str] = ..., database_cells: _Optional[int] = ..., diagnoses: _Optional[_Iterable[str]] = ..., workers: _Optional[int] = ..., class_ports: _Optional[_Mapping[str, int]] = ..., class_dscp: _Optional[_Mapping[str, int]] = ..., feature_schema: _Optional[str] = ..., load: _Optional[_Union[SiteLoad, _Mapping]] = ..., vocabulary: _Optional[_Union[Vocabulary, _Mapping]] = ...) -> None: ...
+
+class Vocabulary(_message.Message):
+    __slots__ = ("name", "labels", "abnormal", "bethesda")
+    class BethesdaEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    ABNORMAL_FIELD_NUMBER: _ClassVar[int]
+    BETHESDA_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    labels: _containers.RepeatedScalarFieldContainer[str]
+    abnormal: _containers.RepeatedScalarFieldContainer[str]
+    bethesda: _containers.ScalarMap[str, str]
+    def __init__(self, name: _Optional[str] = ..., labels: _Optional[_Iterable[str]] = ..., abnormal: _Optional[_Iterable[str]] = ..., bethesda: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class CaseRequest(_message.Message):
     __slots__ = ("case_id", "request_class", "cells", "sites", "k", "deadline_s", "ship", "feature_schema", "features")
@@ -234,19 +257,25 @@ class SiteResult(_message.Message):
     def __init__(self, site: _Optional[str] = ..., status_code: _Optional[int] = ..., status_message: _Optional[str] = ..., algorithm: _Optional[str] = ..., cells: _Optional[_Iterable[_Union[CellResult, _Mapping]]] = ..., timing: _Optional[_Union[SiteTiming, _Mapping]] = ..., bytes_sent: _Optional[int] = ..., bytes_received: _Optional[int] = ..., mode: _Optional[str] = ..., predicted_s: _Optional[float] = ..., request_class: _Optional[str] = ..., decisions: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CellVote(_message.Message):
-    __slots__ = ("query_cell_id", "diagnosis", "votes", "total")
+    __slots__ = ("query_cell_id", "diagnosis", "votes", "total", "bethesda", "bethesda_votes", "bethesda_total")
     QUERY_CELL_ID_FIELD_NUMBER: _ClassVar[int]
     DIAGNOSIS_FIELD_NUMBER: _ClassVar[int]
     VOTES_FIELD_NUMBER: _ClassVar[int]
     TOTAL_FIELD_NUMBER: _ClassVar[int]
+    BETHESDA_FIELD_NUMBER: _ClassVar[int]
+    BETHESDA_VOTES_FIELD_NUMBER: _ClassVar[int]
+    BETHESDA_TOTAL_FIELD_NUMBER: _ClassVar[int]
     query_cell_id: str
     diagnosis: str
     votes: int
     total: int
-    def __init__(self, query_cell_id: _Optional[str] = ..., diagnosis: _Optional[str] = ..., votes: _Optional[int] = ..., total: _Optional[int] = ...) -> None: ...
+    bethesda: str
+    bethesda_votes: int
+    bethesda_total: int
+    def __init__(self, query_cell_id: _Optional[str] = ..., diagnosis: _Optional[str] = ..., votes: _Optional[int] = ..., total: _Optional[int] = ..., bethesda: _Optional[str] = ..., bethesda_votes: _Optional[int] = ..., bethesda_total: _Optional[int] = ...) -> None: ...
 
 class CaseSummary(_message.Message):
-    __slots__ = ("case_id", "request_class", "total_s", "sites_ok", "sites_failed", "bytes_sent", "bytes_received", "votes", "predicted_s", "served_class", "decisions")
+    __slots__ = ("case_id", "request_class", "total_s", "sites_ok", "sites_failed", "bytes_sent", "bytes_received", "votes", "predicted_s", "served_class", "decisions", "bethesda")
     CASE_ID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_CLASS_FIELD_NUMBER: _ClassVar[int]
     TOTAL_S_FIELD_NUMBER: _ClassVar[int]
@@ -258,6 +287,7 @@ class CaseSummary(_message.Message):
     PREDICTED_S_FIELD_NUMBER: _ClassVar[int]
     SERVED_CLASS_FIELD_NUMBER: _ClassVar[int]
     DECISIONS_FIELD_NUMBER: _ClassVar[int]
+    BETHESDA_FIELD_NUMBER: _ClassVar[int]
     case_id: str
     request_class: str
     total_s: float
@@ -269,7 +299,8 @@ class CaseSummary(_message.Message):
     predicted_s: float
     served_class: str
     decisions: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, case_id: _Optional[str] = ..., request_class: _Optional[str] = ..., total_s: _Optional[float] = ..., sites_ok: _Optional[int] = ..., sites_failed: _Optional[int] = ..., bytes_sent: _Optional[int] = ..., bytes_received: _Optional[int] = ..., votes: _Optional[_Iterable[_Union[CellVote, _Mapping]]] = ..., predicted_s: _Optional[float] = ..., served_class: _Optional[str] = ..., decisions: _Optional[_Iterable[str]] = ...) -> None: ...
+    bethesda: CellVote
+    def __init__(self, case_id: _Optional[str] = ..., request_class: _Optional[str] = ..., total_s: _Optional[float] = ..., sites_ok: _Optional[int] = ..., sites_failed: _Optional[int] = ..., bytes_sent: _Optional[int] = ..., bytes_received: _Optional[int] = ..., votes: _Optional[_Iterable[_Union[CellVote, _Mapping]]] = ..., predicted_s: _Optional[float] = ..., served_class: _Optional[str] = ..., decisions: _Optional[_Iterable[str]] = ..., bethesda: _Optional[_Union[CellVote, _Mapping]] = ...) -> None: ...
 
 class SitePlan(_message.Message):
     __slots__ = ("site", "mode", "request_class", "predicted_s", "hedge_after_s", "reasons")
