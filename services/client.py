@@ -188,10 +188,11 @@ class CoordinatorClient:
         """`describe_error`, plus which TLS setting to check when the failure looks like a
         TLS mismatch between this client and the coordinator; for a coordinator that
         cannot be reached at all, "UNAVAILABLE: " and `unreachable` instead of gRPC's text."""
-        if is_unreachable(error):
+        hint = tls_hint(error, self.tls)  # a TLS mismatch also looks unreachable: say which
+        if not hint and is_unreachable(error):
             log.debug("coordinator %s: %s", self.address, describe_error(error))
             return f"{error.code().name}: {unreachable(self.address)}"
-        return describe_error(error) + tls_hint(error, self.tls)
+        return describe_error(error) + hint
 
     def close(self) -> None:
         for channels in [*self._old_channels, self._channels]:

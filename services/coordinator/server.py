@@ -266,7 +266,9 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             p.mode == "features" for p in plans.values()) and not request.features else 0.0
         predictions = [p.predicted_s for p in plans.values()]
         case_predicted = (analysis_s + max(predictions)) if predictions and None not in predictions else None
-        log.info("case %s (%s as %s): %d cells to %s, deadline %.1f s, predicted %s", case_id, rclass.name,
+        # Case ids may be accession numbers: INFO names a case by its keyed tag only.
+        log.debug("case %s is %s", log_tag(case_id), case_id)
+        log.info("case %s (%s as %s): %d cells to %s, deadline %.1f s, predicted %s", log_tag(case_id), rclass.name,
                  served.name, cells, ", ".join(sites), budget,
                  "-" if case_predicted is None else f"{case_predicted:.2f} s")
         yield pb.CaseEvent(plan=pb.CasePlan(

@@ -15,7 +15,7 @@ import pytest
 from pathmaster import defaults
 from qos.classes import DEFAULT_CLASSES
 from services.coordinator.stats import CaseLog
-from services.coordinator.validation import CaseRejected, check_case
+from services.coordinator.validation import CaseRejected, check_case_request
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
 
@@ -26,7 +26,7 @@ HUGE_CELL_ID = "c" * (8 * 2**20)     # 8 MiB
 
 def rejected(request) -> CaseRejected:
     with pytest.raises(CaseRejected) as err:
-        check_case(request, **LIMITS)
+        check_case_request(request, **LIMITS)
     assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT
     assert len(err.value.message) < 300, "a refused value is never echoed whole"
     return err.value
@@ -48,7 +48,7 @@ def test_ids_and_names_are_bounded_and_shown_short(case):
         assert "deadline_s must be at most" in rejected(pb.CaseRequest(deadline_s=deadline, cells=case)).message
     # Within bounds: accession-number-like ids, file names with folders.
     good = [pb.CellImage(cell_id="teaching/mild_dysplasia/153958345-001.BMP", image=case[0].image)]
-    assert check_case(pb.CaseRequest(case_id="ACC-2026:000123.b", cells=good), **LIMITS).name == "routine"
+    assert check_case_request(pb.CaseRequest(case_id="ACC-2026:000123.b", cells=good), **LIMITS).name == "routine"
 
 
 class StandInSite(pb_grpc.SiteServicer):
@@ -72,8 +72,8 @@ def coordinator(tmp_path):
     pb_grpc.add_SiteServicer_to_server(StandInSite(), site)
     port = site.add_insecure_port("127.0.0.1:0")
     site.start()
-    config = CoordinatorConfig(sites=[SiteEndpoint("stand-in", f"127.0.0.1:{port}")],
-                               case_log=tmp_path / "logs" / "cases.jsonl")
+    config = CoordinatorConfig(sites=[SiteEndpoint(name="stand-in", address=f"127.0.0.1:{port}")],
+                               case_log=tmp_path / "logs" / "cases.jsonl", analysis_workers=0)  # a stand-in site: images
     server = CoordinatorServer(config).start()
     yield server
     server.stop(0)

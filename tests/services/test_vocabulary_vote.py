@@ -46,10 +46,10 @@ def coordinator():
     for name in ANSWERS:
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
         pb_grpc.add_SiteServicer_to_server(StandInSite(name), server)
-        endpoints.append(SiteEndpoint(name, f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"))
+        endpoints.append(SiteEndpoint(name=name, address=f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"))
         server.start()
         servers.append(server)
-    running = CoordinatorServer(CoordinatorConfig(sites=endpoints)).start()
+    running = CoordinatorServer(CoordinatorConfig(sites=endpoints, analysis_workers=0)).start()  # stand-ins take images
     yield running
     running.stop(0)
     for server in servers:
