@@ -1,5 +1,9 @@
 #!/usr/bin/env bash
-# One-time set-up of a fresh machine: system packages (when root) and the Python package.
+# One-time set-up of a fresh machine: system packages (when root), then the project's virtual
+# environment .venv, made by uv from uv.lock (exact pins; the system Python is left alone).
+#
+#   bash deploy/setup.sh [EXTRA...]     # only these extras (default: all of them, which is
+#                                       # what make demo, test and bench use; see pyproject.toml)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 APT_PACKAGES="iperf3 tcpdump iptables ethtool iproute2 openssl libnetfilter-queue-dev build-essential chromium"
@@ -12,4 +16,26 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
 else
     echo "setup: not root or no apt-get: install these yourself if missing: $APT_PACKAGES" >&2
 fi
-python3 -m pip install -q --disable-pip-version-check -e '.[test]' -c deploy/constraints.txt
+
+# uv: the one on PATH, else one bootstrapped (once per user) into a small venv of its own.
+BASE_PYTHON=${PATHMASTER_PYTHON:-python3}   # the interpreter .venv is made from
+UV_BOOTSTRAP=${XDG_CACHE_HOME:-$HOME/.cache}/pathmaster/uv-bootstrap
+UV=$(command -v uv || true)
+if [ -z "$UV" ]; then
+    UV=$UV_BOOTSTRAP/bin/uv
+    if [ ! -x "$UV" ]; then
+        echo "setup: uv not found; installing it into $UV_BOOTSTRAP" >&2
+        rm -rf "$UV_BOOTSTRAP"
+        "$BASE_PYTHON" -m venv "$UV_BOOTSTRAP"
+        "$UV_BOOTSTRAP/bin/python" -m pip install -q --disable-pip-version-check "uv>=0.13"
+    fi
+fi
+
+# .venv from the lock, on this machine's Python (no interpreter downloads). --frozen: install
+# exactly what uv.lock says, never re-resolve (refresh the lock with `uv lock`). Exact sync:
+# packages that the lock and these extras do not name are removed from .venv.
+extras=(--all-extras)
+if [ $# -gt 0 ]; then extras=(); for e in "$@"; do extras+=(--extra "$e"); done; fi
+UV_PYTHON_DOWNLOADS=never "$UV" sync --quiet --frozen "${extras[@]}" \
+    --python "$("$BASE_PYTHON" -c 'import sys; print(sys.executable)')"
+echo "setup: .venv ready (extras: ${*:-all}), $(.venv/bin/python --version)"
