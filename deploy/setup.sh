@@ -2,8 +2,9 @@
 # One-time set-up of a fresh machine: system packages (when root), then the project's virtual
 # environment .venv, made by uv from uv.lock (exact pins; the system Python is left alone).
 #
-#   bash deploy/setup.sh [EXTRA...]     # only these extras (default: all of them, which is
-#                                       # what make demo, test and bench use; see pyproject.toml)
+#   bash deploy/setup.sh [EXTRA...]     # these extras (default: test, which holds every other
+#                                       # but bench; make demo and make test use it)
+#   PATHMASTER_VENV=.venv-bench bash deploy/setup.sh bench    # what make bench uses
 set -euo pipefail
 cd "$(dirname "$0")/.."
 APT_PACKAGES="iperf3 tcpdump iptables ethtool iproute2 openssl libnetfilter-queue-dev build-essential chromium"
@@ -31,11 +32,13 @@ if [ -z "$UV" ]; then
     fi
 fi
 
-# .venv from the lock, on this machine's Python (no interpreter downloads). --frozen: install
-# exactly what uv.lock says, never re-resolve (refresh the lock with `uv lock`). Exact sync:
-# packages that the lock and these extras do not name are removed from .venv.
-extras=(--all-extras)
-if [ $# -gt 0 ]; then extras=(); for e in "$@"; do extras+=(--extra "$e"); done; fi
-UV_PYTHON_DOWNLOADS=never "$UV" sync --quiet --frozen "${extras[@]}" \
+# The environment from the lock, on this machine's Python (no interpreter downloads). --frozen:
+# install exactly what uv.lock says, never re-resolve (refresh the lock with `uv lock`). Exact
+# sync: packages that the lock and these extras do not name are removed from it.
+VENV=${PATHMASTER_VENV:-.venv}
+[ $# -gt 0 ] || set -- test
+extras=()
+for e in "$@"; do extras+=(--extra "$e"); done
+UV_PROJECT_ENVIRONMENT=$VENV UV_PYTHON_DOWNLOADS=never "$UV" sync --quiet --frozen "${extras[@]}" \
     --python "$("$BASE_PYTHON" -c 'import sys; print(sys.executable)')"
-echo "setup: .venv ready (extras: ${*:-all}), $(.venv/bin/python --version)"
+echo "setup: $VENV ready (extras: $*), $("$VENV/bin/python" --version)"
