@@ -21,14 +21,16 @@ fi
 # uv: the one on PATH, else one bootstrapped (once per user) into a small venv of its own.
 BASE_PYTHON=${PATHMASTER_PYTHON:-python3}   # the interpreter .venv is made from
 UV_BOOTSTRAP=${XDG_CACHE_HOME:-$HOME/.cache}/pathmaster/uv-bootstrap
+MIN_UV=0.13   # pyproject.toml's [tool.uv] required-version
+uv_ok() { [ -x "$1" ] && printf '%s\n%s\n' "$MIN_UV" "$("$1" --version | cut -d' ' -f2)" | sort -VC; }
 UV=$(command -v uv || true)
-if [ -z "$UV" ]; then
+if ! uv_ok "$UV"; then
     UV=$UV_BOOTSTRAP/bin/uv
-    if [ ! -x "$UV" ]; then
-        echo "setup: uv not found; installing it into $UV_BOOTSTRAP" >&2
+    if ! uv_ok "$UV"; then
+        echo "setup: no uv >= $MIN_UV on PATH; installing one into $UV_BOOTSTRAP" >&2
         rm -rf "$UV_BOOTSTRAP"
         "$BASE_PYTHON" -m venv "$UV_BOOTSTRAP"
-        "$UV_BOOTSTRAP/bin/python" -m pip install -q --disable-pip-version-check "uv>=0.13"
+        "$UV_BOOTSTRAP/bin/python" -m pip install -q --disable-pip-version-check "uv>=$MIN_UV"
     fi
 fi
 
