@@ -73,12 +73,20 @@ def register(subparsers) -> None:
     p.add_argument("--json", action="store_true", help='print {"matches": [{"cell_id", "diagnosis", "distance"}, ...]}')
     p.set_defaults(func=_search)
 
-    p = subparsers.add_parser("evaluate", help="retrieval quality of a site (leave-one-out or held-out queries)",
-                              description="Leave-one-out over the site's own cells, or held-out query cells from "
-                                          "another dataset: top-1, precision@5, majority@5, mAP, binary "
-                                          "normal/abnormal accuracy and the confusion matrix.")
+    p = subparsers.add_parser("evaluate", help="retrieval quality of a site (cross-validated, or held-out queries)",
+                              description="Stratified k-fold cross-validation over the site's own cells (the "
+                                          "similarity refitted on each training fold), leave-one-out, or held-out "
+                                          "query cells from another dataset: top-1, precision@5, majority@5, mAP, "
+                                          "binary normal/abnormal accuracy with 95%% confidence intervals, recall "
+                                          "per class, the confusion matrix and, cross-validated, classifiers on "
+                                          "the same folds as a ceiling.")
     p.add_argument("--db", required=True, type=Path, metavar="SITE_DIR")
-    p.add_argument("--queries", type=Path, metavar="DATASET_DIR", help="held-out query cells (default: leave-one-out)")
+    p.add_argument("--queries", type=Path, metavar="DATASET_DIR", help="held-out query cells (default: cross-validation)")
+    p.add_argument("--folds", type=int, default=5, help="stratified folds (default 5)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the fold split, bootstrap and classifiers (default 0)")
+    p.add_argument("--loo", action="store_true",
+                   help="leave-one-out in the site's stored space instead (fitted to every cell, queries included)")
+    p.add_argument("--no-ceiling", action="store_true", help="skip the classifier ceiling")
     p.add_argument("--json", action="store_true", help="print the metrics as JSON")
     p.set_defaults(func=_evaluate)
 
@@ -163,26 +171,39 @@ def _search(args) -> int:
 
 @_reports_bad_input
 def _evaluate(args) -> int:
-    from pathmaster import evaluate
-    from pathmaster.site import SiteIndex
+    import numpy as np
 
+    from pathmaster import evaluate
+    from pathmaster.site import MIN_CELLS_FOR_SELECTION, SiteIndex
+    from pathmaster.sitedb import SiteDB
+
+    if args.folds < 2:
+        raise ValueError(f"--folds must be at least 2, got {args.folds}")
     site = SiteIndex.open(args.db)
     problems = []
+    projection = site.config["projection"]
     if args.queries:
         from pathmaster.importers import iter_dataset
 
         metrics, problems = evaluate.held_out(site, iter_dataset(args.queries, vocabulary=site.vocabulary))
         metrics["mode"] = f"held-out queries from {args.queries}"
-    else:
+    elif args.loo:
         labels = site.labels()
         labelled = [i for i, label in enumerate(labels) if label is not None]
         metrics = evaluate.leave_one_out(site.vectors()[labelled], [labels[i] for i in labelled])
-        metrics["mode"] = "leave-one-out"
+        metrics["mode"] = "leave-one-out (in the space fitted to all cells)"
+    else:
+        with SiteDB(args.db) as db:
+            _, X = db.feature_matrix()
+            choice = db.get_config("index_options", {}).get("features", "auto")
+        labels = np.array(site.labels(), dtype=object)
+        labelled = np.array([label is not None for label in labels], dtype=bool)
+        fit = evaluate.site_similarity_fit(site.feature_names, choice, args.seed, MIN_CELLS_FOR_SELECTION)
+        metrics = evaluate.cross_validate(X[labelled], labels[labelled], fit, folds=args.folds, seed=args.seed,
+                                          ceilings=() if args.no_ceiling else tuple(evaluate.CEILINGS))
+        metrics["mode"] = f"{metrics['folds']}-fold cross-validation, feature choice {choice!r} refitted per fold"
     metrics["algorithm"] = site.algorithm
     metrics["database_cells"] = len(site)
-    # Leave-one-out reuses the cells the feature choice was fitted to; its cross-validated
-    # score (fitted on one half, scored on the other) says how much that flatters it.
-    projection = site.config["projection"]
     cv = {h["method"]: h["cv_precision_at_5"] for h in projection.get("history", []) if "method" in h}
     metrics["feature_choice"] = {"method": projection.get("method", "all"),
                                  "features": len(projection["columns"]),
@@ -193,7 +214,8 @@ def _evaluate(args) -> int:
         print(json.dumps(metrics, indent=1))
     else:
         print(f"{metrics['mode']} on {args.db} ({len(site)} cells, {site.algorithm})")
-        if metrics["feature_choice"]["cv_precision_at_5"] is not None and not args.queries:
+        if metrics["feature_choice"]["cv_precision_at_5"] is not None and args.loo:
+            # Leave-one-out reuses the cells the feature choice was fitted to.
             print(f"(features chosen on these cells; their cross-validated precision@5 was "
                   f"{metrics['feature_choice']['cv_precision_at_5']:.3f})")
         print(evaluate.format_report(metrics))

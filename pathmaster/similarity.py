@@ -270,6 +270,35 @@ def choose_projection(Z: np.ndarray, labels, names: list[str], *, k: int = defau
     return chosen
 
 
+def fit_similarity(X: np.ndarray, labels, names: list[str], choice: str = "auto", *, seed: int = 0,
+                   min_cells: int = 30) -> tuple[Normalization, Projection]:
+    """Fit the whole similarity (z-scores, then feature choice) to a labelled feature matrix.
+
+    X: float (n_cells, n_features) raw feature values; labels: n_cells diagnoses, None for
+    an unlabelled cell (it counts for the z-scores, not for the feature choice); names:
+    the feature names; choice: "auto" (``choose_projection``) or a key of
+    ``PROJECTIONS``. With fewer than ``min_cells`` labelled cells, or a single diagnosis,
+    every feature counts equally. This is what a site fits to its database, and what an
+    evaluation refits on each training fold so that no held-out cell shapes its own
+    similarity.
+    """
+    labels = np.asarray(labels, dtype=object)
+    normalization = fit_normalization(X)
+    Z = normalization.apply(X)
+    labelled = np.array([label is not None for label in labels], dtype=bool)
+    Zl, yl = Z[labelled], labels[labelled]
+    enough = len(yl) >= min_cells and len(set(yl)) > 1
+    if choice == "auto" and enough:
+        projection = choose_projection(Zl, yl, names, seed=seed)
+    elif choice in PROJECTIONS and choice != "all" and enough:
+        projection = PROJECTIONS[choice](Zl, yl, names, seed)
+    elif choice == "auto" or choice in PROJECTIONS:
+        projection = Projection.all_features(names)
+    else:
+        raise ValueError(f"unknown feature choice {choice!r}; known: auto, {', '.join(PROJECTIONS)}")
+    return normalization, projection
+
+
 # ---------------------------------------------------------------- FAISS indexes
 
 

@@ -166,18 +166,8 @@ def build_search_index(db: SiteDB, *, algorithm: str | None = None, features: st
 def _fit_features(db: SiteDB, X: np.ndarray, names: list[str], choice: str, seed: int):
     """(Normalization, Projection) fitted to the database's feature matrix ``X``."""
     labels = np.array([c.diagnosis for c in db.cells()], dtype=object)
-    normalization = similarity.fit_normalization(X)
-    Z = normalization.apply(X)
-    labelled = np.array([label is not None for label in labels])
-    Zl, yl = Z[labelled], labels[labelled]
-    enough = len(yl) >= MIN_CELLS_FOR_SELECTION and len(set(yl)) > 1
-    if choice == "auto" and enough:
-        projection = similarity.choose_projection(Zl, yl, names, seed=seed)
-    elif choice in ("fisher", "forward") and enough:
-        projection = similarity.PROJECTIONS[choice](Zl, yl, names, seed)
-    else:
-        projection = similarity.Projection.all_features(names)
-    return normalization, projection
+    return similarity.fit_similarity(X, labels, names, choice, seed=seed,
+                                     min_cells=MIN_CELLS_FOR_SELECTION)
 
 
 def _save_index(site_dir: Path, fingerprint: str, index) -> None:

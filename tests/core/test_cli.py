@@ -69,8 +69,15 @@ def test_search_without_mask_and_background_estimates_them(dataset, site, capsys
     assert "estimated from the image" in text and text.count("\n") == 7  # note, header, 5 rows
 
 
-def test_evaluate_leave_one_out_and_held_out(dataset, site, capsys):
-    loo = _run_json(capsys, ["evaluate", "--db", str(site), "--json"])
+def test_evaluate_cross_validated_leave_one_out_and_held_out(dataset, site, capsys):
+    cv = _run_json(capsys, ["evaluate", "--db", str(site), "--json", "--seed", "3"])
+    # 2 cells per class: the 5 folds asked for become 2 stratified folds
+    assert cv["folds"] == 2 and cv["seed"] == 3 and cv["queries"] == N_CELLS
+    for key in ("top1", "precision_at_5", "majority_at_5", "map", "binary_accuracy"):
+        assert cv["ci"][key][0] - 1e-9 <= cv[key] <= cv["ci"][key][1] + 1e-9
+    assert set(cv["ceilings"]) == {"logistic_regression", "random_forest"}
+    assert cv == _run_json(capsys, ["evaluate", "--db", str(site), "--json", "--seed", "3"])
+    loo = _run_json(capsys, ["evaluate", "--db", str(site), "--json", "--loo"])
     for key in ("top1", "precision_at_5", "majority_at_5", "map", "binary_accuracy"):
         assert 0.0 <= loo[key] <= 1.0
     assert sum(map(sum, loo["confusion"]["matrix"])) == N_CELLS == loo["queries"]

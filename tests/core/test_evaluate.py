@@ -38,7 +38,13 @@ def test_score_rankings_by_hand():
     assert labels == [SUP, INT, MILD, CIS]  # severity order
     assert confusion[CIS][labels.index(INT)] == 1
     assert sum(map(sum, m["confusion"]["matrix"])) == 3
-    assert m["per_class"][MILD] == {"n": 1, "top1": 0.0, "majority_at_5": 1.0}
+    assert {k: m["per_class"][MILD][k] for k in ("n", "top1", "majority_at_5")} == {"n": 1, "top1": 0.0, "majority_at_5": 1.0}
+    # every metric has an interval around it; one query of a class says little about it
+    for key in ("top1", "precision_at_5", "majority_at_5", "map", "binary_accuracy"):
+        low, high = m["ci"][key]
+        assert low - 1e-9 <= m[key] <= high + 1e-9
+    low, high = m["per_class"][MILD]["recall_ci"]
+    assert high == 1.0 and low < 0.3
 
 
 def test_leave_one_out_on_separated_and_on_random_labels():
@@ -65,6 +71,97 @@ def test_format_report_lists_metrics_and_confusion():
     X = np.vstack([np.zeros((6, 2)), np.ones((6, 2)) * 9])
     text = ev.format_report(ev.leave_one_out(X, [SUP] * 6 + [CIS] * 6))
     assert "top1             1.000" in text and "carcinoma_in_situ" in text
+
+
+def test_wilson_interval_matches_its_formula():
+    z = 1.959963984540054
+    for successes, n in ((50, 100), (3, 40), (0, 12), (917, 917)):
+        p = successes / n
+        centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+        half = z / (1 + z * z / n) * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+        np.testing.assert_allclose(ev.wilson_interval(successes, n), [centre - half, centre + half], atol=1e-9)
+
+
+def test_bootstrap_interval_is_seeded_and_covers_the_mean():
+    values = np.random.default_rng(1).random(200)
+    a = ev.bootstrap_interval(values, seed=3)
+    assert a == ev.bootstrap_interval(values, seed=3)
+    assert a[0] < values.mean() < a[1]
+    # standard error of a uniform mean ~ 0.29 / sqrt(200) = 0.02: a 95% interval ~ +-0.04
+    assert 0.05 < a[1] - a[0] < 0.11
+
+
+def _two_clusters(rng, n=40, d=4, gap=20.0):
+    X = np.vstack([rng.normal(0, 1, (n, d)), rng.normal(gap, 1, (n, d))])
+    return X, np.array([SUP] * n + [CIS] * n, dtype=object)
+
+
+def _zscores(X_train, y_train):
+    mean, std = X_train.mean(axis=0), X_train.std(axis=0)
+    return lambda X: (X - mean) / std
+
+
+def test_stratified_folds_partition_the_cells_evenly_and_are_reproducible():
+    labels = np.array([SUP] * 30 + [MILD] * 20 + [CIS] * 10, dtype=object)
+    folds = ev.stratified_folds(labels, 5, seed=7)
+    tests = np.concatenate([test for _, test in folds])
+    assert sorted(tests.tolist()) == list(range(60))
+    for train, test in folds:
+        assert not set(train) & set(test) and len(train) + len(test) == 60
+        assert (labels[test] == CIS).sum() == 2 and (labels[test] == SUP).sum() == 6
+    again = ev.stratified_folds(labels, 5, seed=7)
+    assert all((a[1] == b[1]).all() for a, b in zip(folds, again))
+    other = ev.stratified_folds(labels, 5, seed=8)
+    assert any((a[1] != b[1]).any() for a, b in zip(folds, other))
+    # a tiny site: 2 cells per class cannot make 5 stratified folds
+    assert len(ev.stratified_folds([SUP, SUP, CIS, CIS], 5)) == 2
+
+
+def test_cross_validate_queries_each_cell_once_and_fits_on_training_cells_only():
+    rng = np.random.default_rng(0)
+    X, y = _two_clusters(rng)
+    seen = []
+
+    def fit(X_train, y_train):
+        seen.append({tuple(row) for row in X_train})
+        return _zscores(X_train, y_train)
+
+    m = ev.cross_validate(X, y, fit, folds=4, seed=1)
+    assert m["queries"] == 80 and m["folds"] == 4 and len(seen) == 4
+    assert sum(map(sum, m["confusion"]["matrix"])) == 80
+    for rows, (_, test) in zip(seen, ev.stratified_folds(y, 4, seed=1)):
+        assert not rows & {tuple(row) for row in X[test]}  # no query among the cells fitted to
+    assert m["top1"] == 1.0 and m["binary_accuracy"] == 1.0
+    for name, ceiling in m["ceilings"].items():
+        assert ceiling["accuracy"] == 1.0, name
+    assert sum(f["queries"] for f in m["per_fold"]) == 80
+    assert ev.cross_validate(X, y, fit, folds=4, seed=1, ceilings=())["top1"] == 1.0
+
+
+def test_cross_validation_does_not_flatter_a_feature_choice_tuned_on_noise():
+    # 60 noise features, random labels: forward selection fitted on every cell finds
+    # features that "retrieve" the labels of those very cells; refitted per fold it cannot.
+    from pathmaster import similarity
+
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(120, 60))
+    y = np.array([SUP, CIS] * 60, dtype=object)
+    names = [f"f{i}" for i in range(60)]
+    normalization, projection = similarity.fit_similarity(X, y, names, "forward")
+    leaky = ev.leave_one_out(projection.apply(normalization.apply(X)), y)
+    honest = ev.cross_validate(X, y, ev.site_similarity_fit(names, "forward"), folds=5, seed=0, ceilings=())
+    assert leaky["precision_at_5"] > 0.6
+    assert abs(honest["precision_at_5"] - 0.5) < 0.08
+    assert honest["precision_at_5"] < leaky["precision_at_5"] - 0.1
+
+
+def test_format_report_shows_intervals_recall_and_ceilings():
+    rng = np.random.default_rng(2)
+    X, y = _two_clusters(rng, n=15)
+    text = ev.format_report(ev.cross_validate(X, y, _zscores, folds=3))
+    assert "3-fold stratified cross-validation, seed 0" in text
+    assert "recall per class" in text and "logistic_regression" in text and "random_forest" in text
+    assert "top1             1.000  [" in text
 
 
 def test_real_herlev_cells_retrieve_their_diagnosis_far_better_than_shuffled_labels(herlev_40px, tmp_path):

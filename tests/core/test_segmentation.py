@@ -141,15 +141,23 @@ def test_segmentation_refuses_bad_input_by_name():
 
 
 def test_real_herlev_cells_agree_with_their_hand_drawn_masks(herlev_40px):
-    """At 40 px the real cells are tiny and often fill the frame; the automatic nucleus
-    should still overlap the pathologists' one on most cells."""
-    from pathmaster.importers.herlev import decode_colour_mask
-    from pathmaster.imageio import read_image
+    """At 40 px the real cells are tiny and often fill the frame (carcinoma in situ) or hold
+    a nucleus of a few pixels (superficial cells); the automatic regions should still match
+    the pathologists' in every class. Floors sit ~0.05 below what every third cell gives
+    (benchmarks/bench_segmentation.py measures all 917, before vs after); the code before
+    issue 14 failed them (nucleus median 0.26 on superficial, 0.42 on carcinoma in situ)."""
+    from pathmaster.importers import iter_dataset
 
-    images = sorted(herlev_40px.glob("*/*.BMP"))[::20]
-    scores = []
-    for path in images:
-        truth, _ = decode_colour_mask(read_image(path.with_name(path.stem + "-d.bmp")), path.name)
-        scores.append(dice(segment_cell(read_image(path)) == NUCLEUS, truth == NUCLEUS))
-    assert len(scores) >= 40
-    assert np.median(scores) >= 0.7, np.median(scores)
+    records = [r for r in iter_dataset(herlev_40px, layout="herlev") if isinstance(r, CellRecord)][::3]
+    nucleus, cell = {}, {}
+    for record in records:
+        mask = segment_cell(record.image)
+        nucleus.setdefault(record.diagnosis, []).append(dice(mask >= NUCLEUS, record.mask >= NUCLEUS))
+        cell.setdefault(record.diagnosis, []).append(dice(mask >= CYTOPLASM, record.mask >= CYTOPLASM))
+    assert len(records) >= 300 and len(nucleus) == 7
+    every_nucleus = np.concatenate(list(nucleus.values()))
+    assert np.median(every_nucleus) >= 0.85 and np.percentile(every_nucleus, 25) >= 0.7
+    assert np.median(np.concatenate(list(cell.values()))) >= 0.75
+    for diagnosis, scores in nucleus.items():
+        assert np.median(scores) >= 0.65, (diagnosis, np.median(scores))
+        assert np.median(cell[diagnosis]) >= 0.7, (diagnosis, np.median(cell[diagnosis]))
