@@ -114,11 +114,14 @@ class FanOut:
         return unsendable
 
     def _attempt(self, site: str, request_class: str, mode: str, label: str) -> bool:
+        # The clock starts before the call is made: the site may begin (and even finish)
+        # before send() returns, and its own wall time must fit inside ours.
+        sent_at = time.monotonic()
         sent = self.send(site, request_class, mode)
         if sent is None:
             return False
         call, request_bytes = sent
-        attempt = Attempt(call, time.monotonic(), request_class, mode, request_bytes, label)
+        attempt = Attempt(call, sent_at, request_class, mode, request_bytes, label)
         with self._lock:
             self.runs[site].attempts.append(attempt)
         call.add_done_callback(lambda c, s=site, a=attempt: self._events.put(("done", s, a)))

@@ -198,12 +198,20 @@ function addFiles(fileList) {
   refreshPairing();
 }
 
+let pairingAsked = 0;  // the newest /api/pair request; older replies are stale
+
 async function refreshPairing() {
+  const asked = ++pairingAsked;
+  let pairing;
   try {
-    state.pairing = await postJSON("/api/pair", {names: [...state.files.keys()]});
+    pairing = await postJSON("/api/pair", {names: [...state.files.keys()]});
   } catch (err) {
-    state.pairing = {cells: [], problems: [{file: "(pairing)", problem: err.message}]};
+    pairing = {cells: [], problems: [{file: "(pairing)", problem: err.message}]};
   }
+  // Files added in quick succession (a pick, then a drop) ask twice; the replies may come
+  // back in either order, and only the answer about the newest set of files may be shown.
+  if (asked !== pairingAsked) return;
+  state.pairing = pairing;
   for (const url of state.previews.values()) URL.revokeObjectURL(url);
   state.previews.clear();
   for (const cell of state.pairing.cells) {
