@@ -187,7 +187,11 @@ def ensure_ray(address: str = "", num_cpus: int | None = None) -> None:
     if address:
         ray.init(address=address, **kwargs)
     else:  # a local instance talks over loopback only
-        ray.init(num_cpus=num_cpus, _node_ip_address="127.0.0.1", **kwargs)
+        # Ray starts its workers at nice 15 by default. Our workers serve a user's case
+        # while they wait, so any busy process on the host (a build, a backup) would starve
+        # them to a crawl: they run at the service's own priority instead.
+        ray.init(num_cpus=num_cpus, _node_ip_address="127.0.0.1",
+                 _system_config={"worker_niceness": 0}, **kwargs)
 
 
 _RemoteWorker = ray.remote(max_restarts=1, max_task_retries=0)(SiteWorker)

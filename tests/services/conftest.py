@@ -25,14 +25,12 @@ SITES = {"alpha": "flat", "beta": "hnsw", "gamma": "flat"}
 @pytest.fixture(scope="session")
 def ray_session():
     """One local Ray for every services test (2 CPUs, no dashboard)."""
-    import logging
-
     import ray
 
+    from services.site.worker import ensure_ray
+
     started_here = not ray.is_initialized()
-    if started_here:
-        ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False,
-                 _node_ip_address="127.0.0.1")
+    ensure_ray(num_cpus=2)  # the service's own way: loopback, workers at the service's priority
     yield ray
     if started_here:
         ray.shutdown()
