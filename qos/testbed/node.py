@@ -72,8 +72,11 @@ class Node:
         """Set a per-namespace sysctl, e.g. ("net.ipv4.ip_forward", 1)."""
         self.cmd("sysctl", "-q", "-w", f"{key}={value}")
 
-    def wait_listening(self, port: int, protocol: str = "tcp", timeout: float = 10.0) -> None:
-        """Poll until something listens on `port` inside the node; raise TimeoutError after `timeout` s."""
+    def wait_listening(self, port: int, protocol: str = "tcp", timeout: float = 60.0) -> None:
+        """Poll until something listens on `port` inside the node; raise TimeoutError after `timeout` s.
+
+        The default is generous: on a busy host a server's start-up (Python imports) can take
+        tens of seconds, and polling costs nothing when it is quick."""
         flag = "-Hltn" if protocol == "tcp" else "-Hlun"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
