@@ -37,5 +37,11 @@ def test_demo_once_prints_every_site_and_the_votes(site_db, tmp_path, ray_sessio
         assert re.search(rf"\] {site.name}\s+OK\s+faiss-{site.algorithm}", out), out
     assert re.search(r"case \w+ \(urgent\): [\d.]+ s, 3 site\(s\) OK, 0 failed", out), out
     assert len(re.findall(r"test-2026-\d\.png: \w+ \(\d+/15 matches(; Bethesda [\w-]+ \(\d+/15\))?\)  \[true: \w+\]", out)) == 6
+    # The second case is predicted before it is sent, and its actual wait printed beside it.
+    second = out.split("the same case again")[1]
+    assert re.search(r"expected in about [\d.]+ s", second), second
+    assert re.search(r"case \w+: [\d.]+ s \(predicted [\d.]+ s\)", second), second
+    for site in DEMO_SITES:
+        assert re.search(rf"{site.name}\s+answered in [\d.]+ s \(predicted [\d.]+ s\)", second), second
     log = cache / "demo" / "cases.jsonl"
     assert log.is_file() and '"outcome": "done"' in log.read_text()
