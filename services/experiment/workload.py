@@ -36,6 +36,7 @@ to the agent and to every site as `--classes JSON` (`ClassTable.to_table()`'s sh
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import time
@@ -287,7 +288,8 @@ class Master:
         sites = []
         fan = FanOut(plans, send, cutoff)
         try:
-            for outcome in [*fan.start(), *fan.outcomes()]:
+            # Lazily: each site's time is when its own outcome is final, not when the last one is.
+            for outcome in itertools.chain(fan.start(), fan.outcomes()):
                 total = time.monotonic() - started
                 run = fan.runs[outcome.site]
                 attempt, reply, plan = outcome.attempt, outcome.reply, outcome.plan

@@ -150,6 +150,10 @@ def test_a_short_namespace_run_records_predicted_actual_and_mode(netns_ok, tmp_p
     for r in runs:
         assert len(r["sites"]) == 3 and all(s["total_s"] <= r["completion_s"] for s in r["sites"])
         assert r["bound"]["total_s"] > 0
+    # Each site's own time, not the case's: the master's own subnet (A1, no core link) answers
+    # while the two remote sites' 24 KB each still cross the 10 Mbit/s core (>= 38 ms).
+    local = [({s["site"]: s["total_s"] for s in r["sites"]}["A1"], r["completion_s"]) for r in static]
+    assert any(a1 < completion - 0.01 for a1, completion in local), local
     assert max(r["bytes_up"] for r in adaptive) * 10 < min(r["bytes_up"] for r in static)
     rows = {row["strategy"]: row for row in prediction_rows(*load_cells(tmp_path))}
     assert rows["adaptive-fifo"]["predicted"] == 2 and rows["all"]["mdape"] >= 0
