@@ -154,6 +154,8 @@ def test_a_short_namespace_run_records_predicted_actual_and_mode(netns_ok, tmp_p
     # while the two remote sites' 24 KB each still cross the 10 Mbit/s core (>= 38 ms).
     local = [({s["site"]: s["total_s"] for s in r["sites"]}["A1"], r["completion_s"]) for r in static]
     assert any(a1 < completion - 0.01 for a1, completion in local), local
-    assert max(r["bytes_up"] for r in adaptive) * 10 < min(r["bytes_up"] for r in static)
+    # Per copy (a busy machine may make a hedge fire): 2 x 115 doubles against 2 x 3 x 4000 B.
+    per_copy = [s["bytes_up"] / s["copies"] for r in adaptive for s in r["sites"]]
+    assert max(per_copy) * 5 < min(s["bytes_up"] for r in static for s in r["sites"])
     rows = {row["strategy"]: row for row in prediction_rows(*load_cells(tmp_path))}
     assert rows["adaptive-fifo"]["predicted"] == 2 and rows["all"]["mdape"] >= 0
