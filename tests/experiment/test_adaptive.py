@@ -159,3 +159,32 @@ def test_a_short_namespace_run_records_predicted_actual_and_mode(netns_ok, tmp_p
     assert max(per_copy) * 5 < min(s["bytes_up"] for r in static for s in r["sites"])
     rows = {row["strategy"]: row for row in prediction_rows(*load_cells(tmp_path))}
     assert rows["adaptive-fifo"]["predicted"] == 2 and rows["all"]["mdape"] >= 0
+
+
+def test_in_service_mode_adaptive_is_the_coordinators_policy_and_static_is_images(monkeypatch):
+    """The product's own coordinator plans an adaptive strategy's case (`query --ship auto`);
+    any other strategy's case goes as images; the record keeps each site's mode and prediction."""
+    from types import SimpleNamespace
+
+    from services.experiment import deployment
+    from services.experiment.bench import TestbedBench
+
+    shipped = []
+    site = {"status": "OK", "timing": {"total_s": 0.5, "transfer_s": 0.1, "site_wall_s": 0.4, "extraction_s": 0.3,
+                                       "search_s": 0.01}, "bytes_sent": 100, "bytes_received": 50,
+            "mode": "features", "request_class": "urgent", "predicted_s": 0.45}
+
+    def run_case(dep, request_class, cells, seed, deadline_s, ship):
+        shipped.append(ship)
+        return deployment.CaseResult(request_class, True, 0.5, 0.9, {"site-A1": site},
+                                     {"bytes_sent": 100, "bytes_received": 50, "votes": [], "predicted_s": 0.45}, 0)
+
+    monkeypatch.setattr(deployment, "run_case", run_case)
+    experiment = parse_spec(spec(fifo={"discipline": "fifo"}, smart={"discipline": "fifo", "adaptive": {}}))
+    bench = SimpleNamespace(workload=experiment.workload, deployment=object(), strategy=experiment.strategy("fifo"))
+    assert TestbedBench._service_case(bench, "urgent", 1)["policy"] == "static"
+    bench.strategy = experiment.strategy("smart")
+    record = TestbedBench._service_case(bench, "urgent", 1)
+    assert shipped == ["images", "auto"]
+    assert record["policy"] == "adaptive" and record["predicted_s"] == 0.45 and record["modes"] == ["features"]
+    assert record["sites"][0]["mode"] == "features" and record["sites"][0]["predicted_s"] == 0.45
