@@ -70,6 +70,14 @@ WRED_WEIGHT_EXPONENT = 9
 
 # --- Experiments -----------------------------------------------------------------------
 EXPERIMENT_REPETITIONS = 10    # runs per cell of an experiment's matrix (the study's 10 runs)
+# An adaptive experiment strategy (qos.experiment.spec.Adaptive) plans each case against its
+# class's deadline (qos.policy.plan_site): step-down, hedging. Ours, not a source's: an
+# intra-operative (urgent) answer within seconds; a class not listed plans against the
+# workload's deadline_s.
+CLASS_DEADLINES_S = {"urgent": 2.0, "routine": 10.0, "teaching": 60.0, "bulk": 120.0}
+# The transfer workload's stand-in for a match's wire thumbnail (WIRE_THUMBNAIL_PX JPEG, ~1 KB):
+# the bytes each match carries back in an adaptive strategy's cases.
+WIRE_THUMBNAIL_BYTES = 1000
 
 # --- What one cell may cost to analyse (pathmaster/budget.py) ---------------------------
 # A Pap cell at the study's magnification is ~100-300 px a side (Herlev's largest crops are

@@ -8,6 +8,8 @@ report can be made again at any time, on any machine. Writes into OUT/report/:
     table1.md                    like the study's Table 1: mean (std) per strategy and level
     significance.csv / .md       every pair of strategies at every level: Welch's t-test and
                                  a bootstrap interval; which differences are not significant
+    prediction.csv               the prediction's median absolute percentage error (MdAPE) per
+                                 strategy and overall, from each run's predicted and actual time
     *.png, *.svg                 the figures (see plots.py)
 """
 
@@ -24,6 +26,7 @@ import numpy as np
 
 from pathmaster.records import InvalidInput
 from qos.experiment.stats import Summary, compare, summarise
+from qos.predict import absolute_percentage_error
 from qos.experiment.store import Store
 
 
@@ -40,6 +43,8 @@ class Cell:
     bounds: list[float] = field(default_factory=list)
     achieved_kbit: list[float] = field(default_factory=list)  # competing traffic actually carried
     throughput_kbit: list[float] = field(default_factory=list)  # case bytes / completion time
+    errors: list[float] = field(default_factory=list)  # |predicted - actual| / actual, runs with a prediction
+    unpredicted: int = 0  # successful runs without a prediction (the predictor had not seen the path yet)
     failed: int = 0
 
     @property
@@ -72,6 +77,10 @@ def load_cells(out_dir: str | Path) -> tuple[dict, dict[tuple, Cell]]:
             cell.achieved_kbit.append(float(achieved))
         case_bytes = rec.get("bytes_up", 0) + rec.get("bytes_down", 0)
         cell.throughput_kbit.append(case_bytes * 8 / 1000 / t)
+        if rec.get("predicted_s"):
+            cell.errors.append(absolute_percentage_error(float(rec["predicted_s"]), t))
+        else:
+            cell.unpredicted += 1
     return meta, cells
 
 
@@ -109,6 +118,29 @@ def summary_rows(meta: dict, cells: dict[tuple, Cell]) -> list[dict]:
                     "competing_achieved_kbit": _mean(cell.achieved_kbit),
                     "case_throughput_kbit": _mean(cell.throughput_kbit)}
         rows.append(row)
+    return rows
+
+
+PREDICTION_COLUMNS = ["strategy", "runs", "predicted", "mdape", "ape_p90"]
+
+
+def prediction_rows(meta: dict, cells: dict[tuple, Cell]) -> list[dict]:
+    """The prediction's error per strategy and over every run ("all"): how many runs had a
+    prediction, the median absolute percentage error (MdAPE) and its 90th percentile, as
+    fractions (0.1 = 10%). Strategies without any prediction (older raw data) have none."""
+    order = strategy_order(meta)
+    by_strategy: dict[str, list[Cell]] = defaultdict(list)
+    for cell in cells.values():
+        by_strategy[cell.strategy].append(cell)
+
+    def row(name: str, group: list[Cell]) -> dict:
+        errors = [e for c in group for e in c.errors]
+        return {"strategy": name, "runs": sum(len(c.times) for c in group), "predicted": len(errors),
+                "mdape": float(np.median(errors)) if errors else float("nan"),
+                "ape_p90": float(np.percentile(errors, 90)) if errors else float("nan")}
+
+    rows = [row(name, by_strategy[name]) for name in sorted(by_strategy, key=lambda n: (order.index(n) if n in order else 99, n))]
+    rows.append(row("all", list(cells.values())))
     return rows
 
 
@@ -316,6 +348,8 @@ def write_report(out_dir: str | Path, plots: bool = True) -> Path:
     sig = significance_rows(meta, cells)
     sig_columns = list(sig[0]) if sig else ["link", "request_class", "competing", "a", "b"]
     write_csv(report_dir / "significance.csv", sig, sig_columns)
+    prediction = prediction_rows(meta, cells)
+    write_csv(report_dir / "prediction.csv", prediction, PREDICTION_COLUMNS)
     several_links = len(meta["experiment"]["links"]) > 1
     table = links_table(meta, cells) if several_links else table1(meta, cells)
     (report_dir / "table1.md").write_text(table)
@@ -337,6 +371,12 @@ def write_report(out_dir: str | Path, plots: bool = True) -> Path:
             "finding 6: the lowest limit flat, within 25%, and no limit steeper than the next higher one by more "
             "than 10%).", "",
             markdown_table(findings, ["where", "finding", "data", "agrees"]), ""]),
+        "## Prediction error", "",
+        "Each case's time as predicted before it was sent (the coordinator's passive model, "
+        "qos.predict, one per strategy) against its actual time: median absolute percentage error "
+        "(mdape) and its 90th percentile (ape_p90), as fractions; `predicted` counts the runs that "
+        "had a prediction (a path's first case has none).", "",
+        markdown_table(prediction, PREDICTION_COLUMNS), "",
         "## Every cell", "", markdown_table(summary, SUMMARY_COLUMNS[:16]), "",
         "## Differences that are not significant", "",
         f"Welch's t-test (p < 0.05) and a 95% bootstrap interval of the difference of means must both "

@@ -136,7 +136,8 @@ def execute_run(experiment: Experiment, run: Run, bench: Bench, state: dict) -> 
     record["link"] = {"name": link.name, "core_kbit": link.core_kbit, "access_kbit": link.access_kbit,
                       "delay_ms": link.delay_ms, "mtu": link.mtu, "queue_packets": link.queue_packets}
     record["strategy"] = {"name": strategy.name, "discipline": strategy.discipline,
-                          "shape_kbit": strategy.shape_kbit, "params": strategy.params}
+                          "shape_kbit": strategy.shape_kbit, "params": strategy.params,
+                          "adaptive": strategy.adaptive.model_dump() if strategy.adaptive else None}
     if record.get("ok"):
         record["bound"] = run_bound(experiment, link, record["sites"], bench)
     record["finished"] = now_iso()

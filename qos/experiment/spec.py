@@ -23,6 +23,9 @@ classes x repetitions (flent's idea: the experiment is data, not code).
     [strategies.shape-200]
     discipline = "wfq"
     shape_kbit = 200            # shapes the competing (bulk) traffic to this rate
+    [strategies.adaptive-fifo]  # the product's policy (qos.policy) over FIFO routers
+    discipline = "fifo"
+    adaptive = {}               # or {ship = "auto", analyse = true, deadlines_s = {urgent = 2.0}}
 
     [[links]]                   # one entry per link setting; the core link is the bottleneck
     name = "10M"
@@ -57,6 +60,7 @@ from qos.classes import DEFAULT_CLASSES, ClassEntry, ClassTable
 from qos.config import FileModel, Seq, read_toml, validate
 
 DISCIPLINES = ("fifo", "prio", "wfq", "wred")
+SHIP_MODES = ("auto", "features", "images")
 COMPETING_KINDS = ("downloads", "udp", "pareto")
 Number = int | float
 
@@ -67,15 +71,48 @@ def _one_of(value: str, allowed: tuple[str, ...]) -> str:
     return value
 
 
+class Adaptive(FileModel):
+    """`[strategies.NAME.adaptive]`: the product's own policy (qos.policy) drives the case over
+    the strategy's routers: features when the coordinator can analyse, the class within the
+    user's entitlement (step-down), hedging, each planned against its class's deadline."""
+
+    ship: str = Field("auto", json_schema_extra={"enum": list(SHIP_MODES)},
+                      description='as `pathmaster query --ship`: "auto" (features where the schema matches), '
+                                  '"features" or "images"')
+    analyse: bool = Field(True, description="the coordinator can analyse cells (features mode possible); "
+                                            "false: a coordinator without analysers, images to every site")
+    deadlines_s: dict[str, float] = Field(
+        default_factory=lambda: dict(defaults.CLASS_DEADLINES_S),
+        description="the deadline each request class plans against, seconds; a class not listed plans "
+                    "against [workload] deadline_s. Cases are cut off at deadline_s only, so that their "
+                    "times compare with the other strategies'; a run records whether it met its deadline")
+
+    @field_validator("ship")
+    @classmethod
+    def _ship(cls, value: str) -> str:
+        return _one_of(value, SHIP_MODES)
+
+    @field_validator("deadlines_s")
+    @classmethod
+    def _deadlines(cls, value: dict[str, float]) -> dict[str, float]:
+        bad = {k: v for k, v in value.items() if not (0 < v <= defaults.MAX_CASE_DEADLINE_S)}
+        if bad:
+            raise ValueError(f"deadlines must be > 0 and <= {defaults.MAX_CASE_DEADLINE_S:g} s, got {bad}")
+        return value
+
+
 class Strategy(FileModel):
-    """A router configuration: a queueing discipline, optionally with the bulk class shaped.
-    In the file: a `[strategies.NAME]` table (`name` is the table's name)."""
+    """A router configuration: a queueing discipline, optionally with the bulk class shaped,
+    optionally with the product's adaptive policy on top. In the file: a `[strategies.NAME]`
+    table (`name` is the table's name)."""
 
     name: str
     discipline: str = Field(json_schema_extra={"enum": list(DISCIPLINES)})
     shape_kbit: float | None = Field(None, description="rate limit for the competing (bulk) traffic, "
                                                         "kbit/s; none = unshaped")
     params: dict[str, Any] = Field(default_factory=dict, description="discipline-specific extras, passed through")
+    adaptive: Adaptive | None = Field(None, description="the product's policy drives each case (features, "
+                                                        "step-down, hedging); none = image mode as sent")
 
     @field_validator("discipline")
     @classmethod
@@ -189,7 +226,22 @@ def _named(tables: Any) -> Any:
             for name, table in tables.items()]
 
 
-_STRATEGY_TABLE = {k: v for k, v in Strategy.model_json_schema().items() if k != "required"}
+def _inline_refs(schema: Any, defs: dict) -> Any:
+    """`schema` with every "$ref" to one of `defs` replaced by its definition (the strategy
+    table's schema is embedded in the experiment's, where its own $defs do not exist)."""
+    if isinstance(schema, dict):
+        ref = schema.get("$ref", "")
+        if ref.startswith("#/$defs/"):
+            return _inline_refs(defs[ref.rsplit("/", 1)[1]], defs)
+        return {k: _inline_refs(v, defs) for k, v in schema.items()}
+    if isinstance(schema, list):
+        return [_inline_refs(v, defs) for v in schema]
+    return schema
+
+
+_STRATEGY_SCHEMA = Strategy.model_json_schema()
+_STRATEGY_TABLE = {k: _inline_refs(v, _STRATEGY_SCHEMA.get("$defs", {}))
+                   for k, v in _STRATEGY_SCHEMA.items() if k not in ("required", "$defs")}
 _STRATEGY_TABLE["properties"] = {k: v for k, v in _STRATEGY_TABLE["properties"].items() if k != "name"}
 _STRATEGY_TABLE["required"] = ["discipline"]
 Strategies = Annotated[Seq[Strategy], BeforeValidator(_named),
@@ -215,6 +267,11 @@ class Experiment(FileModel):
     def _unique_links(self) -> "Experiment":
         if len({item.name for item in self.links}) != len(self.links):
             raise ValueError("[[links]] names must be unique")
+        for strategy in self.strategies:
+            unknown = sorted(set(strategy.adaptive.deadlines_s) - set(self.classes.names())) if strategy.adaptive else []
+            if unknown:
+                raise ValueError(f"[strategies.{strategy.name}.adaptive] deadlines_s: unknown request class(es) "
+                                 f"{', '.join(map(repr, unknown))}; known: {', '.join(self.classes.names())}")
         for name in self.request_classes:
             if name not in self.classes:
                 raise ValueError(f"[experiment] request_classes: unknown request class {name!r}; "

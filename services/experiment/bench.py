@@ -103,6 +103,7 @@ class TestbedBench:
         self.traffic = None  # the running qos.traffic generator, if any
         self.traffic_reports: list[dict] = []  # what each block of competing traffic achieved
         self.competing_level = 0.0
+        self.strategy: Strategy | None = None  # the strategy configured last (run_case's)
         self._mtu = 1500
         self.deployment = None  # service mode: the product's own processes (services.experiment.deployment)
         try:
@@ -118,7 +119,18 @@ class TestbedBench:
 
     # -- set-up ---------------------------------------------------------------------------------
 
+    def _features(self) -> tuple[str, int]:
+        """The installation's feature schema and vector length, when a strategy may send
+        features (adaptive); ("", 0) otherwise, so that no site takes features."""
+        if not any(s.adaptive is not None for s in self.experiment.strategies):
+            return "", 0
+        from pathmaster.features import feature_names
+        from pathmaster.features.schema import feature_schema
+
+        return feature_schema(), len(feature_names())
+
     def _start_sites(self) -> None:
+        schema, _ = self._features()
         # Linux caches a path's ssthresh and RTT between connections; a run must not inherit them.
         for name in {*self.workload.sites, self.testbed.config.master}:
             self.testbed.host(name).cmd("sysctl", "-q", "-w", "net.ipv4.tcp_no_metrics_save=1")
@@ -127,7 +139,7 @@ class TestbedBench:
             proc = host.popen([sys.executable, "-m", "services.experiment.workload", "site", "--name", name,
                                "--host", host.ip, "--port", str(SITE_PORT),
                                "--match-bytes", str(self.workload.match_bytes),
-                               *classes_argv(self.experiment.classes)],
+                               "--feature-schema", schema, *classes_argv(self.experiment.classes)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             self.sites[name] = proc
         deadline = time.monotonic() + 60
@@ -161,9 +173,12 @@ class TestbedBench:
         from services.experiment import deployment
 
         w = self.workload
+        # Adaptive: the coordinator's own policy (features where it can); otherwise today's images.
+        adaptive = self.strategy is not None and self.strategy.adaptive is not None
+        ship = self.strategy.adaptive.ship if adaptive else "images"
         try:
             case = deployment.run_case(self.deployment, request_class, cells=w.cells, seed=seed,
-                                       deadline_s=w.deadline_s)
+                                       deadline_s=w.deadline_s, ship=ship)
         except deployment.DeploymentError as exc:
             return {"ok": False, "error": str(exc)}
         sites = []
@@ -172,14 +187,19 @@ class TestbedBench:
             sites.append({"site": name, "status": event["status"], "total_s": timing["total_s"],
                           "transfer_s": timing["transfer_s"], "compute_s": timing["site_wall_s"],
                           "extraction_s": timing["extraction_s"], "search_s": timing["search_s"],
-                          "bytes_up": event["bytes_sent"], "bytes_down": event["bytes_received"]})
+                          "bytes_up": event["bytes_sent"], "bytes_down": event["bytes_received"],
+                          "mode": event.get("mode"), "request_class": event.get("request_class"),
+                          "predicted_s": event.get("predicted_s")})
         return {"completion_s": case.total_s, "query_wall_s": case.wall_s, "ok": case.ok, "sites": sites,
+                "policy": "adaptive" if adaptive else "static", "predicted_s": case.summary.get("predicted_s"),
+                "modes": sorted({s["mode"] for s in sites if s["mode"]}),
                 "bytes_up": case.summary["bytes_sent"], "bytes_down": case.summary["bytes_received"],
                 "votes": case.summary["votes"]}
 
     def _start_agent(self) -> None:
+        schema, values = self._features()
         argv = [sys.executable, "-m", "services.experiment.workload", "agent",
-                *classes_argv(self.experiment.classes)]
+                "--feature-schema", schema, "--feature-values", str(values), *classes_argv(self.experiment.classes)]
         for name in self.workload.sites:
             argv += ["--site", f"{name}={self.testbed.ip(name)}:{SITE_PORT}"]
         self.agent = self.testbed.master.popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -228,6 +248,7 @@ class TestbedBench:
         if link.mtu != self._mtu:
             self._set_mtu(link.mtu)
         table, backend = discipline_table(strategy, link)
+        self.strategy = strategy
         if self.testbed.config.bottleneck.rate_kbit != link.core_kbit:
             self.testbed.config = self.testbed.config.with_bottleneck(rate_kbit=link.core_kbit)
         self.testbed.set_strategy(table, backend=backend)
@@ -289,9 +310,15 @@ class TestbedBench:
         if self.deployment is not None:
             return self._service_case(request_class, seed)
         w = self.workload
+        strategy = self.strategy
+        adaptive = strategy.adaptive.model_dump() if strategy and strategy.adaptive else None
+        # An adaptive strategy's first case warms each class and mode its policy may choose first.
+        warm_s = 0 if adaptive is None else 2 * len(self.experiment.classes.names()) * 20
         reply = self._ask({"op": "case", "class": request_class, "cells": w.cells, "image_bytes": w.image_bytes,
                            "background": w.with_background, "mask": w.with_mask, "k": w.k, "seed": seed,
-                           "deadline_s": w.deadline_s, "case_id": case_id}, w.deadline_s + 30)
+                           "deadline_s": w.deadline_s, "case_id": case_id,
+                           "strategy": strategy.name if strategy else "", "adaptive": adaptive},
+                          w.deadline_s + 30 + warm_s)
         if "sites" not in reply:
             return {"ok": False, "error": reply.get("error", "no reply")}
         return reply

@@ -264,14 +264,15 @@ def write_case_files(folder: Path, cells: int = 6, seed: int = CASE_SEED) -> lis
 
 
 def run_case(deployment: Deployment, request_class: str = "urgent", cells: int = 6, seed: int = CASE_SEED,
-             deadline_s: float = 120.0) -> CaseResult:
-    """Submit one case of `cells` synthetic cells from the master with `pathmaster query`; wait for
-    it. A class the coordinator does not have: DeploymentError with query's message naming its classes."""
+             deadline_s: float = 120.0, ship: str = "auto") -> CaseResult:
+    """Submit one case of `cells` synthetic cells from the master with `pathmaster query --ship
+    SHIP`; wait for it. A class the coordinator does not have: DeploymentError with query's
+    message naming its classes."""
     files = write_case_files(deployment.workdir / f"case-{seed}-{cells}", cells, seed)
     started = time.monotonic()
     done = deployment.testbed.master.run(
         sys.executable, "-m", "pathmaster", "query", "--coordinator", deployment.coordinator_address,
-        "--class", request_class, "--deadline", str(deadline_s), "--json", *map(str, files),
+        "--class", request_class, "--deadline", str(deadline_s), "--ship", ship, "--json", *map(str, files),
         check=False, timeout=deadline_s + 60)
     wall = time.monotonic() - started
     events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]

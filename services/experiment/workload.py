@@ -11,6 +11,19 @@ Two halves, each a process inside a testbed namespace:
 - `Master` (on the master host): submits one case to all sites in parallel on
   per-(site, class) channels (`qos.transport.ClassChannels`, DSCP per class) and
   measures the total completion time, each site's time, and the bytes each way.
+  Before sending it predicts each site's time with the coordinator's passive model
+  (`qos.predict.Predictor`, fed by its own earlier calls), so every run records its
+  predicted and actual time. Calls go through the coordinator's `FanOut`.
+
+A strategy with `adaptive` runs the coordinator's policy (`qos.policy.plan_site`) as the
+product does: features instead of images where the site's schema matches (the transfer
+sites advertise the one the bench gives them, the installation's), the class within the
+user's entitlement (step-down), hedging when a site runs past its prediction, each against
+its class's deadline; replies are sized for the wire (`WIRE_THUMBNAIL_BYTES` a match).
+Without `adaptive` a case is today's: images (with background and mask) in the class asked
+for, `match_bytes` thumbnails. Feature vectors are random float64s of the catalogue's
+length: the transfer sites do not analyse, and neither does the master, so the times are the
+network's alone in both modes (the coordinator's analysis of the cells is not in them).
 
 The runner talks to the master through `agent_main` (JSON lines on stdin/stdout), so the
 channels, and their TCP connections, stay warm across the runs of an experiment.
@@ -23,20 +36,27 @@ to the agent and to every site as `--classes JSON` (`ClassTable.to_table()`'s sh
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import time
-from concurrent import futures
 
 import grpc
 import numpy as np
 
+from pathmaster import defaults
 from qos.classes import ClassTable
+from qos.policy import SitePlan, plan_site
+from qos.predict import Predictor
 from qos.transport import ClassChannels, MarkedServer
+from services.coordinator.fanout import FanOut
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
 
 SITE_SERVICE = pb.DESCRIPTOR.services_by_name["Site"].full_name
+# Call metadata by which the master asks a transfer site for wire-sized thumbnails (a flag:
+# the sizes themselves are the site's own, fixed at its start).
+WIRE_REPLY_KEY = "x-transfer-wire-reply"
 
 
 def make_cells(count: int, image_bytes: int, with_background: bool, with_mask: bool,
@@ -55,26 +75,50 @@ def make_cells(count: int, image_bytes: int, with_background: bool, with_mask: b
     ]
 
 
-class TransferSite(pb_grpc.SiteServicer):
-    """Answers Analyse with k matches of `match_bytes` each per cell; no analysis."""
+def make_features(count: int, values: int, seed: int) -> list[pb.CellFeatures]:
+    """`count` feature vectors of `values` random float64s (incompressible, like real ones);
+    the same seed gives the same case."""
+    rng = np.random.default_rng(seed)
+    return [pb.CellFeatures(cell_id=f"cell{i}", values=rng.standard_normal(values).tolist()) for i in range(count)]
 
-    def __init__(self, name: str, match_bytes: int):
+
+def _blob(n: int) -> bytes:
+    return np.random.default_rng(0).integers(0, 256, n, dtype=np.uint8).tobytes()
+
+
+class TransferSite(pb_grpc.SiteServicer):
+    """Answers Analyse with k matches per cell, each with a `match_bytes` thumbnail (or a
+    `wire_match_bytes` one when the call asks for wire-sized replies); no analysis. Takes
+    features of `feature_schema` as the real site does (another schema: FAILED_PRECONDITION)."""
+
+    def __init__(self, name: str, match_bytes: int, wire_match_bytes: int = defaults.WIRE_THUMBNAIL_BYTES,
+                 feature_schema: str = ""):
         self.name = name
-        self.thumbnail = np.random.default_rng(0).integers(0, 256, match_bytes, dtype=np.uint8).tobytes()
+        self.thumbnail = _blob(match_bytes)
+        self.wire_thumbnail = _blob(wire_match_bytes)
+        self.feature_schema = feature_schema
         self.class_ports: dict[str, int] = {}
         self.class_dscp: dict[str, int] = {}
 
     def Analyse(self, request, context):
         started = time.perf_counter()
-        if not request.cells:
+        if request.features:
+            if not self.feature_schema or request.feature_schema != self.feature_schema:
+                context.abort(grpc.StatusCode.FAILED_PRECONDITION, "features of another schema: send the images")
+            ids = [f.cell_id for f in request.features]
+        else:
+            ids = [cell.cell_id for cell in request.cells]
+        if not ids:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the request has no cells")
-        k = request.k or 5
+        wire = dict(context.invocation_metadata()).get(WIRE_REPLY_KEY) == "1"
+        thumbnail = self.wire_thumbnail if wire else self.thumbnail
+        k = min(request.k or defaults.K, defaults.MAX_K)
         cells = [
-            pb.CellResult(query_cell_id=cell.cell_id, matches=[
+            pb.CellResult(query_cell_id=cell_id, matches=[
                 pb.Match(cell_id=f"{self.name}-{j}", diagnosis="normal_superficial", distance=float(j),
-                         thumbnail=self.thumbnail, source_id="transfer-workload")
+                         thumbnail=thumbnail, source_id="transfer-workload")
                 for j in range(k)])
-            for cell in request.cells
+            for cell_id in ids
         ]
         wall = time.perf_counter() - started
         return pb.AnalyseReply(site=self.name, algorithm="transfer-only", cells=cells,
@@ -82,17 +126,46 @@ class TransferSite(pb_grpc.SiteServicer):
 
     def Info(self, request, context):
         return pb.SiteInfo(site=self.name, algorithm="transfer-only", class_ports=self.class_ports,
-                           class_dscp=self.class_dscp)
+                           class_dscp=self.class_dscp, feature_schema=self.feature_schema)
 
 
-def serve_transfer_site(name: str, host: str, port: int, match_bytes: int, classes: ClassTable) -> MarkedServer:
+def serve_transfer_site(name: str, host: str, port: int, match_bytes: int, classes: ClassTable,
+                        wire_match_bytes: int = defaults.WIRE_THUMBNAIL_BYTES,
+                        feature_schema: str = "") -> MarkedServer:
     """Start a transfer-only site on host:port with one port per class of `classes`, each
-    marking its replies with that class's DSCP; returns the server."""
-    servicer = TransferSite(name, match_bytes)
+    marking its replies with that class's DSCP; returns the server. With a `feature_schema`
+    it takes features of that schema."""
+    servicer = TransferSite(name, match_bytes, wire_match_bytes, feature_schema)
     server = MarkedServer(lambda s: pb_grpc.add_SiteServicer_to_server(servicer, s), [SITE_SERVICE],
                           host, port, class_ports={c.name: 0 for c in classes}, classes=classes)
     servicer.class_ports, servicer.class_dscp = dict(server.class_ports), server.class_dscp
     return server.start()
+
+
+class _StrategyModel:
+    """What the master has learnt of the network under one strategy: the coordinator's
+    predictor and each site's reply bytes per cell (a coordinator sees one network, so each
+    strategy, a network of its own, gets its own)."""
+
+    def __init__(self):
+        self.predictor = Predictor()
+        self.reply_bytes_per_cell: dict[str, float] = {}
+
+    def predict(self, site: str, request_class: str, mode: str, request_bytes: int, cells: int) -> float | None:
+        """As the coordinator predicts: the request's bytes and the reply's expected bytes."""
+        reply_bytes = self.reply_bytes_per_cell.get(site, 0.0) * cells
+        return self.predictor.predict(site, request_class, mode, int(request_bytes + reply_bytes), cells)
+
+    def observe(self, site: str, request_class: str, mode: str, request_bytes: int, reply: pb.AnalyseReply,
+                elapsed_s: float) -> None:
+        """One answered call, as the coordinator observes it."""
+        cells = max(1, len(reply.cells))
+        wall = reply.timing.site_wall_s
+        self.predictor.observe(site, request_class=request_class, mode=mode,
+                               nbytes=request_bytes + reply.ByteSize(), transfer_s=max(0.0, elapsed_s - wall),
+                               cells=cells, site_wall_s=wall)
+        per_cell, old = reply.ByteSize() / cells, self.reply_bytes_per_cell.get(site)
+        self.reply_bytes_per_cell[site] = per_cell if old is None else old + 0.3 * (per_cell - old)
 
 
 class Master:
@@ -101,14 +174,29 @@ class Master:
     Every case opens its own connections (new per-class channels, closed afterwards), as
     every run of the study was a fresh transfer: no congestion window, loss history or
     back-off carries over from one run to the next.
+
+    Parameters
+    ----------
+    sites : dict
+        site name -> control address.
+    classes : ClassTable
+        The run's request classes.
+    feature_schema : str
+        The schema of the features the master sends in features mode ("": none).
+    feature_values : int
+        Values per feature vector (the catalogue's length).
     """
 
-    def __init__(self, sites: dict[str, str], classes: ClassTable):
+    def __init__(self, sites: dict[str, str], classes: ClassTable, feature_schema: str = "",
+                 feature_values: int = 0):
         self.sites = dict(sites)
         self.classes = classes  # the run's table: each case is marked with its class's DSCP from it
+        self.feature_schema = feature_schema
+        self.feature_values = feature_values
         self.class_ports: dict[str, dict[str, int]] = {}
+        self.site_schemas: dict[str, str] = {}
+        self.models: dict[str, _StrategyModel] = {}
         self.channels = self._channels()
-        self.pool = futures.ThreadPoolExecutor(max_workers=len(sites))
 
     def _channels(self) -> ClassChannels:
         channels = ClassChannels(self.sites, self.classes)
@@ -117,51 +205,122 @@ class Master:
         return channels
 
     def discover(self, timeout: float = 20.0) -> None:
-        """Ask every site for its class ports (so replies come back marked); waits for readiness."""
+        """Ask every site for its class ports (so replies come back marked) and feature schema;
+        waits for readiness."""
         for name in self.sites:
             stub = pb_grpc.SiteStub(self.channels.channel(name))
             info = stub.Info(pb.SiteInfoRequest(), timeout=timeout, wait_for_ready=True)
             self.class_ports[name] = dict(info.class_ports)
+            self.site_schemas[name] = info.feature_schema
             self.channels.set_class_ports(name, self.class_ports[name])
 
-    def warm(self, request_class: str, timeout: float = 20.0) -> None:
-        """Check the whole path for a class once before timing anything (a case of one tiny cell)."""
-        cells = make_cells(1, 16, False, False, seed=0)
-        self.case(request_class, cells, k=1, deadline_s=timeout)
+    def entitled(self, request_class: str) -> list[str]:
+        """The classes a user of `request_class` may use, most favoured first (as the coordinator's)."""
+        asked = self.classes[request_class]
+        return [c.name for c in self.classes if c.priority >= asked.priority]
 
-    def _site_call(self, channels: ClassChannels, name: str, request: pb.AnalyseRequest, request_class: str,
-                   deadline_s: float) -> dict:
-        stub = pb_grpc.SiteStub(channels.channel(name, request_class))
-        started = time.perf_counter()
-        try:
-            reply = stub.Analyse(request, timeout=deadline_s)
-        except grpc.RpcError as exc:
-            return {"site": name, "status": exc.code().name, "error": exc.details(),
-                    "total_s": time.perf_counter() - started, "bytes_up": request.ByteSize(), "bytes_down": 0}
-        total = time.perf_counter() - started
-        return {"site": name, "status": "OK", "total_s": total, "compute_s": reply.timing.site_wall_s,
-                "transfer_s": total - reply.timing.site_wall_s, "bytes_up": request.ByteSize(),
-                "bytes_down": reply.ByteSize(), "address": channels.address(name, request_class)}
+    def warm(self, request_class: str, timeout: float = 20.0, strategy: str = "", adaptive: dict | None = None) -> None:
+        """Check the whole path for a class once before timing anything (a case of one tiny
+        cell); for an adaptive strategy, every class and mode its policy may choose, so its
+        predictor has seen each path once."""
+        cells = make_cells(1, 16, False, False, seed=0)
+        if adaptive is None:
+            self.case(request_class, cells, k=1, deadline_s=timeout, strategy=strategy)
+            return
+        modes = ["images"] + (["features"] if adaptive.get("analyse", True) and adaptive.get("ship") != "images" else [])
+        for cls in self.entitled(request_class):
+            for mode in modes:
+                self.case(cls, cells, k=1, deadline_s=timeout, strategy=strategy,
+                          adaptive=adaptive | {"ship": mode}, warming=True)
+
+    def _plans(self, model: _StrategyModel, request_class: str, adaptive: dict | None, deadline_s: float,
+               mode_bytes: dict[str, int], cells: int) -> dict[str, SitePlan]:
+        if adaptive is None:  # today's case: images in the class asked for, predicted all the same
+            return {site: SitePlan(site, "images", request_class,
+                                   model.predict(site, request_class, "images", mode_bytes["images"], cells),
+                                   None, None, reasons=("images as sent",)) for site in self.sites}
+        schema = self.feature_schema if adaptive.get("analyse", True) else ""
+        return {site: plan_site(site, requested=request_class, entitled=self.entitled(request_class),
+                                deadline_s=deadline_s, ship=adaptive.get("ship", "auto"),
+                                schema_matches=bool(schema) and self.site_schemas.get(site) == schema,
+                                predict=lambda cls, mode, s=site: model.predict(s, cls, mode, mode_bytes[mode], cells))
+                for site in self.sites}
 
     def case(self, request_class: str, cells: list[pb.CellImage], k: int, deadline_s: float,
-             case_id: str = "") -> dict:
-        """One case to every site at once; the completion time is when the last site has answered."""
-        request = pb.AnalyseRequest(case_id=case_id, request_class=request_class, cells=cells, k=k)
+             case_id: str = "", strategy: str = "", adaptive: dict | None = None, warming: bool = False,
+             seed: int = 0) -> dict:
+        """One case to every site at once; the completion time is when the last site has answered.
+
+        `strategy` names the network the case meets (its own predictor); `adaptive` (the
+        strategy's `Adaptive` table as a dict, or None) runs the coordinator's policy, planned
+        against its class's deadline; every call is cut off at `deadline_s`.
+        """
+        if adaptive is not None and strategy not in self.models and not warming:
+            self.models[strategy] = _StrategyModel()
+            self.warm(request_class, strategy=strategy, adaptive=adaptive)
+        model = self.models.setdefault(strategy, _StrategyModel())
+        images = pb.AnalyseRequest(case_id=case_id, request_class=request_class, cells=cells, k=k)
+        features = None
+        if adaptive is not None and self.feature_values:
+            features = pb.AnalyseRequest(case_id=case_id, request_class=request_class, k=k,
+                                         feature_schema=self.feature_schema,
+                                         features=make_features(len(cells), self.feature_values,
+                                                                seed=seed))
+        mode_bytes = {"images": images.ByteSize(), "features": features.ByteSize() if features else images.ByteSize()}
+        plan_deadline = (adaptive or {}).get("deadlines_s", {}).get(request_class, deadline_s)
+        plans = self._plans(model, request_class, adaptive, plan_deadline, mode_bytes, len(cells))
+        metadata = ((WIRE_REPLY_KEY, "1"),) if adaptive is not None else ()
         channels = self._channels()
+        started = time.monotonic()
+        cutoff = started + deadline_s
+
+        def send(site: str, class_name: str, mode: str):
+            message = features if mode == "features" and features is not None else images
+            if message.request_class != class_name:  # a hedge in another class
+                copy = pb.AnalyseRequest()
+                copy.CopyFrom(message)
+                copy.request_class = class_name
+                message = copy
+            stub = pb_grpc.SiteStub(channels.channel(site, class_name))
+            call = stub.Analyse.future(message, timeout=max(0.0, cutoff - time.monotonic()), metadata=metadata)
+            return call, message.ByteSize()
+
+        sites = []
+        fan = FanOut(plans, send, cutoff)
         try:
-            started = time.perf_counter()
-            pending = [self.pool.submit(self._site_call, channels, name, request, request_class, deadline_s)
-                       for name in self.sites]
-            sites = [f.result() for f in pending]
-            total = time.perf_counter() - started
+            # Lazily: each site's time is when its own outcome is final, not when the last one is.
+            for outcome in itertools.chain(fan.start(), fan.outcomes()):
+                total = time.monotonic() - started
+                run = fan.runs[outcome.site]
+                attempt, reply, plan = outcome.attempt, outcome.reply, outcome.plan
+                entry = {"site": outcome.site, "status": outcome.code.name, "total_s": total,
+                         "bytes_up": sum(a.request_bytes for a in run.attempts),
+                         "mode": attempt.mode if attempt else plan.mode,
+                         "request_class": attempt.request_class if attempt else plan.request_class,
+                         "predicted_s": plan.predicted_s, "hedge_after_s": plan.hedge_after_s,
+                         "copies": len(run.attempts), "decisions": [*plan.reasons, *outcome.decisions]}
+                if reply is None:
+                    entry |= {"error": outcome.message, "bytes_down": 0}
+                else:
+                    wall = reply.timing.site_wall_s
+                    entry |= {"compute_s": wall, "transfer_s": total - wall, "bytes_down": reply.ByteSize(),
+                              "address": channels.address(outcome.site, attempt.request_class)}
+                    model.observe(outcome.site, attempt.request_class, attempt.mode, attempt.request_bytes,
+                                  reply, outcome.elapsed_s)
+                sites.append(entry)
+            total = time.monotonic() - started
         finally:
+            fan.cancel()
             channels.close()
+        predicted = [s["predicted_s"] for s in sites]
+        case_predicted = max(predicted) if predicted and None not in predicted else None
         return {"completion_s": total, "ok": all(s["status"] == "OK" for s in sites), "sites": sites,
-                "dscp": self.classes[request_class].dscp,
+                "dscp": self.classes[request_class].dscp, "policy": "adaptive" if adaptive is not None else "static",
+                "predicted_s": case_predicted, "deadline_s": plan_deadline, "met_deadline": total <= plan_deadline,
+                "modes": sorted({s["mode"] for s in sites}),
                 "bytes_up": sum(s["bytes_up"] for s in sites), "bytes_down": sum(s["bytes_down"] for s in sites)}
 
     def close(self) -> None:
-        self.pool.shutdown(wait=False)
         self.channels.close()
 
 
@@ -180,13 +339,16 @@ def agent_main(argv: list[str] | None = None) -> int:
 
     Commands: {"op": "warm", "class": C} and
     {"op": "case", "class": C, "cells": N, "image_bytes": B, "background": bool, "mask": bool,
-     "k": K, "seed": S, "deadline_s": D, "case_id": ID}.
+     "k": K, "seed": S, "deadline_s": D, "case_id": ID, "strategy": NAME, "adaptive": {...} or null}.
     """
     parser = argparse.ArgumentParser(prog="services.experiment.workload agent")
     parser.add_argument("--site", action="append", required=True, help="NAME=HOST:PORT (control port)")
+    parser.add_argument("--feature-schema", default="", help="the schema of the features sent in features mode")
+    parser.add_argument("--feature-values", type=int, default=0, help="values per feature vector")
     add_classes_argument(parser)
     args = parser.parse_args(argv)
-    master = Master(dict(s.split("=", 1) for s in args.site), args.classes)
+    master = Master(dict(s.split("=", 1) for s in args.site), args.classes, args.feature_schema,
+                    args.feature_values)
     try:
         master.discover()
         print(json.dumps({"ready": True}), flush=True)
@@ -198,7 +360,9 @@ def agent_main(argv: list[str] | None = None) -> int:
                     reply = {"ok": True}
                 else:
                     cells = make_cells(cmd["cells"], cmd["image_bytes"], cmd["background"], cmd["mask"], cmd["seed"])
-                    reply = master.case(cmd["class"], cells, cmd["k"], cmd["deadline_s"], cmd.get("case_id", ""))
+                    reply = master.case(cmd["class"], cells, cmd["k"], cmd["deadline_s"], cmd.get("case_id", ""),
+                                        strategy=cmd.get("strategy", ""), adaptive=cmd.get("adaptive"),
+                                        seed=cmd["seed"])
             except Exception as exc:  # noqa: BLE001 - reported to the runner, which records the failed run
                 reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
             print(json.dumps(reply), flush=True)
@@ -214,9 +378,13 @@ def site_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="0.0.0.0")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--match-bytes", type=int, default=5000)
+    parser.add_argument("--wire-match-bytes", type=int, default=defaults.WIRE_THUMBNAIL_BYTES,
+                        help="thumbnail bytes per match when a call asks for wire-sized replies")
+    parser.add_argument("--feature-schema", default="", help="takes features of this schema (none: images only)")
     add_classes_argument(parser)
     args = parser.parse_args(argv)
-    server = serve_transfer_site(args.name, args.host, args.port, args.match_bytes, args.classes)
+    server = serve_transfer_site(args.name, args.host, args.port, args.match_bytes, args.classes,
+                                 args.wire_match_bytes, args.feature_schema)
     print(json.dumps({"ready": True, "port": server.port, "class_ports": server.class_ports}), flush=True)
     try:
         server.wait()
