@@ -1,0 +1,87 @@
+"""A local Ray that listens only where it must, with Ray's token authentication on.
+
+Ray (2.60) turns a node IP of 127.0.0.1 into the host's routable address
+(`ray._private.services.resolve_ip_for_localhost`), and its GCS, raylet and every
+worker then listen on all interfaces (`[::]`), the runtime-env agent on that routable
+address: anyone who reaches the host can run code in the demo's Ray. Only when Ray's
+"cluster" mode is off (`RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`, its switch for laptops,
+which works on Linux too) does the node IP stay on loopback, and Ray's C++ servers then
+bind 127.0.0.1 only. `local_ray_options` turns that mode off for this process (Ray's
+constant was read at import) and for every process Ray starts (the environment).
+
+Token authentication (Ray >= 2.52): `RAY_AUTH_MODE=token`, with a token file of our own,
+mode 0600 (Ray's default `~/.ray/auth_token` is written world-readable). A deployment
+that joins a cluster (`ray_address`) must run it with `RAY_AUTH_MODE=token` and the
+cluster's token (`RAY_AUTH_TOKEN_PATH`), and the cluster's nodes with
+`ray start --node-ip-address=PRIVATE_IP`: see deploy/README.md.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+TOKEN_FILE = "ray-auth-token"  # under services.site.synthetic.cache_root()
+
+
+def is_loopback(host: str) -> bool:
+    """True for 127.0.0.0/8, ::1, "localhost" and IPv4-mapped loopback (::ffff:127.x)."""
+    import ipaddress
+
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return (mapped or address).is_loopback
+
+
+def private_token_file(folder: Path) -> Path:
+    """`folder`/ray-auth-token, made once with a random token, mode 0600 (atomic: several
+    processes may start Ray at the same time; they all get the one token)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / TOKEN_FILE
+    if not path.exists():
+        temp = folder / f".{TOKEN_FILE}.{os.getpid()}"
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))
+        try:
+            os.link(temp, path)  # fails if another process made it first: theirs is kept
+        except FileExistsError:
+            pass
+        finally:
+            temp.unlink()
+    os.chmod(path, 0o600)
+    return path
+
+
+def local_ray_options(node_ip: str = "127.0.0.1") -> dict:
+    """Prepare this process to start a local Ray on `node_ip` with token authentication,
+    and return the extra `ray.init` keyword arguments for it.
+
+    Sets RAY_AUTH_MODE=token (unless the environment already chose a mode) and, when no
+    token is given, RAY_AUTH_TOKEN_PATH to a private 0600 token file; for a loopback
+    `node_ip` turns off Ray's routable-address lookup so that Ray listens on loopback only.
+    """
+    import ray._private.ray_constants as ray_constants
+
+    from services.site.synthetic import cache_root
+
+    if "RAY_AUTH_MODE" not in os.environ:
+        os.environ["RAY_AUTH_MODE"] = "token"
+        if not (os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")):
+            os.environ["RAY_AUTH_TOKEN_PATH"] = str(private_token_file(cache_root()))
+        from ray._raylet import Config
+
+        Config.initialize("")  # this process read RAY_AUTH_MODE at import: read it again, as Ray does
+    if is_loopback(node_ip):
+        os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # for the processes Ray starts
+        ray_constants.ENABLE_RAY_CLUSTER = False                # for this one (read at import)
+        return {}
+    return {"_node_ip_address": node_ip}
