@@ -82,7 +82,8 @@ def add_tls_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--tls-ca", type=Path, metavar="PEM",
                        help="CA certificate that signed the coordinator's: connect with TLS")
     group.add_argument("--tls-cert", type=Path, metavar="PEM",
-                       help="client certificate, for a coordinator that demands one (mutual TLS)")
+                       help="client certificate, for a coordinator that demands one (mutual TLS): a client "
+                            "certificate, or the gateway's for `gateway`")
     group.add_argument("--tls-key", type=Path, metavar="PEM", help="the client certificate's private key")
 
 
