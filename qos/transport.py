@@ -36,6 +36,7 @@ untouched), so certificates are rotated without a restart: replace the files by 
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import ssl
@@ -444,3 +445,16 @@ def connect_address(listen_host: str, port: int) -> str:
     if host in ("", "0.0.0.0", "::"):
         host = "127.0.0.1"
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def is_loopback(host: str) -> bool:
+    """True for 127.0.0.0/8, ::1, "localhost" and IPv4-mapped loopback (::ffff:127.x)."""
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return (mapped or address).is_loopback

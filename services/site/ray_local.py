@@ -13,7 +13,7 @@ Token authentication (Ray >= 2.52): `RAY_AUTH_MODE=token`, with a token file of 
 mode 0600 (Ray's default `~/.ray/auth_token` is written world-readable). A deployment
 that joins a cluster (`ray_address`) must run it with `RAY_AUTH_MODE=token` and the
 cluster's token (`RAY_AUTH_TOKEN_PATH`), and the cluster's nodes with
-`ray start --node-ip-address=PRIVATE_IP`: see deploy/README.md.
+`ray start --node-ip-address=PRIVATE_IP` on a private network: see deploy/site.example.toml.
 """
 
 from __future__ import annotations
@@ -22,23 +22,7 @@ import os
 import secrets
 from pathlib import Path
 
-LOOPBACK = ("127.0.0.1", "::1", "localhost")
 TOKEN_FILE = "ray-auth-token"  # under services.site.synthetic.cache_root()
-
-
-def is_loopback(host: str) -> bool:
-    """True for 127.0.0.0/8, ::1, "localhost" and IPv4-mapped loopback (::ffff:127.x)."""
-    import ipaddress
-
-    host = host.strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    mapped = getattr(address, "ipv4_mapped", None)
-    return (mapped or address).is_loopback
 
 
 def private_token_file(folder: Path) -> Path:
@@ -61,27 +45,28 @@ def private_token_file(folder: Path) -> Path:
     return path
 
 
-def local_ray_options(node_ip: str = "127.0.0.1") -> dict:
-    """Prepare this process to start a local Ray on `node_ip` with token authentication,
-    and return the extra `ray.init` keyword arguments for it.
+def local_ray_options() -> dict:
+    """Prepare this process to start a local Ray on loopback with token authentication,
+    and return the extra `ray.init` keyword arguments for it (none today).
 
     Sets RAY_AUTH_MODE=token (unless the environment already chose a mode) and, when no
-    token is given, RAY_AUTH_TOKEN_PATH to a private 0600 token file; for a loopback
-    `node_ip` turns off Ray's routable-address lookup so that Ray listens on loopback only.
+    token is given, RAY_AUTH_TOKEN_PATH to a private 0600 token file; turns off Ray's
+    routable-address lookup so that Ray's node IP is 127.0.0.1 and it listens there only.
+    (With a routable node IP, Ray 2.60 still listens on every interface: a multi-node
+    cluster needs a private network or a firewall, see deploy/site.example.toml.)
     """
     import ray._private.ray_constants as ray_constants
 
     from services.site.synthetic import cache_root
 
-    if "RAY_AUTH_MODE" not in os.environ:
-        os.environ["RAY_AUTH_MODE"] = "token"
-        if not (os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")):
-            os.environ["RAY_AUTH_TOKEN_PATH"] = str(private_token_file(cache_root()))
+    chosen = "RAY_AUTH_MODE" in os.environ
+    token_mode = os.environ.setdefault("RAY_AUTH_MODE", "token").lower() == "token"
+    if token_mode and not (os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")):
+        os.environ["RAY_AUTH_TOKEN_PATH"] = str(private_token_file(cache_root()))
+    if not chosen:
         from ray._raylet import Config
 
         Config.initialize("")  # this process read RAY_AUTH_MODE at import: read it again, as Ray does
-    if is_loopback(node_ip):
-        os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # for the processes Ray starts
-        ray_constants.ENABLE_RAY_CLUSTER = False                # for this one (read at import)
-        return {}
-    return {"_node_ip_address": node_ip}
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # for the processes Ray starts
+    ray_constants.ENABLE_RAY_CLUSTER = False                # for this one (read at import)
+    return {}

@@ -8,7 +8,6 @@ open files.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import socket
 import struct
@@ -17,7 +16,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from services.site.ray_local import is_loopback, private_token_file
+from qos.transport import is_loopback
+from services.site.ray_local import private_token_file
 
 TCP_LISTEN = "0A"
 

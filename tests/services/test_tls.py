@@ -240,7 +240,7 @@ def test_gateway_relays_a_case_over_mutual_tls_and_says_why_without_it(secure, c
     from services.gateway import start_gateway
 
     coordinator, _ = secure
-    args = build_parser().parse_args(["gateway", "--coordinator", coordinator.address] + tls_flags(certs))
+    args = build_parser().parse_args(["gateway", "--coordinator", coordinator.address] + tls_flags(certs, "gateway"))
     with_tls, without = start_gateway(coordinator.address, tls=tls_from_args(args)), start_gateway(coordinator.address)
     try:
         status, body = get_json(with_tls.url + "api/sites")
