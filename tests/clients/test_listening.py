@@ -12,6 +12,7 @@ import os
 import socket
 import struct
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import grpc
 import pytest
@@ -96,7 +97,8 @@ def test_is_loopback():
     assert not any(is_loopback(h) for h in ("0.0.0.0", "::", "192.0.2.2", "fd00::2", "::ffff:10.0.0.1", "host"))
 
 
-def test_every_socket_of_the_demo_is_on_loopback(stack):
+def test_every_socket_of_the_demo_is_on_loopback(stack, gateway):
+    """The demo's deployment and its web page (`pathmaster demo` starts both)."""
     sockets = listening_sockets(os.getpid())
     exposed = [s for s in sockets if not is_loopback(s[1])]
     assert not exposed, "listening beyond loopback:\n" + "\n".join(map(str, exposed))
@@ -106,6 +108,7 @@ def test_every_socket_of_the_demo_is_on_loopback(stack):
     assert stack.coordinator.server.port in ports and set(stack.coordinator.class_ports.values()) <= ports
     for site in stack.sites.values():
         assert int(site.address.rsplit(":", 1)[1]) in ports
+    assert urlsplit(gateway.url).port in ports
     commands = " ".join(command for *_, command in sockets)
     assert "gcs_server" in commands and "raylet" in commands
 
