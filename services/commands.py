@@ -290,6 +290,9 @@ def _serve(role: str, load, server_class, config_path: Path, describe) -> int:
         return 2
     if config.tls is None:
         print(f"{role}: serving WITHOUT TLS (add a [tls] section to {config_path})", file=sys.stderr)
+    elif not config.tls.mutual:
+        print(f"{role}: serving TLS without client certificates: any caller may call, whatever its role "
+              f"(set mutual = true in [tls] of {config_path})", file=sys.stderr)
     try:
         server = server_class(config).start()
     except (OSError, RuntimeError, ValueError) as exc:
