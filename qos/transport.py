@@ -117,6 +117,26 @@ def _checked_handler(handler, check: Callable[[grpc.ServicerContext], None]):
     return handler
 
 
+def check_key_pair(cert, key) -> None:
+    """ValueError unless the PEM files `cert` and `key` can be read and the key is the
+    certificate's (a rotation half done is not)."""
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+    except ssl.SSLError as exc:
+        raise ValueError(f"TLS key {key} does not match certificate {cert}: {exc}") from None
+    except OSError as exc:
+        raise ValueError(f"TLS cert/key {cert}, {key}: {exc.strerror}") from None
+
+
+def files_signature(paths) -> tuple:
+    """What changes when any of the files is replaced or rewritten (inode, size, mtime);
+    () when one cannot be read."""
+    try:
+        return tuple((st.st_ino, st.st_size, st.st_mtime_ns) for st in map(os.stat, paths))
+    except OSError:
+        return ()
+
+
 class _ServerFiles:
     """A server's certificate, key and CA files, re-read when they change: grpc calls
     `fetch` before each new connection's handshake (grpc.dynamic_ssl_server_credentials).
@@ -136,18 +156,10 @@ class _ServerFiles:
         return [Path(p) for p in (self.tls.cert, self.tls.key, self.tls.ca if self.tls.mutual else None) if p]
 
     def _signature(self) -> tuple:
-        try:
-            return tuple((st.st_ino, st.st_size, st.st_mtime_ns) for st in map(os.stat, self._paths()))
-        except OSError:
-            return ()
+        return files_signature(self._paths())
 
     def _configuration(self):
-        try:  # the key must belong to the certificate
-            ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(self.tls.cert, self.tls.key)
-        except ssl.SSLError as exc:
-            raise ValueError(f"TLS key {self.tls.key} does not match certificate {self.tls.cert}: {exc}") from None
-        except OSError as exc:
-            raise ValueError(f"TLS cert/key {self.tls.cert}, {self.tls.key}: {exc.strerror}") from None
+        check_key_pair(self.tls.cert, self.tls.key)
         return grpc.ssl_server_certificate_configuration(
             [(self.tls._read("key"), self.tls._read("cert"))],
             root_certificates=self.tls._read("ca") if self.tls.mutual else None,
@@ -255,6 +267,8 @@ class ClassChannels:
     `targets` maps a name (a site) to its control address. `class_ports(name)` may be set
     later (from the site's Info) to send each class to the port that marks its replies;
     until then a class goes to the control address, still marked on the way out.
+    When the TLS files change (a rotated certificate), the next `channel` call opens new
+    channels with them; calls in flight on the old ones finish.
     """
 
     def __init__(
@@ -272,6 +286,23 @@ class ClassChannels:
         self._channels: dict[tuple[str, str | None], grpc.Channel] = {}
         self._retired: list[grpc.Channel] = []
         self._lock = threading.Lock()
+        self._tls_seen = self._tls_signature()
+
+    def _usable_tls(self) -> bool:
+        """The TLS files are whole (a certificate with its own key), else keep the channels."""
+        if self.tls.cert is None or self.tls.key is None:
+            return True
+        try:
+            check_key_pair(self.tls.cert, self.tls.key)
+        except ValueError as exc:
+            log.warning("TLS files changed but cannot be used yet (keeping the current channels): %s", exc)
+            return False
+        return True
+
+    def _tls_signature(self) -> tuple:
+        if self.tls is None:
+            return ()
+        return files_signature([Path(p) for p in (self.tls.cert, self.tls.key, self.tls.ca) if p])
 
     def set_class_ports(self, name: str, ports: dict[str, int]) -> None:
         """Route `name`'s classes to these ports on its host from now on. Channels to the
@@ -299,6 +330,11 @@ class ClassChannels:
         """The channel for (name, class); None gives the unmarked control channel."""
         dscp = self.classes[class_name].dscp if class_name is not None else None
         with self._lock:
+            signature = self._tls_signature()
+            if signature and signature != self._tls_seen and self._usable_tls():
+                self._tls_seen = signature  # rotated: new connections with the new files
+                self._retired.extend(self._channels.values())
+                self._channels.clear()
             key = (name, class_name)
             if key not in self._channels:
                 self._channels[key] = open_channel(

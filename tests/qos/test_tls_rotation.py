@@ -77,3 +77,47 @@ def test_a_mismatched_key_is_refused_at_start(two_cas):
     old, new = two_cas
     with pytest.raises(ValueError, match="does not match"):
         TLSFiles(cert=new / "site.pem", key=old / "site.key", ca=old / "ca.pem", mutual=True).server_credentials()
+
+
+def test_channels_take_rotated_client_files_for_new_calls(tmp_path, two_cas):
+    """The coordinator's channels to its sites (ClassChannels): after both ends rotate to a
+    new CA, the next call opens a new channel with the new files."""
+    from qos.transport import ClassChannels
+
+    old, new = two_cas
+    server_dir, client_dir = tmp_path / "server", tmp_path / "client"
+    server_dir.mkdir()
+    client_dir.mkdir()
+    for name in ("site.pem", "site.key", "ca.pem"):
+        shutil.copyfile(old / name, server_dir / name)
+    for name in ("coordinator.pem", "coordinator.key", "ca.pem"):
+        shutil.copyfile(old / name, client_dir / name)
+    server = MarkedServer(lambda s: None, [], "127.0.0.1", 0, tls=TLSFiles(
+        cert=server_dir / "site.pem", key=server_dir / "site.key", ca=server_dir / "ca.pem", mutual=True)).start()
+    channels = ClassChannels({"site": f"127.0.0.1:{server.port}"}, tls=TLSFiles(
+        cert=client_dir / "coordinator.pem", key=client_dir / "coordinator.key", ca=client_dir / "ca.pem",
+        server_name="site"))
+
+    def check() -> str:
+        stub = health_pb2_grpc.HealthStub(channels.channel("site"))
+        try:
+            reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=20, wait_for_ready=False)
+        except grpc.RpcError as err:
+            assert err.code() == grpc.StatusCode.UNAVAILABLE, err
+            return "refused"
+        return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+
+    try:
+        assert check() == "SERVING"
+        first = channels.channel("site")
+        for name in ("site.pem", "site.key", "ca.pem"):
+            replace(new / name, server_dir / name)
+        replace(new / "coordinator.pem", client_dir / "coordinator.pem")  # half done: channels kept
+        assert channels.channel("site") is first
+        replace(new / "coordinator.key", client_dir / "coordinator.key")
+        replace(new / "ca.pem", client_dir / "ca.pem")
+        assert channels.channel("site") is not first
+        assert check() == "SERVING"
+    finally:
+        channels.close()
+        server.stop(0)
