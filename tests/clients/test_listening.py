@@ -1,6 +1,6 @@
 """Issue 13 item 1: the loopback demo listens on loopback only, and its Ray asks for a token.
 
-Every listening TCP socket and every bound UDP socket owned by this process and its
+Every listening TCP socket and every unconnected UDP socket owned by this process and its
 descendants (Ray's GCS, raylet, agents and workers, the sites, the coordinator), read from
 /proc: the socket tables of this network namespace, matched by inode to the processes'
 open files.
@@ -20,7 +20,8 @@ import pytest
 from qos.transport import is_loopback
 from services.site.ray_local import private_token_file
 
-TCP_LISTEN = "0A"
+TCP_LISTEN = "0A"       # /proc/net/tcp state of a listening socket
+UDP_UNCONNECTED = "07"  # /proc/net/udp state of a socket with no peer (TCP_CLOSE)
 
 
 def process_tree(root: int) -> dict[int, str]:
@@ -74,8 +75,8 @@ def _address(hex_address: str, v6: bool) -> tuple[str, int]:
 
 
 def listening_sockets(root: int) -> list[tuple[str, str, int, int, str]]:
-    """(protocol, address, port, pid, command) of every listening TCP and bound UDP socket
-    owned by `root` or a descendant."""
+    """(protocol, address, port, pid, command) of every listening TCP socket and unconnected
+    UDP socket owned by `root` or a descendant."""
     tree = process_tree(root)
     owners = socket_inodes(tree)
     found = []
@@ -84,7 +85,9 @@ def listening_sockets(root: int) -> list[tuple[str, str, int, int, str]]:
         for line in lines:
             fields = line.split()
             local, state, inode = fields[1], fields[3], fields[9]
-            if inode not in owners or (protocol.startswith("tcp") and state != TCP_LISTEN):
+            # TCP: listening sockets; UDP: unconnected ones (a connected UDP socket, e.g.
+            # a DNS lookup's, takes datagrams from its one peer only)
+            if inode not in owners or state != (TCP_LISTEN if protocol.startswith("tcp") else UDP_UNCONNECTED):
                 continue
             host, port = _address(local, protocol.endswith("6"))
             pid = owners[inode]
