@@ -6,8 +6,9 @@ worker then listen on all interfaces (`[::]`), the runtime-env agent on that rou
 address: anyone who reaches the host can run code in the demo's Ray. Only when Ray's
 "cluster" mode is off (`RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`, its switch for laptops,
 which works on Linux too) does the node IP stay on loopback, and Ray's C++ servers then
-bind 127.0.0.1 only. `local_ray_options` turns that mode off for this process (Ray's
-constant was read at import) and for every process Ray starts (the environment).
+bind 127.0.0.1 only. We turn that mode off for this process (Ray's
+constant was read at import) and for every process Ray starts (the environment):
+`prepare_local_ray`.
 
 Token authentication (Ray >= 2.52): `RAY_AUTH_MODE=token`, with a token file of our own,
 mode 0600 (Ray's default `~/.ray/auth_token` is written world-readable). A deployment
@@ -45,9 +46,9 @@ def private_token_file(folder: Path) -> Path:
     return path
 
 
-def local_ray_options() -> dict:
-    """Prepare this process to start a local Ray on loopback with token authentication,
-    and return the extra `ray.init` keyword arguments for it (none today).
+def prepare_local_ray() -> None:
+    """Prepare this process to start a local Ray on loopback with token authentication
+    (call it just before `ray.init` without an address).
 
     Sets RAY_AUTH_MODE=token (unless the environment already chose a mode) and, when no
     token is given, RAY_AUTH_TOKEN_PATH to a private 0600 token file; turns off Ray's
@@ -69,4 +70,3 @@ def local_ray_options() -> dict:
         Config.initialize("")  # this process read RAY_AUTH_MODE at import: read it again, as Ray does
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # for the processes Ray starts
     ray_constants.ENABLE_RAY_CLUSTER = False                # for this one (read at import)
-    return {}
