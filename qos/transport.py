@@ -22,10 +22,24 @@ restarted on other free ports); like UNAVAILABLE it means "ask Info again"
 
 Also here: message size limits (a 10 MB image must pass) and TLS / mutual-TLS
 credentials from files, used by every server and channel.
+
+Mutual TLS with roles: every certificate from deploy/make-certs.sh carries one role as the
+URI `pathmaster://role/ROLE` (coordinator, site, client, gateway). A server that demands
+client certificates checks, on every call, that the caller's role may call that service
+(`SERVICE_CALLERS`, the one role table: sites accept coordinators only, the coordinator
+clients and gateways) and refuses others with PERMISSION_DENIED; health checking and
+reflection answer any caller the CA vouches for, as the gRPC health-checking protocol
+expects of load balancers and probes. A server re-reads its certificate, key and CA files
+when they change (the next connection uses them; connections and calls in progress are
+untouched), so certificates are rotated without a restart: replace the files by rename.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import logging
+import os
+import ssl
 import threading
 from concurrent import futures
 from dataclasses import dataclass
@@ -38,6 +52,134 @@ from grpc_reflection.v1alpha import reflection
 
 from pathmaster.defaults import MAX_MESSAGE_BYTES
 from qos.classes import DEFAULT_CLASSES, ClassTable
+
+
+log = logging.getLogger("pathmaster.transport")
+
+# --------------------------------------------------------------- mutual TLS: roles
+ROLE_URI = "pathmaster://role/"  # + the role: the URI SAN deploy/make-certs.sh writes
+ROLES = ("coordinator", "site", "client", "gateway")
+# Who may call each service: the one role table. Services named in neither this table nor
+# OPEN_SERVICES are refused to everyone (fail closed).
+SERVICE_CALLERS: dict[str, frozenset[str]] = {
+    "pathmaster.v1.Site": frozenset({"coordinator"}),
+    "pathmaster.v1.Coordinator": frozenset({"client", "gateway"}),
+}
+OPEN_SERVICES = frozenset({health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME})
+ROLE_NAMES = {"coordinator": "coordinators", "site": "sites", "client": "pathologists' clients",
+              "gateway": "the web gateway"}
+
+
+def peer_role(context: grpc.ServicerContext) -> str | None:
+    """The role in the caller's certificate (`pathmaster://role/ROLE`); None when it has
+    no certificate, no role, more than one, or one we do not know."""
+    uris = (context.auth_context() or {}).get("peer_uri", [])
+    roles = {u.decode(errors="replace")[len(ROLE_URI):] for u in uris if u.startswith(ROLE_URI.encode())}
+    return roles.pop() if len(roles) == 1 and roles <= set(ROLES) else None
+
+
+class _RoleCheck(grpc.ServerInterceptor):
+    """Under mutual TLS: refuse a call whose caller's role may not call the service
+    (PERMISSION_DENIED, saying who may)."""
+
+    def intercept_service(self, continuation, handler_call_details):
+        handler = continuation(handler_call_details)
+        service = handler_call_details.method.strip("/").split("/")[0]
+        if handler is None or service in OPEN_SERVICES:
+            return handler
+        allowed = SERVICE_CALLERS.get(service, frozenset())
+
+        def check(context: grpc.ServicerContext) -> None:
+            role = peer_role(context)
+            if role in allowed:
+                return
+            who = " and ".join(ROLE_NAMES[r] for r in sorted(allowed)) or "no one"
+            have = f"is a {role} certificate" if role else "carries no PathMaster role (deploy/make-certs.sh)"
+            context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                          f"{service} answers {who} only; the caller's certificate {have}")
+
+        return _checked_handler(handler, check)
+
+
+def _checked_handler(handler, check: Callable[[grpc.ServicerContext], None]):
+    """`handler` with `check(context)` run before its behaviour, whatever its kind."""
+    kinds = (("unary_unary", grpc.unary_unary_rpc_method_handler),
+             ("unary_stream", grpc.unary_stream_rpc_method_handler),
+             ("stream_unary", grpc.stream_unary_rpc_method_handler),
+             ("stream_stream", grpc.stream_stream_rpc_method_handler))
+    for kind, make in kinds:
+        behaviour = getattr(handler, kind)
+        if behaviour is not None:
+            def checked(request, context, behaviour=behaviour):
+                check(context)
+                return behaviour(request, context)
+            return make(checked, handler.request_deserializer, handler.response_serializer)
+    return handler
+
+
+def check_key_pair(cert, key) -> None:
+    """ValueError unless the PEM files `cert` and `key` can be read and the key is the
+    certificate's (a rotation half done is not)."""
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+    except ssl.SSLError as exc:
+        raise ValueError(f"TLS key {key} does not match certificate {cert}: {exc}") from None
+    except OSError as exc:
+        raise ValueError(f"TLS cert/key {cert}, {key}: {exc.strerror}") from None
+
+
+def files_signature(paths) -> tuple:
+    """What changes when any of the files is replaced or rewritten (inode, size, mtime);
+    () when one cannot be read."""
+    try:
+        return tuple((st.st_ino, st.st_size, st.st_mtime_ns) for st in map(os.stat, paths))
+    except OSError:
+        return ()
+
+
+class _ServerFiles:
+    """A server's certificate, key and CA files, re-read when they change: grpc calls
+    `fetch` before each new connection's handshake (grpc.dynamic_ssl_server_credentials).
+
+    A change is a new inode, size or modification time of any file. A certificate whose key
+    does not match it (a rotation half done) is not taken: the server keeps the last good
+    pair and takes the new one once both files are in place.
+    """
+
+    def __init__(self, tls: "TLSFiles"):
+        self.tls = tls
+        self._seen = self._signature()
+        self.initial = self._configuration()
+        self._lock = threading.Lock()
+
+    def _paths(self) -> list[Path]:
+        return [Path(p) for p in (self.tls.cert, self.tls.key, self.tls.ca if self.tls.mutual else None) if p]
+
+    def _signature(self) -> tuple:
+        return files_signature(self._paths())
+
+    def _configuration(self):
+        check_key_pair(self.tls.cert, self.tls.key)
+        return grpc.ssl_server_certificate_configuration(
+            [(self.tls._read("key"), self.tls._read("cert"))],
+            root_certificates=self.tls._read("ca") if self.tls.mutual else None,
+        )
+
+    def fetch(self):
+        """The new configuration when the files changed since last time, else None (keep)."""
+        with self._lock:
+            signature = self._signature()
+            if not signature or signature == self._seen:
+                return None
+            try:
+                configuration = self._configuration()
+            except ValueError as exc:
+                log.warning("TLS files changed but cannot be used yet (keeping the current ones): %s", exc)
+                return None
+            self._seen = signature
+            log.info("TLS certificate files changed: new connections use them (%s)",
+                     ", ".join(map(str, self._paths())))
+            return configuration
 
 
 @dataclass(frozen=True)
@@ -69,11 +211,9 @@ class TLSFiles:
             raise ValueError("TLS for a server needs both 'cert' and 'key'")
         if self.mutual and self.ca is None:
             raise ValueError("mutual TLS needs 'ca' to check client certificates")
-        return grpc.ssl_server_credentials(
-            [(self._read("key"), self._read("cert"))],
-            root_certificates=self._read("ca") if self.mutual else None,
-            require_client_auth=self.mutual,
-        )
+        files = _ServerFiles(self)  # re-read when they change: rotation without a restart
+        return grpc.dynamic_ssl_server_credentials(files.initial, files.fetch,
+                                                   require_client_authentication=self.mutual)
 
     def channel_credentials(self) -> grpc.ChannelCredentials:
         return grpc.ssl_channel_credentials(
@@ -127,6 +267,8 @@ class ClassChannels:
     `targets` maps a name (a site) to its control address. `class_ports(name)` may be set
     later (from the site's Info) to send each class to the port that marks its replies;
     until then a class goes to the control address, still marked on the way out.
+    When the TLS files change (a rotated certificate), the next `channel` call opens new
+    channels with them; calls in flight on the old ones finish.
     """
 
     def __init__(
@@ -144,6 +286,23 @@ class ClassChannels:
         self._channels: dict[tuple[str, str | None], grpc.Channel] = {}
         self._retired: list[grpc.Channel] = []
         self._lock = threading.Lock()
+        self._tls_seen = self._tls_signature()
+
+    def _usable_tls(self) -> bool:
+        """The TLS files are whole (a certificate with its own key), else keep the channels."""
+        if self.tls.cert is None or self.tls.key is None:
+            return True
+        try:
+            check_key_pair(self.tls.cert, self.tls.key)
+        except ValueError as exc:
+            log.warning("TLS files changed but cannot be used yet (keeping the current channels): %s", exc)
+            return False
+        return True
+
+    def _tls_signature(self) -> tuple:
+        if self.tls is None:
+            return ()
+        return files_signature([Path(p) for p in (self.tls.cert, self.tls.key, self.tls.ca) if p])
 
     def set_class_ports(self, name: str, ports: dict[str, int]) -> None:
         """Route `name`'s classes to these ports on its host from now on. Channels to the
@@ -171,6 +330,11 @@ class ClassChannels:
         """The channel for (name, class); None gives the unmarked control channel."""
         dscp = self.classes[class_name].dscp if class_name is not None else None
         with self._lock:
+            signature = self._tls_signature()
+            if signature and signature != self._tls_seen and self._usable_tls():
+                self._tls_seen = signature  # rotated: new connections with the new files
+                self._retired.extend(self._channels.values())
+                self._channels.clear()
             key = (name, class_name)
             if key not in self._channels:
                 self._channels[key] = open_channel(
@@ -262,7 +426,7 @@ class MarkedServer:
         def build(class_name: str | None) -> grpc.Server:
             # No SO_REUSEPORT: a second server on a busy port must fail, not share it.
             options: list[tuple[str, object]] = _size_options(max_message_bytes) + [("grpc.so_reuseport", 0)]
-            interceptors = []
+            interceptors = [_RoleCheck()] if tls is not None and tls.mutual else []
             if class_name is not None:
                 options.append(("grpc.dscp", int(classes[class_name].dscp)))
                 interceptors.append(_OwnClassOnly(class_name))
@@ -317,3 +481,16 @@ def connect_address(listen_host: str, port: int) -> str:
     if host in ("", "0.0.0.0", "::"):
         host = "127.0.0.1"
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def is_loopback(host: str) -> bool:
+    """True for 127.0.0.0/8, ::1, "localhost" and IPv4-mapped loopback (::ffff:127.x)."""
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return (mapped or address).is_loopback

@@ -82,7 +82,8 @@ def add_tls_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--tls-ca", type=Path, metavar="PEM",
                        help="CA certificate that signed the coordinator's: connect with TLS")
     group.add_argument("--tls-cert", type=Path, metavar="PEM",
-                       help="client certificate, for a coordinator that demands one (mutual TLS)")
+                       help="client certificate, for a coordinator that demands one (mutual TLS): a client "
+                            "certificate, or the gateway's for `gateway`")
     group.add_argument("--tls-key", type=Path, metavar="PEM", help="the client certificate's private key")
 
 
@@ -313,6 +314,9 @@ def _serve(role: str, load, server_class, config_path: Path, describe) -> int:
         return 2
     if config.tls is None:
         print(f"{role}: serving WITHOUT TLS (add a [tls] section to {config_path})", file=sys.stderr)
+    elif not config.tls.mutual:
+        print(f"{role}: serving TLS without client certificates: any caller may call, whatever its role "
+              f"(set mutual = true in [tls] of {config_path})", file=sys.stderr)
     try:
         server = server_class(config).start()
     except (OSError, RuntimeError, ValueError) as exc:

@@ -107,7 +107,8 @@ class TLSTable(_Table):
     ca: OptionalPath = None
     """The CA that signed the other end."""
     mutual: bool = False
-    """A server demands client certificates from that CA."""
+    """A server demands client certificates from that CA and checks each caller's role in
+    them (sites: coordinators; the coordinator: clients and the gateway)."""
     server_name: str = ""
     """Overrides the name checked in the server's certificate."""
 

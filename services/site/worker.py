@@ -25,6 +25,7 @@ from pathmaster.records import InvalidInput
 from pathmaster.site import Match
 from services.site.analysis import PRELOAD, analyse_encoded
 from services.site.cells import check_cell_size, decode_cell
+from services.site.ray_local import prepare_local_ray
 
 log = logging.getLogger("pathmaster.site")
 
@@ -186,12 +187,12 @@ def ensure_ray(address: str = "", num_cpus: int | None = None) -> None:
     kwargs = dict(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
     if address:
         ray.init(address=address, **kwargs)
-    else:  # a local instance talks over loopback only
+    else:  # a local instance listens on loopback only, with token authentication
         # Ray starts its workers at nice 15 by default. Our workers serve a user's case
         # while they wait, so any busy process on the host (a build, a backup) would starve
         # them to a crawl: they run at the service's own priority instead.
-        ray.init(num_cpus=num_cpus, _node_ip_address="127.0.0.1",
-                 _system_config={"worker_niceness": 0}, **kwargs)
+        prepare_local_ray()
+        ray.init(num_cpus=num_cpus, _system_config={"worker_niceness": 0}, **kwargs)
 
 
 _RemoteWorker = ray.remote(max_restarts=1, max_task_retries=0)(SiteWorker)

@@ -24,8 +24,8 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("certs")
-    subprocess.run(["bash", str(REPO / "deploy" / "make-certs.sh"), str(out), "coordinator", "site", "client"],
-                   check=True, capture_output=True)
+    subprocess.run(["bash", str(REPO / "deploy" / "make-certs.sh"), str(out), "coordinator", "site", "client",
+                    "gateway", "site:site-b"], check=True, capture_output=True)
     return out
 
 
@@ -78,6 +78,98 @@ def test_site_refuses_a_coordinator_without_a_certificate(secure, certs, case):
         assert result.status_code == grpc.StatusCode.UNAVAILABLE.value[0]
     finally:
         coordinator.stop(0)
+
+
+# ------------------------------------------------------------------ roles (issue 13 item 2)
+
+
+def call(address: str, certs: Path, name: str, service: str = "site"):
+    """Info on the site's or the coordinator's `address`, presenting `name`'s certificate."""
+    from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
+    from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
+
+    tls = party(certs, name)
+    with grpc.secure_channel(address, tls.channel_credentials(), options=[("grpc.use_local_subchannel_pool", 1)]) as ch:
+        if service == "site":
+            return pb_grpc.SiteStub(ch).Info(pb.SiteInfoRequest(), timeout=30)
+        return pb_grpc.CoordinatorStub(ch).Info(pb.CoordinatorInfoRequest(), timeout=30)
+
+
+@pytest.mark.parametrize("name", ["client", "gateway"])
+def test_a_site_answers_coordinators_only(secure, certs, name):
+    _, site = secure
+    urgent = site.address.rsplit(":", 1)[0] + f":{site.server.class_ports['urgent']}"
+    for address in (site.address, urgent):  # the control port and a class port, where cases arrive
+        with pytest.raises(grpc.RpcError) as refused:
+            call(address, certs, name)
+        assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert "answers coordinators only" in refused.value.details()
+        assert f"is a {name} certificate" in refused.value.details()
+    assert call(site.address, certs, "coordinator").site == "secure"
+    assert call(urgent, certs, "coordinator").site == "secure"
+
+
+def test_a_site_certificate_cannot_call_a_site_or_the_coordinator(secure, certs):
+    """A site's certificate is for serving only (no clientAuth usage): the handshake fails."""
+    coordinator, site = secure
+    for address, service in ((site.address, "site"), (coordinator.address, "coordinator")):
+        with pytest.raises(grpc.RpcError) as refused:
+            call(address, certs, "site-b", service)
+        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def test_the_coordinator_answers_clients_and_the_gateway_only(secure, certs):
+    coordinator, _ = secure
+    for name in ("client", "gateway"):
+        assert call(coordinator.address, certs, name, "coordinator").class_ports["urgent"] == \
+            coordinator.class_ports["urgent"]
+    with pytest.raises(grpc.RpcError) as refused:
+        call(coordinator.address, certs, "coordinator", "coordinator")
+    assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert "answers pathologists' clients and the web gateway only" in refused.value.details()
+
+
+def test_health_checks_answer_any_certificate_of_the_ca(secure, certs):
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    _, site = secure
+    with grpc.secure_channel(site.address, party(certs, "client").channel_credentials()) as channel:
+        reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=30)
+    assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_the_role_table_names_our_services():
+    from qos.transport import ROLES, SERVICE_CALLERS
+    from services.coordinator.server import COORDINATOR_SERVICE
+    from services.site.server import SITE_SERVICE
+
+    assert SERVICE_CALLERS == {SITE_SERVICE: {"coordinator"}, COORDINATOR_SERVICE: {"client", "gateway"}}
+    assert all(roles <= set(ROLES) for roles in SERVICE_CALLERS.values())
+
+
+def test_certificates_carry_their_role_and_only_the_usage_it_needs(certs):
+    def text(name: str) -> str:
+        return subprocess.run(["openssl", "x509", "-in", str(certs / f"{name}.pem"), "-noout", "-text"],
+                              check=True, capture_output=True, text=True).stdout
+
+    usages = {"coordinator": "TLS Web Server Authentication, TLS Web Client Authentication",
+              "site": "TLS Web Server Authentication", "client": "TLS Web Client Authentication",
+              "gateway": "TLS Web Client Authentication"}
+    for name, usage in usages.items():
+        body = text(name)
+        assert f"URI:pathmaster://role/{name}" in body
+        eku = body.split("X509v3 Extended Key Usage:")[1].split("\n")[1].strip()
+        assert eku == usage, name
+        assert "CA:FALSE" in body
+    assert "DNS:localhost" in text("site") and "DNS:localhost" not in text("client")
+    assert "CA:TRUE" in text("ca")
+
+
+def test_make_certs_refuses_an_unknown_role(tmp_path):
+    made = subprocess.run(["bash", str(REPO / "deploy" / "make-certs.sh"), str(tmp_path), "site-c"],
+                          capture_output=True, text=True)
+    assert made.returncode == 2 and "site:site-c" in made.stderr
+    assert not (tmp_path / "site-c.pem").exists()
 
 
 def test_server_tls_needs_cert_and_key(certs):
@@ -148,7 +240,7 @@ def test_gateway_relays_a_case_over_mutual_tls_and_says_why_without_it(secure, c
     from services.gateway import start_gateway
 
     coordinator, _ = secure
-    args = build_parser().parse_args(["gateway", "--coordinator", coordinator.address] + tls_flags(certs))
+    args = build_parser().parse_args(["gateway", "--coordinator", coordinator.address] + tls_flags(certs, "gateway"))
     with_tls, without = start_gateway(coordinator.address, tls=tls_from_args(args)), start_gateway(coordinator.address)
     try:
         status, body = get_json(with_tls.url + "api/sites")
