@@ -10,7 +10,7 @@
     jitter_ms = 0
     loss = 0.0                     # probability 0-1
     overhead_bytes = 14            # bytes per packet on top of the IP length
-    discipline = "fifo"            # fifo | priority | wfq | fq | wred
+    discipline = "fifo"            # fifo | priority | wfq | fq | flow_wfq | wred
     limit_packets = 100            # the FIFO, WRED's buffer, FQ's cap, WFQ per class,
                                    # every priority band (default there: Cisco's 20/40/60/80)
 
@@ -19,8 +19,13 @@
     default = "normal"
     [link.wan.wfq]                 # discipline = "wfq"
     weights = { urgent = 5, bulk = 1 }
+    [link.wan.flow_wfq]            # discipline = "flow_wfq": IOS `fair-queue`, per flow
+    congestive_discard = 64        # packets one conversation may hold (IOS default)
+    dynamic_queues = 256
+    hold_limit = 1000              # packets in the whole system
     [link.wan.wred]                # discipline = "wred"
-    defaults = "cisco"             # cisco | seed003 (AF11/12/13 from seed 003 over Cisco's)
+    defaults = "cisco"             # cisco (DSCP-based) | cisco-precedence (IOS's interface
+                                   # default) | seed003 (AF11/12/13 from seed 003 over Cisco's)
     weight_exponent = 9
     dscp = { AF11 = [50, 70, 40] } # DSCP name or number -> [min, max, mark denominator]
     [link.wan.shape.bulk]          # token-bucket shaping of a class, with any discipline
@@ -58,16 +63,18 @@ from pathmaster.records import ConfigError
 from qos.classes import DEFAULT_CLASSES, DSCP_NAMES, ClassTable, load_classes
 from qos.config import FileModel, Seq, key_path, old_rate, old_time, read_toml, renamed, validate
 from qos.emulator.classify import dscp_classifier
-from qos.emulator.disciplines import (BANDS, CISCO_DSCP_DEFAULTS, SEED003_AF1, ClassWfq, Fifo, FlowFq,
-                                      Priority, TokenBucketShaper, Wred, WredProfile)
+from qos.emulator.disciplines import (BANDS, CISCO_DSCP_DEFAULTS, CISCO_PRECEDENCE_DEFAULTS, SEED003_AF1,
+                                      ClassWfq, Fifo, FlowFq, FlowWfq, Priority, TokenBucketShaper, Wred,
+                                      WredProfile)
 from qos.emulator.disciplines.base import Discipline
 from qos.emulator.disciplines.wred import CISCO_DEFAULT_PROFILE
 from qos.emulator.link import EmulatedLink
 from qos.emulator.stats import LinkStats
 
-DISCIPLINES = ("fifo", "priority", "wfq", "fq", "wred")
+DISCIPLINES = ("fifo", "priority", "wfq", "fq", "flow_wfq", "wred")
+WRED_DEFAULTS = ("cisco", "cisco-precedence", "seed003")
 DIRECTIONS = ("forward", "reverse")
-_DISCIPLINE_TABLES = ("priority", "wfq", "wred", "fq")
+_DISCIPLINE_TABLES = ("priority", "wfq", "wred", "fq", "flow_wfq")
 
 _RATE_UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
 _TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
@@ -147,7 +154,7 @@ class WredTable(FileModel):
     """`[link.NAME.wred]`: weighted random early detection by DSCP."""
 
     weight_exponent: int = Field(defaults.WRED_WEIGHT_EXPONENT, description="0-16")
-    defaults: str = Field("cisco", json_schema_extra={"enum": ["cisco", "seed003"]})  # (shadows the module below)
+    defaults: str = Field("cisco", json_schema_extra={"enum": list(WRED_DEFAULTS)})  # (shadows the module below)
     dscp: dict[str, Seq[int | float]] = Field(default_factory=dict,
                                               description="DSCP name or number -> [min, max, mark denominator]")
     default_profile: Seq[int | float] | None = None
@@ -155,8 +162,8 @@ class WredTable(FileModel):
     @field_validator("defaults")
     @classmethod
     def _defaults(cls, base: str) -> str:
-        if base not in ("cisco", "seed003"):
-            raise ValueError(f"expected 'cisco' or 'seed003', got {base!r}")
+        if base not in WRED_DEFAULTS:
+            raise ValueError(f"expected one of {', '.join(WRED_DEFAULTS)}, got {base!r}")
         return base
 
     @field_validator("weight_exponent")
@@ -165,6 +172,15 @@ class WredTable(FileModel):
         if not 0 <= n <= 16:
             raise ValueError(f"expected an integer 0-16, got {n!r}")
         return n
+
+
+class FlowWfqTable(FileModel):
+    """`[link.NAME.flow_wfq]`: Cisco IOS per-flow WFQ (`fair-queue`), IOS's defaults."""
+
+    congestive_discard: PositiveInt = Field(defaults.CONGESTIVE_DISCARD_PACKETS,
+                                            description="packets one conversation may hold")
+    dynamic_queues: PositiveInt = Field(defaults.WFQ_DYNAMIC_QUEUES, description="conversation queues")
+    hold_limit: PositiveInt = Field(defaults.WFQ_HOLD_QUEUE_PACKETS, description="packets in the whole system")
 
 
 class FqTable(FileModel):
@@ -197,6 +213,7 @@ class LinkSettings(FileModel):
     wfq: WfqTable | None = None
     wred: WredTable | None = None
     fq: FqTable | None = None
+    flow_wfq: FlowWfqTable | None = None
     shape: dict[str, ShapeTable] = Field(default_factory=dict)
     rate: old_rate()
     delay: old_time("delay_ms")
@@ -396,6 +413,9 @@ def _build_discipline(s: LinkSettings, rate: float, classes: ClassTable, rng: ra
         return Fifo(limit)
     if kind == "fq":
         return FlowFq(limit)
+    if kind == "flow_wfq":
+        opts = s.flow_wfq or FlowWfqTable()
+        return FlowWfq(opts.congestive_discard, opts.dynamic_queues, opts.hold_limit)
     if kind == "priority":
         opts = s.priority or PriorityTable()
         bands = opts.bands
@@ -416,7 +436,7 @@ def _build_discipline(s: LinkSettings, rate: float, classes: ClassTable, rng: ra
             check_class(klass, "wfq", "weights")
         return ClassWfq({k: float(v) for k, v in weights.items()}, limit)
     opts = s.wred or WredTable()  # wred
-    profiles = dict(CISCO_DSCP_DEFAULTS)
+    profiles = dict(CISCO_PRECEDENCE_DEFAULTS if opts.defaults == "cisco-precedence" else CISCO_DSCP_DEFAULTS)
     if opts.defaults == "seed003":
         profiles.update(SEED003_AF1)
     default_profile = CISCO_DEFAULT_PROFILE
