@@ -41,6 +41,11 @@
     in = "r1-eth1"
     out = "r1-eth0"
 
+    # A shared medium (a hub): directions naming the same `medium` share one transmitter at
+    # their (equal) rate_kbit, each keeping its own queue and discipline as a station; the
+    # stations take turns one packet each (qos.emulator.disciplines.medium).
+    # [link.hub.forward]  medium = "hubA"  ...   [link.hub.reverse]  medium = "hubA"  ...
+
 Units are in the key names, as in every file of the qos layer (rates kbit/s, times ms);
 the former spellings (`rate = "10mbit"`, `delay = "20ms"`, `overhead`, `limit`, `burst`)
 are refused with the new one. `load_config(path)` checks everything up front and raises
@@ -64,8 +69,8 @@ from qos.classes import DEFAULT_CLASSES, DSCP_NAMES, ClassTable, load_classes
 from qos.config import FileModel, Seq, key_path, old_rate, old_time, read_toml, renamed, validate
 from qos.emulator.classify import dscp_classifier
 from qos.emulator.disciplines import (BANDS, CISCO_DSCP_DEFAULTS, CISCO_PRECEDENCE_DEFAULTS, SEED003_AF1,
-                                      ClassWfq, Fifo, FlowFq, FlowWfq, Priority, TokenBucketShaper, Wred,
-                                      WredProfile)
+                                      ClassWfq, Fifo, FlowFq, FlowWfq, Priority, SharedMedium,
+                                      TokenBucketShaper, Wred, WredProfile)
 from qos.emulator.disciplines.base import Discipline
 from qos.emulator.disciplines.wred import CISCO_DEFAULT_PROFILE
 from qos.emulator.link import EmulatedLink
@@ -237,6 +242,8 @@ class DirectionTable(LinkSettings):
     out: str | None = Field(None, description="iptables -o")
     match: Seq[str] = Field((), description="more iptables arguments")
     chain: str = Field("FORWARD", json_schema_extra={"enum": ["FORWARD", "OUTPUT", "INPUT"]})
+    medium: str | None = Field(None, description="directions naming the same medium share one transmitter "
+                                                 "(a hub), each its own queue")
 
     @field_validator("queue")
     @classmethod
@@ -313,6 +320,7 @@ class Direction:
     classes: ClassTable = field(default=DEFAULT_CLASSES, repr=False)
     chain: str = "FORWARD"
     source: str = "<dict>"
+    medium: str | None = None
 
     @property
     def name(self) -> str:
@@ -352,10 +360,57 @@ def config_from_dict(data: dict, path: str | Path = "<dict>") -> EmulatorConfig:
             settings = _merge(inherited, {k: v for k, v in own.items() if k in LinkSettings.model_fields})
             match = (["-i", checked.in_] if checked.in_ else []) + (["-o", checked.out] if checked.out else [])
             d = Direction(link_name, direction, checked.queue, match + list(checked.match), settings,
-                              classes, checked.chain, str(path))
+                              classes, checked.chain, str(path), checked.medium)
             _build_link(d, random.Random(0))  # check now, fail early
             config._directions.append(d)
+    build_links(config._directions, 0)  # media: their directions must agree on the rate
     return config
+
+
+def build_links(directions: list[Direction], seed: int, stats=None) -> list[EmulatedLink]:
+    """The `EmulatedLink` of each direction; directions naming the same medium share one.
+
+    Parameters
+    ----------
+    directions : list of Direction
+        As `load_config` checked them.
+    seed : int
+        Direction i's randomness is ``random.Random(seed + i)`` (a medium's: its first direction's).
+    stats : callable, optional
+        Makes each link's `LinkStats` (default: the link's own).
+
+    Returns
+    -------
+    list of EmulatedLink
+        In the order of `directions`; the same object for directions on one medium, its
+        scheduler a `SharedMedium` whose stations are the directions' names.
+
+    Raises
+    ------
+    ConfigError
+        Directions on one medium with different rates.
+    """
+    links: list[EmulatedLink] = []
+    media: dict[str, EmulatedLink] = {}
+    for i, d in enumerate(directions):
+        link = _build_link(d, random.Random(seed + i), stats() if stats else None)
+        if d.medium is None:
+            links.append(link)
+            continue
+        shared = media.get(d.medium)
+        if shared is None:
+            shared = media[d.medium] = link
+            link.name = d.medium
+            link.scheduler = SharedMedium({d.name: link.scheduler})
+        elif shared.rate_bps != link.rate_bps:
+            raise ConfigError(f"medium {d.medium!r} runs at {shared.rate_bps / 1000:g} kbit/s; one medium has "
+                              f"one rate", d.source, key_path(("link", d.link, d.direction, "rate_kbit")))
+        else:
+            shared.scheduler.add_station(d.name, link.scheduler)
+            for klass, shaper in link.shapers.items():
+                shared.shapers.setdefault(klass, shaper)
+        links.append(shared)
+    return links
 
 
 def _merge(base: dict, override: dict) -> dict:
