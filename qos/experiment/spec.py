@@ -32,6 +32,13 @@ classes x repetitions (flent's idea: the experiment is data, not code).
     network = "lan"             # "lan" (today's testbed) | "2002" (the study's 10 Mbit/s cards and
                                 # hubs, the routers as Cisco IOS: qos/testbed/hubs.py, qos/emulator/ios.py)
 
+    [[findings]]                # optional: claims declared before the run, each a test
+    name = "PQ beats FIFO"      # (qos/experiment/findings.py; Holm-adjusted together)
+    claim = "less"              # less | alike (with margin = 0.25)
+    statistic = "mean"          # mean | median | p95 | std
+    a = { strategy = "prio", level = 8 }
+    b = { strategy = "fifo", level = 8 }
+
     [classes.urgent]            # optional: the run's request-class table (qos/classes.py's
     dscp = 40                   # shape), given to the routers, the transfer workload's master
     priority = 0                # and sites, and the deployed coordinator; default: the
@@ -57,6 +64,7 @@ from pathmaster import defaults
 from pathmaster.records import InvalidInput
 from qos.classes import DEFAULT_CLASSES, ClassEntry, ClassTable
 from qos.config import FileModel, Seq, read_toml, validate
+from qos.experiment.findings import Finding
 
 DISCIPLINES = ("fifo", "prio", "wfq", "cbwfq", "wred")
 NETWORKS = ("lan", "2002")
@@ -262,6 +270,8 @@ class Experiment(FileModel):
     competing: Competing = Field(default_factory=Competing)
     strategies: Strategies = Field(min_length=1)
     links: Seq[LinkProfile] = Field(min_length=1, description="one [[links]] entry per link setting")
+    findings: Seq[Finding] = Field((), description="[[findings]]: claims declared before the run, each a "
+                                                    "test (qos/experiment/findings.py), Holm-adjusted together")
     classes_table: dict[str, ClassEntry] | None = Field(
         None, alias="classes", min_length=1,
         description="the run's request classes ([classes.NAME] tables); default: the default table")
@@ -274,6 +284,17 @@ class Experiment(FileModel):
             raise ValueError("[[links]] names must be unique")
         if len({item.network for item in self.links}) > 1:
             raise ValueError("[[links]]: one network per experiment (the testbed is built once)")
+        for i, finding in enumerate(self.findings):
+            for side in (finding.a, finding.b):
+                where = f"[[findings]] {finding.name!r}"
+                if side.strategy not in {s.name for s in self.strategies}:
+                    raise ValueError(f"{where}: no strategy {side.strategy!r}")
+                if side.level not in self.competing.levels:
+                    raise ValueError(f"{where}: level {side.level:g} is not one of the competing levels")
+                if side.link is not None and side.link not in {item.name for item in self.links}:
+                    raise ValueError(f"{where}: no link {side.link!r}")
+                if side.request_class is not None and side.request_class not in self.request_classes:
+                    raise ValueError(f"{where}: {side.request_class!r} is not one of the request classes")
         if self.links[0].network == "lan" and any(s.discipline == "cbwfq" for s in self.strategies):
             raise ValueError('cbwfq runs on network = "2002" (IOS class-based WFQ); on "lan", wfq is '
                              "class-based already")
@@ -309,7 +330,11 @@ class Experiment(FileModel):
         data = self.experiment.model_dump()
         data.update(workload=self.workload.model_dump(), competing=self.competing.model_dump(),
                     strategies=[s.model_dump() for s in self.strategies],
-                    links=[item.model_dump() for item in self.links], classes=self.classes.to_table())
+                    links=[item.model_dump(exclude={"network"} if item.network == "lan" else set())
+                           for item in self.links],  # (lan: as before, so older runs still resume)
+                    classes=self.classes.to_table())
+        if self.findings:  # (only when declared: older experiments keep their fingerprint)
+            data["findings"] = [f.model_dump() for f in self.findings]
         return data
 
     def fingerprint(self) -> str:
