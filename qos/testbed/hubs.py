@@ -18,7 +18,11 @@ htb between two devices. NFQUEUE in the router's FORWARD chain sees both directi
 LAN in one process, and `core` sees every inter-subnet frame exactly once. What this leaves
 out: frames between two hosts of one subnet are bridged inside rX and never reach FORWARD
 (the study's workload sends none over the wire: the master's local site is the master
-itself); collisions and back-off are not modelled (stations take turns, one frame each).
+itself); collisions and back-off are not modelled (stations take turns, one frame each); a
+host's frames wait first in its card (kernel, 100 packets) and then, while the hub is busy, in
+its station (another 100); a shaped class (strategy "ios-shaping") is shaped once per medium,
+whichever station sends it, so the competing downloads are held at the master's hub and again
+at the routers' hub, at the same rate, rather than at rA's port alone.
 """
 
 from __future__ import annotations

@@ -86,3 +86,12 @@ def test_two_opposite_flows_share_the_medium(testbed_2002):
     assert min(rates) > 0.15 * HUB_BPS, [f"{r / 1e6:.2f}" for r in rates]  # both get turns
     stats = tb.bottleneck_stats()
     assert {"rA:hub", "rB:hub", "core:core"} <= stats.keys()
+
+
+def test_on_the_2002_network_a_strategy_is_for_every_router_in_user_space():
+    tb = Testbed(load_config().with_tag("unbuilt").with_network("2002"))  # nothing is built
+    with pytest.raises(ValueError, match="not backend 'kernel'"):
+        tb.set_strategy({"strategy": "ios-wfq"}, backend="kernel")
+    with pytest.raises(ValueError, match="give no subnets"):
+        tb.set_strategy({"strategy": "ios-wfq"}, subnets=["A"])
+    assert tb.emulators == {}
