@@ -60,6 +60,15 @@ ROUTER_QUEUE_PACKETS = 100     # an experiment link's router queue and the emula
 FAIR_QUEUE_CAP_PACKETS = 1000  # flow fair queuing (the emulator's `fq`) buffer cap, all flows
 PRIORITY_QUEUE_LIMITS_PACKETS = (20, 40, 60, 80)  # Cisco IOS priority queuing's queue-limit
                                                   # defaults, bands high, medium, normal, low
+# Cisco IOS `fair-queue` (per-flow WFQ), interface defaults: congestive discard threshold
+# 64 messages (CONGESTIVE_DISCARD_PACKETS above), 256 dynamic conversation queues, and the
+# WFQ system's hold-queue limit of 1000 packets ("Cisco IOS in a Nutshell", fair-queue and
+# hold-queue; ccexpert.us "QoS implementing": "default hold-queue limit with WFQ is 1000").
+WFQ_DYNAMIC_QUEUES = 256
+WFQ_HOLD_QUEUE_PACKETS = 1000
+# A conversation's weight is 32384 / (IP precedence + 1) from IOS 12.0(5)T on (4096 / (p + 1)
+# before); a packet's sequence number grows by weight x length, lowest number sent first.
+WFQ_WEIGHT_NUMERATOR = 32384
 # Cisco IOS weighs a WFQ flow by IP precedence + 1: AF41 -> 5, AF21 -> 3, AF11 -> 2, LE -> 1.
 WFQ_WEIGHTS = {"urgent": 5, "routine": 3, "teaching": 2, "bulk": 1}
 SHAPER_BURST_BYTES = 3028      # token bucket of a shaped class: two full Ethernet frames (2 x 1514)
@@ -67,6 +76,20 @@ SHAPER_BURST_BYTES = 3028      # token bucket of a shaped class: two full Ethern
 # min 20, max 40 packets, mark-probability denominator 10; exponential weighting constant 9.
 WRED_DEFAULT_PROFILE = (20, 40, 10)
 WRED_WEIGHT_EXPONENT = 9
+# IOS `random-detect` (precedence-based, the interface default): minimum thresholds for IP
+# precedence 0-7, evenly spaced from half the maximum threshold (40) towards it; maximum 40
+# and mark-probability denominator 10 for all. Cisco's command references say "half the
+# max-threshold for precedence 0, the rest evenly spaced"; the exact numbers are the IOS 12.x
+# default table as remembered (BRIEF §7), which that rule reproduces (20 + 20 p / 9, floored).
+WRED_PRECEDENCE_MIN_THRESHOLDS = (20, 22, 24, 26, 28, 31, 33, 35)
+WRED_MAX_THRESHOLD = 40
+WRED_MARK_DENOMINATOR = 10
+
+# --- The 2002 network (seed 000, Methods: 10 Mbit/s Ethernet, hubs) -----------------------
+HUB_RATE_KBIT = 10_000        # a hub: one 10 Mbit/s half-duplex medium, both directions
+HOST_CARD_RATE_KBIT = 10_000  # each workstation's 10 Mbit/s Ethernet card
+HOST_CARD_QUEUE_PACKETS = 100  # the card's transmit FIFO: Linux 2.4's Ethernet txqueuelen (100);
+                               # a best recollection of that era's default, no outside source
 
 # --- Experiments -----------------------------------------------------------------------
 EXPERIMENT_REPETITIONS = 10    # runs per cell of an experiment's matrix (the study's 10 runs)

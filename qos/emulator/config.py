@@ -10,7 +10,7 @@
     jitter_ms = 0
     loss = 0.0                     # probability 0-1
     overhead_bytes = 14            # bytes per packet on top of the IP length
-    discipline = "fifo"            # fifo | priority | wfq | fq | wred
+    discipline = "fifo"            # fifo | priority | wfq | fq | flow_wfq | wred
     limit_packets = 100            # the FIFO, WRED's buffer, FQ's cap, WFQ per class,
                                    # every priority band (default there: Cisco's 20/40/60/80)
 
@@ -19,8 +19,13 @@
     default = "normal"
     [link.wan.wfq]                 # discipline = "wfq"
     weights = { urgent = 5, bulk = 1 }
+    [link.wan.flow_wfq]            # discipline = "flow_wfq": IOS `fair-queue`, per flow
+    congestive_discard = 64        # packets one conversation may hold (IOS default)
+    dynamic_queues = 256
+    hold_limit = 1000              # packets in the whole system
     [link.wan.wred]                # discipline = "wred"
-    defaults = "cisco"             # cisco | seed003 (AF11/12/13 from seed 003 over Cisco's)
+    defaults = "cisco"             # cisco (DSCP-based) | cisco-precedence (IOS's interface
+                                   # default) | seed003 (AF11/12/13 from seed 003 over Cisco's)
     weight_exponent = 9
     dscp = { AF11 = [50, 70, 40] } # DSCP name or number -> [min, max, mark denominator]
     [link.wan.shape.bulk]          # token-bucket shaping of a class, with any discipline
@@ -35,6 +40,11 @@
     queue = 11
     in = "r1-eth1"
     out = "r1-eth0"
+
+    # A shared medium (a hub): directions naming the same `medium` share one transmitter at
+    # their (equal) rate_kbit, each keeping its own queue and discipline as a station; the
+    # stations take turns one packet each (qos.emulator.disciplines.medium).
+    # [link.hub.forward]  medium = "hubA"  ...   [link.hub.reverse]  medium = "hubA"  ...
 
 Units are in the key names, as in every file of the qos layer (rates kbit/s, times ms);
 the former spellings (`rate = "10mbit"`, `delay = "20ms"`, `overhead`, `limit`, `burst`)
@@ -58,16 +68,18 @@ from pathmaster.records import ConfigError
 from qos.classes import DEFAULT_CLASSES, DSCP_NAMES, ClassTable, load_classes
 from qos.config import FileModel, Seq, key_path, old_rate, old_time, read_toml, renamed, validate
 from qos.emulator.classify import dscp_classifier
-from qos.emulator.disciplines import (BANDS, CISCO_DSCP_DEFAULTS, SEED003_AF1, ClassWfq, Fifo, FlowFq,
-                                      Priority, TokenBucketShaper, Wred, WredProfile)
+from qos.emulator.disciplines import (BANDS, CISCO_DSCP_DEFAULTS, CISCO_PRECEDENCE_DEFAULTS, SEED003_AF1,
+                                      ClassWfq, Fifo, FlowFq, FlowWfq, Priority, SharedMedium,
+                                      TokenBucketShaper, Wred, WredProfile)
 from qos.emulator.disciplines.base import Discipline
 from qos.emulator.disciplines.wred import CISCO_DEFAULT_PROFILE
 from qos.emulator.link import EmulatedLink
 from qos.emulator.stats import LinkStats
 
-DISCIPLINES = ("fifo", "priority", "wfq", "fq", "wred")
+DISCIPLINES = ("fifo", "priority", "wfq", "fq", "flow_wfq", "wred")
+WRED_DEFAULTS = ("cisco", "cisco-precedence", "seed003")
 DIRECTIONS = ("forward", "reverse")
-_DISCIPLINE_TABLES = ("priority", "wfq", "wred", "fq")
+_DISCIPLINE_TABLES = ("priority", "wfq", "wred", "fq", "flow_wfq")
 
 _RATE_UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
 _TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
@@ -147,7 +159,7 @@ class WredTable(FileModel):
     """`[link.NAME.wred]`: weighted random early detection by DSCP."""
 
     weight_exponent: int = Field(defaults.WRED_WEIGHT_EXPONENT, description="0-16")
-    defaults: str = Field("cisco", json_schema_extra={"enum": ["cisco", "seed003"]})  # (shadows the module below)
+    defaults: str = Field("cisco", json_schema_extra={"enum": list(WRED_DEFAULTS)})  # (shadows the module below)
     dscp: dict[str, Seq[int | float]] = Field(default_factory=dict,
                                               description="DSCP name or number -> [min, max, mark denominator]")
     default_profile: Seq[int | float] | None = None
@@ -155,8 +167,8 @@ class WredTable(FileModel):
     @field_validator("defaults")
     @classmethod
     def _defaults(cls, base: str) -> str:
-        if base not in ("cisco", "seed003"):
-            raise ValueError(f"expected 'cisco' or 'seed003', got {base!r}")
+        if base not in WRED_DEFAULTS:
+            raise ValueError(f"expected one of {', '.join(WRED_DEFAULTS)}, got {base!r}")
         return base
 
     @field_validator("weight_exponent")
@@ -165,6 +177,15 @@ class WredTable(FileModel):
         if not 0 <= n <= 16:
             raise ValueError(f"expected an integer 0-16, got {n!r}")
         return n
+
+
+class FlowWfqTable(FileModel):
+    """`[link.NAME.flow_wfq]`: Cisco IOS per-flow WFQ (`fair-queue`), IOS's defaults."""
+
+    congestive_discard: PositiveInt = Field(defaults.CONGESTIVE_DISCARD_PACKETS,
+                                            description="packets one conversation may hold")
+    dynamic_queues: PositiveInt = Field(defaults.WFQ_DYNAMIC_QUEUES, description="conversation queues")
+    hold_limit: PositiveInt = Field(defaults.WFQ_HOLD_QUEUE_PACKETS, description="packets in the whole system")
 
 
 class FqTable(FileModel):
@@ -197,6 +218,7 @@ class LinkSettings(FileModel):
     wfq: WfqTable | None = None
     wred: WredTable | None = None
     fq: FqTable | None = None
+    flow_wfq: FlowWfqTable | None = None
     shape: dict[str, ShapeTable] = Field(default_factory=dict)
     rate: old_rate()
     delay: old_time("delay_ms")
@@ -220,6 +242,8 @@ class DirectionTable(LinkSettings):
     out: str | None = Field(None, description="iptables -o")
     match: Seq[str] = Field((), description="more iptables arguments")
     chain: str = Field("FORWARD", json_schema_extra={"enum": ["FORWARD", "OUTPUT", "INPUT"]})
+    medium: str | None = Field(None, description="directions naming the same medium share one transmitter "
+                                                 "(a hub), each its own queue")
 
     @field_validator("queue")
     @classmethod
@@ -296,6 +320,7 @@ class Direction:
     classes: ClassTable = field(default=DEFAULT_CLASSES, repr=False)
     chain: str = "FORWARD"
     source: str = "<dict>"
+    medium: str | None = None
 
     @property
     def name(self) -> str:
@@ -335,10 +360,57 @@ def config_from_dict(data: dict, path: str | Path = "<dict>") -> EmulatorConfig:
             settings = _merge(inherited, {k: v for k, v in own.items() if k in LinkSettings.model_fields})
             match = (["-i", checked.in_] if checked.in_ else []) + (["-o", checked.out] if checked.out else [])
             d = Direction(link_name, direction, checked.queue, match + list(checked.match), settings,
-                              classes, checked.chain, str(path))
+                              classes, checked.chain, str(path), checked.medium)
             _build_link(d, random.Random(0))  # check now, fail early
             config._directions.append(d)
+    build_links(config._directions, 0)  # media: their directions must agree on the rate
     return config
+
+
+def build_links(directions: list[Direction], seed: int, stats=None) -> list[EmulatedLink]:
+    """The `EmulatedLink` of each direction; directions naming the same medium share one.
+
+    Parameters
+    ----------
+    directions : list of Direction
+        As `load_config` checked them.
+    seed : int
+        Direction i's randomness is ``random.Random(seed + i)`` (a medium's: its first direction's).
+    stats : callable, optional
+        Makes each link's `LinkStats` (default: the link's own).
+
+    Returns
+    -------
+    list of EmulatedLink
+        In the order of `directions`; the same object for directions on one medium, its
+        scheduler a `SharedMedium` whose stations are the directions' names.
+
+    Raises
+    ------
+    ConfigError
+        Directions on one medium with different rates.
+    """
+    links: list[EmulatedLink] = []
+    media: dict[str, EmulatedLink] = {}
+    for i, d in enumerate(directions):
+        link = _build_link(d, random.Random(seed + i), stats() if stats else None)
+        if d.medium is None:
+            links.append(link)
+            continue
+        shared = media.get(d.medium)
+        if shared is None:
+            shared = media[d.medium] = link
+            link.name = d.medium
+            link.scheduler = SharedMedium({d.name: link.scheduler})
+        elif shared.rate_bps != link.rate_bps:
+            raise ConfigError(f"medium {d.medium!r} runs at {shared.rate_bps / 1000:g} kbit/s; one medium has "
+                              f"one rate", d.source, key_path(("link", d.link, d.direction, "rate_kbit")))
+        else:
+            shared.scheduler.add_station(d.name, link.scheduler)
+            for klass, shaper in link.shapers.items():
+                shared.shapers.setdefault(klass, shaper)
+        links.append(shared)
+    return links
 
 
 def _merge(base: dict, override: dict) -> dict:
@@ -396,6 +468,9 @@ def _build_discipline(s: LinkSettings, rate: float, classes: ClassTable, rng: ra
         return Fifo(limit)
     if kind == "fq":
         return FlowFq(limit)
+    if kind == "flow_wfq":
+        opts = s.flow_wfq or FlowWfqTable()
+        return FlowWfq(opts.congestive_discard, opts.dynamic_queues, opts.hold_limit)
     if kind == "priority":
         opts = s.priority or PriorityTable()
         bands = opts.bands
@@ -416,7 +491,7 @@ def _build_discipline(s: LinkSettings, rate: float, classes: ClassTable, rng: ra
             check_class(klass, "wfq", "weights")
         return ClassWfq({k: float(v) for k, v in weights.items()}, limit)
     opts = s.wred or WredTable()  # wred
-    profiles = dict(CISCO_DSCP_DEFAULTS)
+    profiles = dict(CISCO_PRECEDENCE_DEFAULTS if opts.defaults == "cisco-precedence" else CISCO_DSCP_DEFAULTS)
     if opts.defaults == "seed003":
         profiles.update(SEED003_AF1)
     default_profile = CISCO_DEFAULT_PROFILE

@@ -15,7 +15,8 @@ directions (packets leaving through it and packets arriving from it) and also ac
 the testbed's kernel-backend keys: rate_kbit, overhead_bytes, limit_packets (the same
 names as the emulator's), and strategy = fifo | priority | shares (weights) | shaping
 (shaped_class, shaped_rate_kbit), plus the emulator's own wred and fq and
-delay_ms/jitter_ms/loss.
+delay_ms/jitter_ms/loss. Strategies "ios-fifo", "ios-priority", "ios-wfq", "ios-cbwfq",
+"ios-wred" and "ios-shaping" are the 2002 routers with Cisco IOS's defaults (`qos.emulator.ios`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from pathmaster import defaults
 from qos.classes import DEFAULT_CLASSES
 
 from pathmaster.records import ConfigError
+from qos.emulator import ios
 from qos.emulator.config import config_from_dict, load_config
 from qos.emulator.disciplines import BANDS
 from qos.testbed import netns
@@ -68,6 +70,14 @@ def interface_config(interfaces: list[str], settings: dict, first_queue: int = 0
 def settings_from_strategy(spec: dict) -> dict:
     """Translate the testbed's kernel-backend discipline table into emulator link settings."""
     spec = dict(spec)
+    if str(spec.get("strategy", "")).startswith(ios.PREFIX):  # the 2002 routers, IOS's own defaults
+        name = spec.pop("strategy")[len(ios.PREFIX):]
+        try:
+            out = ios.ios_link_settings(name, spec.pop("shaped_class", "bulk"), spec.pop("shaped_rate_kbit", None))
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        out.update(spec)  # rate, overhead and any explicit override
+        return out
     out = {key: spec.pop(key) for key in ("rate_kbit", "overhead_bytes", "limit_packets") if key in spec}
     # The testbed's kernel backend defaults to a Cisco interface's 40-packet hold queue; so
     # does the emulator behind the same table, so both backends run the same experiment.

@@ -39,9 +39,11 @@ class Packet:
         Virtual time (s) at which the packet reached the link.
     handle : object
         Whatever the caller needs to release the packet later (the NFQUEUE packet).
+    station : str
+        On a shared medium: the direction (sender) it came in by, which has its own queue.
     """
 
-    __slots__ = ("length", "dscp", "flow", "klass", "arrival", "handle")
+    __slots__ = ("length", "dscp", "flow", "klass", "arrival", "handle", "station")
 
     def __init__(self, length: int, dscp: int = 0, flow: tuple = (), handle=None):
         self.length = int(length)
@@ -50,6 +52,7 @@ class Packet:
         self.klass = ""
         self.arrival = 0.0
         self.handle = handle
+        self.station = ""
 
     def __repr__(self) -> str:
         return f"Packet(length={self.length}, dscp={self.dscp}, klass={self.klass!r})"

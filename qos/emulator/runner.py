@@ -31,7 +31,7 @@ import time
 from array import array
 from pathlib import Path
 
-from qos.emulator.config import EmulatorConfig
+from qos.emulator.config import EmulatorConfig, build_links
 from qos.emulator.link import EmulatedLink
 from qos.emulator.packet import HEADER_BYTES, MalformedPacket, parse_ipv4
 from qos.emulator.stats import LinkStats, write_json_atomic
@@ -171,10 +171,9 @@ class Runner:
         self.stats_every = stats_every
         seed = config.seed if config.seed is not None else random.SystemRandom().randrange(2**32)
         self.seed = seed
-        self.directions = []
-        for i, spec in enumerate(config.directions):
-            stats = LinkStats(config.sample_interval_s)
-            self.directions.append(_Direction(spec, spec.build(random.Random(seed + i), stats)))
+        links = build_links(config.directions, seed, lambda: LinkStats(config.sample_interval_s))
+        self.directions = [_Direction(spec, link) for spec, link in zip(config.directions, links)]
+        self.links = list({id(link): link for link in links}.values())  # a medium's once
         self.lateness = array("d")
         self._stop = False
         self._t0 = time.monotonic()
@@ -205,6 +204,7 @@ class Runner:
         # The links' virtual clock is time.monotonic() - self._t0 everywhere: the callbacks
         # and the loop must agree on it to the microsecond.
         link, t0, clock = d.link, self._t0, time.monotonic
+        station = d.spec.name if d.spec.medium else ""
 
         def on_packet(nfq_packet) -> None:
             try:
@@ -213,6 +213,7 @@ class Runner:
                 d.unparsed += 1
                 nfq_packet.accept()  # not ours to judge: pass it on untouched
                 return
+            pkt.station = station
             link.enqueue(pkt, clock() - t0)
 
         return on_packet
@@ -259,7 +260,7 @@ class Runner:
     def _loop(self, duration: float | None, wake_fd: int) -> None:
         by_fd = {d.nfq.get_fd(): d.nfq for d in self.directions}
         fds = [*by_fd, wake_fd]
-        links = [d.link for d in self.directions]
+        links = self.links
         lateness, clock, t0 = self.lateness, time.monotonic, self._t0
         end = math.inf if duration is None else duration
         next_stats = self.stats_every
@@ -286,8 +287,8 @@ class Runner:
                 next_stats = now + self.stats_every
 
     def _release_all(self) -> None:
-        for d in self.directions:
-            for pkt in d.link.drain():
+        for link in self.links:
+            for pkt in link.drain():
                 if pkt.handle is not None:
                     pkt.handle.accept()
 
@@ -311,6 +312,7 @@ class Runner:
                     "queue": d.spec.queue,
                     "match": d.spec.match,
                     "settings": d.spec.settings,
+                    "medium": d.spec.medium,  # directions on one medium report its shared counters
                     "held_packets": d.link.held(),
                     "unparsed_packets": d.unparsed,
                     "kernel_queue": counters.get(d.spec.queue),

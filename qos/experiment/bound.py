@@ -53,12 +53,15 @@ class Bound:
 
 
 def lower_bound(sites: list[SiteTransfer], core_kbit: float, access_kbit: float,
-                core_delay_ms: float = 0.0) -> Bound:
+                core_delay_ms: float = 0.0, shared_medium: bool = False) -> Bound:
     """The physical lower bound of one run, in seconds.
 
     sites: what each site moved (bytes) and spent (compute_s, seconds).
     core_kbit, access_kbit: core (bottleneck) and host-link rates in kbit/s (1000 bit/s).
     core_delay_ms: one-way propagation delay added on the core link, in milliseconds.
+    shared_medium: the links are hubs (the 2002 network): one medium for both directions, so
+        every remote site's upload and reply bytes add up on the master's hub and the routers'
+        hub; a site not behind the core is the master itself and moves nothing over a wire.
     """
     if not sites:
         raise ValueError("a run with no sites has no bound")
@@ -76,6 +79,8 @@ def lower_bound(sites: list[SiteTransfer], core_kbit: float, access_kbit: float,
         delay = one_way if s.behind_core else 0.0
         return delay + s.compute_s + s.bytes_down / path_rate(s) + delay
 
+    if shared_medium:
+        return _shared_medium_bound(sites, min(core_bps, access_bps), one_way)
     per_site = max(s.bytes_up / path_rate(s) + tail(s) for s in sites)
     remote = [s for s in sites if s.behind_core]
     core = 0.0
@@ -83,3 +88,25 @@ def lower_bound(sites: list[SiteTransfer], core_kbit: float, access_kbit: float,
         core = sum(s.bytes_up for s in remote) / min(core_bps, access_bps) + min(tail(s) for s in remote)
     master_link = sum(s.bytes_up for s in sites) / access_bps + min(tail(s) for s in sites)
     return Bound(max(per_site, core, master_link), per_site, core, master_link)
+
+
+def _shared_medium_bound(sites: list[SiteTransfer], rate: float, one_way: float) -> Bound:
+    """`lower_bound` on hubs: `rate` bytes/s is the one medium both directions share."""
+    remote = [s for s in sites if s.behind_core]
+    delay = 2 * one_way
+
+    def alone(s: SiteTransfer) -> float:
+        if not s.behind_core:
+            return s.compute_s  # the master's own site: no wire
+        return s.bytes_up / rate + s.compute_s + s.bytes_down / rate + delay
+
+    per_site = max(alone(s) for s in sites)
+    media = 0.0
+    if remote:
+        # The medium carries every byte both ways; and once the last upload has crossed it,
+        # at least the quickest site still works and replies over it.
+        media = max(sum(s.bytes_up + s.bytes_down for s in remote) / rate + delay,
+                    sum(s.bytes_up for s in remote) / rate
+                    + min(s.compute_s + s.bytes_down / rate + delay for s in remote))
+    # The master's hub and the routers' hub carry the same bytes: one term for both.
+    return Bound(max(per_site, media), per_site, media, media)

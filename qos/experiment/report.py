@@ -338,6 +338,29 @@ def study_findings(meta: dict, cells: dict[tuple, Cell]) -> list[dict]:
     return rows
 
 
+DECLARED_COLUMNS = ["finding", "claim", "statistic", "n", "a", "b", "effect_s", "ratio", "p", "p_holm", "verdict"]
+
+
+def declared_findings(meta: dict, cells: dict[tuple, Cell], alpha: float = 0.05) -> list[dict]:
+    """The experiment file's `[[findings]]`, each tested on its two cells, Holm-adjusted together
+    (qos/experiment/findings.py); [] when the file declares none."""
+    from qos.experiment.findings import Finding, evaluate
+
+    declared = [Finding(**f) for f in meta["experiment"].get("findings", [])]
+    if not declared:
+        return []
+    first_link = meta["experiment"]["links"][0]["name"]
+    first_class = meta["experiment"]["request_classes"][0]
+
+    def times(ref) -> list[float]:
+        key = (ref.strategy, float(ref.level), ref.link or first_link, ref.request_class or first_class)
+        cell = cells.get(key)
+        return cell.times if cell else []
+
+    samples = [(times(f.a), times(f.b)) for f in declared]
+    return evaluate(declared, samples, alpha=alpha, seed=int(meta.get("seed") or 0)) if declared else []
+
+
 def write_report(out_dir: str | Path, plots: bool = True) -> Path:
     """Write every table (and, with `plots`, every figure) into OUT/report/; returns that folder."""
     meta, cells = load_cells(out_dir)
@@ -358,6 +381,9 @@ def write_report(out_dir: str | Path, plots: bool = True) -> Path:
     env = meta.get("environment", {})
     not_sig = [r for r in sig if not r["significant"]]
     findings = study_findings(meta, cells)
+    declared = declared_findings(meta, cells)
+    if declared:
+        write_csv(report_dir / "findings.csv", declared, DECLARED_COLUMNS)
     text = [
         f"# Experiment `{name}`", "",
         meta["experiment"].get("description", ""), "",
@@ -377,6 +403,13 @@ def write_report(out_dir: str | Path, plots: bool = True) -> Path:
         "(mdape) and its 90th percentile (ape_p90), as fractions; `predicted` counts the runs that "
         "had a prediction (a path's first case has none).", "",
         markdown_table(prediction, PREDICTION_COLUMNS), "",
+        *([] if not declared else [
+            "## Findings declared in the experiment file", "",
+            f"Each a test written before the run (qos/experiment/findings.py): Welch's one-sided t-test "
+            f"for means, a permutation test for other statistics, equivalence (TOST) for 'alike'; the "
+            f"{len(declared)} claims and their opposites adjusted together by Holm's method (alpha 0.05). "
+            f"effect_s is a - b in seconds, ratio a / b.", "",
+            markdown_table(declared, DECLARED_COLUMNS), ""]),
         "## Every cell", "", markdown_table(summary, SUMMARY_COLUMNS[:16]), "",
         "## Differences that are not significant", "",
         f"Welch's t-test (p < 0.05) and a 95% bootstrap interval of the difference of means must both "

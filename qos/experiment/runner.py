@@ -64,7 +64,8 @@ def run_bound(experiment: Experiment, link: LinkProfile, sites: list[dict], benc
     """The physical lower bound of a finished case (bound.py) from its per-site bytes and work."""
     transfers = [SiteTransfer(s["site"], s["bytes_up"], s["bytes_down"], s.get("compute_s", 0.0),
                               bench.behind_core(s["site"])) for s in sites]
-    return lower_bound(transfers, link.core_kbit, link.access_rate_kbit, link.delay_ms).to_dict()
+    return lower_bound(transfers, link.core_kbit, link.access_rate_kbit, link.delay_ms,
+                       shared_medium=link.shared_medium).to_dict()
 
 
 # iperf3 stamps a test's start in whole seconds, and its intervals begin after the connections are up.
@@ -133,8 +134,10 @@ def execute_run(experiment: Experiment, run: Run, bench: Bench, state: dict) -> 
         "bytes": competing_after - competing_before,
         "achieved_kbit": (competing_after - competing_before) * 8 / 1000 / window if window > 0 else 0.0,
     }
-    record["link"] = {"name": link.name, "core_kbit": link.core_kbit, "access_kbit": link.access_kbit,
-                      "delay_ms": link.delay_ms, "mtu": link.mtu, "queue_packets": link.queue_packets}
+    record["link"] = {"name": link.name, "network": link.network, "core_kbit": link.core_kbit,
+                      "access_kbit": link.access_rate_kbit if link.shared_medium else None,
+                      "delay_ms": link.delay_ms, "mtu": link.mtu,
+                      "queue_packets": None if link.shared_medium else link.queue_packets}
     record["strategy"] = {"name": strategy.name, "discipline": strategy.discipline,
                           "shape_kbit": strategy.shape_kbit, "params": strategy.params,
                           "adaptive": strategy.adaptive.model_dump() if strategy.adaptive else None}

@@ -32,6 +32,15 @@ classes x repetitions (flent's idea: the experiment is data, not code).
     core_kbit = 10000
     delay_ms = 0.0              # one-way delay added on the core link
     mtu = 1500
+    network = "lan"             # "lan" (today's testbed) | "2002" (the study's 10 Mbit/s cards and
+                                # hubs, the routers as Cisco IOS: qos/testbed/hubs.py, qos/emulator/ios.py)
+
+    [[findings]]                # optional: claims declared before the run, each a test
+    name = "PQ beats FIFO"      # (qos/experiment/findings.py; Holm-adjusted together)
+    claim = "less"              # less | alike (with margin = 0.25)
+    statistic = "mean"          # mean | median | p95 | std
+    a = { strategy = "prio", level = 8 }
+    b = { strategy = "fifo", level = 8 }
 
     [classes.urgent]            # optional: the run's request-class table (qos/classes.py's
     dscp = 40                   # shape), given to the routers, the transfer workload's master
@@ -58,9 +67,15 @@ from pathmaster import defaults
 from pathmaster.records import InvalidInput
 from qos.classes import DEFAULT_CLASSES, ClassEntry, ClassTable
 from qos.config import FileModel, Seq, read_toml, validate
+from qos.experiment.findings import Finding
 
-DISCIPLINES = ("fifo", "prio", "wfq", "wred")
+DISCIPLINES = ("fifo", "prio", "wfq", "cbwfq", "wred")
+NETWORKS = ("lan", "2002")
 SHIP_MODES = ("auto", "features", "images")
+# On the 2002 network each discipline is the IOS one (qos/emulator/ios.py): wfq is IOS's per-flow
+# fair-queue, cbwfq its class-based WFQ, each with IOS's own queue limits.
+IOS_STRATEGY = {"fifo": "ios-fifo", "prio": "ios-priority", "wfq": "ios-wfq", "cbwfq": "ios-cbwfq",
+                "wred": "ios-wred"}
 COMPETING_KINDS = ("downloads", "udp", "pareto")
 Number = int | float
 
@@ -126,6 +141,26 @@ class Strategy(FileModel):
             raise ValueError(f"shape_kbit must be > 0, got {value:g}")
         return value
 
+    def ios_table(self) -> dict:
+        """The testbed's discipline table of this strategy on the 2002 network (Cisco IOS's defaults).
+
+        Returns
+        -------
+        dict
+            {"strategy": "ios-..."}; with `shape_kbit`, "ios-shaping" (class-based WFQ with
+            the competing class, bulk, held to that rate), as the study's shaping + WFQ.
+
+        Raises
+        ------
+        ValueError
+            Shaping with a discipline other than wfq or cbwfq.
+        """
+        if self.shape_kbit is not None:
+            if self.discipline not in ("wfq", "cbwfq"):
+                raise ValueError(f"strategy {self.name!r}: shaping combines with wfq or cbwfq only")
+            return {"strategy": "ios-shaping", "shaped_class": "bulk", "shaped_rate_kbit": self.shape_kbit}
+        return {"strategy": IOS_STRATEGY[self.discipline], **self.params}
+
 
 class LinkProfile(FileModel):
     """One setting of the core (bottleneck) link: a `[[links]]` entry."""
@@ -134,12 +169,42 @@ class LinkProfile(FileModel):
     core_kbit: float = Field(gt=0, description="the core link's rate, kbit/s")
     delay_ms: float = Field(0.0, ge=0, description="one-way, added on the core link")
     mtu: int = Field(1500, ge=576, le=9000)
-    access_kbit: Number | None = Field(None, gt=0, description="host-router LAN links, kbit/s; none = not limited")
-    queue_packets: int = Field(defaults.ROUTER_QUEUE_PACKETS, ge=1, description="router queue on the core link")
+    access_kbit: Number | None = Field(None, gt=0, description="refused: host links follow the network "
+                                                                "(lan: unshaped; 2002: 10 Mbit/s cards)")
+    queue_packets: int = Field(defaults.ROUTER_QUEUE_PACKETS, ge=1, description="router queue on the core link "
+                                                                              "(lan; 2002: IOS's own limits)")
+    network: str = Field("lan", json_schema_extra={"enum": list(NETWORKS)},
+                         description='"lan": today\'s testbed; "2002": the study\'s 10 Mbit/s cards on '
+                                     "half-duplex hubs, the routers with Cisco IOS's disciplines and defaults")
+
+    @field_validator("network")
+    @classmethod
+    def _network(cls, value: str) -> str:
+        return _one_of(value, NETWORKS)
+
+    @model_validator(mode="after")
+    def _what_the_network_applies(self) -> "LinkProfile":
+        if self.access_kbit is not None:
+            # It used to be accepted, put in the bound and never applied to the testbed.
+            raise ValueError("access_kbit: the testbed does not apply it; the host links follow the network "
+                             '(network = "lan": unshaped; "2002": 10 Mbit/s cards on hubs); leave it out')
+        if self.network == "2002":
+            if "queue_packets" in self.model_fields_set:
+                raise ValueError("queue_packets: the 2002 routers use Cisco IOS's own queue limits "
+                                 "(qos/emulator/ios.py); leave it out")
+            if self.delay_ms:
+                raise ValueError("delay_ms: the 2002 network's hubs add no propagation delay; leave it out")
+        return self
+
+    @property
+    def shared_medium(self) -> bool:
+        """Whether upload and reply bytes share one medium (the 2002 network's hubs)."""
+        return self.network == "2002"
 
     @property
     def access_rate_kbit(self) -> float:
-        return self.access_kbit if self.access_kbit is not None else float("inf")
+        """The hosts' own links, kbit/s: the 2002 cards' 10 Mbit/s, or unlimited (lan's veths)."""
+        return float(defaults.HOST_CARD_RATE_KBIT) if self.network == "2002" else float("inf")
 
 
 class Workload(FileModel):
@@ -257,6 +322,8 @@ class Experiment(FileModel):
     competing: Competing = Field(default_factory=Competing)
     strategies: Strategies = Field(min_length=1)
     links: Seq[LinkProfile] = Field(min_length=1, description="one [[links]] entry per link setting")
+    findings: Seq[Finding] = Field((), description="[[findings]]: claims declared before the run, each a "
+                                                    "test (qos/experiment/findings.py), Holm-adjusted together")
     classes_table: dict[str, ClassEntry] | None = Field(
         None, alias="classes", min_length=1,
         description="the run's request classes ([classes.NAME] tables); default: the default table")
@@ -272,6 +339,22 @@ class Experiment(FileModel):
             if unknown:
                 raise ValueError(f"[strategies.{strategy.name}.adaptive] deadlines_s: unknown request class(es) "
                                  f"{', '.join(map(repr, unknown))}; known: {', '.join(self.classes.names())}")
+        if len({item.network for item in self.links}) > 1:
+            raise ValueError("[[links]]: one network per experiment (the testbed is built once)")
+        for i, finding in enumerate(self.findings):
+            for side in (finding.a, finding.b):
+                where = f"[[findings]] {finding.name!r}"
+                if side.strategy not in {s.name for s in self.strategies}:
+                    raise ValueError(f"{where}: no strategy {side.strategy!r}")
+                if side.level not in self.competing.levels:
+                    raise ValueError(f"{where}: level {side.level:g} is not one of the competing levels")
+                if side.link is not None and side.link not in {item.name for item in self.links}:
+                    raise ValueError(f"{where}: no link {side.link!r}")
+                if side.request_class is not None and side.request_class not in self.request_classes:
+                    raise ValueError(f"{where}: {side.request_class!r} is not one of the request classes")
+        if self.links[0].network == "lan" and any(s.discipline == "cbwfq" for s in self.strategies):
+            raise ValueError('cbwfq runs on network = "2002" (IOS class-based WFQ); on "lan", wfq is '
+                             "class-based already")
         for name in self.request_classes:
             if name not in self.classes:
                 raise ValueError(f"[experiment] request_classes: unknown request class {name!r}; "
@@ -304,7 +387,11 @@ class Experiment(FileModel):
         data = self.experiment.model_dump()
         data.update(workload=self.workload.model_dump(), competing=self.competing.model_dump(),
                     strategies=[s.model_dump() for s in self.strategies],
-                    links=[item.model_dump() for item in self.links], classes=self.classes.to_table())
+                    links=[item.model_dump(exclude={"network"} if item.network == "lan" else set())
+                           for item in self.links],  # (lan: as before, so older runs still resume)
+                    classes=self.classes.to_table())
+        if self.findings:  # (only when declared: older experiments keep their fingerprint)
+            data["findings"] = [f.model_dump() for f in self.findings]
         return data
 
     def fingerprint(self) -> str:

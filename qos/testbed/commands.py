@@ -1,4 +1,4 @@
-"""`pathmaster testbed up [--config FILE] [--tag TAG] | down | status`."""
+"""`pathmaster testbed up [--config FILE] [--tag TAG] [--network lan|2002] | down | status`."""
 
 from __future__ import annotations
 
@@ -16,6 +16,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         p = verbs.add_parser(verb, help=text)
         p.add_argument("--config", metavar="FILE", help="testbed TOML (default: the packaged default.toml)")
         p.add_argument("--tag", help="override the config's tag (1-12 of a-z, 0-9)")
+        if verb == "up":
+            p.add_argument("--network", choices=("lan", "2002"),
+                           help='override the config\'s network: "lan" (today\'s) or "2002" (the study\'s '
+                                "10 Mbit/s cards on half-duplex hubs)")
         p.set_defaults(func=_run)
 
 
@@ -27,6 +31,8 @@ def _run(args: argparse.Namespace) -> int:
         config = load_config(args.config)
         if args.tag:
             config = config.with_tag(args.tag)
+        if getattr(args, "network", None):
+            config = config.with_network(args.network)
     except (ConfigError, ValueError) as exc:
         print(f"pathmaster testbed: {exc}", file=sys.stderr)
         return 2
@@ -37,9 +43,14 @@ def _run(args: argparse.Namespace) -> int:
         if args.verb == "up":
             tb = Testbed(config).up()
             s = tb.status()
-            print(f"testbed {config.tag} up: {s['namespaces_present']} namespaces, "
-                  f"bottleneck {config.bottleneck.rate_kbit / 1e3:g} Mbit/s, "
-                  f"{', '.join(sorted(set(s['disciplines'].values()))) or 'no kernel discipline'}")
+            if config.network == "2002":
+                print(f"testbed {config.tag} up (2002 network): {s['namespaces_present']} namespaces, "
+                      f"10 Mbit/s cards on hubs, routers' hub {config.bottleneck.rate_kbit / 1e3:g} Mbit/s, "
+                      f"strategy {config.bottleneck.discipline.get('strategy', 'fifo')}")
+            else:
+                print(f"testbed {config.tag} up: {s['namespaces_present']} namespaces, "
+                      f"bottleneck {config.bottleneck.rate_kbit / 1e3:g} Mbit/s, "
+                      f"{', '.join(sorted(set(s['disciplines'].values()))) or 'no kernel discipline'}")
         else:
             removed = teardown(config.tag)
             print(f"testbed {config.tag} down: removed {len(removed)} namespaces")

@@ -24,6 +24,7 @@ from qos.testbed.kernel import ETHERNET_HEADER_BYTES
 
 DEFAULT_CONFIG = Path(__file__).with_name("default.toml")
 BACKENDS = ("kernel", "emulator")
+NETWORKS = ("lan", "2002")  # today's (unshaped LANs, full-duplex core) | the study's hubs (qos/testbed/hubs.py)
 
 Rate = Annotated[int | float, Field(gt=0)]
 _DEFAULT_DISCIPLINE = {"strategy": "fifo", "limit_packets": defaults.HOLD_QUEUE_PACKETS}
@@ -73,6 +74,10 @@ class TestbedConfig(FileModel):
     subnets: Seq[str] = ("A", "B", "C")
     hosts_per_subnet: int = Field(3, description="1-9")
     master: str = "A1"
+    network: str = Field("lan", json_schema_extra={"enum": list(NETWORKS)},
+                         description='"lan": veth LANs, the router-core links are the bottleneck; "2002": the '
+                                     "study's 10 Mbit/s cards on half-duplex hubs (the discipline runs on the "
+                                     "routers' hub ports, user space)")
     tcp_congestion: str = Field("reno", description='every node\'s TCP congestion control; "" keeps the machine\'s')
     lan_rate_kbit: int | float = Field(0, ge=0, description="every host's LAN link, kbit/s; 0 = unshaped")
     bottleneck: Bottleneck = Field(default_factory=Bottleneck)
@@ -112,6 +117,13 @@ class TestbedConfig(FileModel):
             raise ValueError(f"hosts_per_subnet must be 1-9, got {hosts!r}")
         return hosts
 
+    @field_validator("network")
+    @classmethod
+    def _network(cls, network: str) -> str:
+        if network not in NETWORKS:
+            raise ValueError(f"network must be one of {', '.join(NETWORKS)}, got {network!r}")
+        return network
+
     @field_validator("tcp_congestion")
     @classmethod
     def _congestion(cls, name: str) -> str:
@@ -128,7 +140,18 @@ class TestbedConfig(FileModel):
         for name in self.bottleneck.subnet:
             if name not in self.subnets:
                 raise ValueError(f"[bottleneck.subnet.{name}]: no subnet {name!r} in {list(self.subnets)}")
+        if self.network == "2002":
+            if self.lan_rate_kbit:
+                raise ValueError("lan_rate_kbit: the 2002 network's host links are its 10 Mbit/s cards on hubs; "
+                                 'leave lan_rate_kbit out (it applies to network = "lan")')
+            if self.bottleneck.subnet:
+                raise ValueError("[bottleneck.subnet]: the 2002 network runs one strategy on every router's hub "
+                                 "ports; per-subnet overrides apply to network = \"lan\"")
         return self
+
+    def with_network(self, network: str) -> "TestbedConfig":
+        """A copy on another network profile ("lan" or "2002")."""
+        return self._remade(network=network)
 
     def with_tag(self, tag: str) -> "TestbedConfig":
         return self._remade(tag=netns.check_tag(tag))
@@ -158,6 +181,9 @@ def check_uplinks(config: TestbedConfig) -> None:
     [bottleneck] discipline table fails at load, naming the file and the table."""
     from qos.testbed import kernel
 
+    if config.network == "2002":
+        _check_hub_discipline(config)
+        return
     for subnet in config.subnets:
         settings = config.link_settings(subnet)
         where = f"[bottleneck.subnet.{subnet}]" if subnet in config.bottleneck.subnet else "[bottleneck]"
@@ -174,6 +200,19 @@ def check_uplinks(config: TestbedConfig) -> None:
             problem = exc.problem if isinstance(exc, ConfigError) else (exc.args[0] if exc.args else str(exc))
             raise ConfigError(f"discipline of subnet {subnet}: {problem}", config.source,
                               where) from None
+
+
+def _check_hub_discipline(config: TestbedConfig) -> None:
+    """The 2002 network's strategy runs in the emulator on the routers' hub ports: check it there."""
+    from qos.emulator.config import config_from_dict
+    from qos.testbed import hubs
+
+    b = config.bottleneck
+    try:
+        config_from_dict(hubs.core_hub({"r": "eth"}, hubs.station_settings(b.discipline, b.rate_kbit, b.overhead_bytes)))
+    except (KeyError, ValueError) as exc:
+        problem = exc.problem if isinstance(exc, ConfigError) else (exc.args[0] if exc.args else str(exc))
+        raise ConfigError(f"discipline on the 2002 network: {problem}", config.source, "[bottleneck]") from None
 
 
 def from_dict(data: dict, source: str = "<dict>") -> TestbedConfig:

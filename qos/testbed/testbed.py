@@ -56,7 +56,8 @@ class Testbed:
         self.classes = classes
         self.topology = PathMaster2002(self.config)
         self.disciplines: dict[str, kernel.KernelQdisc] = {}   # "rA:rA-eth1" -> installed discipline
-        self.emulators: dict[str, object] = {}                 # subnet -> emulator process
+        self.emulators: dict[str, object] = {}                 # subnet (or "core": the 2002 routers' hub) -> emulator
+        self.hub_discipline: dict | None = None                # the 2002 network's routers' strategy
 
     @property
     def tag(self) -> str:
@@ -70,11 +71,59 @@ class Testbed:
         if self.config.tcp_congestion:
             for node in self.topology.nodes.values():
                 node.set_sysctl("net.ipv4.tcp_congestion_control", self.config.tcp_congestion)
-        for subnet in self.config.subnets:
-            self._configure_uplink(subnet, self.config.link_settings(subnet))
-        self._configure_lans()
+        if self.config.network == "2002":
+            self._configure_cards()
+            self._configure_hubs(self.config.bottleneck.discipline)
+        else:
+            for subnet in self.config.subnets:
+                self._configure_uplink(subnet, self.config.link_settings(subnet))
+            self._configure_lans()
         self._write_state()
         return self
+
+    # -- the 2002 network (qos/testbed/hubs.py) -------------------------------------------------
+
+    def _configure_cards(self) -> None:
+        """Each host's 10 Mbit/s card (a FIFO on its end of the veth); routers' ends and the
+        router-core veths unshaped: the hubs are the media."""
+        card = kernel.fifo(defaults.HOST_CARD_RATE_KBIT * 1000, defaults.HOST_CARD_QUEUE_PACKETS,
+                           self.config.bottleneck.overhead_bytes)
+        for lan in self.topology.lans:
+            for link in lan.links:
+                kernel.install(link.intf1.node, link.intf1.name, card)
+                self.disciplines[_key(link.intf1)] = card
+                kernel.clear(link.intf2.node, link.intf2.name)
+        for subnet in self.config.subnets:
+            for intf in self.topology.bottleneck_interfaces(subnet):
+                kernel.clear(intf.node, intf.name)
+
+    def _configure_hubs(self, discipline: dict) -> None:
+        """(Re)start the hubs' emulators: one per subnet in its router, one for the routers' hub
+        in core, the routers' stations running `discipline` (checked before anything stops)."""
+        from qos import emulator
+        from qos.testbed import hubs
+
+        b = self.config.bottleneck
+        topo = self.topology
+        lan_station = hubs.station_settings(discipline, defaults.HUB_RATE_KBIT, b.overhead_bytes)
+        core_station = hubs.station_settings(discipline, b.rate_kbit, b.overhead_bytes)
+        configs = {"core": (topo.core, hubs.core_hub({f"r{s}": topo.uplinks[s].intf2.name
+                                                      for s in self.config.subnets}, core_station))}
+        for subnet in self.config.subnets:
+            lan = topo.subnet_lans[subnet]
+            stations = {link.intf1.node.name: link.intf1.ip for link in lan.links}
+            configs[subnet] = (topo.routers[subnet],
+                               hubs.subnet_hub(lan.name, topo.routers[subnet].name, stations, lan_station))
+        for name, (_, config) in configs.items():
+            emulator.config_from_dict(config, f"the 2002 network's hub {name}")
+        for name, (node, config) in configs.items():
+            old = self.emulators.pop(name, None)
+            if old is not None:
+                old.stop()
+            _stop_stray_emulators(node)
+            self.emulators[name] = emulator.launch(node.namespace, config,
+                                                   workdir=STATE_DIR / f"testbed-{self.tag}-emulator-{name}")
+        self.hub_discipline = dict(discipline)
 
     def _configure_lans(self) -> None:
         """FIFO at `lan_rate_kbit` on both ends of every host's LAN link (none when 0)."""
@@ -126,7 +175,18 @@ class Testbed:
     def set_strategy(self, discipline: dict, subnets: list[str] | None = None,
                      backend: str | None = None) -> None:
         """Install `discipline` (a [bottleneck.discipline]-shaped table) on the uplinks of
-        `subnets` (default all), both directions, with `backend` (default: as configured)."""
+        `subnets` (default all), both directions, with `backend` (default: as configured).
+
+        On the 2002 network the discipline runs on every router's hub ports, in the emulator
+        (`subnets` must be all of them; `backend` may only be None or "emulator")."""
+        if self.config.network == "2002":
+            if subnets and set(subnets) != set(self.config.subnets):
+                raise ValueError("the 2002 network runs one strategy on every router; give no subnets")
+            if backend not in (None, "emulator"):
+                raise ValueError(f"the 2002 network's hubs run in the emulator, not backend {backend!r}")
+            self._configure_hubs(discipline)
+            self._write_state()
+            return
         for subnet in subnets or self.config.subnets:
             settings = self.config.link_settings(subnet)
             settings["discipline"] = dict(discipline)
@@ -182,7 +242,7 @@ class Testbed:
         """Per-class counters {bytes, packets, drops, backlog, qlen} of every bottleneck queue.
 
         Kernel queues are keyed "node:interface" and read live. Emulated ones are keyed
-        "router:<direction>" and are as of the emulator's last statistics write (every few
+        "router:<direction>" (on the 2002 network "rA:hub", "core:core", one per medium) and are as of the emulator's last statistics write (every few
         seconds and when it stops); bytes and packets count what it sent on.
         """
         out = {}
@@ -191,20 +251,25 @@ class Testbed:
                 discipline = self.disciplines.get(_key(intf))
                 if discipline is not None:
                     out[_key(intf)] = kernel.stats(intf.node, intf.name, discipline)
-            emu = self.emulators.get(subnet)
-            if emu is not None:
-                router = self.topology.routers[subnet].name
-                try:
-                    directions = emu.stats().get("directions", {})
-                except (OSError, ValueError):
-                    directions = {}  # not written yet
-                for name, d in directions.items():
-                    out[f"{router}:{name}"] = {
-                        cls: {"bytes": c["sent_bytes"], "packets": c["sent_packets"],
-                              "drops": c["dropped_packets"],
-                              "backlog": c["enqueued_bytes"] - c["sent_bytes"],
-                              "qlen": c["enqueued_packets"] - c["sent_packets"]}
-                        for cls, c in d.get("classes", {}).items()}
+        for key, emu in self.emulators.items():
+            router = self.topology.routers[key].name if key in self.topology.routers else key
+            try:
+                directions = emu.stats().get("directions", {})
+            except (OSError, ValueError):
+                directions = {}  # not written yet
+            seen = set()
+            for name, d in directions.items():
+                if d.get("medium"):  # a hub's stations share its counters: once per medium
+                    if d["medium"] in seen:
+                        continue
+                    seen.add(d["medium"])
+                    name = d["medium"]
+                out[f"{router}:{name}"] = {
+                    cls: {"bytes": c["sent_bytes"], "packets": c["sent_packets"],
+                          "drops": c["dropped_packets"],
+                          "backlog": c["enqueued_bytes"] - c["sent_bytes"],
+                          "qlen": c["enqueued_packets"] - c["sent_packets"]}
+                    for cls, c in d.get("classes", {}).items()}
         return out
 
     # -- state ----------------------------------------------------------------------------------
@@ -218,6 +283,8 @@ class Testbed:
             "namespaces": sorted(n.namespace for n in self.topology.nodes.values()),
             "disciplines": {k: d.strategy for k, d in self.disciplines.items()},
             "emulators": {s: p.pid for s, p in self.emulators.items()},
+            "network": self.config.network,
+            "hub_discipline": self.hub_discipline,
         }
         tmp = state_path(self.tag).with_suffix(".tmp")
         tmp.write_text(json.dumps(state, indent=2))

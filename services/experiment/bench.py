@@ -41,6 +41,8 @@ def discipline_table(strategy: Strategy, link: LinkProfile) -> tuple[dict, str]:
     The delay is split over the two uplinks a packet between two subnets crosses, so the
     one-way delay between subnets is the link's `delay_ms`.
     """
+    if link.network == "2002":  # the study's routers: Cisco IOS's disciplines, on the hubs (user space)
+        return strategy.ios_table(), "emulator"
     table: dict = {"limit_packets": link.queue_packets}
     if strategy.discipline == "fifo":
         table["strategy"] = "fifo"
@@ -96,7 +98,7 @@ class TestbedBench:
         self.workload = experiment.workload
         config = (testbed_config or load_config()).with_tag(tag or netns.new_tag("x"))
         first = experiment.links[0]
-        config = config.with_bottleneck(rate_kbit=first.core_kbit)
+        config = config.with_bottleneck(rate_kbit=first.core_kbit).with_network(first.network)
         self.testbed = Testbed(config, classes=experiment.classes)  # routers classify by the run's DSCPs
         self.sites: dict = {}
         self.agent: subprocess.Popen | None = None

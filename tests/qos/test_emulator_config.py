@@ -50,7 +50,7 @@ def test_times():
 
 @pytest.mark.parametrize("settings, message", [
     ({"rate_kbit": "fast"}, r"\[link\.l\] rate_kbit: .*number, got 'fast'"),
-    ({"discipline": "red"}, r"discipline: 'red' is not one of fifo, priority, wfq, fq, wred"),
+    ({"discipline": "red"}, r"discipline: 'red' is not one of fifo, priority, wfq, fq, flow_wfq, wred"),
     ({"delay_ms": 5, "jitter_ms": 10}, r"jitter_ms: 10 is larger than the delay"),
     ({"loss": 1.5}, r"loss: expected a probability"),
     ({"limit_packets": 0}, r"limit_packets: expected a positive integer"),

@@ -2,10 +2,12 @@
 
 from qos.emulator.disciplines.base import Discipline, PacketQueue
 from qos.emulator.disciplines.fifo import Fifo
+from qos.emulator.disciplines.medium import SharedMedium
 from qos.emulator.disciplines.priority import BANDS, Priority
 from qos.emulator.disciplines.shaper import TokenBucketShaper
-from qos.emulator.disciplines.wfq import ClassWfq, FlowFq
-from qos.emulator.disciplines.wred import CISCO_DSCP_DEFAULTS, SEED003_AF1, Wred, WredProfile
+from qos.emulator.disciplines.wfq import ClassWfq, FlowFq, FlowWfq, ios_weight
+from qos.emulator.disciplines.wred import (CISCO_DSCP_DEFAULTS, CISCO_PRECEDENCE_DEFAULTS, SEED003_AF1, Wred,
+                                          WredProfile)
 
-__all__ = ["Discipline", "PacketQueue", "Fifo", "Priority", "BANDS", "ClassWfq", "FlowFq",
-           "Wred", "WredProfile", "CISCO_DSCP_DEFAULTS", "SEED003_AF1", "TokenBucketShaper"]
+__all__ = ["Discipline", "PacketQueue", "SharedMedium", "Fifo", "Priority", "BANDS", "ClassWfq", "FlowFq", "FlowWfq", "ios_weight",
+           "Wred", "WredProfile", "CISCO_DSCP_DEFAULTS", "CISCO_PRECEDENCE_DEFAULTS", "SEED003_AF1", "TokenBucketShaper"]

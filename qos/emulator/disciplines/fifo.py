@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+from pathmaster import defaults
 from qos.emulator.disciplines.base import TAIL, Discipline, Drops, PacketQueue
 from qos.emulator.packet import Packet
 
 
 class Fifo(Discipline):
-    """One queue of at most `limit` packets; an arrival finding it full is dropped."""
+    """One queue of at most `limit` packets; an arrival finding it full is dropped.
+
+    The default is Cisco IOS's output hold queue, 40 packets (`hold-queue` command reference:
+    "the default output hold-queue limit is 40 packets").
+    """
 
     name = "fifo"
 
-    def __init__(self, limit: int = 100):
+    def __init__(self, limit: int = defaults.HOLD_QUEUE_PACKETS):
         self.queue = PacketQueue(limit)
 
     def enqueue(self, pkt: Packet, now: float) -> Drops:

@@ -56,6 +56,14 @@ CISCO_DSCP_DEFAULTS: dict[int, WredProfile] = _profiles({
 })
 CISCO_DEFAULT_PROFILE = WredProfile(*defaults.WRED_DEFAULT_PROFILE)
 
+# Cisco IOS defaults for precedence-based WRED (`random-detect` on an interface, what the
+# 2002 routers ran): every DSCP takes its IP precedence's profile (pathmaster.defaults has
+# the table and where it comes from).
+CISCO_PRECEDENCE_DEFAULTS: dict[int, WredProfile] = {
+    dscp: WredProfile(defaults.WRED_PRECEDENCE_MIN_THRESHOLDS[dscp >> 3], defaults.WRED_MAX_THRESHOLD,
+                      defaults.WRED_MARK_DENOMINATOR)
+    for dscp in range(64)}
+
 # Seed 003 (Q-Pod) thresholds for the AF1 drop precedences: {min, max, 1/denominator}.
 SEED003_AF1: dict[int, WredProfile] = _profiles({10: (50, 70, 40), 12: (5, 40, 10), 14: (3, 4, 1)})
 

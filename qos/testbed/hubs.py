@@ -1,0 +1,99 @@
+"""The 2002 network (`network = "2002"`): 10 Mbit/s cards on hubs, as seed 000 describes it.
+
+"Nine Pentium III workstations on a local ethernet at 10 Mbps"; each subcluster's three
+"linked to a Cisco 1600 series router via a hub"; "the three routers are in turn linked via a
+hub". A hub is one half-duplex medium: one frame at a time, whichever way it goes. So:
+
+* every host's link is its card: a 10 Mbit/s FIFO (kernel htb + pfifo, Linux 2.4's 100
+  packets) on the host's end of its veth;
+* each subnet's hub is one user-space shared medium (`qos.emulator`, `medium`) in router rX
+  on what rX forwards to or from its LAN: one station per host (its card's frames, by source
+  address) and one for the router (its Ethernet interface's queue, where the strategy runs);
+* the routers' hub is one shared medium in `core` on everything `core` forwards, one station
+  per router (each router's interface toward the segment, running the strategy).
+
+Why the emulator and not the kernel: a medium shared by both directions needs one queue fed
+by two interfaces' egress; the kernel here has no IFB to join them, and tc cannot share one
+htb between two devices. NFQUEUE in the router's FORWARD chain sees both directions of its
+LAN in one process, and `core` sees every inter-subnet frame exactly once. What this leaves
+out: frames between two hosts of one subnet are bridged inside rX and never reach FORWARD
+(the study's workload sends none over the wire: the master's local site is the master
+itself); collisions and back-off are not modelled (stations take turns, one frame each); a
+host's frames wait first in its card (kernel, 100 packets) and then, while the hub is busy, in
+its station (another 100); a shaped class (strategy "ios-shaping") is shaped once per medium,
+whichever station sends it, so the competing downloads are held at the master's hub and again
+at the routers' hub, at the same rate, rather than at rA's port alone.
+"""
+
+from __future__ import annotations
+
+from pathmaster import defaults
+
+CARD = {"discipline": "fifo", "limit_packets": defaults.HOST_CARD_QUEUE_PACKETS}
+
+
+def station_settings(discipline: dict, rate_kbit: float, overhead_bytes: int) -> dict:
+    """A router's station on a hub: the strategy's emulator link settings at the hub's rate.
+
+    Parameters
+    ----------
+    discipline : dict
+        A testbed discipline table ({"strategy": "ios-wfq"}, {"strategy": "fifo", ...}).
+    rate_kbit : float
+        The medium's rate, kbit/s.
+    overhead_bytes : int
+        Bytes counted per packet beyond the IP packet.
+
+    Returns
+    -------
+    dict
+        Emulator link settings (`qos.emulator.config.LinkSettings` keys).
+    """
+    from qos.emulator.launch import settings_from_strategy  # (qos.emulator imports the testbed's netns)
+
+    return settings_from_strategy({"rate_kbit": rate_kbit, "overhead_bytes": overhead_bytes, **discipline})
+
+
+def subnet_hub(lan: str, router: str, hosts: dict[str, str], router_settings: dict) -> dict:
+    """The emulator configuration of one subnet's hub, run in its router.
+
+    Parameters
+    ----------
+    lan : str
+        The router's LAN interface (the bridge holding its address).
+    router : str
+        The router's name (its station).
+    hosts : dict
+        Host name -> IPv4 address, one station each (their cards' frames, by source address).
+    router_settings : dict
+        The router's station (`station_settings`); its rate and overhead are the medium's.
+
+    Returns
+    -------
+    dict
+        An emulator configuration: one link per station, all on medium "hub".
+    """
+    medium = {"rate_kbit": router_settings["rate_kbit"], "overhead_bytes": router_settings.get("overhead_bytes", 0)}
+    links = {router: {**router_settings, "forward": {"queue": 0, "out": lan, "medium": "hub"}}}
+    for i, (name, ip) in enumerate(hosts.items(), start=1):
+        links[name] = {**medium, **CARD, "forward": {"queue": i, "in": lan, "match": ["-s", ip], "medium": "hub"}}
+    return {"link": links}
+
+
+def core_hub(uplinks: dict[str, str], router_settings: dict) -> dict:
+    """The emulator configuration of the routers' hub, run in `core`.
+
+    Parameters
+    ----------
+    uplinks : dict
+        Router name -> core's interface toward it (frames that router put on the segment).
+    router_settings : dict
+        Each router's station (`station_settings`).
+
+    Returns
+    -------
+    dict
+        An emulator configuration: one link per router, all on medium "core".
+    """
+    return {"link": {router: {**router_settings, "forward": {"queue": i, "in": intf, "medium": "core"}}
+                     for i, (router, intf) in enumerate(uplinks.items())}}

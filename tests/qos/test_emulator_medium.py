@@ -1,0 +1,80 @@
+"""A shared medium (a hub): directions on one medium share one transmitter, so upload and
+reply bytes add up against one rate; each sender keeps its own queue (virtual clock, no root)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pathmaster.records import ConfigError
+from qos.emulator.config import build_links, config_from_dict
+from qos.emulator.disciplines import Fifo, Priority, SharedMedium
+from qos.emulator.simulate import constant_rate, simulate, synthetic_packet
+
+URGENT, BULK = 34, 1
+
+
+def hub(medium: str | None = "hubA", reverse: dict | None = None, **link) -> list:
+    forward = {"queue": 0, "out": "e0"}
+    back = {"queue": 1, "in": "e0", **(reverse or {})}
+    if medium:
+        forward["medium"] = back["medium"] = medium
+    config = config_from_dict({"link": {"e0": {"rate_kbit": 10_000, **link, "forward": forward, "reverse": back}}})
+    return build_links(config.directions, seed=0)
+
+
+def offered(rate_bps: float, station: str, dscp: int = 0, flow: int = 0, seconds: float = 2.0) -> list:
+    arrivals = constant_rate(rate_bps, seconds, dscp=dscp, flow=flow)
+    for _, pkt in arrivals:
+        pkt.station = station
+    return arrivals
+
+
+def rate_by_station(out, t0: float = 0.5, t1: float = 2.0) -> dict[str, float]:
+    sent: dict[str, int] = {}
+    for t, p in out:
+        if t0 <= t < t1:
+            sent[p.station] = sent.get(p.station, 0) + p.length
+    return {k: v * 8 / (t1 - t0) for k, v in sent.items()}
+
+
+def test_both_directions_share_one_transmitter():
+    forward, reverse = hub()
+    assert forward is reverse and isinstance(forward.scheduler, SharedMedium)
+    out = simulate(forward, offered(8e6, "e0.forward") + offered(8e6, "e0.reverse", flow=1), until=2.0)
+    rates = rate_by_station(out)
+    assert sum(rates.values()) == pytest.approx(10e6, rel=0.03)   # 16 offered, 10 carried
+    assert rates["e0.forward"] == pytest.approx(5e6, rel=0.05)      # turn about
+    assert rates["e0.reverse"] == pytest.approx(5e6, rel=0.05)
+
+
+def test_without_a_medium_each_direction_has_its_own_rate():
+    forward, reverse = hub(medium=None)
+    assert forward is not reverse
+    out = simulate(forward, offered(8e6, "e0.forward"), until=2.0) + \
+        simulate(reverse, offered(8e6, "e0.reverse", flow=1), until=2.0)
+    assert sum(rate_by_station(out).values()) == pytest.approx(16e6, rel=0.03)
+
+
+def test_one_flow_alone_gets_at_most_the_medium():
+    link, _ = hub()
+    out = simulate(link, offered(12e6, "e0.forward"), until=2.0)
+    assert rate_by_station(out)["e0.forward"] == pytest.approx(10e6, rel=0.03)
+
+
+def test_each_station_keeps_its_own_discipline():
+    """The router's side runs IOS priority queuing; the hosts' side is a card's FIFO."""
+    link, _ = hub(reverse={"discipline": "fifo", "limit_packets": 100}, discipline="priority")
+    stations = link.scheduler.stations
+    assert isinstance(stations["e0.forward"], Priority) and isinstance(stations["e0.reverse"], Fifo)
+    for i in range(10):
+        for dscp in (BULK, URGENT):
+            pkt = synthetic_packet(1500, dscp, flow=dscp)
+            pkt.station = "e0.forward"
+            link.enqueue(pkt, 0.0)
+    released = [p for _, p in link.advance(1.0)]
+    assert [p.dscp for p in released[1:11]] == [URGENT] * 10  # after the one already on the wire
+
+
+def test_one_medium_has_one_rate():
+    with pytest.raises(ConfigError, match="one medium has one rate"):
+        hub(reverse={"rate_kbit": 100_000})

@@ -1,0 +1,104 @@
+"""The 2002 network profile (qos/testbed/hubs.py): 10 Mbit/s cards on half-duplex hubs.
+
+The configuration tests need nothing; the physical check needs root and namespaces
+(skipped elsewhere with the reason): two opposite flows share one 10 Mbit/s medium, one
+flow alone gets at most 10."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from pathmaster.records import ConfigError
+from qos.emulator.config import build_links, config_from_dict
+from qos.emulator.disciplines import Fifo, FlowWfq, SharedMedium
+from qos.testbed import Testbed, hubs, load_config, netns
+from qos.traffic.iperf import IperfServer, finish_client, start_client
+
+HUB_BPS = 10_000_000
+
+
+def router_station(strategy: str = "ios-wfq") -> dict:
+    return hubs.station_settings({"strategy": strategy}, 10_000, 14)
+
+
+def test_a_subnet_hub_is_one_medium_with_a_station_per_card_and_the_router():
+    config = config_from_dict(hubs.subnet_hub("rA-lan", "rA", {"A1": "10.42.1.1", "A2": "10.42.1.2"},
+                                              router_station()))
+    links = build_links(config.directions, 0)
+    assert len({id(link) for link in links}) == 1
+    medium = links[0].scheduler
+    assert isinstance(medium, SharedMedium) and links[0].rate_bps == HUB_BPS
+    assert isinstance(medium.stations["rA.forward"], FlowWfq)           # the router's IOS fair-queue
+    assert all(isinstance(medium.stations[f"A{k}.forward"], Fifo) for k in (1, 2))  # the cards
+    matches = {d.name: d.match for d in config.directions}
+    assert matches["rA.forward"] == ["-o", "rA-lan"]
+    assert matches["A2.forward"] == ["-i", "rA-lan", "-s", "10.42.1.2"]
+
+
+def test_the_routers_hub_has_a_station_per_router():
+    config = config_from_dict(hubs.core_hub({"rA": "core-eth0", "rB": "core-eth1"}, router_station("ios-wred")))
+    links = build_links(config.directions, 0)
+    assert links[0] is links[1]
+    assert [d.match for d in config.directions] == [["-i", "core-eth0"], ["-i", "core-eth1"]]
+
+
+def test_the_profile_refuses_what_it_cannot_apply():
+    config = load_config().with_network("2002")
+    assert config.network == "2002" and load_config().network == "lan"
+    with pytest.raises(ConfigError, match="lan_rate_kbit: the 2002 network"):
+        config._remade(lan_rate_kbit=100_000)
+    with pytest.raises(ConfigError, match="unknown IOS strategy"):
+        config.with_bottleneck(discipline={"strategy": "ios-red"})
+    with pytest.raises(ConfigError, match="network must be one of lan, 2002"):
+        config.with_network("1999")
+
+
+@pytest.fixture(scope="module")
+def testbed_2002(netns_ok):
+    pytest.importorskip("netfilterqueue")
+    config = load_config().with_tag(netns.new_tag("hub")).with_network("2002")
+    with Testbed(config.with_bottleneck(discipline={"strategy": "ios-fifo"})) as tb:
+        yield tb
+
+
+@pytest.mark.netns
+def test_one_flow_alone_gets_at_most_the_medium(testbed_2002):
+    tb = testbed_2002
+    with IperfServer(tb.host("B1"), 5201):
+        alone = finish_client(start_client(tb.master, tb.ip("B1"), port=5201, seconds=3, omit=1), timeout=40)
+    assert 5e6 < alone.frame_bps() <= 1.03 * HUB_BPS, f"{alone.frame_bps() / 1e6:.2f} Mbit/s"
+
+
+@pytest.mark.netns
+def test_two_opposite_flows_share_the_medium(testbed_2002):
+    """Upload A1 -> B1 and reply B1 -> A1 at once (one iperf3 --bidir test, so both start
+    together) cross the same three hubs: on a full-duplex network each would get 10 Mbit/s,
+    on the hubs they add up to 10."""
+    tb = testbed_2002
+    with IperfServer(tb.host("B1"), 5202):
+        client = tb.master.popen(["iperf3", "-c", tb.ip("B1"), "-p", "5202", "-t", "4", "-O", "1", "--bidir", "-J"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            out, _ = client.communicate(timeout=60)
+        finally:
+            netns.stop_process(client, timeout=2)
+    data = json.loads(out)
+    mss = data["start"]["tcp_mss_default"]
+    frames = (mss + 66) / mss  # 20 IP + 32 TCP with timestamps + 14 Ethernet per segment
+    rates = [data["end"][k]["bits_per_second"] * frames for k in ("sum_received", "sum_received_bidir_reverse")]
+    assert sum(rates) <= 1.05 * HUB_BPS, [f"{r / 1e6:.2f}" for r in rates]
+    assert min(rates) > 0.15 * HUB_BPS, [f"{r / 1e6:.2f}" for r in rates]  # both get turns
+    stats = tb.bottleneck_stats()
+    assert {"rA:hub", "rB:hub", "core:core"} <= stats.keys()
+
+
+def test_on_the_2002_network_a_strategy_is_for_every_router_in_user_space():
+    tb = Testbed(load_config().with_tag("unbuilt").with_network("2002"))  # nothing is built
+    with pytest.raises(ValueError, match="not backend 'kernel'"):
+        tb.set_strategy({"strategy": "ios-wfq"}, backend="kernel")
+    with pytest.raises(ValueError, match="give no subnets"):
+        tb.set_strategy({"strategy": "ios-wfq"}, subnets=["A"])
+    assert tb.emulators == {}
