@@ -38,4 +38,4 @@ def test_demo_once_prints_every_site_and_the_votes(site_db, tmp_path, ray_sessio
     assert re.search(r"case \w+ \(urgent\): [\d.]+ s, 3 site\(s\) OK, 0 failed", out), out
     assert len(re.findall(r"test-2026-\d\.png: \w+ \(\d+/15 matches(; Bethesda [\w-]+ \(\d+/15\))?\)  \[true: \w+\]", out)) == 6
     log = cache / "demo" / "cases.jsonl"
-    assert log.is_file() and '"outcome": "done"' in log.read_text()
+    assert log.is_file() and '"outcome": "ok"' in log.read_text()
