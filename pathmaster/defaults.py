@@ -36,6 +36,12 @@ BATCH_CASE_CELLS = 6       # cells per case `pathmaster batch` sends (a study ca
 STATS_WINDOW_CASES = 1000  # completion times the coordinator keeps per class for its statistics
 DEMO_CELLS = 140           # cells in each site database of `pathmaster demo` (7 diagnoses x 20)
 
+# --- A site's workers, supervised (services/site/supervisor.py) ---------------------------
+WORKER_PING_S = 1.0              # how often a site asks each Ray worker whether it is alive
+WORKER_RESTART_MIN_S = 0.5       # a dead worker's replacement starts after this, doubling on
+WORKER_RESTART_MAX_S = 30.0      #   each failed attempt up to this (reset once one is ready)
+WORKER_START_S = 120.0           # a replacement not ready by then is given up and tried again
+
 # --- Replies sized for the wire -----------------------------------------------------------
 WIRE_THUMBNAIL_PX = 48     # a match's inline thumbnail (JPEG, ~1 KB); full images on demand
 

@@ -194,8 +194,15 @@ def ensure_ray(address: str = "", num_cpus: int | None = None) -> None:
                  _system_config={"worker_niceness": 0}, **kwargs)
 
 
-_RemoteWorker = ray.remote(max_restarts=1, max_task_retries=0)(SiteWorker)
+# Ray restarts nothing: a dead worker is replaced by the site's supervisor (supervisor.py),
+# with backoff, while the site says NOT_SERVING if none is left.
+_RemoteWorker = ray.remote(max_restarts=0, max_task_retries=0)(SiteWorker)
 _prepare_index = ray.remote(prepare_index)
+
+
+def start_worker(db: str | Path, cpus: float, budget: CellBudget | None = CellBudget()):
+    """One new worker actor over the database, not waited for (its `ready` says when)."""
+    return _RemoteWorker.options(num_cpus=cpus).remote(str(db), budget)
 
 
 def start_workers(db: str | Path, algorithm: str, count: int, cpus: float, timeout_s: float = 120.0,
@@ -212,7 +219,7 @@ def start_workers(db: str | Path, algorithm: str, count: int, cpus: float, timeo
             ray.get(_prepare_index.options(num_cpus=cpus).remote(str(db), algorithm), timeout=timeout_s)
         except ray.exceptions.RayTaskError as exc:
             raise RuntimeError(f"site database {db}: cannot build a {algorithm!r} index: {exc.cause}") from None
-    workers = [_RemoteWorker.options(num_cpus=cpus).remote(str(db), budget) for _ in range(count)]
+    workers = [start_worker(db, cpus, budget) for _ in range(count)]
     try:
         ray.get([w.ready.remote() for w in workers], timeout=timeout_s)
     except ray.exceptions.RayActorError as exc:
