@@ -112,6 +112,7 @@ MAX_CASE_DEADLINE_S = 3600.0    # a case's own deadline_s above this is refused
 # --- Case log (the coordinator's completion records; mode 0600) ---------------------------
 CASE_LOG_MAX_BYTES = 64 * 1024 * 1024   # then it is rotated to .1, .2, ...
 CASE_LOG_BACKUPS = 5                    # rotated files kept
+LOG_MESSAGE_CHARS = 4000                # a service log line's message is cut there (no runaway payloads)
 
 # --- Site vocabularies ------------------------------------------------------------------
 MAX_VOCABULARY_LABELS = 256     # labels one site vocabulary may declare
