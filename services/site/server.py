@@ -30,6 +30,7 @@ from services.config import SiteConfig
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
 from services.site.cells import check_cell_size
+from services.fate import remember_descendants
 from services.metrics import serve_metrics, stop_metrics
 from services.site.dispatch import PriorityDispatcher, WorkersDown
 from services.site.metrics import SiteMetrics
@@ -277,6 +278,7 @@ class SiteServer:
         self.workers = start_workers(cfg.db, cfg.algorithm, cfg.workers, cfg.worker_cpus,
                                      budget=cfg.cell_budget)  # budget (issue 10 item 5)
         info = ray.get(self.workers[0].info.remote())
+        remember_descendants()  # what Ray started meanwhile goes when this process goes (services/fate.py)
         self.servicer = SiteServicer(cfg.name, self.workers, info, cfg.classes, self.metrics)
         host, _, port = cfg.listen.rpartition(":")
         self.server = MarkedServer(

@@ -186,12 +186,16 @@ def ensure_ray(address: str = "", num_cpus: int | None = None) -> None:
     kwargs = dict(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
     if address:
         ray.init(address=address, **kwargs)
-    else:  # a local instance talks over loopback only
+    else:  # a local instance talks over loopback only, and ends with this process
+        from services.fate import remember_descendants, watch_me
+
+        watch_me()  # even when SIGKILLed: its Ray processes are killed by a watchdog (services/fate.py)
         # Ray starts its workers at nice 15 by default. Our workers serve a user's case
         # while they wait, so any busy process on the host (a build, a backup) would starve
         # them to a crawl: they run at the service's own priority instead.
         ray.init(num_cpus=num_cpus, _node_ip_address="127.0.0.1",
                  _system_config={"worker_niceness": 0}, **kwargs)
+        remember_descendants()  # Ray's own processes, the agents included
 
 
 # Ray restarts nothing: a dead worker is replaced by the site's supervisor (supervisor.py),
