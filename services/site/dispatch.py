@@ -104,6 +104,11 @@ class PriorityDispatcher:
                 self._idle.append(index)
             self._changed.notify()
 
+    def is_alive(self, index: int) -> bool:
+        """Whether the worker at `index` is not known to be dead."""
+        with self._changed:
+            return index not in self._down
+
     def alive(self) -> int:
         """Workers not known to be dead."""
         with self._changed:

@@ -127,9 +127,14 @@ class SiteServicer(pb_grpc.SiteServicer):
                                               f.mask_estimated), method="search")
             for f in request.features]
 
-    def _worker(self):
+    def _worker(self, context: grpc.ServicerContext):
+        """The next live worker in turn; UNAVAILABLE when none is alive."""
         with self._lock:
-            return self.workers[next(self._next)]
+            for _ in range(len(self.workers)):
+                index = next(self._next)
+                if self.dispatcher.is_alive(index):
+                    return self.workers[index]
+        context.abort(grpc.StatusCode.UNAVAILABLE, f"site {self.name} cannot serve now: no worker is alive")
 
     def _priority(self, class_name: str) -> int:
         """The class's priority (0 most favoured); an unknown class waits behind all."""
@@ -217,7 +222,7 @@ class SiteServicer(pb_grpc.SiteServicer):
         if not request.cell_id:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "cell_id is empty")
         remaining = context.time_remaining()
-        ref = self._worker().image.remote(request.cell_id)
+        ref = self._worker(context).image.remote(request.cell_id)
         try:
             found = ray.get(ref, timeout=remaining)
         except ray.exceptions.GetTimeoutError:

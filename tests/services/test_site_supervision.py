@@ -14,6 +14,7 @@ import threading
 import urllib.request
 
 import grpc
+import pytest
 import ray
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
@@ -73,7 +74,10 @@ def test_worker_death_not_serving_then_serving(ray_session, site_db, case, tmp_p
 
         with CoordinatorClient(coordinator.address) as client:
             (listed,) = client.sites()
+            with pytest.raises(grpc.RpcError) as err:
+                client.image("omega", "cell-1")
         assert not listed.serving and listed.info.workers == 0
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
         events = case_events(coordinator.address, case[:1])
         (result,) = [e.site_result for e in events if e.HasField("site_result")]
         assert result.status_code == UNAVAILABLE and "no worker is alive" in result.status_message
