@@ -41,6 +41,7 @@ WORKER_PING_S = 1.0              # how often a site asks each Ray worker whether
 WORKER_RESTART_MIN_S = 0.5       # a dead worker's replacement starts after this, doubling on
 WORKER_RESTART_MAX_S = 30.0      #   each failed attempt up to this (reset once one is ready)
 WORKER_START_S = 120.0           # a replacement not ready by then is given up and tried again
+SITE_WATCH_RETRY_S = 2.0         # the coordinator follows each site's health; after a lost stream, again after this
 
 # --- Replies sized for the wire -----------------------------------------------------------
 WIRE_THUMBNAIL_PX = 48     # a match's inline thumbnail (JPEG, ~1 KB); full images on demand

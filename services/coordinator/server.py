@@ -41,6 +41,7 @@ from services.classinfo import class_messages
 from services.metrics import case_outcome, serve_metrics, stop_metrics
 from services.config import CoordinatorConfig
 from services.coordinator.fanout import FanOut, SiteOutcome
+from services.coordinator.sitewatch import SITE_SERVICE, SiteWatch
 from services.coordinator.stats import CaseLog, ClassStats, CoordinatorMetrics
 from services.coordinator.validation import CaseRejected, check_case_request
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
@@ -49,7 +50,6 @@ from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
 log = logging.getLogger("pathmaster.coordinator")
 
 COORDINATOR_SERVICE = pb.DESCRIPTOR.services_by_name["Coordinator"].full_name
-SITE_SERVICE = pb.DESCRIPTOR.services_by_name["Site"].full_name  # what a site's health names
 INFO_TIMEOUT_S = 2.0
 RETRY_LOOKUP_S = 10.0    # a site whose Info failed is not waited for again sooner
 REFRESH_TIMEOUT_S = 30.0  # background look-up after a failure
@@ -405,15 +405,12 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                     predicted_s=plan.predicted_s or 0.0, decisions=[*plan.reasons, *outcome.decisions])
         self.metrics.site_call(site, base["request_class"], outcome.reply is not None, outcome.elapsed_s)
         if outcome.reply is None:
-            if outcome.code == grpc.StatusCode.UNAVAILABLE:
-                self.metrics.sites_up.labels(site).set(0)
             if outcome.code in STALE_PORT_CODES and self.channels.has_class_ports(site):
                 self._refresh_later(site)  # it may have restarted on other ports
             log.warning("%s", outcome.message)
             return pb.SiteResult(status_message=outcome.message,
                                  timing=pb.SiteTiming(total_s=outcome.elapsed_s), **base)
         reply = outcome.reply
-        self.metrics.sites_up.labels(site).set(1)
         if not self.channels.has_class_ports(site):  # it answers: learn its ports for the next cases
             self._refresh_later(site)
         timing = pb.SiteTiming()
@@ -544,6 +541,7 @@ class CoordinatorServer:
         self.address = connect_address(host, self.server.port)
         if cfg.metrics:
             self._metrics_server, self.metrics_url = serve_metrics(cfg.metrics, self.metrics.registry)
+        self._site_watch = SiteWatch(self.channels, self.servicer.site_names, self.metrics.sites_up).start()
         # Learn the sites' class ports now, so the first case's replies are marked too.
         self._stopping = threading.Event()
         threading.Thread(target=self._learn_class_ports, daemon=True, name="class-ports").start()
@@ -605,6 +603,7 @@ class CoordinatorServer:
 
     def stop(self, grace: float = 1.0) -> None:
         self._stopping.set()
+        self._site_watch.stop()
         self.server.stop(grace)
         if self._analysers is not None:
             self._analysers.stop()

@@ -123,8 +123,8 @@ class CoordinatorMetrics:
 
     case_seconds{class, outcome}: each case's time, from arrival to its summary;
     site_seconds{site, class, outcome}: each site call, from sending to its answer or
-    failure (outcome "ok" or "failed"); sites_up{site}: 1 while the site's last call or
-    look-up succeeded and its health says SERVING, 0 after a failure; in_flight{class}:
+    failure (outcome "ok" or "failed"); sites_up{site}: 1 while the site's health says
+    SERVING, 0 otherwise or when it cannot be reached (sitewatch.py); in_flight{class}:
     cases in progress.
     """
 
@@ -136,7 +136,7 @@ class CoordinatorMetrics:
                                       ["class", "outcome"], registry=self.registry, buckets=SECONDS_BUCKETS)
         self.site_seconds = Histogram("pathmaster_site_call_seconds", "A site call's time, sent to answer or failure",
                                       ["site", "class", "outcome"], registry=self.registry, buckets=SECONDS_BUCKETS)
-        self.sites_up = Gauge("pathmaster_site_up", "1 while the site serves, 0 since it failed",
+        self.sites_up = Gauge("pathmaster_site_up", "1 while the site's health says SERVING",
                               ["site"], registry=self.registry)
         self.in_flight = Gauge("pathmaster_cases_in_flight", "Cases in progress", ["class"],
                                registry=self.registry)
