@@ -36,6 +36,13 @@ BATCH_CASE_CELLS = 6       # cells per case `pathmaster batch` sends (a study ca
 STATS_WINDOW_CASES = 1000  # completion times the coordinator keeps per class for its statistics
 DEMO_CELLS = 140           # cells in each site database of `pathmaster demo` (7 diagnoses x 20)
 
+# --- A site's workers, supervised (services/site/supervisor.py) ---------------------------
+WORKER_PING_S = 1.0              # how often a site asks each Ray worker whether it is alive
+WORKER_RESTART_MIN_S = 0.5       # a dead worker's replacement starts after this, doubling on
+WORKER_RESTART_MAX_S = 30.0      #   each failed attempt up to this (reset once one is ready)
+WORKER_START_S = 120.0           # a replacement not ready by then is given up and tried again
+SITE_WATCH_RETRY_S = 2.0         # the coordinator follows each site's health; after a lost stream, again after this
+
 # --- Replies sized for the wire -----------------------------------------------------------
 WIRE_THUMBNAIL_PX = 48     # a match's inline thumbnail (JPEG, ~1 KB); full images on demand
 
@@ -137,6 +144,7 @@ MAX_CASE_DEADLINE_S = 3600.0    # a case's own deadline_s above this is refused
 # --- Case log (the coordinator's completion records; mode 0600) ---------------------------
 CASE_LOG_MAX_BYTES = 64 * 1024 * 1024   # then it is rotated to .1, .2, ...
 CASE_LOG_BACKUPS = 5                    # rotated files kept
+LOG_MESSAGE_CHARS = 4000                # a service log line's message is cut there (no runaway payloads)
 
 # --- Site vocabularies ------------------------------------------------------------------
 MAX_VOCABULARY_LABELS = 256     # labels one site vocabulary may declare

@@ -462,6 +462,13 @@ class MarkedServer:
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         return self
 
+    def set_serving(self, serving: bool) -> None:
+        """What gRPC health says of every service here (and of the server, ""): SERVING or
+        NOT_SERVING (a server up that cannot do its work, e.g. a site with no worker)."""
+        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        for name in ["", *self._service_names]:
+            self.health.set(name, status)
+
     def stop(self, grace: float | None = 1.0) -> None:
         """Stop every port; in-flight calls get `grace` seconds to finish."""
         self.health.enter_graceful_shutdown()

@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 
 from pathmaster import defaults
+from services.logs import add_arguments as add_log_arguments
+from services.logs import setup_logging
 
 STARTED = time.perf_counter()
 
@@ -34,6 +36,7 @@ def register(subparsers) -> None:
     demo.add_argument("--class", dest="request_class", default="urgent",
                       help="the case's class (default %(default)s)")
     demo.add_argument("--no-gateway", action="store_true", help="do not start the web page")
+    add_log_arguments(demo, level="warning", fmt="text")  # a person reads the demo's terminal
     demo.set_defaults(func=run_demo)
 
     serve = subparsers.add_parser("serve", help="run a site or the coordinator from a config file")
@@ -42,9 +45,11 @@ def register(subparsers) -> None:
     site.add_argument("--config", required=True, type=Path, help="site TOML file")
     site.add_argument("--ray-address", default=None,
                       help='join this Ray cluster ("auto" or HOST:PORT); overrides the config')
+    add_log_arguments(site)
     site.set_defaults(func=run_serve_site)
     coord = which.add_parser("coordinator", help="serve the coordinator (see deploy/coordinator.example.toml)")
     coord.add_argument("--config", required=True, type=Path, help="coordinator TOML file")
+    add_log_arguments(coord)
     coord.set_defaults(func=run_serve_coordinator)
 
     query = subparsers.add_parser(
@@ -206,7 +211,7 @@ def _ports_text(class_ports: dict[str, int]) -> str:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+    setup_logging(args.log_level, args.log_format)
     from services.client import CoordinatorClient
     from services.demo import CASE_SEED, start_demo
     from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
@@ -267,10 +272,16 @@ def _start_gateway(coordinator_address: str):
     return handle
 
 
-def _wait_for_signal() -> None:
+def _stop_on_signal() -> threading.Event:
+    """An event set by SIGINT or SIGTERM (from now on: a signal after this is never lost)."""
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    return stop
+
+
+def _wait_for_signal(stop: threading.Event | None = None) -> None:
+    stop = stop or _stop_on_signal()
     while not stop.wait(3600):
         pass
 
@@ -288,7 +299,7 @@ def run_serve_site(args: argparse.Namespace) -> int:
             config.ray_address = args.ray_address
         return config
 
-    return _serve("site", load, SiteServer, args.config,
+    return _serve("site", load, SiteServer, args,
                   lambda s: f"site {s.config.name} serving on {s.address}; classes on ports {_ports_text(s.class_ports)}")
 
 
@@ -296,15 +307,17 @@ def run_serve_coordinator(args: argparse.Namespace) -> int:
     from services.config import load_coordinator_config
     from services.coordinator.server import CoordinatorServer
 
-    return _serve("coordinator", load_coordinator_config, CoordinatorServer, args.config,
+    return _serve("coordinator", load_coordinator_config, CoordinatorServer, args,
                   lambda s: f"coordinator serving on {s.address}; classes on ports {_ports_text(s.class_ports)}"
                             + (f"; metrics {s.metrics_url}" if s.metrics_url else ""))
 
 
-def _serve(role: str, load, server_class, config_path: Path, describe) -> int:
-    """Load `config_path`, start `server_class(config)`, print `describe(server)`, serve until
-    SIGINT/SIGTERM. Exit status 2 for a bad configuration, 1 when the server cannot start."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+def _serve(role: str, load, server_class, args: argparse.Namespace, describe) -> int:
+    """Load `args.config`, start `server_class(config)`, print `describe(server)`, serve until
+    SIGINT/SIGTERM; logs as `args.log_level` and `args.log_format` say. Exit status 2 for a
+    bad configuration, 1 when the server cannot start."""
+    setup_logging(args.log_level, args.log_format)
+    config_path = args.config
     from pathmaster.records import ConfigError
 
     try:
@@ -313,18 +326,21 @@ def _serve(role: str, load, server_class, config_path: Path, describe) -> int:
         print(f"pathmaster serve {role}: {exc}", file=sys.stderr)
         return 2
     if config.tls is None:
-        print(f"{role}: serving WITHOUT TLS (add a [tls] section to {config_path})", file=sys.stderr)
+        logging.getLogger(f"pathmaster.{role}").warning("serving WITHOUT TLS (add a [tls] section to %s)",
+                                                         config_path)
     elif not config.tls.mutual:
-        print(f"{role}: serving TLS without client certificates: any caller may call, whatever its role "
-              f"(set mutual = true in [tls] of {config_path})", file=sys.stderr)
+        logging.getLogger(f"pathmaster.{role}").warning(
+            "serving TLS without client certificates: any caller may call, whatever its role "
+            "(set mutual = true in [tls] of %s)", config_path)
     try:
         server = server_class(config).start()
     except (OSError, RuntimeError, ValueError) as exc:
         print(f"pathmaster serve {role}: {exc}", file=sys.stderr)
         return 1
+    stop = _stop_on_signal()  # before saying it serves: whoever then stops it stops it cleanly
     print(describe(server), flush=True)
     try:
-        _wait_for_signal()
+        _wait_for_signal(stop)
     finally:
         server.stop()
     return 0

@@ -168,6 +168,12 @@ class SiteTable(_Budgeted):
     """Ray CPUs reserved per actor (fractions let several sites share a small machine)."""
     ray_address: str = ""
     """"" starts a local Ray; "auto" or "HOST:PORT" joins one."""
+    metrics: str = ""
+    """HOST:PORT of the site's Prometheus endpoint; "" for none."""
+    worker_restart_min_s: float = Field(defaults.WORKER_RESTART_MIN_S, gt=0)
+    """Seconds before a dead worker's replacement starts; doubled after each failed attempt."""
+    worker_restart_max_s: float = Field(defaults.WORKER_RESTART_MAX_S, gt=0)
+    """The longest wait between attempts to replace a dead worker."""
 
 
 class SiteEndpoint(_Table):

@@ -27,7 +27,7 @@ import uuid
 from dataclasses import replace
 
 import grpc
-from prometheus_client import start_http_server
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from pathmaster import defaults
 from pathmaster.ids import check_id, log_tag, shown
@@ -38,9 +38,11 @@ from qos.policy import plan_site
 from qos.predict import PredictionLog, Predictor, SiteLoad
 from qos.transport import STALE_PORT_CODES, ClassChannels, MarkedServer, connect_address, split_address
 from services.classinfo import class_messages
+from services.metrics import case_outcome, serve_metrics, stop_metrics
 from services.config import CoordinatorConfig
 from services.coordinator.fanout import FanOut, SiteOutcome
-from services.coordinator.stats import CaseLog, ClassStats, metrics_registry
+from services.coordinator.sitewatch import SITE_SERVICE, SiteWatch
+from services.coordinator.stats import CaseLog, ClassStats, CoordinatorMetrics
 from services.coordinator.validation import CaseRejected, check_case_request
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
@@ -115,12 +117,12 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     """The Coordinator service (see the module docstring)."""
 
     def __init__(self, config: CoordinatorConfig, channels: ClassChannels, stats: ClassStats,
-                 case_log: CaseLog, histogram=None):
+                 case_log: CaseLog, metrics: CoordinatorMetrics | None = None):
         self.config = config
         self.channels = channels
         self.stats = stats
         self.case_log = case_log
-        self.histogram = histogram
+        self.metrics = metrics or CoordinatorMetrics(stats)
         self.site_names = [s.name for s in config.sites]
         # Filled in by CoordinatorServer once its ports are bound; advertised by Info.
         self.class_ports: dict[str, int] = {}
@@ -233,9 +235,12 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         except Refused as exc:
             context.set_trailing_metadata((("retry-after", f"{exc.retry_after_s:g}"),))
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{exc} (retry after {exc.retry_after_s:g} s)")
+        in_flight = self.metrics.in_flight.labels(rclass.name)
+        in_flight.inc()
         try:
             yield from self._run_case(request, context, rclass, ticket, sites, case_id, started, budget, case_deadline)
         finally:
+            in_flight.dec()
             self.admission.release(ticket)
 
     def _run_case(self, request, context, rclass, ticket, sites, case_id, started, budget, case_deadline):
@@ -319,6 +324,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             with self._lock:
                 self.cases_cancelled += 1
             log.info("case %s: cancelled by the client after %.3f s", log_tag(case_id), total_s)
+            self.metrics.case(rclass.name, "cancelled", total_s)
             self._record(case_id, rclass, served, results, total_s, cells, "cancelled", case_predicted, decisions)
             return
         error = self.predictions.add(case_predicted, total_s)
@@ -332,10 +338,9 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             predicted_s=case_predicted or 0.0, served_class=served.name, decisions=decisions,
             bethesda=case_bethesda([list(r.cells) for r in results if r.status_code == 0]),
         )
-        self.stats.add(rclass.name, total_s)
-        if self.histogram is not None:
-            self.histogram.labels(rclass.name).observe(total_s)
-        self._record(case_id, rclass, served, results, total_s, cells, "done", case_predicted, decisions,
+        outcome = case_outcome(summary.sites_ok, summary.sites_failed)  # failed: never a completion time
+        self.metrics.case(rclass.name, outcome, total_s)
+        self._record(case_id, rclass, served, results, total_s, cells, outcome, case_predicted, decisions,
                      prediction_error=error)
         yield pb.CaseEvent(summary=summary)
 
@@ -398,6 +403,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                     mode=attempt.mode if attempt else plan.mode,
                     request_class=attempt.request_class if attempt else plan.request_class,
                     predicted_s=plan.predicted_s or 0.0, decisions=[*plan.reasons, *outcome.decisions])
+        self.metrics.site_call(site, base["request_class"], outcome.reply is not None, outcome.elapsed_s)
         if outcome.reply is None:
             if outcome.code in STALE_PORT_CODES and self.channels.has_class_ports(site):
                 self._refresh_later(site)  # it may have restarted on other ports
@@ -482,16 +488,22 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                                   feature_schema=self.analysers_schema)
 
     def ListSites(self, request, context) -> pb.SitesReply:
+        """Every site with its Info; serving only while it answers and its health says SERVING
+        (a site with no live worker says NOT_SERVING until its workers are replaced)."""
         calls = {s.name: self._site_stub(s.name).Info.future(pb.SiteInfoRequest(), timeout=INFO_TIMEOUT_S)
                  for s in self.config.sites}
+        checks = {s.name: health_pb2_grpc.HealthStub(self.channels.channel(s.name)).Check.future(
+                      health_pb2.HealthCheckRequest(service=SITE_SERVICE), timeout=INFO_TIMEOUT_S)
+                  for s in self.config.sites}
         statuses = []
         for site in self.config.sites:
             status = pb.SiteStatus(site=site.name, address=site.address)
             try:
                 status.info.CopyFrom(calls[site.name].result())
-                status.serving = True
+                status.serving = checks[site.name].result().status == health_pb2.HealthCheckResponse.SERVING
             except grpc.RpcError:
                 status.serving = False
+            self.metrics.sites_up.labels(site.name).set(int(status.serving))
             statuses.append(status)
         return pb.SitesReply(sites=statuses)
 
@@ -515,8 +527,8 @@ class CoordinatorServer:
         self.channels = ClassChannels({s.name: s.address for s in cfg.sites}, cfg.classes, cfg.site_tls,
                                       max_message_bytes=max(cfg.max_case_bytes * 2, 64 * 2**20))
         self.stats = ClassStats(cfg.classes, cfg.stats_window)
-        registry, histogram = metrics_registry(self.stats)
-        self.servicer = CoordinatorServicer(cfg, self.channels, self.stats, CaseLog(cfg.case_log), histogram)
+        self.metrics = CoordinatorMetrics(self.stats)
+        self.servicer = CoordinatorServicer(cfg, self.channels, self.stats, CaseLog(cfg.case_log), self.metrics)
         host, port = split_address(cfg.listen)
         self.server = MarkedServer(
             lambda server: pb_grpc.add_CoordinatorServicer_to_server(self.servicer, server),
@@ -528,9 +540,8 @@ class CoordinatorServer:
         self.server.start()
         self.address = connect_address(host, self.server.port)
         if cfg.metrics:
-            m_host, m_port = split_address(cfg.metrics)
-            self._metrics_server, _ = start_http_server(m_port, addr=m_host.strip("[]"), registry=registry)
-            self.metrics_url = f"http://{connect_address(m_host, self._metrics_server.server_port)}/metrics"
+            self._metrics_server, self.metrics_url = serve_metrics(cfg.metrics, self.metrics.registry)
+        self._site_watch = SiteWatch(self.channels, self.servicer.site_names, self.metrics.sites_up).start()
         # Learn the sites' class ports now, so the first case's replies are marked too.
         self._stopping = threading.Event()
         threading.Thread(target=self._learn_class_ports, daemon=True, name="class-ports").start()
@@ -592,13 +603,12 @@ class CoordinatorServer:
 
     def stop(self, grace: float = 1.0) -> None:
         self._stopping.set()
+        self._site_watch.stop()
         self.server.stop(grace)
         if self._analysers is not None:
             self._analysers.stop()
             self._analysers = None
-        if self._metrics_server is not None:
-            self._metrics_server.shutdown()
-            self._metrics_server.server_close()
-            self._metrics_server = None
+        stop_metrics(self._metrics_server)
+        self._metrics_server = None
         self.channels.close()
         self.servicer.case_log.close()

@@ -5,7 +5,10 @@ tag, class, DSCP, sites with their status, times and bytes each way, total time)
 is its owner's only (0600) and rotated by size. Per class, the coordinator keeps the most
 recent completion times (a bounded window) and reports their mean, standard deviation,
 coefficient of variation, median and 95th percentile, through the GetClassStats RPC and
-as Prometheus gauges.
+as Prometheus gauges. Only completed cases (at least one site answered) have a completion
+time: a failed or cancelled case is counted under its outcome, never in the statistics.
+`CoordinatorMetrics` holds the Prometheus side: the case and per-site histograms (labels
+`class`, `outcome`, `site`), sites up, cases in flight (services/metrics.py for the rest).
 """
 
 from __future__ import annotations
@@ -20,12 +23,13 @@ from logging.handlers import RotatingFileHandler
 from pathlib import Path
 
 import numpy as np
-from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client import Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from pathmaster import defaults
 from pathmaster.defaults import CASE_LOG_BACKUPS, CASE_LOG_MAX_BYTES
 from qos.classes import ClassTable
+from services.metrics import COMPLETED, OUTCOMES, SECONDS_BUCKETS, new_registry
 
 CASE_LOG_MODE = 0o600  # case ids may be accession numbers
 
@@ -55,25 +59,33 @@ class ClassStats:
     """Completion times per request class; thread-safe.
 
     window: how many recent times per class the statistics cover. `cases` in `summary`
-    counts every case recorded since start, the other figures cover the window.
+    counts every completed case since start, the other figures cover the window. Cases
+    with another outcome (failed, cancelled) are counted apart (`outcomes`).
     """
 
     def __init__(self, classes: ClassTable, window: int = defaults.STATS_WINDOW_CASES):
         self.classes = classes
         self._times = {c.name: deque(maxlen=window) for c in classes}
-        self._counts = {c.name: 0 for c in classes}
+        self._counts = {c.name: dict.fromkeys(OUTCOMES, 0) for c in classes}
         self._lock = threading.Lock()
 
-    def add(self, class_name: str, total_s: float) -> None:
+    def add(self, class_name: str, total_s: float, outcome: str = "ok") -> None:
+        """Count a case of `outcome`; its time joins the statistics only when it completed."""
         with self._lock:
-            self._times[class_name].append(float(total_s))
-            self._counts[class_name] += 1
+            self._counts[class_name][outcome] += 1
+            if outcome in COMPLETED:
+                self._times[class_name].append(float(total_s))
+
+    def outcomes(self, class_name: str) -> dict[str, int]:
+        """{outcome: cases} of the class since start."""
+        with self._lock:
+            return dict(self._counts[class_name])
 
     def summary(self, class_name: str) -> dict:
-        """summarise() of the class's window, with "cases" = all cases, "dscp" and "recent_s"."""
+        """summarise() of the class's window, with "cases" = all completed cases, "dscp" and "recent_s"."""
         with self._lock:
             times = list(self._times[class_name])
-            count = self._counts[class_name]
+            count = sum(self._counts[class_name][o] for o in COMPLETED)
         out = summarise(times)
         out.update(request_class=class_name, dscp=self.classes[class_name].dscp,
                    cases=count, recent_s=times[-50:])
@@ -82,11 +94,11 @@ class ClassStats:
     def collect(self):
         """Prometheus collector protocol: per-class gauges computed on each scrape."""
         names = [c.name for c in self.classes]
-        cases = CounterMetricFamily("pathmaster_cases", "Cases completed", labels=["request_class"])
+        cases = CounterMetricFamily("pathmaster_cases", "Cases ended, by outcome", labels=["class", "outcome"])
         gauges = {
-            key: GaugeMetricFamily(f"pathmaster_case_{key}", help_, labels=["request_class"])
+            key: GaugeMetricFamily(f"pathmaster_case_{key}", help_, labels=["class"])
             for key, help_ in [
-                ("mean_seconds", "Mean case completion time (recent window)"),
+                ("mean_seconds", "Mean case completion time (recent window of completed cases)"),
                 ("std_seconds", "Standard deviation of case completion time (recent window)"),
                 ("cv", "Coefficient of variation of case completion time (recent window)"),
                 ("p50_seconds", "Median case completion time (recent window)"),
@@ -96,24 +108,50 @@ class ClassStats:
         fields = {"mean_seconds": "mean_s", "std_seconds": "std_s", "cv": "cv",
                   "p50_seconds": "p50_s", "p95_seconds": "p95_s"}
         for name in names:
+            for outcome, count in self.outcomes(name).items():
+                cases.add_metric([name, outcome], count)
             s = self.summary(name)
-            cases.add_metric([name], s["cases"])
             for key, gauge in gauges.items():
                 gauge.add_metric([name], s[fields[key]])
         yield cases
         yield from gauges.values()
 
 
-def metrics_registry(stats: ClassStats) -> tuple[CollectorRegistry, Histogram]:
-    """A registry of its own per coordinator (several may run in one process) holding the
-    per-class gauges and a completion-time histogram; returns (registry, histogram)."""
-    registry = CollectorRegistry()
-    registry.register(stats)
-    histogram = Histogram(
-        "pathmaster_case_seconds", "Case completion time", ["request_class"], registry=registry,
-        buckets=(0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 60, 120),
-    )
-    return registry, histogram
+class CoordinatorMetrics:
+    """The coordinator's Prometheus registry (one per coordinator: several may run in one
+    process) and its metrics, with the per-class statistics `stats` as gauges.
+
+    case_seconds{class, outcome}: each case's time, from arrival to its summary;
+    site_seconds{site, class, outcome}: each site call, from sending to its answer or
+    failure (outcome "ok" or "failed"); sites_up{site}: 1 while the site's health says
+    SERVING, 0 otherwise or when it cannot be reached (sitewatch.py); in_flight{class}:
+    cases in progress.
+    """
+
+    def __init__(self, stats: ClassStats):
+        self.stats = stats
+        self.registry = new_registry("coordinator")
+        self.registry.register(stats)
+        self.case_seconds = Histogram("pathmaster_case_seconds", "Case time, arrival to summary",
+                                      ["class", "outcome"], registry=self.registry, buckets=SECONDS_BUCKETS)
+        self.site_seconds = Histogram("pathmaster_site_call_seconds", "A site call's time, sent to answer or failure",
+                                      ["site", "class", "outcome"], registry=self.registry, buckets=SECONDS_BUCKETS)
+        self.sites_up = Gauge("pathmaster_site_up", "1 while the site's health says SERVING",
+                              ["site"], registry=self.registry)
+        self.in_flight = Gauge("pathmaster_cases_in_flight", "Cases in progress", ["class"],
+                               registry=self.registry)
+        for c in stats.classes:
+            self.in_flight.labels(c.name)
+            for outcome in OUTCOMES:
+                self.case_seconds.labels(c.name, outcome)
+
+    def case(self, class_name: str, outcome: str, total_s: float) -> None:
+        """A case ended: its histogram and the per-class statistics (completed cases only)."""
+        self.case_seconds.labels(class_name, outcome).observe(total_s)
+        self.stats.add(class_name, total_s, outcome)
+
+    def site_call(self, site: str, class_name: str, ok: bool, seconds: float) -> None:
+        self.site_seconds.labels(site, class_name, "ok" if ok else "failed").observe(seconds)
 
 
 class _PrivateRotatingFile(RotatingFileHandler):

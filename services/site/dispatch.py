@@ -30,15 +30,26 @@ class Job:
         self.ref = None
 
 
+class WorkersDown(RuntimeError):
+    """No worker of the site is alive: its waiting cells are failed at once, not kept."""
+
+
 class PriorityDispatcher:
-    """Runs `actor.<job.method>.remote(*job.args)` on `workers`, lowest priority number first."""
+    """Runs `actor.<job.method>.remote(*job.args)` on `workers`, lowest priority number first.
+
+    A worker that dies (its job fails with RayActorError, or the supervisor says so with
+    `worker_down`) is given no more jobs until `replace` puts its successor in its place;
+    while none is alive, waiting jobs fail with `WorkersDown`. `workers` is changed in place
+    (the site server shares the list).
+    """
 
     def __init__(self, workers: list):
         self.workers = workers
         self._heap: list[tuple[int, int, Job]] = []
         self._order = itertools.count()
         self._idle = list(range(len(workers)))
-        self._running: dict = {}  # ObjectRef -> (job, worker index)
+        self._running: dict = {}  # ObjectRef -> (job, worker index, the actor)
+        self._down: set[int] = set()
         self._changed = threading.Condition()
         self._stopped = False
         self._thread = threading.Thread(target=self._run, daemon=True, name="site-dispatch")
@@ -47,6 +58,10 @@ class PriorityDispatcher:
     def submit(self, priority: int, args: tuple, method: str = "analyse") -> Job:
         job = Job(args, method)
         with self._changed:
+            if len(self._down) == len(self.workers):
+                job.error = WorkersDown("no worker is alive")
+                job.done.set()
+                return job
             heapq.heappush(self._heap, (priority, next(self._order), job))
             self._changed.notify()
         return job
@@ -63,6 +78,42 @@ class PriorityDispatcher:
             if job.ref is not None:
                 ray.cancel(job.ref)
 
+    def worker_down(self, index: int) -> None:
+        """The worker at `index` is dead: no more jobs for it; when it was the last one
+        alive, every waiting job fails with WorkersDown."""
+        with self._changed:
+            self._mark_down(index)
+
+    def _mark_down(self, index: int) -> None:
+        self._down.add(index)
+        if index in self._idle:
+            self._idle.remove(index)
+        if len(self._down) == len(self.workers):
+            while self._heap:
+                _, _, job = heapq.heappop(self._heap)
+                job.error = WorkersDown("no worker is alive")
+                job.done.set()
+
+    def replace(self, index: int, actor) -> None:
+        """`actor` (ready) takes the place of the dead worker at `index`."""
+        with self._changed:
+            self.workers[index] = actor
+            self._down.discard(index)
+            busy = any(i == index for _, i, _ in self._running.values())
+            if not busy and index not in self._idle:
+                self._idle.append(index)
+            self._changed.notify()
+
+    def is_alive(self, index: int) -> bool:
+        """Whether the worker at `index` is not known to be dead."""
+        with self._changed:
+            return index not in self._down
+
+    def alive(self) -> int:
+        """Workers not known to be dead."""
+        with self._changed:
+            return len(self.workers) - len(self._down)
+
     def stop(self) -> None:
         with self._changed:
             self._stopped = True
@@ -75,8 +126,9 @@ class PriorityDispatcher:
             if job.cancelled:
                 continue
             worker = self._idle.pop()
-            job.ref = getattr(self.workers[worker], job.method).remote(*job.args)
-            self._running[job.ref] = (job, worker)
+            actor = self.workers[worker]
+            job.ref = getattr(actor, job.method).remote(*job.args)
+            self._running[job.ref] = (job, worker, actor)
 
     def _run(self) -> None:
         while True:
@@ -91,10 +143,14 @@ class PriorityDispatcher:
             ready, _ = ray.wait(running, num_returns=1, timeout=POLL_S)
             for ref in ready:
                 with self._changed:
-                    job, worker = self._running.pop(ref)
-                    self._idle.append(worker)
+                    job, worker, actor = self._running.pop(ref)
                 try:
                     job.result = ray.get(ref)
                 except Exception as exc:  # the handler turns it into a gRPC status
                     job.error = exc
+                with self._changed:
+                    if isinstance(job.error, ray.exceptions.RayActorError) and self.workers[worker] is actor:
+                        self._mark_down(worker)  # dead: its successor comes through replace()
+                    elif worker not in self._down and worker not in self._idle:
+                        self._idle.append(worker)
                 job.done.set()

@@ -4,6 +4,10 @@ The gRPC handler only routes: each cell of a case goes to the site's Ray actors,
 already hold the FAISS index, most-favoured request class first (dispatch.py). The
 handler waits for the cells with the call's own deadline, and stops waiting (and drops
 its queued cells) as soon as the coordinator cancels the call.
+
+The site is truthful about itself: dead workers are replaced with backoff
+(supervisor.py), and while none is alive gRPC health says NOT_SERVING and Analyse is
+refused at once with UNAVAILABLE; SERVING again once a replacement is ready.
 """
 
 from __future__ import annotations
@@ -26,8 +30,12 @@ from services.config import SiteConfig
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
 from services.site.cells import check_cell_size
-from services.site.dispatch import PriorityDispatcher
-from services.site.worker import CellOutcome, ensure_ray, start_workers, stop_workers
+from services.fate import remember_descendants
+from services.metrics import serve_metrics, stop_metrics
+from services.site.dispatch import PriorityDispatcher, WorkersDown
+from services.site.metrics import SiteMetrics
+from services.site.supervisor import Supervisor
+from services.site.worker import CellOutcome, ensure_ray, start_worker, start_workers, stop_workers
 
 log = logging.getLogger("pathmaster.site")
 
@@ -59,8 +67,10 @@ class _CallerGone(Exception):
 class SiteServicer(pb_grpc.SiteServicer):
     """The Site service over a list of Ray actor handles (see worker.py)."""
 
-    def __init__(self, name: str, workers: list, info: dict, classes: ClassTable = DEFAULT_CLASSES):
+    def __init__(self, name: str, workers: list, info: dict, classes: ClassTable = DEFAULT_CLASSES,
+                 metrics: SiteMetrics | None = None):
         self.name = name
+        self.metrics = metrics or SiteMetrics(classes)
         self.workers = workers
         self.classes = classes
         self.dispatcher = PriorityDispatcher(workers)
@@ -78,7 +88,7 @@ class SiteServicer(pb_grpc.SiteServicer):
         """What the coordinator's predictor needs: the queue, the workers, the service time."""
         with self._lock:
             per_cell = dict(self.seconds_per_cell)
-        return pb.SiteLoad(waiting_cells=self.dispatcher.waiting(), workers=len(self.workers),
+        return pb.SiteLoad(waiting_cells=self.dispatcher.waiting(), workers=self.dispatcher.alive(),
                            seconds_per_cell=per_cell)
 
     def _note_service(self, mode: str, results: list[CellOutcome]) -> None:
@@ -117,9 +127,14 @@ class SiteServicer(pb_grpc.SiteServicer):
                                               f.mask_estimated), method="search")
             for f in request.features]
 
-    def _worker(self):
+    def _worker(self, context: grpc.ServicerContext):
+        """The next live worker in turn; UNAVAILABLE when none is alive."""
         with self._lock:
-            return self.workers[next(self._next)]
+            for _ in range(len(self.workers)):
+                index = next(self._next)
+                if self.dispatcher.is_alive(index):
+                    return self.workers[index]
+        context.abort(grpc.StatusCode.UNAVAILABLE, f"site {self.name} cannot serve now: no worker is alive")
 
     def _priority(self, class_name: str) -> int:
         """The class's priority (0 most favoured); an unknown class waits behind all."""
@@ -140,6 +155,23 @@ class SiteServicer(pb_grpc.SiteServicer):
 
     def Analyse(self, request: pb.AnalyseRequest, context: grpc.ServicerContext) -> pb.AnalyseReply:
         started = time.perf_counter()
+        label = self.metrics.label(request.request_class)
+        outcome = "failed"  # unless it returns
+        in_flight = self.metrics.in_flight.labels(label)
+        in_flight.inc()
+        try:
+            reply, outcome = self._analyse(request, context, started)
+            return reply
+        finally:
+            in_flight.dec()
+            self.metrics.analyse_seconds.labels(label, outcome).observe(time.perf_counter() - started)
+
+    def _analyse(self, request: pb.AnalyseRequest, context: grpc.ServicerContext,
+                 started: float) -> tuple[pb.AnalyseReply, str]:
+        """Analyse's work: (the reply, its outcome "ok" or "cancelled"); aborts otherwise."""
+        if self.dispatcher.alive() == 0:
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"site {self.name} cannot serve now: no worker is alive "
+                                                       f"(replacements are being started)")
         if not request.cells and not request.features:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the request has no cells")
         if request.k < 0 or request.k > defaults.MAX_K:
@@ -153,8 +185,11 @@ class SiteServicer(pb_grpc.SiteServicer):
             for job in jobs:
                 while not job.done.wait(self._wait_s(context, request, jobs)):
                     pass
+                if isinstance(job.error, WorkersDown):
+                    context.abort(grpc.StatusCode.UNAVAILABLE, f"site {self.name} cannot serve now: {job.error}")
                 if isinstance(job.error, ray.exceptions.RayActorError):
-                    context.abort(grpc.StatusCode.UNAVAILABLE, f"site {self.name}: a worker died: {job.error}")
+                    context.abort(grpc.StatusCode.UNAVAILABLE, f"site {self.name}: a worker died: "
+                                                               f"{type(job.error).__name__}")
                 if job.error is not None:
                     log.error("site %s: case %s failed: %s", self.name, log_tag(request.case_id), job.error)
                     cause = getattr(job.error, "cause", job.error)
@@ -163,7 +198,7 @@ class SiteServicer(pb_grpc.SiteServicer):
         except _CallerGone:
             self.cases_cancelled.append(request.case_id)
             log.info("site %s: case %s cancelled by the caller", self.name, log_tag(request.case_id))
-            return pb.AnalyseReply()  # nobody is listening any more
+            return pb.AnalyseReply(), "cancelled"  # nobody is listening any more
         finally:
             for job in jobs:
                 if not job.done.is_set():
@@ -181,13 +216,13 @@ class SiteServicer(pb_grpc.SiteServicer):
             ),
             database_cells=self.info["database_cells"],
             load=self.load(),
-        )
+        ), "ok"
 
     def GetImage(self, request: pb.ImageRequest, context: grpc.ServicerContext) -> pb.ImageReply:
         if not request.cell_id:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "cell_id is empty")
         remaining = context.time_remaining()
-        ref = self._worker().image.remote(request.cell_id)
+        ref = self._worker(context).image.remote(request.cell_id)
         try:
             found = ray.get(ref, timeout=remaining)
         except ray.exceptions.GetTimeoutError:
@@ -207,7 +242,7 @@ class SiteServicer(pb_grpc.SiteServicer):
             algorithm=self.info["algorithm"],
             database_cells=self.info["database_cells"],
             diagnoses=self.info["diagnoses"],
-            workers=len(self.workers),
+            workers=self.dispatcher.alive(),
             class_ports=self.class_ports,
             class_dscp=self.class_dscp,
             feature_schema=self.info.get("feature_schema", "unknown"),
@@ -234,6 +269,10 @@ class SiteServer:
         self.workers: list = []
         self.server: MarkedServer | None = None
         self.servicer: SiteServicer | None = None
+        self.supervisor: Supervisor | None = None
+        self.metrics = SiteMetrics(config.classes)
+        self.metrics_url = ""
+        self._metrics_server = None
 
     def start(self) -> "SiteServer":
         cfg = self.config
@@ -244,7 +283,8 @@ class SiteServer:
         self.workers = start_workers(cfg.db, cfg.algorithm, cfg.workers, cfg.worker_cpus,
                                      budget=cfg.cell_budget)  # budget (issue 10 item 5)
         info = ray.get(self.workers[0].info.remote())
-        self.servicer = SiteServicer(cfg.name, self.workers, info, cfg.classes)
+        remember_descendants()  # what Ray started meanwhile goes when this process goes (services/fate.py)
+        self.servicer = SiteServicer(cfg.name, self.workers, info, cfg.classes, self.metrics)
         host, _, port = cfg.listen.rpartition(":")
         self.server = MarkedServer(
             lambda server: pb_grpc.add_SiteServicer_to_server(self.servicer, server),
@@ -254,15 +294,39 @@ class SiteServer:
         self.servicer.class_dscp = self.server.class_dscp
         self.server.start()
         self.address = connect_address(host, self.server.port)
-        log.info("site %s: serving %s on %s (classes on ports %s), %d Ray worker(s), algorithm %s",
-                 cfg.name, cfg.db, self.address, self.server.class_ports, len(self.workers), info["algorithm"])
+        self.metrics.cells_waiting.set_function(self.servicer.dispatcher.waiting)
+        self.metrics.workers.labels("configured").set(len(self.workers))
+        self.supervisor = Supervisor(
+            cfg.name, self.servicer.dispatcher, lambda: start_worker(cfg.db, cfg.worker_cpus, cfg.cell_budget),
+            self._workers_changed, restart_min_s=cfg.worker_restart_min_s,
+            restart_max_s=cfg.worker_restart_max_s).start()
+        if cfg.metrics:
+            self._metrics_server, self.metrics_url = serve_metrics(cfg.metrics, self.metrics.registry)
+        log.info("site %s: serving %s on %s (classes on ports %s), %d Ray worker(s), algorithm %s%s",
+                 cfg.name, cfg.db, self.address, self.server.class_ports, len(self.workers), info["algorithm"],
+                 f", metrics {self.metrics_url}" if self.metrics_url else "")
         return self
+
+    def _workers_changed(self, alive: int, total: int, event: str) -> None:
+        """The supervisor's news: health (NOT_SERVING while no worker is alive) and metrics."""
+        self.metrics.workers.labels("alive").set(alive)
+        if event == "replaced":
+            self.metrics.restarts.inc()
+        elif event == "failed":
+            self.metrics.failed_starts.inc()
+        if self.server is not None:
+            self.server.set_serving(alive > 0)
 
     @property
     def class_ports(self) -> dict[str, int]:
         return dict(self.server.class_ports) if self.server else {}
 
     def stop(self, grace: float = 1.0) -> None:
+        if self.supervisor is not None:
+            self.supervisor.stop()
+            self.supervisor = None
+        stop_metrics(self._metrics_server)
+        self._metrics_server = None
         if self.server is not None:
             self.server.stop(grace)
             self.server = None

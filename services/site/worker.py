@@ -187,16 +187,27 @@ def ensure_ray(address: str = "", num_cpus: int | None = None) -> None:
     kwargs = dict(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
     if address:
         ray.init(address=address, **kwargs)
-    else:  # a local instance listens on loopback only, with token authentication
+    else:  # a local instance: loopback only, token authentication, ends with this process
+        from services.fate import remember_descendants, watch_me
+
+        watch_me()  # even when SIGKILLed: its Ray processes are killed by a watchdog (services/fate.py)
         # Ray starts its workers at nice 15 by default. Our workers serve a user's case
         # while they wait, so any busy process on the host (a build, a backup) would starve
         # them to a crawl: they run at the service's own priority instead.
         prepare_local_ray()
         ray.init(num_cpus=num_cpus, _system_config={"worker_niceness": 0}, **kwargs)
+        remember_descendants()  # Ray's own processes, the agents included
 
 
-_RemoteWorker = ray.remote(max_restarts=1, max_task_retries=0)(SiteWorker)
+# Ray restarts nothing: a dead worker is replaced by the site's supervisor (supervisor.py),
+# with backoff, while the site says NOT_SERVING if none is left.
+_RemoteWorker = ray.remote(max_restarts=0, max_task_retries=0)(SiteWorker)
 _prepare_index = ray.remote(prepare_index)
+
+
+def start_worker(db: str | Path, cpus: float, budget: CellBudget | None = CellBudget()):
+    """One new worker actor over the database, not waited for (its `ready` says when)."""
+    return _RemoteWorker.options(num_cpus=cpus).remote(str(db), budget)
 
 
 def start_workers(db: str | Path, algorithm: str, count: int, cpus: float, timeout_s: float = 120.0,
@@ -213,7 +224,7 @@ def start_workers(db: str | Path, algorithm: str, count: int, cpus: float, timeo
             ray.get(_prepare_index.options(num_cpus=cpus).remote(str(db), algorithm), timeout=timeout_s)
         except ray.exceptions.RayTaskError as exc:
             raise RuntimeError(f"site database {db}: cannot build a {algorithm!r} index: {exc.cause}") from None
-    workers = [_RemoteWorker.options(num_cpus=cpus).remote(str(db), budget) for _ in range(count)]
+    workers = [start_worker(db, cpus, budget) for _ in range(count)]
     try:
         ray.get([w.ready.remote() for w in workers], timeout=timeout_s)
     except ray.exceptions.RayActorError as exc:

@@ -107,7 +107,7 @@ def test_completion_record_stats_and_metrics(deployment, case):
 
     records = [json.loads(line) for line in deployment.coordinator.config.case_log.read_text().splitlines()]
     last = records[-1]
-    assert last["class"] == "teaching" and last["dscp"] == 10 and last["outcome"] == "done"
+    assert last["class"] == "teaching" and last["dscp"] == 10 and last["outcome"] == "ok"
     assert set(last["sites"]) == {"alpha", "beta", "gamma"}
     assert all(s["status"] == "OK" and s["bytes_sent"] > 0 and s["bytes_received"] > 0 and s["total_s"] > 0
                for s in last["sites"].values())
@@ -115,9 +115,12 @@ def test_completion_record_stats_and_metrics(deployment, case):
     assert last["total_s"] == pytest.approx(stats.recent_s[-1], abs=1e-5)
 
     text = urllib.request.urlopen(deployment.coordinator.metrics_url, timeout=10).read().decode()
-    assert f'pathmaster_cases_total{{request_class="teaching"}} {float(stats.cases)}' in text
-    assert 'pathmaster_case_p95_seconds{request_class="teaching"}' in text
-    assert 'pathmaster_case_seconds_count{request_class="teaching"}' in text
+    assert f'pathmaster_cases_total{{class="teaching",outcome="ok"}} {float(stats.cases)}' in text
+    assert 'pathmaster_case_p95_seconds{class="teaching"}' in text
+    assert 'pathmaster_case_seconds_count{class="teaching",outcome="ok"}' in text
+    assert 'pathmaster_site_call_seconds_count{class="teaching",outcome="ok",site="alpha"}' in text
+    assert 'pathmaster_cases_in_flight{class="teaching"} 0.0' in text
+    assert 'pathmaster_build_info{' in text and 'process_resident_memory_bytes' in text
 
 
 def test_unknown_class_is_invalid_argument_listing_known(deployment, case):
