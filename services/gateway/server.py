@@ -1,6 +1,7 @@
 """The HTTP gateway: serves the pathologist's page and relays it to the coordinator.
 
-Routes (all JSON unless said otherwise):
+A FastAPI application on uvicorn. Routes (JSON unless said otherwise; the OpenAPI
+description is at /api/openapi.json):
 
     GET  /                      the page (static/index.html; app.js and style.css beside it)
     GET  /api/config            the coordinator's request classes (its Info), file-size limit,
@@ -8,37 +9,46 @@ Routes (all JSON unless said otherwise):
     GET  /api/sites             the coordinator's sites and whether each is serving
     GET  /api/stats?class=NAME  recent completion times for one request class
     POST /api/pair              {"names": [...]} -> how those files pair into cells
-    POST /api/case              {"request_class": ..., "files": [{"name", "data" (base64)}]}
-                                -> a chunked stream of newline-delimited JSON events:
-                                   "accepted" (cells sent, files rejected), one "site" per
-                                   site as it answers, then "summary" (or "error")
+    POST /api/case              multipart/form-data: request_class, and the files (field "files")
+                                -> a stream of newline-delimited JSON events:
+                                   "accepted" (cells sent, files rejected), "plan", one "site"
+                                   per site as it answers, then "summary" (or "error")
     GET  /api/image?site=S&cell_id=C   the full database image (image/png)
 
-The standard library's ThreadingHTTPServer is enough: one pathologist's browser makes a
-handful of requests, and each case's stream holds one thread while the sites work.
+What one client can hold is bounded (`limits.py`, `pathmaster/defaults.py`): the time to
+send a request's head and its body, the body's size, JSON size and depth, files per case,
+idle keep-alive time and the number of connections.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
+import asyncio
 import json
 import logging
+import socket
 import threading
 from dataclasses import dataclass
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit
 
 import grpc
+import uvicorn
+from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
-from pathmaster.defaults import CASE_DEADLINE_S, MAX_FILE_BYTES, MAX_REQUEST_BYTES
+from pathmaster import defaults
+from pathmaster.defaults import CASE_DEADLINE_S, MAX_FILE_BYTES
 from qos.classes import UnknownClass
 from qos.transport import TLSFiles
 from services.client import CoordinatorClient, tls_hint, unknown_class_message
 from services.coordinator.validation import DEFAULT_CLASS  # what the coordinator takes for no class
 from services.gateway import events
+from services.gateway.limits import BodyLimits, check_json_depth, with_head_timeout
 from services.gateway.pairing import pair_files
 from services.gateway.upload import check_upload
 
@@ -47,8 +57,8 @@ log = logging.getLogger(__name__)
 STATIC_DIR = Path(__file__).parent / "static"
 STATIC_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
                 ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
-# MAX_REQUEST_BYTES: a 6-cell case with backgrounds and masks is ~2 MB, ~2.7 MB as base64.
-# The page leaves oversize files out before it sends, so it only stops runaway API clients.
+# MAX_REQUEST_BYTES: a 6-cell case with backgrounds and masks is ~2 MB. The page leaves
+# oversize files out before it sends, so the limit only stops runaway API clients.
 
 
 class HttpError(Exception):
@@ -141,9 +151,11 @@ class Gateway:
         except grpc.RpcError as exc:
             raise self._failed(exc, f"image {cell_id!r} from site {site!r}")
 
-    def submit(self, request_class: str, files: dict[str, bytes]):
-        """Yield the case's events as dicts: "accepted", then "site"s, then "summary"/"error"."""
-        checked = check_upload(files)
+    async def submit(self, request_class: str, files: dict[str, bytes]):
+        """Yield the case's events as dicts: "accepted", then the coordinator's ("plan",
+        "site"s, "summary"), or an "error". Closing the generator (the browser went away)
+        cancels the coordinator's call, which frees the sites."""
+        checked = await run_in_threadpool(check_upload, files)  # decodes every image: CPU work
         yield {"type": "accepted", "request_class": request_class,
                "cells": [c.cell_id for c in checked.cells],
                "pairing": checked.pairing.as_dict(),
@@ -152,157 +164,157 @@ class Gateway:
             yield {"type": "error", "status": "INVALID_ARGUMENT",
                    "message": "no usable cell images in this case: nothing was sent"}
             return
-        call = self.client.submit(checked.cells, request_class, deadline_s=self.case_deadline_s)
+        call = None
         try:
-            for event in call:
+            call = await run_in_threadpool(self.client.submit, checked.cells, request_class,
+                                           deadline_s=self.case_deadline_s)
+            while (event := await run_in_threadpool(next, call, None)) is not None:
                 yield events.case_event_json(event)
         except grpc.RpcError as exc:
             yield {"type": "error", "status": exc.code().name,
                    "message": f"the coordinator at {self.coordinator_address} did not run the "
                               f"case: {self.client.describe(exc)}"}
         finally:
-            call.cancel()  # the browser went away, or the stream is over: free the sites
+            if call is not None:
+                call.cancel()  # thread-safe: also ends a `next` still waiting in its thread
 
 
-class GatewayHandler(BaseHTTPRequestHandler):
-    """One HTTP request. `server.gateway` holds the shared `Gateway`."""
+class PairRequest(BaseModel):
+    """The names of a case's files, to be paired into cells."""
 
-    protocol_version = "HTTP/1.1"  # keep-alive, and chunked streams for cases
-    server_version = "PathMasterGateway/1"
+    model_config = ConfigDict(extra="forbid")
+    names: list[str] = Field(max_length=defaults.MAX_CASE_FILES,
+                             description="file names as the user chose them, e.g. cell1.png, "
+                                         "cell1-background.png, cell1-mask.png")
 
-    @property
-    def gateway(self) -> Gateway:
-        return self.server.gateway
 
-    def log_message(self, format, *args):  # noqa: A002 - the base class's name
-        log.debug("%s %s", self.address_string(), format % args)
+def error_response(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status, headers={"Cache-Control": "no-store"})
 
-    # ------------------------------------------------------------------ dispatch
-    def do_GET(self):
-        self._dispatch({"/": self._page, "/api/config": self._config, "/api/sites": self._sites,
-                        "/api/stats": self._stats, "/api/image": self._image})
 
-    def do_POST(self):
-        self._dispatch({"/api/pair": self._pair, "/api/case": self._case})
+async def read_json(request: Request, model: type[BaseModel]) -> BaseModel:
+    """The request's JSON body as `model`, after checking its size and depth before parsing."""
+    body = await request.body()  # BodyLimits has bounded it by MAX_REQUEST_BYTES already
+    if len(body) > defaults.MAX_JSON_BYTES:
+        raise HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                        f"JSON request of {len(body)} bytes is over the limit of "
+                        f"{defaults.MAX_JSON_BYTES} bytes")
+    try:
+        check_json_depth(body)
+        return model.model_validate_json(body)
+    except ValueError as exc:  # ValidationError is a ValueError
+        detail = "; ".join(e["msg"] for e in exc.errors()[:3]) if isinstance(exc, ValidationError) else str(exc)
+        raise HttpError(HTTPStatus.BAD_REQUEST, f"the request body is not what this call takes: {detail}")
 
-    def _dispatch(self, routes):
-        url = urlsplit(self.path)
-        self.query = {k: v[-1] for k, v in parse_qs(url.query).items()}
-        handler = routes.get(url.path)
-        if handler is None and self.command == "GET" and url.path.startswith("/static/"):
-            handler = self._static
-        try:
-            if handler is None:
-                raise HttpError(HTTPStatus.NOT_FOUND, f"no such page: {url.path}")
-            handler(url.path)
-        except HttpError as exc:
-            self._send_json({"error": exc.message}, exc.status)
-        except (BrokenPipeError, ConnectionResetError):
-            log.info("client %s went away", self.address_string())
-            self.close_connection = True
 
-    # ------------------------------------------------------------------ responses
-    def _send(self, body: bytes, content_type: str, status=HTTPStatus.OK, cache=False):
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Cache-Control", "max-age=3600" if cache else "no-store")
-        self.end_headers()
-        self.wfile.write(body)
+async def read_case_form(request: Request) -> tuple[str, dict[str, bytes]]:
+    """(request class, {file name: bytes}) of a multipart case. A file over the size limit
+    is kept as its first MAX_FILE_BYTES + 1 bytes: enough for `check_upload` to refuse it
+    by name, never the whole file in memory."""
+    try:
+        async with request.form(max_files=defaults.MAX_CASE_FILES, max_fields=16,
+                                max_part_size=64 * 1024) as form:
+            request_class = form.get("request_class", "")
+            if not isinstance(request_class, str):
+                raise HttpError(HTTPStatus.BAD_REQUEST, "request_class must be a text field")
+            files: dict[str, bytes] = {}
+            for n, item in enumerate(form.getlist("files")):
+                name = getattr(item, "filename", None)
+                if not isinstance(name, str) or not name or "/" in name or "\\" in name:
+                    raise HttpError(HTTPStatus.BAD_REQUEST, f"file #{n + 1}: needs a plain file name")
+                if name in files:
+                    raise HttpError(HTTPStatus.BAD_REQUEST, f"{name}: sent twice")
+                files[name] = await item.read(MAX_FILE_BYTES + 1)
+    except StarletteHTTPException as exc:  # the multipart parser's own limits
+        raise HttpError(HTTPStatus(exc.status_code), f"the upload was refused: {exc.detail}")
+    if not files:
+        raise HttpError(HTTPStatus.BAD_REQUEST, 'send the case as multipart/form-data with its '
+                                                'images in "files"')
+    return request_class, files
 
-    def _send_json(self, obj, status=HTTPStatus.OK):
-        self._send(json.dumps(obj).encode("utf-8"), "application/json", status)
 
-    def _read_json(self) -> dict:
-        try:
-            length = int(self.headers.get("Content-Length", ""))
-        except ValueError:
-            raise HttpError(HTTPStatus.LENGTH_REQUIRED, "the request needs a Content-Length")
-        if length > MAX_REQUEST_BYTES:
-            self.close_connection = True  # the unread body would be taken for a request
-            raise HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-                            f"request of {length / 1e6:.1f} MB is over the gateway's "
-                            f"{MAX_REQUEST_BYTES / 1e6:.0f} MB limit: send fewer or smaller files")
-        try:
-            body = json.loads(self.rfile.read(length))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise HttpError(HTTPStatus.BAD_REQUEST, f"the request body is not JSON: {exc}")
-        if not isinstance(body, dict):
-            raise HttpError(HTTPStatus.BAD_REQUEST, "the request body must be a JSON object")
-        return body
+def create_app(gateway: Gateway) -> FastAPI:
+    """The gateway's ASGI application (routes in the module docstring)."""
+    app = FastAPI(title="PathMaster gateway", version="1",
+                  description="The pathologist's page and its API in front of a coordinator.",
+                  openapi_url="/api/openapi.json", docs_url=None, redoc_url=None)
 
-    # ------------------------------------------------------------------ routes
-    def _page(self, _path):
-        self._send((STATIC_DIR / "index.html").read_bytes(), STATIC_TYPES[".html"])
+    @app.exception_handler(HttpError)
+    async def _http_error(_request, exc: HttpError):
+        return error_response(exc.status, exc.message)
 
-    def _static(self, path):
-        name = path.removeprefix("/static/")
+    @app.exception_handler(StarletteHTTPException)
+    async def _starlette_error(_request, exc: StarletteHTTPException):
+        return error_response(exc.status_code, str(exc.detail))
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_request, exc: RequestValidationError):
+        where = ", ".join(".".join(str(p) for p in e["loc"]) + f": {e['msg']}" for e in exc.errors()[:3])
+        return error_response(400, f"bad request: {where}")
+
+    @app.exception_handler(ClientDisconnect)
+    async def _gone(_request, _exc):
+        return Response(status_code=400)  # nobody is listening; BodyLimits may have answered
+
+    @app.get("/", include_in_schema=False)
+    def page():
+        return Response((STATIC_DIR / "index.html").read_bytes(), media_type=STATIC_TYPES[".html"],
+                        headers={"Cache-Control": "no-store"})
+
+    @app.get("/static/{name}", include_in_schema=False)
+    def static(name: str):
         file = STATIC_DIR / name
         if "/" in name or file.suffix not in STATIC_TYPES or not file.is_file():
-            raise HttpError(HTTPStatus.NOT_FOUND, f"no such file: {path}")
-        self._send(file.read_bytes(), STATIC_TYPES[file.suffix])
+            raise HttpError(HTTPStatus.NOT_FOUND, f"no such file: /static/{name}")
+        return Response(file.read_bytes(), media_type=STATIC_TYPES[file.suffix],
+                        headers={"Cache-Control": "no-cache"})
 
-    def _config(self, _path):
-        self._send_json(self.gateway.config())
+    @app.get("/api/config", summary="The coordinator's request classes and the upload limits")
+    def config():
+        return gateway.config()
 
-    def _sites(self, _path):
-        self._send_json(self.gateway.sites())
+    @app.get("/api/sites", summary="The coordinator's sites and whether each is serving")
+    def sites():
+        return gateway.sites()
 
-    def _stats(self, _path):
-        self._send_json(self.gateway.stats(self.gateway.check_class(self.query.get("class", ""))))
+    @app.get("/api/stats", summary="Recent completion times of one request class")
+    def stats(request_class: str = Query("", alias="class", max_length=defaults.MAX_NAME_CHARS)):
+        return gateway.stats(gateway.check_class(request_class))
 
-    def _image(self, _path):
-        site, cell_id = self.query.get("site", ""), self.query.get("cell_id", "")
+    @app.get("/api/image", summary="A database cell's full image (PNG)",
+             response_class=Response, responses={200: {"content": {"image/png": {}}}})
+    def image(site: str = Query("", max_length=defaults.MAX_NAME_CHARS),
+              cell_id: str = Query("", max_length=defaults.MAX_CELL_ID_CHARS)):
         if not site or not cell_id:
             raise HttpError(HTTPStatus.BAD_REQUEST, "give both ?site= and ?cell_id=")
-        self._send(self.gateway.image(site, cell_id), "image/png", cache=True)
+        return Response(gateway.image(site, cell_id), media_type="image/png",
+                        headers={"Cache-Control": "no-store"})
 
-    def _pair(self, _path):
-        names = self._read_json().get("names")
-        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-            raise HttpError(HTTPStatus.BAD_REQUEST, '"names" must be a list of file names')
-        self._send_json(pair_files(names).as_dict())
+    @app.post("/api/pair", summary="How files pair into cells, by name",
+              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+                  "schema": PairRequest.model_json_schema()}}}})
+    async def pair(request: Request):
+        names = (await read_json(request, PairRequest)).names
+        return pair_files(names).as_dict()
 
-    def _case(self, _path):
-        body = self._read_json()
-        request_class = self.gateway.check_class(body.get("request_class", ""))
-        files = self._decode_files(body.get("files"))
-        # Headers go out now; from here on errors travel as "error" events in the stream.
-        self.send_response(HTTPStatus.OK)
-        self.send_header("Content-Type", "application/x-ndjson")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.send_header("Cache-Control", "no-store")
-        self.end_headers()
-        stream = self.gateway.submit(request_class, files)
-        try:
-            for event in stream:
-                self._write_chunk(json.dumps(event).encode("utf-8") + b"\n")
-        finally:
-            stream.close()  # runs submit()'s `finally`, cancelling the call
-        self.wfile.write(b"0\r\n\r\n")
+    @app.post("/api/case", summary="Run a case: its files in, each site's matches streamed out",
+              response_class=StreamingResponse,
+              responses={200: {"content": {"application/x-ndjson": {}},
+                               "description": "one JSON event per line"}},
+              openapi_extra={"requestBody": {"required": True, "content": {"multipart/form-data": {
+                  "schema": {"type": "object", "required": ["files"], "properties": {
+                      "request_class": {"type": "string"},
+                      "files": {"type": "array", "items": {"type": "string", "format": "binary"}}}}}}}})
+    async def case(request: Request):
+        request_class, files = await read_case_form(request)
+        request_class = await run_in_threadpool(gateway.check_class, request_class)
+        stream = gateway.submit(request_class, files)
+        lines = (json.dumps(event) + "\n" async for event in stream)
+        return StreamingResponse(lines, media_type="application/x-ndjson",
+                                 headers={"Cache-Control": "no-store"},
+                                 background=None)
 
-    def _write_chunk(self, data: bytes):
-        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-        self.wfile.flush()
-
-    # ------------------------------------------------------------------ input checks
-    @staticmethod
-    def _decode_files(files) -> dict[str, bytes]:
-        if not isinstance(files, list) or not files:
-            raise HttpError(HTTPStatus.BAD_REQUEST, '"files" must be a non-empty list of '
-                                                    '{"name": ..., "data": base64}')
-        out = {}
-        for n, item in enumerate(files):
-            name = item.get("name") if isinstance(item, dict) else None
-            if not isinstance(name, str) or not name or "/" in name or "\\" in name:
-                raise HttpError(HTTPStatus.BAD_REQUEST, f"file #{n + 1}: needs a plain file name")
-            if name in out:
-                raise HttpError(HTTPStatus.BAD_REQUEST, f"{name}: sent twice")
-            try:
-                out[name] = base64.b64decode(item.get("data") or "", validate=True)
-            except (binascii.Error, TypeError):
-                raise HttpError(HTTPStatus.BAD_REQUEST, f"{name}: data is not base64")
-        return out
+    return app
 
 
 @dataclass
@@ -310,30 +322,52 @@ class GatewayHandle:
     """A running gateway: open `url` in a browser; `stop()` shuts it down."""
 
     url: str
-    server: ThreadingHTTPServer
+    server: uvicorn.Server
     thread: threading.Thread
+    gateway: Gateway
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.server.gateway.close()
-        self.thread.join(timeout=10)
+        self.server.should_exit = True
+        self.thread.join(timeout=defaults.GATEWAY_SHUTDOWN_S + 10)
+        self.gateway.close()
 
 
 def start_gateway(coordinator_address: str, host: str = "127.0.0.1", port: int = 0,
-                  case_deadline_s: float = CASE_DEADLINE_S,
-                  tls: TLSFiles | None = None) -> GatewayHandle:
-    """Serve the page for the coordinator at `coordinator_address` ("host:port"), over
-    TLS when `tls` is given (the page itself is plain HTTP, for a browser on this host).
+                  case_deadline_s: float = CASE_DEADLINE_S, tls: TLSFiles | None = None,
+                  head_timeout_s: float = defaults.GATEWAY_HEAD_TIMEOUT_S,
+                  body_timeout_s: float = defaults.GATEWAY_BODY_TIMEOUT_S,
+                  max_connections: int = defaults.GATEWAY_MAX_CONNECTIONS) -> GatewayHandle:
+    """Serve the page for the coordinator at `coordinator_address` ("host:port"), calling
+    it over TLS when `tls` is given.
 
-    Listens on host:port (port 0 picks a free one) in a background thread and returns
-    at once with a `GatewayHandle` (`.url`, `.stop()`).
+    Listens on host:port (port 0 picks a free one) before returning, so the URL can be
+    used at once; uvicorn serves it from a background thread. Returns a `GatewayHandle`
+    (`.url`, `.stop()`).
     """
-    server = ThreadingHTTPServer((host, port), GatewayHandler)
-    server.daemon_threads = True
-    server.gateway = Gateway(coordinator_address, case_deadline_s, tls)
-    thread = threading.Thread(target=server.serve_forever, name="pathmaster-gateway",
-                              daemon=True)
+    gateway = Gateway(coordinator_address, case_deadline_s, tls)
+    app = BodyLimits(create_app(gateway), max_bytes=defaults.MAX_REQUEST_BYTES,
+                     timeout_s=body_timeout_s)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(2048)  # from here connections queue until uvicorn's loop accepts them
+    except OSError:
+        sock.close()
+        gateway.close()
+        raise
+    config = uvicorn.Config(app, http=with_head_timeout(head_timeout_s), lifespan="off",
+                            timeout_keep_alive=defaults.GATEWAY_KEEP_ALIVE_S,
+                            limit_concurrency=max_connections,
+                            timeout_graceful_shutdown=defaults.GATEWAY_SHUTDOWN_S,
+                            h11_max_incomplete_event_size=64 * 1024,
+                            server_header=False, access_log=False, log_config=None)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])),
+                              name="pathmaster-gateway", daemon=True)
     thread.start()
-    bound_host, bound_port = server.server_address[:2]
-    return GatewayHandle(url=f"http://{bound_host}:{bound_port}/", server=server, thread=thread)
+    bound_host, bound_port = sock.getsockname()[:2]
+    shown = f"[{bound_host}]" if family == socket.AF_INET6 else bound_host
+    return GatewayHandle(url=f"http://{shown}:{bound_port}/", server=server, thread=thread,
+                         gateway=gateway)

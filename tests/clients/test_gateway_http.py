@@ -4,7 +4,6 @@ clear message, not a crash."""
 
 from __future__ import annotations
 
-import base64
 import io
 import json
 import time
@@ -13,6 +12,8 @@ import urllib.request
 
 import pytest
 from PIL import Image
+
+from tests.clients.web import multipart
 
 
 def get(url: str):
@@ -27,15 +28,13 @@ def get(url: str):
 def post_case(base: str, files: dict[str, bytes], request_class: str = "routine") -> list[dict]:
     """POST a case and read its whole NDJSON stream; returns the events in order, each
     with "_arrived": seconds from the request to the moment its line was read."""
-    body = json.dumps({"request_class": request_class,
-                       "files": [{"name": n, "data": base64.b64encode(d).decode()}
-                                 for n, d in files.items()]}).encode()
-    request = urllib.request.Request(base + "api/case", data=body,
-                                     headers={"Content-Type": "application/json"})
+    body, kind = multipart({"request_class": request_class}, files)
+    request = urllib.request.Request(base + "api/case", data=body, headers={"Content-Type": kind})
     started = time.monotonic()
     events = []
     with urllib.request.urlopen(request, timeout=120) as r:
         assert r.headers["Content-Type"] == "application/x-ndjson"
+        assert r.headers["Cache-Control"] == "no-store"
         for line in r:
             if line.strip():
                 events.append({**json.loads(line), "_arrived": time.monotonic() - started})
@@ -126,12 +125,11 @@ def test_bad_requests_get_a_clear_status_and_message(gateway, case_dir):
     status, _, body = get(gateway.url + "api/image?site=site-a&cell_id=no-such-cell")
     assert status == 404 and "no-such-cell" in json.loads(body)["error"]
 
-    bad_base64 = urllib.request.Request(
-        gateway.url + "api/case", headers={"Content-Type": "application/json"},
-        data=json.dumps({"request_class": "routine", "files": [{"name": "a.png", "data": "@@"}]}).encode())
+    body, kind = multipart({"request_class": "routine"}, {"a/b.png": b"x"})
     with pytest.raises(urllib.error.HTTPError) as err:
-        urllib.request.urlopen(bad_base64, timeout=10)
-    assert err.value.code == 400 and "a.png" in json.loads(err.value.read())["error"]
+        urllib.request.urlopen(urllib.request.Request(gateway.url + "api/case", data=body,
+                                                      headers={"Content-Type": kind}), timeout=10)
+    assert err.value.code == 400 and "plain file name" in json.loads(err.value.read())["error"]
 
     # Only bad files: nothing is sent, and the stream says why.
     events = post_case(gateway.url, {"notes.txt": b"hello"})

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import subprocess
 import urllib.error
@@ -146,6 +145,7 @@ def test_gateway_relays_a_case_over_mutual_tls_and_says_why_without_it(secure, c
     from pathmaster.cli import build_parser
     from services.commands import tls_from_args
     from services.gateway import start_gateway
+    from tests.clients.web import multipart
 
     coordinator, _ = secure
     args = build_parser().parse_args(["gateway", "--coordinator", coordinator.address] + tls_flags(certs))
@@ -154,11 +154,8 @@ def test_gateway_relays_a_case_over_mutual_tls_and_says_why_without_it(secure, c
         status, body = get_json(with_tls.url + "api/sites")
         assert status == 200 and [(s["site"], s["serving"]) for s in body["sites"]] == [("secure", True)]
         cell = case_cells[0]
-        files = [{"name": "c.png", "data": base64.b64encode(cell["image"]).decode()},
-                 {"name": "c-mask.png", "data": base64.b64encode(cell["mask"]).decode()}]
-        request = urllib.request.Request(
-            with_tls.url + "api/case", headers={"Content-Type": "application/json"},
-            data=json.dumps({"request_class": "urgent", "files": files}).encode())
+        body, kind = multipart({"request_class": "urgent"}, {"c.png": cell["image"], "c-mask.png": cell["mask"]})
+        request = urllib.request.Request(with_tls.url + "api/case", headers={"Content-Type": kind}, data=body)
         with urllib.request.urlopen(request, timeout=90) as reply:
             events = [json.loads(line) for line in reply.read().splitlines()]
         assert events[-1]["type"] == "summary", events[-1]

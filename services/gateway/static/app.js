@@ -259,15 +259,6 @@ function clearCase() {
 
 // ---------------------------------------------------------------- results
 
-function readBase64(file) {
-  return new Promise((resolve, reject) => {
-    const reader = new FileReader();
-    reader.onload = () => resolve(reader.result.slice(reader.result.indexOf(",") + 1));
-    reader.onerror = () => reject(new Error(`${file.name}: cannot be read (${reader.error})`));
-    reader.readAsDataURL(file);
-  });
-}
-
 async function submitCase() {
   const cls = chosenClass();
   state.running = true;
@@ -278,12 +269,10 @@ async function submitCase() {
   state.started = performance.now();
   state.timer = setInterval(tick, 200);
   try {
-    const files = await Promise.all([...state.files.values()].map(async (f) =>
-      ({name: f.name, data: await readBase64(f)})));
-    const response = await fetch("/api/case", {
-      method: "POST", headers: {"Content-Type": "application/json"},
-      body: JSON.stringify({request_class: cls, files}),
-    });
+    const form = new FormData();
+    form.append("request_class", cls);
+    for (const file of state.files.values()) form.append("files", file, file.name);
+    const response = await fetch("/api/case", {method: "POST", body: form});
     if (!response.ok) {
       const body = await response.json().catch(() => ({}));
       throw new Error(body.error || `HTTP ${response.status}`);
