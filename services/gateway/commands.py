@@ -42,6 +42,13 @@ def register(subparsers) -> None:
     gateway.add_argument("--host", default="127.0.0.1", help="address to listen on")
     gateway.add_argument("--port", type=int, default=defaults.GATEWAY_PORT,
                          help="port (default %(default)s; 0: any free one)")
+    gateway.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                         help="a host name browsers use to reach the page (repeatable); any other "
+                              "Host is refused. The listening address and localhost are always allowed")
+    gateway.add_argument("--https-cert", metavar="PEM",
+                         help="serve the page over HTTPS with this certificate (e.g. from "
+                              "deploy/make-certs.sh); needs --https-key")
+    gateway.add_argument("--https-key", metavar="PEM", help="the HTTPS certificate's private key")
     add_tls_arguments(gateway)
     gateway.set_defaults(func=run_gateway_command)
 
@@ -71,12 +78,18 @@ def run_gateway_command(args: argparse.Namespace) -> int:
 
     from services.gateway import start_gateway
 
+    from qos.transport import TLSFiles
+
     try:
         tls = tls_from_args(args)
-    except ValueError as exc:
+        if bool(args.https_cert) != bool(args.https_key):
+            raise ValueError("--https-cert and --https-key go together")
+        https = TLSFiles(cert=args.https_cert, key=args.https_key) if args.https_cert else None
+        handle = start_gateway(args.coordinator, host=args.host, port=args.port, tls=tls,
+                               https=https, allowed_hosts=args.allowed_host)
+    except (ValueError, OSError) as exc:  # ssl.SSLError is an OSError
         print(f"pathmaster gateway: {exc}", file=sys.stderr)
         return 2
-    handle = start_gateway(args.coordinator, host=args.host, port=args.port, tls=tls)
     print(f"PathMaster page: {handle.url}  (coordinator {args.coordinator}; Ctrl-C stops)",
           flush=True)
     try:

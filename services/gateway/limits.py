@@ -11,12 +11,12 @@ so a client that sends a few bytes and stops would keep its connection for ever.
 from __future__ import annotations
 
 import asyncio
-import json
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from pathmaster.defaults import (GATEWAY_BODY_TIMEOUT_S, GATEWAY_HEAD_TIMEOUT_S,
                                  MAX_JSON_DEPTH, MAX_REQUEST_BYTES)
+from services.gateway.security import refuse
 
 
 class HeadDeadlineProtocol(H11Protocol):
@@ -79,7 +79,7 @@ class BodyLimits:
             return await self.app(scope, receive, send)
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None and int(length) > self.max_bytes:  # h11 has checked it is a number
-            return await _refuse(send, 413, _too_large(int(length), self.max_bytes))
+            return await refuse(send, 413, _too_large(int(length), self.max_bytes))
         deadline = asyncio.get_running_loop().time() + self.timeout_s
         received = 0
         body_done = refused = started = False
@@ -96,7 +96,7 @@ class BodyLimits:
             except TimeoutError:
                 refused = True
                 if not started:
-                    await _refuse(send, 408, "the request's body did not arrive in time; "
+                    await refuse(send, 408, "the request's body did not arrive in time; "
                                              "check the connection and send it again")
                 return {"type": "http.disconnect"}
             if message["type"] == "http.request":
@@ -105,7 +105,7 @@ class BodyLimits:
                 if received > self.max_bytes:
                     refused = True
                     if not started:
-                        await _refuse(send, 413, _too_large(received, self.max_bytes))
+                        await refuse(send, 413, _too_large(received, self.max_bytes))
                     return {"type": "http.disconnect"}
             return message
 
@@ -123,15 +123,6 @@ class BodyLimits:
 def _too_large(size: int, limit: int) -> str:
     return (f"request of {size / 1e6:.1f} MB is over the gateway's {limit / 1e6:.0f} MB limit: "
             "send fewer or smaller files")
-
-
-async def _refuse(send, status: int, message: str) -> None:
-    body = json.dumps({"error": message}).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode()),
-                            (b"cache-control", b"no-store"), (b"connection", b"close")]})
-    await send({"type": "http.response.body", "body": body})
 
 
 def json_depth(text: bytes | str) -> int:

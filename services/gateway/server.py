@@ -39,6 +39,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import ClientDisconnect
 
 from pathmaster import defaults
@@ -49,6 +50,7 @@ from services.client import CoordinatorClient, tls_hint, unknown_class_message
 from services.coordinator.validation import DEFAULT_CLASS  # what the coordinator takes for no class
 from services.gateway import events
 from services.gateway.limits import BodyLimits, check_json_depth, with_head_timeout
+from services.gateway.security import SameOrigin, SecurityHeaders
 from services.gateway.pairing import pair_files
 from services.gateway.upload import check_upload
 
@@ -332,21 +334,42 @@ class GatewayHandle:
         self.gateway.close()
 
 
+LOOPBACK_NAMES = ("127.0.0.1", "localhost")
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+
+
+def allowed_host_names(host: str, extra=()) -> list[str]:
+    """The Host header values the gateway answers: the address it listens on (unless a
+    wildcard), this host's loopback names, and `extra` (the names users reach it by)."""
+    names = [] if host in WILDCARD_HOSTS else [host]
+    return list(dict.fromkeys([*names, *LOOPBACK_NAMES, *extra]))
+
+
 def start_gateway(coordinator_address: str, host: str = "127.0.0.1", port: int = 0,
                   case_deadline_s: float = CASE_DEADLINE_S, tls: TLSFiles | None = None,
+                  https: TLSFiles | None = None, allowed_hosts=(),
                   head_timeout_s: float = defaults.GATEWAY_HEAD_TIMEOUT_S,
                   body_timeout_s: float = defaults.GATEWAY_BODY_TIMEOUT_S,
                   max_connections: int = defaults.GATEWAY_MAX_CONNECTIONS) -> GatewayHandle:
     """Serve the page for the coordinator at `coordinator_address` ("host:port"), calling
     it over TLS when `tls` is given.
 
+    https: serve the page over HTTPS with this certificate and key (`cert`, `key`; e.g.
+    from deploy/make-certs.sh), with HSTS. allowed_hosts: names (besides the listening
+    address and this host's loopback names) that browsers may use in the Host header;
+    any other Host is refused (DNS rebinding).
+
     Listens on host:port (port 0 picks a free one) before returning, so the URL can be
     used at once; uvicorn serves it from a background thread. Returns a `GatewayHandle`
     (`.url`, `.stop()`).
     """
+    if https is not None and (https.cert is None or https.key is None):
+        raise ValueError("HTTPS needs both a certificate and its key")
     gateway = Gateway(coordinator_address, case_deadline_s, tls)
-    app = BodyLimits(create_app(gateway), max_bytes=defaults.MAX_REQUEST_BYTES,
-                     timeout_s=body_timeout_s)
+    app = SameOrigin(create_app(gateway))
+    app = BodyLimits(app, max_bytes=defaults.MAX_REQUEST_BYTES, timeout_s=body_timeout_s)
+    app = TrustedHostMiddleware(app, allowed_hosts=allowed_host_names(host, allowed_hosts))
+    app = SecurityHeaders(app)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -362,12 +385,24 @@ def start_gateway(coordinator_address: str, host: str = "127.0.0.1", port: int =
                             limit_concurrency=max_connections,
                             timeout_graceful_shutdown=defaults.GATEWAY_SHUTDOWN_S,
                             h11_max_incomplete_event_size=64 * 1024,
+                            ssl_certfile=https.cert if https else None,
+                            ssl_keyfile=https.key if https else None,
+                            proxy_headers=False,  # no proxy in front: X-Forwarded-* is not believed
                             server_header=False, access_log=False, log_config=None)
+    try:
+        config.load()  # reads the certificate now: a bad file is an error here, not in the thread
+    except BaseException:
+        sock.close()
+        gateway.close()
+        raise
     server = uvicorn.Server(config)
     thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])),
                               name="pathmaster-gateway", daemon=True)
     thread.start()
     bound_host, bound_port = sock.getsockname()[:2]
     shown = f"[{bound_host}]" if family == socket.AF_INET6 else bound_host
-    return GatewayHandle(url=f"http://{shown}:{bound_port}/", server=server, thread=thread,
+    if bound_host in WILDCARD_HOSTS:
+        shown = "127.0.0.1"
+    scheme = "https" if https else "http"
+    return GatewayHandle(url=f"{scheme}://{shown}:{bound_port}/", server=server, thread=thread,
                          gateway=gateway)
