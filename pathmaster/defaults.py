@@ -38,6 +38,15 @@ GATEWAY_BODY_TIMEOUT_S = 120.0  # a request's body must be complete this long af
 GATEWAY_KEEP_ALIVE_S = 5       # an idle keep-alive connection is closed after this (uvicorn's default)
 GATEWAY_MAX_CONNECTIONS = 512  # connections at once; past it requests are answered 503
 GATEWAY_SHUTDOWN_S = 2         # on stop, cases still streaming get this long, then are cut
+SESSION_S = 8 * 3600           # a signed-in session at the page lasts one working day
+LOGIN_LINK_S = 15 * 60         # a one-time sign-in link (the demo prints one) is good this long
+LOGIN_ATTEMPTS = 5             # failed sign-ins per name, and per client address, ...
+LOGIN_WINDOW_S = 60.0          # ... within this window; more are refused until it passes
+MAX_PASSWORD_CHARS = 1024      # a longer password is refused before it is hashed
+# Roles of the page's users, and the request classes each may NOT send (a deny-list, so a
+# coordinator's own extra classes stay usable): bulk is machine traffic, never a person's;
+# a teacher's cases are not intra-operative.
+ROLE_REFUSED_CLASSES = {"pathologist": ("bulk",), "teacher": ("urgent", "bulk"), "admin": ()}
 CASE_DEADLINE_S = 300.0    # a case whose sites have not all answered by then is cut off
 QUERY_DEADLINE_S = 60.0    # a case's deadline when the client sets none (coordinator, query, client)
 DEPLOY_TIMEOUT_S = 300.0   # deploying PathMaster in the testbed (Ray, sites, coordinator) must end by then

@@ -26,6 +26,7 @@ import asyncio
 import json
 import logging
 import socket
+import tempfile
 import threading
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -33,9 +34,9 @@ from pathlib import Path
 
 import grpc
 import uvicorn
-from fastapi import FastAPI, Query, Request
+from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -49,8 +50,10 @@ from qos.transport import TLSFiles
 from services.client import CoordinatorClient, tls_hint, unknown_class_message
 from services.coordinator.validation import DEFAULT_CLASS  # what the coordinator takes for no class
 from services.gateway import events
+from services.gateway.accounts import Accounts, LoginThrottle, Session, may_send
+from services.gateway.audit import AuditLog
 from services.gateway.limits import BodyLimits, check_json_depth, with_head_timeout
-from services.gateway.security import SameOrigin, SecurityHeaders
+from services.gateway.security import SAFE_METHODS, SameOrigin, SecurityHeaders
 from services.gateway.pairing import pair_files
 from services.gateway.upload import check_upload
 
@@ -61,6 +64,18 @@ STATIC_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; ch
                 ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
 # MAX_REQUEST_BYTES: a 6-cell case with backgrounds and masks is ~2 MB. The page leaves
 # oversize files out before it sends, so the limit only stops runaway API clients.
+
+
+# The request classes in a pathologist's words; a coordinator's other classes show their
+# own description. Bulk is never offered on the page (see ROLE_REFUSED_CLASSES).
+CLASS_LABELS = {"urgent": "Intra-operative — fastest", "routine": "Diagnostic", "teaching": "Teaching"}
+SESSION_COOKIE = "pathmaster_session"
+CSRF_HEADER = "X-CSRF-Token"
+
+
+def class_label(name: str) -> str:
+    """The words the page uses for request class `name`."""
+    return CLASS_LABELS.get(name, name.replace("-", " ").capitalize())
 
 
 class HttpError(Exception):
@@ -87,22 +102,29 @@ def grpc_http_error(exc: grpc.RpcError, what: str, hint: str = "") -> HttpError:
 class Gateway:
     """What the request handlers share: the coordinator's client."""
 
-    def __init__(self, coordinator_address: str, case_deadline_s: float = CASE_DEADLINE_S,
-                 tls: TLSFiles | None = None):
+    def __init__(self, coordinator_address: str, accounts: Accounts, audit: AuditLog,
+                 case_deadline_s: float = CASE_DEADLINE_S, tls: TLSFiles | None = None,
+                 https: bool = False):
         self.coordinator_address = coordinator_address
         self.case_deadline_s = case_deadline_s
         self.client = CoordinatorClient(coordinator_address, tls)
+        self.accounts = accounts
+        self.audit = audit
+        self.throttle = LoginThrottle()
+        self.https = https
 
     def close(self) -> None:
         self.client.close()
+        self.audit.close()
 
     def _failed(self, exc: grpc.RpcError, what: str) -> HttpError:
         return grpc_http_error(exc, what, tls_hint(exc, self.client.tls))
 
-    def config(self) -> dict:
+    def config(self, role: str) -> dict:
         """What the page needs to start: the coordinator's request classes, most favoured
-        first (empty, with "classes_error" saying why, while the coordinator cannot be
-        asked: the page still loads, and a case then reports the same failure)."""
+        first, each with its label in words and whether `role` may send it (empty, with
+        "classes_error" saying why, while the coordinator cannot be asked: the page still
+        loads, and a case then reports the same failure)."""
         config = {"coordinator": self.coordinator_address, "max_file_bytes": MAX_FILE_BYTES,
                   "default_class": DEFAULT_CLASS, "classes": []}
         try:
@@ -111,9 +133,11 @@ class Gateway:
             return config | {"classes_error": self._failed(exc, "the request classes of the coordinator "
                                                                f"at {self.coordinator_address}").message}
         config["classes"] = [{"name": c.name, "dscp": c.dscp, "priority": c.priority,
-                              "description": c.description} for c in classes]
-        if DEFAULT_CLASS not in classes and classes.names():
-            config["default_class"] = classes.names()[0]
+                              "description": c.description, "label": class_label(c.name),
+                              "allowed": may_send(role, c.name)} for c in classes]
+        allowed = [c.name for c in classes if may_send(role, c.name)]
+        if DEFAULT_CLASS not in allowed and allowed:
+            config["default_class"] = allowed[0]
         return config
 
     def check_class(self, name: str) -> str:
@@ -153,11 +177,15 @@ class Gateway:
         except grpc.RpcError as exc:
             raise self._failed(exc, f"image {cell_id!r} from site {site!r}")
 
-    async def submit(self, request_class: str, files: dict[str, bytes]):
+    async def submit(self, request_class: str, files: dict[str, bytes], session: Session,
+                     client: str | None):
         """Yield the case's events as dicts: "accepted", then the coordinator's ("plan",
         "site"s, "summary"), or an "error". Closing the generator (the browser went away)
-        cancels the coordinator's call, which frees the sites."""
+        cancels the coordinator's call, which frees the sites. Audited: who sent how many
+        cells of which class, and the case id the coordinator gave it."""
         checked = await run_in_threadpool(check_upload, files)  # decodes every image: CPU work
+        self.audit.record("case", session.name, session.role, client, request_class=request_class,
+                          cells=len(checked.cells), files_refused=len(checked.rejected))
         yield {"type": "accepted", "request_class": request_class,
                "cells": [c.cell_id for c in checked.cells],
                "pairing": checked.pairing.as_dict(),
@@ -171,7 +199,12 @@ class Gateway:
             call = await run_in_threadpool(self.client.submit, checked.cells, request_class,
                                            deadline_s=self.case_deadline_s)
             while (event := await run_in_threadpool(next, call, None)) is not None:
-                yield events.case_event_json(event)
+                reply = events.case_event_json(event)
+                if reply["type"] == "summary":
+                    self.audit.record("case-done", session.name, session.role, client,
+                                      case_id=reply["case_id"], request_class=request_class,
+                                      sites_ok=reply["sites_ok"], sites_failed=reply["sites_failed"])
+                yield reply
         except grpc.RpcError as exc:
             yield {"type": "error", "status": exc.code().name,
                    "message": f"the coordinator at {self.coordinator_address} did not run the "
@@ -179,6 +212,14 @@ class Gateway:
         finally:
             if call is not None:
                 call.cancel()  # thread-safe: also ends a `next` still waiting in its thread
+
+
+class LoginRequest(BaseModel):
+    """A user's name and password."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(max_length=64)
+    password: str = Field(max_length=defaults.MAX_PASSWORD_CHARS)
 
 
 class PairRequest(BaseModel):
@@ -258,6 +299,74 @@ def create_app(gateway: Gateway) -> FastAPI:
     async def _gone(_request, _exc):
         return Response(status_code=400)  # nobody is listening; BodyLimits may have answered
 
+    def signed_in(request: Request) -> Session:
+        """The request's session (401 without one); a state-changing request must also
+        carry the session's CSRF token (403)."""
+        token = request.cookies.get(SESSION_COOKIE)
+        session = gateway.accounts.session(token)
+        if session is None:
+            raise HttpError(HTTPStatus.UNAUTHORIZED, "Your session has ended; please sign in again."
+                            if token else "Please sign in.")
+        if request.method not in SAFE_METHODS and not session.csrf_ok(request.headers.get(CSRF_HEADER)):
+            raise HttpError(HTTPStatus.FORBIDDEN, "This request did not carry the page's security "
+                                                  "token; reload the page and try again.")
+        return session
+
+    def client_of(request: Request) -> str | None:
+        return request.client.host if request.client else None
+
+    def session_json(session: Session) -> dict:
+        return {"user": session.name, "role": session.role, "csrf": session.csrf,
+                "expires": session.expires}
+
+    def with_cookie(response: Response, token: str) -> Response:
+        response.set_cookie(SESSION_COOKIE, token, max_age=int(gateway.accounts.session_s), path="/",
+                            httponly=True, samesite="strict", secure=gateway.https)
+        return response
+
+    @app.post("/api/login", summary="Sign in with a name and password (sets the session cookie)",
+              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+                  "schema": LoginRequest.model_json_schema()}}}})
+    async def login(request: Request):
+        body = await read_json(request, LoginRequest)
+        keys = (f"name:{body.name}", f"from:{client_of(request)}")
+        if gateway.throttle.blocked(*keys):
+            gateway.audit.record("sign-in-throttled", body.name, None, client_of(request))
+            raise HttpError(HTTPStatus.TOO_MANY_REQUESTS, "Too many failed sign-ins; wait a minute "
+                                                          "and try again.")
+        if not await run_in_threadpool(gateway.accounts.check_password, body.name, body.password):
+            gateway.throttle.failed(*keys)
+            gateway.audit.record("sign-in-refused", body.name, None, client_of(request))
+            raise HttpError(HTTPStatus.UNAUTHORIZED, "That name and password do not match.")
+        token, session = await run_in_threadpool(gateway.accounts.start_session, body.name)
+        gateway.audit.record("sign-in", session.name, session.role, client_of(request), how="password")
+        return with_cookie(JSONResponse(session_json(session)), token)
+
+    @app.get("/login/once", include_in_schema=False)
+    def login_once(request: Request, token: str = Query("", max_length=128)):
+        name = gateway.accounts.redeem_link(token)
+        if name is None:
+            gateway.audit.record("sign-in-refused", None, None, client_of(request), how="link")
+            return HTMLResponse("<!doctype html><title>PathMaster</title><p>This sign-in link has "
+                                "been used or has expired. Ask for a new one, or "
+                                "<a href=\"/\">sign in with your password</a>.</p>", status_code=400)
+        token, session = gateway.accounts.start_session(name)
+        gateway.audit.record("sign-in", session.name, session.role, client_of(request), how="link")
+        return with_cookie(RedirectResponse("/", status_code=303), token)
+
+    @app.get("/api/session", summary="Who is signed in, and the session's CSRF token")
+    def session_info(session: Session = Depends(signed_in)):
+        return session_json(session)
+
+    @app.post("/api/logout", summary="Sign out")
+    def logout(request: Request, session: Session = Depends(signed_in)):
+        gateway.accounts.end_session(request.cookies.get(SESSION_COOKIE))
+        gateway.audit.record("sign-out", session.name, session.role, client_of(request))
+        response = JSONResponse({"signed_out": True})
+        response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict",
+                               secure=gateway.https)
+        return response
+
     @app.get("/", include_in_schema=False)
     def page():
         return Response((STATIC_DIR / "index.html").read_bytes(), media_type=STATIC_TYPES[".html"],
@@ -272,30 +381,34 @@ def create_app(gateway: Gateway) -> FastAPI:
                         headers={"Cache-Control": "no-cache"})
 
     @app.get("/api/config", summary="The coordinator's request classes and the upload limits")
-    def config():
-        return gateway.config()
+    def config(session: Session = Depends(signed_in)):
+        return gateway.config(session.role)
 
     @app.get("/api/sites", summary="The coordinator's sites and whether each is serving")
-    def sites():
+    def sites(_session: Session = Depends(signed_in)):
         return gateway.sites()
 
     @app.get("/api/stats", summary="Recent completion times of one request class")
-    def stats(request_class: str = Query("", alias="class", max_length=defaults.MAX_NAME_CHARS)):
+    def stats(request_class: str = Query("", alias="class", max_length=defaults.MAX_NAME_CHARS),
+              _session: Session = Depends(signed_in)):
         return gateway.stats(gateway.check_class(request_class))
 
     @app.get("/api/image", summary="A database cell's full image (PNG)",
              response_class=Response, responses={200: {"content": {"image/png": {}}}})
-    def image(site: str = Query("", max_length=defaults.MAX_NAME_CHARS),
-              cell_id: str = Query("", max_length=defaults.MAX_CELL_ID_CHARS)):
+    def image(request: Request, site: str = Query("", max_length=defaults.MAX_NAME_CHARS),
+              cell_id: str = Query("", max_length=defaults.MAX_CELL_ID_CHARS),
+              session: Session = Depends(signed_in)):
         if not site or not cell_id:
             raise HttpError(HTTPStatus.BAD_REQUEST, "give both ?site= and ?cell_id=")
+        gateway.audit.record("image", session.name, session.role, client_of(request),
+                             site=site, cell_id=cell_id)
         return Response(gateway.image(site, cell_id), media_type="image/png",
                         headers={"Cache-Control": "no-store"})
 
     @app.post("/api/pair", summary="How files pair into cells, by name",
               openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
                   "schema": PairRequest.model_json_schema()}}}})
-    async def pair(request: Request):
+    async def pair(request: Request, _session: Session = Depends(signed_in)):
         names = (await read_json(request, PairRequest)).names
         return pair_files(names).as_dict()
 
@@ -307,10 +420,16 @@ def create_app(gateway: Gateway) -> FastAPI:
                   "schema": {"type": "object", "required": ["files"], "properties": {
                       "request_class": {"type": "string"},
                       "files": {"type": "array", "items": {"type": "string", "format": "binary"}}}}}}}})
-    async def case(request: Request):
+    async def case(request: Request, session: Session = Depends(signed_in)):
         request_class, files = await read_case_form(request)
         request_class = await run_in_threadpool(gateway.check_class, request_class)
-        stream = gateway.submit(request_class, files)
+        if not may_send(session.role, request_class):
+            gateway.audit.record("case-refused", session.name, session.role, client_of(request),
+                                 request_class=request_class)
+            raise HttpError(HTTPStatus.FORBIDDEN, f"As a {session.role} you cannot send "
+                                                  f"{class_label(request_class)} cases; choose another "
+                                                  "kind of case.")
+        stream = gateway.submit(request_class, files, session, client_of(request))
         lines = (json.dumps(event) + "\n" async for event in stream)
         return StreamingResponse(lines, media_type="application/x-ndjson",
                                  headers={"Cache-Control": "no-store"},
@@ -327,13 +446,31 @@ class GatewayHandle:
     server: uvicorn.Server
     thread: threading.Thread
     gateway: Gateway
+    state_dir: Path
+    temporary: tempfile.TemporaryDirectory | None = None
+
+    @property
+    def accounts(self) -> Accounts:
+        return self.gateway.accounts
+
+    @property
+    def audit_path(self) -> Path:
+        return self.gateway.audit.path
+
+    def login_link(self, name: str) -> str:
+        """A one-time sign-in link for user `name` (see `Accounts.login_link_token`)."""
+        return f"{self.url}login/once?token={self.accounts.login_link_token(name)}"
 
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=defaults.GATEWAY_SHUTDOWN_S + 10)
         self.gateway.close()
+        if self.temporary is not None:
+            self.temporary.cleanup()
 
 
+USERS_FILE = "users.sqlite"
+AUDIT_FILE = "audit.log"
 LOOPBACK_NAMES = ("127.0.0.1", "localhost")
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 
@@ -347,7 +484,7 @@ def allowed_host_names(host: str, extra=()) -> list[str]:
 
 def start_gateway(coordinator_address: str, host: str = "127.0.0.1", port: int = 0,
                   case_deadline_s: float = CASE_DEADLINE_S, tls: TLSFiles | None = None,
-                  https: TLSFiles | None = None, allowed_hosts=(),
+                  https: TLSFiles | None = None, allowed_hosts=(), state_dir: str | Path | None = None,
                   head_timeout_s: float = defaults.GATEWAY_HEAD_TIMEOUT_S,
                   body_timeout_s: float = defaults.GATEWAY_BODY_TIMEOUT_S,
                   max_connections: int = defaults.GATEWAY_MAX_CONNECTIONS) -> GatewayHandle:
@@ -357,7 +494,9 @@ def start_gateway(coordinator_address: str, host: str = "127.0.0.1", port: int =
     https: serve the page over HTTPS with this certificate and key (`cert`, `key`; e.g.
     from deploy/make-certs.sh), with HSTS. allowed_hosts: names (besides the listening
     address and this host's loopback names) that browsers may use in the Host header;
-    any other Host is refused (DNS rebinding).
+    any other Host is refused (DNS rebinding). state_dir: where the users and sessions
+    (users.sqlite) and the audit log (audit.log), both 0600, are kept; None: a private
+    temporary folder, removed on stop (add users through the handle's `accounts`).
 
     Listens on host:port (port 0 picks a free one) before returning, so the URL can be
     used at once; uvicorn serves it from a background thread. Returns a `GatewayHandle`
@@ -365,7 +504,14 @@ def start_gateway(coordinator_address: str, host: str = "127.0.0.1", port: int =
     """
     if https is not None and (https.cert is None or https.key is None):
         raise ValueError("HTTPS needs both a certificate and its key")
-    gateway = Gateway(coordinator_address, case_deadline_s, tls)
+    temporary = None
+    if state_dir is None:
+        temporary = tempfile.TemporaryDirectory(prefix="pathmaster-gateway-")
+        state_dir = temporary.name
+    state_dir = Path(state_dir)
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    gateway = Gateway(coordinator_address, Accounts(state_dir / USERS_FILE), AuditLog(state_dir / AUDIT_FILE),
+                      case_deadline_s, tls, https=https is not None)
     app = SameOrigin(create_app(gateway))
     app = BodyLimits(app, max_bytes=defaults.MAX_REQUEST_BYTES, timeout_s=body_timeout_s)
     app = TrustedHostMiddleware(app, allowed_hosts=allowed_host_names(host, allowed_hosts))
@@ -405,4 +551,4 @@ def start_gateway(coordinator_address: str, host: str = "127.0.0.1", port: int =
         shown = "127.0.0.1"
     scheme = "https" if https else "http"
     return GatewayHandle(url=f"{scheme}://{shown}:{bound_port}/", server=server, thread=thread,
-                         gateway=gateway)
+                         gateway=gateway, state_dir=state_dir, temporary=temporary)

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.clients.web import login_link
+
 pytestmark = pytest.mark.browser
 
 CHROMIUM = "/usr/bin/chromium"
@@ -48,11 +50,12 @@ def page(browser):
     assert errors == [], f"JavaScript errors on the page: {errors}"
 
 
-def open_page(page, url: str) -> None:
+def open_page(page, handle, name: str = "dr-pat", role: str = "pathologist") -> None:
+    """Sign in at gateway `handle` by a one-time link (as the demo prints) and wait for the page."""
     # A file-chooser listener turns on Playwright's interception of the chooser; set it up
     # before the page loads so the first Enter on the drop zone cannot race it.
     page.on("filechooser", lambda chooser: None)
-    page.goto(url)
+    page.goto(login_link(handle, name, role))
     page.wait_for_selector("body[data-ready='1']", timeout=15_000)
 
 
@@ -84,7 +87,7 @@ def run_case(page, status_class: str) -> None:
 
 
 def test_case_results_stream_into_the_page(page, gateway, case_dir, bad_files):
-    open_page(page, gateway.url)
+    open_page(page, gateway)
     assert page.locator("#site-chips .chip-ok").count() == 3
 
     choose_files_by_keyboard(page, sorted(case_dir.iterdir()) + [bad_files["oversize"]])
@@ -139,7 +142,7 @@ def test_case_results_stream_into_the_page(page, gateway, case_dir, bad_files):
 
 def test_a_down_site_shows_on_its_row_and_the_rest_of_the_case_still_shows(
         page, down_gateway, case_dir):
-    open_page(page, down_gateway.url)
+    open_page(page, down_gateway)
     assert page.locator("#site-chips .chip-down[data-site='site-down']").count() == 1
 
     choose_files_by_keyboard(page, sorted(case_dir.iterdir()))
@@ -165,7 +168,7 @@ def test_a_missing_coordinator_is_a_message_on_the_page(page, case_dir, nowhere)
 
     handle = start_gateway(nowhere)
     try:
-        open_page(page, handle.url)
+        open_page(page, handle)
         assert "UNAVAILABLE" in page.locator("#site-chips .chip-down").inner_text()
         choose_files_by_keyboard(page, [case_dir / "cell1.png"])
         run_case(page, "error")

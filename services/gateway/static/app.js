@@ -7,6 +7,7 @@ const state = {
   sites: [],             // site names, in the order the rows are drawn
   files: new Map(),      // file name -> File, for files small enough to send
   previews: new Map(),   // cell id -> object URL of its image (for the results)
+  csrf: "",              // the session's CSRF token (GET /api/session)
   tooLarge: [],          // [{file, problem}] found before sending
   pairing: null,         // POST /api/pair reply
   running: false,
@@ -29,16 +30,51 @@ function el(tag, attrs = {}, ...children) {
   return node;
 }
 
+// A signed-out session (expired, or signed out elsewhere) brings back the sign-in form.
+class SignedOut extends Error {}
+
 async function getJSON(url, options) {
   const response = await fetch(url, options);
   const body = await response.json().catch(() => ({}));
+  if (response.status === 401) { showLogin(body.error); throw new SignedOut(body.error || "Please sign in."); }
   if (!response.ok) throw new Error(body.error || `${url}: HTTP ${response.status}`);
   return body;
 }
 
+// Every state-changing request carries the session's CSRF token.
+const csrfHeaders = (extra = {}) => ({...extra, "X-CSRF-Token": state.csrf || ""});
+
 const postJSON = (url, obj) => getJSON(url, {
-  method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify(obj),
+  method: "POST", headers: csrfHeaders({"Content-Type": "application/json"}), body: JSON.stringify(obj),
 });
+
+// ---------------------------------------------------------------- signing in
+
+function showLogin(message) {
+  $("#app").hidden = true;
+  $("#who").hidden = true;
+  $("#login").hidden = false;
+  const error = $("#login-error");
+  error.textContent = message && message !== "Please sign in." ? message : "";
+  error.hidden = !error.textContent;
+  $("#login-name").focus();
+}
+
+async function signIn(event) {
+  event.preventDefault();
+  try {
+    await getJSON("/api/login", {method: "POST", headers: {"Content-Type": "application/json"},
+      body: JSON.stringify({name: $("#login-name").value, password: $("#login-password").value})});
+    location.reload();
+  } catch (err) {
+    showLogin(err.message);
+  }
+}
+
+async function signOut() {
+  await fetch("/api/logout", {method: "POST", headers: csrfHeaders()}).catch(() => null);
+  location.reload();
+}
 
 // ---------------------------------------------------------------- diagnoses
 
@@ -272,9 +308,10 @@ async function submitCase() {
     const form = new FormData();
     form.append("request_class", cls);
     for (const file of state.files.values()) form.append("files", file, file.name);
-    const response = await fetch("/api/case", {method: "POST", body: form});
+    const response = await fetch("/api/case", {method: "POST", headers: csrfHeaders(), body: form});
     if (!response.ok) {
       const body = await response.json().catch(() => ({}));
+      if (response.status === 401) showLogin(body.error);
       throw new Error(body.error || `HTTP ${response.status}`);
     }
     state.finished = false;
@@ -518,6 +555,18 @@ function wire() {
 
 async function start() {
   wire();
+  $("#login-form").addEventListener("submit", signIn);
+  $("#logout").addEventListener("click", signOut);
+  try {
+    const session = await getJSON("/api/session");
+    state.csrf = session.csrf;
+    $("#who-name").textContent = `${session.user} (${session.role})`;
+    $("#who").hidden = false;
+    $("#app").hidden = false;
+  } catch (err) {
+    if (!(err instanceof SignedOut)) setStatus(`The gateway is not answering: ${err.message}`, "error");
+    return;
+  }
   try {
     await loadConfig();
   } catch (err) {
