@@ -80,7 +80,7 @@ class SameOrigin:
         if origin and origin != own or not origin and fetch_site not in ("", "same-origin", "none"):
             return await refuse(send, 403, "this request came from another web site and was refused; "
                                            "use the PathMaster page itself")
-        if body_type not in BODY_TYPES:
+        if body_type and body_type not in BODY_TYPES:  # no body (sign out) is no body type
             return await refuse(send, 415, "the request must be sent as JSON or as a file upload "
                                            "(multipart/form-data), as the page sends it")
         await self.app(scope, receive, send)

@@ -14,6 +14,14 @@ description is at /api/openapi.json):
                                    "accepted" (cells sent, files rejected), "plan", one "site"
                                    per site as it answers, then "summary" (or "error")
     GET  /api/image?site=S&cell_id=C   the full database image (image/png)
+    POST /api/login             {"name", "password"} -> sets the session cookie
+    GET  /login/once?token=T    a one-time sign-in link -> sets the cookie, back to the page
+    GET  /api/session           who is signed in, and the session's CSRF token
+    POST /api/logout
+
+Everything but the page, its static files and signing in needs a session; every POST
+carries the session's CSRF token (header X-CSRF-Token) and comes from the page's origin.
+Errors are {"error": message} and, where the page shows something else, "words".
 
 What one client can hold is bounded (`limits.py`, `pathmaster/defaults.py`): the time to
 send a request's head and its body, the body's size, JSON size and depth, files per case,
@@ -45,6 +53,8 @@ from starlette.requests import ClientDisconnect
 
 from pathmaster import defaults
 from pathmaster.defaults import CASE_DEADLINE_S, MAX_FILE_BYTES
+from pathmaster.ids import check_id
+from pathmaster.records import InvalidInput
 from qos.classes import UnknownClass
 from qos.transport import TLSFiles
 from services.client import CoordinatorClient, tls_hint, unknown_class_message
@@ -69,6 +79,9 @@ STATIC_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; ch
 # The request classes in a pathologist's words; a coordinator's other classes show their
 # own description. Bulk is never offered on the page (see ROLE_REFUSED_CLASSES).
 CLASS_LABELS = {"urgent": "Intra-operative — fastest", "routine": "Diagnostic", "teaching": "Teaching"}
+CLASS_HINTS = {"urgent": "A frozen section during surgery: answered before anything else.",
+               "routine": "A case for diagnosis: answered in turn.",
+               "teaching": "Teaching and review: answered when the network has room."}
 SESSION_COOKIE = "pathmaster_session"
 CSRF_HEADER = "X-CSRF-Token"
 
@@ -79,12 +92,14 @@ def class_label(name: str) -> str:
 
 
 class HttpError(Exception):
-    """An error to answer with `status` and a JSON {"error": message}."""
+    """An error to answer with `status` and a JSON {"error": message}; `words`: what the
+    page shows a person instead, when the message is for scripts and logs."""
 
-    def __init__(self, status: HTTPStatus, message: str):
+    def __init__(self, status: HTTPStatus, message: str, words: str | None = None):
         super().__init__(message)
         self.status = status
         self.message = message
+        self.words = words
 
 
 def grpc_http_error(exc: grpc.RpcError, what: str, hint: str = "") -> HttpError:
@@ -96,7 +111,7 @@ def grpc_http_error(exc: grpc.RpcError, what: str, hint: str = "") -> HttpError:
               grpc.StatusCode.INVALID_ARGUMENT: HTTPStatus.BAD_REQUEST,
               grpc.StatusCode.DEADLINE_EXCEEDED: HTTPStatus.GATEWAY_TIMEOUT,
               }.get(code, HTTPStatus.BAD_GATEWAY)
-    return HttpError(status, f"{what}: {code.name}: {detail}{hint}")
+    return HttpError(status, f"{what}: {code.name}: {detail}{hint}", events.coordinator_words(code.name))
 
 
 class Gateway:
@@ -130,10 +145,11 @@ class Gateway:
         try:
             classes = self.client.classes
         except grpc.RpcError as exc:
-            return config | {"classes_error": self._failed(exc, "the request classes of the coordinator "
-                                                               f"at {self.coordinator_address}").message}
+            failed = self._failed(exc, f"the request classes of the coordinator at {self.coordinator_address}")
+            return config | {"classes_error": failed.message, "classes_words": failed.words}
         config["classes"] = [{"name": c.name, "dscp": c.dscp, "priority": c.priority,
                               "description": c.description, "label": class_label(c.name),
+                              "hint": CLASS_HINTS.get(c.name, c.description),
                               "allowed": may_send(role, c.name)} for c in classes]
         allowed = [c.name for c in classes if may_send(role, c.name)]
         if DEFAULT_CLASS not in allowed and allowed:
@@ -178,14 +194,14 @@ class Gateway:
             raise self._failed(exc, f"image {cell_id!r} from site {site!r}")
 
     async def submit(self, request_class: str, files: dict[str, bytes], session: Session,
-                     client: str | None):
+                     client: str | None, case_id: str = ""):
         """Yield the case's events as dicts: "accepted", then the coordinator's ("plan",
         "site"s, "summary"), or an "error". Closing the generator (the browser went away)
         cancels the coordinator's call, which frees the sites. Audited: who sent how many
         cells of which class, and the case id the coordinator gave it."""
         checked = await run_in_threadpool(check_upload, files)  # decodes every image: CPU work
         self.audit.record("case", session.name, session.role, client, request_class=request_class,
-                          cells=len(checked.cells), files_refused=len(checked.rejected))
+                          case_id=case_id, cells=len(checked.cells), files_refused=len(checked.rejected))
         yield {"type": "accepted", "request_class": request_class,
                "cells": [c.cell_id for c in checked.cells],
                "pairing": checked.pairing.as_dict(),
@@ -197,7 +213,7 @@ class Gateway:
         call = None
         try:
             call = await run_in_threadpool(self.client.submit, checked.cells, request_class,
-                                           deadline_s=self.case_deadline_s)
+                                           deadline_s=self.case_deadline_s, case_id=case_id)
             while (event := await run_in_threadpool(next, call, None)) is not None:
                 reply = events.case_event_json(event)
                 if reply["type"] == "summary":
@@ -207,6 +223,7 @@ class Gateway:
                 yield reply
         except grpc.RpcError as exc:
             yield {"type": "error", "status": exc.code().name,
+                   "words": events.coordinator_words(exc.code().name),
                    "message": f"the coordinator at {self.coordinator_address} did not run the "
                               f"case: {self.client.describe(exc)}"}
         finally:
@@ -231,8 +248,9 @@ class PairRequest(BaseModel):
                                          "cell1-background.png, cell1-mask.png")
 
 
-def error_response(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status, headers={"Cache-Control": "no-store"})
+def error_response(status: int, message: str, words: str | None = None) -> JSONResponse:
+    body = {"error": message} | ({"words": words} if words else {})
+    return JSONResponse(body, status_code=status, headers={"Cache-Control": "no-store"})
 
 
 async def read_json(request: Request, model: type[BaseModel]) -> BaseModel:
@@ -250,16 +268,23 @@ async def read_json(request: Request, model: type[BaseModel]) -> BaseModel:
         raise HttpError(HTTPStatus.BAD_REQUEST, f"the request body is not what this call takes: {detail}")
 
 
-async def read_case_form(request: Request) -> tuple[str, dict[str, bytes]]:
-    """(request class, {file name: bytes}) of a multipart case. A file over the size limit
+async def read_case_form(request: Request) -> tuple[str, str, dict[str, bytes]]:
+    """(request class, case id, {file name: bytes}) of a multipart case: fields
+    request_class, case_id (optional: the case or accession number) and files. A file over the size limit
     is kept as its first MAX_FILE_BYTES + 1 bytes: enough for `check_upload` to refuse it
     by name, never the whole file in memory."""
     try:
         async with request.form(max_files=defaults.MAX_CASE_FILES, max_fields=16,
                                 max_part_size=64 * 1024) as form:
-            request_class = form.get("request_class", "")
-            if not isinstance(request_class, str):
-                raise HttpError(HTTPStatus.BAD_REQUEST, "request_class must be a text field")
+            request_class, case_id = form.get("request_class", ""), form.get("case_id", "")
+            if not isinstance(request_class, str) or not isinstance(case_id, str):
+                raise HttpError(HTTPStatus.BAD_REQUEST, "request_class and case_id are text fields")
+            case_id = case_id.strip()
+            if case_id:
+                try:
+                    check_id(case_id, "case id", "case number")
+                except InvalidInput as exc:
+                    raise HttpError(HTTPStatus.BAD_REQUEST, str(exc))
             files: dict[str, bytes] = {}
             for n, item in enumerate(form.getlist("files")):
                 name = getattr(item, "filename", None)
@@ -273,7 +298,7 @@ async def read_case_form(request: Request) -> tuple[str, dict[str, bytes]]:
     if not files:
         raise HttpError(HTTPStatus.BAD_REQUEST, 'send the case as multipart/form-data with its '
                                                 'images in "files"')
-    return request_class, files
+    return request_class, case_id, files
 
 
 def create_app(gateway: Gateway) -> FastAPI:
@@ -284,7 +309,7 @@ def create_app(gateway: Gateway) -> FastAPI:
 
     @app.exception_handler(HttpError)
     async def _http_error(_request, exc: HttpError):
-        return error_response(exc.status, exc.message)
+        return error_response(exc.status, exc.message, exc.words)
 
     @app.exception_handler(StarletteHTTPException)
     async def _starlette_error(_request, exc: StarletteHTTPException):
@@ -421,7 +446,7 @@ def create_app(gateway: Gateway) -> FastAPI:
                       "request_class": {"type": "string"},
                       "files": {"type": "array", "items": {"type": "string", "format": "binary"}}}}}}}})
     async def case(request: Request, session: Session = Depends(signed_in)):
-        request_class, files = await read_case_form(request)
+        request_class, case_id, files = await read_case_form(request)
         request_class = await run_in_threadpool(gateway.check_class, request_class)
         if not may_send(session.role, request_class):
             gateway.audit.record("case-refused", session.name, session.role, client_of(request),
@@ -429,7 +454,7 @@ def create_app(gateway: Gateway) -> FastAPI:
             raise HttpError(HTTPStatus.FORBIDDEN, f"As a {session.role} you cannot send "
                                                   f"{class_label(request_class)} cases; choose another "
                                                   "kind of case.")
-        stream = gateway.submit(request_class, files, session, client_of(request))
+        stream = gateway.submit(request_class, files, session, client_of(request), case_id)
         lines = (json.dumps(event) + "\n" async for event in stream)
         return StreamingResponse(lines, media_type="application/x-ndjson",
                                  headers={"Cache-Control": "no-store"},
@@ -525,6 +550,8 @@ def start_gateway(coordinator_address: str, host: str = "127.0.0.1", port: int =
     except OSError:
         sock.close()
         gateway.close()
+        if temporary is not None:
+            temporary.cleanup()
         raise
     config = uvicorn.Config(app, http=with_head_timeout(head_timeout_s), lifespan="off",
                             timeout_keep_alive=defaults.GATEWAY_KEEP_ALIVE_S,
@@ -540,6 +567,8 @@ def start_gateway(coordinator_address: str, host: str = "127.0.0.1", port: int =
     except BaseException:
         sock.close()
         gateway.close()
+        if temporary is not None:
+            temporary.cleanup()
         raise
     server = uvicorn.Server(config)
     thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])),

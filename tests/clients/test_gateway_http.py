@@ -144,8 +144,10 @@ def test_coordinator_down_is_a_message_not_a_crash(case_dir, nowhere):
         web = WebClient(handle)
         status, _, body = web.get("api/sites")
         assert status == 502 and "UNAVAILABLE" in json.loads(body)["error"]
+        assert json.loads(body)["words"] == "The coordinator is not reachable; is it running?"
         events = web.post_case(read_case(case_dir, cells=(1,)))
         assert events[-1]["type"] == "error" and events[-1]["status"] == "UNAVAILABLE"
+        assert events[-1]["words"] == "The coordinator is not reachable; is it running?"
         assert events[0]["cells"]  # the cells were fine; the coordinator was not there
         status, _, page = get(handle.url)
         assert status == 200 and b"PathMaster" in page

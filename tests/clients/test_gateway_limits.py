@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import socket
-import urllib.error
 import urllib.request
 from urllib.parse import urlsplit
 
@@ -14,6 +13,7 @@ import pytest
 
 from pathmaster import defaults
 from services.gateway.limits import json_depth
+from tests.clients.web import WebClient
 
 WAIT_S = 30  # upper bound on any one socket read: only a broken gateway makes a test wait this long
 
@@ -26,6 +26,17 @@ def quick_gateway(nowhere):
     handle = start_gateway(nowhere, head_timeout_s=0.5, body_timeout_s=0.5)
     yield handle
     handle.stop()
+
+
+@pytest.fixture
+def signed_in(quick_gateway) -> WebClient:
+    return WebClient(quick_gateway)
+
+
+def session_headers(web: WebClient) -> bytes:
+    """The Cookie and CSRF headers of `web`'s session, for a request written by hand."""
+    cookie = "; ".join(f"{c.name}={c.value}" for c in web.jar)
+    return f"Cookie: {cookie}\r\nX-CSRF-Token: {web.csrf}\r\n".encode()
 
 
 def connect(url: str) -> socket.socket:
@@ -64,10 +75,10 @@ def test_a_half_sent_head_is_cut_off_and_others_are_served_meanwhile(quick_gatew
             sock.close()
 
 
-def test_a_half_sent_body_is_answered_408(quick_gateway):
+def test_a_half_sent_body_is_answered_408(quick_gateway, signed_in):
     with connect(quick_gateway.url) as sock:
         sock.sendall(b"POST /api/pair HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: 100\r\n\r\n{\"names\": [")
+                     + session_headers(signed_in) + b"Content-Length: 100\r\n\r\n{\"names\": [")
         reply = read_all(sock)
     assert status_of(reply) == 408 and b"did not arrive in time" in reply
 
@@ -83,25 +94,19 @@ def test_bad_or_oversize_lengths_are_refused_before_the_body_is_read(quick_gatew
     assert status_of(reply) == 413 and b"over the gateway's" in reply
 
 
-def post_json(url: str, body: bytes) -> tuple[int, dict]:
-    request = urllib.request.Request(url + "api/pair", data=body,
-                                     headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=WAIT_S) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
+def test_deep_or_huge_json_is_refused_with_a_message(signed_in):
+    def post_json(body: bytes) -> tuple[int, dict]:
+        status, _, reply = signed_in.post("api/pair", body, "application/json")
+        return status, json.loads(reply)
 
-
-def test_deep_or_huge_json_is_refused_with_a_message(quick_gateway):
-    status, reply = post_json(quick_gateway.url, b'{"names": ' + b"[" * 100_000 + b"]" * 100_000 + b"}")
+    status, reply = post_json(b'{"names": ' + b"[" * 100_000 + b"]" * 100_000 + b"}")
     assert status == 400 and "nests deeper" in reply["error"]
     names = json.dumps({"names": ["x" * 100] * 5000}).encode()  # ~0.5 MB of names
-    status, reply = post_json(quick_gateway.url, names)
+    status, reply = post_json(names)
     assert status == 413 and "over the limit" in reply["error"]
-    status, reply = post_json(quick_gateway.url, b'{"names": "cell1.png"}')
+    status, reply = post_json(b'{"names": "cell1.png"}')
     assert status == 400 and "not what this call takes" in reply["error"]
-    status, reply = post_json(quick_gateway.url, json.dumps({"names": ["c1.png", "c1-mask.png"]}).encode())
+    status, reply = post_json(json.dumps({"names": ["c1.png", "c1-mask.png"]}).encode())
     assert status == 200 and reply["cells"][0]["mask"] == "c1-mask.png"
 
 

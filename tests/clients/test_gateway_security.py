@@ -12,6 +12,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from tests.clients.web import WebClient
+
 REPO = Path(__file__).resolve().parents[2]
 WAIT_S = 30
 
@@ -55,7 +57,7 @@ def test_replies_carry_security_headers_and_are_not_cached(plain_gateway):
     assert headers["cache-control"] == "no-store"
     assert "strict-transport-security" not in headers  # plain HTTP: HSTS would mean nothing
     status, headers, _ = request(plain_gateway.url, path="/api/sites")  # an error reply too
-    assert status == 502 and headers["cache-control"] == "no-store" and "content-security-policy" in headers
+    assert status == 401 and headers["cache-control"] == "no-store" and "content-security-policy" in headers
 
 
 def test_a_foreign_host_is_refused(plain_gateway):
@@ -81,9 +83,14 @@ def test_a_cross_origin_post_is_refused(plain_gateway):
     # Without any Origin, a body type only a form sends is refused as well.
     status, _, body = request(plain_gateway.url, "POST", "/api/pair", PAIR, {"Content-Type": "text/plain"})
     assert status == 415 and "as the page sends it" in json.loads(body)["error"]
-    # The page itself.
-    status, _, body = request(plain_gateway.url, "POST", "/api/pair", PAIR, {**json_type, "Origin": own})
+    # The page itself, signed in.
+    web = WebClient(plain_gateway)
+    session = {"Cookie": "; ".join(f"{c.name}={c.value}" for c in web.jar), "X-CSRF-Token": web.csrf}
+    status, _, body = request(plain_gateway.url, "POST", "/api/pair", PAIR, {**json_type, **session, "Origin": own})
     assert status == 200 and json.loads(body)["cells"][0]["cell_id"] == "c1"
+    status, _, _ = request(plain_gateway.url, "POST", "/api/pair", PAIR,
+                           {**json_type, **session, "Origin": "http://evil.example"})
+    assert status == 403  # a session does not make another site's request welcome
 
 
 def test_https_with_the_projects_certificates_sends_hsts(nowhere, tmp_path):
