@@ -155,13 +155,17 @@ def test_coordinator_down_is_a_message_not_a_crash(case_dir, nowhere):
         handle.stop()
 
 
-def test_gateway_command_serves_the_page_until_interrupted(nowhere):
+def test_gateway_command_serves_the_page_until_interrupted(nowhere, tmp_path):
     import signal
     import subprocess
     import sys
 
+    from services.gateway.accounts import Accounts
+
+    Accounts(tmp_path / "users.sqlite").add_user("ann", "pathologist")
     proc = subprocess.Popen([sys.executable, "-m", "pathmaster", "gateway", "--coordinator", nowhere,
-                             "--port", "0"], stdout=subprocess.PIPE, text=True)
+                             "--port", "0", "--state-dir", str(tmp_path), "--login-link", "ann"],
+                            stdout=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()  # the command prints its URL once it listens
         assert line.startswith("PathMaster page: http://127.0.0.1:"), line
@@ -171,6 +175,10 @@ def test_gateway_command_serves_the_page_until_interrupted(nowhere):
         status, kind, script = get(url + "static/app.js")
         assert status == 200 and kind.startswith("text/javascript") and b"api/case" in script
         assert get(url + "static/../server.py")[0] == 404
+        link = proc.stdout.readline()
+        assert link.startswith(f"sign in once at: {url}login/once?token="), link
+        assert get(link.split()[-1])[0] == 200  # signed in, sent on to the page
+        assert '"action":"sign-in"' in (tmp_path / "audit.log").read_text()
     finally:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=20) == 130
