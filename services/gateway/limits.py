@@ -52,8 +52,11 @@ class HeadDeadlineProtocol(H11Protocol):
             self._head_deadline = None
 
     def _head_late(self, waiting_for) -> None:
-        # A new request's head has arrived when uvicorn made a new scope for it.
-        if self.scope is waiting_for and not self.transport.is_closing():
+        # A new request's head has arrived when uvicorn made a new scope for it; a request
+        # still being answered (a pipelined one, taken in before this deadline was armed)
+        # is not cut off.
+        answering = self.cycle is not None and not self.cycle.response_complete
+        if self.scope is waiting_for and not answering and not self.transport.is_closing():
             self.transport.close()
 
 
