@@ -261,14 +261,24 @@ def run_demo(args: argparse.Namespace) -> int:
         deployment.stop()
 
 
+DEMO_USER = "demo"  # the loopback demo's one user, a pathologist, signed in by a one-time link
+
+
 def _start_gateway(coordinator_address: str):
-    """The web page, when the gateway is part of this build; None otherwise."""
+    """The web page, when the gateway is part of this build; None otherwise. Its users and
+    audit log are the demo's own (in the cache); the demo user signs in by a one-time link."""
     try:
         from services.gateway import start_gateway
     except ImportError:
         return None
-    handle = start_gateway(coordinator_address)
+    from services.site.synthetic import cache_root
+
+    handle = start_gateway(coordinator_address, state_dir=cache_root() / "demo-gateway")
+    if handle.accounts.role(DEMO_USER) is None:
+        handle.accounts.add_user(DEMO_USER, "pathologist")  # no password: links only
     print(f"web page          {handle.url}")
+    print(f"sign in once at   {handle.login_link(DEMO_USER)}")
+    print(f"page audit log    {handle.audit_path}")
     return handle
 
 

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from pathmaster import defaults
 from services.commands import add_tls_arguments, tls_from_args
 
 DEMO_COORDINATOR = f"127.0.0.1:{defaults.COORDINATOR_PORT}"  # where `pathmaster demo` listens
+DEFAULT_STATE_DIR = Path.home() / ".local" / "state" / "pathmaster" / "gateway"
+ROLE_NAMES = tuple(defaults.ROLE_REFUSED_CLASSES)
 
 
 def register(subparsers) -> None:
@@ -42,6 +45,24 @@ def register(subparsers) -> None:
     gateway.add_argument("--host", default="127.0.0.1", help="address to listen on")
     gateway.add_argument("--port", type=int, default=defaults.GATEWAY_PORT,
                          help="port (default %(default)s; 0: any free one)")
+    gateway.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                         help="a host name browsers use to reach the page (repeatable); any other "
+                              "Host is refused. The listening address and localhost are always allowed")
+    gateway.add_argument("--https-cert", metavar="PEM",
+                         help="serve the page over HTTPS with this certificate (e.g. from "
+                              "deploy/make-certs.sh); needs --https-key")
+    gateway.add_argument("--https-key", metavar="PEM", help="the HTTPS certificate's private key")
+    gateway.add_argument("--state-dir", default=str(DEFAULT_STATE_DIR), metavar="DIR",
+                         help="where the page's users (users.sqlite) and audit log (audit.log) "
+                              "are kept, both 0600 (default %(default)s)")
+    gateway.add_argument("--add-user", metavar="NAME",
+                         help="add (or reset) user NAME with --role and a password read from the "
+                              "terminal (or one line of standard input), then exit")
+    gateway.add_argument("--role", choices=ROLE_NAMES, default="pathologist",
+                         help="the role of --add-user: what kinds of case they may send "
+                              "(default %(default)s)")
+    gateway.add_argument("--login-link", metavar="NAME",
+                         help="print a one-time sign-in link for user NAME once the page is served")
     add_tls_arguments(gateway)
     gateway.set_defaults(func=run_gateway_command)
 
@@ -66,19 +87,56 @@ def run_batch_command(args: argparse.Namespace) -> int:
     return 0 if summary.status_counts().get("failed", 0) == 0 else 1
 
 
+def add_user_command(args: argparse.Namespace) -> int:
+    import getpass
+
+    from services.gateway.accounts import Accounts
+
+    if sys.stdin.isatty():
+        password = getpass.getpass(f"password for {args.add_user}: ")
+        if getpass.getpass("again: ") != password:
+            print("pathmaster gateway: the passwords differ; nothing changed", file=sys.stderr)
+            return 2
+    else:
+        password = sys.stdin.readline().rstrip("\n")
+    try:
+        Accounts(Path(args.state_dir) / "users.sqlite").add_user(args.add_user, args.role, password)
+    except ValueError as exc:
+        print(f"pathmaster gateway: {exc}", file=sys.stderr)
+        return 2
+    print(f"user {args.add_user} ({args.role}) saved in {args.state_dir}")
+    return 0
+
+
 def run_gateway_command(args: argparse.Namespace) -> int:
     import threading
 
     from services.gateway import start_gateway
 
+    if args.add_user:
+        return add_user_command(args)
+
+    from qos.transport import TLSFiles
+
     try:
         tls = tls_from_args(args)
-    except ValueError as exc:
+        if bool(args.https_cert) != bool(args.https_key):
+            raise ValueError("--https-cert and --https-key go together")
+        https = TLSFiles(cert=args.https_cert, key=args.https_key) if args.https_cert else None
+        handle = start_gateway(args.coordinator, host=args.host, port=args.port, tls=tls,
+                               https=https, allowed_hosts=args.allowed_host,
+                               state_dir=args.state_dir)
+    except (ValueError, OSError) as exc:  # ssl.SSLError is an OSError
         print(f"pathmaster gateway: {exc}", file=sys.stderr)
         return 2
-    handle = start_gateway(args.coordinator, host=args.host, port=args.port, tls=tls)
     print(f"PathMaster page: {handle.url}  (coordinator {args.coordinator}; Ctrl-C stops)",
           flush=True)
+    if args.login_link:
+        try:
+            print(f"sign in once at: {handle.login_link(args.login_link)}", flush=True)
+        except KeyError:
+            print(f"pathmaster gateway: no user {args.login_link!r}; add one with --add-user",
+                  file=sys.stderr)
     try:
         threading.Event().wait()
     finally:

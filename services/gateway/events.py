@@ -18,6 +18,32 @@ def status_name(code: int) -> str:
     return _STATUS_NAMES.get(int(code), f"STATUS_{int(code)}")
 
 
+# What a failed call means, in the words the page shows a pathologist (status names are
+# for logs and scripts): a site's state on its card, and the coordinator's in a sentence.
+SITE_WORDS = {"OK": "answered", "UNAVAILABLE": "not reachable", "DEADLINE_EXCEEDED": "did not answer in time",
+              "RESOURCE_EXHAUSTED": "too busy", "CANCELLED": "stopped",
+              "UNAUTHENTICATED": "refused the connection", "PERMISSION_DENIED": "refused the connection"}
+COORDINATOR_WORDS = {
+    "UNAVAILABLE": "The coordinator is not reachable; is it running?",
+    "DEADLINE_EXCEEDED": "The coordinator did not answer in time; try again.",
+    "RESOURCE_EXHAUSTED": "The coordinator is too busy right now; try again in a minute.",
+    "UNAUTHENTICATED": "The coordinator refused this page's connection; ask your administrator.",
+    "PERMISSION_DENIED": "The coordinator refused this page's connection; ask your administrator.",
+    "NOT_FOUND": "That was not found at the site.",
+}
+
+
+def site_words(status: str) -> str:
+    """A site's state in words, from a status name ("UNAVAILABLE" -> "not reachable")."""
+    return SITE_WORDS.get(status, "could not answer")
+
+
+def coordinator_words(status: str) -> str:
+    """What a failed coordinator call means, as one sentence for the page."""
+    return COORDINATOR_WORDS.get(status, "The coordinator could not do this; try again, or ask "
+                                         "your administrator.")
+
+
 def png_data_url(image: bytes) -> str:
     """A `data:` URL for PNG or JPEG bytes ("" when there are none)."""
     if not image:
@@ -56,6 +82,7 @@ def site_result_json(result, with_thumbnails: bool = True) -> dict:
             "ok": result.status_code == 0,
             "status_code": result.status_code,
             "status": status_name(result.status_code),
+            "status_words": site_words(status_name(result.status_code)),
             "status_message": result.status_message,
             "algorithm": result.algorithm,
             "timing": timing_json(result.timing),

@@ -1,6 +1,7 @@
 """The HTTP gateway: serves the pathologist's page and relays it to the coordinator.
 
-Routes (all JSON unless said otherwise):
+A FastAPI application on uvicorn. Routes (JSON unless said otherwise; the OpenAPI
+description is at /api/openapi.json):
 
     GET  /                      the page (static/index.html; app.js and style.css beside it)
     GET  /api/config            the coordinator's request classes (its Info), file-size limit,
@@ -8,37 +9,61 @@ Routes (all JSON unless said otherwise):
     GET  /api/sites             the coordinator's sites and whether each is serving
     GET  /api/stats?class=NAME  recent completion times for one request class
     POST /api/pair              {"names": [...]} -> how those files pair into cells
-    POST /api/case              {"request_class": ..., "files": [{"name", "data" (base64)}]}
-                                -> a chunked stream of newline-delimited JSON events:
-                                   "accepted" (cells sent, files rejected), one "site" per
-                                   site as it answers, then "summary" (or "error")
+    POST /api/case              multipart/form-data: request_class, and the files (field "files")
+                                -> a stream of newline-delimited JSON events:
+                                   "accepted" (cells sent, files rejected), "plan", one "site"
+                                   per site as it answers, then "summary" (or "error")
     GET  /api/image?site=S&cell_id=C   the full database image (image/png)
+    POST /api/login             {"name", "password"} -> sets the session cookie
+    GET  /login/once?token=T    a one-time sign-in link -> sets the cookie, back to the page
+    GET  /api/session           who is signed in, and the session's CSRF token
+    POST /api/logout
 
-The standard library's ThreadingHTTPServer is enough: one pathologist's browser makes a
-handful of requests, and each case's stream holds one thread while the sites work.
+Everything but the page, its static files and signing in needs a session; every POST
+carries the session's CSRF token (header X-CSRF-Token) and comes from the page's origin.
+Errors are {"error": message} and, where the page shows something else, "words".
+
+What one client can hold is bounded (`limits.py`, `pathmaster/defaults.py`): the time to
+send a request's head and its body, the body's size, JSON size and depth, files per case,
+idle keep-alive time and the number of connections.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
+import asyncio
 import json
 import logging
+import socket
+import tempfile
 import threading
 from dataclasses import dataclass
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit
 
 import grpc
+import uvicorn
+from fastapi import Depends, FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import ClientDisconnect
 
-from pathmaster.defaults import CASE_DEADLINE_S, MAX_FILE_BYTES, MAX_REQUEST_BYTES
+from pathmaster import defaults
+from pathmaster.defaults import CASE_DEADLINE_S, MAX_FILE_BYTES
+from pathmaster.ids import check_id
+from pathmaster.records import InvalidInput
 from qos.classes import UnknownClass
 from qos.transport import TLSFiles
 from services.client import CoordinatorClient, tls_hint, unknown_class_message
 from services.coordinator.validation import DEFAULT_CLASS  # what the coordinator takes for no class
 from services.gateway import events
+from services.gateway.accounts import Accounts, LoginThrottle, Session, may_send
+from services.gateway.audit import AuditLog
+from services.gateway.limits import BodyLimits, check_json_depth, with_head_timeout
+from services.gateway.security import SAFE_METHODS, SameOrigin, SecurityHeaders
 from services.gateway.pairing import pair_files
 from services.gateway.upload import check_upload
 
@@ -47,17 +72,34 @@ log = logging.getLogger(__name__)
 STATIC_DIR = Path(__file__).parent / "static"
 STATIC_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
                 ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
-# MAX_REQUEST_BYTES: a 6-cell case with backgrounds and masks is ~2 MB, ~2.7 MB as base64.
-# The page leaves oversize files out before it sends, so it only stops runaway API clients.
+# MAX_REQUEST_BYTES: a 6-cell case with backgrounds and masks is ~2 MB. The page leaves
+# oversize files out before it sends, so the limit only stops runaway API clients.
+
+
+# The request classes in a pathologist's words; a coordinator's other classes show their
+# own description. Bulk is never offered on the page (see ROLE_REFUSED_CLASSES).
+CLASS_LABELS = {"urgent": "Intra-operative — fastest", "routine": "Diagnostic", "teaching": "Teaching"}
+CLASS_HINTS = {"urgent": "A frozen section during surgery: answered before anything else.",
+               "routine": "A case for diagnosis: answered in turn.",
+               "teaching": "Teaching and review: answered when the network has room."}
+SESSION_COOKIE = "pathmaster_session"
+CSRF_HEADER = "X-CSRF-Token"
+
+
+def class_label(name: str) -> str:
+    """The words the page uses for request class `name`."""
+    return CLASS_LABELS.get(name, name.replace("-", " ").capitalize())
 
 
 class HttpError(Exception):
-    """An error to answer with `status` and a JSON {"error": message}."""
+    """An error to answer with `status` and a JSON {"error": message}; `words`: what the
+    page shows a person instead, when the message is for scripts and logs."""
 
-    def __init__(self, status: HTTPStatus, message: str):
+    def __init__(self, status: HTTPStatus, message: str, words: str | None = None):
         super().__init__(message)
         self.status = status
         self.message = message
+        self.words = words
 
 
 def grpc_http_error(exc: grpc.RpcError, what: str, hint: str = "") -> HttpError:
@@ -69,39 +111,49 @@ def grpc_http_error(exc: grpc.RpcError, what: str, hint: str = "") -> HttpError:
               grpc.StatusCode.INVALID_ARGUMENT: HTTPStatus.BAD_REQUEST,
               grpc.StatusCode.DEADLINE_EXCEEDED: HTTPStatus.GATEWAY_TIMEOUT,
               }.get(code, HTTPStatus.BAD_GATEWAY)
-    return HttpError(status, f"{what}: {code.name}: {detail}{hint}")
+    return HttpError(status, f"{what}: {code.name}: {detail}{hint}", events.coordinator_words(code.name))
 
 
 class Gateway:
     """What the request handlers share: the coordinator's client."""
 
-    def __init__(self, coordinator_address: str, case_deadline_s: float = CASE_DEADLINE_S,
-                 tls: TLSFiles | None = None):
+    def __init__(self, coordinator_address: str, accounts: Accounts, audit: AuditLog,
+                 case_deadline_s: float = CASE_DEADLINE_S, tls: TLSFiles | None = None,
+                 https: bool = False):
         self.coordinator_address = coordinator_address
         self.case_deadline_s = case_deadline_s
         self.client = CoordinatorClient(coordinator_address, tls)
+        self.accounts = accounts
+        self.audit = audit
+        self.throttle = LoginThrottle()
+        self.https = https
 
     def close(self) -> None:
         self.client.close()
+        self.audit.close()
 
     def _failed(self, exc: grpc.RpcError, what: str) -> HttpError:
         return grpc_http_error(exc, what, tls_hint(exc, self.client.tls))
 
-    def config(self) -> dict:
+    def config(self, role: str) -> dict:
         """What the page needs to start: the coordinator's request classes, most favoured
-        first (empty, with "classes_error" saying why, while the coordinator cannot be
-        asked: the page still loads, and a case then reports the same failure)."""
+        first, each with its label in words and whether `role` may send it (empty, with
+        "classes_error" saying why, while the coordinator cannot be asked: the page still
+        loads, and a case then reports the same failure)."""
         config = {"coordinator": self.coordinator_address, "max_file_bytes": MAX_FILE_BYTES,
                   "default_class": DEFAULT_CLASS, "classes": []}
         try:
             classes = self.client.classes
         except grpc.RpcError as exc:
-            return config | {"classes_error": self._failed(exc, "the request classes of the coordinator "
-                                                               f"at {self.coordinator_address}").message}
+            failed = self._failed(exc, f"the request classes of the coordinator at {self.coordinator_address}")
+            return config | {"classes_error": failed.message, "classes_words": failed.words}
         config["classes"] = [{"name": c.name, "dscp": c.dscp, "priority": c.priority,
-                              "description": c.description} for c in classes]
-        if DEFAULT_CLASS not in classes and classes.names():
-            config["default_class"] = classes.names()[0]
+                              "description": c.description, "label": class_label(c.name),
+                              "hint": CLASS_HINTS.get(c.name, c.description),
+                              "allowed": may_send(role, c.name)} for c in classes]
+        allowed = [c.name for c in classes if may_send(role, c.name)]
+        if DEFAULT_CLASS not in allowed and allowed:
+            config["default_class"] = allowed[0]
         return config
 
     def check_class(self, name: str) -> str:
@@ -141,9 +193,15 @@ class Gateway:
         except grpc.RpcError as exc:
             raise self._failed(exc, f"image {cell_id!r} from site {site!r}")
 
-    def submit(self, request_class: str, files: dict[str, bytes]):
-        """Yield the case's events as dicts: "accepted", then "site"s, then "summary"/"error"."""
-        checked = check_upload(files)
+    async def submit(self, request_class: str, files: dict[str, bytes], session: Session,
+                     client: str | None, case_id: str = ""):
+        """Yield the case's events as dicts: "accepted", then the coordinator's ("plan",
+        "site"s, "summary"), or an "error". Closing the generator (the browser went away)
+        cancels the coordinator's call, which frees the sites. Audited: who sent how many
+        cells of which class, and the case id the coordinator gave it."""
+        checked = await run_in_threadpool(check_upload, files)  # decodes every image: CPU work
+        self.audit.record("case", session.name, session.role, client, request_class=request_class,
+                          case_id=case_id, cells=len(checked.cells), files_refused=len(checked.rejected))
         yield {"type": "accepted", "request_class": request_class,
                "cells": [c.cell_id for c in checked.cells],
                "pairing": checked.pairing.as_dict(),
@@ -152,157 +210,257 @@ class Gateway:
             yield {"type": "error", "status": "INVALID_ARGUMENT",
                    "message": "no usable cell images in this case: nothing was sent"}
             return
-        call = self.client.submit(checked.cells, request_class, deadline_s=self.case_deadline_s)
+        call = None
         try:
-            for event in call:
-                yield events.case_event_json(event)
+            call = await run_in_threadpool(self.client.submit, checked.cells, request_class,
+                                           deadline_s=self.case_deadline_s, case_id=case_id)
+            while (event := await run_in_threadpool(next, call, None)) is not None:
+                reply = events.case_event_json(event)
+                if reply["type"] == "summary":
+                    self.audit.record("case-done", session.name, session.role, client,
+                                      case_id=reply["case_id"], request_class=request_class,
+                                      sites_ok=reply["sites_ok"], sites_failed=reply["sites_failed"])
+                yield reply
         except grpc.RpcError as exc:
             yield {"type": "error", "status": exc.code().name,
+                   "words": events.coordinator_words(exc.code().name),
                    "message": f"the coordinator at {self.coordinator_address} did not run the "
                               f"case: {self.client.describe(exc)}"}
         finally:
-            call.cancel()  # the browser went away, or the stream is over: free the sites
+            if call is not None:
+                call.cancel()  # thread-safe: also ends a `next` still waiting in its thread
 
 
-class GatewayHandler(BaseHTTPRequestHandler):
-    """One HTTP request. `server.gateway` holds the shared `Gateway`."""
+class LoginRequest(BaseModel):
+    """A user's name and password."""
 
-    protocol_version = "HTTP/1.1"  # keep-alive, and chunked streams for cases
-    server_version = "PathMasterGateway/1"
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(max_length=64)
+    password: str = Field(max_length=defaults.MAX_PASSWORD_CHARS)
 
-    @property
-    def gateway(self) -> Gateway:
-        return self.server.gateway
 
-    def log_message(self, format, *args):  # noqa: A002 - the base class's name
-        log.debug("%s %s", self.address_string(), format % args)
+class PairRequest(BaseModel):
+    """The names of a case's files, to be paired into cells."""
 
-    # ------------------------------------------------------------------ dispatch
-    def do_GET(self):
-        self._dispatch({"/": self._page, "/api/config": self._config, "/api/sites": self._sites,
-                        "/api/stats": self._stats, "/api/image": self._image})
+    model_config = ConfigDict(extra="forbid")
+    names: list[str] = Field(max_length=defaults.MAX_CASE_FILES,
+                             description="file names as the user chose them, e.g. cell1.png, "
+                                         "cell1-background.png, cell1-mask.png")
 
-    def do_POST(self):
-        self._dispatch({"/api/pair": self._pair, "/api/case": self._case})
 
-    def _dispatch(self, routes):
-        url = urlsplit(self.path)
-        self.query = {k: v[-1] for k, v in parse_qs(url.query).items()}
-        handler = routes.get(url.path)
-        if handler is None and self.command == "GET" and url.path.startswith("/static/"):
-            handler = self._static
-        try:
-            if handler is None:
-                raise HttpError(HTTPStatus.NOT_FOUND, f"no such page: {url.path}")
-            handler(url.path)
-        except HttpError as exc:
-            self._send_json({"error": exc.message}, exc.status)
-        except (BrokenPipeError, ConnectionResetError):
-            log.info("client %s went away", self.address_string())
-            self.close_connection = True
+def error_response(status: int, message: str, words: str | None = None) -> JSONResponse:
+    body = {"error": message} | ({"words": words} if words else {})
+    return JSONResponse(body, status_code=status, headers={"Cache-Control": "no-store"})
 
-    # ------------------------------------------------------------------ responses
-    def _send(self, body: bytes, content_type: str, status=HTTPStatus.OK, cache=False):
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Cache-Control", "max-age=3600" if cache else "no-store")
-        self.end_headers()
-        self.wfile.write(body)
 
-    def _send_json(self, obj, status=HTTPStatus.OK):
-        self._send(json.dumps(obj).encode("utf-8"), "application/json", status)
+async def read_json(request: Request, model: type[BaseModel]) -> BaseModel:
+    """The request's JSON body as `model`, after checking its size and depth before parsing."""
+    body = await request.body()  # BodyLimits has bounded it by MAX_REQUEST_BYTES already
+    if len(body) > defaults.MAX_JSON_BYTES:
+        raise HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                        f"JSON request of {len(body)} bytes is over the limit of "
+                        f"{defaults.MAX_JSON_BYTES} bytes")
+    try:
+        check_json_depth(body)
+        return model.model_validate_json(body)
+    except ValueError as exc:  # ValidationError is a ValueError
+        detail = "; ".join(e["msg"] for e in exc.errors()[:3]) if isinstance(exc, ValidationError) else str(exc)
+        raise HttpError(HTTPStatus.BAD_REQUEST, f"the request body is not what this call takes: {detail}")
 
-    def _read_json(self) -> dict:
-        try:
-            length = int(self.headers.get("Content-Length", ""))
-        except ValueError:
-            raise HttpError(HTTPStatus.LENGTH_REQUIRED, "the request needs a Content-Length")
-        if length > MAX_REQUEST_BYTES:
-            self.close_connection = True  # the unread body would be taken for a request
-            raise HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-                            f"request of {length / 1e6:.1f} MB is over the gateway's "
-                            f"{MAX_REQUEST_BYTES / 1e6:.0f} MB limit: send fewer or smaller files")
-        try:
-            body = json.loads(self.rfile.read(length))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise HttpError(HTTPStatus.BAD_REQUEST, f"the request body is not JSON: {exc}")
-        if not isinstance(body, dict):
-            raise HttpError(HTTPStatus.BAD_REQUEST, "the request body must be a JSON object")
-        return body
 
-    # ------------------------------------------------------------------ routes
-    def _page(self, _path):
-        self._send((STATIC_DIR / "index.html").read_bytes(), STATIC_TYPES[".html"])
+async def read_case_form(request: Request) -> tuple[str, str, dict[str, bytes]]:
+    """(request class, case id, {file name: bytes}) of a multipart case: fields
+    request_class, case_id (optional: the case or accession number) and files. A file over the size limit
+    is kept as its first MAX_FILE_BYTES + 1 bytes: enough for `check_upload` to refuse it
+    by name, never the whole file in memory."""
+    try:
+        async with request.form(max_files=defaults.MAX_CASE_FILES, max_fields=16,
+                                max_part_size=64 * 1024) as form:
+            request_class, case_id = form.get("request_class", ""), form.get("case_id", "")
+            if not isinstance(request_class, str) or not isinstance(case_id, str):
+                raise HttpError(HTTPStatus.BAD_REQUEST, "request_class and case_id are text fields")
+            case_id = case_id.strip()
+            if case_id:
+                try:
+                    check_id(case_id, "case id", "case number")
+                except InvalidInput as exc:
+                    raise HttpError(HTTPStatus.BAD_REQUEST, str(exc))
+            files: dict[str, bytes] = {}
+            for n, item in enumerate(form.getlist("files")):
+                name = getattr(item, "filename", None)
+                if not isinstance(name, str) or not name or "/" in name or "\\" in name:
+                    raise HttpError(HTTPStatus.BAD_REQUEST, f"file #{n + 1}: needs a plain file name")
+                if name in files:
+                    raise HttpError(HTTPStatus.BAD_REQUEST, f"{name}: sent twice")
+                files[name] = await item.read(MAX_FILE_BYTES + 1)
+    except StarletteHTTPException as exc:  # the multipart parser's own limits
+        raise HttpError(HTTPStatus(exc.status_code), f"the upload was refused: {exc.detail}")
+    if not files:
+        raise HttpError(HTTPStatus.BAD_REQUEST, 'send the case as multipart/form-data with its '
+                                                'images in "files"')
+    return request_class, case_id, files
 
-    def _static(self, path):
-        name = path.removeprefix("/static/")
+
+def create_app(gateway: Gateway) -> FastAPI:
+    """The gateway's ASGI application (routes in the module docstring)."""
+    app = FastAPI(title="PathMaster gateway", version="1",
+                  description="The pathologist's page and its API in front of a coordinator.",
+                  openapi_url="/api/openapi.json", docs_url=None, redoc_url=None)
+
+    @app.exception_handler(HttpError)
+    async def _http_error(_request, exc: HttpError):
+        return error_response(exc.status, exc.message, exc.words)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _starlette_error(_request, exc: StarletteHTTPException):
+        return error_response(exc.status_code, str(exc.detail))
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_request, exc: RequestValidationError):
+        where = ", ".join(".".join(str(p) for p in e["loc"]) + f": {e['msg']}" for e in exc.errors()[:3])
+        return error_response(400, f"bad request: {where}")
+
+    @app.exception_handler(ClientDisconnect)
+    async def _gone(_request, _exc):
+        return Response(status_code=400)  # nobody is listening; BodyLimits may have answered
+
+    def signed_in(request: Request) -> Session:
+        """The request's session (401 without one); a state-changing request must also
+        carry the session's CSRF token (403)."""
+        token = request.cookies.get(SESSION_COOKIE)
+        session = gateway.accounts.session(token)
+        if session is None:
+            raise HttpError(HTTPStatus.UNAUTHORIZED, "Your session has ended; please sign in again."
+                            if token else "Please sign in.")
+        if request.method not in SAFE_METHODS and not session.csrf_ok(request.headers.get(CSRF_HEADER)):
+            raise HttpError(HTTPStatus.FORBIDDEN, "This request did not carry the page's security "
+                                                  "token; reload the page and try again.")
+        return session
+
+    def client_of(request: Request) -> str | None:
+        return request.client.host if request.client else None
+
+    def session_json(session: Session) -> dict:
+        return {"user": session.name, "role": session.role, "csrf": session.csrf,
+                "expires": session.expires}
+
+    def with_cookie(response: Response, token: str) -> Response:
+        response.set_cookie(SESSION_COOKIE, token, max_age=int(gateway.accounts.session_s), path="/",
+                            httponly=True, samesite="strict", secure=gateway.https)
+        return response
+
+    @app.post("/api/login", summary="Sign in with a name and password (sets the session cookie)",
+              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+                  "schema": LoginRequest.model_json_schema()}}}})
+    async def login(request: Request):
+        body = await read_json(request, LoginRequest)
+        keys = (f"name:{body.name}", f"from:{client_of(request)}")
+        if gateway.throttle.blocked(*keys):
+            gateway.audit.record("sign-in-throttled", body.name, None, client_of(request))
+            raise HttpError(HTTPStatus.TOO_MANY_REQUESTS, "Too many failed sign-ins; wait a minute "
+                                                          "and try again.")
+        if not await run_in_threadpool(gateway.accounts.check_password, body.name, body.password):
+            gateway.throttle.failed(*keys)
+            gateway.audit.record("sign-in-refused", body.name, None, client_of(request))
+            raise HttpError(HTTPStatus.UNAUTHORIZED, "That name and password do not match.")
+        token, session = await run_in_threadpool(gateway.accounts.start_session, body.name)
+        gateway.audit.record("sign-in", session.name, session.role, client_of(request), how="password")
+        return with_cookie(JSONResponse(session_json(session)), token)
+
+    @app.get("/login/once", include_in_schema=False)
+    def login_once(request: Request, token: str = Query("", max_length=128)):
+        name = gateway.accounts.redeem_link(token)
+        if name is None:
+            gateway.audit.record("sign-in-refused", None, None, client_of(request), how="link")
+            return HTMLResponse("<!doctype html><title>PathMaster</title><p>This sign-in link has "
+                                "been used or has expired. Ask for a new one, or "
+                                "<a href=\"/\">sign in with your password</a>.</p>", status_code=400)
+        token, session = gateway.accounts.start_session(name)
+        gateway.audit.record("sign-in", session.name, session.role, client_of(request), how="link")
+        return with_cookie(RedirectResponse("/", status_code=303), token)
+
+    @app.get("/api/session", summary="Who is signed in, and the session's CSRF token")
+    def session_info(session: Session = Depends(signed_in)):
+        return session_json(session)
+
+    @app.post("/api/logout", summary="Sign out")
+    def logout(request: Request, session: Session = Depends(signed_in)):
+        gateway.accounts.end_session(request.cookies.get(SESSION_COOKIE))
+        gateway.audit.record("sign-out", session.name, session.role, client_of(request))
+        response = JSONResponse({"signed_out": True})
+        response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict",
+                               secure=gateway.https)
+        return response
+
+    @app.get("/", include_in_schema=False)
+    def page():
+        return Response((STATIC_DIR / "index.html").read_bytes(), media_type=STATIC_TYPES[".html"],
+                        headers={"Cache-Control": "no-store"})
+
+    @app.get("/static/{name}", include_in_schema=False)
+    def static(name: str):
         file = STATIC_DIR / name
         if "/" in name or file.suffix not in STATIC_TYPES or not file.is_file():
-            raise HttpError(HTTPStatus.NOT_FOUND, f"no such file: {path}")
-        self._send(file.read_bytes(), STATIC_TYPES[file.suffix])
+            raise HttpError(HTTPStatus.NOT_FOUND, f"no such file: /static/{name}")
+        return Response(file.read_bytes(), media_type=STATIC_TYPES[file.suffix],
+                        headers={"Cache-Control": "no-cache"})
 
-    def _config(self, _path):
-        self._send_json(self.gateway.config())
+    @app.get("/api/config", summary="The coordinator's request classes and the upload limits")
+    def config(session: Session = Depends(signed_in)):
+        return gateway.config(session.role)
 
-    def _sites(self, _path):
-        self._send_json(self.gateway.sites())
+    @app.get("/api/sites", summary="The coordinator's sites and whether each is serving")
+    def sites(_session: Session = Depends(signed_in)):
+        return gateway.sites()
 
-    def _stats(self, _path):
-        self._send_json(self.gateway.stats(self.gateway.check_class(self.query.get("class", ""))))
+    @app.get("/api/stats", summary="Recent completion times of one request class")
+    def stats(request_class: str = Query("", alias="class", max_length=defaults.MAX_NAME_CHARS),
+              _session: Session = Depends(signed_in)):
+        return gateway.stats(gateway.check_class(request_class))
 
-    def _image(self, _path):
-        site, cell_id = self.query.get("site", ""), self.query.get("cell_id", "")
+    @app.get("/api/image", summary="A database cell's full image (PNG)",
+             response_class=Response, responses={200: {"content": {"image/png": {}}}})
+    def image(request: Request, site: str = Query("", max_length=defaults.MAX_NAME_CHARS),
+              cell_id: str = Query("", max_length=defaults.MAX_CELL_ID_CHARS),
+              session: Session = Depends(signed_in)):
         if not site or not cell_id:
             raise HttpError(HTTPStatus.BAD_REQUEST, "give both ?site= and ?cell_id=")
-        self._send(self.gateway.image(site, cell_id), "image/png", cache=True)
+        gateway.audit.record("image", session.name, session.role, client_of(request),
+                             site=site, cell_id=cell_id)
+        return Response(gateway.image(site, cell_id), media_type="image/png",
+                        headers={"Cache-Control": "no-store"})
 
-    def _pair(self, _path):
-        names = self._read_json().get("names")
-        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-            raise HttpError(HTTPStatus.BAD_REQUEST, '"names" must be a list of file names')
-        self._send_json(pair_files(names).as_dict())
+    @app.post("/api/pair", summary="How files pair into cells, by name",
+              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+                  "schema": PairRequest.model_json_schema()}}}})
+    async def pair(request: Request, _session: Session = Depends(signed_in)):
+        names = (await read_json(request, PairRequest)).names
+        return pair_files(names).as_dict()
 
-    def _case(self, _path):
-        body = self._read_json()
-        request_class = self.gateway.check_class(body.get("request_class", ""))
-        files = self._decode_files(body.get("files"))
-        # Headers go out now; from here on errors travel as "error" events in the stream.
-        self.send_response(HTTPStatus.OK)
-        self.send_header("Content-Type", "application/x-ndjson")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.send_header("Cache-Control", "no-store")
-        self.end_headers()
-        stream = self.gateway.submit(request_class, files)
-        try:
-            for event in stream:
-                self._write_chunk(json.dumps(event).encode("utf-8") + b"\n")
-        finally:
-            stream.close()  # runs submit()'s `finally`, cancelling the call
-        self.wfile.write(b"0\r\n\r\n")
+    @app.post("/api/case", summary="Run a case: its files in, each site's matches streamed out",
+              response_class=StreamingResponse,
+              responses={200: {"content": {"application/x-ndjson": {}},
+                               "description": "one JSON event per line"}},
+              openapi_extra={"requestBody": {"required": True, "content": {"multipart/form-data": {
+                  "schema": {"type": "object", "required": ["files"], "properties": {
+                      "request_class": {"type": "string"},
+                      "files": {"type": "array", "items": {"type": "string", "format": "binary"}}}}}}}})
+    async def case(request: Request, session: Session = Depends(signed_in)):
+        request_class, case_id, files = await read_case_form(request)
+        request_class = await run_in_threadpool(gateway.check_class, request_class)
+        if not may_send(session.role, request_class):
+            gateway.audit.record("case-refused", session.name, session.role, client_of(request),
+                                 request_class=request_class)
+            raise HttpError(HTTPStatus.FORBIDDEN, f"As a {session.role} you cannot send "
+                                                  f"{class_label(request_class)} cases; choose another "
+                                                  "kind of case.")
+        stream = gateway.submit(request_class, files, session, client_of(request), case_id)
+        lines = (json.dumps(event) + "\n" async for event in stream)
+        return StreamingResponse(lines, media_type="application/x-ndjson",
+                                 headers={"Cache-Control": "no-store"},
+                                 background=None)
 
-    def _write_chunk(self, data: bytes):
-        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-        self.wfile.flush()
-
-    # ------------------------------------------------------------------ input checks
-    @staticmethod
-    def _decode_files(files) -> dict[str, bytes]:
-        if not isinstance(files, list) or not files:
-            raise HttpError(HTTPStatus.BAD_REQUEST, '"files" must be a non-empty list of '
-                                                    '{"name": ..., "data": base64}')
-        out = {}
-        for n, item in enumerate(files):
-            name = item.get("name") if isinstance(item, dict) else None
-            if not isinstance(name, str) or not name or "/" in name or "\\" in name:
-                raise HttpError(HTTPStatus.BAD_REQUEST, f"file #{n + 1}: needs a plain file name")
-            if name in out:
-                raise HttpError(HTTPStatus.BAD_REQUEST, f"{name}: sent twice")
-            try:
-                out[name] = base64.b64decode(item.get("data") or "", validate=True)
-            except (binascii.Error, TypeError):
-                raise HttpError(HTTPStatus.BAD_REQUEST, f"{name}: data is not base64")
-        return out
+    return app
 
 
 @dataclass
@@ -310,30 +468,116 @@ class GatewayHandle:
     """A running gateway: open `url` in a browser; `stop()` shuts it down."""
 
     url: str
-    server: ThreadingHTTPServer
+    server: uvicorn.Server
     thread: threading.Thread
+    gateway: Gateway
+    state_dir: Path
+    temporary: tempfile.TemporaryDirectory | None = None
+
+    @property
+    def accounts(self) -> Accounts:
+        return self.gateway.accounts
+
+    @property
+    def audit_path(self) -> Path:
+        return self.gateway.audit.path
+
+    def login_link(self, name: str) -> str:
+        """A one-time sign-in link for user `name` (see `Accounts.login_link_token`)."""
+        return f"{self.url}login/once?token={self.accounts.login_link_token(name)}"
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.server.gateway.close()
-        self.thread.join(timeout=10)
+        self.server.should_exit = True
+        self.thread.join(timeout=defaults.GATEWAY_SHUTDOWN_S + 10)
+        self.gateway.close()
+        if self.temporary is not None:
+            self.temporary.cleanup()
+
+
+USERS_FILE = "users.sqlite"
+AUDIT_FILE = "audit.log"
+LOOPBACK_NAMES = ("127.0.0.1", "localhost")
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+
+
+def allowed_host_names(host: str, extra=()) -> list[str]:
+    """The Host header values the gateway answers: the address it listens on (unless a
+    wildcard), this host's loopback names, and `extra` (the names users reach it by)."""
+    names = [] if host in WILDCARD_HOSTS else [host]
+    return list(dict.fromkeys([*names, *LOOPBACK_NAMES, *extra]))
 
 
 def start_gateway(coordinator_address: str, host: str = "127.0.0.1", port: int = 0,
-                  case_deadline_s: float = CASE_DEADLINE_S,
-                  tls: TLSFiles | None = None) -> GatewayHandle:
-    """Serve the page for the coordinator at `coordinator_address` ("host:port"), over
-    TLS when `tls` is given (the page itself is plain HTTP, for a browser on this host).
+                  case_deadline_s: float = CASE_DEADLINE_S, tls: TLSFiles | None = None,
+                  https: TLSFiles | None = None, allowed_hosts=(), state_dir: str | Path | None = None,
+                  head_timeout_s: float = defaults.GATEWAY_HEAD_TIMEOUT_S,
+                  body_timeout_s: float = defaults.GATEWAY_BODY_TIMEOUT_S,
+                  max_connections: int = defaults.GATEWAY_MAX_CONNECTIONS) -> GatewayHandle:
+    """Serve the page for the coordinator at `coordinator_address` ("host:port"), calling
+    it over TLS when `tls` is given.
 
-    Listens on host:port (port 0 picks a free one) in a background thread and returns
-    at once with a `GatewayHandle` (`.url`, `.stop()`).
+    https: serve the page over HTTPS with this certificate and key (`cert`, `key`; e.g.
+    from deploy/make-certs.sh), with HSTS. allowed_hosts: names (besides the listening
+    address and this host's loopback names) that browsers may use in the Host header;
+    any other Host is refused (DNS rebinding). state_dir: where the users and sessions
+    (users.sqlite) and the audit log (audit.log), both 0600, are kept; None: a private
+    temporary folder, removed on stop (add users through the handle's `accounts`).
+
+    Listens on host:port (port 0 picks a free one) before returning, so the URL can be
+    used at once; uvicorn serves it from a background thread. Returns a `GatewayHandle`
+    (`.url`, `.stop()`).
     """
-    server = ThreadingHTTPServer((host, port), GatewayHandler)
-    server.daemon_threads = True
-    server.gateway = Gateway(coordinator_address, case_deadline_s, tls)
-    thread = threading.Thread(target=server.serve_forever, name="pathmaster-gateway",
-                              daemon=True)
+    if https is not None and (https.cert is None or https.key is None):
+        raise ValueError("HTTPS needs both a certificate and its key")
+    temporary = None
+    if state_dir is None:
+        temporary = tempfile.TemporaryDirectory(prefix="pathmaster-gateway-")
+        state_dir = temporary.name
+    state_dir = Path(state_dir)
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    gateway = Gateway(coordinator_address, Accounts(state_dir / USERS_FILE), AuditLog(state_dir / AUDIT_FILE),
+                      case_deadline_s, tls, https=https is not None)
+    app = SameOrigin(create_app(gateway))
+    app = BodyLimits(app, max_bytes=defaults.MAX_REQUEST_BYTES, timeout_s=body_timeout_s)
+    app = TrustedHostMiddleware(app, allowed_hosts=allowed_host_names(host, allowed_hosts))
+    app = SecurityHeaders(app)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(2048)  # from here connections queue until uvicorn's loop accepts them
+    except OSError:
+        sock.close()
+        gateway.close()
+        if temporary is not None:
+            temporary.cleanup()
+        raise
+    config = uvicorn.Config(app, http=with_head_timeout(head_timeout_s), lifespan="off",
+                            timeout_keep_alive=defaults.GATEWAY_KEEP_ALIVE_S,
+                            limit_concurrency=max_connections,
+                            timeout_graceful_shutdown=defaults.GATEWAY_SHUTDOWN_S,
+                            h11_max_incomplete_event_size=64 * 1024,
+                            ssl_certfile=https.cert if https else None,
+                            ssl_keyfile=https.key if https else None,
+                            proxy_headers=False,  # no proxy in front: X-Forwarded-* is not believed
+                            server_header=False, access_log=False, log_config=None)
+    try:
+        config.load()  # reads the certificate now: a bad file is an error here, not in the thread
+    except BaseException:
+        sock.close()
+        gateway.close()
+        if temporary is not None:
+            temporary.cleanup()
+        raise
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])),
+                              name="pathmaster-gateway", daemon=True)
     thread.start()
-    bound_host, bound_port = server.server_address[:2]
-    return GatewayHandle(url=f"http://{bound_host}:{bound_port}/", server=server, thread=thread)
+    bound_host, bound_port = sock.getsockname()[:2]
+    shown = f"[{bound_host}]" if family == socket.AF_INET6 else bound_host
+    if bound_host in WILDCARD_HOSTS:
+        shown = "127.0.0.1"
+    scheme = "https" if https else "http"
+    return GatewayHandle(url=f"{scheme}://{shown}:{bound_port}/", server=server, thread=thread,
+                         gateway=gateway, state_dir=state_dir, temporary=temporary)

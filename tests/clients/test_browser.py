@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.clients.web import login_link
+
 pytestmark = pytest.mark.browser
 
 CHROMIUM = "/usr/bin/chromium"
@@ -48,11 +50,12 @@ def page(browser):
     assert errors == [], f"JavaScript errors on the page: {errors}"
 
 
-def open_page(page, url: str) -> None:
+def open_page(page, handle, name: str = "dr-pat", role: str = "pathologist") -> None:
+    """Sign in at gateway `handle` by a one-time link (as the demo prints) and wait for the page."""
     # A file-chooser listener turns on Playwright's interception of the chooser; set it up
     # before the page loads so the first Enter on the drop zone cannot race it.
     page.on("filechooser", lambda chooser: None)
-    page.goto(url)
+    page.goto(login_link(handle, name, role))
     page.wait_for_selector("body[data-ready='1']", timeout=15_000)
 
 
@@ -84,7 +87,7 @@ def run_case(page, status_class: str) -> None:
 
 
 def test_case_results_stream_into_the_page(page, gateway, case_dir, bad_files):
-    open_page(page, gateway.url)
+    open_page(page, gateway)
     assert page.locator("#site-chips .chip-ok").count() == 3
 
     choose_files_by_keyboard(page, sorted(case_dir.iterdir()) + [bad_files["oversize"]])
@@ -101,8 +104,16 @@ def test_case_results_stream_into_the_page(page, gateway, case_dir, bad_files):
     too_large = page.locator("#file-problems li[data-file='huge.png']")
     assert "too large" in too_large.inner_text()
 
+    # The kinds of case in words; nothing of the network's machinery on the page.
+    classes = page.locator("#classes").inner_text()
+    assert "Intra-operative — fastest" in classes and "Diagnostic" in classes and "Teaching" in classes
+    assert page.locator("#class-bulk").count() == 0
+    for jargon in ("AF41", "AF21", "DSCP", "bulk", "UNAVAILABLE"):
+        assert jargon not in page.locator("body").inner_text()
+    page.fill("#accession", "S26-01234")
     page.click("label[for='class-urgent']")
     run_case(page, "done")
+    assert "Case S26-01234 done" in page.locator("#case-status").inner_text()
 
     cards = page.locator(".cell-card:not(.rejected)")
     assert cards.count() == 6
@@ -120,7 +131,7 @@ def test_case_results_stream_into_the_page(page, gateway, case_dir, bad_files):
     assert "not an image file" in rejected.inner_text()
     # Completion times of the class now include this case.
     page.wait_for_selector("#expect .expect-mean")
-    assert "urgent:" in page.locator("#expect").inner_text()
+    assert "Intra-operative — fastest:" in page.locator("#expect").inner_text()
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "case-results.png"), full_page=True)
@@ -139,7 +150,7 @@ def test_case_results_stream_into_the_page(page, gateway, case_dir, bad_files):
 
 def test_a_down_site_shows_on_its_row_and_the_rest_of_the_case_still_shows(
         page, down_gateway, case_dir):
-    open_page(page, down_gateway.url)
+    open_page(page, down_gateway)
     assert page.locator("#site-chips .chip-down[data-site='site-down']").count() == 1
 
     choose_files_by_keyboard(page, sorted(case_dir.iterdir()))
@@ -147,12 +158,13 @@ def test_a_down_site_shows_on_its_row_and_the_rest_of_the_case_still_shows(
 
     assert "1 failed" in page.locator("#case-status").inner_text()
     down = page.locator(".site-card[data-site='site-down']")
-    assert "down" in down.get_attribute("class") and "UNAVAILABLE" in down.inner_text()
+    assert "down" in down.get_attribute("class") and "not reachable" in down.inner_text()
+    assert "UNAVAILABLE" not in page.locator("body").inner_text()  # status names are for the tooltip
     cards = page.locator(".cell-card:not(.rejected)")
     assert cards.count() == 6
     for i in range(6):
         card = cards.nth(i)
-        assert "UNAVAILABLE" in card.locator(".site-row[data-site='site-down']").inner_text()
+        assert "not reachable" in card.locator(".site-row[data-site='site-down']").inner_text()
         for site in ("site-a", "site-b"):
             assert card.locator(f".site-row[data-site='{site}'] .match").count() == 5
         assert card.locator(".vote .dx").inner_text().endswith("/10")
@@ -165,11 +177,39 @@ def test_a_missing_coordinator_is_a_message_on_the_page(page, case_dir, nowhere)
 
     handle = start_gateway(nowhere)
     try:
-        open_page(page, handle.url)
-        assert "UNAVAILABLE" in page.locator("#site-chips .chip-down").inner_text()
+        open_page(page, handle)
+        words = "The coordinator is not reachable; is it running?"
+        assert page.locator("#banner").inner_text() == words
         choose_files_by_keyboard(page, [case_dir / "cell1.png"])
         run_case(page, "error")
-        assert "UNAVAILABLE" in page.locator("#case-status").inner_text()
+        assert words in page.locator("#case-status").inner_text()
+        body = page.locator("body").inner_text()
+        assert body.count("not reachable") == 1 and "UNAVAILABLE" not in body  # once, in words
         assert not page.locator("#submit").is_disabled()  # the user can try again
     finally:
         handle.stop()
+
+
+def test_a_teacher_is_offered_only_what_a_teacher_may_send(page, gateway):
+    open_page(page, gateway, "tess", "teacher")
+    assert page.locator("#class-urgent").count() == 0 and page.locator("#class-bulk").count() == 0
+    assert page.locator("#class-teaching").count() == 1
+    assert "tess (teacher)" in page.locator("#who").inner_text()
+
+
+def test_signing_in_with_a_password_and_out_again(page, gateway):
+    gateway.accounts.add_user("paula", "pathologist", "a long enough password")
+    page.goto(gateway.url)
+    page.wait_for_selector("#login-form")
+    page.fill("#login-name", "paula")
+    page.fill("#login-password", "not her password")
+    page.press("#login-password", "Enter")
+    page.wait_for_selector("#login-error:not([hidden])")
+    assert "do not match" in page.locator("#login-error").inner_text()
+    page.fill("#login-password", "a long enough password")
+    page.press("#login-password", "Enter")
+    page.wait_for_selector("body[data-ready='1']", timeout=15_000)
+    assert "paula (pathologist)" in page.locator("#who").inner_text()
+    page.click("#logout")
+    page.wait_for_selector("#login-form")
+    assert page.locator("#app").is_hidden()

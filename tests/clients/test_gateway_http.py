@@ -4,7 +4,6 @@ clear message, not a crash."""
 
 from __future__ import annotations
 
-import base64
 import io
 import json
 import time
@@ -13,6 +12,8 @@ import urllib.request
 
 import pytest
 from PIL import Image
+
+from tests.clients.web import WebClient, multipart
 
 
 def get(url: str):
@@ -24,24 +25,6 @@ def get(url: str):
         return e.code, e.headers["Content-Type"], e.read()
 
 
-def post_case(base: str, files: dict[str, bytes], request_class: str = "routine") -> list[dict]:
-    """POST a case and read its whole NDJSON stream; returns the events in order, each
-    with "_arrived": seconds from the request to the moment its line was read."""
-    body = json.dumps({"request_class": request_class,
-                       "files": [{"name": n, "data": base64.b64encode(d).decode()}
-                                 for n, d in files.items()]}).encode()
-    request = urllib.request.Request(base + "api/case", data=body,
-                                     headers={"Content-Type": "application/json"})
-    started = time.monotonic()
-    events = []
-    with urllib.request.urlopen(request, timeout=120) as r:
-        assert r.headers["Content-Type"] == "application/x-ndjson"
-        for line in r:
-            if line.strip():
-                events.append({**json.loads(line), "_arrived": time.monotonic() - started})
-    return events
-
-
 def read_case(case_dir, *extra, cells=(1, 2, 3, 4, 5, 6)) -> dict[str, bytes]:
     """{name: bytes} of the case's files for the cells numbered `cells`, plus `extra` files."""
     files = {p.name: p.read_bytes() for p in sorted(case_dir.iterdir())
@@ -50,11 +33,21 @@ def read_case(case_dir, *extra, cells=(1, 2, 3, 4, 5, 6)) -> dict[str, bytes]:
     return files
 
 
+@pytest.fixture(scope="module")
+def web(gateway) -> WebClient:
+    return WebClient(gateway)
+
+
+@pytest.fixture(scope="module")
+def down_web(down_gateway) -> WebClient:
+    return WebClient(down_gateway)
+
+
 def test_case_streams_each_sites_matches_and_keeps_good_cells_past_bad_files(
-        gateway, case_dir, bad_files):
+        web, gateway, case_dir, bad_files):
     # Two cells keep the sites' work short; the browser test runs the full 6-cell case.
     files = read_case(case_dir, bad_files["not_image"], bad_files["oversize"], cells=(1, 4))
-    events = post_case(gateway.url, files)
+    events = web.post_case(files)
 
     accepted = events[0]
     assert accepted["type"] == "accepted"
@@ -86,19 +79,26 @@ def test_case_streams_each_sites_matches_and_keeps_good_cells_past_bad_files(
 
     # The match's full image, through the coordinator's GetImage.
     match = sites[0]["cells"][0]["matches"][0]
-    status, kind, png = get(f"{gateway.url}api/image?site={sites[0]['site']}&cell_id={match['cell_id']}")
+    status, kind, png = web.get(f"api/image?site={sites[0]['site']}&cell_id={match['cell_id']}")
     assert (status, kind) == (200, "image/png")
+    audit = [json.loads(line) for line in gateway.audit_path.read_text().splitlines()]
+    assert (gateway.audit_path.stat().st_mode & 0o777) == 0o600
+    done = [a for a in audit if a["action"] == "case-done"][-1]
+    assert done["case_id"] == summary["case_id"] and done["user"] == "dr-pat" and done["from"] == "127.0.0.1"
+    assert [a for a in audit if a["action"] == "image"][-1]["cell_id"] == match["cell_id"]
+    text = gateway.audit_path.read_text()
+    assert "cell1" not in text and "scan-notes" not in text  # no file names (they may name a patient)
     assert Image.open(io.BytesIO(png)).size[0] > 0
 
     # The case is now in the class's recent completion times.
-    status, _, body = get(gateway.url + "api/stats?class=routine")
+    status, _, body = web.get("api/stats?class=routine")
     stats = json.loads(body)
     assert status == 200 and stats["cases"] >= 1
     assert summary["total_s"] == pytest.approx(stats["recent_s"][-1], abs=1e-6)  # the page rounds to 1 µs
 
 
-def test_down_site_is_reported_where_it_happened_and_the_others_still_answer(down_gateway, case_dir):
-    events = post_case(down_gateway.url, read_case(case_dir, cells=(1, 4)), "urgent")
+def test_down_site_is_reported_where_it_happened_and_the_others_still_answer(down_web, case_dir):
+    events = down_web.post_case(read_case(case_dir, cells=(1, 4)), "urgent")
     sites = {e["site"]: e for e in events if e["type"] == "site"}
     assert set(sites) == {"site-a", "site-b", "site-down"}
     down = sites["site-down"]
@@ -113,28 +113,25 @@ def test_down_site_is_reported_where_it_happened_and_the_others_still_answer(dow
     assert summary["_arrived"] - down["_arrived"] > 0.5 * live_work_s
     assert all(v["total"] == 10 for v in summary["votes"])
 
-    status, _, body = get(down_gateway.url + "api/sites")
+    status, _, body = down_web.get("api/sites")
     serving = {s["site"]: s["serving"] for s in json.loads(body)["sites"]}
     assert status == 200 and serving == {"site-a": True, "site-b": True, "site-down": False}
 
 
-def test_bad_requests_get_a_clear_status_and_message(gateway, case_dir):
-    status, _, body = get(gateway.url + "api/stats?class=express")
+def test_bad_requests_get_a_clear_status_and_message(web, case_dir):
+    status, _, body = web.get("api/stats?class=express")
     assert status == 400 and "express" in json.loads(body)["error"]
     assert "urgent" in json.loads(body)["error"]
 
-    status, _, body = get(gateway.url + "api/image?site=site-a&cell_id=no-such-cell")
+    status, _, body = web.get("api/image?site=site-a&cell_id=no-such-cell")
     assert status == 404 and "no-such-cell" in json.loads(body)["error"]
 
-    bad_base64 = urllib.request.Request(
-        gateway.url + "api/case", headers={"Content-Type": "application/json"},
-        data=json.dumps({"request_class": "routine", "files": [{"name": "a.png", "data": "@@"}]}).encode())
-    with pytest.raises(urllib.error.HTTPError) as err:
-        urllib.request.urlopen(bad_base64, timeout=10)
-    assert err.value.code == 400 and "a.png" in json.loads(err.value.read())["error"]
+    body, kind = multipart({"request_class": "routine"}, {"a/b.png": b"x"})
+    status, _, reply = web.post("api/case", body, kind)
+    assert status == 400 and "plain file name" in json.loads(reply)["error"]
 
     # Only bad files: nothing is sent, and the stream says why.
-    events = post_case(gateway.url, {"notes.txt": b"hello"})
+    events = web.post_case({"notes.txt": b"hello"})
     assert events[0]["rejected"][0]["name"] == "notes.txt"
     assert events[-1]["type"] == "error" and "nothing was sent" in events[-1]["message"]
 
@@ -144,10 +141,13 @@ def test_coordinator_down_is_a_message_not_a_crash(case_dir, nowhere):
 
     handle = start_gateway(nowhere)
     try:
-        status, _, body = get(handle.url + "api/sites")
+        web = WebClient(handle)
+        status, _, body = web.get("api/sites")
         assert status == 502 and "UNAVAILABLE" in json.loads(body)["error"]
-        events = post_case(handle.url, read_case(case_dir, cells=(1,)))
+        assert json.loads(body)["words"] == "The coordinator is not reachable; is it running?"
+        events = web.post_case(read_case(case_dir, cells=(1,)))
         assert events[-1]["type"] == "error" and events[-1]["status"] == "UNAVAILABLE"
+        assert events[-1]["words"] == "The coordinator is not reachable; is it running?"
         assert events[0]["cells"]  # the cells were fine; the coordinator was not there
         status, _, page = get(handle.url)
         assert status == 200 and b"PathMaster" in page
@@ -155,13 +155,17 @@ def test_coordinator_down_is_a_message_not_a_crash(case_dir, nowhere):
         handle.stop()
 
 
-def test_gateway_command_serves_the_page_until_interrupted(nowhere):
+def test_gateway_command_serves_the_page_until_interrupted(nowhere, tmp_path):
     import signal
     import subprocess
     import sys
 
+    from services.gateway.accounts import Accounts
+
+    Accounts(tmp_path / "users.sqlite").add_user("ann", "pathologist")
     proc = subprocess.Popen([sys.executable, "-m", "pathmaster", "gateway", "--coordinator", nowhere,
-                             "--port", "0"], stdout=subprocess.PIPE, text=True)
+                             "--port", "0", "--state-dir", str(tmp_path), "--login-link", "ann"],
+                            stdout=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()  # the command prints its URL once it listens
         assert line.startswith("PathMaster page: http://127.0.0.1:"), line
@@ -171,6 +175,10 @@ def test_gateway_command_serves_the_page_until_interrupted(nowhere):
         status, kind, script = get(url + "static/app.js")
         assert status == 200 and kind.startswith("text/javascript") and b"api/case" in script
         assert get(url + "static/../server.py")[0] == 404
+        link = proc.stdout.readline()
+        assert link.startswith(f"sign in once at: {url}login/once?token="), link
+        assert get(link.split()[-1])[0] == 200  # signed in, sent on to the page
+        assert '"action":"sign-in"' in (tmp_path / "audit.log").read_text()
     finally:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=20) == 130

@@ -15,7 +15,8 @@ import pytest
 import qos.transport
 from qos.classes import ClassTable, UnknownClass
 
-from .test_gateway_http import get, post_case, read_case
+from .test_gateway_http import read_case
+from .web import WebClient
 
 REMAPPED_TOML = """
 [classes.urgent]
@@ -61,7 +62,7 @@ def remapped_gateway(remapped):
     from services.gateway import start_gateway
 
     handle = start_gateway(remapped.address)
-    yield handle
+    yield WebClient(handle)
     handle.stop()
 
 
@@ -100,21 +101,25 @@ def test_the_client_learns_the_coordinators_table(remapped):
 
 
 def test_the_page_lists_the_coordinators_classes(remapped_gateway):
-    status, _, body = get(remapped_gateway.url + "api/config")
+    status, _, body = remapped_gateway.get("api/config")
     assert status == 200
     config = json.loads(body)
-    assert config["classes"] == [{"name": c.name, "dscp": c.dscp, "priority": c.priority,
-                                  "description": c.description} for c in REMAPPED]
+    assert [{k: c[k] for k in ("name", "dscp", "priority", "description")} for c in config["classes"]] == [
+        {"name": c.name, "dscp": c.dscp, "priority": c.priority, "description": c.description}
+        for c in REMAPPED]
+    labels = {c["name"]: c["label"] for c in config["classes"]}
+    assert labels["urgent"] == "Intra-operative — fastest" and labels["second-opinion"] == "Second opinion"
+    assert all(c["allowed"] for c in config["classes"])  # a pathologist; this table has no bulk
     assert config["default_class"] == "routine" and "classes_error" not in config
     # The gateway checks a class against the same table.
-    status, _, body = get(remapped_gateway.url + "api/stats?class=second-opinion")
+    status, _, body = remapped_gateway.get("api/stats?class=second-opinion")
     assert status == 200 and json.loads(body)["request_class"] == "second-opinion"
-    status, _, body = get(remapped_gateway.url + "api/stats?class=bulk")
+    status, _, body = remapped_gateway.get("api/stats?class=bulk")
     assert status == 400 and "second-opinion" in json.loads(body)["error"]
 
 
 def test_a_page_case_goes_with_the_coordinators_dscp(remapped, remapped_gateway, case_dir, channels_opened):
-    events = post_case(remapped_gateway.url, read_case(case_dir, cells=(1,)), "second-opinion")
+    events = remapped_gateway.post_case(read_case(case_dir, cells=(1,)), "second-opinion")
     assert events[-1]["type"] == "summary", events[-1]
     assert events[-1]["request_class"] == "second-opinion" and events[-1]["sites_ok"] == 3
     assert dscps_to(channels_opened, class_channel(remapped, "second-opinion")) == {26}

@@ -33,6 +33,7 @@ def test_demo_once_prints_every_site_and_the_votes(site_db, tmp_path, ray_sessio
     assert done.returncode == 0, out + done.stderr
     assert "WITHOUT TLS" in out.splitlines()[0]
     assert "building" not in out  # the cache was used
+    assert re.search(r"sign in once at +http://127\.0\.0\.1:\d+/login/once\?token=[\w-]{40,}\n", out), out
     for site in DEMO_SITES:
         assert re.search(rf"\] {site.name}\s+OK\s+faiss-{site.algorithm}", out), out
     assert re.search(r"case \w+ \(urgent\): [\d.]+ s, 3 site\(s\) OK, 0 failed", out), out

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import base64
-import json
 import subprocess
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import grpc
@@ -226,40 +222,28 @@ def test_batch_runs_over_mutual_tls_and_says_why_without_it(secure, certs, cell_
     assert not half.exists()
 
 
-def get_json(url: str) -> tuple[int, dict]:
-    try:
-        with urllib.request.urlopen(url, timeout=30) as reply:
-            return reply.status, json.load(reply)
-    except urllib.error.HTTPError as err:
-        return err.code, json.load(err)
-
-
 def test_gateway_relays_a_case_over_mutual_tls_and_says_why_without_it(secure, certs, case_cells):
     from pathmaster.cli import build_parser
     from services.commands import tls_from_args
     from services.gateway import start_gateway
+    from tests.clients.web import WebClient
 
     coordinator, _ = secure
     args = build_parser().parse_args(["gateway", "--coordinator", coordinator.address] + tls_flags(certs, "gateway"))
     with_tls, without = start_gateway(coordinator.address, tls=tls_from_args(args)), start_gateway(coordinator.address)
     try:
-        status, body = get_json(with_tls.url + "api/sites")
+        web = WebClient(with_tls)
+        status, body = web.get_json("api/sites")
         assert status == 200 and [(s["site"], s["serving"]) for s in body["sites"]] == [("secure", True)]
         cell = case_cells[0]
-        files = [{"name": "c.png", "data": base64.b64encode(cell["image"]).decode()},
-                 {"name": "c-mask.png", "data": base64.b64encode(cell["mask"]).decode()}]
-        request = urllib.request.Request(
-            with_tls.url + "api/case", headers={"Content-Type": "application/json"},
-            data=json.dumps({"request_class": "urgent", "files": files}).encode())
-        with urllib.request.urlopen(request, timeout=90) as reply:
-            events = [json.loads(line) for line in reply.read().splitlines()]
+        events = web.post_case({"c.png": cell["image"], "c-mask.png": cell["mask"]}, "urgent")
         assert events[-1]["type"] == "summary", events[-1]
         (site,) = [e for e in events if e["type"] == "site"]
         assert site["ok"] and site["site"] == "secure" and len(site["cells"][0]["matches"]) == 5
 
         # No CA: the page's call fails with a message that says to connect with TLS.
 
-        status, body = get_json(without.url + "api/sites")
+        status, body = WebClient(without).get_json("api/sites")
         assert status == 502 and "UNAVAILABLE" in body["error"] and "--tls-ca" in body["error"]
     finally:
         with_tls.stop()

@@ -7,6 +7,7 @@ const state = {
   sites: [],             // site names, in the order the rows are drawn
   files: new Map(),      // file name -> File, for files small enough to send
   previews: new Map(),   // cell id -> object URL of its image (for the results)
+  csrf: "",              // the session's CSRF token (GET /api/session)
   tooLarge: [],          // [{file, problem}] found before sending
   pairing: null,         // POST /api/pair reply
   running: false,
@@ -29,16 +30,67 @@ function el(tag, attrs = {}, ...children) {
   return node;
 }
 
+// A signed-out session (expired, or signed out elsewhere) brings back the sign-in form.
+class SignedOut extends Error {}
+
 async function getJSON(url, options) {
   const response = await fetch(url, options);
   const body = await response.json().catch(() => ({}));
-  if (!response.ok) throw new Error(body.error || `${url}: HTTP ${response.status}`);
+  if (response.status === 401) { showLogin(body.error); throw new SignedOut(body.error || "Please sign in."); }
+  if (!response.ok) throw wordsError(body, `${url}: HTTP ${response.status}`);
   return body;
 }
 
+// An error the page shows in words ("The coordinator is not reachable; is it running?"),
+// keeping the technical message for the tooltip.
+function wordsError(body, fallback) {
+  const err = new Error(body.words || body.error || fallback);
+  err.detail = body.error || fallback;
+  return err;
+}
+
+// The one place the coordinator's state is told: a banner under the title.
+function showBanner(text, detail = "") {
+  const banner = $("#banner");
+  banner.textContent = text;
+  banner.title = detail;
+  banner.hidden = !text;
+}
+
+// Every state-changing request carries the session's CSRF token.
+const csrfHeaders = (extra = {}) => ({...extra, "X-CSRF-Token": state.csrf || ""});
+
 const postJSON = (url, obj) => getJSON(url, {
-  method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify(obj),
+  method: "POST", headers: csrfHeaders({"Content-Type": "application/json"}), body: JSON.stringify(obj),
 });
+
+// ---------------------------------------------------------------- signing in
+
+function showLogin(message) {
+  $("#app").hidden = true;
+  $("#who").hidden = true;
+  $("#login").hidden = false;
+  const error = $("#login-error");
+  error.textContent = message && message !== "Please sign in." ? message : "";
+  error.hidden = !error.textContent;
+  $("#login-name").focus();
+}
+
+async function signIn(event) {
+  event.preventDefault();
+  try {
+    await getJSON("/api/login", {method: "POST", headers: {"Content-Type": "application/json"},
+      body: JSON.stringify({name: $("#login-name").value, password: $("#login-password").value})});
+    location.reload();
+  } catch (err) {
+    showLogin(err.message);
+  }
+}
+
+async function signOut() {
+  await fetch("/api/logout", {method: "POST", headers: csrfHeaders()}).catch(() => null);
+  location.reload();
+}
 
 // ---------------------------------------------------------------- diagnoses
 
@@ -76,8 +128,11 @@ async function loadSites() {
       site: s.site, cls: s.serving ? "ok" : "down",
       text: s.serving ? `${s.database_cells} cells` : "not serving",
     })));
+    showBanner("");
   } catch (err) {
-    renderChips([{site: "coordinator", cls: "down", text: err.message}]);
+    if (err instanceof SignedOut) return;
+    renderChips([]);
+    showBanner(err.message, err.detail);
   }
 }
 
@@ -103,21 +158,21 @@ async function loadConfig() {
 function renderClasses() {
   const box = $("#classes");
   box.querySelectorAll(".class-option, .class-error").forEach((node) => node.remove());
-  const classes = state.config.classes;
-  if (!classes.length) {
-    box.append(el("p", {class: "class-error error",
-      text: `Request classes unavailable: ${state.config.classes_error || "the coordinator lists none"}`}));
-    return;
-  }
-  for (const c of classes) {
+  // Only the kinds this user may send; while the coordinator cannot be asked, none (the
+  // banner says why once, and a case goes as the default kind).
+  for (const c of state.config.classes.filter((c) => c.allowed)) {
     const id = `class-${c.name}`;
-    box.append(el("label", {class: "class-option", for: id, "data-dscp": c.dscp},
+    box.append(el("label", {class: "class-option", for: id},
       el("input", {type: "radio", name: "request-class", id, value: c.name,
         checked: c.name === state.config.default_class, onchange: loadStats}),
-      el("span", {class: "class-name", text: c.name}),
-      el("span", {class: "class-desc", text: c.description})));
+      el("span", {class: "class-name", text: c.label}),
+      el("span", {class: "class-desc", text: c.hint})));
   }
 }
+
+// The words for a kind of case ("Intra-operative — fastest"), from the gateway.
+const classLabel = (name) =>
+  (state.config && state.config.classes.find((c) => c.name === name) || {label: name}).label;
 
 // Classes the coordinator could not be asked for at start-up are asked for again later.
 async function refreshClasses() {
@@ -136,11 +191,13 @@ const chosenClass = () =>
 async function loadStats() {
   await refreshClasses();
   const cls = chosenClass();
+  const label = classLabel(cls);
   const box = $("#expect");
+  if (!$("#banner").hidden) { box.replaceChildren(); return; }  // the banner has said why
   try {
     const s = await getJSON(`/api/stats?class=${encodeURIComponent(cls)}`);
     if (!s.cases) {
-      box.replaceChildren(el("span", {class: "muted", text: `No ${cls} cases yet: no times to show.`}));
+      box.replaceChildren(el("span", {class: "muted", text: `No ${label} cases yet: no waiting times to show.`}));
       return;
     }
     box.replaceChildren(
@@ -149,10 +206,10 @@ async function loadStats() {
         el("strong", {class: "expect-mean", text: seconds(s.mean_s)}),
         s.cases > 1 ? el("span", {class: "expect-spread", text: ` ± ${seconds(s.std_s)}`}) : null),
       el("div", {class: "muted", text:
-        `${cls}: ${s.cases} case${s.cases === 1 ? "" : "s"}, median ${seconds(s.p50_s)}, 95% under ${seconds(s.p95_s)}`}),
+        `${label}: ${s.cases} case${s.cases === 1 ? "" : "s"}, median ${seconds(s.p50_s)}, 95% under ${seconds(s.p95_s)}`}),
       sparkline(s.recent_s, s.mean_s));
   } catch (err) {
-    box.replaceChildren(el("span", {class: "error", text: `Completion times unavailable: ${err.message}`}));
+    if (!(err instanceof SignedOut)) box.replaceChildren(el("span", {class: "muted", text: "No waiting times to show."}));
   }
 }
 
@@ -243,7 +300,7 @@ function renderPairing() {
   $("#submit").disabled = state.running || rows.length === 0;
   if (!state.running) {
     setStatus(rows.length
-      ? `${rows.length} cell${rows.length === 1 ? "" : "s"} ready. Choose a class and press “Find similar cells”.`
+      ? `${rows.length} cell${rows.length === 1 ? "" : "s"} ready. Choose the kind of case and press “Find similar cells”.`
       : "Add a case's cell images to start.");
   }
 }
@@ -259,40 +316,33 @@ function clearCase() {
 
 // ---------------------------------------------------------------- results
 
-function readBase64(file) {
-  return new Promise((resolve, reject) => {
-    const reader = new FileReader();
-    reader.onload = () => resolve(reader.result.slice(reader.result.indexOf(",") + 1));
-    reader.onerror = () => reject(new Error(`${file.name}: cannot be read (${reader.error})`));
-    reader.readAsDataURL(file);
-  });
-}
-
 async function submitCase() {
   const cls = chosenClass();
   state.running = true;
   $("#submit").disabled = true;
   $("#cells").replaceChildren();
   $("#site-cards").replaceChildren(...state.sites.map((s) => siteCard(s)));
-  setStatus(`Sending ${state.files.size} files (${cls})…`);
+  setStatus(`Sending ${state.files.size} files (${classLabel(cls)})…`);
   state.started = performance.now();
   state.timer = setInterval(tick, 200);
   try {
-    const files = await Promise.all([...state.files.values()].map(async (f) =>
-      ({name: f.name, data: await readBase64(f)})));
-    const response = await fetch("/api/case", {
-      method: "POST", headers: {"Content-Type": "application/json"},
-      body: JSON.stringify({request_class: cls, files}),
-    });
+    const form = new FormData();
+    form.append("request_class", cls);
+    const accession = $("#accession").value.trim();
+    if (accession) form.append("case_id", accession);
+    for (const file of state.files.values()) form.append("files", file, file.name);
+    const response = await fetch("/api/case", {method: "POST", headers: csrfHeaders(), body: form});
     if (!response.ok) {
       const body = await response.json().catch(() => ({}));
-      throw new Error(body.error || `HTTP ${response.status}`);
+      if (response.status === 401) showLogin(body.error);
+      throw wordsError(body, `HTTP ${response.status}`);
     }
     state.finished = false;
     await readEvents(response, handleEvent);
     if (!state.finished) throw new Error("the gateway's stream ended before the case finished");
   } catch (err) {
     setStatus(`The case could not be run: ${err.message}`, "error");
+    $("#case-status").title = err.detail || "";
   } finally {
     clearInterval(state.timer);
     state.running = false;
@@ -327,8 +377,17 @@ function handleEvent(event) {
   else if (event.type === "plan") onPlan(event);
   else if (event.type === "site") onSite(event);
   else if (event.type === "summary") onSummary(event);
-  else if (event.type === "error") setStatus(event.message, "error");
+  else if (event.type === "error") onError(event);
   if (event.type === "summary" || event.type === "error") state.finished = true;
+}
+
+// A case that could not run: said once, in words, where the case's status is (the banner
+// steps aside when it was saying the same).
+function onError(event) {
+  const words = event.words || event.message;
+  if ($("#banner").textContent === words) showBanner("");
+  setStatus(words, "error");
+  $("#case-status").title = event.message;
 }
 
 function setStatus(text, cls = "") {
@@ -351,7 +410,7 @@ function onAccepted(event) {
     el("header", {class: "cell-head"}, el("h3", {text: r.name})),
     el("p", {class: "error", role: "alert"}, el("strong", {text: "Not analysed: "}), r.problem)));
   $("#cells").replaceChildren(...cells, ...rejected);
-  setStatus(`${event.cells.length} cell${event.cells.length === 1 ? "" : "s"} sent to ${state.sites.length} sites (${event.request_class}).`);
+  setStatus(`${event.cells.length} cell${event.cells.length === 1 ? "" : "s"} sent to ${state.sites.length} sites (${classLabel(event.request_class)}).`);
 }
 
 // The coordinator's plan arrives before any result: the expected wait, per site.
@@ -435,7 +494,8 @@ function onSite(event) {
     markSite(event.site, "ok", "answered", seconds(t.total_s),
       `transfer ${seconds(t.transfer_s)} · features ${seconds(t.extraction_s)} · search ${seconds(t.search_s)}`);
   } else {
-    markSite(event.site, "down", event.status, t.total_s ? seconds(t.total_s) : "", event.status_message);
+    markSite(event.site, "down", event.status_words, t.total_s ? seconds(t.total_s) : "");
+    document.querySelector(`.site-card[data-site="${CSS.escape(event.site)}"]`).title = event.status_message;
   }
   for (const cell of event.cells) {
     const row = rowFor(cell.query_cell_id, event.site);
@@ -529,6 +589,18 @@ function wire() {
 
 async function start() {
   wire();
+  $("#login-form").addEventListener("submit", signIn);
+  $("#logout").addEventListener("click", signOut);
+  try {
+    const session = await getJSON("/api/session");
+    state.csrf = session.csrf;
+    $("#who-name").textContent = `${session.user} (${session.role})`;
+    $("#who").hidden = false;
+    $("#app").hidden = false;
+  } catch (err) {
+    if (!(err instanceof SignedOut)) setStatus(`The gateway is not answering: ${err.message}`, "error");
+    return;
+  }
   try {
     await loadConfig();
   } catch (err) {
