@@ -79,8 +79,13 @@ def optical_density(image: np.ndarray, background: np.ndarray) -> np.ndarray:
     """
     # The slide is smoothed in float32 (its rounding, ~1e-7 relative, is far below the
     # 0.5-grey-level rounding of the camera) because it is the costliest step here.
-    smooth = cv2.GaussianBlur(background.astype(np.float32), (0, 0), BACKGROUND_SIGMA_PX)
-    lamp = np.log10(np.maximum(smooth.astype(np.float64), INTENSITY_FLOOR))
+    if background.ndim == 3 and background.strides[:2] == (0, 0):
+        # One colour broadcast over the image (segmentation's flat lamp): smoothing a
+        # constant gives the constant, so take its log once per channel.
+        lamp = np.log10(np.maximum(background[0, 0].astype(np.float64), INTENSITY_FLOOR))
+    else:
+        smooth = cv2.GaussianBlur(background.astype(np.float32), (0, 0), BACKGROUND_SIGMA_PX)
+        lamp = np.log10(np.maximum(smooth.astype(np.float64), INTENSITY_FLOOR))
     return np.maximum(lamp - _LOG10_GREY[image], 0.0)
 
 
