@@ -135,8 +135,14 @@ def test_lda_projection_maps_to_class_count_minus_one_axes_and_survives_storage(
     X, y = _blobs(n_per_class=40)
     Z = sim.fit_normalization(X).apply(X)
     projection = sim.lda_projection(Z, y)
-    assert projection.matrix.shape == (X.shape[1], 3) and projection.dimensions == 3
-    assert projection.apply(Z).shape == (len(Z), 3)
+    d = X.shape[1]
+    assert projection.matrix.shape == (d, d + 3) and projection.dimensions == d + 3  # z-scores + 3 axes
+    assert projection.apply(Z).shape == (len(Z), d + 3)
+    axes = sim.lda_projection(Z, y, zscore_share=0.0).apply(Z)[:, d:].astype(np.float64)
+    # the learnt axes separate the classes: between-class variance dominates on them
+    centres = np.array([axes[y == c].mean(axis=0) for c in np.unique(y)])
+    within = np.mean([axes[y == c].var(axis=0).sum() for c in np.unique(y)])
+    assert centres.var(axis=0).sum() > 5 * within
     restored = sim.Projection.from_dict(projection.to_dict())
     np.testing.assert_array_equal(restored.apply(Z), projection.apply(Z))
     # Fitted again to the same cells it is the same map: no randomness in it.
