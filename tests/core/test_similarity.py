@@ -160,7 +160,7 @@ def _precision_at_5(projection, normalization, X_train, y_train, X_test, y_test)
 def test_lda_improves_held_out_precision_at_5_on_real_herlev_cells(herlev_40px):
     """Every third real Herlev cell (306, true masks), halves stratified by diagnosis: the
     projection learnt from one half's labels retrieves the other half's diagnoses better
-    than plain z-scores (measured 0.40-0.42 against 0.32-0.34 on 3 splits)."""
+    than plain z-scores (measured 0.497 against 0.361)."""
     from pathmaster.evaluate import stratified_folds
     from pathmaster.features import extract_features, feature_names
     from pathmaster.importers import iter_dataset
@@ -175,4 +175,4 @@ def test_lda_improves_held_out_precision_at_5_on_real_herlev_cells(herlev_40px):
         normalization, projection = sim.fit_similarity(X[train], y[train], names, choice)
         assert projection.method == choice
         scores[choice] = _precision_at_5(projection, normalization, X[train], y[train], X[test], y[test])
-    assert scores["lda"] > scores["all"] + 0.03, scores
+    assert scores["lda"] > scores["all"] + 0.05, scores
