@@ -26,7 +26,8 @@ from 512 px up, was 2.1-5.9 and rising); features alone 40-60 ms per megapixel, 
 The upload of a ~200 px cell (issue 14's targets: features <= 20 ms, whole analysis <= 30 ms),
 `--sweep --sizes 200 --repeats 9 --before 04f2148` (OpenCV openings and smoothing, hole
 filling by labelling, lamp fits by normal equations on <= 4000 glass pixels), median CPU
-on the shared 2-core VM at load average 14: analyse 102 -> 59 ms, features 10 -> 8 ms.
+on the shared 2-core VM: analyse 102 -> 59 ms at load average 14, 93 -> 48 ms at 7; features
+5-10 ms either way (target met; the whole analysis is not yet at 30 ms).
 """
 
 from __future__ import annotations
