@@ -51,8 +51,9 @@ def register(subparsers) -> None:
     p.add_argument("--db", required=True, type=Path, metavar="SITE_DIR", help="site directory (created if needed)")
     p.add_argument("--algorithm", choices=("auto", "flat", "ivf", "hnsw"), default=None,
                    help="search index: exact (flat), IVF or HNSW; auto = exact up to 200k cells (default: as before, else auto)")
-    p.add_argument("--features", choices=("auto", "all", "fisher", "forward"), default=None,
-                   help="feature weighting: all equal, Fisher-ratio weights, forward selection, or auto = "
+    p.add_argument("--features", choices=("auto", "all", "fisher", "forward", "lda"), default=None,
+                   help="feature weighting: all equal, Fisher-ratio weights, forward selection, linear "
+                        "discriminant axes learnt from the site's labels (lda), or auto = "
                         "whichever retrieves diagnoses best under cross-validation (default: as before, else auto)")
     p.add_argument("--vocabulary", metavar="NAME|FILE",
                    help="the site's diagnosis labels: herlev, sipakmed, bethesda, or a TOML file (labels, which "

@@ -109,7 +109,8 @@ def build_search_index(db: SiteDB, *, algorithm: str | None = None, features: st
 
     algorithm: "flat", "ivf", "hnsw", or None for the site's stored choice (default: exact
     below ``similarity.EXACT_LIMIT`` cells, IVF above). features: "auto" (the best of
-    all features, Fisher weights and forward selection by cross-validated retrieval,
+    all features, Fisher weights, forward selection and linear discriminant axes learnt
+    from the site's labels, by cross-validated retrieval,
     ``similarity.choose_projection``), or one of ``similarity.PROJECTIONS`` to force it;
     None for the site's stored choice (default "auto").
     Returns the ``index`` config written to the database.
@@ -268,7 +269,8 @@ class SiteIndex:
     def algorithm(self) -> str:
         """The comparison algorithm, e.g. ``faiss-flat-l2/zscore/forward-12of115``."""
         p = self._projection
-        return f"{similarity.describe(self._index)}/zscore/{p.method}-{len(p.columns)}of{len(self.feature_names)}"
+        shape = f"{len(p.columns)}of{len(self.feature_names)}" + ("" if p.matrix is None else f"to{p.dimensions}")
+        return f"{similarity.describe(self._index)}/zscore/{p.method}-{shape}"
 
     def diagnoses(self) -> list[str]:
         """The distinct diagnoses in the database, in the vocabulary's order (others last)."""

@@ -53,6 +53,14 @@ FEATURES: tuple[Feature, ...] = (
       for region in _STAT_REGIONS for channel in CHANNELS),
     Feature("nucleolus_od_excess", "OD",
             "mean OD of the nucleoli minus mean OD of the nucleus (0 when there is no nucleolus)", "density"),
+    *(Feature(f"cytoplasm_od_{channel}_share", "1",
+              f"cytoplasm stain, {doc}: mean OD of the cytoplasm in the {channel} channel over its sum over "
+              "the three channels (1/3 each for unstained or no cytoplasm)", "density")
+      for channel, doc in (("red", "cyanophilic (light green absorbs red)"),
+                           ("green", "eosinophilic (eosin absorbs green)"))),
+    Feature("nucleus_od_contrast", "1",
+            "hyperchromasia against the cell's own stain: mean OD of the nucleus / (that + mean OD of the "
+            "cytoplasm); 1 with no cytoplasm, 0.5 when both are unstained", "density"),
 )
 
 
@@ -79,8 +87,13 @@ def optical_density(image: np.ndarray, background: np.ndarray) -> np.ndarray:
     """
     # The slide is smoothed in float32 (its rounding, ~1e-7 relative, is far below the
     # 0.5-grey-level rounding of the camera) because it is the costliest step here.
-    smooth = cv2.GaussianBlur(background.astype(np.float32), (0, 0), BACKGROUND_SIGMA_PX)
-    lamp = np.log10(np.maximum(smooth.astype(np.float64), INTENSITY_FLOOR))
+    if background.ndim == 3 and background.strides[:2] == (0, 0):
+        # One colour broadcast over the image (segmentation's flat lamp): smoothing a
+        # constant gives the constant, so take its log once per channel.
+        lamp = np.log10(np.maximum(background[0, 0].astype(np.float64), INTENSITY_FLOOR))
+    else:
+        smooth = cv2.GaussianBlur(background.astype(np.float32), (0, 0), BACKGROUND_SIGMA_PX)
+        lamp = np.log10(np.maximum(smooth.astype(np.float64), INTENSITY_FLOOR))
     return np.maximum(lamp - _LOG10_GREY[image], 0.0)
 
 
@@ -126,6 +139,16 @@ def density_features(cell: CellRegions, od_rgb: np.ndarray, od: np.ndarray) -> d
         values.update(_region_stats(od, region, name))
         for index, channel in enumerate(CHANNELS):
             values[f"{name}_od_{channel}"] = float(od_rgb[..., index][region].mean()) if region.any() else 0.0
+    stain = np.array([values[f"cytoplasm_od_{channel}"] for channel in CHANNELS])
+    shares = stain / stain.sum() if stain.sum() > 1e-9 else np.full(3, 1.0 / 3.0)
+    values["cytoplasm_od_red_share"], values["cytoplasm_od_green_share"] = float(shares[0]), float(shares[1])
+    nucleus_od, cytoplasm_od = values["nucleus_od_mean"], values["cytoplasm_od_mean"]
+    if not cell.cytoplasm.any():
+        values["nucleus_od_contrast"] = 1.0
+    elif nucleus_od + cytoplasm_od > 1e-9:
+        values["nucleus_od_contrast"] = nucleus_od / (nucleus_od + cytoplasm_od)
+    else:
+        values["nucleus_od_contrast"] = 0.5
     if cell.nucleolus.any():
         values["nucleolus_od_excess"] = float(od[cell.nucleolus].mean()) - values["nucleus_od_mean"]
     else:

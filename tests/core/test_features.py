@@ -250,6 +250,35 @@ def test_uniform_stain_gives_its_optical_density():
     assert value(v, "nucleus_od_integrated") == pytest.approx(value(v, "nucleus_od_mean") * n_nucleus)
 
 
+@pytest.mark.parametrize("spectrum, stain", [((1.6, 0.9, 0.5), "cyanophilic"), ((0.5, 1.6, 0.9), "eosinophilic")])
+def test_cytoplasm_stain_shares_and_nuclear_contrast_have_their_known_answers(spectrum, stain):
+    """A cytoplasm whose stain absorbs red (light green: cyanophilic) or green (eosin:
+    eosinophilic) light, drawn by Beer-Lambert with a known spectrum: the shares are that
+    spectrum's, and the nucleus (0.5 OD) against the cytoplasm (grey 0.1 OD) gives 0.5 / 0.6."""
+    shape = (160, 160)
+    nucleus, cell = disk_mask(shape, (80, 80), 25), disk_mask(shape, (80, 80), 60)
+    mask = np.where(nucleus, NUCLEUS, np.where(cell, CYTOPLASM, 0)).astype(np.uint8)
+    cytoplasm_od = 0.1 * np.array(spectrum) / np.mean(spectrum)
+    od = np.where(nucleus[..., None], 0.5 * ABSORBANCE, np.where(cell[..., None], cytoplasm_od, 0.0))
+    background = slide(shape, 200.0)
+    image = np.clip(np.rint(background * 10.0 ** (-od)), 0, 255).astype(np.uint8)
+    v = extract_features(image, np.clip(np.rint(background), 0, 255).astype(np.uint8), mask)
+    red, green = (s / sum(spectrum) for s in spectrum[:2])
+    assert value(v, "cytoplasm_od_red_share") == pytest.approx(red, abs=0.02)
+    assert value(v, "cytoplasm_od_green_share") == pytest.approx(green, abs=0.02)
+    if stain == "cyanophilic":
+        assert value(v, "cytoplasm_od_red_share") > value(v, "cytoplasm_od_green_share")
+    else:
+        assert value(v, "cytoplasm_od_green_share") > value(v, "cytoplasm_od_red_share")
+    assert value(v, "nucleus_od_contrast") == pytest.approx(0.5 / 0.6, abs=0.01)
+    # a bare nucleus (no cytoplasm): neutral shares, full contrast
+    bare = extract_features(image, np.clip(np.rint(background), 0, 255).astype(np.uint8),
+                            np.where(nucleus, NUCLEUS, 0).astype(np.uint8))
+    assert value(bare, "cytoplasm_od_red_share") == value(bare, "cytoplasm_od_green_share") == pytest.approx(1 / 3)
+    assert value(bare, "nucleus_od_contrast") == 1.0
+
+
+
 @REFERENCE_SIZES
 def test_od_statistics_match_scipy_on_a_realistic_cell(size, zoom):
     od, background, noise, mask = realistic_cell(seed=5, size=size, zoom=zoom)

@@ -161,3 +161,29 @@ def test_real_herlev_cells_agree_with_their_hand_drawn_masks(herlev_40px):
     for diagnosis, scores in nucleus.items():
         assert np.median(scores) >= 0.65, (diagnosis, np.median(scores))
         assert np.median(cell[diagnosis]) >= 0.7, (diagnosis, np.median(cell[diagnosis]))
+
+
+def test_more_than_three_values_agrees_with_numpy_unique():
+    from pathmaster.segmentation import _more_than_three_values
+
+    rng = np.random.default_rng(0)
+    for distinct in range(1, 7):
+        for _ in range(50):
+            values = rng.integers(0, distinct, (5, 7)).astype(np.float64) * 0.1
+            assert _more_than_three_values(values) == (np.unique(values).size > 3), values
+
+
+def test_fill_holes_and_small_disk_openings_equal_scipy_and_skimage():
+    from scipy import ndimage
+    from skimage import morphology
+
+    from pathmaster.segmentation import fill_holes
+
+    rng = np.random.default_rng(1)
+    for _ in range(20):
+        blobs = ndimage.gaussian_filter(rng.random((37, 45)), 2.0) > 0.5
+        np.testing.assert_array_equal(fill_holes(blobs), ndimage.binary_fill_holes(blobs))
+        np.testing.assert_array_equal(fill_holes(~blobs), ndimage.binary_fill_holes(~blobs))
+        for radius in (1, 3, 12, 13):  # footprints up to FOOTPRINT_RADIUS_PX, distance transforms beyond
+            np.testing.assert_array_equal(open_with_disk(blobs, radius),
+                                          morphology.opening(blobs, morphology.disk(radius)))

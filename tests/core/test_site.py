@@ -152,3 +152,22 @@ def test_a_site_measured_with_another_feature_set_is_refused_with_a_clear_messag
         db.set_config("feature_names", ["old_feature"] * 3)
     with pytest.raises(InvalidInput, match="another feature set .*index the dataset again"):
         SiteIndex.open(tmp_path)
+
+
+def test_learnt_projection_is_stored_with_the_index_rebuilt_from_the_database_and_used_by_search(tmp_path, records):
+    from pathmaster.site import build_search_index
+
+    ingest("synthetic", tmp_path, records=records)
+    with SiteDB(tmp_path) as db:
+        learnt = build_search_index(db, features="lda", seed=3)
+        db.set_config("index", None)  # as if lost: the next open refits it from the cells
+    assert learnt["projection"]["method"] == "lda"
+    d = len(learnt["projection"]["columns"])
+    assert np.shape(learnt["projection"]["matrix"]) == (d, d + 6)  # z-scores and 6 axes for 7 diagnoses
+    site = SiteIndex.open(tmp_path)
+    assert site.config["projection"] == learnt["projection"]  # same cells, same seed: the same map
+    assert site.algorithm.endswith(f"/zscore/lda-{d}of{d}to{d + 6}")
+    assert site.vectors().shape == (N_CELLS, d + 6)
+    cell = records[5]
+    hit = site.search(site.analyse(cell.image, cell.background, cell.mask).features, k=1)[0]
+    assert hit.source_id == cell.source_id and hit.distance == pytest.approx(0.0, abs=1e-3)
