@@ -242,7 +242,8 @@ class SiteServer:
                                     f"(build one with `pathmaster synth` and `pathmaster index`)")
         ensure_ray(cfg.ray_address)
         self.workers = start_workers(cfg.db, cfg.algorithm, cfg.workers, cfg.worker_cpus,
-                                     budget=cfg.cell_budget)  # budget (issue 10 item 5)
+                                     budget=cfg.cell_budget,  # budget (issue 10 item 5)
+                                     resource=cfg.ray_resource)  # on the nodes holding cfg.db
         info = ray.get(self.workers[0].info.remote())
         self.servicer = SiteServicer(cfg.name, self.workers, info, cfg.classes)
         host, _, port = cfg.listen.rpartition(":")
