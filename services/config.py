@@ -167,7 +167,7 @@ class SiteTable(_Budgeted):
     """Ray CPUs reserved per actor (fractions let several sites share a small machine)."""
     ray_address: str = ""
     """"" starts a local Ray; "auto" or "HOST:PORT" joins one."""
-    ray_resource: str = Field("", pattern=r"^[A-Za-z0-9_]*$", max_length=64)
+    ray_resource: str = Field("", pattern=r"^[A-Za-z0-9_-]*$", max_length=64)
     """Ray custom resource that marks the nodes holding this site's database (e.g.
     "site_db_connecticut", offered there by `ray start --resources '{"site_db_connecticut": 1}'`);
     the site's workers and index builds run only on such nodes. "": any node."""

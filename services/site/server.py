@@ -237,7 +237,9 @@ class SiteServer:
 
     def start(self) -> "SiteServer":
         cfg = self.config
-        if not cfg.db.is_dir():
+        # with ray_resource the database lives on the Ray nodes that offer it, maybe not here:
+        # a worker that cannot open it there fails start_workers, naming the folder
+        if not cfg.ray_resource and not cfg.db.is_dir():
             raise FileNotFoundError(f"site {cfg.name}: database folder {cfg.db} not found "
                                     f"(build one with `pathmaster synth` and `pathmaster index`)")
         ensure_ray(cfg.ray_address)
