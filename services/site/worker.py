@@ -212,10 +212,14 @@ def start_workers(db: str | Path, algorithm: str, count: int, cpus: float, timeo
     placement = {"resources": {resource: SITE_RESOURCE_PER_WORKER}} if resource else {}
     if algorithm:
         try:
-            ray.get(_prepare_index.options(num_cpus=cpus, **placement).remote(str(db), algorithm),
-                    timeout=timeout_s)
+            build = _prepare_index.options(num_cpus=cpus, **placement).remote(str(db), algorithm)
+            ray.get(build, timeout=timeout_s)
         except ray.exceptions.RayTaskError as exc:
             raise RuntimeError(f"site database {db}: cannot build a {algorithm!r} index: {exc.cause}") from None
+        except ray.exceptions.GetTimeoutError:
+            ray.cancel(build, force=True)  # not left queued (or running) for a node that never comes
+            raise RuntimeError(f"site database {db}: its {algorithm!r} index build did not finish in {timeout_s:.0f} s"
+                               + (f" (no live node offers the resource {resource!r}?)" if resource else "")) from None
     workers = [_RemoteWorker.options(num_cpus=cpus, **placement).remote(str(db), budget) for _ in range(count)]
     try:
         ray.get([w.ready.remote() for w in workers], timeout=timeout_s)

@@ -163,7 +163,7 @@ where = ray.get([w.__ray_call__.remote(lambda self: ray.get_runtime_context().ge
 cells = ray.get(workers[0].info.remote())["database_cells"]
 stop_workers(workers)
 try:
-    start_workers(db, "", 1, 0.25, timeout_s=20, budget=None, resource="site_db_nowhere")
+    start_workers(db, "flat", 1, 0.25, timeout_s=20, budget=None, resource="site_db_nowhere")
     refused = ""
 except RuntimeError as exc:
     refused = str(exc)
@@ -196,3 +196,12 @@ def test_ray_resource_is_a_site_option(tmp_path):
     site.write_text('[site]\nname = "ct"\ndb = "db"\nray_resource = "site db; rm"\n')
     with pytest.raises(ConfigError, match="ray_resource"):
         load_site_config(site)
+
+
+@pytest.mark.parametrize("algorithm", ["flat", ""], ids=["with-index-build", "workers-only"])
+def test_a_resource_no_node_offers_is_refused_by_name(ray_session, site_db, algorithm):
+    """On the services tests' one-node Ray (no custom resources): a clear refusal, nothing left queued."""
+    from services.site.worker import start_workers
+
+    with pytest.raises(RuntimeError, match="no live node offers the resource 'site_db_nowhere'"):
+        start_workers(site_db, algorithm, 1, 0.25, timeout_s=5, budget=None, resource="site_db_nowhere")
