@@ -29,6 +29,7 @@ COMMAND_MODULES = (
     "qos.testbed.commands",       # testbed up/down/status
     "services.experiment.commands",  # experiment list/run/report
     "services.config_commands",   # config schema
+    "services.health",            # health (readiness probes, operators)
 )
 
 

@@ -54,6 +54,9 @@ BATCH_JOBS = 2             # cases `pathmaster batch` keeps in flight at once
 BATCH_CASE_CELLS = 6       # cells per case `pathmaster batch` sends (a study case is 6 cells)
 STATS_WINDOW_CASES = 1000  # completion times the coordinator keeps per class for its statistics
 DEMO_CELLS = 140           # cells in each site database of `pathmaster demo` (7 diagnoses x 20)
+SITE_RESOURCE_PER_WORKER = 0.001  # of a site's Ray placement resource (a node that holds its
+                                  # database offers 1), asked by each of its actors and index builds:
+                                  # it pins them to that node without limiting how many run there
 
 # --- A site's workers, supervised (services/site/supervisor.py) ---------------------------
 WORKER_PING_S = 1.0              # how often a site asks each Ray worker whether it is alive

@@ -174,6 +174,10 @@ class SiteTable(_Budgeted):
     """Seconds before a dead worker's replacement starts; doubled after each failed attempt."""
     worker_restart_max_s: float = Field(defaults.WORKER_RESTART_MAX_S, gt=0)
     """The longest wait between attempts to replace a dead worker."""
+    ray_resource: str = Field("", pattern=r"^[A-Za-z0-9_-]*$", max_length=64)
+    """Ray custom resource that marks the nodes holding this site's database (e.g.
+    "site_db_connecticut", offered there by `ray start --resources '{"site_db_connecticut": 1}'`);
+    the site's workers and index builds run only on such nodes. "": any node."""
 
 
 class SiteEndpoint(_Table):

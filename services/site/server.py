@@ -276,12 +276,15 @@ class SiteServer:
 
     def start(self) -> "SiteServer":
         cfg = self.config
-        if not cfg.db.is_dir():
+        # with ray_resource the database lives on the Ray nodes that offer it, maybe not here:
+        # a worker that cannot open it there fails start_workers, naming the folder
+        if not cfg.ray_resource and not cfg.db.is_dir():
             raise FileNotFoundError(f"site {cfg.name}: database folder {cfg.db} not found "
                                     f"(build one with `pathmaster synth` and `pathmaster index`)")
         ensure_ray(cfg.ray_address)
         self.workers = start_workers(cfg.db, cfg.algorithm, cfg.workers, cfg.worker_cpus,
-                                     budget=cfg.cell_budget)  # budget (issue 10 item 5)
+                                     budget=cfg.cell_budget,  # budget (issue 10 item 5)
+                                     resource=cfg.ray_resource)  # on the nodes holding cfg.db
         info = ray.get(self.workers[0].info.remote())
         remember_descendants()  # what Ray started meanwhile goes when this process goes (services/fate.py)
         self.servicer = SiteServicer(cfg.name, self.workers, info, cfg.classes, self.metrics)
@@ -297,7 +300,7 @@ class SiteServer:
         self.metrics.cells_waiting.set_function(self.servicer.dispatcher.waiting)
         self.metrics.workers.labels("configured").set(len(self.workers))
         self.supervisor = Supervisor(
-            cfg.name, self.servicer.dispatcher, lambda: start_worker(cfg.db, cfg.worker_cpus, cfg.cell_budget),
+            cfg.name, self.servicer.dispatcher, lambda: start_worker(cfg.db, cfg.worker_cpus, cfg.cell_budget, cfg.ray_resource),
             self._workers_changed, restart_min_s=cfg.worker_restart_min_s,
             restart_max_s=cfg.worker_restart_max_s).start()
         if cfg.metrics:

@@ -19,7 +19,7 @@ from pathlib import Path
 import ray
 
 from pathmaster.budget import AnalysisPool, CellBudget, CellStopped
-from pathmaster.defaults import WIRE_THUMBNAIL_PX
+from pathmaster.defaults import SITE_RESOURCE_PER_WORKER, WIRE_THUMBNAIL_PX
 from pathmaster.imageio import wire_thumbnail
 from pathmaster.records import InvalidInput
 from pathmaster.site import Match
@@ -205,26 +205,36 @@ _RemoteWorker = ray.remote(max_restarts=0, max_task_retries=0)(SiteWorker)
 _prepare_index = ray.remote(prepare_index)
 
 
-def start_worker(db: str | Path, cpus: float, budget: CellBudget | None = CellBudget()):
-    """One new worker actor over the database, not waited for (its `ready` says when)."""
-    return _RemoteWorker.options(num_cpus=cpus).remote(str(db), budget)
+def start_worker(db: str | Path, cpus: float, budget: CellBudget | None = CellBudget(), resource: str = ""):
+    """One new worker actor over the database, not waited for (its `ready` says when);
+    `resource` as in `start_workers`."""
+    placement = {"resources": {resource: SITE_RESOURCE_PER_WORKER}} if resource else {}
+    return _RemoteWorker.options(num_cpus=cpus, **placement).remote(str(db), budget)
 
 
 def start_workers(db: str | Path, algorithm: str, count: int, cpus: float, timeout_s: float = 120.0,
-                  budget: CellBudget | None = CellBudget()):
+                  budget: CellBudget | None = CellBudget(), resource: str = ""):
     """Start `count` Ray actors over the database and wait until each has loaded it;
     with `algorithm` set, the index is first made to use it (`prepare_index`). budget:
-    what each cell may cost (None: unbounded, in the actor's own process).
+    what each cell may cost (None: unbounded, in the actor's own process). resource: a Ray
+    custom resource offered only by the nodes that hold `db` (the site's `ray_resource`);
+    the actors and the index build then run only there. "": on any node.
 
     Returns the actor handles. Raises RuntimeError naming the database when a worker
     cannot open it (the worker's own error is included).
     """
+    placement = {"resources": {resource: SITE_RESOURCE_PER_WORKER}} if resource else {}
     if algorithm:
         try:
-            ray.get(_prepare_index.options(num_cpus=cpus).remote(str(db), algorithm), timeout=timeout_s)
+            build = _prepare_index.options(num_cpus=cpus, **placement).remote(str(db), algorithm)
+            ray.get(build, timeout=timeout_s)
         except ray.exceptions.RayTaskError as exc:
             raise RuntimeError(f"site database {db}: cannot build a {algorithm!r} index: {exc.cause}") from None
-    workers = [start_worker(db, cpus, budget) for _ in range(count)]
+        except ray.exceptions.GetTimeoutError:
+            ray.cancel(build, force=True)  # not left queued (or running) for a node that never comes
+            raise RuntimeError(f"site database {db}: its {algorithm!r} index build did not finish in {timeout_s:.0f} s"
+                               + (f" (no live node offers the resource {resource!r}?)" if resource else "")) from None
+    workers = [start_worker(db, cpus, budget, resource) for _ in range(count)]
     try:
         ray.get([w.ready.remote() for w in workers], timeout=timeout_s)
     except ray.exceptions.RayActorError as exc:
@@ -235,7 +245,8 @@ def start_workers(db: str | Path, algorithm: str, count: int, cpus: float, timeo
         stop_workers(workers)
         raise RuntimeError(
             f"site database {db}: workers not ready after {timeout_s:.0f} s "
-            f"(not enough Ray CPUs for {count} x {cpus}?)") from None
+            f"(not enough Ray CPUs for {count} x {cpus}"
+            + (f", or no live node offers the resource {resource!r}" if resource else "") + "?)") from None
     return workers
 
 

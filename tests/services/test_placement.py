@@ -1,0 +1,207 @@
+"""Site actors pinned to the nodes that hold their data (issue 13 item 6).
+
+A two-node Ray cluster on this machine, started the way an operator starts one (`ray start`,
+token authentication on, the token in a file): a head on 127.0.0.2 without the site's resource and a second node
+on 127.0.0.3 that offers `site_db_placement`. A site whose `ray_resource` names it must have
+every worker (and its index build) on the second node; a resource that no node offers must
+fail the start with a message naming it, not hang. Each `ray start` runs in a session of its
+own, and every process of those sessions is killed at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+RAY = Path(sys.executable).with_name("ray")
+HEAD_IP, NODE_IP = "127.0.0.2", "127.0.0.3"   # two loopback addresses: two nodes, never off the host
+RESOURCE = "site_db_placement"
+START_S = 240    # one `ray start` on a busy 2-core machine; bounds the test, not a measurement
+DRIVER_S = 300
+ATTEMPTS = 2
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
+
+
+def _session_pids(sid: int) -> list[int]:
+    """Every live (not zombie) process of session `sid` (what one `ray start` left running)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            state, _ppid, _pgrp, session = stat.rsplit(")", 1)[1].split()[:4]
+            if int(session) == sid and state != "Z":
+                pids.append(int(entry))
+    return pids
+
+
+def _kill_sessions(sessions: list[int]) -> list[int]:
+    """SIGKILL every process of these sessions; the pids still alive after a bounded wait."""
+    for sid in sessions:
+        for pid in _session_pids(sid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    left: list[int] = []
+    for _ in range(100):   # a SIGKILLed process is gone once the kernel has reaped it
+        left = [pid for sid in sessions for pid in _session_pids(sid)]
+        if not left:
+            break
+        time.sleep(0.1)
+    return left
+
+
+class AgentTooSlow(Exception):
+    """Ray 2.60's raylet waits a fixed ~15 s for its dashboard agent to report its ports and
+    aborts when the agent is slower (a starved host: its imports took 11-17 s of wall time
+    for 2 s of CPU here); `ray start` then hangs instead of failing."""
+
+
+def _raylet_gave_up(temp: Path) -> str:
+    """The raylet's fatal line when it aborted waiting for an agent's port file, else ""."""
+    for log in temp.glob("session_*/logs/raylet*.err"):
+        for line in log.read_text(errors="replace").splitlines():
+            if "Check failed" in line and "Timed out waiting for file" in line:
+                return f"{log.name}: {line.split('Timed out', 1)[1][:160]}"
+    return ""
+
+
+def _ray_start(ip: str, extra: list[str], env: dict, temp: Path, log: Path, sessions: list[int]) -> None:
+    """`ray start` one node on `ip`, every port it opens chosen free on that address."""
+    ports = {flag: _free_port(ip) for flag in ("node-manager-port", "object-manager-port",
+                                                "dashboard-agent-listen-port", "dashboard-agent-grpc-port",
+                                                "runtime-env-agent-port", "metrics-export-port")}
+    args = [str(RAY), "start", f"--node-ip-address={ip}", "--num-cpus=1", "--disable-usage-stats",
+            *(f"--{flag}={port}" for flag, port in ports.items()), *extra]
+    with log.open("w") as out:
+        proc = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    sessions.append(proc.pid)  # its session id: the node's processes stay in it
+    deadline = time.monotonic() + START_S
+    while proc.poll() is None:
+        fatal = _raylet_gave_up(temp)
+        if fatal:
+            raise AgentTooSlow(f"ray start on {ip}: a raylet gave up waiting for its agent (Timed out{fatal})")
+        if time.monotonic() > deadline:
+            pytest.fail(f"ray start on {ip} did not finish in {START_S} s; log: {log}")
+        time.sleep(0.5)   # polling `ray start`'s exit and the raylet's log, not waiting out a guess
+    assert proc.returncode == 0, f"ray start on {ip} failed ({proc.returncode}):\n{log.read_text()[-3000:]}"
+
+
+def _start_cluster(env: dict, temp: Path, logs: Path, sessions: list[int]) -> str:
+    gcs = f"{HEAD_IP}:{_free_port(HEAD_IP)}"
+    _ray_start(HEAD_IP, ["--head", f"--port={gcs.rsplit(':', 1)[1]}", f"--temp-dir={temp}",
+                         "--include-dashboard=false", f"--dashboard-host={HEAD_IP}",
+                         f"--dashboard-port={_free_port(HEAD_IP)}",
+                         f"--ray-client-server-port={_free_port(HEAD_IP)}"],
+               env, temp, logs / "head.log", sessions)
+    _ray_start(NODE_IP, [f"--address={gcs}", f"--resources={json.dumps({RESOURCE: 1})}"],
+               env, temp, logs / "node.log", sessions)
+    return gcs
+
+
+@pytest.fixture
+def two_nodes(tmp_path):
+    """(GCS address, env with the cluster's token) of a head and a node offering RESOURCE."""
+    if not RAY.exists():
+        pytest.skip(f"Ray's command line not found at {RAY}")
+    token = tmp_path / "ray-token"   # as the units give it: a 0600 file
+    token.touch(mode=0o600)
+    token.write_text(secrets.token_hex(32))
+    env = dict(os.environ, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token),
+               RAY_USAGE_STATS_ENABLED="0", RAY_raylet_start_wait_time_s=str(START_S))
+    sessions: list[int] = []
+    temps: list[Path] = []
+    try:
+        for attempt in range(ATTEMPTS):   # a second try finds Ray's modules in the page cache
+            temp = Path(f"/tmp/pmq-place-{secrets.token_hex(3)}")  # Ray's socket paths must stay short
+            temp.mkdir()
+            temps.append(temp)
+            try:
+                gcs = _start_cluster(env, temp, tmp_path, sessions)
+                break
+            except AgentTooSlow as exc:
+                assert not _kill_sessions(sessions)
+                if attempt == ATTEMPTS - 1:
+                    pytest.skip(f"{exc} ({ATTEMPTS} tries): this host is too busy for Ray 2.60's fixed wait")
+        yield gcs, env
+    finally:
+        left = _kill_sessions(sessions)
+        for temp in temps:
+            shutil.rmtree(temp, ignore_errors=True)
+        assert not left, f"Ray processes left running: {left}"
+
+
+DRIVER = """
+import json, sys
+import ray
+from services.site.worker import ensure_ray, start_workers, stop_workers
+
+gcs, db, resource = sys.argv[1:4]
+ensure_ray(gcs)
+nodes = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]}
+workers = start_workers(db, "flat", 3, 0.25, timeout_s=240, budget=None, resource=resource)
+where = ray.get([w.__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id()) for w in workers])
+cells = ray.get(workers[0].info.remote())["database_cells"]
+stop_workers(workers)
+try:
+    start_workers(db, "flat", 1, 0.25, timeout_s=20, budget=None, resource="site_db_nowhere")
+    refused = ""
+except RuntimeError as exc:
+    refused = str(exc)
+print(json.dumps({"nodes": nodes, "workers": [nodes[n] for n in where], "cells": cells, "refused": refused}))
+"""
+
+
+@pytest.mark.slow
+def test_site_workers_run_only_on_the_node_with_the_site_resource(two_nodes, site_db):
+    gcs, env = two_nodes
+    run = subprocess.run([sys.executable, "-c", DRIVER, gcs, str(site_db), RESOURCE],
+                         env=dict(env, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=DRIVER_S)
+    assert run.returncode == 0, run.stderr[-3000:]
+    seen = json.loads(run.stdout.strip().splitlines()[-1])
+    assert sorted(seen["nodes"].values()) == [HEAD_IP, NODE_IP]   # two nodes, the head has no resource
+    assert seen["workers"] == [NODE_IP] * 3                        # every worker where the database is
+    assert seen["cells"] > 0                                       # and it opened the database there
+    assert "site_db_nowhere" in seen["refused"]                    # no node offers it: a clear refusal
+
+
+def test_ray_resource_is_a_site_option(tmp_path):
+    from pathmaster.records import ConfigError
+    from services.config import load_site_config
+
+    site = tmp_path / "site.toml"
+    site.write_text('[site]\nname = "ct"\ndb = "db"\nray_resource = "site_db_ct"\n')
+    assert load_site_config(site).ray_resource == "site_db_ct"
+    site.write_text('[site]\nname = "ct"\ndb = "db"\n')
+    assert load_site_config(site).ray_resource == ""          # default: any node
+    site.write_text('[site]\nname = "ct"\ndb = "db"\nray_resource = "site db; rm"\n')
+    with pytest.raises(ConfigError, match="ray_resource"):
+        load_site_config(site)
+
+
+@pytest.mark.parametrize("algorithm", ["flat", ""], ids=["with-index-build", "workers-only"])
+def test_a_resource_no_node_offers_is_refused_by_name(ray_session, site_db, algorithm):
+    """On the services tests' one-node Ray (no custom resources): a clear refusal, nothing left queued."""
+    from services.site.worker import start_workers
+
+    with pytest.raises(RuntimeError, match="no live node offers the resource 'site_db_nowhere'"):
+        start_workers(site_db, algorithm, 1, 0.25, timeout_s=5, budget=None, resource="site_db_nowhere")
