@@ -8,8 +8,10 @@
 # a NAME that is a role needs no ROLE ("gateway" is gateway:gateway). Each certificate carries
 # its role as the URI pathmaster://role/ROLE (servers check it on every call: sites accept
 # coordinators only, the coordinator clients and gateways) and only the key usage it needs:
-# coordinator serverAuth+clientAuth (it serves clients and calls sites), site serverAuth,
-# client and gateway clientAuth. A server's certificate names NAME, localhost, 127.0.0.1 and
+# coordinator serverAuth+clientAuth (it serves clients and calls sites), site serverAuth and
+# clientAuth (only for its own health probe: the role check still refuses it every RPC),
+# gateway serverAuth+clientAuth (it serves the page over HTTPS and calls the coordinator),
+# client clientAuth. A server's certificate names NAME, localhost, 127.0.0.1 and
 # the HOSTs given after '='. Writes OUT_DIR/ca.pem (+ ca.key, keep it offline) and
 # OUT_DIR/NAME.pem, NAME.key (0600). An existing CA in OUT_DIR is reused, so parties can be
 # added later. Point a [tls] section at them: cert = "NAME.pem", key = "NAME.key", ca = "ca.pem".
@@ -37,8 +39,9 @@ for spec in "$@"; do
     if [[ $party == *:* ]]; then role=${party%%:*}; name=${party#*:}; else role=$party; name=$party; fi
     case $role in
         coordinator) eku=serverAuth,clientAuth ;;
-        site) eku=serverAuth ;;
-        client|gateway) eku=clientAuth ;;
+        site) eku=serverAuth,clientAuth ;;  # clientAuth: `pathmaster health` with its own files
+        gateway) eku=serverAuth,clientAuth ;;  # it serves the page over HTTPS and calls the coordinator
+        client) eku=clientAuth ;;
         *) echo "make-certs.sh: '$spec': the role must be coordinator, site, client or gateway" \
                "(write ROLE:NAME, e.g. site:$name)" >&2; exit 2 ;;
     esac

@@ -106,12 +106,13 @@ def test_a_site_answers_coordinators_only(secure, certs, name):
 
 
 def test_a_site_certificate_cannot_call_a_site_or_the_coordinator(secure, certs):
-    """A site's certificate is for serving only (no clientAuth usage): the handshake fails."""
+    """A site's certificate may open a connection (its own health probe presents it), but its
+    role may call neither a site nor the coordinator."""
     coordinator, site = secure
     for address, service in ((site.address, "site"), (coordinator.address, "coordinator")):
         with pytest.raises(grpc.RpcError) as refused:
             call(address, certs, "site-b", service)
-        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
 
 
 def test_the_coordinator_answers_clients_and_the_gateway_only(secure, certs):
@@ -149,8 +150,8 @@ def test_certificates_carry_their_role_and_only_the_usage_it_needs(certs):
                               check=True, capture_output=True, text=True).stdout
 
     usages = {"coordinator": "TLS Web Server Authentication, TLS Web Client Authentication",
-              "site": "TLS Web Server Authentication", "client": "TLS Web Client Authentication",
-              "gateway": "TLS Web Client Authentication"}
+              "site": "TLS Web Server Authentication, TLS Web Client Authentication", "client": "TLS Web Client Authentication",
+              "gateway": "TLS Web Server Authentication, TLS Web Client Authentication"}
     for name, usage in usages.items():
         body = text(name)
         assert f"URI:pathmaster://role/{name}" in body

@@ -1,0 +1,161 @@
+"""Predictable completion on loopback: bytes per site, throughput, and the predicted wait.
+
+    python benchmarks/bench_predictable.py [--clients 20] [--cases-per-client 2] [--blocks 2] [--cases 40]
+
+Three sites and a coordinator on loopback (the demo's databases, Ray, gRPC), one process:
+
+1. Bytes per site of the demo's 6-cell case with backgrounds and masks, sent as images
+   (every site analyses) and as features (the coordinator analyses once): request bytes
+   and reply bytes; "before" replies are the same matches with the site database's 64 px
+   PNG thumbnails in place of the 48 px JPEG wire thumbnails and without content hashes.
+2. Cases/s with `--clients` concurrent clients (6-cell cases, classes in turn), images and
+   features blocks alternating in one run (`--blocks` of each): medians and the ratio.
+3. The predicted wait against the actual one over `--cases` sequential cases (classes in
+   turn, both modes): median absolute percentage error per case and per site.
+
+Prints medians and ratios measured side by side in one run; the machine is shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+CLASSES = ["urgent", "routine", "teaching", "bulk"]
+
+
+def site_results(events):
+    return {e.site_result.site: e.site_result for e in events if e.HasField("site_result")}
+
+
+def bench_bytes(client, cells, databases: dict) -> dict:
+    """Request and reply bytes per site, images vs features, and the replies of before."""
+    from pathmaster.site import SiteIndex
+
+    indexes = {name: SiteIndex.open(db) for name, db in databases.items()}
+    out = {}
+    for ship in ("images", "features"):
+        results = site_results(client.submit(cells, "routine", deadline_s=120, ship=ship))
+        for site, r in results.items():
+            assert r.status_code == 0 and r.mode == ship, (site, r.status_message)
+            png = sum(len(indexes[site].thumbnail_png(m.cell_id)) for c in r.cells for m in c.matches)
+            wire = sum(len(m.thumbnail) + len(m.image_sha256) + 3 for c in r.cells for m in c.matches)
+            out.setdefault(site, {})[ship] = {"sent": r.bytes_sent, "received": r.bytes_received,
+                                               "received_before": r.bytes_received - wire + png}
+    return out
+
+
+def bench_throughput(address: str, cells, clients: int, per_client: int, ship: str) -> float:
+    """Cases/s of `clients` threads, each its own client, `per_client` cases each."""
+    from services.client import CoordinatorClient
+
+    done, failed = [], []
+    lock = threading.Lock()
+    barrier = threading.Barrier(clients)
+
+    def run(i: int):
+        with CoordinatorClient(address) as client:
+            barrier.wait()
+            for j in range(per_client):
+                events = list(client.submit(cells, CLASSES[(i + j) % len(CLASSES)], deadline_s=600, ship=ship))
+                with lock:
+                    (failed if events[-1].summary.sites_failed else done).append(1)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(clients)]
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=1800)
+    wall = time.perf_counter() - started
+    if failed:
+        print(f"  ({ship}: {len(failed)} cases with a failed site)")
+    return len(done) / wall
+
+
+def bench_prediction(client, cells, cases: int) -> dict:
+    """Predicted vs actual completion, per case and per site, classes and modes in turn."""
+    case_errors, site_errors, pairs = [], [], []
+    for i in range(cases):
+        events = list(client.submit(cells, CLASSES[i % len(CLASSES)], deadline_s=120,
+                                    ship=("features", "images")[(i // len(CLASSES)) % 2]))
+        plan = events[0].plan
+        summary = events[-1].summary
+        if plan.predicted_s:
+            case_errors.append(abs(plan.predicted_s - summary.total_s) / summary.total_s)
+            pairs.append((plan.predicted_s, summary.total_s))
+        for r in site_results(events).values():
+            if r.predicted_s and r.status_code == 0:
+                site_errors.append(abs(r.predicted_s - r.timing.total_s) / r.timing.total_s)
+    return {"case": case_errors, "site": site_errors, "pairs": pairs}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, default=20)
+    parser.add_argument("--cases-per-client", type=int, default=2)
+    parser.add_argument("--blocks", type=int, default=2, help="throughput blocks of each mode, alternating")
+    parser.add_argument("--cases", type=int, default=40, help="sequential cases for the prediction error")
+    args = parser.parse_args()
+
+    import logging
+
+    from services.client import CoordinatorClient
+    from services.demo import CASE_SEED, DEMO_SITES, LoopbackDeployment, demo_databases
+    from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
+    from services.site.synthetic import synthetic_case_cells
+    from services.site.worker import ensure_ray
+
+    logging.basicConfig(level=logging.WARNING)
+    print(f"bench_predictable: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start")
+    ensure_ray()
+    databases = demo_databases(DEMO_SITES)
+    cells = [pb.CellImage(cell_id=c["cell_id"], image=c["image"], background=c["background"], mask=c["mask"])
+             for c in synthetic_case_cells(6, CASE_SEED)]
+    with LoopbackDeployment(databases, {s.name: s.algorithm for s in DEMO_SITES}, metrics_port=None,
+                            analysis_workers=2) as deployment:
+        address = deployment.coordinator.address
+        with CoordinatorClient(address) as client:
+            for ship in ("images", "features"):  # warm: connections, workers, caches
+                list(client.submit(cells, "routine", deadline_s=120, ship=ship))
+            sizes = bench_bytes(client, cells, databases)
+        print("1. bytes per site, 6-cell case with backgrounds and masks (KiB):")
+        for site, s in sizes.items():
+            i, f = s["images"], s["features"]
+            print(f"  {site:<12} request: images {i['sent'] / 1024:7.1f}  features {f['sent'] / 1024:6.1f} "
+                  f"({i['sent'] / f['sent']:.0f}x less)   reply: before {i['received_before'] / 1024:6.1f}  "
+                  f"now {f['received'] / 1024:5.1f} ({f['received'] / i['received_before']:.2f} of before)")
+
+        rates = {"images": [], "features": []}
+        for _ in range(args.blocks):
+            for ship in ("images", "features"):
+                rates[ship].append(bench_throughput(address, cells, args.clients, args.cases_per_client, ship))
+        img, feat = statistics.median(rates["images"]), statistics.median(rates["features"])
+        print(f"2. {args.clients} concurrent clients x {args.cases_per_client} 6-cell cases, {args.blocks} blocks "
+              f"each: images {img:.2f} cases/s, features {feat:.2f} cases/s (medians): {feat / img:.2f}x "
+              f"(blocks: images {', '.join(f'{r:.2f}' for r in rates['images'])}; "
+              f"features {', '.join(f'{r:.2f}' for r in rates['features'])})")
+
+        with CoordinatorClient(address) as client:
+            pred = bench_prediction(client, cells, args.cases)
+        case, site = pred["case"], pred["site"]
+        print(f"3. predicted vs actual wait, {args.cases} sequential cases (classes and modes in turn): "
+              f"MdAPE per case {100 * np.median(case):.1f}% (n={len(case)}), per site "
+              f"{100 * np.median(site):.1f}% (n={len(site)}); p90 per case {100 * np.percentile(case, 90):.1f}%")
+        print(f"   coordinator's own log: MdAPE {100 * (deployment.coordinator.servicer.predictions.mdape() or 0):.1f}% "
+              f"over its last {len(deployment.coordinator.servicer.predictions)} predicted cases")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
