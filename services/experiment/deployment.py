@@ -38,6 +38,7 @@ from pathmaster.defaults import CLASS_PORT_BASE, DEPLOY_TIMEOUT_S, SITE_PORT
 from qos.classes import DEFAULT_CLASSES, ClassTable
 from qos.testbed import netns
 from qos.testbed.node import Node
+from services.site.ray_local import cluster_environment
 
 COORDINATOR_PORT = 50050
 RAY_PORT = 6379
@@ -126,7 +127,7 @@ def _start_ray(node: Node, tag: str, head: Node | None) -> subprocess.Popen:
     argv += (["--head", "--port", str(RAY_PORT), "--include-dashboard=false"] if head is None
              else ["--address", f"{head.ip}:{RAY_PORT}"])
     return node.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                      env={**os.environ, **RAY_ENV})
+                      env={**cluster_environment(), **RAY_ENV})
 
 
 def _ray_start_all(pairs: list[tuple[Node, Node | None]], tag: str, deadline: float, attempts: int = 2) -> None:
@@ -173,7 +174,7 @@ def _write_coordinator_config(path: Path, ip: str, sites: dict[str, str], classe
 def _start(node: Node, argv: list[str], log: Path) -> subprocess.Popen:
     with open(log, "wb") as out:
         return node.popen([sys.executable, "-m", "pathmaster", *argv], stdout=out, stderr=subprocess.STDOUT,
-                          env={**os.environ, **RAY_ENV})
+                          env={**cluster_environment(), **RAY_ENV})
 
 
 def _wait_serving(node: Node, proc: subprocess.Popen, port: int, log: Path, deadline: float) -> None:

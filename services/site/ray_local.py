@@ -70,3 +70,13 @@ def prepare_local_ray() -> None:
         Config.initialize("")  # this process read RAY_AUTH_MODE at import: read it again, as Ray does
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # for the processes Ray starts
     ray_constants.ENABLE_RAY_CLUSTER = False                # for this one (read at import)
+
+
+def cluster_environment(base: dict | None = None) -> dict:
+    """The environment for a process that starts or joins a multi-node Ray (`ray start`):
+    `base` (default os.environ) without the loopback-only switch `prepare_local_ray` may
+    have left in this process's environment (with it, `ray start` refuses to make a
+    cluster)."""
+    env = dict(os.environ if base is None else base)
+    env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
+    return env

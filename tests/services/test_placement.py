@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from services.site.ray_local import cluster_environment
+
 REPO = Path(__file__).resolve().parents[2]
 RAY = Path(sys.executable).with_name("ray")
 HEAD_IP, NODE_IP = "127.0.0.2", "127.0.0.3"   # two loopback addresses: two nodes, never off the host
@@ -126,7 +128,7 @@ def two_nodes(tmp_path):
     token = tmp_path / "ray-token"   # as the units give it: a 0600 file
     token.touch(mode=0o600)
     token.write_text(secrets.token_hex(32))
-    env = dict(os.environ, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token),
+    env = dict(cluster_environment(), RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token),
                RAY_USAGE_STATS_ENABLED="0", RAY_raylet_start_wait_time_s=str(START_S))
     sessions: list[int] = []
     temps: list[Path] = []
