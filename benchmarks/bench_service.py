@@ -39,22 +39,9 @@ def percentile(values, q: float) -> float:
 
 def process_tree(root: int) -> list[int]:
     """`root` and all its descendants, from /proc."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry))
-    found, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        found.append(pid)
-        todo.extend(children.get(pid, []))
-    return found
+    from services.fate import descendants
+
+    return [root, *descendants(root)]
 
 
 def memory_kib(pids: list[int]) -> tuple[int, int]:

@@ -54,6 +54,13 @@ def _with_unit(value: Any, units: dict[str, float]) -> float | None:
     return float(m.group(1)) * units[m.group(2)]
 
 
+def one_of(value: str, allowed: tuple[str, ...] | list[str]) -> str:
+    """`value` when it is in `allowed`; else ValueError naming the choices (for field validators)."""
+    if value not in allowed:
+        raise ValueError(f"{value!r} is not one of {', '.join(allowed)}")
+    return value
+
+
 def _number(value: float) -> str:
     return str(int(value)) if value == int(value) else f"{value:g}"
 

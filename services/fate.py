@@ -67,20 +67,25 @@ def remember_descendants() -> list[int]:
     """Tell the watchdog (when there is one) of every process below this one now; their pids."""
     if _watchdog is None or _watchdog.poll() is not None:
         return []
-    children: dict[int, list[int]] = {}
-    for pid in _pids():
-        parent = _stat(pid)
-        if parent is not None:
-            children.setdefault(parent[0], []).append(pid)
-    found, todo = [], list(children.get(os.getpid(), []))
-    while todo:
-        pid = todo.pop()
-        if pid != _watchdog.pid:
-            found.append(pid)
-            todo.extend(children.get(pid, []))
+    found = [pid for pid in descendants(os.getpid()) if pid != _watchdog.pid]
     lines = [f"{pid} {started}\n" for pid in found if (started := _started(pid)) is not None]
     _watchdog.stdin.write("".join(lines))
     _watchdog.stdin.flush()
+    return found
+
+
+def descendants(root: int) -> list[int]:
+    """Every process below `root` now (children, their children, ...), from /proc; not `root`."""
+    children: dict[int, list[int]] = {}
+    for pid in _pids():
+        stat = _stat(pid)
+        if stat is not None:
+            children.setdefault(stat[0], []).append(pid)
+    found, todo = [], list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
     return found
 
 

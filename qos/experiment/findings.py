@@ -30,7 +30,7 @@ import numpy as np
 from pydantic import Field, field_validator, model_validator
 from scipy import stats as sps
 
-from qos.config import FileModel
+from qos.config import FileModel, one_of
 
 CLAIMS = ("less", "alike")
 STATISTICS = ("mean", "median", "p95", "std")
@@ -64,16 +64,12 @@ class Finding(FileModel):
     @field_validator("claim")
     @classmethod
     def _claim(cls, value: str) -> str:
-        if value not in CLAIMS:
-            raise ValueError(f"{value!r} is not one of {', '.join(CLAIMS)}")
-        return value
+        return one_of(value, CLAIMS)
 
     @field_validator("statistic")
     @classmethod
     def _statistic(cls, value: str) -> str:
-        if value not in STATISTICS:
-            raise ValueError(f"{value!r} is not one of {', '.join(STATISTICS)}")
-        return value
+        return one_of(value, STATISTICS)
 
     @model_validator(mode="after")
     def _margin(self) -> "Finding":

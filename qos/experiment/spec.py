@@ -66,7 +66,7 @@ from pydantic import BeforeValidator, Field, PrivateAttr, WithJsonSchema, field_
 from pathmaster import defaults
 from pathmaster.records import InvalidInput
 from qos.classes import DEFAULT_CLASSES, ClassEntry, ClassTable
-from qos.config import FileModel, Seq, read_toml, validate
+from qos.config import FileModel, Seq, one_of, read_toml, validate
 from qos.experiment.findings import Finding
 
 DISCIPLINES = ("fifo", "prio", "wfq", "cbwfq", "wred")
@@ -78,12 +78,6 @@ IOS_STRATEGY = {"fifo": "ios-fifo", "prio": "ios-priority", "wfq": "ios-wfq", "c
                 "wred": "ios-wred"}
 COMPETING_KINDS = ("downloads", "udp", "pareto")
 Number = int | float
-
-
-def _one_of(value: str, allowed: tuple[str, ...]) -> str:
-    if value not in allowed:
-        raise ValueError(f"{value!r} is not one of {', '.join(allowed)}")
-    return value
 
 
 class Adaptive(FileModel):
@@ -105,7 +99,7 @@ class Adaptive(FileModel):
     @field_validator("ship")
     @classmethod
     def _ship(cls, value: str) -> str:
-        return _one_of(value, SHIP_MODES)
+        return one_of(value, SHIP_MODES)
 
     @field_validator("deadlines_s")
     @classmethod
@@ -132,7 +126,7 @@ class Strategy(FileModel):
     @field_validator("discipline")
     @classmethod
     def _discipline(cls, value: str) -> str:
-        return _one_of(value, DISCIPLINES)
+        return one_of(value, DISCIPLINES)
 
     @field_validator("shape_kbit")
     @classmethod
@@ -180,7 +174,7 @@ class LinkProfile(FileModel):
     @field_validator("network")
     @classmethod
     def _network(cls, value: str) -> str:
-        return _one_of(value, NETWORKS)
+        return one_of(value, NETWORKS)
 
     @model_validator(mode="after")
     def _what_the_network_applies(self) -> "LinkProfile":
@@ -226,7 +220,7 @@ class Workload(FileModel):
     @field_validator("mode")
     @classmethod
     def _mode(cls, value: str) -> str:
-        return _one_of(value, ("transfer", "service"))
+        return one_of(value, ("transfer", "service"))
 
 
 class Competing(FileModel):
@@ -240,7 +234,7 @@ class Competing(FileModel):
     @field_validator("kind")
     @classmethod
     def _kind(cls, value: str) -> str:
-        return _one_of(value, COMPETING_KINDS)
+        return one_of(value, COMPETING_KINDS)
 
     @field_validator("levels")
     @classmethod

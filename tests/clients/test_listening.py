@@ -18,6 +18,7 @@ import grpc
 import pytest
 
 from qos.transport import is_loopback
+from services.fate import descendants
 from services.site.ray_local import private_token_file
 
 TCP_LISTEN = "0A"       # /proc/net/tcp state of a listening socket
@@ -26,24 +27,12 @@ UDP_UNCONNECTED = "07"  # /proc/net/udp state of a socket with no peer (TCP_CLOS
 
 def process_tree(root: int) -> dict[int, str]:
     """{pid: command line} of `root` and every descendant."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:  # gone meanwhile
-            continue
-        parent = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(parent, []).append(int(entry))
-    tree, todo = {}, [root]
-    while todo:
-        pid = todo.pop()
+    tree = {}
+    for pid in [root, *descendants(root)]:
         try:
             tree[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:100]
-        except OSError:
+        except OSError:  # gone meanwhile
             continue
-        todo += children.get(pid, [])
     return tree
 
 
