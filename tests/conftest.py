@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+import qos  # noqa: F401  (before any test imports grpc: gRPC's fork handlers off, see qos/__init__.py)
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("PATHMASTER_SHARED", REPO.parent / "shared"))
 

@@ -2,11 +2,15 @@
 
 * A field of view (a flat 4096 x 4096 PNG, a 60 KB file) is refused from its header with
   INVALID_ARGUMENT at the coordinator and at the site, and no analysis happens.
-* A legal but slow cell (a flat 1024 x 1024 image: seconds of CPU time) is stopped by its
-  CPU budget while an urgent 6-cell case sent after it at the same site is answered in
-  full, and the rest of the hostile case is answered too. Asserted on outcomes and the
-  pool's own events, never on durations (the test site's budget is 1.5 CPU seconds, a
-  study cell uses ~0.3, the flat 1024 x 1024 ~3; CPU time does not stretch on a busy machine).
+* A legal but slow cell (a 1024 x 1024 checkerboard of 2-pixel squares: ~12 s of CPU time
+  on the development machine, its segmentation's morphology meets an edge at every other
+  pixel) is stopped by its CPU budget while an urgent 6-cell case sent after it at the same
+  site is answered in full, and the rest of the hostile case is answered too. Asserted on
+  outcomes and the pool's own events, never on durations. The test site's budget is 1.5 CPU
+  seconds, which RLIMIT_CPU's whole seconds make 1.5-2.5 s; a study cell uses ~0.3. (A flat
+  1024 x 1024 image, ~2.6 s, was used first: it passed the budget on a machine a little
+  faster than this one. CPU time does not stretch on a busy machine; it differs between
+  machines, so the hostile cell costs ~5x the budget.)
 """
 
 from __future__ import annotations
@@ -32,6 +36,13 @@ BUDGET = dict(cell_cpu_floor_s=1.5, cell_cpu_per_megapixel_s=0.0, cell_wall_fact
 
 def flat_png(side: int) -> bytes:
     return encode_png(np.full((side, side, 3), 200, np.uint8), compress_level=9)
+
+
+def checkerboard_png(side: int, square: int = 2) -> bytes:
+    """A `side` x `side` checkerboard of `square`-pixel squares: small as a file, costly to segment."""
+    yy, xx = np.mgrid[:side, :side]
+    grey = np.where((yy // square + xx // square) % 2 == 0, 40, 220).astype(np.uint8)
+    return encode_png(np.repeat(grey[..., None], 3, axis=2), compress_level=9)
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +86,7 @@ def test_a_field_of_view_is_refused_at_coordinator_and_site(budget_site, case):
 
 def test_a_slow_cell_is_stopped_by_its_budget_and_the_urgent_case_is_answered(budget_site, case):
     site, coordinator = budget_site
-    hostile = [pb.CellImage(cell_id="hostile.png", image=flat_png(1024)), case[1], case[2]]
+    hostile = [pb.CellImage(cell_id="hostile.png", image=checkerboard_png(1024)), case[1], case[2]]
     started = len(site.servicer.cases_started)
     replies: dict[str, list] = {}
 
