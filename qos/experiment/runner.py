@@ -68,23 +68,37 @@ def run_bound(experiment: Experiment, link: LinkProfile, sites: list[dict], benc
                        shared_medium=link.shared_medium).to_dict()
 
 
-# iperf3 stamps a test's start in whole seconds, and its intervals begin after the connections are up.
+# How far a run's case window is widened when its intervals are picked: the epoch of a
+# report's interval 0 is known to ~a millisecond (iperf3_origin); the slack keeps the
+# intervals on either side of a short case.
 IPERF3_SLACK_S = 2.0
+
+
+def iperf3_origin(data: dict, stopped_epoch: float) -> float:
+    """The epoch (s) at which an interrupted iperf3 report's interval 0 began: the moment
+    its flows were stopped less the report's own duration. Without the stop time, iperf3's
+    start stamp, which has whole seconds and precedes the streams' connections (on a busy
+    machine by more than the slack)."""
+    seconds = data.get("end", {}).get("sum_received", {}).get("seconds")
+    if stopped_epoch and seconds:
+        return stopped_epoch - seconds
+    return data.get("start", {}).get("timestamp", {}).get("timesecs", 0)
 
 
 def iperf3_of_run(result, window: tuple[float, float]) -> dict:
     """The competing flows' iperf3 JSON for one run: each report's `start` and `end` (which cover
-    the whole block of traffic) and those per-second `intervals` that overlap the run's case
-    `window` (epoch seconds, widened by IPERF3_SLACK_S)."""
+    the whole block of traffic) and those per-second `intervals` (the last one partial) that
+    overlap the run's case `window` (epoch seconds, widened by IPERF3_SLACK_S)."""
     flows: dict = {}
     for name, reports in result.iperf3.items():
         flows[name] = {}
         for side, data in reports.items():
-            origin = data.get("start", {}).get("timestamp", {}).get("timesecs", 0)
+            origin = iperf3_origin(data, getattr(result, "stopped_epoch", 0.0))
             lo, hi = window[0] - origin - IPERF3_SLACK_S, window[1] - origin + IPERF3_SLACK_S
             kept = [iv for iv in data.get("intervals", []) if iv["sum"]["end"] > lo and iv["sum"]["start"] < hi]
             flows[name][side] = data | {"intervals": kept}
-    return {"case_window_epoch": list(window), "flows": flows}
+    return {"case_window_epoch": list(window), "stopped_epoch": getattr(result, "stopped_epoch", 0.0),
+            "flows": flows}
 
 
 def save_block_iperf3(store: Store, result, block: list[tuple[str, tuple[float, float]]]) -> None:

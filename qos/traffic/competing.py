@@ -20,6 +20,7 @@ import json
 import select
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 
 from scipy.optimize import brentq
@@ -41,7 +42,10 @@ class TrafficResult:
 
     `iperf3` keeps, for generators that run iperf3, each flow's own report as iperf3 printed
     it (``{"flow name": {"client": parsed -J output}}``): the raw data behind the totals.
-    It is left out of `to_dict`, which is the short summary.
+    It is left out of `to_dict`, which is the short summary. `stopped_epoch` (time.time())
+    is when the flows were interrupted: with a report's own duration (`end` ... `seconds`)
+    it dates the report's intervals to the millisecond, where iperf3's start stamp has
+    whole seconds (and the streams' connection time after it).
     """
 
     kind: str
@@ -50,6 +54,7 @@ class TrafficResult:
     seconds: float           # the longest flow's measured duration
     flows: list[dict] = field(default_factory=list)
     iperf3: dict[str, dict] = field(default_factory=dict)
+    stopped_epoch: float = 0.0
 
     @property
     def bps(self) -> float:
@@ -169,6 +174,7 @@ class BulkDownloads(Traffic):
 
     def stop(self) -> TrafficResult:
         flows, raw = [], {}
+        stopped_epoch = time.time()
         try:
             for target, proc in self._clients:
                 r = finish_client(proc, interrupt=True)
@@ -181,7 +187,9 @@ class BulkDownloads(Traffic):
             for port in self._marked:
                 mark_source_port(self.source, "tcp", port, self.dscp, add=False)
             self._servers, self._clients, self._marked = [], [], []
-        return self._finish(flows, raw)
+        self._finish(flows, raw)
+        self.result.stopped_epoch = stopped_epoch if raw else 0.0
+        return self.result
 
 
 class ConstantRateUDP(Traffic):
