@@ -57,6 +57,8 @@ DEMO_CELLS = 140           # cells in each site database of `pathmaster demo` (7
 SITE_RESOURCE_PER_WORKER = 0.001  # of a site's Ray placement resource (a node that holds its
                                   # database offers 1), asked by each of its actors and index builds:
                                   # it pins them to that node without limiting how many run there
+RAY_START_ATTEMPTS = 3     # a local Ray that does not register in Ray's fixed 30 s (a very busy
+                           # host) is torn down and started again, this many times in all
 
 # --- A site's workers, supervised (services/site/supervisor.py) ---------------------------
 WORKER_PING_S = 1.0              # how often a site asks each Ray worker whether it is alive

@@ -9,8 +9,11 @@ so the same code runs in-process (benchmarks' baseline) and as a Ray actor (`sta
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
+import os
+import signal
 import time
 from dataclasses import dataclass
 from functools import lru_cache
@@ -19,6 +22,7 @@ from pathlib import Path
 import ray
 
 from pathmaster.budget import AnalysisPool, CellBudget, CellStopped
+from pathmaster import defaults
 from pathmaster.defaults import SITE_RESOURCE_PER_WORKER, WIRE_THUMBNAIL_PX
 from pathmaster.imageio import wire_thumbnail
 from pathmaster.records import InvalidInput
@@ -188,14 +192,27 @@ def ensure_ray(address: str = "", num_cpus: int | None = None) -> None:
     if address:
         ray.init(address=address, **kwargs)
     else:  # a local instance: loopback only, token authentication, ends with this process
-        from services.fate import remember_descendants, watch_me
+        from services.fate import descendants, remember_descendants, watch_me
 
         watch_me()  # even when SIGKILLed: its Ray processes are killed by a watchdog (services/fate.py)
         # Ray starts its workers at nice 15 by default. Our workers serve a user's case
         # while they wait, so any busy process on the host (a build, a backup) would starve
         # them to a crawl: they run at the service's own priority instead.
         prepare_local_ray()
-        ray.init(num_cpus=num_cpus, _system_config={"worker_niceness": 0}, **kwargs)
+        for attempt in range(1, defaults.RAY_START_ATTEMPTS + 1):
+            before = set(descendants(os.getpid()))
+            try:
+                ray.init(num_cpus=num_cpus, _system_config={"worker_niceness": 0}, **kwargs)
+                break
+            except Exception as exc:  # Ray raises a bare Exception when its node does not register
+                if "timed out during startup" not in str(exc) or attempt == defaults.RAY_START_ATTEMPTS:
+                    raise
+                log.warning("local Ray did not start (%s); starting it again (%d of %d)",
+                            exc, attempt + 1, defaults.RAY_START_ATTEMPTS)
+                ray.shutdown()
+                for pid in set(descendants(os.getpid())) - before:  # the half-started node's processes
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, signal.SIGKILL)
         remember_descendants()  # Ray's own processes, the agents included
 
 
