@@ -47,6 +47,12 @@ class Attempt:
     label: str              # "first", "copy 2", ..., "hedge", "images fallback"
 
 
+def _may_answer(attempt: Attempt) -> bool:
+    """The copy is still running, or it has answered (its event may not be handled yet)."""
+    call = attempt.call
+    return not call.done() or (not call.cancelled() and call.exception() is None)
+
+
 @dataclass
 class SiteRun:
     """Everything about one site's part of the case."""
@@ -206,8 +212,8 @@ class FanOut:
             if self._attempt(site, attempt.request_class, "images", "images fallback"):
                 run.decisions.append(f"features failed ({code.name}: {details}): images sent instead")
                 return None
-        if run.running():
-            return None  # the other copy may still answer
+        if any(other is not attempt and _may_answer(other) for other in run.attempts):
+            return None  # another copy may still answer, or has answered and its event is queued
         message = f"site {site}: {code.name}: {details}"
         if len(run.errors) > 1:
             message = f"site {site}: every copy failed: " + "; ".join(run.errors)

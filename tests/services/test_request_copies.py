@@ -191,6 +191,72 @@ def test_a_site_answers_a_request_once_and_refuses_its_copies(holding_site):
     assert call("", "routine", 0).cells and call("", "routine", 1).cells  # no case id: no copies
 
 
+class Settled(grpc.Future):
+    """A call that has already ended (with `reply` or a status) but whose done callbacks run
+    only at `release()`: gRPC runs them on its own threads, so the events of two copies can
+    reach FanOut in either order."""
+
+    class Error(grpc.RpcError):
+        def __init__(self, code, details):
+            self._code, self._details = code, details
+
+        def code(self):
+            return self._code
+
+        def details(self):
+            return self._details
+
+    def __init__(self, reply=None, code=None, details=""):
+        self.reply, self.error = reply, (Settled.Error(code, details) if code else None)
+        self.callbacks = []
+
+    def release(self):
+        for callback in self.callbacks:
+            callback(self)
+
+    def cancel(self):
+        return False
+
+    def cancelled(self):
+        return False
+
+    def running(self):
+        return False
+
+    def done(self):
+        return True
+
+    def result(self, timeout=None):
+        if self.error:
+            raise self.error
+        return self.reply
+
+    def exception(self, timeout=None):
+        return self.error
+
+    def traceback(self, timeout=None):
+        return None
+
+    def add_done_callback(self, fn):
+        self.callbacks.append(fn)
+
+
+def test_a_refused_copy_heard_before_the_answer_does_not_fail_the_site():
+    """The site answered the first copy and refused the second; the refusal's event is handled
+    first: the site's outcome is still the answer (a case once failed so in the testbed)."""
+    answer = Settled(reply=pb.AnalyseReply(site="s", algorithm="transfer-only"))
+    refused = Settled(code=grpc.StatusCode.ALREADY_EXISTS, details="already answered on another connection")
+    calls = {0: answer, 1: refused}
+    plan = SitePlan("s", "features", "routine", None, None, None, copies=2)
+    fan = FanOut({"s": plan}, lambda site, cls, mode, lane=0: (calls[lane], 100), time.monotonic() + 60)
+    assert fan.start() == []
+    refused.release()
+    answer.release()
+    outcomes = list(fan.outcomes())
+    assert len(outcomes) == 1 and outcomes[0].code == grpc.StatusCode.OK
+    assert outcomes[0].reply.site == "s" and outcomes[0].attempt.label == "first"
+
+
 def test_connect_opens_every_lane_before_any_call(holding_site):
     _site, channels = holding_site
     channels.connect("s", ["routine", "urgent"], lanes=2)
