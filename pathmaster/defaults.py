@@ -133,6 +133,23 @@ CLASS_DEADLINES_S = {"urgent": 2.0, "routine": 10.0, "teaching": 60.0, "bulk": 1
 # the bytes each match carries back in an adaptive strategy's cases.
 WIRE_THUMBNAIL_BYTES = 1000
 
+# --- Small site requests travel as copies (issue 10, "predictable completion") ------------
+# A site request of at most SMALL_REQUEST_BYTES (a features-mode case: ~1 KB a cell) is sent
+# as SMALL_REQUEST_COPIES copies at once, each over its own already-open TCP connection to the
+# site (a "lane"); the first answer wins and the other copies are cancelled. Behind a full
+# drop-tail queue a lost segment stalls its connection for a retransmission timeout (>= 200 ms,
+# Linux's minimum) or a tail-loss probe (2 RTT); an independent copy is stalled only if it is
+# lost too. Connections are opened before the first case (no SYN, whose first retry waits 1 s,
+# is sent at case time). Ours, measured in the testbed (qos/experiment/results/adaptive).
+SMALL_REQUEST_BYTES = 16 * 1024
+SMALL_REQUEST_COPIES = 3
+MAX_REQUEST_COPIES = 4         # more copies than this are refused in a configuration
+# A site remembers the requests it has taken for COPY_MEMORY_S seconds (at most
+# COPY_MEMORY_ENTRIES of them) and refuses a copy of one (qos.transport.CopyFilter): the
+# copies cost the way there a few KB each, the way back one reply, not one per copy.
+COPY_MEMORY_S = 120.0
+COPY_MEMORY_ENTRIES = 4096
+
 # --- What one cell may cost to analyse (pathmaster/budget.py) ---------------------------
 # A Pap cell at the study's magnification is ~100-300 px a side (Herlev's largest crops are
 # under 800 x 600), so a cell image over 1024 x 1024 is not a cell but a field of view. It

@@ -23,6 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from pathmaster import defaults
+
 STEP_DOWN_HEADROOM = 0.5   # step down only if the lower class is predicted within half the deadline
 HEDGE_MARGIN = 0.5         # hedge when a site runs 50% past its prediction ...
 HEDGE_MIN_SLACK_S = 0.25   # ... and at least this many seconds past it
@@ -41,6 +43,7 @@ class SitePlan:
     hedge_class: str | None      # the class (or replica) a hedge uses
     hedge_site: str | None = None
     reasons: tuple[str, ...] = field(default_factory=tuple)
+    copies: int = 1              # copies sent at once, each over its own connection (lane)
 
 
 def choose_mode(schema_matches: bool, ship: str) -> tuple[str, str]:
@@ -68,7 +71,9 @@ def choose_mode(schema_matches: bool, ship: str) -> tuple[str, str]:
 
 def plan_site(site: str, *, requested: str, entitled: list[str], deadline_s: float,
               predict: Callable[[str, str], float | None], schema_matches: bool,
-              ship: str = "auto", replica: str | None = None) -> SitePlan:
+              ship: str = "auto", replica: str | None = None, mode_bytes: dict[str, int] | None = None,
+              small_request_bytes: int = defaults.SMALL_REQUEST_BYTES,
+              small_request_copies: int = defaults.SMALL_REQUEST_COPIES) -> SitePlan:
     """Plan one site's part of a case.
 
     Parameters
@@ -90,6 +95,14 @@ def plan_site(site: str, *, requested: str, entitled: list[str], deadline_s: flo
     replica : str, optional
         Another site holding the same database, to hedge to when no more favoured class
         is left.
+    mode_bytes : dict, optional
+        Request bytes per mode ("features", "images"); without it every request is one copy.
+    small_request_bytes : int
+        A features request of at most this many bytes is small ...
+    small_request_copies : int
+        ... and is sent as this many copies at once, each over its own connection, the
+        first answer winning (1: no copies). Images are never copied (the site would
+        analyse them once per copy).
 
     Returns
     -------
@@ -128,6 +141,15 @@ def plan_site(site: str, *, requested: str, entitled: list[str], deadline_s: flo
     else:
         target = f"class {hedge_class}" if hedge_class else f"replica {hedge_site}"
         reasons.append(f"hedged on {target} if no answer after {hedge_after:.2f} s")
+    copies = 1
+    request_bytes = (mode_bytes or {}).get(mode)
+    # Only features: a copy of images would make the site analyse them once per copy.
+    if mode == "features" and request_bytes is not None and request_bytes <= small_request_bytes \
+            and small_request_copies > 1:
+        copies = small_request_copies
+        reasons.append(f"small request ({request_bytes / 1000:.1f} kB): sent as {copies} copies at once over "
+                       "separate connections, so that one lost packet does not hold the answer up; "
+                       "the first answer is used and the other copies are cancelled")
     return SitePlan(site=site, mode=mode, request_class=chosen, predicted_s=predicted,
                     hedge_after_s=hedge_after, hedge_class=hedge_class, hedge_site=hedge_site,
-                    reasons=tuple(reasons))
+                    reasons=tuple(reasons), copies=copies)

@@ -41,6 +41,8 @@ import logging
 import os
 import ssl
 import threading
+import time
+from collections import OrderedDict
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +52,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from pathmaster import defaults
 from pathmaster.defaults import MAX_MESSAGE_BYTES
 from qos.classes import DEFAULT_CLASSES, ClassTable
 
@@ -68,6 +71,54 @@ SERVICE_CALLERS: dict[str, frozenset[str]] = {
 OPEN_SERVICES = frozenset({health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME})
 ROLE_NAMES = {"coordinator": "coordinators", "site": "sites", "client": "pathologists' clients",
               "gateway": "the web gateway"}
+
+
+def client_identity(context: grpc.ServicerContext) -> str:
+    """Who is calling, for per-client limits: the TLS certificate's common name when there
+    is one, else the peer's address without its port."""
+    names = context.auth_context().get("x509_common_name") if context.auth_context() else None
+    if names:
+        return "cn:" + names[0].decode(errors="replace")
+    peer = context.peer() or ""
+    return peer.rsplit(":", 1)[0] if peer.count(":") > 1 else peer
+
+
+class CopyFilter:
+    """A server's memory of the requests it has taken, so that a copy of one that arrives
+    over another connection (a client sends small requests as several copies at once,
+    `qos.policy.plan_site`) is refused instead of answered again: one reply crosses the
+    network, not one per copy.
+
+    A request is known by `key` (the caller, its case id, class and mode); a key is
+    remembered for `memory_s` seconds, at most `entries` keys (the oldest forgotten first).
+    A copy in another class (a hedge) has another key and is answered.
+    """
+
+    def __init__(self, memory_s: float = defaults.COPY_MEMORY_S, entries: int = defaults.COPY_MEMORY_ENTRIES):
+        self.memory_s = memory_s
+        self.entries = entries
+        self._seen: OrderedDict[tuple, float] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def first(self, key: tuple) -> bool:
+        """True the first time `key` is seen (within the memory), False for a copy."""
+        now = time.monotonic()
+        with self._lock:
+            while self._seen and (len(self._seen) >= self.entries
+                                  or next(iter(self._seen.values())) < now - self.memory_s):
+                self._seen.popitem(last=False)
+            if key in self._seen:
+                return False
+            self._seen[key] = now
+            return True
+
+    def refuse_copy(self, context: grpc.ServicerContext, case_id: str, request_class: str, mode: str) -> None:
+        """Abort the call with ALREADY_EXISTS when it is a copy of a request already taken
+        (calls without a case id are never copies)."""
+        if case_id and not self.first((client_identity(context), case_id, request_class, mode)):
+            context.abort(grpc.StatusCode.ALREADY_EXISTS,
+                          f"case {case_id} ({request_class}, {mode}) is already answered on another "
+                          "connection: this copy is not needed")
 
 
 def peer_role(context: grpc.ServicerContext) -> str | None:
@@ -226,6 +277,9 @@ class TLSFiles:
 # A server that was down is retried every second or so, not gRPC's default of up to 2
 # minutes apart: a site that comes back is used (and its class ports learnt) at once.
 MAX_RECONNECT_BACKOFF_MS = 1000
+# A channel argument of our own (gRPC ignores it): it keeps the connections of different lanes
+# apart in gRPC's subchannel bookkeeping.
+LANE_ARG = "pathmaster.lane"
 
 
 def _size_options(max_message_bytes: int) -> list[tuple[str, int]]:
@@ -240,10 +294,18 @@ def open_channel(
     dscp: int | None = None,
     tls: TLSFiles | None = None,
     max_message_bytes: int = MAX_MESSAGE_BYTES,
+    lane: int = 0,
 ) -> grpc.Channel:
-    """A channel to `address` ("host:port") whose packets carry `dscp` (None: unmarked)."""
+    """A channel to `address` ("host:port") whose packets carry `dscp` (None: unmarked).
+
+    Channels of lane 0 with the same address and options share one TCP connection (gRPC's
+    global subchannel pool); a channel of lane >= 1 has a connection of its own, so that a
+    segment lost on one lane does not stall the calls of another.
+    """
     options: list[tuple[str, object]] = _size_options(max_message_bytes)
     options.append(("grpc.max_reconnect_backoff_ms", MAX_RECONNECT_BACKOFF_MS))
+    if lane:
+        options += [("grpc.use_local_subchannel_pool", 1), (LANE_ARG, int(lane))]
     if dscp is not None:
         options.append(("grpc.dscp", int(dscp)))
     if tls is None:
@@ -283,7 +345,7 @@ class ClassChannels:
         self.tls = tls
         self.max_message_bytes = max_message_bytes
         self._class_ports: dict[str, dict[str, int]] = {}
-        self._channels: dict[tuple[str, str | None], grpc.Channel] = {}
+        self._channels: dict[tuple[str, str | None, int], grpc.Channel] = {}
         self._retired: list[grpc.Channel] = []
         self._lock = threading.Lock()
         self._tls_seen = self._tls_signature()
@@ -326,8 +388,9 @@ class ClassChannels:
         host, _ = split_address(control)
         return f"{host}:{port}"
 
-    def channel(self, name: str, class_name: str | None = None) -> grpc.Channel:
-        """The channel for (name, class); None gives the unmarked control channel."""
+    def channel(self, name: str, class_name: str | None = None, lane: int = 0) -> grpc.Channel:
+        """The channel for (name, class, lane); class None gives the unmarked control channel.
+        Each lane >= 1 is a TCP connection of its own (see `open_channel`)."""
         dscp = self.classes[class_name].dscp if class_name is not None else None
         with self._lock:
             signature = self._tls_signature()
@@ -335,12 +398,22 @@ class ClassChannels:
                 self._tls_seen = signature  # rotated: new connections with the new files
                 self._retired.extend(self._channels.values())
                 self._channels.clear()
-            key = (name, class_name)
+            key = (name, class_name, lane)
             if key not in self._channels:
                 self._channels[key] = open_channel(
-                    self.address(name, class_name), dscp, self.tls, self.max_message_bytes
+                    self.address(name, class_name), dscp, self.tls, self.max_message_bytes, lane
                 )
             return self._channels[key]
+
+    def connect(self, name: str, class_names: list[str], lanes: int) -> None:
+        """Open the connections of `lanes` lanes for each of `class_names` to `name` now,
+        without waiting, so that no case has to (a SYN lost behind a full queue is retried
+        after 1 s). Channels that are already connected are left as they are."""
+        for class_name in class_names:
+            for lane in range(lanes):
+                # What grpc.channel_ready_future does first, without its polling thread (which
+                # raises if the channel is closed while it polls): ask the core to connect now.
+                self.channel(name, class_name, lane)._channel.check_connectivity_state(True)
 
     def close(self) -> None:
         with self._lock:

@@ -220,6 +220,13 @@ class CoordinatorTable(_Budgeted):
     """Class -> the largest fraction (0-1] of the shared slots it may hold at once."""
     per_client_cases: int = Field(defaults.PER_CLIENT_CASES, ge=1)
     """Cases one client (certificate name, else address) may have in progress at once."""
+    small_request_bytes: int = Field(defaults.SMALL_REQUEST_BYTES, ge=0)
+    """A features request to a site of at most this many bytes is small: it is sent as
+    `small_request_copies` copies at once."""
+    small_request_copies: int = Field(defaults.SMALL_REQUEST_COPIES, ge=1, le=defaults.MAX_REQUEST_COPIES)
+    """Copies of a small request sent at once, each over its own connection to the site
+    (opened when the site is first reached); the first answer is used, the rest cancelled.
+    1: one copy (no hedging by copies)."""
 
     @model_validator(mode="after")
     def _check_admission(self):

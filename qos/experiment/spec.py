@@ -96,6 +96,10 @@ class Adaptive(FileModel):
                     "against [workload] deadline_s. Cases are cut off at deadline_s only, so that their "
                     "times compare with the other strategies'; a run records whether it met its deadline")
 
+    small_request_copies: int = Field(defaults.SMALL_REQUEST_COPIES, ge=1, le=defaults.MAX_REQUEST_COPIES,
+                                      description="as the coordinator's: copies of a small features request "
+                                                  "sent at once, each over its own connection (1: none)")
+
     @field_validator("ship")
     @classmethod
     def _ship(cls, value: str) -> str:

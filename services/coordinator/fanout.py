@@ -3,7 +3,9 @@
 For each site the coordinator has a plan (qos.policy.SitePlan: mode, class, when to
 hedge). `FanOut` makes the calls and yields each site's outcome the moment it is final:
 
-- the first call goes in the planned class and mode;
+- the first call goes in the planned class and mode; a small request goes as
+  `plan.copies` copies at once, each over its own connection (lane), so that a packet
+  lost on one connection stalls one copy only;
 - a site still silent at its `hedge_after_s` gets a second copy of the request on the
   hedge class (a more favoured one the user may use); the first good answer wins and the
   other copy is cancelled;
@@ -42,7 +44,13 @@ class Attempt:
     request_class: str
     mode: str
     request_bytes: int
-    label: str              # "first", "hedge", "images fallback"
+    label: str              # "first", "copy 2", ..., "hedge", "images fallback"
+
+
+def _may_answer(attempt: Attempt) -> bool:
+    """The copy is still running, or it has answered (its event may not be handled yet)."""
+    call = attempt.call
+    return not call.done() or (not call.cancelled() and call.exception() is None)
 
 
 @dataclass
@@ -55,6 +63,7 @@ class SiteRun:
     decisions: list[str] = field(default_factory=list)
     timer: threading.Timer | None = None
     done: bool = False
+    hedged: bool = False
 
     def running(self) -> list[Attempt]:
         return [a for a in self.attempts if not a.call.done()]
@@ -83,8 +92,9 @@ class FanOut:
     plans : dict
         site -> SitePlan.
     send : callable
-        ``send(site, request_class, mode) -> (grpc.Future, request_bytes)``, or None when
-        the case cannot be sent that way (e.g. images of a case that came as features).
+        ``send(site, request_class, mode, lane) -> (grpc.Future, request_bytes)``, or None
+        when the case cannot be sent that way (e.g. images of a case that came as features);
+        `lane` (0, 1, ...) picks the connection: copies of one request go on different lanes.
     deadline : float
         time.monotonic() by which every site must have answered.
     """
@@ -107,17 +117,19 @@ class FanOut:
                                                 f"site {site} compares features of another schema and this "
                                                 "case came as features only: send the images"))
                 continue
+            for lane in range(1, run.plan.copies):
+                self._attempt(site, run.plan.request_class, run.plan.mode, f"copy {lane + 1}", lane)
             if run.plan.hedge_after_s is not None:
                 run.timer = threading.Timer(run.plan.hedge_after_s, self._events.put, args=(("hedge", site, None),))
                 run.timer.daemon = True
                 run.timer.start()
         return unsendable
 
-    def _attempt(self, site: str, request_class: str, mode: str, label: str) -> bool:
+    def _attempt(self, site: str, request_class: str, mode: str, label: str, lane: int = 0) -> bool:
         # The clock starts before the call is made: the site may begin (and even finish)
         # before send() returns, and its own wall time must fit inside ours.
         sent_at = time.monotonic()
-        sent = self.send(site, request_class, mode)
+        sent = self.send(site, request_class, mode, lane)
         if sent is None:
             return False
         call, request_bytes = sent
@@ -167,11 +179,15 @@ class FanOut:
 
     def _hedge(self, site: str, run: SiteRun) -> SiteOutcome | None:
         plan = run.plan
-        if len(run.attempts) > 1 or time.monotonic() >= self.deadline:
+        if run.hedged or len(run.attempts) > plan.copies or time.monotonic() >= self.deadline:
             return None
+        run.hedged = True
         target_class = plan.hedge_class or plan.request_class
         predicted = f" (predicted {plan.predicted_s:.2f} s)" if plan.predicted_s else ""
-        if self._attempt(site, target_class, run.attempts[0].mode, "hedge"):
+        # A hedge in another class has connections of its own (lane 0 there); in the same
+        # class it takes the next lane, clear of the copies'.
+        lane = 0 if target_class != plan.request_class else plan.copies
+        if self._attempt(site, target_class, run.attempts[0].mode, "hedge", lane):
             run.decisions.append(f"no answer after {plan.hedge_after_s:.2f} s{predicted}: "
                                  f"hedged with a copy in class {target_class}")
         return None
@@ -181,7 +197,9 @@ class FanOut:
         elapsed = time.monotonic() - attempt.sent_at
         if not call.cancelled() and call.exception() is None:
             if len(run.attempts) > 1:
-                run.decisions.append(f"answered by the {attempt.label} copy ({attempt.request_class})")
+                others = len(run.running())  # cancelled by outcomes() as this answer is final
+                cancelled = f"; {others} other cop{'y' if others == 1 else 'ies'} cancelled" if others else ""
+                run.decisions.append(f"answered by the {attempt.label} copy ({attempt.request_class}){cancelled}")
             return SiteOutcome(site, run.plan, attempt, call.result(), elapsed, grpc.StatusCode.OK, "OK",
                                run.decisions, attempt.request_bytes)
         if call.cancelled():
@@ -194,8 +212,8 @@ class FanOut:
             if self._attempt(site, attempt.request_class, "images", "images fallback"):
                 run.decisions.append(f"features failed ({code.name}: {details}): images sent instead")
                 return None
-        if run.running():
-            return None  # the other copy may still answer
+        if any(other is not attempt and _may_answer(other) for other in run.attempts):
+            return None  # another copy may still answer, or has answered and its event is queued
         message = f"site {site}: {code.name}: {details}"
         if len(run.errors) > 1:
             message = f"site {site}: every copy failed: " + "; ".join(run.errors)

@@ -36,7 +36,8 @@ from pathmaster.vocabulary import majority
 from qos.admission import Admission, Refused
 from qos.policy import plan_site
 from qos.predict import PredictionLog, Predictor, SiteLoad
-from qos.transport import STALE_PORT_CODES, ClassChannels, MarkedServer, connect_address, split_address
+from qos.transport import (STALE_PORT_CODES, ClassChannels, MarkedServer, client_identity, connect_address,
+                           split_address)
 from services.classinfo import class_messages
 from services.metrics import case_outcome, serve_metrics, stop_metrics
 from services.config import CoordinatorConfig
@@ -68,16 +69,6 @@ def site_load(load: pb.SiteLoad) -> SiteLoad:
     """A site's reported load as the predictor's SiteLoad."""
     return SiteLoad(waiting_cells=load.waiting_cells, workers=max(1, load.workers),
                     seconds_per_cell=dict(load.seconds_per_cell))
-
-
-def client_identity(context: grpc.ServicerContext) -> str:
-    """Who is calling, for per-client limits: the TLS certificate's common name when there
-    is one, else the peer's address without its port."""
-    names = context.auth_context().get("x509_common_name") if context.auth_context() else None
-    if names:
-        return "cn:" + names[0].decode(errors="replace")
-    peer = context.peer() or ""
-    return peer.rsplit(":", 1)[0] if peer.count(":") > 1 else peer
 
 
 def vote(cells_by_site: list[list[pb.CellResult]]) -> list[pb.CellVote]:
@@ -151,8 +142,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
 
     # ------------------------------------------------------------ routing to sites
 
-    def _site_stub(self, site: str, class_name: str | None = None) -> pb_grpc.SiteStub:
-        return pb_grpc.SiteStub(self.channels.channel(site, class_name))
+    def _site_stub(self, site: str, class_name: str | None = None, lane: int = 0) -> pb_grpc.SiteStub:
+        return pb_grpc.SiteStub(self.channels.channel(site, class_name, lane))
 
     def _lookup(self, site: str, timeout_s: float) -> grpc.Future:
         """The site's Info call in flight, or a new one: concurrent look-ups share one."""
@@ -180,6 +171,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                             site, exc.code().name)
                 continue
             self.channels.set_class_ports(site, dict(info.class_ports))
+            # Every class's connections (one per copy lane) open now, not at a case's time.
+            self.channels.connect(site, list(info.class_ports), lanes=self.config.small_request_copies)
             self.site_schemas[site] = info.feature_schema
             self.predictor.site(site).load = site_load(info.load)
             log.info("site %s: class ports %s (its replies are marked per class)", site,
@@ -266,7 +259,9 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             plans[site] = plan_site(
                 site, requested=served.name, entitled=entitled, deadline_s=budget, ship=ship,
                 schema_matches=matches or (bool(request.features) and site_schema == request.feature_schema),
-                predict=lambda cls, mode, s=site: self._predict(s, cls, mode, mode_bytes[mode], cells))
+                predict=lambda cls, mode, s=site: self._predict(s, cls, mode, mode_bytes[mode], cells),
+                mode_bytes=mode_bytes, small_request_bytes=self.config.small_request_bytes,
+                small_request_copies=self.config.small_request_copies)
         analysis_s = self._analysis_estimate(cells) if any(
             p.mode == "features" for p in plans.values()) and not request.features else 0.0
         predictions = [p.predicted_s for p in plans.values()]
@@ -292,7 +287,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
 
         have_images = all(cell.image for cell in request.cells)
 
-        def send(site: str, class_name: str, mode: str):
+        def send(site: str, class_name: str, mode: str, lane: int = 0):
             message = features_request if mode == "features" else images_request if have_images else None
             if message is None:
                 return None
@@ -301,7 +296,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                 copy.CopyFrom(message)
                 copy.request_class = class_name
                 message = copy
-            call = self._site_stub(site, class_name).Analyse.future(
+            call = self._site_stub(site, class_name, lane).Analyse.future(
                 message, timeout=site_deadline(time.monotonic(), case_deadline))
             return call, message.ByteSize()
 

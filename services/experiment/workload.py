@@ -19,7 +19,9 @@ A strategy with `adaptive` runs the coordinator's policy (`qos.policy.plan_site`
 product does: features instead of images where the site's schema matches (the transfer
 sites advertise the one the bench gives them, the installation's), the class within the
 user's entitlement (step-down), hedging when a site runs past its prediction, each against
-its class's deadline; replies are sized for the wire (`WIRE_THUMBNAIL_BYTES` a match).
+its class's deadline; replies are sized for the wire (`WIRE_THUMBNAIL_BYTES` a match). As the
+coordinator does, it keeps its connections open from one case to the next (opened before the
+first case, one per copy lane) and sends a small features request as several copies at once.
 Without `adaptive` a case is today's: images (with background and mask) in the class asked
 for, `match_bytes` thumbnails. Feature vectors are random float64s of the catalogue's
 length: the transfer sites do not analyse, and neither does the master, so the times are the
@@ -48,7 +50,7 @@ from pathmaster import defaults
 from qos.classes import ClassTable
 from qos.policy import SitePlan, plan_site
 from qos.predict import Predictor
-from qos.transport import ClassChannels, MarkedServer
+from qos.transport import ClassChannels, CopyFilter, MarkedServer
 from services.coordinator.fanout import FanOut
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
@@ -99,6 +101,7 @@ class TransferSite(pb_grpc.SiteServicer):
         self.feature_schema = feature_schema
         self.class_ports: dict[str, int] = {}
         self.class_dscp: dict[str, int] = {}
+        self.copies = CopyFilter()  # as the real site: a copy of a request taken is refused
 
     def Analyse(self, request, context):
         started = time.perf_counter()
@@ -110,6 +113,8 @@ class TransferSite(pb_grpc.SiteServicer):
             ids = [cell.cell_id for cell in request.cells]
         if not ids:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the request has no cells")
+        self.copies.refuse_copy(context, request.case_id, request.request_class,
+                                "features" if request.features else "images")
         wire = dict(context.invocation_metadata()).get(WIRE_REPLY_KEY) == "1"
         thumbnail = self.wire_thumbnail if wire else self.thumbnail
         k = min(request.k or defaults.K, defaults.MAX_K)
@@ -171,9 +176,10 @@ class _StrategyModel:
 class Master:
     """Submits cases to every site in parallel and times them.
 
-    Every case opens its own connections (new per-class channels, closed afterwards), as
-    every run of the study was a fresh transfer: no congestion window, loss history or
-    back-off carries over from one run to the next.
+    Today's (non-adaptive) case opens its own connections (new per-class channels, closed
+    afterwards), as every run of the study was a fresh transfer: no congestion window, loss
+    history or back-off carries over from one run to the next. An adaptive case uses the
+    master's long-lived channels, opened before the first case, as the coordinator's are.
 
     Parameters
     ----------
@@ -243,7 +249,10 @@ class Master:
         return {site: plan_site(site, requested=request_class, entitled=self.entitled(request_class),
                                 deadline_s=deadline_s, ship=adaptive.get("ship", "auto"),
                                 schema_matches=bool(schema) and self.site_schemas.get(site) == schema,
-                                predict=lambda cls, mode, s=site: model.predict(s, cls, mode, mode_bytes[mode], cells))
+                                predict=lambda cls, mode, s=site: model.predict(s, cls, mode, mode_bytes[mode], cells),
+                                mode_bytes=mode_bytes,
+                                small_request_copies=adaptive.get("small_request_copies",
+                                                                  defaults.SMALL_REQUEST_COPIES))
                 for site in self.sites}
 
     def case(self, request_class: str, cells: list[pb.CellImage], k: int, deadline_s: float,
@@ -257,6 +266,9 @@ class Master:
         """
         if adaptive is not None and strategy not in self.models and not warming:
             self.models[strategy] = _StrategyModel()
+            for site in self.sites:  # the coordinator opens these when it learns a site's ports
+                self.channels.connect(site, self.entitled(request_class),
+                                      lanes=adaptive.get("small_request_copies", defaults.SMALL_REQUEST_COPIES))
             self.warm(request_class, strategy=strategy, adaptive=adaptive)
         model = self.models.setdefault(strategy, _StrategyModel())
         images = pb.AnalyseRequest(case_id=case_id, request_class=request_class, cells=cells, k=k)
@@ -270,18 +282,18 @@ class Master:
         plan_deadline = (adaptive or {}).get("deadlines_s", {}).get(request_class, deadline_s)
         plans = self._plans(model, request_class, adaptive, plan_deadline, mode_bytes, len(cells))
         metadata = ((WIRE_REPLY_KEY, "1"),) if adaptive is not None else ()
-        channels = self._channels()
+        channels = self.channels if adaptive is not None else self._channels()
         started = time.monotonic()
         cutoff = started + deadline_s
 
-        def send(site: str, class_name: str, mode: str):
+        def send(site: str, class_name: str, mode: str, lane: int = 0):
             message = features if mode == "features" and features is not None else images
             if message.request_class != class_name:  # a hedge in another class
                 copy = pb.AnalyseRequest()
                 copy.CopyFrom(message)
                 copy.request_class = class_name
                 message = copy
-            stub = pb_grpc.SiteStub(channels.channel(site, class_name))
+            stub = pb_grpc.SiteStub(channels.channel(site, class_name, lane))
             call = stub.Analyse.future(message, timeout=max(0.0, cutoff - time.monotonic()), metadata=metadata)
             return call, message.ByteSize()
 
@@ -311,7 +323,8 @@ class Master:
             total = time.monotonic() - started
         finally:
             fan.cancel()
-            channels.close()
+            if channels is not self.channels:
+                channels.close()
         predicted = [s["predicted_s"] for s in sites]
         case_predicted = max(predicted) if predicted and None not in predicted else None
         return {"completion_s": total, "ok": all(s["status"] == "OK" for s in sites), "sites": sites,

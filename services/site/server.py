@@ -25,7 +25,7 @@ from pathmaster import defaults
 from pathmaster.records import InvalidInput
 from pathmaster.ids import log_tag, shown
 from qos.classes import DEFAULT_CLASSES, ClassTable
-from qos.transport import MarkedServer, connect_address
+from qos.transport import CopyFilter, MarkedServer, connect_address
 from services.config import SiteConfig
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
@@ -81,6 +81,7 @@ class SiteServicer(pb_grpc.SiteServicer):
         self._lock = threading.Lock()
         # Recent case ids, for operators and tests: begun here, and abandoned by their caller.
         self.cases_started: deque[str] = deque(maxlen=1000)
+        self.copies = CopyFilter()  # copies of one request (qos.policy): answered once
         self.cases_cancelled: deque[str] = deque(maxlen=1000)
         self.seconds_per_cell: dict[str, float] = {}  # by mode, an EWMA over cases
 
@@ -177,6 +178,10 @@ class SiteServicer(pb_grpc.SiteServicer):
         if request.k < 0 or request.k > defaults.MAX_K:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"k must be 0-{defaults.MAX_K}, got {request.k}")
         k = request.k or defaults.K
+        # A copy of a request already taken (the coordinator sends small ones as several):
+        # refused, so that one reply goes back and the cells are searched once.
+        self.copies.refuse_copy(context, request.case_id, request.request_class,
+                                "features" if request.features else "images")
         self.cases_started.append(request.case_id)
         mode, jobs = self._jobs(request, context, k)
         log.info("site %s: case %s (%s): %s %d cells", self.name, log_tag(request.case_id), request.request_class,

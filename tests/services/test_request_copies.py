@@ -1,0 +1,290 @@
+"""Small site requests travel as copies over separate connections (issue 10, "predictable
+completion"): the policy decides and says why, the copies go over distinct TCP connections
+("lanes"), the first answer wins, the other copies are cancelled, and the answer is the one a
+single copy gets. On loopback with real gRPC servers; a site that holds one copy until it is
+cancelled stands in for a packet lost behind a full router queue."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from concurrent import futures
+
+import grpc
+import pytest
+
+from pathmaster import defaults
+from pathmaster.records import ConfigError
+from qos.classes import DEFAULT_CLASSES
+from qos.policy import SitePlan, plan_site
+from qos.transport import ClassChannels
+from services.coordinator.fanout import FanOut
+from services.experiment.workload import TransferSite, make_features
+from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
+from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
+
+CLASSES = ["urgent", "routine", "teaching", "bulk"]
+SCHEMA = "fs1-test"
+LANE_KEY = "x-test-lane"
+
+
+def predict_none(_cls, _mode):
+    return None
+
+
+# ---------------------------------------------------------------- the policy
+
+def test_a_small_features_request_is_planned_as_copies_and_says_why():
+    plan = plan_site("a", requested="routine", entitled=CLASSES, deadline_s=10, predict=predict_none,
+                     schema_matches=True, mode_bytes={"features": 5_600, "images": 890_000})
+    assert plan.mode == "features" and plan.copies == defaults.SMALL_REQUEST_COPIES > 1
+    reason = next(r for r in plan.reasons if "copies" in r)
+    assert f"{defaults.SMALL_REQUEST_COPIES} copies" in reason and "5.6 kB" in reason and "cancelled" in reason
+
+
+@pytest.mark.parametrize("schema_matches, features_bytes, copies_asked", [
+    (False, 5_600, 3),     # images: the site would analyse every copy
+    (True, 40_000, 3),     # features, but not small
+    (True, 5_600, 1),      # copies switched off
+])
+def test_images_large_requests_and_copies_off_go_as_one(schema_matches, features_bytes, copies_asked):
+    plan = plan_site("a", requested="routine", entitled=CLASSES, deadline_s=10, predict=predict_none,
+                     schema_matches=schema_matches, mode_bytes={"features": features_bytes, "images": 5_000},
+                     small_request_copies=copies_asked)
+    assert plan.copies == 1
+    assert not any("copies" in r for r in plan.reasons)
+
+
+def test_without_request_sizes_a_plan_is_one_copy():
+    plan = plan_site("a", requested="routine", entitled=CLASSES, deadline_s=10, predict=predict_none,
+                     schema_matches=True)
+    assert plan.copies == 1
+
+
+@pytest.mark.parametrize("value", [0, defaults.MAX_REQUEST_COPIES + 1])
+def test_the_coordinator_config_bounds_the_copies(tmp_path, value):
+    from services.config import load_coordinator_config
+
+    path = tmp_path / "c.toml"
+    path.write_text(f'[coordinator]\nsmall_request_copies = {value}\n[[sites]]\nname = "a"\naddress = "h:1"\n')
+    with pytest.raises(ConfigError) as err:
+        load_coordinator_config(path)
+    assert "small_request_copies" in str(err.value)
+    path.write_text('[coordinator]\nsmall_request_copies = 2\n[[sites]]\nname = "a"\naddress = "h:1"\n')
+    assert load_coordinator_config(path).small_request_copies == 2
+
+
+# ---------------------------------------------------------------- copies on the wire
+
+class HoldingSite(TransferSite):
+    """A transfer site that holds the first copy of a case whose id starts with "hold" until
+    the caller cancels it (a copy whose packet was lost), and records every call's peer
+    (address:port of the caller's connection) and lane."""
+
+    def __init__(self):
+        super().__init__("s", match_bytes=200, wire_match_bytes=200, feature_schema=SCHEMA)
+        self.lock = threading.Lock()
+        self.calls: list[tuple[str, str]] = []   # (peer, lane)
+        self.held: dict[str, str] = {}            # case id -> lane of the held copy
+        self.held_cancelled = threading.Event()
+
+    def Analyse(self, request, context):
+        lane = dict(context.invocation_metadata()).get(LANE_KEY, "?")
+        with self.lock:
+            self.calls.append((context.peer(), lane))
+            hold = request.case_id.startswith("hold") and request.case_id not in self.held
+            if hold:
+                self.held[request.case_id] = lane
+        if hold:
+            cancelled = threading.Event()
+            context.add_callback(cancelled.set)
+            if cancelled.wait(30):  # bounded: a copy never cancelled fails the test below
+                self.held_cancelled.set()
+            context.abort(grpc.StatusCode.CANCELLED, "held copy")
+        return super().Analyse(request, context)
+
+
+@pytest.fixture
+def holding_site():
+    site = HoldingSite()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    pb_grpc.add_SiteServicer_to_server(site, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    channels = ClassChannels({"s": f"127.0.0.1:{port}"}, DEFAULT_CLASSES)
+    yield site, channels
+    channels.close()
+    server.stop(0)
+
+
+def run_case(channels: ClassChannels, case_id: str, copies: int):
+    request = pb.AnalyseRequest(case_id=case_id, request_class="routine", k=3, feature_schema=SCHEMA,
+                                features=make_features(2, 115, seed=1))
+
+    def send(site, class_name, mode, lane=0):
+        stub = pb_grpc.SiteStub(channels.channel(site, class_name, lane))
+        return stub.Analyse.future(request, timeout=60, metadata=((LANE_KEY, str(lane)),)), request.ByteSize()
+
+    plan = SitePlan("s", "features", "routine", None, None, None, copies=copies)
+    fan = FanOut({"s": plan}, send, time.monotonic() + 60)
+    try:
+        outcomes = list(itertools.chain(fan.start(), fan.outcomes()))
+    finally:
+        fan.cancel()
+    assert len(outcomes) == 1
+    return outcomes[0], fan.runs["s"]
+
+
+def test_copies_go_over_separate_connections_the_first_answer_wins_and_the_rest_are_cancelled(holding_site):
+    site, channels = holding_site
+    outcome, run = run_case(channels, "hold-1", copies=3)
+    assert outcome.code == grpc.StatusCode.OK and outcome.reply is not None
+    assert [a.label for a in run.attempts] == ["first", "copy 2", "copy 3"]
+    # The held copy never answers; the case's answer came from another one, and the held one
+    # was cancelled (its site saw the cancellation).
+    held_lane = site.held["hold-1"]
+    assert outcome.attempt.label != run.attempts[int(held_lane)].label
+    assert site.held_cancelled.wait(30)
+    assert any(d.startswith(f"answered by the {outcome.attempt.label} copy") for d in outcome.decisions)
+    # Each lane is its own TCP connection: every copy that reached the site (at least the held
+    # one and the winner; the third may be cancelled before it starts) came from its own port.
+    peers = {peer for peer, lane in site.calls}
+    assert len(peers) == len(site.calls) >= 2, site.calls
+    # The answer is the one a single copy gets.
+    single, _ = run_case(channels, "plain-1", copies=1)
+    assert single.code == grpc.StatusCode.OK
+    assert list(single.reply.cells) == list(outcome.reply.cells)
+    assert not any("copy" in d for d in single.decisions)
+
+
+def test_a_lane_keeps_its_connection_from_one_case_to_the_next(holding_site):
+    site, channels = holding_site
+    request = pb.AnalyseRequest(case_id="", request_class="routine", k=1, feature_schema=SCHEMA,
+                                features=make_features(1, 115, seed=1))
+    for _case in range(2):
+        for lane in (0, 1):
+            stub = pb_grpc.SiteStub(channels.channel("s", "routine", lane))
+            stub.Analyse(request, timeout=60, metadata=((LANE_KEY, str(lane)),))
+    peers = {lane: {peer for peer, seen in site.calls if seen == lane} for lane in ("0", "1")}
+    # One connection per lane, the same for both cases (no new SYN at case time), two in all.
+    assert all(len(p) == 1 for p in peers.values()) and peers["0"] != peers["1"], peers
+
+
+def test_a_site_answers_a_request_once_and_refuses_its_copies(holding_site):
+    """One reply per request crosses the network: a copy that reaches the site after the
+    request was taken is refused (ALREADY_EXISTS, saying why); a hedge in another class and
+    calls without a case id are answered."""
+    _site, channels = holding_site
+
+    def call(case_id, class_name, lane):
+        request = pb.AnalyseRequest(case_id=case_id, request_class=class_name, k=1, feature_schema=SCHEMA,
+                                    features=make_features(1, 115, seed=1))
+        return pb_grpc.SiteStub(channels.channel("s", class_name, lane)).Analyse(request, timeout=60)
+
+    assert call("once", "routine", 0).cells
+    with pytest.raises(grpc.RpcError) as err:
+        call("once", "routine", 1)
+    assert err.value.code() == grpc.StatusCode.ALREADY_EXISTS
+    assert "already answered on another connection" in err.value.details()
+    assert call("once", "urgent", 0).cells          # a hedge in another class
+    assert call("", "routine", 0).cells and call("", "routine", 1).cells  # no case id: no copies
+
+
+class Settled(grpc.Future):
+    """A call that has already ended (with `reply` or a status) but whose done callbacks run
+    only at `release()`: gRPC runs them on its own threads, so the events of two copies can
+    reach FanOut in either order."""
+
+    class Error(grpc.RpcError):
+        def __init__(self, code, details):
+            self._code, self._details = code, details
+
+        def code(self):
+            return self._code
+
+        def details(self):
+            return self._details
+
+    def __init__(self, reply=None, code=None, details=""):
+        self.reply, self.error = reply, (Settled.Error(code, details) if code else None)
+        self.callbacks = []
+
+    def release(self):
+        for callback in self.callbacks:
+            callback(self)
+
+    def cancel(self):
+        return False
+
+    def cancelled(self):
+        return False
+
+    def running(self):
+        return False
+
+    def done(self):
+        return True
+
+    def result(self, timeout=None):
+        if self.error:
+            raise self.error
+        return self.reply
+
+    def exception(self, timeout=None):
+        return self.error
+
+    def traceback(self, timeout=None):
+        return None
+
+    def add_done_callback(self, fn):
+        self.callbacks.append(fn)
+
+
+def test_a_refused_copy_heard_before_the_answer_does_not_fail_the_site():
+    """The site answered the first copy and refused the second; the refusal's event is handled
+    first: the site's outcome is still the answer (a case once failed so in the testbed)."""
+    answer = Settled(reply=pb.AnalyseReply(site="s", algorithm="transfer-only"))
+    refused = Settled(code=grpc.StatusCode.ALREADY_EXISTS, details="already answered on another connection")
+    calls = {0: answer, 1: refused}
+    plan = SitePlan("s", "features", "routine", None, None, None, copies=2)
+    fan = FanOut({"s": plan}, lambda site, cls, mode, lane=0: (calls[lane], 100), time.monotonic() + 60)
+    assert fan.start() == []
+    refused.release()
+    answer.release()
+    outcomes = list(fan.outcomes())
+    assert len(outcomes) == 1 and outcomes[0].code == grpc.StatusCode.OK
+    assert outcomes[0].reply.site == "s" and outcomes[0].attempt.label == "first"
+
+
+def test_connect_opens_every_lane_before_any_call(holding_site):
+    _site, channels = holding_site
+    channels.connect("s", ["routine", "urgent"], lanes=2)
+    for class_name, lane in itertools.product(["routine", "urgent"], range(2)):
+        grpc.channel_ready_future(channels.channel("s", class_name, lane)).result(timeout=30)
+
+
+# ---------------------------------------------------------------- through the coordinator
+
+def test_the_coordinator_sends_a_features_case_as_copies_and_explains_it(deployment, case_cells):
+    """A real coordinator and real sites on loopback: each site's plan says the features go as
+    copies, the site's result says which copy answered, and the matches are the images'."""
+    from services.client import CoordinatorClient
+    from tests.services.conftest import as_case
+
+    cells = as_case(case_cells[:2])
+    with CoordinatorClient(deployment.coordinator.address) as client:
+        events = list(client.submit(cells, "routine", deadline_s=120, ship="features"))
+        images = list(client.submit(cells, "routine", deadline_s=120, ship="images"))
+    plan = next(e.plan for e in events if e.HasField("plan"))
+    results = {e.site_result.site: e.site_result for e in events if e.HasField("site_result")}
+    single = {e.site_result.site: e.site_result for e in images if e.HasField("site_result")}
+    copies = defaults.SMALL_REQUEST_COPIES
+    for site_plan in plan.sites:
+        assert site_plan.mode == "features"
+        assert any(f"sent as {copies} copies" in r for r in site_plan.reasons), site_plan.reasons
+    for site, result in results.items():
+        assert result.status_code == 0
+        assert any(d.startswith("answered by the ") for d in result.decisions), result.decisions
+        assert [m.cell_id for c in result.cells for m in c.matches] == \
+            [m.cell_id for c in single[site].cells for m in c.matches]
