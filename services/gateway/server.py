@@ -71,7 +71,8 @@ log = logging.getLogger(__name__)
 
 STATIC_DIR = Path(__file__).parent / "static"
 STATIC_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
-                ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
+                ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml", ".png": "image/png",
+                ".webmanifest": "application/manifest+json"}  # the manifest: Chromium offers to install
 # MAX_REQUEST_BYTES: a 6-cell case with backgrounds and masks is ~2 MB. The page leaves
 # oversize files out before it sends, so the limit only stops runaway API clients.
 
@@ -199,7 +200,7 @@ class Gateway:
         "site"s, "summary"), or an "error". Closing the generator (the browser went away)
         cancels the coordinator's call, which frees the sites. Audited: who sent how many
         cells of which class, and the case id the coordinator gave it."""
-        checked = await run_in_threadpool(check_upload, files)  # decodes every image: CPU work
+        checked = await run_in_threadpool(check_upload, files)  # headers only: the sites decode
         self.audit.record("case", session.name, session.role, client, request_class=request_class,
                           case_id=case_id, cells=len(checked.cells), files_refused=len(checked.rejected))
         yield {"type": "accepted", "request_class": request_class,
