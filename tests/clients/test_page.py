@@ -155,7 +155,18 @@ def test_sign_in_and_a_6_cell_case_at_phone_and_desktop_width(browser, warmed_ga
     assert errors == [], f"JavaScript errors on the page: {errors}"
 
 
-def test_the_manifest_lets_chromium_install_the_page(browser, gateway, tmp_path):
+@pytest.fixture
+def lone_gateway(nowhere):
+    """A gateway without a coordinator: the page, its manifest and icons need none."""
+    from services.gateway import start_gateway
+
+    handle = start_gateway(nowhere)
+    yield handle
+    handle.stop()
+
+
+def test_the_manifest_lets_chromium_install_the_page(browser, lone_gateway, tmp_path):
+    gateway = lone_gateway
     with urllib.request.urlopen(gateway.url + "static/manifest.webmanifest", timeout=30) as reply:
         assert reply.headers["Content-Type"] == "application/manifest+json"
         manifest = json.load(reply)
