@@ -10,6 +10,8 @@ and a gateway in front of them, in this process. Then, in one run:
   library, in process, so Python's start-up is not counted), and through the gateway as
   the page does (multipart upload, NDJSON stream, signed-in session). Printed: the median
   wall time from sending to the summary, each way, and their ratio;
+- the gateway's check of the case's files from their headers (what it does) and by
+  decoding every file (what it did before): medians side by side;
 - `--idle` connections are opened to the gateway and left idle: printed, this process's
   resident memory before and with them (the gateway runs in it), and how many the
   gateway has closed once its head deadline has passed.
@@ -34,6 +36,24 @@ def rss_bytes() -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     return 0
+
+
+def upload_check_times(files: dict[str, bytes], repeats: int) -> tuple[float, float]:
+    """Median seconds of the gateway's check of `files`: from headers (`check_upload`,
+    what it does) and by decoding every file (`cell_problem`, what it did)."""
+    from services.gateway.pairing import pair_files
+    from services.gateway.upload import cell_problem, check_upload
+
+    cells = pair_files(files).cells
+    header, decode = [], []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        check_upload(files)
+        header.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        assert not any(cell_problem(files, cell) for cell in cells)
+        decode.append(time.perf_counter() - started)
+    return statistics.median(header), statistics.median(decode)
 
 
 def main() -> int:
@@ -88,6 +108,11 @@ def main() -> int:
         print(f"  direct (as pathmaster query)  median {d:.3f} s  (min {min(direct):.3f}, max {max(direct):.3f})")
         print(f"  through the gateway           median {g:.3f} s  (min {min(through):.3f}, max {max(through):.3f})")
         print(f"  gateway / direct              {g / d:.3f}")
+        header_s, decode_s = upload_check_times(files, args.repeats)
+        print(f"the gateway's check of the case's files, {args.repeats} runs each:")
+        print(f"  headers only (check_upload)   median {header_s * 1e3:.2f} ms")
+        print(f"  every file decoded            median {decode_s * 1e3:.2f} ms  "
+              f"(the check before; the sites still decode)  ratio {decode_s / header_s:.0f}x")
 
         parts = urlsplit(gateway.url)
         before = rss_bytes()
@@ -106,6 +131,7 @@ def main() -> int:
         print(f"  closed by the gateway's head deadline: {closed}/{args.idle}")
         if args.json:
             args.json.write_text(json.dumps({"direct_s": direct, "gateway_s": through, "ratio": g / d,
+                                             "check_headers_s": header_s, "check_decode_s": decode_s,
                                              "idle": args.idle, "rss_before": before,
                                              "rss_idle": with_idle, "idle_closed": closed}, indent=1))
     finally:

@@ -52,6 +52,9 @@ def register(subparsers) -> None:
                          help="serve the page over HTTPS with this certificate (e.g. from "
                               "deploy/make-certs.sh); needs --https-key")
     gateway.add_argument("--https-key", metavar="PEM", help="the HTTPS certificate's private key")
+    gateway.add_argument("--http-redirect-port", type=int, metavar="PORT",
+                         help="with HTTPS: also listen for plain HTTP on PORT and send every "
+                              "request there to the HTTPS page (e.g. 80 beside 443)")
     gateway.add_argument("--state-dir", default=str(DEFAULT_STATE_DIR), metavar="DIR",
                          help="where the page's users (users.sqlite) and audit log (audit.log) "
                               "are kept, both 0600 (default %(default)s)")
@@ -124,13 +127,16 @@ def run_gateway_command(args: argparse.Namespace) -> int:
             raise ValueError("--https-cert and --https-key go together")
         https = TLSFiles(cert=args.https_cert, key=args.https_key) if args.https_cert else None
         handle = start_gateway(args.coordinator, host=args.host, port=args.port, tls=tls,
-                               https=https, allowed_hosts=args.allowed_host,
+                               https=https, http_redirect_port=args.http_redirect_port,
+                               allowed_hosts=args.allowed_host,
                                state_dir=args.state_dir)
     except (ValueError, OSError) as exc:  # ssl.SSLError is an OSError
         print(f"pathmaster gateway: {exc}", file=sys.stderr)
         return 2
     print(f"PathMaster page: {handle.url}  (coordinator {args.coordinator}; Ctrl-C stops)",
           flush=True)
+    if handle.http_url:
+        print(f"plain HTTP at {handle.http_url} is sent to the HTTPS page", flush=True)
     if args.login_link:
         try:
             print(f"sign in once at: {handle.login_link(args.login_link)}", flush=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 
 import grpc
+from scipy.stats import rankdata
 
 _STATUS_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
 
@@ -76,8 +77,28 @@ def timing_json(timing) -> dict:
             for name in ("total_s", "transfer_s", "extraction_s", "search_s", "site_wall_s")}
 
 
+def add_closeness(cells: list[dict]) -> None:
+    """Give each match of one site's cells (dicts of `cell_result_json`) a "closeness":
+    the percentage (1-100) of that site's matches in this case that are no closer.
+
+    Distances are in each site's own feature space (0.8 at one site may be as close as
+    5.8 at another), so they cannot be compared between sites; ranks can. The closest
+    match a site returned in the case is 100, its farthest 100/n for n matches; ties
+    share the higher value (scipy's `rankdata`, method "min"). In place.
+    """
+    matches = [m for c in cells for m in c["matches"]]
+    if not matches:
+        return
+    ranks = rankdata([m["distance"] for m in matches], method="min")  # 1 = closest
+    for match, rank in zip(matches, ranks):
+        match["closeness"] = round(100.0 * (len(matches) - rank + 1) / len(matches), 1)
+
+
 def site_result_json(result, with_thumbnails: bool = True) -> dict:
-    """One site's `SiteResult` as an event dict of type "site"."""
+    """One site's `SiteResult` as an event dict of type "site"; each match has its
+    per-site "closeness" (`add_closeness`) beside its raw distance."""
+    cells = [cell_result_json(c, with_thumbnails) for c in result.cells]
+    add_closeness(cells)
     return {"type": "site", "site": result.site,
             "ok": result.status_code == 0,
             "status_code": result.status_code,
@@ -90,7 +111,7 @@ def site_result_json(result, with_thumbnails: bool = True) -> dict:
             "mode": result.mode, "request_class": result.request_class,
             "predicted_s": round(result.predicted_s, 6) if result.predicted_s else None,
             "decisions": list(result.decisions),
-            "cells": [cell_result_json(c, with_thumbnails) for c in result.cells]}
+            "cells": cells}
 
 
 def summary_json(summary) -> dict:

@@ -9,11 +9,13 @@
   refused, and so is a body type a cross-site form can send without asking
   (text/plain, application/x-www-form-urlencoded).
 - The Host allow-list is Starlette's `TrustedHostMiddleware` (DNS rebinding).
+- `https_redirect`: what the plain-HTTP port answers when the page is served over HTTPS.
 """
 
 from __future__ import annotations
 
 import json
+from urllib.parse import urlsplit
 
 CONTENT_SECURITY_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; "
                            "img-src 'self' data: blob:; connect-src 'self'; form-action 'self'; "
@@ -94,3 +96,29 @@ async def refuse(send, status: int, message: str) -> None:
                             (b"content-length", str(len(body)).encode()),
                             (b"cache-control", b"no-store"), (b"connection", b"close")]})
     await send({"type": "http.response.body", "body": body})
+
+
+def https_redirect(https_port: int):
+    """An ASGI app answering every request with a permanent redirect (308: the method and
+    body are kept) to the same host, path and query on HTTPS port `https_port`.
+
+    Mount it behind the Host allow-list: the Host header names where the redirect goes.
+    """
+    async def app(scope, receive, send):
+        if scope["type"] != "http":
+            return
+        host = _headers(scope).get(b"host", b"").decode("latin-1")
+        hostname = urlsplit(f"//{host}").hostname or ""
+        if ":" in hostname:
+            hostname = f"[{hostname}]"  # an IPv6 literal
+        port = "" if https_port == 443 else f":{https_port}"
+        query = scope.get("query_string", b"").decode("latin-1")
+        target = f"https://{hostname}{port}{scope.get('raw_path', b'').decode('latin-1') or scope['path']}"
+        if query:
+            target += f"?{query}"
+        await send({"type": "http.response.start", "status": 308,
+                    "headers": [(b"location", target.encode("latin-1")),
+                                (b"content-length", b"0"), (b"cache-control", b"no-store")]})
+        await send({"type": "http.response.body", "body": b""})
+
+    return app

@@ -63,7 +63,7 @@ from services.gateway import events
 from services.gateway.accounts import Accounts, LoginThrottle, Session, may_send
 from services.gateway.audit import AuditLog
 from services.gateway.limits import BodyLimits, check_json_depth, with_head_timeout
-from services.gateway.security import SAFE_METHODS, SameOrigin, SecurityHeaders
+from services.gateway.security import SAFE_METHODS, SameOrigin, SecurityHeaders, https_redirect
 from services.gateway.pairing import pair_files
 from services.gateway.upload import check_upload
 
@@ -71,7 +71,8 @@ log = logging.getLogger(__name__)
 
 STATIC_DIR = Path(__file__).parent / "static"
 STATIC_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
-                ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
+                ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml", ".png": "image/png",
+                ".webmanifest": "application/manifest+json"}  # the manifest: Chromium offers to install
 # MAX_REQUEST_BYTES: a 6-cell case with backgrounds and masks is ~2 MB. The page leaves
 # oversize files out before it sends, so the limit only stops runaway API clients.
 
@@ -199,7 +200,7 @@ class Gateway:
         "site"s, "summary"), or an "error". Closing the generator (the browser went away)
         cancels the coordinator's call, which frees the sites. Audited: who sent how many
         cells of which class, and the case id the coordinator gave it."""
-        checked = await run_in_threadpool(check_upload, files)  # decodes every image: CPU work
+        checked = await run_in_threadpool(check_upload, files)  # headers only: the sites decode
         self.audit.record("case", session.name, session.role, client, request_class=request_class,
                           case_id=case_id, cells=len(checked.cells), files_refused=len(checked.rejected))
         yield {"type": "accepted", "request_class": request_class,
@@ -473,6 +474,8 @@ class GatewayHandle:
     gateway: Gateway
     state_dir: Path
     temporary: tempfile.TemporaryDirectory | None = None
+    redirect: tuple[uvicorn.Server, threading.Thread] | None = None  # plain HTTP -> HTTPS
+    http_url: str | None = None  # where the redirect listens, when it does
 
     @property
     def accounts(self) -> Accounts:
@@ -487,8 +490,11 @@ class GatewayHandle:
         return f"{self.url}login/once?token={self.accounts.login_link_token(name)}"
 
     def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=defaults.GATEWAY_SHUTDOWN_S + 10)
+        servers = [(self.server, self.thread), *([self.redirect] if self.redirect else [])]
+        for server, _ in servers:
+            server.should_exit = True
+        for _, thread in servers:
+            thread.join(timeout=defaults.GATEWAY_SHUTDOWN_S + 10)
         self.gateway.close()
         if self.temporary is not None:
             self.temporary.cleanup()
@@ -507,9 +513,43 @@ def allowed_host_names(host: str, extra=()) -> list[str]:
     return list(dict.fromkeys([*names, *LOOPBACK_NAMES, *extra]))
 
 
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket listening on host:port (port 0: a free one), so connections queue from
+    now on until uvicorn's loop accepts them."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def serve_in_thread(config: uvicorn.Config, sock: socket.socket, name: str):
+    """(server, thread): uvicorn serving `config` on `sock` from a daemon thread."""
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])),
+                              name=name, daemon=True)
+    thread.start()
+    return server, thread
+
+
+def shown_url(scheme: str, sock: socket.socket) -> str:
+    """The URL a browser on this host uses for listening socket `sock`."""
+    bound_host, bound_port = sock.getsockname()[:2]
+    shown = f"[{bound_host}]" if sock.family == socket.AF_INET6 else bound_host
+    if bound_host in WILDCARD_HOSTS:
+        shown = "127.0.0.1"
+    return f"{scheme}://{shown}:{bound_port}/"
+
+
 def start_gateway(coordinator_address: str, host: str = "127.0.0.1", port: int = 0,
                   case_deadline_s: float = CASE_DEADLINE_S, tls: TLSFiles | None = None,
-                  https: TLSFiles | None = None, allowed_hosts=(), state_dir: str | Path | None = None,
+                  https: TLSFiles | None = None, http_redirect_port: int | None = None,
+                  allowed_hosts=(), state_dir: str | Path | None = None,
                   head_timeout_s: float = defaults.GATEWAY_HEAD_TIMEOUT_S,
                   body_timeout_s: float = defaults.GATEWAY_BODY_TIMEOUT_S,
                   max_connections: int = defaults.GATEWAY_MAX_CONNECTIONS) -> GatewayHandle:
@@ -517,7 +557,9 @@ def start_gateway(coordinator_address: str, host: str = "127.0.0.1", port: int =
     it over TLS when `tls` is given.
 
     https: serve the page over HTTPS with this certificate and key (`cert`, `key`; e.g.
-    from deploy/make-certs.sh), with HSTS. allowed_hosts: names (besides the listening
+    from deploy/make-certs.sh), with HSTS. http_redirect_port: with `https`, also listen
+    for plain HTTP on this port (0: a free one) and redirect every request there to the
+    HTTPS page (308; the handle's `http_url`). allowed_hosts: names (besides the listening
     address and this host's loopback names) that browsers may use in the Host header;
     any other Host is refused (DNS rebinding). state_dir: where the users and sessions
     (users.sqlite) and the audit log (audit.log), both 0600, are kept; None: a private
@@ -529,6 +571,8 @@ def start_gateway(coordinator_address: str, host: str = "127.0.0.1", port: int =
     """
     if https is not None and (https.cert is None or https.key is None):
         raise ValueError("HTTPS needs both a certificate and its key")
+    if http_redirect_port is not None and https is None:
+        raise ValueError("a redirect to HTTPS needs HTTPS: give its certificate and key")
     temporary = None
     if state_dir is None:
         temporary = tempfile.TemporaryDirectory(prefix="pathmaster-gateway-")
@@ -539,45 +583,44 @@ def start_gateway(coordinator_address: str, host: str = "127.0.0.1", port: int =
                       case_deadline_s, tls, https=https is not None)
     app = SameOrigin(create_app(gateway))
     app = BodyLimits(app, max_bytes=defaults.MAX_REQUEST_BYTES, timeout_s=body_timeout_s)
-    app = TrustedHostMiddleware(app, allowed_hosts=allowed_host_names(host, allowed_hosts))
+    hosts = allowed_host_names(host, allowed_hosts)
+    app = TrustedHostMiddleware(app, allowed_hosts=hosts)
     app = SecurityHeaders(app)
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+
+    def config_for(asgi_app, certificate: TLSFiles | None) -> uvicorn.Config:
+        return uvicorn.Config(asgi_app, http=with_head_timeout(head_timeout_s), lifespan="off",
+                              timeout_keep_alive=defaults.GATEWAY_KEEP_ALIVE_S,
+                              limit_concurrency=max_connections,
+                              timeout_graceful_shutdown=defaults.GATEWAY_SHUTDOWN_S,
+                              h11_max_incomplete_event_size=64 * 1024,
+                              ssl_certfile=certificate.cert if certificate else None,
+                              ssl_keyfile=certificate.key if certificate else None,
+                              proxy_headers=False,  # no proxy in front: X-Forwarded-* is not believed
+                              server_header=False, access_log=False, log_config=None)
+
+    sockets = []
     try:
-        sock.bind((host, port))
-        sock.listen(2048)  # from here connections queue until uvicorn's loop accepts them
-    except OSError:
-        sock.close()
-        gateway.close()
-        if temporary is not None:
-            temporary.cleanup()
-        raise
-    config = uvicorn.Config(app, http=with_head_timeout(head_timeout_s), lifespan="off",
-                            timeout_keep_alive=defaults.GATEWAY_KEEP_ALIVE_S,
-                            limit_concurrency=max_connections,
-                            timeout_graceful_shutdown=defaults.GATEWAY_SHUTDOWN_S,
-                            h11_max_incomplete_event_size=64 * 1024,
-                            ssl_certfile=https.cert if https else None,
-                            ssl_keyfile=https.key if https else None,
-                            proxy_headers=False,  # no proxy in front: X-Forwarded-* is not believed
-                            server_header=False, access_log=False, log_config=None)
-    try:
+        sockets.append(sock := listening_socket(host, port))
+        config = config_for(app, https)
         config.load()  # reads the certificate now: a bad file is an error here, not in the thread
+        redirect_config = None
+        if http_redirect_port is not None:
+            sockets.append(plain := listening_socket(host, http_redirect_port))
+            redirect_app = TrustedHostMiddleware(https_redirect(sock.getsockname()[1]), allowed_hosts=hosts)
+            redirect_config = config_for(redirect_app, None)
+            redirect_config.load()
     except BaseException:
-        sock.close()
+        for opened in sockets:
+            opened.close()
         gateway.close()
         if temporary is not None:
             temporary.cleanup()
         raise
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])),
-                              name="pathmaster-gateway", daemon=True)
-    thread.start()
-    bound_host, bound_port = sock.getsockname()[:2]
-    shown = f"[{bound_host}]" if family == socket.AF_INET6 else bound_host
-    if bound_host in WILDCARD_HOSTS:
-        shown = "127.0.0.1"
-    scheme = "https" if https else "http"
-    return GatewayHandle(url=f"{scheme}://{shown}:{bound_port}/", server=server, thread=thread,
-                         gateway=gateway, state_dir=state_dir, temporary=temporary)
+    server, thread = serve_in_thread(config, sock, "pathmaster-gateway")
+    redirect = http_url = None
+    if redirect_config is not None:
+        redirect = serve_in_thread(redirect_config, plain, "pathmaster-gateway-redirect")
+        http_url = shown_url("http", plain)
+    return GatewayHandle(url=shown_url("https" if https else "http", sock), server=server,
+                         thread=thread, gateway=gateway, state_dir=state_dir, temporary=temporary,
+                         redirect=redirect, http_url=http_url)

@@ -110,3 +110,6 @@ def bad_files(tmp_path_factory) -> dict[str, Path]:
     with open(oversize, "wb") as f:
         f.truncate(MAX_FILE_BYTES + 2**20)  # clearly over: 9.4 MB against 8.4 MB
     return {"not_image": not_image, "oversize": oversize}
+
+
+from tests.clients.browser import browser, page  # noqa: E402,F401  (fixtures for the browser tests)

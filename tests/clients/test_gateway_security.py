@@ -99,12 +99,28 @@ def test_https_with_the_projects_certificates_sends_hsts(nowhere, tmp_path):
 
     subprocess.run(["bash", str(REPO / "deploy" / "make-certs.sh"), str(tmp_path), "gateway"],
                    check=True, timeout=120)
-    handle = start_gateway(nowhere, https=TLSFiles(cert=tmp_path / "gateway.pem", key=tmp_path / "gateway.key"))
+    handle = start_gateway(nowhere, https=TLSFiles(cert=tmp_path / "gateway.pem", key=tmp_path / "gateway.key"),
+                           http_redirect_port=0)
     try:
         assert handle.url.startswith("https://127.0.0.1:")
         context = ssl.create_default_context(cafile=str(tmp_path / "ca.pem"))
         status, headers, page = request(handle.url, context=context)
         assert status == 200 and b"PathMaster" in page
         assert headers["strict-transport-security"].startswith("max-age=")
+
+        # Plain HTTP is sent to the HTTPS page, path and query kept, by the name the user typed.
+        https_port = urlsplit(handle.url).port
+        status, headers, _ = request(handle.http_url, path="/login/once?token=abc",
+                                     headers={"Host": f"localhost:{urlsplit(handle.http_url).port}"})
+        assert status == 308 and headers["location"] == f"https://localhost:{https_port}/login/once?token=abc"
+        status, _, _ = request(handle.http_url, headers={"Host": "evil.example"})
+        assert status == 400  # the Host allow-list holds on the plain port too
     finally:
         handle.stop()
+
+
+def test_a_redirect_to_https_needs_https(nowhere):
+    from services.gateway import start_gateway
+
+    with pytest.raises(ValueError, match="needs HTTPS"):
+        start_gateway(nowhere, http_redirect_port=0)

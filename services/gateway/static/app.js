@@ -14,6 +14,9 @@ const state = {
   finished: false,       // the case's stream ended with its summary or an error
   started: 0,
   timer: null,
+  predicted: null,       // the plan's predicted seconds for the whole case (null: none)
+  report: null,          // what the case report is made of, filled as the case runs
+  reportURL: null,       // the object URL of the last report saved
 };
 
 const $ = (sel) => document.querySelector(sel);
@@ -311,6 +314,7 @@ function clearCase() {
   state.pairing = null;
   $("#cells").replaceChildren();
   $("#site-cards").replaceChildren();
+  $("#export").disabled = true;
   refreshPairing();
 }
 
@@ -324,6 +328,11 @@ async function submitCase() {
   $("#site-cards").replaceChildren(...state.sites.map((s) => siteCard(s)));
   setStatus(`Sending ${state.files.size} files (${classLabel(cls)})…`);
   state.started = performance.now();
+  state.predicted = null;
+  state.report = {accession: $("#accession").value.trim(), kind: classLabel(cls),
+                  user: $("#who-name").textContent, started: new Date(), predicted_s: null,
+                  cells: [], rejected: [], sites: new Map(), summary: null};
+  $("#export").disabled = true;
   state.timer = setInterval(tick, 200);
   try {
     const form = new FormData();
@@ -396,14 +405,25 @@ function setStatus(text, cls = "") {
   status.className = `case-status ${cls}`;
 }
 
+// Every 200 ms while a case runs: the time so far, against each site's predicted time.
 function tick() {
   const waiting = document.querySelectorAll(".site-card.waiting").length;
   const elapsed = (performance.now() - state.started) / 1000;
-  if (waiting) setStatus(`Waiting for ${waiting} site${waiting === 1 ? "" : "s"}… ${seconds(elapsed)}`);
-  for (const t of document.querySelectorAll(".site-card.waiting .site-time")) t.textContent = seconds(elapsed);
+  const expected = state.predicted ? ` of about ${seconds(state.predicted)} expected` : "";
+  if (waiting) setStatus(`Waiting for ${waiting} site${waiting === 1 ? "" : "s"}… ${seconds(elapsed)}${expected}`);
+  for (const card of document.querySelectorAll(".site-card.waiting")) {
+    const predicted = Number(card.dataset.predictedS) || 0;
+    card.querySelector(".site-time").textContent = predicted
+      ? `${seconds(elapsed)} of ~${seconds(predicted)}` : seconds(elapsed);
+    const bar = card.querySelector("progress");
+    // Past its prediction a site's bar stays just short of full until it answers.
+    if (predicted) bar.value = Math.min(elapsed / predicted, 0.97);
+  }
 }
 
 function onAccepted(event) {
+  state.report.cells = event.cells;
+  state.report.rejected = event.rejected;
   const cells = event.cells.map((id) => cellCard(id));
   // A rejected cell keeps its place in the case, with the reason where its results would be.
   const rejected = event.rejected.map((r) => el("article", {class: "cell-card rejected", "data-cell": r.name},
@@ -415,23 +435,33 @@ function onAccepted(event) {
 
 // The coordinator's plan arrives before any result: the expected wait, per site.
 function onPlan(event) {
-  const wait = event.predicted_s ? `expected in about ${event.predicted_s.toFixed(1)} s` : "no estimate yet";
+  state.predicted = event.predicted_s;
+  state.report.predicted_s = event.predicted_s;
+  const wait = event.predicted_s ? `expected in about ${seconds(event.predicted_s)}` : "no estimate yet (the first cases of a kind teach the estimate)";
   setStatus(`Case sent; ${wait}.`);
   for (const s of event.sites) {
     ensureSite(s.site);
     const card = document.querySelector(`.site-card[data-site="${CSS.escape(s.site)}"]`);
     if (!card) continue;
     // Only the site's card: its cells' rows stay pending until the site answers.
-    card.querySelector(".site-time").textContent = s.predicted_s ? `expected ~${s.predicted_s.toFixed(1)} s` : "";
+    if (s.predicted_s) {
+      card.dataset.predictedS = s.predicted_s;
+      card.querySelector(".site-expected").textContent = `expected in ~${seconds(s.predicted_s)}`;
+      card.querySelector("progress").value = 0;
+    }
     card.querySelector(".site-detail").textContent = s.reasons.join("; ");
   }
 }
 
+// A site's card: its state, its time against its prediction, and a progress bar (without
+// a prediction the bar only says the site is being waited for).
 function siteCard(site) {
-  return el("div", {class: "site-card waiting", "data-site": site},
+  return el("li", {class: "site-card waiting", "data-site": site},
     el("div", {class: "site-name", text: site}),
     el("div", {class: "site-state", text: "waiting"}),
+    el("progress", {class: "site-progress", max: 1, "aria-label": `${site}: progress`}),
     el("div", {class: "site-time", text: ""}),
+    el("div", {class: "site-expected muted"}),
     el("div", {class: "site-detail"}));
 }
 
@@ -442,6 +472,7 @@ function markSite(site, cls, stateText, timeText = "", detail = "") {
     $("#site-cards").append(card);
   }
   card.className = `site-card ${cls}`;
+  card.querySelector("progress").value = 1;
   card.querySelector(".site-state").textContent = stateText;
   card.querySelector(".site-time").textContent = timeText;
   card.querySelector(".site-detail").textContent = detail;
@@ -489,6 +520,7 @@ function fillRowError(row, message) {
 
 function onSite(event) {
   ensureSite(event.site);
+  state.report.sites.set(event.site, event);
   const t = event.timing;
   if (event.ok) {
     markSite(event.site, "ok", "answered", seconds(t.total_s),
@@ -513,15 +545,23 @@ function onSite(event) {
   }
 }
 
+// Closeness is comparable between sites (a percentage of the site's own matches in this
+// case, see the gateway's events.add_closeness); the raw distance, which is not, is in the
+// tooltip and the viewer.
+const closenessText = (match) => `${Math.round(match.closeness)}% close`;
+const closenessTitle = (site, match) =>
+  `as close as or closer than ${Math.round(match.closeness)}% of ${site}'s matches in this case ` +
+  `(distance ${match.distance.toFixed(3)} in ${site}'s own measure)`;
+
 function matchTile(queryId, site, match, rank) {
   const label = fullName(match.diagnosis);
-  return el("button", {type: "button", class: "match",
-      title: `${rank}. ${label}, distance ${match.distance.toFixed(3)} (${match.source_id})`,
-      "aria-label": `match ${rank} from ${site}: ${label}, distance ${match.distance.toFixed(3)}. Enlarge.`,
+  return el("button", {type: "button", class: "match", "data-closeness": match.closeness,
+      title: `${rank}. ${label}, ${closenessTitle(site, match)}, ${match.source_id}`,
+      "aria-label": `match ${rank} from ${site}: ${label}, ${closenessText(match)}. Enlarge.`,
       onclick: () => openViewer(queryId, site, match)},
     el("img", {src: match.thumbnail, alt: ""}),
     diagnosisBadge(match.diagnosis, "", true),
-    el("span", {class: "distance", text: match.distance.toFixed(3)}));
+    el("span", {class: "closeness", text: closenessText(match)}));
 }
 
 function onSummary(event) {
@@ -533,9 +573,102 @@ function onSummary(event) {
     vote.replaceChildren(diagnosisBadge(v.diagnosis, `${v.votes}/${v.total}`));
     vote.title = `${v.votes} of ${v.total} matches across sites`;
   }
+  state.report.summary = event;
+  $("#export").disabled = false;
   const failed = event.sites_failed ? `, ${event.sites_failed} failed` : "";
   setStatus(`Case ${event.case_id} done in ${seconds(event.total_s)}: ${event.sites_ok} site${event.sites_ok === 1 ? "" : "s"} answered${failed} · ${megabytes(event.bytes_sent)} sent, ${megabytes(event.bytes_received)} received.`,
     event.sites_failed ? "warn" : "done");
+}
+
+// ---------------------------------------------------------------- case report
+
+// A file's bytes as a data: URL, so the report shows the test cells on its own.
+const dataURL = (file) => new Promise((resolve, reject) => {
+  const reader = new FileReader();
+  reader.onload = () => resolve(reader.result);
+  reader.onerror = () => reject(reader.error);
+  reader.readAsDataURL(file);
+});
+
+const escapeHTML = (text) => String(text).replace(/[&<>"']/g, (c) =>
+  ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"})[c]);
+
+// The report's own styles (it is opened from a file, away from the gateway): compact on
+// screen, and on paper each cell kept on one page, colours printed, nothing interactive.
+const REPORT_STYLE = `
+body { font-family: system-ui, "DejaVu Sans", sans-serif; color: #1d2330; margin: 1.5rem; font-size: 11pt; }
+h1 { font-size: 1.4rem; margin: 0 0 .3rem; } h2 { font-size: 1.1rem; margin: 0 0 .4rem; }
+table { border-collapse: collapse; margin: .4rem 0 1rem; } th, td { border: 1px solid #c8cdd6; padding: .2rem .5rem; text-align: left; }
+.meta td:first-child { font-weight: 600; }
+.cell { border: 1px solid #c8cdd6; border-radius: 6px; padding: .6rem; margin-bottom: .8rem; break-inside: avoid; page-break-inside: avoid; }
+.cell-top { display: flex; gap: 1rem; align-items: center; }
+.query { width: 110px; height: 110px; object-fit: cover; border: 2px solid #1d2330; border-radius: 4px; }
+.row { display: flex; gap: .4rem; align-items: flex-start; margin-top: .4rem; }
+.row-site { width: 6rem; font-weight: 600; }
+figure { margin: 0; width: 84px; font-size: 8pt; text-align: center; }
+figure img { width: 72px; height: 72px; object-fit: cover; border-radius: 3px; }
+.vote { font-weight: 700; } .error { color: #a3123a; }
+@media print {
+  body { margin: 0; font-size: 10pt; }
+  .cell { border-color: #888; }
+  * { -webkit-print-color-adjust: exact; print-color-adjust: exact; }
+  @page { size: A4; margin: 12mm; }
+}`;
+
+async function reportHTML() {
+  const r = state.report;
+  const s = r.summary;
+  const e = escapeHTML;
+  const queries = new Map();
+  for (const cell of state.pairing.cells) {
+    if (r.cells.includes(cell.cell_id)) queries.set(cell.cell_id, await dataURL(state.files.get(cell.image)));
+  }
+  const votes = new Map(s.votes.map((v) => [v.query_cell_id, v]));
+  const title = r.accession ? `Case ${r.accession}` : `Case ${s.case_id}`;
+  const siteRows = [...r.sites.values()].map((site) => `<tr><td>${e(site.site)}</td><td>${
+    site.ok ? "answered" : e(site.status_words)}</td><td>${e(seconds(site.timing.total_s))}</td></tr>`).join("");
+  const cells = r.cells.map((id) => {
+    const v = votes.get(id);
+    const rows = [...r.sites.values()].map((site) => {
+      const cell = site.cells.find((c) => c.query_cell_id === id);
+      const body = !site.ok ? `<span class="error">${e(site.status_words)}: no matches</span>`
+        : cell && cell.error ? `<span class="error">${e(cell.error)}</span>`
+        : (cell ? cell.matches : []).map((m, i) => `<figure><img src="${e(m.thumbnail)}" alt="match ${i + 1} from ${e(site.site)}"><figcaption>${
+            e(fullName(m.diagnosis))}<br>${e(closenessText(m))} (distance ${m.distance.toFixed(3)})</figcaption></figure>`).join("");
+      return `<div class="row" data-site="${e(site.site)}"><div class="row-site">${e(site.site)}</div>${body}</div>`;
+    }).join("");
+    return `<section class="cell" data-cell="${e(id)}"><div class="cell-top"><img class="query" src="${
+      e(queries.get(id) || "")}" alt="test cell ${e(id)}"><div><h2>${e(id)}</h2>${
+      v ? `<p class="vote">Most matches: ${e(fullName(v.diagnosis))} (${v.votes} of ${v.total})</p>` : ""}</div></div>${rows}</section>`;
+  }).join("");
+  const rejected = r.rejected.length ? `<h2>Not analysed</h2><ul>${
+    r.rejected.map((x) => `<li>${e(x.name)}: ${e(x.problem)}</li>`).join("")}</ul>` : "";
+  return `<!doctype html><html lang="en"><head><meta charset="utf-8"><title>${e(title)} · PathMaster report</title>
+<style>${REPORT_STYLE}</style></head><body>
+<h1>${e(title)}: similar cells from every site</h1>
+<table class="meta"><tbody>
+<tr><td>Case</td><td>${e(r.accession || "(no accession number given)")} · PathMaster case ${e(s.case_id)}</td></tr>
+<tr><td>Kind of case</td><td>${e(r.kind)}</td></tr>
+<tr><td>Sent by</td><td>${e(r.user)}</td></tr>
+<tr><td>Sent at</td><td>${e(r.started.toLocaleString())}</td></tr>
+<tr><td>Time taken</td><td>${e(seconds(s.total_s))}${r.predicted_s ? ` (expected about ${e(seconds(r.predicted_s))})` : ""}</td></tr>
+</tbody></table>
+<table class="sites"><thead><tr><th scope="col">Site</th><th scope="col">Answer</th><th scope="col">Time</th></tr></thead><tbody>${siteRows}</tbody></table>
+<p>“% close”: how this match ranks among all the matches its site returned for this case (100% is that site's closest); it can be compared between sites, the distance in brackets cannot.</p>
+${cells}${rejected}
+</body></html>`;
+}
+
+// Saves the report as an HTML file the user can open, print or attach to the case.
+async function exportReport() {
+  const html = await reportHTML();
+  const name = (state.report.accession || state.report.summary.case_id).replace(/[^A-Za-z0-9._-]/g, "_");
+  if (state.reportURL) URL.revokeObjectURL(state.reportURL);  // the previous report's, long saved
+  state.reportURL = URL.createObjectURL(new Blob([html], {type: "text/html"}));
+  const link = el("a", {href: state.reportURL, download: `pathmaster-report-${name}.html`});
+  document.body.append(link);
+  link.click();
+  link.remove();
 }
 
 // ---------------------------------------------------------------- enlarge
@@ -544,7 +677,7 @@ async function openViewer(queryId, site, match) {
   const dialog = $("#viewer");
   $("#viewer-title").replaceChildren(`${site}: `, diagnosisBadge(match.diagnosis));
   $("#viewer-query").src = state.previews.get(queryId) || "";
-  $("#viewer-caption").textContent = `${match.cell_id} · distance ${match.distance.toFixed(3)} · ${match.source_id}`;
+  $("#viewer-caption").textContent = `${match.cell_id} · ${closenessText(match)} (${closenessTitle(site, match)}) · ${match.source_id}`;
   const img = $("#viewer-match");
   const error = $("#viewer-error");
   error.hidden = true;
@@ -580,6 +713,7 @@ function wire() {
   input.addEventListener("change", () => { addFiles(input.files); input.value = ""; });
   $("#submit").addEventListener("click", submitCase);
   $("#clear").addEventListener("click", clearCase);
+  $("#export").addEventListener("click", exportReport);
   $("#viewer").addEventListener("close", () => {
     const img = $("#viewer-match");
     if (img.dataset.full) URL.revokeObjectURL(img.src);
