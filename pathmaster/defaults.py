@@ -152,6 +152,9 @@ CELL_WALL_FACTOR = 6.0
 # 10.9 GB. A larger need is a MemoryError, an error for that cell alone.
 ANALYSIS_MEMORY_BYTES = 3 * 1024**3
 ANALYSIS_PROCESSES = 1     # bounded worker processes per analysing actor (one cell at a time)
+# How often a cell's analysis looks whether its case was cancelled (the caller went away or
+# its deadline passed): a cancelled cell's worker process is killed within about this long.
+ANALYSIS_STOP_POLL_S = 0.1
 
 # --- Identifiers a client chooses (checked at the coordinator, never echoed whole) -------
 MAX_CASE_ID_CHARS = 64          # a case id, e.g. an accession number

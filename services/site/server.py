@@ -2,8 +2,10 @@
 
 The gRPC handler only routes: each cell of a case goes to the site's Ray actors, which
 already hold the FAISS index, most-favoured request class first (dispatch.py). The
-handler waits for the cells with the call's own deadline, and stops waiting (and drops
-its queued cells) as soon as the coordinator cancels the call.
+handler waits for the cells with the call's own deadline, and as soon as the coordinator
+cancels the call (or its deadline passes) stops the case's cells: queued ones are dropped,
+running ones cancelled (the worker kills their analysis process), so the next case does
+not wait behind work nobody will read.
 
 The site is truthful about itself: dead workers are replaced with backoff
 (supervisor.py), and while none is alive gRPC health says NOT_SERVING and Analyse is
