@@ -32,6 +32,7 @@ COORDINATOR_PORT = 50051   # the coordinator's control port (Info, Submit, healt
 SITE_PORT = 50051          # a site's control port on its own host (testbed deployments)
 CLASS_PORT_BASE = 50061    # a site's fixed per-class reply ports: this one, +1, ... by priority
 GATEWAY_PORT = 8080        # the web page (`pathmaster gateway`)
+OTLP_ENDPOINT = "http://localhost:4317"  # an OpenTelemetry collector's OTLP/gRPC port ([tracing] endpoint)
 GATEWAY_HEAD_TIMEOUT_S = 10.0  # a request's line and headers must arrive within this
 GATEWAY_BODY_TIMEOUT_S = 120.0  # a request's body must be complete this long after its head
                                 # (a 6-cell case is ~2 MB: over a minute only below ~0.3 Mbit/s)

@@ -44,7 +44,7 @@ import threading
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -268,7 +268,8 @@ class ClassChannels:
     later (from the site's Info) to send each class to the port that marks its replies;
     until then a class goes to the control address, still marked on the way out.
     When the TLS files change (a rotated certificate), the next `channel` call opens new
-    channels with them; calls in flight on the old ones finish.
+    channels with them; calls in flight on the old ones finish. `wrap(channel)`, when given,
+    is applied to each new channel (e.g. tracing interceptors).
     """
 
     def __init__(
@@ -277,8 +278,10 @@ class ClassChannels:
         classes: ClassTable = DEFAULT_CLASSES,
         tls: TLSFiles | None = None,
         max_message_bytes: int = MAX_MESSAGE_BYTES,
+        wrap: Callable[[grpc.Channel], grpc.Channel] | None = None,
     ):
         self.targets = dict(targets)
+        self.wrap = wrap
         self.classes = classes
         self.tls = tls
         self.max_message_bytes = max_message_bytes
@@ -337,9 +340,8 @@ class ClassChannels:
                 self._channels.clear()
             key = (name, class_name)
             if key not in self._channels:
-                self._channels[key] = open_channel(
-                    self.address(name, class_name), dscp, self.tls, self.max_message_bytes
-                )
+                channel = open_channel(self.address(name, class_name), dscp, self.tls, self.max_message_bytes)
+                self._channels[key] = self.wrap(channel) if self.wrap else channel
             return self._channels[key]
 
     def close(self) -> None:
@@ -403,7 +405,8 @@ class MarkedServer:
     `service_names` are the full names announced by health checking and reflection
     (served on every port). `class_ports` maps class -> port (0: any free port);
     None serves only the control port (replies then unmarked). A class port refuses
-    requests naming another class (`_OwnClassOnly`).
+    requests naming another class (`_OwnClassOnly`). `interceptors`: the caller's own
+    (e.g. tracing), run before the role and class checks.
     """
 
     def __init__(
@@ -417,11 +420,13 @@ class MarkedServer:
         tls: TLSFiles | None = None,
         max_workers: int = 16,
         max_message_bytes: int = MAX_MESSAGE_BYTES,
+        interceptors: Sequence[grpc.ServerInterceptor] = (),
     ):
         self.classes = classes
         self.health = health.HealthServicer()
         self._executor = futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc")
         names = list(service_names)
+        extra = list(interceptors)  # the caller's (e.g. tracing), outermost
 
         def build(class_name: str | None) -> grpc.Server:
             # No SO_REUSEPORT: a second server on a busy port must fail, not share it.
@@ -430,7 +435,7 @@ class MarkedServer:
             if class_name is not None:
                 options.append(("grpc.dscp", int(classes[class_name].dscp)))
                 interceptors.append(_OwnClassOnly(class_name))
-            server = grpc.server(self._executor, options=options, interceptors=interceptors)
+            server = grpc.server(self._executor, options=options, interceptors=[*extra, *interceptors])
             add_servicers(server)
             health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
             reflection.enable_server_reflection(

@@ -34,6 +34,7 @@ from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
 from services.site.cells import check_cell_size
 from services.fate import remember_descendants
 from services.metrics import serve_metrics, stop_metrics
+from services.tracing import server_interceptors, start_tracing
 from services.site.dispatch import PriorityDispatcher, WorkersDown
 from services.site.metrics import SiteMetrics
 from services.site.supervisor import Supervisor
@@ -291,9 +292,11 @@ class SiteServer:
         remember_descendants()  # what Ray started meanwhile goes when this process goes (services/fate.py)
         self.servicer = SiteServicer(cfg.name, self.workers, info, cfg.classes, self.metrics)
         host, _, port = cfg.listen.rpartition(":")
+        start_tracing(cfg.tracing, "pathmaster-site")
         self.server = MarkedServer(
             lambda server: pb_grpc.add_SiteServicer_to_server(self.servicer, server),
             [SITE_SERVICE], host, int(port), cfg.class_ports, cfg.classes, cfg.tls, max_workers=32,
+            interceptors=server_interceptors(),  # a span per call, in its case's trace
         )
         self.servicer.class_ports = dict(self.server.class_ports)
         self.servicer.class_dscp = self.server.class_dscp
