@@ -37,6 +37,7 @@ sys.path.insert(0, str(REPO))
 
 GROUPS = ("service", "workers", "ray")
 CLASSES = ("urgent", "routine", "teaching", "bulk")
+FAILED_PAUSE_S = 1.0  # a client waits this long after a failed case before its next
 
 
 def rss_kib(pid: int) -> int:
@@ -92,6 +93,8 @@ def load(address: str, cells, clients: int, stop: threading.Event, counts: dict,
                     ok = False
                 with lock:
                     counts["ok" if ok else "failed"] += 1
+                if not ok:  # a refused or failed case comes back at once: a user would wait
+                    stop.wait(FAILED_PAUSE_S)
 
     threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(clients)]
     for t in threads:
