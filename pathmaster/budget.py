@@ -17,7 +17,9 @@ defences, each enough for the known case and both kept:
   over budget) and a wall-clock limit (the case's deadline, and a generous multiple of the
   budget for work that blocks). A worker that is killed, runs out of budget or dies is
   replaced by pebble; the task gets ``CellStopped`` with a message for the user, and the
-  next task runs on a fresh worker.
+  next task runs on a fresh worker. A task whose caller no longer wants it (``should_stop``,
+  e.g. its case was cancelled) is stopped the same way: a running one's worker is killed
+  and replaced.
 
 Plain and reusable (no services, no qos): the site's Ray actor analyses through it.
 """
@@ -34,6 +36,7 @@ import threading
 import time
 from concurrent.futures import CancelledError
 from concurrent.futures.process import BrokenProcessPool
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pathmaster import defaults
@@ -96,7 +99,7 @@ class CellBudget:
 
 class CellStopped(Exception):
     """A cell whose analysis was stopped or not started; str() is the message for the user.
-    `reason`: "budget", "deadline", "memory" or "crashed"."""
+    `reason`: "budget", "deadline", "memory", "crashed" or "cancelled"."""
 
     def __init__(self, reason: str, message: str):
         super().__init__(message)
@@ -113,6 +116,7 @@ class PoolStats:
     memory: int = 0
     crashed: int = 0
     not_started: int = 0
+    cancelled: int = 0
     peak_rss_bytes: int = 0
     events: list = field(default_factory=list)  # (time.monotonic(), name, outcome), last 100
 
@@ -226,9 +230,17 @@ class AnalysisPool:
             setattr(self.stats, what, getattr(self.stats, what) + 1)
         self._event(name, what)
 
-    def run(self, fn, *args, pixels: int = 0, deadline: float | None = None, name: str = "cell"):
+    def run(self, fn, *args, pixels: int = 0, deadline: float | None = None, name: str = "cell",
+            should_stop: Callable[[], bool] | None = None):
         """`fn(*args)` in a worker. pixels: the cell's size (sets its CPU budget). deadline:
-        wall-clock time (`time.time()`) by which the answer is of no use, or None."""
+        wall-clock time (`time.time()`) by which the answer is of no use, or None.
+        should_stop: asked before the task starts and then every
+        ``defaults.ANALYSIS_STOP_POLL_S`` seconds while it runs; once it says True the task
+        is cancelled (a running worker is killed and replaced) and CellStopped("cancelled")
+        is raised."""
+        if should_stop is not None and should_stop():
+            self._count("cancelled", name)
+            raise CellStopped("cancelled", f"{name}: not analysed: its case was cancelled")
         cpu_s = self.budget.cpu_s(pixels)
         wall_s = cpu_s * self.budget.wall_factor
         by_deadline = False
@@ -241,7 +253,7 @@ class AnalysisPool:
                 wall_s, by_deadline = remaining, True
         future = self._pool.schedule(_run_budgeted, args=(fn, args, cpu_s), timeout=wall_s)
         try:
-            result, peak = future.result()
+            result, peak = self._result(future, should_stop, name)
         except TimeoutError:
             if by_deadline:
                 self._count("deadline", name)
@@ -280,6 +292,22 @@ class AnalysisPool:
         self._note_peak(peak)
         self._count("completed", name)
         return result
+
+    def _result(self, future, should_stop: Callable[[], bool] | None, name: str):
+        """The future's result; with `should_stop`, cancels the future (pebble kills a
+        running worker) and raises CellStopped("cancelled") as soon as it says True."""
+        if should_stop is None:
+            return future.result()
+        while True:
+            try:
+                return future.result(timeout=defaults.ANALYSIS_STOP_POLL_S)
+            except TimeoutError:
+                if future.done():  # pebble's own wall-clock limit (also a TimeoutError)
+                    raise
+            if should_stop():
+                future.cancel()
+                self._count("cancelled", name)
+                raise CellStopped("cancelled", f"{name}: analysis stopped: its case was cancelled")
 
     def _note_peak(self, peak_rss_bytes: int) -> None:
         with self._lock:

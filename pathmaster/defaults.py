@@ -32,6 +32,7 @@ COORDINATOR_PORT = 50051   # the coordinator's control port (Info, Submit, healt
 SITE_PORT = 50051          # a site's control port on its own host (testbed deployments)
 CLASS_PORT_BASE = 50061    # a site's fixed per-class reply ports: this one, +1, ... by priority
 GATEWAY_PORT = 8080        # the web page (`pathmaster gateway`)
+OTLP_ENDPOINT = "http://localhost:4317"  # an OpenTelemetry collector's OTLP/gRPC port ([tracing] endpoint)
 GATEWAY_HEAD_TIMEOUT_S = 10.0  # a request's line and headers must arrive within this
 GATEWAY_BODY_TIMEOUT_S = 120.0  # a request's body must be complete this long after its head
                                 # (a 6-cell case is ~2 MB: over a minute only below ~0.3 Mbit/s)
@@ -171,6 +172,9 @@ CELL_WALL_FACTOR = 6.0
 # 10.9 GB. A larger need is a MemoryError, an error for that cell alone.
 ANALYSIS_MEMORY_BYTES = 3 * 1024**3
 ANALYSIS_PROCESSES = 1     # bounded worker processes per analysing actor (one cell at a time)
+# How often a cell's analysis looks whether its case was cancelled (the caller went away or
+# its deadline passed): a cancelled cell's worker process is killed within about this long.
+ANALYSIS_STOP_POLL_S = 0.1
 
 # --- Identifiers a client chooses (checked at the coordinator, never echoed whole) -------
 MAX_CASE_ID_CHARS = 64          # a case id, e.g. an accession number

@@ -46,7 +46,7 @@ from collections import OrderedDict
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -323,6 +323,14 @@ def split_address(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def _core_channel(channel: grpc.Channel):
+    """The gRPC core channel under `channel` (grpc.intercept_channel, e.g. tracing, keeps the
+    channel it wraps as `_channel`; a plain grpc.Channel keeps its core channel so)."""
+    while not hasattr(channel, "check_connectivity_state"):
+        channel = channel._channel
+    return channel
+
+
 class ClassChannels:
     """Channels to many servers, one per (target, class), created on first use.
 
@@ -330,7 +338,8 @@ class ClassChannels:
     later (from the site's Info) to send each class to the port that marks its replies;
     until then a class goes to the control address, still marked on the way out.
     When the TLS files change (a rotated certificate), the next `channel` call opens new
-    channels with them; calls in flight on the old ones finish.
+    channels with them; calls in flight on the old ones finish. `wrap(channel)`, when given,
+    is applied to each new channel (e.g. tracing interceptors).
     """
 
     def __init__(
@@ -339,8 +348,10 @@ class ClassChannels:
         classes: ClassTable = DEFAULT_CLASSES,
         tls: TLSFiles | None = None,
         max_message_bytes: int = MAX_MESSAGE_BYTES,
+        wrap: Callable[[grpc.Channel], grpc.Channel] | None = None,
     ):
         self.targets = dict(targets)
+        self.wrap = wrap
         self.classes = classes
         self.tls = tls
         self.max_message_bytes = max_message_bytes
@@ -400,9 +411,8 @@ class ClassChannels:
                 self._channels.clear()
             key = (name, class_name, lane)
             if key not in self._channels:
-                self._channels[key] = open_channel(
-                    self.address(name, class_name), dscp, self.tls, self.max_message_bytes, lane
-                )
+                channel = open_channel(self.address(name, class_name), dscp, self.tls, self.max_message_bytes, lane)
+                self._channels[key] = self.wrap(channel) if self.wrap else channel
             return self._channels[key]
 
     def connect(self, name: str, class_names: list[str], lanes: int) -> None:
@@ -413,7 +423,7 @@ class ClassChannels:
             for lane in range(lanes):
                 # What grpc.channel_ready_future does first, without its polling thread (which
                 # raises if the channel is closed while it polls): ask the core to connect now.
-                self.channel(name, class_name, lane)._channel.check_connectivity_state(True)
+                _core_channel(self.channel(name, class_name, lane)).check_connectivity_state(True)
 
     def close(self) -> None:
         with self._lock:
@@ -476,7 +486,8 @@ class MarkedServer:
     `service_names` are the full names announced by health checking and reflection
     (served on every port). `class_ports` maps class -> port (0: any free port);
     None serves only the control port (replies then unmarked). A class port refuses
-    requests naming another class (`_OwnClassOnly`).
+    requests naming another class (`_OwnClassOnly`). `interceptors`: the caller's own
+    (e.g. tracing), run before the role and class checks.
     """
 
     def __init__(
@@ -490,11 +501,13 @@ class MarkedServer:
         tls: TLSFiles | None = None,
         max_workers: int = 16,
         max_message_bytes: int = MAX_MESSAGE_BYTES,
+        interceptors: Sequence[grpc.ServerInterceptor] = (),
     ):
         self.classes = classes
         self.health = health.HealthServicer()
         self._executor = futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc")
         names = list(service_names)
+        extra = list(interceptors)  # the caller's (e.g. tracing), outermost
 
         def build(class_name: str | None) -> grpc.Server:
             # No SO_REUSEPORT: a second server on a busy port must fail, not share it.
@@ -503,7 +516,7 @@ class MarkedServer:
             if class_name is not None:
                 options.append(("grpc.dscp", int(classes[class_name].dscp)))
                 interceptors.append(_OwnClassOnly(class_name))
-            server = grpc.server(self._executor, options=options, interceptors=interceptors)
+            server = grpc.server(self._executor, options=options, interceptors=[*extra, *interceptors])
             add_servicers(server)
             health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
             reflection.enable_server_reflection(

@@ -28,6 +28,7 @@ from pathmaster.records import InvalidInput
 from qos.classes import ClassTable, RequestClass, UnknownClass
 from qos.transport import STALE_PORT_CODES, ClassChannels, TLSFiles
 from services.classinfo import table_from_info
+from services.tracing import case_span, end_span
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
 
@@ -166,7 +167,9 @@ class CoordinatorClient:
             known = False
         on_class_port = known and self.class_address(request_class) != self.address
         stub = self._stub(request_class if known else None)
-        call = stub.SubmitCase(request, timeout=deadline_s + REPLY_MARGIN_S)
+        span, metadata = case_span(request_class, len(cells) or len(features or []))
+        call = stub.SubmitCase(request, timeout=deadline_s + REPLY_MARGIN_S, metadata=metadata)
+        call.add_done_callback(lambda done: end_span(span, done))  # the case's trace root
         if on_class_port:
             call.add_done_callback(self._forget_class_ports)
         return call

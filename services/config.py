@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer,
                       PlainValidator, ValidationError, ValidationInfo, WithJsonSchema, WrapValidator,
@@ -114,6 +114,25 @@ class TLSTable(_Table):
 
     def files(self) -> TLSFiles:
         return TLSFiles(**dict(self))
+
+
+class TracingTable(_Table):
+    """[tracing]: OpenTelemetry traces of each case (services/tracing.py); off unless an
+    exporter is named."""
+
+    exporter: Literal["off", "otlp", "jsonl"] = "off"
+    """"otlp": spans to an OpenTelemetry collector at `endpoint` (OTLP over gRPC); "jsonl":
+    one span per line appended to `file`; "off": none."""
+    endpoint: str = defaults.OTLP_ENDPOINT
+    """The collector's OTLP/gRPC address ("http://HOST:PORT" plain, "https://HOST:PORT" TLS)."""
+    file: OptionalPath = None
+    """The JSON-lines file of spans, for exporter = "jsonl"."""
+
+    @model_validator(mode="after")
+    def _file_for_jsonl(self):
+        if self.exporter == "jsonl" and self.file is None:
+            raise ConfigError('exporter "jsonl" needs a file to write the spans to', key="file")
+        return self
 
 
 class _ServerTable(_Table):
@@ -256,6 +275,7 @@ class _Served(_ServerTable):
 
     tls: TLSFiles | None = None
     classes: Classes = Field(default_factory=lambda: DEFAULT_CLASSES)
+    tracing: TracingTable = Field(default_factory=TracingTable)
 
     @model_validator(mode="after")
     def _resolve_class_ports(self):
@@ -309,9 +329,12 @@ class SiteFile(_Table):
     """This server's certificate; mutual = true demands client certificates."""
     classes: Classes = Field(default_factory=lambda: DEFAULT_CLASSES)
     """[classes.NAME] tables: a class table of your own replaces the default (qos/classes.py) whole."""
+    tracing: TracingTable = Field(default_factory=TracingTable)
+    """OpenTelemetry traces (off unless an exporter is named)."""
 
     def config(self) -> SiteConfig:
-        return SiteConfig(**dict(self.site), tls=self.tls and self.tls.files(), classes=self.classes)
+        return SiteConfig(**dict(self.site), tls=self.tls and self.tls.files(), classes=self.classes,
+                          tracing=self.tracing)
 
 
 class CoordinatorFile(_Table):
@@ -326,15 +349,17 @@ class CoordinatorFile(_Table):
     classes: Classes = Field(default_factory=lambda: DEFAULT_CLASSES)
     """[classes.NAME] tables: a class table of your own replaces the default (qos/classes.py)
     whole; list every class, in the sites' files too."""
+    tracing: TracingTable = Field(default_factory=TracingTable)
+    """OpenTelemetry traces (off unless an exporter is named)."""
 
     def config(self) -> CoordinatorConfig:
-        return CoordinatorConfig(**dict(self.coordinator), sites=self.sites, classes=self.classes,
+        return CoordinatorConfig(**dict(self.coordinator), sites=self.sites, classes=self.classes, tracing=self.tracing,
                                  tls=self.tls and self.tls.files(), site_tls=self.site_tls and self.site_tls.files())
 
 
 # ------------------------------------------------------------------ reading TOML
 
-_FILE_TABLES = {"tls", "site_tls", "classes", "sites"}  # a settings field that is a table of the file
+_FILE_TABLES = {"tls", "site_tls", "classes", "sites", "tracing"}  # a settings field that is a table of the file
 _ARRAYS = {"sites"}  # arrays of tables: [[sites]]
 _TYPES = {"int": "int", "float": "float", "string": "str", "bool": "bool", "dict": "table",
           "model": "table", "list": "array", "path": "str"}

@@ -47,6 +47,7 @@ from services.coordinator.stats import CaseLog, ClassStats, CoordinatorMetrics
 from services.coordinator.validation import CaseRejected, check_case_request
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
+from services.tracing import server_interceptors, start_tracing, traced_channel
 
 log = logging.getLogger("pathmaster.coordinator")
 
@@ -519,8 +520,10 @@ class CoordinatorServer:
 
     def start(self) -> "CoordinatorServer":
         cfg = self.config
+        start_tracing(cfg.tracing, "pathmaster-coordinator")
         self.channels = ClassChannels({s.name: s.address for s in cfg.sites}, cfg.classes, cfg.site_tls,
-                                      max_message_bytes=max(cfg.max_case_bytes * 2, 64 * 2**20))
+                                      max_message_bytes=max(cfg.max_case_bytes * 2, 64 * 2**20),
+                                      wrap=traced_channel)  # a span per site call, in the case's trace
         self.stats = ClassStats(cfg.classes, cfg.stats_window)
         self.metrics = CoordinatorMetrics(self.stats)
         self.servicer = CoordinatorServicer(cfg, self.channels, self.stats, CaseLog(cfg.case_log), self.metrics)
@@ -528,7 +531,7 @@ class CoordinatorServer:
         self.server = MarkedServer(
             lambda server: pb_grpc.add_CoordinatorServicer_to_server(self.servicer, server),
             [COORDINATOR_SERVICE], host, port, cfg.class_ports, cfg.classes, cfg.tls, max_workers=64,
-            max_message_bytes=max(cfg.max_case_bytes * 2, 64 * 2**20),
+            max_message_bytes=max(cfg.max_case_bytes * 2, 64 * 2**20), interceptors=server_interceptors(),
         )
         self.servicer.class_ports = dict(self.server.class_ports)
         self.servicer.class_dscp = self.server.class_dscp

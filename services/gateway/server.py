@@ -18,6 +18,7 @@ description is at /api/openapi.json):
     GET  /login/once?token=T    a one-time sign-in link -> sets the cookie, back to the page
     GET  /api/session           who is signed in, and the session's CSRF token
     POST /api/logout
+    GET  /metrics               Prometheus metrics (metrics.py): loopback callers and admins only
 
 Everything but the page, its static files and signing in needs a session; every POST
 carries the session's CSRF token (header X-CSRF-Token) and comes from the page's origin.
@@ -36,12 +37,14 @@ import logging
 import socket
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
 
 import grpc
 import uvicorn
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
@@ -56,14 +59,16 @@ from pathmaster.defaults import CASE_DEADLINE_S, MAX_FILE_BYTES
 from pathmaster.ids import check_id
 from pathmaster.records import InvalidInput
 from qos.classes import UnknownClass
-from qos.transport import TLSFiles
+from qos.transport import TLSFiles, is_loopback
 from services.client import CoordinatorClient, tls_hint, unknown_class_message
 from services.coordinator.validation import DEFAULT_CLASS  # what the coordinator takes for no class
 from services.gateway import events
 from services.gateway.accounts import Accounts, LoginThrottle, Session, may_send
 from services.gateway.audit import AuditLog
 from services.gateway.limits import BodyLimits, check_json_depth, with_head_timeout
+from services.gateway.metrics import UNKNOWN_CLASS, GatewayMetrics, RequestMetrics
 from services.gateway.security import SAFE_METHODS, SameOrigin, SecurityHeaders, https_redirect
+from services.metrics import case_outcome
 from services.gateway.pairing import pair_files
 from services.gateway.upload import check_upload
 
@@ -128,6 +133,7 @@ class Gateway:
         self.audit = audit
         self.throttle = LoginThrottle()
         self.https = https
+        self.metrics = GatewayMetrics()
 
     def close(self) -> None:
         self.client.close()
@@ -212,17 +218,20 @@ class Gateway:
                    "message": "no usable cell images in this case: nothing was sent"}
             return
         call = None
+        started, outcome = time.perf_counter(), "cancelled"  # unless it ends otherwise
         try:
             call = await run_in_threadpool(self.client.submit, checked.cells, request_class,
                                            deadline_s=self.case_deadline_s, case_id=case_id)
             while (event := await run_in_threadpool(next, call, None)) is not None:
                 reply = events.case_event_json(event)
                 if reply["type"] == "summary":
+                    outcome = case_outcome(reply["sites_ok"], reply["sites_failed"])
                     self.audit.record("case-done", session.name, session.role, client,
                                       case_id=reply["case_id"], request_class=request_class,
                                       sites_ok=reply["sites_ok"], sites_failed=reply["sites_failed"])
                 yield reply
         except grpc.RpcError as exc:
+            outcome = "failed"
             yield {"type": "error", "status": exc.code().name,
                    "words": events.coordinator_words(exc.code().name),
                    "message": f"the coordinator at {self.coordinator_address} did not run the "
@@ -230,6 +239,16 @@ class Gateway:
         finally:
             if call is not None:
                 call.cancel()  # thread-safe: also ends a `next` still waiting in its thread
+            self.metrics.case_seconds.labels(self.class_label(request_class), outcome).observe(
+                time.perf_counter() - started)
+
+    def class_label(self, request_class: str) -> str:
+        """The `class` label of a case: its class if the coordinator has it, else "unknown"
+        (a label set users cannot grow)."""
+        try:
+            return request_class if request_class in self.client.classes else UNKNOWN_CLASS
+        except grpc.RpcError:
+            return UNKNOWN_CLASS
 
 
 class LoginRequest(BaseModel):
@@ -357,11 +376,13 @@ def create_app(gateway: Gateway) -> FastAPI:
         body = await read_json(request, LoginRequest)
         keys = (f"name:{body.name}", f"from:{client_of(request)}")
         if gateway.throttle.blocked(*keys):
+            gateway.metrics.login_failures.labels("throttled").inc()
             gateway.audit.record("sign-in-throttled", body.name, None, client_of(request))
             raise HttpError(HTTPStatus.TOO_MANY_REQUESTS, "Too many failed sign-ins; wait a minute "
                                                           "and try again.")
         if not await run_in_threadpool(gateway.accounts.check_password, body.name, body.password):
             gateway.throttle.failed(*keys)
+            gateway.metrics.login_failures.labels("password").inc()
             gateway.audit.record("sign-in-refused", body.name, None, client_of(request))
             raise HttpError(HTTPStatus.UNAUTHORIZED, "That name and password do not match.")
         token, session = await run_in_threadpool(gateway.accounts.start_session, body.name)
@@ -372,6 +393,7 @@ def create_app(gateway: Gateway) -> FastAPI:
     def login_once(request: Request, token: str = Query("", max_length=128)):
         name = gateway.accounts.redeem_link(token)
         if name is None:
+            gateway.metrics.login_failures.labels("link").inc()
             gateway.audit.record("sign-in-refused", None, None, client_of(request), how="link")
             return HTMLResponse("<!doctype html><title>PathMaster</title><p>This sign-in link has "
                                 "been used or has expired. Ask for a new one, or "
@@ -392,6 +414,18 @@ def create_app(gateway: Gateway) -> FastAPI:
         response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict",
                                secure=gateway.https)
         return response
+
+    @app.get("/metrics", include_in_schema=False)
+    def metrics(request: Request):
+        """Prometheus metrics: for callers on this host (a scraper beside the gateway) and
+        signed-in admins; 403 for anyone else."""
+        if not is_loopback(client_of(request) or ""):
+            session = gateway.accounts.session(request.cookies.get(SESSION_COOKIE))
+            if session is None or session.role != "admin":
+                raise HttpError(HTTPStatus.FORBIDDEN, "The gateway's metrics are for its host and for "
+                                                      "administrators; sign in as an admin to see them.")
+        return Response(generate_latest(gateway.metrics.registry), media_type=CONTENT_TYPE_LATEST,
+                        headers={"Cache-Control": "no-store"})
 
     @app.get("/", include_in_schema=False)
     def page():
@@ -586,6 +620,7 @@ def start_gateway(coordinator_address: str, host: str = "127.0.0.1", port: int =
     hosts = allowed_host_names(host, allowed_hosts)
     app = TrustedHostMiddleware(app, allowed_hosts=hosts)
     app = SecurityHeaders(app)
+    app = RequestMetrics(app, gateway.metrics)  # outermost: every request, refused ones too
 
     def config_for(asgi_app, certificate: TLSFiles | None) -> uvicorn.Config:
         return uvicorn.Config(asgi_app, http=with_head_timeout(head_timeout_s), lifespan="off",

@@ -2,8 +2,9 @@
 
 DSCP orders packets in the network; this orders work at the site. Each actor is given at
 most one cell at a time, so a waiting urgent cell is the next one any actor starts, even
-behind a queue of bulk cells (a cell already running is never interrupted). Within a
-class, cells start in the order they came.
+behind a queue of bulk cells (a cell already running is not interrupted for it). Within a
+class, cells start in the order they came. A cancelled cell is dropped from the queue, and
+a running one is told to stop (`ray.cancel`; the worker kills its analysis process).
 """
 
 from __future__ import annotations
@@ -72,7 +73,8 @@ class PriorityDispatcher:
             return len(self._heap)
 
     def cancel(self, job: Job) -> None:
-        """Drop a waiting job; a running one finishes (Ray actors are not interrupted)."""
+        """Drop a waiting job; a running one is cancelled (`ray.cancel` sets the actor task's
+        cancellation flag, which the worker's analysis pool watches: worker.py)."""
         with self._changed:
             job.cancelled = True
             if job.ref is not None:

@@ -2,8 +2,10 @@
 
 The gRPC handler only routes: each cell of a case goes to the site's Ray actors, which
 already hold the FAISS index, most-favoured request class first (dispatch.py). The
-handler waits for the cells with the call's own deadline, and stops waiting (and drops
-its queued cells) as soon as the coordinator cancels the call.
+handler waits for the cells with the call's own deadline, and as soon as the coordinator
+cancels the call (or its deadline passes) stops the case's cells: queued ones are dropped,
+running ones cancelled (the worker kills their analysis process), so the next case does
+not wait behind work nobody will read.
 
 The site is truthful about itself: dead workers are replaced with backoff
 (supervisor.py), and while none is alive gRPC health says NOT_SERVING and Analyse is
@@ -32,6 +34,7 @@ from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
 from services.site.cells import check_cell_size
 from services.fate import remember_descendants
 from services.metrics import serve_metrics, stop_metrics
+from services.tracing import server_interceptors, start_tracing
 from services.site.dispatch import PriorityDispatcher, WorkersDown
 from services.site.metrics import SiteMetrics
 from services.site.supervisor import Supervisor
@@ -294,9 +297,11 @@ class SiteServer:
         remember_descendants()  # what Ray started meanwhile goes when this process goes (services/fate.py)
         self.servicer = SiteServicer(cfg.name, self.workers, info, cfg.classes, self.metrics)
         host, _, port = cfg.listen.rpartition(":")
+        start_tracing(cfg.tracing, "pathmaster-site")
         self.server = MarkedServer(
             lambda server: pb_grpc.add_SiteServicer_to_server(self.servicer, server),
             [SITE_SERVICE], host, int(port), cfg.class_ports, cfg.classes, cfg.tls, max_workers=32,
+            interceptors=server_interceptors(),  # a span per call, in its case's trace
         )
         self.servicer.class_ports = dict(self.server.class_ports)
         self.servicer.class_dscp = self.server.class_dscp

@@ -59,6 +59,15 @@ class CellOutcome:
     search_s: float = 0.0
 
 
+def ray_task_cancelled() -> bool:
+    """True when this runs as a Ray actor task that `ray.cancel` was called on (the site
+    cancels a cell whose case its caller gave up); False outside a Ray worker."""
+    try:
+        return ray.get_runtime_context().is_canceled()
+    except RuntimeError:  # not a Ray worker: the in-process use (benchmarks' baseline)
+        return False
+
+
 class SiteWorker:
     """Feature extraction and search over one site database (folder `db`)."""
 
@@ -86,7 +95,8 @@ class SiteWorker:
             return analysis.features, analysis.background_estimated, analysis.mask_estimated
         pixels = check_cell_size(cell_id, image, background, mask) if image else 0
         return self.pool.run(analyse_encoded, cell_id, image, background, mask,
-                             pixels=pixels, deadline=deadline, name=f"cell {cell_id!r}")
+                             pixels=pixels, deadline=deadline, name=f"cell {cell_id!r}",
+                             should_stop=ray_task_cancelled)
 
     def ready(self) -> bool:
         return True
@@ -136,7 +146,9 @@ class SiteWorker:
         deadline: wall-clock time (time.time()) after which the answer is of no use.
 
         Bad input gives the outcome's `error` (naming the cell), not an exception; so does a
-        cell stopped by its budget or deadline (the rest of the case is answered).
+        cell stopped by its budget or deadline (the rest of the case is answered). A cell
+        whose task is cancelled (`ray.cancel`: its case was cancelled) is stopped, its
+        analysis process killed and replaced.
         """
         t0 = time.perf_counter()
         try:

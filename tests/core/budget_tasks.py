@@ -50,3 +50,12 @@ def refuse(message: str):
 def thread_settings() -> dict:
     return {name: os.environ.get(name) for name in
             ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+
+
+def announce_and_block(path: str, seconds: float) -> float:
+    """Writes this worker's pid to `path` (the task has started), then blocks."""
+    with open(path + ".tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(path + ".tmp", path)
+    time.sleep(seconds)
+    return seconds

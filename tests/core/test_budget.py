@@ -123,3 +123,22 @@ def test_work_that_blocks_is_stopped_by_the_wall_cap():
             pool.run(tasks.block, 600, name="cell 'b'")
         assert err.value.reason == "budget" and "wall clock" in str(err.value)
         assert pool.run(tasks.double, 6) == 12
+
+
+def test_a_cancelled_task_is_not_started(pool):
+    completed, cancelled = pool.stats.completed, pool.stats.cancelled
+    with pytest.raises(CellStopped) as err:
+        pool.run(tasks.double, 1, name="cell 'gone'", should_stop=lambda: True)
+    assert err.value.reason == "cancelled" and "not analysed" in str(err.value)
+    assert pool.stats.completed == completed and pool.stats.cancelled == cancelled + 1
+    assert pool.stats.events[-1][1:] == ("cell 'gone'", "cancelled")
+
+
+def test_a_running_task_is_stopped_when_its_caller_cancels_and_the_worker_replaced(pool, tmp_path):
+    started = tmp_path / "started"  # the task writes its worker's pid here once it runs
+    # block() uses no CPU and the wall cap is 600 s: only the cancellation can stop it
+    with pytest.raises(CellStopped) as err:
+        pool.run(tasks.announce_and_block, str(started), 600, name="cell 'c'", should_stop=started.exists)
+    assert err.value.reason == "cancelled" and "case was cancelled" in str(err.value)
+    assert pool.stats.events[-1][1:] == ("cell 'c'", "cancelled")
+    assert pool.run(tasks.worker_pid) != int(started.read_text())  # killed, and a fresh worker serves

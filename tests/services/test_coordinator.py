@@ -225,11 +225,23 @@ def test_deadline_gives_deadline_exceeded_in_time(deployment, slow_case, case):
     assert_serving(deployment.coordinator.address, case)
 
 
+def pool_events(site, prefix: str) -> list[tuple[str, str]]:
+    """(cell, outcome) of the site's first worker's analysis-pool events whose cell id
+    starts with `prefix` (pathmaster/budget.py PoolStats.events)."""
+    import ray
+
+    stats = ray.get(site.workers[0].budget_stats.remote(), timeout=60)
+    return [(name, outcome) for _, name, outcome in stats["events"] if name.startswith(f"cell '{prefix}")]
+
+
 def test_client_cancel_cancels_every_site_call(deployment, slow_case, case):
+    """A cancelled case's calls end at every site, its cells there are stopped (the running
+    one's analysis process killed, the queued ones never started) and the next case is served."""
     sites = [site.servicer for site in deployment.sites.values()]
     coordinator_cancelled = deployment.coordinator.servicer.cases_cancelled
+    cells = [pb.CellImage(cell_id=f"cancel-me-{i}.png", image=c.image) for i, c in enumerate(slow_case)]
     with CoordinatorClient(deployment.coordinator.address) as client:
-        call = client.submit(slow_case, "routine", deadline_s=60, case_id="cancel-me", ship="images")
+        call = client.submit(cells, "routine", deadline_s=60, case_id="cancel-me", ship="images")
         poll_until(lambda: all("cancel-me" in s.cases_started for s in sites), 20, "every site to start the case")
         call.cancel()
         with pytest.raises(grpc.RpcError) as err:
@@ -239,7 +251,12 @@ def test_client_cancel_cancels_every_site_call(deployment, slow_case, case):
                "every site to see the cancellation")
     poll_until(lambda: deployment.coordinator.servicer.cases_cancelled > coordinator_cancelled, 10,
                "the coordinator to record the cancellation")
+    for name, site in deployment.sites.items():
+        poll_until(lambda: ("cancelled" in {o for _, o in pool_events(site, "cancel-me-")}), 30,
+                   f"site {name}'s analysis pool to stop the running cell")
     assert_serving(deployment.coordinator.address, case)
+    for name, site in deployment.sites.items():  # the case's queued cells were never analysed
+        assert len(pool_events(site, "cancel-me-")) < len(cells), (name, pool_events(site, "cancel-me-"))
 
 
 def poll_until(condition, timeout_s: float, what: str) -> None:
