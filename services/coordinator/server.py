@@ -67,7 +67,7 @@ def site_deadline(now: float, case_deadline: float) -> float:
 def site_load(load: pb.SiteLoad) -> SiteLoad:
     """A site's reported load as the predictor's SiteLoad."""
     return SiteLoad(waiting_cells=load.waiting_cells, workers=max(1, load.workers),
-                    seconds_per_cell=dict(load.seconds_per_cell))
+                    seconds_per_cell=dict(load.seconds_per_cell), waiting_s=load.waiting_s)
 
 
 def client_identity(context: grpc.ServicerContext) -> str:
@@ -426,7 +426,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         n_cells = max(1, len(reply.cells))
         self.predictor.observe(site, request_class=attempt.request_class, mode=attempt.mode,
                                nbytes=attempt.request_bytes + reply_bytes, transfer_s=timing.transfer_s,
-                               cells=n_cells, site_wall_s=reply.timing.site_wall_s, load=site_load(reply.load))
+                               cells=n_cells, site_wall_s=reply.timing.site_wall_s, load=site_load(reply.load),
+                               queue_s=reply.timing.queue_s)
         old = self.reply_bytes_per_cell.get(site)
         per_cell = reply_bytes / n_cells
         self.reply_bytes_per_cell[site] = per_cell if old is None else old + 0.3 * (per_cell - old)
