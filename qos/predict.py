@@ -39,8 +39,33 @@ import numpy as np
 HALF_LIFE_CALLS = 8        # a call's weight halves after this many newer calls
 WINDOW_CALLS = 32          # calls kept per path
 PRIOR_RATE_BPS = 100e6     # bits/s assumed before the path has shown its rate (a LAN)
-OVERHEAD_EWMA_ALPHA = 0.3  # weight of the newest call in a site's per-call overhead
+RECENT_CALLS = 9           # calls a recent median is taken over: a spike is ignored, a new level
+                           # is followed after RECENT_CALLS // 2 + 1 calls
 ONE_JOB_MODES = frozenset({"features"})  # modes a site serves a whole request in one job
+
+
+class RecentMedian:
+    """The median of the last `window` values: a level that follows a change within
+    window // 2 + 1 values and, unlike a mean, is not pulled by one slow outlier (the
+    median absolute percentage error is what the predictions are judged by).
+
+    Parameters
+    ----------
+    window : int
+        Values kept.
+    """
+
+    def __init__(self, window: int = RECENT_CALLS):
+        self._values: deque[float] = deque(maxlen=window)
+
+    def add(self, value: float) -> None:
+        """Keep `value` (a non-finite one is ignored)."""
+        if math.isfinite(value):
+            self._values.append(float(value))
+
+    def value(self) -> float | None:
+        """The median of the values kept, None before the first."""
+        return float(np.median(self._values)) if self._values else None
 
 
 @dataclass(frozen=True)
@@ -123,8 +148,8 @@ class SiteModel:
     - `rounds`: how many cells one worker does in turn: all of them in features mode (the
       site searches a request's vectors in one job), ceil(cells / workers) for images;
     - `overhead_s`: what a call costs the site beyond its cells' service (handler,
-      decoding, reply), an EWMA of the measured rest: site wall time less the site's
-      reported queue wait less the cells' service.
+      decoding, reply): the recent median (`RecentMedian`) of the measured rest, site
+      wall time less the site's reported queue wait less the cells' service.
 
     Parameters
     ----------
@@ -139,7 +164,7 @@ class SiteModel:
         self.clock = clock
         self.paths: dict[str, PathModel] = {}
         self.per_cell_s: dict[str, float] = {}
-        self.overhead_s: dict[str, float] = {}
+        self.overhead_s: dict[str, RecentMedian] = {}
         self.load = SiteLoad(at=clock())
 
     def path(self, request_class: str) -> PathModel:
@@ -189,8 +214,7 @@ class SiteModel:
             # Without a report, the site's wall time per cell stands in for its service time.
             self.per_cell_s[mode] = max(0.0, site_wall_s - queue_s) / max(1, self.rounds(mode, cells))
         rest = site_wall_s - max(0.0, queue_s) - self.per_cell_s[mode] * self.rounds(mode, cells)
-        old = self.overhead_s.get(mode)
-        self.overhead_s[mode] = rest if old is None else old + OVERHEAD_EWMA_ALPHA * (rest - old)
+        self.overhead_s.setdefault(mode, RecentMedian()).add(rest)
 
     def queue_s(self) -> float:
         """Seconds of work ahead of a new cell now, from the latest report."""
@@ -202,7 +226,8 @@ class SiteModel:
         per_cell = self.per_cell_s.get(mode)
         if per_cell is None:
             return None
-        return {"queue_s": self.queue_s(), "overhead_s": max(0.0, self.overhead_s.get(mode, 0.0)),
+        overhead = self.overhead_s[mode].value() if mode in self.overhead_s else None
+        return {"queue_s": self.queue_s(), "overhead_s": max(0.0, overhead or 0.0),
                 "service_s": per_cell * self.rounds(mode, cells)}
 
     def site_s(self, mode: str, cells: int) -> float | None:

@@ -35,7 +35,7 @@ from pathmaster.records import InvalidInput
 from pathmaster.vocabulary import majority
 from qos.admission import Admission, Refused
 from qos.policy import plan_site
-from qos.predict import PredictionLog, Predictor, SiteLoad
+from qos.predict import PredictionLog, Predictor, RecentMedian, SiteLoad
 from qos.transport import STALE_PORT_CODES, ClassChannels, MarkedServer, connect_address, split_address
 from services.classinfo import class_messages
 from services.metrics import case_outcome, serve_metrics, stop_metrics
@@ -137,7 +137,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         self.site_schemas: dict[str, str] = {}
         self.analysers = None            # services.coordinator.analysis.Analysers, once ready
         self.analysers_schema = ""       # their feature schema; "" while none are ready
-        self.analysis_s_per_cell: float | None = None
+        self.analysis_s_per_cell = RecentMedian()  # the coordinator's own analysis, seconds per cell
         self.predictor = Predictor()
         self.predictions = PredictionLog()       # case-level predicted vs actual
         self.site_predictions = PredictionLog()  # per site
@@ -351,7 +351,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         return self.predictor.predict(site, request_class, mode, int(request_bytes + reply_bytes), cells)
 
     def _analysis_estimate(self, cells: int) -> float:
-        per_cell = self.analysis_s_per_cell or 0.0
+        per_cell = self.analysis_s_per_cell.value() or 0.0
         workers = max(1, len(self.analysers.actors)) if self.analysers else 1
         return per_cell * -(-cells // workers)
 
@@ -373,8 +373,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             return None, {}
         spent = time.monotonic() - t0
         per_cell = spent * min(len(self.analysers.actors), len(analysed)) / max(1, len(analysed))
-        old = self.analysis_s_per_cell
-        self.analysis_s_per_cell = per_cell if old is None else old + 0.3 * (per_cell - old)
+        self.analysis_s_per_cell.add(per_cell)
         errors = {cell.cell_id: r for cell, r in zip(request.cells, analysed) if isinstance(r, str)}
         features = [r for r in analysed if not isinstance(r, str)]
         if not features:  # nothing to search with: the sites report each cell's problem themselves

@@ -25,6 +25,7 @@ from pathmaster import defaults
 from pathmaster.records import InvalidInput
 from pathmaster.ids import log_tag, shown
 from qos.classes import DEFAULT_CLASSES, ClassTable
+from qos.predict import RecentMedian
 from qos.transport import MarkedServer, connect_address
 from services.config import SiteConfig
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
@@ -42,7 +43,6 @@ log = logging.getLogger("pathmaster.site")
 SITE_SERVICE = pb.DESCRIPTOR.services_by_name["Site"].full_name
 POLL_S = 0.1  # how often a waiting handler checks whether its caller has gone
 METHOD_OF_MODE = {"images": "analyse", "features": "search_many"}  # the worker method of each mode
-SERVICE_EWMA_ALPHA = 0.3  # weight of the newest case in the per-cell service time reported
 
 
 def cell_result(outcome: CellOutcome) -> pb.CellResult:
@@ -83,28 +83,27 @@ class SiteServicer(pb_grpc.SiteServicer):
         # Recent case ids, for operators and tests: begun here, and abandoned by their caller.
         self.cases_started: deque[str] = deque(maxlen=1000)
         self.cases_cancelled: deque[str] = deque(maxlen=1000)
-        self.seconds_per_cell: dict[str, float] = {}  # by mode, an EWMA over cases
+        self.seconds_per_cell: dict[str, RecentMedian] = {}  # by mode, over recent calls
 
     def load(self) -> pb.SiteLoad:
         """What the coordinator's predictor needs: the queue (cells, and seconds of work
         ahead of a new cell), the workers, the service time per cell by mode."""
         with self._lock:
-            per_cell = dict(self.seconds_per_cell)
+            per_cell = {mode: recent.value() for mode, recent in self.seconds_per_cell.items()}
         by_method = {METHOD_OF_MODE[mode]: s for mode, s in per_cell.items()}
         return pb.SiteLoad(waiting_cells=self.dispatcher.waiting(), workers=self.dispatcher.alive(),
                            seconds_per_cell=per_cell, waiting_s=self.dispatcher.work_ahead_s(by_method))
 
     def _note_service(self, mode: str, jobs: list) -> None:
-        """Fold the call's service time per cell (its jobs' wall time on a worker,
-        dispatch to result, Ray's round trip included) into the mode's EWMA."""
+        """Add the call's service time per cell (its jobs' wall time on a worker,
+        dispatch to result, Ray's round trip included) to the mode's recent median."""
         timed = [(job.service_s(), job.cells) for job in jobs]
         timed = [(s, n) for s, n in timed if s is not None]
         if not timed:
             return
         seconds = sum(s for s, _ in timed) / sum(n for _, n in timed)
         with self._lock:
-            old = self.seconds_per_cell.get(mode)
-            self.seconds_per_cell[mode] = seconds if old is None else old + SERVICE_EWMA_ALPHA * (seconds - old)
+            self.seconds_per_cell.setdefault(mode, RecentMedian()).add(seconds)
 
     def _jobs(self, request: pb.AnalyseRequest, context: grpc.ServicerContext, k: int) -> tuple[str, list]:
         """Queue the request's cells: analysed images, or (features mode) search only."""

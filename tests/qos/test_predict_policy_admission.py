@@ -7,7 +7,7 @@ import pytest
 
 from qos.admission import Admission, Refused
 from qos.policy import plan_site
-from qos.predict import PathModel, PredictionLog, SiteLoad, SiteModel
+from qos.predict import RECENT_CALLS, PathModel, PredictionLog, RecentMedian, SiteLoad, SiteModel
 
 CLASSES = ["urgent", "routine", "teaching", "bulk"]
 
@@ -89,7 +89,7 @@ def test_the_queue_ahead_counts_as_reported_and_drains_with_time():
     answered(site, site_wall_s=0.030, per_cell=0.002)
     idle = site.predict("routine", "features", 10_000, cells=6)
     answered(site, site_wall_s=1.030, queue_s=1.0, per_cell=0.002, waiting_s=1.5)  # a queue at the site
-    assert site.overhead_s["features"] == pytest.approx(0.018)  # the wait is not taken for overhead
+    assert site.overhead_s["features"].value() == pytest.approx(0.018)  # the wait is not taken for overhead
     assert site.predict("routine", "features", 10_000, cells=6) == pytest.approx(idle + 1.5)
     clock.now += 0.5
     assert site.queue_s() == pytest.approx(1.0)
@@ -102,13 +102,26 @@ def test_the_prediction_follows_a_change_of_service_time():
     for _ in range(10):
         answered(site, mode="images", site_wall_s=0.61, per_cell=0.1)
     assert site.site_s("images", 6) == pytest.approx(0.61)
-    # The site gets slower (another tenant, a bigger index): its reports and its wall time say so.
+    # The site gets slower (another tenant, a bigger index): its report says so at once.
     answered(site, mode="images", site_wall_s=1.81, per_cell=0.3)
     assert site.site_s("images", 6) == pytest.approx(1.81)
-    # A per-call cost that grows is learnt within a few calls (EWMA).
-    for _ in range(10):
+    # A per-call cost that grows is learnt once it is the recent median; one slow call is not.
+    answered(site, mode="images", site_wall_s=9.0, per_cell=0.3)
+    assert site.site_s("images", 6) == pytest.approx(1.81)
+    for _ in range(RECENT_CALLS // 2 + 1):
         answered(site, mode="images", site_wall_s=1.90, per_cell=0.3)
-    assert site.site_s("images", 6) == pytest.approx(1.90, rel=0.02)
+    assert site.site_s("images", 6) == pytest.approx(1.90)
+
+
+def test_recent_median_ignores_one_outlier_and_follows_a_new_level():
+    recent = RecentMedian(window=5)
+    assert recent.value() is None
+    for value in [1.0, 1.0, 10.0, 1.0, float("nan")]:
+        recent.add(value)
+    assert recent.value() == 1.0
+    for _ in range(3):
+        recent.add(2.0)
+    assert recent.value() == 2.0
 
 
 def test_without_a_reported_service_time_the_wall_time_per_cell_stands_in():
