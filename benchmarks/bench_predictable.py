@@ -86,6 +86,38 @@ def bench_throughput(address: str, cells, clients: int, per_client: int, ship: s
     return len(done) / wall
 
 
+def cpu_seconds() -> dict[str, float]:
+    """CPU seconds (user + system) so far of this process and of each kind of process
+    below it (Ray's site workers, the coordinator's analysers, their bounded analysis
+    processes, Ray's own daemons), from /proc: where a block's CPU went."""
+    from services.fate import descendants
+
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    parents = {}
+    for pid in [os.getpid(), *descendants(os.getpid())]:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        parents[pid] = int(fields[1])
+        if pid == os.getpid():
+            kind = "bench process (clients, coordinator, site servers)"
+        elif "SiteWorker" in cmd:
+            kind = "site workers (Ray actors)"
+        elif "CellAnalyser" in cmd or "Analyser" in cmd:
+            kind = "coordinator analysers (Ray actors)"
+        elif "forkserver" in cmd or "multiprocessing" in cmd:
+            kind = "bounded analysis processes"
+        else:
+            kind = "Ray daemons and idle workers"
+        # utime, stime, and the children's that were waited for (pebble's replaced workers)
+        out[kind] = out.get(kind, 0.0) + sum(int(f) for f in fields[11:15]) / tick
+    return out
+
+
 def bench_prediction(client, cells, cases: int, predictor, verbose: bool = False) -> dict:
     """Predicted vs actual completion, per case and per site, classes and modes in turn;
     and per site the predicted parts (transfer, site work) beside the measured ones."""
@@ -185,14 +217,22 @@ def main() -> int:
                   f"now {f['received'] / 1024:5.1f} ({f['received'] / i['received_before']:.2f} of before)")
 
         rates = {"images": [], "features": []}
+        cpu = {"images": {}, "features": {}}
         for _ in range(0 if "throughput" in skip else args.blocks):
             for ship in ("images", "features"):
+                before = cpu_seconds()
                 rates[ship].append(bench_throughput(address, cells, args.clients, args.cases_per_client, ship))
+                for kind, seconds in cpu_seconds().items():
+                    cpu[ship][kind] = cpu[ship].get(kind, 0.0) + seconds - before.get(kind, 0.0)
         img, feat = (statistics.median(rates[m]) if rates[m] else float("nan") for m in ("images", "features"))
         print(f"2. {args.clients} concurrent clients x {args.cases_per_client} 6-cell cases, {args.blocks} blocks "
               f"each: images {img:.2f} cases/s, features {feat:.2f} cases/s (medians): {feat / img:.2f}x "
               f"(blocks: images {', '.join(f'{r:.2f}' for r in rates['images'])}; "
               f"features {', '.join(f'{r:.2f}' for r in rates['features'])})")
+        cases = args.blocks * args.clients * args.cases_per_client
+        for kind in sorted(set(cpu["images"]) | set(cpu["features"])):
+            i, f = cpu["images"].get(kind, 0.0) / cases, cpu["features"].get(kind, 0.0) / cases
+            print(f"   CPU s per case, {kind:<52} images {i:6.3f}  features {f:6.3f}")
 
         with CoordinatorClient(address) as client:
             pred = bench_prediction(client, cells, args.cases, deployment.coordinator.servicer.predictor, args.verbose)
