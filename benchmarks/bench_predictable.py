@@ -124,8 +124,8 @@ def bench_prediction(client, cells, cases: int, predictor, verbose: bool = False
     parts = {}  # (site, class, mode) -> the site work predicted in the latest prediction
     predict = predictor.predict
 
-    def recording(site, request_class, mode, nbytes, cells):
-        predicted = predict(site, request_class, mode, nbytes, cells)
+    def recording(site, request_class, mode, nbytes, cells, sharing=1):
+        predicted = predict(site, request_class, mode, nbytes, cells, sharing)
         parts[(site, request_class, mode)] = predictor.site(site).site_parts(mode, cells)
         return predicted
 

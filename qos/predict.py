@@ -4,14 +4,16 @@ A site's completion time, as the coordinator sees it, is the transfer of the req
 the reply over the path, plus the site's own work (waiting for a worker, then analysing
 and searching)::
 
-    predicted_s = base_s + (bytes_up + bytes_down) / rate_Bps + site_s
+    predicted_s = sharing * (base_s + (bytes_up + bytes_down) / rate_Bps) + site_s
 
 - `base_s` and `rate_Bps` describe the path for one request class (round trips, and the
   throughput the class gets). They are fitted *passively*, from the coordinator's own
   transfers: every answered call gives (bytes each way, transfer seconds = wall time at
   the coordinator less the site's own wall time). The fit is least squares with
   exponential forgetting (recent calls count more, `HALF_LIFE_CALLS`), so the estimate
-  follows competing traffic as it comes and goes. While every case has the same size the
+  follows competing traffic as it comes and goes. The coordinator's own cases in flight
+  share the path (and, on one machine, its processor): a call made while `sharing` cases
+  ran is counted as `sharing` times its time alone. While every case has the same size the
   slope cannot be told from the intercept; the model then keeps its prior rate and puts
   the rest in `base_s`, which still predicts cases of that size well.
 - `site_s` comes from what the site reports: the seconds of work queued ahead, how many
@@ -94,11 +96,13 @@ class PathModel:
         self.prior_rate_Bps = prior_rate_bps / 8
         self._calls: deque[tuple[float, float]] = deque(maxlen=WINDOW_CALLS)
 
-    def observe(self, nbytes: int, transfer_s: float) -> None:
-        """Record one call: bytes moved (request + reply) and its transfer seconds."""
+    def observe(self, nbytes: int, transfer_s: float, sharing: int = 1) -> None:
+        """Record one call: bytes moved (request + reply) and its transfer seconds, taken
+        while `sharing` of the coordinator's cases (this one included) shared the path;
+        the fit keeps the call's time alone, transfer_s / sharing."""
         if nbytes < 0 or not math.isfinite(transfer_s) or transfer_s < 0:
             return
-        self._calls.append((float(nbytes), float(transfer_s)))
+        self._calls.append((float(nbytes), float(transfer_s) / max(1, sharing)))
 
     def fit(self) -> PathFit | None:
         """The weighted least-squares fit, or None before the first call."""
@@ -181,7 +185,7 @@ class SiteModel:
 
     def observe(self, request_class: str, mode: str, nbytes: int, transfer_s: float,
                 cells: int, site_wall_s: float, load: SiteLoad | None = None,
-                queue_s: float = 0.0) -> None:
+                queue_s: float = 0.0, sharing: int = 1) -> None:
         """Record one answered call.
 
         Parameters
@@ -201,8 +205,10 @@ class SiteModel:
             The site's report after the call.
         queue_s : float
             Of `site_wall_s`, the seconds its cells waited for a worker (site-reported).
+        sharing : int
+            The coordinator's cases in flight when the call was made, this one included.
         """
-        self.path(request_class).observe(nbytes, transfer_s)
+        self.path(request_class).observe(nbytes, transfer_s, sharing)
         if load is not None:
             self.load = load
             reported = (load.seconds_per_cell or {}).get(mode)
@@ -235,14 +241,16 @@ class SiteModel:
         parts = self.site_parts(mode, cells)
         return None if parts is None else sum(parts.values())
 
-    def predict(self, request_class: str, mode: str, nbytes: int, cells: int) -> float | None:
+    def predict(self, request_class: str, mode: str, nbytes: int, cells: int, sharing: int = 1) -> float | None:
         """Predicted completion seconds, or None until the site has answered once in this
-        mode and the class's path has carried a call."""
+        mode and the class's path has carried a call. `sharing`: the coordinator's cases
+        that share the path now, this one included (the transfer takes that many times its
+        time alone)."""
         fit = self.path(request_class).fit()
         site = self.site_s(mode, cells)
         if fit is None or site is None:
             return None
-        return fit.transfer_s(nbytes) + site
+        return fit.transfer_s(nbytes) * max(1, sharing) + site
 
 
 class Predictor:
@@ -266,10 +274,12 @@ class Predictor:
         with self._lock:
             model.observe(**call)
 
-    def predict(self, site: str, request_class: str, mode: str, nbytes: int, cells: int) -> float | None:
+    def predict(self, site: str, request_class: str, mode: str, nbytes: int, cells: int,
+                sharing: int = 1) -> float | None:
+        """`SiteModel.predict` for one site, under the lock."""
         model = self.site(site)
         with self._lock:
-            return model.predict(request_class, mode, nbytes, cells)
+            return model.predict(request_class, mode, nbytes, cells, sharing)
 
     def path_fit(self, site: str, request_class: str) -> PathFit | None:
         model = self.site(site)

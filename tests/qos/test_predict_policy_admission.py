@@ -113,6 +113,17 @@ def test_the_prediction_follows_a_change_of_service_time():
     assert site.site_s("images", 6) == pytest.approx(1.90)
 
 
+def test_a_transfer_made_while_other_cases_shared_the_path_counts_as_its_share():
+    site = SiteModel(clock=Clock())
+    for _ in range(5):  # a burst: 20 of the coordinator's cases at once, 0.4 s each transfer
+        site.observe(
+            "routine", "features", 10_000, 0.4, cells=6, site_wall_s=0.03, sharing=20,
+            load=SiteLoad(seconds_per_cell={"features": 0.002}, at=site.clock()))
+    alone = site.predict("routine", "features", 10_000, cells=6)
+    assert alone == pytest.approx(0.4 / 20 + 0.03)
+    assert site.predict("routine", "features", 10_000, cells=6, sharing=4) == pytest.approx(4 * 0.4 / 20 + 0.03)
+
+
 def test_recent_median_ignores_one_outlier_and_follows_a_new_level():
     recent = RecentMedian(window=5)
     assert recent.value() is None
@@ -250,3 +261,4 @@ def test_one_client_cannot_fill_a_class():
     adm.release(first)  # idempotent
     assert adm.admit("routine", "greedy").served_as == "routine"
     assert adm.in_use() == 3
+
