@@ -24,6 +24,7 @@ import statistics
 import sys
 import threading
 import time
+from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -131,6 +132,7 @@ def bench_prediction(client, cells, cases: int, predictor, verbose: bool = False
 
     predictor.predict = recording  # this instance only, for the breakdown below
     case_errors, site_errors, pairs, rows = [], [], [], []
+    actual = defaultdict(list)  # (site, mode) -> actual seconds, for the noise floor
     try:
         for i in range(cases):
             parts.clear()
@@ -144,6 +146,7 @@ def bench_prediction(client, cells, cases: int, predictor, verbose: bool = False
             for r in site_results(events).values():
                 if r.predicted_s and r.status_code == 0:
                     site_errors.append(abs(r.predicted_s - r.timing.total_s) / r.timing.total_s)
+                    actual[(r.site, r.mode)].append(r.timing.total_s)
                     p = parts.get((r.site, r.request_class, r.mode))
                     if p is not None and True:
                         site_s = sum(p.values())
@@ -158,7 +161,10 @@ def bench_prediction(client, cells, cases: int, predictor, verbose: bool = False
                                   f"{r.timing.site_wall_s - r.timing.queue_s:.3f}; {'; '.join(r.decisions)}")
     finally:
         predictor.predict = predict
-    return {"case": case_errors, "site": site_errors, "pairs": pairs, "rows": rows}
+    # The best any constant could do per site and mode: the median of its actual times,
+    # known afterwards. What is left is the run-to-run noise of the shared machine.
+    floor = [abs(np.median(times) - t) / t for times in actual.values() for t in times]
+    return {"case": case_errors, "site": site_errors, "pairs": pairs, "rows": rows, "floor": floor}
 
 
 def print_breakdown(rows) -> None:
@@ -242,6 +248,8 @@ def main() -> int:
               f"{100 * np.median(site):.1f}% (n={len(site)}); p90 per case {100 * np.percentile(case, 90):.1f}%")
         print(f"   coordinator's own log: MdAPE {100 * (deployment.coordinator.servicer.predictions.mdape() or 0):.1f}% "
               f"over its last {len(deployment.coordinator.servicer.predictions)} predicted cases")
+        print(f"   noise floor per site: {100 * np.median(pred['floor']):.1f}% (MdAPE of the best constant per "
+              f"site and mode, the median of its actual times, known only afterwards)")
         print("   per site, medians of predicted and actual parts:")
         print_breakdown(pred["rows"])
     return 0

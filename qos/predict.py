@@ -4,7 +4,7 @@ A site's completion time, as the coordinator sees it, is the transfer of the req
 the reply over the path, plus the site's own work (waiting for a worker, then analysing
 and searching)::
 
-    predicted_s = sharing * (base_s + (bytes_up + bytes_down) / rate_Bps) + site_s
+    predicted_s = base_s + (bytes_up + bytes_down) / rate_Bps + site_s
 
 - `base_s` and `rate_Bps` describe the path for one request class (round trips, and the
   throughput the class gets). They are fitted *passively*, from the coordinator's own
@@ -12,8 +12,9 @@ and searching)::
   the coordinator less the site's own wall time). The fit is least squares with
   exponential forgetting (recent calls count more, `HALF_LIFE_CALLS`), so the estimate
   follows competing traffic as it comes and goes. The coordinator's own cases in flight
-  share the path (and, on one machine, its processor): a call made while `sharing` cases
-  ran is counted as `sharing` times its time alone. While every case has the same size the
+  share the path (and, on one machine, its processor): a prediction uses the calls made
+  under about as many cases in flight as now (`PathModel.fit`); a burst of clients does not
+  make the next lone case look slow. While every case has the same size the
   slope cannot be told from the intercept; the model then keeps its prior rate and puts
   the rest in `base_s`, which still predicts cases of that size well.
 - `site_s` comes from what the site reports: the seconds of work queued ahead, how many
@@ -41,6 +42,7 @@ import numpy as np
 HALF_LIFE_CALLS = 8        # a call's weight halves after this many newer calls
 WINDOW_CALLS = 32          # calls kept per path
 PRIOR_RATE_BPS = 100e6     # bits/s assumed before the path has shown its rate (a LAN)
+SIMILAR_SHARING = 2.0      # calls made under up to 2x (or 1/2) the coordinator's concurrency are alike
 RECENT_CALLS = 9           # calls a recent median is taken over: a spike is ignored, a new level
                            # is followed after RECENT_CALLS // 2 + 1 calls
 ONE_JOB_MODES = frozenset({"features"})  # modes a site serves a whole request in one job
@@ -97,19 +99,30 @@ class PathModel:
         self._calls: deque[tuple[float, float]] = deque(maxlen=WINDOW_CALLS)
 
     def observe(self, nbytes: int, transfer_s: float, sharing: int = 1) -> None:
-        """Record one call: bytes moved (request + reply) and its transfer seconds, taken
-        while `sharing` of the coordinator's cases (this one included) shared the path;
-        the fit keeps the call's time alone, transfer_s / sharing."""
+        """Record one call: bytes moved (request + reply), its transfer seconds, and how
+        many of the coordinator's cases (this one included) were in flight when it was made."""
         if nbytes < 0 or not math.isfinite(transfer_s) or transfer_s < 0:
             return
-        self._calls.append((float(nbytes), float(transfer_s) / max(1, sharing)))
+        self._calls.append((float(nbytes), float(transfer_s), float(max(1, sharing))))
 
-    def fit(self) -> PathFit | None:
-        """The weighted least-squares fit, or None before the first call."""
+    def fit(self, sharing: int = 1) -> PathFit | None:
+        """The weighted least-squares fit for a call made while `sharing` of the
+        coordinator's cases are in flight, or None before the first call.
+
+        Calls made under about the same sharing (within a factor SIMILAR_SHARING) are taken
+        as they are; with fewer than 3 of those, every call is scaled to `sharing` as if
+        the path's time were shared equally (transfer_s * sharing / its own sharing)."""
         if not self._calls:
             return None
-        x, y = np.array(self._calls).T
-        w = 0.5 ** (np.arange(len(x))[::-1] / HALF_LIFE_CALLS)
+        x, y, k = np.array(self._calls).T
+        similar = np.maximum(k, sharing) / np.minimum(k, sharing) <= SIMILAR_SHARING
+        if similar.sum() >= 3:
+            order = np.arange(len(x))[similar]
+            x, y = x[similar], y[similar]
+        else:
+            order = np.arange(len(x))
+            y = y * sharing / k
+        w = 0.5 ** ((len(self._calls) - 1 - order) / HALF_LIFE_CALLS)
         w /= w.sum()
         x_mean, y_mean = w @ x, w @ y
         x_var = w @ (x - x_mean) ** 2
@@ -246,11 +259,11 @@ class SiteModel:
         mode and the class's path has carried a call. `sharing`: the coordinator's cases
         that share the path now, this one included (the transfer takes that many times its
         time alone)."""
-        fit = self.path(request_class).fit()
+        fit = self.path(request_class).fit(max(1, sharing))
         site = self.site_s(mode, cells)
         if fit is None or site is None:
             return None
-        return fit.transfer_s(nbytes) * max(1, sharing) + site
+        return fit.transfer_s(nbytes) + site
 
 
 class Predictor:

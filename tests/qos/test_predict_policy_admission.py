@@ -113,15 +113,22 @@ def test_the_prediction_follows_a_change_of_service_time():
     assert site.site_s("images", 6) == pytest.approx(1.90)
 
 
-def test_a_transfer_made_while_other_cases_shared_the_path_counts_as_its_share():
+def test_a_transfer_is_predicted_from_calls_made_under_about_the_same_concurrency():
     site = SiteModel(clock=Clock())
+
+    def call(transfer_s, sharing):
+        site.observe("routine", "features", 10_000, transfer_s, cells=6, site_wall_s=0.03, sharing=sharing,
+                     load=SiteLoad(seconds_per_cell={"features": 0.002}, at=site.clock()))
+
     for _ in range(5):  # a burst: 20 of the coordinator's cases at once, 0.4 s each transfer
-        site.observe(
-            "routine", "features", 10_000, 0.4, cells=6, site_wall_s=0.03, sharing=20,
-            load=SiteLoad(seconds_per_cell={"features": 0.002}, at=site.clock()))
-    alone = site.predict("routine", "features", 10_000, cells=6)
-    assert alone == pytest.approx(0.4 / 20 + 0.03)
-    assert site.predict("routine", "features", 10_000, cells=6, sharing=4) == pytest.approx(4 * 0.4 / 20 + 0.03)
+        call(0.4, sharing=20)
+    # No lone call seen yet: the burst's calls, as if the path were shared equally.
+    assert site.predict("routine", "features", 10_000, cells=6) == pytest.approx(0.4 / 20 + 0.03)
+    assert site.predict("routine", "features", 10_000, cells=6, sharing=4) == pytest.approx(0.4 * 4 / 20 + 0.03)
+    for _ in range(3):  # the burst is over
+        call(0.05, sharing=1)
+    assert site.predict("routine", "features", 10_000, cells=6) == pytest.approx(0.05 + 0.03)
+    assert site.predict("routine", "features", 10_000, cells=6, sharing=15) == pytest.approx(0.4 + 0.03)
 
 
 def test_recent_median_ignores_one_outlier_and_follows_a_new_level():
