@@ -154,7 +154,7 @@ class SiteServicer(pb_grpc.SiteServicer):
             raise _CallerGone()
         remaining = context.time_remaining()
         if remaining is not None and remaining <= 0:
-            unfinished = sum(not job.done.is_set() for job in jobs)
+            unfinished = sum(job.cells for job in jobs if not job.done.is_set())
             context.abort(grpc.StatusCode.DEADLINE_EXCEEDED,
                           f"site {self.name}: deadline passed with {unfinished} cells unfinished")
         return POLL_S if remaining is None else max(0.0, min(POLL_S, remaining))
