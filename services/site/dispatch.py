@@ -16,6 +16,7 @@ import time
 import ray
 
 POLL_S = 0.02  # how often the dispatcher looks for finished cells while some run
+UNAVAILABLE_ATTEMPTS = 3  # runs of a job whose worker Ray could not reach for a moment
 
 
 class Job:
@@ -34,6 +35,8 @@ class Job:
         self.ref = None
         self.started: float | None = None
         self.finished: float | None = None
+        self.priority = 0
+        self.attempts = 1
 
     def service_s(self) -> float | None:
         """Seconds on its worker (dispatch to result), None unless it ran to the end."""
@@ -69,6 +72,7 @@ class PriorityDispatcher:
 
     def submit(self, priority: int, args: tuple, method: str = "analyse", cells: int = 1) -> Job:
         job = Job(args, method, cells)
+        job.priority = priority
         with self._changed:
             if len(self._down) == len(self.workers):
                 job.error = WorkersDown("no worker is alive")
@@ -176,8 +180,16 @@ class PriorityDispatcher:
                     job.error = exc
                 job.finished = time.perf_counter()
                 with self._changed:
-                    if isinstance(job.error, ray.exceptions.RayActorError) and self.workers[worker] is actor:
+                    unavailable = isinstance(job.error, ray.exceptions.ActorUnavailableError)
+                    if (isinstance(job.error, ray.exceptions.RayActorError) and not unavailable
+                            and self.workers[worker] is actor):
                         self._mark_down(worker)  # dead: its successor comes through replace()
                     elif worker not in self._down and worker not in self._idle:
                         self._idle.append(worker)
+                    if unavailable and job.attempts < UNAVAILABLE_ATTEMPTS and not job.cancelled:
+                        # Not dead: Ray lost touch for a moment (a loaded host). Run it again.
+                        job.attempts += 1
+                        job.error, job.ref, job.started, job.finished = None, None, None, None
+                        heapq.heappush(self._heap, (job.priority, next(self._order), job))
+                        continue
                 job.done.set()
