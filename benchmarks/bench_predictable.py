@@ -24,6 +24,7 @@ import statistics
 import sys
 import threading
 import time
+from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -86,21 +87,97 @@ def bench_throughput(address: str, cells, clients: int, per_client: int, ship: s
     return len(done) / wall
 
 
-def bench_prediction(client, cells, cases: int) -> dict:
-    """Predicted vs actual completion, per case and per site, classes and modes in turn."""
-    case_errors, site_errors, pairs = [], [], []
-    for i in range(cases):
-        events = list(client.submit(cells, CLASSES[i % len(CLASSES)], deadline_s=120,
-                                    ship=("features", "images")[(i // len(CLASSES)) % 2]))
-        plan = events[0].plan
-        summary = events[-1].summary
-        if plan.predicted_s:
-            case_errors.append(abs(plan.predicted_s - summary.total_s) / summary.total_s)
-            pairs.append((plan.predicted_s, summary.total_s))
-        for r in site_results(events).values():
-            if r.predicted_s and r.status_code == 0:
-                site_errors.append(abs(r.predicted_s - r.timing.total_s) / r.timing.total_s)
-    return {"case": case_errors, "site": site_errors, "pairs": pairs}
+def cpu_seconds() -> dict[str, float]:
+    """CPU seconds (user + system) so far of this process and of each kind of process
+    below it (Ray's site workers, the coordinator's analysers, their bounded analysis
+    processes, Ray's own daemons), from /proc: where a block's CPU went."""
+    from services.fate import descendants
+
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    parents = {}
+    for pid in [os.getpid(), *descendants(os.getpid())]:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        parents[pid] = int(fields[1])
+        if pid == os.getpid():
+            kind = "bench process (clients, coordinator, site servers)"
+        elif "SiteWorker" in cmd:
+            kind = "site workers (Ray actors)"
+        elif "CellAnalyser" in cmd or "Analyser" in cmd:
+            kind = "coordinator analysers (Ray actors)"
+        elif "forkserver" in cmd or "multiprocessing" in cmd:
+            kind = "bounded analysis processes"
+        else:
+            kind = "Ray daemons and idle workers"
+        # utime, stime, and the children's that were waited for (pebble's replaced workers)
+        out[kind] = out.get(kind, 0.0) + sum(int(f) for f in fields[11:15]) / tick
+    return out
+
+
+def bench_prediction(client, cells, cases: int, predictor, verbose: bool = False) -> dict:
+    """Predicted vs actual completion, per case and per site, classes and modes in turn;
+    and per site the predicted parts (transfer, site work) beside the measured ones."""
+    parts = {}  # (site, class, mode) -> the site work predicted in the latest prediction
+    predict = predictor.predict
+
+    def recording(site, request_class, mode, nbytes, cells, sharing=1):
+        predicted = predict(site, request_class, mode, nbytes, cells, sharing)
+        parts[(site, request_class, mode)] = predictor.site(site).site_parts(mode, cells)
+        return predicted
+
+    predictor.predict = recording  # this instance only, for the breakdown below
+    case_errors, site_errors, pairs, rows = [], [], [], []
+    actual = defaultdict(list)  # (site, mode) -> actual seconds, for the noise floor
+    try:
+        for i in range(cases):
+            parts.clear()
+            events = list(client.submit(cells, CLASSES[i % len(CLASSES)], deadline_s=120,
+                                        ship=("features", "images")[(i // len(CLASSES)) % 2]))
+            plan = events[0].plan
+            summary = events[-1].summary
+            if plan.predicted_s:
+                case_errors.append(abs(plan.predicted_s - summary.total_s) / summary.total_s)
+                pairs.append((plan.predicted_s, summary.total_s))
+            for r in site_results(events).values():
+                if r.predicted_s and r.status_code == 0:
+                    site_errors.append(abs(r.predicted_s - r.timing.total_s) / r.timing.total_s)
+                    actual[(r.site, r.mode)].append(r.timing.total_s)
+                    p = parts.get((r.site, r.request_class, r.mode))
+                    if p is not None and True:
+                        site_s = sum(p.values())
+                        rows.append((r.mode, r.predicted_s - site_s, r.timing.transfer_s, site_s,
+                                     r.timing.site_wall_s, r.timing.extraction_s + r.timing.search_s,
+                                     p["queue_s"], r.timing.queue_s, len(r.decisions)))
+                        if verbose:
+                            print(f"     {r.site:<10} {r.mode:<8} {r.request_class:<8} predicted {r.predicted_s:.3f} = "
+                                  f"transfer {r.predicted_s - site_s:.3f} + queue {p['queue_s']:.3f} + overhead "
+                                  f"{p['overhead_s']:.3f} + service {p['service_s']:.3f}; actual {r.timing.total_s:.3f} = "
+                                  f"transfer {r.timing.transfer_s:.3f} + queue {r.timing.queue_s:.3f} + rest "
+                                  f"{r.timing.site_wall_s - r.timing.queue_s:.3f}; {'; '.join(r.decisions)}")
+    finally:
+        predictor.predict = predict
+    # The best any constant could do per site and mode: the median of its actual times,
+    # known afterwards. What is left is the run-to-run noise of the shared machine.
+    floor = [abs(np.median(times) - t) / t for times in actual.values() for t in times]
+    return {"case": case_errors, "site": site_errors, "pairs": pairs, "rows": rows, "floor": floor}
+
+
+def print_breakdown(rows) -> None:
+    """Median predicted and actual parts per mode (seconds)."""
+    for mode in ("features", "images"):
+        got = np.array([r[1:] for r in rows if r[0] == mode])
+        if not len(got):
+            continue
+        med = np.median(got, axis=0)
+        err = np.median(np.abs(got[:, [0, 2]] - got[:, [1, 3]]) / got[:, [1, 3]], axis=0)
+        print(f"   {mode:<9} (n={len(got)}) transfer: predicted {med[0]:.3f} s, actual {med[1]:.3f} s "
+              f"(MdAPE {100 * err[0]:.0f}%); site work: predicted {med[2]:.3f} s, actual {med[3]:.3f} s "
+              f"(MdAPE {100 * err[1]:.0f}%; the site's own extraction+search {med[4]:.3f} s)")
 
 
 def main() -> int:
@@ -109,7 +186,10 @@ def main() -> int:
     parser.add_argument("--cases-per-client", type=int, default=2)
     parser.add_argument("--blocks", type=int, default=2, help="throughput blocks of each mode, alternating")
     parser.add_argument("--cases", type=int, default=40, help="sequential cases for the prediction error")
+    parser.add_argument("--verbose", action="store_true", help="print every site's predicted and actual parts")
+    parser.add_argument("--skip", default="", help="comma-separated parts to skip: bytes, throughput")
     args = parser.parse_args()
+    skip = set(filter(None, args.skip.split(",")))
 
     import logging
 
@@ -134,7 +214,7 @@ def main() -> int:
         with CoordinatorClient(address) as client:
             for ship in ("images", "features"):  # warm: connections, workers, caches
                 list(client.submit(cells, "routine", deadline_s=120, ship=ship))
-            sizes = bench_bytes(client, cells, databases)
+            sizes = bench_bytes(client, cells, databases) if "bytes" not in skip else {}
         print("1. bytes per site, 6-cell case with backgrounds and masks (KiB):")
         for site, s in sizes.items():
             i, f = s["images"], s["features"]
@@ -143,23 +223,35 @@ def main() -> int:
                   f"now {f['received'] / 1024:5.1f} ({f['received'] / i['received_before']:.2f} of before)")
 
         rates = {"images": [], "features": []}
-        for _ in range(args.blocks):
+        cpu = {"images": {}, "features": {}}
+        for _ in range(0 if "throughput" in skip else args.blocks):
             for ship in ("images", "features"):
+                before = cpu_seconds()
                 rates[ship].append(bench_throughput(address, cells, args.clients, args.cases_per_client, ship))
-        img, feat = statistics.median(rates["images"]), statistics.median(rates["features"])
+                for kind, seconds in cpu_seconds().items():
+                    cpu[ship][kind] = cpu[ship].get(kind, 0.0) + seconds - before.get(kind, 0.0)
+        img, feat = (statistics.median(rates[m]) if rates[m] else float("nan") for m in ("images", "features"))
         print(f"2. {args.clients} concurrent clients x {args.cases_per_client} 6-cell cases, {args.blocks} blocks "
               f"each: images {img:.2f} cases/s, features {feat:.2f} cases/s (medians): {feat / img:.2f}x "
               f"(blocks: images {', '.join(f'{r:.2f}' for r in rates['images'])}; "
               f"features {', '.join(f'{r:.2f}' for r in rates['features'])})")
+        cases = args.blocks * args.clients * args.cases_per_client
+        for kind in sorted(set(cpu["images"]) | set(cpu["features"])):
+            i, f = cpu["images"].get(kind, 0.0) / cases, cpu["features"].get(kind, 0.0) / cases
+            print(f"   CPU s per case, {kind:<52} images {i:6.3f}  features {f:6.3f}")
 
         with CoordinatorClient(address) as client:
-            pred = bench_prediction(client, cells, args.cases)
+            pred = bench_prediction(client, cells, args.cases, deployment.coordinator.servicer.predictor, args.verbose)
         case, site = pred["case"], pred["site"]
         print(f"3. predicted vs actual wait, {args.cases} sequential cases (classes and modes in turn): "
               f"MdAPE per case {100 * np.median(case):.1f}% (n={len(case)}), per site "
               f"{100 * np.median(site):.1f}% (n={len(site)}); p90 per case {100 * np.percentile(case, 90):.1f}%")
         print(f"   coordinator's own log: MdAPE {100 * (deployment.coordinator.servicer.predictions.mdape() or 0):.1f}% "
               f"over its last {len(deployment.coordinator.servicer.predictions)} predicted cases")
+        print(f"   noise floor per site: {100 * np.median(pred['floor']):.1f}% (MdAPE of the best constant per "
+              f"site and mode, the median of its actual times, known only afterwards)")
+        print("   per site, medians of predicted and actual parts:")
+        print_breakdown(pred["rows"])
     return 0
 
 

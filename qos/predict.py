@@ -11,12 +11,16 @@ and searching)::
   transfers: every answered call gives (bytes each way, transfer seconds = wall time at
   the coordinator less the site's own wall time). The fit is least squares with
   exponential forgetting (recent calls count more, `HALF_LIFE_CALLS`), so the estimate
-  follows competing traffic as it comes and goes. While every case has the same size the
+  follows competing traffic as it comes and goes. The coordinator's own cases in flight
+  share the path (and, on one machine, its processor): a prediction uses the calls made
+  under about as many cases in flight as now (`PathModel.fit`); a burst of clients does not
+  make the next lone case look slow. While every case has the same size the
   slope cannot be told from the intercept; the model then keeps its prior rate and puts
   the rest in `base_s`, which still predicts cases of that size well.
-- `site_s` comes from what the site reports: how many cells wait ahead, how many workers
-  serve them, and its recent seconds per cell (per shipping mode: analysing an image costs
-  far more than searching a feature vector).
+- `site_s` comes from what the site reports: the seconds of work queued ahead, how many
+  workers serve them, and its recent seconds per cell (per shipping mode: analysing an
+  image costs far more than searching a feature vector), plus the per-call overhead the
+  coordinator measures (see `SiteModel`).
 
 No library fits this: it is a two-parameter weighted least-squares update over a short
 window (numpy does the algebra) and EWMAs of what the sites say.
@@ -29,15 +33,43 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 HALF_LIFE_CALLS = 8        # a call's weight halves after this many newer calls
 WINDOW_CALLS = 32          # calls kept per path
 PRIOR_RATE_BPS = 100e6     # bits/s assumed before the path has shown its rate (a LAN)
-SERVICE_EWMA_ALPHA = 0.3   # weight of the newest per-cell service time a site reports
+SIMILAR_SHARING = 2.0      # calls made under up to 2x (or 1/2) the coordinator's concurrency are alike
+RECENT_CALLS = 9           # calls a recent median is taken over: a spike is ignored, a new level
+                           # is followed after RECENT_CALLS // 2 + 1 calls
+ONE_JOB_MODES = frozenset({"features"})  # modes a site serves a whole request in one job
+
+
+class RecentMedian:
+    """The median of the last `window` values: a level that follows a change within
+    window // 2 + 1 values and, unlike a mean, is not pulled by one slow outlier (the
+    median absolute percentage error is what the predictions are judged by).
+
+    Parameters
+    ----------
+    window : int
+        Values kept.
+    """
+
+    def __init__(self, window: int = RECENT_CALLS):
+        self._values: deque[float] = deque(maxlen=window)
+
+    def add(self, value: float) -> None:
+        """Keep `value` (a non-finite one is ignored)."""
+        if math.isfinite(value):
+            self._values.append(float(value))
+
+    def value(self) -> float | None:
+        """The median of the values kept, None before the first."""
+        return float(np.median(self._values)) if self._values else None
 
 
 @dataclass(frozen=True)
@@ -66,18 +98,31 @@ class PathModel:
         self.prior_rate_Bps = prior_rate_bps / 8
         self._calls: deque[tuple[float, float]] = deque(maxlen=WINDOW_CALLS)
 
-    def observe(self, nbytes: int, transfer_s: float) -> None:
-        """Record one call: bytes moved (request + reply) and its transfer seconds."""
+    def observe(self, nbytes: int, transfer_s: float, sharing: int = 1) -> None:
+        """Record one call: bytes moved (request + reply), its transfer seconds, and how
+        many of the coordinator's cases (this one included) were in flight when it was made."""
         if nbytes < 0 or not math.isfinite(transfer_s) or transfer_s < 0:
             return
-        self._calls.append((float(nbytes), float(transfer_s)))
+        self._calls.append((float(nbytes), float(transfer_s), float(max(1, sharing))))
 
-    def fit(self) -> PathFit | None:
-        """The weighted least-squares fit, or None before the first call."""
+    def fit(self, sharing: int = 1) -> PathFit | None:
+        """The weighted least-squares fit for a call made while `sharing` of the
+        coordinator's cases are in flight, or None before the first call.
+
+        Calls made under about the same sharing (within a factor SIMILAR_SHARING) are taken
+        as they are; with fewer than 3 of those, every call is scaled to `sharing` as if
+        the path's time were shared equally (transfer_s * sharing / its own sharing)."""
         if not self._calls:
             return None
-        x, y = np.array(self._calls).T
-        w = 0.5 ** (np.arange(len(x))[::-1] / HALF_LIFE_CALLS)
+        x, y, k = np.array(self._calls).T
+        similar = np.maximum(k, sharing) / np.minimum(k, sharing) <= SIMILAR_SHARING
+        if similar.sum() >= 3:
+            order = np.arange(len(x))[similar]
+            x, y = x[similar], y[similar]
+        else:
+            order = np.arange(len(x))
+            y = y * sharing / k
+        w = 0.5 ** ((len(self._calls) - 1 - order) / HALF_LIFE_CALLS)
         w /= w.sum()
         x_mean, y_mean = w @ x, w @ y
         x_var = w @ (x - x_mean) ** 2
@@ -96,22 +141,48 @@ class SiteLoad:
     """What a site reports about its work (in each reply and in Info).
 
     waiting_cells: cells queued at the site and not started; workers: cells it analyses at
-    once; seconds_per_cell: its recent service time per cell, by shipping mode.
+    once; seconds_per_cell: its recent service time per cell, by shipping mode (a worker's
+    wall time, dispatch to result); waiting_s: seconds of work ahead of a new cell (queued
+    and running cells over the workers); at: when the report came (time.monotonic()).
     """
 
     waiting_cells: int = 0
     workers: int = 1
     seconds_per_cell: dict | None = None
+    waiting_s: float = 0.0
+    at: float = field(default_factory=time.monotonic)
 
 
 class SiteModel:
-    """One site's predictor: a path model per request class and service times per mode."""
+    """One site's predictor: a path model per request class, and per shipping mode the
+    site's work for a call::
 
-    def __init__(self, prior_rate_bps: float = PRIOR_RATE_BPS):
+        site_s = queue_s + overhead_s + seconds_per_cell * rounds
+
+    - `queue_s`: the work the site last reported ahead of a new cell (`waiting_s`), less
+      the time since that report (the queue drains meanwhile; never below 0);
+    - `seconds_per_cell`: the site's reported service time per cell in that mode;
+    - `rounds`: how many cells one worker does in turn: all of them in features mode (the
+      site searches a request's vectors in one job), ceil(cells / workers) for images;
+    - `overhead_s`: what a call costs the site beyond its cells' service (handler,
+      decoding, reply): the recent median (`RecentMedian`) of the measured rest, site
+      wall time less the site's reported queue wait less the cells' service.
+
+    Parameters
+    ----------
+    prior_rate_bps : float
+        Rate in bits per second assumed until calls of different sizes show the real one.
+    clock : callable
+        Monotonic seconds (time.monotonic); tests pass their own.
+    """
+
+    def __init__(self, prior_rate_bps: float = PRIOR_RATE_BPS, clock=time.monotonic):
         self.prior_rate_bps = prior_rate_bps
+        self.clock = clock
         self.paths: dict[str, PathModel] = {}
         self.per_cell_s: dict[str, float] = {}
-        self.load = SiteLoad()
+        self.overhead_s: dict[str, RecentMedian] = {}
+        self.load = SiteLoad(at=clock())
 
     def path(self, request_class: str) -> PathModel:
         """The path model of one class (made on first use)."""
@@ -119,8 +190,15 @@ class SiteModel:
             self.paths[request_class] = PathModel(self.prior_rate_bps)
         return self.paths[request_class]
 
+    def rounds(self, mode: str, cells: int) -> int:
+        """Cells one worker serves in turn for a call of `cells` cells in `mode`."""
+        if mode in ONE_JOB_MODES:
+            return cells
+        return math.ceil(cells / max(1, self.load.workers))
+
     def observe(self, request_class: str, mode: str, nbytes: int, transfer_s: float,
-                cells: int, site_wall_s: float, load: SiteLoad | None = None) -> None:
+                cells: int, site_wall_s: float, load: SiteLoad | None = None,
+                queue_s: float = 0.0, sharing: int = 1) -> None:
         """Record one answered call.
 
         Parameters
@@ -131,43 +209,57 @@ class SiteModel:
         nbytes : int
             Request plus reply bytes.
         transfer_s : float
-            The call's wall time at the coordinator less `site_wall_s`.
+            The call's wall time at the coordinator less `site_wall_s`, seconds.
         cells : int
             Cells in the call.
         site_wall_s : float
             Seconds the site spent on the call (queue included).
         load : SiteLoad, optional
             The site's report after the call.
+        queue_s : float
+            Of `site_wall_s`, the seconds its cells waited for a worker (site-reported).
+        sharing : int
+            The coordinator's cases in flight when the call was made, this one included.
         """
-        self.path(request_class).observe(nbytes, transfer_s)
+        self.path(request_class).observe(nbytes, transfer_s, sharing)
         if load is not None:
             self.load = load
             reported = (load.seconds_per_cell or {}).get(mode)
             if reported is not None and reported > 0:
-                self._update_service(mode, reported)
-                return
-        if cells > 0 and site_wall_s > 0:
+                self.per_cell_s[mode] = reported
+        if cells <= 0 or site_wall_s <= 0:
+            return
+        if mode not in self.per_cell_s:
             # Without a report, the site's wall time per cell stands in for its service time.
-            workers = max(1, self.load.workers)
-            self._update_service(mode, site_wall_s * min(workers, cells) / cells)
+            self.per_cell_s[mode] = max(0.0, site_wall_s - queue_s) / max(1, self.rounds(mode, cells))
+        rest = site_wall_s - max(0.0, queue_s) - self.per_cell_s[mode] * self.rounds(mode, cells)
+        self.overhead_s.setdefault(mode, RecentMedian()).add(rest)
 
-    def _update_service(self, mode: str, seconds: float) -> None:
-        old = self.per_cell_s.get(mode)
-        self.per_cell_s[mode] = seconds if old is None else old + SERVICE_EWMA_ALPHA * (seconds - old)
+    def queue_s(self) -> float:
+        """Seconds of work ahead of a new cell now, from the latest report."""
+        return max(0.0, self.load.waiting_s - (self.clock() - self.load.at))
 
-    def site_s(self, mode: str, cells: int) -> float | None:
-        """Predicted seconds of site work for `cells` new cells (queue ahead included)."""
+    def site_parts(self, mode: str, cells: int) -> dict[str, float] | None:
+        """{"queue_s", "overhead_s", "service_s"} of a call of `cells` cells (seconds), or
+        None before the site has answered in this mode."""
         per_cell = self.per_cell_s.get(mode)
         if per_cell is None:
             return None
-        workers = max(1, self.load.workers)
-        # Cells ahead and ours are served `workers` at a time.
-        return per_cell * math.ceil((self.load.waiting_cells + cells) / workers)
+        overhead = self.overhead_s[mode].value() if mode in self.overhead_s else None
+        return {"queue_s": self.queue_s(), "overhead_s": max(0.0, overhead or 0.0),
+                "service_s": per_cell * self.rounds(mode, cells)}
 
-    def predict(self, request_class: str, mode: str, nbytes: int, cells: int) -> float | None:
+    def site_s(self, mode: str, cells: int) -> float | None:
+        """Predicted seconds of site work for `cells` new cells (queue ahead included)."""
+        parts = self.site_parts(mode, cells)
+        return None if parts is None else sum(parts.values())
+
+    def predict(self, request_class: str, mode: str, nbytes: int, cells: int, sharing: int = 1) -> float | None:
         """Predicted completion seconds, or None until the site has answered once in this
-        mode and the class's path has carried a call."""
-        fit = self.path(request_class).fit()
+        mode and the class's path has carried a call. `sharing`: the coordinator's cases
+        that share the path now, this one included (the transfer takes that many times its
+        time alone)."""
+        fit = self.path(request_class).fit(max(1, sharing))
         site = self.site_s(mode, cells)
         if fit is None or site is None:
             return None
@@ -177,15 +269,16 @@ class SiteModel:
 class Predictor:
     """Every site's model, shared by the coordinator's threads."""
 
-    def __init__(self, prior_rate_bps: float = PRIOR_RATE_BPS):
+    def __init__(self, prior_rate_bps: float = PRIOR_RATE_BPS, clock=time.monotonic):
         self.prior_rate_bps = prior_rate_bps
+        self.clock = clock
         self._sites: dict[str, SiteModel] = {}
         self._lock = threading.Lock()
 
     def site(self, name: str) -> SiteModel:
         with self._lock:
             if name not in self._sites:
-                self._sites[name] = SiteModel(self.prior_rate_bps)
+                self._sites[name] = SiteModel(self.prior_rate_bps, self.clock)
             return self._sites[name]
 
     def observe(self, site: str, **call) -> None:
@@ -194,10 +287,12 @@ class Predictor:
         with self._lock:
             model.observe(**call)
 
-    def predict(self, site: str, request_class: str, mode: str, nbytes: int, cells: int) -> float | None:
+    def predict(self, site: str, request_class: str, mode: str, nbytes: int, cells: int,
+                sharing: int = 1) -> float | None:
+        """`SiteModel.predict` for one site, under the lock."""
         model = self.site(site)
         with self._lock:
-            return model.predict(request_class, mode, nbytes, cells)
+            return model.predict(request_class, mode, nbytes, cells, sharing)
 
     def path_fit(self, site: str, request_class: str) -> PathFit | None:
         model = self.site(site)

@@ -16,12 +16,15 @@ a case's cells in parallel.
 from __future__ import annotations
 
 import logging
+import math
+import threading
 import time
 
 import ray
 
 from pathmaster.budget import AnalysisPool, CellBudget, CellStopped
 from pathmaster.records import InvalidInput
+from qos.predict import RecentMedian
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.site.analysis import PRELOAD, analyse_encoded
 from services.site.cells import check_cell_size
@@ -65,6 +68,15 @@ class CellAnalyser:
                                mask_estimated=bool(mask_estimated))
 
 
+    def analyse_timed(self, cell_id: str, image: bytes, background: bytes, mask: bytes,
+                      deadline: float | None = None) -> tuple[pb.CellFeatures | str, float]:
+        """`analyse`, and the seconds it took here (its service time, without the wait in
+        the actor's queue)."""
+        t0 = time.perf_counter()
+        result = self.analyse(cell_id, image, background, mask, deadline)
+        return result, time.perf_counter() - t0
+
+
 _RemoteAnalyser = ray.remote(max_restarts=-1, max_task_retries=0)(CellAnalyser)
 
 
@@ -84,6 +96,9 @@ class Analysers:
     def __init__(self, count: int, cpus: float, budget: CellBudget | None = CellBudget()):
         self.actors = [_RemoteAnalyser.options(num_cpus=cpus).remote(budget) for _ in range(count)]
         self.schema = ""
+        self.seconds_per_cell = RecentMedian()  # service time of one cell on an actor
+        self._pending = 0                       # cells sent to the actors and not answered
+        self._lock = threading.Lock()
 
     def wait_ready(self, timeout_s: float) -> str:
         """Wait until every actor has loaded; returns the feature schema (raises on failure)."""
@@ -93,18 +108,38 @@ class Analysers:
         self.schema = schemas.pop()
         return self.schema
 
+    def estimate_s(self, cells: int) -> float | None:
+        """Predicted seconds to analyse `cells` more cells now: the cells already waiting
+        or running and these, served a cell per actor at a time, at the recent median
+        service time per cell; None before the first cell was analysed."""
+        per_cell = self.seconds_per_cell.value()
+        if per_cell is None:
+            return None
+        with self._lock:
+            pending = self._pending
+        return per_cell * math.ceil((pending + cells) / max(1, len(self.actors)))
+
     def analyse(self, cells: list[pb.CellImage], timeout_s: float) -> list[pb.CellFeatures | str]:
         """Each cell's CellFeatures, or the error text for a cell that cannot be analysed,
         in the order of `cells`. Raises ray's GetTimeoutError when `timeout_s` passes."""
         deadline = time.time() + timeout_s
-        refs = [self.actors[i % len(self.actors)].analyse.remote(c.cell_id, c.image, c.background, c.mask, deadline)
+        refs = [self.actors[i % len(self.actors)].analyse_timed.remote(c.cell_id, c.image, c.background, c.mask,
+                                                                       deadline)
                 for i, c in enumerate(cells)]
+        with self._lock:
+            self._pending += len(refs)
         try:
-            return ray.get(refs, timeout=timeout_s)
+            timed = ray.get(refs, timeout=timeout_s)
         except BaseException:
             for ref in refs:
                 ray.cancel(ref)
             raise
+        finally:
+            with self._lock:
+                self._pending -= len(refs)
+        for _, seconds in timed:
+            self.seconds_per_cell.add(seconds)
+        return [result for result, _ in timed]
 
     def stop(self) -> None:
         for actor in self.actors:

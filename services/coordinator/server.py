@@ -69,7 +69,7 @@ def site_deadline(now: float, case_deadline: float) -> float:
 def site_load(load: pb.SiteLoad) -> SiteLoad:
     """A site's reported load as the predictor's SiteLoad."""
     return SiteLoad(waiting_cells=load.waiting_cells, workers=max(1, load.workers),
-                    seconds_per_cell=dict(load.seconds_per_cell))
+                    seconds_per_cell=dict(load.seconds_per_cell), waiting_s=load.waiting_s)
 
 
 def vote(cells_by_site: list[list[pb.CellResult]]) -> list[pb.CellVote]:
@@ -120,6 +120,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         self.class_ports: dict[str, int] = {}
         self.class_dscp: dict[str, int] = {}
         self.cases_cancelled = 0
+        self.cases_running = 0  # SubmitCase calls in flight: they share the paths to the sites
         self._last_lookup: dict[str, float] = {}
         self._lookups: dict[str, grpc.Future] = {}
         self._refreshing: set[str] = set()
@@ -129,7 +130,6 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         self.site_schemas: dict[str, str] = {}
         self.analysers = None            # services.coordinator.analysis.Analysers, once ready
         self.analysers_schema = ""       # their feature schema; "" while none are ready
-        self.analysis_s_per_cell: float | None = None
         self.predictor = Predictor()
         self.predictions = PredictionLog()       # case-level predicted vs actual
         self.site_predictions = PredictionLog()  # per site
@@ -231,9 +231,13 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{exc} (retry after {exc.retry_after_s:g} s)")
         in_flight = self.metrics.in_flight.labels(rclass.name)
         in_flight.inc()
+        with self._lock:
+            self.cases_running += 1
         try:
             yield from self._run_case(request, context, rclass, ticket, sites, case_id, started, budget, case_deadline)
         finally:
+            with self._lock:
+                self.cases_running -= 1
             in_flight.dec()
             self.admission.release(ticket)
 
@@ -252,6 +256,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         if rclass.name != served.name:
             entitled = [rclass.name, *entitled]
         schema = self.analysers_schema
+        sharing = max(1, self.cases_running)  # cases in flight now, this one included
         plans = {}
         for site in sites:
             site_schema = self.site_schemas.get(site, "")
@@ -260,7 +265,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             plans[site] = plan_site(
                 site, requested=served.name, entitled=entitled, deadline_s=budget, ship=ship,
                 schema_matches=matches or (bool(request.features) and site_schema == request.feature_schema),
-                predict=lambda cls, mode, s=site: self._predict(s, cls, mode, mode_bytes[mode], cells),
+                predict=lambda cls, mode, s=site: self._predict(s, cls, mode, mode_bytes[mode], cells, sharing),
                 mode_bytes=mode_bytes, small_request_bytes=self.config.small_request_bytes,
                 small_request_copies=self.config.small_request_copies)
         analysis_s = self._analysis_estimate(cells) if any(
@@ -309,7 +314,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             for outcome in itertools.chain(fan.start(), fan.outcomes()):
                 if not context.is_active():
                     break
-                results.append(self._site_result(outcome, request, cell_errors))
+                results.append(self._site_result(outcome, request, cell_errors, sharing))
                 yield pb.CaseEvent(site_result=results[-1])
         except GeneratorExit:  # gRPC closes the stream when the client cancels
             closed = True
@@ -342,14 +347,15 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
 
     # ------------------------------------------------------------ analysis and prediction
 
-    def _predict(self, site: str, request_class: str, mode: str, request_bytes: int, cells: int) -> float | None:
+    def _predict(self, site: str, request_class: str, mode: str, request_bytes: int, cells: int,
+                 sharing: int) -> float | None:
         reply_bytes = self.reply_bytes_per_cell.get(site, 0.0) * cells
-        return self.predictor.predict(site, request_class, mode, int(request_bytes + reply_bytes), cells)
+        return self.predictor.predict(site, request_class, mode, int(request_bytes + reply_bytes), cells, sharing)
 
     def _analysis_estimate(self, cells: int) -> float:
-        per_cell = self.analysis_s_per_cell or 0.0
-        workers = max(1, len(self.analysers.actors)) if self.analysers else 1
-        return per_cell * -(-cells // workers)
+        """Predicted seconds of the coordinator's own analysis of `cells` cells (0 before
+        its analysers have analysed any)."""
+        return (self.analysers.estimate_s(cells) if self.analysers else None) or 0.0
 
     def _features_for_case(self, request, plans, case_deadline, decisions):
         """The case's feature vectors (None when no site takes features) and per-cell errors."""
@@ -368,9 +374,6 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                 plans[site] = replace(plans[site], mode="images")
             return None, {}
         spent = time.monotonic() - t0
-        per_cell = spent * min(len(self.analysers.actors), len(analysed)) / max(1, len(analysed))
-        old = self.analysis_s_per_cell
-        self.analysis_s_per_cell = per_cell if old is None else old + 0.3 * (per_cell - old)
         errors = {cell.cell_id: r for cell, r in zip(request.cells, analysed) if isinstance(r, str)}
         features = [r for r in analysed if not isinstance(r, str)]
         if not features:  # nothing to search with: the sites report each cell's problem themselves
@@ -391,7 +394,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                                f"{', '.join(self.site_names)}")
         return list(dict.fromkeys(request.sites))
 
-    def _site_result(self, outcome: SiteOutcome, request: pb.CaseRequest, cell_errors: dict) -> pb.SiteResult:
+    def _site_result(self, outcome: SiteOutcome, request: pb.CaseRequest, cell_errors: dict,
+                     sharing: int = 1) -> pb.SiteResult:
         """A site's final outcome -> SiteResult; an answer also feeds the predictor."""
         site, plan = outcome.site, outcome.plan
         attempt = outcome.attempt
@@ -422,7 +426,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         n_cells = max(1, len(reply.cells))
         self.predictor.observe(site, request_class=attempt.request_class, mode=attempt.mode,
                                nbytes=attempt.request_bytes + reply_bytes, transfer_s=timing.transfer_s,
-                               cells=n_cells, site_wall_s=reply.timing.site_wall_s, load=site_load(reply.load))
+                               cells=n_cells, site_wall_s=reply.timing.site_wall_s, load=site_load(reply.load),
+                               queue_s=reply.timing.queue_s, sharing=sharing)
         old = self.reply_bytes_per_cell.get(site)
         per_cell = reply_bytes / n_cells
         self.reply_bytes_per_cell[site] = per_cell if old is None else old + 0.3 * (per_cell - old)

@@ -12,23 +12,38 @@ from __future__ import annotations
 import heapq
 import itertools
 import threading
+import time
 
 import ray
 
 POLL_S = 0.02  # how often the dispatcher looks for finished cells while some run
+UNAVAILABLE_ATTEMPTS = 3  # runs of a job whose worker Ray could not reach for a moment
 
 
 class Job:
-    """One cell's work, `actor.<method>(*args)`: `done` is set when `result` (or `error`) is there."""
+    """One piece of work, `actor.<method>(*args)`, for `cells` cells: `done` is set when
+    `result` (or `error`) is there. `started` and `finished` (time.perf_counter(), None
+    until then) time it on its worker, dispatch to result, for the site's service time."""
 
-    def __init__(self, args: tuple, method: str = "analyse"):
+    def __init__(self, args: tuple, method: str = "analyse", cells: int = 1):
         self.args = args
         self.method = method
+        self.cells = cells
         self.done = threading.Event()
         self.result = None
         self.error: BaseException | None = None
         self.cancelled = False
         self.ref = None
+        self.started: float | None = None
+        self.finished: float | None = None
+        self.priority = 0
+        self.attempts = 1
+
+    def service_s(self) -> float | None:
+        """Seconds on its worker (dispatch to result), None unless it ran to the end."""
+        if self.started is None or self.finished is None or self.error is not None:
+            return None
+        return self.finished - self.started
 
 
 class WorkersDown(RuntimeError):
@@ -56,8 +71,9 @@ class PriorityDispatcher:
         self._thread = threading.Thread(target=self._run, daemon=True, name="site-dispatch")
         self._thread.start()
 
-    def submit(self, priority: int, args: tuple, method: str = "analyse") -> Job:
-        job = Job(args, method)
+    def submit(self, priority: int, args: tuple, method: str = "analyse", cells: int = 1) -> Job:
+        job = Job(args, method, cells)
+        job.priority = priority
         with self._changed:
             if len(self._down) == len(self.workers):
                 job.error = WorkersDown("no worker is alive")
@@ -68,9 +84,22 @@ class PriorityDispatcher:
         return job
 
     def waiting(self) -> int:
-        """Jobs not started yet (cancelled ones included until they are skipped)."""
+        """Cells not started yet (cancelled jobs left out)."""
         with self._changed:
-            return len(self._heap)
+            return sum(job.cells for _, _, job in self._heap if not job.cancelled)
+
+    def work_ahead_s(self, seconds_per_cell: dict[str, float]) -> float:
+        """Seconds until a worker is free for a new job if none came before it: the
+        service time of every waiting cell plus what is left of every running job, by
+        method (`seconds_per_cell`; methods not in it count 0), over the live workers."""
+        now = time.perf_counter()
+        with self._changed:
+            queued = sum(seconds_per_cell.get(job.method, 0.0) * job.cells
+                         for _, _, job in self._heap if not job.cancelled)
+            running = sum(max(0.0, seconds_per_cell.get(job.method, 0.0) * job.cells - (now - job.started))
+                          for job, _, _ in self._running.values())
+            alive = len(self.workers) - len(self._down)
+        return (queued + running) / max(1, alive)
 
     def cancel(self, job: Job) -> None:
         """Drop a waiting job; a running one is cancelled (`ray.cancel` sets the actor task's
@@ -129,6 +158,7 @@ class PriorityDispatcher:
                 continue
             worker = self._idle.pop()
             actor = self.workers[worker]
+            job.started = time.perf_counter()
             job.ref = getattr(actor, job.method).remote(*job.args)
             self._running[job.ref] = (job, worker, actor)
 
@@ -150,9 +180,18 @@ class PriorityDispatcher:
                     job.result = ray.get(ref)
                 except Exception as exc:  # the handler turns it into a gRPC status
                     job.error = exc
+                job.finished = time.perf_counter()
                 with self._changed:
-                    if isinstance(job.error, ray.exceptions.RayActorError) and self.workers[worker] is actor:
+                    unavailable = isinstance(job.error, ray.exceptions.ActorUnavailableError)
+                    if (isinstance(job.error, ray.exceptions.RayActorError) and not unavailable
+                            and self.workers[worker] is actor):
                         self._mark_down(worker)  # dead: its successor comes through replace()
                     elif worker not in self._down and worker not in self._idle:
                         self._idle.append(worker)
+                    if unavailable and job.attempts < UNAVAILABLE_ATTEMPTS and not job.cancelled:
+                        # Not dead: Ray lost touch for a moment (a loaded host). Run it again.
+                        job.attempts += 1
+                        job.error, job.ref, job.started, job.finished = None, None, None, None
+                        heapq.heappush(self._heap, (job.priority, next(self._order), job))
+                        continue
                 job.done.set()

@@ -27,6 +27,7 @@ from pathmaster import defaults
 from pathmaster.records import InvalidInput
 from pathmaster.ids import log_tag, shown
 from qos.classes import DEFAULT_CLASSES, ClassTable
+from qos.predict import RecentMedian
 from qos.transport import CopyFilter, MarkedServer, connect_address
 from services.config import SiteConfig
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
@@ -44,7 +45,7 @@ log = logging.getLogger("pathmaster.site")
 
 SITE_SERVICE = pb.DESCRIPTOR.services_by_name["Site"].full_name
 POLL_S = 0.1  # how often a waiting handler checks whether its caller has gone
-SERVICE_EWMA_ALPHA = 0.3  # weight of the newest case in the per-cell service time reported
+METHOD_OF_MODE = {"images": "analyse", "features": "search_many"}  # the worker method of each mode
 
 
 def cell_result(outcome: CellOutcome) -> pb.CellResult:
@@ -86,23 +87,27 @@ class SiteServicer(pb_grpc.SiteServicer):
         self.cases_started: deque[str] = deque(maxlen=1000)
         self.copies = CopyFilter()  # copies of one request (qos.policy): answered once
         self.cases_cancelled: deque[str] = deque(maxlen=1000)
-        self.seconds_per_cell: dict[str, float] = {}  # by mode, an EWMA over cases
+        self.seconds_per_cell: dict[str, RecentMedian] = {}  # by mode, over recent calls
 
     def load(self) -> pb.SiteLoad:
-        """What the coordinator's predictor needs: the queue, the workers, the service time."""
+        """What the coordinator's predictor needs: the queue (cells, and seconds of work
+        ahead of a new cell), the workers, the service time per cell by mode."""
         with self._lock:
-            per_cell = dict(self.seconds_per_cell)
+            per_cell = {mode: recent.value() for mode, recent in self.seconds_per_cell.items()}
+        by_method = {METHOD_OF_MODE[mode]: s for mode, s in per_cell.items()}
         return pb.SiteLoad(waiting_cells=self.dispatcher.waiting(), workers=self.dispatcher.alive(),
-                           seconds_per_cell=per_cell)
+                           seconds_per_cell=per_cell, waiting_s=self.dispatcher.work_ahead_s(by_method))
 
-    def _note_service(self, mode: str, results: list[CellOutcome]) -> None:
-        work = [r.extraction_s + r.search_s for r in results]
-        if not work:
+    def _note_service(self, mode: str, jobs: list) -> None:
+        """Add the call's service time per cell (its jobs' wall time on a worker,
+        dispatch to result, Ray's round trip included) to the mode's recent median."""
+        timed = [(job.service_s(), job.cells) for job in jobs]
+        timed = [(s, n) for s, n in timed if s is not None]
+        if not timed:
             return
-        seconds = sum(work) / len(work)
+        seconds = sum(s for s, _ in timed) / sum(n for _, n in timed)
         with self._lock:
-            old = self.seconds_per_cell.get(mode)
-            self.seconds_per_cell[mode] = seconds if old is None else old + SERVICE_EWMA_ALPHA * (seconds - old)
+            self.seconds_per_cell.setdefault(mode, RecentMedian()).add(seconds)
 
     def _jobs(self, request: pb.AnalyseRequest, context: grpc.ServicerContext, k: int) -> tuple[str, list]:
         """Queue the request's cells: analysed images, or (features mode) search only."""
@@ -117,7 +122,8 @@ class SiteServicer(pb_grpc.SiteServicer):
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"site {self.name}: {exc}")
             remaining = context.time_remaining()
             deadline = None if remaining is None else time.time() + remaining
-            return "images", [self.dispatcher.submit(priority, (c.cell_id, c.image, c.background, c.mask, k, deadline))
+            return "images", [self.dispatcher.submit(priority, (c.cell_id, c.image, c.background, c.mask, k, deadline),
+                                                     method=METHOD_OF_MODE["images"])
                               for c in request.cells]
         if request.cells:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "send cells as images or as features, not both")
@@ -126,10 +132,10 @@ class SiteServicer(pb_grpc.SiteServicer):
             context.abort(grpc.StatusCode.FAILED_PRECONDITION,
                           f"site {self.name} compares features of schema {schema}, not "
                           f"{request.feature_schema or 'unnamed'}: send the images instead")
-        return "features", [
-            self.dispatcher.submit(priority, (f.cell_id, list(f.values), k, f.background_estimated,
-                                              f.mask_estimated), method="search")
-            for f in request.features]
+        # One job for the whole request: a search is ~1 ms, a Ray task per cell costs more.
+        cells = [(f.cell_id, list(f.values), f.background_estimated, f.mask_estimated) for f in request.features]
+        return "features", [self.dispatcher.submit(priority, (cells, k), method=METHOD_OF_MODE["features"],
+                                                   cells=len(cells))]
 
     def _worker(self, context: grpc.ServicerContext):
         """The next live worker in turn; UNAVAILABLE when none is alive."""
@@ -152,7 +158,7 @@ class SiteServicer(pb_grpc.SiteServicer):
             raise _CallerGone()
         remaining = context.time_remaining()
         if remaining is not None and remaining <= 0:
-            unfinished = sum(not job.done.is_set() for job in jobs)
+            unfinished = sum(job.cells for job in jobs if not job.done.is_set())
             context.abort(grpc.StatusCode.DEADLINE_EXCEEDED,
                           f"site {self.name}: deadline passed with {unfinished} cells unfinished")
         return POLL_S if remaining is None else max(0.0, min(POLL_S, remaining))
@@ -211,8 +217,9 @@ class SiteServicer(pb_grpc.SiteServicer):
             for job in jobs:
                 if not job.done.is_set():
                     self.dispatcher.cancel(job)
-        results: list[CellOutcome] = [job.result for job in jobs]
-        self._note_service(mode, results)
+        results: list[CellOutcome] = [r for job in jobs for r in (job.result if isinstance(job.result, list) else [job.result])]
+        self._note_service(mode, jobs)
+        begun = [job.started for job in jobs if job.started is not None]
         return pb.AnalyseReply(
             site=self.name,
             algorithm=self.info["algorithm"],
@@ -221,6 +228,7 @@ class SiteServicer(pb_grpc.SiteServicer):
                 extraction_s=sum(r.extraction_s for r in results),
                 search_s=sum(r.search_s for r in results),
                 site_wall_s=time.perf_counter() - started,
+                queue_s=max(0.0, min(begun) - started) if begun else 0.0,
             ),
             database_cells=self.info["database_cells"],
             load=self.load(),

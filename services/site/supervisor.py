@@ -4,7 +4,7 @@ Ray restarts nothing here (the actors have max_restarts=0): the site supervises 
 workers so that it knows, and says, when it cannot serve. The supervisor asks each live
 worker whether it is alive (`ready`, every `ping_s`; the question waits behind a running
 cell, so a busy worker is never mistaken for a dead one: only Ray's RayActorError is
-death). A dead worker leaves the dispatcher at once and a replacement is started after
+death, and not its ActorUnavailableError, which says Ray lost touch for a moment). A dead worker leaves the dispatcher at once and a replacement is started after
 `restart_min_s`; a replacement that fails to start (its database unreadable, Ray out of
 CPUs) is tried again after twice the wait, up to `restart_max_s`. `on_change(alive,
 total, event)` is called after every event ("started", "died", "replaced", "failed": a
@@ -112,6 +112,12 @@ class Supervisor:
         i = self._pings.pop(ref)
         try:
             ray.get(ref)
+        except ray.exceptions.ActorUnavailableError as exc:
+            # Not death: Ray could not reach the worker for a moment (a loaded host). Replacing
+            # it left the site with no worker for as long as a new one took to load (tens of
+            # seconds there), and every call failed meanwhile. Ask again at the next ping.
+            log.info("site %s: worker %d did not answer a ping (%s); asking again", self.name, i,
+                     type(exc).__name__)
         except ray.exceptions.RayActorError as exc:
             self._died(i, exc)
             return

@@ -140,6 +140,12 @@ class SiteWorker:
         except InvalidInput as exc:
             return CellOutcome(cell_id, error=f"cell {cell_id!r}: {exc}")
 
+    def search_many(self, cells: list[tuple], k: int) -> list[CellOutcome]:
+        """`search` for each of `cells` (tuples of its arguments but `k`), in one call:
+        a features-mode request is one Ray task, not one per cell."""
+        return [self.search(cell_id, values, k, background_estimated, mask_estimated)
+                for cell_id, values, background_estimated, mask_estimated in cells]
+
     def analyse(self, cell_id: str, image: bytes, background: bytes, mask: bytes, k: int,
                 deadline: float | None = None) -> CellOutcome:
         """One test cell, as encoded bytes (background/mask may be b"") -> its CellOutcome.

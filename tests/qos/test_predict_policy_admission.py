@@ -7,7 +7,7 @@ import pytest
 
 from qos.admission import Admission, Refused
 from qos.policy import plan_site
-from qos.predict import PathModel, PredictionLog, SiteLoad, SiteModel
+from qos.predict import RECENT_CALLS, PathModel, PredictionLog, RecentMedian, SiteLoad, SiteModel
 
 CLASSES = ["urgent", "routine", "teaching", "bulk"]
 
@@ -46,15 +46,106 @@ def test_same_size_calls_keep_the_prior_rate_and_still_predict_that_size():
     assert fit.transfer_s(50_000) == pytest.approx(0.3)
 
 
-def test_site_model_adds_the_queue_ahead_to_the_prediction():
-    site = SiteModel()
-    site.observe("urgent", "features", 10_000, 0.05, cells=6, site_wall_s=0.2,
-                 load=SiteLoad(waiting_cells=0, workers=2, seconds_per_cell={"features": 0.01}))
-    idle = site.predict("urgent", "features", 10_000, cells=6)
-    site.load = SiteLoad(waiting_cells=20, workers=2, seconds_per_cell={"features": 0.01})
-    busy = site.predict("urgent", "features", 10_000, cells=6)
-    assert busy - idle == pytest.approx(0.01 * 10)  # 20 cells ahead, 2 at a time
-    assert site.predict("urgent", "images", 10_000, cells=6) is None  # never seen in that mode
+class Clock:
+    """A monotonic clock the test moves by hand."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def answered(site, mode="features", cells=6, site_wall_s=0.030, queue_s=0.0, per_cell=0.002, workers=1,
+             waiting_s=0.0, transfer_s=0.005, nbytes=10_000):
+    """One answered call as the coordinator records it."""
+    site.observe("routine", mode, nbytes, transfer_s, cells=cells, site_wall_s=site_wall_s, queue_s=queue_s,
+                 load=SiteLoad(workers=workers, seconds_per_cell={mode: per_cell}, waiting_s=waiting_s,
+                               at=site.clock()))
+
+
+def test_site_model_predicts_transfer_overhead_and_service_from_measured_parts():
+    site = SiteModel(clock=Clock())
+    answered(site, site_wall_s=0.030, per_cell=0.002)  # 6 cells x 2 ms in one job, 18 ms of overhead
+    assert site.site_parts("features", 6) == pytest.approx({"queue_s": 0.0, "overhead_s": 0.018, "service_s": 0.012})
+    assert site.predict("routine", "features", 10_000, cells=6) == pytest.approx(0.005 + 0.030)
+    assert site.predict("routine", "features", 10_000, cells=3) == pytest.approx(0.005 + 0.018 + 0.006)
+    assert site.predict("routine", "images", 10_000, cells=6) is None  # never seen in that mode
+    assert site.predict("urgent", "features", 10_000, cells=6) is None  # nor on that class's path
+
+
+def test_images_are_served_by_every_worker_and_features_in_one_job():
+    site = SiteModel(clock=Clock())
+    answered(site, mode="images", site_wall_s=0.35, per_cell=0.1, workers=2)  # 3 rounds of 2 cells
+    answered(site, mode="features", site_wall_s=0.02, per_cell=0.002, workers=2)
+    assert site.site_parts("images", 6)["service_s"] == pytest.approx(0.3)
+    assert site.site_parts("images", 6)["overhead_s"] == pytest.approx(0.05)
+    assert site.site_parts("features", 6)["service_s"] == pytest.approx(0.012)
+
+
+def test_the_queue_ahead_counts_as_reported_and_drains_with_time():
+    clock = Clock()
+    site = SiteModel(clock=clock)
+    answered(site, site_wall_s=0.030, per_cell=0.002)
+    idle = site.predict("routine", "features", 10_000, cells=6)
+    answered(site, site_wall_s=1.030, queue_s=1.0, per_cell=0.002, waiting_s=1.5)  # a queue at the site
+    assert site.overhead_s["features"].value() == pytest.approx(0.018)  # the wait is not taken for overhead
+    assert site.predict("routine", "features", 10_000, cells=6) == pytest.approx(idle + 1.5)
+    clock.now += 0.5
+    assert site.queue_s() == pytest.approx(1.0)
+    clock.now += 5
+    assert site.predict("routine", "features", 10_000, cells=6) == pytest.approx(idle)
+
+
+def test_the_prediction_follows_a_change_of_service_time():
+    site = SiteModel(clock=Clock())
+    for _ in range(10):
+        answered(site, mode="images", site_wall_s=0.61, per_cell=0.1)
+    assert site.site_s("images", 6) == pytest.approx(0.61)
+    # The site gets slower (another tenant, a bigger index): its report says so at once.
+    answered(site, mode="images", site_wall_s=1.81, per_cell=0.3)
+    assert site.site_s("images", 6) == pytest.approx(1.81)
+    # A per-call cost that grows is learnt once it is the recent median; one slow call is not.
+    answered(site, mode="images", site_wall_s=9.0, per_cell=0.3)
+    assert site.site_s("images", 6) == pytest.approx(1.81)
+    for _ in range(RECENT_CALLS // 2 + 1):
+        answered(site, mode="images", site_wall_s=1.90, per_cell=0.3)
+    assert site.site_s("images", 6) == pytest.approx(1.90)
+
+
+def test_a_transfer_is_predicted_from_calls_made_under_about_the_same_concurrency():
+    site = SiteModel(clock=Clock())
+
+    def call(transfer_s, sharing):
+        site.observe("routine", "features", 10_000, transfer_s, cells=6, site_wall_s=0.03, sharing=sharing,
+                     load=SiteLoad(seconds_per_cell={"features": 0.002}, at=site.clock()))
+
+    for _ in range(5):  # a burst: 20 of the coordinator's cases at once, 0.4 s each transfer
+        call(0.4, sharing=20)
+    # No lone call seen yet: the burst's calls, as if the path were shared equally.
+    assert site.predict("routine", "features", 10_000, cells=6) == pytest.approx(0.4 / 20 + 0.03)
+    assert site.predict("routine", "features", 10_000, cells=6, sharing=4) == pytest.approx(0.4 * 4 / 20 + 0.03)
+    for _ in range(3):  # the burst is over
+        call(0.05, sharing=1)
+    assert site.predict("routine", "features", 10_000, cells=6) == pytest.approx(0.05 + 0.03)
+    assert site.predict("routine", "features", 10_000, cells=6, sharing=15) == pytest.approx(0.4 + 0.03)
+
+
+def test_recent_median_ignores_one_outlier_and_follows_a_new_level():
+    recent = RecentMedian(window=5)
+    assert recent.value() is None
+    for value in [1.0, 1.0, 10.0, 1.0, float("nan")]:
+        recent.add(value)
+    assert recent.value() == 1.0
+    for _ in range(3):
+        recent.add(2.0)
+    assert recent.value() == 2.0
+
+
+def test_without_a_reported_service_time_the_wall_time_per_cell_stands_in():
+    site = SiteModel(clock=Clock())
+    site.observe("routine", "images", 10_000, 0.01, cells=4, site_wall_s=0.8)
+    assert site.predict("routine", "images", 10_000, cells=4) == pytest.approx(0.01 + 0.8)
 
 
 def test_prediction_log_reports_the_median_absolute_percentage_error():
@@ -177,3 +268,4 @@ def test_one_client_cannot_fill_a_class():
     adm.release(first)  # idempotent
     assert adm.admit("routine", "greedy").served_as == "routine"
     assert adm.in_use() == 3
+

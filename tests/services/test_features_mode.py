@@ -93,6 +93,7 @@ def test_a_site_refuses_features_of_another_schema_and_mixed_requests(deployment
                                                features=vectors), timeout=30)
         assert len(reply.cells[0].matches) == 5 and reply.load.workers >= 1
         assert reply.load.seconds_per_cell["features"] > 0
+        assert 0 <= reply.timing.queue_s <= reply.timing.site_wall_s  # the wait is a part of the site's time
 
 
 @pytest.mark.parametrize("deadline", [float("nan"), float("inf"), -1.0])

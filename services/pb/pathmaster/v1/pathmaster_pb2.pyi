@@ -63,18 +63,20 @@ class CellResult(_message.Message):
     def __init__(self, query_cell_id: _Optional[str] = ..., matches: _Optional[_Iterable[_Union[Match, _Mapping]]] = ..., background_estimated: _Optional[bool] = ..., mask_estimated: _Optional[bool] = ..., error: _Optional[str] = ...) -> None: ...
 
 class SiteTiming(_message.Message):
-    __slots__ = ("transfer_s", "extraction_s", "search_s", "total_s", "site_wall_s")
+    __slots__ = ("transfer_s", "extraction_s", "search_s", "total_s", "site_wall_s", "queue_s")
     TRANSFER_S_FIELD_NUMBER: _ClassVar[int]
     EXTRACTION_S_FIELD_NUMBER: _ClassVar[int]
     SEARCH_S_FIELD_NUMBER: _ClassVar[int]
     TOTAL_S_FIELD_NUMBER: _ClassVar[int]
     SITE_WALL_S_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_S_FIELD_NUMBER: _ClassVar[int]
     transfer_s: float
     extraction_s: float
     search_s: float
     total_s: float
     site_wall_s: float
-    def __init__(self, transfer_s: _Optional[float] = ..., extraction_s: _Optional[float] = ..., search_s: _Optional[float] = ..., total_s: _Optional[float] = ..., site_wall_s: _Optional[float] = ...) -> None: ...
+    queue_s: float
+    def __init__(self, transfer_s: _Optional[float] = ..., extraction_s: _Optional[float] = ..., search_s: _Optional[float] = ..., total_s: _Optional[float] = ..., site_wall_s: _Optional[float] = ..., queue_s: _Optional[float] = ...) -> None: ...
 
 class ImageRequest(_message.Message):
     __slots__ = ("site", "cell_id")
@@ -113,7 +115,7 @@ class AnalyseRequest(_message.Message):
     def __init__(self, case_id: _Optional[str] = ..., request_class: _Optional[str] = ..., cells: _Optional[_Iterable[_Union[CellImage, _Mapping]]] = ..., k: _Optional[int] = ..., feature_schema: _Optional[str] = ..., features: _Optional[_Iterable[_Union[CellFeatures, _Mapping]]] = ...) -> None: ...
 
 class SiteLoad(_message.Message):
-    __slots__ = ("waiting_cells", "workers", "seconds_per_cell")
+    __slots__ = ("waiting_cells", "workers", "seconds_per_cell", "waiting_s")
     class SecondsPerCellEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -124,10 +126,12 @@ class SiteLoad(_message.Message):
     WAITING_CELLS_FIELD_NUMBER: _ClassVar[int]
     WORKERS_FIELD_NUMBER: _ClassVar[int]
     SECONDS_PER_CELL_FIELD_NUMBER: _ClassVar[int]
+    WAITING_S_FIELD_NUMBER: _ClassVar[int]
     waiting_cells: int
     workers: int
     seconds_per_cell: _containers.ScalarMap[str, float]
-    def __init__(self, waiting_cells: _Optional[int] = ..., workers: _Optional[int] = ..., seconds_per_cell: _Optional[_Mapping[str, float]] = ...) -> None: ...
+    waiting_s: float
+    def __init__(self, waiting_cells: _Optional[int] = ..., workers: _Optional[int] = ..., seconds_per_cell: _Optional[_Mapping[str, float]] = ..., waiting_s: _Optional[float] = ...) -> None: ...
 
 class AnalyseReply(_message.Message):
     __slots__ = ("site", "algorithm", "cells", "timing", "database_cells", "load")
