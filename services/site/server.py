@@ -120,6 +120,7 @@ class SiteServicer(pb_grpc.SiteServicer):
                     check_cell_size(cell.cell_id, cell.image, cell.background, cell.mask)
             except InvalidInput as exc:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"site {self.name}: {exc}")
+            self._refuse_copy(request, context, "images")
             remaining = context.time_remaining()
             deadline = None if remaining is None else time.time() + remaining
             return "images", [self.dispatcher.submit(priority, (c.cell_id, c.image, c.background, c.mask, k, deadline),
@@ -132,10 +133,18 @@ class SiteServicer(pb_grpc.SiteServicer):
             context.abort(grpc.StatusCode.FAILED_PRECONDITION,
                           f"site {self.name} compares features of schema {schema}, not "
                           f"{request.feature_schema or 'unnamed'}: send the images instead")
+        self._refuse_copy(request, context, "features")
         # One job for the whole request: a search is ~1 ms, a Ray task per cell costs more.
         cells = [(f.cell_id, list(f.values), f.background_estimated, f.mask_estimated) for f in request.features]
         return "features", [self.dispatcher.submit(priority, (cells, k), method=METHOD_OF_MODE["features"],
                                                    cells=len(cells))]
+
+    def _refuse_copy(self, request: pb.AnalyseRequest, context: grpc.ServicerContext, mode: str) -> None:
+        """A copy of a request already taken (the coordinator sends small ones as several):
+        refused, so that one reply goes back and the cells are searched once. Asked once the
+        request has passed every check: a refused request is not taken, and its caller's
+        corrected request is answered."""
+        self.copies.refuse_copy(context, request.case_id, request.request_class, mode)
 
     def _worker(self, context: grpc.ServicerContext):
         """The next live worker in turn; UNAVAILABLE when none is alive."""
@@ -187,10 +196,6 @@ class SiteServicer(pb_grpc.SiteServicer):
         if request.k < 0 or request.k > defaults.MAX_K:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"k must be 0-{defaults.MAX_K}, got {request.k}")
         k = request.k or defaults.K
-        # A copy of a request already taken (the coordinator sends small ones as several):
-        # refused, so that one reply goes back and the cells are searched once.
-        self.copies.refuse_copy(context, request.case_id, request.request_class,
-                                "features" if request.features else "images")
         self.cases_started.append(request.case_id)
         mode, jobs = self._jobs(request, context, k)
         log.info("site %s: case %s (%s): %s %d cells", self.name, log_tag(request.case_id), request.request_class,
