@@ -28,6 +28,12 @@ The upload of a ~200 px cell (issue 14's targets: features <= 20 ms, whole analy
 filling by labelling, lamp fits by normal equations on <= 4000 glass pixels), median CPU
 on the shared 2-core VM: analyse 102 -> 59 ms at load average 14, 93 -> 48 ms at 7; features
 5-10 ms either way (target met; the whole analysis is not yet at 30 ms).
+Then `--sweep --sizes 200,200,200 --repeats 9 --before 10bb84e` (an upload without mask or
+slide: the cell found at half resolution, the slide estimated round it, one segmentation
+against it; 128 features), three alternating rounds at load average 12-19 on the 2-core
+VM, median CPU: analyse 67 -> 47, 50 -> 41, 49 -> 51 ms, and in an earlier run 72 -> 37,
+78 -> 56, 60 -> 46 ms (x1.0-1.9, typically x1.3); features 5-8 ms. Still above 30 ms
+on this loaded machine.
 """
 
 from __future__ import annotations

@@ -52,6 +52,10 @@ FOOTPRINT_RADIUS_PX = 12
 # A lamp surface (6 coefficients per channel) is fitted to at most this many glass pixels,
 # evenly spread over them: the envelope in `_clear_glass` is pinned down by as many.
 SURFACE_FIT_POINTS = 4000
+# complete_cell's coarse cell (half resolution) is grown by this much before the glass
+# round it is used for the blank slide, as the flat pass's
+# 2 px dilation is in _cell_and_nucleus_without_slide.
+COARSE_CELL_MARGIN_PX = 2
 
 
 def _PLANE(y: np.ndarray, x: np.ndarray) -> tuple:
@@ -196,6 +200,31 @@ def fill_holes(binary: np.ndarray) -> np.ndarray:
     return binary | ~outside[labels]
 
 
+def channel_percentile(pixels: np.ndarray, q: float) -> np.ndarray:
+    """``np.percentile(pixels, q, axis=0)`` of uint8 pixels (n, C), by counting grey levels.
+
+    The order statistics numpy interpolates between (its default "linear" method) are read
+    off each channel's cumulative histogram instead of partitioning n values: the same
+    numbers, ~5x faster on a 200 px image. Returns float64 (C,).
+    """
+    pixels = np.asarray(pixels)
+    if pixels.dtype != np.uint8 or pixels.ndim != 2 or len(pixels) == 0:
+        return np.percentile(pixels, q, axis=0).astype(np.float64)
+    n = len(pixels)
+    position = q / 100.0 * (n - 1)
+    low = int(np.floor(position))
+    high = min(low + 1, n - 1)
+    fraction = position - low
+    result = np.empty(pixels.shape[1])
+    for channel in range(pixels.shape[1]):
+        counts = np.cumsum(np.bincount(pixels[:, channel], minlength=256))
+        below, above = np.searchsorted(counts, [low, high], side="right")
+        # numpy's own interpolation, which counts from the nearer end
+        result[channel] = (below + fraction * (above - below) if fraction < 0.5
+                           else above - (1.0 - fraction) * (above - below))
+    return result
+
+
 def _flat_lamp(image: np.ndarray) -> np.ndarray:
     """The lamp as one colour: the 99th percentile of each channel, float64 (3,).
 
@@ -203,7 +232,7 @@ def _flat_lamp(image: np.ndarray) -> np.ndarray:
     rank pixels by optical density for segmentation, cheap, and, unlike a fitted surface,
     not fooled by a crop that the cell fills (Herlev's cells often touch the border).
     """
-    return np.percentile(image.reshape(-1, 3), 99, axis=0).astype(np.float64)
+    return channel_percentile(image.reshape(-1, 3), 99)
 
 
 def _dense_core(score: np.ndarray, cell: np.ndarray, core: np.ndarray) -> np.ndarray:
@@ -305,17 +334,7 @@ def _segment_cell(image: np.ndarray, background: np.ndarray | None) -> np.ndarra
         lamp = background
         cell, nucleus, score = _cell_and_nucleus(image, background)
     else:
-        lamp = np.broadcast_to(_flat_lamp(image), image.shape)
-        cell, nucleus, score = _cell_and_nucleus(image, lamp)
-        # A vignetted or tilted lamp fools a flat one; where the first pass leaves enough
-        # glass round the cell to pin down a quadratic (QUADRATIC_MIN_PIXELS), the lamp
-        # is fitted to it (a surface per channel) and the cell segmented again. Small
-        # crops (Herlev's 40 px) have too little glass for a fit that holds under the
-        # cell: it sagged there and cost 0.03 of nucleus Dice; they keep the flat lamp.
-        glass = ~ndi.binary_dilation(cell, iterations=2)
-        if QUADRATIC_MIN_PIXELS <= glass.sum() < glass.size:
-            lamp = _fit_lamp(image, glass)
-            cell, nucleus, score = _cell_and_nucleus(image, lamp)
+        cell, nucleus, lamp = _cell_and_nucleus_without_slide(image)
 
     mask = np.full((height, width), BACKGROUND, dtype=np.uint8)
     mask[cell] = CYTOPLASM
@@ -327,6 +346,23 @@ def _segment_cell(image: np.ndarray, background: np.ndarray | None) -> np.ndarra
     eosin = color.rgb2hed(_normalise_to_lamp(image[box], lamp_box))[..., 1]
     mask[box][_nucleoli(eosin, nucleus[box])] = NUCLEOLUS
     return mask
+
+
+def _cell_and_nucleus_without_slide(image: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Cell, nucleus (bool (H, W) each) and the lamp (uint8 or float (H, W, 3)) they were
+    cut against, for an image without its blank slide."""
+    lamp = np.broadcast_to(_flat_lamp(image), image.shape)
+    cell, nucleus, _ = _cell_and_nucleus(image, lamp)
+    # A vignetted or tilted lamp fools a flat one; where the first pass leaves enough
+    # glass round the cell to pin down a quadratic (QUADRATIC_MIN_PIXELS), the lamp
+    # is fitted to it (a surface per channel) and the cell segmented again. Small
+    # crops (Herlev's 40 px) have too little glass for a fit that holds under the
+    # cell: it sagged there and cost 0.03 of nucleus Dice; they keep the flat lamp.
+    glass = ~ndi.binary_dilation(cell, iterations=2)
+    if QUADRATIC_MIN_PIXELS <= glass.sum() < glass.size:
+        lamp = _fit_lamp(image, glass)
+        cell, nucleus, _ = _cell_and_nucleus(image, lamp)
+    return cell, nucleus, lamp
 
 
 def _bounding_box(region: np.ndarray, margin: int) -> tuple[slice, slice]:
@@ -384,9 +420,11 @@ def estimate_background(image: np.ndarray, mask: np.ndarray | None = None) -> np
     return _estimate_background(image, mask)
 
 
-def _estimate_background(image: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
-    """`estimate_background` of arrays that passed `check_cell` / `check_mask`."""
-    glass = _clear_glass(image)
+def _estimate_background(image: np.ndarray, mask: np.ndarray | None,
+                         clear: np.ndarray | None = None) -> np.ndarray:
+    """`estimate_background` of arrays that passed `check_cell` / `check_mask`; ``clear``
+    is `_clear_glass(image)` when the caller has it already."""
+    glass = _clear_glass(image) if clear is None else clear
     if mask is not None:
         # A mask's "background" can hold neighbouring cells and debris (real crops do):
         # only the part of it that is also clear glass shows the lamp.
@@ -454,13 +492,13 @@ def _fit_surface(level: np.ndarray, where: np.ndarray) -> np.ndarray:
 
 def _fit_lamp(image: np.ndarray, glass: np.ndarray) -> np.ndarray:
     """Surface per channel through the glass pixels, as uint8 (H, W, 3)."""
-    pixels = image[glass].astype(np.float64)
+    pixels = image[glass]
     if len(pixels) < min(MIN_BACKGROUND_PIXELS, max(20, 0.05 * glass.size)):
-        flat = np.percentile(image.reshape(-1, 3).astype(np.float64), 99, axis=0)
+        flat = channel_percentile(image.reshape(-1, 3), 99)
         return np.broadcast_to(np.rint(flat).astype(np.uint8), image.shape).copy()
     full = _fit_surface(image, glass)
     # Far from the glass pixels the fit can sag; the lamp is not dimmer than the dim glass.
-    floor = np.percentile(pixels, 1, axis=0)
+    floor = channel_percentile(pixels, 1)
     return np.clip(np.rint(np.maximum(full, floor)), 1, 255).astype(np.uint8)
 
 
@@ -473,6 +511,34 @@ def complete_cell(record: CellRecord) -> CellRecord:
     Raises InvalidInput for arrays that do not fit together.
     """
     check_cell(record.image, record.mask, record.background, record.source_id)
+    if record.mask is None and record.background is None:
+        # Neither given (an upload as most users have it). Segmenting against a flat lamp,
+        # refitting the lamp to the glass round that cell, segmenting again and then
+        # estimating the slide anew cost two full segmentations and three lamp fits (a
+        # ~200 px upload: 2/3 of its analysis). Where the crop is large enough, the cell is
+        # first found coarsely at half resolution (the same two passes on 1/4 of the
+        # pixels), the blank slide estimated from the clear glass round it, and the cell
+        # segmented once against that slide. Small crops (Herlev's 40 px) keep the old
+        # order: a coarse pass there is too coarse, and their slide is flat anyway.
+        image = record.image
+        clear = _clear_glass(image)
+        half = image[::2, ::2]
+        if clear.sum() >= QUADRATIC_MIN_PIXELS and half.shape[0] * half.shape[1] >= QUADRATIC_MIN_PIXELS:
+            # Clear glass alone also takes in pale cytoplasm (the lamp then sags under the
+            # cell): it is kept out by a first, coarse segmentation at half resolution.
+            coarse, _, _ = _cell_and_nucleus_without_slide(half)
+            cell = np.repeat(np.repeat(coarse, 2, axis=0), 2, axis=1)[: image.shape[0], : image.shape[1]]
+            outside = np.where(ndi.binary_dilation(cell, iterations=COARSE_CELL_MARGIN_PX), CYTOPLASM, BACKGROUND)
+            record.background = _estimate_background(image, outside.astype(np.uint8), clear)
+            record.background_estimated = True
+            record.mask = _segment_cell(image, record.background)
+            record.mask_estimated = True
+            return record
+        record.mask = _segment_cell(image, None)
+        record.mask_estimated = True
+        record.background = _estimate_background(image, record.mask, clear)
+        record.background_estimated = True
+        return record
     if record.mask is None:
         record.mask = _segment_cell(record.image, record.background)
         record.mask_estimated = True

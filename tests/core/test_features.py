@@ -298,6 +298,33 @@ def test_od_statistics_match_scipy_on_a_realistic_cell(size, zoom):
     assert value(v, "nucleus_od_mean") == pytest.approx(od[mask >= NUCLEUS].mean(), abs=0.01)
 
 
+@REFERENCE_SIZES
+def test_brightness_matches_regionprops_on_a_realistic_cell(size, zoom):
+    od, background, noise, mask = realistic_cell(seed=5, size=size, zoom=zoom)
+    image, slide_u8 = render(od, background, noise)
+    v = extract_features(image, slide_u8, mask)
+    labels = np.where(mask >= NUCLEUS, 1, np.where(mask == CYTOPLASM, 2, 0))
+    colour = measure.regionprops_table(labels, image / 255.0, properties=("label", "intensity_mean"))
+    grey = measure.regionprops_table(labels, image.mean(axis=2) / 255.0,
+                                     properties=("label", "intensity_std", "intensity_min"))
+    for row, name in ((0, "nucleus"), (1, "cytoplasm")):
+        for index, channel in enumerate(("red", "green", "blue")):
+            assert value(v, f"{name}_brightness_{channel}") == pytest.approx(colour[f"intensity_mean-{index}"][row], rel=1e-9)
+        assert value(v, f"{name}_brightness_std") == pytest.approx(grey["intensity_std"][row], rel=1e-9)
+    assert value(v, "nucleus_brightness_min") == pytest.approx(grey["intensity_min"][0], rel=1e-9)
+    nucleus = image.mean(axis=2)[mask >= NUCLEUS] / 255.0
+    assert value(v, "nucleus_brightness_p10") == pytest.approx(np.percentile(nucleus, 10), rel=1e-9)
+
+
+def test_brightness_follows_the_lamp_where_od_does_not():
+    od, background, noise, mask = realistic_cell(seed=1)
+    base = extract_features(*render(od, background, noise), mask)
+    dimmer = extract_features(*render(od, background, noise, scale=0.8), mask)
+    ratio = value(dimmer, "nucleus_brightness_green") / value(base, "nucleus_brightness_green")
+    assert ratio == pytest.approx(0.8, abs=0.02)
+    assert value(dimmer, "nucleus_od_mean") == pytest.approx(value(base, "nucleus_od_mean"), rel=0.01)
+
+
 def _od_feature_drift(base: np.ndarray, moved: np.ndarray) -> dict[str, float]:
     """How far each density feature moved, as a fraction of its scale.
 
@@ -307,7 +334,7 @@ def _od_feature_drift(base: np.ndarray, moved: np.ndarray) -> dict[str, float]:
     """
     drift = {}
     for i, f in enumerate(FEATURES):
-        if f.group != "density":
+        if f.group != "density" or "_od" not in f.name:  # brightness follows the lamp, by design
             continue
         scale = max(abs(base[i]), 1.0) if f.name.endswith("_skew") else abs(base[i])
         drift[f.name] = abs(moved[i] - base[i]) / max(scale, 1e-12)

@@ -32,3 +32,21 @@ def test_every_feature_is_finite_on_every_real_herlev_cell(herlev_40px):
 
     assert median(ABNORMAL, "nc_ratio") > 3 * median(NORMAL, "nc_ratio")
     assert median(ABNORMAL, "nucleus_area") > 3 * median(NORMAL, "nucleus_area")
+
+
+def test_brightness_features_carry_the_diagnosis_on_real_herlev_cells(herlev_40px):
+    """5-fold cross-validated retrieval (seed 0, lda refitted per fold) on the 917 real cells
+    with their true masks: normal-vs-abnormal by majority of the 5 nearest, with and without
+    the brightness features, on the same folds (measured 0.919 against 0.896)."""
+    from pathmaster.evaluate import cross_validate, site_similarity_fit
+
+    names = list(feature_names())
+    records = [r for r in iter_dataset(herlev_40px, layout="herlev") if isinstance(r, CellRecord)]
+    X = np.array([extract_features(r.image, r.background, r.mask) for r in records])
+    y = np.array([r.diagnosis for r in records], dtype=object)
+    keep = [i for i, name in enumerate(names) if "_brightness_" not in name]
+    assert len(keep) < len(names)
+    with_brightness = cross_validate(X, y, site_similarity_fit(names, "lda"), ceilings=())
+    without = cross_validate(X[:, keep], y, site_similarity_fit([names[i] for i in keep], "lda"), ceilings=())
+    assert with_brightness["binary_accuracy"] >= without["binary_accuracy"] + 0.01, (with_brightness["binary_accuracy"], without["binary_accuracy"])
+    assert with_brightness["binary_accuracy"] >= 0.91

@@ -10,7 +10,8 @@ from scipy import ndimage as ndi
 from skimage import morphology
 
 from pathmaster.records import BACKGROUND, CYTOPLASM, DIAGNOSES, NUCLEOLUS, NUCLEUS, CellRecord, InvalidInput
-from pathmaster.segmentation import complete_cell, estimate_background, open_with_disk, segment_cell
+from pathmaster.segmentation import (channel_percentile, complete_cell, estimate_background, open_with_disk,
+                                     segment_cell)
 from pathmaster.synth import cell_rng, synth_cell
 
 MIN_NUCLEUS_DICE = 0.85
@@ -187,3 +188,25 @@ def test_fill_holes_and_small_disk_openings_equal_scipy_and_skimage():
         for radius in (1, 3, 12, 13):  # footprints up to FOOTPRINT_RADIUS_PX, distance transforms beyond
             np.testing.assert_array_equal(open_with_disk(blobs, radius),
                                           morphology.opening(blobs, morphology.disk(radius)))
+
+
+def test_channel_percentile_equals_numpys():
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 3, 7, 1000, 12345):
+        pixels = rng.integers(0, 256, (n, 3)).astype(np.uint8)
+        for q in (0, 1, 33.3, 50, 99, 100):
+            np.testing.assert_array_equal(channel_percentile(pixels, q), np.percentile(pixels, q, axis=0))
+
+
+def test_upload_without_mask_or_slide_matches_both_ground_truths(cells):
+    """An upload as most users have it (the image alone, ~200 px): complete_cell finds the
+    cell coarsely, estimates the slide round it and segments once against that slide. The
+    mask is as good as segmenting with the true slide, the slide as good as estimating it
+    with the true mask (the tolerances of the tests above)."""
+    for record in cells:
+        upload = complete_cell(CellRecord("upload", None, record.image.copy()))
+        assert upload.mask_estimated and upload.background_estimated
+        assert dice(upload.mask >= NUCLEUS, record.mask >= NUCLEUS) >= MIN_NUCLEUS_DICE - 0.05, record.diagnosis
+        assert dice(upload.mask >= CYTOPLASM, record.mask >= CYTOPLASM) >= MIN_CELL_DICE, record.diagnosis
+        error = ndi.gaussian_filter(upload.background.astype(float) - record.background.astype(float), (4, 4, 0))
+        assert np.abs(error).mean() < 0.02 * record.background.mean(), (record.diagnosis, np.abs(error).mean())
