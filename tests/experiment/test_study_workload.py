@@ -38,6 +38,7 @@ def test_the_studys_workload_is_what_the_faithful_experiment_runs():
     w = exp.workload
     assert (w.cells, w.image_bytes, w.with_background, w.with_mask) == (6, 100_000, True, True)
     assert (w.analysis_s, w.site_nodes) == (defaults.STUDY_ANALYSIS_S, 2)
+    assert (w.k, w.match_bytes) == (5, w.image_bytes)  # the matching images come back whole
     assert w.analysis_wall_s == 15.0 < w.deadline_s
     assert exp.competing.kind == "wget" and exp.competing.fetch_bytes == 20_000_000
     assert exp.competing.unit == "processes" and max(exp.competing.levels) == 16
