@@ -124,6 +124,12 @@ HOST_CARD_QUEUE_PACKETS = 100  # the card's transmit FIFO: Linux 2.4's Ethernet 
                                # a best recollection of that era's default, no outside source
 
 # --- Experiments -----------------------------------------------------------------------
+# The study's workload (seed 000, BRIEF §2-3): the original C program analysed one image in ~5 s,
+# on each site's two workstations (server X1 and worker X2); the competing wget processes
+# fetched 20 MB files from the master in a loop.
+STUDY_ANALYSIS_S = 5.0         # analysis time per image at a site, seconds
+SITE_NODES = 2                 # a site's analysing nodes (its server and its worker)
+FETCH_FILE_BYTES = 20_000_000  # one competing fetch (the study's 20 MB file)
 EXPERIMENT_REPETITIONS = 10    # runs per cell of an experiment's matrix (the study's 10 runs)
 # An adaptive experiment strategy (qos.experiment.spec.Adaptive) plans each case against its
 # class's deadline (qos.policy.plan_site): step-down, hedging. Ours, not a source's: an

@@ -22,6 +22,7 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from qos.experiment.spec import competing_unit  # noqa: E402
 from qos.experiment.stats import summarise  # noqa: E402
 
 
@@ -57,7 +58,7 @@ def _line(ax, cells, strategy, levels, link, cls, stat: str, label: str) -> None
 def write_figures(meta: dict, cells: dict, folder: Path) -> list[Path]:
     """Draw every figure that the experiment's matrix supports; returns the files written."""
     strategies = meta["experiment"]["strategies"]
-    unit = "streams" if meta["experiment"]["competing"]["kind"] == "downloads" else "kbit/s"
+    unit = competing_unit(meta["experiment"]["competing"]["kind"])
     xlabel = f"competing traffic ({unit})"
     unshaped = [s["name"] for s in strategies if s.get("shape_kbit") is None]
     shaped = sorted((s for s in strategies if s.get("shape_kbit") is not None), key=lambda s: -s["shape_kbit"])

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from pathmaster.records import InvalidInput
+from qos.experiment.spec import competing_unit
 from qos.experiment.stats import Summary, compare, summarise
 from qos.predict import absolute_percentage_error
 from qos.experiment.store import Store
@@ -191,7 +192,7 @@ def write_csv(path: Path, rows: list[dict], columns: list[str]) -> None:
 
 def _grid(meta: dict, cells: dict[tuple, Cell], title: str, value) -> str:
     """One Markdown table per (link, class): rows = competing level, columns = strategy, `value(cell)`."""
-    unit = "streams" if meta["experiment"]["competing"]["kind"] == "downloads" else "kbit/s"
+    unit = competing_unit(meta["experiment"]["competing"]["kind"])
     order = strategy_order(meta)
     parts = []
     for link, cls in sorted({(k[2], k[3]) for k in cells}):

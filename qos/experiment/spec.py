@@ -12,11 +12,17 @@ classes x repetitions (flent's idea: the experiment is data, not code).
     image_bytes = 100000        # bytes per cell image; background and mask are the same size
     k = 5                       # matches returned per cell and site
     match_bytes = 5000          # thumbnail bytes per match
+    analysis_s = 5.0            # analysis per image at each site, seconds (a wait, no CPU; default 0)
+    site_nodes = 2              # the site's nodes the cells are pipelined over (default 2)
 
     [competing]
-    kind = "downloads"          # "downloads" (parallel bulk TCP), "udp" (constant rate), "pareto"
-    levels = [0, 2, 8]          # downloads: parallel streams; udp/pareto: mean rate in kbit/s
+    kind = "downloads"          # "downloads" (parallel bulk TCP), "wget" (the study's: processes
+                                # fetching a file from the master again and again), "udp"
+                                # (constant rate), "pareto"
+    levels = [0, 2, 8]          # downloads: parallel streams; wget: processes per target;
+                                # udp/pareto: mean rate in kbit/s
     targets = ["B3", "C3"]      # hosts that pull from the master
+    file_bytes = 20000000       # wget only: one fetch (default: the study's 20 MB)
 
     [strategies.fifo]           # one table per strategy, named freely
     discipline = "fifo"         # "fifo" | "prio" | "wfq" | "wred"
@@ -76,7 +82,7 @@ SHIP_MODES = ("auto", "features", "images")
 # fair-queue, cbwfq its class-based WFQ, each with IOS's own queue limits.
 IOS_STRATEGY = {"fifo": "ios-fifo", "prio": "ios-priority", "wfq": "ios-wfq", "cbwfq": "ios-cbwfq",
                 "wred": "ios-wred"}
-COMPETING_KINDS = ("downloads", "udp", "pareto")
+COMPETING_KINDS = ("downloads", "wget", "udp", "pareto")
 Number = int | float
 
 
@@ -205,6 +211,14 @@ class LinkProfile(FileModel):
         return float(defaults.HOST_CARD_RATE_KBIT) if self.network == "2002" else float("inf")
 
 
+def pipelined_analysis_s(cells: int, analysis_s: float, nodes: int) -> float:
+    """The wall time of analysing `cells` images at one site, seconds: pipelined over its `nodes`
+    nodes, each one cell at a time for `analysis_s` seconds (so ceil(cells / nodes) x analysis_s)."""
+    if nodes < 1 or analysis_s < 0:
+        raise ValueError(f"need nodes >= 1 and analysis_s >= 0, got {nodes} and {analysis_s:g}")
+    return -(-cells // nodes) * analysis_s
+
+
 class Workload(FileModel):
     """`[workload]`: one PathMaster case, what goes to every site, what comes back."""
 
@@ -219,26 +233,70 @@ class Workload(FileModel):
                                   "product itself (services.experiment.deployment) with synthetic cells")
     workers_on_x2: bool = Field(False, description="service mode: each site's second Ray worker on its X2 host")
     sites: Seq[str] = Field(("A1", "B1", "C1"), description="the server of each subnet")
-    deadline_s: float = 120.0
+    deadline_s: float = Field(120.0, gt=0, description="every site call is cut off after this, seconds")
+    analysis_s: float = Field(0.0, ge=0, description="transfer mode: analysis time per image at each site, "
+                                                     "seconds (the study's C program: ~5 s); a wait, no CPU")
+    site_nodes: int = Field(defaults.SITE_NODES, ge=1, description="transfer mode: the nodes a site's analysis "
+                                                                   "is pipelined over, one cell at a time each")
 
     @field_validator("mode")
     @classmethod
     def _mode(cls, value: str) -> str:
         return one_of(value, ("transfer", "service"))
 
+    @property
+    def analysis_wall_s(self) -> float:
+        """A case's analysis at one site, seconds: its cells pipelined over the site's nodes,
+        each node one cell at a time (ceil(cells / site_nodes) x analysis_s)."""
+        return pipelined_analysis_s(self.cells, self.analysis_s, self.site_nodes)
+
+    @model_validator(mode="after")
+    def _analysis_fits(self) -> "Workload":
+        if self.mode == "service" and (self.analysis_s or "site_nodes" in self.model_fields_set):
+            raise ValueError('analysis_s and site_nodes are for mode = "transfer": in "service" mode the '
+                             "product analyses the cells itself; leave them out")
+        if self.analysis_wall_s >= self.deadline_s:
+            raise ValueError(f"analysis_s: {self.cells} cells over {self.site_nodes} node(s) at "
+                             f"{self.analysis_s:g} s each take {self.analysis_wall_s:g} s, not less than "
+                             f"deadline_s = {self.deadline_s:g} s; raise deadline_s or lower analysis_s")
+        return self
+
+
+def competing_unit(kind: str) -> str:
+    """What a competing level counts for `kind`: "streams" (downloads, per target), "processes"
+    (wget, per target) or "kbit/s" (udp, pareto: the mean rate)."""
+    return {"downloads": "streams", "wget": "processes"}.get(kind, "kbit/s")
+
 
 class Competing(FileModel):
     """`[competing]`: competing traffic, what kind and the levels swept."""
 
     kind: str = Field("downloads", json_schema_extra={"enum": list(COMPETING_KINDS)})
-    levels: Seq[Number] = Field((0,), description="downloads: parallel streams; udp/pareto: mean kbit/s")
+    levels: Seq[Number] = Field((0,), description="downloads: parallel streams; wget: processes per target; "
+                                                  "udp/pareto: mean kbit/s")
     targets: Seq[str] = ("B3", "C3")
     params: dict[str, Any] = Field(default_factory=dict, description="e.g. pareto alpha, dscp")
+    file_bytes: int | None = Field(None, ge=1, description='kind = "wget": bytes of the file each process '
+                                                            "fetches again and again (default: the study's 20 MB)")
 
     @field_validator("kind")
     @classmethod
     def _kind(cls, value: str) -> str:
         return one_of(value, COMPETING_KINDS)
+
+    @model_validator(mode="after")
+    def _per_kind(self) -> "Competing":
+        if self.file_bytes is not None and self.kind != "wget":
+            raise ValueError(f'file_bytes is for kind = "wget" (fetches of a file), not {self.kind!r}; leave it out')
+        if self.kind in ("downloads", "wget") and any(v != int(v) for v in self.levels):
+            raise ValueError(f"levels: {self.kind} counts {self.unit} per target, whole numbers; "
+                             f"got {list(self.levels)!r}")
+        return self
+
+    @property
+    def fetch_bytes(self) -> int:
+        """kind = "wget": the bytes of one fetch."""
+        return self.file_bytes or defaults.FETCH_FILE_BYTES
 
     @field_validator("levels")
     @classmethod
@@ -251,7 +309,7 @@ class Competing(FileModel):
 
     @property
     def unit(self) -> str:
-        return "streams" if self.kind == "downloads" else "kbit/s"
+        return competing_unit(self.kind)
 
 
 class Head(FileModel):
@@ -383,7 +441,10 @@ class Experiment(FileModel):
     def to_dict(self) -> dict:
         """A JSON-ready form, recorded in every run's metadata (flat: the [experiment] keys at the top)."""
         data = self.experiment.model_dump()
-        data.update(workload=self.workload.model_dump(), competing=self.competing.model_dump(),
+        # (the study's workload keys only when used, so that older experiments keep their fingerprint)
+        workload = self.workload.model_dump(exclude=set() if self.workload.analysis_s else {"analysis_s", "site_nodes"})
+        competing = self.competing.model_dump(exclude=set() if self.competing.kind == "wget" else {"file_bytes"})
+        data.update(workload=workload, competing=competing,
                     strategies=[s.model_dump() for s in self.strategies],
                     links=[item.model_dump(exclude={"network"} if item.network == "lan" else set())
                            for item in self.links],  # (lan: as before, so older runs still resume)

@@ -1,4 +1,5 @@
-"""Competing traffic in the testbed: the study's bulk downloads, constant-rate UDP, Pareto bursts.
+"""Competing traffic in the testbed: bulk downloads, the study's wget fetches, constant-rate UDP,
+Pareto bursts.
 
 Every generator runs until stopped and reports what it achieved:
 
@@ -17,14 +18,18 @@ inside the master's namespace (it goes with the namespace, like everything else)
 from __future__ import annotations
 
 import json
+import os
 import select
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 
 from scipy.optimize import brentq
 
+from pathmaster import defaults
 from qos.classes import DEFAULT_CLASSES
 from qos.testbed import netns
 from qos.testbed.node import Node
@@ -33,7 +38,7 @@ from qos.traffic.iperf import IperfServer, finish_client, start_client
 
 BULK_DSCP = DEFAULT_CLASSES["bulk"].dscp
 LONG_S = 86400  # "until stopped": iperf3 needs a duration
-KINDS = ("downloads", "udp", "pareto")
+KINDS = ("downloads", "wget", "udp", "pareto")
 
 
 @dataclass
@@ -73,12 +78,14 @@ def mark_source_port(node: Node, protocol: str, port: int, dscp: int, add: bool 
 
 
 class PortCounter:
-    """An iptables rule in `node` counting the packets and bytes it receives on a port (any target)."""
+    """An iptables rule in `node` counting the packets and bytes it receives on a port (any target):
+    its own port (`source=False`, --dport) or the sender's (`source=True`, --sport)."""
 
-    def __init__(self, node: Node, protocol: str, port: int):
+    def __init__(self, node: Node, protocol: str, port: int, source: bool = False):
         self.node, self.protocol, self.port = node, protocol, port
-        self.comment = f"pm-count-{protocol}-{port}"
-        self._rule = ["INPUT", "-p", protocol, "--dport", str(port), "-m", "comment", "--comment", self.comment]
+        self.comment = f"pm-count-{protocol}-{'s' if source else ''}{port}"
+        self._rule = ["INPUT", "-p", protocol, "--sport" if source else "--dport", str(port),
+                      "-m", "comment", "--comment", self.comment]
 
     def add(self) -> "PortCounter":
         self.node.cmd("iptables", "-I", *self._rule)
@@ -190,6 +197,91 @@ class BulkDownloads(Traffic):
         self._finish(flows, raw)
         self.result.stopped_epoch = stopped_epoch if raw else 0.0
         return self.result
+
+
+# IP + TCP header bytes of a data segment (TCP with timestamps), taken off the counted IP bytes.
+TCP_IP_HEADER_BYTES = 20 + 32
+
+
+class FileFetches(Traffic):
+    """The study's competing traffic as it was: `processes` wget processes on each of `targets`,
+    each fetching a `file_bytes` file from the master again and again (seed 000: 20 MB files).
+
+    Unlike `BulkDownloads`' endless streams, every fetch is a new TCP connection that starts in
+    slow start, and the load comes in whole files. The master serves the file with Python's
+    http.server (a sparse file: no disk); the clients are the real wget. The applications mark
+    nothing; the master's edge marks the served data with `dscp` (the bulk class), as the study's
+    routers told the competing traffic from PathMaster's. What arrives is counted by an iptables
+    rule at each target (payload = IP bytes less 52 header bytes a segment).
+    """
+
+    kind = "wget"
+
+    def __init__(self, testbed, processes: int, targets: tuple[str, ...] = ("B3", "C3"),
+                 file_bytes: int = defaults.FETCH_FILE_BYTES, dscp: int = BULK_DSCP, port: int = 5601,
+                 source: str | None = None):
+        super().__init__(testbed, dscp, targets, port, source)
+        if processes < 0 or processes != int(processes):
+            raise ValueError(f"processes must be a whole number >= 0, got {processes}")
+        if file_bytes < 1:
+            raise ValueError(f"file_bytes must be >= 1, got {file_bytes}")
+        self.processes, self.file_bytes = int(processes), int(file_bytes)
+        self._folder: str | None = None
+        self._server: subprocess.Popen | None = None
+        self._clients: list[tuple[str, subprocess.Popen, PortCounter]] = []
+        self._marked = False
+        self._started = 0.0
+
+    @property
+    def url(self) -> str:
+        """The file's address on the master."""
+        return f"http://{self.source.ip}:{self.port}/fetch.bin"
+
+    def start(self) -> "FileFetches":
+        if self.processes == 0:
+            return self
+        self._folder = tempfile.mkdtemp(prefix="pm-fetch-")
+        with open(os.path.join(self._folder, "fetch.bin"), "wb") as f:
+            f.truncate(self.file_bytes)
+        self._server = self.source.popen([sys.executable, "-m", "http.server", str(self.port), "--bind",
+                                          self.source.ip, "--directory", self._folder],
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.source.wait_listening(self.port)
+        mark_source_port(self.source, "tcp", self.port, self.dscp)
+        self._marked = True
+        # One shell per target runs its `processes` fetch loops (stop_process ends its whole group).
+        loop = f"while :; do wget -q -O /dev/null {self.url}; done"
+        script = f"for i in $(seq {self.processes}); do ( {loop} ) & done; wait"
+        self._started = time.monotonic()
+        for target in self.targets:
+            host = self.testbed.host(target)
+            counter = PortCounter(host, "tcp", self.port, source=True).add()
+            self._clients.append((target, host.popen(["sh", "-c", script], stdout=subprocess.DEVNULL,
+                                                     stderr=subprocess.DEVNULL), counter))
+        return self
+
+    def stop(self) -> TrafficResult:
+        flows = []
+        seconds = time.monotonic() - self._started if self._started else 0.0
+        try:
+            for target, proc, counter in self._clients:
+                netns.stop_process(proc)
+                packets, ip_bytes = counter.read()
+                payload = max(0, ip_bytes - packets * TCP_IP_HEADER_BYTES)
+                flows.append({"flow": self.flow_name(target), "bytes": payload, "seconds": seconds,
+                              "bps": payload * 8 / seconds if seconds else 0.0, "processes": self.processes,
+                              "file_bytes": self.file_bytes, "fetches_completed_at_least": payload // self.file_bytes})
+        finally:
+            for _, _, counter in self._clients:
+                counter.remove()
+            if self._marked:
+                mark_source_port(self.source, "tcp", self.port, self.dscp, add=False)
+            if self._server is not None:
+                netns.stop_process(self._server)
+            if self._folder is not None:
+                shutil.rmtree(self._folder, ignore_errors=True)
+            self._clients, self._server, self._folder, self._marked, self._started = [], None, None, False, 0.0
+        return self._finish(flows)
 
 
 class ConstantRateUDP(Traffic):
@@ -326,11 +418,12 @@ def _json_of(proc: subprocess.Popen, timeout: float = 10.0) -> dict:
 
 
 def from_spec(testbed, spec: dict) -> Traffic:
-    """A generator from a table: {"kind": "downloads", "streams": 4} | {"kind": "udp", "rate_bps": 3e6}
+    """A generator from a table: {"kind": "downloads", "streams": 4} | {"kind": "wget", "processes": 4,
+    "file_bytes": 20e6} | {"kind": "udp", "rate_bps": 3e6}
     | {"kind": "pareto", "mean_bps": 2e6, "seed": 1}; optional "targets", "dscp"."""
     spec = dict(spec)
     kind = spec.pop("kind", None)
-    makers = {"downloads": BulkDownloads, "udp": ConstantRateUDP, "pareto": ParetoBursts}
+    makers = {"downloads": BulkDownloads, "wget": FileFetches, "udp": ConstantRateUDP, "pareto": ParetoBursts}
     if kind not in makers:
         raise ValueError(f"competing traffic kind {kind!r} is not one of {', '.join(KINDS)}")
     if "targets" in spec:

@@ -67,13 +67,17 @@ def discipline_table(strategy: Strategy, link: LinkProfile) -> tuple[dict, str]:
 
 
 def competing_spec(competing: Competing, level: float, seed: int) -> dict:
-    """The qos.traffic table for one level: downloads = streams per target; udp and pareto =
+    """The qos.traffic table for one level: downloads = streams per target, wget = fetching
+    processes per target; udp and pareto =
     total mean rate in kbit/s over all targets."""
     spec: dict = {"kind": competing.kind, "targets": list(competing.targets)}
     if "dscp" in competing.params:
         spec["dscp"] = int(competing.params["dscp"])
     if competing.kind == "downloads":
         spec["streams"] = int(level)
+    elif competing.kind == "wget":
+        spec["processes"] = int(level)
+        spec["file_bytes"] = competing.fetch_bytes
     elif competing.kind == "udp":
         spec["rate_bps"] = level * 1000
     else:
@@ -141,7 +145,8 @@ class TestbedBench:
             proc = host.popen([sys.executable, "-m", "services.experiment.workload", "site", "--name", name,
                                "--host", host.ip, "--port", str(SITE_PORT),
                                "--match-bytes", str(self.workload.match_bytes),
-                               "--feature-schema", schema, *classes_argv(self.experiment.classes)],
+                               "--feature-schema", schema, "--analysis-s", repr(self.workload.analysis_s),
+                               "--site-nodes", str(self.workload.site_nodes), *classes_argv(self.experiment.classes)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             self.sites[name] = proc
         deadline = time.monotonic() + 60
@@ -239,7 +244,8 @@ class TestbedBench:
                 "sites": {n: self.testbed.ip(n) for n in self.workload.sites} if self.deployment is None
                 else {n: self.testbed.ip(n) for n in self.deployment.sites},
                 "master": self.testbed.config.master, "workload_mode": self.workload.mode,
-                "competing_tool": "qos.traffic (downloads: iperf3 -R from the master, DSCP set at the master)",
+                "competing_tool": "qos.traffic (downloads: iperf3 -R from the master; wget: wget loops fetching "
+                                  "from http.server on the master; DSCP set at the master)",
                 "kernel_qdiscs": sorted(kernel.available_qdiscs())}
 
     def behind_core(self, site: str) -> bool:

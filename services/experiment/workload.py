@@ -4,7 +4,8 @@ Two halves, each a process inside a testbed namespace:
 
 - `serve_transfer_site` (on each site's server host): the `pathmaster.v1.Site` service
   that answers `Analyse` with k matches per cell, each carrying a `match_bytes` thumbnail,
-  without analysing anything. It isolates the network part of a case: the study's
+  without analysing anything (the study's analysis time, `[workload] analysis_s` per image
+  pipelined over `site_nodes`, is a wait). It isolates the network part of a case: the study's
   question is what the routers do to the transfer, and a 2-core machine running the
   image analysis for 3 sites would add its own noise. Replies are marked per class by
   `qos.transport.MarkedServer` (one port per class), exactly as the real site does.
@@ -48,6 +49,7 @@ import numpy as np
 
 from pathmaster import defaults
 from qos.classes import ClassTable
+from qos.experiment.spec import pipelined_analysis_s
 from qos.policy import SitePlan, plan_site
 from qos.predict import Predictor
 from qos.transport import ClassChannels, CopyFilter, MarkedServer
@@ -94,8 +96,9 @@ class TransferSite(pb_grpc.SiteServicer):
     features of `feature_schema` as the real site does (another schema: FAILED_PRECONDITION)."""
 
     def __init__(self, name: str, match_bytes: int, wire_match_bytes: int = defaults.WIRE_THUMBNAIL_BYTES,
-                 feature_schema: str = ""):
+                 feature_schema: str = "", analysis_s: float = 0.0, site_nodes: int = defaults.SITE_NODES):
         self.name = name
+        self.analysis_s, self.site_nodes = analysis_s, site_nodes
         self.thumbnail = _blob(match_bytes)
         self.wire_thumbnail = _blob(wire_match_bytes)
         self.feature_schema = feature_schema
@@ -115,6 +118,12 @@ class TransferSite(pb_grpc.SiteServicer):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the request has no cells")
         self.copies.refuse_copy(context, request.case_id, request.request_class,
                                 "features" if request.features else "images")
+        if request.cells and self.analysis_s:
+            # The study's analysis (~5 s an image) pipelined over the site's nodes: a wait, so that
+            # three sites' analysis costs this machine no CPU. Features arrive analysed already.
+            delay = pipelined_analysis_s(len(ids), self.analysis_s, self.site_nodes)
+            remaining = context.time_remaining()
+            time.sleep(min(delay, remaining) if remaining is not None else delay)
         wire = dict(context.invocation_metadata()).get(WIRE_REPLY_KEY) == "1"
         thumbnail = self.wire_thumbnail if wire else self.thumbnail
         k = min(request.k or defaults.K, defaults.MAX_K)
@@ -136,11 +145,13 @@ class TransferSite(pb_grpc.SiteServicer):
 
 def serve_transfer_site(name: str, host: str, port: int, match_bytes: int, classes: ClassTable,
                         wire_match_bytes: int = defaults.WIRE_THUMBNAIL_BYTES,
-                        feature_schema: str = "") -> MarkedServer:
+                        feature_schema: str = "", analysis_s: float = 0.0,
+                        site_nodes: int = defaults.SITE_NODES) -> MarkedServer:
     """Start a transfer-only site on host:port with one port per class of `classes`, each
     marking its replies with that class's DSCP; returns the server. With a `feature_schema`
-    it takes features of that schema."""
-    servicer = TransferSite(name, match_bytes, wire_match_bytes, feature_schema)
+    it takes features of that schema. Images take `analysis_s` seconds each to analyse,
+    pipelined over `site_nodes` nodes (`qos.experiment.spec.pipelined_analysis_s`)."""
+    servicer = TransferSite(name, match_bytes, wire_match_bytes, feature_schema, analysis_s, site_nodes)
     server = MarkedServer(lambda s: pb_grpc.add_SiteServicer_to_server(servicer, s), [SITE_SERVICE],
                           host, port, class_ports={c.name: 0 for c in classes}, classes=classes)
     servicer.class_ports, servicer.class_dscp = dict(server.class_ports), server.class_dscp
@@ -394,10 +405,13 @@ def site_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wire-match-bytes", type=int, default=defaults.WIRE_THUMBNAIL_BYTES,
                         help="thumbnail bytes per match when a call asks for wire-sized replies")
     parser.add_argument("--feature-schema", default="", help="takes features of this schema (none: images only)")
+    parser.add_argument("--analysis-s", type=float, default=0.0, help="analysis time per image, seconds (a wait)")
+    parser.add_argument("--site-nodes", type=int, default=defaults.SITE_NODES,
+                        help="the nodes the images' analysis is pipelined over")
     add_classes_argument(parser)
     args = parser.parse_args(argv)
     server = serve_transfer_site(args.name, args.host, args.port, args.match_bytes, args.classes,
-                                 args.wire_match_bytes, args.feature_schema)
+                                 args.wire_match_bytes, args.feature_schema, args.analysis_s, args.site_nodes)
     print(json.dumps({"ready": True, "port": server.port, "class_ports": server.class_ports}), flush=True)
     try:
         server.wait()

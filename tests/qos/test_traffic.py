@@ -12,7 +12,7 @@ from scipy import stats
 from qos.classes import DEFAULT_CLASSES
 from qos.testbed import Testbed, load_config, netns
 from qos.traffic import pareto
-from qos.traffic.competing import (BulkDownloads, ConstantRateUDP, ParetoBursts, from_spec,
+from qos.traffic.competing import (BulkDownloads, ConstantRateUDP, FileFetches, ParetoBursts, from_spec,
                                    k_for_mean)
 
 RATE = 10_000_000
@@ -77,6 +77,39 @@ def test_bulk_downloads_fill_the_link_marked_as_bulk(testbed):
 
 
 @pytest.mark.netns
+def test_wget_fetches_loop_fill_the_link_and_clean_up(testbed):
+    testbed.set_strategy({"strategy": "priority"})
+    # 300 kB files: each process finishes several fetches in the period, so the loop is seen.
+    traffic = from_spec(testbed, {"kind": "wget", "processes": 2, "file_bytes": 300_000})
+    assert isinstance(traffic, FileFetches)
+    with traffic:
+        run_for(3)
+    result = traffic.result
+    assert result.kind == "wget" and result.dscp == DEFAULT_CLASSES["bulk"].dscp
+    assert {f["flow"] for f in result.flows} == {"A1->B3", "A1->C3"}
+    # Two targets' fetches share rA's 10 Mbit/s uplink; new connections (slow start) leave gaps.
+    assert 0.5 * RATE <= result.bps <= 1.03 * RATE, f"{result.bps / 1e6:.2f} Mbit/s"
+    for flow in result.flows:
+        assert flow["fetches_completed_at_least"] >= 2  # fetched again and again
+    counted = testbed.bottleneck_stats()["rA:rA-eth4"]
+    assert counted["bulk"]["bytes"] >= 0.9 * result.bytes  # marked at the master's edge as bulk
+    # Stopping removed the marking rule, the counters, the server and every wget.
+    assert "DSCP" not in testbed.master.cmd("iptables", "-t", "mangle", "-S", "OUTPUT")
+    assert "pm-count" not in testbed.host("B3").cmd("iptables", "-S", "INPUT")
+    for node in (testbed.master, testbed.host("B3"), testbed.host("C3")):
+        assert not {"wget", "python", "python3", "sh"} & {Path(f"/proc/{pid}/comm").read_text().strip()
+                                                        for pid in netns.pids(node.namespace)}
+
+
+@pytest.mark.netns
+def test_wget_fetches_refuse_bad_counts(testbed):
+    with pytest.raises(ValueError, match="processes must be a whole number"):
+        FileFetches(testbed, processes=1.5)
+    with pytest.raises(ValueError, match="file_bytes must be >= 1"):
+        FileFetches(testbed, processes=1, file_bytes=0)
+
+
+@pytest.mark.netns
 def test_constant_rate_udp_achieves_its_rate(testbed):
     testbed.set_strategy({"strategy": "fifo"})
     with ConstantRateUDP(testbed, rate_bps=4e6) as udp:
@@ -103,5 +136,5 @@ def test_pareto_bursts_deliver_their_slot_rates(testbed):
 
 
 def test_bad_traffic_specs_are_named():
-    with pytest.raises(ValueError, match="kind 'ftp' is not one of downloads, udp, pareto"):
+    with pytest.raises(ValueError, match="kind 'ftp' is not one of downloads, wget, udp, pareto"):
         from_spec(None, {"kind": "ftp"})
