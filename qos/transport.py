@@ -418,8 +418,11 @@ class ClassChannels:
     def connect(self, name: str, class_names: list[str], lanes: int) -> None:
         """Open the connections of `lanes` lanes for each of `class_names` to `name` now,
         without waiting, so that no case has to (a SYN lost behind a full queue is retried
-        after 1 s). Channels that are already connected are left as they are."""
+        after 1 s). Channels that are already connected are left as they are; a class this
+        side's table does not have (a site may serve more classes) is skipped."""
         for class_name in class_names:
+            if class_name not in self.classes:
+                continue
             for lane in range(lanes):
                 # What grpc.channel_ready_future does first, without its polling thread (which
                 # raises if the channel is closed while it polls): ask the core to connect now.

@@ -18,6 +18,10 @@ from qos.classes import ClassTable, UnknownClass
 from .test_gateway_http import read_case
 from .web import WebClient
 
+# A site serves classes this coordinator does not have: no thread of the coordinator may
+# fail over them (its class-port look-up did, opening connections for the site's 'bulk').
+pytestmark = pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
+
 REMAPPED_TOML = """
 [classes.urgent]
 dscp = 40
