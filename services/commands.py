@@ -72,6 +72,12 @@ def register(subparsers) -> None:
     query.add_argument("--analyse-locally", action="store_true",
                        help="analyse the cells here and upload only their features (KB, not MB); "
                             "needs a coordinator with the same feature schema")
+    trace = query.add_argument_group("tracing (OpenTelemetry; off by default)")
+    trace.add_argument("--trace-file", type=Path, metavar="JSONL",
+                       help="append this case's client span, one JSON object per line, to JSONL")
+    trace.add_argument("--trace-endpoint", metavar="URL",
+                       help="send this case's client span to an OpenTelemetry collector (OTLP/gRPC), "
+                            f"e.g. {defaults.OTLP_ENDPOINT}")
     add_tls_arguments(query)
     query.set_defaults(func=run_query)
 
@@ -360,18 +366,45 @@ def _serve(role: str, load, server_class, args: argparse.Namespace, describe) ->
 
 
 def run_query(args: argparse.Namespace) -> int:
-    import grpc
-
     from pathmaster.records import InvalidInput
-    from qos.classes import UnknownClass
-    from services.client import CoordinatorClient, cells_from_files, unknown_class_message
+    from services.client import cells_from_files
 
     try:
         tls = tls_from_args(args)
         cells = cells_from_files(args.images)
+        tracing = _query_tracing(args)
     except (InvalidInput, ValueError) as exc:
         print(f"pathmaster query: {exc}", file=sys.stderr)
         return 2
+    try:
+        return _run_query(args, tls, cells)
+    finally:
+        if tracing is not None:
+            tracing.shutdown()  # exports the case's span before the process ends
+
+
+def _query_tracing(args: argparse.Namespace):
+    """Tracing in this client process as `--trace-file`/`--trace-endpoint` say (the SDK's
+    TracerProvider to shut down at the end), or None."""
+    if args.trace_file and args.trace_endpoint:
+        raise ValueError("give --trace-file or --trace-endpoint, not both")
+    if not (args.trace_file or args.trace_endpoint):
+        return None
+    from services.config import TracingTable
+    from services.tracing import start_tracing
+
+    settings = (TracingTable(exporter="jsonl", file=args.trace_file) if args.trace_file
+                else TracingTable(exporter="otlp", endpoint=args.trace_endpoint))
+    return start_tracing(settings, "pathmaster-query")
+
+
+def _run_query(args: argparse.Namespace, tls, cells) -> int:
+    import grpc
+
+    from pathmaster.records import InvalidInput
+    from qos.classes import UnknownClass
+    from services.client import CoordinatorClient, unknown_class_message
+
     client = CoordinatorClient(args.coordinator, tls)
     try:
         with client:

@@ -12,12 +12,17 @@ What a span may carry: the gRPC method, status code, peer address, request class
 count, site name. Never a case id, a cell id (file names, accession numbers) or image bytes:
 the instrumentation records none of the request, and `case_span` sets only those named.
 
+The coordinator's own analysis of a case's cells (its Ray analysers) is one "analyse cells"
+span under SubmitCase (`analysis_span`); `pathmaster query --trace-file/--trace-endpoint`
+turns tracing on in the desktop client, so its "case" span joins the servers' spans.
+
 `start_tracing(settings, service)` turns it on in a process (a [tracing] table: an OTLP
 collector or a JSON-lines file), once per process; servers call it when they start.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 
@@ -87,6 +92,20 @@ def traced_channel(channel):
     # the instrumentation's own channel wrapper (its interceptor is not a grpc one); other
     # calls (health watches) pass through untouched
     return grpcext.intercept_channel(channel, client_interceptor(filter_=methods))
+
+
+@contextlib.contextmanager
+def analysis_span(cells: int):
+    """A span for the coordinator's own analysis of a case's `cells` cells (a child of the
+    SubmitCase span current in this thread). Carries the cell count only."""
+    try:
+        from opentelemetry import trace
+    except ImportError:  # a coordinator without OpenTelemetry: nothing traced
+        yield None
+        return
+    with trace.get_tracer(TRACER_NAME).start_as_current_span(
+            "analyse cells", attributes={"pathmaster.cells": cells}) as span:
+        yield span
 
 
 def case_span(request_class: str, cells: int):

@@ -47,7 +47,7 @@ from services.coordinator.stats import CaseLog, ClassStats, CoordinatorMetrics
 from services.coordinator.validation import CaseRejected, check_case_request
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
-from services.tracing import server_interceptors, start_tracing, traced_channel
+from services.tracing import analysis_span, server_interceptors, start_tracing, traced_channel
 
 log = logging.getLogger("pathmaster.coordinator")
 
@@ -366,7 +366,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             return list(request.features), {}
         t0 = time.monotonic()
         try:
-            analysed = self.analysers.analyse(list(request.cells), max(0.1, case_deadline - t0))
+            with analysis_span(len(request.cells)):
+                analysed = self.analysers.analyse(list(request.cells), max(0.1, case_deadline - t0))
         except Exception as exc:  # analysers gone or too slow: every site takes the images
             decisions.append(f"the coordinator could not analyse the cells ({type(exc).__name__}): "
                              "images sent to every site")

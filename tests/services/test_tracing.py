@@ -4,8 +4,12 @@ to a JSON-lines file by the SDK's exporter, with no identifiers or image bytes i
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
+
+from pathmaster import defaults
 
 from services.client import CoordinatorClient
 from services.config import TracingTable
@@ -20,24 +24,32 @@ def test_tracing_settings_are_checked():
         TracingTable(exporter="zipkin")
 
 
-def test_a_case_is_one_trace_across_client_coordinator_and_sites(deployment, case, tmp_path):
-    spans_file = tmp_path / "spans.jsonl"
-    # The deployment's servers have had their interceptors since they started; turning
-    # tracing on in this process (where the test's client, coordinator and sites all run)
-    # makes their spans recorded from now on.
+@pytest.fixture(scope="module")
+def servers_tracing(deployment, tmp_path_factory):
+    """Tracing on in this process, where the test deployment's coordinator and sites run
+    (their interceptors are installed from the start; spans are recorded from now on):
+    (the SDK provider, its JSON-lines file). Once per process, as in a server."""
+    spans_file = tmp_path_factory.mktemp("spans") / "servers.jsonl"
     provider = start_tracing(TracingTable(exporter="jsonl", file=spans_file), "pathmaster-test")
     assert provider is not None
+    yield provider, spans_file
+    provider.shutdown()
+
+
+def read_spans(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_a_case_is_one_trace_across_client_coordinator_and_sites(deployment, servers_tracing, case):
+    provider, spans_file = servers_tracing
     case_id = "ACC-2026-77131"  # an accession number: must not reach any span
-    try:
-        with CoordinatorClient(deployment.coordinator.address) as client:
-            events = list(client.submit(case, "routine", deadline_s=60, case_id=case_id, ship="images"))
-        assert events[-1].HasField("summary") and events[-1].summary.sites_ok == 3
-        assert provider.force_flush(30_000)
-    finally:
-        provider.shutdown()
+    with CoordinatorClient(deployment.coordinator.address) as client:
+        events = list(client.submit(case, "routine", deadline_s=60, case_id=case_id, ship="images"))
+    assert events[-1].HasField("summary") and events[-1].summary.sites_ok == 3
+    assert provider.force_flush(30_000)
     text = spans_file.read_text()
-    spans = [json.loads(line) for line in text.splitlines()]
-    root = [s for s in spans if s["name"] == "case"]
+    spans = read_spans(spans_file)
+    root = [s for s in spans if s["name"] == "case" and s["resource"]["attributes"]["service.name"] == "pathmaster-test"]
     assert len(root) == 1 and root[0]["parent_id"] is None
     trace_id = root[0]["context"]["trace_id"]
     ours = [s for s in spans if s["context"]["trace_id"] == trace_id]
@@ -58,3 +70,51 @@ def test_a_case_is_one_trace_across_client_coordinator_and_sites(deployment, cas
     values = [v for s in ours for v in (s.get("attributes") or {}).values()]
     assert all(len(str(v)) < 200 for v in values)
     assert all(s["resource"]["attributes"]["service.name"] == "pathmaster-test" for s in ours)
+
+
+def test_query_traces_its_case_into_the_servers_trace(deployment, servers_tracing, case_cells, tmp_path):
+    """`pathmaster query --trace-file`: the desktop client's "case" span is the root of the
+    servers' spans for that case, including the coordinator's own analysis of the cells."""
+    provider, servers_file = servers_tracing
+    files = []
+    for i, cell in enumerate(case_cells[:2]):
+        files.append(tmp_path / f"ACC-555-{i}.png")  # a file name is a patient identifier
+        files[-1].write_bytes(cell["image"])
+    client_file = tmp_path / "query.jsonl"
+    done = subprocess.run([sys.executable, "-m", "pathmaster", "query", "--coordinator",
+                           deployment.coordinator.address, "--class", "routine", "--json",
+                           "--trace-file", client_file, *files], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout.splitlines()[-1])
+    assert summary["sites_ok"] == 3
+    client_spans = read_spans(client_file)  # written by the time the process ended
+    assert [s["name"] for s in client_spans] == ["case"]
+    root = client_spans[0]
+    assert root["resource"]["attributes"]["service.name"] == "pathmaster-query"
+    assert root["attributes"] == {"pathmaster.request_class": "routine", "pathmaster.cells": 2,
+                                  "rpc.grpc.status_code": 0}
+    assert provider.force_flush(30_000)
+    ours = [s for s in read_spans(servers_file) if s["context"]["trace_id"] == root["context"]["trace_id"]]
+    submit = [s for s in ours if s["name"] == "/pathmaster.v1.Coordinator/SubmitCase"]
+    assert len(submit) == 1 and submit[0]["parent_id"] == root["context"]["span_id"]
+    assert {s["mode"] for s in summary_sites(done.stdout)} == {"features"}  # analysed once, here:
+    analysis = [s for s in ours if s["name"] == "analyse cells"]
+    assert len(analysis) == 1 and analysis[0]["parent_id"] == submit[0]["context"]["span_id"]
+    assert analysis[0]["attributes"] == {"pathmaster.cells": 2}
+    # a features request is small: SMALL_REQUEST_COPIES copies to each site, each a client
+    # span at the coordinator and a server span at its site (the first answer wins)
+    kinds = [s["kind"] for s in ours if s["name"] == "/pathmaster.v1.Site/Analyse"]
+    assert kinds.count("SpanKind.CLIENT") == kinds.count("SpanKind.SERVER") == 3 * defaults.SMALL_REQUEST_COPIES
+    text = client_file.read_text() + servers_file.read_text()
+    assert "ACC-555" not in text and summary["case_id"] not in text
+
+
+def summary_sites(stdout: str) -> list[dict]:
+    return [e for e in map(json.loads, stdout.splitlines()) if e["type"] == "site"]
+
+
+def test_query_refuses_two_trace_destinations(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "pathmaster", "query", "--coordinator", "127.0.0.1:1",
+                           "--trace-file", tmp_path / "a.jsonl", "--trace-endpoint", "http://127.0.0.1:4317",
+                           tmp_path / "missing.png"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
