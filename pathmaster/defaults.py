@@ -107,6 +107,12 @@ SHAPER_BURST_BYTES = 3028      # token bucket of a shaped class: two full Ethern
 # WRED (Cisco IOS `random-detect`): the profile of a DSCP with no profile of its own is
 # min 20, max 40 packets, mark-probability denominator 10; exponential weighting constant 9.
 WRED_DEFAULT_PROFILE = (20, 40, 10)
+# CoDel (RFC 8289, Nichols, Jacobson et al., 2018), its published constants: TARGET 5 ms of
+# standing queue (§4.4) and INTERVAL 100 ms (§4.5, a worst-case RTT); Linux's `codel` qdisc
+# uses the same defaults and a 1000-packet buffer limit (tc-codel(8)).
+CODEL_TARGET_MS = 5.0
+CODEL_INTERVAL_MS = 100.0
+CODEL_LIMIT_PACKETS = 1000
 WRED_WEIGHT_EXPONENT = 9
 # IOS `random-detect` (precedence-based, the interface default): minimum thresholds for IP
 # precedence 0-7, evenly spaced from half the maximum threshold (40) towards it; maximum 40

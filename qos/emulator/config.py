@@ -10,7 +10,7 @@
     jitter_ms = 0
     loss = 0.0                     # probability 0-1
     overhead_bytes = 14            # bytes per packet on top of the IP length
-    discipline = "fifo"            # fifo | priority | wfq | fq | flow_wfq | wred
+    discipline = "fifo"            # fifo | priority | wfq | fq | flow_wfq | wred | codel | class_codel
     limit_packets = 100            # the FIFO, WRED's buffer, FQ's cap, WFQ per class,
                                    # every priority band (default there: Cisco's 20/40/60/80)
 
@@ -28,6 +28,11 @@
                                    # default) | seed003 (AF11/12/13 from seed 003 over Cisco's)
     weight_exponent = 9
     dscp = { AF11 = [50, 70, 40] } # DSCP name or number -> [min, max, mark denominator]
+    [link.wan.codel]               # discipline = "codel" (RFC 8289); default limit 1000 packets
+    target_ms = 5                  # acceptable standing queue delay
+    interval_ms = 100              # the window a queue must stay above target in to be "bad"
+    [link.wan.class_codel]         # discipline = "class_codel": each class its own CoDel queue,
+    weights = { urgent = 5, bulk = 1 }  # served by weight as wfq; target_ms, interval_ms too
     [link.wan.shape.bulk]          # token-bucket shaping of a class, with any discipline
     rate_kbit = 1000
     burst_bytes = 3028
@@ -69,17 +74,17 @@ from qos.classes import DEFAULT_CLASSES, DSCP_NAMES, ClassTable, load_classes
 from qos.config import FileModel, Seq, key_path, old_rate, old_time, read_toml, renamed, validate
 from qos.emulator.classify import dscp_classifier
 from qos.emulator.disciplines import (BANDS, CISCO_DSCP_DEFAULTS, CISCO_PRECEDENCE_DEFAULTS, SEED003_AF1,
-                                      ClassWfq, Fifo, FlowFq, FlowWfq, Priority, SharedMedium,
+                                      ClassCodel, ClassWfq, Codel, Fifo, FlowFq, FlowWfq, Priority, SharedMedium,
                                       TokenBucketShaper, Wred, WredProfile)
 from qos.emulator.disciplines.base import Discipline
 from qos.emulator.disciplines.wred import CISCO_DEFAULT_PROFILE
 from qos.emulator.link import EmulatedLink
 from qos.emulator.stats import LinkStats
 
-DISCIPLINES = ("fifo", "priority", "wfq", "fq", "flow_wfq", "wred")
+DISCIPLINES = ("fifo", "priority", "wfq", "fq", "flow_wfq", "wred", "codel", "class_codel")
 WRED_DEFAULTS = ("cisco", "cisco-precedence", "seed003")
 DIRECTIONS = ("forward", "reverse")
-_DISCIPLINE_TABLES = ("priority", "wfq", "wred", "fq", "flow_wfq")
+_DISCIPLINE_TABLES = ("priority", "wfq", "wred", "fq", "flow_wfq", "codel", "class_codel")
 
 _RATE_UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
 _TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
@@ -188,6 +193,26 @@ class FlowWfqTable(FileModel):
     hold_limit: PositiveInt = Field(defaults.WFQ_HOLD_QUEUE_PACKETS, description="packets in the whole system")
 
 
+class CodelTable(FileModel):
+    """`[link.NAME.codel]`: CoDel (RFC 8289) on one FIFO; its published constants by default."""
+
+    target_ms: PositiveNumber = Field(defaults.CODEL_TARGET_MS, description="acceptable standing queue delay, ms")
+    interval_ms: PositiveNumber = Field(defaults.CODEL_INTERVAL_MS,
+                                        description="how long the delay must stay above target before a drop, ms")
+
+    @model_validator(mode="after")
+    def _target_below_interval(self):
+        if self.target_ms >= self.interval_ms:
+            raise ValueError(f"target_ms ({self.target_ms:g}) must be below interval_ms ({self.interval_ms:g})")
+        return self
+
+
+class ClassCodelTable(CodelTable):
+    """`[link.NAME.class_codel]`: a CoDel queue per class, served by weight (as wfq)."""
+
+    weights: dict[str, PositiveNumber] | None = Field(None, description="class -> weight; default: all 1")
+
+
 class FqTable(FileModel):
     """`[link.NAME.fq]`: flow fair queuing (no settings of its own)."""
 
@@ -219,6 +244,8 @@ class LinkSettings(FileModel):
     wred: WredTable | None = None
     fq: FqTable | None = None
     flow_wfq: FlowWfqTable | None = None
+    codel: CodelTable | None = None
+    class_codel: ClassCodelTable | None = None
     shape: dict[str, ShapeTable] = Field(default_factory=dict)
     rate: old_rate()
     delay: old_time("delay_ms")
@@ -490,6 +517,17 @@ def _build_discipline(s: LinkSettings, rate: float, classes: ClassTable, rng: ra
         for klass in weights:
             check_class(klass, "wfq", "weights")
         return ClassWfq({k: float(v) for k, v in weights.items()}, limit)
+    if kind in ("codel", "class_codel"):
+        if "limit_packets" not in s.model_fields_set:
+            limit = defaults.CODEL_LIMIT_PACKETS  # Linux codel's; the table's common default is a FIFO's
+        if kind == "codel":
+            opts = s.codel or CodelTable()
+            return Codel(limit, opts.target_ms, opts.interval_ms)
+        opts = s.class_codel or ClassCodelTable()
+        weights = opts.weights or {c.name: 1.0 for c in classes}
+        for klass in weights:
+            check_class(klass, "class_codel", "weights")
+        return ClassCodel({k: float(v) for k, v in weights.items()}, limit, opts.target_ms, opts.interval_ms)
     opts = s.wred or WredTable()  # wred
     profiles = dict(CISCO_PRECEDENCE_DEFAULTS if opts.defaults == "cisco-precedence" else CISCO_DSCP_DEFAULTS)
     if opts.defaults == "seed003":

@@ -2,7 +2,7 @@
 
 A packet's way through an `EmulatedLink`:
 
-    arrival --loss?--> [shaper of its class] --> scheduler (FIFO/PRIO/WFQ/WRED)
+    arrival --loss?--> [shaper of its class] --> scheduler (FIFO/PRIO/WFQ/WRED/CoDel)
         --> transmitter (one packet at a time, (length + overhead) * 8 / rate seconds)
         --> propagation delay line (delay +- jitter, order kept) --> release
 
@@ -129,6 +129,7 @@ class EmulatedLink:
                 out.append(shaper.queue.pop())
         while True:
             pkt = self.scheduler.dequeue(self.busy_until)
+            out.extend(victim for victim, _ in self.scheduler.take_dropped())
             if pkt is None:
                 return out
             out.append(pkt)
@@ -171,7 +172,11 @@ class EmulatedLink:
                 # A shaped packet becomes eligible first (on a tie it competes for this slot).
                 self._schedule(shaper.pop(t_shape), t_shape)
                 continue
-            self._transmit(scheduler.dequeue(t_tx), t_tx)
+            pkt = scheduler.dequeue(t_tx)
+            for victim, reason in scheduler.take_dropped():  # an AQM's drops at the head
+                self._drop(victim, reason)
+            if pkt is not None:  # else all it held was dropped: the transmitter stays idle
+                self._transmit(pkt, t_tx)
 
     def _transmit(self, pkt: Packet, start: float) -> None:
         done = start + (pkt.length + self.overhead) * self._seconds_per_byte

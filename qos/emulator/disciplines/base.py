@@ -2,7 +2,8 @@
 
 A discipline decides two things on the link's virtual clock: whether an arriving packet
 is admitted (`enqueue` returns the packets it dropped, each with a reason) and which
-packet the transmitter sends next (`dequeue`). Time never advances inside a discipline;
+packet the transmitter sends next (`dequeue`; one that drops at the head, as CoDel does,
+hands those packets over by `take_dropped`). Time never advances inside a discipline;
 the link passes `now` (seconds) in.
 """
 
@@ -71,6 +72,11 @@ class Discipline:
     def dequeue(self, now: float) -> Packet | None:
         """The packet to transmit at `now`, or None when nothing is queued."""
         raise NotImplementedError
+
+    def take_dropped(self) -> Drops:
+        """Packets dropped inside `dequeue` since the last call (an AQM that drops at the
+        head, e.g. CoDel), with reasons; the link calls it after every `dequeue`."""
+        return []
 
     def __len__(self) -> int:
         raise NotImplementedError

@@ -65,9 +65,14 @@ class SharedMedium(Discipline):
             name = self._order[(self._next + i) % n]
             station = self.stations[name]
             if len(station):
-                self._next = (self._next + i + 1) % n
-                return station.dequeue(now)
+                pkt = station.dequeue(now)
+                if pkt is not None:  # (None: an AQM station dropped all it held; the next one goes)
+                    self._next = (self._next + i + 1) % n
+                    return pkt
         return None
+
+    def take_dropped(self) -> Drops:
+        return [drop for station in self.stations.values() for drop in station.take_dropped()]
 
     def __len__(self) -> int:
         return sum(len(s) for s in self.stations.values())
