@@ -14,8 +14,9 @@ The `interfaces` form takes one flat table of settings for each interface's two
 directions (packets leaving through it and packets arriving from it) and also accepts
 the testbed's kernel-backend keys: rate_kbit, overhead_bytes, limit_packets (the same
 names as the emulator's), and strategy = fifo | priority | shares (weights) | shaping
-(shaped_class, shaped_rate_kbit), plus the emulator's own wred and fq and
-delay_ms/jitter_ms/loss. Strategies "ios-fifo", "ios-priority", "ios-wfq", "ios-cbwfq",
+(shaped_class, shaped_rate_kbit), plus the emulator's own wred, fq, codel and class_codel
+(weights; default IOS's precedence weights; a 1000-packet buffer unless limit_packets says)
+and delay_ms/jitter_ms/loss. Strategies "ios-fifo", "ios-priority", "ios-wfq", "ios-cbwfq",
 "ios-wred" and "ios-shaping" are the 2002 routers with Cisco IOS's defaults (`qos.emulator.ios`).
 """
 
@@ -79,12 +80,23 @@ def settings_from_strategy(spec: dict) -> dict:
         out.update(spec)  # rate, overhead and any explicit override
         return out
     out = {key: spec.pop(key) for key in ("rate_kbit", "overhead_bytes", "limit_packets") if key in spec}
-    # The testbed's kernel backend defaults to a Cisco interface's 40-packet hold queue; so
-    # does the emulator behind the same table, so both backends run the same experiment.
-    out.setdefault("limit_packets", defaults.HOLD_QUEUE_PACKETS)
     strategy = spec.pop("strategy", None)
     weights = spec.pop("weights", None)
     default = spec.pop("default", None)
+    if strategy in ("codel", "class_codel"):  # emulator only (no codel qdisc in this kernel)
+        # CoDel manages a large buffer by delay (Linux codel: 1000 packets); a 40-packet hold
+        # queue would tail-drop before its 100 ms interval could pass.
+        out.setdefault("limit_packets", defaults.CODEL_LIMIT_PACKETS)
+        out["discipline"] = strategy
+        if strategy == "class_codel":
+            out["class_codel"] = {"weights": weights or dict(defaults.WFQ_WEIGHTS)}
+        elif weights:
+            raise ConfigError("strategy 'codel' is one queue: it takes no weights (class_codel does)")
+        out.update(spec)
+        return out
+    # The testbed's kernel backend defaults to a Cisco interface's 40-packet hold queue; so
+    # does the emulator behind the same table, so both backends run the same experiment.
+    out.setdefault("limit_packets", defaults.HOLD_QUEUE_PACKETS)
     if strategy in (None, "fifo", "priority", "wred", "fq"):
         if strategy:
             out["discipline"] = strategy
@@ -105,7 +117,7 @@ def settings_from_strategy(spec: dict) -> dict:
                                      "burst_bytes": int(spec.pop("shaped_burst_bytes", defaults.SHAPER_BURST_BYTES))}}
     else:
         raise ConfigError(f"unknown strategy {strategy!r}; the emulator knows fifo, priority, shares, "
-                          "shaping, wred, fq")
+                          "shaping, wred, fq, codel, class_codel")
     out.update(spec)  # the emulator's own keys (delay, jitter, loss, wred, seed, ...)
     return out
 

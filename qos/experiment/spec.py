@@ -74,14 +74,17 @@ from pathmaster.records import InvalidInput
 from qos.classes import DEFAULT_CLASSES, ClassEntry, ClassTable
 from qos.config import FileModel, Seq, one_of, read_toml, validate
 from qos.experiment.findings import Finding
+from qos.testbed.config import STRATEGY_PLACES
 
-DISCIPLINES = ("fifo", "prio", "wfq", "cbwfq", "wred")
+DISCIPLINES = ("fifo", "prio", "wfq", "cbwfq", "wred", "codel", "class-codel")
 NETWORKS = ("lan", "2002")
 SHIP_MODES = ("auto", "features", "images")
 # On the 2002 network each discipline is the IOS one (qos/emulator/ios.py): wfq is IOS's per-flow
 # fair-queue, cbwfq its class-based WFQ, each with IOS's own queue limits.
 IOS_STRATEGY = {"fifo": "ios-fifo", "prio": "ios-priority", "wfq": "ios-wfq", "cbwfq": "ios-cbwfq",
                 "wred": "ios-wred"}
+# CoDel is not IOS's (RFC 8289, 2018): the emulator's own, on either network.
+CODEL_STRATEGY = {"codel": "codel", "class-codel": "class_codel"}
 COMPETING_KINDS = ("downloads", "wget", "udp", "pareto")
 Number = int | float
 
@@ -132,6 +135,14 @@ class Strategy(FileModel):
     params: dict[str, Any] = Field(default_factory=dict, description="discipline-specific extras, passed through")
     adaptive: Adaptive | None = Field(None, description="the product's policy drives each case (features, "
                                                         "step-down, hedging); none = image mode as sent")
+    at: str = Field("routers", json_schema_extra={"enum": list(STRATEGY_PLACES)},
+                    description='where the discipline runs: "routers", or "hosts" (every host\'s own outgoing '
+                                'queue, the routers IOS FIFO; network = "2002" only)')
+
+    @field_validator("at")
+    @classmethod
+    def _at(cls, value: str) -> str:
+        return one_of(value, STRATEGY_PLACES)
 
     @field_validator("discipline")
     @classmethod
@@ -163,6 +174,8 @@ class Strategy(FileModel):
             if self.discipline not in ("wfq", "cbwfq"):
                 raise ValueError(f"strategy {self.name!r}: shaping combines with wfq or cbwfq only")
             return {"strategy": "ios-shaping", "shaped_class": "bulk", "shaped_rate_kbit": self.shape_kbit}
+        if self.discipline in CODEL_STRATEGY:
+            return {"strategy": CODEL_STRATEGY[self.discipline], **self.params}
         return {"strategy": IOS_STRATEGY[self.discipline], **self.params}
 
 
@@ -408,6 +421,10 @@ class Experiment(FileModel):
                     raise ValueError(f"{where}: no link {side.link!r}")
                 if side.request_class is not None and side.request_class not in self.request_classes:
                     raise ValueError(f"{where}: {side.request_class!r} is not one of the request classes")
+        hosts = [s.name for s in self.strategies if s.at == "hosts"]
+        if self.links[0].network == "lan" and hosts:
+            raise ValueError(f"strategies {', '.join(hosts)}: at = \"hosts\" needs network = \"2002\" (on \"lan\" "
+                             "the hosts' links are unshaped veths: no queue forms there)")
         if self.links[0].network == "lan" and any(s.discipline == "cbwfq" for s in self.strategies):
             raise ValueError('cbwfq runs on network = "2002" (IOS class-based WFQ); on "lan", wfq is '
                              "class-based already")

@@ -24,6 +24,7 @@ from qos.testbed.kernel import ETHERNET_HEADER_BYTES
 
 DEFAULT_CONFIG = Path(__file__).with_name("default.toml")
 BACKENDS = ("kernel", "emulator")
+STRATEGY_PLACES = ("routers", "hosts")  # where the 2002 network's strategy runs (Testbed.set_strategy)
 NETWORKS = ("lan", "2002")  # today's (unshaped LANs, full-duplex core) | the study's hubs (qos/testbed/hubs.py)
 
 Rate = Annotated[int | float, Field(gt=0)]

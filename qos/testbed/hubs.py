@@ -12,6 +12,12 @@ hub". A hub is one half-duplex medium: one frame at a time, whichever way it goe
 * the routers' hub is one shared medium in `core` on everything `core` forwards, one station
   per router (each router's interface toward the segment, running the strategy).
 
+Where QoS lives (`Testbed.set_strategy(..., at="hosts")`): the same strategy can run on every
+host's own outgoing queue instead (host-side scheduling, as Q-Pod does), the routers then
+plain IOS FIFO. A host's card is then its hub station alone, running the strategy (its end of
+the veth unshaped: one queue per card, where the router-side runs have the card's kernel FIFO
+and then its FIFO station).
+
 Why the emulator and not the kernel: a medium shared by both directions needs one queue fed
 by two interfaces' egress; the kernel here has no IFB to join them, and tc cannot share one
 htb between two devices. NFQUEUE in the router's FORWARD chain sees both directions of its
@@ -30,6 +36,7 @@ from __future__ import annotations
 from pathmaster import defaults
 
 CARD = {"discipline": "fifo", "limit_packets": defaults.HOST_CARD_QUEUE_PACKETS}
+ROUTER_FIFO = {"strategy": "ios-fifo"}  # the routers while the hosts run the strategy
 
 
 def station_settings(discipline: dict, rate_kbit: float, overhead_bytes: int) -> dict:
@@ -54,7 +61,8 @@ def station_settings(discipline: dict, rate_kbit: float, overhead_bytes: int) ->
     return settings_from_strategy({"rate_kbit": rate_kbit, "overhead_bytes": overhead_bytes, **discipline})
 
 
-def subnet_hub(lan: str, router: str, hosts: dict[str, str], router_settings: dict) -> dict:
+def subnet_hub(lan: str, router: str, hosts: dict[str, str], router_settings: dict,
+               host_settings: dict | None = None) -> dict:
     """The emulator configuration of one subnet's hub, run in its router.
 
     Parameters
@@ -67,6 +75,9 @@ def subnet_hub(lan: str, router: str, hosts: dict[str, str], router_settings: di
         Host name -> IPv4 address, one station each (their cards' frames, by source address).
     router_settings : dict
         The router's station (`station_settings`); its rate and overhead are the medium's.
+    host_settings : dict, optional
+        Every host's station (`station_settings`): the strategy on the hosts' own outgoing
+        queues. Default: a card's FIFO (`CARD`), behind the card's kernel FIFO.
 
     Returns
     -------
@@ -74,9 +85,10 @@ def subnet_hub(lan: str, router: str, hosts: dict[str, str], router_settings: di
         An emulator configuration: one link per station, all on medium "hub".
     """
     medium = {"rate_kbit": router_settings["rate_kbit"], "overhead_bytes": router_settings.get("overhead_bytes", 0)}
+    card = {**medium, **CARD} if host_settings is None else host_settings
     links = {router: {**router_settings, "forward": {"queue": 0, "out": lan, "medium": "hub"}}}
     for i, (name, ip) in enumerate(hosts.items(), start=1):
-        links[name] = {**medium, **CARD, "forward": {"queue": i, "in": lan, "match": ["-s", ip], "medium": "hub"}}
+        links[name] = {**card, "forward": {"queue": i, "in": lan, "match": ["-s", ip], "medium": "hub"}}
     return {"link": links}
 
 

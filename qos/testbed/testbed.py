@@ -23,7 +23,7 @@ from pathlib import Path
 from pathmaster import defaults
 from qos.classes import DEFAULT_CLASSES, ClassTable
 from qos.testbed import kernel, netns
-from qos.testbed.config import TestbedConfig, load_config
+from qos.testbed.config import STRATEGY_PLACES, TestbedConfig, load_config
 from qos.testbed.node import Interface, Node
 from qos.testbed.topology import PathMaster2002
 
@@ -57,7 +57,8 @@ class Testbed:
         self.topology = PathMaster2002(self.config)
         self.disciplines: dict[str, kernel.KernelQdisc] = {}   # "rA:rA-eth1" -> installed discipline
         self.emulators: dict[str, object] = {}                 # subnet (or "core": the 2002 routers' hub) -> emulator
-        self.hub_discipline: dict | None = None                # the 2002 network's routers' strategy
+        self.hub_discipline: dict | None = None                # the 2002 network's strategy
+        self.strategy_at = "routers"                           # where it runs there: routers | hosts
 
     @property
     def tag(self) -> str:
@@ -83,37 +84,48 @@ class Testbed:
 
     # -- the 2002 network (qos/testbed/hubs.py) -------------------------------------------------
 
-    def _configure_cards(self) -> None:
+    def _configure_cards(self, at: str = "routers") -> None:
         """Each host's 10 Mbit/s card (a FIFO on its end of the veth); routers' ends and the
-        router-core veths unshaped: the hubs are the media."""
+        router-core veths unshaped: the hubs are the media. With the strategy at the hosts,
+        a host's card is its hub station alone (`hubs.subnet_hub`): its end of the veth unshaped."""
         card = kernel.fifo(defaults.HOST_CARD_RATE_KBIT * 1000, defaults.HOST_CARD_QUEUE_PACKETS,
                            self.config.bottleneck.overhead_bytes)
         for lan in self.topology.lans:
             for link in lan.links:
-                kernel.install(link.intf1.node, link.intf1.name, card)
-                self.disciplines[_key(link.intf1)] = card
+                if at == "hosts":
+                    kernel.clear(link.intf1.node, link.intf1.name)
+                    self.disciplines.pop(_key(link.intf1), None)
+                else:
+                    kernel.install(link.intf1.node, link.intf1.name, card)
+                    self.disciplines[_key(link.intf1)] = card
                 kernel.clear(link.intf2.node, link.intf2.name)
         for subnet in self.config.subnets:
             for intf in self.topology.bottleneck_interfaces(subnet):
                 kernel.clear(intf.node, intf.name)
 
-    def _configure_hubs(self, discipline: dict) -> None:
+    def _configure_hubs(self, discipline: dict, at: str = "routers") -> None:
         """(Re)start the hubs' emulators: one per subnet in its router, one for the routers' hub
-        in core, the routers' stations running `discipline` (checked before anything stops)."""
+        in core, the routers' stations running `discipline` (checked before anything stops).
+        With `at` = "hosts" the hosts' stations (their cards) run it and the routers' IOS FIFO."""
         from qos import emulator
         from qos.testbed import hubs
 
+        if at not in STRATEGY_PLACES:
+            raise ValueError(f"a strategy runs at {' or '.join(STRATEGY_PLACES)}, not {at!r}")
         b = self.config.bottleneck
         topo = self.topology
-        lan_station = hubs.station_settings(discipline, defaults.HUB_RATE_KBIT, b.overhead_bytes)
-        core_station = hubs.station_settings(discipline, b.rate_kbit, b.overhead_bytes)
+        routers = hubs.ROUTER_FIFO if at == "hosts" else discipline
+        lan_station = hubs.station_settings(routers, defaults.HUB_RATE_KBIT, b.overhead_bytes)
+        core_station = hubs.station_settings(routers, b.rate_kbit, b.overhead_bytes)
+        host_station = hubs.station_settings(discipline, defaults.HUB_RATE_KBIT, b.overhead_bytes) if at == "hosts" else None
         configs = {"core": (topo.core, hubs.core_hub({f"r{s}": topo.uplinks[s].intf2.name
                                                       for s in self.config.subnets}, core_station))}
         for subnet in self.config.subnets:
             lan = topo.subnet_lans[subnet]
             stations = {link.intf1.node.name: link.intf1.ip for link in lan.links}
             configs[subnet] = (topo.routers[subnet],
-                               hubs.subnet_hub(lan.name, topo.routers[subnet].name, stations, lan_station))
+                               hubs.subnet_hub(lan.name, topo.routers[subnet].name, stations, lan_station,
+                                               host_station))
         for name, (_, config) in configs.items():
             emulator.config_from_dict(config, f"the 2002 network's hub {name}")
         for name, (node, config) in configs.items():
@@ -124,6 +136,9 @@ class Testbed:
             self.emulators[name] = emulator.launch(node.namespace, config,
                                                    workdir=STATE_DIR / f"testbed-{self.tag}-emulator-{name}")
         self.hub_discipline = dict(discipline)
+        if at != self.strategy_at:
+            self._configure_cards(at)
+        self.strategy_at = at
 
     def _configure_lans(self) -> None:
         """FIFO at `lan_rate_kbit` on both ends of every host's LAN link (none when 0)."""
@@ -173,20 +188,25 @@ class Testbed:
     # -- the bottleneck -----------------------------------------------------------------------
 
     def set_strategy(self, discipline: dict, subnets: list[str] | None = None,
-                     backend: str | None = None) -> None:
+                     backend: str | None = None, at: str = "routers") -> None:
         """Install `discipline` (a [bottleneck.discipline]-shaped table) on the uplinks of
         `subnets` (default all), both directions, with `backend` (default: as configured).
 
         On the 2002 network the discipline runs on every router's hub ports, in the emulator
-        (`subnets` must be all of them; `backend` may only be None or "emulator")."""
+        (`subnets` must be all of them; `backend` may only be None or "emulator"), or with
+        `at` = "hosts" on every host's own outgoing queue (its card on the hub) instead, the
+        routers then IOS FIFO: the same scheduling, placed where the host controls it."""
         if self.config.network == "2002":
             if subnets and set(subnets) != set(self.config.subnets):
                 raise ValueError("the 2002 network runs one strategy on every router; give no subnets")
             if backend not in (None, "emulator"):
                 raise ValueError(f"the 2002 network's hubs run in the emulator, not backend {backend!r}")
-            self._configure_hubs(discipline)
+            self._configure_hubs(discipline, at)
             self._write_state()
             return
+        if at != "routers":
+            raise ValueError('a strategy at the hosts needs network = "2002" (on "lan" the hosts\' links '
+                             "are unshaped veths: no queue forms there)")
         for subnet in subnets or self.config.subnets:
             settings = self.config.link_settings(subnet)
             settings["discipline"] = dict(discipline)
@@ -285,6 +305,7 @@ class Testbed:
             "emulators": {s: p.pid for s, p in self.emulators.items()},
             "network": self.config.network,
             "hub_discipline": self.hub_discipline,
+            "strategy_at": self.strategy_at,
         }
         tmp = state_path(self.tag).with_suffix(".tmp")
         tmp.write_text(json.dumps(state, indent=2))

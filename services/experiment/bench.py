@@ -54,12 +54,14 @@ def discipline_table(strategy: Strategy, link: LinkProfile) -> tuple[dict, str]:
     elif strategy.discipline == "wred":
         table["strategy"] = "wred"
         table["wred"] = {k: v for k, v in strategy.params.items()}
+    elif strategy.discipline in ("codel", "class-codel"):  # emulator only: its own buffer
+        table = strategy.ios_table()
     if strategy.shape_kbit is not None:
         if table["strategy"] != "shares":
             raise ValueError(f"strategy {strategy.name!r}: shaping combines with wfq only")
         table |= {"strategy": "shaping", "shaped_class": "bulk", "shaped_rate_kbit": strategy.shape_kbit}
     backend = "kernel"
-    if strategy.discipline == "wred" or link.delay_ms:
+    if strategy.discipline in ("wred", "codel", "class-codel") or link.delay_ms:
         backend = "emulator"
         if link.delay_ms:
             table["delay_ms"] = link.delay_ms / 2
@@ -259,7 +261,7 @@ class TestbedBench:
         self.strategy = strategy
         if self.testbed.config.bottleneck.rate_kbit != link.core_kbit:
             self.testbed.config = self.testbed.config.with_bottleneck(rate_kbit=link.core_kbit)
-        self.testbed.set_strategy(table, backend=backend)
+        self.testbed.set_strategy(table, backend=backend, at=strategy.at)
 
     def _set_mtu(self, mtu: int) -> None:
         for node in self.testbed.topology.nodes.values():

@@ -81,3 +81,20 @@ def test_the_bench_runs_the_ios_strategies_on_the_hubs():
     exp = parse_spec(STUDY)
     assert discipline_table(exp.strategy("wfq"), exp.links[0]) == ({"strategy": "ios-wfq"}, "emulator")
     assert discipline_table(exp.strategy("shape-200"), exp.links[0])[0]["strategy"] == "ios-shaping"
+
+
+def test_where_qos_lives_strategies_codel_and_placement_at_the_hosts():
+    exp = parse_spec({**STUDY, "strategies": {
+        "host-pq": {"discipline": "prio", "at": "hosts"},
+        "codel": {"discipline": "codel"},
+        "diffserv-codel": {"discipline": "class-codel"}}})
+    by_name = {s.name: s for s in exp.strategies}
+    assert by_name["host-pq"].at == "hosts" and by_name["codel"].at == "routers"
+    assert by_name["host-pq"].ios_table() == {"strategy": "ios-priority"}  # the same scheduling, elsewhere
+    assert by_name["codel"].ios_table() == {"strategy": "codel"}
+    assert by_name["diffserv-codel"].ios_table() == {"strategy": "class_codel"}
+    with pytest.raises(InvalidInput, match='at = "hosts" needs network = "2002"'):
+        parse_spec({**STUDY, "strategies": {"h": {"discipline": "prio", "at": "hosts"}},
+                    "links": [{"name": "l", "core_kbit": 10_000}]})
+    with pytest.raises(InvalidInput, match="routers"):
+        parse_spec({**STUDY, "strategies": {"h": {"discipline": "prio", "at": "switch"}}})

@@ -13,7 +13,7 @@ import pytest
 
 from pathmaster.records import ConfigError
 from qos.emulator.config import build_links, config_from_dict
-from qos.emulator.disciplines import Fifo, FlowWfq, SharedMedium
+from qos.emulator.disciplines import Fifo, FlowWfq, Priority, SharedMedium
 from qos.testbed import Testbed, hubs, load_config, netns
 from qos.traffic.iperf import IperfServer, finish_client, start_client
 
@@ -102,3 +102,45 @@ def test_on_the_2002_network_a_strategy_is_for_every_router_in_user_space():
     with pytest.raises(ValueError, match="give no subnets"):
         tb.set_strategy({"strategy": "ios-wfq"}, subnets=["A"])
     assert tb.emulators == {}
+
+
+def test_a_strategy_at_the_hosts_runs_on_their_stations_and_the_routers_run_fifo():
+    host = hubs.station_settings({"strategy": "ios-priority"}, 10_000, 14)
+    config = config_from_dict(hubs.subnet_hub("rA-lan", "rA", {"A1": "10.42.1.1"}, router_station("ios-fifo"),
+                                              host_settings=host))
+    medium = build_links(config.directions, 0)[0].scheduler
+    assert isinstance(medium.stations["A1.forward"], Priority)
+    assert isinstance(medium.stations["rA.forward"], Fifo)
+    tb = Testbed(load_config().with_tag("unbuilt"))  # the lan network: nothing is built
+    with pytest.raises(ValueError, match='needs network = "2002"'):
+        tb.set_strategy({"strategy": "priority"}, at="hosts")
+    tb2002 = Testbed(load_config().with_tag("unbuilt").with_network("2002"))
+    with pytest.raises(ValueError, match="routers or hosts"):
+        tb2002.set_strategy({"strategy": "ios-priority"}, at="switches")
+    assert tb2002.emulators == {}
+
+
+def card_qdiscs(tb) -> str:
+    intf = tb.master.interfaces[0].name
+    return tb.master.cmd("tc", "qdisc", "show", "dev", intf)
+
+
+@pytest.mark.netns
+def test_priority_at_the_hosts_schedules_the_masters_own_outgoing_queue(testbed_2002):
+    """Two UDP flows leave the master at once, urgent at 2 Mbit/s and bulk at 10: together
+    more than the 10 Mbit/s hub. With IOS priority queuing on the hosts' own queues (the
+    routers FIFO), the master's station sends urgent first: urgent loses nothing, bulk what
+    does not fit (with one FIFO both would lose the same share)."""
+    tb = testbed_2002
+    assert "htb" in card_qdiscs(tb)  # the router-side network: the card's kernel FIFO
+    try:
+        tb.set_strategy({"strategy": "ios-priority"}, at="hosts")
+        assert tb.strategy_at == "hosts" and "htb" not in card_qdiscs(tb)  # its station is its queue
+        with IperfServer(tb.host("B1"), 5203), IperfServer(tb.host("B1"), 5204):
+            urgent = start_client(tb.master, tb.ip("B1"), port=5203, seconds=4, dscp=34, udp_bps=2e6, length=1400)
+            bulk = start_client(tb.master, tb.ip("B1"), port=5204, seconds=4, dscp=1, udp_bps=10e6, length=1400)
+            urgent, bulk = finish_client(urgent, timeout=60), finish_client(bulk, timeout=60)
+        assert urgent.lost_percent < 1 and bulk.lost_percent > 10, (urgent.lost_percent, bulk.lost_percent)
+    finally:
+        tb.set_strategy({"strategy": "ios-fifo"})
+    assert tb.strategy_at == "routers" and "htb" in card_qdiscs(tb)
