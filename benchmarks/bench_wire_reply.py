@@ -19,6 +19,13 @@ TCP segments of the whole gRPC response (message + 5 B gRPC prefix + 9 B HTTP/2 
 header + ~60 B response headers and trailers on a warm HPACK context), and the share of
 cases that fit in 10 segments. Also the fidelity of each encoding: PSNR (dB) against the
 lossless thumbnail of the same size.
+
+Measured (commit 5e7c30e, --cases 20): reply bytes a site, median (max), before -> now:
+demo connecticut 22,655 (23,346) -> 11,388 (11,654); new-york 22,632 (23,007) -> 11,452
+(11,856); california 22,686 (23,243) -> 11,254 (11,674); Herlev 40 px (real cells) 23,638
+(24,248) -> 13,454 (14,255) B, i.e. 16-17 -> 8-10 segments, one initial window in every
+case now, in none before. Thumbnails median 608-627 B (JPEG q80) -> 231-286 B (WebP q80),
+PSNR 37.4-37.6 -> 37.5 dB (demo) / 36.5 dB (Herlev).
 """
 
 from __future__ import annotations
