@@ -69,7 +69,12 @@ WORKER_START_S = 120.0           # a replacement not ready by then is given up a
 SITE_WATCH_RETRY_S = 2.0         # the coordinator follows each site's health; after a lost stream, again after this
 
 # --- Replies sized for the wire -----------------------------------------------------------
-WIRE_THUMBNAIL_PX = 48     # a match's inline thumbnail (JPEG, ~1 KB); full images on demand
+WIRE_THUMBNAIL_PX = 48     # a match's inline thumbnail; full images on demand, cached by content hash
+# WebP at quality 80: ~300 B a real cell (Herlev), half the JPEG q80 of before (~640 B) at about
+# its fidelity (PSNR within ~1 dB), so that a site's 30 matches fit in one initial congestion
+# window (benchmarks/bench_wire_reply.py). Every browser the page supports shows WebP.
+WIRE_THUMBNAIL_FORMAT = "WEBP"
+WIRE_THUMBNAIL_QUALITY = 80
 
 # --- Coordinator: own analysis and admission (qos.admission) ---------------------------------
 COORDINATOR_ANALYSERS = 2       # Ray actors analysing each case's cells once at the coordinator
@@ -142,9 +147,19 @@ EXPERIMENT_REPETITIONS = 10    # runs per cell of an experiment's matrix (the st
 # intra-operative (urgent) answer within seconds; a class not listed plans against the
 # workload's deadline_s.
 CLASS_DEADLINES_S = {"urgent": 2.0, "routine": 10.0, "teaching": 60.0, "bulk": 120.0}
-# The transfer workload's stand-in for a match's wire thumbnail (WIRE_THUMBNAIL_PX JPEG, ~1 KB):
-# the bytes each match carries back in an adaptive strategy's cases.
-WIRE_THUMBNAIL_BYTES = 1000
+# The transfer workload's stand-in for a match's wire thumbnail (WIRE_THUMBNAIL_PX WebP: median
+# 286 B, p90 384 B on the real Herlev cells, 236 B on the demo's; benchmarks/bench_wire_reply.py):
+# the bytes each match carries back in an adaptive strategy's cases, unless the strategy says
+# otherwise (its `thumbnail_bytes`; until issue 10's replies fitted one window: 1000).
+WIRE_THUMBNAIL_BYTES = 300
+MAX_WIRE_THUMBNAIL_BYTES = 65536  # the most a strategy may ask a transfer site for
+# Linux's initial congestion window (RFC 6928: 10 segments), in TCP payload bytes at a 1500 B
+# MTU with timestamps (1448 B a segment). tcp_slow_start_after_idle brings a warm connection
+# that has been idle back to it, so a reply larger than this waits for a round trip of ACKs.
+TCP_INITIAL_WINDOW_BYTES = 10 * 1448
+# What a unary gRPC reply adds to its message on a warm connection: the 5 B message prefix,
+# a 9 B HTTP/2 DATA frame header, and HPACK-indexed response headers and trailers (~60 B).
+GRPC_REPLY_FRAMING_BYTES = 74
 
 # --- Small site requests travel as copies (issue 10, "predictable completion") ------------
 # A site request of at most SMALL_REQUEST_BYTES (a features-mode case: ~1 KB a cell) is sent

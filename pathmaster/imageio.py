@@ -379,8 +379,8 @@ def write_png(path: str | Path, array: np.ndarray) -> Path:
     return path
 
 
-def wire_thumbnail(image_file: bytes, size: int, quality: int = 80) -> bytes:
-    """A small JPEG of an encoded image, for the first answer a user sees.
+def wire_thumbnail(image_file: bytes, size: int, quality: int = 80, fmt: str = "WEBP") -> bytes:
+    """A small lossy thumbnail of an encoded image, for the first answer a user sees.
 
     Parameters
     ----------
@@ -389,15 +389,24 @@ def wire_thumbnail(image_file: bytes, size: int, quality: int = 80) -> bytes:
     size : int
         The longer side of the result, in pixels.
     quality : int
-        JPEG quality (1-95).
+        Encoder quality (1-95 JPEG, 1-100 WebP).
+    fmt : str
+        "WEBP" (the wire's, `defaults.WIRE_THUMBNAIL_FORMAT`) or "JPEG".
 
     Returns
     -------
     bytes
-        Baseline JPEG bytes, about 1 KB at 48 px: a fifth of the PNG thumbnail or less.
+        WebP or baseline JPEG bytes. At 48 px and quality 80 a cell is ~300 B as WebP
+        against ~640 B as JPEG, at about the same fidelity (benchmarks/bench_wire_reply.py),
+        so that a site's 30 matches fit in one initial congestion window.
     """
     picture = Image.open(io.BytesIO(image_file)).convert("RGB")
     picture.thumbnail((size, size), Image.Resampling.LANCZOS)
     buffer = io.BytesIO()
-    picture.save(buffer, format="JPEG", quality=quality, optimize=True)
+    if fmt.upper() == "WEBP":
+        picture.save(buffer, format="WEBP", quality=quality, method=6)
+    elif fmt.upper() == "JPEG":
+        picture.save(buffer, format="JPEG", quality=quality, optimize=True)
+    else:
+        raise ValueError(f"wire thumbnails are WEBP or JPEG, not {fmt!r}")
     return buffer.getvalue()

@@ -20,7 +20,7 @@ A strategy with `adaptive` runs the coordinator's policy (`qos.policy.plan_site`
 product does: features instead of images where the site's schema matches (the transfer
 sites advertise the one the bench gives them, the installation's), the class within the
 user's entitlement (step-down), hedging when a site runs past its prediction, each against
-its class's deadline; replies are sized for the wire (`WIRE_THUMBNAIL_BYTES` a match). As the
+its class's deadline; replies are sized for the wire (`thumbnail_bytes` a match). As the
 coordinator does, it keeps its connections open from one case to the next (opened before the
 first case, one per copy lane) and sends a small features request as several copies at once.
 Without `adaptive` a case is today's: images (with background and mask) in the class asked
@@ -39,6 +39,7 @@ to the agent and to every site as `--classes JSON` (`ClassTable.to_table()`'s sh
 from __future__ import annotations
 
 import argparse
+import hashlib
 import itertools
 import json
 import sys
@@ -58,8 +59,8 @@ from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
 
 SITE_SERVICE = pb.DESCRIPTOR.services_by_name["Site"].full_name
-# Call metadata by which the master asks a transfer site for wire-sized thumbnails (a flag:
-# the sizes themselves are the site's own, fixed at its start).
+# Call metadata by which the master asks a transfer site for wire-sized replies: the bytes of
+# each match's thumbnail (decimal; "" or not a number: the site's own `wire_match_bytes`).
 WIRE_REPLY_KEY = "x-transfer-wire-reply"
 
 
@@ -91,8 +92,9 @@ def _blob(n: int) -> bytes:
 
 
 class TransferSite(pb_grpc.SiteServicer):
-    """Answers Analyse with k matches per cell, each with a `match_bytes` thumbnail (or a
-    `wire_match_bytes` one when the call asks for wire-sized replies); no analysis. Takes
+    """Answers Analyse with k matches per cell, each with a `match_bytes` thumbnail (or, when
+    the call asks for wire-sized replies, one of the bytes it asks for, default
+    `wire_match_bytes`, and the full image's SHA-256 as the real site's); no analysis. Takes
     features of `feature_schema` as the real site does (another schema: FAILED_PRECONDITION)."""
 
     def __init__(self, name: str, match_bytes: int, wire_match_bytes: int = defaults.WIRE_THUMBNAIL_BYTES,
@@ -100,7 +102,8 @@ class TransferSite(pb_grpc.SiteServicer):
         self.name = name
         self.analysis_s, self.site_nodes = analysis_s, site_nodes
         self.thumbnail = _blob(match_bytes)
-        self.wire_thumbnail = _blob(wire_match_bytes)
+        self.wire_match_bytes = wire_match_bytes
+        self.wire_thumbnails: dict[int, bytes] = {}
         self.feature_schema = feature_schema
         self.class_ports: dict[str, int] = {}
         self.class_dscp: dict[str, int] = {}
@@ -124,19 +127,28 @@ class TransferSite(pb_grpc.SiteServicer):
             delay = pipelined_analysis_s(len(ids), self.analysis_s, self.site_nodes)
             remaining = context.time_remaining()
             time.sleep(min(delay, remaining) if remaining is not None else delay)
-        wire = dict(context.invocation_metadata()).get(WIRE_REPLY_KEY) == "1"
-        thumbnail = self.wire_thumbnail if wire else self.thumbnail
+        wire = dict(context.invocation_metadata()).get(WIRE_REPLY_KEY)
+        thumbnail = self.thumbnail if wire is None else self.wire_thumbnail(wire)
+        sha = "" if wire is None else hashlib.sha256(thumbnail).hexdigest()  # as the real site's wire reply
         k = min(request.k or defaults.K, defaults.MAX_K)
         cells = [
             pb.CellResult(query_cell_id=cell_id, matches=[
                 pb.Match(cell_id=f"{self.name}-{j}", diagnosis="normal_superficial", distance=float(j),
-                         thumbnail=thumbnail, source_id="transfer-workload")
+                         thumbnail=thumbnail, source_id="transfer-workload", image_sha256=sha)
                 for j in range(k)])
             for cell_id in ids
         ]
         wall = time.perf_counter() - started
         return pb.AnalyseReply(site=self.name, algorithm="transfer-only", cells=cells,
                                timing=pb.SiteTiming(site_wall_s=wall))
+
+    def wire_thumbnail(self, asked: str) -> bytes:
+        """The thumbnail of a wire-sized reply: `asked` bytes (a decimal string, at most
+        MAX_WIRE_THUMBNAIL_BYTES), or `wire_match_bytes` when it is not a number."""
+        size = min(int(asked), defaults.MAX_WIRE_THUMBNAIL_BYTES) if asked.isdigit() else self.wire_match_bytes
+        if size not in self.wire_thumbnails:
+            self.wire_thumbnails[size] = _blob(size)
+        return self.wire_thumbnails[size]
 
     def Info(self, request, context):
         return pb.SiteInfo(site=self.name, algorithm="transfer-only", class_ports=self.class_ports,
@@ -292,7 +304,8 @@ class Master:
         mode_bytes = {"images": images.ByteSize(), "features": features.ByteSize() if features else images.ByteSize()}
         plan_deadline = (adaptive or {}).get("deadlines_s", {}).get(request_class, deadline_s)
         plans = self._plans(model, request_class, adaptive, plan_deadline, mode_bytes, len(cells))
-        metadata = ((WIRE_REPLY_KEY, "1"),) if adaptive is not None else ()
+        metadata = (((WIRE_REPLY_KEY, str(adaptive.get("thumbnail_bytes", defaults.WIRE_THUMBNAIL_BYTES))),)
+                    if adaptive is not None else ())
         channels = self.channels if adaptive is not None else self._channels()
         started = time.monotonic()
         cutoff = started + deadline_s

@@ -46,10 +46,15 @@ def coordinator_words(status: str) -> str:
 
 
 def png_data_url(image: bytes) -> str:
-    """A `data:` URL for PNG or JPEG bytes ("" when there are none)."""
+    """A `data:` URL for PNG, JPEG or WebP bytes ("" when there are none)."""
     if not image:
         return ""
-    kind = "jpeg" if image[:3] == b"\xff\xd8\xff" else "png"
+    if image[:3] == b"\xff\xd8\xff":
+        kind = "jpeg"
+    elif image[:4] == b"RIFF" and image[8:12] == b"WEBP":
+        kind = "webp"
+    else:
+        kind = "png"
     return f"data:image/{kind};base64," + base64.b64encode(image).decode("ascii")
 
 

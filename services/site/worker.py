@@ -23,7 +23,8 @@ import ray
 
 from pathmaster.budget import AnalysisPool, CellBudget, CellStopped
 from pathmaster import defaults
-from pathmaster.defaults import SITE_RESOURCE_PER_WORKER, WIRE_THUMBNAIL_PX
+from pathmaster.defaults import (SITE_RESOURCE_PER_WORKER, WIRE_THUMBNAIL_FORMAT, WIRE_THUMBNAIL_PX,
+                                 WIRE_THUMBNAIL_QUALITY)
 from pathmaster.imageio import wire_thumbnail
 from pathmaster.records import InvalidInput
 from pathmaster.site import Match
@@ -40,7 +41,7 @@ class CellOutcome:
     wire's `CellResult` (server.py `cell_result`).
 
     matches: the database cells found (`pathmaster.site.Match`), nearest first;
-    thumbnails: a small JPEG of each (sized for the wire), in the same order;
+    thumbnails: a small WebP of each (sized for the wire), in the same order;
     image_sha256: the content hash of each one's full image (a client's cache key);
     bethesda: each one's diagnosis in The Bethesda System's terms, by the site's vocabulary. error: why the cell could not be
     analysed (bad input, naming the cell), "" when it was. Times in seconds: extraction_s
@@ -117,8 +118,9 @@ class SiteWorker:
         return self._wire(cell_id)
 
     def _wire_parts(self, cell_id: str) -> tuple[bytes, str]:
-        """(small JPEG thumbnail, SHA-256 of the full image) of a database cell."""
-        thumbnail = wire_thumbnail(self.index.thumbnail_png(cell_id), WIRE_THUMBNAIL_PX)
+        """(small WebP thumbnail, SHA-256 of the full image) of a database cell."""
+        thumbnail = wire_thumbnail(self.index.thumbnail_png(cell_id), WIRE_THUMBNAIL_PX, WIRE_THUMBNAIL_QUALITY,
+                                   WIRE_THUMBNAIL_FORMAT)
         return thumbnail, hashlib.sha256(self.index.image_png(cell_id)).hexdigest()
 
     def _outcome(self, cell_id: str, features, k: int, **flags) -> CellOutcome:

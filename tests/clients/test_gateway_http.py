@@ -68,7 +68,7 @@ def test_case_streams_each_sites_matches_and_keeps_good_cells_past_bad_files(
             assert cell["error"] == "" and len(cell["matches"]) == 5
             distances = [m["distance"] for m in cell["matches"]]
             assert distances == sorted(distances)
-            assert all(m["thumbnail"].startswith("data:image/jpeg;base64,") for m in cell["matches"])  # ~1 KB, sized for the wire
+            assert all(m["thumbnail"].startswith("data:image/webp;base64,") for m in cell["matches"])  # ~300 B, sized for the wire
         given = {c["query_cell_id"]: c for c in site["cells"]}
         assert not given["cell1"]["mask_estimated"] and given["cell4"]["mask_estimated"]
 
@@ -182,3 +182,13 @@ def test_gateway_command_serves_the_page_until_interrupted(nowhere, tmp_path):
     finally:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=20) == 130
+
+
+@pytest.mark.parametrize("fmt, kind", [("WEBP", "webp"), ("JPEG", "jpeg"), ("PNG", "png")])
+def test_a_thumbnail_becomes_a_data_url_of_its_own_type(fmt, kind):
+    from services.gateway.events import png_data_url
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (8, 8), (200, 100, 50)).save(buffer, format=fmt)
+    assert png_data_url(buffer.getvalue()).startswith(f"data:image/{kind};base64,")
+    assert png_data_url(b"") == ""

@@ -101,6 +101,35 @@ def test_the_master_runs_the_policy_and_predicts_every_case(loopback_sites):
     assert any("same feature schema" in d for d in by_site["A"]["decisions"])
 
 
+def test_a_six_cell_features_reply_fits_one_initial_window(loopback_sites):
+    """Issue 10: a site's answer to a 6-cell features case (30 matches with their ids, content
+    hashes and wire thumbnails) is one initial congestion window; with the 1000 B thumbnails
+    of before, a strategy's `thumbnail_bytes`, it is not (the site sends what the strategy asks)."""
+    from services.experiment.workload import Master, make_cells
+
+    master = Master(loopback_sites, DEFAULT_CLASSES, feature_schema=SCHEMA, feature_values=115)
+    now = parse_spec(spec()).strategy("adaptive-fifo").adaptive.model_dump()
+    before = now | {"thumbnail_bytes": 1000}
+    cells = make_cells(6, 4000, False, False, seed=1)
+    try:
+        master.discover()
+        cases = {name: master.case("urgent", cells, k=defaults.K, deadline_s=20, strategy=name, adaptive=adaptive,
+                                   seed=1)
+                 for name, adaptive in [("now", now), ("before", before)]}
+    finally:
+        master.close()
+    replies = {name: {s["site"]: s for s in case["sites"]}["A"] for name, case in cases.items()}
+    assert all(case["ok"] for case in cases.values()) and replies["now"]["mode"] == "features"
+    window = defaults.TCP_INITIAL_WINDOW_BYTES - defaults.GRPC_REPLY_FRAMING_BYTES
+    assert replies["now"]["bytes_down"] <= window < replies["before"]["bytes_down"]
+    assert replies["before"]["bytes_down"] - replies["now"]["bytes_down"] == 6 * defaults.K * (1000 - defaults.WIRE_THUMBNAIL_BYTES)
+
+
+def test_a_strategy_cannot_ask_for_huge_thumbnails():
+    with pytest.raises(InvalidInput, match="thumbnail_bytes"):
+        parse_spec(spec(a={"discipline": "fifo", "adaptive": {"thumbnail_bytes": defaults.MAX_WIRE_THUMBNAIL_BYTES + 1}}))
+
+
 def _write_run(runs_dir, run_id, strategy, completion_s, predicted_s):
     record = {"format": 1, "run": {"strategy": strategy, "competing": 0, "link": "10M", "request_class": "urgent",
                                    "repetition": int(run_id[-1]), "run_id": run_id},
