@@ -48,16 +48,51 @@ class Bench(Protocol):
 
 
 def counter_delta(before: dict, after: dict) -> dict:
-    """after - before for every numeric leaf of two nested counter dicts (gauges like backlog kept as after)."""
+    """after - before for every numeric leaf of two nested counter dicts (gauges like backlog kept as after).
+
+    Never negative: a counter that went down was reset in between (the emulator restarts with a
+    new strategy, and until it writes its first statistics the file read "before" may be the old
+    process's), so what it counts since the reset, `after`, is the delta, and the dict holding
+    it gets "reset": True.
+    """
     out = {}
     for key, value in after.items():
         if isinstance(value, dict):
             out[key] = counter_delta(before.get(key, {}), value)
-        elif isinstance(value, (int, float)) and key not in ("backlog", "qlen"):
-            out[key] = value - before.get(key, 0)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool) and key not in ("backlog", "qlen"):
+            old = before.get(key, 0)
+            if not isinstance(old, (int, float)) or value < old:
+                out[key] = value
+                out["reset"] = True
+            else:
+                out[key] = value - old
         else:
             out[key] = value
     return out
+
+
+# After the competing traffic stops, how long its last packets may take to leave the queues
+# (a PQ's low queue holds up to 80 packets behind a case): the runner waits, at most this
+# long, until the competing targets' received bytes stop growing over QUIET_S.
+DRAIN_LIMIT_S = 10.0
+QUIET_S = 0.5
+
+
+def drain_competing(bench: Bench, limit_s: float = DRAIN_LIMIT_S, quiet_s: float = QUIET_S) -> float:
+    """Wait (at most `limit_s`) until the competing targets receive nothing for `quiet_s`; returns the wait (s).
+
+    Without it the first case after a block of traffic counts that block's leftovers as
+    competing traffic (a level-0 PQ run once showed 73 kB, "8.7 kbit/s", where none ran) and
+    meets them in the queues."""
+    t0 = time.monotonic()
+    last = bench.competing_bytes()
+    while time.monotonic() - t0 < limit_s:
+        time.sleep(quiet_s)
+        now = bench.competing_bytes()
+        if now == last:
+            break
+        last = now
+    return time.monotonic() - t0
 
 
 def run_bound(experiment: Experiment, link: LinkProfile, sites: list[dict], bench: Bench) -> dict:
@@ -126,6 +161,8 @@ def execute_run(experiment: Experiment, run: Run, bench: Bench, state: dict) -> 
     if state.get("competing") != run.competing:
         ended = bench.set_competing(run.competing, seed)
         state.setdefault("ended", []).append((ended, state.pop("block", [])))
+        if not run.competing and state.get("competing"):
+            record["drained_s"] = drain_competing(bench)
         state["competing"] = run.competing
         state["competing_since"] = time.monotonic()
     # The competing traffic needs time to reach its steady rate (TCP slow start) before a case.
@@ -162,8 +199,13 @@ def execute_run(experiment: Experiment, run: Run, bench: Bench, state: dict) -> 
 
 
 def run_experiment(experiment: Experiment, out_dir: str | Path, bench: Bench, progress: bool = True,
-                   max_runs: int | None = None) -> Store:
+                   max_runs: int | None = None, allow_dirty: bool = False,
+                   allow_code_change: bool = False) -> Store:
     """Run (or resume) `experiment` into `out_dir` on `bench`; stop after `max_runs` new runs if given.
+
+    Refuses (InvalidInput) code with uncommitted changes unless `allow_dirty`, and a resume
+    with other code than the start's unless `allow_code_change` (Store.open_for); the
+    metadata records both.
 
     Returns the store. At the end (also on interruption) the bench's `finish` stops the
     competing traffic, and what it reports (each competing block's totals) goes into the
@@ -171,7 +213,7 @@ def run_experiment(experiment: Experiment, out_dir: str | Path, bench: Bench, pr
     """
     store = Store(out_dir)
     order = expand(experiment)
-    store.open_for(experiment, order)
+    store.open_for(experiment, order, allow_dirty=allow_dirty, allow_code_change=allow_code_change)
     todo = remaining(order, store.done_ids())
     if max_runs is not None:
         todo = todo[:max_runs]
