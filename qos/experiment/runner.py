@@ -21,6 +21,7 @@ the traffic) loses the iperf3 files of the block it interrupts, not its runs.
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Protocol
@@ -146,6 +147,49 @@ def save_block_iperf3(store: Store, result, block: list[tuple[str, tuple[float, 
                                    **iperf3_of_run(result, window)})
 
 
+# How often the competing targets' received bytes are read during a case (the time series
+# of the case against the competing traffic, plots.figure_timeseries).
+SAMPLE_S = 0.5
+
+
+class CompetingSampler:
+    """Reads `bench.competing_bytes()` every `every_s` in a thread while a case runs.
+
+    `samples` is [[t_s, bytes], ...]: seconds since the case started and the bytes the
+    competing targets received since then (their interfaces' rx counters: every competing
+    kind). Bounded: it stops at `stop()` or after `limit_s`.
+    """
+
+    def __init__(self, bench: Bench, every_s: float = SAMPLE_S, limit_s: float = 3600.0):
+        self.bench, self.every_s, self.limit_s = bench, every_s, limit_s
+        self.samples: list[list[float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="competing-sampler", daemon=True)
+
+    def start(self, t0: float, base: int) -> None:
+        self.t0, self.base = t0, base
+        self.samples.append([0.0, 0])
+        self._thread.start()
+
+    def _read(self) -> None:
+        try:
+            total = self.bench.competing_bytes()
+        except Exception:  # noqa: BLE001 - a missed sample must not fail the run
+            return
+        self.samples.append([time.monotonic() - self.t0, max(0, total - self.base)])
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every_s) and time.monotonic() - self.t0 < self.limit_s:
+            self._read()
+
+    def stop(self, final_bytes: int, final_t: float) -> list[list[float]]:
+        self._stop.set()
+        self._thread.join(timeout=30)
+        self.samples.append([final_t, max(0, final_bytes - self.base)])
+        self.samples.sort()
+        return self.samples
+
+
 def execute_run(experiment: Experiment, run: Run, bench: Bench, state: dict) -> dict:
     """One run on the bench: configure what changed, time one case, return its raw record."""
     link = experiment.link(run.link)
@@ -171,12 +215,17 @@ def execute_run(experiment: Experiment, run: Run, bench: Bench, state: dict) -> 
         time.sleep(wait)
     counters_before = bench.counters()
     competing_before = bench.competing_bytes()
+    sampler = CompetingSampler(bench, limit_s=experiment.workload.deadline_s + 60)
     t0, epoch0 = time.monotonic(), time.time()
-    case = bench.run_case(run.request_class, seed, run.run_id)
-    window = time.monotonic() - t0
+    sampler.start(t0, competing_before)
+    try:
+        case = bench.run_case(run.request_class, seed, run.run_id)
+    finally:
+        window = time.monotonic() - t0
+        competing_after = bench.competing_bytes()
+        samples = sampler.stop(competing_after, window)
     if run.competing:
         state.setdefault("block", []).append((run.run_id, (epoch0, epoch0 + window)))
-    competing_after = bench.competing_bytes()
     record |= case
     record["router_counters"] = counter_delta(counters_before, bench.counters())
     record["competing"] = {
@@ -184,6 +233,7 @@ def execute_run(experiment: Experiment, run: Run, bench: Bench, state: dict) -> 
         "targets": list(experiment.competing.targets), "window_s": window,
         "bytes": competing_after - competing_before,
         "achieved_kbit": (competing_after - competing_before) * 8 / 1000 / window if window > 0 else 0.0,
+        "samples": samples,  # [[s since the case started, bytes received since then], ...]
     }
     record["link"] = {"name": link.name, "network": link.network, "core_kbit": link.core_kbit,
                       "access_kbit": link.access_rate_kbit if link.shared_medium else None,
