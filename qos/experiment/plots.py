@@ -24,6 +24,7 @@ Each figure is written as PNG and SVG.
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -53,9 +54,8 @@ def style(index: int) -> dict:
 
 def _save(fig: Figure, folder: Path, stem: str) -> list[Path]:
     paths = [folder / f"{stem}.png", folder / f"{stem}.svg"]
-    place_caption(fig)
     for p in paths:
-        fig.savefig(p, dpi=150, bbox_inches="tight")
+        fig.savefig(p, dpi=150)
     plt.close(fig)
     return paths
 
@@ -65,21 +65,13 @@ def _safe(name: str) -> str:
 
 
 def caption(fig: Figure, text: str) -> None:
-    """Give `fig` its caption: `text` goes under everything drawn (`place_caption`, when saved);
-    kept as `fig.caption` for whoever checks it."""
+    """Write `text` as `fig`'s caption, under everything drawn: the figure's supxlabel, left-aligned
+    and wrapped to the figure's width, so that constrained layout makes room for it (one
+    layout per save, no tight-bbox pass). Also kept as `fig.caption` for whoever checks it."""
     fig.caption = text
-
-
-def place_caption(fig: Figure) -> None:
-    """Write `fig.caption` just below the lowest thing drawn (rotated tick labels included)."""
-    text = getattr(fig, "caption", "")
-    if not text or any(t.get_gid() == "caption" for t in fig.texts):
-        return
-    fig.canvas.draw()
-    box = fig.get_tightbbox(fig.canvas.get_renderer())  # inches
-    width, height = fig.get_size_inches()
-    fig.text(max(0.0, box.x0 / width), (box.y0 - 0.08) / height, text, ha="left", va="top",
-             fontsize="small", wrap=True, gid="caption")
+    width_chars = max(40, int(fig.get_size_inches()[0] * 14.5))
+    fig.supxlabel(textwrap.fill(" ".join(text.split()), width_chars), x=0.01, ha="left",
+                  fontsize="small", gid="caption")
 
 
 def n_text(counts: list[int]) -> str:
@@ -189,9 +181,10 @@ def figure_level_lines(meta: dict, cells: dict, link: str, cls: str, stat: str, 
     ax.set_ylim(0, top * 1.08 if top > 0 else 1)
     if stat == "ratio":
         ax.axhline(1.0, color="grey", linestyle=":", linewidth=1, label="lower bound")
-    ax.set_title(f"{title}\n{describe_link(meta, link)}, {cls} class", fontsize="medium")
+    ax.set_title(textwrap.fill(title, 62) + f"\n{describe_link(meta, link)}, {cls} class", fontsize="medium")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="small", title="strategy")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize="small", title="strategy")
     what = {"mean": "Each point: the mean completion time of the runs of one cell.",
             "std": "Each point: the sample standard deviation (ddof = 1) of the completion times of "
                    "one cell's runs; no error bars.",
@@ -299,7 +292,7 @@ def figure_timeseries(meta: dict, picked: dict[str, dict], link: str, cls: str) 
                 ax.axvline(float(site["total_s"]), color="black", linestyle=":", linewidth=1)
                 ax.text(float(site["total_s"]), 1.0, f" {site['site']}", transform=ax.get_xaxis_transform(),
                         fontsize="x-small", va="top")
-        ax.set_ylim(bottom=0)
+        ax.set_ylim(0, max(1.0, float(rate.max()) if rate.size else 0.0) * 1.15)
         ax.set_ylabel("kbit/s", fontsize="small")
         ax.set_title(f"{name}: run {rec['run']['run_id']}, case {completion:.2f} s", fontsize="small", loc="left")
         ax.grid(True, alpha=0.3)

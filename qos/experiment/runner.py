@@ -195,7 +195,11 @@ def execute_run(experiment: Experiment, run: Run, bench: Bench, state: dict) -> 
     link = experiment.link(run.link)
     strategy = experiment.strategy(run.strategy)
     seed = run.seed(experiment.seed)
-    record: dict = {"seed": seed, "started": now_iso()}
+    # self-describing: which experiment (name, fingerprint of its configuration) and its workload
+    recorded = experiment.to_dict()
+    record: dict = {"seed": seed, "started": now_iso(),
+                    "experiment": {"name": experiment.name, "fingerprint": experiment.fingerprint()},
+                    "workload": recorded["workload"]}
     if state.get("config") != (link, strategy):
         bench.configure(link, strategy)
         state["config"] = (link, strategy)

@@ -4,7 +4,10 @@
       experiment.toml        the experiment file exactly as run
       metadata.json          kernel, git commit, host, configuration, seed, run order, timestamps,
                              and `provenance`: the git state the runs were made from (see `git_state`)
-      runs/RUN_ID.json       one file per finished run: the raw measurements (see `save_run`)
+      runs/RUN_ID.json       one file per finished run: the raw measurements (see `save_run`):
+                             the run's matrix cell, seed, link, strategy, the case's per-site
+                             record, router counter deltas, the competing traffic (totals and
+                             `samples` during the case), the bound: readable without the rest
       iperf3/RUN_ID.json     iperf3's own JSON for the competing flows during that run
                              (runs with iperf3 traffic only; written when its block of traffic stops)
 

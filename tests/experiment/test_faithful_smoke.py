@@ -53,6 +53,8 @@ def test_every_run_has_one_self_describing_raw_file(faithful_run):
         assert rec["ok"], (run_id, rec.get("error"), rec.get("sites"))
         assert rec["run"]["run_id"] == run_id and rec["link"]["network"] == "2002"
         assert rec["strategy"]["discipline"] == "prio" and rec["competing"]["kind"] == "wget"
+        assert rec["experiment"]["name"] == "faithful-smoke" and rec["workload"]["analysis_s"] == 0.2
+        assert len(rec["competing"]["samples"]) >= 2 and rec["competing"]["samples"][0] == [0.0, 0]
         # the case took at least its analysis and at least its physical bound (within clock noise)
         assert rec["completion_s"] >= 0.2 and rec["completion_s"] >= 0.9 * rec["bound"]["total_s"] > 0
         for queue in rec["router_counters"].values():

@@ -15,7 +15,7 @@ import pytest
 from qos.experiment.matrix import expand
 from qos.experiment.plots import (figure_box, figure_cdf, figure_level_lines, figure_timeseries,
                                   timeseries_runs, write_figures)
-from qos.experiment.report import load_cells, write_report
+from qos.experiment.report import load_cells
 from qos.experiment.spec import parse_spec
 from qos.experiment.stats import bca_interval
 from qos.experiment.store import FORMAT_VERSION
@@ -99,13 +99,15 @@ def test_the_streams_axis_is_base2_symlog_with_0_and_the_levels_as_ticks(cells):
 
 
 def test_write_figures_draws_figures_7_to_9_box_cdf_and_time_series(raw, tmp_path):
-    paths = write_report(raw)
-    stems = {p.stem for p in paths.glob("*.png")}
-    assert {"fig7_mean_hubs_urgent", "fig8_std_hubs_urgent", "fig9_shaping_hubs_urgent", "box_hubs_urgent",
-            "cdf_hubs_urgent", "timeseries_hubs_urgent", "ratio_hubs_urgent"} <= stems
-    assert "timeseries_hubs_urgent.png" in (paths / "report.md").read_text()
     meta, data = load_cells(raw)
-    assert not any(p.stem.startswith("timeseries") for p in write_figures(meta, data, tmp_path))  # no raw runs
+    records = [json.loads(p.read_text()) for p in sorted((raw / "runs").glob("*.json"))]
+    stems = {p.stem for p in write_figures(meta, data, tmp_path, records=records) if p.suffix == ".png"}
+    assert stems == {"fig7_mean_hubs_urgent", "fig8_std_hubs_urgent", "fig9_shaping_hubs_urgent", "box_hubs_urgent",
+                     "cdf_hubs_urgent", "timeseries_hubs_urgent", "ratio_hubs_urgent"}
+    assert all((tmp_path / f"{stem}.svg").stat().st_size > 0 for stem in stems)
+    assert timeseries_runs(meta, [], "hubs", "urgent") == {}  # without run files: no time series
+    no_samples = [r | {"competing": {k: v for k, v in r["competing"].items() if k != "samples"}} for r in records]
+    assert timeseries_runs(meta, no_samples, "hubs", "urgent") == {}  # runs from before the sampler
 
 
 def test_box_plots_and_cdfs_start_at_0(cells):
