@@ -42,7 +42,16 @@ LINESTYLES = ("-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1)), (0, (1
 COLOURS = plt.get_cmap("tab10").colors
 CI_TEXT = (f"Error bars: 95% BCa bootstrap confidence interval of the mean ({BCA_RESAMPLES} resamples; "
            f"none where n < {BCA_MIN_N} or all runs took the same time).")
-SYMLOG_TEXT = "Competing traffic on a base-2 symlog axis (linear from 0 to 1, log2 above)."
+
+
+def symlog_text(linthresh: float) -> str:
+    return f"Competing traffic on a base-2 symlog axis (linear from 0 to {linthresh:g}, log2 above)."
+
+
+def linear_part(levels: list[float]) -> float:
+    """Where the competing axis turns from linear to log2: the lowest level above 0 (1 for counts)."""
+    positive = [lv for lv in levels if lv > 0]
+    return min(positive) if positive else 1.0
 
 
 def style(index: int) -> dict:
@@ -85,14 +94,16 @@ def n_text(counts: list[int]) -> str:
 
 
 def level_axis(ax, levels: list[float], unit: str) -> None:
-    """A competing-traffic x axis: base-2 symlog, ticks at the levels run, 0 at its own place."""
-    ax.set_xscale("symlog", base=2, linthresh=1, linscale=0.5)
+    """A competing-traffic x axis: base-2 symlog, linear up to the lowest level above 0 (so that
+    0 has its own place), ticks at the levels run."""
+    linthresh = linear_part(levels)
+    ax.set_xscale("symlog", base=2, linthresh=linthresh, linscale=0.5)
     ax.set_xticks(levels, [f"{lv:g}" for lv in levels])
     ax.minorticks_off()
     ax.set_xlabel(f"competing traffic ({unit} per target; symlog base 2)")
     if levels:
         top = max(levels)
-        ax.set_xlim(-0.3, top * 1.25 if top > 0 else 1)
+        ax.set_xlim(-0.3 * linthresh, top * 1.25 if top > 0 else 1)
 
 
 def describe_link(meta: dict, link: str) -> str:
@@ -136,19 +147,19 @@ def _series(cells, strategy, levels, link, cls, stat: str, seed: int = 0):
     return xs, ys, lo, hi, ns
 
 
-def dodge(xs: list[float], slot: int, slots: int, step: float = 0.035) -> list[float]:
+def dodge(xs: list[float], slot: int, slots: int, linthresh: float = 1.0, step: float = 0.035) -> list[float]:
     """`xs` nudged sideways for the `slot`-th of `slots` series on the symlog axis, so that error
-    bars at one level do not hide each other: a factor of 2**(step x offset) above 1, an
-    offset of the same width in the linear part below."""
+    bars at one level do not hide each other: a factor of 2**(step x offset) in the log part,
+    an offset of about the same width in the linear part below `linthresh`."""
     offset = step * (slot - (slots - 1) / 2)
-    return [x * 2 ** offset if x >= 1 else x + offset for x in xs]
+    return [x * 2 ** offset if x >= linthresh else x + offset * linthresh for x in xs]
 
 
 def _line(ax, cells, strategy, levels, link, cls, stat: str, label: str, index: int, seed: int,
           slot: int = 0, slots: int = 1) -> list[int]:
     xs, ys, lo, hi, ns = _series(cells, strategy, levels, link, cls, stat, seed)
     if xs:
-        xs = dodge(xs, slot, slots)
+        xs = dodge(xs, slot, slots, linear_part(levels))
         bars = [lo, hi] if stat in ("mean", "ratio") else None
         ax.errorbar(xs, ys, yerr=bars, capsize=3, label=label, markersize=6, linewidth=1.4,
                     markerfacecolor="white" if index % 2 else None, **style(index))
@@ -190,7 +201,8 @@ def figure_level_lines(meta: dict, cells: dict, link: str, cls: str, stat: str, 
                    "one cell's runs; no error bars.",
             "ratio": "Each point: the mean over runs of completion time / that run's physical lower bound."}[stat]
     nudged = " Points at one level are nudged sideways so that their bars do not overlap." if len(strategies) > 1 else ""
-    caption(fig, " ".join([what, n_text(counts) + ".", CI_TEXT if stat != "std" else "", SYMLOG_TEXT + nudged]))
+    caption(fig, " ".join([what, n_text(counts) + ".", CI_TEXT if stat != "std" else "",
+                           symlog_text(linear_part(levels)) + nudged]))
     return fig
 
 

@@ -94,7 +94,7 @@ def test_the_streams_axis_is_base2_symlog_with_0_and_the_levels_as_ticks(cells):
     assert list(ax.get_xticks()) == [0, 1, 4, 16]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["0", "1", "4", "16"]
     assert ax.get_xlim()[0] < 0 < 16 < ax.get_xlim()[1]
-    assert "symlog" in ax.get_xlabel() and "processes" in ax.get_xlabel()
+    assert "symlog" in ax.get_xlabel() and "processes" in ax.get_xlabel() and "linear from 0 to 1," in fig.caption
     assert "standard deviation" in fig.caption and "no error bars" in fig.caption
 
 
@@ -139,3 +139,15 @@ def test_the_time_series_shows_one_run_per_strategy_against_the_competing_traffi
         assert np.allclose(rate.get_ydata(), 16_000, rtol=0.05)  # 16 Mbit... as kbit/s: 16 x 1000
         assert ax.get_ylim()[0] == 0
     assert "n = 1 per panel" in fig.caption and "sampling interval" in fig.caption
+
+
+def test_rate_levels_keep_0_apart_and_their_ticks_legible():
+    from qos.experiment.plots import level_axis
+
+    fig, ax = plt.subplots()
+    level_axis(ax, [0, 2000, 5000, 8000], "kbit/s")
+    assert ax.xaxis.get_transform().linthresh == 2000 and ax.xaxis.get_transform().base == 2
+    positions = ax.transData.transform([[x, 0] for x in (0, 2000, 5000, 8000)])[:, 0]
+    gaps = np.diff(positions)
+    assert gaps.min() > 0.1 * gaps.sum()  # no tick crowded onto its neighbour
+    plt.close(fig)
