@@ -151,3 +151,53 @@ def test_drain_is_bounded():
     bench = _Draining([1000] * 10_000)
     waited = drain_competing(bench, limit_s=0.05, quiet_s=0.01)
     assert waited < 5 and bench.reads  # gave up, with leftovers still coming
+
+
+class _Bench:
+    """A bench whose competing targets keep receiving a stopped block's leftovers for a while,
+    and whose emulator restarts (counters from 0) with every new strategy."""
+
+    def __init__(self):
+        self.received = 0
+        self.leftovers: list[int] = []
+        self.sent = 0
+
+    def configure(self, link, strategy):
+        self.sent = 0
+
+    def set_competing(self, level, seed):
+        if not level:
+            self.leftovers = [40_000, 30_000, 3_000]  # still in the routers' queues
+        return None
+
+    def competing_bytes(self):
+        if self.leftovers:
+            self.received += self.leftovers.pop(0)
+        return self.received
+
+    def counters(self):
+        self.sent += 1000
+        return {"rA:hub": {"bulk": {"bytes": self.sent, "packets": self.sent // 1000, "drops": 0, "backlog": 0}}}
+
+    def run_case(self, request_class, seed, case_id):
+        return {"ok": False, "error": "fake"}
+
+
+def test_a_level_0_run_after_a_block_neither_meets_nor_counts_its_leftovers(monkeypatch):
+    import qos.experiment.runner as runner
+    from qos.experiment.matrix import Run
+
+    monkeypatch.setattr(runner, "QUIET_S", 0.01)
+    monkeypatch.setattr(runner, "drain_competing",
+                        lambda bench, limit_s=30, quiet_s=0.01: drain_competing(bench, limit_s, quiet_s))
+    exp = parse_spec({**SPEC, "experiment": {"name": "t", "repetitions": 1, "settle_s": 0.0},
+                      "competing": {"levels": [0, 4]}})
+    bench = _Bench()
+    state: dict = {}
+    loaded = runner.execute_run(exp, Run("fifo", 4.0, "a", "urgent", 0), bench, state)
+    idle = runner.execute_run(exp, Run("fifo", 0.0, "a", "urgent", 0), bench, state)
+    assert "drained_s" not in loaded and idle["drained_s"] >= 0
+    assert idle["competing"]["bytes"] == 0 and idle["competing"]["achieved_kbit"] == 0
+    assert idle["competing"]["samples"][0] == [0.0, 0] and all(b == 0 for _, b in idle["competing"]["samples"])
+    assert idle["experiment"]["name"] == "t" and idle["workload"]["cells"] == exp.workload.cells
+    assert all(v >= 0 for v in idle["router_counters"]["rA:hub"]["bulk"].values())
