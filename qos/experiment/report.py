@@ -421,7 +421,7 @@ def write_report(out_dir: str | Path, plots: bool = True) -> Path:
     if plots:
         from qos.experiment.plots import write_figures
 
-        figures = write_figures(meta, cells, report_dir)
+        figures = write_figures(meta, cells, report_dir, records=Store(out_dir).load_runs())
         text += ["## Figures", ""] + [f"![{p.stem}]({p.name})" for p in figures if p.suffix == ".png"]
     (report_dir / "report.md").write_text("\n".join(text) + "\n")
     return report_dir

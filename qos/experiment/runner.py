@@ -21,6 +21,7 @@ the traffic) loses the iperf3 files of the block it interrupts, not its runs.
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Protocol
@@ -48,16 +49,51 @@ class Bench(Protocol):
 
 
 def counter_delta(before: dict, after: dict) -> dict:
-    """after - before for every numeric leaf of two nested counter dicts (gauges like backlog kept as after)."""
+    """after - before for every numeric leaf of two nested counter dicts (gauges like backlog kept as after).
+
+    Never negative: a counter that went down was reset in between (the emulator restarts with a
+    new strategy, and until it writes its first statistics the file read "before" may be the old
+    process's), so what it counts since the reset, `after`, is the delta, and the dict holding
+    it gets "reset": True.
+    """
     out = {}
     for key, value in after.items():
         if isinstance(value, dict):
             out[key] = counter_delta(before.get(key, {}), value)
-        elif isinstance(value, (int, float)) and key not in ("backlog", "qlen"):
-            out[key] = value - before.get(key, 0)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool) and key not in ("backlog", "qlen"):
+            old = before.get(key, 0)
+            if not isinstance(old, (int, float)) or value < old:
+                out[key] = value
+                out["reset"] = True
+            else:
+                out[key] = value - old
         else:
             out[key] = value
     return out
+
+
+# After the competing traffic stops, how long its last packets may take to leave the queues
+# (a PQ's low queue holds up to 80 packets behind a case): the runner waits, at most this
+# long, until the competing targets' received bytes stop growing over QUIET_S.
+DRAIN_LIMIT_S = 10.0
+QUIET_S = 0.5
+
+
+def drain_competing(bench: Bench, limit_s: float = DRAIN_LIMIT_S, quiet_s: float = QUIET_S) -> float:
+    """Wait (at most `limit_s`) until the competing targets receive nothing for `quiet_s`; returns the wait (s).
+
+    Without it the first case after a block of traffic counts that block's leftovers as
+    competing traffic (a level-0 PQ run once showed 73 kB, "8.7 kbit/s", where none ran) and
+    meets them in the queues."""
+    t0 = time.monotonic()
+    last = bench.competing_bytes()
+    while time.monotonic() - t0 < limit_s:
+        time.sleep(quiet_s)
+        now = bench.competing_bytes()
+        if now == last:
+            break
+        last = now
+    return time.monotonic() - t0
 
 
 def run_bound(experiment: Experiment, link: LinkProfile, sites: list[dict], bench: Bench) -> dict:
@@ -111,12 +147,59 @@ def save_block_iperf3(store: Store, result, block: list[tuple[str, tuple[float, 
                                    **iperf3_of_run(result, window)})
 
 
+# How often the competing targets' received bytes are read during a case (the time series
+# of the case against the competing traffic, plots.figure_timeseries).
+SAMPLE_S = 0.5
+
+
+class CompetingSampler:
+    """Reads `bench.competing_bytes()` every `every_s` in a thread while a case runs.
+
+    `samples` is [[t_s, bytes], ...]: seconds since the case started and the bytes the
+    competing targets received since then (their interfaces' rx counters: every competing
+    kind). Bounded: it stops at `stop()` or after `limit_s`.
+    """
+
+    def __init__(self, bench: Bench, every_s: float = SAMPLE_S, limit_s: float = 3600.0):
+        self.bench, self.every_s, self.limit_s = bench, every_s, limit_s
+        self.samples: list[list[float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="competing-sampler", daemon=True)
+
+    def start(self, t0: float, base: int) -> None:
+        self.t0, self.base = t0, base
+        self.samples.append([0.0, 0])
+        self._thread.start()
+
+    def _read(self) -> None:
+        try:
+            total = self.bench.competing_bytes()
+        except Exception:  # noqa: BLE001 - a missed sample must not fail the run
+            return
+        self.samples.append([time.monotonic() - self.t0, max(0, total - self.base)])
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every_s) and time.monotonic() - self.t0 < self.limit_s:
+            self._read()
+
+    def stop(self, final_bytes: int, final_t: float) -> list[list[float]]:
+        self._stop.set()
+        self._thread.join(timeout=30)
+        self.samples.append([final_t, max(0, final_bytes - self.base)])
+        self.samples.sort()
+        return self.samples
+
+
 def execute_run(experiment: Experiment, run: Run, bench: Bench, state: dict) -> dict:
     """One run on the bench: configure what changed, time one case, return its raw record."""
     link = experiment.link(run.link)
     strategy = experiment.strategy(run.strategy)
     seed = run.seed(experiment.seed)
-    record: dict = {"seed": seed, "started": now_iso()}
+    # self-describing: which experiment (name, fingerprint of its configuration) and its workload
+    recorded = experiment.to_dict()
+    record: dict = {"seed": seed, "started": now_iso(),
+                    "experiment": {"name": experiment.name, "fingerprint": experiment.fingerprint()},
+                    "workload": recorded["workload"]}
     if state.get("config") != (link, strategy):
         bench.configure(link, strategy)
         state["config"] = (link, strategy)
@@ -126,6 +209,8 @@ def execute_run(experiment: Experiment, run: Run, bench: Bench, state: dict) -> 
     if state.get("competing") != run.competing:
         ended = bench.set_competing(run.competing, seed)
         state.setdefault("ended", []).append((ended, state.pop("block", [])))
+        if not run.competing and state.get("competing"):
+            record["drained_s"] = drain_competing(bench)
         state["competing"] = run.competing
         state["competing_since"] = time.monotonic()
     # The competing traffic needs time to reach its steady rate (TCP slow start) before a case.
@@ -134,12 +219,17 @@ def execute_run(experiment: Experiment, run: Run, bench: Bench, state: dict) -> 
         time.sleep(wait)
     counters_before = bench.counters()
     competing_before = bench.competing_bytes()
+    sampler = CompetingSampler(bench, limit_s=experiment.workload.deadline_s + 60)
     t0, epoch0 = time.monotonic(), time.time()
-    case = bench.run_case(run.request_class, seed, run.run_id)
-    window = time.monotonic() - t0
+    sampler.start(t0, competing_before)
+    try:
+        case = bench.run_case(run.request_class, seed, run.run_id)
+    finally:
+        window = time.monotonic() - t0
+        competing_after = bench.competing_bytes()
+        samples = sampler.stop(competing_after, window)
     if run.competing:
         state.setdefault("block", []).append((run.run_id, (epoch0, epoch0 + window)))
-    competing_after = bench.competing_bytes()
     record |= case
     record["router_counters"] = counter_delta(counters_before, bench.counters())
     record["competing"] = {
@@ -147,6 +237,7 @@ def execute_run(experiment: Experiment, run: Run, bench: Bench, state: dict) -> 
         "targets": list(experiment.competing.targets), "window_s": window,
         "bytes": competing_after - competing_before,
         "achieved_kbit": (competing_after - competing_before) * 8 / 1000 / window if window > 0 else 0.0,
+        "samples": samples,  # [[s since the case started, bytes received since then], ...]
     }
     record["link"] = {"name": link.name, "network": link.network, "core_kbit": link.core_kbit,
                       "access_kbit": link.access_rate_kbit if link.shared_medium else None,
@@ -162,8 +253,13 @@ def execute_run(experiment: Experiment, run: Run, bench: Bench, state: dict) -> 
 
 
 def run_experiment(experiment: Experiment, out_dir: str | Path, bench: Bench, progress: bool = True,
-                   max_runs: int | None = None) -> Store:
+                   max_runs: int | None = None, allow_dirty: bool = False,
+                   allow_code_change: bool = False) -> Store:
     """Run (or resume) `experiment` into `out_dir` on `bench`; stop after `max_runs` new runs if given.
+
+    Refuses (InvalidInput) code with uncommitted changes unless `allow_dirty`, and a resume
+    with other code than the start's unless `allow_code_change` (Store.open_for); the
+    metadata records both.
 
     Returns the store. At the end (also on interruption) the bench's `finish` stops the
     competing traffic, and what it reports (each competing block's totals) goes into the
@@ -171,7 +267,7 @@ def run_experiment(experiment: Experiment, out_dir: str | Path, bench: Bench, pr
     """
     store = Store(out_dir)
     order = expand(experiment)
-    store.open_for(experiment, order)
+    store.open_for(experiment, order, allow_dirty=allow_dirty, allow_code_change=allow_code_change)
     todo = remaining(order, store.done_ids())
     if max_runs is not None:
         todo = todo[:max_runs]

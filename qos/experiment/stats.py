@@ -101,3 +101,22 @@ def compare(a, b, alpha: float = 0.05, seed: int = 0) -> Comparison:
     diff = float(np.mean(a) - np.mean(b))
     significant = bool(p < alpha and (lo > 0 or hi < 0))
     return Comparison(diff, t, p, lo, hi, significant)
+
+
+BCA_RESAMPLES = 9999
+BCA_MIN_N = 3  # below this the jackknife acceleration of BCa is not defined
+
+
+def bca_interval(values, confidence: float = 0.95, resamples: int = BCA_RESAMPLES,
+                 seed: int = 0) -> tuple[float, float]:
+    """The bias-corrected and accelerated (BCa, Efron 1987) bootstrap interval of the mean of `values`.
+
+    scipy.stats.bootstrap does the work. Returns (nan, nan) where BCa is not defined: fewer
+    than BCA_MIN_N values, or all equal.
+    """
+    x = np.asarray(values, dtype=np.float64)
+    if x.size < BCA_MIN_N or np.ptp(x) == 0:
+        return float("nan"), float("nan")
+    res = sps.bootstrap((x,), np.mean, confidence_level=confidence, n_resamples=resamples,
+                        method="BCa", random_state=np.random.default_rng(seed))
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)

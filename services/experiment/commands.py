@@ -21,6 +21,11 @@ def register(subparsers) -> None:
     run.add_argument("--max-runs", type=int, default=None, help="stop after this many new runs")
     run.add_argument("--no-report", action="store_true", help="do not write the report at the end")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--allow-dirty", action="store_true",
+                     help="run even if the code has uncommitted changes (recorded in the metadata)")
+    run.add_argument("--allow-code-change", action="store_true",
+                     help="resume even if the code differs from the code the experiment started with "
+                          "(recorded in the metadata)")
     run.set_defaults(func=cmd_run)
 
     report = sub.add_parser("report", help="tables and plots from an experiment's raw data",
@@ -43,6 +48,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     except InvalidInput as exc:
         print(f"pathmaster experiment: {exc}", file=sys.stderr)
         return 2
+    from qos.experiment.store import check_provenance, git_state
+
+    try:  # before the testbed is built: a refusal should cost nothing
+        check_provenance(git_state(), args.allow_dirty)
+    except InvalidInput as exc:
+        print(f"pathmaster experiment: {exc}", file=sys.stderr)
+        return 2
     import os
 
     if os.geteuid() != 0:
@@ -56,7 +68,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     try:
         with TestbedBench(experiment) as bench:
-            store = run_experiment(experiment, args.out, bench, progress=not args.quiet, max_runs=args.max_runs)
+            store = run_experiment(experiment, args.out, bench, progress=not args.quiet, max_runs=args.max_runs,
+                                     allow_dirty=args.allow_dirty, allow_code_change=args.allow_code_change)
     except (InvalidInput, ValueError, CommandError) as exc:
         print(f"pathmaster experiment: {exc}", file=sys.stderr)
         return 2

@@ -172,7 +172,7 @@ def test_a_short_namespace_run_records_predicted_actual_and_mode(netns_ok, tmp_p
     data["experiment"]["settle_s"] = 0.0
     experiment = parse_spec(data)
     with TestbedBench(experiment) as bench:
-        run_experiment(experiment, tmp_path, bench, progress=False)
+        run_experiment(experiment, tmp_path, bench, progress=False, allow_dirty=True)
     runs = Store(tmp_path).load_runs()
     assert len(runs) == 4 and all(r["ok"] for r in runs), [r.get("error") for r in runs]
     adaptive = [r for r in runs if r["run"]["strategy"] == "adaptive-fifo"]

@@ -32,9 +32,9 @@ def smoke_run(netns_ok, tmp_path_factory):
     experiment = load_spec("smoke")
     out = tmp_path_factory.mktemp("smoke")
     with TestbedBench(experiment) as bench:
-        run_experiment(experiment, out, bench, progress=False, max_runs=FIRST_SESSION)
+        run_experiment(experiment, out, bench, progress=False, max_runs=FIRST_SESSION, allow_dirty=True)
         first = {p.name: p.read_bytes() for p in (out / "runs").glob("*.json")}
-        run_experiment(experiment, out, bench, progress=False)
+        run_experiment(experiment, out, bench, progress=False, allow_dirty=True)
     return experiment, out, first
 
 

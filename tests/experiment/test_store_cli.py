@@ -20,11 +20,11 @@ SPEC = {
 
 def test_store_refuses_another_configuration(tmp_path):
     exp = parse_spec(SPEC)
-    Store(tmp_path).open_for(exp, expand(exp))
+    Store(tmp_path).open_for(exp, expand(exp), allow_dirty=True, allow_code_change=True)
     other = parse_spec({**SPEC, "links": [{"name": "a", "core_kbit": 2000}]})
     with pytest.raises(InvalidInput, match="another configuration"):
-        Store(tmp_path).open_for(other, expand(other))
-    again = Store(tmp_path).open_for(exp, expand(exp))
+        Store(tmp_path).open_for(other, expand(other), allow_dirty=True)
+    again = Store(tmp_path).open_for(exp, expand(exp), allow_dirty=True, allow_code_change=True)
     assert len(again["resumed"]) == 1
 
 
@@ -32,14 +32,14 @@ def test_report_on_a_directory_without_runs_says_so(tmp_path):
     with pytest.raises(InvalidInput, match="metadata.json"):
         write_report(tmp_path)
     exp = parse_spec(SPEC)
-    Store(tmp_path).open_for(exp, expand(exp))
+    Store(tmp_path).open_for(exp, expand(exp), allow_dirty=True, allow_code_change=True)
     with pytest.raises(InvalidInput, match="no runs yet"):
         write_report(tmp_path)
 
 
 def test_damaged_run_file_is_named(tmp_path):
     exp = parse_spec(SPEC)
-    Store(tmp_path).open_for(exp, expand(exp))
+    Store(tmp_path).open_for(exp, expand(exp), allow_dirty=True, allow_code_change=True)
     (tmp_path / "runs" / "fifo__c0__a__urgent__r00.json").write_text("{broken")
     with pytest.raises(InvalidInput, match="fifo__c0__a__urgent__r00.json"):
         write_report(tmp_path)

@@ -1,0 +1,153 @@
+"""The report's figures (issue 11, item 6), drawn from a small raw-data fixture (a metadata.json
+and run files as the runner writes them), checked on the matplotlib objects: captions say what
+the error bars are and n, each strategy has its own marker and line style, the competing axis
+is base-2 symlog with 0 on it, figures 7-9 are titled in words, box plots and CDFs start at 0,
+and the time series shows the competing traffic against the case."""
+
+from __future__ import annotations
+
+import json
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+
+from qos.experiment.matrix import expand
+from qos.experiment.plots import (figure_box, figure_cdf, figure_level_lines, figure_timeseries,
+                                  timeseries_runs, write_figures)
+from qos.experiment.report import load_cells
+from qos.experiment.spec import parse_spec
+from qos.experiment.stats import bca_interval
+from qos.experiment.store import FORMAT_VERSION
+
+SPEC = {
+    "experiment": {"name": "tiny", "repetitions": 4, "seed": 7},
+    "competing": {"kind": "wget", "levels": [0, 1, 4, 16], "file_bytes": 2_000_000},
+    "strategies": {"fifo": {"discipline": "fifo"}, "prio": {"discipline": "prio"},
+                   "wfq": {"discipline": "wfq"}, "wred": {"discipline": "wred"},
+                   "shape-200": {"discipline": "cbwfq", "shape_kbit": 200}},
+    "links": [{"name": "hubs", "core_kbit": 10_000, "network": "2002"}],
+}
+SLOWDOWN = {"fifo": 1.0, "prio": 0.3, "wfq": 0.4, "wred": 0.8, "shape-200": 0.02}
+
+
+@pytest.fixture(scope="module")
+def raw(tmp_path_factory):
+    """An experiment folder of synthetic runs: time grows with the level, per strategy."""
+    out = tmp_path_factory.mktemp("raw")
+    exp = parse_spec(SPEC)
+    order = expand(exp)
+    (out / "runs").mkdir()
+    (out / "metadata.json").write_text(json.dumps({
+        "format": FORMAT_VERSION, "experiment": exp.to_dict(), "fingerprint": exp.fingerprint(),
+        "seed": exp.seed, "order": [r.run_id for r in order], "environment": {"git_commit": "x"}}))
+    rng = np.random.default_rng(1)
+    for run in order:
+        t = 2.0 * (1 + SLOWDOWN[run.strategy] * run.competing) + rng.gamma(2, 0.1)
+        samples = [[s, int(s * 1e6 * run.competing / 8)] for s in np.arange(0, t, 0.5)] + [[t, int(t * 1e6 * run.competing / 8)]]
+        rec = {"format": FORMAT_VERSION, "run": run.to_dict(), "ok": True, "completion_s": t,
+               "bytes_up": 40_000, "bytes_down": 30_000, "bound": {"total_s": 2.0},
+               "sites": [{"site": "A1", "total_s": t * 0.4}, {"site": "B1", "total_s": t}],
+               "competing": {"kind": "wget", "level": run.competing, "achieved_kbit": 1000.0 * run.competing,
+                             "samples": samples}}
+        (out / "runs" / f"{run.run_id}.json").write_text(json.dumps(rec))
+    return out
+
+
+@pytest.fixture
+def cells(raw):
+    yield load_cells(raw)
+    plt.close("all")
+
+
+def _lines(ax):
+    """The data line of each strategy's error-bar series."""
+    return [c.lines[0] for c in ax.containers if c.get_label() in SLOWDOWN]
+
+
+def test_figure7_says_what_the_bars_are_and_n_and_gives_each_strategy_its_own_style(cells):
+    meta, data = cells
+    fig = figure_level_lines(meta, data, "hubs", "urgent", "mean", ["fifo", "prio", "wfq", "wred"],
+                             "Mean completion time of a PathMaster case vs competing traffic (the study's Figure 7)")
+    ax = fig.axes[0]
+    assert "95% BCa bootstrap confidence interval of the mean" in fig.caption and "n = 4 runs per point" in fig.caption
+    assert "Figure 7" in ax.get_title() and "fig7" not in ax.get_title() and "2002 network" in ax.get_title()
+    lines = _lines(ax)
+    assert len(lines) == 4
+    assert len({line.get_marker() for line in lines}) == 4
+    assert len({str(line.get_linestyle()) for line in lines}) == 4
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["fifo", "prio", "wfq", "wred"]
+    # the bars are the BCa interval of each point's runs
+    fifo16 = data[("fifo", 16.0, "hubs", "urgent")].times
+    lo, hi = bca_interval(fifo16, seed=7)
+    bars = [c for c in ax.containers if c.get_label() == "fifo"][0]
+    segments = bars.lines[2][0].get_segments()
+    assert any(np.isclose(seg[0][1], lo) and np.isclose(seg[1][1], hi) for seg in segments)
+    assert ax.get_ylim()[0] == 0
+
+
+def test_the_streams_axis_is_base2_symlog_with_0_and_the_levels_as_ticks(cells):
+    meta, data = cells
+    fig = figure_level_lines(meta, data, "hubs", "urgent", "std", ["fifo", "prio"], "Standard deviation (Figure 8)")
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "symlog" and ax.xaxis.get_transform().base == 2
+    assert list(ax.get_xticks()) == [0, 1, 4, 16]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["0", "1", "4", "16"]
+    assert ax.get_xlim()[0] < 0 < 16 < ax.get_xlim()[1]
+    assert "symlog" in ax.get_xlabel() and "processes" in ax.get_xlabel() and "linear from 0 to 1," in fig.caption
+    assert "standard deviation" in fig.caption and "no error bars" in fig.caption
+
+
+def test_write_figures_draws_figures_7_to_9_box_cdf_and_time_series(raw, tmp_path):
+    meta, data = load_cells(raw)
+    records = [json.loads(p.read_text()) for p in sorted((raw / "runs").glob("*.json"))]
+    stems = {p.stem for p in write_figures(meta, data, tmp_path, records=records) if p.suffix == ".png"}
+    assert stems == {"fig7_mean_hubs_urgent", "fig8_std_hubs_urgent", "fig9_shaping_hubs_urgent", "box_hubs_urgent",
+                     "cdf_hubs_urgent", "timeseries_hubs_urgent", "ratio_hubs_urgent"}
+    assert all((tmp_path / f"{stem}.svg").stat().st_size > 0 for stem in stems)
+    assert timeseries_runs(meta, [], "hubs", "urgent") == {}  # without run files: no time series
+    no_samples = [r | {"competing": {k: v for k, v in r["competing"].items() if k != "samples"}} for r in records]
+    assert timeseries_runs(meta, no_samples, "hubs", "urgent") == {}  # runs from before the sampler
+
+
+def test_box_plots_and_cdfs_start_at_0(cells):
+    meta, data = cells
+    box = figure_box(meta, data, "hubs", "urgent")
+    assert all(ax.get_ylim()[0] == 0 for ax in box.axes)
+    assert "whiskers: minimum and maximum" in box.caption and "n = 4" in box.caption
+    cdf = figure_cdf(meta, data, "hubs", "urgent")
+    ax = cdf.axes[0]
+    assert ax.get_xlim()[0] == 0 and ax.get_ylim()[0] == 0
+    assert "16 competing processes" in ax.get_title()
+    markers = {line.get_marker() for line in ax.get_lines() if line.get_marker() not in ("None", None, "")}
+    assert len(markers) == 5
+
+
+def test_the_time_series_shows_one_run_per_strategy_against_the_competing_traffic(raw, cells):
+    meta, _ = cells
+    records = [json.loads(p.read_text()) for p in sorted((raw / "runs").glob("*.json"))]
+    picked = timeseries_runs(meta, records, "hubs", "urgent")
+    assert set(picked) == set(SLOWDOWN) and all(r["run"]["competing"] == 16 for r in picked.values())
+    first = {r["run"]["strategy"]: r["run"]["run_id"] for r in
+             sorted((r for r in records if r["run"]["competing"] == 16), key=lambda r: meta["order"].index(r["run"]["run_id"]))
+             [::-1]}
+    assert {s: r["run"]["run_id"] for s, r in picked.items()} == first  # the first in the run order
+    fig = figure_timeseries(meta, picked, "hubs", "urgent")
+    assert len(fig.axes) == 5
+    for ax in fig.axes:
+        rate = [line for line in ax.get_lines() if line.get_label() == "competing traffic received"][0]
+        assert np.allclose(rate.get_ydata(), 16_000, rtol=0.05)  # 16 Mbit... as kbit/s: 16 x 1000
+        assert ax.get_ylim()[0] == 0
+    assert "n = 1 per panel" in fig.caption and "sampling interval" in fig.caption
+
+
+def test_rate_levels_keep_0_apart_and_their_ticks_legible():
+    from qos.experiment.plots import level_axis
+
+    fig, ax = plt.subplots()
+    level_axis(ax, [0, 2000, 5000, 8000], "kbit/s")
+    assert ax.xaxis.get_transform().linthresh == 2000 and ax.xaxis.get_transform().base == 2
+    positions = ax.transData.transform([[x, 0] for x in (0, 2000, 5000, 8000)])[:, 0]
+    gaps = np.diff(positions)
+    assert gaps.min() > 0.1 * gaps.sum()  # no tick crowded onto its neighbour
+    plt.close(fig)
