@@ -107,12 +107,21 @@ def optical_density(image: np.ndarray, background: np.ndarray) -> np.ndarray:
     else:
         smooth = cv2.GaussianBlur(background.astype(np.float32), (0, 0), BACKGROUND_SIGMA_PX)
         lamp = np.log10(np.maximum(smooth.astype(np.float64), INTENSITY_FLOOR))
-    return np.maximum(lamp - _LOG10_GREY[image], 0.0)
+    # cv2.LUT reads the same table as _LOG10_GREY[image], several times faster.
+    od = lamp - cv2.LUT(np.ascontiguousarray(image), _LOG10_GREY)
+    return np.maximum(od, 0.0, out=od)
 
 
 def grey_optical_density(image: np.ndarray, background: np.ndarray) -> np.ndarray:
     """Optical density averaged over the three channels: float64 (H, W), OD units."""
-    return optical_density(image, background).mean(axis=2)
+    return channel_mean(optical_density(image, background))
+
+
+def channel_mean(values: np.ndarray) -> np.ndarray:
+    """``values.mean(axis=2)`` of a float64 (H, W, 3) image, by adding its channels in the
+    order numpy does and dividing by 3: the same numbers, without numpy's slow reduction
+    over a short last axis."""
+    return (values[..., 0] + values[..., 1] + values[..., 2]) / 3.0
 
 
 def _region_stats(od: np.ndarray, region: np.ndarray, name: str) -> dict[str, float]:
