@@ -38,11 +38,12 @@ Then analysis workers keep freed memory (pathmaster.budget.keep_freed_memory: ab
 fifth of the CPU had been the kernel zeroing ~1 MB temporaries anew) and OpenCV labelling,
 erosion and dilation; same masks, slides and features. `--sweep --sizes 200,200,200
 --repeats 9 --before bf7ea4a` ("after" as the product's analysis workers run, "before"
-with glibc's defaults, which is how bf7ea4a's workers ran), median CPU: at de90edd (128
-features), load 14-23: analyse 54 -> 32, 50 -> 33, 52 -> 28 ms (a second round at load
-20-29: 68 -> 47, 69 -> 56); at 84fc58a (130 features), load 15-24: 54 -> 36, 52 -> 39,
-52 -> 40 ms; features 6-10 ms either way. `--allocator default` (both with glibc's
-defaults, the code alone) at load 16-21: 44 -> 41, 58 -> 33, 48 -> 41 ms. Measured alone
+with glibc's defaults, which is how bf7ea4a's workers ran), median CPU: 128 features
+(de90edd and the tree just before it), load 12-21: analyse 51 -> 36, 50 -> 33, 52 -> 28 ms;
+load 14-29 (beside other jobs of ours): 54 -> 32, 68 -> 47, 69 -> 56 ms; 130 features
+(84fc58a), load 15-24: 54 -> 36, 52 -> 39, 52 -> 40 ms; features 6-10 ms either way.
+`--allocator default` (both with glibc's defaults, the code alone), load 16-21:
+44 -> 41, 58 -> 33, 48 -> 41 ms. Measured alone
 (no other job of ours) the whole analysis is ~28-32 ms at load ~20.
 """
 

@@ -32,7 +32,7 @@ choice on the same cached features, seeds 1 and 2: true masks binary 0.915 -> 0.
 0.914 -> 0.918, top-1 0.564 -> 0.580 and 0.578 -> 0.585; automatic binary 0.889 -> 0.884
 and 0.889 -> 0.891. Tried and not adopted (mean over seeds 0-2, true / automatic binary,
 against 0.916 / 0.888): nucleus and cytoplasm maxima/minima 0.921 / 0.883; the nucleus's
-alone 0.916 / 0.884; as densities per px^2 0.915 / 0.887; with a nuclear OD band-pass
+alone 0.916 / 0.884, as densities per px^2 0.915 / 0.887; with a nuclear OD band-pass
 (difference of Gaussians, 1-2 px) 0.922 / 0.887 (automatic top-1 -0.011); band-pass at
 0.5-1 and 1-2 px alone 0.915 / 0.891; nucleus and cell convexity 0.911 / 0.888.
 """
