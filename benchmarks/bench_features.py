@@ -34,6 +34,17 @@ against it; 128 features), three alternating rounds at load average 12-19 on the
 VM, median CPU: analyse 67 -> 47, 50 -> 41, 49 -> 51 ms, and in an earlier run 72 -> 37,
 78 -> 56, 60 -> 46 ms (x1.0-1.9, typically x1.3); features 5-8 ms. Still above 30 ms
 on this loaded machine.
+Then analysis workers keep freed memory (pathmaster.budget.keep_freed_memory: about a
+fifth of the CPU had been the kernel zeroing ~1 MB temporaries anew) and OpenCV labelling,
+erosion and dilation; same masks, slides and features. `--sweep --sizes 200,200,200
+--repeats 9 --before bf7ea4a` ("after" as the product's analysis workers run, "before"
+with glibc's defaults, which is how bf7ea4a's workers ran), median CPU: 128 features
+(de90edd and the tree just before it), load 12-21: analyse 51 -> 36, 50 -> 33, 52 -> 28 ms;
+load 14-29 (beside other jobs of ours): 54 -> 32, 68 -> 47, 69 -> 56 ms; 130 features
+(84fc58a), load 15-24: 54 -> 36, 52 -> 39, 52 -> 40 ms; features 6-10 ms either way.
+`--allocator default` (both with glibc's defaults, the code alone), load 16-21:
+44 -> 41, 58 -> 33, 48 -> 41 ms. Measured alone
+(no other job of ours) the whole analysis is ~28-32 ms at load ~20.
 """
 
 from __future__ import annotations
@@ -145,11 +156,16 @@ def timed(task: Callable[[], object]) -> tuple[object, float, float]:
     return result, time.perf_counter() - wall, time.process_time() - cpu
 
 
-def sweep_worker(side: int, repeats: int, seed: int) -> dict:
+def sweep_worker(side: int, repeats: int, seed: int, allocator: str = "worker") -> dict:
     """Median wall and CPU seconds of analyse_cell(image) and extract_features at one size,
-    with whatever pathmaster is first on sys.path (this tree or a worktree of REV)."""
+    with whatever pathmaster is first on sys.path (this tree or a worktree of REV).
+    allocator "worker": the process keeps freed memory as an analysis worker of that tree
+    does (`pathmaster.budget.keep_freed_memory`, where the tree has it); "default": glibc's."""
     import pathmaster
+    from pathmaster import budget
     from pathmaster.site import analyse_cell
+
+    kept = allocator == "worker" and hasattr(budget, "keep_freed_memory") and budget.keep_freed_memory()
 
     image, background, mask = sweep_cell(side, seed)
     tasks = {"analyse": lambda: analyse_cell(image),
@@ -164,20 +180,22 @@ def sweep_worker(side: int, repeats: int, seed: int) -> dict:
             cpu.append(c)
         result[name] = {"wall_s": statistics.median(wall), "cpu_s": statistics.median(cpu)}
     result["package"] = str(Path(pathmaster.__file__).resolve().parent)
+    result["freed_memory_kept"] = bool(kept)
     return result
 
 
-def _run_worker(tree: Path, side: int, repeats: int, seed: int) -> dict:
+def _run_worker(tree: Path, side: int, repeats: int, seed: int, allocator: str = "worker") -> dict:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     out = subprocess.run([sys.executable, __file__, "--sweep-worker", str(side), "--repeats", str(repeats),
-                          "--seed", str(seed)], env=env, check=True, capture_output=True, text=True, timeout=1800)
+                          "--seed", str(seed), "--allocator", allocator], env=env, check=True, capture_output=True, text=True, timeout=1800)
     result = json.loads(out.stdout.strip().splitlines()[-1])
     if Path(result["package"]) != (tree / "pathmaster").resolve():
         raise RuntimeError(f"worker for {tree} imported pathmaster from {result['package']}")
     return result
 
 
-def sweep(sizes: list[int], repeats: int, seed: int, before: str | None, as_json: bool) -> int:
+def sweep(sizes: list[int], repeats: int, seed: int, before: str | None, as_json: bool,
+          allocator: str = "worker") -> int:
     """Time analysis against image size; with `before`, side by side with git revision `before`."""
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-before-") as tmp:
@@ -188,9 +206,10 @@ def sweep(sizes: list[int], repeats: int, seed: int, before: str | None, as_json
                            check=True)
         try:
             for side in sizes:
-                row = {"size": side, "megapixels": side * side / 1e6, "after": _run_worker(REPO, side, repeats, seed)}
+                row = {"size": side, "megapixels": side * side / 1e6,
+                       "after": _run_worker(REPO, side, repeats, seed, allocator)}
                 if old_tree is not None and side <= BEFORE_MAX_SIZE:
-                    row["before"] = _run_worker(old_tree, side, repeats if side <= 1024 else 1, seed)
+                    row["before"] = _run_worker(old_tree, side, repeats if side <= 1024 else 1, seed, allocator)
                 rows.append(row)
                 if as_json:  # progress, since a sweep takes minutes
                     print(_sweep_line(row), file=sys.stderr, flush=True)
@@ -198,11 +217,12 @@ def sweep(sizes: list[int], repeats: int, seed: int, before: str | None, as_json
             if old_tree is not None:
                 subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(old_tree)], check=False)
     if as_json:
-        print(json.dumps({"repeats": repeats, "before": before, "rows": rows,
+        print(json.dumps({"repeats": repeats, "before": before, "allocator": allocator, "rows": rows,
                           "load_average": os.getloadavg()[0]}, indent=2))
     else:
         old = f"; before = {before}, timed once above 1024 px" if before else ""
-        print(f"analysis time against image size, median of {repeats}, one core; after = this working tree{old}")
+        print(f"analysis time against image size, median of {repeats}, one core; after = this working tree{old}; "
+              f"allocator {allocator!r}")
         for row in rows:
             print(_sweep_line(row))
         print(f"load average at the end: {os.getloadavg()[0]:.2f}")
@@ -210,7 +230,9 @@ def sweep(sizes: list[int], repeats: int, seed: int, before: str | None, as_json
 
 
 def _sweep_line(row: dict) -> str:
-    parts = [f"{row['size']:5d} px ({row['megapixels']:6.2f} MP):"]
+    kept = "; freed memory kept: " + ", ".join(f"{name} {'yes' if row[name]['freed_memory_kept'] else 'no'}"
+                                                for name in ("after", "before") if name in row)
+    parts = [f"{row['size']:5d} px ({row['megapixels']:6.2f} MP){kept}:"]
     for task in ("analyse", "features"):
         after = row["after"][task]
         text = (f"{task} {after['wall_s']:8.3f} s wall {after['cpu_s']:8.3f} s CPU "
@@ -231,13 +253,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sweep", action="store_true", help="time analysis against image size instead")
     parser.add_argument("--sizes", default=",".join(map(str, SWEEP_SIZES)), help="--sweep: image sides in px")
     parser.add_argument("--before", metavar="REV", help="--sweep: also time git revision REV, side by side")
+    parser.add_argument("--allocator", choices=("worker", "default"), default="worker",
+                        help="--sweep: keep freed memory as an analysis worker does (default), or glibc's defaults")
     parser.add_argument("--sweep-worker", type=int, metavar="SIDE", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.sweep_worker:
-        print(json.dumps(sweep_worker(args.sweep_worker, args.repeats, args.seed)))
+        print(json.dumps(sweep_worker(args.sweep_worker, args.repeats, args.seed, args.allocator)))
         return 0
     if args.sweep:
-        return sweep([int(v) for v in args.sizes.split(",")], args.repeats, args.seed, args.before, args.json)
+        return sweep([int(v) for v in args.sizes.split(",")], args.repeats, args.seed, args.before, args.json,
+                     args.allocator)
 
     rng = np.random.default_rng(args.seed)
     cells = [synth_cell(d, rng) for d in DIAGNOSES for _ in range(args.cells_per_class)]

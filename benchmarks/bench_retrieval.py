@@ -25,6 +25,16 @@ Measured `--before 10bb84e` (118 features, before the brightness features), seed
 A normal-vs-abnormal discriminant axis added to the lda projection gave binary 0.879 on
 seed 0 but did not hold on seeds 1 and 2 (automatic 0.875 -> 0.880 and 0.875 -> 0.865, true
 masks 0.895 -> 0.891 and 0.908 -> 0.903): not adopted.
+Herlev's cytoplasm maxima/minima (84fc58a, 130 features), seed 0, auto: automatic top-1
+0.523 -> 0.527, binary 0.885 -> 0.888 [0.866, 0.907]; true masks top-1 0.574 -> 0.585,
+binary 0.919 -> 0.920 [0.901, 0.936] (844 of 917 cells; one cell more). With the lda
+choice on the same cached features, seeds 1 and 2: true masks binary 0.915 -> 0.915 and
+0.914 -> 0.918, top-1 0.564 -> 0.580 and 0.578 -> 0.585; automatic binary 0.889 -> 0.884
+and 0.889 -> 0.891. Tried and not adopted (mean over seeds 0-2, true / automatic binary,
+against 0.916 / 0.888): nucleus and cytoplasm maxima/minima 0.921 / 0.883; the nucleus's
+alone 0.916 / 0.884, as densities per px^2 0.915 / 0.887; with a nuclear OD band-pass
+(difference of Gaussians, 1-2 px) 0.922 / 0.887 (automatic top-1 -0.011); band-pass at
+0.5-1 and 1-2 px alone 0.915 / 0.891; nucleus and cell convexity 0.911 / 0.888.
 """
 
 from __future__ import annotations

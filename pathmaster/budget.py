@@ -26,6 +26,8 @@ Plain and reusable (no services, no qos): the site's Ray actor analyses through 
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import io
 import math
 import multiprocessing
@@ -124,10 +126,51 @@ class PoolStats:
 # ------------------------------------------------------------------ in the worker process
 
 
+# glibc's mallopt parameters (malloc.h)
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+
+
+def keep_freed_memory(mmap_threshold_bytes: int = defaults.ANALYSIS_MMAP_THRESHOLD_BYTES,
+                      trim_threshold_bytes: int = defaults.ANALYSIS_TRIM_THRESHOLD_BYTES) -> bool:
+    """Let this process's allocator keep freed memory for its next arrays (glibc only).
+
+    Parameters
+    ----------
+    mmap_threshold_bytes : int
+        Allocations up to this size (bytes) come from the heap, not from a fresh mapping.
+    trim_threshold_bytes : int
+        Up to this much free memory (bytes) at the top of the heap stays mapped.
+
+    Returns
+    -------
+    bool
+        True when both were set (a glibc process), False elsewhere (nothing changed).
+
+    Notes
+    -----
+    A cell's analysis makes and drops dozens of arrays of about the image's size. With
+    glibc's default thresholds each of them is a fresh ``mmap`` (or heap grown and trimmed
+    again), whose pages the kernel zeroes and faults in one by one: on a ~200 px upload
+    that system time was about a fifth of the analysis's CPU. Called once per analysis
+    worker (`_worker_init`, and processes that do nothing but analyse); the memory kept is
+    bounded by ``trim_threshold_bytes`` and counts against the worker's RLIMIT_AS like any.
+    """
+    name = ctypes.util.find_library("c")
+    try:
+        mallopt = ctypes.CDLL(name).mallopt
+    except (OSError, AttributeError, TypeError):
+        return False
+    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+    # mallopt returns 1 on success; the mmap threshold first, since setting it stops glibc
+    # from moving both thresholds by itself.
+    return bool(mallopt(_M_MMAP_THRESHOLD, mmap_threshold_bytes)) and bool(mallopt(_M_TRIM_THRESHOLD, trim_threshold_bytes))
+
+
 def _worker_init(memory_bytes: int) -> None:
     """Runs once in each new worker: limits that stay for its whole life."""
     for name in THREAD_VARIABLES:  # for anything imported from here on
         os.environ[name] = "1"
+    keep_freed_memory()
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # an over-budget kill writes no core file
     if memory_bytes:
         resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))

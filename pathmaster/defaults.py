@@ -199,6 +199,14 @@ CELL_WALL_FACTOR = 6.0
 # 10.9 GB. A larger need is a MemoryError, an error for that cell alone.
 ANALYSIS_MEMORY_BYTES = 3 * 1024**3
 ANALYSIS_PROCESSES = 1     # bounded worker processes per analysing actor (one cell at a time)
+# An analysis worker keeps the memory its arrays free (glibc mallopt, pathmaster.budget.
+# keep_freed_memory) instead of handing it back to the kernel after every array: arrays up
+# to ANALYSIS_MMAP_THRESHOLD_BYTES come from the heap, and up to ANALYSIS_TRIM_THRESHOLD_BYTES
+# of freed heap stays mapped. glibc's defaults (dynamic thresholds from 128 kB) returned the
+# ~1 MB temporaries of a 200 px cell's analysis to the kernel and faulted them back in: about
+# a fifth of its CPU time (~40 -> ~33 ms, benchmarks/bench_features.py --sweep --sizes 200).
+ANALYSIS_MMAP_THRESHOLD_BYTES = 32 * 1024**2   # glibc's own ceiling for the dynamic threshold
+ANALYSIS_TRIM_THRESHOLD_BYTES = 64 * 1024**2   # at most this much freed memory kept per worker
 # How often a cell's analysis looks whether its case was cancelled (the caller went away or
 # its deadline passed): a cancelled cell's worker process is killed within about this long.
 ANALYSIS_STOP_POLL_S = 0.1

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import cv2
 import numpy as np
+from skimage.morphology import local_maxima, local_minima
 
 from .catalog import Feature
+from .geometry import count_pieces
 from .regions import CellRegions
 
 # Intensities below this grey level are raised to it, so that black pixels (and a black
@@ -74,6 +76,11 @@ FEATURES: tuple[Feature, ...] = (
     Feature("nucleus_od_contrast", "1",
             "hyperchromasia against the cell's own stain: mean OD of the nucleus / (that + mean OD of the "
             "cytoplasm); 1 with no cytoplasm, 0.5 when both are unstained", "density"),
+    *(Feature(f"cytoplasm_local_{kind}", "1",
+              f"Herlev's 'cytoplasm {kind}': number of regional {kind} of the grey level (R + G + B; "
+              f"scikit-image local_{kind}, 8-connected), counted as 8-connected pieces inside the cytoplasm",
+              "density")
+      for kind in ("maxima", "minima")),
 )
 
 
@@ -107,12 +114,21 @@ def optical_density(image: np.ndarray, background: np.ndarray) -> np.ndarray:
     else:
         smooth = cv2.GaussianBlur(background.astype(np.float32), (0, 0), BACKGROUND_SIGMA_PX)
         lamp = np.log10(np.maximum(smooth.astype(np.float64), INTENSITY_FLOOR))
-    return np.maximum(lamp - _LOG10_GREY[image], 0.0)
+    # cv2.LUT reads the same table as _LOG10_GREY[image], several times faster.
+    od = lamp - cv2.LUT(np.ascontiguousarray(image), _LOG10_GREY)
+    return np.maximum(od, 0.0, out=od)
 
 
 def grey_optical_density(image: np.ndarray, background: np.ndarray) -> np.ndarray:
     """Optical density averaged over the three channels: float64 (H, W), OD units."""
-    return optical_density(image, background).mean(axis=2)
+    return channel_mean(optical_density(image, background))
+
+
+def channel_mean(values: np.ndarray) -> np.ndarray:
+    """``values.mean(axis=2)`` of a float64 (H, W, 3) image, by adding its channels in the
+    order numpy does and dividing by 3: the same numbers, without numpy's slow reduction
+    over a short last axis."""
+    return (values[..., 0] + values[..., 1] + values[..., 2]) / 3.0
 
 
 def _region_stats(od: np.ndarray, region: np.ndarray, name: str) -> dict[str, float]:
@@ -166,6 +182,29 @@ def brightness_features(cell: CellRegions) -> dict[str, float]:
     return values
 
 
+def local_extrema_counts(cell: CellRegions) -> dict[str, float]:
+    """Herlev's "cytoplasm maxima" and "cytoplasm minima": how many bright and dark specks
+    the cytoplasm holds (Jantzen et al. 2005 list them among the Herlev cells' features).
+
+    A regional maximum (minimum) is an 8-connected plateau of equal grey level (R + G + B,
+    integers, so ties are exact) whose every neighbour is darker (brighter),
+    ``skimage.morphology.local_maxima`` / ``local_minima`` on the cropped cell; counted are
+    the 8-connected pieces of them inside the cytoplasm (0 without cytoplasm). Extrema do not move
+    under any monotonic change of brightness, so the counts do not depend on the lamp.
+    On herlev-40px (5-fold, lda similarity, seeds 0/1/2) they took binary accuracy with
+    the true masks from 0.919/0.915/0.914 to 0.920/0.915/0.918 and top-1 from 0.574/0.564/
+    0.578 to 0.585/0.580/0.585, automatic masks unchanged on average (0.885/0.889/0.889 ->
+    0.888/0.884/0.891). The nucleus's counts helped the true masks more but cost the
+    automatic ones (0.888 -> 0.883): not used.
+    """
+    values: dict[str, float] = {}
+    grey = cell.image.sum(axis=2, dtype=np.int32)
+    for kind, find in (("maxima", local_maxima), ("minima", local_minima)):
+        extrema = find(grey, connectivity=2, allow_borders=True)
+        values[f"cytoplasm_local_{kind}"] = float(count_pieces(extrema & cell.cytoplasm))
+    return values
+
+
 def density_features(cell: CellRegions, od_rgb: np.ndarray, od: np.ndarray) -> dict[str, float]:
     """The FEATURES of this module for one cell.
 
@@ -179,6 +218,7 @@ def density_features(cell: CellRegions, od_rgb: np.ndarray, od: np.ndarray) -> d
         for index, channel in enumerate(CHANNELS):
             values[f"{name}_od_{channel}"] = float(od_rgb[..., index][region].mean()) if region.any() else 0.0
     values.update(brightness_features(cell))
+    values.update(local_extrema_counts(cell))
     stain = np.array([values[f"cytoplasm_od_{channel}"] for channel in CHANNELS])
     shares = stain / stain.sum() if stain.sum() > 1e-9 else np.full(3, 1.0 / 3.0)
     values["cytoplasm_od_red_share"], values["cytoplasm_od_green_share"] = float(shares[0]), float(shares[1])

@@ -42,7 +42,7 @@ def features_of(cell: CellRegions) -> np.ndarray:
     `crop_regions` after `pathmaster.imageio.check_cell`): float64 (len(FEATURES),)."""
     values = geometry.geometry_features(cell)
     od_rgb = density.optical_density(cell.image, cell.background)
-    od_grey = od_rgb.mean(axis=2)
+    od_grey = density.channel_mean(od_rgb)
     values.update(density.density_features(cell, od_rgb, od_grey))
     values.update(texture.texture_features(cell.nucleus, od_grey))
     if len(values) != len(_NAMES) or not values.keys() >= set(_NAMES):

@@ -59,3 +59,22 @@ def announce_and_block(path: str, seconds: float) -> float:
     os.replace(path + ".tmp", path)
     time.sleep(seconds)
     return seconds
+
+
+def mapped_bytes_holding(n_bytes: int) -> int:
+    """Bytes glibc holds in separately mapped chunks while an n_bytes buffer is alive
+    (mallinfo2's hblkhd): the buffer's size when it got its own mapping, ~0 when it came
+    from the heap (an analysis worker keeps freed memory: pathmaster.budget.keep_freed_memory)."""
+    import ctypes
+    import ctypes.util
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd",
+                                                          "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    libc.mallinfo2.restype = MallInfo2
+    held = bytearray(n_bytes)
+    mapped = libc.mallinfo2().hblkhd
+    del held
+    return int(mapped)

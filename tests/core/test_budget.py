@@ -68,6 +68,18 @@ def test_tasks_run_in_a_worker_with_one_thread_each(pool):
     assert all(name in open(names.__file__).read() for name in THREAD_VARIABLES)
 
 
+def test_workers_keep_freed_memory_for_their_next_arrays(pool):
+    # A 24 MiB buffer gets its own mapping (returned to the kernel when freed, faulted in
+    # anew next time) in a process with glibc's defaults, and comes from the heap in an
+    # analysis worker (pathmaster.budget.keep_freed_memory).
+    size = 24 * 2**20
+    import subprocess
+    default = subprocess.run([sys.executable, "-c", "import budget_tasks; print(budget_tasks.mapped_bytes_holding("
+                              f"{size}))"], cwd=Path(__file__).parent, capture_output=True, text=True, check=True)
+    assert int(default.stdout) >= size  # the control: without the setting it is mapped
+    assert pool.run(tasks.mapped_bytes_holding, size) < size
+
+
 def test_a_task_over_its_cpu_budget_is_killed_and_the_worker_replaced(pool):
     before = pool.run(tasks.worker_pid)
     with pytest.raises(CellStopped) as err:

@@ -316,6 +316,41 @@ def test_brightness_matches_regionprops_on_a_realistic_cell(size, zoom):
     assert value(v, "nucleus_brightness_p10") == pytest.approx(np.percentile(nucleus, 10), rel=1e-9)
 
 
+@REFERENCE_SIZES
+def test_cytoplasm_extrema_counts_match_mahotas_regional_extrema(size, zoom):
+    import mahotas
+
+    od, background, noise, mask = realistic_cell(seed=5, size=size, zoom=zoom)
+    image, slide_u8 = render(od, background, noise)
+    v = extract_features(image, slide_u8, mask)
+    # The features count on the cell's crop; regional extrema of the whole image differ
+    # only where a plateau reaches the crop's edge, which is 8 px of glass from the cell.
+    grey = image.sum(axis=2, dtype=np.int32)
+    eight = np.ones((3, 3), bool)
+    for kind, regional in (("maxima", mahotas.regmax), ("minima", mahotas.regmin)):
+        expected = ndimage.label(regional(grey, Bc=eight) & (mask == CYTOPLASM), structure=eight)[1]
+        assert value(v, f"cytoplasm_local_{kind}") == expected > 0
+
+
+def test_cytoplasm_extrema_counts_have_their_known_answer():
+    # A flat cytoplasm (one plateau: a maximum and a minimum of the grey level at once)
+    # with three bright specks and two dark ones, 2 x 2 px each, apart from one another.
+    mask = np.zeros((60, 60), np.uint8)
+    mask[10:50, 10:50] = CYTOPLASM
+    mask[26:34, 26:34] = NUCLEUS
+    image = np.full((60, 60, 3), 230, np.uint8)
+    image[mask == CYTOPLASM] = 180
+    image[mask == NUCLEUS] = 90
+    for r, c in ((14, 14), (14, 40), (44, 14)):
+        image[r:r + 2, c:c + 2] = 200
+    for r, c in ((44, 40), (20, 30)):
+        image[r:r + 2, c:c + 2] = 150
+    v = extract_features(image, np.full_like(image, 240), mask)
+    # The flat cytoplasm is neither (its bright specks and the glass rise above it, its
+    # dark ones and the nucleus fall below it): only the specks count.
+    assert value(v, "cytoplasm_local_maxima") == 3 and value(v, "cytoplasm_local_minima") == 2
+
+
 def test_brightness_follows_the_lamp_where_od_does_not():
     od, background, noise, mask = realistic_cell(seed=1)
     base = extract_features(*render(od, background, noise), mask)
