@@ -8,6 +8,8 @@ built from OUT/runs/*.json, and for the time series the run files themselves).
     ratio_LINK_CLASS           mean completion time / lower bound, every strategy
     box_LINK_CLASS             box plots of every strategy at every level
     cdf_LINK_CLASS             CDF of completion time per strategy at the highest level
+    tradeoff_LINK_CLASS        at the highest level, per strategy: the case's 95th percentile
+                               against the goodput it leaves to the competing traffic
     timeseries_LINK_CLASS      one run per strategy at the highest level: the competing traffic
                                the targets received during the case, and when each site answered
                                (runs that recorded samples: runner.CompetingSampler)
@@ -261,6 +263,41 @@ def figure_cdf(meta: dict, cells: dict, link: str, cls: str) -> Figure:
     return fig
 
 
+def figure_tradeoff(meta: dict, cells: dict, link: str, cls: str) -> Figure | None:
+    """At the highest competing level, per strategy: the 95th percentile of the case's
+    completion time against the competing traffic's goodput during the cases (what the
+    strategy leaves to the others). None when that level carried no competing traffic."""
+    unit = competing_unit(meta["experiment"]["competing"]["kind"])
+    levels = sorted({k[1] for k in cells if k[2] == link and k[3] == cls})
+    top = levels[-1] if levels else 0
+    points = []
+    for index, name in enumerate(_names(meta)):
+        cell = cells.get((name, top, link, cls))
+        if cell and cell.times and cell.achieved_kbit:
+            points.append((index, name, float(np.mean(cell.achieved_kbit)) / 1000,
+                           float(np.percentile(cell.times, 95)), len(cell.times)))
+    if top <= 0 or not points:
+        return None
+    fig, ax = plt.subplots(figsize=(6.4, 4.4), layout="constrained")
+    for index, name, goodput, p95, _ in points:
+        st = style(index)
+        ax.plot([goodput], [p95], linestyle="none", marker=st["marker"], color=st["color"], markersize=8,
+                label=name)
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.set(xlabel="competing traffic's goodput during the cases (Mbit/s)",
+           ylabel="95th percentile of a case's completion time (s)")
+    ax.set_title(f"What each strategy costs the competing traffic, at {top:g} {unit} per target\n"
+                 f"{describe_link(meta, link)}, {cls} class", fontsize="medium")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small", title="strategy")
+    caption(fig, "Each point: one strategy; x the mean over its runs of the competing traffic the targets "
+                 "received during the case, y the 95th percentile of its completion times (numpy, linear "
+                 f"interpolation: with few runs it lies near the slowest). {n_text([p[4] for p in points])}. "
+                 "Lower right is better for both. No error bars. Both axes start at 0.")
+    return fig
+
+
 def timeseries_runs(meta: dict, records: list[dict], link: str, cls: str) -> dict[str, dict]:
     """One successful run per strategy at the highest competing level that recorded samples:
     the first in the experiment's run order."""
@@ -360,6 +397,9 @@ def write_figures(meta: dict, cells: dict, folder: Path, records: list[dict] | N
                 "Completion time as a multiple of the physical lower bound"), folder, f"ratio_{tag}")
         written += _save(figure_box(meta, cells, link, cls), folder, f"box_{tag}")
         written += _save(figure_cdf(meta, cells, link, cls), folder, f"cdf_{tag}")
+        tradeoff = figure_tradeoff(meta, cells, link, cls)
+        if tradeoff is not None and len(present) > 1:
+            written += _save(tradeoff, folder, f"tradeoff_{tag}")
         picked = timeseries_runs(meta, records or [], link, cls)
         if picked:
             written += _save(figure_timeseries(meta, picked, link, cls), folder, f"timeseries_{tag}")

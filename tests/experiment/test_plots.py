@@ -14,7 +14,7 @@ import pytest
 
 from qos.experiment.matrix import expand
 from qos.experiment.plots import (figure_box, figure_cdf, figure_level_lines, figure_timeseries,
-                                  timeseries_runs, write_figures)
+                                  figure_tradeoff, timeseries_runs, write_figures)
 from qos.experiment.report import load_cells
 from qos.experiment.spec import parse_spec
 from qos.experiment.stats import bca_interval
@@ -103,7 +103,7 @@ def test_write_figures_draws_figures_7_to_9_box_cdf_and_time_series(raw, tmp_pat
     records = [json.loads(p.read_text()) for p in sorted((raw / "runs").glob("*.json"))]
     stems = {p.stem for p in write_figures(meta, data, tmp_path, records=records) if p.suffix == ".png"}
     assert stems == {"fig7_mean_hubs_urgent", "fig8_std_hubs_urgent", "fig9_shaping_hubs_urgent", "box_hubs_urgent",
-                     "cdf_hubs_urgent", "timeseries_hubs_urgent", "ratio_hubs_urgent"}
+                     "cdf_hubs_urgent", "timeseries_hubs_urgent", "ratio_hubs_urgent", "tradeoff_hubs_urgent"}
     assert all((tmp_path / f"{stem}.svg").stat().st_size > 0 for stem in stems)
     assert timeseries_runs(meta, [], "hubs", "urgent") == {}  # without run files: no time series
     no_samples = [r | {"competing": {k: v for k, v in r["competing"].items() if k != "samples"}} for r in records]
@@ -151,3 +151,18 @@ def test_rate_levels_keep_0_apart_and_their_ticks_legible():
     gaps = np.diff(positions)
     assert gaps.min() > 0.1 * gaps.sum()  # no tick crowded onto its neighbour
     plt.close(fig)
+
+
+def test_the_tradeoff_plots_each_strategys_p95_against_the_goodput_it_leaves(cells):
+    meta, cells = cells
+    fig = figure_tradeoff(meta, cells, "hubs", "urgent")
+    ax = fig.axes[0]
+    points = {line.get_label(): (line.get_xdata()[0], line.get_ydata()[0]) for line in ax.get_lines()}
+    assert set(points) == set(SLOWDOWN)
+    for name, (goodput, p95) in points.items():
+        cell = cells[(name, 16.0, "hubs", "urgent")]
+        assert goodput == pytest.approx(np.mean(cell.achieved_kbit) / 1000)
+        assert p95 == pytest.approx(np.percentile(cell.times, 95)) and p95 >= np.median(cell.times)
+    assert len({line.get_marker() for line in ax.get_lines()}) == len(points)
+    assert ax.get_xlim()[0] == 0 and ax.get_ylim()[0] == 0
+    assert "95th percentile" in fig.caption and "n = 4" in fig.caption
