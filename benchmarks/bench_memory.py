@@ -42,11 +42,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 GROUPS = ("service", "workers", "ray")
-# Ray's daemons by a piece of their program (the executable, or the script Python runs),
-# first match wins; "other" for the rest (this process's watchdog, services/fate.py, among them)
+# Ray's daemons by a piece of their program (the executable, the script Python runs, or the
+# name a daemon gives itself), first match wins; "other" for the rest (this process's
+# watchdog, services/fate.py, among them)
 DAEMON_MARKS = (("gcs_server", "gcs/gcs_server"), ("raylet", "raylet/raylet"),
-                ("dashboard_head", "dashboard/dashboard.py"), ("dashboard_agent", "dashboard/agent.py"),
-                ("runtime_env_agent", "runtime_env/agent/main.py"), ("log_monitor", "log_monitor.py"),
+                ("dashboard_head", "dashboard/dashboard.py"), ("dashboard_agent", "ray::DashboardAgent"),
+                ("runtime_env_agent", "ray::RuntimeEnvAgent"), ("log_monitor", "log_monitor.py"),
                 ("autoscaler_monitor", "autoscaler/_private/monitor.py"))
 DAEMONS = (*(name for name, _ in DAEMON_MARKS), "other", "raylet_shm")
 CLASSES = ("urgent", "routine", "teaching", "bulk")
@@ -71,6 +72,8 @@ def command_line(pid: int) -> str:
 
 def group_of(pid: int) -> str:
     """Which group a descendant of this process belongs to (see the module docstring)."""
+    if daemon_of(pid) != "other":
+        return "ray"
     line = command_line(pid)
     # Ray names its worker processes "ray::<actor or task>" (default_worker.py before that);
     # the analysis processes are forked by multiprocessing's fork server
