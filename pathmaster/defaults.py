@@ -60,6 +60,9 @@ SITE_RESOURCE_PER_WORKER = 0.001  # of a site's Ray placement resource (a node t
                                   # it pins them to that node without limiting how many run there
 RAY_START_ATTEMPTS = 3     # a local Ray that does not register in Ray's fixed 30 s (a very busy
                            # host) is torn down and started again, this many times in all
+RAY_TASK_EVENTS = False    # Ray records every call to our actors (site workers, analysers, their
+                           # pings) as task events kept in its GCS for its dashboard and state
+                           # API, which we do not use: on, the GCS grew ~30 KB a case (bench_memory)
 
 # --- A site's workers, supervised (services/site/supervisor.py) ---------------------------
 WORKER_PING_S = 1.0              # how often a site asks each Ray worker whether it is alive

@@ -22,6 +22,7 @@ import time
 
 import ray
 
+from pathmaster import defaults
 from pathmaster.budget import AnalysisPool, CellBudget, CellStopped
 from pathmaster.records import InvalidInput
 from qos.predict import RecentMedian
@@ -77,7 +78,9 @@ class CellAnalyser:
         return result, time.perf_counter() - t0
 
 
-_RemoteAnalyser = ray.remote(max_restarts=-1, max_task_retries=0)(CellAnalyser)
+# its calls leave no task events in Ray's GCS (defaults.RAY_TASK_EVENTS)
+_RemoteAnalyser = ray.remote(max_restarts=-1, max_task_retries=0,
+                             enable_task_events=defaults.RAY_TASK_EVENTS)(CellAnalyser)
 
 
 class Analysers:

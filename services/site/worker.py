@@ -237,8 +237,9 @@ def ensure_ray(address: str = "", num_cpus: int | None = None) -> None:
 
 
 # Ray restarts nothing: a dead worker is replaced by the site's supervisor (supervisor.py),
-# with backoff, while the site says NOT_SERVING if none is left.
-_RemoteWorker = ray.remote(max_restarts=0, max_task_retries=0)(SiteWorker)
+# with backoff, while the site says NOT_SERVING if none is left. Its calls leave no task
+# events in Ray's GCS (defaults.RAY_TASK_EVENTS).
+_RemoteWorker = ray.remote(max_restarts=0, max_task_retries=0, enable_task_events=defaults.RAY_TASK_EVENTS)(SiteWorker)
 _prepare_index = ray.remote(prepare_index)
 
 
