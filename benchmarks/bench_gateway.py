@@ -263,8 +263,13 @@ def main() -> int:
     parser.add_argument("--idle", type=int, default=200)
     parser.add_argument("--before", metavar="COMMIT", help="also run the gateway of COMMIT, side by side")
     parser.add_argument("--cli-runs", type=int, default=3, help="`pathmaster query` processes timed")
+    parser.add_argument("--coordinator", metavar="HOST:PORT",
+                        help="use this running deployment's coordinator instead of starting one "
+                             "(e.g. `%(prog)s --serve-deployment` left running: Ray's start is slow on a busy host)")
     parser.add_argument("--json", type=Path)
-    parser.add_argument("--serve-deployment", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--serve-deployment", action="store_true",
+                        help="only run the loopback deployment, print its coordinator's address, "
+                             "stop when standard input closes")
     args = parser.parse_args()
     if args.serve_deployment:
         return serve_deployment(args.cells)
@@ -281,11 +286,14 @@ def main() -> int:
         tmp = Path(tmp)
         old_tree = None
         try:
-            deployment = subprocess.Popen([sys.executable, __file__, "--serve-deployment", "--cells", str(args.cells)],
-                                          env={**os.environ, "PYTHONPATH": str(REPO)}, stdin=subprocess.PIPE,
-                                          stdout=subprocess.PIPE, text=True)
-            processes.append(deployment)
-            coordinator = json.loads("{" + read_line(deployment, "{", START_S))["coordinator"]
+            if args.coordinator:
+                coordinator = args.coordinator
+            else:
+                deployment = subprocess.Popen([sys.executable, __file__, "--serve-deployment", "--cells",
+                                               str(args.cells)], env={**os.environ, "PYTHONPATH": str(REPO)},
+                                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                processes.append(deployment)
+                coordinator = json.loads("{" + read_line(deployment, "{", START_S))["coordinator"]
             trees = {"after": REPO}
             if args.before:
                 old_tree = tmp / "before"
@@ -380,14 +388,15 @@ def main() -> int:
         finally:
             for page in pages:
                 page.close()
-            for proc in processes[1:]:
-                stop_process(proc)
-            if processes:
-                processes[0].stdin.close()  # the deployment stops when its input closes
-                try:
-                    processes[0].wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    processes[0].kill()
+            for proc in processes:
+                if proc.stdin is not None:
+                    proc.stdin.close()  # the deployment stops when its input closes
+                    try:
+                        proc.wait(timeout=60)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                else:
+                    stop_process(proc)
             if old_tree is not None:
                 subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(old_tree)],
                                check=False)
