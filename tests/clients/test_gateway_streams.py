@@ -35,6 +35,7 @@ class HeldCoordinator(pb_grpc.CoordinatorServicer):
     def __init__(self):
         self.lock = threading.Lock()
         self.held: list[threading.Event] = []
+        self.released = False
         self.cancelled = 0
         self.cancelled_event = threading.Condition(self.lock)
 
@@ -48,6 +49,8 @@ class HeldCoordinator(pb_grpc.CoordinatorServicer):
         context.add_callback(ended.set)  # also when the caller cancels
         with self.lock:
             self.held.append(ended)
+            if self.released:  # released while this plan was on its way
+                ended.set()
         ended.wait(HOLD_S)
         if not context.is_active():
             with self.lock:
@@ -59,6 +62,7 @@ class HeldCoordinator(pb_grpc.CoordinatorServicer):
 
     def release(self) -> None:
         with self.lock:
+            self.released = True
             for ended in self.held:
                 ended.set()
 
