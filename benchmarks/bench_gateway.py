@@ -36,8 +36,9 @@ spread is wide; medians, n = 50 per path, `--before bf7ea4a --coordinator` a run
     gateway after                318 ms / 58 ms   ratio 1.19 (paired 1.10)
     10th percentiles: direct 185 ms, before 220 ms, after 217 ms (about 30 ms added)
 
-and in an earlier run at load 13-15 (n = 60): direct 175 ms, before 192 ms (1.10), after
-192 ms (1.10). 200 idle connections: +0.3 MiB resident and no thread added, either
+in an earlier run at load 13-15 (n = 60): direct 175 ms, before 192 ms (1.10), after
+192 ms (1.10); in a later one (events by bisection, load 10 rising to 31, n = 30): direct
+289 ms, before 436 ms (1.51; paired 1.23), after 354 ms (1.23; paired 0.93). 200 idle connections: +0.3 MiB resident and no thread added, either
 gateway, all closed at the head deadline; the gateway after is 100 MiB resident, the
 one before 165 MiB (it imported SciPy for the closeness ranks). The 5 % target is not
 met: what the gateway adds is mostly the upload (1 MB received over HTTP and parsed as
