@@ -295,13 +295,16 @@ def open_channel(
     tls: TLSFiles | None = None,
     max_message_bytes: int = MAX_MESSAGE_BYTES,
     lane: int = 0,
+    aio: bool = False,
 ) -> grpc.Channel:
     """A channel to `address` ("host:port") whose packets carry `dscp` (None: unmarked).
 
     Channels of lane 0 with the same address and options share one TCP connection (gRPC's
     global subchannel pool); a channel of lane >= 1 has a connection of its own, so that a
-    segment lost on one lane does not stall the calls of another.
+    segment lost on one lane does not stall the calls of another. aio: a `grpc.aio`
+    channel (same options) for asyncio code, created on and bound to the running loop.
     """
+    kind = grpc.aio if aio else grpc
     options: list[tuple[str, object]] = _size_options(max_message_bytes)
     options.append(("grpc.max_reconnect_backoff_ms", MAX_RECONNECT_BACKOFF_MS))
     if lane:
@@ -309,10 +312,10 @@ def open_channel(
     if dscp is not None:
         options.append(("grpc.dscp", int(dscp)))
     if tls is None:
-        return grpc.insecure_channel(address, options=options)
+        return kind.insecure_channel(address, options=options)
     if tls.server_name:
         options.append(("grpc.ssl_target_name_override", tls.server_name))
-    return grpc.secure_channel(address, tls.channel_credentials(), options=options)
+    return kind.secure_channel(address, tls.channel_credentials(), options=options)
 
 
 def split_address(address: str) -> tuple[str, int]:

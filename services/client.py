@@ -16,6 +16,7 @@ port: requests still marked, replies not.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from pathlib import Path, PurePath
@@ -26,9 +27,10 @@ from pathmaster import defaults
 from pathmaster.ids import id_from_name
 from pathmaster.records import InvalidInput
 from qos.classes import ClassTable, RequestClass, UnknownClass
-from qos.transport import STALE_PORT_CODES, ClassChannels, TLSFiles
+from qos import transport
+from qos.transport import STALE_PORT_CODES, ClassChannels, TLSFiles, files_signature
 from services.classinfo import table_from_info
-from services.tracing import case_span, end_span
+from services.tracing import case_span, end_span, end_span_code
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
 
@@ -138,8 +140,33 @@ class CoordinatorClient:
         """A case that failed on a class port as a stale port map does (STALE_PORT_CODES)
         makes the next case ask again: the coordinator may have restarted on other ports
         (or with another class table). (Runs on a gRPC thread: no lock.)"""
-        if call.code() in STALE_PORT_CODES:
+        self.case_ended_on_class_port(call.code())
+
+    def case_ended_on_class_port(self, code: grpc.StatusCode) -> None:
+        """A case sent to a class port ended with `code`: a stale port map's code
+        (STALE_PORT_CODES) makes the next case ask the coordinator again."""
+        if code in STALE_PORT_CODES:
             self._learnt = None
+
+    def learnt_classes(self) -> ClassTable | None:
+        """The coordinator's class table if it has been asked already, else None (not yet,
+        or to be asked again). Never calls the coordinator."""
+        learnt = self._learnt
+        return learnt[0] if learnt is not None else None
+
+    def case_route(self, request_class: str) -> tuple[str, int | None, bool]:
+        """(address, DSCP or None, whether a class port) of `request_class`'s cases: its
+        class's port, marked with its DSCP, when the coordinator has the class; else the
+        control port, unmarked (the coordinator then refuses the class by name). Asks the
+        coordinator for its classes first when not asked yet (`_learn`)."""
+        try:
+            table = self._learn()[0]
+        except grpc.RpcError:
+            return self.address, None, False
+        if request_class not in table:
+            return self.address, None, False
+        address = self.class_address(request_class)
+        return address, table[request_class].dscp, address != self.address
 
     def feature_schema(self) -> str:
         """The feature schema the coordinator analyses with ("" while it does not)."""
@@ -158,9 +185,9 @@ class CoordinatorClient:
         ship: "auto" (features to sites with the coordinator's feature schema, images to
         the rest), "features" or "images". features/feature_schema: cells analysed here
         (`analyse_locally`); `cells` then carry only their ids."""
-        request = pb.CaseRequest(case_id=case_id, request_class=request_class, cells=cells,
-                                 sites=sites or [], k=k, deadline_s=deadline_s, ship=ship,
-                                 features=features or [], feature_schema=feature_schema)
+        request = case_request(cells, request_class, k=k, deadline_s=deadline_s, sites=sites,
+                               case_id=case_id, ship=ship, features=features,
+                               feature_schema=feature_schema)
         try:
             known = request_class in self._learn()[0]
         except grpc.RpcError:
@@ -206,6 +233,74 @@ class CoordinatorClient:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def case_request(cells: list[pb.CellImage], request_class: str, *, k: int = defaults.K,
+                 deadline_s: float = defaults.QUERY_DEADLINE_S, sites: list[str] | None = None,
+                 case_id: str = "", ship: str = "auto", features: list[pb.CellFeatures] | None = None,
+                 feature_schema: str = "") -> pb.CaseRequest:
+    """The CaseRequest of `CoordinatorClient.submit`'s arguments."""
+    return pb.CaseRequest(case_id=case_id, request_class=request_class, cells=cells,
+                          sites=sites or [], k=k, deadline_s=deadline_s, ship=ship,
+                          features=features or [], feature_schema=feature_schema)
+
+
+class AsyncCases:
+    """Cases sent with asyncio (grpc.aio) for an asyncio server such as the gateway: a case
+    is awaited on the event loop, so it holds no thread while the sites work, and as many
+    cases stream at once as the server lets connections in.
+
+    Where a case goes and how it is marked are `client`'s (a CoordinatorClient: the
+    coordinator's class table and class ports, asked once; its TLS files); the channels are
+    this object's, bound to the event loop they are first used on. Use it on one loop;
+    `await close()` on that loop.
+    """
+
+    def __init__(self, client: CoordinatorClient):
+        self.client = client
+        self._channels: dict[tuple, grpc.aio.Channel] = {}
+
+    def _channel(self, address: str, dscp: int | None) -> grpc.aio.Channel:
+        tls = self.client.tls
+        signature = files_signature([Path(p) for p in (tls.cert, tls.key, tls.ca) if p]) if tls else ()
+        key = (address, dscp, signature)  # rotated TLS files: new connections with the new files
+        if key not in self._channels:
+            self._channels[key] = transport.open_channel(address, dscp, tls, aio=True)  # as ClassChannels does
+        return self._channels[key]
+
+    async def submit(self, cells: list[pb.CellImage], request_class: str, *, k: int = defaults.K,
+                     deadline_s: float = defaults.QUERY_DEADLINE_S, case_id: str = ""):
+        """The case's pb.CaseEvents as they arrive (an async generator), as
+        `CoordinatorClient.submit` sends it. Raises grpc.aio.AioRpcError (a grpc.RpcError)
+        when the case is refused or fails. Closing the generator cancels the call, which
+        frees the sites."""
+        if self.client.learnt_classes() is None:  # asks the coordinator: off the event loop
+            route = await asyncio.to_thread(self.client.case_route, request_class)
+        else:
+            route = self.client.case_route(request_class)
+        address, dscp, on_class_port = route
+        request = case_request(cells, request_class, k=k, deadline_s=deadline_s, case_id=case_id)
+        span, metadata = case_span(request_class, len(cells))
+        stub = pb_grpc.CoordinatorStub(self._channel(address, dscp))
+        call = stub.SubmitCase(request, timeout=deadline_s + REPLY_MARGIN_S, metadata=metadata)
+        code = grpc.StatusCode.CANCELLED  # unless it ends otherwise
+        try:
+            async for event in call:
+                yield event
+            code = grpc.StatusCode.OK
+        except grpc.RpcError as exc:
+            code = exc.code()
+            raise
+        finally:
+            call.cancel()  # nothing when the call has ended
+            end_span_code(span, code)
+            if on_class_port:
+                self.client.case_ended_on_class_port(code)
+
+    async def close(self) -> None:
+        channels, self._channels = list(self._channels.values()), {}
+        for channel in channels:
+            await channel.close()
 
 
 def analyse_locally(cells: list[pb.CellImage]) -> tuple[list[pb.CellImage], list[pb.CellFeatures], str]:

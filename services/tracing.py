@@ -126,11 +126,16 @@ def case_span(request_class: str, cells: int):
 
 def end_span(span, call) -> None:
     """End a `case_span` span with the outcome of its finished gRPC `call`."""
+    if span is not None:
+        end_span_code(span, call.code())
+
+
+def end_span_code(span, code) -> None:
+    """End a `case_span` span with its call's final grpc.StatusCode `code`."""
     if span is None:
         return
     from opentelemetry.trace import Status, StatusCode
 
-    code = call.code()
     span.set_attribute("rpc.grpc.status_code", code.value[0])
     if code.value[0] != 0:
         span.set_status(Status(StatusCode.ERROR))

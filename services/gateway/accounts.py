@@ -69,6 +69,9 @@ class Accounts:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         os.close(os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600))
         with self._db() as db:
+            # Write-ahead log: reading a session (every request, on the gateway's event loop)
+            # never waits for a writer. SQLite gives the -wal and -shm files the file's mode.
+            db.execute("PRAGMA journal_mode=WAL")
             db.executescript(SCHEMA)
 
     def _db(self) -> sqlite3.Connection:

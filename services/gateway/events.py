@@ -7,9 +7,9 @@ gRPC status codes get their names ("UNAVAILABLE") so a person can read them.
 from __future__ import annotations
 
 import base64
+from bisect import bisect_left
 
 import grpc
-from scipy.stats import rankdata
 
 _STATUS_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
 
@@ -89,14 +89,17 @@ def add_closeness(cells: list[dict]) -> None:
     Distances are in each site's own feature space (0.8 at one site may be as close as
     5.8 at another), so they cannot be compared between sites; ranks can. The closest
     match a site returned in the case is 100, its farthest 100/n for n matches; ties
-    share the higher value (scipy's `rankdata`, method "min"). In place.
+    share the higher value (the "min" rank: 1 + how many are closer, found by bisection
+    in the sorted distances; scipy's `rankdata` cost ~10x more for these few values, on
+    every site's event, and is not a dependency of the page). In place.
     """
     matches = [m for c in cells for m in c["matches"]]
     if not matches:
         return
-    ranks = rankdata([m["distance"] for m in matches], method="min")  # 1 = closest
-    for match, rank in zip(matches, ranks):
-        match["closeness"] = round(100.0 * (len(matches) - rank + 1) / len(matches), 1)
+    ordered = sorted(m["distance"] for m in matches)
+    for match in matches:
+        closer = bisect_left(ordered, match["distance"])
+        match["closeness"] = round(100.0 * (len(matches) - closer) / len(matches), 1)
 
 
 def site_result_json(result, with_thumbnails: bool = True) -> dict:

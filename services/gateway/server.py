@@ -60,7 +60,7 @@ from pathmaster.ids import check_id
 from pathmaster.records import InvalidInput
 from qos.classes import UnknownClass
 from qos.transport import TLSFiles, is_loopback
-from services.client import CoordinatorClient, tls_hint, unknown_class_message
+from services.client import AsyncCases, CoordinatorClient, tls_hint, unknown_class_message
 from services.coordinator.validation import DEFAULT_CLASS  # what the coordinator takes for no class
 from services.gateway import events
 from services.gateway.accounts import Accounts, LoginThrottle, Session, may_send
@@ -129,6 +129,7 @@ class Gateway:
         self.coordinator_address = coordinator_address
         self.case_deadline_s = case_deadline_s
         self.client = CoordinatorClient(coordinator_address, tls)
+        self.cases = AsyncCases(self.client)  # cases stream on the event loop, no thread each
         self.accounts = accounts
         self.audit = audit
         self.throttle = LoginThrottle()
@@ -162,6 +163,13 @@ class Gateway:
         if DEFAULT_CLASS not in allowed and allowed:
             config["default_class"] = allowed[0]
         return config
+
+    async def check_class_async(self, name: str) -> str:
+        """`check_class`, on the event loop when the coordinator's classes are known (a
+        lookup), else in a worker thread (it asks the coordinator)."""
+        if self.client.learnt_classes() is None:
+            return await run_in_threadpool(self.check_class, name)
+        return self.check_class(name)
 
     def check_class(self, name: str) -> str:
         """`name` if the coordinator has that request class; HttpError 400 naming its
@@ -206,7 +214,7 @@ class Gateway:
         "site"s, "summary"), or an "error". Closing the generator (the browser went away)
         cancels the coordinator's call, which frees the sites. Audited: who sent how many
         cells of which class, and the case id the coordinator gave it."""
-        checked = await run_in_threadpool(check_upload, files)  # headers only: the sites decode
+        checked = check_upload(files)  # headers only (microseconds a file): the sites decode
         self.audit.record("case", session.name, session.role, client, request_class=request_class,
                           case_id=case_id, cells=len(checked.cells), files_refused=len(checked.rejected))
         yield {"type": "accepted", "request_class": request_class,
@@ -217,12 +225,12 @@ class Gateway:
             yield {"type": "error", "status": "INVALID_ARGUMENT",
                    "message": "no usable cell images in this case: nothing was sent"}
             return
-        call = None
         started, outcome = time.perf_counter(), "cancelled"  # unless it ends otherwise
+        label = self.class_label(request_class)  # now: the classes were just learnt (check_class)
+        case = self.cases.submit(checked.cells, request_class, deadline_s=self.case_deadline_s,
+                                 case_id=case_id)
         try:
-            call = await run_in_threadpool(self.client.submit, checked.cells, request_class,
-                                           deadline_s=self.case_deadline_s, case_id=case_id)
-            while (event := await run_in_threadpool(next, call, None)) is not None:
+            async for event in case:
                 reply = events.case_event_json(event)
                 if reply["type"] == "summary":
                     outcome = case_outcome(reply["sites_ok"], reply["sites_failed"])
@@ -237,18 +245,16 @@ class Gateway:
                    "message": f"the coordinator at {self.coordinator_address} did not run the "
                               f"case: {self.client.describe(exc)}"}
         finally:
-            if call is not None:
-                call.cancel()  # thread-safe: also ends a `next` still waiting in its thread
-            self.metrics.case_seconds.labels(self.class_label(request_class), outcome).observe(
+            await case.aclose()  # cancels the coordinator's call if it is still going
+            self.metrics.case_seconds.labels(label, outcome).observe(
                 time.perf_counter() - started)
 
     def class_label(self, request_class: str) -> str:
         """The `class` label of a case: its class if the coordinator has it, else "unknown"
-        (a label set users cannot grow)."""
-        try:
-            return request_class if request_class in self.client.classes else UNKNOWN_CLASS
-        except grpc.RpcError:
-            return UNKNOWN_CLASS
+        (a label set users cannot grow). From the classes already learnt: never calls the
+        coordinator (it runs on the event loop); "unknown" while they are not known."""
+        table = self.client.learnt_classes()
+        return request_class if table is not None and request_class in table else UNKNOWN_CLASS
 
 
 class LoginRequest(BaseModel):
@@ -344,9 +350,10 @@ def create_app(gateway: Gateway) -> FastAPI:
     async def _gone(_request, _exc):
         return Response(status_code=400)  # nobody is listening; BodyLimits may have answered
 
-    def signed_in(request: Request) -> Session:
+    async def signed_in(request: Request) -> Session:
         """The request's session (401 without one); a state-changing request must also
-        carry the session's CSRF token (403)."""
+        carry the session's CSRF token (403). On the event loop: one indexed read of the
+        users file, which never waits for a writer (WAL), and no hop to a worker thread."""
         token = request.cookies.get(SESSION_COOKIE)
         session = gateway.accounts.session(token)
         if session is None:
@@ -482,7 +489,7 @@ def create_app(gateway: Gateway) -> FastAPI:
                       "files": {"type": "array", "items": {"type": "string", "format": "binary"}}}}}}}})
     async def case(request: Request, session: Session = Depends(signed_in)):
         request_class, case_id, files = await read_case_form(request)
-        request_class = await run_in_threadpool(gateway.check_class, request_class)
+        request_class = await gateway.check_class_async(request_class)
         if not may_send(session.role, request_class):
             gateway.audit.record("case-refused", session.name, session.role, client_of(request),
                                  request_class=request_class)
@@ -562,11 +569,19 @@ def listening_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve_in_thread(config: uvicorn.Config, sock: socket.socket, name: str):
-    """(server, thread): uvicorn serving `config` on `sock` from a daemon thread."""
+def serve_in_thread(config: uvicorn.Config, sock: socket.socket, name: str, after=None):
+    """(server, thread): uvicorn serving `config` on `sock` from a daemon thread; then
+    `after()` (a coroutine function, e.g. closing the loop's gRPC channels), on its loop."""
     server = uvicorn.Server(config)
-    thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])),
-                              name=name, daemon=True)
+
+    async def serve():
+        try:
+            await server.serve(sockets=[sock])
+        finally:
+            if after is not None:
+                await after()
+
+    thread = threading.Thread(target=lambda: asyncio.run(serve()), name=name, daemon=True)
     thread.start()
     return server, thread
 
@@ -651,7 +666,7 @@ def start_gateway(coordinator_address: str, host: str = "127.0.0.1", port: int =
         if temporary is not None:
             temporary.cleanup()
         raise
-    server, thread = serve_in_thread(config, sock, "pathmaster-gateway")
+    server, thread = serve_in_thread(config, sock, "pathmaster-gateway", after=gateway.cases.close)
     redirect = http_url = None
     if redirect_config is not None:
         redirect = serve_in_thread(redirect_config, plain, "pathmaster-gateway-redirect")
