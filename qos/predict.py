@@ -22,8 +22,19 @@ and searching)::
   image costs far more than searching a feature vector), plus the per-call overhead the
   coordinator measures (see `SiteModel`).
 
+- Each part is a recent median of its own, and the parts' sum is not the median of the
+  sum (a slow hand-off lengthens the whole call, not one part); the per-class path fits
+  also lag behind a machine whose load changes, being fed by that class's calls only. So
+  the sum is *calibrated*: per site and mode, `Calibration` keeps the recent ratios of each
+  answered call's actual time (less its reported queue wait) to what the model gave for it
+  just before, from calls made under about as many cases in flight, and the prediction is
+  the queue ahead plus the recent median ratio times the model's estimate. A constant bias
+  goes within RECENT_CALLS // 2 + 1 calls; the model's structure (cells, bytes, class,
+  queue) still moves the prediction between calls. The coordinator calibrates a whole case
+  the same way (its analysis, then its slowest site).
+
 No library fits this: it is a two-parameter weighted least-squares update over a short
-window (numpy does the algebra) and EWMAs of what the sites say.
+window (numpy does the algebra) and recent medians of what the sites say.
 
 `PredictionLog` keeps predicted-vs-actual pairs and reports the median absolute
 percentage error, which the case log, the summary and the benchmarks show.
@@ -46,6 +57,47 @@ SIMILAR_SHARING = 2.0      # calls made under up to 2x (or 1/2) the coordinator'
 RECENT_CALLS = 9           # calls a recent median is taken over: a spike is ignored, a new level
                            # is followed after RECENT_CALLS // 2 + 1 calls
 ONE_JOB_MODES = frozenset({"features"})  # modes a site serves a whole request in one job
+
+
+class Calibration:
+    """Recent ratios of actual to modelled seconds, by key (a site's mode, a kind of
+    case), each with the concurrency it was measured under.
+
+    `factor(key, sharing)` is the median of the last RECENT_CALLS ratios of `key` measured
+    under about `sharing` cases in flight (within SIMILAR_SHARING), or of the last
+    RECENT_CALLS of any concurrency when fewer than 3 are that similar; 1.0 before any.
+    A median, because the median absolute percentage error is what predictions are
+    judged by.
+
+    Parameters
+    ----------
+    window : int
+        Ratios kept per key (of every concurrency).
+    """
+
+    def __init__(self, window: int = WINDOW_CALLS):
+        self.window = window
+        self._ratios: dict[str, deque[tuple[float, float]]] = {}
+
+    def add(self, key: str, actual_s: float, modelled_s: float | None, sharing: int = 1) -> None:
+        """Record one outcome: `actual_s` against the model's `modelled_s` (ignored when
+        either is not a positive number)."""
+        if modelled_s is None or not (math.isfinite(actual_s) and math.isfinite(modelled_s)):
+            return
+        if actual_s <= 0 or modelled_s <= 0:
+            return
+        ratios = self._ratios.setdefault(key, deque(maxlen=self.window))
+        ratios.append((actual_s / modelled_s, float(max(1, sharing))))
+
+    def factor(self, key: str, sharing: int = 1) -> float:
+        """The recent median ratio of `key` under about `sharing` cases in flight."""
+        ratios = self._ratios.get(key)
+        if not ratios:
+            return 1.0
+        sharing = max(1, sharing)
+        similar = [r for r, k in ratios if max(k, sharing) / min(k, sharing) <= SIMILAR_SHARING]
+        chosen = similar if len(similar) >= 3 else [r for r, _ in ratios]
+        return float(np.median(chosen[-RECENT_CALLS:]))
 
 
 class RecentMedian:
@@ -79,6 +131,7 @@ class PathFit:
     base_s: float
     rate_Bps: float
     calls: int
+    similar: bool = True  # fitted to calls made under about the same concurrency (not rescaled ones)
 
     def transfer_s(self, nbytes: int) -> float:
         """Predicted seconds to move `nbytes` (both directions summed) over this path."""
@@ -116,7 +169,8 @@ class PathModel:
             return None
         x, y, k = np.array(self._calls).T
         similar = np.maximum(k, sharing) / np.minimum(k, sharing) <= SIMILAR_SHARING
-        if similar.sum() >= 3:
+        alike = bool(similar.sum() >= 3)
+        if alike:
             order = np.arange(len(x))[similar]
             x, y = x[similar], y[similar]
         else:
@@ -133,7 +187,7 @@ class PathModel:
         if slope is None or slope <= 0:
             slope = 1.0 / self.prior_rate_Bps
         base = max(0.0, y_mean - slope * x_mean)
-        return PathFit(base_s=float(base), rate_Bps=float(1.0 / slope), calls=len(x))
+        return PathFit(base_s=float(base), rate_Bps=float(1.0 / slope), calls=len(x), similar=alike)
 
 
 @dataclass(frozen=True)
@@ -168,6 +222,9 @@ class SiteModel:
       decoding, reply): the recent median (`RecentMedian`) of the measured rest, site
       wall time less the site's reported queue wait less the cells' service.
 
+    The prediction is then ``queue_s + factor * (transfer + overhead_s + service)``, with
+    `factor` the mode's `Calibration` (see the module docstring).
+
     Parameters
     ----------
     prior_rate_bps : float
@@ -182,6 +239,7 @@ class SiteModel:
         self.paths: dict[str, PathModel] = {}
         self.per_cell_s: dict[str, float] = {}
         self.overhead_s: dict[str, RecentMedian] = {}
+        self.calibration = Calibration()
         self.load = SiteLoad(at=clock())
 
     def path(self, request_class: str) -> PathModel:
@@ -234,6 +292,13 @@ class SiteModel:
             self.per_cell_s[mode] = max(0.0, site_wall_s - queue_s) / max(1, self.rounds(mode, cells))
         rest = site_wall_s - max(0.0, queue_s) - self.per_cell_s[mode] * self.rounds(mode, cells)
         self.overhead_s.setdefault(mode, RecentMedian()).add(rest)
+        # What the model, this call included, gives for it against what it took: the bias of
+        # its parts' sum (means and medians of parts), not the lag of a model that was still
+        # learning (a burst of cases, then a lone one; its path rescaled from other
+        # concurrencies), which it has learnt or will.
+        self.calibration.add(mode, transfer_s + site_wall_s - max(0.0, queue_s),
+                             self.modelled_s(request_class, mode, nbytes, cells, sharing, similar_only=True),
+                             sharing)
 
     def queue_s(self) -> float:
         """Seconds of work ahead of a new cell now, from the latest report."""
@@ -254,16 +319,27 @@ class SiteModel:
         parts = self.site_parts(mode, cells)
         return None if parts is None else sum(parts.values())
 
+    def modelled_s(self, request_class: str, mode: str, nbytes: int, cells: int, sharing: int = 1,
+                   similar_only: bool = False) -> float | None:
+        """The model's seconds for a call, its queue wait left out and uncalibrated:
+        transfer + overhead + service; None until the site has answered once in this mode
+        and the class's path has carried a call (with `similar_only`, also None while the
+        path has fewer than 3 calls made under about `sharing` cases in flight)."""
+        fit = self.path(request_class).fit(max(1, sharing))
+        parts = self.site_parts(mode, cells)
+        if fit is None or parts is None or (similar_only and not fit.similar):
+            return None
+        return fit.transfer_s(nbytes) + parts["overhead_s"] + parts["service_s"]
+
     def predict(self, request_class: str, mode: str, nbytes: int, cells: int, sharing: int = 1) -> float | None:
         """Predicted completion seconds, or None until the site has answered once in this
         mode and the class's path has carried a call. `sharing`: the coordinator's cases
         that share the path now, this one included (the transfer takes that many times its
         time alone)."""
-        fit = self.path(request_class).fit(max(1, sharing))
-        site = self.site_s(mode, cells)
-        if fit is None or site is None:
+        modelled = self.modelled_s(request_class, mode, nbytes, cells, sharing)
+        if modelled is None:
             return None
-        return fit.transfer_s(nbytes) + site
+        return self.queue_s() + self.calibration.factor(mode, sharing) * modelled
 
 
 class Predictor:
