@@ -13,8 +13,9 @@ Three sites and a coordinator on loopback (the demo's databases, Ray, gRPC), one
    features blocks alternating in one run (`--blocks` of each): medians and the ratio.
 3. The predicted wait against the actual one over `--cases` sequential cases (classes in
    turn, both modes): median absolute percentage error per case and per site, side by side
-   with the same run's "before" predictions (the uncalibrated model, from the same
-   observations) and with the best constant known in hindsight; the load average; and
+   with the same run's "before" predictions (the sum of the modelled parts, from the same
+   observations: a site's prediction is still that sum; a case's was its analysis estimate
+   plus its slowest site) and with the best constant known in hindsight; the load average; and
    where a site call's time goes (median, p90 and std/mean of each part: gRPC request,
    site queue, worker round trip, the worker's own work, the handler's rest, the reply,
    the coordinator's hand-off), measured by hooks in this one process. With
@@ -27,6 +28,7 @@ Prints medians and ratios measured side by side in one run; the machine is share
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -262,13 +264,13 @@ def bench_prediction(client, cells, cases: int, servicer, verbose: bool = False,
     """Predicted vs actual completion, per case and per site, classes and modes in turn;
     and per site the predicted parts (transfer, site work) beside the measured ones.
 
-    "Before" is the same run's predictions without this session's changes, made from the
-    same observations: each site's model uncalibrated (queue + transfer + overhead +
-    service), the coordinator's analysis at its actors' per-cell service time, and the case
-    the plain sum of its analysis and its slowest site."""
+    "Before" is the same run's predictions made the old way from the same observations:
+    each site's model (queue + transfer + overhead + service, as now), the coordinator's
+    analysis at its actors' per-cell service time, and the case the plain sum of its
+    analysis and its slowest site."""
     predictor = servicer.predictor
     parts = {}  # (site, class, mode) -> the site work predicted in the latest prediction
-    model = {}  # (site, class, mode) -> the uncalibrated prediction ("before")
+    model = {}  # (site, class, mode) -> the sum of the modelled parts ("before")
     analysis_before = []  # the case's analysis estimate at the per-cell service time
     predict = predictor.predict
     analysis_estimate = servicer._analysis_estimate
@@ -306,9 +308,12 @@ def bench_prediction(client, cells, cases: int, servicer, verbose: bool = False,
             summary = events[-1].summary
             ok = [r for r in site_results(events).values() if r.status_code == 0]
             for r in ok:
-                calls.append({"mode": r.mode, **site_parts(r, timeline.site.get(r.site, {}) if timeline else {})})
+                calls.append({"case": i, "site": r.site, "mode": r.mode, "class": r.request_class,
+                              "predicted": r.predicted_s, "before": model.get((r.site, r.request_class, r.mode)),
+                              **site_parts(r, timeline.site.get(r.site, {}) if timeline else {})})
             if ok:
-                case_parts.append({"mode": ship, "total": summary.total_s, "analysis": summary.analysis_s,
+                case_parts.append({"case": i, "mode": ship, "predicted": plan.predicted_s,
+                                   "total": summary.total_s, "analysis": summary.analysis_s,
                                    "slowest": max(r.timing.total_s for r in ok),
                                    "cell_analysis": list(timeline.cell_analysis_s) if timeline else []})
             befores = {r.site: model.get((r.site, r.request_class, r.mode)) for r in ok}
@@ -375,6 +380,7 @@ def main() -> int:
     parser.add_argument("--compare-search", action="store_true",
                         help="run the prediction part twice: features searched on the sites' Ray workers "
                              "(the old way), then in the site servers")
+    parser.add_argument("--json", help="write every case's and site call's predicted, before, actual and parts here")
     parser.add_argument("--skip", default="", help="comma-separated parts to skip: bytes, throughput")
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
@@ -436,6 +442,7 @@ def main() -> int:
         phases = [("searches in the site server", True)]
         if args.compare_search:  # the old way first: features searched on the sites' Ray workers
             phases.insert(0, ("searches on the sites' Ray workers (before)", False))
+        raw = []
         for label, in_server in phases:
             for name, site in deployment.sites.items():
                 site.servicer.local = here[name] if in_server else None
@@ -444,6 +451,10 @@ def main() -> int:
             with CoordinatorClient(address) as client:
                 pred = bench_prediction(client, cells, args.cases, servicer, args.verbose, timeline)
             report_prediction(f"{label}: ", args.cases, pred, load_before, timeline.gc_pauses[gc_before:])
+            raw.append({"phase": label, "load_before": load_before, "load_after": os.getloadavg()[0],
+                        "calls": pred["calls"], "cases": pred["cases"]})
+    if args.json:
+        Path(args.json).write_text(json.dumps(raw, indent=1))
     return 0
 
 
@@ -454,7 +465,7 @@ def report_prediction(label: str, cases: int, pred: dict, load_before: float, pa
           f"MdAPE per case {100 * np.median(case):.1f}% (n={len(case)}), per site "
           f"{100 * np.median(site):.1f}% (n={len(site)}); p90 per case {100 * np.percentile(case, 90):.1f}%")
     md = lambda v: f"{100 * np.median(v):5.1f}%" if len(v) else "    -"  # noqa: E731
-    print("   MdAPE side by side, same cases:   before (uncalibrated sum)   now   hindsight constant")
+    print("   MdAPE side by side, same cases:   before (sum of parts)   now   hindsight constant")
     print(f"     per site (n={len(site):<3})                 {md(pred['site_before'])}        {md(site)}"
           f"        {md(pred['floor'])}")
     print(f"     per case (n={len(case):<3})                 {md(pred['case_before'])}        {md(case)}"
@@ -462,7 +473,7 @@ def report_prediction(label: str, cases: int, pred: dict, load_before: float, pa
     print("   (hindsight constant: per site (case) and mode, the median of its actual times, known only afterwards)")
     print(f"   load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after; {len(pauses)} garbage "
           f"collections in this process, {1000 * sum(pauses):.1f} ms in all, longest {1000 * max(pauses, default=0):.1f} ms")
-    print("   per site, medians of predicted (uncalibrated) and actual parts:")
+    print("   per site, medians of predicted and actual parts:")
     print_breakdown(pred["rows"])
     print_parts(pred["calls"], pred["cases"])
     return 0

@@ -22,16 +22,13 @@ and searching)::
   image costs far more than searching a feature vector), plus the per-call overhead the
   coordinator measures (see `SiteModel`).
 
-- Each part is a recent median of its own, and the parts' sum is not the median of the
-  sum (a slow hand-off lengthens the whole call, not one part); the per-class path fits
-  also lag behind a machine whose load changes, being fed by that class's calls only. So
-  the sum is *calibrated*: per site and mode, `Calibration` keeps the recent ratios of each
-  answered call's actual time (less its reported queue wait) to what the model gave for it
-  just before, from calls made under about as many cases in flight, and the prediction is
-  the queue ahead plus the recent median ratio times the model's estimate. A constant bias
-  goes within RECENT_CALLS // 2 + 1 calls; the model's structure (cells, bytes, class,
-  queue) still moves the prediction between calls. The coordinator calibrates a whole case
-  the same way (its analysis, then its slowest site).
+- A whole case (the coordinator's analysis, then its slowest site) is predicted by the
+  recent median of like cases' actual times (`RecentLevel`): every part's spread adds up in
+  the sum of modelled parts, and the parts' medians do not add up to the median of the
+  whole. Until 3 like cases are known, the sum is used, scaled by `Calibration` (the recent
+  median ratio of actual to modelled). Measured per site the same way (a calibrated sum, or
+  the recent median of the site's own times) did no better than the plain sum on loopback
+  under load (benchmarks/bench_predictable.py), so a site's prediction is the sum.
 
 No library fits this: it is a two-parameter weighted least-squares update over a short
 window (numpy does the algebra) and recent medians of what the sites say.
@@ -56,6 +53,7 @@ PRIOR_RATE_BPS = 100e6     # bits/s assumed before the path has shown its rate (
 SIMILAR_SHARING = 2.0      # calls made under up to 2x (or 1/2) the coordinator's concurrency are alike
 RECENT_CALLS = 9           # calls a recent median is taken over: a spike is ignored, a new level
                            # is followed after RECENT_CALLS // 2 + 1 calls
+RECENT_CASES = 5           # cases a recent level of whole cases is the median of (at least 3 needed)
 ONE_JOB_MODES = frozenset({"features"})  # modes a site serves a whole request in one job
 
 
@@ -100,6 +98,41 @@ class Calibration:
         return float(np.median(chosen[-RECENT_CALLS:]))
 
 
+class RecentLevel:
+    """The recent median of actual seconds by key (e.g. a kind of case), from those measured
+    under about the same concurrency.
+
+    `value(key, sharing)` is the median of the last `last` values of `key` measured under
+    about `sharing` cases in flight (within SIMILAR_SHARING), or None while fewer than 3
+    are. Measured on loopback under load, this predicts a whole case better than the sum of
+    its modelled parts (the analysis, then the slowest site): every part's spread adds up in
+    the sum, and the parts' medians do not add up to the median of the whole.
+
+    Parameters
+    ----------
+    last : int
+        Values the median is taken over.
+    window : int
+        Values kept per key (of every concurrency).
+    """
+
+    def __init__(self, last: int = RECENT_CASES, window: int = WINDOW_CALLS):
+        self.last = last
+        self.window = window
+        self._values: dict[str, deque[tuple[float, float]]] = {}
+
+    def add(self, key: str, seconds: float, sharing: int = 1) -> None:
+        """Record one actual time (ignored unless a positive number)."""
+        if math.isfinite(seconds) and seconds > 0:
+            self._values.setdefault(key, deque(maxlen=self.window)).append((float(seconds), float(max(1, sharing))))
+
+    def value(self, key: str, sharing: int = 1) -> float | None:
+        """The recent median of `key` under about `sharing` cases in flight, or None."""
+        sharing = max(1, sharing)
+        similar = [v for v, k in self._values.get(key, ()) if max(k, sharing) / min(k, sharing) <= SIMILAR_SHARING]
+        return float(np.median(similar[-self.last:])) if len(similar) >= 3 else None
+
+
 class RecentMedian:
     """The median of the last `window` values: a level that follows a change within
     window // 2 + 1 values and, unlike a mean, is not pulled by one slow outlier (the
@@ -131,7 +164,6 @@ class PathFit:
     base_s: float
     rate_Bps: float
     calls: int
-    similar: bool = True  # fitted to calls made under about the same concurrency (not rescaled ones)
 
     def transfer_s(self, nbytes: int) -> float:
         """Predicted seconds to move `nbytes` (both directions summed) over this path."""
@@ -169,8 +201,7 @@ class PathModel:
             return None
         x, y, k = np.array(self._calls).T
         similar = np.maximum(k, sharing) / np.minimum(k, sharing) <= SIMILAR_SHARING
-        alike = bool(similar.sum() >= 3)
-        if alike:
+        if similar.sum() >= 3:
             order = np.arange(len(x))[similar]
             x, y = x[similar], y[similar]
         else:
@@ -187,7 +218,7 @@ class PathModel:
         if slope is None or slope <= 0:
             slope = 1.0 / self.prior_rate_Bps
         base = max(0.0, y_mean - slope * x_mean)
-        return PathFit(base_s=float(base), rate_Bps=float(1.0 / slope), calls=len(x), similar=alike)
+        return PathFit(base_s=float(base), rate_Bps=float(1.0 / slope), calls=len(x))
 
 
 @dataclass(frozen=True)
@@ -222,9 +253,6 @@ class SiteModel:
       decoding, reply): the recent median (`RecentMedian`) of the measured rest, site
       wall time less the site's reported queue wait less the cells' service.
 
-    The prediction is then ``queue_s + factor * (transfer + overhead_s + service)``, with
-    `factor` the mode's `Calibration` (see the module docstring).
-
     Parameters
     ----------
     prior_rate_bps : float
@@ -239,7 +267,6 @@ class SiteModel:
         self.paths: dict[str, PathModel] = {}
         self.per_cell_s: dict[str, float] = {}
         self.overhead_s: dict[str, RecentMedian] = {}
-        self.calibration = Calibration()
         self.load = SiteLoad(at=clock())
 
     def path(self, request_class: str) -> PathModel:
@@ -292,13 +319,6 @@ class SiteModel:
             self.per_cell_s[mode] = max(0.0, site_wall_s - queue_s) / max(1, self.rounds(mode, cells))
         rest = site_wall_s - max(0.0, queue_s) - self.per_cell_s[mode] * self.rounds(mode, cells)
         self.overhead_s.setdefault(mode, RecentMedian()).add(rest)
-        # What the model, this call included, gives for it against what it took: the bias of
-        # its parts' sum (means and medians of parts), not the lag of a model that was still
-        # learning (a burst of cases, then a lone one; its path rescaled from other
-        # concurrencies), which it has learnt or will.
-        self.calibration.add(mode, transfer_s + site_wall_s - max(0.0, queue_s),
-                             self.modelled_s(request_class, mode, nbytes, cells, sharing, similar_only=True),
-                             sharing)
 
     def queue_s(self) -> float:
         """Seconds of work ahead of a new cell now, from the latest report."""
@@ -319,15 +339,13 @@ class SiteModel:
         parts = self.site_parts(mode, cells)
         return None if parts is None else sum(parts.values())
 
-    def modelled_s(self, request_class: str, mode: str, nbytes: int, cells: int, sharing: int = 1,
-                   similar_only: bool = False) -> float | None:
-        """The model's seconds for a call, its queue wait left out and uncalibrated:
-        transfer + overhead + service; None until the site has answered once in this mode
-        and the class's path has carried a call (with `similar_only`, also None while the
-        path has fewer than 3 calls made under about `sharing` cases in flight)."""
+    def modelled_s(self, request_class: str, mode: str, nbytes: int, cells: int, sharing: int = 1) -> float | None:
+        """The model's seconds for a call, its queue wait left out: transfer + overhead +
+        service; None until the site has answered once in this mode and the class's path
+        has carried a call."""
         fit = self.path(request_class).fit(max(1, sharing))
         parts = self.site_parts(mode, cells)
-        if fit is None or parts is None or (similar_only and not fit.similar):
+        if fit is None or parts is None:
             return None
         return fit.transfer_s(nbytes) + parts["overhead_s"] + parts["service_s"]
 
@@ -339,7 +357,7 @@ class SiteModel:
         modelled = self.modelled_s(request_class, mode, nbytes, cells, sharing)
         if modelled is None:
             return None
-        return self.queue_s() + self.calibration.factor(mode, sharing) * modelled
+        return self.queue_s() + modelled
 
 
 class Predictor:

@@ -35,7 +35,7 @@ from pathmaster.records import InvalidInput
 from pathmaster.vocabulary import majority
 from qos.admission import Admission, Refused
 from qos.policy import plan_site
-from qos.predict import Calibration, PredictionLog, Predictor, SiteLoad
+from qos.predict import Calibration, PredictionLog, Predictor, RecentLevel, SiteLoad
 from qos.transport import (STALE_PORT_CODES, ClassChannels, MarkedServer, client_identity, connect_address,
                            split_address)
 from services.classinfo import class_messages
@@ -133,6 +133,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         self.predictor = Predictor()
         self.predictions = PredictionLog()       # case-level predicted vs actual
         self.case_calibration = Calibration()    # by the modes of its sites, e.g. "features"
+        self.case_levels = RecentLevel()         # by those modes and the cells, e.g. "features/6"
         self.site_predictions = PredictionLog()  # per site
         self.reply_bytes_per_cell: dict[str, float] = {}
         from pathmaster.features import feature_names
@@ -272,12 +273,15 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         analysis_s = self._analysis_estimate(cells) if any(
             p.mode == "features" for p in plans.values()) and not request.features else 0.0
         predictions = [p.predicted_s for p in plans.values()]
-        # The sum is the model's; the case's calibration (qos.predict.Calibration) turns it into
-        # the median it has recently been of such cases' actual times.
+        # The recent median of like cases (same modes and cells, about as many in flight),
+        # once there are 3; until then the sum of the modelled parts, calibrated
+        # (qos.predict.RecentLevel, Calibration).
         case_kind = "+".join(sorted({p.mode for p in plans.values()}))
+        level_key = f"{case_kind}/{cells}"
         modelled_case = (analysis_s + max(predictions)) if predictions and None not in predictions else None
-        case_predicted = None if modelled_case is None else \
-            modelled_case * self.case_calibration.factor(case_kind, sharing)
+        case_predicted = self.case_levels.value(level_key, sharing)
+        if case_predicted is None and modelled_case is not None:
+            case_predicted = modelled_case * self.case_calibration.factor(case_kind, sharing)
         # Case ids may be accession numbers: INFO names a case by its keyed tag only.
         log.debug("case %s is %s", log_tag(case_id), case_id)
         log.info("case %s (%s as %s): %d cells to %s, deadline %.1f s, predicted %s", log_tag(case_id), rclass.name,
@@ -340,6 +344,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         error = self.predictions.add(case_predicted, total_s)
         if all(r.status_code == 0 for r in results) and case_kind == "+".join(sorted({p.mode for p in plans.values()})):
             self.case_calibration.add(case_kind, total_s, modelled_case, sharing)  # a case as planned
+            self.case_levels.add(level_key, total_s, sharing)
         summary = pb.CaseSummary(
             case_id=case_id, request_class=rclass.name, total_s=total_s,
             sites_ok=sum(r.status_code == 0 for r in results),
