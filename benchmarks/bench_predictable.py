@@ -1,6 +1,7 @@
 """Predictable completion on loopback: bytes per site, throughput, and the predicted wait.
 
     python benchmarks/bench_predictable.py [--clients 20] [--cases-per-client 2] [--blocks 2] [--cases 40]
+                                           [--compare-search] [--verbose] [--skip bytes,throughput]
 
 Three sites and a coordinator on loopback (the demo's databases, Ray, gRPC), one process:
 
@@ -11,7 +12,15 @@ Three sites and a coordinator on loopback (the demo's databases, Ray, gRPC), one
 2. Cases/s with `--clients` concurrent clients (6-cell cases, classes in turn), images and
    features blocks alternating in one run (`--blocks` of each): medians and the ratio.
 3. The predicted wait against the actual one over `--cases` sequential cases (classes in
-   turn, both modes): median absolute percentage error per case and per site.
+   turn, both modes): median absolute percentage error per case and per site, side by side
+   with the same run's "before" predictions (the sum of the modelled parts, from the same
+   observations: a site's prediction is still that sum; a case's was its analysis estimate
+   plus its slowest site) and with the best constant known in hindsight; the load average; and
+   where a site call's time goes (median, p90 and std/mean of each part: gRPC request,
+   site queue, worker round trip, the worker's own work, the handler's rest, the reply,
+   the coordinator's hand-off), measured by hooks in this one process. With
+   `--compare-search` this part runs twice: features searched on the sites' Ray workers
+   (as before), then in the site servers (SiteConfig.search_in_server).
 
 Prints medians and ratios measured side by side in one run; the machine is shared.
 """
@@ -19,6 +28,7 @@ Prints medians and ratios measured side by side in one run; the machine is share
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -119,38 +129,211 @@ def cpu_seconds() -> dict[str, float]:
     return out
 
 
-def bench_prediction(client, cells, cases: int, predictor, verbose: bool = False) -> dict:
+class Timeline:
+    """Where a site call's time goes, recorded by hooks in this one process (the sites and
+    the coordinator share its monotonic clock; cases run one at a time).
+
+    Per site of the current case: when the winning copy was sent (`sent`), when the site's
+    handler began and returned (`entry`, `exit`), when the coordinator's gRPC future
+    completed (`done`) and when its fan-out thread took the answer (`taken`). Per case:
+    the coordinator's per-cell analysis seconds. And every garbage collection's pause.
+    """
+
+    def __init__(self):
+        self.site: dict[str, dict[str, float]] = defaultdict(dict)
+        self.cell_analysis_s: list[float] = []
+        self.gc_pauses: list[float] = []
+        self._gc_started = 0.0
+        self._lock = threading.Lock()
+
+    def clear(self) -> None:
+        with self._lock:
+            self.site.clear()
+            self.cell_analysis_s.clear()
+
+    def install(self) -> None:
+        """Hook the site handler, the coordinator's fan-out and the garbage collector
+        (before the servers start: gRPC binds the handlers then)."""
+        import gc
+
+        from services.coordinator import server as coordinator_server
+        from services.coordinator.fanout import FanOut
+        from services.site.server import SiteServicer
+
+        timeline = self
+        analyse = SiteServicer.Analyse
+
+        def timed_analyse(servicer, request, context):
+            entry = time.monotonic()
+            reply = analyse(servicer, request, context)
+            if reply.cells:  # the copy the site took (the others are refused, or cancelled)
+                with timeline._lock:
+                    timeline.site[servicer.name].update(entry=entry, exit=time.monotonic())
+            return reply
+
+        class TimedFanOut(FanOut):
+            def _finished(self, site, run, attempt):
+                outcome = super()._finished(site, run, attempt)
+                if outcome is not None and outcome.reply is not None:
+                    with timeline._lock:
+                        timeline.site[site].update(sent=attempt.sent_at, taken=time.monotonic(),
+                                                   done=attempt.done_at)
+                return outcome
+
+        def on_gc(phase, info):
+            if phase == "start":
+                self._gc_started = time.perf_counter()
+            else:
+                self.gc_pauses.append(time.perf_counter() - self._gc_started)
+
+        SiteServicer.Analyse = timed_analyse
+        coordinator_server.FanOut = TimedFanOut
+        gc.callbacks.append(on_gc)
+
+    def watch_analysers(self, analysers) -> None:
+        """Collect the per-cell service seconds the coordinator's analysers report."""
+        recent = analysers.seconds_per_cell
+        add = recent.add
+
+        def collecting(seconds):
+            with self._lock:
+                self.cell_analysis_s.append(seconds)
+            add(seconds)
+
+        recent.add = collecting
+
+
+SITE_PARTS = {  # part -> what it is, for the breakdown's legend
+    "request": "coordinator sends -> site handler begins (gRPC request, server thread hand-off)",
+    "queue": "handler begins -> a worker is given the call (site queue, dispatcher hand-off)",
+    "worker_rtt": "worker call round trip less its own work (Ray actor call, result back)",
+    "work": "the worker's own extraction + search",
+    "handler_rest": "worker result -> handler returns (wake-up, reply built)",
+    "reply": "handler returns -> coordinator's call completes (gRPC reply)",
+    "fanout_hop": "call completes -> coordinator's fan-out thread takes it (in the case's time, not the site's)",
+}
+
+
+def site_parts(r, marks: dict) -> dict[str, float]:
+    """One site call's parts (seconds) from its SiteResult and the timeline's marks."""
+    t = r.timing
+    parts = {"queue": t.queue_s, "worker_rtt": t.service_s - t.extraction_s - t.search_s,
+             "work": t.extraction_s + t.search_s, "handler_rest": t.site_wall_s - t.queue_s - t.service_s,
+             "total": t.total_s}
+    if {"sent", "entry", "exit", "done", "taken"} <= set(marks):
+        parts.update(request=marks["entry"] - marks["sent"], reply=marks["done"] - marks["exit"],
+                     fanout_hop=marks["taken"] - marks["done"])
+    return parts
+
+
+def spread(values) -> str:
+    """'median / p90 / std:mean' of seconds, in ms."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    if not len(v):
+        return "-"
+    mean = v.mean()
+    return (f"{1000 * np.median(v):7.1f} {1000 * np.percentile(v, 90):7.1f} "
+            f"{(v.std() / mean if mean > 0 else float('nan')):6.2f}")
+
+
+def print_parts(calls: list[dict], cases: list[dict]) -> None:
+    """Median, p90 (ms) and std/mean of each part of a site call, per mode; and of a case."""
+    print("   where the time goes (ms: median, p90; std/mean), per site call:")
+    for mode in ("features", "images"):
+        got = [c for c in calls if c["mode"] == mode]
+        if not got:
+            continue
+        print(f"     {mode} (n={len(got)})")
+        for part in [*SITE_PARTS, "total"]:
+            print(f"       {part:<13} {spread([c.get(part, np.nan) for c in got])}   {SITE_PARTS.get(part, 'site call, as the coordinator saw it')}")
+    for mode in ("features", "images"):
+        got = [c for c in cases if c["mode"] == mode]
+        if not got:
+            continue
+        print(f"     case, {mode} (n={len(got)}): total {spread([c['total'] for c in got])}; coordinator analysis "
+              f"{spread([c['analysis'] for c in got])}; slowest site {spread([c['slowest'] for c in got])}; rest "
+              f"{spread([c['total'] - c['analysis'] - c['slowest'] for c in got])}")
+        cell = [s for c in got for s in c["cell_analysis"]]
+        if cell:
+            print(f"       one cell's analysis on an analyser actor (n={len(cell)}): {spread(cell)}")
+
+
+def bench_prediction(client, cells, cases: int, servicer, verbose: bool = False,
+                     timeline: Timeline | None = None) -> dict:
     """Predicted vs actual completion, per case and per site, classes and modes in turn;
-    and per site the predicted parts (transfer, site work) beside the measured ones."""
+    and per site the predicted parts (transfer, site work) beside the measured ones.
+
+    "Before" is the same run's predictions made the old way from the same observations:
+    each site's model (queue + transfer + overhead + service, as now), the coordinator's
+    analysis at its actors' per-cell service time, and the case the plain sum of its
+    analysis and its slowest site."""
+    predictor = servicer.predictor
     parts = {}  # (site, class, mode) -> the site work predicted in the latest prediction
+    model = {}  # (site, class, mode) -> the sum of the modelled parts ("before")
+    analysis_before = []  # the case's analysis estimate at the per-cell service time
     predict = predictor.predict
+    analysis_estimate = servicer._analysis_estimate
 
     def recording(site, request_class, mode, nbytes, cells, sharing=1):
         predicted = predict(site, request_class, mode, nbytes, cells, sharing)
-        parts[(site, request_class, mode)] = predictor.site(site).site_parts(mode, cells)
+        m = predictor.site(site)
+        parts[(site, request_class, mode)] = m.site_parts(mode, cells)
+        modelled = m.modelled_s(request_class, mode, nbytes, cells, sharing)
+        model[(site, request_class, mode)] = None if modelled is None else m.queue_s() + modelled
         return predicted
 
+    def recording_analysis(cells):
+        a = servicer.analysers
+        per_cell = a.seconds_per_cell.value() if a else None
+        analysis_before.append(0.0 if per_cell is None else per_cell * a.rounds(cells, a._pending))
+        return analysis_estimate(cells)
+
     predictor.predict = recording  # this instance only, for the breakdown below
+    servicer._analysis_estimate = recording_analysis
     case_errors, site_errors, pairs, rows = [], [], [], []
+    case_before, site_before = [], []
     actual = defaultdict(list)  # (site, mode) -> actual seconds, for the noise floor
+    calls, case_parts = [], []
     try:
         for i in range(cases):
             parts.clear()
-            events = list(client.submit(cells, CLASSES[i % len(CLASSES)], deadline_s=120,
-                                        ship=("features", "images")[(i // len(CLASSES)) % 2]))
+            model.clear()
+            analysis_before.clear()
+            if timeline is not None:
+                timeline.clear()
+            ship = ("features", "images")[(i // len(CLASSES)) % 2]
+            events = list(client.submit(cells, CLASSES[i % len(CLASSES)], deadline_s=120, ship=ship))
             plan = events[0].plan
             summary = events[-1].summary
+            ok = [r for r in site_results(events).values() if r.status_code == 0]
+            for r in ok:
+                calls.append({"case": i, "site": r.site, "mode": r.mode, "class": r.request_class,
+                              "predicted": r.predicted_s, "before": model.get((r.site, r.request_class, r.mode)),
+                              **site_parts(r, timeline.site.get(r.site, {}) if timeline else {})})
+            if ok:
+                case_parts.append({"case": i, "mode": ship, "predicted": plan.predicted_s,
+                                   "total": summary.total_s, "analysis": summary.analysis_s,
+                                   "slowest": max(r.timing.total_s for r in ok),
+                                   "cell_analysis": list(timeline.cell_analysis_s) if timeline else []})
+            befores = {r.site: model.get((r.site, r.request_class, r.mode)) for r in ok}
             if plan.predicted_s:
                 case_errors.append(abs(plan.predicted_s - summary.total_s) / summary.total_s)
                 pairs.append((plan.predicted_s, summary.total_s))
+                if ok and len(ok) == len(plan.sites) and None not in befores.values():
+                    before = (analysis_before[-1] if analysis_before and summary.analysis_s else 0.0) \
+                        + max(befores.values())
+                    case_before.append(abs(before - summary.total_s) / summary.total_s)
             for r in site_results(events).values():
                 if r.predicted_s and r.status_code == 0:
                     site_errors.append(abs(r.predicted_s - r.timing.total_s) / r.timing.total_s)
                     actual[(r.site, r.mode)].append(r.timing.total_s)
+                    if befores.get(r.site):
+                        site_before.append(abs(befores[r.site] - r.timing.total_s) / r.timing.total_s)
                     p = parts.get((r.site, r.request_class, r.mode))
-                    if p is not None and True:
+                    if p is not None and befores.get(r.site):
                         site_s = sum(p.values())
-                        rows.append((r.mode, r.predicted_s - site_s, r.timing.transfer_s, site_s,
+                        rows.append((r.mode, befores[r.site] - site_s, r.timing.transfer_s, site_s,
                                      r.timing.site_wall_s, r.timing.extraction_s + r.timing.search_s,
                                      p["queue_s"], r.timing.queue_s, len(r.decisions)))
                         if verbose:
@@ -161,10 +344,17 @@ def bench_prediction(client, cells, cases: int, predictor, verbose: bool = False
                                   f"{r.timing.site_wall_s - r.timing.queue_s:.3f}; {'; '.join(r.decisions)}")
     finally:
         predictor.predict = predict
+        servicer._analysis_estimate = analysis_estimate
     # The best any constant could do per site and mode: the median of its actual times,
     # known afterwards. What is left is the run-to-run noise of the shared machine.
     floor = [abs(np.median(times) - t) / t for times in actual.values() for t in times]
-    return {"case": case_errors, "site": site_errors, "pairs": pairs, "rows": rows, "floor": floor}
+    by_mode = defaultdict(list)
+    for c in case_parts:
+        by_mode[c["mode"]].append(c["total"])
+    case_floor = [abs(np.median(times) - t) / t for times in by_mode.values() for t in times]
+    return {"case": case_errors, "site": site_errors, "pairs": pairs, "rows": rows, "floor": floor,
+            "calls": calls, "cases": case_parts, "case_floor": case_floor,
+            "case_before": case_before, "site_before": site_before}
 
 
 def print_breakdown(rows) -> None:
@@ -187,6 +377,10 @@ def main() -> int:
     parser.add_argument("--blocks", type=int, default=2, help="throughput blocks of each mode, alternating")
     parser.add_argument("--cases", type=int, default=40, help="sequential cases for the prediction error")
     parser.add_argument("--verbose", action="store_true", help="print every site's predicted and actual parts")
+    parser.add_argument("--compare-search", action="store_true",
+                        help="run the prediction part twice: features searched on the sites' Ray workers "
+                             "(the old way), then in the site servers")
+    parser.add_argument("--json", help="write every case's and site call's predicted, before, actual and parts here")
     parser.add_argument("--skip", default="", help="comma-separated parts to skip: bytes, throughput")
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
@@ -200,6 +394,8 @@ def main() -> int:
     from services.site.worker import ensure_ray
 
     logging.basicConfig(level=logging.WARNING)
+    timeline = Timeline()
+    timeline.install()
     print(f"bench_predictable: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start")
     ensure_ray()
     databases = demo_databases(DEMO_SITES)
@@ -240,18 +436,46 @@ def main() -> int:
             i, f = cpu["images"].get(kind, 0.0) / cases, cpu["features"].get(kind, 0.0) / cases
             print(f"   CPU s per case, {kind:<52} images {i:6.3f}  features {f:6.3f}")
 
-        with CoordinatorClient(address) as client:
-            pred = bench_prediction(client, cells, args.cases, deployment.coordinator.servicer.predictor, args.verbose)
-        case, site = pred["case"], pred["site"]
-        print(f"3. predicted vs actual wait, {args.cases} sequential cases (classes and modes in turn): "
-              f"MdAPE per case {100 * np.median(case):.1f}% (n={len(case)}), per site "
-              f"{100 * np.median(site):.1f}% (n={len(site)}); p90 per case {100 * np.percentile(case, 90):.1f}%")
-        print(f"   coordinator's own log: MdAPE {100 * (deployment.coordinator.servicer.predictions.mdape() or 0):.1f}% "
-              f"over its last {len(deployment.coordinator.servicer.predictions)} predicted cases")
-        print(f"   noise floor per site: {100 * np.median(pred['floor']):.1f}% (MdAPE of the best constant per "
-              f"site and mode, the median of its actual times, known only afterwards)")
-        print("   per site, medians of predicted and actual parts:")
-        print_breakdown(pred["rows"])
+        timeline.watch_analysers(deployment.coordinator.servicer.analysers)
+        servicer = deployment.coordinator.servicer
+        here = {name: site.servicer.local for name, site in deployment.sites.items()}
+        phases = [("searches in the site server", True)]
+        if args.compare_search:  # the old way first: features searched on the sites' Ray workers
+            phases.insert(0, ("searches on the sites' Ray workers (before)", False))
+        raw = []
+        for label, in_server in phases:
+            for name, site in deployment.sites.items():
+                site.servicer.local = here[name] if in_server else None
+            load_before = os.getloadavg()[0]
+            gc_before = len(timeline.gc_pauses)
+            with CoordinatorClient(address) as client:
+                pred = bench_prediction(client, cells, args.cases, servicer, args.verbose, timeline)
+            report_prediction(f"{label}: ", args.cases, pred, load_before, timeline.gc_pauses[gc_before:])
+            raw.append({"phase": label, "load_before": load_before, "load_after": os.getloadavg()[0],
+                        "calls": pred["calls"], "cases": pred["cases"]})
+    if args.json:
+        Path(args.json).write_text(json.dumps(raw, indent=1))
+    return 0
+
+
+def report_prediction(label: str, cases: int, pred: dict, load_before: float, pauses: list[float]) -> None:
+    """Section 3 of the report: the prediction errors side by side, and where the time went."""
+    case, site = pred["case"], pred["site"]
+    print(f"3. {label}predicted vs actual wait, {cases} sequential cases (classes and modes in turn): "
+          f"MdAPE per case {100 * np.median(case):.1f}% (n={len(case)}), per site "
+          f"{100 * np.median(site):.1f}% (n={len(site)}); p90 per case {100 * np.percentile(case, 90):.1f}%")
+    md = lambda v: f"{100 * np.median(v):5.1f}%" if len(v) else "    -"  # noqa: E731
+    print("   MdAPE side by side, same cases:   before (sum of parts)   now   hindsight constant")
+    print(f"     per site (n={len(site):<3})                 {md(pred['site_before'])}        {md(site)}"
+          f"        {md(pred['floor'])}")
+    print(f"     per case (n={len(case):<3})                 {md(pred['case_before'])}        {md(case)}"
+          f"        {md(pred['case_floor'])}")
+    print("   (hindsight constant: per site (case) and mode, the median of its actual times, known only afterwards)")
+    print(f"   load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after; {len(pauses)} garbage "
+          f"collections in this process, {1000 * sum(pauses):.1f} ms in all, longest {1000 * max(pauses, default=0):.1f} ms")
+    print("   per site, medians of predicted and actual parts:")
+    print_breakdown(pred["rows"])
+    print_parts(pred["calls"], pred["cases"])
     return 0
 
 

@@ -22,8 +22,16 @@ and searching)::
   image costs far more than searching a feature vector), plus the per-call overhead the
   coordinator measures (see `SiteModel`).
 
+- A whole case (the coordinator's analysis, then its slowest site) is predicted by the
+  recent median of like cases' actual times (`RecentLevel`): every part's spread adds up in
+  the sum of modelled parts, and the parts' medians do not add up to the median of the
+  whole. Until 3 like cases are known, the sum is used, scaled by `Calibration` (the recent
+  median ratio of actual to modelled). Measured per site the same way (a calibrated sum, or
+  the recent median of the site's own times) did no better than the plain sum on loopback
+  under load (benchmarks/bench_predictable.py), so a site's prediction is the sum.
+
 No library fits this: it is a two-parameter weighted least-squares update over a short
-window (numpy does the algebra) and EWMAs of what the sites say.
+window (numpy does the algebra) and recent medians of what the sites say.
 
 `PredictionLog` keeps predicted-vs-actual pairs and reports the median absolute
 percentage error, which the case log, the summary and the benchmarks show.
@@ -45,7 +53,84 @@ PRIOR_RATE_BPS = 100e6     # bits/s assumed before the path has shown its rate (
 SIMILAR_SHARING = 2.0      # calls made under up to 2x (or 1/2) the coordinator's concurrency are alike
 RECENT_CALLS = 9           # calls a recent median is taken over: a spike is ignored, a new level
                            # is followed after RECENT_CALLS // 2 + 1 calls
+RECENT_CASES = 5           # cases a recent level of whole cases is the median of (at least 3 needed)
 ONE_JOB_MODES = frozenset({"features"})  # modes a site serves a whole request in one job
+
+
+class Calibration:
+    """Recent ratios of actual to modelled seconds, by key (a site's mode, a kind of
+    case), each with the concurrency it was measured under.
+
+    `factor(key, sharing)` is the median of the last RECENT_CALLS ratios of `key` measured
+    under about `sharing` cases in flight (within SIMILAR_SHARING), or of the last
+    RECENT_CALLS of any concurrency when fewer than 3 are that similar; 1.0 before any.
+    A median, because the median absolute percentage error is what predictions are
+    judged by.
+
+    Parameters
+    ----------
+    window : int
+        Ratios kept per key (of every concurrency).
+    """
+
+    def __init__(self, window: int = WINDOW_CALLS):
+        self.window = window
+        self._ratios: dict[str, deque[tuple[float, float]]] = {}
+
+    def add(self, key: str, actual_s: float, modelled_s: float | None, sharing: int = 1) -> None:
+        """Record one outcome: `actual_s` against the model's `modelled_s` (ignored when
+        either is not a positive number)."""
+        if modelled_s is None or not (math.isfinite(actual_s) and math.isfinite(modelled_s)):
+            return
+        if actual_s <= 0 or modelled_s <= 0:
+            return
+        ratios = self._ratios.setdefault(key, deque(maxlen=self.window))
+        ratios.append((actual_s / modelled_s, float(max(1, sharing))))
+
+    def factor(self, key: str, sharing: int = 1) -> float:
+        """The recent median ratio of `key` under about `sharing` cases in flight."""
+        ratios = self._ratios.get(key)
+        if not ratios:
+            return 1.0
+        sharing = max(1, sharing)
+        similar = [r for r, k in ratios if max(k, sharing) / min(k, sharing) <= SIMILAR_SHARING]
+        chosen = similar if len(similar) >= 3 else [r for r, _ in ratios]
+        return float(np.median(chosen[-RECENT_CALLS:]))
+
+
+class RecentLevel:
+    """The recent median of actual seconds by key (e.g. a kind of case), from those measured
+    under about the same concurrency.
+
+    `value(key, sharing)` is the median of the last `last` values of `key` measured under
+    about `sharing` cases in flight (within SIMILAR_SHARING), or None while fewer than 3
+    are. Measured on loopback under load, this predicts a whole case better than the sum of
+    its modelled parts (the analysis, then the slowest site): every part's spread adds up in
+    the sum, and the parts' medians do not add up to the median of the whole.
+
+    Parameters
+    ----------
+    last : int
+        Values the median is taken over.
+    window : int
+        Values kept per key (of every concurrency).
+    """
+
+    def __init__(self, last: int = RECENT_CASES, window: int = WINDOW_CALLS):
+        self.last = last
+        self.window = window
+        self._values: dict[str, deque[tuple[float, float]]] = {}
+
+    def add(self, key: str, seconds: float, sharing: int = 1) -> None:
+        """Record one actual time (ignored unless a positive number)."""
+        if math.isfinite(seconds) and seconds > 0:
+            self._values.setdefault(key, deque(maxlen=self.window)).append((float(seconds), float(max(1, sharing))))
+
+    def value(self, key: str, sharing: int = 1) -> float | None:
+        """The recent median of `key` under about `sharing` cases in flight, or None."""
+        sharing = max(1, sharing)
+        similar = [v for v, k in self._values.get(key, ()) if max(k, sharing) / min(k, sharing) <= SIMILAR_SHARING]
+        return float(np.median(similar[-self.last:])) if len(similar) >= 3 else None
 
 
 class RecentMedian:
@@ -254,16 +339,25 @@ class SiteModel:
         parts = self.site_parts(mode, cells)
         return None if parts is None else sum(parts.values())
 
+    def modelled_s(self, request_class: str, mode: str, nbytes: int, cells: int, sharing: int = 1) -> float | None:
+        """The model's seconds for a call, its queue wait left out: transfer + overhead +
+        service; None until the site has answered once in this mode and the class's path
+        has carried a call."""
+        fit = self.path(request_class).fit(max(1, sharing))
+        parts = self.site_parts(mode, cells)
+        if fit is None or parts is None:
+            return None
+        return fit.transfer_s(nbytes) + parts["overhead_s"] + parts["service_s"]
+
     def predict(self, request_class: str, mode: str, nbytes: int, cells: int, sharing: int = 1) -> float | None:
         """Predicted completion seconds, or None until the site has answered once in this
         mode and the class's path has carried a call. `sharing`: the coordinator's cases
         that share the path now, this one included (the transfer takes that many times its
         time alone)."""
-        fit = self.path(request_class).fit(max(1, sharing))
-        site = self.site_s(mode, cells)
-        if fit is None or site is None:
+        modelled = self.modelled_s(request_class, mode, nbytes, cells, sharing)
+        if modelled is None:
             return None
-        return fit.transfer_s(nbytes) + site
+        return self.queue_s() + modelled
 
 
 class Predictor:

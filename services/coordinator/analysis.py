@@ -100,6 +100,9 @@ class Analysers:
         self.actors = [_RemoteAnalyser.options(num_cpus=cpus).remote(budget) for _ in range(count)]
         self.schema = ""
         self.seconds_per_cell = RecentMedian()  # service time of one cell on an actor
+        # Wall seconds of one round (every actor analysing one cell) as a whole case saw it:
+        # the actors' service, Ray's calls and the hand-offs; what `estimate_s` scales.
+        self.seconds_per_round = RecentMedian()
         self._pending = 0                       # cells sent to the actors and not answered
         self._lock = threading.Lock()
 
@@ -111,25 +114,34 @@ class Analysers:
         self.schema = schemas.pop()
         return self.schema
 
+    def rounds(self, cells: int, pending: int) -> int:
+        """Rounds of one cell per actor that `cells` new cells take behind `pending` ones."""
+        return math.ceil((pending + cells) / max(1, len(self.actors)))
+
     def estimate_s(self, cells: int) -> float | None:
         """Predicted seconds to analyse `cells` more cells now: the cells already waiting
         or running and these, served a cell per actor at a time, at the recent median
-        service time per cell; None before the first cell was analysed."""
-        per_cell = self.seconds_per_cell.value()
-        if per_cell is None:
+        wall time of a round as cases saw it (before any case was timed: of one cell's
+        service); None before the first cell was analysed."""
+        per_round = self.seconds_per_round.value()
+        if per_round is None:
+            per_round = self.seconds_per_cell.value()
+        if per_round is None:
             return None
         with self._lock:
             pending = self._pending
-        return per_cell * math.ceil((pending + cells) / max(1, len(self.actors)))
+        return per_round * self.rounds(cells, pending)
 
     def analyse(self, cells: list[pb.CellImage], timeout_s: float) -> list[pb.CellFeatures | str]:
         """Each cell's CellFeatures, or the error text for a cell that cannot be analysed,
         in the order of `cells`. Raises ray's GetTimeoutError when `timeout_s` passes."""
         deadline = time.time() + timeout_s
+        started = time.monotonic()
         refs = [self.actors[i % len(self.actors)].analyse_timed.remote(c.cell_id, c.image, c.background, c.mask,
                                                                        deadline)
                 for i, c in enumerate(cells)]
         with self._lock:
+            rounds = self.rounds(len(refs), self._pending)
             self._pending += len(refs)
         try:
             timed = ray.get(refs, timeout=timeout_s)
@@ -142,6 +154,7 @@ class Analysers:
                 self._pending -= len(refs)
         for _, seconds in timed:
             self.seconds_per_cell.add(seconds)
+        self.seconds_per_round.add((time.monotonic() - started) / rounds)
         return [result for result, _ in timed]
 
     def stop(self) -> None:

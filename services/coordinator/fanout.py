@@ -45,6 +45,13 @@ class Attempt:
     mode: str
     request_bytes: int
     label: str              # "first", "copy 2", ..., "hedge", "images fallback"
+    done_at: float | None = None  # time.monotonic() when the call completed (its gRPC callback)
+
+    def elapsed_s(self) -> float:
+        """Seconds from sending to the call's completion: the site's answer as it arrived,
+        not when the fan-out thread got to it (behind other sites' answers, or a stream
+        write to the client)."""
+        return (self.done_at if self.done_at is not None else time.monotonic()) - self.sent_at
 
 
 def _may_answer(attempt: Attempt) -> bool:
@@ -136,8 +143,13 @@ class FanOut:
         attempt = Attempt(call, sent_at, request_class, mode, request_bytes, label)
         with self._lock:
             self.runs[site].attempts.append(attempt)
-        call.add_done_callback(lambda c, s=site, a=attempt: self._events.put(("done", s, a)))
+        call.add_done_callback(lambda c, s=site, a=attempt: self._completed(s, a))
         return True
+
+    def _completed(self, site: str, attempt: Attempt) -> None:
+        """gRPC's callback as a call completes: note when, and queue it for the decisions."""
+        attempt.done_at = time.monotonic()
+        self._events.put(("done", site, attempt))
 
     def cancel(self) -> None:
         """Cancel every copy still running and every hedge timer (idempotent)."""
@@ -194,7 +206,7 @@ class FanOut:
 
     def _finished(self, site: str, run: SiteRun, attempt: Attempt) -> SiteOutcome | None:
         call = attempt.call
-        elapsed = time.monotonic() - attempt.sent_at
+        elapsed = attempt.elapsed_s()
         if not call.cancelled() and call.exception() is None:
             if len(run.attempts) > 1:
                 others = len(run.running())  # cancelled by outcomes() as this answer is final

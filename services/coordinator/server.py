@@ -35,7 +35,7 @@ from pathmaster.records import InvalidInput
 from pathmaster.vocabulary import majority
 from qos.admission import Admission, Refused
 from qos.policy import plan_site
-from qos.predict import PredictionLog, Predictor, SiteLoad
+from qos.predict import Calibration, PredictionLog, Predictor, RecentLevel, SiteLoad
 from qos.transport import (STALE_PORT_CODES, ClassChannels, MarkedServer, client_identity, connect_address,
                            split_address)
 from services.classinfo import class_messages
@@ -132,6 +132,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         self.analysers_schema = ""       # their feature schema; "" while none are ready
         self.predictor = Predictor()
         self.predictions = PredictionLog()       # case-level predicted vs actual
+        self.case_calibration = Calibration()    # by the modes of its sites, e.g. "features"
+        self.case_levels = RecentLevel()         # by those modes and the cells, e.g. "features/6"
         self.site_predictions = PredictionLog()  # per site
         self.reply_bytes_per_cell: dict[str, float] = {}
         from pathmaster.features import feature_names
@@ -271,7 +273,15 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         analysis_s = self._analysis_estimate(cells) if any(
             p.mode == "features" for p in plans.values()) and not request.features else 0.0
         predictions = [p.predicted_s for p in plans.values()]
-        case_predicted = (analysis_s + max(predictions)) if predictions and None not in predictions else None
+        # The recent median of like cases (same modes and cells, about as many in flight),
+        # once there are 3; until then the sum of the modelled parts, calibrated
+        # (qos.predict.RecentLevel, Calibration).
+        case_kind = "+".join(sorted({p.mode for p in plans.values()}))
+        level_key = f"{case_kind}/{cells}"
+        modelled_case = (analysis_s + max(predictions)) if predictions and None not in predictions else None
+        case_predicted = self.case_levels.value(level_key, sharing)
+        if case_predicted is None and modelled_case is not None:
+            case_predicted = modelled_case * self.case_calibration.factor(case_kind, sharing)
         # Case ids may be accession numbers: INFO names a case by its keyed tag only.
         log.debug("case %s is %s", log_tag(case_id), case_id)
         log.info("case %s (%s as %s): %d cells to %s, deadline %.1f s, predicted %s", log_tag(case_id), rclass.name,
@@ -284,7 +294,9 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                                predicted_s=p.predicted_s or 0.0, hedge_after_s=p.hedge_after_s or 0.0,
                                reasons=list(p.reasons)) for s, p in plans.items()]))
 
+        analysis_started = time.monotonic()
         features, cell_errors = self._features_for_case(request, plans, case_deadline, decisions)
+        analysed_s = time.monotonic() - analysis_started if features is not None and not request.features else 0.0
         features_request = None
         if features is not None:
             features_request = pb.AnalyseRequest(case_id=case_id, request_class=served.name, k=k,
@@ -326,9 +338,13 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                 self.cases_cancelled += 1
             log.info("case %s: cancelled by the client after %.3f s", log_tag(case_id), total_s)
             self.metrics.case(rclass.name, "cancelled", total_s)
-            self._record(case_id, rclass, served, results, total_s, cells, "cancelled", case_predicted, decisions)
+            self._record(case_id, rclass, served, results, total_s, cells, "cancelled", case_predicted, decisions,
+                         analysis_s=analysed_s)
             return
         error = self.predictions.add(case_predicted, total_s)
+        if all(r.status_code == 0 for r in results) and case_kind == "+".join(sorted({p.mode for p in plans.values()})):
+            self.case_calibration.add(case_kind, total_s, modelled_case, sharing)  # a case as planned
+            self.case_levels.add(level_key, total_s, sharing)
         summary = pb.CaseSummary(
             case_id=case_id, request_class=rclass.name, total_s=total_s,
             sites_ok=sum(r.status_code == 0 for r in results),
@@ -338,11 +354,12 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             votes=vote([list(r.cells) for r in results if r.status_code == 0]),
             predicted_s=case_predicted or 0.0, served_class=served.name, decisions=decisions,
             bethesda=case_bethesda([list(r.cells) for r in results if r.status_code == 0]),
+            analysis_s=analysed_s,
         )
         outcome = case_outcome(summary.sites_ok, summary.sites_failed)  # failed: never a completion time
         self.metrics.case(rclass.name, outcome, total_s)
         self._record(case_id, rclass, served, results, total_s, cells, outcome, case_predicted, decisions,
-                     prediction_error=error)
+                     prediction_error=error, analysis_s=analysed_s)
         yield pb.CaseEvent(summary=summary)
 
     # ------------------------------------------------------------ analysis and prediction
@@ -439,12 +456,13 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
 
     def _record(self, case_id: str, rclass, served, results: list[pb.SiteResult], total_s: float,
                 cells: int, outcome: str, predicted_s: float | None, decisions: list[str],
-                prediction_error: float | None = None) -> None:
+                prediction_error: float | None = None, analysis_s: float = 0.0) -> None:
         self.case_log.write({
             "case_id": case_id, "tag": log_tag(case_id), "class": rclass.name, "dscp": rclass.dscp, "outcome": outcome,
             "served_class": served.name, "cells": cells, "total_s": round(total_s, 6),
             "predicted_s": None if predicted_s is None else round(predicted_s, 6),
             "prediction_error": None if prediction_error is None else round(prediction_error, 4),
+            "analysis_s": round(analysis_s, 6),
             "decisions": decisions,
             "bytes_sent": sum(r.bytes_sent for r in results),
             "bytes_received": sum(r.bytes_received for r in results),
@@ -453,7 +471,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                          "predicted_s": round(r.predicted_s, 6),
                          "total_s": round(r.timing.total_s, 6), "transfer_s": round(r.timing.transfer_s, 6),
                          "extraction_s": round(r.timing.extraction_s, 6), "search_s": round(r.timing.search_s, 6),
-                         "site_wall_s": round(r.timing.site_wall_s, 6),
+                         "site_wall_s": round(r.timing.site_wall_s, 6), "queue_s": round(r.timing.queue_s, 6),
+                         "service_s": round(r.timing.service_s, 6),
                          "bytes_sent": r.bytes_sent, "bytes_received": r.bytes_received,
                          "decisions": list(r.decisions)}
                 for r in results

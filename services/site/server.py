@@ -36,10 +36,10 @@ from services.site.cells import check_cell_size
 from services.fate import remember_descendants
 from services.metrics import serve_metrics, stop_metrics
 from services.tracing import server_interceptors, start_tracing
-from services.site.dispatch import PriorityDispatcher, WorkersDown
+from services.site.dispatch import Job, PriorityDispatcher, WorkersDown
 from services.site.metrics import SiteMetrics
 from services.site.supervisor import Supervisor
-from services.site.worker import CellOutcome, ensure_ray, start_worker, start_workers, stop_workers
+from services.site.worker import CellOutcome, SiteWorker, ensure_ray, start_worker, start_workers, stop_workers
 
 log = logging.getLogger("pathmaster.site")
 
@@ -88,6 +88,9 @@ class SiteServicer(pb_grpc.SiteServicer):
         self.copies = CopyFilter()  # copies of one request (qos.policy): answered once
         self.cases_cancelled: deque[str] = deque(maxlen=1000)
         self.seconds_per_cell: dict[str, RecentMedian] = {}  # by mode, over recent calls
+        # A SiteWorker in this process that searches features-mode requests in the handler's
+        # own thread (SiteConfig.search_in_server); None: they go to the Ray workers.
+        self.local = None
 
     def load(self) -> pb.SiteLoad:
         """What the coordinator's predictor needs: the queue (cells, and seconds of work
@@ -136,8 +139,23 @@ class SiteServicer(pb_grpc.SiteServicer):
         self._refuse_copy(request, context, "features")
         # One job for the whole request: a search is ~1 ms, a Ray task per cell costs more.
         cells = [(f.cell_id, list(f.values), f.background_estimated, f.mask_estimated) for f in request.features]
+        if self.local is not None:
+            return "features", [self._search_here(cells, k)]
         return "features", [self.dispatcher.submit(priority, (cells, k), method=METHOD_OF_MODE["features"],
                                                    cells=len(cells))]
+
+    def _search_here(self, cells: list[tuple], k: int) -> Job:
+        """A features request searched here, in the handler's thread, as a finished Job
+        (its result, or the error a worker would have raised): no queue, no hand-off."""
+        job = Job((cells, k), method=METHOD_OF_MODE["features"], cells=len(cells))
+        job.started = time.perf_counter()
+        try:
+            job.result = self.local.search_many(cells, k)
+        except Exception as exc:  # noqa: BLE001 - the handler turns it into a gRPC status, as for a worker's
+            job.error = exc
+        job.finished = time.perf_counter()
+        job.done.set()
+        return job
 
     def _refuse_copy(self, request: pb.AnalyseRequest, context: grpc.ServicerContext, mode: str) -> None:
         """A copy of a request already taken (the coordinator sends small ones as several):
@@ -225,6 +243,7 @@ class SiteServicer(pb_grpc.SiteServicer):
         results: list[CellOutcome] = [r for job in jobs for r in (job.result if isinstance(job.result, list) else [job.result])]
         self._note_service(mode, jobs)
         begun = [job.started for job in jobs if job.started is not None]
+        ended = [job.finished for job in jobs if job.finished is not None]
         return pb.AnalyseReply(
             site=self.name,
             algorithm=self.info["algorithm"],
@@ -234,6 +253,7 @@ class SiteServicer(pb_grpc.SiteServicer):
                 search_s=sum(r.search_s for r in results),
                 site_wall_s=time.perf_counter() - started,
                 queue_s=max(0.0, min(begun) - started) if begun else 0.0,
+                service_s=max(0.0, max(ended) - min(begun)) if begun and ended else 0.0,
             ),
             database_cells=self.info["database_cells"],
             load=self.load(),
@@ -309,6 +329,8 @@ class SiteServer:
         info = ray.get(self.workers[0].info.remote())
         remember_descendants()  # what Ray started meanwhile goes when this process goes (services/fate.py)
         self.servicer = SiteServicer(cfg.name, self.workers, info, cfg.classes, self.metrics)
+        if cfg.search_in_server and not cfg.ray_resource:
+            self.servicer.local = SiteWorker(cfg.db, budget=None)  # the index the workers use, built above
         host, _, port = cfg.listen.rpartition(":")
         start_tracing(cfg.tracing, "pathmaster-site")
         self.server = MarkedServer(

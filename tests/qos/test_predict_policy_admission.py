@@ -269,3 +269,34 @@ def test_one_client_cannot_fill_a_class():
     assert adm.admit("routine", "greedy").served_as == "routine"
     assert adm.in_use() == 3
 
+
+
+def test_a_recent_level_is_the_median_of_like_cases_under_about_the_same_concurrency():
+    from qos.predict import RECENT_CASES, RecentLevel
+
+    levels = RecentLevel()
+    levels.add("features/6", 0.10)
+    levels.add("features/6", 0.30)
+    assert levels.value("features/6") is None  # fewer than 3: the model speaks instead
+    levels.add("features/6", 0.12)
+    assert levels.value("features/6") == pytest.approx(0.12)  # the slow one does not pull it
+    for _ in range(3):
+        levels.add("features/6", 2.0, sharing=20)  # a burst of 20 cases at once
+    assert levels.value("features/6") == pytest.approx(0.12)  # a lone case is not predicted from the burst
+    assert levels.value("features/6", sharing=15) == pytest.approx(2.0)
+    assert levels.value("images/6") is None
+    for _ in range(RECENT_CASES // 2 + 1):
+        levels.add("features/6", 0.5)  # a new level
+    assert levels.value("features/6") == pytest.approx(0.5)
+
+
+def test_a_calibration_is_the_recent_median_ratio_of_actual_to_modelled():
+    from qos.predict import Calibration
+
+    calibration = Calibration()
+    assert calibration.factor("features") == 1.0  # nothing known: the model as it is
+    for actual in (0.15, 0.15, 0.9):
+        calibration.add("features", actual, 0.1)
+    assert calibration.factor("features") == pytest.approx(1.5)
+    calibration.add("features", 1.0, None)  # no model then: ignored
+    assert calibration.factor("features") == pytest.approx(1.5)

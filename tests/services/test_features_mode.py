@@ -116,3 +116,42 @@ def test_features_of_another_schema_from_a_client_are_refused_with_what_to_do(de
             list(client.submit(ids, "routine", features=vectors, feature_schema="fs1-old"))
     assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert "send the images" in refused.value.details()
+
+
+def test_a_features_request_is_searched_in_the_site_server_with_the_workers_matches(deployment, case_cells):
+    """SiteConfig.search_in_server (on by default): the site searches vectors itself, in
+    the handler's thread, and finds what its workers find."""
+    from tests.services.conftest import as_case
+
+    servicer = deployment.sites["alpha"].servicer
+    assert servicer.local is not None
+    _, vectors, schema = analyse_locally(as_case(case_cells[:2]))
+    submitted = []
+    submit = servicer.dispatcher.submit
+
+    def recording(*args, **kwargs):
+        submitted.append(kwargs.get("method"))
+        return submit(*args, **kwargs)
+
+    servicer.dispatcher.submit = recording
+    local = servicer.local
+    try:
+        with grpc.insecure_channel(deployment.sites["alpha"].address) as channel:
+            stub = pb_grpc.SiteStub(channel)
+
+            def ask(case_id):
+                return stub.Analyse(pb.AnalyseRequest(case_id=case_id, request_class="routine", feature_schema=schema,
+                                                      features=vectors), timeout=60)
+
+            here = ask("searched-here")
+            assert submitted == []  # no worker was given the search
+            servicer.local = None
+            on_worker = ask("searched-on-a-worker")
+            assert submitted == ["search_many"]
+    finally:
+        servicer.local = local
+        servicer.dispatcher.submit = submit
+    assert [[m.cell_id for m in c.matches] for c in here.cells] == \
+        [[m.cell_id for m in c.matches] for c in on_worker.cells]
+    assert all(len(c.matches) == 5 for c in here.cells)
+    assert 0 < here.timing.service_s <= here.timing.site_wall_s

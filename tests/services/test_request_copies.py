@@ -257,6 +257,26 @@ def test_a_refused_copy_heard_before_the_answer_does_not_fail_the_site():
     assert outcomes[0].reply.site == "s" and outcomes[0].attempt.label == "first"
 
 
+def test_a_sites_time_ends_when_its_answer_arrives_not_when_the_fan_out_gets_to_it(monkeypatch):
+    """Three sites answer at once; the fan-out thread handles them in turn (each streamed to
+    the client): the later ones' times must not include that wait."""
+    from types import SimpleNamespace
+
+    from services.coordinator import fanout
+
+    now = [100.0]
+    monkeypatch.setattr(fanout, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    answer = Settled(reply=pb.AnalyseReply(site="s", algorithm="transfer-only"))
+    plan = SitePlan("s", "features", "routine", None, None, None, copies=1)
+    fan = FanOut({"s": plan}, lambda site, cls, mode, lane=0: (answer, 100), now[0] + 60)
+    assert fan.start() == []
+    now[0] = 100.5
+    answer.release()  # gRPC's callback: the answer is here
+    now[0] = 103.0    # the fan-out thread was busy with other sites' answers meanwhile
+    (outcome,) = list(fan.outcomes())
+    assert outcome.code == grpc.StatusCode.OK and outcome.elapsed_s == pytest.approx(0.5)
+
+
 def test_connect_opens_every_lane_before_any_call(holding_site):
     _site, channels = holding_site
     channels.connect("s", ["routine", "urgent"], lanes=2)

@@ -63,20 +63,22 @@ class CellResult(_message.Message):
     def __init__(self, query_cell_id: _Optional[str] = ..., matches: _Optional[_Iterable[_Union[Match, _Mapping]]] = ..., background_estimated: _Optional[bool] = ..., mask_estimated: _Optional[bool] = ..., error: _Optional[str] = ...) -> None: ...
 
 class SiteTiming(_message.Message):
-    __slots__ = ("transfer_s", "extraction_s", "search_s", "total_s", "site_wall_s", "queue_s")
+    __slots__ = ("transfer_s", "extraction_s", "search_s", "total_s", "site_wall_s", "queue_s", "service_s")
     TRANSFER_S_FIELD_NUMBER: _ClassVar[int]
     EXTRACTION_S_FIELD_NUMBER: _ClassVar[int]
     SEARCH_S_FIELD_NUMBER: _ClassVar[int]
     TOTAL_S_FIELD_NUMBER: _ClassVar[int]
     SITE_WALL_S_FIELD_NUMBER: _ClassVar[int]
     QUEUE_S_FIELD_NUMBER: _ClassVar[int]
+    SERVICE_S_FIELD_NUMBER: _ClassVar[int]
     transfer_s: float
     extraction_s: float
     search_s: float
     total_s: float
     site_wall_s: float
     queue_s: float
-    def __init__(self, transfer_s: _Optional[float] = ..., extraction_s: _Optional[float] = ..., search_s: _Optional[float] = ..., total_s: _Optional[float] = ..., site_wall_s: _Optional[float] = ..., queue_s: _Optional[float] = ...) -> None: ...
+    service_s: float
+    def __init__(self, transfer_s: _Optional[float] = ..., extraction_s: _Optional[float] = ..., search_s: _Optional[float] = ..., total_s: _Optional[float] = ..., site_wall_s: _Optional[float] = ..., queue_s: _Optional[float] = ..., service_s: _Optional[float] = ...) -> None: ...
 
 class ImageRequest(_message.Message):
     __slots__ = ("site", "cell_id")
@@ -279,7 +281,7 @@ class CellVote(_message.Message):
     def __init__(self, query_cell_id: _Optional[str] = ..., diagnosis: _Optional[str] = ..., votes: _Optional[int] = ..., total: _Optional[int] = ..., bethesda: _Optional[str] = ..., bethesda_votes: _Optional[int] = ..., bethesda_total: _Optional[int] = ...) -> None: ...
 
 class CaseSummary(_message.Message):
-    __slots__ = ("case_id", "request_class", "total_s", "sites_ok", "sites_failed", "bytes_sent", "bytes_received", "votes", "predicted_s", "served_class", "decisions", "bethesda")
+    __slots__ = ("case_id", "request_class", "total_s", "sites_ok", "sites_failed", "bytes_sent", "bytes_received", "votes", "predicted_s", "served_class", "decisions", "bethesda", "analysis_s")
     CASE_ID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_CLASS_FIELD_NUMBER: _ClassVar[int]
     TOTAL_S_FIELD_NUMBER: _ClassVar[int]
@@ -292,6 +294,7 @@ class CaseSummary(_message.Message):
     SERVED_CLASS_FIELD_NUMBER: _ClassVar[int]
     DECISIONS_FIELD_NUMBER: _ClassVar[int]
     BETHESDA_FIELD_NUMBER: _ClassVar[int]
+    ANALYSIS_S_FIELD_NUMBER: _ClassVar[int]
     case_id: str
     request_class: str
     total_s: float
@@ -304,7 +307,8 @@ class CaseSummary(_message.Message):
     served_class: str
     decisions: _containers.RepeatedScalarFieldContainer[str]
     bethesda: CellVote
-    def __init__(self, case_id: _Optional[str] = ..., request_class: _Optional[str] = ..., total_s: _Optional[float] = ..., sites_ok: _Optional[int] = ..., sites_failed: _Optional[int] = ..., bytes_sent: _Optional[int] = ..., bytes_received: _Optional[int] = ..., votes: _Optional[_Iterable[_Union[CellVote, _Mapping]]] = ..., predicted_s: _Optional[float] = ..., served_class: _Optional[str] = ..., decisions: _Optional[_Iterable[str]] = ..., bethesda: _Optional[_Union[CellVote, _Mapping]] = ...) -> None: ...
+    analysis_s: float
+    def __init__(self, case_id: _Optional[str] = ..., request_class: _Optional[str] = ..., total_s: _Optional[float] = ..., sites_ok: _Optional[int] = ..., sites_failed: _Optional[int] = ..., bytes_sent: _Optional[int] = ..., bytes_received: _Optional[int] = ..., votes: _Optional[_Iterable[_Union[CellVote, _Mapping]]] = ..., predicted_s: _Optional[float] = ..., served_class: _Optional[str] = ..., decisions: _Optional[_Iterable[str]] = ..., bethesda: _Optional[_Union[CellVote, _Mapping]] = ..., analysis_s: _Optional[float] = ...) -> None: ...
 
 class SitePlan(_message.Message):
     __slots__ = ("site", "mode", "request_class", "predicted_s", "hedge_after_s", "reasons")
