@@ -119,12 +119,15 @@ def test_features_of_another_schema_from_a_client_are_refused_with_what_to_do(de
 
 
 def test_a_features_request_is_searched_in_the_site_server_with_the_workers_matches(deployment, case_cells):
-    """SiteConfig.search_in_server (on by default): the site searches vectors itself, in
+    """SiteConfig.search_in_server (off by default): the site searches vectors itself, in
     the handler's thread, and finds what its workers find."""
+    from services.site.worker import SiteWorker
     from tests.services.conftest import as_case
 
-    servicer = deployment.sites["alpha"].servicer
-    assert servicer.local is not None
+    site = deployment.sites["alpha"]
+    servicer = site.servicer
+    assert servicer.local is None  # the default: searched on the site's Ray workers
+    servicer.local = SiteWorker(site.config.db, budget=None)  # as search_in_server = true makes it
     _, vectors, schema = analyse_locally(as_case(case_cells[:2]))
     submitted = []
     submit = servicer.dispatcher.submit
@@ -134,7 +137,6 @@ def test_a_features_request_is_searched_in_the_site_server_with_the_workers_matc
         return submit(*args, **kwargs)
 
     servicer.dispatcher.submit = recording
-    local = servicer.local
     try:
         with grpc.insecure_channel(deployment.sites["alpha"].address) as channel:
             stub = pb_grpc.SiteStub(channel)
@@ -149,7 +151,7 @@ def test_a_features_request_is_searched_in_the_site_server_with_the_workers_matc
             on_worker = ask("searched-on-a-worker")
             assert submitted == ["search_many"]
     finally:
-        servicer.local = local
+        servicer.local = None
         servicer.dispatcher.submit = submit
     assert [[m.cell_id for m in c.matches] for c in here.cells] == \
         [[m.cell_id for m in c.matches] for c in on_worker.cells]
