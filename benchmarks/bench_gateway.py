@@ -59,12 +59,13 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from urllib.parse import urlsplit
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from tests.clients.web import multipart  # noqa: E402 - the browser-like upload the tests send, one copy
 
 PASSWORD = "bench-password-1"
 RAY_TRIES = 3  # ensure_ray()s, each of which tries a few times itself
@@ -163,15 +164,6 @@ def proc_status(pid: int) -> dict[str, int]:
 
 
 # ------------------------------------------------------------------ the page's requests
-def multipart(fields: dict[str, str], files: dict[str, bytes]) -> tuple[bytes, str]:
-    """(body, content type) of a multipart/form-data upload, as a browser's FormData sends it."""
-    boundary = uuid.uuid4().hex
-    parts = [f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'.encode()
-             for k, v in fields.items()]
-    for name, data in files.items():
-        parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="files"; '
-                     f'filename="{name}"\r\nContent-Type: image/png\r\n\r\n'.encode() + data + b"\r\n")
-    return b"".join(parts) + f"--{boundary}--\r\n".encode(), f"multipart/form-data; boundary={boundary}"
 
 
 class PageClient:

@@ -28,6 +28,7 @@ from collections import deque
 
 from pathmaster import defaults
 from qos.emulator.disciplines.base import TAIL, Discipline, Drops, PacketQueue
+from qos.emulator.disciplines.fifo import Fifo
 from qos.emulator.disciplines.wfq import MTU_QUANTUM
 from qos.emulator.packet import Packet
 
@@ -106,7 +107,7 @@ class CodelState:
         return pkt
 
 
-class Codel(Discipline):
+class Codel(Fifo):
     """One FIFO of at most `limit` packets (tail drop when full), managed by CoDel.
 
     Parameters
@@ -121,15 +122,9 @@ class Codel(Discipline):
 
     def __init__(self, limit: int = defaults.CODEL_LIMIT_PACKETS, target_ms: float = defaults.CODEL_TARGET_MS,
                  interval_ms: float = defaults.CODEL_INTERVAL_MS):
-        self.queue = PacketQueue(limit)
+        super().__init__(limit)
         self.codel = CodelState(target_ms / 1000, interval_ms / 1000)
         self._dropped: Drops = []
-
-    def enqueue(self, pkt: Packet, now: float) -> Drops:
-        if self.queue.full():
-            return [(pkt, TAIL)]
-        self.queue.push(pkt)
-        return []
 
     def dequeue(self, now: float) -> Packet | None:
         return self.codel.dequeue(self.queue, now, self._dropped)
@@ -137,12 +132,6 @@ class Codel(Discipline):
     def take_dropped(self) -> Drops:
         dropped, self._dropped = self._dropped, []
         return dropped
-
-    def __len__(self) -> int:
-        return len(self.queue)
-
-    def backlog_bytes(self) -> int:
-        return self.queue.bytes
 
     def snapshot(self) -> dict:
         return {"codel_dropping": int(self.codel.dropping), "codel_count": self.codel.count}
