@@ -3,8 +3,8 @@
 * A field of view (a flat 4096 x 4096 PNG, a 60 KB file) is refused from its header with
   INVALID_ARGUMENT at the coordinator and at the site, and no analysis happens.
 * A legal but slow cell (a 1024 x 1024 checkerboard of 2-pixel squares: ~12 s of CPU time
-  on the development machine, its segmentation's morphology meets an edge at every other
-  pixel) is stopped by its CPU budget while an urgent 6-cell case sent after it at the same
+  on the development machine until the analysis got faster, ~0.4-0.6 s since; skipped, saying
+  so, where no legal cell outlasts the budget) is stopped by its CPU budget while an urgent 6-cell case sent after it at the same
   site is answered in full, and the rest of the hostile case is answered too. Asserted on
   outcomes and the pool's own events, never on durations. The test site's budget is 1.5 CPU
   seconds, which RLIMIT_CPU's whole seconds make 1.5-2.5 s; a study cell uses ~0.3. (A flat
@@ -84,9 +84,31 @@ def test_a_field_of_view_is_refused_at_coordinator_and_site(budget_site, case):
     assert results and results[0].status_code == 0 and not results[0].cells[0].error
 
 
+def hostile_cpu_s(png: bytes) -> float:
+    """CPU seconds this process takes to analyse `png` once its imports are warm."""
+    import time
+
+    from pathmaster.imageio import decode_image
+    from pathmaster.site import analyse_cell
+
+    image = decode_image(png, "cell")
+    analyse_cell(image[:200, :200])  # the first call imports (cv2, skimage, ...): not the cell's cost
+    started = time.process_time()
+    analyse_cell(image)
+    return time.process_time() - started
+
+
 def test_a_slow_cell_is_stopped_by_its_budget_and_the_urgent_case_is_answered(budget_site, case):
     site, coordinator = budget_site
-    hostile = [pb.CellImage(cell_id="hostile.png", image=checkerboard_png(1024)), case[1], case[2]]
+    slow = checkerboard_png(1024)
+    cost = hostile_cpu_s(slow)
+    if cost < 2 * BUDGET["cell_cpu_floor_s"]:
+        # RLIMIT_CPU counts whole seconds, so the budget is 1.5-2.5 s; since the analysis got
+        # faster the 1024^2 pixel cap bounds a legal cell below that (the pool's kill itself
+        # is tested with a slow task in tests/core/test_budget.py).
+        pytest.skip(f"no legal cell is slow enough here: the costliest known takes {cost:.2f} s of CPU, "
+                    f"under the site's {BUDGET['cell_cpu_floor_s']} s budget")
+    hostile = [pb.CellImage(cell_id="hostile.png", image=slow), case[1], case[2]]
     started = len(site.servicer.cases_started)
     replies: dict[str, list] = {}
 
