@@ -241,12 +241,22 @@ def pool_events(site, prefix: str) -> list[tuple[str, str]]:
     return [(name, outcome) for _, name, outcome in stats["events"] if name.startswith(f"cell '{prefix}")]
 
 
-def test_client_cancel_cancels_every_site_call(deployment, slow_case, case):
+@pytest.fixture(scope="module")
+def slower_case(case_cells) -> list[pb.CellImage]:
+    """Six 800 x 800-pixel cells: seconds of analysis per site even since the analysis got
+    faster (the 250 px `slow_case` now takes ~0.3 s a site: a cancel could arrive after it)."""
+    from tests.services.conftest import large_cell
+
+    png = large_cell(case_cells, 800)
+    return [pb.CellImage(cell_id=f"larger-{i}.png", image=png) for i in range(6)]
+
+
+def test_client_cancel_cancels_every_site_call(deployment, slower_case, case):
     """A cancelled case's calls end at every site, its cells there are stopped (the running
     one's analysis process killed, the queued ones never started) and the next case is served."""
     sites = [site.servicer for site in deployment.sites.values()]
     coordinator_cancelled = deployment.coordinator.servicer.cases_cancelled
-    cells = [pb.CellImage(cell_id=f"cancel-me-{i}.png", image=c.image) for i, c in enumerate(slow_case)]
+    cells = [pb.CellImage(cell_id=f"cancel-me-{i}.png", image=c.image) for i, c in enumerate(slower_case)]
     with CoordinatorClient(deployment.coordinator.address) as client:
         call = client.submit(cells, "routine", deadline_s=60, case_id="cancel-me", ship="images")
         poll_until(lambda: all("cancel-me" in s.cases_started for s in sites), 20, "every site to start the case")
