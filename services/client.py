@@ -188,12 +188,8 @@ class CoordinatorClient:
         request = case_request(cells, request_class, k=k, deadline_s=deadline_s, sites=sites,
                                case_id=case_id, ship=ship, features=features,
                                feature_schema=feature_schema)
-        try:
-            known = request_class in self._learn()[0]
-        except grpc.RpcError:
-            known = False
-        on_class_port = known and self.class_address(request_class) != self.address
-        stub = self._stub(request_class if known else None)
+        _, dscp, on_class_port = self.case_route(request_class)
+        stub = self._stub(request_class if dscp is not None else None)  # None: unknown class, control port
         span, metadata = case_span(request_class, len(cells) or len(features or []))
         call = stub.SubmitCase(request, timeout=deadline_s + REPLY_MARGIN_S, metadata=metadata)
         call.add_done_callback(lambda done: end_span(span, done))  # the case's trace root
