@@ -68,6 +68,7 @@ sys.path.insert(0, str(REPO))
 from tests.clients.web import multipart  # noqa: E402 - the browser-like upload the tests send, one copy
 
 PASSWORD = "bench-password-1"
+STAGED = "gateway staged"  # the gateway of this tree, files uploaded when chosen, Send names ids
 RAY_TRIES = 3  # ensure_ray()s, each of which tries a few times itself
 START_S = 1800  # the deployment's start: Ray, and building the databases on a first run
 
@@ -196,6 +197,12 @@ class PageClient:
         reply = self.conn.getresponse()
         return reply.status, {k.lower(): v for k, v in reply.getheaders()}, reply.read()
 
+    def post_staged(self, refs: dict[str, str], request_class: str) -> tuple[float, float, list[dict]]:
+        """A case of staged files (only their names and ids), as the page sends it."""
+        body = json.dumps({"request_class": request_class,
+                           "files": [{"name": n, "id": i} for n, i in refs.items()]}).encode()
+        return self.post_case(body, "application/json")
+
     def post_case(self, body: bytes, content_type: str) -> tuple[float, float, list[dict]]:
         """(seconds to the first event, seconds to the end of the stream, the events)."""
         headers = {"Content-Type": content_type, "X-CSRF-Token": self.csrf, "Origin": self.origin,
@@ -213,6 +220,24 @@ class PageClient:
                 if first is None and events[-1]["type"] != "accepted":
                     first = time.perf_counter() - started
         return first, time.perf_counter() - started, events
+
+    def stage(self, files: dict[str, bytes]) -> dict[str, str]:
+        """Upload each file on its own (POST /api/upload), one after another, as the page
+        does when files are chosen (it keeps up to 4 going at once); {name: staged id}."""
+        refs = {}
+        for name, data in files.items():
+            body, content_type = multipart({}, {name: data}, field="file")
+            status, _, reply = self.request("POST", "/api/upload", body, {
+                "Content-Type": content_type, "X-CSRF-Token": self.csrf, "Origin": self.origin})
+            assert status == 200, reply
+            refs[name] = json.loads(reply)["id"]
+        return refs
+
+    def drop_staged(self) -> None:
+        """Drop this user's staged files, so the next round uploads and checks them anew."""
+        status, _, reply = self.request("DELETE", "/api/upload", None, {
+            "X-CSRF-Token": self.csrf, "Origin": self.origin})
+        assert status == 200, reply
 
     def close(self) -> None:
         self.conn.close()
@@ -325,15 +350,25 @@ def main() -> int:
             case = [pb.CellImage(cell_id=f"cell{n}", image=c["image"], background=c["background"],
                                  mask=c["mask"]) for n, c in enumerate(cells, start=1)]
             body, content_type = multipart({"request_class": "urgent"}, files)
-            paths = ["direct", *(f"gateway {name}" for name in gateways)]
+            paths = ["direct", *(f"gateway {name}" for name in gateways), STAGED]
             totals = {p: [] for p in paths}
             firsts = {p: [] for p in paths}
+            picks = []  # the staged path's uploads at pick time, before Send
             with CoordinatorClient(coordinator) as client:
                 def run(path: str):
                     if path == "direct":
                         first, total, events = direct_case(client, case, CASE_DEADLINE_S)
                         assert events[-1].WhichOneof("event") == "summary"
                         assert events[-1].summary.sites_ok == 3, events[-1].summary
+                    elif path == STAGED:
+                        page = gateways["after"][2]
+                        page.drop_staged()  # untimed: every round uploads and checks anew
+                        started = time.perf_counter()
+                        refs = page.stage(files)
+                        picks.append(time.perf_counter() - started)
+                        first, total, events = page.post_staged(refs, "urgent")
+                        assert events[-1]["type"] == "summary", events[-1]
+                        assert events[-1]["sites_ok"] == 3, events[-1]
                     else:
                         first, total, events = gateways[path.split()[1]][2].post_case(body, content_type)
                         assert events[-1]["type"] == "summary", events[-1]
@@ -343,6 +378,7 @@ def main() -> int:
                 for _ in range(2):  # warm every path: Ray actors, channels, connections
                     for path in paths:
                         run(path)
+                picks.clear()
                 for round_ in range(args.repeats):
                     for path in paths[round_ % len(paths):] + paths[:round_ % len(paths)]:
                         first, total = run(path)
@@ -363,6 +399,15 @@ def main() -> int:
                          if "ratio_of_medians" in s else "")
                 print(f"  {path:<16} {s['median_s'] * 1e3:>16.1f} ms {s['p90_s'] * 1e3:>5.1f} ms"
                       f"   {f['median_s'] * 1e3:>13.1f} ms {f['p90_s'] * 1e3:>5.1f} ms   {ratio:>34}")
+            with_picks = [p + t for p, t in zip(picks, totals[STAGED])]
+            pick_summary = summarise({"direct": totals["direct"], "picks": picks,
+                                      "staged incl. picks": with_picks}, "direct")
+            s = pick_summary["staged incl. picks"]
+            print(f"  {STAGED}: Send to last line, above; the 18 uploads at pick time (one after another "
+                  f"on one connection) median {statistics.median(picks) * 1e3:.1f} ms, p90 "
+                  f"{quantile90(picks) * 1e3:.1f} ms; pick + Send to last line: median "
+                  f"{s['median_s'] * 1e3:.1f} ms (ratio to direct {s['ratio_of_medians']:.3f}; "
+                  f"paired {s['median_paired_ratio']:.3f})")
             for path in paths[1:]:
                 print(f"  {path}: adds {(summary[path]['median_s'] - summary['direct']['median_s']) * 1e3:.1f} ms "
                       f"to the median case, {(first_summary[path]['median_s'] - first_summary['direct']['median_s']) * 1e3:.1f} ms "
@@ -393,6 +438,7 @@ def main() -> int:
                     "before": args.before, "repeats": args.repeats, "load_start": load_start,
                     "load_end": load_end, "cpus": os.cpu_count(), "to_summary": summary,
                     "to_plan": first_summary, "totals_s": totals, "firsts_s": firsts,
+                    "staged_picks_s": picks, "staged_with_picks": pick_summary,
                     "cli_s": cli, "idle": idle}, indent=1))
         finally:
             for page in pages:

@@ -234,13 +234,12 @@ def test_the_page_uploads_files_as_they_are_chosen_and_sends_only_ids(page, gate
     released.append(True)
     for route in held:
         route.continue_()
-    page.wait_for_function(f"document.querySelectorAll('#pairing .file-mark.yes').length === {len(files)}",
-                           timeout=60_000)
+    page.wait_for_selector("#submit:not([disabled])", timeout=60_000)  # once no upload is pending
+    assert page.locator("#pairing .file-mark.yes").count() == len(files)
     uploads = [r for r in requests if r.url.endswith("/api/upload")]
     assert len(uploads) == len(files)  # every file went up when it was chosen, before Send
 
     page.click("label[for='class-urgent']")
-    page.wait_for_selector("#submit:not([disabled])")
     page.click("#submit")
     page.wait_for_selector("#case-status.done", timeout=CASE_TIMEOUT_MS)
     cases = [r for r in requests if r.url.endswith("/api/case")]
