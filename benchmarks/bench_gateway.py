@@ -14,8 +14,14 @@ Every part runs in its own process, as a deployment does:
   sent straight to the coordinator with the project's `CoordinatorClient` (what
   `pathmaster query` does, without Python's start-up), and through each gateway as the
   page does (one multipart POST on a kept-alive HTTP connection with the session cookie
-  and CSRF token, the NDJSON stream read and each line parsed to the end). The paths take
-  turns, their order rotated every round, so load on the host falls on all alike.
+  and CSRF token, the NDJSON stream read and each line parsed to the end); and through
+  this tree's gateway as the page now does ("gateway staged"): the 18 files uploaded one by
+  one (POST /api/upload, each checked and held by the gateway) as when they are chosen,
+  then Send, a JSON POST naming their ids, timed from Send to the stream's last line (what
+  the user waits for after pressing Send); the uploads' own time is printed beside it, and
+  the sum. The staged files are dropped (untimed) before each round, so every round
+  uploads and checks them anew. The paths take turns, their order rotated every round, so
+  load on the host falls on all alike.
 
 Printed per path: n, median and 90th percentile of the wall time from sending the case
 to its summary, and of the time to its first event (the plan); each gateway's ratio to
