@@ -46,9 +46,22 @@ in an earlier run at load 13-15 (n = 60): direct 175 ms, before 192 ms (1.10), a
 192 ms (1.10); in a later one (events by bisection, load 10 rising to 31, n = 30): direct
 289 ms, before 436 ms (1.51; paired 1.23), after 354 ms (1.23; paired 0.93). 200 idle connections: +0.3 MiB resident and no thread added, either
 gateway, all closed at the head deadline; the gateway after is 100 MiB resident, the
-one before 165 MiB (it imported SciPy for the closeness ranks). The 5 % target is not
-met: what the gateway adds is mostly the upload (1 MB received over HTTP and parsed as
-multipart, then sent again over gRPC) before the coordinator sees the case.
+one before 165 MiB (it imported SciPy for the closeness ranks). The 5 % target was not
+met by a multipart case: what the gateway adds is mostly the upload (1 MB received over
+HTTP and parsed as multipart, then sent again over gRPC) before the coordinator sees it.
+
+With files staged as they are chosen (benchmarks/results/gateway-staged-*; `--before
+1d408ee`, the gateway before staging; load 10-19 on 2 CPUs), medians to the summary:
+
+    run (n)          direct   before (ratio; paired)   after, multipart       staged, Send -> last line
+    b558209 (30)     193 ms   184 ms (0.955; 0.987)    189 ms (0.981; 1.049)  180 ms (0.934; 0.984)
+    063b298 (60)     192 ms   201 ms (1.047; 1.039)    197 ms (1.027; 1.062)  187 ms (0.972; 1.014)
+
+Paired, staged against multipart through the same gateway: 0.918 and 0.945 (the upload
+taken out of Send). The 18 uploads at pick time, one after another: median 860 ms (each
+file decoded as its name says, ~20 ms a file on this host, plus a request each), so pick
++ Send is ~5.5x direct; the page keeps 4 uploads going while the user is still choosing.
+The spread is wide on every path (p90 300-400 ms). Idle connections: as before.
 """
 
 from __future__ import annotations
