@@ -40,6 +40,16 @@ GATEWAY_KEEP_ALIVE_S = 5       # an idle keep-alive connection is closed after t
 GATEWAY_MAX_CONNECTIONS = 512  # connections at once; past it requests are answered 503
 GATEWAY_SHUTDOWN_S = 2         # on stop, cases still streaming get this long, then are cut
 SESSION_S = 8 * 3600           # a signed-in session at the page lasts one working day
+# Files the page uploads as soon as they are chosen ("staged"), so that sending a case
+# carries only their ids. Held in the gateway's memory, per user, keyed by content hash;
+# each file is bounded by MAX_FILE_BYTES and MAX_PIXELS (MAX_ANALYSIS_PIXELS for a cell image).
+STAGED_TTL_S = 30 * 60         # a staged file not used in a case for this long is dropped
+STAGED_USER_FILES = MAX_CASE_FILES          # files one user may have staged at once
+STAGED_USER_BYTES = MAX_CASE_BYTES          # bytes one user may have staged at once
+STAGED_TOTAL_BYTES = 256 * 1024 * 1024      # bytes staged by all users together (gateway memory)
+STAGED_SWEEP_S = 60.0          # how often expired staged files are dropped when nobody asks
+STAGED_UPLOAD_OVERHEAD_BYTES = 16 * 1024  # a one-file upload's multipart boundaries and headers
+MAX_FILE_NAME_CHARS = 255      # a file's name in a case (as file systems allow)
 LOGIN_LINK_S = 15 * 60         # a one-time sign-in link (the demo prints one) is good this long
 LOGIN_ATTEMPTS = 5             # failed sign-ins per name, and per client address, ...
 LOGIN_WINDOW_S = 60.0          # ... within this window; more are refused until it passes

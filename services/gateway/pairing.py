@@ -62,6 +62,13 @@ def split_name(name: str) -> tuple[str, str | None]:
     return stem, None
 
 
+def extension_problem(name: str) -> str | None:
+    """Why file `name` cannot be a cell's file from its extension alone, or None."""
+    if PurePath(name).suffix.lower() in IMAGE_EXTENSIONS:
+        return None
+    return f"not an image file (expected one of {', '.join(IMAGE_EXTENSIONS)})"
+
+
 def pair_files(names) -> Pairing:
     """Group file names (strings or paths) into cells.
 
@@ -74,9 +81,9 @@ def pair_files(names) -> Pairing:
     companions: dict[str, dict[str, str]] = {}
     problems: list[tuple[str, str]] = []
     for name in sorted(str(n) for n in names):
-        if PurePath(name).suffix.lower() not in IMAGE_EXTENSIONS:
-            problems.append((name, "not an image file (expected one of "
-                                   f"{', '.join(IMAGE_EXTENSIONS)})"))
+        problem = extension_problem(name)
+        if problem:
+            problems.append((name, problem))
             continue
         stem, role = split_name(name)
         slot = images if role is None else companions.setdefault(stem, {})

@@ -9,7 +9,16 @@ description is at /api/openapi.json):
     GET  /api/sites             the coordinator's sites and whether each is serving
     GET  /api/stats?class=NAME  recent completion times for one request class
     POST /api/pair              {"names": [...]} -> how those files pair into cells
-    POST /api/case              multipart/form-data: request_class, and the files (field "files")
+    POST /api/upload            multipart/form-data: one file (field "file"), as soon as the user
+                                picks it -> {"id", "name", "role", "bytes", "width", "height"}
+                                once it is checked (decoded) and staged (staging.py), or an
+                                error naming the file
+    DELETE /api/upload          drop the user's staged files (the page's "Clear")
+    POST /api/case              JSON {"request_class", "case_id", "files": [{"name", "id"}]}: a
+                                case of staged files (409 with "missing": [names] for ids this
+                                user has not staged or that expired: upload those again); or
+                                multipart/form-data: request_class, case_id, and the files
+                                themselves (field "files"; scripts, batch)
                                 -> a stream of newline-delimited JSON events:
                                    "accepted" (cells sent, files rejected), "plan", one "site"
                                    per site as it answers, then "summary" (or "error")
@@ -26,7 +35,8 @@ Errors are {"error": message} and, where the page shows something else, "words".
 
 What one client can hold is bounded (`limits.py`, `pathmaster/defaults.py`): the time to
 send a request's head and its body, the body's size, JSON size and depth, files per case,
-idle keep-alive time and the number of connections.
+idle keep-alive time and the number of connections; staged files, per user and in all
+(`staging.StagingLimits`).
 """
 
 from __future__ import annotations
@@ -69,8 +79,9 @@ from services.gateway.limits import BodyLimits, check_json_depth, with_head_time
 from services.gateway.metrics import UNKNOWN_CLASS, GatewayMetrics, RequestMetrics
 from services.gateway.security import SAFE_METHODS, SameOrigin, SecurityHeaders, https_redirect
 from services.metrics import case_outcome
-from services.gateway.pairing import pair_files
-from services.gateway.upload import check_upload
+from services.gateway.pairing import extension_problem, pair_files
+from services.gateway.staging import StagedFiles, StagingFull, StagingLimits, content_id
+from services.gateway.upload import check_file, check_upload, file_role
 
 log = logging.getLogger(__name__)
 
@@ -101,11 +112,13 @@ class HttpError(Exception):
     """An error to answer with `status` and a JSON {"error": message}; `words`: what the
     page shows a person instead, when the message is for scripts and logs."""
 
-    def __init__(self, status: HTTPStatus, message: str, words: str | None = None):
+    def __init__(self, status: HTTPStatus, message: str, words: str | None = None,
+                 extra: dict | None = None):
         super().__init__(message)
         self.status = status
         self.message = message
         self.words = words
+        self.extra = extra or {}  # more fields of the JSON reply
 
 
 def grpc_http_error(exc: grpc.RpcError, what: str, hint: str = "") -> HttpError:
@@ -125,7 +138,7 @@ class Gateway:
 
     def __init__(self, coordinator_address: str, accounts: Accounts, audit: AuditLog,
                  case_deadline_s: float = CASE_DEADLINE_S, tls: TLSFiles | None = None,
-                 https: bool = False):
+                 https: bool = False, staging: StagingLimits = StagingLimits()):
         self.coordinator_address = coordinator_address
         self.case_deadline_s = case_deadline_s
         self.client = CoordinatorClient(coordinator_address, tls)
@@ -135,8 +148,11 @@ class Gateway:
         self.throttle = LoginThrottle()
         self.https = https
         self.metrics = GatewayMetrics()
+        self.staged = StagedFiles(staging)
+        self.staged.start_sweeping()
 
     def close(self) -> None:
+        self.staged.close()
         self.client.close()
         self.audit.close()
 
@@ -209,12 +225,15 @@ class Gateway:
             raise self._failed(exc, f"image {cell_id!r} from site {site!r}")
 
     async def submit(self, request_class: str, files: dict[str, bytes], session: Session,
-                     client: str | None, case_id: str = ""):
+                     client: str | None, case_id: str = "", headers: dict | None = None):
         """Yield the case's events as dicts: "accepted", then the coordinator's ("plan",
         "site"s, "summary"), or an "error". Closing the generator (the browser went away)
         cancels the coordinator's call, which frees the sites. Audited: who sent how many
-        cells of which class, and the case id the coordinator gave it."""
-        checked = check_upload(files)  # headers only (microseconds a file): the sites decode
+        cells of which class, and the case id the coordinator gave it. headers: {file name:
+        header} of staged files, checked when staged (not probed again)."""
+        # Headers only (~0.5 ms a file on a loaded host; none for staged files, checked
+        # when they arrived): the sites decode.
+        checked = check_upload(files, headers=headers)
         self.audit.record("case", session.name, session.role, client, request_class=request_class,
                           case_id=case_id, cells=len(checked.cells), files_refused=len(checked.rejected))
         yield {"type": "accepted", "request_class": request_class,
@@ -274,8 +293,49 @@ class PairRequest(BaseModel):
                                          "cell1-background.png, cell1-mask.png")
 
 
-def error_response(status: int, message: str, words: str | None = None) -> JSONResponse:
-    body = {"error": message} | ({"words": words} if words else {})
+FILE_ID_PATTERN = r"^[0-9a-f]{64}$"  # a staged file's id: the SHA-256 of its bytes
+
+
+class StagedRef(BaseModel):
+    """One file of a case: its name (pairs it into cells) and its staged id."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, max_length=defaults.MAX_FILE_NAME_CHARS)
+    id: str = Field(pattern=FILE_ID_PATTERN, description="the id POST /api/upload gave the file")
+
+
+class StagedCase(BaseModel):
+    """A case whose files were uploaded when they were chosen (POST /api/upload)."""
+
+    model_config = ConfigDict(extra="forbid")
+    request_class: str = Field("", max_length=defaults.MAX_NAME_CHARS)
+    case_id: str = Field("", max_length=defaults.MAX_CASE_ID_CHARS,
+                         description="the case or accession number (optional)")
+    files: list[StagedRef] = Field(min_length=1, max_length=defaults.MAX_CASE_FILES)
+
+
+def check_file_name(name, what: str) -> str:
+    """`name` if it is a plain file name (no folder part); HttpError 400 if not."""
+    if not isinstance(name, str) or not name or "/" in name or "\\" in name \
+            or len(name) > defaults.MAX_FILE_NAME_CHARS:
+        raise HttpError(HTTPStatus.BAD_REQUEST, f"{what}: needs a plain file name")
+    return name
+
+
+def checked_case_id(case_id: str) -> str:
+    """A case's id (the accession number) stripped; "" when none; HttpError 400 if invalid."""
+    case_id = case_id.strip()
+    if case_id:
+        try:
+            check_id(case_id, "case id", "case number")
+        except InvalidInput as exc:
+            raise HttpError(HTTPStatus.BAD_REQUEST, str(exc))
+    return case_id
+
+
+def error_response(status: int, message: str, words: str | None = None,
+                   extra: dict | None = None) -> JSONResponse:
+    body = {"error": message} | ({"words": words} if words else {}) | (extra or {})
     return JSONResponse(body, status_code=status, headers={"Cache-Control": "no-store"})
 
 
@@ -305,17 +365,10 @@ async def read_case_form(request: Request) -> tuple[str, str, dict[str, bytes]]:
             request_class, case_id = form.get("request_class", ""), form.get("case_id", "")
             if not isinstance(request_class, str) or not isinstance(case_id, str):
                 raise HttpError(HTTPStatus.BAD_REQUEST, "request_class and case_id are text fields")
-            case_id = case_id.strip()
-            if case_id:
-                try:
-                    check_id(case_id, "case id", "case number")
-                except InvalidInput as exc:
-                    raise HttpError(HTTPStatus.BAD_REQUEST, str(exc))
+            case_id = checked_case_id(case_id)
             files: dict[str, bytes] = {}
             for n, item in enumerate(form.getlist("files")):
-                name = getattr(item, "filename", None)
-                if not isinstance(name, str) or not name or "/" in name or "\\" in name:
-                    raise HttpError(HTTPStatus.BAD_REQUEST, f"file #{n + 1}: needs a plain file name")
+                name = check_file_name(getattr(item, "filename", None), f"file #{n + 1}")
                 if name in files:
                     raise HttpError(HTTPStatus.BAD_REQUEST, f"{name}: sent twice")
                 files[name] = await item.read(MAX_FILE_BYTES + 1)
@@ -327,6 +380,28 @@ async def read_case_form(request: Request) -> tuple[str, str, dict[str, bytes]]:
     return request_class, case_id, files
 
 
+async def read_one_file(request: Request) -> tuple[str, bytes]:
+    """(name, bytes) of a one-file multipart upload (field "file"). Its Content-Length must
+    say its size (as browsers send it), no more than one file's limit: a larger upload is
+    refused before its body is read."""
+    length = request.headers.get("content-length")
+    if length is None:
+        raise HttpError(HTTPStatus.LENGTH_REQUIRED, "send the file with its Content-Length")
+    if int(length) > MAX_FILE_BYTES + defaults.STAGED_UPLOAD_OVERHEAD_BYTES:  # h11 has checked it is a number
+        raise HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                        f"the file is {int(length) / 1e6:.1f} MB, over the limit of "
+                        f"{MAX_FILE_BYTES / 1e6:.1f} MB per file")
+    try:
+        async with request.form(max_files=1, max_fields=1, max_part_size=1024) as form:
+            item = form.get("file")
+            if item is None or isinstance(item, str):
+                raise HttpError(HTTPStatus.BAD_REQUEST, 'send one file as multipart/form-data, field "file"')
+            name = check_file_name(getattr(item, "filename", None), "the file")
+            return name, await item.read(MAX_FILE_BYTES + 1)
+    except StarletteHTTPException as exc:  # the multipart parser's own limits
+        raise HttpError(HTTPStatus(exc.status_code), f"the upload was refused: {exc.detail}")
+
+
 def create_app(gateway: Gateway) -> FastAPI:
     """The gateway's ASGI application (routes in the module docstring)."""
     app = FastAPI(title="PathMaster gateway", version="1",
@@ -335,7 +410,7 @@ def create_app(gateway: Gateway) -> FastAPI:
 
     @app.exception_handler(HttpError)
     async def _http_error(_request, exc: HttpError):
-        return error_response(exc.status, exc.message, exc.words)
+        return error_response(exc.status, exc.message, exc.words, exc.extra)
 
     @app.exception_handler(StarletteHTTPException)
     async def _starlette_error(_request, exc: StarletteHTTPException):
@@ -416,6 +491,7 @@ def create_app(gateway: Gateway) -> FastAPI:
     @app.post("/api/logout", summary="Sign out")
     def logout(request: Request, session: Session = Depends(signed_in)):
         gateway.accounts.end_session(request.cookies.get(SESSION_COOKIE))
+        gateway.staged.discard(session.name)  # the page's files go with the user
         gateway.audit.record("sign-out", session.name, session.role, client_of(request))
         response = JSONResponse({"signed_out": True})
         response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict",
@@ -479,16 +555,90 @@ def create_app(gateway: Gateway) -> FastAPI:
         names = (await read_json(request, PairRequest)).names
         return pair_files(names).as_dict()
 
+    def may_stage(session: Session) -> None:
+        """403 unless `session`'s role may send cases at all (the class is checked when the
+        case is sent)."""
+        if not any(may_send(session.role, name) for name in
+                   (*(gateway.client.learnt_classes() or ()), DEFAULT_CLASS)):
+            raise HttpError(HTTPStatus.FORBIDDEN, f"As a {session.role} you cannot send cases.")
+
+    @app.post("/api/upload", summary="Stage one file of a case as soon as it is chosen",
+              openapi_extra={"requestBody": {"required": True, "content": {"multipart/form-data": {
+                  "schema": {"type": "object", "required": ["file"], "properties": {
+                      "file": {"type": "string", "format": "binary"}}}}}}})
+    async def upload(request: Request, session: Session = Depends(signed_in)):
+        """Check one file (decoded as what its name says: image, background or mask) and
+        hold it for this user; its id goes in the case (POST /api/case as JSON). The same
+        bytes staged again are not checked again. Refused, naming the file: a file that is
+        not a usable image (400), over a file's or this user's limits (413), or while the
+        gateway holds all it may (503)."""
+        may_stage(session)
+        name, data = await read_one_file(request)
+        client = client_of(request)
+        role = file_role(name)
+        file_id = content_id(data)
+        try:
+            problem = extension_problem(name)  # by name: whether or not the bytes are held
+            if problem:
+                raise InvalidInput(problem, name)
+            staged = gateway.staged.known(session.name, file_id, role)
+            if staged is None:
+                gateway.staged.check_room(session.name, len(data))
+                role, header = await run_in_threadpool(check_file, name, data)
+                file_id = gateway.staged.put(session.name, data, header, role)
+            else:
+                header = staged.header
+        except InvalidInput as exc:
+            gateway.audit.record("upload-refused", session.name, session.role, client, bytes=len(data))
+            raise HttpError(HTTPStatus.BAD_REQUEST, f"{name}: {exc.problem}",
+                            extra={"file": name, "problem": exc.problem})
+        except StagingFull as exc:
+            gateway.audit.record("upload-refused", session.name, session.role, client, bytes=len(data))
+            raise HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE if exc.per_user
+                            else HTTPStatus.SERVICE_UNAVAILABLE, f"{name}: {exc}",
+                            extra={"file": name, "problem": str(exc)})
+        gateway.audit.record("upload", session.name, session.role, client, bytes=len(data))
+        return {"id": file_id, "name": name, "role": role, "bytes": len(data),
+                "width": header.width, "height": header.height}
+
+    @app.delete("/api/upload", summary="Drop this user's staged files")
+    def drop_uploads(session: Session = Depends(signed_in)):
+        return {"dropped": gateway.staged.discard(session.name)}
+
+    async def read_staged_case(request: Request, session: Session):
+        """(request class, case id, {name: bytes}, {name: header}) of a case of staged files."""
+        body = await read_json(request, StagedCase)
+        names = [check_file_name(ref.name, f"file {ref.name!r}") for ref in body.files]
+        if len(set(names)) != len(names):
+            raise HttpError(HTTPStatus.BAD_REQUEST, "a file name is listed twice")
+        found, missing = gateway.staged.take(session.name, [(ref.name, ref.id) for ref in body.files])
+        if missing:
+            raise HttpError(HTTPStatus.CONFLICT, f"{len(missing)} of the case's files are not held by "
+                            "the gateway (never uploaded, expired, or another user's): upload them again",
+                            words="Some of the case's files have to be added again.",
+                            extra={"missing": missing})
+        files = {name: staged.data for name, staged in found.items()}
+        headers = {name: staged.header for name, staged in found.items()}
+        return body.request_class, checked_case_id(body.case_id), files, headers
+
     @app.post("/api/case", summary="Run a case: its files in, each site's matches streamed out",
               response_class=StreamingResponse,
               responses={200: {"content": {"application/x-ndjson": {}},
-                               "description": "one JSON event per line"}},
-              openapi_extra={"requestBody": {"required": True, "content": {"multipart/form-data": {
-                  "schema": {"type": "object", "required": ["files"], "properties": {
-                      "request_class": {"type": "string"},
-                      "files": {"type": "array", "items": {"type": "string", "format": "binary"}}}}}}}})
+                               "description": "one JSON event per line"},
+                         409: {"description": "files not staged (or expired): 'missing' names them"}},
+              openapi_extra={"requestBody": {"required": True, "content": {
+                  "application/json": {"schema": StagedCase.model_json_schema()},
+                  "multipart/form-data": {
+                      "schema": {"type": "object", "required": ["files"], "properties": {
+                          "request_class": {"type": "string"}, "case_id": {"type": "string"},
+                          "files": {"type": "array", "items": {"type": "string", "format": "binary"}}}}}}}})
     async def case(request: Request, session: Session = Depends(signed_in)):
-        request_class, case_id, files = await read_case_form(request)
+        headers = None
+        body_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if body_type == "application/json":
+            request_class, case_id, files, headers = await read_staged_case(request, session)
+        else:
+            request_class, case_id, files = await read_case_form(request)
         request_class = await gateway.check_class_async(request_class)
         if not may_send(session.role, request_class):
             gateway.audit.record("case-refused", session.name, session.role, client_of(request),
@@ -496,7 +646,7 @@ def create_app(gateway: Gateway) -> FastAPI:
             raise HttpError(HTTPStatus.FORBIDDEN, f"As a {session.role} you cannot send "
                                                   f"{class_label(request_class)} cases; choose another "
                                                   "kind of case.")
-        stream = gateway.submit(request_class, files, session, client_of(request), case_id)
+        stream = gateway.submit(request_class, files, session, client_of(request), case_id, headers)
         lines = (json.dumps(event) + "\n" async for event in stream)
         return StreamingResponse(lines, media_type="application/x-ndjson",
                                  headers={"Cache-Control": "no-store"},
@@ -601,7 +751,8 @@ def start_gateway(coordinator_address: str, host: str = "127.0.0.1", port: int =
                   allowed_hosts=(), state_dir: str | Path | None = None,
                   head_timeout_s: float = defaults.GATEWAY_HEAD_TIMEOUT_S,
                   body_timeout_s: float = defaults.GATEWAY_BODY_TIMEOUT_S,
-                  max_connections: int = defaults.GATEWAY_MAX_CONNECTIONS) -> GatewayHandle:
+                  max_connections: int = defaults.GATEWAY_MAX_CONNECTIONS,
+                  staging: StagingLimits = StagingLimits()) -> GatewayHandle:
     """Serve the page for the coordinator at `coordinator_address` ("host:port"), calling
     it over TLS when `tls` is given.
 
@@ -613,6 +764,7 @@ def start_gateway(coordinator_address: str, host: str = "127.0.0.1", port: int =
     any other Host is refused (DNS rebinding). state_dir: where the users and sessions
     (users.sqlite) and the audit log (audit.log), both 0600, are kept; None: a private
     temporary folder, removed on stop (add users through the handle's `accounts`).
+    staging: what the files users stage (upload as they choose them) may hold.
 
     Listens on host:port (port 0 picks a free one) before returning, so the URL can be
     used at once; uvicorn serves it from a background thread. Returns a `GatewayHandle`
@@ -629,7 +781,7 @@ def start_gateway(coordinator_address: str, host: str = "127.0.0.1", port: int =
     state_dir = Path(state_dir)
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     gateway = Gateway(coordinator_address, Accounts(state_dir / USERS_FILE), AuditLog(state_dir / AUDIT_FILE),
-                      case_deadline_s, tls, https=https is not None)
+                      case_deadline_s, tls, https=https is not None, staging=staging)
     app = SameOrigin(create_app(gateway))
     app = BodyLimits(app, max_bytes=defaults.MAX_REQUEST_BYTES, timeout_s=body_timeout_s)
     hosts = allowed_host_names(host, allowed_hosts)

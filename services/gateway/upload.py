@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pathmaster.budget import check_analysis_size
 from pathmaster.defaults import MAX_CASE_CELLS, MAX_FILE_BYTES
-from pathmaster.imageio import check_cell, decode_image, decode_mask, probe_image
+from pathmaster.imageio import ImageHeader, check_cell, decode_image, decode_mask, probe_image
 from pathmaster.records import InvalidInput
-from services.gateway.pairing import CellFiles, Pairing, pair_files
+from services.gateway.pairing import CellFiles, Pairing, extension_problem, pair_files, split_name
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 
 
@@ -49,22 +50,58 @@ def cell_problem(files: dict[str, bytes], cell: CellFiles,
     return None
 
 
+def file_role(name: str) -> str:
+    """What file `name` is in its cell, by its name: "image", "background" or "mask"."""
+    return split_name(name)[1] or "image"
+
+
+def check_file(name: str, data: bytes, max_bytes: int = MAX_FILE_BYTES) -> tuple[str, ImageHeader]:
+    """Check one file on its own, as soon as it is chosen: (its role, its header).
+
+    Decodes it with the project's decoders as what its name says it is (`file_role`): a
+    cell image or a background must decode, a mask must be a label image with values
+    0-3; none may be over `max_bytes`, or over the pixels one cell may have
+    (`check_analysis_size`, as the sites refuse it). Raises InvalidInput naming the file
+    and the problem. What needs the cell's other files (a background or mask of another
+    size than its image) is `check_upload`'s, when the case is sent.
+    """
+    problem = extension_problem(name)
+    if problem:
+        raise InvalidInput(problem, name)
+    role = file_role(name)
+    header = probe_image(data, name, max_bytes=max_bytes)
+    check_analysis_size(data, name)
+    if role == "mask":
+        decode_mask(data, name, header.shape, max_bytes=max_bytes)
+    else:
+        decode_image(data, name, max_bytes=max_bytes)
+    return role, header
+
+
 def cell_header_problem(files: dict[str, bytes], cell: CellFiles,
-                        max_bytes: int = MAX_FILE_BYTES) -> str | None:
+                        max_bytes: int = MAX_FILE_BYTES,
+                        headers: dict[str, ImageHeader] | None = None) -> str | None:
     """What one cell's file headers show to be wrong, or None; pixels are not decoded.
 
     The gateway's check before it sends (a few microseconds a file instead of ~5 ms of
     decoding): empty, too large, not an image, visibly cut short, or a background or mask
     whose size in pixels is not the image's. The coordinator and the sites decode every
     file and refuse, per cell, what only decoding finds (corrupt pixel data, mask labels
-    outside 0-3); `cell_problem` is the full check.
+    outside 0-3); `cell_problem` is the full check. headers: the headers of files
+    already checked (`check_file`, when staged), which are not probed again.
     """
+    headers = headers or {}
+
+    def header_of(name: str) -> ImageHeader:
+        known = headers.get(name)
+        return known if known is not None else probe_image(files[name], name, max_bytes=max_bytes)
+
     try:
-        image = probe_image(files[cell.image], cell.image, max_bytes=max_bytes)
+        image = header_of(cell.image)
         for companion, what in ((cell.background, "background"), (cell.mask, "mask")):
             if not companion:
                 continue
-            header = probe_image(files[companion], companion, max_bytes=max_bytes)
+            header = header_of(companion)
             if header.shape != image.shape:
                 raise InvalidInput(f"{what} is {header.width} x {header.height} pixels but its "
                                    f"image {cell.image} is {image.width} x {image.height}",
@@ -75,13 +112,15 @@ def cell_header_problem(files: dict[str, bytes], cell: CellFiles,
 
 
 def check_upload(files: dict[str, bytes], max_bytes: int = MAX_FILE_BYTES,
-                 max_cells: int = MAX_CASE_CELLS) -> CheckedCase:
+                 max_cells: int = MAX_CASE_CELLS,
+                 headers: dict[str, ImageHeader] | None = None) -> CheckedCase:
     """Pair uploaded files into cells and check each file.
 
     In:  {file name: bytes}. Out: a `CheckedCase`. A cell with any bad file (its image,
     background or mask, as its header shows: `cell_header_problem`) is rejected as a
     whole, naming the file and the problem; the other cells go ahead. Files that do not
-    pair (see `pair_files`) are rejected too.
+    pair (see `pair_files`) are rejected too. headers: {file name: header} of files
+    checked when they were staged (`check_file`): not probed again.
     """
     pairing = pair_files(files)
     checked = CheckedCase(pairing=pairing)
@@ -91,7 +130,7 @@ def check_upload(files: dict[str, bytes], max_bytes: int = MAX_FILE_BYTES,
             checked.rejected.append((cell.cell_id, f"more than {max_cells} cells in one case; "
                                                    "send large sets with `pathmaster batch`"))
             continue
-        problem = cell_header_problem(files, cell, max_bytes)
+        problem = cell_header_problem(files, cell, max_bytes, headers)
         if problem:
             checked.rejected.append((cell.cell_id, problem))
             continue

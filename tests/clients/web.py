@@ -12,13 +12,14 @@ import uuid
 WAIT_S = 30
 
 
-def multipart(fields: dict[str, str], files: dict[str, bytes]) -> tuple[bytes, str]:
-    """(body, content type) of a multipart/form-data upload, as a browser's FormData sends it."""
+def multipart(fields: dict[str, str], files: dict[str, bytes], field: str = "files") -> tuple[bytes, str]:
+    """(body, content type) of a multipart/form-data upload, as a browser's FormData sends it
+    (the files under form field `field`)."""
     boundary = uuid.uuid4().hex
     parts = [f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'.encode()
              for k, v in fields.items()]
     for name, data in files.items():
-        parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="files"; '
+        parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{field}"; '
                      f'filename="{name}"\r\nContent-Type: application/octet-stream\r\n\r\n'.encode()
                      + data + b"\r\n")
     return b"".join(parts) + f"--{boundary}--\r\n".encode(), f"multipart/form-data; boundary={boundary}"

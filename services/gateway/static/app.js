@@ -6,6 +6,8 @@ const state = {
   config: null,          // GET /api/config
   sites: [],             // site names, in the order the rows are drawn
   files: new Map(),      // file name -> File, for files small enough to send
+  uploads: new Map(),    // file name -> its upload (see stage()): each file is uploaded and
+                         // checked as soon as it is chosen, so that sending only names ids
   previews: new Map(),   // cell id -> object URL of its image (for the results)
   csrf: "",              // the session's CSRF token (GET /api/session)
   tooLarge: [],          // [{file, problem}] found before sending
@@ -249,13 +251,132 @@ function addFiles(fileList) {
     if (file.size > limit) {
       // Never sent: the message stays where the file was added.
       state.files.delete(file.name);
+      dropUpload(file.name);
       state.tooLarge.push({file: file.name,
         problem: `too large: ${megabytes(file.size)}, the limit is ${megabytes(limit)} per file`});
     } else {
       state.files.set(file.name, file);
+      stage(file);
     }
   }
   refreshPairing();
+}
+
+// ---------------------------------------------------------------- uploading as files are chosen
+
+// Each chosen file goes to the gateway at once (POST /api/upload), a few at a time, which
+// checks it (decodes it as what its name says) and holds it for this user; "Find similar
+// cells" then sends only the files' ids. An upload: {file, status: queued | uploading |
+// ready | failed, id, loaded, total, problem, done (a promise), xhr}.
+const UPLOADS_AT_ONCE = 4;
+const uploadQueue = [];
+let uploadsRunning = 0;
+
+function stage(file) {
+  dropUpload(file.name);  // a file of the same name chosen again replaces the first
+  const upload = {file, status: "queued", id: null, loaded: 0, total: file.size, problem: "", xhr: null};
+  upload.done = new Promise((resolve) => { upload.resolve = resolve; });
+  state.uploads.set(file.name, upload);
+  uploadQueue.push(upload);
+  pumpUploads();
+  return upload.done;
+}
+
+function dropUpload(name) {
+  const old = state.uploads.get(name);
+  state.uploads.delete(name);
+  if (old && old.xhr) old.xhr.abort();
+  if (old) old.resolve();
+}
+
+const current = (upload) => state.uploads.get(upload.file.name) === upload;
+
+function pumpUploads() {
+  while (uploadsRunning < UPLOADS_AT_ONCE && uploadQueue.length) {
+    const upload = uploadQueue.shift();
+    if (!current(upload)) continue;  // replaced or cleared while it waited
+    uploadsRunning++;
+    sendUpload(upload).finally(() => {
+      uploadsRunning--;
+      upload.resolve();
+      pumpUploads();
+      if (current(upload)) uploadSettled(upload);
+    });
+  }
+}
+
+// XMLHttpRequest, not fetch: it reports the upload's progress.
+function sendUpload(upload) {
+  return new Promise((resolve) => {
+    const xhr = new XMLHttpRequest();
+    upload.xhr = xhr;
+    upload.status = "uploading";
+    showUpload(upload);
+    xhr.open("POST", "/api/upload");
+    xhr.setRequestHeader("X-CSRF-Token", state.csrf || "");
+    xhr.responseType = "json";
+    xhr.upload.onprogress = (e) => {
+      if (!e.lengthComputable) return;
+      upload.loaded = e.loaded;
+      upload.total = e.total;
+      showUpload(upload);
+    };
+    xhr.onload = () => {
+      const body = xhr.response || {};
+      if (xhr.status === 200) {
+        upload.status = "ready";
+        upload.id = body.id;
+      } else {
+        upload.status = "failed";
+        upload.problem = body.problem || body.words || body.error || `the gateway answered HTTP ${xhr.status}`;
+        if (xhr.status === 401) showLogin(body.error);
+      }
+      resolve();
+    };
+    xhr.onerror = () => {
+      upload.status = "failed";
+      upload.problem = "the file did not reach the gateway; check the connection and add it again";
+      resolve();
+    };
+    xhr.onabort = () => resolve();
+    const form = new FormData();
+    form.append("file", upload.file, upload.file.name);
+    xhr.send(form);
+  });
+}
+
+// A refused file leaves the case (its problem is listed where files are added).
+function uploadSettled(upload) {
+  upload.xhr = null;
+  if (upload.status === "failed") {
+    state.files.delete(upload.file.name);
+    refreshPairing();
+  } else {
+    renderPairing();
+  }
+}
+
+const pendingUploads = () => [...state.uploads.values()].filter((u) => u.status === "queued" || u.status === "uploading");
+
+// One file's state where the case's files are listed: a progress bar while it uploads.
+function uploadMark(name) {
+  const upload = state.uploads.get(name);
+  const status = upload ? upload.status : "ready";
+  const mark = el("span", {class: `file-mark ${status === "ready" ? "yes" : status}`, "data-upload": name, title: name});
+  if (status === "queued" || status === "uploading") {
+    const fraction = upload.total ? upload.loaded / upload.total : 0;
+    mark.append(el("progress", {max: 1, value: fraction, "aria-label": `${name}: uploading`}),
+      ` ${name}`);
+  } else {
+    mark.append(`${status === "ready" ? "✓" : "✗"} ${name}`);
+  }
+  return mark;
+}
+
+function showUpload(upload) {
+  for (const node of document.querySelectorAll(`[data-upload="${CSS.escape(upload.file.name)}"]`)) {
+    node.replaceWith(uploadMark(upload.file.name));
+  }
 }
 
 let pairingAsked = 0;  // the newest /api/pair request; older replies are stale
@@ -281,7 +402,7 @@ async function refreshPairing() {
 }
 
 function fileMark(name) {
-  return name ? el("span", {class: "yes", title: name, text: "✓ " + name})
+  return name ? uploadMark(name)
               : el("span", {class: "muted", title: "will be estimated by each site", text: "estimated"});
 }
 
@@ -291,24 +412,30 @@ function renderPairing() {
     el("th", {scope: "row"},
       el("img", {class: "preview", src: state.previews.get(c.cell_id), alt: "",
         onerror: (e) => { e.target.replaceWith(el("span", {class: "preview no-preview",
-          title: "the browser cannot show this file; the gateway checks it when the case is sent",
+          title: "the browser cannot show this file; the gateway checks it as it arrives",
           text: "?"})); }}),
-      el("span", {text: c.cell_id})),
+      el("span", {text: c.cell_id}), " ", uploadMark(c.image)),
     el("td", {}, fileMark(c.background)), el("td", {}, fileMark(c.mask))));
   $("#pairing tbody").replaceChildren(...rows);
   $("#pairing").hidden = rows.length === 0;
-  const problems = [...state.tooLarge, ...(state.pairing ? state.pairing.problems : [])];
+  const refused = [...state.uploads.values()].filter((u) => u.status === "failed")
+    .map((u) => ({file: u.file.name, problem: u.problem}));
+  const problems = [...state.tooLarge, ...refused, ...(state.pairing ? state.pairing.problems : [])];
   $("#file-problems").replaceChildren(...problems.map((p) =>
     el("li", {class: "error", "data-file": p.file}, el("strong", {text: p.file}), `: ${p.problem}`)));
-  $("#submit").disabled = state.running || rows.length === 0;
+  const pending = pendingUploads().length;
+  $("#submit").disabled = state.running || rows.length === 0 || pending > 0;
   if (!state.running) {
-    setStatus(rows.length
+    setStatus(pending ? `Adding ${pending} file${pending === 1 ? "" : "s"}…`
+      : rows.length
       ? `${rows.length} cell${rows.length === 1 ? "" : "s"} ready. Choose the kind of case and press “Find similar cells”.`
       : "Add a case's cell images to start.");
   }
 }
 
 function clearCase() {
+  for (const name of [...state.uploads.keys()]) dropUpload(name);
+  fetch("/api/upload", {method: "DELETE", headers: csrfHeaders()}).catch(() => null);
   state.files.clear();
   state.tooLarge = [];
   state.pairing = null;
@@ -335,12 +462,15 @@ async function submitCase() {
   $("#export").disabled = true;
   state.timer = setInterval(tick, 200);
   try {
-    const form = new FormData();
-    form.append("request_class", cls);
-    const accession = $("#accession").value.trim();
-    if (accession) form.append("case_id", accession);
-    for (const file of state.files.values()) form.append("files", file, file.name);
-    const response = await fetch("/api/case", {method: "POST", headers: csrfHeaders(), body: form});
+    let response = await postCase(cls);
+    if (response.status === 409) {
+      // Files the gateway no longer holds (they expire when unused): add them again, once.
+      const body = await response.json().catch(() => ({}));
+      setStatus("Adding some of the case's files again…");
+      await Promise.all((body.missing || []).filter((name) => state.files.has(name))
+        .map((name) => stage(state.files.get(name))));
+      response = await postCase(cls);
+    }
     if (!response.ok) {
       const body = await response.json().catch(() => ({}));
       if (response.status === 401) showLogin(body.error);
@@ -361,6 +491,14 @@ async function submitCase() {
     }
     loadStats();
   }
+}
+
+// The case names its files by the ids their uploads were given; no image goes with it.
+function postCase(cls) {
+  const files = [...state.files.keys()].filter((name) => state.uploads.get(name)?.status === "ready")
+    .map((name) => ({name, id: state.uploads.get(name).id}));
+  return fetch("/api/case", {method: "POST", headers: csrfHeaders({"Content-Type": "application/json"}),
+    body: JSON.stringify({request_class: cls, case_id: $("#accession").value.trim(), files})});
 }
 
 // The case's reply is newline-delimited JSON, one event per line, as sites answer.
