@@ -30,6 +30,12 @@ and searching)::
   the recent median of the site's own times) did no better than the plain sum on loopback
   under load (benchmarks/bench_predictable.py), so a site's prediction is the sum.
 
+- A fresh process's first call is cold (lazy imports, FAISS's first search, thumbnails
+  not yet made, a channel's set-up): sites and the coordinator's analysers serve a
+  synthetic cell before they say they are ready (services/site/worker.py,
+  services/coordinator/analysis.py), and what is learnt from calls holds the first one
+  apart once a second is known (`RecentMedian`, `PathModel`).
+
 No library fits this: it is a two-parameter weighted least-squares update over a short
 window (numpy does the algebra) and recent medians of what the sites say.
 
@@ -138,23 +144,37 @@ class RecentMedian:
     window // 2 + 1 values and, unlike a mean, is not pulled by one slow outlier (the
     median absolute percentage error is what the predictions are judged by).
 
+    The first value ever added is held apart as possibly cold (a fresh process's first
+    call pays its lazy imports, a first search, a channel's set-up): it is the level
+    while it is the only value, and is left out from the second value on. A median of
+    two values is their mean, so without this one cold call would skew the level of the
+    next two calls (the demo's second case was predicted 1.5 s against 0.3 s).
+
     Parameters
     ----------
     window : int
-        Values kept.
+        Values kept (the first, cold one not counted).
     """
 
     def __init__(self, window: int = RECENT_CALLS):
+        self._first: float | None = None
         self._values: deque[float] = deque(maxlen=window)
 
     def add(self, value: float) -> None:
         """Keep `value` (a non-finite one is ignored)."""
-        if math.isfinite(value):
+        if not math.isfinite(value):
+            return
+        if self._first is None:
+            self._first = float(value)
+        else:
             self._values.append(float(value))
 
     def value(self) -> float | None:
-        """The median of the values kept, None before the first."""
-        return float(np.median(self._values)) if self._values else None
+        """The median of the values kept (the first alone until a second comes), None
+        before the first."""
+        if self._values:
+            return float(np.median(self._values))
+        return self._first
 
 
 @dataclass(frozen=True)
@@ -181,12 +201,16 @@ class PathModel:
 
     def __init__(self, prior_rate_bps: float = PRIOR_RATE_BPS):
         self.prior_rate_Bps = prior_rate_bps / 8
-        self._calls: deque[tuple[float, float]] = deque(maxlen=WINDOW_CALLS)
+        self._first: tuple[float, float, float] | None = None  # the first call, held apart (cold)
+        self._calls: deque[tuple[float, float, float]] = deque(maxlen=WINDOW_CALLS)
 
     def observe(self, nbytes: int, transfer_s: float, sharing: int = 1) -> None:
         """Record one call: bytes moved (request + reply), its transfer seconds, and how
         many of the coordinator's cases (this one included) were in flight when it was made."""
         if nbytes < 0 or not math.isfinite(transfer_s) or transfer_s < 0:
+            return
+        if self._first is None:  # the path's first call may open its connection: cold
+            self._first = (float(nbytes), float(transfer_s), float(max(1, sharing)))
             return
         self._calls.append((float(nbytes), float(transfer_s), float(max(1, sharing))))
 
@@ -194,12 +218,15 @@ class PathModel:
         """The weighted least-squares fit for a call made while `sharing` of the
         coordinator's cases are in flight, or None before the first call.
 
-        Calls made under about the same sharing (within a factor SIMILAR_SHARING) are taken
-        as they are; with fewer than 3 of those, every call is scaled to `sharing` as if
-        the path's time were shared equally (transfer_s * sharing / its own sharing)."""
-        if not self._calls:
+        The path's first call (which may have opened its connection) is used only while
+        it is the only one (as `RecentMedian` treats a first value). Calls made under
+        about the same sharing (within a factor SIMILAR_SHARING) are taken as they are;
+        with fewer than 3 of those, every call is scaled to `sharing` as if the path's
+        time were shared equally (transfer_s * sharing / its own sharing)."""
+        calls = self._calls or ([self._first] if self._first is not None else [])
+        if not calls:
             return None
-        x, y, k = np.array(self._calls).T
+        x, y, k = np.array(calls).T
         similar = np.maximum(k, sharing) / np.minimum(k, sharing) <= SIMILAR_SHARING
         if similar.sum() >= 3:
             order = np.arange(len(x))[similar]
@@ -207,7 +234,7 @@ class PathModel:
         else:
             order = np.arange(len(x))
             y = y * sharing / k
-        w = 0.5 ** ((len(self._calls) - 1 - order) / HALF_LIFE_CALLS)
+        w = 0.5 ** ((len(calls) - 1 - order) / HALF_LIFE_CALLS)
         w /= w.sum()
         x_mean, y_mean = w @ x, w @ y
         x_var = w @ (x - x_mean) ** 2

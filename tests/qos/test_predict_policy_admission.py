@@ -74,6 +74,30 @@ def test_site_model_predicts_transfer_overhead_and_service_from_measured_parts()
     assert site.predict("urgent", "features", 10_000, cells=6) is None  # nor on that class's path
 
 
+def test_a_cold_first_call_is_not_learnt_once_a_warm_one_is_known():
+    # A fresh site's first call pays its process's lazy imports, its first search and the
+    # channel's set-up (the demo's first case: 0.8 s at the site, 14 ms of transfer, against
+    # ~0.03 s and 5 ms warm); the next cases must be predicted from the warm calls alone.
+    site = SiteModel(clock=Clock())
+    answered(site, site_wall_s=0.8, transfer_s=0.014)  # cold
+    assert site.predict("routine", "features", 10_000, cells=6) == pytest.approx(0.014 + 0.8)  # all it knows
+    answered(site, site_wall_s=0.030)
+    assert site.predict("routine", "features", 10_000, cells=6) == pytest.approx(0.005 + 0.030)
+    answered(site, site_wall_s=0.034)
+    # the median of the warm calls (0.030, 0.034), not of all three, nor pulled by the cold one
+    assert site.predict("routine", "features", 10_000, cells=6) == pytest.approx(0.005 + 0.032)
+
+
+def test_a_recent_median_holds_its_first_value_apart():
+    recent = RecentMedian()
+    recent.add(0.8)
+    assert recent.value() == 0.8
+    recent.add(0.1)
+    assert recent.value() == 0.1  # not (0.8 + 0.1) / 2
+    recent.add(0.2)
+    assert recent.value() == pytest.approx(0.15)
+
+
 def test_images_are_served_by_every_worker_and_features_in_one_job():
     site = SiteModel(clock=Clock())
     answered(site, mode="images", site_wall_s=0.35, per_cell=0.1, workers=2)  # 3 rounds of 2 cells
