@@ -9,9 +9,10 @@ and searching)::
 - `base_s` and `rate_Bps` describe the path for one request class (round trips, and the
   throughput the class gets). They are fitted *passively*, from the coordinator's own
   transfers: every answered call gives (bytes each way, transfer seconds = wall time at
-  the coordinator less the site's own wall time). The fit is least squares with
-  exponential forgetting (recent calls count more, `HALF_LIFE_CALLS`), so the estimate
-  follows competing traffic as it comes and goes. The coordinator's own cases in flight
+  the coordinator less the site's own wall time). The rate is fitted by least squares
+  with exponential forgetting (recent calls count more, `HALF_LIFE_CALLS`), so the
+  estimate follows competing traffic as it comes and goes; the base is the recent median
+  of what the rate leaves, which one stalled call does not move. The coordinator's own cases in flight
   share the path (and, on one machine, its processor): a prediction uses the calls made
   under about as many cases in flight as now (`PathModel.fit`); a burst of clients does not
   make the next lone case look slow. While every case has the same size the
@@ -215,8 +216,14 @@ class PathModel:
         self._calls.append((float(nbytes), float(transfer_s), float(max(1, sharing))))
 
     def fit(self, sharing: int = 1) -> PathFit | None:
-        """The weighted least-squares fit for a call made while `sharing` of the
-        coordinator's cases are in flight, or None before the first call.
+        """The fit for a call made while `sharing` of the coordinator's cases are in
+        flight, or None before the first call.
+
+        The rate (slope) is the weighted least-squares one; the base is the median, over
+        the last RECENT_CALLS calls, of each call's transfer less its bytes at that rate:
+        one slow call (a scheduling stall of ~0.1 s on a loaded machine, against ~5 ms
+        of transfer) would otherwise lift the next ~HALF_LIFE_CALLS predictions, and the
+        median absolute percentage error is what predictions are judged by.
 
         The path's first call (which may have opened its connection) is used only while
         it is the only one (as `RecentMedian` treats a first value). Calls made under
@@ -244,7 +251,7 @@ class PathModel:
             slope = (w @ ((x - x_mean) * (y - y_mean))) / x_var
         if slope is None or slope <= 0:
             slope = 1.0 / self.prior_rate_Bps
-        base = max(0.0, y_mean - slope * x_mean)
+        base = max(0.0, float(np.median((y - slope * x)[-RECENT_CALLS:])))
         return PathFit(base_s=float(base), rate_Bps=float(1.0 / slope), calls=len(x))
 
 

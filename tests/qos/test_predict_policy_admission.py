@@ -46,6 +46,18 @@ def test_same_size_calls_keep_the_prior_rate_and_still_predict_that_size():
     assert fit.transfer_s(50_000) == pytest.approx(0.3)
 
 
+def test_one_stalled_transfer_does_not_lift_the_next_predictions():
+    # On a loaded machine a ~5 ms loopback transfer now and then stalls for ~0.1 s; a mean
+    # would carry it into the next HALF_LIFE_CALLS predictions (APE ~100% each).
+    model = PathModel(prior_rate_bps=100e6)
+    for transfer_s in [0.005] * 6 + [0.12] + [0.005] * 2:
+        model.observe(6_000, transfer_s)
+    assert model.fit().transfer_s(6_000) == pytest.approx(0.005)
+    for _ in range(RECENT_CALLS // 2 + 1):  # a new level is followed once it is the recent median
+        model.observe(6_000, 0.03)
+    assert model.fit().transfer_s(6_000) == pytest.approx(0.03)
+
+
 class Clock:
     """A monotonic clock the test moves by hand."""
 
