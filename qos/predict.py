@@ -9,15 +9,16 @@ and searching)::
 - `base_s` and `rate_Bps` describe the path for one request class (round trips, and the
   throughput the class gets). They are fitted *passively*, from the coordinator's own
   transfers: every answered call gives (bytes each way, transfer seconds = wall time at
-  the coordinator less the site's own wall time). The rate is fitted by least squares
-  with exponential forgetting (recent calls count more, `HALF_LIFE_CALLS`), so the
-  estimate follows competing traffic as it comes and goes; the base is the recent median
-  of what the rate leaves, which one stalled call does not move. The coordinator's own cases in flight
+  the coordinator less the site's own wall time). Both are robust, recent medians (a
+  Theil-Sen rate over the last `RECENT_SLOPE_CALLS` calls, the median of what it leaves
+  over the last `RECENT_CALLS`), so the estimate follows competing traffic as it comes
+  and goes and one stalled call does not move it. The coordinator's own cases in flight
   share the path (and, on one machine, its processor): a prediction uses the calls made
   under about as many cases in flight as now (`PathModel.fit`); a burst of clients does not
   make the next lone case look slow. While every case has the same size the
   slope cannot be told from the intercept; the model then keeps its prior rate and puts
-  the rest in `base_s`, which still predicts cases of that size well.
+  the rest in `base_s` (or, when the calls were faster than the prior rate allows, takes
+  their rate), which still predicts cases of that size well.
 - `site_s` comes from what the site reports: the seconds of work queued ahead, how many
   workers serve them, and its recent seconds per cell (per shipping mode: analysing an
   image costs far more than searching a feature vector), plus the per-call overhead the
@@ -53,13 +54,14 @@ from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
+from scipy.stats import theilslopes
 
-HALF_LIFE_CALLS = 8        # a call's weight halves after this many newer calls
 WINDOW_CALLS = 32          # calls kept per path
 PRIOR_RATE_BPS = 100e6     # bits/s assumed before the path has shown its rate (a LAN)
 SIMILAR_SHARING = 2.0      # calls made under up to 2x (or 1/2) the coordinator's concurrency are alike
 RECENT_CALLS = 9           # calls a recent median is taken over: a spike is ignored, a new level
                            # is followed after RECENT_CALLS // 2 + 1 calls
+RECENT_SLOPE_CALLS = 16    # calls a path's rate is fitted over (Theil-Sen: one stall does not tilt it)
 RECENT_CASES = 5           # cases a recent level of whole cases is the median of (at least 3 needed)
 ONE_JOB_MODES = frozenset({"features"})  # modes a site serves a whole request in one job
 
@@ -219,11 +221,15 @@ class PathModel:
         """The fit for a call made while `sharing` of the coordinator's cases are in
         flight, or None before the first call.
 
-        The rate (slope) is the weighted least-squares one; the base is the median, over
-        the last RECENT_CALLS calls, of each call's transfer less its bytes at that rate:
-        one slow call (a scheduling stall of ~0.1 s on a loaded machine, against ~5 ms
-        of transfer) would otherwise lift the next ~HALF_LIFE_CALLS predictions, and the
-        median absolute percentage error is what predictions are judged by.
+        The rate (slope) is the Theil-Sen one (the median of the pairwise slopes) of the
+        last RECENT_SLOPE_CALLS calls; the base is the median, over the last RECENT_CALLS
+        calls, of each call's transfer less its bytes at that rate. One slow call (a
+        scheduling stall of ~0.1 s on a loaded machine, against ~5 ms of transfer) would
+        otherwise tilt the slope or lift the next predictions, and the median absolute
+        percentage error is what predictions are judged by. While sizes do not vary the
+        prior rate is kept, unless the calls were faster than it allows (loopback, a
+        LAN: ~900 KB in ~10 ms): then the recent median of seconds per byte is the rate
+        and the base 0.
 
         The path's first call (which may have opened its connection) is used only while
         it is the only one (as `RecentMedian` treats a first value). Calls made under
@@ -236,21 +242,19 @@ class PathModel:
         x, y, k = np.array(calls).T
         similar = np.maximum(k, sharing) / np.minimum(k, sharing) <= SIMILAR_SHARING
         if similar.sum() >= 3:
-            order = np.arange(len(x))[similar]
             x, y = x[similar], y[similar]
         else:
-            order = np.arange(len(x))
             y = y * sharing / k
-        w = 0.5 ** ((len(calls) - 1 - order) / HALF_LIFE_CALLS)
-        w /= w.sum()
-        x_mean, y_mean = w @ x, w @ y
-        x_var = w @ (x - x_mean) ** 2
+        x, y = x[-RECENT_SLOPE_CALLS:], y[-RECENT_SLOPE_CALLS:]
         slope = None
         # Sizes must vary by more than ~10% of their mean for the slope to mean anything.
-        if x_var > (0.1 * x_mean) ** 2 and len(x) >= 3:
-            slope = (w @ ((x - x_mean) * (y - y_mean))) / x_var
-        if slope is None or slope <= 0:
+        if x.std() > 0.1 * x.mean() and len(x) >= 3:
+            slope = float(theilslopes(y, x).slope)
+        if slope is None or not slope > 0:
             slope = 1.0 / self.prior_rate_Bps
+            if np.median((y - slope * x)[-RECENT_CALLS:]) < 0:
+                # Faster than the prior rate (loopback, a LAN): what the calls showed.
+                slope = float(np.median((y / np.maximum(x, 1.0))[-RECENT_CALLS:])) or slope
         base = max(0.0, float(np.median((y - slope * x)[-RECENT_CALLS:])))
         return PathFit(base_s=float(base), rate_Bps=float(1.0 / slope), calls=len(x))
 

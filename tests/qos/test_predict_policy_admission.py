@@ -48,7 +48,7 @@ def test_same_size_calls_keep_the_prior_rate_and_still_predict_that_size():
 
 def test_one_stalled_transfer_does_not_lift_the_next_predictions():
     # On a loaded machine a ~5 ms loopback transfer now and then stalls for ~0.1 s; a mean
-    # would carry it into the next HALF_LIFE_CALLS predictions (APE ~100% each).
+    # would carry it into the next ~8 predictions (APE ~100% each).
     model = PathModel(prior_rate_bps=100e6)
     for transfer_s in [0.005] * 6 + [0.12] + [0.005] * 2:
         model.observe(6_000, transfer_s)
@@ -56,6 +56,28 @@ def test_one_stalled_transfer_does_not_lift_the_next_predictions():
     for _ in range(RECENT_CALLS // 2 + 1):  # a new level is followed once it is the recent median
         model.observe(6_000, 0.03)
     assert model.fit().transfer_s(6_000) == pytest.approx(0.03)
+
+
+def test_one_stalled_call_does_not_tilt_the_rate_of_a_path_carrying_two_sizes():
+    # Features (~7 KB) and images (~900 KB) share a class's path; one stalled small call
+    # must not make the big ones look fast (or slow).
+    model = PathModel(prior_rate_bps=100e6)
+    for i in range(12):
+        n = (7_000, 900_000)[i % 2]
+        model.observe(n, 0.003 + n / 100e6 * 8)
+    model.observe(7_000, 0.15)  # stalled
+    fit = model.fit()
+    assert fit.transfer_s(7_000) == pytest.approx(0.003 + 7_000 / 100e6 * 8)
+    assert fit.transfer_s(900_000) == pytest.approx(0.003 + 0.072)
+
+
+def test_same_size_calls_faster_than_the_prior_rate_are_predicted_at_their_own_rate():
+    # Loopback: ~900 KB in ~9 ms, eight times faster than the prior 100 Mbit/s allows;
+    # keeping the prior rate would predict 72 ms.
+    model = PathModel(prior_rate_bps=100e6)
+    for _ in range(6):
+        model.observe(900_000, 0.009)
+    assert model.fit().transfer_s(900_000) == pytest.approx(0.009)
 
 
 class Clock:
