@@ -28,9 +28,9 @@ and searching)::
   recent median of like cases' actual times (`RecentLevel`): every part's spread adds up in
   the sum of modelled parts, and the parts' medians do not add up to the median of the
   whole. Until 3 like cases are known, the sum is used, scaled by `Calibration` (the recent
-  median ratio of actual to modelled). A site's prediction is its path's transfer plus
-  the recent SITE_WORK_QUANTILE of its work in like calls once 3 are known (`SiteModel`),
-  the sum of its modelled parts until then.
+  median ratio of actual to modelled). Measured per site the same way (a calibrated sum, or
+  the recent median of the site's own times) did no better than the plain sum on loopback
+  under load (benchmarks/bench_predictable.py), so a site's prediction is the sum.
 
 - A fresh process's first call is cold (lazy imports, FAISS's first search, thumbnails
   not yet made, a channel's set-up): sites and the coordinator's analysers serve a
@@ -62,9 +62,6 @@ SIMILAR_SHARING = 2.0      # calls made under up to 2x (or 1/2) the coordinator'
 RECENT_CALLS = 9           # calls a recent median is taken over: a spike is ignored, a new level
                            # is followed after RECENT_CALLS // 2 + 1 calls
 RECENT_SLOPE_CALLS = 16    # calls a path's rate is fitted over (Theil-Sen: one stall does not tilt it)
-SITE_WORK_QUANTILE = 0.4   # a site's work is predicted at this quantile of its recent like calls
-                           # (below the median: |p - t| / t forgives more above p than below it,
-                           # and a site's times are skewed to the right)
 RECENT_CASES = 5           # cases a recent level of whole cases is the median of (at least 3 needed)
 ONE_JOB_MODES = frozenset({"features"})  # modes a site serves a whole request in one job
 
@@ -126,14 +123,11 @@ class RecentLevel:
         Values the median is taken over.
     window : int
         Values kept per key (of every concurrency).
-    quantile : float
-        Which quantile of those values is the level (0.5: their median).
     """
 
-    def __init__(self, last: int = RECENT_CASES, window: int = WINDOW_CALLS, quantile: float = 0.5):
+    def __init__(self, last: int = RECENT_CASES, window: int = WINDOW_CALLS):
         self.last = last
         self.window = window
-        self.quantile = quantile
         self._values: dict[str, deque[tuple[float, float]]] = {}
 
     def add(self, key: str, seconds: float, sharing: int = 1) -> None:
@@ -145,7 +139,7 @@ class RecentLevel:
         """The recent median of `key` under about `sharing` cases in flight, or None."""
         sharing = max(1, sharing)
         similar = [v for v, k in self._values.get(key, ()) if max(k, sharing) / min(k, sharing) <= SIMILAR_SHARING]
-        return float(np.quantile(similar[-self.last:], self.quantile)) if len(similar) >= 3 else None
+        return float(np.median(similar[-self.last:])) if len(similar) >= 3 else None
 
 
 class RecentMedian:
@@ -297,14 +291,6 @@ class SiteModel:
       decoding, reply): the recent median (`RecentMedian`) of the measured rest, site
       wall time less the site's reported queue wait less the cells' service.
 
-    Once 3 like calls (same mode and cells, about as many cases in flight) are known, the
-    site's work is instead their recent SITE_WORK_QUANTILE (`site_work`, a `RecentLevel`
-    of site wall time less queue wait): on loopback under load (benchmarks/
-    bench_predictable.py, back to back with the sum) the sum of the parts' medians
-    erred more than the like calls' own level, and the median absolute percentage error
-    of a right-skewed time is lowest a little below its median. `modelled_s` stays the
-    sum of the parts (the benchmark's "before").
-
     Parameters
     ----------
     prior_rate_bps : float
@@ -319,8 +305,6 @@ class SiteModel:
         self.paths: dict[str, PathModel] = {}
         self.per_cell_s: dict[str, float] = {}
         self.overhead_s: dict[str, RecentMedian] = {}
-        self.site_work = RecentLevel(last=RECENT_CALLS, quantile=SITE_WORK_QUANTILE)  # by "mode/cells"
-        self._like_seen: set[str] = set()
         self.load = SiteLoad(at=clock())
 
     def path(self, request_class: str) -> PathModel:
@@ -373,10 +357,6 @@ class SiteModel:
             self.per_cell_s[mode] = max(0.0, site_wall_s - queue_s) / max(1, self.rounds(mode, cells))
         rest = site_wall_s - max(0.0, queue_s) - self.per_cell_s[mode] * self.rounds(mode, cells)
         self.overhead_s.setdefault(mode, RecentMedian()).add(rest)
-        key = f"{mode}/{cells}"
-        if key in self._like_seen:  # the first like call may be cold: held apart, as in RecentMedian
-            self.site_work.add(key, site_wall_s - max(0.0, queue_s), sharing)
-        self._like_seen.add(key)
 
     def queue_s(self) -> float:
         """Seconds of work ahead of a new cell now, from the latest report."""
@@ -412,10 +392,6 @@ class SiteModel:
         mode and the class's path has carried a call. `sharing`: the coordinator's cases
         that share the path now, this one included (the transfer takes that many times its
         time alone)."""
-        like = self.site_work.value(f"{mode}/{cells}", max(1, sharing))
-        fit = self.path(request_class).fit(max(1, sharing))
-        if like is not None and fit is not None:
-            return self.queue_s() + fit.transfer_s(nbytes) + like
         modelled = self.modelled_s(request_class, mode, nbytes, cells, sharing)
         if modelled is None:
             return None

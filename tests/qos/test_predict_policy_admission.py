@@ -7,7 +7,7 @@ import pytest
 
 from qos.admission import Admission, Refused
 from qos.policy import plan_site
-from qos.predict import RECENT_CALLS, SITE_WORK_QUANTILE, PathModel, PredictionLog, RecentMedian, SiteLoad, SiteModel
+from qos.predict import RECENT_CALLS, PathModel, PredictionLog, RecentMedian, SiteLoad, SiteModel
 
 CLASSES = ["urgent", "routine", "teaching", "bulk"]
 
@@ -130,19 +130,6 @@ def test_a_recent_median_holds_its_first_value_apart():
     assert recent.value() == 0.1  # not (0.8 + 0.1) / 2
     recent.add(0.2)
     assert recent.value() == pytest.approx(0.15)
-
-
-def test_once_like_calls_are_known_the_site_work_is_their_recent_lower_quantile():
-    site = SiteModel(clock=Clock())
-    answered(site, site_wall_s=0.8)  # cold: held apart
-    for wall_s in [0.030, 0.050, 0.020, 0.040, 0.060]:
-        answered(site, site_wall_s=wall_s)
-    expected = float(np.quantile([0.030, 0.050, 0.020, 0.040, 0.060], SITE_WORK_QUANTILE))
-    assert SITE_WORK_QUANTILE < 0.5 and expected < 0.040  # below the median
-    assert site.predict("routine", "features", 10_000, cells=6) == pytest.approx(0.005 + expected)
-    # cases of another size or mode are not like these: the sum of the parts until 3 are known
-    assert site.predict("routine", "features", 10_000, cells=3) == pytest.approx(
-        site.modelled_s("routine", "features", 10_000, cells=3))
 
 
 def test_images_are_served_by_every_worker_and_features_in_one_job():
