@@ -92,6 +92,12 @@ WIRE_THUMBNAIL_QUALITY = 80
 # --- Coordinator: own analysis and admission (qos.admission) ---------------------------------
 COORDINATOR_ANALYSERS = 2       # Ray actors analysing each case's cells once at the coordinator
 ANALYSIS_READY_S = 120.0        # how long the coordinator waits for them before images-only
+WARM_UP_SEED = 7919             # the synthetic cell a site worker or analyser serves once at start,
+                                # so the first case does not pay (nor teach the predictor) a fresh
+                                # process's lazy imports and first search (issue 10)
+WARM_UP_THUMBNAILS = 1024       # database cells whose wire thumbnails a site worker makes at start
+                                # (~3 ms each): a case's search then costs the same whether or not
+                                # its matches were seen before (the demo's first case: 0.2 s more)
 CASE_SLOTS = 64                 # cases in progress at once at one coordinator
 URGENT_RESERVED_SLOTS = 16      # of those, kept for the most favoured class (seed 004's guarantee)
 CLASS_SHARE = {"teaching": 0.5, "bulk": 0.25}  # most of the shared slots one class may hold

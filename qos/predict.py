@@ -9,14 +9,16 @@ and searching)::
 - `base_s` and `rate_Bps` describe the path for one request class (round trips, and the
   throughput the class gets). They are fitted *passively*, from the coordinator's own
   transfers: every answered call gives (bytes each way, transfer seconds = wall time at
-  the coordinator less the site's own wall time). The fit is least squares with
-  exponential forgetting (recent calls count more, `HALF_LIFE_CALLS`), so the estimate
-  follows competing traffic as it comes and goes. The coordinator's own cases in flight
+  the coordinator less the site's own wall time). Both are robust, recent medians (a
+  Theil-Sen rate over the last `RECENT_SLOPE_CALLS` calls, the median of what it leaves
+  over the last `RECENT_CALLS`), so the estimate follows competing traffic as it comes
+  and goes and one stalled call does not move it. The coordinator's own cases in flight
   share the path (and, on one machine, its processor): a prediction uses the calls made
   under about as many cases in flight as now (`PathModel.fit`); a burst of clients does not
   make the next lone case look slow. While every case has the same size the
   slope cannot be told from the intercept; the model then keeps its prior rate and puts
-  the rest in `base_s`, which still predicts cases of that size well.
+  the rest in `base_s` (or, when the calls were faster than the prior rate allows, takes
+  their rate), which still predicts cases of that size well.
 - `site_s` comes from what the site reports: the seconds of work queued ahead, how many
   workers serve them, and its recent seconds per cell (per shipping mode: analysing an
   image costs far more than searching a feature vector), plus the per-call overhead the
@@ -29,6 +31,12 @@ and searching)::
   median ratio of actual to modelled). Measured per site the same way (a calibrated sum, or
   the recent median of the site's own times) did no better than the plain sum on loopback
   under load (benchmarks/bench_predictable.py), so a site's prediction is the sum.
+
+- A fresh process's first call is cold (lazy imports, FAISS's first search, thumbnails
+  not yet made, a channel's set-up): sites and the coordinator's analysers serve a
+  synthetic cell before they say they are ready (services/site/worker.py,
+  services/coordinator/analysis.py), and what is learnt from calls holds the first one
+  apart once a second is known (`RecentMedian`, `PathModel`).
 
 No library fits this: it is a two-parameter weighted least-squares update over a short
 window (numpy does the algebra) and recent medians of what the sites say.
@@ -46,13 +54,14 @@ from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
+from scipy.stats import theilslopes
 
-HALF_LIFE_CALLS = 8        # a call's weight halves after this many newer calls
 WINDOW_CALLS = 32          # calls kept per path
 PRIOR_RATE_BPS = 100e6     # bits/s assumed before the path has shown its rate (a LAN)
 SIMILAR_SHARING = 2.0      # calls made under up to 2x (or 1/2) the coordinator's concurrency are alike
 RECENT_CALLS = 9           # calls a recent median is taken over: a spike is ignored, a new level
                            # is followed after RECENT_CALLS // 2 + 1 calls
+RECENT_SLOPE_CALLS = 16    # calls a path's rate is fitted over (Theil-Sen: one stall does not tilt it)
 RECENT_CASES = 5           # cases a recent level of whole cases is the median of (at least 3 needed)
 ONE_JOB_MODES = frozenset({"features"})  # modes a site serves a whole request in one job
 
@@ -138,23 +147,37 @@ class RecentMedian:
     window // 2 + 1 values and, unlike a mean, is not pulled by one slow outlier (the
     median absolute percentage error is what the predictions are judged by).
 
+    The first value ever added is held apart as possibly cold (a fresh process's first
+    call pays its lazy imports, a first search, a channel's set-up): it is the level
+    while it is the only value, and is left out from the second value on. A median of
+    two values is their mean, so without this one cold call would skew the level of the
+    next two calls (the demo's second case was predicted 1.5 s against 0.3 s).
+
     Parameters
     ----------
     window : int
-        Values kept.
+        Values kept (the first, cold one not counted).
     """
 
     def __init__(self, window: int = RECENT_CALLS):
+        self._first: float | None = None
         self._values: deque[float] = deque(maxlen=window)
 
     def add(self, value: float) -> None:
         """Keep `value` (a non-finite one is ignored)."""
-        if math.isfinite(value):
+        if not math.isfinite(value):
+            return
+        if self._first is None:
+            self._first = float(value)
+        else:
             self._values.append(float(value))
 
     def value(self) -> float | None:
-        """The median of the values kept, None before the first."""
-        return float(np.median(self._values)) if self._values else None
+        """The median of the values kept (the first alone until a second comes), None
+        before the first."""
+        if self._values:
+            return float(np.median(self._values))
+        return self._first
 
 
 @dataclass(frozen=True)
@@ -181,43 +204,58 @@ class PathModel:
 
     def __init__(self, prior_rate_bps: float = PRIOR_RATE_BPS):
         self.prior_rate_Bps = prior_rate_bps / 8
-        self._calls: deque[tuple[float, float]] = deque(maxlen=WINDOW_CALLS)
+        self._first: tuple[float, float, float] | None = None  # the first call, held apart (cold)
+        self._calls: deque[tuple[float, float, float]] = deque(maxlen=WINDOW_CALLS)
 
     def observe(self, nbytes: int, transfer_s: float, sharing: int = 1) -> None:
         """Record one call: bytes moved (request + reply), its transfer seconds, and how
         many of the coordinator's cases (this one included) were in flight when it was made."""
         if nbytes < 0 or not math.isfinite(transfer_s) or transfer_s < 0:
             return
+        if self._first is None:  # the path's first call may open its connection: cold
+            self._first = (float(nbytes), float(transfer_s), float(max(1, sharing)))
+            return
         self._calls.append((float(nbytes), float(transfer_s), float(max(1, sharing))))
 
     def fit(self, sharing: int = 1) -> PathFit | None:
-        """The weighted least-squares fit for a call made while `sharing` of the
-        coordinator's cases are in flight, or None before the first call.
+        """The fit for a call made while `sharing` of the coordinator's cases are in
+        flight, or None before the first call.
 
-        Calls made under about the same sharing (within a factor SIMILAR_SHARING) are taken
-        as they are; with fewer than 3 of those, every call is scaled to `sharing` as if
-        the path's time were shared equally (transfer_s * sharing / its own sharing)."""
-        if not self._calls:
+        The rate (slope) is the Theil-Sen one (the median of the pairwise slopes) of the
+        last RECENT_SLOPE_CALLS calls; the base is the median, over the last RECENT_CALLS
+        calls, of each call's transfer less its bytes at that rate. One slow call (a
+        scheduling stall of ~0.1 s on a loaded machine, against ~5 ms of transfer) would
+        otherwise tilt the slope or lift the next predictions, and the median absolute
+        percentage error is what predictions are judged by. While sizes do not vary the
+        prior rate is kept, unless the calls were faster than it allows (loopback, a
+        LAN: ~900 KB in ~10 ms): then the recent median of seconds per byte is the rate
+        and the base 0.
+
+        The path's first call (which may have opened its connection) is used only while
+        it is the only one (as `RecentMedian` treats a first value). Calls made under
+        about the same sharing (within a factor SIMILAR_SHARING) are taken as they are;
+        with fewer than 3 of those, every call is scaled to `sharing` as if the path's
+        time were shared equally (transfer_s * sharing / its own sharing)."""
+        calls = self._calls or ([self._first] if self._first is not None else [])
+        if not calls:
             return None
-        x, y, k = np.array(self._calls).T
+        x, y, k = np.array(calls).T
         similar = np.maximum(k, sharing) / np.minimum(k, sharing) <= SIMILAR_SHARING
         if similar.sum() >= 3:
-            order = np.arange(len(x))[similar]
             x, y = x[similar], y[similar]
         else:
-            order = np.arange(len(x))
             y = y * sharing / k
-        w = 0.5 ** ((len(self._calls) - 1 - order) / HALF_LIFE_CALLS)
-        w /= w.sum()
-        x_mean, y_mean = w @ x, w @ y
-        x_var = w @ (x - x_mean) ** 2
+        x, y = x[-RECENT_SLOPE_CALLS:], y[-RECENT_SLOPE_CALLS:]
         slope = None
         # Sizes must vary by more than ~10% of their mean for the slope to mean anything.
-        if x_var > (0.1 * x_mean) ** 2 and len(x) >= 3:
-            slope = (w @ ((x - x_mean) * (y - y_mean))) / x_var
-        if slope is None or slope <= 0:
+        if x.std() > 0.1 * x.mean() and len(x) >= 3:
+            slope = float(theilslopes(y, x).slope)
+        if slope is None or not slope > 0:
             slope = 1.0 / self.prior_rate_Bps
-        base = max(0.0, y_mean - slope * x_mean)
+            if np.median((y - slope * x)[-RECENT_CALLS:]) < 0:
+                # Faster than the prior rate (loopback, a LAN): what the calls showed.
+                slope = float(np.median((y / np.maximum(x, 1.0))[-RECENT_CALLS:])) or slope
+        base = max(0.0, float(np.median((y - slope * x)[-RECENT_CALLS:])))
         return PathFit(base_s=float(base), rate_Bps=float(1.0 / slope), calls=len(x))
 
 

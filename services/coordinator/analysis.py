@@ -36,7 +36,7 @@ log = logging.getLogger("pathmaster.coordinator")
 class CellAnalyser:
     """Turns one submitted cell into its raw feature vector (or a per-cell error)."""
 
-    def __init__(self, budget: CellBudget | None = CellBudget()):
+    def __init__(self, budget: CellBudget | None = CellBudget(), warm_up: bool = True):
         from pathmaster.features.schema import feature_schema
 
         self.schema = feature_schema()
@@ -44,6 +44,26 @@ class CellAnalyser:
         self.pool = AnalysisPool(budget=budget, preload=PRELOAD) if budget is not None else None
         if self.pool is not None:
             self.pool.warm_up()  # the fork server and a worker start now, not on the first case
+        self.warm_up_s: float | None = None
+        if warm_up:
+            self.warm_up()
+
+    def warm_up(self) -> float | None:
+        """Analyse one synthetic cell once, as a case's cells are analysed, before the
+        analyser says it is ready: the analysis process's lazy imports and first-call
+        costs are paid here, not by the first case (whose time the predictor learns
+        from). Returns its seconds (also `warm_up_s`), None when the cell was not
+        analysed (logged: a warm-up never stops the coordinator)."""
+        from services.site.synthetic import synthetic_case_cells
+
+        cell = synthetic_case_cells(1, defaults.WARM_UP_SEED)[0]
+        t0 = time.perf_counter()
+        result = self.analyse(cell["cell_id"], cell["image"], cell["background"], cell["mask"])
+        if isinstance(result, str):
+            log.warning("coordinator analyser: warm-up cell not analysed (%s); the first case will be slower", result)
+            return None
+        self.warm_up_s = time.perf_counter() - t0
+        return self.warm_up_s
 
     def ready(self) -> str:
         """The feature schema this analyser makes vectors in."""

@@ -72,7 +72,7 @@ def ray_task_cancelled() -> bool:
 class SiteWorker:
     """Feature extraction and search over one site database (folder `db`)."""
 
-    def __init__(self, db: str | Path, budget: CellBudget | None = CellBudget()):
+    def __init__(self, db: str | Path, budget: CellBudget | None = CellBudget(), warm_up: bool = True):
         # Heavy imports happen in the worker, here, so the first case is not slower.
         import pathmaster.features  # noqa: F401
         import pathmaster.segmentation  # noqa: F401
@@ -86,6 +86,40 @@ class SiteWorker:
         self.pool = AnalysisPool(budget=budget, preload=PRELOAD) if budget is not None else None
         if self.pool is not None:
             self.pool.warm_up()  # the fork server and a worker start now, not on the first case
+        self.warm_up_s: dict[str, float] = {}
+        if warm_up:
+            self.warm_up()
+
+    def warm_up(self) -> dict[str, float]:
+        """Serve one synthetic cell once, as cases are served: analyse it, then search
+        with its features. What a fresh process does only once (lazy imports in the
+        analysis process, FAISS's first search, the thumbnail codec) is then paid here,
+        before the worker is ready, and not by the first case, whose time the
+        coordinator's predictor would learn from (issue 10). Returns the seconds of each
+        step ({"analyse_s", "search_s", "thumbnails_s"}, also kept in `warm_up_s`); a
+        step that fails is logged and left out: a warm-up never stops a site.
+
+        The wire parts (thumbnail, image hash) of the first WARM_UP_THUMBNAILS database
+        cells are made too: a search's time then does not depend on whether its matches
+        were met before (~3 ms a match, 30 in a 6-cell case)."""
+        from services.site.synthetic import synthetic_case_cells
+
+        cell = synthetic_case_cells(1, defaults.WARM_UP_SEED)[0]
+        try:
+            t0 = time.perf_counter()
+            features, _, _ = self._extract(cell["cell_id"], cell["image"], cell["background"], cell["mask"], None)
+            self.warm_up_s["analyse_s"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            outcome = self.search(cell["cell_id"], [float(v) for v in features], defaults.K)
+            if not outcome.error:
+                self.warm_up_s["search_s"] = time.perf_counter() - t0
+        except (InvalidInput, CellStopped) as exc:
+            log.warning("site worker: warm-up cell not served (%s); the first case will be slower", exc)
+        t0 = time.perf_counter()
+        for cell_id in self.index.cell_ids()[:defaults.WARM_UP_THUMBNAILS]:
+            self._wire(cell_id)
+        self.warm_up_s["thumbnails_s"] = time.perf_counter() - t0
+        return dict(self.warm_up_s)
 
     def _extract(self, cell_id: str, image: bytes, background: bytes, mask: bytes, deadline: float | None):
         """(features, background_estimated, mask_estimated) of one cell; InvalidInput or

@@ -46,6 +46,40 @@ def test_same_size_calls_keep_the_prior_rate_and_still_predict_that_size():
     assert fit.transfer_s(50_000) == pytest.approx(0.3)
 
 
+def test_one_stalled_transfer_does_not_lift_the_next_predictions():
+    # On a loaded machine a ~5 ms loopback transfer now and then stalls for ~0.1 s; a mean
+    # would carry it into the next ~8 predictions (APE ~100% each).
+    model = PathModel(prior_rate_bps=100e6)
+    for transfer_s in [0.005] * 6 + [0.12] + [0.005] * 2:
+        model.observe(6_000, transfer_s)
+    assert model.fit().transfer_s(6_000) == pytest.approx(0.005)
+    for _ in range(RECENT_CALLS // 2 + 1):  # a new level is followed once it is the recent median
+        model.observe(6_000, 0.03)
+    assert model.fit().transfer_s(6_000) == pytest.approx(0.03)
+
+
+def test_one_stalled_call_does_not_tilt_the_rate_of_a_path_carrying_two_sizes():
+    # Features (~7 KB) and images (~900 KB) share a class's path; one stalled small call
+    # must not make the big ones look fast (or slow).
+    model = PathModel(prior_rate_bps=100e6)
+    for i in range(12):
+        n = (7_000, 900_000)[i % 2]
+        model.observe(n, 0.003 + n / 100e6 * 8)
+    model.observe(7_000, 0.15)  # stalled
+    fit = model.fit()
+    assert fit.transfer_s(7_000) == pytest.approx(0.003 + 7_000 / 100e6 * 8)
+    assert fit.transfer_s(900_000) == pytest.approx(0.003 + 0.072)
+
+
+def test_same_size_calls_faster_than_the_prior_rate_are_predicted_at_their_own_rate():
+    # Loopback: ~900 KB in ~9 ms, eight times faster than the prior 100 Mbit/s allows;
+    # keeping the prior rate would predict 72 ms.
+    model = PathModel(prior_rate_bps=100e6)
+    for _ in range(6):
+        model.observe(900_000, 0.009)
+    assert model.fit().transfer_s(900_000) == pytest.approx(0.009)
+
+
 class Clock:
     """A monotonic clock the test moves by hand."""
 
@@ -72,6 +106,30 @@ def test_site_model_predicts_transfer_overhead_and_service_from_measured_parts()
     assert site.predict("routine", "features", 10_000, cells=3) == pytest.approx(0.005 + 0.018 + 0.006)
     assert site.predict("routine", "images", 10_000, cells=6) is None  # never seen in that mode
     assert site.predict("urgent", "features", 10_000, cells=6) is None  # nor on that class's path
+
+
+def test_a_cold_first_call_is_not_learnt_once_a_warm_one_is_known():
+    # A fresh site's first call pays its process's lazy imports, its first search and the
+    # channel's set-up (the demo's first case: 0.8 s at the site, 14 ms of transfer, against
+    # ~0.03 s and 5 ms warm); the next cases must be predicted from the warm calls alone.
+    site = SiteModel(clock=Clock())
+    answered(site, site_wall_s=0.8, transfer_s=0.014)  # cold
+    assert site.predict("routine", "features", 10_000, cells=6) == pytest.approx(0.014 + 0.8)  # all it knows
+    answered(site, site_wall_s=0.030)
+    assert site.predict("routine", "features", 10_000, cells=6) == pytest.approx(0.005 + 0.030)
+    answered(site, site_wall_s=0.034)
+    # the median of the warm calls (0.030, 0.034), not of all three, nor pulled by the cold one
+    assert site.predict("routine", "features", 10_000, cells=6) == pytest.approx(0.005 + 0.032)
+
+
+def test_a_recent_median_holds_its_first_value_apart():
+    recent = RecentMedian()
+    recent.add(0.8)
+    assert recent.value() == 0.8
+    recent.add(0.1)
+    assert recent.value() == 0.1  # not (0.8 + 0.1) / 2
+    recent.add(0.2)
+    assert recent.value() == pytest.approx(0.15)
 
 
 def test_images_are_served_by_every_worker_and_features_in_one_job():

@@ -116,3 +116,21 @@ def test_a_cell_outcome_goes_on_the_wire_with_its_thumbnails():
     assert result.matches[0].distance == pytest.approx(0.5)
     with pytest.raises(AttributeError):
         outcome.error = "changed"  # frozen
+
+
+def test_a_worker_and_an_analyser_serve_one_cell_before_they_are_ready(site_db):
+    # A fresh process's first cell pays lazy imports, FAISS's first search and the thumbnail
+    # codec (the demo's first case: 0.8 s of search at each site against 0.02 s after);
+    # served at start, before `ready`, the first case is warm and so is what the predictor
+    # learns from it (issue 10).
+    from services.coordinator.analysis import CellAnalyser
+    from services.site.worker import SiteWorker
+
+    cold = SiteWorker(site_db, budget=None, warm_up=False)
+    assert cold.warm_up_s == {} and cold._wire.cache_info().currsize == 0
+    worker = SiteWorker(site_db, budget=None)
+    assert set(worker.warm_up_s) == {"analyse_s", "search_s", "thumbnails_s"}
+    # every database cell's wire thumbnail is made: a case's matches cost the same, seen or not
+    assert worker._wire.cache_info().currsize == len(worker.index.cell_ids()) > 0
+    assert CellAnalyser(budget=None, warm_up=False).warm_up_s is None
+    assert CellAnalyser(budget=None).warm_up_s is not None
