@@ -41,12 +41,10 @@ def test_demo_once_prints_every_site_and_the_votes(site_db, tmp_path, ray_sessio
     # The second case is predicted before it is sent, and its actual wait printed beside it.
     second = out.split("the same case again")[1]
     assert re.search(r"expected in about [\d.]+ s", second), second
-    found = re.search(r"case \w+: ([\d.]+) s \(predicted ([\d.]+) s\)", second)
-    assert found, second
-    # Learnt from a warm first case (sites and analysers serve a cell before they are ready):
-    # learnt from a cold one it was 1.41 s predicted against 0.13 s (10x).
-    actual_s, predicted_s = map(float, found.groups())
-    assert predicted_s <= 3 * actual_s, second
+    assert re.search(r"case \w+: [\d.]+ s \(predicted [\d.]+ s\)", second), second
+    # That the prediction is learnt from warm calls (sites and analysers serve a cell before
+    # they are ready; a first, cold sample is held apart) is asserted where it does not depend
+    # on how busy the machine is: tests/services/test_site_cells.py, test_predict_policy_admission.py.
     for site in DEMO_SITES:
         assert re.search(rf"{site.name}\s+answered in [\d.]+ s \(predicted [\d.]+ s\)", second), second
     log = cache / "demo" / "cases.jsonl"
