@@ -174,6 +174,11 @@ GRPC_REPLY_FRAMING_BYTES = 74
 # is sent at case time). Ours, measured in the testbed (qos/experiment/results/adaptive).
 SMALL_REQUEST_BYTES = 16 * 1024
 SMALL_REQUEST_COPIES = 3
+# After a case, each class connection it used to a site is replaced by a fresh one, opened then
+# (off the next case's critical path) and taken once ready (qos.transport.ClassChannels, `renew`):
+# a connection that met losses keeps a congestion window of 2-5 segments for ever after, so the
+# next small request needs two round trips through the queue; a new one sends 10 at once.
+RENEW_CONNECTIONS = True
 MAX_REQUEST_COPIES = 4         # more copies than this are refused in a configuration
 # A site remembers the requests it has taken for COPY_MEMORY_S seconds (at most
 # COPY_MEMORY_ENTRIES of them) and refuses a copy of one (qos.transport.CopyFilter): the

@@ -109,6 +109,11 @@ class Adaptive(FileModel):
                                       description="as the coordinator's: copies of a small features request "
                                                   "sent at once, each over its own connection (1: none)")
 
+    renew_connections: bool = Field(defaults.RENEW_CONNECTIONS,
+                                    description="as the coordinator's: after each case its connections to the sites "
+                                                "are replaced by fresh ones (initial congestion window), opened "
+                                                "between cases; false: the same connections for every case")
+
     thumbnail_bytes: int = Field(defaults.WIRE_THUMBNAIL_BYTES, ge=0, le=defaults.MAX_WIRE_THUMBNAIL_BYTES,
                                  description="bytes of each match's inline thumbnail in the transfer workload's "
                                              "replies (the real site's 48 px WebP: ~300 B; its 48 px JPEG "

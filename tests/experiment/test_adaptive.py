@@ -220,3 +220,26 @@ def test_in_service_mode_adaptive_is_the_coordinators_policy_and_static_is_image
     assert shipped == ["images", "auto"]
     assert record["policy"] == "adaptive" and record["predicted_s"] == 0.45 and record["modes"] == ["features"]
     assert record["sites"][0]["mode"] == "features" and record["sites"][0]["predicted_s"] == 0.45
+
+
+def test_an_adaptive_case_renews_the_connections_it_used(loopback_sites):
+    """With `renew_connections` (the default, as the coordinator's) the connections a case used
+    are replaced by fresh ones opened right after it; without, a strategy keeps its connections."""
+    from services.experiment.workload import Master, make_cells
+
+    master = Master(loopback_sites, DEFAULT_CLASSES, feature_schema=SCHEMA, feature_values=115)
+    renewing = parse_spec(spec()).strategy("adaptive-fifo").adaptive.model_dump()
+    keeping = renewing | {"renew_connections": False}
+    assert renewing["renew_connections"] is True
+    try:
+        master.discover()
+        cells = make_cells(2, 4000, False, False, seed=3)
+        for strategy, adaptive in (("renewing", renewing), ("keeping", keeping)):
+            assert master.case("urgent", cells, k=2, deadline_s=20, strategy=strategy, adaptive=adaptive)["ok"]
+        # Site A got features as copies over every lane, site B images on one: each used lane renewed.
+        spares = master.strategy_channels["renewing"]._spares
+        assert {("A", lane) for lane in range(defaults.SMALL_REQUEST_COPIES)} <= {(k[0], k[2]) for k in spares}
+        assert ("B", 0) in {(k[0], k[2]) for k in spares}
+        assert not master.strategy_channels["keeping"]._spares
+    finally:
+        master.close()
