@@ -174,6 +174,12 @@ GRPC_REPLY_FRAMING_BYTES = 74
 # is sent at case time). Ours, measured in the testbed (qos/experiment/results/adaptive).
 SMALL_REQUEST_BYTES = 16 * 1024
 SMALL_REQUEST_COPIES = 3
+# ... one after the other, COPY_GAP_S apart (copy k leaves k gaps after the first): a full
+# drop-tail queue has a slot or two free at a time, so copies burst into it together meet the
+# same full queue and are dropped together; a few ms apart each meets the queue afresh (it
+# serves a 1500 B packet in 1.2 ms at 10 Mbit/s). Well under a round trip (~100 ms behind the
+# testbed's full queue), the price when the first copy gets through.
+COPY_GAP_S = 0.02
 # After a case, each class connection it used to a site is replaced by a fresh one, opened then
 # (off the next case's critical path) and taken once ready (qos.transport.ClassChannels, `renew`):
 # a connection that met losses keeps a congestion window of 2-5 segments for ever after, so the

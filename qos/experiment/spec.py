@@ -109,6 +109,10 @@ class Adaptive(FileModel):
                                       description="as the coordinator's: copies of a small features request "
                                                   "sent at once, each over its own connection (1: none)")
 
+    copy_gap_s: float = Field(defaults.COPY_GAP_S, ge=0.0, le=1.0,
+                              description="as the coordinator's: seconds between one copy of a small request "
+                                          "and the next (0: all at once)")
+
     renew_connections: bool = Field(defaults.RENEW_CONNECTIONS,
                                     description="as the coordinator's: after each case its connections to the sites "
                                                 "are replaced by fresh ones (initial congestion window), opened "

@@ -269,7 +269,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                 schema_matches=matches or (bool(request.features) and site_schema == request.feature_schema),
                 predict=lambda cls, mode, s=site: self._predict(s, cls, mode, mode_bytes[mode], cells, sharing),
                 mode_bytes=mode_bytes, small_request_bytes=self.config.small_request_bytes,
-                small_request_copies=self.config.small_request_copies)
+                small_request_copies=self.config.small_request_copies, copy_gap_s=self.config.copy_gap_s)
         analysis_s = self._analysis_estimate(cells) if any(
             p.mode == "features" for p in plans.values()) and not request.features else 0.0
         predictions = [p.predicted_s for p in plans.values()]

@@ -278,7 +278,8 @@ class Master:
                                 predict=lambda cls, mode, s=site: model.predict(s, cls, mode, mode_bytes[mode], cells),
                                 mode_bytes=mode_bytes,
                                 small_request_copies=adaptive.get("small_request_copies",
-                                                                  defaults.SMALL_REQUEST_COPIES))
+                                                                  defaults.SMALL_REQUEST_COPIES),
+                                copy_gap_s=adaptive.get("copy_gap_s", defaults.COPY_GAP_S))
                 for site in self.sites}
 
     def case(self, request_class: str, cells: list[pb.CellImage], k: int, deadline_s: float,

@@ -95,7 +95,7 @@ def test_the_master_runs_the_policy_and_predicts_every_case(loopback_sites):
     # Per copy (a small features request goes as several): 2 x 115 doubles vs 2 x 3 images.
     assert by_site["A"]["copies"] >= defaults.SMALL_REQUEST_COPIES
     assert by_site["A"]["bytes_up"] / by_site["A"]["copies"] < static[1]["sites"][0]["bytes_up"] / 5
-    assert any("copies at once" in d for d in by_site["A"]["decisions"])
+    assert any("copies 20 ms apart" in d for d in by_site["A"]["decisions"])
     assert by_site["A"]["bytes_down"] < static[1]["sites"][0]["bytes_down"] / 3  # wire thumbnails
     assert smart["deadline_s"] == defaults.CLASS_DEADLINES_S["urgent"]
     assert any("same feature schema" in d for d in by_site["A"]["decisions"])
