@@ -185,6 +185,9 @@ COPY_GAP_S = 0.02
 # a connection that met losses keeps a congestion window of 2-5 segments for ever after, so the
 # next small request needs two round trips through the queue; a new one sends 10 at once.
 RENEW_CONNECTIONS = True
+# Fresh connections opened per renewed one, the first ready taken: a SYN lost behind a full
+# queue is sent again only after 1 s, and cases may come sooner than that.
+SPARE_CONNECTIONS = 2
 MAX_REQUEST_COPIES = 4         # more copies than this are refused in a configuration
 # A site remembers the requests it has taken for COPY_MEMORY_S seconds (at most
 # COPY_MEMORY_ENTRIES of them) and refuses a copy of one (qos.transport.CopyFilter): the

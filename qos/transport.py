@@ -358,7 +358,9 @@ class ClassChannels:
     (tcp_slow_start_after_idle restarts at min(initial window, cwnd)): a 6 KB request then
     needs two round trips through the queue. A new connection starts at the initial window
     (10 segments) and sends it in one flight; its handshake crosses the network between
-    cases, not during one. Until the fresh connection is ready the old one serves. A channel
+    cases, not during one; `spares` of them are opened per channel, the first ready taken (a
+    SYN lost behind a full queue is sent again only after 1 s). Until one is ready the old
+    connection serves. A channel
     replaced so is closed once the calls it was handed for have passed their deadline
     (`channel(..., busy_until=)`; without one it stays open until `close`).
     """
@@ -371,10 +373,12 @@ class ClassChannels:
         max_message_bytes: int = MAX_MESSAGE_BYTES,
         wrap: Callable[[grpc.Channel], grpc.Channel] | None = None,
         renew: bool = False,
+        spares: int = defaults.SPARE_CONNECTIONS,
     ):
         self.targets = dict(targets)
         self.wrap = wrap
         self.renew = renew
+        self.spares = spares
         self.classes = classes
         self.tls = tls
         self.max_message_bytes = max_message_bytes
@@ -386,7 +390,7 @@ class ClassChannels:
         # Renewal: the fresh connection waiting to replace each key's channel, the keys used
         # since the last refresh, and until when each handed-out channel has calls running
         # (time.monotonic(); inf: unknown) so that a replaced one is closed only after them.
-        self._spares: dict[tuple[str, str | None, int], grpc.Channel] = {}
+        self._spares: dict[tuple[str, str | None, int], list[grpc.Channel]] = {}
         self._used: set[tuple[str, str | None, int]] = set()
         self._busy_until: dict[int, float] = {}
         self._generation = 0
@@ -417,7 +421,8 @@ class ClassChannels:
             for key in [k for k in self._channels if k[0] == name and k[1] is not None]:
                 self._retired.append(self._channels.pop(key))
             for key in [k for k in self._spares if k[0] == name]:
-                self._spares.pop(key).close()  # to the old ports, and never used
+                for spare in self._spares.pop(key):
+                    spare.close()  # to the old ports, and never used
 
     def has_class_ports(self, name: str) -> bool:
         return bool(self._class_ports.get(name))
@@ -444,15 +449,17 @@ class ClassChannels:
                 self._tls_seen = signature  # rotated: new connections with the new files
                 self._retired.extend(self._channels.values())
                 self._channels.clear()
-                for spare in self._spares.values():
+                for spare in [c for spares in self._spares.values() for c in spares]:
                     spare.close()
                 self._spares.clear()
             key = (name, class_name, lane)
-            spare = self._spares.get(key)
-            if spare is not None and _core_channel(spare).check_connectivity_state(False) == _READY:
+            spares = self._spares.get(key, [])
+            ready = [c for c in spares if _core_channel(c).check_connectivity_state(False) == _READY]
+            if ready:
                 if key in self._channels:
                     self._retired.append(self._channels[key])
-                self._channels[key] = self._spares.pop(key)
+                self._channels[key] = ready[0]
+                spares.remove(ready[0])
             if key not in self._channels:
                 self._channels[key] = self._open(key)
             channel = self._channels[key]
@@ -493,10 +500,11 @@ class ClassChannels:
         with self._lock:
             opened = []
             for key in sorted(self._used, key=repr):
-                if key not in self._spares and key[0] in self.targets:
+                spares = self._spares.setdefault(key, [])
+                while len(spares) < self.spares and key[0] in self.targets:
                     self._generation += 1
-                    self._spares[key] = self._open(key, self._generation)
-                    opened.append(self._spares[key])
+                    spares.append(self._open(key, self._generation))
+                    opened.append(spares[-1])
             self._used.clear()
         for spare in opened:
             _core_channel(spare).check_connectivity_state(True)  # connect now, without waiting
@@ -518,7 +526,7 @@ class ClassChannels:
 
     def close(self) -> None:
         with self._lock:
-            for channel in [*self._channels.values(), *self._retired, *self._spares.values()]:
+            for channel in [*self._channels.values(), *self._retired, *(c for s in self._spares.values() for c in s)]:
                 channel.close()
             self._channels.clear()
             self._retired.clear()

@@ -92,8 +92,9 @@ def test_the_master_runs_the_policy_and_predicts_every_case(loopback_sites):
     by_site = {s["site"]: s for s in smart["sites"]}
     assert by_site["A"]["mode"] == "features" and by_site["B"]["mode"] == "images"
     assert smart["policy"] == "adaptive" and smart["predicted_s"] > 0 and smart["modes"] == ["features", "images"]
-    # Per copy (a small features request goes as several): 2 x 115 doubles vs 2 x 3 images.
-    assert by_site["A"]["copies"] >= defaults.SMALL_REQUEST_COPIES
+    # Per copy (a small features request goes as several, 20 ms apart: on loopback the first
+    # copy's answer may come before the others leave): 2 x 115 doubles vs 2 x 3 images.
+    assert 1 <= by_site["A"]["copies"] <= defaults.SMALL_REQUEST_COPIES
     assert by_site["A"]["bytes_up"] / by_site["A"]["copies"] < static[1]["sites"][0]["bytes_up"] / 5
     assert any("copies 20 ms apart" in d for d in by_site["A"]["decisions"])
     assert by_site["A"]["bytes_down"] < static[1]["sites"][0]["bytes_down"] / 3  # wire thumbnails
@@ -228,7 +229,8 @@ def test_an_adaptive_case_renews_the_connections_it_used(loopback_sites):
     from services.experiment.workload import Master, make_cells
 
     master = Master(loopback_sites, DEFAULT_CLASSES, feature_schema=SCHEMA, feature_values=115)
-    renewing = parse_spec(spec()).strategy("adaptive-fifo").adaptive.model_dump()
+    # Copies all at once, so that every lane is used whatever the answer's speed.
+    renewing = parse_spec(spec()).strategy("adaptive-fifo").adaptive.model_dump() | {"copy_gap_s": 0.0}
     keeping = renewing | {"renew_connections": False}
     assert renewing["renew_connections"] is True
     try:
@@ -237,9 +239,9 @@ def test_an_adaptive_case_renews_the_connections_it_used(loopback_sites):
         for strategy, adaptive in (("renewing", renewing), ("keeping", keeping)):
             assert master.case("urgent", cells, k=2, deadline_s=20, strategy=strategy, adaptive=adaptive)["ok"]
         # Site A got features as copies over every lane, site B images on one: each used lane renewed.
-        spares = master.strategy_channels["renewing"]._spares
+        spares = {k for k, v in master.strategy_channels["renewing"]._spares.items() if v}
         assert {("A", lane) for lane in range(defaults.SMALL_REQUEST_COPIES)} <= {(k[0], k[2]) for k in spares}
         assert ("B", 0) in {(k[0], k[2]) for k in spares}
-        assert not master.strategy_channels["keeping"]._spares
+        assert not any(master.strategy_channels["keeping"]._spares.values())
     finally:
         master.close()
