@@ -180,11 +180,13 @@ SMALL_REQUEST_COPIES = 3
 # serves a 1500 B packet in 1.2 ms at 10 Mbit/s). Well under a round trip (~100 ms behind the
 # testbed's full queue), the price when the first copy gets through.
 COPY_GAP_S = 0.02
-# After a case, each class connection it used to a site is replaced by a fresh one, opened then
-# (off the next case's critical path) and taken once ready (qos.transport.ClassChannels, `renew`):
-# a connection that met losses keeps a congestion window of 2-5 segments for ever after, so the
-# next small request needs two round trips through the queue; a new one sends 10 at once.
-RENEW_CONNECTIONS = True
+# Optionally, after a case, each class connection it used to a site is replaced by a fresh one,
+# opened then and taken once ready (qos.transport.ClassChannels, `renew`): a connection that met
+# losses keeps a congestion window of 2-5 segments for ever after, a new one sends 10 at once.
+# Off: measured in the testbed (FIFO, 16 streams) it did not help, because a full drop-tail
+# queue takes only the first segment of a burst whatever the window, and it hurt a one-segment
+# request (a fresh connection's HPACK table is empty: ~250 B more headers, two segments).
+RENEW_CONNECTIONS = False
 # Fresh connections opened per renewed one, the first ready taken: a SYN lost behind a full
 # queue is sent again only after 1 s, and cases may come sooner than that.
 SPARE_CONNECTIONS = 2

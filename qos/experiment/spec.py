@@ -113,6 +113,12 @@ class Adaptive(FileModel):
                               description="as the coordinator's: seconds between one copy of a small request "
                                           "and the next (0: all at once)")
 
+    feature_values: int | None = Field(None, ge=1, le=10_000,
+                                       description="a what-if of the transfer workload: values per cell a features "
+                                                   "request carries (default: the catalogue's length, what the "
+                                                   "coordinator sends today); e.g. 24, the most a site's selection "
+                                                   "keeps (pathmaster.similarity), if only those were sent")
+
     renew_connections: bool = Field(defaults.RENEW_CONNECTIONS,
                                     description="as the coordinator's: after each case its connections to the sites "
                                                 "are replaced by fresh ones (initial congestion window), opened "

@@ -305,9 +305,12 @@ class Master:
         images = pb.AnalyseRequest(case_id=case_id, request_class=request_class, cells=cells, k=k)
         features = None
         if adaptive is not None and self.feature_values:
+            # A strategy's `feature_values` is a what-if (fewer values a cell than the catalogue's);
+            # the transfer sites do not read the values, so only the bytes on the wire change.
             features = pb.AnalyseRequest(case_id=case_id, request_class=request_class, k=k,
                                          feature_schema=self.feature_schema,
-                                         features=make_features(len(cells), self.feature_values,
+                                         features=make_features(len(cells),
+                                                                adaptive.get("feature_values") or self.feature_values,
                                                                 seed=seed))
         mode_bytes = {"images": images.ByteSize(), "features": features.ByteSize() if features else images.ByteSize()}
         plan_deadline = (adaptive or {}).get("deadlines_s", {}).get(request_class, deadline_s)

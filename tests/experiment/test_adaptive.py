@@ -224,15 +224,15 @@ def test_in_service_mode_adaptive_is_the_coordinators_policy_and_static_is_image
 
 
 def test_an_adaptive_case_renews_the_connections_it_used(loopback_sites):
-    """With `renew_connections` (the default, as the coordinator's) the connections a case used
-    are replaced by fresh ones opened right after it; without, a strategy keeps its connections."""
+    """With `renew_connections` (as the coordinator's option) the connections a case used are
+    replaced by fresh ones opened right after it; without (the default), a strategy keeps them."""
     from services.experiment.workload import Master, make_cells
 
     master = Master(loopback_sites, DEFAULT_CLASSES, feature_schema=SCHEMA, feature_values=115)
     # Copies all at once, so that every lane is used whatever the answer's speed.
-    renewing = parse_spec(spec()).strategy("adaptive-fifo").adaptive.model_dump() | {"copy_gap_s": 0.0}
-    keeping = renewing | {"renew_connections": False}
-    assert renewing["renew_connections"] is True
+    keeping = parse_spec(spec()).strategy("adaptive-fifo").adaptive.model_dump() | {"copy_gap_s": 0.0}
+    renewing = keeping | {"renew_connections": True}
+    assert keeping["renew_connections"] is False  # the default: renewal measured no help
     try:
         master.discover()
         cells = make_cells(2, 4000, False, False, seed=3)
@@ -245,3 +245,24 @@ def test_an_adaptive_case_renews_the_connections_it_used(loopback_sites):
         assert not any(master.strategy_channels["keeping"]._spares.values())
     finally:
         master.close()
+
+
+def test_a_strategy_may_send_fewer_feature_values_as_a_what_if(loopback_sites):
+    """`feature_values` (a what-if: only the features a site's selection keeps) changes the
+    bytes of a features request, nothing else."""
+    from services.experiment.workload import Master, make_cells
+
+    master = Master(loopback_sites, DEFAULT_CLASSES, feature_schema=SCHEMA, feature_values=130)
+    full = parse_spec(spec()).strategy("adaptive-fifo").adaptive.model_dump() | {"copy_gap_s": 0.0,
+                                                                                 "small_request_copies": 1}
+    try:
+        master.discover()
+        cells = make_cells(6, 4000, False, False, seed=3)
+        sizes = {}
+        for strategy, adaptive in (("full", full), ("selected", full | {"feature_values": 24})):
+            case = master.case("urgent", cells, k=5, deadline_s=20, strategy=strategy, adaptive=adaptive)
+            assert case["ok"]
+            sizes[strategy] = next(s["bytes_up"] for s in case["sites"] if s["site"] == "A")
+    finally:
+        master.close()
+    assert sizes["full"] > 6 * 130 * 8 and 6 * 24 * 8 < sizes["selected"] <= defaults.TCP_INITIAL_WINDOW_BYTES / 10
