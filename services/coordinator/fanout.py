@@ -221,7 +221,8 @@ class FanOut:
 
     def _hedge(self, site: str, run: SiteRun) -> SiteOutcome | None:
         plan = run.plan
-        if run.hedged or len(run.attempts) > plan.copies or time.monotonic() >= self.deadline:
+        fell_back = any(a.mode != plan.mode for a in run.attempts)  # (copies may not all have left)
+        if run.hedged or fell_back or len(run.attempts) > plan.copies or time.monotonic() >= self.deadline:
             return None
         run.hedged = True
         target_class = plan.hedge_class or plan.request_class
