@@ -190,6 +190,22 @@ GRPC_REPLY_FRAMING_BYTES = 74
 # is sent at case time). Ours, measured in the testbed (qos/experiment/results/adaptive).
 SMALL_REQUEST_BYTES = 16 * 1024
 SMALL_REQUEST_COPIES = 3
+# ... one after the other, COPY_GAP_S apart (copy k leaves k gaps after the first): a full
+# drop-tail queue has a slot or two free at a time, so copies burst into it together meet the
+# same full queue and are dropped together; a few ms apart each meets the queue afresh (it
+# serves a 1500 B packet in 1.2 ms at 10 Mbit/s). Well under a round trip (~100 ms behind the
+# testbed's full queue), the price when the first copy gets through.
+COPY_GAP_S = 0.02
+# Optionally, after a case, each class connection it used to a site is replaced by a fresh one,
+# opened then and taken once ready (qos.transport.ClassChannels, `renew`): a connection that met
+# losses keeps a congestion window of 2-5 segments for ever after, a new one sends 10 at once.
+# Off: measured in the testbed (FIFO, 16 streams) it did not help, because a full drop-tail
+# queue takes only the first segment of a burst whatever the window, and it hurt a one-segment
+# request (a fresh connection's HPACK table is empty: ~250 B more headers, two segments).
+RENEW_CONNECTIONS = False
+# Fresh connections opened per renewed one, the first ready taken: a SYN lost behind a full
+# queue is sent again only after 1 s, and cases may come sooner than that.
+SPARE_CONNECTIONS = 2
 MAX_REQUEST_COPIES = 4         # more copies than this are refused in a configuration
 # A site remembers the requests it has taken for COPY_MEMORY_S seconds (at most
 # COPY_MEMORY_ENTRIES of them) and refuses a copy of one (qos.transport.CopyFilter): the

@@ -43,7 +43,8 @@ class SitePlan:
     hedge_class: str | None      # the class (or replica) a hedge uses
     hedge_site: str | None = None
     reasons: tuple[str, ...] = field(default_factory=tuple)
-    copies: int = 1              # copies sent at once, each over its own connection (lane)
+    copies: int = 1              # copies sent, each over its own connection (lane) ...
+    copy_gap_s: float = 0.0      # ... copy k this many seconds times k after the first
 
 
 def choose_mode(schema_matches: bool, ship: str) -> tuple[str, str]:
@@ -73,7 +74,8 @@ def plan_site(site: str, *, requested: str, entitled: list[str], deadline_s: flo
               predict: Callable[[str, str], float | None], schema_matches: bool,
               ship: str = "auto", replica: str | None = None, mode_bytes: dict[str, int] | None = None,
               small_request_bytes: int = defaults.SMALL_REQUEST_BYTES,
-              small_request_copies: int = defaults.SMALL_REQUEST_COPIES) -> SitePlan:
+              small_request_copies: int = defaults.SMALL_REQUEST_COPIES,
+              copy_gap_s: float = defaults.COPY_GAP_S) -> SitePlan:
     """Plan one site's part of a case.
 
     Parameters
@@ -103,6 +105,8 @@ def plan_site(site: str, *, requested: str, entitled: list[str], deadline_s: flo
         ... and is sent as this many copies at once, each over its own connection, the
         first answer winning (1: no copies). Images are never copied (the site would
         analyse them once per copy).
+    copy_gap_s : float
+        Seconds between one copy and the next (0: all at once).
 
     Returns
     -------
@@ -147,9 +151,10 @@ def plan_site(site: str, *, requested: str, entitled: list[str], deadline_s: flo
     if mode == "features" and request_bytes is not None and request_bytes <= small_request_bytes \
             and small_request_copies > 1:
         copies = small_request_copies
-        reasons.append(f"small request ({request_bytes / 1000:.1f} kB): sent as {copies} copies at once over "
+        when = f"{copy_gap_s * 1000:.0f} ms apart" if copy_gap_s > 0 else "at once"
+        reasons.append(f"small request ({request_bytes / 1000:.1f} kB): sent as {copies} copies {when} over "
                        "separate connections, so that one lost packet does not hold the answer up; "
                        "the first answer is used and the other copies are cancelled")
     return SitePlan(site=site, mode=mode, request_class=chosen, predicted_s=predicted,
                     hedge_after_s=hedge_after, hedge_class=hedge_class, hedge_site=hedge_site,
-                    reasons=tuple(reasons), copies=copies)
+                    reasons=tuple(reasons), copies=copies, copy_gap_s=copy_gap_s if copies > 1 else 0.0)

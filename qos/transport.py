@@ -280,6 +280,9 @@ MAX_RECONNECT_BACKOFF_MS = 1000
 # A channel argument of our own (gRPC ignores it): it keeps the connections of different lanes
 # apart in gRPC's subchannel bookkeeping.
 LANE_ARG = "pathmaster.lane"
+# Likewise for the successive connections of one lane when they are renewed (ClassChannels).
+GENERATION_ARG = "pathmaster.generation"
+_READY = 2  # gRPC core's connectivity state READY (grpc.ChannelConnectivity.READY's value)
 
 
 def _size_options(max_message_bytes: int) -> list[tuple[str, int]]:
@@ -296,19 +299,23 @@ def open_channel(
     max_message_bytes: int = MAX_MESSAGE_BYTES,
     lane: int = 0,
     aio: bool = False,
+    generation: int = 0,
 ) -> grpc.Channel:
     """A channel to `address` ("host:port") whose packets carry `dscp` (None: unmarked).
 
     Channels of lane 0 with the same address and options share one TCP connection (gRPC's
     global subchannel pool); a channel of lane >= 1 has a connection of its own, so that a
-    segment lost on one lane does not stall the calls of another. aio: a `grpc.aio`
+    segment lost on one lane does not stall the calls of another; so has a channel of
+    `generation` >= 1 (a lane's renewed connection, `ClassChannels`). aio: a `grpc.aio`
     channel (same options) for asyncio code, created on and bound to the running loop.
     """
     kind = grpc.aio if aio else grpc
     options: list[tuple[str, object]] = _size_options(max_message_bytes)
     options.append(("grpc.max_reconnect_backoff_ms", MAX_RECONNECT_BACKOFF_MS))
-    if lane:
+    if lane or generation:
         options += [("grpc.use_local_subchannel_pool", 1), (LANE_ARG, int(lane))]
+    if generation:
+        options.append((GENERATION_ARG, int(generation)))
     if dscp is not None:
         options.append(("grpc.dscp", int(dscp)))
     if tls is None:
@@ -343,6 +350,19 @@ class ClassChannels:
     When the TLS files change (a rotated certificate), the next `channel` call opens new
     channels with them; calls in flight on the old ones finish. `wrap(channel)`, when given,
     is applied to each new channel (e.g. tracing interceptors).
+
+    `renew`: the class channels a case used get a fresh TCP connection for the next case,
+    opened after the case (`refresh`) and taken by `channel` once it is ready. A connection
+    that met losses behind a full drop-tail queue keeps a congestion window of 2-5 segments
+    and a slow-start threshold as low, and an idle period never raises it again
+    (tcp_slow_start_after_idle restarts at min(initial window, cwnd)): a 6 KB request then
+    needs two round trips through the queue. A new connection starts at the initial window
+    (10 segments) and sends it in one flight; its handshake crosses the network between
+    cases, not during one; `spares` of them are opened per channel, the first ready taken (a
+    SYN lost behind a full queue is sent again only after 1 s). Until one is ready the old
+    connection serves. A channel
+    replaced so is closed once the calls it was handed for have passed their deadline
+    (`channel(..., busy_until=)`; without one it stays open until `close`).
     """
 
     def __init__(
@@ -352,9 +372,13 @@ class ClassChannels:
         tls: TLSFiles | None = None,
         max_message_bytes: int = MAX_MESSAGE_BYTES,
         wrap: Callable[[grpc.Channel], grpc.Channel] | None = None,
+        renew: bool = False,
+        spares: int = defaults.SPARE_CONNECTIONS,
     ):
         self.targets = dict(targets)
         self.wrap = wrap
+        self.renew = renew
+        self.spares = spares
         self.classes = classes
         self.tls = tls
         self.max_message_bytes = max_message_bytes
@@ -363,6 +387,13 @@ class ClassChannels:
         self._retired: list[grpc.Channel] = []
         self._lock = threading.Lock()
         self._tls_seen = self._tls_signature()
+        # Renewal: the fresh connection waiting to replace each key's channel, the keys used
+        # since the last refresh, and until when each handed-out channel has calls running
+        # (time.monotonic(); inf: unknown) so that a replaced one is closed only after them.
+        self._spares: dict[tuple[str, str | None, int], list[grpc.Channel]] = {}
+        self._used: set[tuple[str, str | None, int]] = set()
+        self._busy_until: dict[int, float] = {}
+        self._generation = 0
 
     def _usable_tls(self) -> bool:
         """The TLS files are whole (a certificate with its own key), else keep the channels."""
@@ -389,6 +420,9 @@ class ClassChannels:
             self._class_ports[name] = dict(ports)
             for key in [k for k in self._channels if k[0] == name and k[1] is not None]:
                 self._retired.append(self._channels.pop(key))
+            for key in [k for k in self._spares if k[0] == name]:
+                for spare in self._spares.pop(key):
+                    spare.close()  # to the old ports, and never used
 
     def has_class_ports(self, name: str) -> bool:
         return bool(self._class_ports.get(name))
@@ -402,21 +436,79 @@ class ClassChannels:
         host, _ = split_address(control)
         return f"{host}:{port}"
 
-    def channel(self, name: str, class_name: str | None = None, lane: int = 0) -> grpc.Channel:
+    def channel(self, name: str, class_name: str | None = None, lane: int = 0,
+                busy_until: float | None = None) -> grpc.Channel:
         """The channel for (name, class, lane); class None gives the unmarked control channel.
-        Each lane >= 1 is a TCP connection of its own (see `open_channel`)."""
-        dscp = self.classes[class_name].dscp if class_name is not None else None
+        Each lane >= 1 is a TCP connection of its own (see `open_channel`). `busy_until`
+        (time.monotonic()): the deadline of the calls the caller makes on it (with `renew`,
+        a replaced channel is closed after it; None: not before `close`; -1: no call, only
+        opening it)."""
         with self._lock:
             signature = self._tls_signature()
             if signature and signature != self._tls_seen and self._usable_tls():
                 self._tls_seen = signature  # rotated: new connections with the new files
                 self._retired.extend(self._channels.values())
                 self._channels.clear()
+                for spare in [c for spares in self._spares.values() for c in spares]:
+                    spare.close()
+                self._spares.clear()
             key = (name, class_name, lane)
+            spares = self._spares.get(key, [])
+            ready = [c for c in spares if _core_channel(c).check_connectivity_state(False) == _READY]
+            if ready:
+                if key in self._channels:
+                    self._retired.append(self._channels[key])
+                self._channels[key] = ready[0]
+                spares.remove(ready[0])
             if key not in self._channels:
-                channel = open_channel(self.address(name, class_name), dscp, self.tls, self.max_message_bytes, lane)
-                self._channels[key] = self.wrap(channel) if self.wrap else channel
-            return self._channels[key]
+                self._channels[key] = self._open(key)
+            channel = self._channels[key]
+            if self.renew and class_name is not None and busy_until != -1.0:
+                self._used.add(key)
+                until = float("inf") if busy_until is None else busy_until
+                self._busy_until[id(channel)] = max(self._busy_until.get(id(channel), until), until)
+            self._close_drained()
+            return channel
+
+    def _open(self, key: tuple[str, str | None, int], generation: int = 0) -> grpc.Channel:
+        name, class_name, lane = key
+        dscp = self.classes[class_name].dscp if class_name is not None else None
+        channel = open_channel(self.address(name, class_name), dscp, self.tls, self.max_message_bytes, lane,
+                               generation=generation)
+        return self.wrap(channel) if self.wrap else channel
+
+    def _close_drained(self) -> None:
+        """Close the replaced channels whose calls have all passed their deadlines (lock held)."""
+        now = time.monotonic()
+        keep = []
+        for channel in self._retired:
+            until = self._busy_until.get(id(channel))
+            if until is not None and until < now:
+                del self._busy_until[id(channel)]
+                channel.close()
+            else:
+                keep.append(channel)
+        self._retired = keep
+
+    def refresh(self) -> int:
+        """With `renew`: open a fresh connection, now, for every class channel used since the
+        last refresh (call it when a case is over, so that the handshakes do not cross the
+        network during one); `channel` takes each once it is ready. Returns how many were
+        opened (0 without `renew`)."""
+        if not self.renew:
+            return 0
+        with self._lock:
+            opened = []
+            for key in sorted(self._used, key=repr):
+                spares = self._spares.setdefault(key, [])
+                while len(spares) < self.spares and key[0] in self.targets:
+                    self._generation += 1
+                    spares.append(self._open(key, self._generation))
+                    opened.append(spares[-1])
+            self._used.clear()
+        for spare in opened:
+            _core_channel(spare).check_connectivity_state(True)  # connect now, without waiting
+        return len(opened)
 
     def connect(self, name: str, class_names: list[str], lanes: int) -> None:
         """Open the connections of `lanes` lanes for each of `class_names` to `name` now,
@@ -429,14 +521,17 @@ class ClassChannels:
             for lane in range(lanes):
                 # What grpc.channel_ready_future does first, without its polling thread (which
                 # raises if the channel is closed while it polls): ask the core to connect now.
-                _core_channel(self.channel(name, class_name, lane)).check_connectivity_state(True)
+                # busy_until -1: opened, not used by a call (nothing to renew after it).
+                _core_channel(self.channel(name, class_name, lane, busy_until=-1.0)).check_connectivity_state(True)
 
     def close(self) -> None:
         with self._lock:
-            for channel in [*self._channels.values(), *self._retired]:
+            for channel in [*self._channels.values(), *self._retired, *(c for s in self._spares.values() for c in s)]:
                 channel.close()
             self._channels.clear()
             self._retired.clear()
+            self._spares.clear()
+            self._busy_until.clear()
 
 
 # What a call on a class port fails with when the caller's port map may be out of date:

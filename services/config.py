@@ -254,6 +254,14 @@ class CoordinatorTable(_Budgeted):
     """Copies of a small request sent at once, each over its own connection to the site
     (opened when the site is first reached); the first answer is used, the rest cancelled.
     1: one copy (no hedging by copies)."""
+    copy_gap_s: float = Field(defaults.COPY_GAP_S, ge=0.0, le=1.0)
+    """Seconds between one copy of a small request and the next (copy k leaves k gaps after
+    the first), so that they do not meet a full queue together; 0: all at once."""
+    renew_connections: bool = defaults.RENEW_CONNECTIONS
+    """After each case, replace the connections it used to the sites by fresh ones, opened
+    then and used once ready: a connection that met losses behind a full queue keeps a
+    congestion window of a few segments for ever after, a new one starts at 10
+    (qos.transport.ClassChannels). False: the same connections for every case."""
 
     @model_validator(mode="after")
     def _check_admission(self):

@@ -109,6 +109,21 @@ class Adaptive(FileModel):
                                       description="as the coordinator's: copies of a small features request "
                                                   "sent at once, each over its own connection (1: none)")
 
+    copy_gap_s: float = Field(defaults.COPY_GAP_S, ge=0.0, le=1.0,
+                              description="as the coordinator's: seconds between one copy of a small request "
+                                          "and the next (0: all at once)")
+
+    feature_values: int | None = Field(None, ge=1, le=10_000,
+                                       description="a what-if of the transfer workload: values per cell a features "
+                                                   "request carries (default: the catalogue's length, what the "
+                                                   "coordinator sends today); e.g. 24, the most a site's selection "
+                                                   "keeps (pathmaster.similarity), if only those were sent")
+
+    renew_connections: bool = Field(defaults.RENEW_CONNECTIONS,
+                                    description="as the coordinator's: after each case its connections to the sites "
+                                                "are replaced by fresh ones (initial congestion window), opened "
+                                                "between cases; false: the same connections for every case")
+
     thumbnail_bytes: int = Field(defaults.WIRE_THUMBNAIL_BYTES, ge=0, le=defaults.MAX_WIRE_THUMBNAIL_BYTES,
                                  description="bytes of each match's inline thumbnail in the transfer workload's "
                                              "replies (the real site's 48 px WebP: ~300 B; its 48 px JPEG "

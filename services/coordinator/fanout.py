@@ -4,8 +4,9 @@ For each site the coordinator has a plan (qos.policy.SitePlan: mode, class, when
 hedge). `FanOut` makes the calls and yields each site's outcome the moment it is final:
 
 - the first call goes in the planned class and mode; a small request goes as
-  `plan.copies` copies at once, each over its own connection (lane), so that a packet
-  lost on one connection stalls one copy only;
+  `plan.copies` copies, each over its own connection (lane), so that a packet lost on
+  one connection stalls one copy only, `plan.copy_gap_s` apart (copy k at k gaps), so
+  that they do not meet a full queue together;
 - a site still silent at its `hedge_after_s` gets a second copy of the request on the
   hedge class (a more favoured one the user may use); the first good answer wins and the
   other copy is cancelled;
@@ -13,8 +14,8 @@ hedge). `FanOut` makes the calls and yields each site's outcome the moment it is
   path) gets the images instead, when the case has them, and the decision says so;
 - when every copy failed, the site's outcome carries each copy's error.
 
-Calls are gRPC futures; their completions and the hedge timers meet in one queue, so one
-thread (the SubmitCase handler's) makes every decision in order.
+Calls are gRPC futures; their completions, the copies' and the hedge timers meet in one
+queue, so one thread (the SubmitCase handler's) makes every decision and sends every copy.
 """
 
 from __future__ import annotations
@@ -69,6 +70,8 @@ class SiteRun:
     errors: list[str] = field(default_factory=list)
     decisions: list[str] = field(default_factory=list)
     timer: threading.Timer | None = None
+    copy_timers: list[threading.Timer] = field(default_factory=list)
+    copies_due: set[int] = field(default_factory=set)  # lanes of copies not sent yet
     done: bool = False
     hedged: bool = False
 
@@ -125,7 +128,14 @@ class FanOut:
                                                 "case came as features only: send the images"))
                 continue
             for lane in range(1, run.plan.copies):
-                self._attempt(site, run.plan.request_class, run.plan.mode, f"copy {lane + 1}", lane)
+                if run.plan.copy_gap_s <= 0:
+                    self._attempt(site, run.plan.request_class, run.plan.mode, f"copy {lane + 1}", lane)
+                    continue
+                run.copies_due.add(lane)
+                timer = threading.Timer(lane * run.plan.copy_gap_s, self._events.put, args=(("copy", site, lane),))
+                timer.daemon = True
+                run.copy_timers.append(timer)
+                timer.start()
             if run.plan.hedge_after_s is not None:
                 run.timer = threading.Timer(run.plan.hedge_after_s, self._events.put, args=(("hedge", site, None),))
                 run.timer.daemon = True
@@ -159,6 +169,8 @@ class FanOut:
         for run in runs:
             if run.timer is not None:
                 run.timer.cancel()
+            for timer in run.copy_timers:
+                timer.cancel()
             for attempt in run.attempts:
                 attempt.call.cancel()
 
@@ -177,11 +189,16 @@ class FanOut:
             run = self.runs[site]
             if run.done:
                 continue
-            outcome = self._hedge(site, run) if kind == "hedge" else self._finished(site, run, attempt)
+            if kind == "copy":
+                outcome = self._copy(site, run, attempt)  # `attempt` is the copy's lane here
+            else:
+                outcome = self._hedge(site, run) if kind == "hedge" else self._finished(site, run, attempt)
             if outcome is not None:
                 run.done = True
                 if run.timer is not None:
                     run.timer.cancel()
+                for timer in run.copy_timers:
+                    timer.cancel()
                 for other in run.running():
                     other.call.cancel()
                 waiting.discard(site)
@@ -189,9 +206,23 @@ class FanOut:
 
     # ------------------------------------------------------------ decisions, one thread
 
+    def _copy(self, site: str, run: SiteRun, lane: int) -> SiteOutcome | None:
+        """A copy's time has come: send it, unless the site has an answer (or its deadline passed)."""
+        run.copies_due.discard(lane)
+        plan = run.plan
+        fell_back = any(a.mode != plan.mode for a in run.attempts)  # the site refused the mode
+        if time.monotonic() < self.deadline and not self._closed and not fell_back:
+            self._attempt(site, plan.request_class, plan.mode, f"copy {lane + 1}", lane)
+            return None
+        if any(_may_answer(a) for a in run.attempts) or run.copies_due:
+            return None
+        # Every copy sent has failed and this one could not go: the site's outcome is final.
+        return self._failed(site, run, run.attempts[-1])
+
     def _hedge(self, site: str, run: SiteRun) -> SiteOutcome | None:
         plan = run.plan
-        if run.hedged or len(run.attempts) > plan.copies or time.monotonic() >= self.deadline:
+        fell_back = any(a.mode != plan.mode for a in run.attempts)  # (copies may not all have left)
+        if run.hedged or fell_back or len(run.attempts) > plan.copies or time.monotonic() >= self.deadline:
             return None
         run.hedged = True
         target_class = plan.hedge_class or plan.request_class
@@ -224,8 +255,18 @@ class FanOut:
             if self._attempt(site, attempt.request_class, "images", "images fallback"):
                 run.decisions.append(f"features failed ({code.name}: {details}): images sent instead")
                 return None
-        if any(other is not attempt and _may_answer(other) for other in run.attempts):
-            return None  # another copy may still answer, or has answered and its event is queued
+        if run.copies_due or any(other is not attempt and _may_answer(other) for other in run.attempts):
+            return None  # another copy may still answer (or is still to be sent), or has answered
+        return self._failed(site, run, attempt)
+
+    def _failed(self, site: str, run: SiteRun, attempt: Attempt) -> SiteOutcome:
+        """The outcome of a site whose every copy failed, `attempt` the last one handled."""
+        call = attempt.call
+        if call.cancelled():
+            code, details = grpc.StatusCode.CANCELLED, "cancelled"
+        else:
+            code, details = call.exception().code(), call.exception().details()
+        elapsed = attempt.elapsed_s()
         message = f"site {site}: {code.name}: {details}"
         if len(run.errors) > 1:
             message = f"site {site}: every copy failed: " + "; ".join(run.errors)

@@ -269,7 +269,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                 schema_matches=matches or (bool(request.features) and site_schema == request.feature_schema),
                 predict=lambda cls, mode, s=site: self._predict(s, cls, mode, mode_bytes[mode], cells, sharing),
                 mode_bytes=mode_bytes, small_request_bytes=self.config.small_request_bytes,
-                small_request_copies=self.config.small_request_copies)
+                small_request_copies=self.config.small_request_copies, copy_gap_s=self.config.copy_gap_s)
         analysis_s = self._analysis_estimate(cells) if any(
             p.mode == "features" for p in plans.values()) and not request.features else 0.0
         predictions = [p.predicted_s for p in plans.values()]
@@ -314,8 +314,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                 copy.CopyFrom(message)
                 copy.request_class = class_name
                 message = copy
-            call = self._site_stub(site, class_name, lane).Analyse.future(
-                message, timeout=site_deadline(time.monotonic(), case_deadline))
+            stub = pb_grpc.SiteStub(self.channels.channel(site, class_name, lane, busy_until=case_deadline))
+            call = stub.Analyse.future(message, timeout=site_deadline(time.monotonic(), case_deadline))
             return call, message.ByteSize()
 
         fan = FanOut(plans, send, case_deadline)
@@ -331,6 +331,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         except GeneratorExit:  # gRPC closes the stream when the client cancels
             closed = True
         fan.cancel()  # only copies still running, i.e. after a cancel or a lost deadline
+        self.channels.refresh()  # with renew_connections: fresh connections for the next case, opened now
         cancelled = closed or not context.is_active()
         total_s = time.monotonic() - started
         if cancelled:
@@ -548,7 +549,8 @@ class CoordinatorServer:
         start_tracing(cfg.tracing, "pathmaster-coordinator")
         self.channels = ClassChannels({s.name: s.address for s in cfg.sites}, cfg.classes, cfg.site_tls,
                                       max_message_bytes=max(cfg.max_case_bytes * 2, 64 * 2**20),
-                                      wrap=traced_channel)  # a span per site call, in the case's trace
+                                      wrap=traced_channel,  # a span per site call, in the case's trace
+                                      renew=cfg.renew_connections)
         self.stats = ClassStats(cfg.classes, cfg.stats_window)
         self.metrics = CoordinatorMetrics(self.stats)
         self.servicer = CoordinatorServicer(cfg, self.channels, self.stats, CaseLog(cfg.case_log), self.metrics)

@@ -21,8 +21,9 @@ product does: features instead of images where the site's schema matches (the tr
 sites advertise the one the bench gives them, the installation's), the class within the
 user's entitlement (step-down), hedging when a site runs past its prediction, each against
 its class's deadline; replies are sized for the wire (`thumbnail_bytes` a match). As the
-coordinator does, it keeps its connections open from one case to the next (opened before the
-first case, one per copy lane) and sends a small features request as several copies at once.
+coordinator does, it opens its connections before the first case (one per copy lane), replaces
+those a case used by fresh ones opened after it (`renew_connections`, `ClassChannels.refresh`),
+and sends a small features request as several copies at once.
 Without `adaptive` a case is today's: images (with background and mask) in the class asked
 for, `match_bytes` thumbnails. Feature vectors are random float64s of the catalogue's
 length: the transfer sites do not analyse, and neither does the master, so the times are the
@@ -201,8 +202,9 @@ class Master:
 
     Today's (non-adaptive) case opens its own connections (new per-class channels, closed
     afterwards), as every run of the study was a fresh transfer: no congestion window, loss
-    history or back-off carries over from one run to the next. An adaptive case uses the
-    master's long-lived channels, opened before the first case, as the coordinator's are.
+    history or back-off carries over from one run to the next. An adaptive case uses its
+    strategy's channels, opened before the first case and (with `renew_connections`) renewed
+    after each, as the coordinator's are.
 
     Parameters
     ----------
@@ -226,9 +228,10 @@ class Master:
         self.site_schemas: dict[str, str] = {}
         self.models: dict[str, _StrategyModel] = {}
         self.channels = self._channels()
+        self.strategy_channels: dict[str, ClassChannels] = {}
 
-    def _channels(self) -> ClassChannels:
-        channels = ClassChannels(self.sites, self.classes)
+    def _channels(self, renew: bool = False) -> ClassChannels:
+        channels = ClassChannels(self.sites, self.classes, renew=renew)
         for name, ports in self.class_ports.items():
             channels.set_class_ports(name, ports)
         return channels
@@ -275,7 +278,8 @@ class Master:
                                 predict=lambda cls, mode, s=site: model.predict(s, cls, mode, mode_bytes[mode], cells),
                                 mode_bytes=mode_bytes,
                                 small_request_copies=adaptive.get("small_request_copies",
-                                                                  defaults.SMALL_REQUEST_COPIES))
+                                                                  defaults.SMALL_REQUEST_COPIES),
+                                copy_gap_s=adaptive.get("copy_gap_s", defaults.COPY_GAP_S))
                 for site in self.sites}
 
     def case(self, request_class: str, cells: list[pb.CellImage], k: int, deadline_s: float,
@@ -289,24 +293,32 @@ class Master:
         """
         if adaptive is not None and strategy not in self.models and not warming:
             self.models[strategy] = _StrategyModel()
+            # Each strategy is a network of its own, seen by a coordinator of its own: its own connections.
+            self.strategy_channels[strategy] = self._channels(
+                renew=adaptive.get("renew_connections", defaults.RENEW_CONNECTIONS))
             for site in self.sites:  # the coordinator opens these when it learns a site's ports
-                self.channels.connect(site, self.entitled(request_class),
-                                      lanes=adaptive.get("small_request_copies", defaults.SMALL_REQUEST_COPIES))
+                self.strategy_channels[strategy].connect(
+                    site, self.entitled(request_class),
+                    lanes=adaptive.get("small_request_copies", defaults.SMALL_REQUEST_COPIES))
             self.warm(request_class, strategy=strategy, adaptive=adaptive)
         model = self.models.setdefault(strategy, _StrategyModel())
         images = pb.AnalyseRequest(case_id=case_id, request_class=request_class, cells=cells, k=k)
         features = None
         if adaptive is not None and self.feature_values:
+            # A strategy's `feature_values` is a what-if (fewer values a cell than the catalogue's);
+            # the transfer sites do not read the values, so only the bytes on the wire change.
             features = pb.AnalyseRequest(case_id=case_id, request_class=request_class, k=k,
                                          feature_schema=self.feature_schema,
-                                         features=make_features(len(cells), self.feature_values,
+                                         features=make_features(len(cells),
+                                                                adaptive.get("feature_values") or self.feature_values,
                                                                 seed=seed))
         mode_bytes = {"images": images.ByteSize(), "features": features.ByteSize() if features else images.ByteSize()}
         plan_deadline = (adaptive or {}).get("deadlines_s", {}).get(request_class, deadline_s)
         plans = self._plans(model, request_class, adaptive, plan_deadline, mode_bytes, len(cells))
         metadata = (((WIRE_REPLY_KEY, str(adaptive.get("thumbnail_bytes", defaults.WIRE_THUMBNAIL_BYTES))),)
                     if adaptive is not None else ())
-        channels = self.channels if adaptive is not None else self._channels()
+        own = self._channels() if adaptive is None else None  # today's case: connections of its own
+        channels = own or self.strategy_channels.get(strategy) or self.channels
         started = time.monotonic()
         cutoff = started + deadline_s
 
@@ -317,7 +329,7 @@ class Master:
                 copy.CopyFrom(message)
                 copy.request_class = class_name
                 message = copy
-            stub = pb_grpc.SiteStub(channels.channel(site, class_name, lane))
+            stub = pb_grpc.SiteStub(channels.channel(site, class_name, lane, busy_until=cutoff))
             call = stub.Analyse.future(message, timeout=max(0.0, cutoff - time.monotonic()), metadata=metadata)
             return call, message.ByteSize()
 
@@ -347,8 +359,10 @@ class Master:
             total = time.monotonic() - started
         finally:
             fan.cancel()
-            if channels is not self.channels:
-                channels.close()
+            if own is not None:
+                own.close()
+            else:
+                channels.refresh()  # with renew: fresh connections for the next case, opened now
         predicted = [s["predicted_s"] for s in sites]
         case_predicted = max(predicted) if predicted and None not in predicted else None
         return {"completion_s": total, "ok": all(s["status"] == "OK" for s in sites), "sites": sites,
@@ -358,7 +372,8 @@ class Master:
                 "bytes_up": sum(s["bytes_up"] for s in sites), "bytes_down": sum(s["bytes_down"] for s in sites)}
 
     def close(self) -> None:
-        self.channels.close()
+        for channels in [self.channels, *self.strategy_channels.values()]:
+            channels.close()
 
 
 def classes_argv(classes: ClassTable) -> list[str]:

@@ -308,3 +308,58 @@ def test_the_coordinator_sends_a_features_case_as_copies_and_explains_it(deploym
         assert any(d.startswith("answered by the ") for d in result.decisions), result.decisions
         assert [m.cell_id for c in result.cells for m in c.matches] == \
             [m.cell_id for c in single[site].cells for m in c.matches]
+
+
+
+class Now(Settled):
+    """A call that has ended and says so at once (its done callback runs as it is added)."""
+
+    def add_done_callback(self, fn):
+        fn(self)
+
+
+def test_copies_leave_a_gap_apart_and_one_not_needed_is_not_sent():
+    """With `copy_gap_s` copy k leaves k gaps after the first (so that copies do not meet a full
+    queue together); a site that has answered before a copy's time gets no more copies."""
+    sent = []
+    never = {}  # "spread": copies 1 and 2 never answer (their packets were lost)
+
+    def send(site, cls, mode, lane=0):
+        sent.append((site, lane, time.monotonic()))
+        if site == "spread" and lane < 2:
+            never[lane] = Settled(reply=pb.AnalyseReply(site=site))  # done callbacks never run
+            return never[lane], 100
+        return Now(reply=pb.AnalyseReply(site=site, algorithm="transfer-only")), 100
+
+    plans = {"quick": SitePlan("quick", "features", "routine", None, None, None, copies=3, copy_gap_s=30.0),
+             "spread": SitePlan("spread", "features", "routine", None, None, None, copies=3, copy_gap_s=0.02)}
+    fan = FanOut(plans, send, time.monotonic() + 60)
+    try:
+        assert fan.start() == []
+        assert [(site, lane) for site, lane, _ in sent] == [("quick", 0), ("spread", 0)]  # first copies only
+        outcomes = {o.site: o for o in fan.outcomes()}
+    finally:
+        fan.cancel()
+    assert outcomes["quick"].code == grpc.StatusCode.OK
+    assert [a.label for a in fan.runs["quick"].attempts] == ["first"]  # answered: its copies never left
+    assert outcomes["spread"].code == grpc.StatusCode.OK and outcomes["spread"].attempt.label == "copy 3"
+    assert [a.label for a in fan.runs["spread"].attempts] == ["first", "copy 2", "copy 3"]
+    times = [t for site, _, t in sent if site == "spread"]
+    assert times[1] - times[0] >= 0.02 and times[2] - times[0] >= 0.04
+
+
+def test_a_failed_first_copy_waits_for_the_copies_still_to_be_sent():
+    """The first copy fails before the others have left: the site's outcome is not final until
+    they have had their chance, and a later copy's answer is the site's."""
+    calls = {0: Now(code=grpc.StatusCode.UNAVAILABLE, details="connection reset"),
+             1: Now(reply=pb.AnalyseReply(site="s", algorithm="transfer-only"))}
+    plan = SitePlan("s", "features", "routine", None, None, None, copies=2, copy_gap_s=0.05)
+    fan = FanOut({"s": plan}, lambda site, cls, mode, lane=0: (calls[lane], 100), time.monotonic() + 60)
+    try:
+        assert fan.start() == []
+        outcomes = list(fan.outcomes())
+    finally:
+        fan.cancel()
+    assert len(outcomes) == 1 and outcomes[0].code == grpc.StatusCode.OK
+    assert outcomes[0].attempt.label == "copy 2"
+    assert "first copy (routine, features): UNAVAILABLE: connection reset" in fan.runs["s"].errors
