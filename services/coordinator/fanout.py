@@ -243,6 +243,10 @@ class FanOut:
                 others = len(run.running())  # cancelled by outcomes() as this answer is final
                 cancelled = f"; {others} other cop{'y' if others == 1 else 'ies'} cancelled" if others else ""
                 run.decisions.append(f"answered by the {attempt.label} copy ({attempt.request_class}){cancelled}")
+            elif run.copies_due:  # spaced copies: the answer came before the next one was due
+                unsent = len(run.copies_due)
+                run.decisions.append(f"answered by the {attempt.label} copy ({attempt.request_class}) "
+                                     f"before {'another was' if unsent == 1 else f'{unsent} others were'} sent")
             return SiteOutcome(site, run.plan, attempt, call.result(), elapsed, grpc.StatusCode.OK, "OK",
                                run.decisions, attempt.request_bytes)
         if call.cancelled():
