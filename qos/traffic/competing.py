@@ -393,7 +393,8 @@ class ParetoBursts(Traffic):
             flows.append({"flow": self.flow_name(target), "bytes": received["payload_bytes"],
                           "seconds": received["seconds"], "bps": received["payload_bytes"] * 8 / received["seconds"]
                           if received["seconds"] else 0.0, "sent_bytes": sent["payload_bytes"],
-                          "slot_rates_bps": sent["slot_rates_bps"]})
+                          "slot_rates_bps": sent["slot_rates_bps"], "slot_packets": sent["slot_packets"],
+                          "slot_paced_s": sent["slot_paced_s"]})
         self._procs = []
         return self._finish(flows)
 
