@@ -30,6 +30,7 @@ import sys
 import time
 
 PAYLOAD_BYTES = 1472          # a 1500-byte IP packet
+FRAME_BYTES = PAYLOAD_BYTES + 8 + 20 + 14  # on the link, with its Ethernet header (as the bottleneck counts)
 HEADER = struct.Struct("!4sBBI")  # magic, kind, class index, sequence number
 MAGIC = b"PMB1"
 DATA, END, ACK = 0, 1, 2
@@ -138,6 +139,47 @@ def receive(port: int, classes: int, timeout: float = 30.0, ready=None) -> dict:
             sock.sendto(HEADER.pack(MAGIC, ACK, k, seq), peer)
     sock.close()
     return {"role": "sink", "packets": packets, "ended": sorted(sent), "sent": sent}
+
+
+def through(src, dst, classes: list[tuple[int, int]], port: int, timeout: float = 60.0) -> tuple[dict, list[list[int]]]:
+    """Send `classes` [(dscp, count)] at once from testbed node `src` to node `dst` (qos.testbed.node);
+    return the sender's record and the datagrams [class index, sequence, kernel receive ns]
+    in the order they arrived. Raises RuntimeError if a class's end never arrived.
+
+    The sender runs real-time (chrt), so that busy loops cannot stretch the burst: it takes
+    a few ms of CPU, and a queue it is meant to fill must see it arrive at once. Both ends
+    run this file by its path: ``-m`` would import all of qos.traffic (scipy) first, which
+    takes seconds on a busy machine.
+    """
+    import subprocess  # here, not at the top: the two ends need none of it
+
+    from qos.testbed import netns
+
+    sink = dst.popen([sys.executable, __file__, "sink", "--port", str(port), "--classes", str(len(classes))],
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        dst.wait_listening(port, protocol="udp")
+        sent = json.loads(src.cmd("chrt", "-f", "10", sys.executable, __file__, "send", "--dst", dst.ip,
+                                  "--port", str(port), *(f"--burst={dscp}:{count}" for dscp, count in classes),
+                                  timeout=timeout + MARKER_TRIES * MARKER_WAIT_S))
+        out, err = sink.communicate(timeout=timeout)
+    finally:
+        netns.stop_process(sink)
+    received = json.loads(out.splitlines()[-1])  # after the READY line
+    if received["ended"] != list(range(len(classes))):
+        raise RuntimeError(f"burst to {dst.ip}:{port}: classes {received['ended']} ended, sender {sent}; {err}")
+    return sent, received["packets"]
+
+
+def service_s(packets: list[list[int]]) -> float:
+    """Seconds per packet on the link that `packets` (from `through`) crossed while it was backlogged:
+    the Theil-Sen slope of kernel receive time against arrival position. A robust fit: a busy
+    emulator releases what fell due late in a bunch, which moves a few points off the line
+    but not the line."""
+    import numpy as np
+    from scipy.stats import theilslopes
+
+    return float(theilslopes(np.array([p[2] for p in packets], dtype=float) / 1e9).slope)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,9 +28,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import numpy as np
 import pytest
-from scipy.stats import theilslopes
 
 from qos.classes import DEFAULT_CLASSES
 from qos.emulator.runner import nfqueue_unavailable_reason
@@ -364,38 +362,13 @@ def test_shaping_holds_the_shaped_class_to_its_rate(testbed):
     assert urgent.frame_bps() >= 0.90 * (RATE - shaped)
 
 
-FRAME_S = (burst.PAYLOAD_BYTES + 28 + 14) * 8 / RATE  # one 1500-byte packet's frame on the link, s
+FRAME_S = burst.FRAME_BYTES * 8 / RATE  # one 1500-byte packet's time on the link, s
 SHAPED_BPS = 2_000_000
-BURST = Path(burst.__file__)  # run by path: `-m` would import all of qos.traffic (scipy) first, seconds when busy
 
 
 def send_bursts(tb: Testbed, dst: str, classes: list[tuple[int, int]]) -> tuple[dict, list[list[int]]]:
-    """Send `classes` [(dscp, count)] at once from the master to `dst` (qos.traffic.burst);
-    return the sender's record and the datagrams [class index, sequence, kernel receive ns]
-    in the order they arrived."""
-    port = next(_ports)
-    node = tb.host(dst)
-    sink = node.popen([sys.executable, str(BURST), "sink", "--port", str(port), "--classes", str(len(classes))],
-                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        node.wait_listening(port, protocol="udp")
-        # Real-time, so that busy loops cannot stretch the burst: it takes a few ms of CPU.
-        sent = json.loads(tb.master.cmd("chrt", "-f", "10", sys.executable, str(BURST), "send", "--dst", tb.ip(dst),
-                                        "--port", str(port), *(f"--burst={dscp}:{count}" for dscp, count in classes),
-                                        timeout=120))
-        out, err = sink.communicate(timeout=60)
-    finally:
-        netns.stop_process(sink)
-    received = json.loads(out.splitlines()[-1])  # after the READY line
-    assert received["ended"] == list(range(len(classes))), f"sink: {received['ended']}, sender: {sent} / {err}"
-    return sent, received["packets"]
-
-
-def service_s(packets: list[list[int]]) -> float:
-    """Seconds per packet on the link: the Theil-Sen slope of kernel receive time against arrival
-    position. A robust fit: a busy emulator releases what fell due late, in a bunch, which
-    moves a few points off the line but not the line."""
-    return theilslopes(np.array([p[2] for p in packets], dtype=float) / 1e9).slope
+    """`qos.traffic.burst.through` from the master to `dst`, on a port of its own."""
+    return burst.through(tb.master, tb.host(dst), classes, port=next(_ports))
 
 
 def positions(packets: list[list[int]], klass: int) -> list[int]:
@@ -413,7 +386,7 @@ def check_pfifo(sent: dict, packets: list[list[int]], limit: int) -> dict:
     allowance = 2 + int(sent["send_span_s"] / FRAME_S)
     assert limit <= len(packets) <= limit + allowance < sent["sent"][0], \
         f"{len(packets)} of {sent['sent'][0]} passed a {limit}-packet buffer (allowance {allowance})"
-    return {"delivered": len(packets), "service_s": service_s(packets)}
+    return {"delivered": len(packets), "service_s": burst.service_s(packets)}
 
 
 def check_priority(sent: dict, packets: list[list[int]], limit: int) -> dict:
@@ -423,7 +396,7 @@ def check_priority(sent: dict, packets: list[list[int]], limit: int) -> dict:
     # The first best-effort packet found the link idle; htb's 1% assured rate may let a few more by.
     assert before <= 0.05 * len(marked), f"{before} best-effort packets left before the last marked one"
     assert len(marked) >= limit and len(best) >= limit
-    return {"best_effort_before_last_marked": before, "service_s": service_s([packets[i] for i in marked])}
+    return {"best_effort_before_last_marked": before, "service_s": burst.service_s([packets[i] for i in marked])}
 
 
 def check_ceil(sent: dict, packets: list[list[int]], limit: int) -> dict:
@@ -435,7 +408,7 @@ def check_ceil(sent: dict, packets: list[list[int]], limit: int) -> dict:
     assert share == pytest.approx(SHAPED_BPS / RATE, abs=0.04), f"bulk share {share:.3f} while urgent waited"
     after = [packets[i] for i in bulk if i > urgent[-1]]
     assert len(after) >= 20, f"only {len(after)} bulk packets after the urgent burst"
-    return {"bulk_share": share, "service_s": service_s(after)}
+    return {"bulk_share": share, "service_s": burst.service_s(after)}
 
 
 COMPARISONS = {
