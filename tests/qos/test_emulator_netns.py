@@ -34,6 +34,7 @@ from qos.classes import DEFAULT_CLASSES
 from qos.emulator.runner import nfqueue_unavailable_reason
 from qos.testbed import Testbed, kernel, netns
 from qos.testbed.config import from_dict
+from qos.testbed.probe import ping
 from qos.traffic import burst
 from qos.traffic.iperf import client_argv, parse
 
@@ -42,7 +43,6 @@ pytestmark = pytest.mark.netns
 RATE = 10_000_000
 URGENT, BULK = DEFAULT_CLASSES["urgent"].dscp, DEFAULT_CLASSES["bulk"].dscp
 AF11, AF12, AF13 = 10, 12, 14
-ECHO_PORT = 5299
 INTERVAL = 0.5  # s, the receivers' reporting interval
 
 
@@ -180,56 +180,23 @@ def run_flows(tb: Testbed, specs: list[tuple[str, dict]], one_by_one: bool = Fal
     return flows
 
 
-UDP_ECHO = r"""
-import socket, sys
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.bind(("0.0.0.0", int(sys.argv[1])))
-s.settimeout(15)
-while True:
-    data, peer = s.recvfrom(2048)
-    s.sendto(data, peer)
-    if data == b"end":
-        break
-"""
-
-UDP_PROBE = r"""
-import json, socket, sys, time
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.settimeout(2)
-rtts = []
-for i in range(int(sys.argv[3])):
-    t = time.perf_counter()
-    s.sendto(b"probe %d" % i, (sys.argv[1], int(sys.argv[2])))
-    s.recvfrom(2048)
-    rtts.append(time.perf_counter() - t)
-    time.sleep(0.01)
-s.sendto(b"end", (sys.argv[1], int(sys.argv[2])))
-print(json.dumps(rtts))
-"""
-
-
-def udp_rtts(tb: Testbed, dst: str, count: int = 25) -> list[float]:
-    """Round-trip times (s) of small UDP probes from the master to `dst` (no ping here)."""
-    server = tb.host(dst).popen([sys.executable, "-c", UDP_ECHO, str(ECHO_PORT)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        tb.host(dst).wait_listening(ECHO_PORT, protocol="udp")
-        out = tb.master.cmd(sys.executable, "-c", UDP_PROBE, tb.ip(dst), str(ECHO_PORT), str(count),
-                            timeout=30)
-        return json.loads(out)
-    finally:
-        netns.stop_process(server)
+def rtts_s(tb: Testbed, dst: str, count: int = 25) -> list[float]:
+    """Round-trip times (s) of ICMP echoes from the master to `dst`: the kernel answers and
+    stamps the reply (qos.testbed.probe), so no busy process's wake-up is in them."""
+    rtts = ping(tb.master, [tb.ip(dst)], count=count)[tb.ip(dst)]
+    assert None not in rtts, rtts
+    return [ms / 1e3 for ms in rtts]
 
 
 def test_one_tcp_flow_fills_the_link_and_rtt_is_twice_the_delay(testbed):
     delay = 0.020
     # What the emulator adds is measured against the same path with no emulated delay: the
-    # probe programs, the echo and the kernel's own hops cost ~1 ms that no emulator setting
+    # kernel's own hops and the emulator's handling cost a little that no emulator setting
     # can remove. The least RTT of each is the path's: load only ever adds to a probe.
     emulate(testbed, {"strategy": "fifo", "limit_packets": 100})
-    base = min(udp_rtts(testbed, "B1"))
+    base = min(rtts_s(testbed, "B1"))
     emulate(testbed, {"strategy": "fifo", "limit_packets": 100, "delay_ms": 20})
-    rtts = udp_rtts(testbed, "B1")
+    rtts = rtts_s(testbed, "B1")
     rtt = min(rtts)
     (flow,) = run_flows(testbed, [("B1", {"seconds": 3, "omit": 1})])
     stats = emulator_stats(testbed)
