@@ -18,6 +18,7 @@ import sys
 import time
 
 ICMP_ECHO_REQUEST, ICMP_ECHO_REPLY = 8, 0
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux
 
 
 def checksum(data: bytes) -> int:
@@ -37,17 +38,22 @@ def echo_request(ident: int, seq: int, payload: bytes = b"pathmaster-probe") -> 
 
 def ping_addresses(addresses: list[str], count: int = 1, timeout: float = 1.0, interval: float = 0.05,
                    tos: int = 0) -> dict[str, list[float | None]]:
-    """Round-trip times in ms (None for no reply within `timeout` s) of `count` echoes to each address."""
+    """Round-trip times in ms (None for no reply within `timeout` s) of `count` echoes to each address.
+
+    A reply is timed by the kernel's receive stamp (SO_TIMESTAMPNS), not by when this process
+    got round to reading it: on a busy host that wake-up can add milliseconds.
+    """
     ident = os.getpid() & 0xFFFF
     out: dict[str, list[float | None]] = {}
     with socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP) as sock:
         sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         seq = 0
         for address in addresses:
             rtts: list[float | None] = []
             for _ in range(count):
                 seq = (seq + 1) & 0xFFFF
-                sent = time.monotonic()
+                sent = time.time_ns()  # the receive stamp's clock (CLOCK_REALTIME)
                 sock.sendto(echo_request(ident, seq), (address, 0))
                 rtts.append(_wait_reply(sock, address, ident, seq, sent, timeout))
                 if interval:
@@ -56,25 +62,31 @@ def ping_addresses(addresses: list[str], count: int = 1, timeout: float = 1.0, i
     return out
 
 
-def _wait_reply(sock: socket.socket, address: str, ident: int, seq: int, sent: float,
+def _wait_reply(sock: socket.socket, address: str, ident: int, seq: int, sent_ns: int,
                 timeout: float) -> float | None:
-    deadline = sent + timeout
+    deadline = time.monotonic() + timeout
     while (left := deadline - time.monotonic()) > 0:
         sock.settimeout(left)
         try:
-            packet, (source, _) = sock.recvfrom(2048)
+            packet, anc, _, (source, _) = sock.recvmsg(2048, socket.CMSG_SPACE(16))
         except socket.timeout:
             return None
         header_len = (packet[0] & 0x0F) * 4
         kind, _, _, r_ident, r_seq = struct.unpack("!BBHHH", packet[header_len:header_len + 8])
         if kind == ICMP_ECHO_REPLY and source == address and (r_ident, r_seq) == (ident, seq):
-            return (time.monotonic() - sent) * 1000.0
+            stamp = next((struct.unpack("qq", d[:16]) for level, typ, d in anc
+                          if level == socket.SOL_SOCKET and typ == SO_TIMESTAMPNS), None)
+            received = stamp[0] * 1_000_000_000 + stamp[1] if stamp else time.time_ns()
+            return (received - sent_ns) / 1e6
     return None
 
 
 def ping(node, addresses: list[str], count: int = 1, timeout: float = 1.0, tos: int = 0) -> dict[str, list[float | None]]:
-    """`ping_addresses` run inside testbed node `node` (one process for all addresses)."""
-    out = node.cmd(sys.executable, "-m", "qos.testbed.probe", *addresses, "--count", str(count),
+    """`ping_addresses` run inside testbed node `node` (one process for all addresses).
+
+    The process runs this file by its path: ``-m`` would import all of qos.testbed first,
+    which takes seconds on a busy machine."""
+    out = node.cmd(sys.executable, __file__, *addresses, "--count", str(count),
                    "--timeout", str(timeout), "--tos", str(tos), timeout=30 + len(addresses) * count * timeout)
     return json.loads(out)
 

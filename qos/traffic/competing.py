@@ -369,11 +369,13 @@ class ParetoBursts(Traffic):
     def start(self) -> "ParetoBursts":
         for i, target in enumerate(self.targets):
             host, port = self.testbed.host(target), self.port + i
-            sink = host.popen([sys.executable, "-m", "qos.traffic.pareto", "sink", "--port", str(port)],
+            # Both ends run pareto.py by its path: `-m` would import all of qos.traffic (scipy)
+            # first, ~10 s apiece when the machine is busy.
+            sink = host.popen([sys.executable, pareto.__file__, "sink", "--port", str(port)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             _wait_ready(sink, f"pareto sink on {target}")
             sender = self.source.popen(
-                [sys.executable, "-m", "qos.traffic.pareto", "send", "--dst", host.ip, "--port", str(port),
+                [sys.executable, pareto.__file__, "send", "--dst", host.ip, "--port", str(port),
                  "--dscp", str(self.dscp), "--k-bps", repr(self.k_bps), "--cap-bps", repr(self.cap_bps),
                  "--alpha", repr(self.alpha), "--seed", str(self.seed + i), "--slot-s", repr(self.slot_s)],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -393,7 +395,8 @@ class ParetoBursts(Traffic):
             flows.append({"flow": self.flow_name(target), "bytes": received["payload_bytes"],
                           "seconds": received["seconds"], "bps": received["payload_bytes"] * 8 / received["seconds"]
                           if received["seconds"] else 0.0, "sent_bytes": sent["payload_bytes"],
-                          "slot_rates_bps": sent["slot_rates_bps"]})
+                          "slot_rates_bps": sent["slot_rates_bps"], "slot_packets": sent["slot_packets"],
+                          "slot_paced_s": sent["slot_paced_s"]})
         self._procs = []
         return self._finish(flows)
 

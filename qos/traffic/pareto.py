@@ -86,27 +86,38 @@ def send(dst: str, port: int, dscp: int, k_bps: float, cap_bps: float, alpha: fl
     print(READY, flush=True)
     start = time.monotonic()
     sent = packets = 0
+    slot_packets, slot_paced_s = [], []
     for i, rate in enumerate(rates):
         interval = FRAME_BYTES * 8 / rate
+        slot_start = start + i * slot_s
         slot_end = min(start + (i + 1) * slot_s, start + duration_s)
-        due = max(time.monotonic(), start + i * slot_s)
+        due = max(time.monotonic(), slot_start)
+        skipped = due - slot_start  # s of the slot given up because the process was not running
+        in_slot = 0
         while not stop.requested and due < slot_end:
             now = time.monotonic()
             if due > now:
                 time.sleep(due - now)
             elif due < now - 0.05:
+                skipped += now - due
                 due = now  # descheduled for a while: resume the pace rather than burst to catch up
             try:
                 sent += sock.sendto(payload, (dst, port))
                 packets += 1
+                in_slot += 1
             except OSError:  # a full socket buffer or an unreachable host for a moment: keep the pace
                 pass
             due += interval
+        slot_packets.append(in_slot)
+        # The time this slot was paced: from its start to its end or the stop, less what was
+        # skipped. What it sent in that time is its rate, however busy the machine was.
+        slot_paced_s.append(max(0.0, min(due, slot_end) - slot_start - skipped))
         if stop.requested or time.monotonic() >= start + duration_s:
             break
     seconds = time.monotonic() - start
     return {"role": "send", "dscp": dscp, "k_bps": k_bps, "cap_bps": cap_bps, "alpha": alpha,
             "seed": seed, "slot_s": slot_s, "slot_rates_bps": rates[: i + 1].tolist(),
+            "slot_packets": slot_packets, "slot_paced_s": slot_paced_s,
             "payload_bytes": sent, "packets": packets, "seconds": seconds,
             "frame_bps": packets * FRAME_BYTES * 8 / seconds if seconds else 0.0}
 
@@ -131,6 +142,14 @@ def sink(port: int, duration_s: float) -> dict:
         last = time.monotonic()
         first = first or last
         received += len(data)
+        packets += 1
+    # Stopped: what already arrived is still in the socket (a busy sink reads late); count it.
+    sock.setblocking(False)
+    while True:
+        try:
+            received += len(sock.recv(65535))
+        except (BlockingIOError, InterruptedError):
+            break
         packets += 1
     seconds = (last - first) if first and last and last > first else 0.0
     return {"role": "sink", "payload_bytes": received, "packets": packets, "seconds": seconds,

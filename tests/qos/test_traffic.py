@@ -130,9 +130,19 @@ def test_pareto_bursts_deliver_their_slot_rates(testbed):
     with traffic:
         run_for(2.3)
     (flow,) = traffic.result.flows
-    expected = np.mean(flow["slot_rates_bps"][:2]) * pareto.PAYLOAD_BYTES / pareto.FRAME_BYTES
-    assert flow["bps"] == pytest.approx(expected, rel=0.10)
-    assert flow["bytes"] >= 0.98 * flow["sent_bytes"]
+    # Each slot sent at its own planned rate for the time it was paced: the sender's record,
+    # which leaves out what it skipped while a busy machine had it descheduled (it resumes
+    # the pace rather than burst), so the rates hold however long that was.
+    rates = flow["slot_rates_bps"]
+    assert len(rates) >= 2 and rates[0] != rates[1]  # more than one slot, at different rates
+    frame_bits = pareto.FRAME_BYTES * 8
+    for rate, packets, paced in zip(rates, flow["slot_packets"], flow["slot_paced_s"]):
+        if paced >= 0.2:
+            assert packets * frame_bits == pytest.approx(rate * paced, rel=0.02, abs=2 * frame_bits), \
+                f"{packets} packets in {paced:.3f} s paced, planned {rate / 1e6:.2f} Mbit/s: {flow}"
+    assert sum(flow["slot_paced_s"][:2]) >= 0.5  # the check above had slots to check
+    # And what it sent arrived (1.7 Mbit/s on average, well under the 10 Mbit/s link).
+    assert flow["bytes"] >= 0.98 * flow["sent_bytes"] > 0
 
 
 def test_bad_traffic_specs_are_named():
