@@ -14,6 +14,18 @@ synthetic cells and a coordinator on loopback:
 Prints per configuration the median urgent-case time alone and with the hostile upload,
 their difference, and the peak RSS of the Ray worker (VmHWM) and of the analysis workers.
 The machine is shared: compare figures of one run only.
+
+    python benchmarks/bench_budget.py --replacement [--processes 3] [--rounds 5]
+
+The worker that replaces a killed one, without Ray: an `AnalysisPool` (default budget) whose
+fork server preloads the analysis modules only ("cold", as before the warm-up) or also runs
+`services.site.warm_analysis` ("warm", services.site.analysis.PRELOAD), in alternating fresh
+processes (the fork server is per process). Each round: an urgent ~200 px cell (image only,
+as users send it) on a worker that has served cells; a hostile 1024^2 checkerboard stopped
+at its 0.3 s deadline (its worker killed); the same urgent cell at once, on the replacement
+worker. Printed, cold and warm side by side: the replacement's CPU before its task (start,
+initializer) and in its first analysis, modules that analysis imported, the urgent cell's
+wall time from the kill to its answer against a served worker's, the fork server's RSS.
 """
 
 from __future__ import annotations
@@ -113,6 +125,115 @@ def phase(args) -> dict:
     return out
 
 
+# ------------------------------------------------------------------ worker replacement
+
+
+def checkerboard_png(side: int, square: int = 2) -> bytes:
+    """Small as a file, costly to segment (tests/services/test_budget_site.py's hostile cell)."""
+    import numpy as np
+
+    from pathmaster.imageio import encode_png
+
+    yy, xx = np.mgrid[:side, :side]
+    grey = np.where((yy // square + xx // square) % 2 == 0, 40, 220).astype(np.uint8)
+    return encode_png(np.repeat(grey[..., None], 3, axis=2), compress_level=9)
+
+
+def timed_analysis(image: bytes) -> dict:
+    """In a worker: one image-only analysis; the CPU this process had used before it (its
+    start and initializer, for a new worker), the analysis's CPU and wall seconds, and how
+    many modules it imported."""
+    import resource
+    import sys
+
+    from services.site.analysis import analyse_encoded
+
+    def cpu_s():
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+
+    before, modules, wall = cpu_s(), set(sys.modules), time.perf_counter()
+    analyse_encoded("urgent.png", image, b"", b"")
+    return {"pid": os.getpid(), "cpu_before_task_s": before, "cpu_s": cpu_s() - before,
+            "wall_s": time.perf_counter() - wall, "imported": len(set(sys.modules) - modules)}
+
+
+def replacement_phase(args) -> dict:
+    """Runs in its own process (its own fork server): `args.rounds` kills and replacements."""
+    import multiprocessing.forkserver
+
+    from pathmaster.budget import AnalysisPool, CellBudget, CellStopped
+    from services.site.analysis import PRELOAD, WARM_MODULE
+    from services.site.synthetic import synthetic_case_cells
+
+    preload = PRELOAD if args.phase == "warm" else tuple(m for m in PRELOAD if m != WARM_MODULE)
+    urgent = synthetic_case_cells(1, seed=2026)[0]["image"]
+    hostile = checkerboard_png(1024)
+    out = {"phase": args.phase, "rounds": []}
+    t0 = time.perf_counter()
+    with AnalysisPool(workers=1, budget=CellBudget(), preload=preload) as pool:
+        pool.warm_up()
+        out["pool_start_s"] = time.perf_counter() - t0
+        server = multiprocessing.forkserver._forkserver._forkserver_pid
+        out["server_rss"] = int(Path(f"/proc/{server}/status").read_text().split("VmRSS:")[1].split()[0]) * 1024
+        out["server_threads"] = len(os.listdir(f"/proc/{server}/task"))
+        pool.run(timed_analysis, urgent)  # the worker has served a cell
+        for _ in range(args.rounds):
+            served = pool.run(timed_analysis, urgent)
+            try:
+                pool.run(timed_analysis, hostile, pixels=1024 * 1024, deadline=time.time() + 0.3)
+                raise RuntimeError("the hostile cell finished inside its 0.3 s deadline")
+            except CellStopped:
+                killed = time.perf_counter()
+            first = pool.run(timed_analysis, urgent)
+            first["after_kill_s"] = time.perf_counter() - killed
+            assert first["pid"] != served["pid"]
+            out["rounds"].append({"served": served, "first": first})
+        out["worker_peak_rss"] = pool.stats.peak_rss_bytes
+    return out
+
+
+def replacement(processes: int, rounds: int) -> None:
+    results = {"cold": [], "warm": []}
+    load = os.getloadavg()[0]
+    for _ in range(processes):
+        for name in results:
+            cmd = [sys.executable, str(Path(__file__).resolve()), "--phase", name, "--rounds", str(rounds)]
+            done = subprocess.run(cmd, env=dict(os.environ, PYTHONPATH=str(REPO)), cwd=REPO, capture_output=True,
+                                  text=True, timeout=900)
+            lines = [l for l in done.stdout.splitlines() if l.startswith("{")]
+            if done.returncode or not lines:
+                raise RuntimeError(f"{name} phase failed:\n{done.stderr[-3000:]}")
+            results[name].append(json.loads(lines[-1]))
+    load = f"{load:.1f}-{os.getloadavg()[0]:.1f}"
+    med = statistics.median
+    rows = [
+        ("new worker's CPU before its task, ms", lambda r: r["first"]["cpu_before_task_s"] * 1e3),
+        ("first analysis on it, CPU ms", lambda r: r["first"]["cpu_s"] * 1e3),
+        ("  a served worker's analysis, CPU ms", lambda r: r["served"]["cpu_s"] * 1e3),
+        ("modules the first analysis imported", lambda r: r["first"]["imported"]),
+        ("urgent cell, kill -> answer, wall ms", lambda r: r["first"]["after_kill_s"] * 1e3),
+        ("  on a served worker, wall ms", lambda r: r["served"]["wall_s"] * 1e3),
+    ]
+    print(f"\nworker replacement after a hostile cell is killed: {processes} processes x {rounds} rounds "
+          f"each, alternating; load average {load}; medians")
+    print(f"{'':40s} {'cold':>9s} {'warm':>9s}  ratio")
+    for label, get in rows:
+        cold, warm = (med([get(r) for p in results[n] for r in p["rounds"]]) for n in ("cold", "warm"))
+        ratio = f"x{cold / warm:.1f}" if warm else ""
+        print(f"{label:40s} {cold:9.1f} {warm:9.1f}  {ratio}")
+    delay = {n: med([(r["first"]["after_kill_s"] - r["served"]["wall_s"]) * 1e3 for p in results[n]
+                     for r in p["rounds"]]) for n in results}
+    print(f"{'urgent delay from the replacement, ms':40s} {delay['cold']:9.1f} {delay['warm']:9.1f}")
+    for label, key in (("fork server RSS, MiB", "server_rss"), ("analysis worker peak RSS, MiB", "worker_peak_rss")):
+        cold, warm = (med([p[key] / 2**20 for p in results[n]]) for n in ("cold", "warm"))
+        print(f"{label:40s} {cold:9.0f} {warm:9.0f}")
+    cold, warm = (med([p["pool_start_s"] for p in results[n]]) for n in ("cold", "warm"))
+    print(f"{'pool start (fork server + 1st worker), s':40s} {cold:9.2f} {warm:9.2f}")
+    print(f"fork server threads: cold {sorted({p['server_threads'] for p in results['cold']})}, "
+          f"warm {sorted({p['server_threads'] for p in results['warm']})}")
+
+
 def run_phase(name: str, path: Path, workers: int, runs: int, hostile: list[int]) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--phase", name, "--workers", str(workers),
            "--runs", str(runs), "--hostile", *map(str, hostile)]
@@ -146,12 +267,22 @@ def main() -> None:
     parser.add_argument("--before-runs", type=int, default=1)
     parser.add_argument("--before-side", type=int, default=2048)
     parser.add_argument("--skip-before", action="store_true")
-    parser.add_argument("--phase", choices=["before", "after"], help=argparse.SUPPRESS)
+    parser.add_argument("--replacement", action="store_true",
+                        help="time the worker that replaces a killed one, cold and warm fork server")
+    parser.add_argument("--processes", type=int, default=3, help="--replacement: processes of each kind")
+    parser.add_argument("--rounds", type=int, default=5, help="--replacement: kills per process")
+    parser.add_argument("--phase", choices=["before", "after", "cold", "warm"], help=argparse.SUPPRESS)
     parser.add_argument("--workers", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--hostile", type=int, nargs="*", default=[], help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.phase in ("cold", "warm"):
+        print(json.dumps(replacement_phase(args)), flush=True)
+        return
     if args.phase:  # the code under test comes from PYTHONPATH (the old export or this tree)
         print(json.dumps(phase(args)), flush=True)
+        return
+    if args.replacement:
+        replacement(args.processes, args.rounds)
         return
     sys.path.insert(0, str(REPO))
     from pathmaster import defaults
