@@ -15,17 +15,17 @@ Prints per configuration the median urgent-case time alone and with the hostile 
 their difference, and the peak RSS of the Ray worker (VmHWM) and of the analysis workers.
 The machine is shared: compare figures of one run only.
 
-    python benchmarks/bench_budget.py --replacement [--processes 3] [--rounds 5]
+    python benchmarks/bench_budget.py --replacement [--processes 3] [--rounds 5] [--replacement-before REV]
 
-The worker that replaces a killed one, without Ray: an `AnalysisPool` (default budget) whose
-fork server preloads the analysis modules only ("cold", as before the warm-up) or also runs
-`services.site.warm_analysis` ("warm", services.site.analysis.PRELOAD), in alternating fresh
-processes (the fork server is per process). Each round: an urgent ~200 px cell (image only,
+The worker that replaces a killed one, without Ray: an `AnalysisPool` (default budget, the
+PRELOAD of services.site.analysis) with the code of git revision REV ("before"; default the
+commit before the warm fork server) and of this tree ("after"), in alternating fresh
+processes (a process has one fork server). Each round: an urgent ~200 px cell (image only,
 as users send it) on a worker that has served cells; a hostile 1024^2 checkerboard stopped
 at its 0.3 s deadline (its worker killed); the same urgent cell at once, on the replacement
-worker. Printed, cold and warm side by side: the replacement's CPU before its task (start,
-initializer) and in its first analysis, modules that analysis imported, the urgent cell's
-wall time from the kill to its answer against a served worker's, the fork server's RSS.
+worker. Printed side by side: the replacement's CPU before its task (start, initializer)
+and in its first analysis, the modules that analysis imported, the urgent cell's wall time
+from the kill to its answer against a served worker's, the fork server's RSS and threads.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 BASE_COMMIT = "c9670ca"  # the last commit before the budget
+WARM_BASE_COMMIT = "1d408ee"  # the last commit before the warm fork server
 
 
 def flat_png(side: int) -> bytes:
@@ -163,15 +164,14 @@ def replacement_phase(args) -> dict:
     import multiprocessing.forkserver
 
     from pathmaster.budget import AnalysisPool, CellBudget, CellStopped
-    from services.site.analysis import PRELOAD, WARM_MODULE
+    from services.site.analysis import PRELOAD  # of the tree on PYTHONPATH
     from services.site.synthetic import synthetic_case_cells
 
-    preload = PRELOAD if args.phase == "warm" else tuple(m for m in PRELOAD if m != WARM_MODULE)
     urgent = synthetic_case_cells(1, seed=2026)[0]["image"]
     hostile = checkerboard_png(1024)
     out = {"phase": args.phase, "rounds": []}
     t0 = time.perf_counter()
-    with AnalysisPool(workers=1, budget=CellBudget(), preload=preload) as pool:
+    with AnalysisPool(workers=1, budget=CellBudget(), preload=PRELOAD) as pool:
         pool.warm_up()
         out["pool_start_s"] = time.perf_counter() - t0
         server = multiprocessing.forkserver._forkserver._forkserver_pid
@@ -193,18 +193,21 @@ def replacement_phase(args) -> dict:
     return out
 
 
-def replacement(processes: int, rounds: int) -> None:
-    results = {"cold": [], "warm": []}
+def replacement(processes: int, rounds: int, before: str) -> None:
+    results = {"before": [], "after": []}
     load = os.getloadavg()[0]
-    for _ in range(processes):
-        for name in results:
-            cmd = [sys.executable, str(Path(__file__).resolve()), "--phase", name, "--rounds", str(rounds)]
-            done = subprocess.run(cmd, env=dict(os.environ, PYTHONPATH=str(REPO)), cwd=REPO, capture_output=True,
-                                  text=True, timeout=900)
-            lines = [l for l in done.stdout.splitlines() if l.startswith("{")]
-            if done.returncode or not lines:
-                raise RuntimeError(f"{name} phase failed:\n{done.stderr[-3000:]}")
-            results[name].append(json.loads(lines[-1]))
+    with tempfile.TemporaryDirectory() as old:
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", before], capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", old], input=archive.stdout, check=True)
+        for _ in range(processes):
+            for name, tree in (("before", old), ("after", str(REPO))):
+                cmd = [sys.executable, str(Path(__file__).resolve()), "--phase", "replacement", "--rounds", str(rounds)]
+                done = subprocess.run(cmd, env=dict(os.environ, PYTHONPATH=tree), cwd=tree, capture_output=True,
+                                      text=True, timeout=900)
+                lines = [l for l in done.stdout.splitlines() if l.startswith("{")]
+                if done.returncode or not lines:
+                    raise RuntimeError(f"{name} phase failed:\n{done.stderr[-3000:]}")
+                results[name].append(json.loads(lines[-1]))
     load = f"{load:.1f}-{os.getloadavg()[0]:.1f}"
     med = statistics.median
     rows = [
@@ -215,23 +218,23 @@ def replacement(processes: int, rounds: int) -> None:
         ("urgent cell, kill -> answer, wall ms", lambda r: r["first"]["after_kill_s"] * 1e3),
         ("  on a served worker, wall ms", lambda r: r["served"]["wall_s"] * 1e3),
     ]
-    print(f"\nworker replacement after a hostile cell is killed: {processes} processes x {rounds} rounds "
-          f"each, alternating; load average {load}; medians")
-    print(f"{'':40s} {'cold':>9s} {'warm':>9s}  ratio")
+    print(f"\nworker replacement after a hostile cell is killed: before = {before}, after = this tree; "
+          f"{processes} processes x {rounds} rounds each, alternating; load average {load}; medians")
+    print(f"{'':40s} {'before':>9s} {'after':>9s}  ratio")
     for label, get in rows:
-        cold, warm = (med([get(r) for p in results[n] for r in p["rounds"]]) for n in ("cold", "warm"))
-        ratio = f"x{cold / warm:.1f}" if warm else ""
-        print(f"{label:40s} {cold:9.1f} {warm:9.1f}  {ratio}")
+        b, a = (med([get(r) for p in results[n] for r in p["rounds"]]) for n in ("before", "after"))
+        ratio = f"x{b / a:.1f}" if a else ""
+        print(f"{label:40s} {b:9.1f} {a:9.1f}  {ratio}")
     delay = {n: med([(r["first"]["after_kill_s"] - r["served"]["wall_s"]) * 1e3 for p in results[n]
                      for r in p["rounds"]]) for n in results}
-    print(f"{'urgent delay from the replacement, ms':40s} {delay['cold']:9.1f} {delay['warm']:9.1f}")
+    print(f"{'urgent delay from the replacement, ms':40s} {delay['before']:9.1f} {delay['after']:9.1f}")
     for label, key in (("fork server RSS, MiB", "server_rss"), ("analysis worker peak RSS, MiB", "worker_peak_rss")):
-        cold, warm = (med([p[key] / 2**20 for p in results[n]]) for n in ("cold", "warm"))
-        print(f"{label:40s} {cold:9.0f} {warm:9.0f}")
-    cold, warm = (med([p["pool_start_s"] for p in results[n]]) for n in ("cold", "warm"))
-    print(f"{'pool start (fork server + 1st worker), s':40s} {cold:9.2f} {warm:9.2f}")
-    print(f"fork server threads: cold {sorted({p['server_threads'] for p in results['cold']})}, "
-          f"warm {sorted({p['server_threads'] for p in results['warm']})}")
+        b, a = (med([p[key] / 2**20 for p in results[n]]) for n in ("before", "after"))
+        print(f"{label:40s} {b:9.0f} {a:9.0f}")
+    b, a = (med([p["pool_start_s"] for p in results[n]]) for n in ("before", "after"))
+    print(f"{'pool start (fork server + 1st worker), s':40s} {b:9.2f} {a:9.2f}")
+    print(f"fork server threads: before {sorted({p['server_threads'] for p in results['before']})}, "
+          f"after {sorted({p['server_threads'] for p in results['after']})}")
 
 
 def run_phase(name: str, path: Path, workers: int, runs: int, hostile: list[int]) -> dict:
@@ -268,21 +271,23 @@ def main() -> None:
     parser.add_argument("--before-side", type=int, default=2048)
     parser.add_argument("--skip-before", action="store_true")
     parser.add_argument("--replacement", action="store_true",
-                        help="time the worker that replaces a killed one, cold and warm fork server")
+                        help="time the worker that replaces a killed one, before and after the warm fork server")
     parser.add_argument("--processes", type=int, default=3, help="--replacement: processes of each kind")
     parser.add_argument("--rounds", type=int, default=5, help="--replacement: kills per process")
-    parser.add_argument("--phase", choices=["before", "after", "cold", "warm"], help=argparse.SUPPRESS)
+    parser.add_argument("--replacement-before", default=WARM_BASE_COMMIT, metavar="REV",
+                        help="--replacement: the revision to compare with")
+    parser.add_argument("--phase", choices=["before", "after", "replacement"], help=argparse.SUPPRESS)
     parser.add_argument("--workers", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--hostile", type=int, nargs="*", default=[], help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.phase in ("cold", "warm"):
+    if args.phase == "replacement":
         print(json.dumps(replacement_phase(args)), flush=True)
         return
     if args.phase:  # the code under test comes from PYTHONPATH (the old export or this tree)
         print(json.dumps(phase(args)), flush=True)
         return
     if args.replacement:
-        replacement(args.processes, args.rounds)
+        replacement(args.processes, args.rounds, args.replacement_before)
         return
     sys.path.insert(0, str(REPO))
     from pathmaster import defaults

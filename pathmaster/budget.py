@@ -229,13 +229,21 @@ def _run_budgeted(fn, args: tuple, cpu_s: float):
 _forkserver_lock = threading.Lock()
 
 
+# What every worker runs before its first task, imported by the fork server (after the
+# one-thread settings) so that no new worker imports it: this module, pebble's worker
+# loop (unpickled by each new worker: ~45 ms of CPU when imported there, mostly pages
+# copied on write) and what `_worker_init` loads.
+SERVER_PRELOAD = ("pathmaster._single_thread", "__main__", "pathmaster.budget", "pebble.pool.process",
+                  "threadpoolctl")
+
+
 def _context(preload: tuple[str, ...]):
-    """The forkserver context; modules in `preload` are imported once by the fork server
-    (after one-thread settings), so a replacement worker starts in milliseconds, not seconds.
+    """The forkserver context; `SERVER_PRELOAD` and the modules in `preload` are imported
+    once by the fork server, so a replacement worker starts in milliseconds, not seconds.
     The preload list only takes effect if this process's fork server is not running yet."""
     context = multiprocessing.get_context("forkserver")
     with _forkserver_lock:
-        context.set_forkserver_preload(["pathmaster._single_thread", "__main__", "pathmaster.budget", *preload])
+        context.set_forkserver_preload([*SERVER_PRELOAD, *preload])
     return context
 
 
