@@ -175,6 +175,12 @@ def _worker_init(memory_bytes: int) -> None:
     if memory_bytes:
         resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
     signal.signal(signal.SIGXCPU, signal.SIG_DFL)  # the CPU budget kills (a parent may ignore it)
+    # pebble stops a worker (over its wall cap or deadline, cancelled) with SIGTERM and
+    # waits 3 s before SIGKILL. A handler inherited from the fork server (a Ray worker's
+    # fork server imports Ray, which catches SIGTERM) runs only between bytecodes, not
+    # inside a long OpenCV/NumPy call, and did not end the worker: every stop cost 3 s
+    # more (4-7 s in all) before the next cell, an urgent case's possibly, could start.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
         import cv2
 

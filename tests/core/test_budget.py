@@ -154,3 +154,22 @@ def test_a_running_task_is_stopped_when_its_caller_cancels_and_the_worker_replac
     assert err.value.reason == "cancelled" and "case was cancelled" in str(err.value)
     assert pool.stats.events[-1][1:] == ("cell 'c'", "cancelled")
     assert pool.run(tasks.worker_pid) != int(started.read_text())  # killed, and a fresh worker serves
+
+
+def test_a_worker_ends_at_sigterm_whatever_its_fork_server_caught():
+    # pebble stops a worker with SIGTERM and waits 3 s before SIGKILL; a handler inherited
+    # from the fork server (a Ray worker's imports Ray) held every stop those 3 s. A fresh
+    # interpreter: a process has one fork server, preloaded by the first pool it starts.
+    import os
+    import subprocess
+
+    repo = str(Path(__file__).resolve().parents[2])  # the fork server finds pathmaster here
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")])))
+    code = ("from pathmaster.budget import AnalysisPool\n"
+            "import budget_tasks\n"
+            "with AnalysisPool(workers=1, preload=('sigterm_catcher',)) as pool:\n"
+            "    print(pool.run(budget_tasks.sigterm_is_default))\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "True"
