@@ -26,6 +26,13 @@ at its 0.3 s deadline (its worker killed); the same urgent cell at once, on the 
 worker. Printed side by side: the replacement's CPU before its task (start, initializer)
 and in its first analysis, the modules that analysis imported, the urgent cell's wall time
 from the kill to its answer against a served worker's, the fork server's RSS and threads.
+
+    python benchmarks/bench_budget.py --killed 1.0 [--processes 2] [--runs 3]
+
+The same through the whole service (Ray, a coordinator analysing the cells, one site),
+REV and this tree alternating: an urgent 6-cell case alone, and sent while a bulk case of
+one 1024^2 checkerboard runs, whose deadline (1.0 s) stops it and kills its worker; the
+urgent cells queued behind it at that analyser run on the replacement.
 """
 
 from __future__ import annotations
@@ -81,16 +88,16 @@ def phase(args) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         db = build_synthetic_site(Path(tmp) / "site", 70, seed=1)
         site = SiteServer(SiteConfig(name="s", db=db, workers=args.workers, worker_cpus=0.5)).start()
-        coordinator = CoordinatorServer(CoordinatorConfig(sites=[SiteEndpoint("s", site.address)])).start()
+        coordinator = CoordinatorServer(CoordinatorConfig(sites=[SiteEndpoint(name="s", address=site.address)])).start()
         case = [pb.CellImage(cell_id=c["cell_id"], image=c["image"], background=c["background"], mask=c["mask"])
                 for c in synthetic_case_cells(6, seed=2026)]
         pids = [ray.get(w.__ray_call__.remote(lambda self: os.getpid())) for w in site.workers]
 
-        def submit(cells, request_class):
+        def submit(cells, request_class, deadline_s=600.0):
             started = time.perf_counter()
             with CoordinatorClient(coordinator.address) as client:
                 try:
-                    events = list(client.submit(cells, request_class, deadline_s=600))
+                    events = list(client.submit(cells, request_class, deadline_s=deadline_s))
                 except grpc.RpcError as exc:
                     return time.perf_counter() - started, exc.code().name, []
             results = [e.site_result for e in events if e.HasField("site_result")]
@@ -100,12 +107,17 @@ def phase(args) -> dict:
         submit(case, "urgent")  # warm
         out["alone_s"] = [submit(case, "urgent")[0] for _ in range(args.runs)]
         for side in args.hostile:
-            hostile = [pb.CellImage(cell_id=f"hostile-{side}.png", image=flat_png(side))]
+            # "checker<side>:<deadline s>": a costly checkerboard stopped at its case's deadline
+            # (its analysis worker killed and replaced); "<side>": a flat image, deadline 600 s
+            shape, _, deadline = side.partition(":")
+            image = checkerboard_png(int(shape[7:])) if shape.startswith("checker") else flat_png(int(shape))
+            hostile = [pb.CellImage(cell_id=f"hostile-{shape}.png", image=image)]
+            hostile_deadline_s = float(deadline or 600)
             timings, notes = [], []
             for _ in range(args.runs):
                 before = len(site.servicer.cases_started)
                 box = {}
-                thread = threading.Thread(target=lambda: box.update(r=submit(hostile, "bulk")))
+                thread = threading.Thread(target=lambda: box.update(r=submit(hostile, "bulk", hostile_deadline_s)))
                 thread.start()
                 while len(site.servicer.cases_started) == before and thread.is_alive():
                     time.sleep(0.01)  # until the site has the hostile case (or it was refused)
@@ -237,7 +249,7 @@ def replacement(processes: int, rounds: int, before: str) -> None:
           f"after {sorted({p['server_threads'] for p in results['after']})}")
 
 
-def run_phase(name: str, path: Path, workers: int, runs: int, hostile: list[int]) -> dict:
+def run_phase(name: str, path: Path, workers: int, runs: int, hostile: list) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--phase", name, "--workers", str(workers),
            "--runs", str(runs), "--hostile", *map(str, hostile)]
     env = dict(os.environ, PYTHONPATH=str(path))
@@ -256,7 +268,8 @@ def report(result: dict) -> None:
     for key in [k for k in result if k.startswith("with_") and k.endswith("_s")]:
         side = key[5:-2]
         median = statistics.median(result[key])
-        print(f"  with a flat {side} x {side} upload: median {median:.2f} s  (+{median - alone:.2f} s)  "
+        what = f"a flat {side} x {side} upload" if side.isdigit() else f"hostile {side} (checkerboard side:deadline s)"
+        print(f"  with {what}: median {median:.2f} s  (+{median - alone:.2f} s)  "
               f"runs {[round(t, 2) for t in result[key]]}")
         for note in result[f"with_{side}_notes"][:1]:
             print(f"    hostile: {note}")
@@ -275,10 +288,13 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=3, help="--replacement: processes of each kind")
     parser.add_argument("--rounds", type=int, default=5, help="--replacement: kills per process")
     parser.add_argument("--replacement-before", default=WARM_BASE_COMMIT, metavar="REV",
-                        help="--replacement: the revision to compare with")
+                        help="--replacement, --killed: the revision to compare with")
+    parser.add_argument("--killed", type=float, metavar="DEADLINE_S",
+                        help="the whole service, --replacement-before vs this tree: an urgent case alone and "
+                             "beside a 1024^2 checkerboard (bulk) stopped at its case deadline DEADLINE_S")
     parser.add_argument("--phase", choices=["before", "after", "replacement"], help=argparse.SUPPRESS)
     parser.add_argument("--workers", type=int, default=1, help=argparse.SUPPRESS)
-    parser.add_argument("--hostile", type=int, nargs="*", default=[], help=argparse.SUPPRESS)
+    parser.add_argument("--hostile", nargs="*", default=[], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.phase == "replacement":
         print(json.dumps(replacement_phase(args)), flush=True)
@@ -288,6 +304,18 @@ def main() -> None:
         return
     if args.replacement:
         replacement(args.processes, args.rounds, args.replacement_before)
+        return
+    if args.killed:  # the whole service: before and after the warm fork server, alternating
+        with tempfile.TemporaryDirectory() as old:
+            archive = subprocess.run(["git", "-C", str(REPO), "archive", args.replacement_before],
+                                     capture_output=True, check=True)
+            subprocess.run(["tar", "-x", "-C", old], input=archive.stdout, check=True)
+            for _ in range(args.processes):
+                for label, tree in ((f"before ({args.replacement_before})", Path(old)), ("after (this tree)", REPO)):
+                    load = os.getloadavg()[0]
+                    result = run_phase("after", tree, 1, args.runs, [f"checker1024:{args.killed}"])
+                    result["phase"] = f"{label}, load average {load:.1f}-{os.getloadavg()[0]:.1f}"
+                    report(result)
         return
     sys.path.insert(0, str(REPO))
     from pathmaster import defaults
