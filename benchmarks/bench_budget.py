@@ -253,7 +253,10 @@ def run_phase(name: str, path: Path, workers: int, runs: int, hostile: list) -> 
     cmd = [sys.executable, str(Path(__file__).resolve()), "--phase", name, "--workers", str(workers),
            "--runs", str(runs), "--hostile", *map(str, hostile)]
     env = dict(os.environ, PYTHONPATH=str(path))
-    done = subprocess.run(cmd, env=env, cwd=path, capture_output=True, text=True, timeout=1800)
+    for _ in range(3):  # a loaded machine sometimes fails Ray's own start: try again
+        done = subprocess.run(cmd, env=env, cwd=path, capture_output=True, text=True, timeout=1800)
+        if "timed out during startup" not in done.stderr:
+            break
     lines = [l for l in done.stdout.splitlines() if l.startswith("{")]
     if done.returncode or not lines:
         raise RuntimeError(f"{name} phase failed:\n{done.stderr[-3000:]}")
