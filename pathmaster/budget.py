@@ -239,16 +239,23 @@ _forkserver_lock = threading.Lock()
 # one-thread settings) so that no new worker imports it: this module, pebble's worker
 # loop (unpickled by each new worker: ~45 ms of CPU when imported there, mostly pages
 # copied on write) and what `_worker_init` loads.
-SERVER_PRELOAD = ("pathmaster._single_thread", "__main__", "pathmaster.budget", "pebble.pool.process",
-                  "threadpoolctl")
+SERVER_PRELOAD = ("pathmaster._single_thread", "pathmaster._forkserver_main", "pathmaster.budget",
+                  "pebble.pool.process", "threadpoolctl")
+_MAIN_ENV = "PATHMASTER_FORKSERVER_MAIN"  # pathmaster._forkserver_main.MAIN_ENV (not imported here)
 
 
 def _context(preload: tuple[str, ...]):
     """The forkserver context; `SERVER_PRELOAD` and the modules in `preload` are imported
     once by the fork server, so a replacement worker starts in milliseconds, not seconds.
     The preload list only takes effect if this process's fork server is not running yet."""
+    from multiprocessing import spawn
+
     context = multiprocessing.get_context("forkserver")
     with _forkserver_lock:
+        # This process's main script, for the server to run once (pathmaster/_forkserver_main.py)
+        main = spawn.get_preparation_data("analysis").get("init_main_from_path")
+        if main:
+            os.environ[_MAIN_ENV] = main
         context.set_forkserver_preload([*SERVER_PRELOAD, *preload])
     return context
 
