@@ -22,7 +22,7 @@ PRELOAD of services.site.analysis) with the code of git revision REV ("before"; 
 commit before the warm fork server) and of this tree ("after"), in alternating fresh
 processes (a process has one fork server). Each round: an urgent ~200 px cell (image only,
 as users send it) on a worker that has served cells; a hostile 1024^2 checkerboard stopped
-at its 0.3 s deadline (its worker killed); the same urgent cell at once, on the replacement
+at its 0.15 s deadline (its worker killed); the same urgent cell at once, on the replacement
 worker. Printed side by side: the replacement's CPU before its task (start, initializer)
 and in its first analysis, the modules that analysis imported, the urgent cell's wall time
 from the kill to its answer against a served worker's, the fork server's RSS and threads.
@@ -193,8 +193,8 @@ def replacement_phase(args) -> dict:
         for _ in range(args.rounds):
             served = pool.run(timed_analysis, urgent)
             try:
-                pool.run(timed_analysis, hostile, pixels=1024 * 1024, deadline=time.time() + 0.3)
-                raise RuntimeError("the hostile cell finished inside its 0.3 s deadline")
+                pool.run(timed_analysis, hostile, pixels=1024 * 1024, deadline=time.time() + 0.15)
+                continue  # it finished inside its deadline (an idle machine): no kill, no round
             except CellStopped:
                 killed = time.perf_counter()
             first = pool.run(timed_analysis, urgent)
