@@ -175,6 +175,12 @@ def _worker_init(memory_bytes: int) -> None:
     if memory_bytes:
         resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
     signal.signal(signal.SIGXCPU, signal.SIG_DFL)  # the CPU budget kills (a parent may ignore it)
+    # pebble stops a worker (over its wall cap or deadline, cancelled) with SIGTERM and
+    # waits 3 s before SIGKILL. A handler inherited from the fork server (a Ray worker's
+    # fork server imports Ray, which catches SIGTERM) runs only between bytecodes, not
+    # inside a long OpenCV/NumPy call, and did not end the worker: every stop cost 3 s
+    # more (4-7 s in all) before the next cell, an urgent case's possibly, could start.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
         import cv2
 
@@ -229,13 +235,28 @@ def _run_budgeted(fn, args: tuple, cpu_s: float):
 _forkserver_lock = threading.Lock()
 
 
+# What every worker runs before its first task, imported by the fork server (after the
+# one-thread settings) so that no new worker imports it: this module, pebble's worker
+# loop (unpickled by each new worker: ~45 ms of CPU when imported there, mostly pages
+# copied on write) and what `_worker_init` loads.
+SERVER_PRELOAD = ("pathmaster._single_thread", "pathmaster._forkserver_main", "pathmaster.budget",
+                  "pebble.pool.process", "threadpoolctl")
+_MAIN_ENV = "PATHMASTER_FORKSERVER_MAIN"  # pathmaster._forkserver_main.MAIN_ENV (not imported here)
+
+
 def _context(preload: tuple[str, ...]):
-    """The forkserver context; modules in `preload` are imported once by the fork server
-    (after one-thread settings), so a replacement worker starts in milliseconds, not seconds.
+    """The forkserver context; `SERVER_PRELOAD` and the modules in `preload` are imported
+    once by the fork server, so a replacement worker starts in milliseconds, not seconds.
     The preload list only takes effect if this process's fork server is not running yet."""
+    from multiprocessing import spawn
+
     context = multiprocessing.get_context("forkserver")
     with _forkserver_lock:
-        context.set_forkserver_preload(["pathmaster._single_thread", "__main__", "pathmaster.budget", *preload])
+        # This process's main script, for the server to run once (pathmaster/_forkserver_main.py)
+        main = spawn.get_preparation_data("analysis").get("init_main_from_path")
+        if main:
+            os.environ[_MAIN_ENV] = main
+        context.set_forkserver_preload([*SERVER_PRELOAD, *preload])
     return context
 
 

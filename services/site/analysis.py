@@ -11,8 +11,11 @@ from __future__ import annotations
 
 from services.site.cells import decode_cell
 
-# Imported once by the pool's fork server, so a replacement worker starts without them.
-PRELOAD = ("services.site.analysis", "pathmaster.site", "pathmaster.features", "pathmaster.segmentation")
+# What the pool's fork server imports (and, for WARM_MODULE, runs) once, so a replacement
+# worker starts with all of it and its first cell costs what any other does.
+WARM_MODULE = "services.site.warm_analysis"
+PRELOAD = ("services.site.analysis", "pathmaster.site", "pathmaster.features", "pathmaster.segmentation",
+           WARM_MODULE)
 
 
 def analyse_encoded(cell_id: str, image: bytes, background: bytes, mask: bytes):
@@ -23,3 +26,25 @@ def analyse_encoded(cell_id: str, image: bytes, background: bytes, mask: bytes):
     rgb, background_rgb, labels = decode_cell(cell_id, image, background, mask)
     analysis = analyse_cell(rgb, background_rgb, labels, source=f"cell {cell_id!r}")
     return analysis.features, bool(analysis.background_estimated), bool(analysis.mask_estimated)
+
+
+def warm_up_analysis(seed: int = 0) -> None:
+    """Analyse two small synthetic cells here, as `analyse_encoded` does in a worker: one
+    as users send it (image only: segmented, slide estimated), one with its mask and slide.
+
+    Run by the pool's fork server (`WARM_MODULE`) before it forks any worker. The first
+    analysis in a process imports what the analysis code loads on first use (scikit-image's
+    lazily loaded submodules, Pillow's image plugins, ...) and builds what is cached; done
+    once in the server, every worker forked from it, including the one that replaces a
+    worker killed by a hostile cell, inherits them and pays nothing for them.
+    """
+    from PIL import Image
+
+    from pathmaster.imageio import encode_png
+    from pathmaster.synth import cell_rng, synth_cell
+
+    Image.init()  # every image plugin (a TIFF upload would load them all on first use)
+    record = synth_cell("normal_intermediate", cell_rng(seed, 0))
+    image = encode_png(record.image)
+    analyse_encoded("warm-up", image, b"", b"")
+    analyse_encoded("warm-up", image, encode_png(record.background), encode_png(record.mask))

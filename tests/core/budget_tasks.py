@@ -78,3 +78,9 @@ def mapped_bytes_holding(n_bytes: int) -> int:
     mapped = libc.mallinfo2().hblkhd
     del held
     return int(mapped)
+
+
+def sigterm_is_default() -> bool:
+    """Whether SIGTERM ends this worker at once (its default action), whatever handler the
+    fork server had."""
+    return signal.getsignal(signal.SIGTERM) is signal.SIG_DFL

@@ -154,3 +154,62 @@ def test_a_running_task_is_stopped_when_its_caller_cancels_and_the_worker_replac
     assert err.value.reason == "cancelled" and "case was cancelled" in str(err.value)
     assert pool.stats.events[-1][1:] == ("cell 'c'", "cancelled")
     assert pool.run(tasks.worker_pid) != int(started.read_text())  # killed, and a fresh worker serves
+
+
+def test_a_worker_ends_at_sigterm_whatever_its_fork_server_caught():
+    # pebble stops a worker with SIGTERM and waits 3 s before SIGKILL; a handler inherited
+    # from the fork server (a Ray worker's imports Ray) held every stop those 3 s. A fresh
+    # interpreter: a process has one fork server, preloaded by the first pool it starts.
+    import os
+    import subprocess
+
+    repo = str(Path(__file__).resolve().parents[2])  # the fork server finds pathmaster here
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")])))
+    code = ("from pathmaster.budget import AnalysisPool\n"
+            "import budget_tasks\n"
+            "with AnalysisPool(workers=1, preload=('sigterm_catcher',)) as pool:\n"
+            "    print(pool.run(budget_tasks.sigterm_is_default))\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "True"
+
+
+MAIN_SCRIPT = """
+import os, sys
+sys.path.insert(0, {tests!r})
+with open({ran!r}, "a") as f:  # every run of this script, by pid
+    f.write(f"{{os.getpid()}}\\n")
+if __name__ == "__main__":
+    import budget_tasks
+    from pathmaster.budget import AnalysisPool, CellStopped
+    with AnalysisPool(workers=1) as pool:
+        first = pool.warm_up()
+        try:
+            pool.run(budget_tasks.kill_self)
+        except CellStopped:
+            pass
+        print(first, pool.run(budget_tasks.worker_pid))
+"""
+
+
+def test_workers_do_not_run_the_parents_main_script_again(tmp_path):
+    # Python 3.11's fork server ignores its "__main__" preload, so each new worker ran the
+    # parent's main script (in a Ray actor: Ray's default_worker.py, ~1 s of CPU) before
+    # its first task; the server runs it once (pathmaster/_forkserver_main.py).
+    import os
+    import subprocess
+
+    ran = tmp_path / "ran.txt"
+    script = tmp_path / "main_script.py"
+    script.write_text(MAIN_SCRIPT.format(tests=str(Path(__file__).parent), ran=str(ran)))
+    repo = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")])))
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    workers = set(done.stdout.split())
+    runs = ran.read_text().split()
+    assert len(workers) == 2  # the first worker and its replacement
+    assert not workers & set(runs)  # neither ran the script
+    assert len(runs) == 2  # the parent (as __main__) and the fork server (as __mp_main__)
