@@ -1,4 +1,5 @@
-"""Fixtures for the services tests: one Ray, one small site database, one deployment.
+"""Fixtures for the services tests: one small site database, one deployment (on the
+session's one Ray, ray_session in tests/conftest.py).
 
 Kept small for the test budget: one 70-cell synthetic database is built once (cached)
 and copied for each site (the sites differ by name and comparison algorithm).
@@ -22,20 +23,6 @@ from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 
 SITE_CELLS = 70
 SITES = {"alpha": "flat", "beta": "hnsw", "gamma": "flat"}
-
-
-@pytest.fixture(scope="session")
-def ray_session():
-    """One local Ray for every services test (2 CPUs, no dashboard)."""
-    import ray
-
-    from services.site.worker import ensure_ray
-
-    started_here = not ray.is_initialized()
-    ensure_ray(num_cpus=2)  # the service's own way: loopback, workers at the service's priority
-    yield ray
-    if started_here:
-        ray.shutdown()
 
 
 @pytest.fixture(scope="session")
