@@ -44,3 +44,36 @@ def netns_ok() -> None:
     reason = netns_unavailable_reason()
     if reason:
         pytest.skip(reason)
+
+
+# The folders whose tests run on the one local Ray below, in the order they run: last, so
+# the Ray started for the first of them serves both and idles beside no network test.
+RAY_FOLDERS = ("clients", "services")
+
+
+def pytest_collection_modifyitems(session, config, items) -> None:
+    """Run tests/clients then tests/services after every other test (a stable sort: each
+    folder keeps its own order), so that they share one Ray started once per session."""
+    tests = Path(__file__).resolve().parent
+
+    def rank(item) -> int:
+        path = Path(item.path).resolve()
+        parts = path.relative_to(tests).parts if path.is_relative_to(tests) else ()
+        return RAY_FOLDERS.index(parts[0]) + 1 if len(parts) > 1 and parts[0] in RAY_FOLDERS else 0
+
+    items.sort(key=rank)
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """One local Ray for the clients' and the services' tests (2 CPUs, no dashboard),
+    started by the first test that needs it and ended with the session."""
+    import ray
+
+    from services.site.worker import ensure_ray
+
+    started_here = not ray.is_initialized()
+    ensure_ray(num_cpus=2)  # the service's own way: loopback, workers at the service's priority
+    yield ray
+    if started_here:
+        ray.shutdown()

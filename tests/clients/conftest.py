@@ -3,7 +3,8 @@ coordinator on loopback, a gateway in front of it, and a second coordinator whos
 site is down (its address has nothing listening), for the failure paths.
 
 The fixtures are package-scoped (tests/clients has an __init__.py) so the deployment, and
-the Ray CPUs its workers hold, are released before the next test folder runs.
+the Ray CPUs its workers hold, are released before the next test folder runs. Ray itself is
+the session's (ray_session in tests/conftest.py), which the services' tests then use too.
 """
 
 from __future__ import annotations
@@ -18,23 +19,16 @@ SITES = (("site-a", 11), ("site-b", 12), ("site-c", 13))
 
 
 @pytest.fixture(scope="package")
-def stack():
+def stack(ray_session):
     """A running LoopbackDeployment of 3 small synthetic sites + coordinator."""
-    import ray
-
     from services.demo import DemoSite, LoopbackDeployment, demo_databases
     from services.site.synthetic import cache_root
-    from services.site.worker import ensure_ray
 
-    started_ray = not ray.is_initialized()
-    ensure_ray()
     databases = demo_databases([DemoSite(name, seed, "flat") for name, seed in SITES],
                                cells=SITE_CELLS, cache=cache_root() / "test-clients")
     deployment = LoopbackDeployment(databases, metrics_port=None).start()
     yield deployment
     deployment.stop()
-    if started_ray:
-        ray.shutdown()
 
 
 def dead_address() -> str:

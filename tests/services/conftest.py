@@ -1,14 +1,17 @@
-"""Fixtures for the services tests: one Ray, one small site database, one deployment.
+"""Fixtures for the services tests: one small site database, one deployment (on the
+session's one Ray, ray_session in tests/conftest.py).
 
-Kept small for the test budget: one 70-cell synthetic database is built once per session
+Kept small for the test budget: one 70-cell synthetic database is built once (cached)
 and copied for each site (the sites differ by name and comparison algorithm).
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import shutil
 import struct
+import tempfile
 import zlib
 from pathlib import Path
 
@@ -23,25 +26,27 @@ SITES = {"alpha": "flat", "beta": "hnsw", "gamma": "flat"}
 
 
 @pytest.fixture(scope="session")
-def ray_session():
-    """One local Ray for every services test (2 CPUs, no dashboard)."""
-    import ray
-
-    from services.site.worker import ensure_ray
-
-    started_here = not ray.is_initialized()
-    ensure_ray(num_cpus=2)  # the service's own way: loopback, workers at the service's priority
-    yield ray
-    if started_here:
-        ray.shutdown()
-
-
-@pytest.fixture(scope="session")
 def site_db(tmp_path_factory) -> Path:
-    """A 70-cell synthetic site database (seed 1)."""
-    from services.site.synthetic import build_synthetic_site
+    """A 70-cell synthetic site database (seed 1), this session's own copy.
 
-    return build_synthetic_site(tmp_path_factory.mktemp("sitedb") / "site", SITE_CELLS, seed=1)
+    Built once per machine (and feature schema) in the cache, as tests/clients does: its
+    ingest is the costliest set-up here (~10 s on the CI machine, ~30 s when loaded). The
+    build goes to a private folder that is renamed into place, so sessions running side by
+    side never see half a database; the copy keeps what a test writes out of the cache.
+    """
+    from services.site.synthetic import build_synthetic_site, cache_root, is_current
+
+    cached = cache_root() / "test-services" / f"site-seed1-{SITE_CELLS}cells"
+    if not is_current(cached):
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        building = Path(tempfile.mkdtemp(prefix=".building-", dir=cached.parent))
+        build_synthetic_site(building / "site", SITE_CELLS, seed=1)
+        if cached.exists() and not is_current(cached):  # another feature schema's build
+            shutil.rmtree(cached, ignore_errors=True)
+        with contextlib.suppress(OSError):  # another session renamed its build first: theirs is as good
+            (building / "site").rename(cached)
+        shutil.rmtree(building, ignore_errors=True)
+    return Path(shutil.copytree(cached, tmp_path_factory.mktemp("sitedb") / "site"))
 
 
 @pytest.fixture(scope="session")

@@ -32,6 +32,9 @@ RESOURCE = "site_db_placement"
 START_S = 240    # one `ray start` on a busy 2-core machine; bounds the test, not a measurement
 DRIVER_S = 300
 ATTEMPTS = 2
+# How long a start waits for a resource no node offers before refusing: the whole wait is
+# spent (nothing can satisfy it), so it is short; the refusal does not depend on its length.
+REFUSE_S = 1.0
 
 
 def _free_port(host: str) -> int:
@@ -158,6 +161,7 @@ import ray
 from services.site.worker import ensure_ray, start_workers, stop_workers
 
 gcs, db, resource = sys.argv[1:4]
+REFUSE_S = float(sys.argv[4])
 ensure_ray(gcs)
 nodes = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]}
 workers = start_workers(db, "flat", 3, 0.25, timeout_s=240, budget=None, resource=resource)
@@ -165,7 +169,7 @@ where = ray.get([w.__ray_call__.remote(lambda self: ray.get_runtime_context().ge
 cells = ray.get(workers[0].info.remote())["database_cells"]
 stop_workers(workers)
 try:
-    start_workers(db, "flat", 1, 0.25, timeout_s=20, budget=None, resource="site_db_nowhere")
+    start_workers(db, "flat", 1, 0.25, timeout_s=REFUSE_S, budget=None, resource="site_db_nowhere")
     refused = ""
 except RuntimeError as exc:
     refused = str(exc)
@@ -176,7 +180,7 @@ print(json.dumps({"nodes": nodes, "workers": [nodes[n] for n in where], "cells":
 @pytest.mark.slow
 def test_site_workers_run_only_on_the_node_with_the_site_resource(two_nodes, site_db):
     gcs, env = two_nodes
-    run = subprocess.run([sys.executable, "-c", DRIVER, gcs, str(site_db), RESOURCE],
+    run = subprocess.run([sys.executable, "-c", DRIVER, gcs, str(site_db), RESOURCE, str(REFUSE_S)],
                          env=dict(env, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=DRIVER_S)
     assert run.returncode == 0, run.stderr[-3000:]
     seen = json.loads(run.stdout.strip().splitlines()[-1])
@@ -206,4 +210,4 @@ def test_a_resource_no_node_offers_is_refused_by_name(ray_session, site_db, algo
     from services.site.worker import start_workers
 
     with pytest.raises(RuntimeError, match="no live node offers the resource 'site_db_nowhere'"):
-        start_workers(site_db, algorithm, 1, 0.25, timeout_s=5, budget=None, resource="site_db_nowhere")
+        start_workers(site_db, algorithm, 1, 0.25, timeout_s=REFUSE_S, budget=None, resource="site_db_nowhere")
