@@ -181,6 +181,12 @@ def _worker_init(memory_bytes: int) -> None:
     # inside a long OpenCV/NumPy call, and did not end the worker: every stop cost 3 s
     # more (4-7 s in all) before the next cell, an urgent case's possibly, could start.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    one_thread_numerics()
+
+
+def one_thread_numerics() -> None:
+    """Hold OpenCV and the BLAS/OpenMP pools already loaded to one thread each (an analysis
+    worker, or the fork server before it forks one, must run no thread of its own)."""
     try:
         import cv2
 

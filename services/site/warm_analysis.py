@@ -19,18 +19,10 @@ page that holds one, ~40 ms of CPU and the memory of those pages in each new wor
 import gc
 import warnings
 
-try:
-    import cv2
+from pathmaster.budget import one_thread_numerics
 
-    cv2.setNumThreads(1)
-except ImportError:
-    pass
-try:
-    from threadpoolctl import threadpool_limits
+one_thread_numerics()
 
-    threadpool_limits(1)
-except ImportError:
-    pass
 try:
     from services.site.analysis import warm_up_analysis
 
