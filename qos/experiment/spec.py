@@ -115,9 +115,10 @@ class Adaptive(FileModel):
 
     feature_values: int | None = Field(None, ge=1, le=10_000,
                                        description="a what-if of the transfer workload: values per cell a features "
-                                                   "request carries (default: the catalogue's length, what the "
-                                                   "coordinator sends today); e.g. 24, the most a site's selection "
-                                                   "keeps (pathmaster.similarity), if only those were sent")
+                                                   "request carries, no columns named (default: as the coordinator "
+                                                   "sends, only the columns each site advertises; the transfer sites "
+                                                   "advertise as many as a site's forward selection keeps at most, "
+                                                   "24); e.g. 130, the whole catalogue, as before sites advertised")
 
     renew_connections: bool = Field(defaults.RENEW_CONNECTIONS,
                                     description="as the coordinator's: after each case its connections to the sites "
