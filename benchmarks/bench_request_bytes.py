@@ -14,6 +14,14 @@ measured for `--cells` synthetic test cells: message bytes, TCP segments of the 
 request (message + 5 B gRPC prefix + 9 B HTTP/2 DATA frame header + ~80 B request headers
 on a warm HPACK context, 1448 B a segment), and the median time to build it.
 The images request (image + background + mask, the test cells' PNGs) is printed once.
+
+Measured (commit 38b2e36, load average 1.5-2.4), 6 cells, bytes of the request message:
+images 911,745 (630 segments); full vectors 6,424 (5 segments) to every site; the demo
+sites as indexed ("auto" chose lda: every feature) advertise nothing and still get 6,424;
+re-indexed with forward selection they keep 11 / 12 / 9 features and get 713 / 762 / 615 B
+(1 segment, 8.4-10.5x fewer); the most forward selection keeps, 24, makes 1,363 B (with
+15-character cell ids; ~1.3 kB with the testbed's "cellN": one segment there, at the edge of
+one here). Building a site's request: ~5 us full, ~25 us subset (median).
 """
 
 from __future__ import annotations
