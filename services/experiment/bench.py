@@ -147,7 +147,8 @@ class TestbedBench:
             proc = host.popen([sys.executable, "-m", "services.experiment.workload", "site", "--name", name,
                                "--host", host.ip, "--port", str(SITE_PORT),
                                "--match-bytes", str(self.workload.match_bytes),
-                               "--feature-schema", schema, "--feature-count", str(values),
+                               "--feature-schema", schema,
+                               "--feature-count", str(values if self.workload.forward_selection else 0),
                                "--analysis-s", repr(self.workload.analysis_s),
                                "--site-nodes", str(self.workload.site_nodes), *classes_argv(self.experiment.classes)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
