@@ -12,6 +12,10 @@ from __future__ import annotations
 # --- Retrieval -------------------------------------------------------------------------
 K = 5                 # matches per test cell (the study's "5 closest"); a request's 0 means this
 MAX_K = 100           # more matches per cell than this is refused
+# Forward feature selection keeps at most this many features (similarity.forward_select);
+# a site that selects them advertises them, and a features request to it carries only
+# these values a cell (issue 10: a one-segment request).
+MAX_SELECTED_FEATURES = 24
 
 # --- Client-chosen sizes (every one bounded) ------------------------------------------
 MAX_IMAGE_BYTES = 16 * 1024 * 1024   # one encoded file; a study cell is ~100 KB

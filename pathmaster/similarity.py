@@ -156,7 +156,7 @@ def forward_select(
     names: list[str] | None = None,
     *,
     k: int = defaults.K,
-    max_features: int = 24,
+    max_features: int = defaults.MAX_SELECTED_FEATURES,
     patience: int = 4,
     max_cells: int = 800,
     seed: int = 0,

@@ -283,6 +283,32 @@ class SiteIndex:
         """Features of a test cell (see ``analyse_cell``)."""
         return analyse_cell(image, background, mask, source)
 
+    def compared_columns(self) -> list[int]:
+        """The columns of the feature vector the site's distance reads (its selection),
+        ascending; [] when it reads every feature (nothing to leave out of a request)."""
+        columns = sorted({int(c) for c in self._projection.columns})
+        return [] if len(columns) == len(self.feature_names) else columns
+
+    def expand(self, values: np.ndarray, columns: list[int]) -> np.ndarray:
+        """Full feature vectors (m, n_features) from the `columns` (``compared_columns``)
+        of each row of `values` (m, len(columns)), the other columns at the database mean.
+
+        Those other columns are never read by the distance, so a search with the result
+        is a search with the full vectors, to the bit. InvalidInput when `columns` are not
+        the site's selection or a row has another length.
+        """
+        selected = self.compared_columns()
+        if list(columns) != selected:
+            raise InvalidInput(f"the site compares feature columns {selected or 'all'}, "
+                               f"not {list(columns)}: send those values, or the full vector")
+        values = np.atleast_2d(np.asarray(values, dtype=np.float64))
+        if values.ndim != 2 or values.shape[1] != len(selected):
+            raise InvalidInput(f"feature vectors of the site's selection must have {len(selected)} values each, "
+                               f"got shape {values.shape}")
+        full = np.repeat(self._normalization.mean[None, :], len(values), axis=0)
+        full[:, selected] = values
+        return full
+
     def _vectors(self, features: np.ndarray) -> np.ndarray:
         features = np.atleast_2d(np.asarray(features, dtype=np.float64))
         if features.ndim != 2 or features.shape[1] != len(self.feature_names):
@@ -291,10 +317,15 @@ class SiteIndex:
             raise InvalidInput("feature vector has non-finite values")
         return self._projection.apply(self._normalization.apply(features))
 
-    def search_many(self, features: np.ndarray, k: int = defaults.K) -> list[list[Match]]:
-        """Top-k database cells for each row of ``features`` (m, n_features), nearest first."""
+    def search_many(self, features: np.ndarray, k: int = defaults.K,
+                    columns: list[int] | None = None) -> list[list[Match]]:
+        """Top-k database cells for each row of ``features`` (m, n_features), nearest first.
+
+        With `columns` (the site's ``compared_columns``) the rows hold only those values."""
         if k < 1:
             raise InvalidInput(f"k must be at least 1, got {k}")
+        if columns:
+            features = self.expand(features, columns)
         distances, ids = similarity.search(self._index, self._vectors(features), min(k, len(self)))
         results = []
         for row_d, row_i in zip(distances, ids):
@@ -302,9 +333,11 @@ class SiteIndex:
                             for d, i in zip(row_d, row_i) if i >= 0])
         return results
 
-    def search(self, features: np.ndarray, k: int = defaults.K) -> list[Match]:
-        """Top-k database cells for one feature vector (n_features,), nearest first."""
-        return self.search_many(np.asarray(features)[None, :] if np.ndim(features) == 1 else features, k)[0]
+    def search(self, features: np.ndarray, k: int = defaults.K, columns: list[int] | None = None) -> list[Match]:
+        """Top-k database cells for one feature vector (n_features,), nearest first (with
+        `columns`: only the values of those, as ``search_many``)."""
+        return self.search_many(np.asarray(features)[None, :] if np.ndim(features) == 1 else features, k,
+                                columns)[0]
 
     def _file(self, cell_id: str, attribute: str) -> bytes:
         cell = self._by_id[cell_id]  # KeyError for an unknown id

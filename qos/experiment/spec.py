@@ -115,9 +115,9 @@ class Adaptive(FileModel):
 
     feature_values: int | None = Field(None, ge=1, le=10_000,
                                        description="a what-if of the transfer workload: values per cell a features "
-                                                   "request carries (default: the catalogue's length, what the "
-                                                   "coordinator sends today); e.g. 24, the most a site's selection "
-                                                   "keeps (pathmaster.similarity), if only those were sent")
+                                                   "request carries, no columns named (default: as the coordinator "
+                                                   "sends: the full vector, or with [workload] forward_selection only "
+                                                   "the 24 columns each site advertises)")
 
     renew_connections: bool = Field(defaults.RENEW_CONNECTIONS,
                                     description="as the coordinator's: after each case its connections to the sites "
@@ -271,6 +271,11 @@ class Workload(FileModel):
                                                      "seconds (the study's C program: ~5 s); a wait, no CPU")
     site_nodes: int = Field(defaults.SITE_NODES, ge=1, description="transfer mode: the nodes a site's analysis "
                                                                    "is pipelined over, one cell at a time each")
+    forward_selection: bool = Field(False, description="transfer mode: each site advertises a forward-selected "
+                                                      "index (at most 24 compared features, as `--features forward`) "
+                                                      "and the coordinator sends it only those values; false: the "
+                                                      "site compares every feature and gets full vectors, as the "
+                                                      "default `auto` index (it chose lda on every database here)")
 
     @field_validator("mode")
     @classmethod

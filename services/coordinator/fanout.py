@@ -36,6 +36,44 @@ FEATURES_FALLBACK_CODES = (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.
                            grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.INTERNAL)
 
 
+def features_request(case_id: str, request_class: str, k: int, feature_schema: str,
+                     features: list[pb.CellFeatures], columns=()) -> pb.AnalyseRequest:
+    """The features-mode request to a site: each cell's full vector, or with `columns`
+    (the site's SiteInfo.feature_columns, ascending) only the values the site compares.
+
+    Parameters
+    ----------
+    case_id, request_class, k, feature_schema
+        As AnalyseRequest's fields.
+    features : list of pb.CellFeatures
+        The cells' full vectors, in `feature_schema`.
+    columns : sequence of int
+        Indices into those vectors; empty: send them whole.
+
+    Returns
+    -------
+    pb.AnalyseRequest
+        What goes on the wire (its ByteSize() is the request's bytes).
+    """
+    columns = [int(c) for c in columns]
+    if columns:
+        features = [pb.CellFeatures(cell_id=f.cell_id, values=[f.values[c] for c in columns],
+                                    background_estimated=f.background_estimated, mask_estimated=f.mask_estimated)
+                    for f in features]
+    return pb.AnalyseRequest(case_id=case_id, request_class=request_class, k=k, feature_schema=feature_schema,
+                             features=features, feature_columns=columns)
+
+
+def features_request_bytes(cell_ids: list[str], feature_count: int, columns=(), *, case_id: str = "",
+                           request_class: str = "routine", k: int = 5, feature_schema: str = "") -> int:
+    """Bytes on the wire of `features_request` for `cell_ids` before the values are known
+    (a double is 8 bytes whatever its value; cells flagged estimated, as most are): for
+    planning, and for the testbed's transfer workload."""
+    cells = [pb.CellFeatures(cell_id=c, values=[0.0] * feature_count, background_estimated=True,
+                             mask_estimated=True) for c in cell_ids]
+    return features_request(case_id, request_class, k, feature_schema, cells, columns).ByteSize()
+
+
 @dataclass
 class Attempt:
     """One copy of a site's request in flight."""

@@ -41,7 +41,7 @@ from qos.transport import (STALE_PORT_CODES, ClassChannels, MarkedServer, client
 from services.classinfo import class_messages
 from services.metrics import case_outcome, serve_metrics, stop_metrics
 from services.config import CoordinatorConfig
-from services.coordinator.fanout import FanOut, SiteOutcome
+from services.coordinator.fanout import FanOut, SiteOutcome, features_request, features_request_bytes
 from services.coordinator.sitewatch import SITE_SERVICE, SiteWatch
 from services.coordinator.stats import CaseLog, ClassStats, CoordinatorMetrics
 from services.coordinator.validation import CaseRejected, check_case_request
@@ -128,6 +128,9 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         # Predictable completion (issue 10): what each site says of itself, the predictor
         # fed by every answer, and the admission that keeps urgent capacity.
         self.site_schemas: dict[str, str] = {}
+        # The feature columns each site compares (SiteInfo.feature_columns): a features
+        # request carries only those values; none known: the full vectors.
+        self.site_columns: dict[str, tuple[int, ...]] = {}
         self.analysers = None            # services.coordinator.analysis.Analysers, once ready
         self.analysers_schema = ""       # their feature schema; "" while none are ready
         self.predictor = Predictor()
@@ -177,6 +180,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             # Every class's connections (one per copy lane) open now, not at a case's time.
             self.channels.connect(site, list(info.class_ports), lanes=self.config.small_request_copies)
             self.site_schemas[site] = info.feature_schema
+            self.site_columns[site] = tuple(info.feature_columns)
             self.predictor.site(site).load = site_load(info.load)
             log.info("site %s: class ports %s (its replies are marked per class)", site,
                      dict(info.class_ports))
@@ -253,7 +257,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         ship = request.ship or "auto"
         cells = len(request.features) or len(request.cells)
         images_request = pb.AnalyseRequest(case_id=case_id, request_class=served.name, cells=request.cells, k=k)
-        features_bytes = cells * (8 * self.feature_count + 64)  # doubles + ids and flags
+        cell_ids = [f.cell_id for f in request.features] or [c.cell_id for c in request.cells]
         entitled = [c.name for c in self.config.classes if c.priority >= served.priority]
         if rclass.name != served.name:
             entitled = [rclass.name, *entitled]
@@ -263,6 +267,9 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         for site in sites:
             site_schema = self.site_schemas.get(site, "")
             matches = bool(schema) and site_schema == schema
+            features_bytes = features_request_bytes(cell_ids, self.feature_count, self.site_columns.get(site, ()),
+                                                    case_id=case_id, request_class=served.name, k=k,
+                                                    feature_schema=request.feature_schema or schema)
             mode_bytes = {"features": features_bytes, "images": images_request.ByteSize()}
             plans[site] = plan_site(
                 site, requested=served.name, entitled=entitled, deadline_s=budget, ship=ship,
@@ -297,16 +304,22 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         analysis_started = time.monotonic()
         features, cell_errors = self._features_for_case(request, plans, case_deadline, decisions)
         analysed_s = time.monotonic() - analysis_started if features is not None and not request.features else 0.0
-        features_request = None
-        if features is not None:
-            features_request = pb.AnalyseRequest(case_id=case_id, request_class=served.name, k=k,
-                                                 feature_schema=request.feature_schema or schema,
-                                                 features=features)
+        features_requests: dict[tuple[int, ...], pb.AnalyseRequest] = {}  # by the columns a site compares
+
+        def site_features(site: str) -> pb.AnalyseRequest | None:
+            """The features request for `site`: only the values it compares (sites differ)."""
+            if features is None:
+                return None
+            columns = self.site_columns.get(site, ())
+            if columns not in features_requests:
+                features_requests[columns] = features_request(case_id, served.name, k,
+                                                              request.feature_schema or schema, features, columns)
+            return features_requests[columns]
 
         have_images = all(cell.image for cell in request.cells)
 
         def send(site: str, class_name: str, mode: str, lane: int = 0):
-            message = features_request if mode == "features" else images_request if have_images else None
+            message = site_features(site) if mode == "features" else images_request if have_images else None
             if message is None:
                 return None
             if message.request_class != class_name:  # a hedge in another class

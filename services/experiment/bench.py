@@ -138,7 +138,7 @@ class TestbedBench:
         return feature_schema(), len(feature_names())
 
     def _start_sites(self) -> None:
-        schema, _ = self._features()
+        schema, values = self._features()
         # Linux caches a path's ssthresh and RTT between connections; a run must not inherit them.
         for name in {*self.workload.sites, self.testbed.config.master}:
             self.testbed.host(name).cmd("sysctl", "-q", "-w", "net.ipv4.tcp_no_metrics_save=1")
@@ -147,7 +147,9 @@ class TestbedBench:
             proc = host.popen([sys.executable, "-m", "services.experiment.workload", "site", "--name", name,
                                "--host", host.ip, "--port", str(SITE_PORT),
                                "--match-bytes", str(self.workload.match_bytes),
-                               "--feature-schema", schema, "--analysis-s", repr(self.workload.analysis_s),
+                               "--feature-schema", schema,
+                               "--feature-count", str(values if self.workload.forward_selection else 0),
+                               "--analysis-s", repr(self.workload.analysis_s),
                                "--site-nodes", str(self.workload.site_nodes), *classes_argv(self.experiment.classes)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             self.sites[name] = proc

@@ -26,8 +26,11 @@ those a case used by fresh ones opened after it (`renew_connections`, `ClassChan
 and sends a small features request as several copies at once.
 Without `adaptive` a case is today's: images (with background and mask) in the class asked
 for, `match_bytes` thumbnails. Feature vectors are random float64s of the catalogue's
-length: the transfer sites do not analyse, and neither does the master, so the times are the
-network's alone in both modes (the coordinator's analysis of the cells is not in them).
+length, sent as the coordinator sends them (`fanout.features_request`): only the columns
+each site advertises, and the transfer sites advertise a selection as large as a real
+site's forward selection keeps at most (`selection_stand_in`). The transfer sites do not
+analyse, and neither does the master, so the times are the network's alone in both modes
+(the coordinator's analysis of the cells is not in them).
 
 The runner talks to the master through `agent_main` (JSON lines on stdin/stdout), so the
 channels, and their TCP connections, stay warm across the runs of an experiment.
@@ -55,7 +58,7 @@ from qos.experiment.spec import pipelined_analysis_s
 from qos.policy import SitePlan, plan_site
 from qos.predict import Predictor
 from qos.transport import ClassChannels, CopyFilter, MarkedServer
-from services.coordinator.fanout import FanOut
+from services.coordinator.fanout import FanOut, features_request
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
 
@@ -88,6 +91,18 @@ def make_features(count: int, values: int, seed: int) -> list[pb.CellFeatures]:
     return [pb.CellFeatures(cell_id=f"cell{i}", values=rng.standard_normal(values).tolist()) for i in range(count)]
 
 
+def selection_stand_in(feature_count: int) -> list[int]:
+    """The feature columns a transfer site advertises (SiteInfo.feature_columns): as many as
+    a real site's forward selection keeps at most (defaults.MAX_SELECTED_FEATURES), spread
+    over the catalogue's `feature_count` columns (so indices past 127 take their two bytes
+    on the wire as real ones do). The transfer sites read no values, so which columns they
+    are changes nothing but the request's bytes; [] when `feature_count` is 0."""
+    if feature_count <= 0:
+        return []
+    keep = min(defaults.MAX_SELECTED_FEATURES, feature_count)
+    return sorted({int(c) for c in np.linspace(0, feature_count - 1, keep).round()})
+
+
 def _blob(n: int) -> bytes:
     return np.random.default_rng(0).integers(0, 256, n, dtype=np.uint8).tobytes()
 
@@ -96,16 +111,20 @@ class TransferSite(pb_grpc.SiteServicer):
     """Answers Analyse with k matches per cell, each with a `match_bytes` thumbnail (or, when
     the call asks for wire-sized replies, one of the bytes it asks for, default
     `wire_match_bytes`, and the full image's SHA-256 as the real site's); no analysis. Takes
-    features of `feature_schema` as the real site does (another schema: FAILED_PRECONDITION)."""
+    features of `feature_schema` as the real site does (another schema: FAILED_PRECONDITION),
+    and advertises `feature_columns` as the columns it compares (a subset request naming
+    others: INVALID_ARGUMENT, as the real site)."""
 
     def __init__(self, name: str, match_bytes: int, wire_match_bytes: int = defaults.WIRE_THUMBNAIL_BYTES,
-                 feature_schema: str = "", analysis_s: float = 0.0, site_nodes: int = defaults.SITE_NODES):
+                 feature_schema: str = "", analysis_s: float = 0.0, site_nodes: int = defaults.SITE_NODES,
+                 feature_columns: list[int] | None = None):
         self.name = name
         self.analysis_s, self.site_nodes = analysis_s, site_nodes
         self.thumbnail = _blob(match_bytes)
         self.wire_match_bytes = wire_match_bytes
         self.wire_thumbnails: dict[int, bytes] = {}
         self.feature_schema = feature_schema
+        self.feature_columns = list(feature_columns or [])
         self.class_ports: dict[str, int] = {}
         self.class_dscp: dict[str, int] = {}
         self.copies = CopyFilter()  # as the real site: a copy of a request taken is refused
@@ -115,6 +134,9 @@ class TransferSite(pb_grpc.SiteServicer):
         if request.features:
             if not self.feature_schema or request.feature_schema != self.feature_schema:
                 context.abort(grpc.StatusCode.FAILED_PRECONDITION, "features of another schema: send the images")
+            if request.feature_columns and list(request.feature_columns) != self.feature_columns:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"site {self.name} compares feature columns "
+                                                                f"{self.feature_columns or 'all'}: send those")
             ids = [f.cell_id for f in request.features]
         else:
             ids = [cell.cell_id for cell in request.cells]
@@ -153,18 +175,22 @@ class TransferSite(pb_grpc.SiteServicer):
 
     def Info(self, request, context):
         return pb.SiteInfo(site=self.name, algorithm="transfer-only", class_ports=self.class_ports,
-                           class_dscp=self.class_dscp, feature_schema=self.feature_schema)
+                           class_dscp=self.class_dscp, feature_schema=self.feature_schema,
+                           feature_columns=self.feature_columns)
 
 
 def serve_transfer_site(name: str, host: str, port: int, match_bytes: int, classes: ClassTable,
                         wire_match_bytes: int = defaults.WIRE_THUMBNAIL_BYTES,
                         feature_schema: str = "", analysis_s: float = 0.0,
-                        site_nodes: int = defaults.SITE_NODES) -> MarkedServer:
+                        site_nodes: int = defaults.SITE_NODES, feature_count: int = 0) -> MarkedServer:
     """Start a transfer-only site on host:port with one port per class of `classes`, each
     marking its replies with that class's DSCP; returns the server. With a `feature_schema`
-    it takes features of that schema. Images take `analysis_s` seconds each to analyse,
+    it takes features of that schema, and with the catalogue's `feature_count` it advertises
+    a selection of them (`selection_stand_in`), so features requests carry only those values
+    as the coordinator's do. Images take `analysis_s` seconds each to analyse,
     pipelined over `site_nodes` nodes (`qos.experiment.spec.pipelined_analysis_s`)."""
-    servicer = TransferSite(name, match_bytes, wire_match_bytes, feature_schema, analysis_s, site_nodes)
+    servicer = TransferSite(name, match_bytes, wire_match_bytes, feature_schema, analysis_s, site_nodes,
+                            selection_stand_in(feature_count) if feature_schema else [])
     server = MarkedServer(lambda s: pb_grpc.add_SiteServicer_to_server(servicer, s), [SITE_SERVICE],
                           host, port, class_ports={c.name: 0 for c in classes}, classes=classes)
     servicer.class_ports, servicer.class_dscp = dict(server.class_ports), server.class_dscp
@@ -226,6 +252,7 @@ class Master:
         self.feature_values = feature_values
         self.class_ports: dict[str, dict[str, int]] = {}
         self.site_schemas: dict[str, str] = {}
+        self.site_columns: dict[str, tuple[int, ...]] = {}  # as the coordinator's: what each site compares
         self.models: dict[str, _StrategyModel] = {}
         self.channels = self._channels()
         self.strategy_channels: dict[str, ClassChannels] = {}
@@ -244,6 +271,7 @@ class Master:
             info = stub.Info(pb.SiteInfoRequest(), timeout=timeout, wait_for_ready=True)
             self.class_ports[name] = dict(info.class_ports)
             self.site_schemas[name] = info.feature_schema
+            self.site_columns[name] = tuple(info.feature_columns)
             self.channels.set_class_ports(name, self.class_ports[name])
 
     def entitled(self, request_class: str) -> list[str]:
@@ -266,17 +294,19 @@ class Master:
                           adaptive=adaptive | {"ship": mode}, warming=True)
 
     def _plans(self, model: _StrategyModel, request_class: str, adaptive: dict | None, deadline_s: float,
-               mode_bytes: dict[str, int], cells: int) -> dict[str, SitePlan]:
+               site_bytes: dict[str, dict[str, int]], cells: int) -> dict[str, SitePlan]:
+        """Each site's plan; `site_bytes`: site -> {mode: request bytes}."""
         if adaptive is None:  # today's case: images in the class asked for, predicted all the same
             return {site: SitePlan(site, "images", request_class,
-                                   model.predict(site, request_class, "images", mode_bytes["images"], cells),
+                                   model.predict(site, request_class, "images", site_bytes[site]["images"], cells),
                                    None, None, reasons=("images as sent",)) for site in self.sites}
         schema = self.feature_schema if adaptive.get("analyse", True) else ""
         return {site: plan_site(site, requested=request_class, entitled=self.entitled(request_class),
                                 deadline_s=deadline_s, ship=adaptive.get("ship", "auto"),
                                 schema_matches=bool(schema) and self.site_schemas.get(site) == schema,
-                                predict=lambda cls, mode, s=site: model.predict(s, cls, mode, mode_bytes[mode], cells),
-                                mode_bytes=mode_bytes,
+                                predict=lambda cls, mode, s=site: model.predict(s, cls, mode, site_bytes[s][mode],
+                                                                                cells),
+                                mode_bytes=site_bytes[site],
                                 small_request_copies=adaptive.get("small_request_copies",
                                                                   defaults.SMALL_REQUEST_COPIES),
                                 copy_gap_s=adaptive.get("copy_gap_s", defaults.COPY_GAP_S))
@@ -303,18 +333,25 @@ class Master:
             self.warm(request_class, strategy=strategy, adaptive=adaptive)
         model = self.models.setdefault(strategy, _StrategyModel())
         images = pb.AnalyseRequest(case_id=case_id, request_class=request_class, cells=cells, k=k)
-        features = None
+        features: dict[str, pb.AnalyseRequest] = {}  # by site
         if adaptive is not None and self.feature_values:
-            # A strategy's `feature_values` is a what-if (fewer values a cell than the catalogue's);
-            # the transfer sites do not read the values, so only the bytes on the wire change.
-            features = pb.AnalyseRequest(case_id=case_id, request_class=request_class, k=k,
-                                         feature_schema=self.feature_schema,
-                                         features=make_features(len(cells),
-                                                                adaptive.get("feature_values") or self.feature_values,
-                                                                seed=seed))
-        mode_bytes = {"images": images.ByteSize(), "features": features.ByteSize() if features else images.ByteSize()}
+            # The coordinator's own request (fanout.features_request): each site gets the values
+            # of the columns it advertises, or the full vectors. A strategy's `feature_values`
+            # is a what-if instead (that many values a cell, no columns named); the transfer
+            # sites do not read the values, so only the bytes on the wire change.
+            what_if = adaptive.get("feature_values")
+            vectors = make_features(len(cells), what_if or self.feature_values, seed=seed)
+            by_columns: dict[tuple[int, ...], pb.AnalyseRequest] = {}
+            for site in self.sites:
+                columns = () if what_if else self.site_columns.get(site, ())
+                if columns not in by_columns:
+                    by_columns[columns] = features_request(case_id, request_class, k, self.feature_schema,
+                                                           vectors, columns)
+                features[site] = by_columns[columns]
+        site_bytes = {site: {"images": images.ByteSize(),
+                             "features": (features[site] if features else images).ByteSize()} for site in self.sites}
         plan_deadline = (adaptive or {}).get("deadlines_s", {}).get(request_class, deadline_s)
-        plans = self._plans(model, request_class, adaptive, plan_deadline, mode_bytes, len(cells))
+        plans = self._plans(model, request_class, adaptive, plan_deadline, site_bytes, len(cells))
         metadata = (((WIRE_REPLY_KEY, str(adaptive.get("thumbnail_bytes", defaults.WIRE_THUMBNAIL_BYTES))),)
                     if adaptive is not None else ())
         own = self._channels() if adaptive is None else None  # today's case: connections of its own
@@ -323,7 +360,7 @@ class Master:
         cutoff = started + deadline_s
 
         def send(site: str, class_name: str, mode: str, lane: int = 0):
-            message = features if mode == "features" and features is not None else images
+            message = features[site] if mode == "features" and features else images
             if message.request_class != class_name:  # a hedge in another class
                 copy = pb.AnalyseRequest()
                 copy.CopyFrom(message)
@@ -434,12 +471,15 @@ def site_main(argv: list[str] | None = None) -> int:
                         help="thumbnail bytes per match when a call asks for wire-sized replies")
     parser.add_argument("--feature-schema", default="", help="takes features of this schema (none: images only)")
     parser.add_argument("--analysis-s", type=float, default=0.0, help="analysis time per image, seconds (a wait)")
+    parser.add_argument("--feature-count", type=int, default=0,
+                        help="the catalogue's feature count: the site advertises a selection of them (0: none)")
     parser.add_argument("--site-nodes", type=int, default=defaults.SITE_NODES,
                         help="the nodes the images' analysis is pipelined over")
     add_classes_argument(parser)
     args = parser.parse_args(argv)
     server = serve_transfer_site(args.name, args.host, args.port, args.match_bytes, args.classes,
-                                 args.wire_match_bytes, args.feature_schema, args.analysis_s, args.site_nodes)
+                                 args.wire_match_bytes, args.feature_schema, args.analysis_s, args.site_nodes,
+                                 args.feature_count)
     print(json.dumps({"ready": True, "port": server.port, "class_ports": server.class_ports}), flush=True)
     try:
         server.wait()

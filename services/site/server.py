@@ -136,21 +136,42 @@ class SiteServicer(pb_grpc.SiteServicer):
             context.abort(grpc.StatusCode.FAILED_PRECONDITION,
                           f"site {self.name} compares features of schema {schema}, not "
                           f"{request.feature_schema or 'unnamed'}: send the images instead")
+        columns = self._check_columns(request, context)
         self._refuse_copy(request, context, "features")
         # One job for the whole request: a search is ~1 ms, a Ray task per cell costs more.
         cells = [(f.cell_id, list(f.values), f.background_estimated, f.mask_estimated) for f in request.features]
         if self.local is not None:
-            return "features", [self._search_here(cells, k)]
-        return "features", [self.dispatcher.submit(priority, (cells, k), method=METHOD_OF_MODE["features"],
+            return "features", [self._search_here(cells, k, columns)]
+        return "features", [self.dispatcher.submit(priority, (cells, k, columns), method=METHOD_OF_MODE["features"],
                                                    cells=len(cells))]
 
-    def _search_here(self, cells: list[tuple], k: int) -> Job:
+    def _check_columns(self, request: pb.AnalyseRequest, context: grpc.ServicerContext) -> list[int] | None:
+        """The columns a subset request carries (None: full vectors, checked cell by cell
+        by the search), refused with INVALID_ARGUMENT unless they are this site's
+        selection and every cell has that many values."""
+        selected = list(self.info.get("feature_columns", []))
+        columns = list(request.feature_columns)
+        if columns and columns != selected:
+            names = self.info.get("feature_column_names", [])
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          f"site {self.name} compares " + (
+                              f"{len(selected)} feature columns {selected} ({', '.join(names)})" if selected
+                              else "every feature") +
+                          f", not the {len(columns)} columns {columns} of this request: send those, or the full vector")
+        for f in request.features:
+            if columns and len(f.values) != len(columns):
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                              f"site {self.name}: cell {shown(f.cell_id)} has {len(f.values)} feature values; "
+                              f"the request names {len(columns)} columns and must carry one value for each")
+        return columns or None
+
+    def _search_here(self, cells: list[tuple], k: int, columns: list[int] | None = None) -> Job:
         """A features request searched here, in the handler's thread, as a finished Job
         (its result, or the error a worker would have raised): no queue, no hand-off."""
-        job = Job((cells, k), method=METHOD_OF_MODE["features"], cells=len(cells))
+        job = Job((cells, k, columns), method=METHOD_OF_MODE["features"], cells=len(cells))
         job.started = time.perf_counter()
         try:
-            job.result = self.local.search_many(cells, k)
+            job.result = self.local.search_many(cells, k, columns)
         except Exception as exc:  # noqa: BLE001 - the handler turns it into a gRPC status, as for a worker's
             job.error = exc
         job.finished = time.perf_counter()
@@ -289,6 +310,8 @@ class SiteServicer(pb_grpc.SiteServicer):
             feature_schema=self.info.get("feature_schema", "unknown"),
             load=self.load(),
             vocabulary=site_vocabulary(self.info["vocabulary"]),
+            feature_columns=self.info.get("feature_columns", []),
+            feature_column_names=self.info.get("feature_column_names", []),
         )
 
 

@@ -137,9 +137,13 @@ class SiteWorker:
         return True
 
     def info(self) -> dict:
-        """{"algorithm", "database_cells", "diagnoses", "vocabulary"} of this worker's
-        database (the vocabulary as ``Vocabulary.as_dict``)."""
+        """{"algorithm", "database_cells", "diagnoses", "feature_schema", "vocabulary",
+        "feature_columns", "feature_column_names"} of this worker's database (the
+        vocabulary as ``Vocabulary.as_dict``; the columns its distance reads, [] for all)."""
+        columns = self.index.compared_columns()
         return {
+            "feature_columns": columns,
+            "feature_column_names": [self.index.feature_names[c] for c in columns],
             "algorithm": self.index.algorithm,
             "database_cells": len(self.index),
             "diagnoses": [str(d) for d in self.index.diagnoses()],
@@ -157,29 +161,31 @@ class SiteWorker:
                                    WIRE_THUMBNAIL_FORMAT)
         return thumbnail, hashlib.sha256(self.index.image_png(cell_id)).hexdigest()
 
-    def _outcome(self, cell_id: str, features, k: int, **flags) -> CellOutcome:
-        """Search with one raw feature vector; the outcome with the matches' wire parts."""
+    def _outcome(self, cell_id: str, features, k: int, columns: list[int] | None = None, **flags) -> CellOutcome:
+        """Search with one raw feature vector (with `columns`: only those of it); the
+        outcome with the matches' wire parts."""
         t0 = time.perf_counter()
-        matches = tuple(self.index.search(features, k))
+        matches = tuple(self.index.search(features, k, columns))
         parts = [self._wire(m.cell_id) for m in matches]
         bethesda = tuple(self.index.vocabulary.to_bethesda(m.diagnosis) or "" for m in matches)
         return CellOutcome(cell_id, matches, tuple(p[0] for p in parts), tuple(p[1] for p in parts), bethesda,
                            search_s=time.perf_counter() - t0, **flags)
 
     def search(self, cell_id: str, values: list[float], k: int, background_estimated: bool = False,
-               mask_estimated: bool = False) -> CellOutcome:
-        """One test cell analysed elsewhere (its raw feature vector) -> its CellOutcome;
-        extraction_s is 0. A vector that does not fit gives the outcome's `error`."""
+               mask_estimated: bool = False, columns: list[int] | None = None) -> CellOutcome:
+        """One test cell analysed elsewhere (its raw feature vector, or with `columns` the
+        values of those columns only) -> its CellOutcome; extraction_s is 0. A vector that
+        does not fit gives the outcome's `error`."""
         try:
-            return self._outcome(cell_id, values, k, background_estimated=background_estimated,
+            return self._outcome(cell_id, values, k, columns, background_estimated=background_estimated,
                                  mask_estimated=mask_estimated)
         except InvalidInput as exc:
             return CellOutcome(cell_id, error=f"cell {cell_id!r}: {exc}")
 
-    def search_many(self, cells: list[tuple], k: int) -> list[CellOutcome]:
-        """`search` for each of `cells` (tuples of its arguments but `k`), in one call:
-        a features-mode request is one Ray task, not one per cell."""
-        return [self.search(cell_id, values, k, background_estimated, mask_estimated)
+    def search_many(self, cells: list[tuple], k: int, columns: list[int] | None = None) -> list[CellOutcome]:
+        """`search` for each of `cells` (tuples of its arguments but `k` and `columns`),
+        in one call: a features-mode request is one Ray task, not one per cell."""
+        return [self.search(cell_id, values, k, background_estimated, mask_estimated, columns)
                 for cell_id, values, background_estimated, mask_estimated in cells]
 
     def analyse(self, cell_id: str, image: bytes, background: bytes, mask: bytes, k: int,

@@ -266,3 +266,38 @@ def test_a_strategy_may_send_fewer_feature_values_as_a_what_if(loopback_sites):
     finally:
         master.close()
     assert sizes["full"] > 6 * 130 * 8 and 6 * 24 * 8 < sizes["selected"] <= defaults.TCP_INITIAL_WINDOW_BYTES / 10
+
+
+def test_a_site_that_advertises_its_selection_gets_the_coordinators_subset_request():
+    """The transfer sites stand in for sites that select features (as many as forward
+    selection keeps at most): they advertise the columns, and the master sends each only
+    those values, in the coordinator's own encoding (fanout.features_request); a site that
+    advertises none gets the full vectors."""
+    from services.coordinator.fanout import features_request
+    from services.experiment.workload import Master, make_cells, make_features, selection_stand_in, serve_transfer_site
+
+    columns = selection_stand_in(130)
+    assert len(columns) == defaults.MAX_SELECTED_FEATURES and columns[-1] == 129
+    servers = {"A": serve_transfer_site("A", "127.0.0.1", 0, 3000, DEFAULT_CLASSES, 500, SCHEMA, feature_count=130),
+               "B": serve_transfer_site("B", "127.0.0.1", 0, 3000, DEFAULT_CLASSES, 500, SCHEMA)}
+    master = Master({n: f"127.0.0.1:{s.port}" for n, s in servers.items()}, DEFAULT_CLASSES,
+                    feature_schema=SCHEMA, feature_values=130)
+    adaptive = parse_spec(spec()).strategy("adaptive-fifo").adaptive.model_dump() | {"copy_gap_s": 0.0,
+                                                                                     "small_request_copies": 1}
+    try:
+        master.discover()
+        assert master.site_columns == {"A": tuple(columns), "B": ()}
+        case = master.case("urgent", make_cells(6, 4000, False, False, seed=3), k=5, deadline_s=20,
+                           strategy="s", adaptive=adaptive, case_id="c1", seed=3)
+    finally:
+        master.close()
+        for server in servers.values():
+            server.stop(0)
+    assert case["ok"]
+    sites = {s["site"]: s for s in case["sites"] if s["mode"] == "features"}
+    up = {name: s["bytes_up"] for name, s in sites.items()}
+    vectors = make_features(6, 130, seed=3)
+    # (in the class the policy chose: urgent may step down)
+    assert up["A"] == features_request("c1", sites["A"]["request_class"], 5, SCHEMA, vectors, columns).ByteSize()
+    assert up["B"] == features_request("c1", sites["B"]["request_class"], 5, SCHEMA, vectors).ByteSize()
+    assert up["A"] < defaults.TCP_INITIAL_WINDOW_BYTES / 10 < 6 * 130 * 8 < up["B"]
