@@ -101,10 +101,15 @@ def test_query_traces_its_case_into_the_servers_trace(deployment, servers_tracin
     analysis = [s for s in ours if s["name"] == "analyse cells"]
     assert len(analysis) == 1 and analysis[0]["parent_id"] == submit[0]["context"]["span_id"]
     assert analysis[0]["attributes"] == {"pathmaster.cells": 2}
-    # a features request is small: SMALL_REQUEST_COPIES copies to each site, each a client
-    # span at the coordinator and a server span at its site (the first answer wins)
-    kinds = [s["kind"] for s in ours if s["name"] == "/pathmaster.v1.Site/Analyse"]
-    assert kinds.count("SpanKind.CLIENT") == kinds.count("SpanKind.SERVER") == 3 * defaults.SMALL_REQUEST_COPIES
+    # a features request is small: up to SMALL_REQUEST_COPIES copies to each site, spaced in
+    # time (a site that answers before the next is due gets no more), each a client span at
+    # the coordinator; every server span at a site is the child of one of them
+    calls = [s for s in ours if s["name"] == "/pathmaster.v1.Site/Analyse"]
+    clients = {s["context"]["span_id"] for s in calls if s["kind"] == "SpanKind.CLIENT"}
+    servers = [s for s in calls if s["kind"] == "SpanKind.SERVER"]
+    assert 3 <= len(clients) <= 3 * defaults.SMALL_REQUEST_COPIES
+    assert 3 <= len(servers) <= len(clients)
+    assert all(s["parent_id"] in clients for s in servers)
     text = client_file.read_text() + servers_file.read_text()
     assert "ACC-555" not in text and summary["case_id"] not in text
 
