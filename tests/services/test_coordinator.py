@@ -243,12 +243,12 @@ def pool_events(site, prefix: str) -> list[tuple[str, str]]:
 
 @pytest.fixture(scope="module")
 def slower_case(case_cells) -> list[pb.CellImage]:
-    """Six 800 x 800-pixel cells: seconds of analysis per site even since the analysis got
-    faster (the 250 px `slow_case` now takes ~0.3 s a site: a cancel could arrive after it)."""
+    """Twelve 800 x 800-pixel cells: seconds of analysis per site (~0.3 s of CPU a cell), so
+    that a case cancelled after a site's first cell has eleven still to do."""
     from tests.services.conftest import large_cell
 
     png = large_cell(case_cells, 800)
-    return [pb.CellImage(cell_id=f"larger-{i}.png", image=png) for i in range(6)]
+    return [pb.CellImage(cell_id=f"larger-{i}.png", image=png) for i in range(12)]
 
 
 def test_client_cancel_cancels_every_site_call(deployment, slower_case, case):
@@ -260,6 +260,11 @@ def test_client_cancel_cancels_every_site_call(deployment, slower_case, case):
     with CoordinatorClient(deployment.coordinator.address) as client:
         call = client.submit(cells, "routine", deadline_s=60, case_id="cancel-me", ship="images")
         poll_until(lambda: all("cancel-me" in s.cases_started for s in sites), 20, "every site to start the case")
+        # Cancel once every site is analysing (its first cell done, eleven to go), not merely
+        # once the case arrived: on a busy machine a site can take seconds to reach its pool.
+        for name, site in deployment.sites.items():
+            poll_until(lambda: ("completed" in {o for _, o in pool_events(site, "cancel-me-")}), 60,
+                       f"site {name} to finish its first cell")
         call.cancel()
         with pytest.raises(grpc.RpcError) as err:
             list(call)
