@@ -38,8 +38,8 @@ and searching)::
   services/coordinator/analysis.py), and what is learnt from calls holds the first one
   apart once a second is known (`RecentMedian`, `PathModel`).
 
-No library fits this: it is a two-parameter weighted least-squares update over a short
-window (numpy does the algebra) and recent medians of what the sites say.
+No library fits the model as a whole: it is a robust line over a short window (scipy's
+Theil-Sen slope, numpy medians) and recent medians of what the sites say.
 
 `PredictionLog` keeps predicted-vs-actual pairs and reports the median absolute
 percentage error, which the case log, the summary and the benchmarks show.

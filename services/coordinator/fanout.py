@@ -116,6 +116,17 @@ class SiteRun:
     def running(self) -> list[Attempt]:
         return [a for a in self.attempts if not a.call.done()]
 
+    def fell_back(self) -> bool:
+        """True once the site refused the planned mode and was sent the images instead."""
+        return any(a.mode != self.plan.mode for a in self.attempts)
+
+    def cancel_timers(self) -> None:
+        """Stop the hedge timer and the timers of copies not sent yet."""
+        if self.timer is not None:
+            self.timer.cancel()
+        for timer in self.copy_timers:
+            timer.cancel()
+
 
 @dataclass
 class SiteOutcome:
@@ -205,10 +216,7 @@ class FanOut:
             self._closed = True
             runs = list(self.runs.values())
         for run in runs:
-            if run.timer is not None:
-                run.timer.cancel()
-            for timer in run.copy_timers:
-                timer.cancel()
+            run.cancel_timers()
             for attempt in run.attempts:
                 attempt.call.cancel()
 
@@ -233,10 +241,7 @@ class FanOut:
                 outcome = self._hedge(site, run) if kind == "hedge" else self._finished(site, run, attempt)
             if outcome is not None:
                 run.done = True
-                if run.timer is not None:
-                    run.timer.cancel()
-                for timer in run.copy_timers:
-                    timer.cancel()
+                run.cancel_timers()
                 for other in run.running():
                     other.call.cancel()
                 waiting.discard(site)
@@ -248,8 +253,7 @@ class FanOut:
         """A copy's time has come: send it, unless the site has an answer (or its deadline passed)."""
         run.copies_due.discard(lane)
         plan = run.plan
-        fell_back = any(a.mode != plan.mode for a in run.attempts)  # the site refused the mode
-        if time.monotonic() < self.deadline and not self._closed and not fell_back:
+        if time.monotonic() < self.deadline and not self._closed and not run.fell_back():
             self._attempt(site, plan.request_class, plan.mode, f"copy {lane + 1}", lane)
             return None
         if any(_may_answer(a) for a in run.attempts) or run.copies_due:
@@ -259,8 +263,7 @@ class FanOut:
 
     def _hedge(self, site: str, run: SiteRun) -> SiteOutcome | None:
         plan = run.plan
-        fell_back = any(a.mode != plan.mode for a in run.attempts)  # (copies may not all have left)
-        if run.hedged or fell_back or len(run.attempts) > plan.copies or time.monotonic() >= self.deadline:
+        if run.hedged or run.fell_back() or len(run.attempts) > plan.copies or time.monotonic() >= self.deadline:
             return None
         run.hedged = True
         target_class = plan.hedge_class or plan.request_class
