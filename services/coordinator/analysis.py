@@ -99,8 +99,8 @@ class CellAnalyser:
 
 
 # its calls leave no task events in Ray's GCS (defaults.RAY_TASK_EVENTS)
-_RemoteAnalyser = ray.remote(max_restarts=-1, max_task_retries=0,
-                             enable_task_events=defaults.RAY_TASK_EVENTS)(CellAnalyser)
+_RemoteAnalyser = ray.remote(max_restarts=-1, max_task_retries=0, enable_task_events=defaults.RAY_TASK_EVENTS,
+                             allow_out_of_order_execution=defaults.RAY_OUT_OF_ORDER)(CellAnalyser)
 
 
 class Analysers:

@@ -88,6 +88,11 @@ class PriorityDispatcher:
         with self._changed:
             return sum(job.cells for _, _, job in self._heap if not job.cancelled)
 
+    def running(self) -> int:
+        """Jobs on a worker now (sent and not yet answered)."""
+        with self._changed:
+            return len(self._running)
+
     def work_ahead_s(self, seconds_per_cell: dict[str, float]) -> float:
         """Seconds until a worker is free for a new job if none came before it: the
         service time of every waiting cell plus what is left of every running job, by

@@ -279,7 +279,8 @@ def ensure_ray(address: str = "", num_cpus: int | None = None) -> None:
 # Ray restarts nothing: a dead worker is replaced by the site's supervisor (supervisor.py),
 # with backoff, while the site says NOT_SERVING if none is left. Its calls leave no task
 # events in Ray's GCS (defaults.RAY_TASK_EVENTS).
-_RemoteWorker = ray.remote(max_restarts=0, max_task_retries=0, enable_task_events=defaults.RAY_TASK_EVENTS)(SiteWorker)
+_RemoteWorker = ray.remote(max_restarts=0, max_task_retries=0, enable_task_events=defaults.RAY_TASK_EVENTS,
+                           allow_out_of_order_execution=defaults.RAY_OUT_OF_ORDER)(SiteWorker)
 _prepare_index = ray.remote(prepare_index)
 
 

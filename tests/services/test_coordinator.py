@@ -237,12 +237,7 @@ def pool_events(site, prefix: str) -> list[tuple[str, str]]:
     starts with `prefix` (pathmaster/budget.py PoolStats.events)."""
     import ray
 
-    try:
-        stats = ray.get(site.workers[0].budget_stats.remote(), timeout=60)
-    except ray.exceptions.ActorUnavailableError:
-        # Ray says "temporarily unavailable" when an actor call's RPC is late on a busy machine
-        # (seen in loaded CI runs, "timed out waiting for seq_no"): nothing read, poll again.
-        return []
+    stats = ray.get(site.workers[0].budget_stats.remote(), timeout=60)
     return [(name, outcome) for _, name, outcome in stats["events"] if name.startswith(f"cell '{prefix}")]
 
 
@@ -278,19 +273,17 @@ def test_client_cancel_cancels_every_site_call(deployment, slower_case, case):
                "every site to see the cancellation")
     poll_until(lambda: deployment.coordinator.servicer.cases_cancelled > coordinator_cancelled, 10,
                "the coordinator to record the cancellation")
-    # Each site stops its running cell, unless (sites progress unevenly on a busy machine)
-    # it had finished all its cells before the cancellation reached it; at least one stops.
-    def settled(site) -> bool:
-        outcomes = [o for _, o in pool_events(site, "cancel-me-")]
-        return "cancelled" in outcomes or outcomes.count("completed") == len(cells)
-
+    # Each site's worker falls idle: the running cell stopped (or, when the cancellation came
+    # between two cells, the one that was ending answered) and the queued ones dropped.
     for name, site in deployment.sites.items():
-        poll_until(lambda: settled(site), 60, f"site {name}'s analysis pool to stop the running cell "
-                   f"(its events: {pool_events(site, 'cancel-me-')})",
-                   every_s=0.25)
-    stopped = {name: pool_events(site, "cancel-me-") for name, site in deployment.sites.items()}
-    stopped = {name: events for name, events in stopped.items() if "cancelled" in {o for _, o in events}}
-    assert stopped, "no site stopped a cell of the cancelled case"
+        dispatcher = site.servicer.dispatcher
+        poll_until(lambda: dispatcher.running() == 0 and dispatcher.waiting() == 0, 60,
+                   f"site {name}'s worker to fall idle", every_s=0.25)
+    events = {name: pool_events(site, "cancel-me-") for name, site in deployment.sites.items()}
+    stopped = {name: e for name, e in events.items() if "cancelled" in {o for _, o in e}}
+    # Which sites had a cell running at that moment depends on the machine's load; with
+    # twelve cells of ~0.3 s or more each and a few ms between them, at least one had.
+    assert stopped, f"no site stopped a running cell of the cancelled case: {events}"
     assert_serving(deployment.coordinator.address, case)
     for name, events in stopped.items():  # the case's queued cells there were never analysed
         assert [o for _, o in events].count("completed") < len(cells), (name, events)
