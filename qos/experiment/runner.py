@@ -97,9 +97,11 @@ def drain_competing(bench: Bench, limit_s: float = DRAIN_LIMIT_S, quiet_s: float
 
 
 def run_bound(experiment: Experiment, link: LinkProfile, sites: list[dict], bench: Bench) -> dict:
-    """The physical lower bound of a finished case (bound.py) from its per-site bytes and work."""
+    """The physical lower bound of a finished case (bound.py) from its per-site bytes and work,
+    and the master's work each site's request waited for (`prior_s`: the coordinator's analysis
+    in features mode)."""
     transfers = [SiteTransfer(s["site"], s["bytes_up"], s["bytes_down"], s.get("compute_s", 0.0),
-                              bench.behind_core(s["site"])) for s in sites]
+                              bench.behind_core(s["site"]), s.get("prior_s", 0.0)) for s in sites]
     return lower_bound(transfers, link.core_kbit, link.access_rate_kbit, link.delay_ms,
                        shared_medium=link.shared_medium).to_dict()
 

@@ -210,7 +210,10 @@ class TestbedBench:
     def _start_agent(self) -> None:
         schema, values = self._features()
         argv = [sys.executable, "-m", "services.experiment.workload", "agent",
-                "--feature-schema", schema, "--feature-values", str(values), *classes_argv(self.experiment.classes)]
+                "--feature-schema", schema, "--feature-values", str(values),
+                # features mode: the coordinator's own analysis of the cells, on a site's nodes
+                "--analysis-s", repr(self.workload.analysis_s), "--site-nodes", str(self.workload.site_nodes),
+                *classes_argv(self.experiment.classes)]
         for name in self.workload.sites:
             argv += ["--site", f"{name}={self.testbed.ip(name)}:{SITE_PORT}"]
         self.agent = self.testbed.master.popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,

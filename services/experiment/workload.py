@@ -28,9 +28,15 @@ Without `adaptive` a case is today's: images (with background and mask) in the c
 for, `match_bytes` thumbnails. Feature vectors are random float64s of the catalogue's
 length, sent as the coordinator sends them (`fanout.features_request`): only the columns
 each site advertises, and the transfer sites advertise a selection as large as a real
-site's forward selection keeps at most (`selection_stand_in`). The transfer sites do not
-analyse, and neither does the master, so the times are the network's alone in both modes
-(the coordinator's analysis of the cells is not in them).
+site's forward selection keeps at most (`selection_stand_in`). Nothing is analysed: the
+study's analysis (`[workload] analysis_s` an image, pipelined over `site_nodes`,
+`qos.experiment.spec.pipelined_analysis_s`) is a wait, taken where the product spends it. In
+images mode each site waits before it answers. In features mode the coordinator analyses
+each cell once, on its own nodes, before any features leave: when a case sends features to
+any site, the master waits that long first (the study's master has a site's nodes, so the
+same `site_nodes`), once for all sites, and the sites that get features only search (which
+takes them no modelled time). The case records the wait (`analysis_s`) and each site's share
+of it (`prior_s`: the wait its request could not leave before), which the run's bound counts.
 
 The runner talks to the master through `agent_main` (JSON lines on stdin/stdout), so the
 channels, and their TCP connections, stay warm across the runs of an experiment.
@@ -56,7 +62,7 @@ from pathmaster import defaults
 from qos.classes import ClassTable
 from qos.experiment.spec import pipelined_analysis_s
 from qos.policy import SitePlan, plan_site
-from qos.predict import Predictor
+from qos.predict import Predictor, RecentMedian
 from qos.transport import ClassChannels, CopyFilter, MarkedServer
 from services.coordinator.fanout import FanOut, features_request
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
@@ -205,6 +211,13 @@ class _StrategyModel:
     def __init__(self):
         self.predictor = Predictor()
         self.reply_bytes_per_cell: dict[str, float] = {}
+        self.analysis_per_cell_wall_s = RecentMedian()  # the master's analysis, per pipelined cell
+
+    def predict_analysis(self, pipelined: float) -> float:
+        """The master's analysis of a case whose cells take `pipelined` analysis times end to
+        end (`pipelined_analysis_s(cells, 1, nodes)`), seconds: 0 before the first (as the
+        coordinator's estimate before its analysers have analysed any)."""
+        return (self.analysis_per_cell_wall_s.value() or 0.0) * pipelined
 
     def predict(self, site: str, request_class: str, mode: str, request_bytes: int, cells: int) -> float | None:
         """As the coordinator predicts: the request's bytes and the reply's expected bytes."""
@@ -242,11 +255,17 @@ class Master:
         The schema of the features the master sends in features mode ("": none).
     feature_values : int
         Values per feature vector (the catalogue's length).
+    analysis_s : float
+        The coordinator's analysis per image, seconds (a wait, as a site's): charged once per
+        case, before the fan-out, when any site is sent features.
+    nodes : int
+        The master's nodes that analysis is pipelined over (the study's master has a site's).
     """
 
     def __init__(self, sites: dict[str, str], classes: ClassTable, feature_schema: str = "",
-                 feature_values: int = 0):
+                 feature_values: int = 0, analysis_s: float = 0.0, nodes: int = defaults.SITE_NODES):
         self.sites = dict(sites)
+        self.analysis_s, self.nodes = analysis_s, nodes
         self.classes = classes  # the run's table: each case is marked with its class's DSCP from it
         self.feature_schema = feature_schema
         self.feature_values = feature_values
@@ -356,8 +375,20 @@ class Master:
                     if adaptive is not None else ())
         own = self._channels() if adaptive is None else None  # today's case: connections of its own
         channels = own or self.strategy_channels.get(strategy) or self.channels
+        # The coordinator analyses the cells once, on its own nodes, when any site takes features
+        # (not for a warm-up, which only checks the paths).
+        analyse = self.analysis_s > 0 and not warming and any(p.mode == "features" for p in plans.values())
+        pipelined = pipelined_analysis_s(len(cells), 1.0, self.nodes)
+        analysis_predicted = model.predict_analysis(pipelined) if analyse else 0.0
         started = time.monotonic()
         cutoff = started + deadline_s
+        analysis_s = 0.0
+        if analyse:
+            # A wait, as a site's analysis: no CPU. Features leave only once every cell is analysed.
+            delay = pipelined_analysis_s(len(cells), self.analysis_s, self.nodes)
+            time.sleep(min(delay, max(0.0, cutoff - time.monotonic())))
+            analysis_s = time.monotonic() - started
+            model.analysis_per_cell_wall_s.add(analysis_s / pipelined)
 
         def send(site: str, class_name: str, mode: str, lane: int = 0):
             message = features[site] if mode == "features" and features else images
@@ -378,9 +409,10 @@ class Master:
                 total = time.monotonic() - started
                 run = fan.runs[outcome.site]
                 attempt, reply, plan = outcome.attempt, outcome.reply, outcome.plan
+                mode = attempt.mode if attempt else plan.mode
                 entry = {"site": outcome.site, "status": outcome.code.name, "total_s": total,
-                         "bytes_up": sum(a.request_bytes for a in run.attempts),
-                         "mode": attempt.mode if attempt else plan.mode,
+                         "bytes_up": sum(a.request_bytes for a in run.attempts), "mode": mode,
+                         "prior_s": analysis_s if mode == "features" else 0.0,
                          "request_class": attempt.request_class if attempt else plan.request_class,
                          "predicted_s": plan.predicted_s, "hedge_after_s": plan.hedge_after_s,
                          "copies": len(run.attempts), "decisions": [*plan.reasons, *outcome.decisions]}
@@ -388,7 +420,8 @@ class Master:
                     entry |= {"error": outcome.message, "bytes_down": 0}
                 else:
                     wall = reply.timing.site_wall_s
-                    entry |= {"compute_s": wall, "transfer_s": total - wall, "bytes_down": reply.ByteSize(),
+                    entry |= {"compute_s": wall, "transfer_s": total - entry["prior_s"] - wall,
+                              "bytes_down": reply.ByteSize(),
                               "address": channels.address(outcome.site, attempt.request_class)}
                     model.observe(outcome.site, attempt.request_class, attempt.mode, attempt.request_bytes,
                                   reply, outcome.elapsed_s)
@@ -401,8 +434,10 @@ class Master:
             else:
                 channels.refresh()  # with renew: fresh connections for the next case, opened now
         predicted = [s["predicted_s"] for s in sites]
-        case_predicted = max(predicted) if predicted and None not in predicted else None
+        # As the coordinator's modelled case: its analysis, then the slowest site.
+        case_predicted = analysis_predicted + max(predicted) if predicted and None not in predicted else None
         return {"completion_s": total, "ok": all(s["status"] == "OK" for s in sites), "sites": sites,
+                "analysis_s": analysis_s,
                 "dscp": self.classes[request_class].dscp, "policy": "adaptive" if adaptive is not None else "static",
                 "predicted_s": case_predicted, "deadline_s": plan_deadline, "met_deadline": total <= plan_deadline,
                 "modes": sorted({s["mode"] for s in sites}),
@@ -434,10 +469,14 @@ def agent_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--site", action="append", required=True, help="NAME=HOST:PORT (control port)")
     parser.add_argument("--feature-schema", default="", help="the schema of the features sent in features mode")
     parser.add_argument("--feature-values", type=int, default=0, help="values per feature vector")
+    parser.add_argument("--analysis-s", type=float, default=0.0,
+                        help="the coordinator's analysis time per image, seconds (a wait, features mode only)")
+    parser.add_argument("--site-nodes", type=int, default=defaults.SITE_NODES,
+                        help="the master's nodes that analysis is pipelined over (a site's)")
     add_classes_argument(parser)
     args = parser.parse_args(argv)
     master = Master(dict(s.split("=", 1) for s in args.site), args.classes, args.feature_schema,
-                    args.feature_values)
+                    args.feature_values, args.analysis_s, args.site_nodes)
     try:
         master.discover()
         print(json.dumps({"ready": True}), flush=True)

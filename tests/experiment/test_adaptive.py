@@ -301,3 +301,56 @@ def test_a_site_that_advertises_its_selection_gets_the_coordinators_subset_reque
     assert up["A"] == features_request("c1", sites["A"]["request_class"], 5, SCHEMA, vectors, columns).ByteSize()
     assert up["B"] == features_request("c1", sites["B"]["request_class"], 5, SCHEMA, vectors).ByteSize()
     assert up["A"] < defaults.TCP_INITIAL_WINDOW_BYTES / 10 < 6 * 130 * 8 < up["B"]
+
+
+def test_features_mode_charges_the_coordinators_analysis_once_before_the_fan_out():
+    """Issue 11, item 8: on the study's workload a site analyses the images it gets (a wait
+    of `analysis_s` an image, pipelined over its nodes); a site sent features only searches,
+    because the coordinator analysed each cell once, on the master's own nodes, before any
+    features left. So a features case cannot finish before that analysis, it is charged once
+    for all the sites that get features, and the run's physical bound includes it."""
+    from types import SimpleNamespace
+
+    from qos.experiment.runner import run_bound
+    from qos.experiment.spec import pipelined_analysis_s
+    from services.experiment.workload import Master, make_cells, serve_transfer_site
+
+    per_image, nodes, cells = 1.5, 2, 3
+    delay = pipelined_analysis_s(cells, per_image, nodes)  # 3 s: far above loopback's transfer
+    servers = {name: serve_transfer_site(name, "127.0.0.1", 0, 3000, DEFAULT_CLASSES, 500, schema,
+                                         analysis_s=per_image, site_nodes=nodes)
+               for name, schema in (("A", SCHEMA), ("C", SCHEMA), ("B", ""))}  # B takes images only
+    master = Master({n: f"127.0.0.1:{s.port}" for n, s in servers.items()}, DEFAULT_CLASSES,
+                    feature_schema=SCHEMA, feature_values=115, analysis_s=per_image, nodes=nodes)
+    adaptive = parse_spec(spec()).strategy("adaptive-fifo").adaptive.model_dump()
+    try:
+        master.discover()
+        case = make_cells(cells, 4000, True, True, seed=3)
+        first, second = (master.case("urgent", case, k=2, deadline_s=30, strategy="adaptive-fifo",
+                                     adaptive=adaptive, seed=3) for _ in range(2))
+        static = master.case("urgent", case, k=2, deadline_s=30, strategy="fifo", seed=3)
+    finally:
+        master.close()
+        for server in servers.values():
+            server.stop(0)
+    assert first["ok"] and second["ok"] and static["ok"]
+    sites = {s["site"]: s for s in first["sites"]}
+    assert {n: s["mode"] for n, s in sites.items()} == {"A": "features", "C": "features", "B": "images"}
+    # The master's analysis, once: every features site's request waited for the same one.
+    assert first["analysis_s"] >= delay
+    assert sites["A"]["prior_s"] == sites["C"]["prior_s"] == first["analysis_s"] and sites["B"]["prior_s"] == 0
+    # No features site answered before the analysis was done, nor the case.
+    assert min(sites["A"]["total_s"], sites["C"]["total_s"]) >= first["analysis_s"] and first["completion_s"] >= delay
+    # A features site only searches; an images site analyses (its wait is the same length).
+    assert sites["B"]["compute_s"] >= delay > max(sites["A"]["compute_s"], sites["C"]["compute_s"])
+    # Predicted as the coordinator models a case: its analysis (learnt from the first) and the slowest site.
+    assert second["predicted_s"] > first["analysis_s"]
+    # Images everywhere: nothing to analyse at the master.
+    assert static["analysis_s"] == 0 and all(s["prior_s"] == 0 for s in static["sites"])
+    # The physical bound includes the analysis the features requests waited for.
+    experiment = parse_spec(spec() | {"links": [{"name": "hubs", "core_kbit": 10000, "network": "2002"}]})
+    link = experiment.links[0]
+    bench = SimpleNamespace(behind_core=lambda site: True)
+    assert run_bound(experiment, link, first["sites"], bench)["total_s"] >= first["analysis_s"]
+    no_wait = [s | {"prior_s": 0.0} for s in first["sites"] if s["mode"] == "features"]
+    assert run_bound(experiment, link, no_wait, bench)["total_s"] < first["analysis_s"]

@@ -64,3 +64,26 @@ def test_bound_rejects_nonsense():
         lower_bound([], 1000, 1000)
     with pytest.raises(ValueError):
         lower_bound([SiteTransfer("x", 1, 1)], 0, 1000)
+
+
+def test_bound_counts_the_masters_work_a_features_request_waits_for():
+    # A features request leaves only once the coordinator has analysed the cells (prior_s):
+    # 10 s of analysis, then 1250 B each way at 1 Mbit/s (10 ms each) and no site work.
+    features = [SiteTransfer(n, 1_250, 1_250, 0.0, True, prior_s=10.0) for n in ("B1", "C1")]
+    b = lower_bound(features, core_kbit=1000, access_kbit=10_000)
+    assert b.per_site_s == pytest.approx(10.0 + 0.01 + 0.01)
+    assert b.core_s == pytest.approx(10.0 + 0.02 + 0.01)  # both requests after the analysis, then a reply
+    # On hubs: both requests and both replies cross the one medium after the analysis.
+    hubs = lower_bound(features, core_kbit=1000, access_kbit=1000, shared_medium=True)
+    assert hubs.core_s == pytest.approx(10.0 + 0.04) and hubs.total_s == pytest.approx(10.04)
+    # The master's own site (no wire) still waits for it.
+    local = SiteTransfer("A1", 1_250, 1_250, 0.0, False, prior_s=10.0)
+    assert lower_bound([local], 1000, 1000, shared_medium=True).total_s == pytest.approx(10.0)
+    # An images site (no wait) may use the medium during the analysis: its 125 kB do not add
+    # to the features sites' time after it, only to the whole medium's.
+    images = SiteTransfer("D1", 125_000, 0, 0.0, True)
+    mixed = lower_bound([*features, images], core_kbit=1000, access_kbit=1000, shared_medium=True)
+    assert mixed.total_s == pytest.approx(10.04)
+    without = lower_bound([SiteTransfer(n, 1_250, 1_250, 0.0, True) for n in ("B1", "C1")] + [images],
+                          core_kbit=1000, access_kbit=1000, shared_medium=True)
+    assert without.total_s == pytest.approx(1.0 + 0.04)  # every byte on the medium, no analysis
