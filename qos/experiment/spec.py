@@ -12,8 +12,9 @@ classes x repetitions (flent's idea: the experiment is data, not code).
     image_bytes = 100000        # bytes per cell image; background and mask are the same size
     k = 5                       # matches returned per cell and site
     match_bytes = 5000          # thumbnail bytes per match
-    analysis_s = 5.0            # analysis per image at each site, seconds (a wait, no CPU; default 0)
-    site_nodes = 2              # the site's nodes the cells are pipelined over (default 2)
+    analysis_s = 5.0            # analysis per image at each site, and at the master once when it sends
+                                # features, seconds (a wait, no CPU; default 0)
+    site_nodes = 2              # the nodes the cells are pipelined over, a site's or the master's (default 2)
 
     [competing]
     kind = "downloads"          # "downloads" (parallel bulk TCP), "wget" (the study's: processes
@@ -267,10 +268,13 @@ class Workload(FileModel):
     workers_on_x2: bool = Field(False, description="service mode: each site's second Ray worker on its X2 host")
     sites: Seq[str] = Field(("A1", "B1", "C1"), description="the server of each subnet")
     deadline_s: float = Field(120.0, gt=0, description="every site call is cut off after this, seconds")
-    analysis_s: float = Field(0.0, ge=0, description="transfer mode: analysis time per image at each site, "
-                                                     "seconds (the study's C program: ~5 s); a wait, no CPU")
+    analysis_s: float = Field(0.0, ge=0, description="transfer mode: analysis time per image at each site "
+                                                     "given images, and at the master (the coordinator's, once "
+                                                     "per case) when it sends features, seconds (the study's C "
+                                                     "program: ~5 s); a wait, no CPU")
     site_nodes: int = Field(defaults.SITE_NODES, ge=1, description="transfer mode: the nodes a site's analysis "
-                                                                   "is pipelined over, one cell at a time each")
+                                                                   "is pipelined over, one cell at a time each "
+                                                                   "(the master's too: the study's has a site's)")
     forward_selection: bool = Field(False, description="transfer mode: each site advertises a forward-selected "
                                                       "index (at most 24 compared features, as `--features forward`) "
                                                       "and the coordinator sends it only those values; false: the "
