@@ -217,6 +217,13 @@ RENEW_CONNECTIONS = False
 # Fresh connections opened per renewed one, the first ready taken: a SYN lost behind a full
 # queue is sent again only after 1 s, and cases may come sooner than that.
 SPARE_CONNECTIONS = 2
+# The end hosts' minimum TCP retransmission timeout (a strategy's `rto_min_ms`, issue 10):
+# Linux's is 200 ms (net.ipv4.tcp_rto_min_us = 200000), so a lost last segment of a tiny
+# request waits >= 200 ms plus a round trip. An experiment may lower it on the coordinator's
+# and the sites' hosts within these bounds, ms (the kernel accepts 1 us up; it recommends
+# <= 200 ms; under ~4 ms a jiffy rounds it).
+LINUX_RTO_MIN_MS = 200
+RTO_MIN_MS_RANGE = (5, 200)
 MAX_REQUEST_COPIES = 4         # more copies than this are refused in a configuration
 # A site remembers the requests it has taken for COPY_MEMORY_S seconds (at most
 # COPY_MEMORY_ENTRIES of them) and refuses a copy of one (qos.transport.CopyFilter): the

@@ -247,6 +247,7 @@ def execute_run(experiment: Experiment, run: Run, bench: Bench, state: dict) -> 
                       "queue_packets": None if link.shared_medium else link.queue_packets}
     record["strategy"] = {"name": strategy.name, "discipline": strategy.discipline,
                           "shape_kbit": strategy.shape_kbit, "params": strategy.params,
+                          "rto_min_ms": strategy.rto_min_ms,
                           "adaptive": strategy.adaptive.model_dump() if strategy.adaptive else None}
     if record.get("ok"):
         record["bound"] = run_bound(experiment, link, record["sites"], bench)

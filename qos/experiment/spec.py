@@ -33,6 +33,8 @@ classes x repetitions (flent's idea: the experiment is data, not code).
     [strategies.adaptive-fifo]  # the product's policy (qos.policy) over FIFO routers
     discipline = "fifo"
     adaptive = {}               # or {ship = "auto", analyse = true, deadlines_s = {urgent = 2.0}}
+    rto_min_ms = 20             # optional, any strategy: the coordinator's and sites' minimum TCP
+                                # retransmission timeout on their paths to each other (default Linux's 200)
 
     [[links]]                   # one entry per link setting; the core link is the bottleneck
     name = "10M"
@@ -159,6 +161,11 @@ class Strategy(FileModel):
     at: str = Field("routers", json_schema_extra={"enum": list(STRATEGY_PLACES)},
                     description='where the discipline runs: "routers", or "hosts" (every host\'s own outgoing '
                                 'queue, the routers IOS FIFO; network = "2002" only)')
+    rto_min_ms: int | None = Field(None, ge=defaults.RTO_MIN_MS_RANGE[0], le=defaults.RTO_MIN_MS_RANGE[1],
+                                   description="the minimum TCP retransmission timeout of the end hosts (the "
+                                               "coordinator's and the sites'), ms, on their paths to each other; "
+                                               f"routers and competing traffic unchanged; none = Linux's "
+                                               f"{defaults.LINUX_RTO_MIN_MS} ms (Testbed.set_rto_min)")
 
     @field_validator("at")
     @classmethod
@@ -491,7 +498,9 @@ class Experiment(FileModel):
         workload = self.workload.model_dump(exclude=set() if self.workload.analysis_s else {"analysis_s", "site_nodes"})
         competing = self.competing.model_dump(exclude=set() if self.competing.kind == "wget" else {"file_bytes"})
         data.update(workload=workload, competing=competing,
-                    strategies=[s.model_dump() for s in self.strategies],
+                    # (rto_min_ms only when set: older experiments keep their fingerprint)
+                    strategies=[s.model_dump(exclude=set() if s.rto_min_ms else {"rto_min_ms"})
+                                for s in self.strategies],
                     links=[item.model_dump(exclude={"network"} if item.network == "lan" else set())
                            for item in self.links],  # (lan: as before, so older runs still resume)
                     classes=self.classes.to_table())

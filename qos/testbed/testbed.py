@@ -215,6 +215,42 @@ class Testbed:
             self._configure_uplink(subnet, settings)
         self._write_state()
 
+    # -- the end hosts' TCP ----------------------------------------------------------------------
+
+    def set_rto_min(self, hosts: list[str], rto_min_ms: int | None) -> None:
+        """Give each of `hosts` a minimum TCP retransmission timeout of `rto_min_ms` ms on its
+        paths to the others (None: take it away, Linux's 200 ms again).
+
+        A host route to each peer with the route metric `rto_min` (locked), the kernel's
+        first source for it (before TCP_RTO_MIN_US / TCP_BPF_RTO_MIN and the per-namespace
+        sysctl net.ipv4.tcp_rto_min_us): unlike the sysctl, which a socket reads once when it
+        is made (and an accepted one inherits from its listener), the route reaches the
+        connections already open, so a bench switches it between runs without restarting its
+        processes. Traffic to any other host (the competing downloads) keeps the default.
+        """
+        names = sorted(set(hosts))
+        for name in names:
+            node = self.host(name)
+            for peer in names:
+                if peer == name:
+                    continue
+                ip = self.ip(peer)
+                if rto_min_ms is None:
+                    if json.loads(node.cmd("ip", "-j", "route", "show", "exact", f"{ip}/32") or "[]"):
+                        node.cmd("ip", "route", "del", f"{ip}/32")
+                    continue
+                via = json.loads(node.cmd("ip", "-j", "route", "get", ip))[0]
+                gateway = ["via", via["gateway"]] if via.get("gateway") else []
+                node.cmd("ip", "route", "replace", f"{ip}/32", *gateway, "dev", via["dev"],
+                         "rto_min", f"{int(rto_min_ms)}ms")
+
+    def rto_min_ms(self, host: str, peer: str) -> int | None:
+        """The minimum retransmission timeout `host`'s route to `peer` sets, ms (None: none,
+        the namespace's net.ipv4.tcp_rto_min_us applies)."""
+        route = json.loads(self.host(host).cmd("ip", "-j", "route", "get", self.ip(peer)))[0]
+        metrics = {k: v for item in route.get("metrics", []) for k, v in item.items()}
+        return metrics.get("rto_min")
+
     def _configure_uplink(self, subnet: str, settings: dict) -> None:
         """Replace subnet `subnet`'s bottleneck discipline. The new one is checked first, so a
         bad table raises (naming the problem) and leaves the link as it was."""

@@ -10,8 +10,12 @@ hedge). `FanOut` makes the calls and yields each site's outcome the moment it is
 - a site still silent at its `hedge_after_s` gets a second copy of the request on the
   hedge class (a more favoured one the user may use); the first good answer wins and the
   other copy is cancelled;
-- a site that refuses features (another schema after all, or a failure in the search
-  path) gets the images instead, when the case has them, and the decision says so;
+- a site that refuses a features request as not its own (INVALID_ARGUMENT: columns other
+  than those it compares now; FAILED_PRECONDITION: another schema) may have been re-indexed
+  since the coordinator last asked: its Info is asked again, and when a features request can
+  still go it is sent once more, as the site now says; the decision says so;
+- a site that refuses features otherwise (or again, or a failure in the search path) gets
+  the images instead, when the case has them, and the decision says so;
 - when every copy failed, the site's outcome carries each copy's error.
 
 Calls are gRPC futures; their completions, the copies' and the hedge timers meet in one
@@ -34,6 +38,10 @@ from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 # A site that answers these to a features request may still take the images.
 FEATURES_FALLBACK_CODES = (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.INVALID_ARGUMENT,
                            grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.INTERNAL)
+
+# ... and these may mean the coordinator's idea of the site is out of date (its columns or
+# schema changed since its Info was read): ask again before falling back (FanOut `recheck`).
+RECHECK_CODES = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION)
 
 
 def features_request(case_id: str, request_class: str, k: int, feature_schema: str,
@@ -112,6 +120,9 @@ class SiteRun:
     copies_due: set[int] = field(default_factory=set)  # lanes of copies not sent yet
     done: bool = False
     hedged: bool = False
+    rechecked: bool = False   # its Info was asked again after a features refusal (once a case)
+    rechecking: bool = False  # ... and has not answered yet
+    refusal: str = ""         # the refusal that made it ask
 
     def running(self) -> list[Attempt]:
         return [a for a in self.attempts if not a.call.done()]
@@ -156,12 +167,20 @@ class FanOut:
         `lane` (0, 1, ...) picks the connection: copies of one request go on different lanes.
     deadline : float
         time.monotonic() by which every site must have answered.
+    recheck : callable, optional
+        ``recheck(site) -> concurrent.futures.Future | None``: after `site` refused a
+        features request with one of RECHECK_CODES, ask its Info again; the future's result
+        is what the site compares now (words, for the decision) when a features request can
+        go again (`send` then builds it as the site now says), or None when it cannot.
+        None (the default): such a refusal goes straight to the images.
     """
 
-    def __init__(self, plans: dict[str, SitePlan], send: Callable, deadline: float):
+    def __init__(self, plans: dict[str, SitePlan], send: Callable, deadline: float,
+                 recheck: Callable | None = None):
         self.runs = {site: SiteRun(plan) for site, plan in plans.items()}
         self.send = send
         self.deadline = deadline
+        self.recheck = recheck
         self._events: queue.Queue = queue.Queue()
         self._lock = threading.Lock()
         self._closed = False
@@ -237,6 +256,8 @@ class FanOut:
                 continue
             if kind == "copy":
                 outcome = self._copy(site, run, attempt)  # `attempt` is the copy's lane here
+            elif kind == "rechecked":
+                outcome = self._rechecked(site, run, attempt)  # `attempt` is the recheck's future here
             else:
                 outcome = self._hedge(site, run) if kind == "hedge" else self._finished(site, run, attempt)
             if outcome is not None:
@@ -256,7 +277,7 @@ class FanOut:
         if time.monotonic() < self.deadline and not self._closed and not run.fell_back():
             self._attempt(site, plan.request_class, plan.mode, f"copy {lane + 1}", lane)
             return None
-        if any(_may_answer(a) for a in run.attempts) or run.copies_due:
+        if any(_may_answer(a) for a in run.attempts) or run.copies_due or run.rechecking:
             return None
         # Every copy sent has failed and this one could not go: the site's outcome is final.
         return self._failed(site, run, run.attempts[-1])
@@ -295,14 +316,57 @@ class FanOut:
         else:
             code, details = call.exception().code(), call.exception().details()
         run.errors.append(f"{attempt.label} copy ({attempt.request_class}, {attempt.mode}): {code.name}: {details}")
-        if (attempt.mode == "features" and code in FEATURES_FALLBACK_CODES
-                and not any(a.mode == "images" for a in run.attempts) and not self._closed):
-            if self._attempt(site, attempt.request_class, "images", "images fallback"):
-                run.decisions.append(f"features failed ({code.name}: {details}): images sent instead")
-                return None
+        if attempt.mode == "features" and code in RECHECK_CODES and self._ask_again(site, run, code, details):
+            return None
+        if attempt.mode == "features" and run.rechecking:
+            return None  # another copy of the refused request: the site's Info decides
+        if attempt.mode == "features" and code in FEATURES_FALLBACK_CODES and self._images_instead(
+                site, run, attempt.request_class, f"{code.name}: {details}"):
+            return None
         if run.copies_due or any(other is not attempt and _may_answer(other) for other in run.attempts):
             return None  # another copy may still answer (or is still to be sent), or has answered
         return self._failed(site, run, attempt)
+
+    def _ask_again(self, site: str, run: SiteRun, code: grpc.StatusCode, details: str) -> bool:
+        """After a features refusal: ask the site's Info again (once a case); True if asked."""
+        if self.recheck is None or run.rechecked or self._closed or time.monotonic() >= self.deadline:
+            return False
+        run.rechecked = True
+        asked = self.recheck(site)
+        if asked is None:
+            return False
+        run.rechecking, run.refusal = True, f"{code.name}: {details}"
+        asked.add_done_callback(lambda f, s=site: self._events.put(("rechecked", s, f)))
+        return True
+
+    def _rechecked(self, site: str, run: SiteRun, asked) -> SiteOutcome | None:
+        """The site's Info has answered after a features refusal: the features once more as it
+        now says, or else the images; final when neither can go and no copy may answer."""
+        run.rechecking = False
+        try:
+            now = asked.result()
+        except Exception:  # noqa: BLE001 - a failed look-up is "no features", as None
+            now = None
+        plan = run.plan
+        if (now is not None and not self._closed and time.monotonic() < self.deadline
+                and self._attempt(site, plan.request_class, "features", "features retry")):
+            run.decisions.append(f"features refused ({run.refusal}); the site's Info, asked again, says it "
+                                 f"compares {now}: features sent again as it says")
+            return None
+        if self._images_instead(site, run, plan.request_class, run.refusal):
+            return None
+        if run.copies_due or any(_may_answer(a) for a in run.attempts):
+            return None
+        return self._failed(site, run, run.attempts[-1])
+
+    def _images_instead(self, site: str, run: SiteRun, request_class: str, why: str) -> bool:
+        """Send the images after features failed (once; when the case has them); True if sent."""
+        if any(a.mode == "images" for a in run.attempts) or self._closed:
+            return False
+        if not self._attempt(site, request_class, "images", "images fallback"):
+            return False
+        run.decisions.append(f"features failed ({why}): images sent instead")
+        return True
 
     def _failed(self, site: str, run: SiteRun, attempt: Attempt) -> SiteOutcome:
         """The outcome of a site whose every copy failed, `attempt` the last one handled."""

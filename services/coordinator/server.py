@@ -19,6 +19,7 @@ streamed SiteResults and the summary go back with the class's DSCP.
 
 from __future__ import annotations
 
+import concurrent.futures
 import itertools
 import logging
 import threading
@@ -176,14 +177,44 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                 log.warning("site %s: no Info (%s); its replies are unmarked until it answers",
                             site, exc.code().name)
                 continue
-            self.channels.set_class_ports(site, dict(info.class_ports))
-            # Every class's connections (one per copy lane) open now, not at a case's time.
-            self.channels.connect(site, list(info.class_ports), lanes=self.config.small_request_copies)
-            self.site_schemas[site] = info.feature_schema
-            self.site_columns[site] = tuple(info.feature_columns)
-            self.predictor.site(site).load = site_load(info.load)
+            self._learn(site, info)
             log.info("site %s: class ports %s (its replies are marked per class)", site,
                      dict(info.class_ports))
+
+    def _learn(self, site: str, info: pb.SiteInfo) -> None:
+        """Take in what a site's Info says of it: class ports, feature schema and columns, load."""
+        self.channels.set_class_ports(site, dict(info.class_ports))
+        # Every class's connections (one per copy lane) open now, not at a case's time.
+        self.channels.connect(site, list(info.class_ports), lanes=self.config.small_request_copies)
+        self.site_schemas[site] = info.feature_schema
+        self.site_columns[site] = tuple(info.feature_columns)
+        self.predictor.site(site).load = site_load(info.load)
+
+    def _recheck(self, site: str, feature_schema: str, case_deadline: float) -> concurrent.futures.Future:
+        """After `site` refused a features request: its Info again (it may have been
+        re-indexed since it was read), taken in; the future's result is what it compares now,
+        in words, when a features request of `feature_schema` can go to it again (its
+        schema), else None (FanOut `recheck`)."""
+        answer: concurrent.futures.Future = concurrent.futures.Future()
+        call = self._site_stub(site).Info.future(
+            pb.SiteInfoRequest(), timeout=max(0.0, min(INFO_TIMEOUT_S, case_deadline - time.monotonic())))
+
+        def taken_in(call: grpc.Future) -> None:
+            now = None  # whatever goes wrong, the fan-out hears (and falls back to the images)
+            try:
+                info = call.result()
+                self._learn(site, info)
+                columns = tuple(info.feature_columns)
+                if info.feature_schema == feature_schema:
+                    now = (f"{len(columns)} feature columns {list(columns)}" if columns
+                           else "every feature (the full vectors)")
+            except grpc.RpcError as exc:
+                log.warning("site %s: no Info after it refused features (%s)", site, exc.code().name)
+            finally:
+                answer.set_result(now)
+
+        call.add_done_callback(taken_in)
+        return answer
 
     def _class_ports_for_case(self, sites: list[str], budget_s: float) -> None:
         """Before fan-out, learn the class ports of sites not yet known: join a look-up in
@@ -331,7 +362,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             call = stub.Analyse.future(message, timeout=site_deadline(time.monotonic(), case_deadline))
             return call, message.ByteSize()
 
-        fan = FanOut(plans, send, case_deadline)
+        fan = FanOut(plans, send, case_deadline, recheck=None if features is None else
+                     lambda site: self._recheck(site, request.feature_schema or schema, case_deadline))
         context.add_callback(fan.cancel)
         results: list[pb.SiteResult] = []
         closed = False

@@ -113,6 +113,8 @@ class TestbedBench:
         self.competing_level = 0.0
         self.strategy: Strategy | None = None  # the strategy configured last (run_case's)
         self._mtu = 1500
+        self._rto_min_ms: int | None = None  # the end hosts' (set_rto_min), as configured last
+        self._rto_read_back: dict | None = None  # ... and as read back from their routes then
         self.deployment = None  # service mode: the product's own processes (services.experiment.deployment)
         try:
             self.testbed.up()
@@ -267,6 +269,26 @@ class TestbedBench:
         if self.testbed.config.bottleneck.rate_kbit != link.core_kbit:
             self.testbed.config = self.testbed.config.with_bottleneck(rate_kbit=link.core_kbit)
         self.testbed.set_strategy(table, backend=backend, at=strategy.at)
+        if strategy.rto_min_ms != self._rto_min_ms:
+            self.testbed.set_rto_min(self.end_hosts(), strategy.rto_min_ms)
+            self._rto_min_ms = strategy.rto_min_ms
+        if any(s.rto_min_ms for s in self.experiment.strategies):  # each run records what the routes say
+            self._rto_read_back = self.end_host_rto_min_ms()
+
+    def end_hosts(self) -> list[str]:
+        """The hosts a case runs between: the coordinator's (the master) and the sites'."""
+        if self.deployment is not None:
+            from services.experiment import deployment
+
+            sites = deployment.site_hosts(self.testbed)
+        else:
+            sites = list(self.workload.sites)
+        return sorted({self.testbed.config.master, *sites})
+
+    def end_host_rto_min_ms(self) -> dict[str, int | None]:
+        """What the routes between the end hosts say now: {"A1>B1": ms or None, ...} (read back)."""
+        hosts = self.end_hosts()
+        return {f"{a}>{b}": self.testbed.rto_min_ms(a, b) for a in hosts for b in hosts if a != b}
 
     def _set_mtu(self, mtu: int) -> None:
         for node in self.testbed.topology.nodes.values():
@@ -322,6 +344,12 @@ class TestbedBench:
         return self.testbed.bottleneck_stats()
 
     def run_case(self, request_class: str, seed: int, case_id: str) -> dict:
+        record = self._run_case(request_class, seed, case_id)
+        if self._rto_read_back is not None:
+            record["end_hosts"] = {"rto_min_ms": self._rto_read_back}
+        return record
+
+    def _run_case(self, request_class: str, seed: int, case_id: str) -> dict:
         if self.deployment is not None:
             return self._service_case(request_class, seed)
         w = self.workload

@@ -155,19 +155,69 @@ def test_a_site_refuses_a_subset_that_is_not_its_selection(selecting, case_cells
         assert "compares every feature" in refused.value.details()
 
 
-def test_a_site_that_changed_its_selection_gets_the_images(selecting, case_cells):
-    """The coordinator's idea of a site's columns is stale (the site was re-indexed): the
-    site refuses the subset, and the case still gets that site's answer, from the images."""
+def stale_columns(deployment, site: str, columns: tuple[int, ...]):
+    """The coordinator's idea of `site`'s columns made stale, as if the site had been re-indexed
+    (another forward selection) since the coordinator read its Info; restored after."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def stale():
+        coordinator = deployment.coordinator.servicer
+        saved = dict(coordinator.site_columns)
+        try:
+            coordinator.site_columns[site] = columns
+            yield coordinator
+        finally:
+            coordinator.site_columns.clear()
+            coordinator.site_columns.update(saved)
+
+    return stale()
+
+
+@pytest.mark.parametrize("sent_as", ["images", "features only"])
+def test_a_site_that_changed_its_selection_is_asked_again_and_gets_its_columns(selecting, case_cells, sent_as):
+    """The coordinator's idea of a site's columns is stale: the site refuses the subset, the
+    coordinator asks its Info again and sends the features once more, with the columns the site
+    now compares; the case does not fail and does not fall back to the images, also when it
+    came as features only (from the desktop client: no images to fall back to)."""
+    from tests.services.conftest import as_case
+
+    cells = as_case(case_cells[:2])
+    if sent_as == "images":
+        kwargs = {"ship": "features"}
+    else:
+        cells, vectors, schema = analyse_locally(cells)
+        kwargs = {"features": vectors, "feature_schema": schema}
+    alpha = tuple(site_info(selecting, "alpha").feature_columns)
+    with stale_columns(selecting, "alpha", tuple(site_info(selecting, "beta").feature_columns)) as coordinator:
+        results = by_site(run(selecting.coordinator.address, cells, **kwargs))
+        assert coordinator.site_columns["alpha"] == alpha  # taken in from the Info asked again
+    assert results["alpha"].status_code == OK, results["alpha"].status_message
+    assert results["alpha"].mode == "features"
+    decision = next(d for d in results["alpha"].decisions if "asked again" in d)
+    assert "INVALID_ARGUMENT" in decision and f"compares {len(alpha)} feature columns {list(alpha)}" in decision
+    assert not any("images sent instead" in d for d in results["alpha"].decisions)
+    assert results["beta"].mode == "features" and results["beta"].status_code == OK
+
+
+def test_a_site_refused_again_after_its_info_gets_the_images(selecting, case_cells, monkeypatch):
+    """The features retry is once: a site that refuses the corrected request too (here its Info
+    says columns it then refuses) gets the images, and the decisions say both."""
     from tests.services.conftest import as_case
 
     coordinator = selecting.coordinator.servicer
-    saved = dict(coordinator.site_columns)
-    try:
-        coordinator.site_columns["alpha"] = saved["beta"]
+    learn = coordinator._learn
+    beta = tuple(site_info(selecting, "beta").feature_columns)
+
+    def learn_wrong(site, info):  # the Info taken in, but alpha's columns as stale as before
+        learn(site, info)
+        if site == "alpha":
+            coordinator.site_columns["alpha"] = beta
+
+    monkeypatch.setattr(coordinator, "_learn", learn_wrong)
+    with stale_columns(selecting, "alpha", beta):
         results = by_site(run(selecting.coordinator.address, as_case(case_cells[:2]), ship="features"))
-    finally:
-        coordinator.site_columns.clear()
-        coordinator.site_columns.update(saved)
     assert results["alpha"].status_code == OK and results["alpha"].mode == "images"
-    assert any("images sent instead" in d and "feature columns" in d for d in results["alpha"].decisions)
-    assert results["beta"].mode == "features"
+    decisions = results["alpha"].decisions
+    assert any("asked again" in d for d in decisions)
+    assert any("images sent instead" in d and "feature columns" in d for d in decisions)
