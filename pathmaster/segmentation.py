@@ -107,16 +107,27 @@ def _surface_on_grid(terms, coef: np.ndarray, height: int, width: int) -> np.nda
     y = (np.arange(height) / height - 0.5)[:, None]
     x = (np.arange(width) / width - 0.5)[None, :]
     # Terms of one coordinate (1, x, y, x^2, y^2) are summed along their own axis first,
-    # so only the final sum and the x*y term cost a pass over every pixel.
+    # so only the final sum and the x*y term cost a pass over every pixel. Channels come
+    # first while summing (C, H, W): numpy's loops over a last axis of 3 were ~3x slower
+    # (1 of 2 ms of a 200 px lamp); the products and sums are the same, in the same order.
+    channel_coef = coef.reshape(len(coef), -1).T[:, :, None, None]  # (C, k, 1, 1)
     parts: dict[tuple, np.ndarray] = {}
-    for term, c in zip(terms(y, x), coef):
-        product = np.multiply.outer(term, c)
+    for index, term in enumerate(terms(y, x)):
+        product = np.multiply(term, channel_coef[:, index])  # = np.multiply.outer(term, c), channels first
         key = np.shape(term)
         parts[key] = parts[key] + product if key in parts else product
-    total = np.zeros((height, width) + coef.shape[1:])
+    # Summed in the parts' order onto 0.0, as onto an array of zeros, the small parts
+    # before the first full-size sum so no pass over every pixel adds a zero.
+    total = 0.0
     for part in parts.values():
-        total += part
-    return total
+        if np.ndim(total) == 3 and np.shape(total)[1:] == (height, width):
+            total += part
+        else:
+            total = total + part
+    total = np.broadcast_to(total, (channel_coef.shape[0], height, width))
+    if coef.ndim == 1:
+        return np.array(total[0], dtype=np.float64)
+    return np.ascontiguousarray(np.moveaxis(total, 0, -1), dtype=np.float64)
 
 
 def label_pieces(binary: np.ndarray) -> tuple[np.ndarray, int]:
@@ -566,7 +577,8 @@ def _fit_lamp(image: np.ndarray, glass: np.ndarray) -> np.ndarray:
     full = _fit_surface(image, glass)
     # Far from the glass pixels the fit can sag; the lamp is not dimmer than the dim glass.
     floor = channel_percentile(image, 1, where=glass)
-    return np.clip(np.rint(np.maximum(full, floor)), 1, 255).astype(np.uint8)
+    np.maximum(full, floor, out=full)  # in place: the same values without two (H, W, 3) temporaries
+    return np.clip(np.rint(full, out=full), 1, 255, out=full).astype(np.uint8)
 
 
 def complete_cell(record: CellRecord) -> CellRecord:
