@@ -563,15 +563,20 @@ def _estimate_background(image: np.ndarray, mask: np.ndarray | None,
         # Too little of it and the lamp is taken as flat (see _fit_lamp).
         glass = glass & (mask == BACKGROUND)
     glass = shrink(glass, 2, border_value=1)  # clear of the blurred edge
-    lamp = _fit_lamp(image, glass).astype(np.float64)
+    lamp = _fit_lamp(image, glass)
     # Stain only absorbs: the lamp is at least as bright as the cell. A crop with no glass
     # in it (the cell fills the frame) fools the fit; lift it above 99% of the cell.
+    lift = np.zeros(image.shape[2])
     cell = ~glass
     if cell.any():
         smooth = gaussian_smooth(image, 1.0)
-        excess = np.percentile((smooth - lamp)[cell], 99, axis=0)
-        lamp += np.maximum(excess, 0.0)
-    return np.clip(np.rint(lamp), 1, 255).astype(np.uint8)
+        excess = np.percentile(np.subtract(smooth, lamp, out=smooth)[cell], 99, axis=0)
+        lift = np.maximum(excess, 0.0)
+    # The lifted lamp, clip(rint(level + lift)), depends per channel on the uint8 level
+    # alone: a table of its 256 values read by cv2.LUT gives the same numbers in one pass
+    # (float64 arithmetic over (H, W, 3) with a (3,) lift cost ~0.5 ms on a 200 px image).
+    table = np.clip(np.rint(np.arange(256, dtype=np.float64)[:, None] + lift), 1, 255).astype(np.uint8)
+    return cv2.LUT(lamp, np.ascontiguousarray(table[None]))
 
 
 def _clear_glass(image: np.ndarray) -> np.ndarray:
@@ -583,8 +588,10 @@ def _clear_glass(image: np.ndarray) -> np.ndarray:
     what lies within noise of the envelope. A brightness threshold would fail: with
     vignetting the corners can be darker than a pale cytoplasm.
     """
-    channels = image.astype(np.float64)
-    level = gaussian_smooth(channels[..., 0] + channels[..., 1] + channels[..., 2], 1.5)
+    # R + G + B as float64, added from the uint8 channels: integer sums (<= 765) are exact
+    # either way, without converting the whole (H, W, 3) image first.
+    total = np.add(image[..., 0], image[..., 1], dtype=np.float64)
+    level = gaussian_smooth(np.add(total, image[..., 2], out=total), 1.5)
     noise = 1.4826 * np.median(np.abs(level - gaussian_smooth(level, 3.0))) + 1e-6
     # The envelope is smooth: a grid of ~4000 pixels pins it down as well as all of them.
     height, width = level.shape
@@ -612,10 +619,12 @@ def _fit_surface(level: np.ndarray, where: np.ndarray) -> np.ndarray:
     the `where` pixels, evaluated everywhere: float64 of level's shape. level: (H, W) or
     (H, W, C), any real dtype (only the fitted pixels are converted to float64)."""
     height, width = level.shape[:2]
-    rows, cols = np.nonzero(where)
-    if len(rows) > SURFACE_FIT_POINTS:  # a quadratic needs far fewer points; keep it fast
-        pick = np.linspace(0, len(rows) - 1, SURFACE_FIT_POINTS).astype(int)
-        rows, cols = rows[pick], cols[pick]
+    # Flat indices, picked and then split into rows and columns: the same pixels as
+    # np.nonzero's (raster order) without splitting all of them.
+    flat = np.flatnonzero(where)
+    if len(flat) > SURFACE_FIT_POINTS:  # a quadratic needs far fewer points; keep it fast
+        flat = flat[np.linspace(0, len(flat) - 1, SURFACE_FIT_POINTS).astype(int)]
+    rows, cols = np.divmod(flat, width)
     # Few glass pixels (a tight crop) cannot pin down curvature: fit a plane instead.
     terms = _QUADRATIC if len(rows) >= QUADRATIC_MIN_PIXELS else _PLANE
     values = level[rows, cols].astype(np.float64)

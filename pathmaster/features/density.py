@@ -109,8 +109,13 @@ def optical_density(image: np.ndarray, background: np.ndarray) -> np.ndarray:
     # 0.5-grey-level rounding of the camera) because it is the costliest step here.
     if background.ndim == 3 and background.strides[:2] == (0, 0):
         # One colour broadcast over the image (segmentation's flat lamp): smoothing a
-        # constant gives the constant, so take its log once per channel.
+        # constant gives the constant, so take its log once per channel. Each channel's
+        # OD then depends on the grey level alone: a table of the 256 values (the same
+        # subtraction and clip per entry) read by cv2.LUT costs one pass, where
+        # subtracting a (3,) lamp over (H, W, 3) took numpy 0.3 ms on a 200 px image.
         lamp = np.log10(np.maximum(background[0, 0].astype(np.float64), INTENSITY_FLOOR))
+        table = np.maximum(lamp - _LOG10_GREY[:, None], 0.0)  # (256, C)
+        return cv2.LUT(np.ascontiguousarray(image), np.ascontiguousarray(table[None]))
     else:
         smooth = cv2.GaussianBlur(background.astype(np.float32), (0, 0), BACKGROUND_SIGMA_PX)
         lamp = np.log10(np.maximum(smooth.astype(np.float64), INTENSITY_FLOOR))
