@@ -25,6 +25,8 @@ per megapixel; `python benchmarks/bench_features.py --sweep` measures it.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import cv2
 import numpy as np
 from scipy import ndimage as ndi
@@ -164,6 +166,27 @@ def _component_nearest_centre(binary: np.ndarray, reach: float = 0.25) -> np.nda
     return labels == 1 + int(np.argmax(score))
 
 
+@lru_cache(maxsize=32)
+def disk_kernel(radius: int) -> np.ndarray:
+    """``skimage.morphology.disk(radius)`` as a read-only uint8 OpenCV kernel, made once
+    per radius.
+
+    Parameters
+    ----------
+    radius : int
+        The disk's radius (px).
+
+    Returns
+    -------
+    ndarray of uint8, shape (2 * radius + 1, 2 * radius + 1)
+        1 inside the disk, 0 outside; shared between callers, so not writeable.
+        skimage builds a disk in ~0.1 ms, and a segmentation used five.
+    """
+    kernel = morphology.disk(radius).astype(np.uint8)
+    kernel.flags.writeable = False
+    return kernel
+
+
 def open_with_disk(binary: np.ndarray, radius: int) -> np.ndarray:
     """Morphological opening of a boolean image by a disk, in time linear in its pixels.
 
@@ -190,7 +213,7 @@ def open_with_disk(binary: np.ndarray, radius: int) -> np.ndarray:
     it, and the dilation of that keeps every pixel within r of a survivor.
     """
     if radius <= FOOTPRINT_RADIUS_PX:
-        kernel = morphology.disk(radius).astype(np.uint8)
+        kernel = disk_kernel(radius)
         pixels = binary.astype(np.uint8)
         # BORDER_REFLECT (fedcba|abcdef) is NumPy's "symmetric", skimage's "reflect" here.
         eroded = cv2.erode(pixels, kernel, borderType=cv2.BORDER_REFLECT)
@@ -207,6 +230,31 @@ def open_with_disk(binary: np.ndarray, radius: int) -> np.ndarray:
 
     eroded = ~within_radius_of_false(binary)
     return within_radius_of_false(~eroded)
+
+
+def white_tophat_disk(image: np.ndarray, radius: int) -> np.ndarray:
+    """White top-hat of a float (H, W) image by a disk, by OpenCV.
+
+    Parameters
+    ----------
+    image : ndarray of float64, shape (H, W)
+    radius : int
+        The disk's radius (px), at least 1; at most FOOTPRINT_RADIUS_PX (a footprint's
+        cost grows with its area).
+
+    Returns
+    -------
+    ndarray of float64, shape (H, W)
+        ``skimage.morphology.white_tophat(image, skimage.morphology.disk(radius))``, the
+        same numbers: the image minus its opening (grey erosion then dilation by the disk,
+        mirrored borders: OpenCV's BORDER_REFLECT is skimage's and scipy's "reflect").
+        Minima, maxima and one subtraction are exact, so only the speed differs: scipy's
+        grey filters took ~0.5 ms of a 200 px upload's nucleolus search, OpenCV's ~0.05.
+    """
+    kernel = disk_kernel(radius)
+    eroded = cv2.erode(image, kernel, borderType=cv2.BORDER_REFLECT)
+    opened = cv2.dilate(eroded, kernel, borderType=cv2.BORDER_REFLECT)
+    return np.subtract(image, opened, out=opened)
 
 
 _CROSS = np.array([[0, 1, 0], [1, 1, 1], [0, 1, 0]], dtype=np.uint8)  # scipy.ndimage's default structure
@@ -519,7 +567,7 @@ def _nucleoli(eosin: np.ndarray, nucleus: np.ndarray) -> np.ndarray:
     if nucleus.sum() < 40:
         return np.zeros_like(nucleus)
     smooth = gaussian_smooth(eosin, 0.7)
-    tophat = morphology.white_tophat(np.where(nucleus, smooth, smooth[nucleus].min()), morphology.disk(4))
+    tophat = white_tophat_disk(np.where(nucleus, smooth, smooth[nucleus].min()), 4)
     values = tophat[nucleus]
     median = np.median(values)
     mad = np.median(np.abs(values - median)) + 1e-9
