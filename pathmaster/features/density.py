@@ -36,6 +36,9 @@ BACKGROUND_SIGMA_PX = 2.0
 # log10 of every uint8 grey level (floored), looked up instead of computed per pixel.
 _LOG10_GREY = np.log10(np.maximum(np.arange(256, dtype=np.float64), INTENSITY_FLOOR))
 
+# Every uint8 grey level as a fraction of full scale (grey / 255), for brightness_features.
+_FRACTION_OF_FULL_SCALE = np.arange(256, dtype=np.float64) / 255.0
+
 CHANNELS = ("red", "green", "blue")
 _STAT_REGIONS = ("nucleus", "cytoplasm")
 
@@ -172,8 +175,11 @@ def brightness_features(cell: CellRegions) -> dict[str, float]:
     0.862-0.875 to 0.885-0.889 with automatic segmentation and 0.895 to 0.915-0.919 with
     the true masks.
     """
-    image = cell.image.astype(np.float64) / 255.0
-    grey = image.mean(axis=2)
+    # uint8 grey levels / 255 read from a table (the same divisions) and the channel mean
+    # added as numpy adds it (`channel_mean`): numpy's reductions over a last axis of 3
+    # and the conversion took ~0.2 ms of a 200 px cell, for the same numbers.
+    image = cv2.LUT(np.ascontiguousarray(cell.image), _FRACTION_OF_FULL_SCALE)
+    grey = channel_mean(image)
     values: dict[str, float] = {}
     for name in _STAT_REGIONS:
         region = getattr(cell, name)
