@@ -45,6 +45,14 @@ load 14-29 (beside other jobs of ours): 54 -> 32, 68 -> 47, 69 -> 56 ms; 130 fea
 `--allocator default` (both with glibc's defaults, the code alone), load 16-21:
 44 -> 41, 58 -> 33, 48 -> 41 ms. Measured alone
 (no other job of ours) the whole analysis is ~28-32 ms at load ~20.
+Then the same work in fewer passes, outputs bit-identical (benchmarks/check_identical_outputs.py
+--before 8df5790: masks, slides and features of 140 synthetic cells x 4 ways and the 917
+Herlev cells x 3 ways, 8739 arrays, none differs): lamp surfaces summed channels-first,
+thresholds from one histogram helper, flat-lamp OD and the slide's lift by 256-entry
+tables, the nucleolus top-hat by OpenCV, disk footprints made once, brightness by table.
+`--sweep --sizes 200,200,200 --repeats 9 --cells 20 --before 8df5790`, median CPU over 20
+cells, load 4-5: analyse 22.6 -> 17.3, 24.2 -> 20.7, 23.4 -> 21.5 ms (x1.1-1.3);
+features 5.6-6.1 -> 4.7-6.0 ms.
 """
 
 from __future__ import annotations
