@@ -2,7 +2,7 @@
 measurement (cp_measure) of the same cells, side by side in one run, on one core.
 
     python benchmarks/bench_features.py [--cells-per-class 5] [--repeats 5] [--seed 0] [--json]
-    python benchmarks/bench_features.py --sweep [--sizes 128,256,512,1024,1800] [--before REV]
+    python benchmarks/bench_features.py --sweep [--sizes 128,256,512,1024,1800] [--before REV] [--cells N]
 
 Cells come from the synthetic generator (~200 x 200 px, every diagnosis). Each cell is
 measured by both methods in alternation, `repeats` times, so machine noise hits both
@@ -45,6 +45,14 @@ load 14-29 (beside other jobs of ours): 54 -> 32, 68 -> 47, 69 -> 56 ms; 130 fea
 `--allocator default` (both with glibc's defaults, the code alone), load 16-21:
 44 -> 41, 58 -> 33, 48 -> 41 ms. Measured alone
 (no other job of ours) the whole analysis is ~28-32 ms at load ~20.
+Then the same work in fewer passes, outputs bit-identical (benchmarks/check_identical_outputs.py
+--before 8df5790: masks, slides and features of 140 synthetic cells x 4 ways and the 917
+Herlev cells x 3 ways, 8739 arrays, none differs): lamp surfaces summed channels-first,
+thresholds from one histogram helper, flat-lamp OD and the slide's lift by 256-entry
+tables, the nucleolus top-hat by OpenCV, disk footprints made once, brightness by table.
+`--sweep --sizes 200,200,200 --repeats 9 --cells 20 --before 8df5790`, median CPU over 20
+cells, load 4-5: analyse 22.6 -> 17.3, 24.2 -> 20.7, 23.4 -> 21.5 ms (x1.1-1.3);
+features 5.6-6.1 -> 4.7-6.0 ms.
 """
 
 from __future__ import annotations
@@ -156,38 +164,44 @@ def timed(task: Callable[[], object]) -> tuple[object, float, float]:
     return result, time.perf_counter() - wall, time.process_time() - cpu
 
 
-def sweep_worker(side: int, repeats: int, seed: int, allocator: str = "worker") -> dict:
+def sweep_worker(side: int, repeats: int, seed: int, allocator: str = "worker", cells: int = 1) -> dict:
     """Median wall and CPU seconds of analyse_cell(image) and extract_features at one size,
     with whatever pathmaster is first on sys.path (this tree or a worktree of REV).
     allocator "worker": the process keeps freed memory as an analysis worker of that tree
-    does (`pathmaster.budget.keep_freed_memory`, where the tree has it); "default": glibc's."""
+    does (`pathmaster.budget.keep_freed_memory`, where the tree has it); "default": glibc's.
+    cells: how many sweep cells (seeds seed, seed + 1, ...); each is timed `repeats` times
+    and the figure is the median over cells of each cell's median."""
     import pathmaster
     from pathmaster import budget
     from pathmaster.site import analyse_cell
 
     kept = allocator == "worker" and hasattr(budget, "keep_freed_memory") and budget.keep_freed_memory()
 
-    image, background, mask = sweep_cell(side, seed)
-    tasks = {"analyse": lambda: analyse_cell(image),
-             "features": lambda: extract_features(image, background, mask)}
-    extract_features(image, background, mask)  # lazy imports out of the timing
-    result = {}
-    for name, task in tasks.items():
-        wall, cpu = [], []
-        for _ in range(repeats):
-            _, w, c = timed(task)
-            wall.append(w)
-            cpu.append(c)
-        result[name] = {"wall_s": statistics.median(wall), "cpu_s": statistics.median(cpu)}
+    per_cell: dict[str, dict[str, list]] = {name: {"wall_s": [], "cpu_s": []} for name in ("analyse", "features")}
+    for index in range(cells):
+        image, background, mask = sweep_cell(side, seed + index)
+        tasks = {"analyse": lambda: analyse_cell(image),
+                 "features": lambda: extract_features(image, background, mask)}
+        extract_features(image, background, mask)  # lazy imports out of the timing
+        for name, task in tasks.items():
+            wall, cpu = [], []
+            for _ in range(repeats):
+                _, w, c = timed(task)
+                wall.append(w)
+                cpu.append(c)
+            per_cell[name]["wall_s"].append(statistics.median(wall))
+            per_cell[name]["cpu_s"].append(statistics.median(cpu))
+    result = {name: {clock: statistics.median(values) for clock, values in clocks.items()}
+              for name, clocks in per_cell.items()}
     result["package"] = str(Path(pathmaster.__file__).resolve().parent)
     result["freed_memory_kept"] = bool(kept)
     return result
 
 
-def _run_worker(tree: Path, side: int, repeats: int, seed: int, allocator: str = "worker") -> dict:
+def _run_worker(tree: Path, side: int, repeats: int, seed: int, allocator: str = "worker", cells: int = 1) -> dict:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     out = subprocess.run([sys.executable, __file__, "--sweep-worker", str(side), "--repeats", str(repeats),
-                          "--seed", str(seed), "--allocator", allocator], env=env, check=True, capture_output=True, text=True, timeout=1800)
+                          "--seed", str(seed), "--allocator", allocator, "--cells", str(cells)], env=env, check=True, capture_output=True, text=True, timeout=1800)
     result = json.loads(out.stdout.strip().splitlines()[-1])
     if Path(result["package"]) != (tree / "pathmaster").resolve():
         raise RuntimeError(f"worker for {tree} imported pathmaster from {result['package']}")
@@ -195,7 +209,7 @@ def _run_worker(tree: Path, side: int, repeats: int, seed: int, allocator: str =
 
 
 def sweep(sizes: list[int], repeats: int, seed: int, before: str | None, as_json: bool,
-          allocator: str = "worker") -> int:
+          allocator: str = "worker", cells: int = 1) -> int:
     """Time analysis against image size; with `before`, side by side with git revision `before`."""
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-before-") as tmp:
@@ -207,9 +221,9 @@ def sweep(sizes: list[int], repeats: int, seed: int, before: str | None, as_json
         try:
             for side in sizes:
                 row = {"size": side, "megapixels": side * side / 1e6,
-                       "after": _run_worker(REPO, side, repeats, seed, allocator)}
+                       "after": _run_worker(REPO, side, repeats, seed, allocator, cells)}
                 if old_tree is not None and side <= BEFORE_MAX_SIZE:
-                    row["before"] = _run_worker(old_tree, side, repeats if side <= 1024 else 1, seed, allocator)
+                    row["before"] = _run_worker(old_tree, side, repeats if side <= 1024 else 1, seed, allocator, cells)
                 rows.append(row)
                 if as_json:  # progress, since a sweep takes minutes
                     print(_sweep_line(row), file=sys.stderr, flush=True)
@@ -217,11 +231,12 @@ def sweep(sizes: list[int], repeats: int, seed: int, before: str | None, as_json
             if old_tree is not None:
                 subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(old_tree)], check=False)
     if as_json:
-        print(json.dumps({"repeats": repeats, "before": before, "allocator": allocator, "rows": rows,
+        print(json.dumps({"repeats": repeats, "cells": cells, "before": before, "allocator": allocator, "rows": rows,
                           "load_average": os.getloadavg()[0]}, indent=2))
     else:
         old = f"; before = {before}, timed once above 1024 px" if before else ""
-        print(f"analysis time against image size, median of {repeats}, one core; after = this working tree{old}; "
+        print(f"analysis time against image size, median of {repeats} (median over {cells} cells), one core; "
+              f"after = this working tree{old}; "
               f"allocator {allocator!r}")
         for row in rows:
             print(_sweep_line(row))
@@ -255,14 +270,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before", metavar="REV", help="--sweep: also time git revision REV, side by side")
     parser.add_argument("--allocator", choices=("worker", "default"), default="worker",
                         help="--sweep: keep freed memory as an analysis worker does (default), or glibc's defaults")
+    parser.add_argument("--cells", type=int, default=1,
+                        help="--sweep: cells per size (seeds seed, seed+1, ...); the median over cells is printed")
     parser.add_argument("--sweep-worker", type=int, metavar="SIDE", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.sweep_worker:
-        print(json.dumps(sweep_worker(args.sweep_worker, args.repeats, args.seed, args.allocator)))
+        print(json.dumps(sweep_worker(args.sweep_worker, args.repeats, args.seed, args.allocator, args.cells)))
         return 0
     if args.sweep:
         return sweep([int(v) for v in args.sizes.split(",")], args.repeats, args.seed, args.before, args.json,
-                     args.allocator)
+                     args.allocator, args.cells)
 
     rng = np.random.default_rng(args.seed)
     cells = [synth_cell(d, rng) for d in DIAGNOSES for _ in range(args.cells_per_class)]

@@ -36,6 +36,9 @@ BACKGROUND_SIGMA_PX = 2.0
 # log10 of every uint8 grey level (floored), looked up instead of computed per pixel.
 _LOG10_GREY = np.log10(np.maximum(np.arange(256, dtype=np.float64), INTENSITY_FLOOR))
 
+# Every uint8 grey level as a fraction of full scale (grey / 255), for brightness_features.
+_FRACTION_OF_FULL_SCALE = np.arange(256, dtype=np.float64) / 255.0
+
 CHANNELS = ("red", "green", "blue")
 _STAT_REGIONS = ("nucleus", "cytoplasm")
 
@@ -109,8 +112,13 @@ def optical_density(image: np.ndarray, background: np.ndarray) -> np.ndarray:
     # 0.5-grey-level rounding of the camera) because it is the costliest step here.
     if background.ndim == 3 and background.strides[:2] == (0, 0):
         # One colour broadcast over the image (segmentation's flat lamp): smoothing a
-        # constant gives the constant, so take its log once per channel.
+        # constant gives the constant, so take its log once per channel. Each channel's
+        # OD then depends on the grey level alone: a table of the 256 values (the same
+        # subtraction and clip per entry) read by cv2.LUT costs one pass, where
+        # subtracting a (3,) lamp over (H, W, 3) took numpy 0.3 ms on a 200 px image.
         lamp = np.log10(np.maximum(background[0, 0].astype(np.float64), INTENSITY_FLOOR))
+        table = np.maximum(lamp - _LOG10_GREY[:, None], 0.0)  # (256, C)
+        return cv2.LUT(np.ascontiguousarray(image), np.ascontiguousarray(table[None]))
     else:
         smooth = cv2.GaussianBlur(background.astype(np.float32), (0, 0), BACKGROUND_SIGMA_PX)
         lamp = np.log10(np.maximum(smooth.astype(np.float64), INTENSITY_FLOOR))
@@ -167,8 +175,11 @@ def brightness_features(cell: CellRegions) -> dict[str, float]:
     0.862-0.875 to 0.885-0.889 with automatic segmentation and 0.895 to 0.915-0.919 with
     the true masks.
     """
-    image = cell.image.astype(np.float64) / 255.0
-    grey = image.mean(axis=2)
+    # uint8 grey levels / 255 read from a table (the same divisions) and the channel mean
+    # added as numpy adds it (`channel_mean`): numpy's reductions over a last axis of 3
+    # and the conversion took ~0.2 ms of a 200 px cell, for the same numbers.
+    image = cv2.LUT(np.ascontiguousarray(cell.image), _FRACTION_OF_FULL_SCALE)
+    grey = channel_mean(image)
     values: dict[str, float] = {}
     for name in _STAT_REGIONS:
         region = getattr(cell, name)
