@@ -56,7 +56,6 @@ from pathmaster import defaults
 from qos.classes import ClassTable
 from qos.experiment.spec import pipelined_analysis_s
 from qos.policy import SitePlan, plan_site
-from qos.predict import Predictor
 from qos.transport import ClassChannels, CopyFilter, MarkedServer
 from services.coordinator.fanout import FanOut, features_request
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
@@ -203,6 +202,8 @@ class _StrategyModel:
     strategy, a network of its own, gets its own)."""
 
     def __init__(self):
+        from qos.predict import Predictor  # loaded by agent_main at start: a look-up here
+
         self.predictor = Predictor()
         self.reply_bytes_per_cell: dict[str, float] = {}
 
@@ -436,6 +437,9 @@ def agent_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--feature-values", type=int, default=0, help="values per feature vector")
     add_classes_argument(parser)
     args = parser.parse_args(argv)
+    # The predictor (and scipy.stats under it) is loaded now, not in a timed case; the
+    # transfer sites never load it (seconds of CPU each, at every bench's start).
+    import qos.predict  # noqa: F401
     master = Master(dict(s.split("=", 1) for s in args.site), args.classes, args.feature_schema,
                     args.feature_values)
     try:
