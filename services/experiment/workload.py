@@ -437,9 +437,10 @@ def agent_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--feature-values", type=int, default=0, help="values per feature vector")
     add_classes_argument(parser)
     args = parser.parse_args(argv)
-    # The predictor (and scipy.stats under it) is loaded now, not in a timed case; the
-    # transfer sites never load it (seconds of CPU each, at every bench's start).
-    import qos.predict  # noqa: F401
+    # The predictor's scipy.stats is loaded now, not in a timed case (each strategy's first
+    # case makes its Predictor); the transfer sites never load it (2 s of CPU each).
+    from qos.predict import theilslopes
+    theilslopes()
     master = Master(dict(s.split("=", 1) for s in args.site), args.classes, args.feature_schema,
                     args.feature_values)
     try:
