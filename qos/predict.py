@@ -54,7 +54,6 @@ from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.stats import theilslopes
 
 WINDOW_CALLS = 32          # calls kept per path
 PRIOR_RATE_BPS = 100e6     # bits/s assumed before the path has shown its rate (a LAN)
@@ -64,6 +63,16 @@ RECENT_CALLS = 9           # calls a recent median is taken over: a spike is ign
 RECENT_SLOPE_CALLS = 16    # calls a path's rate is fitted over (Theil-Sen: one stall does not tilt it)
 RECENT_CASES = 5           # cases a recent level of whole cases is the median of (at least 3 needed)
 ONE_JOB_MODES = frozenset({"features"})  # modes a site serves a whole request in one job
+
+
+def theilslopes():
+    """scipy.stats.theilslopes, imported on first use: the processes that use only this module's
+    small helpers (RecentMedian: the coordinator's Ray analysers; the experiment bench's sites)
+    do not pay the ~2 s of CPU that importing scipy.stats costs. A Predictor loads it when it is
+    made, so no case pays it."""
+    from scipy.stats import theilslopes as fit
+
+    return fit
 
 
 class Calibration:
@@ -249,7 +258,7 @@ class PathModel:
         slope = None
         # Sizes must vary by more than ~10% of their mean for the slope to mean anything.
         if x.std() > 0.1 * x.mean() and len(x) >= 3:
-            slope = float(theilslopes(y, x).slope)
+            slope = float(theilslopes()(y, x).slope)
         if slope is None or not slope > 0:
             slope = 1.0 / self.prior_rate_Bps
             if np.median((y - slope * x)[-RECENT_CALLS:]) < 0:
@@ -402,6 +411,7 @@ class Predictor:
     """Every site's model, shared by the coordinator's threads."""
 
     def __init__(self, prior_rate_bps: float = PRIOR_RATE_BPS, clock=time.monotonic):
+        theilslopes()  # scipy.stats loaded now, not in the first case whose slope is fitted
         self.prior_rate_bps = prior_rate_bps
         self.clock = clock
         self._sites: dict[str, SiteModel] = {}

@@ -62,7 +62,7 @@ from pathmaster import defaults
 from qos.classes import ClassTable
 from qos.experiment.spec import pipelined_analysis_s
 from qos.policy import SitePlan, plan_site
-from qos.predict import Predictor, RecentMedian
+from qos.predict import Predictor, RecentMedian  # scipy.stats loads with the first Predictor
 from qos.transport import ClassChannels, CopyFilter, MarkedServer
 from services.coordinator.fanout import FanOut, features_request
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
@@ -475,6 +475,10 @@ def agent_main(argv: list[str] | None = None) -> int:
                         help="the master's nodes that analysis is pipelined over (a site's)")
     add_classes_argument(parser)
     args = parser.parse_args(argv)
+    # The predictor's scipy.stats is loaded now, not in a timed case (each strategy's first
+    # case makes its Predictor); the transfer sites never load it (2 s of CPU each).
+    from qos.predict import theilslopes
+    theilslopes()
     master = Master(dict(s.split("=", 1) for s in args.site), args.classes, args.feature_schema,
                     args.feature_values, args.analysis_s, args.site_nodes)
     try:

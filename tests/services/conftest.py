@@ -25,27 +25,36 @@ SITE_CELLS = 70
 SITES = {"alpha": "flat", "beta": "hnsw", "gamma": "flat"}
 
 
-@pytest.fixture(scope="session")
-def site_db(tmp_path_factory) -> Path:
-    """A 70-cell synthetic site database (seed 1), this session's own copy.
+def cached_synthetic_site(cells: int, seed: int) -> Path:
+    """A `cells`-cell synthetic site database (`seed`) in the cache, built once per machine
+    and feature schema (is_current): cache_root()/test-services/site-seedSEED-CELLScells.
 
-    Built once per machine (and feature schema) in the cache, as tests/clients does: its
-    ingest is the costliest set-up here (~10 s on the CI machine, ~30 s when loaded). The
-    build goes to a private folder that is renamed into place, so sessions running side by
-    side never see half a database; the copy keeps what a test writes out of the cache.
+    Its ingest is the costliest set-up here (~6 s of CPU for 70 cells; ~10 s of wall time on
+    the CI machine, ~30 s when loaded), and its cells depend only on the seed. The build goes
+    to a private folder that is renamed into place, so sessions running side by side never
+    see half a database. Callers copy it (shutil.copytree) before using it, so that what a
+    test writes stays out of the cache.
     """
     from services.site.synthetic import build_synthetic_site, cache_root, is_current
 
-    cached = cache_root() / "test-services" / f"site-seed1-{SITE_CELLS}cells"
+    cached = cache_root() / "test-services" / f"site-seed{seed}-{cells}cells"
     if not is_current(cached):
         cached.parent.mkdir(parents=True, exist_ok=True)
         building = Path(tempfile.mkdtemp(prefix=".building-", dir=cached.parent))
-        build_synthetic_site(building / "site", SITE_CELLS, seed=1)
+        build_synthetic_site(building / "site", cells, seed=seed)
         if cached.exists() and not is_current(cached):  # another feature schema's build
             shutil.rmtree(cached, ignore_errors=True)
         with contextlib.suppress(OSError):  # another session renamed its build first: theirs is as good
             (building / "site").rename(cached)
         shutil.rmtree(building, ignore_errors=True)
+    return cached
+
+
+@pytest.fixture(scope="session")
+def site_db(tmp_path_factory) -> Path:
+    """A 70-cell synthetic site database (seed 1), this session's own copy of the cached
+    one (cached_synthetic_site), as tests/clients does."""
+    cached = cached_synthetic_site(SITE_CELLS, seed=1)
     return Path(shutil.copytree(cached, tmp_path_factory.mktemp("sitedb") / "site"))
 
 

@@ -27,10 +27,10 @@ def selecting(ray_session, site_db, tmp_path_factory):
     from pathmaster.site import build_search_index
     from pathmaster.sitedb import SiteDB
     from services.demo import LoopbackDeployment
-    from services.site.synthetic import build_synthetic_site
+    from tests.services.conftest import SITE_CELLS, cached_synthetic_site
 
     root = tmp_path_factory.mktemp("selecting")
-    other = build_synthetic_site(root / "seed7", 70, seed=7)
+    other = cached_synthetic_site(SITE_CELLS, seed=7)  # built once per machine, copied below
     dbs = {"alpha": Path(shutil.copytree(site_db, root / "alpha")),
            "beta": Path(shutil.copytree(other, root / "beta")),
            "gamma": Path(shutil.copytree(site_db, root / "gamma"))}
