@@ -283,8 +283,9 @@ def figure_tradeoff(meta: dict, cells: dict, link: str, cls: str) -> Figure | No
         st = style(index)
         ax.plot([goodput], [p95], linestyle="none", marker=st["marker"], color=st["color"], markersize=8,
                 label=name)
-    ax.set_xlim(left=0)
-    ax.set_ylim(bottom=0)
+    # Both axes from 0 with room past the largest point, so a marker at the edge is whole.
+    ax.set_xlim(0, max(p[2] for p in points) * 1.06 or 1)
+    ax.set_ylim(0, max(p[3] for p in points) * 1.08 or 1)
     ax.set(xlabel="competing traffic's goodput during the cases (Mbit/s)",
            ylabel="95th percentile of a case's completion time (s)")
     ax.set_title(f"What each strategy costs the competing traffic, at {top:g} {unit} per target\n"
