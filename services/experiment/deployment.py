@@ -130,11 +130,13 @@ def _start_ray(node: Node, tag: str, head: Node | None) -> subprocess.Popen:
                       env={**cluster_environment(), **RAY_ENV})
 
 
-def _ray_start_all(pairs: list[tuple[Node, Node | None]], tag: str, deadline: float, attempts: int = 2) -> None:
+def _ray_start_all(pairs: list[tuple[Node, Node | None]], tag: str, deadline: float, attempts: int = 3) -> None:
     """`ray start` on every (node, head) pair in parallel; retry the ones that failed.
 
-    Ray gives a new node 30 s to register (fixed in ray/_private/node.py), which a loaded
-    2-core machine can miss; a second try then usually finds the machine calmer.
+    Ray gives a new node 30 s to register (fixed in ray/_private/node.py, not configurable in
+    2.60 whatever its message says), which a loaded 2-core machine can miss; a later try
+    usually finds the machine calmer (two tries both missed it once at load average ~26).
+    All tries together stay within `deadline`.
     """
     pending = pairs
     for attempt in range(1, attempts + 1):
@@ -150,9 +152,9 @@ def _ray_start_all(pairs: list[tuple[Node, Node | None]], tag: str, deadline: fl
                 failed.append((node, head, out))
         if not failed:
             return
-        if attempt == attempts:
+        if attempt == attempts or deadline - time.monotonic() < 35.0:
             node, _, out = failed[0]
-            raise DeploymentError(f"{node.name}: ray start failed {attempts} times: {out[-2000:]}")
+            raise DeploymentError(f"{node.name}: ray start failed {attempt} times: {out[-2000:]}")
         for node, _, _ in failed:
             _stop_ray(node, tag)
         pending = [(node, head) for node, head, _ in failed]
