@@ -55,7 +55,8 @@ def remapped(stack, tmp_path_factory):
     path = tmp_path_factory.mktemp("remapped") / "coordinator.toml"
     sites = "".join(f'\n[[sites]]\nname = "{name}"\naddress = "{site.address}"\n'
                     for name, site in stack.sites.items())
-    path.write_text(f'[coordinator]\nlisten = "127.0.0.1:0"\n{sites}{REMAPPED_TOML}')
+    # analysis_workers = 0: images to the sites, no analyser actors to start for this second coordinator
+    path.write_text(f'[coordinator]\nlisten = "127.0.0.1:0"\nanalysis_workers = 0\n{sites}{REMAPPED_TOML}')
     coordinator = CoordinatorServer(load_coordinator_config(path)).start()
     yield coordinator
     coordinator.stop(0.5)

@@ -105,7 +105,8 @@ def test_client_uses_the_control_port_of_a_coordinator_without_class_ports(deplo
 
 
 def test_client_relearns_the_ports_of_a_restarted_coordinator(deployment, case):
-    first = CoordinatorServer(CoordinatorConfig(sites=site_endpoints(deployment))).start()
+    # No analysers (images to the sites): each of these coordinators would start two Ray actors.
+    first = CoordinatorServer(CoordinatorConfig(sites=site_endpoints(deployment), analysis_workers=0)).start()
     control, old_ports = first.address, first.class_ports
     client = CoordinatorClient(control)
     second = None
@@ -116,7 +117,7 @@ def test_client_relearns_the_ports_of_a_restarted_coordinator(deployment, case):
         # a freed port out again: then try again, a bounded number of times).
         for _ in range(5):
             second = CoordinatorServer(CoordinatorConfig(sites=site_endpoints(deployment),
-                                                         listen=control)).start()
+                                                         listen=control, analysis_workers=0)).start()
             if not set(second.class_ports.values()) & set(old_ports.values()):
                 break
             second.stop(0)

@@ -169,7 +169,8 @@ def test_unknown_site_is_invalid_argument(deployment, case):
 def small_limits(deployment):
     """A second coordinator over the same sites with small case limits."""
     sites = [SiteEndpoint(name=name, address=site.address) for name, site in deployment.sites.items()]
-    server = CoordinatorServer(CoordinatorConfig(sites=sites, max_cells=4, max_case_mb=4)).start()
+    server = CoordinatorServer(CoordinatorConfig(sites=sites, max_cells=4, max_case_mb=4,
+                                                  analysis_workers=0)).start()  # limits: no analysers needed
     yield server
     server.stop(0)
 
@@ -204,7 +205,7 @@ def test_ten_megabyte_image_works(deployment, ten_mb_png):
 def test_site_down_gives_unavailable_first_and_partial_results(deployment, case):
     sites = [SiteEndpoint(name=name, address=site.address) for name, site in deployment.sites.items()]
     sites.append(SiteEndpoint(name="down", address="127.0.0.1:9"))  # nothing listens on the discard port
-    server = CoordinatorServer(CoordinatorConfig(sites=sites)).start()
+    server = CoordinatorServer(CoordinatorConfig(sites=sites, analysis_workers=0)).start()  # images to every site
     try:
         events = run_case(server.address, case, deadline_s=60)
         results = site_results(events)
@@ -222,9 +223,12 @@ def test_site_down_gives_unavailable_first_and_partial_results(deployment, case)
         server.stop(0)
 
 
-def test_deadline_gives_deadline_exceeded_in_time(deployment, slow_case, case):
+def test_deadline_gives_deadline_exceeded_in_time(deployment, slower_case, case):
     deadline = 0.5
-    events = run_case(deployment.coordinator.address, slow_case, deadline_s=deadline, ship="images")
+    # Six 800 px cells, ~0.3 s of CPU each: ~1.8 s of analysis per site, over the deadline
+    # however idle the machine (slow_case's 250 px cells now take ~0.035 s each: a site
+    # with the CPU to itself finished them within 0.5 s).
+    events = run_case(deployment.coordinator.address, slower_case[:6], deadline_s=deadline, ship="images")
     results = site_results(events)
     assert {r.status_code for r in results.values()} == {DEADLINE_EXCEEDED}
     assert events[-1][1].HasField("summary") and events[-1][1].summary.sites_failed == 3

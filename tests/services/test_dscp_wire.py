@@ -78,6 +78,9 @@ def test_each_class_carries_its_dscp_both_ways(two_hosts, site_db, tmp_path, cas
         f"class_ports = {{ {ports} }}\nworkers = 1\n")
     (tmp_path / "co.toml").write_text(
         f'[coordinator]\nlisten = "{co.ip}:{COORDINATOR_PORT}"\nclass_port_base = {COORDINATOR_BASE}\n'
+        # No analysers: they would start a second local Ray (its daemons and two actors) in this
+        # namespace beside the site's; the case goes as images, over the same per-class ports.
+        "analysis_workers = 0\n"
         f'[[sites]]\nname = "st"\naddress = "{st.ip}:{SITE_PORT}"\n')
     cells = []
     for i, cell in enumerate(case_cells[:2]):

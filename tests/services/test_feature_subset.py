@@ -21,24 +21,47 @@ OK = 0
 
 
 @pytest.fixture(scope="module")
-def selecting(ray_session, site_db, tmp_path_factory):
+def selecting(deployment, site_db, tmp_path_factory):
     """Three sites that compare differently: alpha and beta by their own forward selections
-    (from different databases), gamma by every feature (the default projection here)."""
+    (from different databases), gamma by every feature (the default projection here), and a
+    coordinator (with its analyser: features mode) over the three.
+
+    gamma is the session deployment's own (flat, over a copy of the same database, no
+    selection advertised), so only alpha and beta are started here; the tests only read
+    from it. `sites` and `coordinator` as in a LoopbackDeployment."""
+    from types import SimpleNamespace
+
+    from pathmaster.defaults import ANALYSIS_READY_S
     from pathmaster.site import build_search_index
     from pathmaster.sitedb import SiteDB
-    from services.demo import LoopbackDeployment
+    from services.config import CoordinatorConfig, SiteConfig, SiteEndpoint
+    from services.coordinator.server import CoordinatorServer
+    from services.site.server import SiteServer
     from tests.services.conftest import SITE_CELLS, cached_synthetic_site
 
     root = tmp_path_factory.mktemp("selecting")
     other = cached_synthetic_site(SITE_CELLS, seed=7)  # built once per machine, copied below
     dbs = {"alpha": Path(shutil.copytree(site_db, root / "alpha")),
-           "beta": Path(shutil.copytree(other, root / "beta")),
-           "gamma": Path(shutil.copytree(site_db, root / "gamma"))}
-    for name in ("alpha", "beta"):
-        with SiteDB(dbs[name]) as db:
-            build_search_index(db, features="forward")
-    with LoopbackDeployment(dbs, {"alpha": "flat", "beta": "flat", "gamma": "flat"}, metrics_port=None) as running:
-        yield running
+           "beta": Path(shutil.copytree(other, root / "beta"))}
+    sites, coordinator = {}, None
+    try:
+        for name, db in dbs.items():
+            with SiteDB(db) as index:
+                build_search_index(index, features="forward")
+            sites[name] = SiteServer(SiteConfig(name=name, db=db, algorithm="flat", workers=1,
+                                                worker_cpus=0.25)).start()
+        sites["gamma"] = deployment.sites["gamma"]
+        coordinator = CoordinatorServer(CoordinatorConfig(
+            sites=[SiteEndpoint(name=name, address=site.address) for name, site in sites.items()],
+            listen="127.0.0.1:0", analysis_workers=1)).start()
+        assert coordinator.wait_analysers(ANALYSIS_READY_S), "the coordinator's analyser did not start"
+        yield SimpleNamespace(sites=sites, coordinator=coordinator)
+    finally:
+        if coordinator is not None:
+            coordinator.stop(0.5)
+        for name in dbs:
+            if name in sites:
+                sites[name].stop(0.5)
 
 
 def run(address, cells, **kwargs):

@@ -47,7 +47,7 @@ def test_site_killed_mid_case(deployment, site_dbs, slow_case, case, tmp_path, r
         address = wait_for(log, r"site kappa serving on (\S+);", site, 120).group(1)
         sites = [SiteEndpoint(name="alpha", address=deployment.sites["alpha"].address),
                  SiteEndpoint(name="kappa", address=address)]
-        coordinator = CoordinatorServer(CoordinatorConfig(sites=sites)).start()
+        coordinator = CoordinatorServer(CoordinatorConfig(sites=sites, analysis_workers=0)).start()  # images, as sent below
         deadline = 60.0
         with CoordinatorClient(coordinator.address) as client:
             started = time.monotonic()

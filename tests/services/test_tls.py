@@ -36,7 +36,7 @@ def secure(ray_session, site_dbs, certs):
                                  tls=party(certs, "site", mutual=True))).start()
     coordinator = CoordinatorServer(CoordinatorConfig(
         sites=[SiteEndpoint(name="secure", address=site.address)], tls=party(certs, "coordinator", mutual=True),
-        site_tls=party(certs, "coordinator"))).start()
+        site_tls=party(certs, "coordinator"), analysis_workers=0)).start()  # images over TLS; no analyser actors
     yield coordinator, site
     coordinator.stop(0)
     site.stop(0)
@@ -66,7 +66,8 @@ def test_coordinator_refuses_clients_without_a_certificate(secure, certs, case, 
 def test_site_refuses_a_coordinator_without_a_certificate(secure, certs, case):
     _, site = secure
     coordinator = CoordinatorServer(CoordinatorConfig(
-        sites=[SiteEndpoint(name="secure", address=site.address)], site_tls=TLSFiles(ca=certs / "ca.pem"))).start()
+        sites=[SiteEndpoint(name="secure", address=site.address)], site_tls=TLSFiles(ca=certs / "ca.pem"),
+        analysis_workers=0)).start()
     try:
         with CoordinatorClient(coordinator.address) as client:
             events = list(client.submit(case[:1], "routine", deadline_s=10))
