@@ -121,9 +121,8 @@ def _shared_medium_bound(sites: list[SiteTransfer], rate: float, one_way: float)
     # The medium carries every byte both ways; and once the last upload has crossed it, at
     # least the quickest site still works and replies over it. Sites whose requests wait for
     # the master's work (prior_s) put none of their bytes on it before then.
-    media = max((p + max(sum(s.bytes_up + s.bytes_down for s in later) / rate + delay,
-                         sum(s.bytes_up for s in later) / rate
-                         + min(s.compute_s + s.bytes_down / rate + delay for s in later))
-                 for p, later in _waiting(remote)), default=0.0)
+    both_ways = max((p + sum(s.bytes_up + s.bytes_down for s in later) / rate + delay
+                     for p, later in _waiting(remote)), default=0.0)
+    media = max(both_ways, _queued(remote, rate, lambda s: s.compute_s + s.bytes_down / rate + delay))
     # The master's hub and the routers' hub carry the same bytes: one term for both.
     return Bound(max(per_site, media), per_site, media, media)
