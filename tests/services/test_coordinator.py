@@ -223,12 +223,10 @@ def test_site_down_gives_unavailable_first_and_partial_results(deployment, case)
         server.stop(0)
 
 
-def test_deadline_gives_deadline_exceeded_in_time(deployment, slower_case, case):
+def test_deadline_gives_deadline_exceeded_in_time(deployment, slow_case, case):
     deadline = 0.5
-    # Six 800 px cells, ~0.3 s of CPU each: ~1.8 s of analysis per site, over the deadline
-    # however idle the machine (slow_case's 250 px cells now take ~0.035 s each: a site
-    # with the CPU to itself finished them within 0.5 s).
-    events = run_case(deployment.coordinator.address, slower_case[:6], deadline_s=deadline, ship="images")
+    # slow_case: ~1.8 s of analysis per site, over the deadline however idle the machine.
+    events = run_case(deployment.coordinator.address, slow_case, deadline_s=deadline, ship="images")
     results = site_results(events)
     assert {r.status_code for r in results.values()} == {DEADLINE_EXCEEDED}
     assert events[-1][1].HasField("summary") and events[-1][1].summary.sites_failed == 3
