@@ -14,8 +14,8 @@ Three sites and a coordinator on loopback (the demo's databases, Ray, gRPC), one
 3. The predicted wait against the actual one over `--cases` sequential cases (classes in
    turn, both modes): median absolute percentage error per case and per site, side by side
    with the same run's "before" predictions (the sum of the modelled parts, from the same
-   observations: a site's prediction is still that sum; a case's was its analysis estimate
-   plus its slowest site) and with the best constant known in hindsight; the load average; and
+   observations: a site's was that sum until its own alike calls' recent median replaced it;
+   a case's was its analysis estimate plus its slowest site) and with the best constant known in hindsight; the load average; and
    where a site call's time goes (median, p90 and std/mean of each part: gRPC request,
    site queue, worker round trip, the worker's own work, the handler's rest, the reply,
    the coordinator's hand-off), measured by hooks in this one process. With
@@ -411,7 +411,7 @@ def main() -> int:
             for ship in ("images", "features"):  # warm: connections, workers, caches
                 list(client.submit(cells, "routine", deadline_s=120, ship=ship))
             sizes = bench_bytes(client, cells, databases) if "bytes" not in skip else {}
-        print("1. bytes per site, 6-cell case with backgrounds and masks (KiB):")
+        print("1. bytes per site, 6-cell case with backgrounds and masks (KiB):" + (" skipped" if "bytes" in skip else ""))
         for site, s in sizes.items():
             i, f = s["images"], s["features"]
             print(f"  {site:<12} request: images {i['sent'] / 1024:7.1f}  features {f['sent'] / 1024:6.1f} "
@@ -427,10 +427,13 @@ def main() -> int:
                 for kind, seconds in cpu_seconds().items():
                     cpu[ship][kind] = cpu[ship].get(kind, 0.0) + seconds - before.get(kind, 0.0)
         img, feat = (statistics.median(rates[m]) if rates[m] else float("nan") for m in ("images", "features"))
-        print(f"2. {args.clients} concurrent clients x {args.cases_per_client} 6-cell cases, {args.blocks} blocks "
-              f"each: images {img:.2f} cases/s, features {feat:.2f} cases/s (medians): {feat / img:.2f}x "
-              f"(blocks: images {', '.join(f'{r:.2f}' for r in rates['images'])}; "
-              f"features {', '.join(f'{r:.2f}' for r in rates['features'])})")
+        if "throughput" in skip:
+            print(f"2. {args.clients} concurrent clients: skipped")
+        else:
+            print(f"2. {args.clients} concurrent clients x {args.cases_per_client} 6-cell cases, {args.blocks} blocks "
+                  f"each: images {img:.2f} cases/s, features {feat:.2f} cases/s (medians): {feat / img:.2f}x "
+                  f"(blocks: images {', '.join(f'{r:.2f}' for r in rates['images'])}; "
+                  f"features {', '.join(f'{r:.2f}' for r in rates['features'])})")
         cases = args.blocks * args.clients * args.cases_per_client
         for kind in sorted(set(cpu["images"]) | set(cpu["features"])):
             i, f = cpu["images"].get(kind, 0.0) / cases, cpu["features"].get(kind, 0.0) / cases

@@ -28,9 +28,15 @@ and searching)::
   recent median of like cases' actual times (`RecentLevel`): every part's spread adds up in
   the sum of modelled parts, and the parts' medians do not add up to the median of the
   whole. Until 3 like cases are known, the sum is used, scaled by `Calibration` (the recent
-  median ratio of actual to modelled). Measured per site the same way (a calibrated sum, or
-  the recent median of the site's own times) did no better than the plain sum on loopback
-  under load (benchmarks/bench_predictable.py), so a site's prediction is the sum.
+  median ratio of actual to modelled).
+- A site's call is predicted the same way, from the recent median of its calls in the same
+  mode that the model rated alike (`SiteModel.predict`: their modelled seconds within
+  SIMILAR_MODELLED of this call's, under about the same concurrency), plus the queue the site
+  reports now; the sum of the parts until 3 such calls are known. "Alike by the model" keeps
+  what the sum is for: a call of other bytes or cells, on a path that got slower, or at a
+  site whose report says its service time changed, is modelled differently and so falls
+  back to the sum at once. (A calibrated sum, ratio or offset, did worse than the plain sum:
+  the noise of the parts and of the correction add up; benchmarks/bench_predictable.py.)
 
 - A fresh process's first call is cold (lazy imports, FAISS's first search, thumbnails
   not yet made, a channel's set-up): sites and the coordinator's analysers serve a
@@ -61,7 +67,8 @@ SIMILAR_SHARING = 2.0      # calls made under up to 2x (or 1/2) the coordinator'
 RECENT_CALLS = 9           # calls a recent median is taken over: a spike is ignored, a new level
                            # is followed after RECENT_CALLS // 2 + 1 calls
 RECENT_SLOPE_CALLS = 16    # calls a path's rate is fitted over (Theil-Sen: one stall does not tilt it)
-RECENT_CASES = 5           # cases a recent level of whole cases is the median of (at least 3 needed)
+RECENT_CASES = 5           # cases (or a site's calls) a recent level is the median of (at least 3 needed)
+SIMILAR_MODELLED = 1.5     # calls the model rates within 1.5x of each other are alike (RecentLevel's `like`)
 ONE_JOB_MODES = frozenset({"features"})  # modes a site serves a whole request in one job
 
 
@@ -118,13 +125,15 @@ class Calibration:
 
 class RecentLevel:
     """The recent median of actual seconds by key (e.g. a kind of case), from those measured
-    under about the same concurrency.
+    under about the same concurrency (and, where given, rated alike by a model).
 
-    `value(key, sharing)` is the median of the last `last` values of `key` measured under
-    about `sharing` cases in flight (within SIMILAR_SHARING), or None while fewer than 3
-    are. Measured on loopback under load, this predicts a whole case better than the sum of
-    its modelled parts (the analysis, then the slowest site): every part's spread adds up in
-    the sum, and the parts' medians do not add up to the median of the whole.
+    `value(key, sharing, like)` is the median of the last `last` values of `key` measured
+    under about `sharing` cases in flight (within SIMILAR_SHARING) and, with `like` (a
+    positive number describing the call, e.g. the model's seconds for it), added with a
+    `like` within SIMILAR_MODELLED of it; None while fewer than 3 are. Measured on loopback
+    under load, this predicts a whole case better than the sum of its modelled parts (the
+    analysis, then the slowest site): every part's spread adds up in the sum, and the parts'
+    medians do not add up to the median of the whole.
 
     Parameters
     ----------
@@ -137,17 +146,30 @@ class RecentLevel:
     def __init__(self, last: int = RECENT_CASES, window: int = WINDOW_CALLS):
         self.last = last
         self.window = window
-        self._values: dict[str, deque[tuple[float, float]]] = {}
+        self._values: dict[str, deque[tuple[float, float, float | None]]] = {}
 
-    def add(self, key: str, seconds: float, sharing: int = 1) -> None:
-        """Record one actual time (ignored unless a positive number)."""
+    def add(self, key: str, seconds: float, sharing: int = 1, like: float | None = None) -> None:
+        """Record one actual time (ignored unless a positive number); `like`: what it is
+        compared by (ignored unless a positive number)."""
         if math.isfinite(seconds) and seconds > 0:
-            self._values.setdefault(key, deque(maxlen=self.window)).append((float(seconds), float(max(1, sharing))))
+            if like is not None and not (math.isfinite(like) and like > 0):
+                like = None
+            self._values.setdefault(key, deque(maxlen=self.window)).append(
+                (float(seconds), float(max(1, sharing)), None if like is None else float(like)))
 
-    def value(self, key: str, sharing: int = 1) -> float | None:
-        """The recent median of `key` under about `sharing` cases in flight, or None."""
+    def value(self, key: str, sharing: int = 1, like: float | None = None) -> float | None:
+        """The recent median of `key` under about `sharing` cases in flight (and alike
+        `like`, when given), or None."""
         sharing = max(1, sharing)
-        similar = [v for v, k in self._values.get(key, ()) if max(k, sharing) / min(k, sharing) <= SIMILAR_SHARING]
+
+        def alike(k: float, m: float | None) -> bool:
+            if max(k, sharing) / min(k, sharing) > SIMILAR_SHARING:
+                return False
+            if like is None:
+                return True
+            return m is not None and like > 0 and max(m, like) / min(m, like) <= SIMILAR_MODELLED
+
+        similar = [v for v, k, m in self._values.get(key, ()) if alike(k, m)]
         return float(np.median(similar[-self.last:])) if len(similar) >= 3 else None
 
 
@@ -300,6 +322,11 @@ class SiteModel:
       decoding, reply): the recent median (`RecentMedian`) of the measured rest, site
       wall time less the site's reported queue wait less the cells' service.
 
+    A call's prediction is the queue reported now plus the recent median of the site's own
+    calls in the same mode that the model rated alike (`levels`, `RecentLevel` with `like`
+    the modelled seconds), each less the queue it met; the queue plus the modelled seconds
+    until 3 such calls are known.
+
     Parameters
     ----------
     prior_rate_bps : float
@@ -314,6 +341,7 @@ class SiteModel:
         self.paths: dict[str, PathModel] = {}
         self.per_cell_s: dict[str, float] = {}
         self.overhead_s: dict[str, RecentMedian] = {}
+        self.levels = RecentLevel()  # by mode: calls' seconds less their queue wait, with their modelled seconds
         self.load = SiteLoad(at=clock())
 
     def path(self, request_class: str) -> PathModel:
@@ -353,6 +381,9 @@ class SiteModel:
         sharing : int
             The coordinator's cases in flight when the call was made, this one included.
         """
+        # What the model made of this call before learning from it: the calls it rates alike
+        # are the level's (after it, for the site's first call in this mode or on this path).
+        modelled = self.modelled_s(request_class, mode, nbytes, cells, sharing)
         self.path(request_class).observe(nbytes, transfer_s, sharing)
         if load is not None:
             self.load = load
@@ -366,6 +397,9 @@ class SiteModel:
             self.per_cell_s[mode] = max(0.0, site_wall_s - queue_s) / max(1, self.rounds(mode, cells))
         rest = site_wall_s - max(0.0, queue_s) - self.per_cell_s[mode] * self.rounds(mode, cells)
         self.overhead_s.setdefault(mode, RecentMedian()).add(rest)
+        if modelled is None:
+            modelled = self.modelled_s(request_class, mode, nbytes, cells, sharing)
+        self.levels.add(mode, transfer_s + site_wall_s - max(0.0, queue_s), sharing, like=modelled)
 
     def queue_s(self) -> float:
         """Seconds of work ahead of a new cell now, from the latest report."""
@@ -398,13 +432,16 @@ class SiteModel:
 
     def predict(self, request_class: str, mode: str, nbytes: int, cells: int, sharing: int = 1) -> float | None:
         """Predicted completion seconds, or None until the site has answered once in this
-        mode and the class's path has carried a call. `sharing`: the coordinator's cases
-        that share the path now, this one included (the transfer takes that many times its
-        time alone)."""
+        mode and the class's path has carried a call: the queue reported now, plus the recent
+        median of 3 or more calls in `mode` the model rated alike (their modelled seconds
+        within SIMILAR_MODELLED of this call's, under about as many cases in flight), else
+        the modelled seconds. `sharing`: the coordinator's cases that share the path now,
+        this one included (the transfer takes that many times its time alone)."""
         modelled = self.modelled_s(request_class, mode, nbytes, cells, sharing)
         if modelled is None:
             return None
-        return self.queue_s() + modelled
+        level = self.levels.value(mode, max(1, sharing), like=modelled)
+        return self.queue_s() + (modelled if level is None else level)
 
 
 class Predictor:

@@ -358,3 +358,28 @@ def test_a_calibration_is_the_recent_median_ratio_of_actual_to_modelled():
     assert calibration.factor("features") == pytest.approx(1.5)
     calibration.add("features", 1.0, None)  # no model then: ignored
     assert calibration.factor("features") == pytest.approx(1.5)
+
+
+def test_a_site_call_is_predicted_from_its_own_recent_calls_the_model_rated_alike():
+    # A site's call time is the transfer plus the site's work; when the two move against each
+    # other (a slow transfer with a quick search, then the reverse) the sum of their medians
+    # is not the median of the whole. Three or more calls the model rated alike predict the
+    # next one by their median; a call the model rates differently gets the model's sum.
+    clock = Clock()
+    site = SiteModel(clock=clock)
+    calls = [(0.030, 0.060), (0.005, 0.060), (0.030, 0.040), (0.005, 0.060), (0.030, 0.040), (0.030, 0.060)]
+    for transfer_s, wall_s in calls:
+        answered(site, transfer_s=transfer_s, site_wall_s=wall_s)
+    whole = float(np.median([t + w for t, w in calls]))
+    modelled = site.modelled_s("routine", "features", 10_000, cells=6)
+    assert abs(modelled - whole) > 0.01  # the two differ here, so the test can tell them apart
+    assert site.predict("routine", "features", 10_000, cells=6) == pytest.approx(whole)
+    # A call of 10x the bytes is modelled more than 1.5x longer: none of the calls is alike.
+    bigger = site.modelled_s("routine", "features", 10_000_000, cells=6)
+    assert bigger > 1.5 * modelled
+    assert site.predict("routine", "features", 10_000_000, cells=6) == pytest.approx(bigger)
+    # The queue the site reports now comes on top of the level (the level is of calls less their queue).
+    answered(site, transfer_s=0.006, site_wall_s=1.060, queue_s=1.0, waiting_s=2.0)
+    level = float(np.median([t + w for t, w in calls[-4:]] + [0.006 + 0.060]))
+    assert site.predict("routine", "features", 10_000, cells=6) == pytest.approx(site.queue_s() + level)
+    assert site.queue_s() == pytest.approx(2.0)
