@@ -275,11 +275,11 @@ def bench_prediction(client, cells, cases: int, servicer, verbose: bool = False,
     predict = predictor.predict
     analysis_estimate = servicer._analysis_estimate
 
-    def recording(site, request_class, mode, nbytes, cells, sharing=1):
-        predicted = predict(site, request_class, mode, nbytes, cells, sharing)
+    def recording(site, request_class, mode, request_bytes, cells, sharing=1):
+        predicted = predict(site, request_class, mode, request_bytes, cells, sharing)
         m = predictor.site(site)
         parts[(site, request_class, mode)] = m.site_parts(mode, cells)
-        modelled = m.modelled_s(request_class, mode, nbytes, cells, sharing)
+        modelled = m.modelled_s(request_class, mode, predictor.call_bytes(site, request_bytes, cells), cells, sharing)
         model[(site, request_class, mode)] = None if modelled is None else m.queue_s() + modelled
         return predicted
 

@@ -28,7 +28,8 @@ and searching)::
   recent median of like cases' actual times (`RecentLevel`): every part's spread adds up in
   the sum of modelled parts, and the parts' medians do not add up to the median of the
   whole. Until 3 like cases are known, the sum is used, scaled by `Calibration` (the recent
-  median ratio of actual to modelled).
+  median ratio of actual to modelled). `CaseModel` does this for the coordinator and the
+  testbed's workload alike.
 - A site's call is predicted the same way, from the recent median of its calls in the same
   mode that the model rated alike (`SiteModel.predict`: their modelled seconds within
   SIMILAR_MODELLED of this call's, under about the same concurrency), plus the queue the site
@@ -69,6 +70,7 @@ RECENT_CALLS = 9           # calls a recent median is taken over: a spike is ign
 RECENT_SLOPE_CALLS = 16    # calls a path's rate is fitted over (Theil-Sen: one stall does not tilt it)
 RECENT_CASES = 5           # cases (or a site's calls) a recent level is the median of (at least 3 needed)
 SIMILAR_MODELLED = 1.5     # calls the model rates within 1.5x of each other are alike (RecentLevel's `like`)
+REPLY_BYTES_WEIGHT = 0.3   # a site's reply bytes per cell: EWMA weight of the latest reply
 ONE_JOB_MODES = frozenset({"features"})  # modes a site serves a whole request in one job
 
 
@@ -452,6 +454,7 @@ class Predictor:
         self.prior_rate_bps = prior_rate_bps
         self.clock = clock
         self._sites: dict[str, SiteModel] = {}
+        self._reply_bytes_per_cell: dict[str, float] = {}
         self._lock = threading.Lock()
 
     def site(self, name: str) -> SiteModel:
@@ -460,16 +463,40 @@ class Predictor:
                 self._sites[name] = SiteModel(self.prior_rate_bps, self.clock)
             return self._sites[name]
 
-    def observe(self, site: str, **call) -> None:
-        """`SiteModel.observe` for one site, under the lock."""
+    def observe(self, site: str, request_class: str, mode: str, request_bytes: int, reply_bytes: int,
+                elapsed_s: float, cells: int, site_wall_s: float, load: SiteLoad | None = None,
+                queue_s: float = 0.0, sharing: int = 1) -> None:
+        """One answered call as the coordinator sees it: `SiteModel.observe` with the call's
+        transfer (`elapsed_s`, the call's wall time, less `site_wall_s`), and the site's
+        reply bytes per cell learnt for the next predictions (an EWMA, REPLY_BYTES_WEIGHT).
+
+        Parameters
+        ----------
+        request_bytes, reply_bytes : int
+            The request's and the reply's serialised bytes.
+        elapsed_s : float
+            The call's wall time at the coordinator, seconds.
+        Others : as `SiteModel.observe`.
+        """
         model = self.site(site)
         with self._lock:
-            model.observe(**call)
+            model.observe(request_class, mode, request_bytes + reply_bytes, max(0.0, elapsed_s - site_wall_s),
+                          cells=cells, site_wall_s=site_wall_s, load=load, queue_s=queue_s, sharing=sharing)
+            per_cell, old = reply_bytes / max(1, cells), self._reply_bytes_per_cell.get(site)
+            self._reply_bytes_per_cell[site] = per_cell if old is None else old + REPLY_BYTES_WEIGHT * (per_cell - old)
 
-    def predict(self, site: str, request_class: str, mode: str, nbytes: int, cells: int,
+    def call_bytes(self, site: str, request_bytes: int, cells: int) -> int:
+        """A call's bytes both ways: the request's, and the reply's expected from the site's
+        recent replies (0 before its first)."""
+        with self._lock:
+            return int(request_bytes + self._reply_bytes_per_cell.get(site, 0.0) * cells)
+
+    def predict(self, site: str, request_class: str, mode: str, request_bytes: int, cells: int,
                 sharing: int = 1) -> float | None:
-        """`SiteModel.predict` for one site, under the lock."""
+        """`SiteModel.predict` for one site, under the lock, of a request of `request_bytes`
+        and its expected reply (`call_bytes`)."""
         model = self.site(site)
+        nbytes = self.call_bytes(site, request_bytes, cells)
         with self._lock:
             return model.predict(request_class, mode, nbytes, cells, sharing)
 
@@ -477,6 +504,62 @@ class Predictor:
         model = self.site(site)
         with self._lock:
             return model.path(request_class).fit()
+
+
+class CaseModel:
+    """A whole case's predicted time, as the coordinator makes it before sending it.
+
+    The recent median of like cases' actual times (`RecentLevel`: the same modes, e.g.
+    "features", and number of cells, under about as many cases in flight) once 3 are known;
+    until then the modelled case, its coordinator's analysis then its slowest site's
+    prediction, scaled by the recent ratio of actual to modelled (`Calibration`). The
+    coordinator and the testbed's workload (services/experiment/workload.py) both predict
+    with it, so the testbed measures the product's prediction.
+    """
+
+    def __init__(self):
+        self.levels = RecentLevel()
+        self.calibration = Calibration()
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def kind(modes) -> str:
+        """The kind of a case whose sites are sent `modes`, e.g. "features+images"."""
+        return "+".join(sorted(set(modes)))
+
+    def predict(self, modes, cells: int, analysis_s: float, site_predictions, sharing: int = 1
+                ) -> tuple[float | None, float | None]:
+        """The case's predicted seconds and its modelled seconds (each None when unknown).
+
+        Parameters
+        ----------
+        modes : iterable of str
+            How each site is sent its cells ("features", "images").
+        cells : int
+            Cells in the case.
+        analysis_s : float
+            The coordinator's predicted analysis before features leave, seconds (0 without).
+        site_predictions : iterable of float or None
+            Each site's predicted seconds (`Predictor.predict`).
+        sharing : int
+            The coordinator's cases in flight now, this one included.
+        """
+        predictions = list(site_predictions)
+        modelled = analysis_s + max(predictions) if predictions and None not in predictions else None
+        kind = self.kind(modes)
+        with self._lock:
+            predicted = self.levels.value(f"{kind}/{cells}", sharing)
+            if predicted is None and modelled is not None:
+                predicted = modelled * self.calibration.factor(kind, sharing)
+        return predicted, modelled
+
+    def observe(self, modes, cells: int, total_s: float, modelled_s: float | None, sharing: int = 1) -> None:
+        """One case answered by every site as planned: its actual seconds, against the
+        modelled seconds `predict` gave it."""
+        kind = self.kind(modes)
+        with self._lock:
+            self.calibration.add(kind, total_s, modelled_s, sharing)
+            self.levels.add(f"{kind}/{cells}", total_s, sharing)
 
 
 def absolute_percentage_error(predicted_s: float, actual_s: float) -> float:

@@ -36,7 +36,7 @@ from pathmaster.records import InvalidInput
 from pathmaster.vocabulary import majority
 from qos.admission import Admission, Refused
 from qos.policy import plan_site
-from qos.predict import Calibration, PredictionLog, Predictor, RecentLevel, SiteLoad
+from qos.predict import CaseModel, PredictionLog, Predictor, SiteLoad
 from qos.transport import (STALE_PORT_CODES, ClassChannels, MarkedServer, client_identity, connect_address,
                            split_address)
 from services.classinfo import class_messages
@@ -136,10 +136,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         self.analysers_schema = ""       # their feature schema; "" while none are ready
         self.predictor = Predictor()
         self.predictions = PredictionLog()       # case-level predicted vs actual
-        self.case_calibration = Calibration()    # by the modes of its sites, e.g. "features"
-        self.case_levels = RecentLevel()         # by those modes and the cells, e.g. "features/6"
+        self.case_model = CaseModel()
         self.site_predictions = PredictionLog()  # per site
-        self.reply_bytes_per_cell: dict[str, float] = {}
         from pathmaster.features import feature_names
 
         self.feature_count = len(feature_names())
@@ -310,16 +308,10 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                 small_request_copies=self.config.small_request_copies, copy_gap_s=self.config.copy_gap_s)
         analysis_s = self._analysis_estimate(cells) if any(
             p.mode == "features" for p in plans.values()) and not request.features else 0.0
-        predictions = [p.predicted_s for p in plans.values()]
-        # The recent median of like cases (same modes and cells, about as many in flight),
-        # once there are 3; until then the sum of the modelled parts, calibrated
-        # (qos.predict.RecentLevel, Calibration).
-        case_kind = "+".join(sorted({p.mode for p in plans.values()}))
-        level_key = f"{case_kind}/{cells}"
-        modelled_case = (analysis_s + max(predictions)) if predictions and None not in predictions else None
-        case_predicted = self.case_levels.value(level_key, sharing)
-        if case_predicted is None and modelled_case is not None:
-            case_predicted = modelled_case * self.case_calibration.factor(case_kind, sharing)
+        # The recent median of like cases, else the modelled case calibrated (qos.predict.CaseModel).
+        planned_modes = [p.mode for p in plans.values()]
+        case_predicted, modelled_case = self.case_model.predict(
+            planned_modes, cells, analysis_s, [p.predicted_s for p in plans.values()], sharing)
         # Case ids may be accession numbers: INFO names a case by its keyed tag only.
         log.debug("case %s is %s", log_tag(case_id), case_id)
         log.info("case %s (%s as %s): %d cells to %s, deadline %.1f s, predicted %s", log_tag(case_id), rclass.name,
@@ -388,9 +380,9 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                          analysis_s=analysed_s)
             return
         error = self.predictions.add(case_predicted, total_s)
-        if all(r.status_code == 0 for r in results) and case_kind == "+".join(sorted({p.mode for p in plans.values()})):
-            self.case_calibration.add(case_kind, total_s, modelled_case, sharing)  # a case as planned
-            self.case_levels.add(level_key, total_s, sharing)
+        if all(r.status_code == 0 for r in results) and CaseModel.kind(planned_modes) == CaseModel.kind(
+                r.mode for r in results):  # a case as planned
+            self.case_model.observe(planned_modes, cells, total_s, modelled_case, sharing)
         summary = pb.CaseSummary(
             case_id=case_id, request_class=rclass.name, total_s=total_s,
             sites_ok=sum(r.status_code == 0 for r in results),
@@ -412,8 +404,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
 
     def _predict(self, site: str, request_class: str, mode: str, request_bytes: int, cells: int,
                  sharing: int) -> float | None:
-        reply_bytes = self.reply_bytes_per_cell.get(site, 0.0) * cells
-        return self.predictor.predict(site, request_class, mode, int(request_bytes + reply_bytes), cells, sharing)
+        return self.predictor.predict(site, request_class, mode, request_bytes, cells, sharing)
 
     def _analysis_estimate(self, cells: int) -> float:
         """Predicted seconds of the coordinator's own analysis of `cells` cells (0 before
@@ -489,12 +480,9 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                      for c in request.cells]
         n_cells = max(1, len(reply.cells))
         self.predictor.observe(site, request_class=attempt.request_class, mode=attempt.mode,
-                               nbytes=attempt.request_bytes + reply_bytes, transfer_s=timing.transfer_s,
-                               cells=n_cells, site_wall_s=reply.timing.site_wall_s, load=site_load(reply.load),
-                               queue_s=reply.timing.queue_s, sharing=sharing)
-        old = self.reply_bytes_per_cell.get(site)
-        per_cell = reply_bytes / n_cells
-        self.reply_bytes_per_cell[site] = per_cell if old is None else old + 0.3 * (per_cell - old)
+                               request_bytes=attempt.request_bytes, reply_bytes=reply_bytes,
+                               elapsed_s=outcome.elapsed_s, cells=n_cells, site_wall_s=reply.timing.site_wall_s,
+                               load=site_load(reply.load), queue_s=reply.timing.queue_s, sharing=sharing)
         if plan.predicted_s:
             self.site_predictions.add(plan.predicted_s, outcome.elapsed_s)
         return pb.SiteResult(status_message="OK", algorithm=reply.algorithm, cells=cells, timing=timing,

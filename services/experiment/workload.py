@@ -62,7 +62,7 @@ from pathmaster import defaults
 from qos.classes import ClassTable
 from qos.experiment.spec import pipelined_analysis_s
 from qos.policy import SitePlan, plan_site
-from qos.predict import Predictor, RecentMedian  # scipy.stats loads with the first Predictor
+from qos.predict import CaseModel, Predictor, RecentMedian  # scipy.stats loads with the first Predictor
 from qos.transport import ClassChannels, CopyFilter, MarkedServer
 from services.coordinator.fanout import FanOut, features_request
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
@@ -205,12 +205,12 @@ def serve_transfer_site(name: str, host: str, port: int, match_bytes: int, class
 
 class _StrategyModel:
     """What the master has learnt of the network under one strategy: the coordinator's
-    predictor and each site's reply bytes per cell (a coordinator sees one network, so each
-    strategy, a network of its own, gets its own)."""
+    predictors, of each site's call and of the whole case (a coordinator sees one network,
+    so each strategy, a network of its own, gets its own)."""
 
     def __init__(self):
         self.predictor = Predictor()
-        self.reply_bytes_per_cell: dict[str, float] = {}
+        self.cases = CaseModel()
         self.analysis_per_cell_wall_s = RecentMedian()  # the master's analysis, per pipelined cell
 
     def predict_analysis(self, pipelined: float) -> float:
@@ -221,19 +221,14 @@ class _StrategyModel:
 
     def predict(self, site: str, request_class: str, mode: str, request_bytes: int, cells: int) -> float | None:
         """As the coordinator predicts: the request's bytes and the reply's expected bytes."""
-        reply_bytes = self.reply_bytes_per_cell.get(site, 0.0) * cells
-        return self.predictor.predict(site, request_class, mode, int(request_bytes + reply_bytes), cells)
+        return self.predictor.predict(site, request_class, mode, request_bytes, cells)
 
     def observe(self, site: str, request_class: str, mode: str, request_bytes: int, reply: pb.AnalyseReply,
                 elapsed_s: float) -> None:
         """One answered call, as the coordinator observes it."""
-        cells = max(1, len(reply.cells))
-        wall = reply.timing.site_wall_s
-        self.predictor.observe(site, request_class=request_class, mode=mode,
-                               nbytes=request_bytes + reply.ByteSize(), transfer_s=max(0.0, elapsed_s - wall),
-                               cells=cells, site_wall_s=wall)
-        per_cell, old = reply.ByteSize() / cells, self.reply_bytes_per_cell.get(site)
-        self.reply_bytes_per_cell[site] = per_cell if old is None else old + 0.3 * (per_cell - old)
+        self.predictor.observe(site, request_class=request_class, mode=mode, request_bytes=request_bytes,
+                               reply_bytes=reply.ByteSize(), elapsed_s=elapsed_s, cells=max(1, len(reply.cells)),
+                               site_wall_s=reply.timing.site_wall_s)
 
 
 class Master:
@@ -380,6 +375,8 @@ class Master:
         analyse = self.analysis_s > 0 and not warming and any(p.mode == "features" for p in plans.values())
         pipelined = pipelined_analysis_s(len(cells), 1.0, self.nodes)
         analysis_predicted = model.predict_analysis(pipelined) if analyse else 0.0
+        case_prediction = model.cases.predict([p.mode for p in plans.values()], len(cells), analysis_predicted,
+                                              [p.predicted_s for p in plans.values()])
         started = time.monotonic()
         cutoff = started + deadline_s
         analysis_s = 0.0
@@ -433,9 +430,13 @@ class Master:
                 own.close()
             else:
                 channels.refresh()  # with renew: fresh connections for the next case, opened now
-        predicted = [s["predicted_s"] for s in sites]
-        # As the coordinator's modelled case: its analysis, then the slowest site.
-        case_predicted = analysis_predicted + max(predicted) if predicted and None not in predicted else None
+        # As the coordinator predicts the case (qos.predict.CaseModel): like cases' recent
+        # median, else its analysis then the slowest site, calibrated; learnt from cases as planned.
+        planned_modes = [p.mode for p in plans.values()]
+        case_predicted, modelled = case_prediction
+        if not warming and all(s["status"] == "OK" for s in sites) and \
+                CaseModel.kind(planned_modes) == CaseModel.kind(s["mode"] for s in sites):
+            model.cases.observe(planned_modes, len(cells), total, modelled)
         return {"completion_s": total, "ok": all(s["status"] == "OK" for s in sites), "sites": sites,
                 "analysis_s": analysis_s,
                 "dscp": self.classes[request_class].dscp, "policy": "adaptive" if adaptive is not None else "static",

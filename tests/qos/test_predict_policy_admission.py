@@ -383,3 +383,38 @@ def test_a_site_call_is_predicted_from_its_own_recent_calls_the_model_rated_alik
     level = float(np.median([t + w for t, w in calls[-4:]] + [0.006 + 0.060]))
     assert site.predict("routine", "features", 10_000, cells=6) == pytest.approx(site.queue_s() + level)
     assert site.queue_s() == pytest.approx(2.0)
+
+
+def test_a_case_is_predicted_by_like_cases_once_three_are_known_else_by_its_slowest_site_calibrated():
+    from qos.predict import CaseModel
+
+    cases = CaseModel()
+    assert cases.predict(["features"] * 3, 6, 0.0, [0.1, None, 0.2]) == (None, None)  # a site not predictable yet
+    predicted, modelled = cases.predict(["features"] * 3, 6, 0.05, [0.10, 0.20, 0.15])
+    assert predicted == modelled == pytest.approx(0.05 + 0.20)  # the analysis, then the slowest site
+    cases.observe(["features"] * 3, 6, total_s=0.50, modelled_s=0.25)  # took twice as long as modelled
+    predicted, modelled = cases.predict(["features"] * 3, 6, 0.05, [0.10, 0.20, 0.15])
+    assert predicted == pytest.approx(0.50)  # calibrated by the ratio 2
+    for total in (0.40, 0.30):
+        cases.observe(["features"] * 3, 6, total_s=total, modelled_s=0.25)
+    assert cases.predict(["features"] * 3, 6, 0.05, [0.10, 0.20, 0.15])[0] == pytest.approx(0.40)  # the median
+    # Another kind of case (a site sent images), or another size, has levels of its own.
+    assert cases.predict(["features", "features", "images"], 6, 0.05, [0.1, 0.2, 0.9])[0] == pytest.approx(0.95)
+    assert cases.predict(["features"] * 3, 12, 0.05, [0.10, 0.20, 0.15])[0] == pytest.approx(0.25 * 1.6)
+
+
+def test_a_call_is_predicted_with_the_reply_bytes_the_site_has_been_sending():
+    from qos.predict import Predictor
+
+    predictor = Predictor(clock=Clock())
+    assert predictor.call_bytes("A", 2_000, cells=6) == 2_000  # nothing known of its replies
+    predictor.observe("A", request_class="routine", mode="features", request_bytes=2_000, reply_bytes=6_000,
+                      elapsed_s=0.040, cells=6, site_wall_s=0.030)
+    assert predictor.call_bytes("A", 2_000, cells=6) == 2_000 + 6_000
+    assert predictor.call_bytes("A", 2_000, cells=3) == 2_000 + 3_000  # per cell
+    predictor.observe("A", request_class="routine", mode="features", request_bytes=2_000, reply_bytes=12_000,
+                      elapsed_s=0.040, cells=6, site_wall_s=0.030)
+    assert predictor.call_bytes("A", 0, cells=1) == int(1_000 + 0.3 * (2_000 - 1_000))  # follows, smoothed
+    assert predictor.call_bytes("B", 2_000, cells=6) == 2_000  # per site
+    # The transfer it learnt is the call's wall time less the site's.
+    assert predictor.site("A").path("routine").fit().transfer_s(14_000) == pytest.approx(0.010)
