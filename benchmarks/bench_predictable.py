@@ -15,7 +15,8 @@ Three sites and a coordinator on loopback (the demo's databases, Ray, gRPC), one
    turn, both modes): median absolute percentage error per case and per site, side by side
    with the same run's "before" predictions (the sum of the modelled parts, from the same
    observations: a site's was that sum until its own alike calls' recent median replaced it;
-   a case's was its analysis estimate plus its slowest site) and with the best constant known in hindsight; the load average; and
+   a case's was its analysis estimate plus its slowest site) and with the best constant known
+   in hindsight; the load average; and
    where a site call's time goes (median, p90 and std/mean of each part: gRPC request,
    site queue, worker round trip, the worker's own work, the handler's rest, the reply,
    the coordinator's hand-off), measured by hooks in this one process. With

@@ -163,13 +163,13 @@ class RecentLevel:
         """The recent median of `key` under about `sharing` cases in flight (and alike
         `like`, when given), or None."""
         sharing = max(1, sharing)
+        if like is not None and not like > 0:
+            return None  # nothing is alike a call the model cannot rate
 
         def alike(k: float, m: float | None) -> bool:
             if max(k, sharing) / min(k, sharing) > SIMILAR_SHARING:
                 return False
-            if like is None:
-                return True
-            return m is not None and like > 0 and max(m, like) / min(m, like) <= SIMILAR_MODELLED
+            return like is None or (m is not None and max(m, like) / min(m, like) <= SIMILAR_MODELLED)
 
         similar = [v for v, k, m in self._values.get(key, ()) if alike(k, m)]
         return float(np.median(similar[-self.last:])) if len(similar) >= 3 else None
@@ -489,16 +489,18 @@ class Predictor:
         """A call's bytes both ways: the request's, and the reply's expected from the site's
         recent replies (0 before its first)."""
         with self._lock:
-            return int(request_bytes + self._reply_bytes_per_cell.get(site, 0.0) * cells)
+            return self._call_bytes(site, request_bytes, cells)
+
+    def _call_bytes(self, site: str, request_bytes: int, cells: int) -> int:
+        return int(request_bytes + self._reply_bytes_per_cell.get(site, 0.0) * cells)
 
     def predict(self, site: str, request_class: str, mode: str, request_bytes: int, cells: int,
                 sharing: int = 1) -> float | None:
         """`SiteModel.predict` for one site, under the lock, of a request of `request_bytes`
         and its expected reply (`call_bytes`)."""
         model = self.site(site)
-        nbytes = self.call_bytes(site, request_bytes, cells)
         with self._lock:
-            return model.predict(request_class, mode, nbytes, cells, sharing)
+            return model.predict(request_class, mode, self._call_bytes(site, request_bytes, cells), cells, sharing)
 
     def path_fit(self, site: str, request_class: str) -> PathFit | None:
         model = self.site(site)
@@ -553,10 +555,14 @@ class CaseModel:
                 predicted = modelled * self.calibration.factor(kind, sharing)
         return predicted, modelled
 
-    def observe(self, modes, cells: int, total_s: float, modelled_s: float | None, sharing: int = 1) -> None:
-        """One case answered by every site as planned: its actual seconds, against the
-        modelled seconds `predict` gave it."""
+    def observe(self, modes, sent_modes, cells: int, total_s: float, modelled_s: float | None,
+                sharing: int = 1) -> None:
+        """One case answered by every site: its actual seconds, against the modelled seconds
+        `predict` gave it; learnt only when the sites were sent what was planned (`sent_modes`
+        of the same kind as `modes`: a site that fell back to images makes another kind)."""
         kind = self.kind(modes)
+        if self.kind(sent_modes) != kind:
+            return
         with self._lock:
             self.calibration.add(kind, total_s, modelled_s, sharing)
             self.levels.add(f"{kind}/{cells}", total_s, sharing)

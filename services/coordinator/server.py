@@ -380,9 +380,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                          analysis_s=analysed_s)
             return
         error = self.predictions.add(case_predicted, total_s)
-        if all(r.status_code == 0 for r in results) and CaseModel.kind(planned_modes) == CaseModel.kind(
-                r.mode for r in results):  # a case as planned
-            self.case_model.observe(planned_modes, cells, total_s, modelled_case, sharing)
+        if all(r.status_code == 0 for r in results):
+            self.case_model.observe(planned_modes, [r.mode for r in results], cells, total_s, modelled_case, sharing)
         summary = pb.CaseSummary(
             case_id=case_id, request_class=rclass.name, total_s=total_s,
             sites_ok=sum(r.status_code == 0 for r in results),

@@ -434,9 +434,8 @@ class Master:
         # median, else its analysis then the slowest site, calibrated; learnt from cases as planned.
         planned_modes = [p.mode for p in plans.values()]
         case_predicted, modelled = case_prediction
-        if not warming and all(s["status"] == "OK" for s in sites) and \
-                CaseModel.kind(planned_modes) == CaseModel.kind(s["mode"] for s in sites):
-            model.cases.observe(planned_modes, len(cells), total, modelled)
+        if not warming and all(s["status"] == "OK" for s in sites):
+            model.cases.observe(planned_modes, [s["mode"] for s in sites], len(cells), total, modelled)
         return {"completion_s": total, "ok": all(s["status"] == "OK" for s in sites), "sites": sites,
                 "analysis_s": analysis_s,
                 "dscp": self.classes[request_class].dscp, "policy": "adaptive" if adaptive is not None else "static",

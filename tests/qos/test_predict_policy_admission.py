@@ -388,15 +388,17 @@ def test_a_site_call_is_predicted_from_its_own_recent_calls_the_model_rated_alik
 def test_a_case_is_predicted_by_like_cases_once_three_are_known_else_by_its_slowest_site_calibrated():
     from qos.predict import CaseModel
 
-    cases = CaseModel()
-    assert cases.predict(["features"] * 3, 6, 0.0, [0.1, None, 0.2]) == (None, None)  # a site not predictable yet
+    cases, planned = CaseModel(), ["features"] * 3
+    assert cases.predict(planned, 6, 0.0, [0.1, None, 0.2]) == (None, None)  # a site not predictable yet
     predicted, modelled = cases.predict(["features"] * 3, 6, 0.05, [0.10, 0.20, 0.15])
     assert predicted == modelled == pytest.approx(0.05 + 0.20)  # the analysis, then the slowest site
-    cases.observe(["features"] * 3, 6, total_s=0.50, modelled_s=0.25)  # took twice as long as modelled
+    cases.observe(planned, ["features", "features", "images"], 6, total_s=9.0, modelled_s=0.25)  # a site fell back
+    assert cases.predict(planned, 6, 0.05, [0.10, 0.20, 0.15])[0] == pytest.approx(0.25)  # not learnt
+    cases.observe(planned, planned, 6, total_s=0.50, modelled_s=0.25)  # took twice as long as modelled
     predicted, modelled = cases.predict(["features"] * 3, 6, 0.05, [0.10, 0.20, 0.15])
     assert predicted == pytest.approx(0.50)  # calibrated by the ratio 2
     for total in (0.40, 0.30):
-        cases.observe(["features"] * 3, 6, total_s=total, modelled_s=0.25)
+        cases.observe(planned, planned, 6, total_s=total, modelled_s=0.25)
     assert cases.predict(["features"] * 3, 6, 0.05, [0.10, 0.20, 0.15])[0] == pytest.approx(0.40)  # the median
     # Another kind of case (a site sent images), or another size, has levels of its own.
     assert cases.predict(["features", "features", "images"], 6, 0.05, [0.1, 0.2, 0.9])[0] == pytest.approx(0.95)
