@@ -100,6 +100,67 @@ class ImageReply(_message.Message):
     mask: bytes
     def __init__(self, cell_id: _Optional[str] = ..., image: _Optional[bytes] = ..., diagnosis: _Optional[str] = ..., mask: _Optional[bytes] = ...) -> None: ...
 
+class Reason(_message.Message):
+    __slots__ = ("code", "params")
+    class ParamsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_FIELD_NUMBER: _ClassVar[int]
+    code: str
+    params: _containers.ScalarMap[str, str]
+    def __init__(self, code: _Optional[str] = ..., params: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class TermCount(_message.Message):
+    __slots__ = ("bethesda", "count")
+    BETHESDA_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    bethesda: str
+    count: int
+    def __init__(self, bethesda: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
+
+class CellConclusion(_message.Message):
+    __slots__ = ("query_cell_id", "bethesda", "support", "total", "spread", "abnormal_score", "abnormal", "why")
+    QUERY_CELL_ID_FIELD_NUMBER: _ClassVar[int]
+    BETHESDA_FIELD_NUMBER: _ClassVar[int]
+    SUPPORT_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    SPREAD_FIELD_NUMBER: _ClassVar[int]
+    ABNORMAL_SCORE_FIELD_NUMBER: _ClassVar[int]
+    ABNORMAL_FIELD_NUMBER: _ClassVar[int]
+    WHY_FIELD_NUMBER: _ClassVar[int]
+    query_cell_id: str
+    bethesda: str
+    support: int
+    total: int
+    spread: _containers.RepeatedCompositeFieldContainer[TermCount]
+    abnormal_score: float
+    abnormal: bool
+    why: _containers.RepeatedCompositeFieldContainer[Reason]
+    def __init__(self, query_cell_id: _Optional[str] = ..., bethesda: _Optional[str] = ..., support: _Optional[int] = ..., total: _Optional[int] = ..., spread: _Optional[_Iterable[_Union[TermCount, _Mapping]]] = ..., abnormal_score: _Optional[float] = ..., abnormal: _Optional[bool] = ..., why: _Optional[_Iterable[_Union[Reason, _Mapping]]] = ...) -> None: ...
+
+class CaseConclusion(_message.Message):
+    __slots__ = ("outcome", "bethesda", "cells_with", "cells_total", "cells", "why", "rule")
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    BETHESDA_FIELD_NUMBER: _ClassVar[int]
+    CELLS_WITH_FIELD_NUMBER: _ClassVar[int]
+    CELLS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    CELLS_FIELD_NUMBER: _ClassVar[int]
+    WHY_FIELD_NUMBER: _ClassVar[int]
+    RULE_FIELD_NUMBER: _ClassVar[int]
+    outcome: str
+    bethesda: str
+    cells_with: int
+    cells_total: int
+    cells: _containers.RepeatedCompositeFieldContainer[CellConclusion]
+    why: _containers.RepeatedCompositeFieldContainer[Reason]
+    rule: str
+    def __init__(self, outcome: _Optional[str] = ..., bethesda: _Optional[str] = ..., cells_with: _Optional[int] = ..., cells_total: _Optional[int] = ..., cells: _Optional[_Iterable[_Union[CellConclusion, _Mapping]]] = ..., why: _Optional[_Iterable[_Union[Reason, _Mapping]]] = ..., rule: _Optional[str] = ...) -> None: ...
+
 class AnalyseRequest(_message.Message):
     __slots__ = ("case_id", "request_class", "cells", "k", "feature_schema", "features", "feature_columns")
     CASE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -241,7 +302,7 @@ class CaseRequest(_message.Message):
     def __init__(self, case_id: _Optional[str] = ..., request_class: _Optional[str] = ..., cells: _Optional[_Iterable[_Union[CellImage, _Mapping]]] = ..., sites: _Optional[_Iterable[str]] = ..., k: _Optional[int] = ..., deadline_s: _Optional[float] = ..., ship: _Optional[str] = ..., feature_schema: _Optional[str] = ..., features: _Optional[_Iterable[_Union[CellFeatures, _Mapping]]] = ...) -> None: ...
 
 class SiteResult(_message.Message):
-    __slots__ = ("site", "status_code", "status_message", "algorithm", "cells", "timing", "bytes_sent", "bytes_received", "mode", "predicted_s", "request_class", "decisions")
+    __slots__ = ("site", "status_code", "status_message", "algorithm", "cells", "timing", "bytes_sent", "bytes_received", "mode", "predicted_s", "request_class", "decisions", "why")
     SITE_FIELD_NUMBER: _ClassVar[int]
     STATUS_CODE_FIELD_NUMBER: _ClassVar[int]
     STATUS_MESSAGE_FIELD_NUMBER: _ClassVar[int]
@@ -254,6 +315,7 @@ class SiteResult(_message.Message):
     PREDICTED_S_FIELD_NUMBER: _ClassVar[int]
     REQUEST_CLASS_FIELD_NUMBER: _ClassVar[int]
     DECISIONS_FIELD_NUMBER: _ClassVar[int]
+    WHY_FIELD_NUMBER: _ClassVar[int]
     site: str
     status_code: int
     status_message: str
@@ -266,7 +328,8 @@ class SiteResult(_message.Message):
     predicted_s: float
     request_class: str
     decisions: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, site: _Optional[str] = ..., status_code: _Optional[int] = ..., status_message: _Optional[str] = ..., algorithm: _Optional[str] = ..., cells: _Optional[_Iterable[_Union[CellResult, _Mapping]]] = ..., timing: _Optional[_Union[SiteTiming, _Mapping]] = ..., bytes_sent: _Optional[int] = ..., bytes_received: _Optional[int] = ..., mode: _Optional[str] = ..., predicted_s: _Optional[float] = ..., request_class: _Optional[str] = ..., decisions: _Optional[_Iterable[str]] = ...) -> None: ...
+    why: _containers.RepeatedCompositeFieldContainer[Reason]
+    def __init__(self, site: _Optional[str] = ..., status_code: _Optional[int] = ..., status_message: _Optional[str] = ..., algorithm: _Optional[str] = ..., cells: _Optional[_Iterable[_Union[CellResult, _Mapping]]] = ..., timing: _Optional[_Union[SiteTiming, _Mapping]] = ..., bytes_sent: _Optional[int] = ..., bytes_received: _Optional[int] = ..., mode: _Optional[str] = ..., predicted_s: _Optional[float] = ..., request_class: _Optional[str] = ..., decisions: _Optional[_Iterable[str]] = ..., why: _Optional[_Iterable[_Union[Reason, _Mapping]]] = ...) -> None: ...
 
 class CellVote(_message.Message):
     __slots__ = ("query_cell_id", "diagnosis", "votes", "total", "bethesda", "bethesda_votes", "bethesda_total")
@@ -287,7 +350,7 @@ class CellVote(_message.Message):
     def __init__(self, query_cell_id: _Optional[str] = ..., diagnosis: _Optional[str] = ..., votes: _Optional[int] = ..., total: _Optional[int] = ..., bethesda: _Optional[str] = ..., bethesda_votes: _Optional[int] = ..., bethesda_total: _Optional[int] = ...) -> None: ...
 
 class CaseSummary(_message.Message):
-    __slots__ = ("case_id", "request_class", "total_s", "sites_ok", "sites_failed", "bytes_sent", "bytes_received", "votes", "predicted_s", "served_class", "decisions", "bethesda", "analysis_s")
+    __slots__ = ("case_id", "request_class", "total_s", "sites_ok", "sites_failed", "bytes_sent", "bytes_received", "votes", "predicted_s", "served_class", "decisions", "bethesda", "analysis_s", "why", "conclusion")
     CASE_ID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_CLASS_FIELD_NUMBER: _ClassVar[int]
     TOTAL_S_FIELD_NUMBER: _ClassVar[int]
@@ -301,6 +364,8 @@ class CaseSummary(_message.Message):
     DECISIONS_FIELD_NUMBER: _ClassVar[int]
     BETHESDA_FIELD_NUMBER: _ClassVar[int]
     ANALYSIS_S_FIELD_NUMBER: _ClassVar[int]
+    WHY_FIELD_NUMBER: _ClassVar[int]
+    CONCLUSION_FIELD_NUMBER: _ClassVar[int]
     case_id: str
     request_class: str
     total_s: float
@@ -314,26 +379,30 @@ class CaseSummary(_message.Message):
     decisions: _containers.RepeatedScalarFieldContainer[str]
     bethesda: CellVote
     analysis_s: float
-    def __init__(self, case_id: _Optional[str] = ..., request_class: _Optional[str] = ..., total_s: _Optional[float] = ..., sites_ok: _Optional[int] = ..., sites_failed: _Optional[int] = ..., bytes_sent: _Optional[int] = ..., bytes_received: _Optional[int] = ..., votes: _Optional[_Iterable[_Union[CellVote, _Mapping]]] = ..., predicted_s: _Optional[float] = ..., served_class: _Optional[str] = ..., decisions: _Optional[_Iterable[str]] = ..., bethesda: _Optional[_Union[CellVote, _Mapping]] = ..., analysis_s: _Optional[float] = ...) -> None: ...
+    why: _containers.RepeatedCompositeFieldContainer[Reason]
+    conclusion: CaseConclusion
+    def __init__(self, case_id: _Optional[str] = ..., request_class: _Optional[str] = ..., total_s: _Optional[float] = ..., sites_ok: _Optional[int] = ..., sites_failed: _Optional[int] = ..., bytes_sent: _Optional[int] = ..., bytes_received: _Optional[int] = ..., votes: _Optional[_Iterable[_Union[CellVote, _Mapping]]] = ..., predicted_s: _Optional[float] = ..., served_class: _Optional[str] = ..., decisions: _Optional[_Iterable[str]] = ..., bethesda: _Optional[_Union[CellVote, _Mapping]] = ..., analysis_s: _Optional[float] = ..., why: _Optional[_Iterable[_Union[Reason, _Mapping]]] = ..., conclusion: _Optional[_Union[CaseConclusion, _Mapping]] = ...) -> None: ...
 
 class SitePlan(_message.Message):
-    __slots__ = ("site", "mode", "request_class", "predicted_s", "hedge_after_s", "reasons")
+    __slots__ = ("site", "mode", "request_class", "predicted_s", "hedge_after_s", "reasons", "why")
     SITE_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     REQUEST_CLASS_FIELD_NUMBER: _ClassVar[int]
     PREDICTED_S_FIELD_NUMBER: _ClassVar[int]
     HEDGE_AFTER_S_FIELD_NUMBER: _ClassVar[int]
     REASONS_FIELD_NUMBER: _ClassVar[int]
+    WHY_FIELD_NUMBER: _ClassVar[int]
     site: str
     mode: str
     request_class: str
     predicted_s: float
     hedge_after_s: float
     reasons: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, site: _Optional[str] = ..., mode: _Optional[str] = ..., request_class: _Optional[str] = ..., predicted_s: _Optional[float] = ..., hedge_after_s: _Optional[float] = ..., reasons: _Optional[_Iterable[str]] = ...) -> None: ...
+    why: _containers.RepeatedCompositeFieldContainer[Reason]
+    def __init__(self, site: _Optional[str] = ..., mode: _Optional[str] = ..., request_class: _Optional[str] = ..., predicted_s: _Optional[float] = ..., hedge_after_s: _Optional[float] = ..., reasons: _Optional[_Iterable[str]] = ..., why: _Optional[_Iterable[_Union[Reason, _Mapping]]] = ...) -> None: ...
 
 class CasePlan(_message.Message):
-    __slots__ = ("case_id", "request_class", "served_class", "deadline_s", "predicted_s", "sites", "decisions")
+    __slots__ = ("case_id", "request_class", "served_class", "deadline_s", "predicted_s", "sites", "decisions", "why")
     CASE_ID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_CLASS_FIELD_NUMBER: _ClassVar[int]
     SERVED_CLASS_FIELD_NUMBER: _ClassVar[int]
@@ -341,6 +410,7 @@ class CasePlan(_message.Message):
     PREDICTED_S_FIELD_NUMBER: _ClassVar[int]
     SITES_FIELD_NUMBER: _ClassVar[int]
     DECISIONS_FIELD_NUMBER: _ClassVar[int]
+    WHY_FIELD_NUMBER: _ClassVar[int]
     case_id: str
     request_class: str
     served_class: str
@@ -348,7 +418,8 @@ class CasePlan(_message.Message):
     predicted_s: float
     sites: _containers.RepeatedCompositeFieldContainer[SitePlan]
     decisions: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, case_id: _Optional[str] = ..., request_class: _Optional[str] = ..., served_class: _Optional[str] = ..., deadline_s: _Optional[float] = ..., predicted_s: _Optional[float] = ..., sites: _Optional[_Iterable[_Union[SitePlan, _Mapping]]] = ..., decisions: _Optional[_Iterable[str]] = ...) -> None: ...
+    why: _containers.RepeatedCompositeFieldContainer[Reason]
+    def __init__(self, case_id: _Optional[str] = ..., request_class: _Optional[str] = ..., served_class: _Optional[str] = ..., deadline_s: _Optional[float] = ..., predicted_s: _Optional[float] = ..., sites: _Optional[_Iterable[_Union[SitePlan, _Mapping]]] = ..., decisions: _Optional[_Iterable[str]] = ..., why: _Optional[_Iterable[_Union[Reason, _Mapping]]] = ...) -> None: ...
 
 class CaseEvent(_message.Message):
     __slots__ = ("site_result", "summary", "plan")
