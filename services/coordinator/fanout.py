@@ -25,15 +25,17 @@ queue, so one thread (the SubmitCase handler's) makes every decision and sends e
 from __future__ import annotations
 
 import queue
+import secrets
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Callable
 
 import grpc
 
+from pathmaster.records import Why
 from qos.policy import SitePlan
+from services import reasons
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 
 # A site that answers these to a features request may still take the images.
@@ -46,8 +48,9 @@ RECHECK_CODES = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECON
 
 
 def new_send_id() -> str:
-    """A fresh id for one send of a request (AnalyseRequest.send_id): its copies share it."""
-    return uuid.uuid4().hex
+    """A fresh id for one send of a request (AnalyseRequest.send_id): its copies share it.
+    64 random bits in 16 characters: a few bytes on the wire, no collision in a site's memory."""
+    return secrets.token_hex(8)
 
 
 def features_request(case_id: str, request_class: str, k: int, feature_schema: str,
@@ -98,7 +101,7 @@ def features_request_bytes(cell_ids: list[str], feature_count: int, columns=(), 
     planning, and for the testbed's transfer workload."""
     cells = [pb.CellFeatures(cell_id=c, values=[0.0] * feature_count, background_estimated=True,
                              mask_estimated=True) for c in cell_ids]
-    return features_request(case_id, request_class, k, feature_schema, cells, columns).ByteSize()
+    return features_request(case_id, request_class, k, feature_schema, cells, columns, new_send_id()).ByteSize()
 
 
 @dataclass
@@ -134,7 +137,7 @@ class SiteRun:
     plan: SitePlan
     attempts: list[Attempt] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
-    decisions: list[str] = field(default_factory=list)
+    why: list[Why] = field(default_factory=list)   # what happened, as reason codes
     timer: threading.Timer | None = None
     copy_timers: list[threading.Timer] = field(default_factory=list)
     copies_due: set[int] = field(default_factory=set)  # lanes of copies not sent yet
@@ -170,8 +173,13 @@ class SiteOutcome:
     elapsed_s: float
     code: grpc.StatusCode
     message: str
-    decisions: list[str]
+    why: list[Why]
     bytes_sent: int
+
+    @property
+    def decisions(self) -> list[str]:
+        """`why` in full words."""
+        return reasons.decisions(self.why)
 
 
 class FanOut:
@@ -319,29 +327,30 @@ class FanOut:
             return None
         run.hedged = True
         target_class = plan.hedge_class or plan.request_class
-        predicted = f" (predicted {plan.predicted_s:.2f} s)" if plan.predicted_s else ""
         # A hedge in another class has connections of its own (lane 0 there); in the same
         # class it takes the next lane, clear of the copies'.
         lane = 0 if target_class != plan.request_class else plan.copies
         if self._attempt(site, target_class, run.attempts[0].mode, "hedge", lane):
-            run.decisions.append(f"no answer after {plan.hedge_after_s:.2f} s{predicted}: "
-                                 f"hedged with a copy in class {target_class}")
+            params = {"after_s": plan.hedge_after_s, "hedge_class": target_class}
+            run.why.append(Why("hedge_sent", params | {"predicted_s": plan.predicted_s}) if plan.predicted_s
+                           else Why("hedge_sent_unpredicted", params))
         return None
 
     def _finished(self, site: str, run: SiteRun, attempt: Attempt) -> SiteOutcome | None:
         call = attempt.call
         elapsed = attempt.elapsed_s()
         if not call.cancelled() and call.exception() is None:
+            answered = {"copy": attempt.label, "request_class": attempt.request_class}
             if len(run.attempts) > 1:
                 others = len(run.running())  # cancelled by outcomes() as this answer is final
-                cancelled = f"; {others} other cop{'y' if others == 1 else 'ies'} cancelled" if others else ""
-                run.decisions.append(f"answered by the {attempt.label} copy ({attempt.request_class}){cancelled}")
+                run.why.append(Why("answered_by_copy_others_cancelled", answered | {"others": others}) if others > 1
+                               else Why("answered_by_copy_one_cancelled" if others else "answered_by_copy", answered))
             elif run.copies_due:  # spaced copies: the answer came before the next one was due
                 unsent = len(run.copies_due)
-                run.decisions.append(f"answered by the {attempt.label} copy ({attempt.request_class}) "
-                                     f"before {'another was' if unsent == 1 else f'{unsent} others were'} sent")
+                run.why.append(Why("answered_before_copies_sent", answered | {"unsent": unsent}) if unsent > 1
+                               else Why("answered_before_copy_sent", answered))
             return SiteOutcome(site, run.plan, attempt, call.result(), elapsed, grpc.StatusCode.OK, "OK",
-                               run.decisions, attempt.request_bytes)
+                               run.why, attempt.request_bytes)
         if call.cancelled():
             code, details = grpc.StatusCode.CANCELLED, "cancelled"
         else:
@@ -381,8 +390,7 @@ class FanOut:
         plan = run.plan
         if (now is not None and not self._closed and time.monotonic() < self.deadline
                 and self._attempt(site, plan.request_class, "features", "features retry")):
-            run.decisions.append(f"features refused ({run.refusal}); the site's Info, asked again, says it "
-                                 f"compares {now}: features sent again as it says")
+            run.why.append(Why("features_sent_again", {"refusal": run.refusal, "compares": now}))
             return None
         if self._images_instead(site, run, plan.request_class, run.refusal):
             return None
@@ -396,7 +404,7 @@ class FanOut:
             return False
         if not self._attempt(site, request_class, "images", "images fallback"):
             return False
-        run.decisions.append(f"features failed ({why}): images sent instead")
+        run.why.append(Why("images_after_features_failed", {"error": why}))
         return True
 
     def _failed(self, site: str, run: SiteRun, attempt: Attempt) -> SiteOutcome:
@@ -410,10 +418,10 @@ class FanOut:
         message = f"site {site}: {code.name}: {details}"
         if len(run.errors) > 1:
             message = f"site {site}: every copy failed: " + "; ".join(run.errors)
-        return SiteOutcome(site, run.plan, attempt, None, elapsed, code, message, run.decisions,
+        return SiteOutcome(site, run.plan, attempt, None, elapsed, code, message, run.why,
                            sum(a.request_bytes for a in run.attempts))
 
     def _failure(self, site: str, code: grpc.StatusCode, message: str) -> SiteOutcome:
         run = self.runs[site]
-        return SiteOutcome(site, run.plan, None, None, 0.0, code, message, run.decisions,
+        return SiteOutcome(site, run.plan, None, None, 0.0, code, message, run.why,
                            sum(a.request_bytes for a in run.attempts))

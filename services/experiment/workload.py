@@ -59,11 +59,13 @@ import grpc
 import numpy as np
 
 from pathmaster import defaults
+from pathmaster.records import Why
 from qos.classes import ClassTable
 from qos.experiment.spec import pipelined_analysis_s
 from qos.policy import SitePlan, plan_site
 from qos.predict import CaseModel, Predictor, RecentMedian  # scipy.stats loads with the first Predictor
 from qos.transport import ClassChannels, CopyFilter, MarkedServer
+from services import reasons
 from services.coordinator.fanout import FanOut, as_sent, features_request, new_send_id
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
@@ -312,7 +314,7 @@ class Master:
         if adaptive is None:  # today's case: images in the class asked for, predicted all the same
             return {site: SitePlan(site, "images", request_class,
                                    model.predict(site, request_class, "images", site_bytes[site]["images"], cells),
-                                   None, None, reasons=("images as sent",)) for site in self.sites}
+                                   None, None, why=(Why("images_as_sent"),)) for site in self.sites}
         schema = self.feature_schema if adaptive.get("analyse", True) else ""
         return {site: plan_site(site, requested=request_class, entitled=self.entitled(request_class),
                                 deadline_s=deadline_s, ship=adaptive.get("ship", "auto"),
@@ -407,7 +409,7 @@ class Master:
                          "prior_s": analysis_s if mode == "features" else 0.0,
                          "request_class": attempt.request_class if attempt else plan.request_class,
                          "predicted_s": plan.predicted_s, "hedge_after_s": plan.hedge_after_s,
-                         "copies": len(run.attempts), "decisions": [*plan.reasons, *outcome.decisions]}
+                         "copies": len(run.attempts), "decisions": reasons.decisions([*plan.why, *outcome.why])}
                 if reply is None:
                     entry |= {"error": outcome.message, "bytes_down": 0}
                 else:
