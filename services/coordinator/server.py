@@ -33,7 +33,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from pathmaster import defaults
 from pathmaster.ids import check_id, log_tag, shown
 from pathmaster.records import InvalidInput, Why
-from pathmaster.vocabulary import majority
+from pathmaster.vocabulary import BETHESDA_TERMS, majority
 from qos.admission import Admission, Refused
 from qos.policy import plan_site
 from qos.predict import CaseModel, PredictionLog, Predictor, SiteLoad
@@ -43,6 +43,7 @@ from services import reasons
 from services.classinfo import class_messages
 from services.metrics import case_outcome, serve_metrics, stop_metrics
 from services.config import CoordinatorConfig
+from services.coordinator.conclusion import case_conclusion
 from services.coordinator.fanout import (FanOut, SiteOutcome, as_sent, features_request, features_request_bytes,
                                          new_send_id)
 from services.coordinator.sitewatch import SITE_SERVICE, SiteWatch
@@ -78,7 +79,7 @@ def site_load(load: pb.SiteLoad) -> SiteLoad:
 def vote(cells_by_site: list[list[pb.CellResult]]) -> list[pb.CellVote]:
     """Per test cell, the diagnosis most often among every site's matches, and the Bethesda
     term most often (sites with different vocabularies vote together in those; ties: first
-    seen; ``pathmaster.vocabulary.majority``)."""
+    seen, in Bethesda terms the more severe; ``pathmaster.vocabulary.majority``)."""
     matches: dict[str, list[pb.Match]] = {}
     for cells in cells_by_site:
         for cell in cells:
@@ -90,7 +91,7 @@ def vote(cells_by_site: list[list[pb.CellResult]]) -> list[pb.CellVote]:
             continue
         cell_vote = pb.CellVote(query_cell_id=cell_id, diagnosis=by_label.label, votes=by_label.votes,
                                 total=by_label.total)
-        _set_bethesda(cell_vote, majority(m.bethesda for m in found))
+        _set_bethesda(cell_vote, majority((m.bethesda for m in found), BETHESDA_TERMS))
         votes.append(cell_vote)
     return votes
 
@@ -395,6 +396,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             predicted_s=case_predicted or 0.0, served_class=served.name, decisions=reasons.decisions(why),
             why=reasons.reasons(why),
             bethesda=case_bethesda([list(r.cells) for r in results if r.status_code == 0]),
+            conclusion=case_conclusion(results, cell_ids),
             analysis_s=analysed_s,
         )
         outcome = case_outcome(summary.sites_ok, summary.sites_failed)  # failed: never a completion time
