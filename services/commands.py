@@ -163,17 +163,19 @@ def format_plan(plan, audience: str = "plain") -> str:
 
 
 def format_summary(summary, truth: dict | None = None) -> str:
+    """The case's summary: its conclusion first (`services.conclusion_words`), then times,
+    bytes and each cell's vote."""
+    from services.conclusion_words import format_conclusion
+
     predicted = f" (predicted {summary.predicted_s:.2f} s)" if summary.predicted_s else ""
-    lines = [f"case {summary.case_id} ({summary.request_class}): {summary.total_s:.2f} s{predicted}, "
+    lines = format_conclusion(summary.conclusion)
+    lines += [f"case {summary.case_id} ({summary.request_class}): {summary.total_s:.2f} s{predicted}, "
              f"{summary.sites_ok} site(s) OK, {summary.sites_failed} failed, "
              f"{summary.bytes_sent / 1024:.0f} KiB sent, {summary.bytes_received / 1024:.0f} KiB received"]
     for v in summary.votes:
         known = f"  [true: {truth[v.query_cell_id]}]" if truth and v.query_cell_id in truth else ""
         bethesda = f"; Bethesda {v.bethesda} ({v.bethesda_votes}/{v.bethesda_total})" if v.bethesda else ""
         lines.append(f"    {v.query_cell_id}: {v.diagnosis} ({v.votes}/{v.total} matches{bethesda}){known}")
-    if summary.bethesda.bethesda:
-        b = summary.bethesda
-        lines.append(f"    case, in Bethesda terms: {b.bethesda} ({b.bethesda_votes}/{b.bethesda_total} matches)")
     return "\n".join(lines)
 
 

@@ -37,12 +37,13 @@ import grpc
 from pathmaster import defaults
 from pathmaster.ids import log_tag
 from pathmaster.records import Why
-from pathmaster.vocabulary import majority
+from pathmaster.vocabulary import BETHESDA_TERMS, majority
 from qos.classes import ClassTable, RequestClass
 from qos.policy import SitePlan, plan_site
 from qos.predict import CaseModel, PredictionLog, Predictor
 from qos.transport import STALE_PORT_CODES
 from services import reasons
+from services.coordinator.conclusion import case_conclusion
 from services.coordinator.directory import SiteDirectory, site_load
 from services.coordinator.fanout import (FanOut, SiteOutcome, as_sent, features_request, features_request_bytes,
                                          new_send_id)
@@ -423,9 +424,11 @@ class CasePipeline:
             decisions=reasons.decisions(case.why), why=reasons.reasons(case.why),
             analysis_s=analysed.seconds,
         )
-        # The case conclusion: the cells' votes and the case's Bethesda term, from every answer.
+        # The case conclusion (pathmaster.conclusion's case rule), and the cells' votes and
+        # the case's majority Bethesda term, from every answer.
         summary.votes.extend(vote(answered))
         summary.bethesda.CopyFrom(case_bethesda(answered))
+        summary.conclusion.CopyFrom(case_conclusion(results, case.cell_ids))
         return summary
 
     # ------------------------------------------------------------ record
@@ -483,7 +486,7 @@ def _code_name(code: int) -> str:
 def vote(cells_by_site: list[list[pb.CellResult]]) -> list[pb.CellVote]:
     """Per test cell, the diagnosis most often among every site's matches, and the Bethesda
     term most often (sites with different vocabularies vote together in those; ties: first
-    seen; ``pathmaster.vocabulary.majority``)."""
+    seen, in Bethesda terms the more severe; ``pathmaster.vocabulary.majority``)."""
     matches: dict[str, list[pb.Match]] = {}
     for cells in cells_by_site:
         for cell in cells:
@@ -495,7 +498,7 @@ def vote(cells_by_site: list[list[pb.CellResult]]) -> list[pb.CellVote]:
             continue
         cell_vote = pb.CellVote(query_cell_id=cell_id, diagnosis=by_label.label, votes=by_label.votes,
                                 total=by_label.total)
-        _set_bethesda(cell_vote, majority(m.bethesda for m in found))
+        _set_bethesda(cell_vote, majority((m.bethesda for m in found), BETHESDA_TERMS))
         votes.append(cell_vote)
     return votes
 
