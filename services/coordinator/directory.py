@@ -3,7 +3,8 @@
 A site's Info says which port serves each request class (so replies come back marked),
 which feature schema its index was built with, which feature columns it compares, and
 its load. `SiteDirectory.learn` takes all of it in at once; the directory's channels, the
-predictor's view of the site's load and the case pipeline read it from here. Info is
+predictor's view of the site's load and the case pipeline read it from here. Whether a
+site serves is followed live from its health (`watch`, sitewatch.py). Info is
 asked once at start (until every site answered), before a case for sites not yet known
 (sharing a look-up in flight, not again soon after one failed), in the background after a
 site failed on a port that may be stale, and again when a site refuses features as not its
@@ -21,6 +22,7 @@ import grpc
 
 from qos.predict import Predictor, SiteLoad
 from qos.transport import ClassChannels
+from services.coordinator.sitewatch import SiteWatch
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
 
@@ -39,7 +41,8 @@ def site_load(load: pb.SiteLoad) -> SiteLoad:
 
 class SiteDirectory:
     """The sites' class ports (also given to `channels`), feature schemas, feature columns
-    and load (given to `predictor`), learnt from their Info by `learn`.
+    and load (given to `predictor`), learnt from their Info by `learn`; whether each serves
+    (`serving`, by `watch`).
 
     Parameters
     ----------
@@ -63,6 +66,8 @@ class SiteDirectory:
         self.schemas: dict[str, str] = {}
         # The columns each site compares (SiteInfo.feature_columns); none known: full vectors.
         self.columns: dict[str, tuple[int, ...]] = {}
+        self.serving: dict[str, bool] = {name: False for name in self.names}  # its health, followed by `watch`
+        self._watch = None
         self._last_lookup: dict[str, float] = {}
         self._lookups: dict[str, grpc.Future] = {}
         self._refreshing: set[str] = set()
@@ -78,6 +83,17 @@ class SiteDirectory:
         self.columns[site] = tuple(info.feature_columns)
         if self.predictor is not None:
             self.predictor.site(site).load = site_load(info.load)
+
+    def watch(self, gauge) -> "SiteDirectory":
+        """Follow each site's health (into `serving` and `gauge`, labelled by site) until
+        `stop_watching`."""
+        self._watch = SiteWatch(self.channels, self.names, gauge, on_status=self.serving.__setitem__).start()
+        return self
+
+    def stop_watching(self) -> None:
+        if self._watch is not None:
+            self._watch.stop()
+            self._watch = None
 
     def knows(self, site: str) -> bool:
         """True once the site's class ports are known."""

@@ -34,7 +34,7 @@ from services.classinfo import class_messages
 from services.config import CoordinatorConfig
 from services.coordinator.directory import INFO_TIMEOUT_S, REFRESH_TIMEOUT_S, RETRY_LOOKUP_S, SiteDirectory
 from services.coordinator.pipeline import Case, CasePipeline, Settings
-from services.coordinator.sitewatch import SITE_SERVICE, SiteWatch
+from services.coordinator.sitewatch import SITE_SERVICE
 from services.coordinator.stats import CaseLog, ClassStats, CoordinatorMetrics
 from services.coordinator.validation import CaseRejected, check_case_request
 from services.metrics import serve_metrics, stop_metrics
@@ -76,16 +76,39 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                                    reserved=config.urgent_reserved_slots, class_share=dict(config.class_share),
                                    per_client=config.per_client_cases)
 
-    # What the servicer's users read of the pipeline and the directory.
-    analysers = property(lambda self: self.pipeline.analysers,
-                         lambda self, value: setattr(self.pipeline, "analysers", value))
-    analysers_schema = property(lambda self: self.pipeline.schema,
-                                lambda self, value: setattr(self.pipeline, "schema", value))
-    predictor = property(lambda self: self.pipeline.predictor)
-    cases_cancelled = property(lambda self: self.pipeline.cases_cancelled)
-    cases_running = property(lambda self: self.pipeline.cases_running)
-    site_schemas = property(lambda self: self.directory.schemas)
-    site_columns = property(lambda self: self.directory.columns)
+    @property
+    def analysers(self):
+        """The pipeline's analysers (None until they are ready)."""
+        return self.pipeline.analysers
+
+    @analysers.setter
+    def analysers(self, analysers) -> None:
+        self.pipeline.analysers = analysers
+
+    @property
+    def analysers_schema(self) -> str:
+        """Their feature schema; "" while none are ready."""
+        return self.pipeline.schema
+
+    @analysers_schema.setter
+    def analysers_schema(self, schema: str) -> None:
+        self.pipeline.schema = schema
+
+    @property
+    def cases_cancelled(self) -> int:
+        return self.pipeline.cases_cancelled
+
+    @property
+    def cases_running(self) -> int:
+        return self.pipeline.cases_running
+
+    @property
+    def site_schemas(self) -> dict[str, str]:
+        return self.directory.schemas
+
+    @property
+    def site_columns(self) -> dict[str, tuple[int, ...]]:
+        return self.directory.columns
 
     def SubmitCase(self, request: pb.CaseRequest, context: grpc.ServicerContext):
         started = time.monotonic()
@@ -213,7 +236,7 @@ class CoordinatorServer:
         self.address = connect_address(host, self.server.port)
         if cfg.metrics:
             self._metrics_server, self.metrics_url = serve_metrics(cfg.metrics, self.metrics.registry)
-        self._site_watch = SiteWatch(self.channels, self.servicer.site_names, self.metrics.sites_up).start()
+        self.servicer.directory.watch(self.metrics.sites_up)
         # Learn the sites' class ports now, so the first case's replies are marked too.
         self._stopping = threading.Event()
         threading.Thread(target=self._learn_class_ports, daemon=True, name="class-ports").start()
@@ -275,7 +298,7 @@ class CoordinatorServer:
 
     def stop(self, grace: float = 1.0) -> None:
         self._stopping.set()
-        self._site_watch.stop()
+        self.servicer.directory.stop_watching()
         self.server.stop(grace)
         if self._analysers is not None:
             self._analysers.stop()
