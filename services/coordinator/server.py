@@ -33,7 +33,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from pathmaster import defaults
 from pathmaster.ids import check_id, log_tag, shown
 from pathmaster.records import InvalidInput
-from pathmaster.vocabulary import BETHESDA_TERMS, majority
+from pathmaster.vocabulary import BETHESDA_TERMS, majority, severity_order
 from qos.admission import Admission, Refused
 from qos.policy import plan_site
 from qos.predict import CaseModel, PredictionLog, Predictor, SiteLoad
@@ -77,15 +77,15 @@ def site_load(load: pb.SiteLoad) -> SiteLoad:
 
 def vote(cells_by_site: list[list[pb.CellResult]]) -> list[pb.CellVote]:
     """Per test cell, the diagnosis most often among every site's matches, and the Bethesda
-    term most often (sites with different vocabularies vote together in those; ties: first
-    seen, in Bethesda terms the more severe; ``pathmaster.vocabulary.majority``)."""
+    term most often (sites with different vocabularies vote together in those); a tie goes to
+    the more severe (``pathmaster.vocabulary.majority``, ``severity_order``)."""
     matches: dict[str, list[pb.Match]] = {}
     for cells in cells_by_site:
         for cell in cells:
             matches.setdefault(cell.query_cell_id, []).extend(cell.matches)
     votes = []
     for cell_id, found in matches.items():
-        by_label = majority(m.diagnosis for m in found)
+        by_label = majority((m.diagnosis for m in found), severity_order((m.diagnosis, m.bethesda) for m in found))
         if by_label is None:
             continue
         cell_vote = pb.CellVote(query_cell_id=cell_id, diagnosis=by_label.label, votes=by_label.votes,
