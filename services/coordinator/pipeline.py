@@ -37,7 +37,7 @@ import grpc
 from pathmaster import defaults
 from pathmaster.ids import log_tag
 from pathmaster.records import Why
-from pathmaster.vocabulary import BETHESDA_TERMS, majority
+from pathmaster.vocabulary import BETHESDA_TERMS, majority, severity_order
 from qos.classes import ClassTable, RequestClass
 from qos.policy import SitePlan, plan_site
 from qos.predict import CaseModel, PredictionLog, Predictor
@@ -485,15 +485,15 @@ def _code_name(code: int) -> str:
 
 def vote(cells_by_site: list[list[pb.CellResult]]) -> list[pb.CellVote]:
     """Per test cell, the diagnosis most often among every site's matches, and the Bethesda
-    term most often (sites with different vocabularies vote together in those; ties: first
-    seen, in Bethesda terms the more severe; ``pathmaster.vocabulary.majority``)."""
+    term most often (sites with different vocabularies vote together in those); a tie goes to
+    the more severe (``pathmaster.vocabulary.majority``, ``severity_order``)."""
     matches: dict[str, list[pb.Match]] = {}
     for cells in cells_by_site:
         for cell in cells:
             matches.setdefault(cell.query_cell_id, []).extend(cell.matches)
     votes = []
     for cell_id, found in matches.items():
-        by_label = majority(m.diagnosis for m in found)
+        by_label = majority((m.diagnosis for m in found), severity_order((m.diagnosis, m.bethesda) for m in found))
         if by_label is None:
             continue
         cell_vote = pb.CellVote(query_cell_id=cell_id, diagnosis=by_label.label, votes=by_label.votes,
