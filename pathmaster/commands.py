@@ -75,12 +75,14 @@ def register(subparsers) -> None:
     p.set_defaults(func=_search)
 
     p = subparsers.add_parser("evaluate", help="retrieval quality of a site (cross-validated, or held-out queries)",
-                              description="Stratified k-fold cross-validation over the site's own cells (the "
-                                          "similarity refitted on each training fold), leave-one-out, or held-out "
-                                          "query cells from another dataset: top-1, precision@5, majority@5, mAP, "
-                                          "binary normal/abnormal accuracy with 95%% confidence intervals, recall "
-                                          "per class, the confusion matrix and, cross-validated, classifiers on "
-                                          "the same folds as a ceiling.")
+                              description="Stratified k-fold cross-validation over the site's own cells, folds "
+                                          "split by slide image (the site's representation refitted on each "
+                                          "training fold), leave-one-out, or held-out query cells from another "
+                                          "dataset: top-1, precision@5, majority@5, mAP, binary normal/abnormal "
+                                          "accuracy, abnormal sensitivity and specificity with 95%% confidence "
+                                          "intervals, the ROC of the per-cell abnormality score, simulated 6-cell "
+                                          "cases, recall per class, the confusion matrix and, cross-validated, "
+                                          "classifiers on the same folds and representation as a ceiling.")
     p.add_argument("--db", required=True, type=Path, metavar="SITE_DIR")
     p.add_argument("--queries", type=Path, metavar="DATASET_DIR", help="held-out query cells (default: cross-validation)")
     p.add_argument("--folds", type=int, default=5, help="stratified folds (default 5)")
@@ -89,6 +91,7 @@ def register(subparsers) -> None:
                    help="leave-one-out in the site's stored space instead (fitted to every cell, queries included)")
     p.add_argument("--no-ceiling", action="store_true", help="skip the classifier ceiling")
     p.add_argument("--json", action="store_true", help="print the metrics as JSON")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_evaluate)
 
 
@@ -175,7 +178,7 @@ def _evaluate(args) -> int:
     import numpy as np
 
     from pathmaster import evaluate
-    from pathmaster.site import MIN_CELLS_FOR_SELECTION, SiteIndex
+    from pathmaster.site import SiteIndex
     from pathmaster.sitedb import SiteDB
 
     if args.folds < 2:
@@ -197,10 +200,13 @@ def _evaluate(args) -> int:
         with SiteDB(args.db) as db:
             _, X = db.feature_matrix()
             choice = db.get_config("index_options", {}).get("features", "auto")
+            groups = np.array([c.group for c in db.cells()], dtype=object)
         labels = np.array(site.labels(), dtype=object)
         labelled = np.array([label is not None for label in labels], dtype=bool)
-        fit = evaluate.site_similarity_fit(site.feature_names, choice, args.seed, MIN_CELLS_FOR_SELECTION)
-        metrics = evaluate.cross_validate(X[labelled], labels[labelled], fit, folds=args.folds, seed=args.seed,
+        fit = evaluate.site_similarity_fit(site.feature_names, choice, args.seed)
+        metrics = evaluate.cross_validate(X[labelled], labels[labelled], fit, groups=groups[labelled],
+                                          abnormal_labels=site.vocabulary.abnormal, folds=args.folds,
+                                          seed=args.seed, progress=not args.quiet,
                                           ceilings=() if args.no_ceiling else tuple(evaluate.CEILINGS))
         metrics["mode"] = f"{metrics['folds']}-fold cross-validation, feature choice {choice!r} refitted per fold"
     metrics["algorithm"] = site.algorithm

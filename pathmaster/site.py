@@ -167,8 +167,18 @@ def build_search_index(db: SiteDB, *, algorithm: str | None = None, features: st
 def _fit_features(db: SiteDB, X: np.ndarray, names: list[str], choice: str, seed: int):
     """(Normalization, Projection) fitted to the database's feature matrix ``X``."""
     labels = np.array([c.diagnosis for c in db.cells()], dtype=object)
-    return similarity.fit_similarity(X, labels, names, choice, seed=seed,
-                                     min_cells=MIN_CELLS_FOR_SELECTION)
+    return fit_representation(X, labels, names, choice, seed=seed)
+
+
+def fit_representation(X: np.ndarray, labels, names: list[str], choice: str, *, seed: int = 0):
+    """What a site compares cells in, fitted to labelled cells: (Normalization, Projection).
+
+    X: float64 (n_cells, n_features) raw features; labels: n_cells diagnoses (None for
+    unlabelled cells); choice: a ``FEATURE_CHOICES`` entry. The one fit of the site's
+    representation: indexing calls it on the whole database, ``pathmaster evaluate`` on each
+    training fold, so the evaluation measures what the site searches with.
+    """
+    return similarity.fit_similarity(X, labels, names, choice, seed=seed, min_cells=MIN_CELLS_FOR_SELECTION)
 
 
 def _save_index(site_dir: Path, fingerprint: str, index) -> None:

@@ -75,7 +75,13 @@ def test_evaluate_cross_validated_leave_one_out_and_held_out(dataset, site, caps
     assert cv["folds"] == 2 and cv["seed"] == 3 and cv["queries"] == N_CELLS
     for key in ("top1", "precision_at_5", "majority_at_5", "map", "binary_accuracy"):
         assert cv["ci"][key][0] - 1e-9 <= cv[key] <= cv["ci"][key][1] + 1e-9
-    assert set(cv["ceilings"]) == {"logistic_regression", "random_forest"}
+    assert set(cv["ceilings"]) == {"knn_tuned", "logistic_regression"}
+    assert cv["groups"]["known"] is False and cv["groups"]["note"]  # synthetic cells: no slide images
+    for key in ("majority", "operating_point"):
+        figures = cv["abnormal"][key]
+        assert figures["sensitivity_ci"][0] <= figures["sensitivity"] <= figures["sensitivity_ci"][1]
+        assert figures["positives"] + figures["negatives"] == N_CELLS
+    assert 0.0 <= cv["abnormal"]["roc"]["auc"] <= 1.0
     assert cv == _run_json(capsys, ["evaluate", "--db", str(site), "--json", "--seed", "3"])
     loo = _run_json(capsys, ["evaluate", "--db", str(site), "--json", "--loo"])
     for key in ("top1", "precision_at_5", "majority_at_5", "map", "binary_accuracy"):
