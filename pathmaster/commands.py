@@ -72,6 +72,8 @@ def register(subparsers) -> None:
     p.add_argument("--mask", type=Path, help="label image: 0 background, 1 cytoplasm, 2 nucleus, 3 nucleolus")
     p.add_argument("--k", type=int, default=5, help="number of matches (default 5)")
     p.add_argument("--json", action="store_true", help='print {"matches": [{"cell_id", "diagnosis", "distance"}, ...]}')
+    p.add_argument("--exclude-self", action="store_true",
+                   help="leave out database cells with the query's own pixels (the query is already in the database)")
     p.set_defaults(func=_search)
 
     p = subparsers.add_parser("evaluate", help="retrieval quality of a site (cross-validated, or held-out queries)",
@@ -146,11 +148,17 @@ def _read_cell(args):
 @_reports_bad_input
 def _search(args) -> int:
     from pathmaster.site import SiteIndex
+    from pathmaster.sitedb import image_hash
 
     image, background, mask = _read_cell(args)
+    if args.k < 1:
+        raise ValueError(f"--k must be at least 1, got {args.k}")
     site = SiteIndex.open(args.db)
     analysis = site.analyse(image, background, mask, source=str(args.image))
-    matches = site.search(analysis.features, k=args.k)
+    itself = site.cells_with_hash(image_hash(image))  # the query is already in the database
+    left_out = set(itself) if args.exclude_self else set()
+    matches = [m for m in site.search(analysis.features, k=args.k + len(left_out)) if m.cell_id not in left_out]
+    matches = matches[: args.k]
     if args.json:
         print(json.dumps({
             "query": str(args.image),
@@ -158,18 +166,24 @@ def _search(args) -> int:
             "background_estimated": analysis.background_estimated,
             "mask_estimated": analysis.mask_estimated,
             "vocabulary": site.vocabulary.name,
+            "in_database": itself,
+            "self_excluded": bool(left_out),
             "matches": [{"cell_id": m.cell_id, "diagnosis": m.diagnosis, "distance": round(m.distance, 6),
                          "bethesda": site.vocabulary.to_bethesda(m.diagnosis),
-                         "source_id": m.source_id} for m in matches],
+                         "source_id": m.source_id, "same_image": m.cell_id in itself} for m in matches],
         }, indent=1))
         return 0
     notes = [what for what, flag in (("background", analysis.background_estimated),
                                      ("mask", analysis.mask_estimated)) if flag]
     if notes:
         print(f"note: no {' or '.join(notes)} given; estimated from the image")
+    if itself:
+        print(f"note: this image is already in the database (cell {', '.join(itself)}); "
+              + ("left out of the matches" if left_out else "it matches itself: --exclude-self leaves it out"))
     print(f"{'rank':>4}  {'cell_id':16}  {'distance':>8}  {'diagnosis':22}  source")
     for rank, m in enumerate(matches, 1):
-        print(f"{rank:>4}  {m.cell_id:16}  {m.distance:8.3f}  {str(m.diagnosis):22}  {m.source_id}")
+        same = "  (the query itself)" if m.cell_id in itself else ""
+        print(f"{rank:>4}  {m.cell_id:16}  {m.distance:8.3f}  {str(m.diagnosis):22}  {m.source_id}{same}")
     return 0
 
 

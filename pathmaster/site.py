@@ -378,6 +378,11 @@ class SiteIndex:
             _, X = db.feature_matrix()
         return self._projection.apply(self._normalization.apply(X))
 
+    def cells_with_hash(self, digest: str) -> list[str]:
+        """Ids of the database cells whose pixels hash to ``digest`` (``sitedb.image_hash``):
+        a query that is already in the database."""
+        return [c.cell_id for c in self._cells if c.image_hash == digest]
+
     def cell_ids(self) -> list[str]:
         """The database's cell ids in cell order."""
         return [c.cell_id for c in self._cells]

@@ -56,6 +56,32 @@ def test_search_json_finds_the_database_cell_itself_first(dataset, site, capsys)
     assert matches[0]["source_id"] == entry["id"] and matches[0]["diagnosis"] == entry["diagnosis"]
     assert matches[0]["distance"] == pytest.approx(0.0, abs=1e-3)
     assert not out["mask_estimated"] and not out["background_estimated"]
+    assert out["in_database"] == [matches[0]["cell_id"]] and matches[0]["same_image"]
+    assert not any(m["same_image"] for m in matches[1:]) and not out["self_excluded"]
+
+
+def test_search_flags_a_query_in_the_database_and_can_leave_it_out(dataset, site, capsys):
+    entry, files = _cell_files(dataset)
+    argv = ["search", "--db", str(site), str(files["image"]), "--background", str(files["background"]),
+            "--mask", str(files["mask"])]
+    kept = _run_json(capsys, argv + ["--json"])
+    left = _run_json(capsys, argv + ["--json", "--exclude-self"])
+    itself = kept["in_database"][0]
+    assert left["self_excluded"] and left["in_database"] == [itself]
+    assert [m["cell_id"] for m in left["matches"][:4]] == [m["cell_id"] for m in kept["matches"][1:]]
+    assert len(left["matches"]) == 5 and itself not in {m["cell_id"] for m in left["matches"]}
+    capsys.readouterr()
+    assert main(argv) == 0
+    assert "(the query itself)" in capsys.readouterr().out
+    # another cell's image with a changed pixel is not the query
+    from pathmaster.imageio import read_image, write_png
+
+    image = read_image(files["image"]).copy()
+    image[0, 0] ^= 1
+    changed = dataset.parent / "changed.png"
+    write_png(changed, image)
+    other = _run_json(capsys, ["search", "--db", str(site), str(changed), "--json"])
+    assert other["in_database"] == [] and not any(m["same_image"] for m in other["matches"])
 
 
 def test_search_without_mask_and_background_estimates_them(dataset, site, capsys):
@@ -66,7 +92,7 @@ def test_search_without_mask_and_background_estimates_them(dataset, site, capsys
     capsys.readouterr()
     assert main(["search", "--db", str(site), str(files["image"])]) == 0
     text = capsys.readouterr().out
-    assert "estimated from the image" in text and text.count("\n") == 7  # note, header, 5 rows
+    assert "estimated from the image" in text and text.count("\n") == 8  # 2 notes (one: in the database), header, 5 rows
 
 
 def test_evaluate_cross_validated_leave_one_out_and_held_out(dataset, site, capsys):
