@@ -165,6 +165,7 @@ def _search(args) -> int:
             "algorithm": site.algorithm,
             "background_estimated": analysis.background_estimated,
             "mask_estimated": analysis.mask_estimated,
+            "cell_choice": analysis.cell_choice,
             "vocabulary": site.vocabulary.name,
             "in_database": itself,
             "self_excluded": bool(left_out),

@@ -46,6 +46,9 @@ class CellAnalysis:
     mask_estimated: bool
     mask: np.ndarray | None = None
     background: np.ndarray | None = None
+    # Which cell of the crop was taken and why (``pathmaster.segmentation.complete_cell``);
+    # None when the mask and background were both given.
+    cell_choice: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -90,7 +93,8 @@ def analyse_cell(image: np.ndarray, background: np.ndarray | None = None, mask: 
     else:
         check_cell(image, mask, background, cell.source_id)
     features = features_of(crop_regions(cell.image, cell.background, cell.mask))
-    return CellAnalysis(features, cell.background_estimated, cell.mask_estimated, cell.mask, cell.background)
+    return CellAnalysis(features, cell.background_estimated, cell.mask_estimated, cell.mask, cell.background,
+                        cell.extra.get("cell_choice"))
 
 
 # ---------------------------------------------------------------- building the index
