@@ -183,7 +183,7 @@ def report(trees: dict, layout: dict, args) -> None:
     names = list(trees)
     print(f"herlev-224-dev: {len(layout['labels'])} uploads (224 px JPEG, letter-boxed, no masks), "
           f"{len(set(layout['groups']))} slide images, 5 folds by slide image (seed {args.seed}); "
-          f"{' vs '.join(f'{n} = {trees[n]['label']}' for n in names)}")
+          + " vs ".join(f"{n} = {trees[n]['label']}" for n in names))
     rows = [("7-class top-1", lambda t: _figure(t["top1"], t["top1_ci"])),
             ("7-class majority@5", lambda t: _figure(t["majority_at_5"])),
             ("binary accuracy (majority)", lambda t: _figure(t["majority"]["accuracy"])),
