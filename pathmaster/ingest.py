@@ -23,7 +23,8 @@ from PIL import Image
 from pathmaster.imageio import encode_png
 from pathmaster.records import CellRecord, InvalidInput
 from pathmaster.site import analyse_cell, build_search_index
-from pathmaster.sitedb import THUMBNAIL_PX, CellRow, SiteDB, cell_id_for, remove_orphan_temporaries, write_atomic
+from pathmaster.sitedb import (THUMBNAIL_PX, CellRow, SiteDB, cell_id_for, image_hash, remove_orphan_temporaries,
+                               write_atomic)
 
 BATCH_SIZE = 32
 
@@ -63,7 +64,8 @@ def store_cell(site_dir: Path, record: CellRecord, mask: np.ndarray, background:
     for key, relative in paths.items():
         write_atomic(site_dir / relative, encode_png(arrays[key]))
     return CellRow(cell_id, record.source_id, record.diagnosis, origin, paths["image"], paths["thumbnail"],
-                   paths["mask"], paths["background"], mask_estimated, background_estimated, features)
+                   paths["mask"], paths["background"], mask_estimated, background_estimated, features,
+                   group=record.group, image_hash=image_hash(record.image))
 
 
 def site_vocabulary(db: SiteDB, dataset_dir=None, declared=None):
@@ -158,15 +160,19 @@ def ingest(dataset_dir: str | Path, site_dir: str | Path, *, batch_size: int = B
             records = iter_dataset(Path(dataset_dir), vocabulary=vocabulary)
         pending: list[CellRow] = []
         pending_problems: list[tuple[str, str]] = []
+        filled: list[tuple[str, str | None, str]] = []  # cells already there: group, hash
 
         def commit() -> None:
             with db.transaction():
                 for row in pending:
                     db.add_cell(row)
+                for source, group, digest in filled:
+                    db.fill_in(source, group, digest)
                 for source, problem in pending_problems:
                     db.record_problem(source, problem)
             report.added += len(pending)
             pending.clear()
+            filled.clear()
             pending_problems.clear()
 
         bar = tqdm(records, unit="cell", desc=f"indexing {Path(dataset_dir).name}", disable=not progress)
@@ -177,6 +183,9 @@ def ingest(dataset_dir: str | Path, site_dir: str | Path, *, batch_size: int = B
                 continue
             if item.source_id in known:
                 report.skipped += 1
+                filled.append((item.source_id, item.group, image_hash(item.image)))
+                if len(filled) >= batch_size:
+                    commit()
                 continue
             if item.diagnosis is not None and item.diagnosis not in vocabulary:
                 pending_problems.append((item.source_id, f"unknown diagnosis {str(item.diagnosis)[:64]!r}: not a label "

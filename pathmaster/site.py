@@ -46,6 +46,9 @@ class CellAnalysis:
     mask_estimated: bool
     mask: np.ndarray | None = None
     background: np.ndarray | None = None
+    # Which cell of the crop was taken and why (``pathmaster.segmentation.complete_cell``);
+    # None when the mask and background were both given.
+    cell_choice: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -90,7 +93,8 @@ def analyse_cell(image: np.ndarray, background: np.ndarray | None = None, mask: 
     else:
         check_cell(image, mask, background, cell.source_id)
     features = features_of(crop_regions(cell.image, cell.background, cell.mask))
-    return CellAnalysis(features, cell.background_estimated, cell.mask_estimated, cell.mask, cell.background)
+    return CellAnalysis(features, cell.background_estimated, cell.mask_estimated, cell.mask, cell.background,
+                        cell.extra.get("cell_choice"))
 
 
 # ---------------------------------------------------------------- building the index
@@ -167,8 +171,18 @@ def build_search_index(db: SiteDB, *, algorithm: str | None = None, features: st
 def _fit_features(db: SiteDB, X: np.ndarray, names: list[str], choice: str, seed: int):
     """(Normalization, Projection) fitted to the database's feature matrix ``X``."""
     labels = np.array([c.diagnosis for c in db.cells()], dtype=object)
-    return similarity.fit_similarity(X, labels, names, choice, seed=seed,
-                                     min_cells=MIN_CELLS_FOR_SELECTION)
+    return fit_representation(X, labels, names, choice, seed=seed)
+
+
+def fit_representation(X: np.ndarray, labels, names: list[str], choice: str, *, seed: int = 0):
+    """What a site compares cells in, fitted to labelled cells: (Normalization, Projection).
+
+    X: float64 (n_cells, n_features) raw features; labels: n_cells diagnoses (None for
+    unlabelled cells); choice: a ``FEATURE_CHOICES`` entry. The one fit of the site's
+    representation: indexing calls it on the whole database, ``pathmaster evaluate`` on each
+    training fold, so the evaluation measures what the site searches with.
+    """
+    return similarity.fit_similarity(X, labels, names, choice, seed=seed, min_cells=MIN_CELLS_FOR_SELECTION)
 
 
 def _save_index(site_dir: Path, fingerprint: str, index) -> None:
@@ -367,6 +381,11 @@ class SiteIndex:
         with SiteDB(self.site_dir) as db:
             _, X = db.feature_matrix()
         return self._projection.apply(self._normalization.apply(X))
+
+    def cells_with_hash(self, digest: str) -> list[str]:
+        """Ids of the database cells whose pixels hash to ``digest`` (``sitedb.image_hash``):
+        a query that is already in the database."""
+        return [c.cell_id for c in self._cells if c.image_hash == digest]
 
     def cell_ids(self) -> list[str]:
         """The database's cell ids in cell order."""
