@@ -152,7 +152,7 @@ class EmulatedLink:
             self.stats.sample(now, len(sched), sched.backlog_bytes(), sched.snapshot())
 
     def _drop(self, pkt: Packet, reason: str) -> None:
-        self.stats.dropped(pkt.klass, reason)
+        self.stats.dropped(pkt.klass, reason, pkt.station)
         handle = pkt.handle
         if handle is not None:
             handle.drop()
@@ -181,7 +181,7 @@ class EmulatedLink:
     def _transmit(self, pkt: Packet, start: float) -> None:
         done = start + (pkt.length + self.overhead) * self._seconds_per_byte
         self.busy_until = done
-        self.stats.sent(pkt.klass, pkt.length, start - pkt.arrival)
+        self.stats.sent(pkt.klass, pkt.length, start - pkt.arrival, pkt.station)
         release = done + self.delay
         if self.jitter:
             release += self.rng.uniform(-self.jitter, self.jitter)

@@ -47,6 +47,9 @@ class Cell:
     errors: list[float] = field(default_factory=list)  # |predicted - actual| / actual, runs with a prediction
     unpredicted: int = 0  # successful runs without a prediction (the predictor had not seen the path yet)
     failed: int = 0
+    invalid: int = 0  # runs whose emulator fell behind past the bound on every attempt (kept apart)
+    reruns: int = 0  # attempts judged invalid and run again
+    records: list[dict] = field(default_factory=list, repr=False)  # the valid runs' raw records
 
     @property
     def key(self) -> tuple:
@@ -65,9 +68,14 @@ def load_cells(out_dir: str | Path) -> tuple[dict, dict[tuple, Cell]]:
         run = rec["run"]
         key = (run["strategy"], float(run["competing"]), run["link"], run["request_class"])
         cell = cells.setdefault(key, Cell(*key))
+        cell.reruns += int(rec.get("attempt", 1)) - 1
+        if not (rec.get("fidelity") or {}).get("valid", True):
+            cell.invalid += 1
+            continue
         if not rec.get("ok"):
             cell.failed += 1
             continue
+        cell.records.append(rec)
         t = float(rec["completion_s"])
         cell.times.append(t)
         bound = float(rec["bound"]["total_s"])

@@ -361,6 +361,9 @@ class Competing(FileModel):
         return competing_unit(self.kind)
 
 
+ORDERS = ("shuffled", "blocked", "rounds")
+
+
 class Head(FileModel):
     """`[experiment]`: what the experiment is and how its runs are ordered."""
 
@@ -370,8 +373,10 @@ class Head(FileModel):
     seed: int = Field(0, description="shuffles the run order; recorded with every run")
     request_classes: Seq[str] = ("urgent",)
     settle_s: float = Field(1.0, description="competing traffic runs this long before a case is submitted")
-    order: str = Field("shuffled", json_schema_extra={"enum": ["shuffled", "blocked"]},
-                       description="blocked: by competing level (see matrix.expand)")
+    order: str = Field("shuffled", json_schema_extra={"enum": list(ORDERS)},
+                       description="blocked: by competing level; rounds: one block per level in every "
+                                   "repetition round, levels and strategies shuffled anew each round "
+                                   "(see matrix.expand)")
 
     @field_validator("request_classes")
     @classmethod
@@ -383,8 +388,8 @@ class Head(FileModel):
     @field_validator("order")
     @classmethod
     def _order(cls, value: str) -> str:
-        if value not in ("shuffled", "blocked"):
-            raise ValueError(f"order must be 'shuffled' or 'blocked', got {value!r}")
+        if value not in ORDERS:
+            raise ValueError(f"order must be one of {', '.join(ORDERS)}, got {value!r}")
         return value
 
 

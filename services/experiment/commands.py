@@ -62,12 +62,14 @@ def cmd_run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     from services.experiment.bench import TestbedBench
+    from qos.experiment.fidelity import machine_lock
     from qos.experiment.report import write_report
     from qos.experiment.runner import run_experiment
     from qos.testbed.netns import CommandError
 
     try:
-        with TestbedBench(experiment) as bench:
+        # Alone on the machine: the emulator shares its cores with whatever else runs.
+        with machine_lock(f"experiment {experiment.name} --out {args.out}"), TestbedBench(experiment) as bench:
             store = run_experiment(experiment, args.out, bench, progress=not args.quiet, max_runs=args.max_runs,
                                      allow_dirty=args.allow_dirty, allow_code_change=args.allow_code_change)
     except (InvalidInput, ValueError, CommandError) as exc:
