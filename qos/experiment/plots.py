@@ -2,8 +2,8 @@
 built from OUT/runs/*.json, and for the time series the run files themselves).
 
     fig7_mean_LINK_CLASS       mean completion time vs competing traffic, a line per unshaped
-                               strategy, 95% BCa bootstrap CI of the mean (the study's Figure 7)
-    fig8_std_LINK_CLASS        standard deviation of the same runs (Figure 8)
+                               strategy, 95% t-interval of the mean (the study's Figure 7)
+    fig8_std_LINK_CLASS        standard deviation of the same runs, 95% chi-square CI (Figure 8)
     fig9_shaping_LINK_CLASS    WFQ with the competing traffic shaped 4000..200 kbit/s (Figure 9)
     ratio_LINK_CLASS           mean completion time / lower bound, every strategy
     box_LINK_CLASS             box plots of every strategy at every level
@@ -37,13 +37,14 @@ import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from qos.experiment.spec import competing_unit  # noqa: E402
-from qos.experiment.stats import BCA_MIN_N, BCA_RESAMPLES, bca_interval, summarise  # noqa: E402
+from qos.experiment.stats import std_interval, summarise  # noqa: E402
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h", "*", "p")
 LINESTYLES = ("-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1)), (0, (1, 3)), (0, (8, 3, 2, 3)))
 COLOURS = plt.get_cmap("tab10").colors
-CI_TEXT = (f"Error bars: 95% BCa bootstrap confidence interval of the mean ({BCA_RESAMPLES} resamples; "
-           f"none where n < {BCA_MIN_N} or all runs took the same time).")
+CI_TEXT = "Error bars: 95% t-interval of the mean (Student's t, n - 1 degrees of freedom; none where n < 2)."
+STD_CI_TEXT = ("Error bars: 95% chi-square interval of the standard deviation (normal theory, n - 1 degrees "
+               "of freedom; none where n < 2).")
 
 
 def symlog_text(linthresh: float) -> str:
@@ -131,14 +132,12 @@ def _series(cells, strategy, levels, link, cls, stat: str, seed: int = 0):
             continue
         s = summarise(cell.times)
         if stat == "mean":
-            value = s.mean
-            low, high = bca_interval(cell.times, seed=seed)
+            value, low, high = s.mean, s.ci_low, s.ci_high
         elif stat == "std":
-            value, low, high = s.std, float("nan"), float("nan")
+            value, (low, high) = s.std, std_interval(cell.times)
         else:
-            ratios = np.asarray(cell.ratios)
-            value = float(ratios.mean())
-            low, high = bca_interval(ratios, seed=seed)
+            r = summarise(cell.ratios)
+            value, low, high = r.mean, r.ci_low, r.ci_high
         if not np.isfinite(value):
             continue
         xs.append(lv)
@@ -162,7 +161,7 @@ def _line(ax, cells, strategy, levels, link, cls, stat: str, label: str, index: 
     xs, ys, lo, hi, ns = _series(cells, strategy, levels, link, cls, stat, seed)
     if xs:
         xs = dodge(xs, slot, slots, linear_part(levels))
-        bars = [lo, hi] if stat in ("mean", "ratio") else None
+        bars = [lo, hi]
         ax.errorbar(xs, ys, yerr=bars, capsize=3, label=label, markersize=6, linewidth=1.4,
                     markerfacecolor="white" if index % 2 else None, **style(index))
     return ns
@@ -200,10 +199,10 @@ def figure_level_lines(meta: dict, cells: dict, link: str, cls: str, stat: str, 
         ax.legend(fontsize="small", title="strategy")
     what = {"mean": "Each point: the mean completion time of the runs of one cell.",
             "std": "Each point: the sample standard deviation (ddof = 1) of the completion times of "
-                   "one cell's runs; no error bars.",
+                   "one cell's runs.",
             "ratio": "Each point: the mean over runs of completion time / that run's physical lower bound."}[stat]
     nudged = " Points at one level are nudged sideways so that their bars do not overlap." if len(strategies) > 1 else ""
-    caption(fig, " ".join([what, n_text(counts) + ".", CI_TEXT if stat != "std" else "",
+    caption(fig, " ".join([what, n_text(counts) + ".", CI_TEXT if stat != "std" else STD_CI_TEXT,
                            symlog_text(linear_part(levels)) + nudged]))
     return fig
 

@@ -452,7 +452,7 @@ class Experiment(FileModel):
         if len({item.network for item in self.links}) > 1:
             raise ValueError("[[links]]: one network per experiment (the testbed is built once)")
         for i, finding in enumerate(self.findings):
-            for side in (finding.a, finding.b):
+            for side in finding.cells():
                 where = f"[[findings]] {finding.name!r}"
                 if side.strategy not in {s.name for s in self.strategies}:
                     raise ValueError(f"{where}: no strategy {side.strategy!r}")

@@ -17,7 +17,7 @@ from qos.experiment.plots import (figure_box, figure_cdf, figure_level_lines, fi
                                   figure_tradeoff, timeseries_runs, write_figures)
 from qos.experiment.report import load_cells
 from qos.experiment.spec import parse_spec
-from qos.experiment.stats import bca_interval
+from qos.experiment.stats import std_interval, summarise
 from qos.experiment.store import FORMAT_VERSION
 
 SPEC = {
@@ -70,16 +70,16 @@ def test_figure7_says_what_the_bars_are_and_n_and_gives_each_strategy_its_own_st
     fig = figure_level_lines(meta, data, "hubs", "urgent", "mean", ["fifo", "prio", "wfq", "wred"],
                              "Mean completion time of a PathMaster case vs competing traffic (the study's Figure 7)")
     ax = fig.axes[0]
-    assert "95% BCa bootstrap confidence interval of the mean" in fig.caption and "n = 4 runs per point" in fig.caption
+    assert "95% t-interval of the mean" in fig.caption and "n = 4 runs per point" in fig.caption
     assert "Figure 7" in ax.get_title() and "fig7" not in ax.get_title() and "2002 network" in ax.get_title()
     lines = _lines(ax)
     assert len(lines) == 4
     assert len({line.get_marker() for line in lines}) == 4
     assert len({str(line.get_linestyle()) for line in lines}) == 4
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["fifo", "prio", "wfq", "wred"]
-    # the bars are the BCa interval of each point's runs
+    # the bars are the t-interval of each point's runs
     fifo16 = data[("fifo", 16.0, "hubs", "urgent")].times
-    lo, hi = bca_interval(fifo16, seed=7)
+    lo, hi = summarise(fifo16).ci_low, summarise(fifo16).ci_high
     bars = [c for c in ax.containers if c.get_label() == "fifo"][0]
     segments = bars.lines[2][0].get_segments()
     assert any(np.isclose(seg[0][1], lo) and np.isclose(seg[1][1], hi) for seg in segments)
@@ -95,7 +95,11 @@ def test_the_streams_axis_is_base2_symlog_with_0_and_the_levels_as_ticks(cells):
     assert [t.get_text() for t in ax.get_xticklabels()] == ["0", "1", "4", "16"]
     assert ax.get_xlim()[0] < 0 < 16 < ax.get_xlim()[1]
     assert "symlog" in ax.get_xlabel() and "processes" in ax.get_xlabel() and "linear from 0 to 1," in fig.caption
-    assert "standard deviation" in fig.caption and "no error bars" in fig.caption
+    assert "standard deviation" in fig.caption and "chi-square interval of the standard deviation" in fig.caption
+    fifo16 = data[("fifo", 16.0, "hubs", "urgent")].times
+    lo, hi = std_interval(fifo16)
+    bars = [c for c in ax.containers if c.get_label() == "fifo"][0]
+    assert any(np.isclose(seg[0][1], lo) and np.isclose(seg[1][1], hi) for seg in bars.lines[2][0].get_segments())
 
 
 def test_write_figures_draws_figures_7_to_9_box_cdf_and_time_series(raw, tmp_path):
