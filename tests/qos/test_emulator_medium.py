@@ -78,3 +78,18 @@ def test_each_station_keeps_its_own_discipline():
 def test_one_medium_has_one_rate():
     with pytest.raises(ConfigError, match="one medium has one rate"):
         hub(reverse={"rate_kbit": 100_000})
+
+
+def test_drops_are_counted_per_station_as_well_as_per_medium():
+    """Overload one station only: its drops are its own, the other station's are 0, and the
+    stations' drops add up to the medium's."""
+    link, _ = hub(limit_packets=10)
+    out = simulate(link, offered(12e6, "e0.forward") + offered(1e6, "e0.reverse", flow=1), until=2.0)
+    assert out
+    stats = link.stats.to_dict(samples=False)
+    stations = stats["stations"]
+    fwd = sum(v for c in stations["e0.forward"].values() for k, v in c.items() if not k.startswith("sent_"))
+    rev = sum(v for c in stations.get("e0.reverse", {}).values() for k, v in c.items() if not k.startswith("sent_"))
+    total = sum(c["dropped_packets"] for c in stats["classes"].values())
+    assert fwd > 0 and rev == 0 and fwd + rev == total
+    assert stations["e0.reverse"]["default"]["sent_packets"] > 0
