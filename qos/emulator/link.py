@@ -45,7 +45,8 @@ class EmulatedLink:
         Bytes added per packet to the IP length when computing serialisation time
         (e.g. 14 for an Ethernet header, 38 with preamble, FCS and inter-frame gap).
     shapers : dict, optional
-        Class name -> `TokenBucketShaper` in front of the scheduler.
+        Class name -> `TokenBucketShaper` in front of the scheduler; on a shared medium keyed
+        (station, class): each station shapes its own packets.
     rng : random.Random, optional
         For loss and jitter (seed it for repeatable runs).
     stats : LinkStats, optional
@@ -89,7 +90,7 @@ class EmulatedLink:
         if self.loss and self.rng.random() < self.loss:
             self._drop(pkt, LOSS)
             return
-        shaper = self.shapers.get(klass)
+        shaper = self.shapers.get(klass if not pkt.station else (pkt.station, klass))
         if shaper is not None:
             if shaper.push(pkt, now):
                 stats.enqueued(klass, pkt.length)
@@ -143,7 +144,7 @@ class EmulatedLink:
             if victim is pkt:
                 admitted = False
             self._drop(victim, reason)
-        if admitted and pkt.klass not in self.shapers:
+        if admitted and (pkt.klass if not pkt.station else (pkt.station, pkt.klass)) not in self.shapers:
             self.stats.enqueued(pkt.klass, pkt.length)
         if self.busy_until < now:
             self.busy_until = now  # the transmitter was idle: it starts now

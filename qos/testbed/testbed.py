@@ -115,17 +115,24 @@ class Testbed:
         b = self.config.bottleneck
         topo = self.topology
         routers = hubs.ROUTER_FIFO if at == "hosts" else discipline
-        lan_station = hubs.station_settings(routers, defaults.HUB_RATE_KBIT, b.overhead_bytes)
-        core_station = hubs.station_settings(routers, b.rate_kbit, b.overhead_bytes)
+        plain, shaped_at = hubs.split_shaping(routers)  # the shaper sits at one port only
+        lan_station = hubs.station_settings(plain, defaults.HUB_RATE_KBIT, b.overhead_bytes)
+        core_station = hubs.station_settings(plain, b.rate_kbit, b.overhead_bytes)
         host_station = hubs.station_settings(discipline, defaults.HUB_RATE_KBIT, b.overhead_bytes) if at == "hosts" else None
+        master_subnet = self.config.master[0]
+        overrides: dict = {}
+        if shaped_at == "router":  # the master's router's port toward the shared segment (the study's)
+            overrides[f"r{master_subnet}"] = hubs.station_settings(routers, b.rate_kbit, b.overhead_bytes)
+        elif shaped_at == "host":  # the master's own card on its hub
+            overrides[self.config.master] = {**hubs.station_settings(routers, defaults.HUB_RATE_KBIT, b.overhead_bytes)}
         configs = {"core": (topo.core, hubs.core_hub({f"r{s}": topo.uplinks[s].intf2.name
-                                                      for s in self.config.subnets}, core_station))}
+                                                      for s in self.config.subnets}, core_station, overrides))}
         for subnet in self.config.subnets:
             lan = topo.subnet_lans[subnet]
             stations = {link.intf1.node.name: link.intf1.ip for link in lan.links}
             configs[subnet] = (topo.routers[subnet],
                                hubs.subnet_hub(lan.name, topo.routers[subnet].name, stations, lan_station,
-                                               host_station))
+                                               host_station, overrides))
         for name, (_, config) in configs.items():
             emulator.config_from_dict(config, f"the 2002 network's hub {name}")
         for name, (node, config) in configs.items():
@@ -396,7 +403,7 @@ def _emulated_counters(router: str, directions: dict) -> dict[str, dict]:
                         for cls, c in d.get("classes", {}).items()}
         if medium:
             for station, by_class in d.get("stations", {}).items():
-                out[f"{key}/{station}"] = {
+                out[f"{key}/{station.split('.')[0]}"] = {  # "rA.forward" -> "rA"
                     cls: {"bytes": c.get("sent_bytes", 0), "packets": c.get("sent_packets", 0),
                           "drops": sum(v for k, v in c.items() if not k.startswith("sent_")),
                           "drops_by_reason": {k: v for k, v in c.items() if not k.startswith("sent_")}}

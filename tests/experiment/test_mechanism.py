@@ -8,8 +8,8 @@ from qos.testbed.testbed import _emulated_counters
 
 
 def _directions(router_drops: int, card_drops: int) -> dict:
-    stations = {"rA": {"urgent": {"sent_packets": 10, "sent_bytes": 15000, "tail": router_drops}},
-                "A1": {"urgent": {"sent_packets": 20, "sent_bytes": 30000, "tail": card_drops}}}
+    stations = {"rA.forward": {"urgent": {"sent_packets": 10, "sent_bytes": 15000, "tail": router_drops}},
+                "A1.forward": {"urgent": {"sent_packets": 20, "sent_bytes": 30000, "tail": card_drops}}}
     classes = {"urgent": {"sent_bytes": 45000, "sent_packets": 30, "dropped_packets": router_drops + card_drops,
                           "enqueued_bytes": 45000, "enqueued_packets": 30}}
     return {name: {"medium": "hub", "classes": classes, "stations": stations} for name in ("rA", "A1")}
