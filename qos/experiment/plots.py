@@ -367,7 +367,8 @@ RATE_WINDOW_S = 2.0  # the time series' rates are over windows of at least this 
 
 def windowed_rates(samples, window_s: float = RATE_WINDOW_S) -> tuple[np.ndarray, np.ndarray]:
     """(window end times, kbit/s) of cumulative byte `samples` [[t_s, bytes], ...] over
-    consecutive windows of at least `window_s` (the last one may be shorter, if at least half).
+    consecutive windows of at least `window_s` (the last one may be shorter, if at least half;
+    a run shorter than `window_s` gets one window over all of it).
 
     The sampler reads the counters 0.5 s apart, each reading taking a few ms of its own: over
     one interval that jitter alone makes a rate look up to ~10 % above the line's; over a
@@ -375,6 +376,10 @@ def windowed_rates(samples, window_s: float = RATE_WINDOW_S) -> tuple[np.ndarray
     data = np.asarray(samples, dtype=np.float64)
     ts, rates = [], []
     t0, b0 = data[0]
+    span = data[-1][0] - t0
+    if span <= 0:
+        return np.asarray(ts), np.asarray(rates)
+    window_s = min(window_s, span)  # a case shorter than a window: one rate over all of it
     for t, b in data[1:]:
         if t - t0 >= window_s:
             ts.append(t)
@@ -409,9 +414,10 @@ def figure_timeseries(meta: dict, picked: dict[str, dict], link: str, cls: str) 
         rec = picked[name]
         t, rate = windowed_rates(rec["competing"]["samples"])
         st = style(order.index(name))
-        if t.size:
-            ax.step(t, rate, where="pre", color=st["color"], linestyle=st["linestyle"],
-                    label="competing received")
+        if t.size:  # each rate drawn over its own window, from the first sample on
+            start = float(rec["competing"]["samples"][0][0])
+            ax.step(np.r_[start, t], np.r_[rate[0], rate], where="pre", color=st["color"],
+                    linestyle=st["linestyle"], label="competing received")
             highest = max(highest, float(rate.max()))
         if capacity:
             ax.axhline(capacity, color="grey", linestyle="--", linewidth=1, label="segment capacity")
@@ -436,7 +442,7 @@ def figure_timeseries(meta: dict, picked: dict[str, dict], link: str, cls: str) 
     fig.suptitle(f"The case against the competing traffic, one run per strategy at {level:g} {unit} per target\n"
                  f"{describe_link(meta, link)}, {cls} class", fontsize="medium")
     caption(fig, f"Line: the bytes the competing targets' interfaces received (Ethernet frames) per window of "
-                 f"at least {RATE_WINDOW_S:g} s, as kbit/s; dashed: the shared segment's capacity, which the "
+                 f"at least {RATE_WINDOW_S:g} s (a shorter case: one window over all of it), as kbit/s; dashed: the shared segment's capacity, which the "
                  f"competing traffic to both targets crosses; shaded: the case, from submission to its last "
                  f"reply; dotted: when each site's reply arrived. One run per strategy (n = 1 per panel, no "
                  f"interval), the first at this level in the run order.")
