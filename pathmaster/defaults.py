@@ -138,7 +138,14 @@ WFQ_HOLD_QUEUE_PACKETS = 1000
 WFQ_WEIGHT_NUMERATOR = 32384
 # Cisco IOS weighs a WFQ flow by IP precedence + 1: AF41 -> 5, AF21 -> 3, AF11 -> 2, LE -> 1.
 WFQ_WEIGHTS = {"urgent": 5, "routine": 3, "teaching": 2, "bulk": 1}
-SHAPER_BURST_BYTES = 3028      # token bucket of a shaped class: two full Ethernet frames (2 x 1514)
+SHAPER_BURST_BYTES = 3028      # token bucket of a shaped class: two full Ethernet frames (2 x 1514);
+                               # the host-side shaping variant's (a host's own token bucket)
+# Cisco IOS traffic shaping (`traffic-shape rate bit-rate [burst-size [excess-burst-size]]`):
+# "burst-size ... the sustained number of bits that can be transmitted per interval ... Default
+# is the bit-rate divided by 8", i.e. Bc = CIR x 125 ms, and excess-burst-size defaults to
+# burst-size ("Cisco IOS in a Nutshell", O'Reilly, traffic-shape rate; oreilly.com/library/view/
+# cisco-ios-in/156592942X/re703.html). 4000 kbit/s -> 62,500 B; 200 kbit/s -> 3,125 B.
+IOS_SHAPING_INTERVAL_S = 0.125
 # WRED (Cisco IOS `random-detect`): the profile of a DSCP with no profile of its own is
 # min 20, max 40 packets, mark-probability denominator 10; exponential weighting constant 9.
 WRED_DEFAULT_PROFILE = (20, 40, 10)
