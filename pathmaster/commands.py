@@ -61,6 +61,12 @@ def register(subparsers) -> None:
                         "run and kept (default: the dataset's, herlev for most)")
     p.add_argument("--batch-size", type=int, default=32,
                    help="cells per committed transaction: at most this much work is redone after a crash (default 32)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="local processes analysing cells in parallel (default: one per core; 1: in the "
+                        "indexing process itself)")
+    p.add_argument("--ray-address", metavar="HOST:PORT",
+                   help="analyse on this running Ray cluster instead, one task per CPU (needs the site "
+                        "extra; the cluster's nodes must see DATASET_DIR at the same path)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_index)
 
@@ -106,23 +112,28 @@ def _synth(args) -> int:
 
 @_reports_bad_input
 def _index(args) -> int:
-    from pathmaster.ingest import ingest
+    from pathmaster.ingest import ingest, local_cores
 
     if not args.dataset.is_dir():
         raise NotADirectoryError(f"{args.dataset}: not a dataset directory")
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be at least 1, got {args.batch_size}")
+    workers = local_cores() if args.workers is None else args.workers
+    if not 1 <= workers <= 1024:
+        raise ValueError(f"--workers must be 1 to 1024, got {workers}")
     vocabulary = None
     if args.vocabulary:
         from pathmaster.vocabulary import load_vocabulary
 
         vocabulary = load_vocabulary(args.vocabulary)
     report = ingest(args.dataset, args.db, progress=not args.quiet, algorithm=args.algorithm,
-                    features=args.features, batch_size=args.batch_size, vocabulary=vocabulary)
+                    features=args.features, batch_size=args.batch_size, vocabulary=vocabulary,
+                    workers=workers, ray_address=args.ray_address)
     for source, problem in report.problems:
         print(f"skipped {source}: {problem}", file=sys.stderr)
     print(f"{report.added} cells added, {report.skipped} already there, {len(report.problems)} problems; "
-          f"{report.total_cells} cells in {args.db} ({report.cells_per_second:.1f} cells/s)")
+          f"{report.total_cells} cells in {args.db} ({report.cells_per_second:.1f} cells/s, analysed in "
+          f"{report.where})")
     if report.index:
         projection = report.index["projection"]
         names = projection["names"]
