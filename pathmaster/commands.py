@@ -1,4 +1,4 @@
-"""The core commands: ``synth``, ``index``, ``search``, ``evaluate``.
+"""The core commands: ``synth``, ``index``, ``cells``, ``search``, ``evaluate``.
 
 Each handler imports what it needs when it runs, so ``pathmaster --help`` stays instant.
 Bad input ends a command with one line on stderr naming the file and the problem, and a
@@ -67,8 +67,28 @@ def register(subparsers) -> None:
     p.add_argument("--ray-address", metavar="HOST:PORT",
                    help="analyse on this running Ray cluster instead, one task per CPU (needs the site "
                         "extra; the cluster's nodes must see DATASET_DIR at the same path)")
+    p.add_argument("--relearn", action="store_true",
+                   help="fit what the site learns from its cells (z-scores, feature choice) to all of them "
+                        "again; without it new cells join the search index and that is kept, unless they "
+                        "have drifted from the cells it was fitted to")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_index)
+
+    p = subparsers.add_parser("cells", help="remove or relabel cells of a site database",
+                              description="Remove cells from a site (rows, files and search index) or give a "
+                                          "cell another diagnosis. What the site learnt is kept until "
+                                          "`pathmaster index --relearn`.")
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    remove = actions.add_parser("remove", help="remove cells by id", description="Remove cells by their site id.")
+    remove.add_argument("cell_ids", nargs="+", metavar="CELL_ID", help="the cells' ids (16 hex digits)")
+    remove.add_argument("--db", required=True, type=Path, metavar="SITE_DIR")
+    remove.set_defaults(func=_cells_remove)
+    relabel = actions.add_parser("relabel", help="give a cell another diagnosis",
+                                 description="Give a cell another diagnosis, a label of the site's vocabulary.")
+    relabel.add_argument("cell_id", metavar="CELL_ID", help="the cell's id (16 hex digits)")
+    relabel.add_argument("diagnosis", metavar="DIAGNOSIS", help="a label of the site's vocabulary")
+    relabel.add_argument("--db", required=True, type=Path, metavar="SITE_DIR")
+    relabel.set_defaults(func=_cells_relabel)
 
     p = subparsers.add_parser("search", help="the most similar database cells to one test cell",
                               description="Analyse one cell image and print the k most similar cells of the site.")
@@ -128,7 +148,7 @@ def _index(args) -> int:
         vocabulary = load_vocabulary(args.vocabulary)
     report = ingest(args.dataset, args.db, progress=not args.quiet, algorithm=args.algorithm,
                     features=args.features, batch_size=args.batch_size, vocabulary=vocabulary,
-                    workers=workers, ray_address=args.ray_address)
+                    workers=workers, ray_address=args.ray_address, relearn=args.relearn)
     for source, problem in report.problems:
         print(f"skipped {source}: {problem}", file=sys.stderr)
     print(f"{report.added} cells added, {report.skipped} already there, {len(report.problems)} problems; "
@@ -140,6 +160,40 @@ def _index(args) -> int:
         shown = ", ".join(names) if len(names) <= 20 else f"{', '.join(names[:20])}, ..."
         print(f"index: {report.index['algorithm']}, features by {projection['method']} ({len(names)}): {shown}")
     return 0 if report.total_cells else 1
+
+
+def _known_cells(handler):
+    """An unknown cell id ends the command with one line naming it, exit status 2."""
+
+    @functools.wraps(handler)
+    def run(args) -> int:
+        try:
+            return handler(args)
+        except KeyError as exc:
+            print(f"pathmaster cells: error: no cell {exc.args[0]!r} in {args.db}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+
+    return run
+
+
+@_reports_bad_input
+@_known_cells
+def _cells_remove(args) -> int:
+    from pathmaster.growth import remove_cells
+
+    config = remove_cells(args.db, args.cell_ids)
+    print(f"removed {len(set(args.cell_ids))} cells; {config['n_cells']} cells in {args.db}")
+    return 0
+
+
+@_reports_bad_input
+@_known_cells
+def _cells_relabel(args) -> int:
+    from pathmaster.growth import relabel_cell
+
+    label = relabel_cell(args.db, args.cell_id, args.diagnosis)
+    print(f"cell {args.cell_id} is now {label!r} (`pathmaster index --relearn` fits the site to its labels again)")
+    return 0
 
 
 def _read_cell(args):

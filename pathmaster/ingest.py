@@ -10,7 +10,8 @@ before their rows (see ``pathmaster.sitedb``), so killing the process at any mom
 a consistent database and running the same command again completes it. Files that cannot
 be read or analysed (or whose analysis crashed or ran over its budget) are recorded in
 the database's ``problems`` table by name and reported; the rest goes on. Finally the
-search index is rebuilt (``pathmaster.site.build_search_index``).
+search index is brought up to date (``pathmaster.growth.update_search_index``: the new
+cells added to it, what the site learnt from its cells kept until it re-learns).
 
 Where the analysis runs (``workers``, ``ray_address``): in this process (1 worker), in a
 pool of local worker processes (``pathmaster.budget.AnalysisPool``: each task under a CPU
@@ -40,7 +41,7 @@ from PIL import Image
 
 from pathmaster.imageio import encode_png
 from pathmaster.records import CellRecord, InvalidInput
-from pathmaster.site import analyse_cell, build_search_index
+from pathmaster.site import analyse_cell
 from pathmaster.sitedb import THUMBNAIL_PX, CellRow, SiteDB, cell_id_for, remove_orphan_temporaries, write_atomic
 
 BATCH_SIZE = 32
@@ -407,12 +408,15 @@ def _chunks(units, known: set[str], report: IngestReport, bar, size: int):
 def ingest(dataset_dir: str | Path, site_dir: str | Path, *, batch_size: int = BATCH_SIZE,
            progress: bool = False, build_index: bool = True, algorithm: str | None = None,
            features: str | None = None, records=None, vocabulary=None, workers: int = 1,
-           ray_address: str | None = None, files_per_task: int = FILES_PER_TASK) -> IngestReport:
+           ray_address: str | None = None, files_per_task: int = FILES_PER_TASK,
+           relearn: bool = False) -> IngestReport:
     """Add every cell of ``dataset_dir`` that ``site_dir`` does not hold yet.
 
     batch_size: cells per committed transaction (a kill loses at most this much work).
-    progress: show a tqdm progress bar (files, with an ETA) on stderr. build_index: rebuild
-    the search index at the end (``algorithm``/``features`` as in ``build_search_index``).
+    progress: show a tqdm progress bar (files, with an ETA) on stderr. build_index: bring
+    the search index up to date at the end (``pathmaster.growth.update_search_index``: new
+    cells added, what the site learnt kept unless `relearn` or the new cells drifted;
+    ``algorithm``/``features`` as in ``site.build_search_index``).
     records: an iterable to use instead of ``iter_dataset(dataset_dir)`` (CellRecords and
     ImportProblems). vocabulary: the site's diagnosis vocabulary (a
     ``pathmaster.vocabulary.Vocabulary``), stored in the database on the first run; None
@@ -463,7 +467,9 @@ def ingest(dataset_dir: str | Path, site_dir: str | Path, *, batch_size: int = B
         report.total_cells = len(db)
         report.seconds = time.perf_counter() - started
         if build_index and report.total_cells:
-            report.index = build_search_index(db, algorithm=algorithm, features=features)
+            from pathmaster.growth import update_search_index
+
+            report.index = update_search_index(db, algorithm=algorithm, features=features, relearn=relearn)
     return report
 
 
