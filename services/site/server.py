@@ -312,6 +312,8 @@ class SiteServicer(pb_grpc.SiteServicer):
             vocabulary=site_vocabulary(self.info["vocabulary"]),
             feature_columns=self.info.get("feature_columns", []),
             feature_column_names=self.info.get("feature_column_names", []),
+            representation=self.info.get("representation", ""),
+            representation_cells=self.info.get("representation_cells", 0),
         )
 
 

@@ -138,10 +138,16 @@ class SiteWorker:
 
     def info(self) -> dict:
         """{"algorithm", "database_cells", "diagnoses", "feature_schema", "vocabulary",
-        "feature_columns", "feature_column_names"} of this worker's database (the
-        vocabulary as ``Vocabulary.as_dict``; the columns its distance reads, [] for all)."""
+        "feature_columns", "feature_column_names", "representation", "representation_cells"}
+        of this worker's database (the vocabulary as ``Vocabulary.as_dict``; the columns its
+        distance reads, [] for all; the fitted representation's id and its cells)."""
+        from pathmaster.growth import representation
+
         columns = self.index.compared_columns()
+        fitted = representation(self.index.config)
         return {
+            "representation": fitted["id"],
+            "representation_cells": fitted["fitted_cells"],
             "feature_columns": columns,
             "feature_column_names": [self.index.feature_names[c] for c in columns],
             "algorithm": self.index.algorithm,
