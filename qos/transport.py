@@ -42,13 +42,13 @@ import os
 import ssl
 import threading
 import time
-from collections import OrderedDict
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 import grpc
+from cachetools import TTLCache
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
@@ -110,22 +110,19 @@ class CopyFilter:
     `entries` of them (the oldest forgotten first).
     """
 
-    def __init__(self, memory_s: float = defaults.COPY_MEMORY_S, entries: int = defaults.COPY_MEMORY_ENTRIES):
+    def __init__(self, memory_s: float = defaults.COPY_MEMORY_S, entries: int = defaults.COPY_MEMORY_ENTRIES,
+                 clock: Callable[[], float] = time.monotonic):
         self.memory_s = memory_s
         self.entries = entries
-        self._seen: OrderedDict[tuple, float] = OrderedDict()
+        self._seen: TTLCache = TTLCache(maxsize=entries, ttl=memory_s, timer=clock)
         self._lock = threading.Lock()
 
     def first(self, key: tuple) -> bool:
         """True the first time `key` is seen (within the memory), False for a copy."""
-        now = time.monotonic()
         with self._lock:
-            while self._seen and (len(self._seen) >= self.entries
-                                  or next(iter(self._seen.values())) < now - self.memory_s):
-                self._seen.popitem(last=False)
             if key in self._seen:
                 return False
-            self._seen[key] = now
+            self._seen[key] = True  # a full memory forgets its oldest first (TTLCache's LRU order)
             return True
 
     def refuse_copy(self, context: grpc.ServicerContext, send_id: str) -> None:
