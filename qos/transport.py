@@ -76,17 +76,22 @@ ROLE_NAMES = {"coordinator": "coordinators", "site": "sites", "client": "patholo
 MAX_SEND_ID_CHARS = 64  # AnalyseRequest.send_id: a client-chosen value, bounded
 
 
-def client_identity(context: grpc.ServicerContext) -> str:
-    """Who is calling, for per-client limits: the TLS certificate's common name when there
-    is one, else the peer's address without its port; a loopback peer (a process on this
-    machine: the demo's clients, a load test) with its port, so that each of its
-    connections is a client of its own rather than all of them one."""
+def caller_identity(context: grpc.ServicerContext) -> str:
+    """Who is calling: the TLS certificate's common name when there is one, else the peer's
+    address without its port (the same for all of a caller's connections)."""
     names = context.auth_context().get("x509_common_name") if context.auth_context() else None
     if names:
         return "cn:" + names[0].decode(errors="replace")
     peer = context.peer() or ""
-    host = peer.rsplit(":", 1)[0] if peer.count(":") > 1 else peer
-    return peer if _is_loopback(host) else host
+    return peer.rsplit(":", 1)[0] if peer.count(":") > 1 else peer
+
+
+def client_identity(context: grpc.ServicerContext) -> str:
+    """Who is calling, for per-client limits: `caller_identity`, but a loopback peer without
+    a certificate (a process on this machine: the demo's clients, a load test) with its
+    port, so that each of its connections is a client of its own rather than all one."""
+    caller = caller_identity(context)
+    return context.peer() if _is_loopback(caller) else caller
 
 
 def _is_loopback(host: str) -> bool:
@@ -132,7 +137,8 @@ class CopyFilter:
         if len(send_id) > MAX_SEND_ID_CHARS:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                           f"the send id is too long: at most {MAX_SEND_ID_CHARS} characters")
-        if send_id and not self.first((client_identity(context), send_id)):
+        # The caller, not its connection: the copies of one send come over several.
+        if send_id and not self.first((caller_identity(context), send_id)):
             context.abort(grpc.StatusCode.ALREADY_EXISTS,
                           "this send is already answered on another connection: this copy is not needed")
 
