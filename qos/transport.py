@@ -91,16 +91,12 @@ def client_identity(context: grpc.ServicerContext) -> str:
     a certificate (a process on this machine: the demo's clients, a load test) with its
     port, so that each of its connections is a client of its own rather than all one."""
     caller = caller_identity(context)
-    return context.peer() if _is_loopback(caller) else caller
+    return context.peer() if _peer_is_loopback(caller) else caller
 
 
-def _is_loopback(host: str) -> bool:
+def _peer_is_loopback(peer_host: str) -> bool:
     """True for gRPC's "ipv4:127.0.0.1" or "ipv6:[::1]" (a peer's address without its port)."""
-    address = host.split(":", 1)[1] if host.startswith(("ipv4:", "ipv6:")) else host
-    try:
-        return ipaddress.ip_address(address.strip("[]")).is_loopback
-    except ValueError:
-        return False
+    return is_loopback(peer_host.split(":", 1)[1] if peer_host.startswith(("ipv4:", "ipv6:")) else peer_host)
 
 
 class CopyFilter:
