@@ -165,6 +165,8 @@ class CasePipeline:
         ``analyse(cells, timeout_s, priority) -> [CellFeatures | str]`` (the most favoured
         class's cells first: priority 0) and ``estimate_s(cells)``;
         set later (`analysers`, `schema`) when they become ready. None: images only.
+    schema : str
+        The analysers' feature schema ("": none ready; every site gets the images).
     settings : Settings
     case_model : CaseModel, optional
     clock : callable
