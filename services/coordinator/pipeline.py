@@ -162,8 +162,11 @@ class CasePipeline:
     predictor : Predictor
         Each site call's prediction, fed by every answer.
     analysers : object, optional
-        ``analyse(cells, timeout_s) -> [CellFeatures | str]`` and ``estimate_s(cells)``;
+        ``analyse(cells, timeout_s, priority) -> [CellFeatures | str]`` (the most favoured
+        class's cells first: priority 0) and ``estimate_s(cells)``;
         set later (`analysers`, `schema`) when they become ready. None: images only.
+    schema : str
+        The analysers' feature schema ("": none ready; every site gets the images).
     settings : Settings
     case_model : CaseModel, optional
     clock : callable
@@ -319,7 +322,8 @@ class CasePipeline:
         t0 = self.clock()
         try:
             with analysis_span(len(case.cells)):
-                analysed = self.analysers.analyse(list(case.cells), max(0.1, case.deadline - t0))
+                analysed = self.analysers.analyse(list(case.cells), max(0.1, case.deadline - t0),
+                                                  priority=case.served.priority)
         except Exception as exc:  # noqa: BLE001 - analysers gone or too slow: every site takes the images
             case.why.append(Why("analysis_failed", {"error": type(exc).__name__}))
             analysed = []
