@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from pathmaster.conclusion import (DEFAULT_THRESHOLD, SiteCell, abnormal_share, aligned_score, at_threshold,
+from pathmaster.conclusion import (DEFAULT_THRESHOLD, SiteCell, abnormal_share, aligned_score, at_threshold, draw_cases,
                                    conclude_case, conclude_cell, simulate_cases)
 from pathmaster.vocabulary import BETHESDA_TERMS, severity
 
@@ -143,3 +143,17 @@ def test_simulated_cases_choose_the_threshold_meeting_the_case_specificity():
     assert not flat["met"]
     with pytest.raises(ValueError):
         simulate_cases(normal, np.zeros(300, bool))
+
+
+def test_drawn_cases_hold_one_cell_per_slide_image_and_the_asked_abnormal_cells():
+    truth = np.r_[np.zeros(40, bool), np.ones(20, bool)]
+    groups = np.arange(60) // 2  # two cells per image
+    normal, mixed = draw_cases(truth, groups, cases=300, seed=3)
+    assert normal.shape == mixed.shape == (300, 6)
+    assert not truth[normal].any()
+    assert set(truth[mixed].sum(axis=1).tolist()) == {1, 2}
+    assert all(len(set(groups[row])) == 6 for row in np.r_[normal, mixed])
+    again = draw_cases(truth, groups, cases=300, seed=3)
+    assert (again[0] == normal).all() and (again[1] == mixed).all()  # seeded
+    with pytest.raises(ValueError):
+        draw_cases(truth, groups, cells=0)
