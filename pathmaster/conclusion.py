@@ -81,6 +81,9 @@ class SiteCell:
         The site's own abnormality score of the cell, in [0, 1].
     operating_point : float, optional
         The site's threshold on ``score`` (abnormal at or above it); with ``score``.
+    reading : bool, optional
+        Whether ``score`` reaches the site's operating point, for a site that says so
+        instead of sending the operating point.
     """
 
     site: str
@@ -89,6 +92,7 @@ class SiteCell:
     distances: tuple = ()
     score: float | None = None
     operating_point: float | None = None
+    reading: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -166,8 +170,16 @@ def aligned_score(score: float, operating_point: float, threshold: float) -> flo
 
 
 def _site_score(answer: SiteCell, threshold: float, weighting: str) -> float | None:
+    """The site's evidence on the rule's scale: its own score aligned at its operating point
+    (or, with only its reading, the score within the side of the threshold it read), else
+    its matches' abnormal share."""
     if answer.score is not None and answer.operating_point is not None:
         return aligned_score(answer.score, answer.operating_point, threshold)
+    if answer.score is not None and answer.reading is not None:
+        score = min(max(float(answer.score), 0.0), 1.0)
+        if answer.reading:
+            return threshold + (1.0 - threshold) * score
+        return min(threshold * score, float(np.nextafter(threshold, 0.0)))  # below it, even at 1
     return abnormal_share(answer.terms, answer.distances, weighting)
 
 

@@ -2,8 +2,9 @@
 
 One place turns SiteResults into the core's plain data (`site_cells`) and the core's reading
 into the CaseConclusion message (`conclusion_message`), so the coordinator's summary, and any
-client reading it, see one rule. A site's own per-cell abnormality score, once the protocol
-carries it, enters here as ``SiteCell.score`` and ``SiteCell.operating_point``.
+client reading it, see one rule. A site's own per-cell abnormality score and its reading at
+the site's operating point (CellResult ``abnormal_score``, ``abnormal``) enter here as
+``SiteCell.score`` and ``SiteCell.reading``, and replace that site's match share.
 """
 
 from __future__ import annotations
@@ -12,10 +13,18 @@ from pathmaster.conclusion import DEFAULT_THRESHOLD, CaseReading, SiteCell, conc
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 
 
+def _site_score(cell) -> dict:
+    """A site's own score of the cell and its reading at its operating point, where the
+    CellResult carries them (``abnormal_score`` present, ``abnormal``)."""
+    if "abnormal_score" in cell.DESCRIPTOR.fields_by_name and cell.HasField("abnormal_score"):
+        return {"score": cell.abnormal_score, "reading": cell.abnormal}
+    return {}
+
+
 def site_cells(results) -> list[SiteCell]:
     """Every answering site's answer for every cell, from SiteResults (failed sites left out)."""
     return [SiteCell(result.site, cell.query_cell_id, tuple(m.bethesda for m in cell.matches),
-                     tuple(m.distance for m in cell.matches))
+                     tuple(m.distance for m in cell.matches), **_site_score(cell))
             for result in results if result.status_code == 0
             for cell in result.cells if not cell.error]
 

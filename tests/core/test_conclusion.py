@@ -113,6 +113,12 @@ def test_a_sites_own_score_replaces_its_match_share_at_its_operating_point():
     only = conclude_cell([cell("c", "NILM", score=0.9, operating_point=0.5)])
     assert only.abnormal_term == "ASC-US" and "abnormal_by_site_score_only" in codes(only)
     assert aligned_score(0.2, 0.2, 0.7) == pytest.approx(0.7) and aligned_score(1.0, 0.2, 0.7) == 1.0
+    # A site that sends its reading instead of its operating point: the reading decides.
+    read = conclude_cell([cell("c", *["NILM"] * 5, score=0.1, reading=True),
+                          cell("c", *["NILM"] * 5, site="b")])
+    assert read.site_readings == {"a": True, "b": False} and not read.abnormal  # pooled below
+    alone = conclude_cell([cell("c", "LSIL", "NILM", "NILM", score=0.95, reading=False)])
+    assert not alone.abnormal and alone.abnormal_score < DEFAULT_THRESHOLD
 
 
 def test_distance_weights_favour_the_nearer_matches():
