@@ -229,7 +229,7 @@ class SiteInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class SiteInfo(_message.Message):
-    __slots__ = ("site", "algorithm", "database_cells", "diagnoses", "workers", "class_ports", "class_dscp", "feature_schema", "load", "vocabulary", "feature_columns", "feature_column_names")
+    __slots__ = ("site", "algorithm", "database_cells", "diagnoses", "workers", "class_ports", "class_dscp", "feature_schema", "load", "vocabulary", "feature_columns", "feature_column_names", "representation", "representation_cells")
     class ClassPortsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -256,6 +256,8 @@ class SiteInfo(_message.Message):
     VOCABULARY_FIELD_NUMBER: _ClassVar[int]
     FEATURE_COLUMNS_FIELD_NUMBER: _ClassVar[int]
     FEATURE_COLUMN_NAMES_FIELD_NUMBER: _ClassVar[int]
+    REPRESENTATION_FIELD_NUMBER: _ClassVar[int]
+    REPRESENTATION_CELLS_FIELD_NUMBER: _ClassVar[int]
     site: str
     algorithm: str
     database_cells: int
@@ -268,7 +270,9 @@ class SiteInfo(_message.Message):
     vocabulary: Vocabulary
     feature_columns: _containers.RepeatedScalarFieldContainer[int]
     feature_column_names: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, site: _Optional[str] = ..., algorithm: _Optional[str] = ..., database_cells: _Optional[int] = ..., diagnoses: _Optional[_Iterable[str]] = ..., workers: _Optional[int] = ..., class_ports: _Optional[_Mapping[str, int]] = ..., class_dscp: _Optional[_Mapping[str, int]] = ..., feature_schema: _Optional[str] = ..., load: _Optional[_Union[SiteLoad, _Mapping]] = ..., vocabulary: _Optional[_Union[Vocabulary, _Mapping]] = ..., feature_columns: _Optional[_Iterable[int]] = ..., feature_column_names: _Optional[_Iterable[str]] = ...) -> None: ...
+    representation: str
+    representation_cells: int
+    def __init__(self, site: _Optional[str] = ..., algorithm: _Optional[str] = ..., database_cells: _Optional[int] = ..., diagnoses: _Optional[_Iterable[str]] = ..., workers: _Optional[int] = ..., class_ports: _Optional[_Mapping[str, int]] = ..., class_dscp: _Optional[_Mapping[str, int]] = ..., feature_schema: _Optional[str] = ..., load: _Optional[_Union[SiteLoad, _Mapping]] = ..., vocabulary: _Optional[_Union[Vocabulary, _Mapping]] = ..., feature_columns: _Optional[_Iterable[int]] = ..., feature_column_names: _Optional[_Iterable[str]] = ..., representation: _Optional[str] = ..., representation_cells: _Optional[int] = ...) -> None: ...
 
 class Vocabulary(_message.Message):
     __slots__ = ("name", "labels", "abnormal", "bethesda")
