@@ -613,7 +613,7 @@ def held_out(site, records, k: int = defaults.K) -> tuple[dict, list]:
     from pathmaster.ingest import problem_pair
     from pathmaster.records import CellRecord, InvalidInput
 
-    labels, ranked, ap, problems = [], [], [], []
+    labels, ranked, distances, ap, problems = [], [], [], [], []
     for record in records:
         if not isinstance(record, CellRecord):
             problems.append(problem_pair(record))
@@ -630,10 +630,23 @@ def held_out(site, records, k: int = defaults.K) -> tuple[dict, list]:
         ranking = [m.diagnosis for m in matches]
         labels.append(record.diagnosis)
         ranked.append(ranking[:k])
+        distances.append([m.distance for m in matches[:k]])
         ap.append(average_precisions(np.asarray(ranking, dtype=object) == record.diagnosis)[0])
     if not labels:
         raise ValueError("no query cell could be analysed: " + "; ".join(f"{s}: {p}" for s, p in problems[:5]))
-    return score_rankings(labels, np.asarray(ranked, dtype=object), np.asarray(ap), k), problems
+    ranked = np.asarray(ranked, dtype=object)
+    metrics = score_rankings(labels, ranked, np.asarray(ap), k)
+    abnormal = _abnormal_set(site.vocabulary.abnormal, np.concatenate([labels, site.labels()]))
+    metrics["abnormal"] = None
+    if abnormal:
+        positive = np.isin(labels, list(abnormal))
+        majority = np.array([majority_vote([x in abnormal for x in row]) for row in ranked], dtype=bool)
+        scores = abnormality_score(np.isin(ranked, list(abnormal)), np.asarray(distances))
+        metrics["abnormal"] = {"labels": sorted(abnormal), "score": "distance-weighted share of abnormal cells "
+                               "among the k matches (pathmaster.abnormality)",
+                               "majority": binary_figures(positive, majority),
+                               "operating_point": None, "roc": roc(positive, scores)}
+    return metrics, problems
 
 
 def _interval(ci: dict, key: str) -> str:
@@ -659,9 +672,10 @@ def _abnormal_lines(metrics: dict) -> list[str]:
     majority, point = abnormal["majority"], abnormal["operating_point"]
     lines = ["", f"abnormal ({', '.join(abnormal['labels'])}) vs normal: "
                  f"{majority['positives']} abnormal, {majority['negatives']} normal cells",
-             f"  majority of the {metrics['k']} matches   {_pair(majority)}  ({majority['missed']} abnormal called normal)",
-             f"  operating point         {_pair(point)}  ({point['missed']} abnormal called normal;"
-             f" threshold chosen on each training fold for sensitivity >= {point['target_sensitivity']:.2f})"]
+             f"  majority of the {metrics['k']} matches   {_pair(majority)}  ({majority['missed']} abnormal called normal)"]
+    if point:
+        lines.append(f"  operating point         {_pair(point)}  ({point['missed']} abnormal called normal;"
+                     f" threshold chosen on each training fold for sensitivity >= {point['target_sensitivity']:.2f})")
     curve = abnormal.get("roc")
     if curve:
         lines.append(f"  ROC AUC of the abnormality score {curve['auc']:.3f} [{curve['auc_ci'][0]:.3f}, "
