@@ -1,4 +1,4 @@
-"""The core commands: ``synth``, ``index``, ``search``, ``evaluate``.
+"""The core commands: ``synth``, ``index``, ``cells``, ``search``, ``evaluate``.
 
 Each handler imports what it needs when it runs, so ``pathmaster --help`` stays instant.
 Bad input ends a command with one line on stderr naming the file and the problem, and a
@@ -61,8 +61,34 @@ def register(subparsers) -> None:
                         "run and kept (default: the dataset's, herlev for most)")
     p.add_argument("--batch-size", type=int, default=32,
                    help="cells per committed transaction: at most this much work is redone after a crash (default 32)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="local processes analysing cells in parallel (default: one per core; 1: in the "
+                        "indexing process itself)")
+    p.add_argument("--ray-address", metavar="HOST:PORT",
+                   help="analyse on this running Ray cluster instead, one task per CPU (needs the site "
+                        "extra; the cluster's nodes must see DATASET_DIR at the same path)")
+    p.add_argument("--relearn", action="store_true",
+                   help="fit what the site learns from its cells (z-scores, feature choice) to all of them "
+                        "again; without it new cells join the search index and that is kept, unless they "
+                        "have drifted from the cells it was fitted to")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_index)
+
+    p = subparsers.add_parser("cells", help="remove or relabel cells of a site database",
+                              description="Remove cells from a site (rows, files and search index) or give a "
+                                          "cell another diagnosis. What the site learnt is kept until "
+                                          "`pathmaster index --relearn`.")
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    remove = actions.add_parser("remove", help="remove cells by id", description="Remove cells by their site id.")
+    remove.add_argument("cell_ids", nargs="+", metavar="CELL_ID", help="the cells' ids (16 hex digits)")
+    remove.add_argument("--db", required=True, type=Path, metavar="SITE_DIR")
+    remove.set_defaults(func=_cells_remove)
+    relabel = actions.add_parser("relabel", help="give a cell another diagnosis",
+                                 description="Give a cell another diagnosis, a label of the site's vocabulary.")
+    relabel.add_argument("cell_id", metavar="CELL_ID", help="the cell's id (16 hex digits)")
+    relabel.add_argument("diagnosis", metavar="DIAGNOSIS", help="a label of the site's vocabulary")
+    relabel.add_argument("--db", required=True, type=Path, metavar="SITE_DIR")
+    relabel.set_defaults(func=_cells_relabel)
 
     p = subparsers.add_parser("search", help="the most similar database cells to one test cell",
                               description="Analyse one cell image and print the k most similar cells of the site.")
@@ -111,29 +137,68 @@ def _synth(args) -> int:
 
 @_reports_bad_input
 def _index(args) -> int:
-    from pathmaster.ingest import ingest
+    from pathmaster.ingest import ingest, local_cores
 
     if not args.dataset.is_dir():
         raise NotADirectoryError(f"{args.dataset}: not a dataset directory")
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be at least 1, got {args.batch_size}")
+    workers = local_cores() if args.workers is None else args.workers
+    if not 1 <= workers <= 1024:
+        raise ValueError(f"--workers must be 1 to 1024, got {workers}")
     vocabulary = None
     if args.vocabulary:
         from pathmaster.vocabulary import load_vocabulary
 
         vocabulary = load_vocabulary(args.vocabulary)
     report = ingest(args.dataset, args.db, progress=not args.quiet, algorithm=args.algorithm,
-                    features=args.features, batch_size=args.batch_size, vocabulary=vocabulary)
+                    features=args.features, batch_size=args.batch_size, vocabulary=vocabulary,
+                    workers=workers, ray_address=args.ray_address, relearn=args.relearn)
     for source, problem in report.problems:
         print(f"skipped {source}: {problem}", file=sys.stderr)
     print(f"{report.added} cells added, {report.skipped} already there, {len(report.problems)} problems; "
-          f"{report.total_cells} cells in {args.db} ({report.cells_per_second:.1f} cells/s)")
+          f"{report.total_cells} cells in {args.db} ({report.cells_per_second:.1f} cells/s, analysed in "
+          f"{report.where})")
     if report.index:
         projection = report.index["projection"]
         names = projection["names"]
         shown = ", ".join(names) if len(names) <= 20 else f"{', '.join(names[:20])}, ..."
         print(f"index: {report.index['algorithm']}, features by {projection['method']} ({len(names)}): {shown}")
     return 0 if report.total_cells else 1
+
+
+def _known_cells(handler):
+    """An unknown cell id ends the command with one line naming it, exit status 2."""
+
+    @functools.wraps(handler)
+    def run(args) -> int:
+        try:
+            return handler(args)
+        except KeyError as exc:
+            print(f"pathmaster cells: error: no cell {exc.args[0]!r} in {args.db}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+
+    return run
+
+
+@_reports_bad_input
+@_known_cells
+def _cells_remove(args) -> int:
+    from pathmaster.growth import remove_cells
+
+    config = remove_cells(args.db, args.cell_ids)
+    print(f"removed {len(set(args.cell_ids))} cells; {config['n_cells']} cells in {args.db}")
+    return 0
+
+
+@_reports_bad_input
+@_known_cells
+def _cells_relabel(args) -> int:
+    from pathmaster.growth import relabel_cell
+
+    label = relabel_cell(args.db, args.cell_id, args.diagnosis)
+    print(f"cell {args.cell_id} is now {label!r} (`pathmaster index --relearn` fits the site to its labels again)")
+    return 0
 
 
 def _read_cell(args):

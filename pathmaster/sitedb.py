@@ -266,22 +266,40 @@ class SiteDB:
         rows = self.conn.execute(f"SELECT {', '.join(_COLUMNS)} FROM cells ORDER BY rowid")
         return [_row_to_cell(r) for r in rows]
 
-    def feature_matrix(self) -> tuple[list[str], np.ndarray]:
-        """(cell ids, float64 (n_cells, n_features)) in insertion order."""
+    def feature_matrix(self, offset: int = 0) -> tuple[list[str], np.ndarray]:
+        """(cell ids, float64 (n_cells, n_features)) in insertion order, from the
+        `offset`-th cell on (0: every cell)."""
         ids, vectors = [], []
-        for cell_id, blob in self.conn.execute("SELECT cell_id, features FROM cells ORDER BY rowid"):
+        for cell_id, blob in self.conn.execute("SELECT cell_id, features FROM cells ORDER BY rowid LIMIT -1 OFFSET ?",
+                                               (int(offset),)):
             ids.append(cell_id)
             vectors.append(np.frombuffer(blob, dtype="<f8"))
         n_features = len(self.get_config("feature_names", []))
         matrix = np.vstack(vectors) if vectors else np.zeros((0, n_features))
         return ids, matrix
 
-    def fingerprint(self) -> str:
-        """SHA-1 over the cell ids in insertion order: changes whenever the cell set does."""
+    def fingerprint(self, limit: int = -1) -> str:
+        """SHA-1 over the cell ids in insertion order: changes whenever the cell set does
+        (`limit`: of the first `limit` cells only; -1: all)."""
         digest = hashlib.sha1()
-        for (cell_id,) in self.conn.execute("SELECT cell_id FROM cells ORDER BY rowid"):
+        for (cell_id,) in self.conn.execute("SELECT cell_id FROM cells ORDER BY rowid LIMIT ?", (int(limit),)):
             digest.update(cell_id.encode())
         return digest.hexdigest()
+
+    def remove_cells(self, cell_ids: list[str]) -> list[CellRow]:
+        """Delete the rows of `cell_ids` (call inside ``transaction()``); returns the rows
+        removed (their files are the caller's to delete, after the commit). KeyError
+        naming the first unknown id."""
+        rows = []
+        for cell_id in cell_ids:
+            rows.append(self.cell(cell_id))
+            self.conn.execute("DELETE FROM cells WHERE cell_id = ?", (cell_id,))
+        return rows
+
+    def set_diagnosis(self, cell_id: str, diagnosis: str | None) -> None:
+        """Change one cell's diagnosis; KeyError for an unknown id."""
+        if self.conn.execute("UPDATE cells SET diagnosis = ? WHERE cell_id = ?", (diagnosis, cell_id)).rowcount != 1:
+            raise KeyError(cell_id)
 
     # ------------------------------------------------------------ problems
 

@@ -73,25 +73,41 @@ ROLE_NAMES = {"coordinator": "coordinators", "site": "sites", "client": "patholo
               "gateway": "the web gateway"}
 
 
+MAX_SEND_ID_CHARS = 64  # AnalyseRequest.send_id: a client-chosen value, bounded
+
+
 def client_identity(context: grpc.ServicerContext) -> str:
     """Who is calling, for per-client limits: the TLS certificate's common name when there
-    is one, else the peer's address without its port."""
+    is one, else the peer's address without its port; a loopback peer (a process on this
+    machine: the demo's clients, a load test) with its port, so that each of its
+    connections is a client of its own rather than all of them one."""
     names = context.auth_context().get("x509_common_name") if context.auth_context() else None
     if names:
         return "cn:" + names[0].decode(errors="replace")
     peer = context.peer() or ""
-    return peer.rsplit(":", 1)[0] if peer.count(":") > 1 else peer
+    host = peer.rsplit(":", 1)[0] if peer.count(":") > 1 else peer
+    return peer if _is_loopback(host) else host
+
+
+def _is_loopback(host: str) -> bool:
+    """True for gRPC's "ipv4:127.0.0.1" or "ipv6:[::1]" (a peer's address without its port)."""
+    address = host.split(":", 1)[1] if host.startswith(("ipv4:", "ipv6:")) else host
+    try:
+        return ipaddress.ip_address(address.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 class CopyFilter:
-    """A server's memory of the requests it has taken, so that a copy of one that arrives
-    over another connection (a client sends small requests as several copies at once,
+    """A server's memory of the sends it has taken, so that a copy of one that arrives over
+    another connection (a client sends a small request as several copies at once,
     `qos.policy.plan_site`) is refused instead of answered again: one reply crosses the
     network, not one per copy.
 
-    A request is known by `key` (the caller, its case id, class and mode); a key is
-    remembered for `memory_s` seconds, at most `entries` keys (the oldest forgotten first).
-    A copy in another class (a hedge) has another key and is answered.
+    A send is known by its caller and its send id (AnalyseRequest.send_id), never by the
+    client's case id: a case sent again under the same id, a retry and a hedge are new
+    sends with ids of their own. An id is remembered for `memory_s` seconds, at most
+    `entries` of them (the oldest forgotten first).
     """
 
     def __init__(self, memory_s: float = defaults.COPY_MEMORY_S, entries: int = defaults.COPY_MEMORY_ENTRIES):
@@ -112,13 +128,16 @@ class CopyFilter:
             self._seen[key] = now
             return True
 
-    def refuse_copy(self, context: grpc.ServicerContext, case_id: str, request_class: str, mode: str) -> None:
-        """Abort the call with ALREADY_EXISTS when it is a copy of a request already taken
-        (calls without a case id are never copies)."""
-        if case_id and not self.first((client_identity(context), case_id, request_class, mode)):
+    def refuse_copy(self, context: grpc.ServicerContext, send_id: str) -> None:
+        """Abort the call with ALREADY_EXISTS when it is a copy of a send already taken
+        (calls without a send id are never copies); a send id longer than MAX_SEND_ID_CHARS
+        is INVALID_ARGUMENT."""
+        if len(send_id) > MAX_SEND_ID_CHARS:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          f"the send id is too long: at most {MAX_SEND_ID_CHARS} characters")
+        if send_id and not self.first((client_identity(context), send_id)):
             context.abort(grpc.StatusCode.ALREADY_EXISTS,
-                          f"case {case_id} ({request_class}, {mode}) is already answered on another "
-                          "connection: this copy is not needed")
+                          "this send is already answered on another connection: this copy is not needed")
 
 
 def peer_role(context: grpc.ServicerContext) -> str | None:

@@ -39,6 +39,33 @@ def herlev_group(stem: str) -> str | None:
     return found["group"] if found else None
 
 
+@dataclass(frozen=True)
+class Unread:
+    """A dataset file listed but not read yet; ``read()`` reads it into its CellRecords and
+    ImportProblems. Picklable (a module-level `reader` and its arguments), so that another
+    process, or another machine of a Ray cluster, reads and analyses it: listing a dataset
+    costs a directory walk, reading it the decoding and segmentation.
+
+    path: the file that names it in reports. source_id: its one cell's source id when the
+    name tells it (so a cell already ingested is skipped unread), None when reading tells
+    (a whole slide's several cells).
+    """
+
+    path: str
+    source_id: str | None
+    reader: Callable
+    args: tuple
+
+    def read(self) -> list:
+        out = self.reader(*self.args)
+        return [out] if isinstance(out, (CellRecord, ImportProblem)) else list(out)
+
+
+def source_id_of(root: Path, image_path: Path) -> str:
+    """A cell file's source id: its path under the dataset's root, without the suffix."""
+    return image_path.relative_to(root).with_suffix("").as_posix()
+
+
 def is_image(path: Path) -> bool:
     return path.is_file() and path.suffix.lower() in IMAGE_SUFFIXES and not path.name.startswith(".")
 

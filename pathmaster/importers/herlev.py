@@ -23,7 +23,8 @@ import numpy as np
 from pathmaster.imageio import read_image
 from pathmaster.records import BACKGROUND, CYTOPLASM, NUCLEUS, CellRecord, InvalidInput
 
-from .base import ImportProblem, each_class, finish, herlev_group, is_image, problem_from, subfolders
+from .base import (ImportProblem, Unread, each_class, finish, herlev_group, is_image, problem_from, source_id_of,
+                   subfolders)
 
 NAME = "herlev"
 MASK_SUFFIX = "-d"
@@ -84,11 +85,11 @@ def decode_colour_mask(rgb: np.ndarray, name: str) -> tuple[np.ndarray, int]:
     return labels, unsure
 
 
-def iter_cells(root: Path, vocabulary) -> Iterator[CellRecord | ImportProblem]:
+def iter_cells(root: Path, vocabulary) -> Iterator[Unread | ImportProblem]:
     return each_class(root, _class_cells, vocabulary)
 
 
-def _class_cells(root: Path, folder: Path, diagnosis: str) -> Iterator[CellRecord | ImportProblem]:
+def _class_cells(root: Path, folder: Path, diagnosis: str) -> Iterator[Unread | ImportProblem]:
     files = sorted(p for p in folder.iterdir() if is_image(p))
     masks = _masks_by_stem(files)
     mask_files = set(masks.values())
@@ -98,7 +99,8 @@ def _class_cells(root: Path, folder: Path, diagnosis: str) -> Iterator[CellRecor
         if stem not in stems:
             yield ImportProblem(str(orphan), f"mask without its cell image ({stem}.BMP not found)")
     for image_path in images:
-        yield _cell(root, image_path, masks.get(image_path.stem), diagnosis)
+        yield Unread(str(image_path), source_id_of(root, image_path), _cell,
+                     (root, image_path, masks.get(image_path.stem), diagnosis))
 
 
 def _cell(root: Path, image_path: Path, mask_path: Path | None, diagnosis: str) -> CellRecord | ImportProblem:
@@ -120,7 +122,7 @@ def _cell(root: Path, image_path: Path, mask_path: Path | None, diagnosis: str) 
             return problem_from(exc, mask_path)
         extra["mask_path"] = str(mask_path)
     record = CellRecord(
-        source_id=image_path.relative_to(root).with_suffix("").as_posix(),
+        source_id=source_id_of(root, image_path),
         diagnosis=diagnosis, image=image, mask=mask, background=None, origin=NAME, extra=extra,
         group=herlev_group(image_path.stem),
     )

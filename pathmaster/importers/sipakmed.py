@@ -35,7 +35,7 @@ from skimage.draw import polygon as fill_polygon
 from pathmaster.imageio import read_image
 from pathmaster.records import CYTOPLASM, NUCLEUS, CellRecord, InvalidInput
 
-from .base import ImportProblem, each_class, finish, is_image, problem_from, subfolders
+from .base import ImportProblem, Unread, each_class, finish, is_image, problem_from, source_id_of, subfolders
 
 NAME = "sipakmed"
 CROPPED = "cropped"
@@ -162,16 +162,16 @@ def cut_out(slide: np.ndarray, cytoplasm: np.ndarray,
     return image, boundaries_to_mask(cytoplasm - offset, nucleus - offset, image.shape[:2]), (x0, y0)
 
 
-def iter_cells(root: Path, vocabulary) -> Iterator[CellRecord | ImportProblem]:
+def iter_cells(root: Path, vocabulary) -> Iterator[Unread | ImportProblem]:
     return each_class(root, _class_cells, vocabulary)
 
 
-def _class_cells(root: Path, class_folder: Path, diagnosis: str) -> Iterator[CellRecord | ImportProblem]:
+def _class_cells(root: Path, class_folder: Path, diagnosis: str) -> Iterator[Unread | ImportProblem]:
     cropped = _cropped_folders(class_folder)
     if cropped:
         for folder in cropped:
             for image_path in sorted(p for p in folder.iterdir() if is_image(p)):
-                yield _cell(root, image_path, diagnosis)
+                yield Unread(str(image_path), source_id_of(root, image_path), _cell, (root, image_path, diagnosis))
         return
     slides = _slide_boundaries(class_folder)
     if not slides:
@@ -179,7 +179,7 @@ def _class_cells(root: Path, class_folder: Path, diagnosis: str) -> Iterator[Cel
                             "with boundary files (SIPaKMeD layout: im_<Class>/CROPPED/NNN_MM.bmp, "
                             "or im_<Class>/NNN.bmp with NNN_cyt01.dat and NNN_nuc01.dat)")
     for slide_stem, cells in slides.items():
-        yield from _slide_cells(root, slide_stem, cells, diagnosis)
+        yield Unread(str(slide_stem), None, _slide_cells, (root, slide_stem, cells, diagnosis))
 
 
 def _slide_boundaries(class_folder: Path) -> dict[Path, dict[str, dict[str, Path]]]:
@@ -254,7 +254,7 @@ def _cell(root: Path, image_path: Path, diagnosis: str) -> CellRecord | ImportPr
             return problem_from(exc, image_path)
         extra.update(cytoplasm_boundary=str(cyt_path), nucleus_boundary=str(nuc_path))
     record = CellRecord(
-        source_id=image_path.relative_to(root).with_suffix("").as_posix(),
+        source_id=source_id_of(root, image_path),
         diagnosis=diagnosis, image=image, mask=mask, background=None, origin=NAME, extra=extra,
         group=cropped_group(root, image_path),
     )

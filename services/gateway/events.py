@@ -11,6 +11,8 @@ from bisect import bisect_left
 
 import grpc
 
+from services.conclusion_words import conclusion_json
+
 _STATUS_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
 
 
@@ -134,6 +136,7 @@ def summary_json(summary) -> dict:
                       for v in summary.votes],
             "bethesda": {"term": summary.bethesda.bethesda, "votes": summary.bethesda.bethesda_votes,
                          "total": summary.bethesda.bethesda_total},
+            "conclusion": conclusion_json(summary.conclusion),
             "predicted_s": round(summary.predicted_s, 6) if summary.predicted_s else None,
             "served_class": summary.served_class, "decisions": list(summary.decisions)}
 
