@@ -116,6 +116,8 @@ def test_evaluate_cross_validated_leave_one_out_and_held_out(dataset, site, caps
     # the database's own cells as held-out queries: each finds itself first
     held = _run_json(capsys, ["evaluate", "--db", str(site), "--queries", str(dataset), "--json"])
     assert held["top1"] == 1.0 and held["queries"] == N_CELLS
+    assert held["abnormal"]["majority"]["positives"] + held["abnormal"]["majority"]["negatives"] == N_CELLS
+    assert held["abnormal"]["roc"]["auc"] > 0.5
     assert held["map"] > loo["map"]
 
 
