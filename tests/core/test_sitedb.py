@@ -85,3 +85,28 @@ def test_problems_are_kept_and_cleared_when_the_cell_later_ingests(tmp_path):
 def test_cell_ids_are_stable_and_distinct():
     assert cell_id_for("a/1.png") == cell_id_for("a/1.png") != cell_id_for("a/2.png")
     assert len(cell_id_for("x")) == 16
+
+
+def test_cell_files_are_stored_in_the_database_not_as_files(tmp_path):
+    from pathmaster.ingest import ingest
+    from pathmaster.site import SiteIndex
+    from pathmaster.synth import cell_rng, synth_cell
+
+    records = [synth_cell("normal_superficial", cell_rng(4, i), source_id=f"s/{i}") for i in range(3)]
+    ingest("synthetic", tmp_path, records=records, build_index=False)
+    assert not (tmp_path / "cells").exists()                       # no small files at all
+    with SiteDB(tmp_path) as db:
+        assert db.check() == [] and db.get_config("schema_version") == 2
+        cell = db.cells()[0]
+        png = db.read_file(cell.thumbnail_path)
+    assert png.startswith(b"\x89PNG")
+    assert SiteIndex.open(tmp_path).thumbnail_png(cell.cell_id) == png
+
+
+def test_a_site_that_kept_its_files_beside_the_database_is_read_still(tmp_path):
+    with SiteDB(tmp_path, create=True) as db:   # the files on disk, the row naming them
+        db.set_config("feature_names", ["a", "b", "c"])
+        with db.transaction():
+            db.add_cell(_cell(tmp_path, "legacy"))
+        cell = db.cells()[0]
+        assert db.read_file(cell.image_path) == b"png" and db.check() == []
