@@ -255,9 +255,10 @@ class SiteIndex:
     def open(cls, site_dir: str | Path) -> "SiteIndex":
         """Load a site directory made by ``pathmaster index``.
 
-        When cells were added since the index was built (e.g. an ingest was killed before
-        its last step) the index is rebuilt first; a missing FAISS file is rebuilt from the
-        database. Raises FileNotFoundError when there is no site database, InvalidInput
+        When cells were added or removed since the index was built (e.g. an ingest was
+        killed before its last step) the index is brought up to date first
+        (``growth.update_search_index``: what the site learnt is kept); a missing FAISS file
+        is rebuilt from the database. Raises FileNotFoundError when there is no site database, InvalidInput
         when its cells were measured with another feature set than this PathMaster's.
         """
         from pathmaster.features import feature_names
