@@ -22,7 +22,10 @@ description is at /api/openapi.json):
                                 -> a stream of newline-delimited JSON events:
                                    "accepted" (cells sent, files rejected), "plan", one "site"
                                    per site as it answers, then "summary" (or "error")
-    GET  /api/image?site=S&cell_id=C   the full database image (image/png)
+    GET  /api/image?site=S&cell_id=C[&sha=H]   the full database image (image/png); with its
+                                content hash H the browser keeps it
+    POST /api/refine            JSON {"site", "cell_id", "request_class", "case_id"}: "more like
+                                this", that database cell sent as a new case; events as /api/case
     POST /api/login             {"name", "password"} -> sets the session cookie
     GET  /login/once?token=T    a one-time sign-in link -> sets the cookie, back to the page
     GET  /api/session           who is signed in, and the session's CSRF token
@@ -206,7 +209,8 @@ class Gateway:
             raise self._failed(exc, f"listing the sites at {self.coordinator_address}")
         return {"sites": [{"site": s.site, "address": s.address, "serving": s.serving,
                            "algorithm": s.info.algorithm,
-                           "database_cells": s.info.database_cells} for s in sites]}
+                           "database_cells": s.info.database_cells,
+                           "database_origins": dict(s.info.database_origins)} for s in sites]}
 
     def stats(self, request_class: str) -> dict:
         try:
@@ -223,6 +227,16 @@ class Gateway:
             return self.client.image(site, cell_id).image
         except grpc.RpcError as exc:
             raise self._failed(exc, f"image {cell_id!r} from site {site!r}")
+
+    def example_files(self, site: str, cell_id: str) -> dict[str, bytes]:
+        """A database cell as a case's files ("more like this"): its image and, when the
+        site has one, its mask, named like-CELL.png and like-CELL-mask.png."""
+        try:
+            reply = self.client.image(site, cell_id)
+        except grpc.RpcError as exc:
+            raise self._failed(exc, f"image {cell_id!r} from site {site!r}")
+        stem = f"like-{cell_id[:24]}"
+        return {f"{stem}.png": reply.image} | ({f"{stem}-mask.png": reply.mask} if reply.mask else {})
 
     async def submit(self, request_class: str, files: dict[str, bytes], session: Session,
                      client: str | None, case_id: str = "", headers: dict | None = None):
@@ -294,6 +308,16 @@ class PairRequest(BaseModel):
 
 
 FILE_ID_PATTERN = r"^[0-9a-f]{64}$"  # a staged file's id: the SHA-256 of its bytes
+
+
+class ExampleCase(BaseModel):
+    """A database cell sent as a new case's test cell ("more like this")."""
+
+    model_config = ConfigDict(extra="forbid")
+    site: str = Field(min_length=1, max_length=defaults.MAX_NAME_CHARS)
+    cell_id: str = Field(min_length=1, max_length=defaults.MAX_CELL_ID_CHARS)
+    request_class: str = Field("", max_length=defaults.MAX_NAME_CHARS)
+    case_id: str = Field("", max_length=defaults.MAX_CELL_ID_CHARS)
 
 
 class StagedRef(BaseModel):
@@ -540,13 +564,15 @@ def create_app(gateway: Gateway) -> FastAPI:
              response_class=Response, responses={200: {"content": {"image/png": {}}}})
     def image(request: Request, site: str = Query("", max_length=defaults.MAX_NAME_CHARS),
               cell_id: str = Query("", max_length=defaults.MAX_CELL_ID_CHARS),
+              sha: str = Query("", pattern=r"^([0-9a-f]{64})?$"),
               session: Session = Depends(signed_in)):
         if not site or not cell_id:
             raise HttpError(HTTPStatus.BAD_REQUEST, "give both ?site= and ?cell_id=")
         gateway.audit.record("image", session.name, session.role, client_of(request),
                              site=site, cell_id=cell_id)
-        return Response(gateway.image(site, cell_id), media_type="image/png",
-                        headers={"Cache-Control": "no-store"})
+        # Named by its content hash, an image never changes: the browser keeps it.
+        cache = "private, max-age=86400, immutable" if sha else "no-store"
+        return Response(gateway.image(site, cell_id), media_type="image/png", headers={"Cache-Control": cache})
 
     @app.post("/api/pair", summary="How files pair into cells, by name",
               openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
@@ -646,11 +672,28 @@ def create_app(gateway: Gateway) -> FastAPI:
             raise HttpError(HTTPStatus.FORBIDDEN, f"As a {session.role} you cannot send "
                                                   f"{class_label(request_class)} cases; choose another "
                                                   "kind of case.")
-        stream = gateway.submit(request_class, files, session, client_of(request), case_id, headers)
+        return case_stream(gateway.submit(request_class, files, session, client_of(request), case_id, headers))
+
+    def case_stream(stream) -> StreamingResponse:
         lines = (json.dumps(event) + "\n" async for event in stream)
         return StreamingResponse(lines, media_type="application/x-ndjson",
                                  headers={"Cache-Control": "no-store"},
                                  background=None)
+
+    @app.post("/api/refine", summary="More like this: a database cell sent as a new case",
+              response_class=StreamingResponse,
+              responses={200: {"content": {"application/x-ndjson": {}}, "description": "as /api/case"}},
+              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+                  "schema": ExampleCase.model_json_schema()}}}})
+    async def refine(request: Request, session: Session = Depends(signed_in)):
+        body = await read_json(request, ExampleCase)
+        request_class = await gateway.check_class_async(body.request_class or DEFAULT_CLASS)
+        if not may_send(session.role, request_class):
+            raise HttpError(HTTPStatus.FORBIDDEN, f"As a {session.role} you cannot send "
+                                                  f"{class_label(request_class)} cases; choose another kind of case.")
+        files = await run_in_threadpool(gateway.example_files, body.site, body.cell_id)
+        return case_stream(gateway.submit(request_class, files, session, client_of(request),
+                                          checked_case_id(body.case_id)))
 
     return app
 

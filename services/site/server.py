@@ -54,9 +54,12 @@ def cell_result(outcome: CellOutcome) -> pb.CellResult:
         query_cell_id=outcome.query_cell_id,
         matches=[
             pb.Match(cell_id=m.cell_id, diagnosis=m.diagnosis or "", distance=m.distance,
-                     thumbnail=thumbnail, source_id=m.source_id, image_sha256=sha, bethesda=bethesda)
-            for m, thumbnail, sha, bethesda in zip(outcome.matches, outcome.thumbnails, outcome.image_sha256,
-                                                   outcome.bethesda, strict=True)
+                     thumbnail=thumbnail, source_id=m.source_id, image_sha256=sha, bethesda=bethesda,
+                     similarity=similarity, measures=[pb.Measure(**x) for x in measures])
+            for m, thumbnail, sha, bethesda, similarity, measures in zip(
+                outcome.matches, outcome.thumbnails, outcome.image_sha256, outcome.bethesda,
+                outcome.similarity or (0.0,) * len(outcome.matches),
+                outcome.measures or ((),) * len(outcome.matches), strict=True)
         ],
         background_estimated=outcome.background_estimated,
         mask_estimated=outcome.mask_estimated,
@@ -312,6 +315,7 @@ class SiteServicer(pb_grpc.SiteServicer):
             vocabulary=site_vocabulary(self.info["vocabulary"]),
             feature_columns=self.info.get("feature_columns", []),
             feature_column_names=self.info.get("feature_column_names", []),
+            database_origins=self.info.get("database_origins", {}),
         )
 
 

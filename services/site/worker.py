@@ -15,10 +15,12 @@ import logging
 import os
 import signal
 import time
+from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+import numpy as np
 import ray
 
 from pathmaster.budget import AnalysisPool, CellBudget, CellStopped
@@ -30,6 +32,7 @@ from pathmaster.records import InvalidInput
 from pathmaster.site import Match
 from services.site.analysis import PRELOAD, analyse_encoded
 from services.site.cells import check_cell_size, decode_cell
+from services.site.explain import Explainer
 from services.site.ray_local import prepare_local_ray
 
 log = logging.getLogger("pathmaster.site")
@@ -43,7 +46,8 @@ class CellOutcome:
     matches: the database cells found (`pathmaster.site.Match`), nearest first;
     thumbnails: a small WebP of each (sized for the wire), in the same order;
     image_sha256: the content hash of each one's full image (a client's cache key);
-    bethesda: each one's diagnosis in The Bethesda System's terms, by the site's vocabulary. error: why the cell could not be
+    bethesda: each one's diagnosis in The Bethesda System's terms, by the site's vocabulary;
+    similarity and measures: how close each is, comparably, and why (services/site/explain.py). error: why the cell could not be
     analysed (bad input, naming the cell), "" when it was. Times in seconds: extraction_s
     decoding to features, search_s the search and reading the thumbnails.
     """
@@ -53,6 +57,8 @@ class CellOutcome:
     thumbnails: tuple[bytes, ...] = ()
     image_sha256: tuple[str, ...] = ()
     bethesda: tuple[str, ...] = ()   # each match's diagnosis in Bethesda terms ("" when unmapped)
+    similarity: tuple[float, ...] = ()  # each match's comparable similarity (explain.Explainer)
+    measures: tuple[tuple[dict, ...], ...] = ()  # each match's measures (explain.Explainer.measures)
     background_estimated: bool = False
     mask_estimated: bool = False
     error: str = ""
@@ -79,6 +85,7 @@ class SiteWorker:
         from pathmaster.site import SiteIndex
 
         self.index = SiteIndex.open(db)
+        self.explainer = Explainer(self.index)
         self._wire = lru_cache(maxsize=4096)(self._wire_parts)
         # budget (issue 10 item 5): cells are analysed in a bounded worker process (CPU
         # budget, memory limit, deadline); budget=None analyses in this process, unbounded
@@ -138,7 +145,7 @@ class SiteWorker:
 
     def info(self) -> dict:
         """{"algorithm", "database_cells", "diagnoses", "feature_schema", "vocabulary",
-        "feature_columns", "feature_column_names"} of this worker's database (the
+        "feature_columns", "feature_column_names", "database_origins" (cells per dataset kind)} of this worker's database (the
         vocabulary as ``Vocabulary.as_dict``; the columns its distance reads, [] for all)."""
         columns = self.index.compared_columns()
         return {
@@ -149,6 +156,7 @@ class SiteWorker:
             "diagnoses": [str(d) for d in self.index.diagnoses()],
             "feature_schema": self.index.feature_schema,
             "vocabulary": self.index.vocabulary.as_dict(),
+            "database_origins": dict(Counter(self.index.cell(c).origin for c in self.index.cell_ids())),
         }
 
     def wire_parts(self, cell_id: str) -> tuple[bytes, str]:
@@ -168,7 +176,14 @@ class SiteWorker:
         matches = tuple(self.index.search(features, k, columns))
         parts = [self._wire(m.cell_id) for m in matches]
         bethesda = tuple(self.index.vocabulary.to_bethesda(m.diagnosis) or "" for m in matches)
+        query, known = np.asarray(features, dtype=np.float64), None
+        if columns:
+            query = self.index.expand(query[None, :], columns)[0]
+            known = np.zeros(len(query), dtype=bool)
+            known[columns] = True
         return CellOutcome(cell_id, matches, tuple(p[0] for p in parts), tuple(p[1] for p in parts), bethesda,
+                           tuple(self.explainer.similarity(m.distance) for m in matches),
+                           tuple(tuple(self.explainer.measures(query, m.cell_id, known)) for m in matches),
                            search_s=time.perf_counter() - t0, **flags)
 
     def search(self, cell_id: str, values: list[float], k: int, background_estimated: bool = False,

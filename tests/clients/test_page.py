@@ -129,15 +129,21 @@ def test_sign_in_and_a_6_cell_case_at_phone_and_desktop_width(browser, warmed_ga
             assert card.locator("progress").evaluate("p => p.value") == 1  # answered
             assert card.locator(".site-time").inner_text().endswith(" s")
 
-        # Closeness: the same scale at every site; the raw distance only in the tooltip.
+        # Similarity: calibrated at each site, so it reads the same at every site; the raw
+        # distance only in the tooltip; each match says what differs most.
         first = cards.nth(0)
         for site in SITES:
             tiles = first.locator(f".site-row[data-site='{site}'] .match")
-            closeness = [float(tiles.nth(k).get_attribute("data-closeness")) for k in range(5)]
-            assert closeness == sorted(closeness, reverse=True) and 0 < closeness[-1] <= 100
-            assert tiles.nth(0).locator(".closeness").inner_text().endswith("% close")
+            similarity = [float(tiles.nth(k).get_attribute("data-similarity")) for k in range(5)]
+            assert similarity == sorted(similarity, reverse=True) and 0 <= similarity[-1] <= 1
+            assert tiles.nth(0).locator(".similarity").inner_text().endswith("% similar")
             assert "distance" in tiles.nth(0).get_attribute("title")
+            # A synthetic database is said beside its matches.
+            assert first.locator(f".site-row[data-site='{site}'] [data-note='database']").count() == 1
         assert "distance" not in page.locator("#cells").inner_text()
+        # The larger images replace the wire thumbnails after the answer.
+        page.wait_for_function("document.body.dataset.largerImagesS !== undefined", timeout=60_000)
+        assert page.locator(".match.full").count() == 6 * 5 * len(SITES)
 
         assert axe_problems(page) == []
         page.screenshot(path=str(ARTIFACTS / f"case-{width}px.png"), full_page=True)
@@ -153,12 +159,13 @@ def test_sign_in_and_a_6_cell_case_at_phone_and_desktop_width(browser, warmed_ga
         text = report.locator("body").inner_text()
         summary = events[-1]
         assert f"Case S26-{width}" in text and summary["case_id"] in text and "Diagnostic" in text
+        assert report.locator(".decision-support").count() == 1
         assert report.locator("section.cell").count() == 6
         for site in SITES:
             assert report.locator(f"section.cell[data-cell='cell1'] .row[data-site='{site}'] img").count() == 5
             assert report.locator(".sites").inner_text().count(site) == 1
-        vote = next(v for v in summary["votes"] if v["query_cell_id"] == "cell1")
-        assert vote["diagnosis"].replace("_", " ") in report.locator("section.cell[data-cell='cell1']").inner_text()
+        match = next(e for e in events if e["type"] == "site")["cells"][0]["matches"][0]
+        assert match["diagnosis"].replace("_", " ") in report.locator("section.cell").inner_text()
         assert report.evaluate("[...document.images].every(i => i.complete && i.naturalWidth > 0)")
         assert axe_problems(report) == []
         report.emulate_media(media="print")

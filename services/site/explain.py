@@ -1,0 +1,99 @@
+"""Why a match is close, in measures a pathologist reads, and how close, comparably.
+
+A site's distance is a weighted sum of squared z-score differences over the features it
+compares (``pathmaster.similarity.Projection``; a learnt map, when there is one, is applied
+after). `Explainer` splits that weighted sum by *concept* (nuclear size, N/C ratio,
+chromatin, nuclear shape, cytoplasm), so a match can say which concepts make it close or
+far, and shows each concept's plainest feature as raw values ("nucleus 1.9x larger").
+
+Distances are in each site's own space; `Explainer.similarity` makes them comparable: the
+share of pairs of the site's own database cells that lie farther apart than the match lies
+from the test cell (an empirical CDF of a fixed sample of pair distances, so it is the
+same for every case). Hand-written: it is a few lines over the site's arrays.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pathmaster.sitedb import SiteDB
+
+# concept -> (the feature shown for it, prefixes of the features it is made of)
+CONCEPTS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "nucleus_size": ("nucleus_area", ("nucleus_area", "nucleus_perimeter", "nucleus_major_axis",
+                                      "nucleus_minor_axis", "nucleus_feret_")),
+    "nc_ratio": ("nc_ratio", ("nc_ratio",)),
+    "chromatin": ("nucleus_od_mean", ("nucleus_od_", "nucleus_brightness_", "nucleus_haralick_",
+                                      "nucleus_lbp_")),
+    "nucleus_shape": ("nucleus_form_factor", ("nucleus_form_factor", "nucleus_eccentricity", "nucleus_solidity",
+                                              "nucleus_radial_cv", "nucleus_fourier_")),
+    "cytoplasm": ("cell_area", ("cell_", "cytoplasm_")),
+}
+PAIR_SAMPLE = 4000  # pairs of database cells whose distances calibrate `similarity`
+PAIR_SEED = 0
+
+
+def concept_columns(feature_names: list[str]) -> dict[str, np.ndarray]:
+    """{concept: int64 indices of its features in `feature_names`}."""
+    return {concept: np.array([i for i, name in enumerate(feature_names) if name.startswith(prefixes)],
+                              dtype=np.int64)
+            for concept, (_, prefixes) in CONCEPTS.items()}
+
+
+class Explainer:
+    """Explanations and comparable similarities for one site's matches.
+
+    Parameters
+    ----------
+    index : pathmaster.site.SiteIndex
+        The site's open index (its normalisation, projection and cells).
+    """
+
+    def __init__(self, index):
+        with SiteDB(index.site_dir) as db:
+            ids, raw = db.feature_matrix()
+        self._row = {cell_id: i for i, cell_id in enumerate(ids)}
+        self._raw = raw  # float64 (n_cells, n_features), the stored raw features
+        names = list(index.feature_names)
+        self._shown = {concept: names.index(feature) for concept, (feature, _) in CONCEPTS.items()}
+        self._norm = index._normalization
+        projection = index._projection
+        weight = np.zeros(len(names))
+        weight[np.asarray(projection.columns, dtype=np.int64)] = projection.weights
+        self._weight = weight  # per feature; 0 where the site's distance does not read it
+        self._concepts = concept_columns(names)
+        vectors = index.vectors()
+        rng = np.random.default_rng(PAIR_SEED)
+        n = len(vectors)
+        if n >= 2:
+            a = rng.integers(0, n, PAIR_SAMPLE)
+            b = (a + rng.integers(1, n, PAIR_SAMPLE)) % n  # never a cell with itself
+            self._pairs = np.sort(np.linalg.norm(vectors[a].astype(np.float64) - vectors[b], axis=1))
+        else:
+            self._pairs = np.zeros(0)
+
+    def similarity(self, distance: float) -> float:
+        """0..1: the share of sampled database pairs farther apart than `distance`."""
+        if not len(self._pairs):
+            return 0.0
+        return float(1.0 - np.searchsorted(self._pairs, distance, side="right") / len(self._pairs))
+
+    def measures(self, query: np.ndarray, cell_id: str, known: np.ndarray | None = None) -> list[dict]:
+        """The concepts of one match, largest share of the distance first: dicts of
+        concept, feature, query, match (raw values of the shown feature) and share.
+
+        query: float64 (n_features,) raw features of the test cell; known: bool
+        (n_features,) of the values the site was sent (None: all), a concept whose shown
+        feature was not sent is left out."""
+        row = self._raw[self._row[cell_id]]
+        dz = self._norm.apply(query) - self._norm.apply(row)
+        part = self._weight * dz * dz
+        total = float(part.sum()) or 1.0
+        out = []
+        for concept, columns in self._concepts.items():
+            shown = self._shown[concept]
+            if known is not None and not known[shown]:
+                continue
+            out.append({"concept": concept, "feature": CONCEPTS[concept][0], "query": float(query[shown]),
+                        "match": float(row[shown]), "share": float(part[columns].sum()) / total})
+        return sorted(out, key=lambda m: -m["share"])

@@ -1,0 +1,54 @@
+"""A site's explanations of its matches (services/site/explain.py): a similarity that means
+the same at every site and in every case, and which measures make a match close or far."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pathmaster.site import SiteIndex
+from pathmaster.sitedb import SiteDB
+from services.site.explain import CONCEPTS, Explainer
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    from services.site.synthetic import build_synthetic_site
+
+    folder = build_synthetic_site(tmp_path_factory.mktemp("site") / "s", cells=21, seed=7)
+    index = SiteIndex.open(folder)
+    with SiteDB(folder) as db:
+        ids, raw = db.feature_matrix()
+    return index, Explainer(index), ids, raw
+
+
+def test_similarity_is_calibrated_on_the_sites_own_pairs(site):
+    index, explainer, ids, raw = site
+    assert explainer.similarity(0.0) == 1.0  # closer than every pair of its cells
+    assert explainer.similarity(1e9) == 0.0
+    distances = [m.distance for m in index.search(raw[0], 10)]
+    similarities = [explainer.similarity(d) for d in distances]
+    assert similarities == sorted(similarities, reverse=True)  # farther is never more similar
+    # A site whose distances are all 10x larger (a scaled space) says the same.
+    scaled = Explainer.__new__(Explainer)
+    scaled._pairs = explainer._pairs * 10
+    assert [scaled.similarity(10 * d) for d in distances] == similarities
+
+
+def test_measures_name_what_differs_and_split_the_distance(site):
+    index, explainer, ids, raw = site
+    query = raw[0].copy()
+    names = list(index.feature_names)
+    nucleus = names.index("nucleus_area")
+    query[nucleus] *= 1.9  # the test cell's nucleus 1.9x its twin's
+    measures = explainer.measures(query, ids[0])
+    assert {m["concept"] for m in measures} == set(CONCEPTS)
+    size = next(m for m in measures if m["concept"] == "nucleus_size")
+    assert size["query"] / size["match"] == pytest.approx(1.9)
+    assert measures[0]["concept"] == "nucleus_size"  # the only difference, so all of the distance
+    assert size["share"] == pytest.approx(1.0)
+    assert all(m["share"] == pytest.approx(0.0) for m in measures[1:])
+    # Values the site was not sent are not explained.
+    known = np.ones(len(names), dtype=bool)
+    known[nucleus] = False
+    assert "nucleus_size" not in {m["concept"] for m in explainer.measures(query, ids[0], known)}
