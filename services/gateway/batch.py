@@ -36,12 +36,11 @@ import grpc
 
 from pathmaster import defaults
 from pathmaster.importers import herlev
-from pathmaster.imageio import decode_image, encode_png
 from pathmaster.records import ALL_DIAGNOSES, InvalidInput, diagnosis_from_name
 from qos.transport import TLSFiles
 from services.client import CoordinatorClient
 from services.gateway.events import status_name
-from services.gateway.pairing import IMAGE_EXTENSIONS, CellFiles, pair_files
+from services.gateway.pairing import IMAGE_EXTENSIONS, CellFiles, mask_labels, pair_files
 from services.gateway.upload import cell_problem
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 
@@ -250,10 +249,9 @@ def _read_files(root: Path, cell: BatchCell) -> tuple[dict[str, bytes], str | No
             if size > defaults.MAX_FILE_BYTES:
                 return {}, f"{name}: file is {size} bytes, over the limit of {defaults.MAX_FILE_BYTES} bytes"
             files[name] = path.read_bytes()
-    if cell.herlev_mask:
+    if cell.files.mask:
         try:
-            rgb = decode_image(files[cell.files.mask], cell.files.mask)
-            files[cell.files.mask] = encode_png(herlev.decode_colour_mask(rgb, cell.files.mask)[0])
+            files[cell.files.mask] = mask_labels(cell.files.mask, files[cell.files.mask])
         except InvalidInput as exc:
             return {}, str(exc)
     return files, None

@@ -30,6 +30,7 @@ CONCEPTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "cytoplasm": ("cell_area", ("cell_", "cytoplasm_")),
 }
 PAIR_SAMPLE = 4000  # pairs of database cells whose distances calibrate `similarity`
+SAMPLE_CELLS = 2000  # the cells those pairs are drawn from
 PAIR_SEED = 0
 
 
@@ -50,10 +51,7 @@ class Explainer:
     """
 
     def __init__(self, index):
-        with SiteDB(index.site_dir) as db:
-            ids, raw = db.feature_matrix()
-        self._row = {cell_id: i for i, cell_id in enumerate(ids)}
-        self._raw = raw  # float64 (n_cells, n_features), the stored raw features
+        self._db = SiteDB(index.site_dir)  # a match's raw features are read when it is explained
         names = list(index.feature_names)
         self._shown = {concept: names.index(feature) for concept, (feature, _) in CONCEPTS.items()}
         self._norm = index._normalization
@@ -62,15 +60,28 @@ class Explainer:
         weight[np.asarray(projection.columns, dtype=np.int64)] = projection.weights
         self._weight = weight  # per feature; 0 where the site's distance does not read it
         self._concepts = concept_columns(names)
-        vectors = index.vectors()
+        self._pairs = self._pair_distances(projection)
+
+    def _pair_distances(self, projection) -> np.ndarray:
+        """Sorted distances of PAIR_SAMPLE random pairs among a sample of the site's cells
+        (at most SAMPLE_CELLS read, however large the database)."""
         rng = np.random.default_rng(PAIR_SEED)
+        rowids = np.array([r for (r,) in self._db.conn.execute("SELECT rowid FROM cells")], dtype=np.int64)
+        if len(rowids) < 2:
+            return np.zeros(0)
+        chosen = np.sort(rng.choice(rowids, size=min(len(rowids), SAMPLE_CELLS), replace=False))
+        marks = ",".join("?" * len(chosen))
+        raw = np.vstack([np.frombuffer(blob, dtype="<f8") for (blob,) in self._db.conn.execute(
+            f"SELECT features FROM cells WHERE rowid IN ({marks})", [int(r) for r in chosen])])
+        vectors = projection.apply(self._norm.apply(raw)).astype(np.float64)
         n = len(vectors)
-        if n >= 2:
-            a = rng.integers(0, n, PAIR_SAMPLE)
-            b = (a + rng.integers(1, n, PAIR_SAMPLE)) % n  # never a cell with itself
-            self._pairs = np.sort(np.linalg.norm(vectors[a].astype(np.float64) - vectors[b], axis=1))
-        else:
-            self._pairs = np.zeros(0)
+        a = rng.integers(0, n, PAIR_SAMPLE)
+        b = (a + rng.integers(1, n, PAIR_SAMPLE)) % n  # never a cell with itself
+        return np.sort(np.linalg.norm(vectors[a] - vectors[b], axis=1))
+
+    def _raw(self, cell_id: str) -> np.ndarray:
+        (blob,) = self._db.conn.execute("SELECT features FROM cells WHERE cell_id = ?", (cell_id,)).fetchone()
+        return np.frombuffer(blob, dtype="<f8")
 
     def similarity(self, distance: float) -> float:
         """0..1: the share of sampled database pairs farther apart than `distance`."""
@@ -85,7 +96,7 @@ class Explainer:
         query: float64 (n_features,) raw features of the test cell; known: bool
         (n_features,) of the values the site was sent (None: all), a concept whose shown
         feature was not sent is left out."""
-        row = self._raw[self._row[cell_id]]
+        row = self._raw(cell_id)
         dz = self._norm.apply(query) - self._norm.apply(row)
         part = self._weight * dz * dz
         total = float(part.sum()) or 1.0

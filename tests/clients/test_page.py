@@ -142,7 +142,7 @@ def test_sign_in_and_a_6_cell_case_at_phone_and_desktop_width(browser, warmed_ga
             assert first.locator(f".site-row[data-site='{site}'] [data-note='database']").count() == 1
         assert "distance" not in page.locator("#cells").inner_text()
         # The larger images replace the wire thumbnails after the answer.
-        page.wait_for_function("document.body.dataset.largerImagesS !== undefined", timeout=60_000)
+        page.wait_for_function("() => document.body.dataset.largerImagesS !== undefined", timeout=60_000)
         assert page.locator(".match.full").count() == 6 * 5 * len(SITES)
 
         assert axe_problems(page) == []
@@ -164,8 +164,9 @@ def test_sign_in_and_a_6_cell_case_at_phone_and_desktop_width(browser, warmed_ga
         for site in SITES:
             assert report.locator(f"section.cell[data-cell='cell1'] .row[data-site='{site}'] img").count() == 5
             assert report.locator(".sites").inner_text().count(site) == 1
-        match = next(e for e in events if e["type"] == "site")["cells"][0]["matches"][0]
-        assert match["diagnosis"].replace("_", " ") in report.locator("section.cell").inner_text()
+        cell = next(e for e in events if e["type"] == "site")["cells"][0]
+        section = report.locator(f"section.cell[data-cell='{cell['query_cell_id']}']")
+        assert cell["matches"][0]["diagnosis"].replace("_", " ") in section.inner_text()
         assert report.evaluate("[...document.images].every(i => i.complete && i.naturalWidth > 0)")
         assert axe_problems(report) == []
         report.emulate_media(media="print")

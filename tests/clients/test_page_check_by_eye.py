@@ -184,7 +184,7 @@ def test_check_a_case_by_eye(browser, fake, case_files, width, tmp_path):
         status = page.locator("#case-status")
         assert float(status.get_attribute("data-waited-s")) > 0
         assert "5 kB sent" in status.inner_text() and "23 kB received" in status.inner_text()
-        page.wait_for_function("document.body.dataset.largerImagesS !== undefined")
+        page.wait_for_function("() => document.body.dataset.largerImagesS !== undefined")
         assert page.locator(".match.full").count() == 2 * 5 * len(SITES)
         no_sideways_scrolling(page)
         assert axe_problems(page) == []
@@ -193,8 +193,8 @@ def test_check_a_case_by_eye(browser, fake, case_files, width, tmp_path):
         # The viewer: test cell and match at one pixel scale, a scale bar, arrow keys.
         tile.click()
         page.wait_for_selector("#scale-bar[data-zoom]")
-        page.wait_for_function("document.querySelector('#viewer-match').naturalWidth === %d" % MATCH_PX)
-        page.wait_for_function("document.querySelector('#scale-text').textContent.includes('image pixels')")
+        page.wait_for_function("() => document.querySelector('#viewer-match').naturalWidth === %d" % MATCH_PX)
+        page.wait_for_function("() => document.querySelector('#scale-text').textContent.includes('image pixels')")
         sizes = page.evaluate("""() => ['#viewer-query', '#viewer-match'].map((s) => {
             const i = document.querySelector(s); return [i.naturalWidth, i.getBoundingClientRect().width]; })""")
         (query_px, query_css), (match_px, match_css) = sizes
@@ -208,7 +208,7 @@ def test_check_a_case_by_eye(browser, fake, case_files, width, tmp_path):
         assert axe_problems(page) == []
         page.screenshot(path=str(ARTIFACTS / f"check-by-eye-viewer-{width}px.png"))
         page.keyboard.press("ArrowRight")
-        page.wait_for_function("document.querySelector('#viewer-title').textContent.includes('match 2 of 5')")
+        page.wait_for_function("() => document.querySelector('#viewer-title').textContent.includes('match 2 of 5')")
 
         # The report: conclusion, statement, viewport, the cells' terms.
         with page.expect_download() as saved:
