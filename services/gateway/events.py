@@ -10,6 +10,8 @@ import base64
 
 import grpc
 
+from services.site.explain import unpack
+
 _STATUS_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
 
 
@@ -63,8 +65,7 @@ def match_json(match, with_thumbnail: bool = True) -> dict:
     out = {"cell_id": match.cell_id, "diagnosis": match.diagnosis, "bethesda": match.bethesda,
            "distance": round(float(match.distance), 6), "source_id": match.source_id,
            "image_sha256": match.image_sha256, "similarity": round(float(match.similarity), 4),
-           "measures": [{"concept": m.concept, "feature": m.feature, "query": m.query, "match": m.match,
-                         "share": round(m.share, 4)} for m in match.measures]}
+           "measures": unpack(match.measure_log2_ratio, match.measure_share)}
     if with_thumbnail:
         out["thumbnail"] = png_data_url(match.thumbnail)
     return out

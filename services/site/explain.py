@@ -14,9 +14,9 @@ same for every case). Hand-written: it is a few lines over the site's arrays.
 
 from __future__ import annotations
 
-import numpy as np
+import math
 
-from pathmaster.sitedb import SiteDB
+import numpy as np
 
 # concept -> (the feature shown for it, prefixes of the features it is made of)
 CONCEPTS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -41,6 +41,33 @@ def concept_columns(feature_names: list[str]) -> dict[str, np.ndarray]:
             for concept, (_, prefixes) in CONCEPTS.items()}
 
 
+UNMEASURED = 255  # a packed share: the site was not sent the concept's shown feature
+
+
+def pack(measures: list[dict]) -> tuple[list[int], list[int]]:
+    """`Explainer.measures` as the wire's packed fields (Match.measure_log2_ratio,
+    Match.measure_share), one value per concept in `CONCEPTS` order."""
+    by_concept = {m["concept"]: m for m in measures}
+    ratios, shares = [], []
+    for concept in CONCEPTS:
+        m = by_concept.get(concept)
+        if m is None or not (m["query"] > 0 and m["match"] > 0):
+            ratios.append(0)
+            shares.append(UNMEASURED)
+            continue
+        ratios.append(round(100 * math.log2(m["match"] / m["query"])))
+        shares.append(min(100, round(100 * m["share"])))
+    return ratios, shares
+
+
+def unpack(ratios, shares) -> list[dict]:
+    """The packed fields as [{"concept", "ratio" (match over test cell), "share" (0..1)}],
+    largest share first, concepts the site did not measure left out."""
+    out = [{"concept": concept, "ratio": round(2 ** (r / 100), 3), "share": s / 100}
+           for concept, r, s in zip(CONCEPTS, ratios, shares) if s != UNMEASURED]
+    return sorted(out, key=lambda m: -m["share"])
+
+
 class Explainer:
     """Explanations and comparable similarities for one site's matches.
 
@@ -51,6 +78,8 @@ class Explainer:
     """
 
     def __init__(self, index):
+        from pathmaster.sitedb import SiteDB  # the site's; the page's gateway needs only `unpack`
+
         self._db = SiteDB(index.site_dir)  # a match's raw features are read when it is explained
         names = list(index.feature_names)
         self._shown = {concept: names.index(feature) for concept, (feature, _) in CONCEPTS.items()}
@@ -91,7 +120,7 @@ class Explainer:
 
     def measures(self, query: np.ndarray, cell_id: str, known: np.ndarray | None = None) -> list[dict]:
         """The concepts of one match, largest share of the distance first: dicts of
-        concept, feature, query, match (raw values of the shown feature) and share.
+        concept, query, match (raw values of its shown feature, `CONCEPTS`) and share.
 
         query: float64 (n_features,) raw features of the test cell; known: bool
         (n_features,) of the values the site was sent (None: all), a concept whose shown
@@ -105,6 +134,6 @@ class Explainer:
             shown = self._shown[concept]
             if known is not None and not known[shown]:
                 continue
-            out.append({"concept": concept, "feature": CONCEPTS[concept][0], "query": float(query[shown]),
+            out.append({"concept": concept, "query": float(query[shown]),
                         "match": float(row[shown]), "share": float(part[columns].sum()) / total})
         return sorted(out, key=lambda m: -m["share"])

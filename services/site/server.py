@@ -37,6 +37,7 @@ from services.fate import remember_descendants
 from services.metrics import serve_metrics, stop_metrics
 from services.tracing import server_interceptors, start_tracing
 from services.site.dispatch import Job, PriorityDispatcher, WorkersDown
+from services.site.explain import pack
 from services.site.metrics import SiteMetrics
 from services.site.supervisor import Supervisor
 from services.site.worker import CellOutcome, SiteWorker, ensure_ray, start_worker, start_workers, stop_workers
@@ -49,22 +50,23 @@ METHOD_OF_MODE = {"images": "analyse", "features": "search_many"}  # the worker 
 
 
 def cell_result(outcome: CellOutcome) -> pb.CellResult:
-    """A worker's CellOutcome -> the wire's CellResult (core Match + thumbnail -> pb.Match)."""
-    return pb.CellResult(
-        query_cell_id=outcome.query_cell_id,
-        matches=[
-            pb.Match(cell_id=m.cell_id, diagnosis=m.diagnosis or "", distance=m.distance,
-                     thumbnail=thumbnail, source_id=m.source_id, image_sha256=sha, bethesda=bethesda,
-                     similarity=similarity, measures=[pb.Measure(**x) for x in measures])
-            for m, thumbnail, sha, bethesda, similarity, measures in zip(
-                outcome.matches, outcome.thumbnails, outcome.image_sha256, outcome.bethesda,
-                outcome.similarity or (0.0,) * len(outcome.matches),
-                outcome.measures or ((),) * len(outcome.matches), strict=True)
-        ],
-        background_estimated=outcome.background_estimated,
-        mask_estimated=outcome.mask_estimated,
-        error=outcome.error,
-    )
+    """A worker's CellOutcome -> the wire's CellResult (core Match + thumbnail -> pb.Match),
+    with each match's similarity and packed measures when the worker explained it."""
+    matches = []
+    for i, (m, thumbnail, sha, bethesda) in enumerate(zip(outcome.matches, outcome.thumbnails, outcome.image_sha256,
+                                                          outcome.bethesda, strict=True)):
+        match = pb.Match(cell_id=m.cell_id, diagnosis=m.diagnosis or "", distance=m.distance,
+                         thumbnail=thumbnail, source_id=m.source_id, image_sha256=sha, bethesda=bethesda)
+        if outcome.similarity:
+            match.similarity = outcome.similarity[i]
+        if outcome.measures:
+            ratios, shares = pack(outcome.measures[i])
+            match.measure_log2_ratio.extend(ratios)
+            match.measure_share.extend(shares)
+        matches.append(match)
+    return pb.CellResult(query_cell_id=outcome.query_cell_id, matches=matches,
+                         background_estimated=outcome.background_estimated,
+                         mask_estimated=outcome.mask_estimated, error=outcome.error)
 
 
 class _CallerGone(Exception):

@@ -8,7 +8,7 @@ import pytest
 
 from pathmaster.site import SiteIndex
 from pathmaster.sitedb import SiteDB
-from services.site.explain import CONCEPTS, Explainer
+from services.site.explain import CONCEPTS, Explainer, pack, unpack
 
 
 @pytest.fixture(scope="module")
@@ -52,3 +52,18 @@ def test_measures_name_what_differs_and_split_the_distance(site):
     known = np.ones(len(names), dtype=bool)
     known[nucleus] = False
     assert "nucleus_size" not in {m["concept"] for m in explainer.measures(query, ids[0], known)}
+
+
+def test_measures_travel_packed_and_come_back_as_ratios(site):
+    index, explainer, ids, raw = site
+    query = raw[0].copy()
+    query[list(index.feature_names).index("nucleus_area")] /= 1.9
+    measures = explainer.measures(query, ids[0])
+    ratios, shares = pack(measures)
+    assert len(ratios) == len(shares) == len(CONCEPTS)
+    back = unpack(ratios, shares)
+    assert back[0]["concept"] == "nucleus_size" and back[0]["ratio"] == pytest.approx(1.9, rel=0.01)
+    assert back[0]["share"] == pytest.approx(1.0)
+    # A concept the site was not sent is not shown.
+    partial = [m for m in measures if m["concept"] != "chromatin"]
+    assert "chromatin" not in {m["concept"] for m in unpack(*pack(partial))}

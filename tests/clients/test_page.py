@@ -142,8 +142,13 @@ def test_sign_in_and_a_6_cell_case_at_phone_and_desktop_width(browser, warmed_ga
             assert first.locator(f".site-row[data-site='{site}'] [data-note='database']").count() == 1
         assert "distance" not in page.locator("#cells").inner_text()
         # The larger images replace the wire thumbnails after the answer.
-        page.wait_for_function("() => document.body.dataset.largerImagesS !== undefined", timeout=60_000)
+        page.wait_for_function("() => document.body.dataset.largerImagesS !== undefined", timeout=120_000)
         assert page.locator(".match.full").count() == 6 * 5 * len(SITES)
+        # The figures the page's note reports: each site's reply bytes, the time to larger images.
+        (ARTIFACTS / f"figures-{width}px.json").write_text(json.dumps({
+            "reply_bytes": {e["site"]: e["bytes_received"] for e in events if e["type"] == "site"},
+            "larger_images_s": float(page.evaluate("document.body.dataset.largerImagesS")),
+            "larger_images": 6 * 5 * len(SITES)}))
 
         assert axe_problems(page) == []
         page.screenshot(path=str(ARTIFACTS / f"case-{width}px.png"), full_page=True)

@@ -24,7 +24,8 @@ from qos.classes import DEFAULT_CLASSES
 from services.classinfo import class_messages
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
-from tests.clients.browser import ARTIFACTS, choose_files_by_keyboard, run_case
+from services.site.explain import pack
+from tests.clients.browser import ARTIFACTS, run_case
 from tests.clients.test_page import axe_problems, no_sideways_scrolling
 
 pytestmark = pytest.mark.browser
@@ -44,11 +45,10 @@ def match(site: str, rank: int) -> pb.Match:
     """A match whose nucleus is 1.9x the test cell's (most of its distance), chromatin alike."""
     return pb.Match(cell_id=f"{site}-{rank}", diagnosis="severe_dysplasia", bethesda="HSIL", distance=0.5 + rank,
                     thumbnail=png(48), source_id=f"{site}/cell{rank}.bmp", image_sha256=f"{rank:064x}",
-                    similarity=0.95 - 0.1 * rank, measures=[
-                        pb.Measure(concept="nucleus_size", feature="nucleus_area", query=100, match=190, share=0.7),
-                        pb.Measure(concept="nucleus_shape", feature="nucleus_form_factor", query=0.8, match=0.6,
-                                   share=0.25),
-                        pb.Measure(concept="chromatin", feature="nucleus_od_mean", query=0.5, match=0.51, share=0.05)])
+                    similarity=0.95 - 0.1 * rank, **dict(zip(("measure_log2_ratio", "measure_share"), pack([
+                        {"concept": "nucleus_size", "query": 100, "match": 190, "share": 0.7},
+                        {"concept": "nucleus_shape", "query": 0.8, "match": 0.6, "share": 0.25},
+                        {"concept": "chromatin", "query": 0.5, "match": 0.51, "share": 0.05}]))))
 
 
 class FakeCoordinator(pb_grpc.CoordinatorServicer):
@@ -122,6 +122,12 @@ def case_files(tmp_path_factory):
     return folder
 
 
+def pick(page, paths) -> None:
+    """Files chosen as the file picker gives them to the page (the keyboard's way to the
+    picker is test_page.py's)."""
+    page.set_input_files("#file-input", [str(p) for p in paths])
+
+
 def sign_in(page, gateway):
     page.goto(gateway.url)
     page.wait_for_selector("#login-form")
@@ -144,15 +150,14 @@ def test_check_a_case_by_eye(browser, fake, case_files, width, tmp_path):
         # The recent distribution is not shown from 3 cases; it says how many there are.
         assert page.locator("#expect [data-cases='3']").count() == 1
         sent_before = len(coordinator.cases)
-        choose_files_by_keyboard(page, sorted(case_files.iterdir()))
+        pick(page, sorted(case_files.iterdir()))
         # Caught at pick: the mask of the wrong size is named and nothing can be sent.
         page.wait_for_selector("#file-problems [data-code='companion_size'][data-file='cell2-mask.png']")
         assert page.locator("#submit").is_disabled()
         assert len(coordinator.cases) == sent_before and page.locator(".site-card").count() == 0
         page.click("#clear")
         page.wait_for_selector("#pairing", state="hidden")
-        choose_files_by_keyboard(page, [case_files / "cell1.png", case_files / "cell1-mask.png",
-                                        case_files / "cell2.png"])
+        pick(page, [case_files / "cell1.png", case_files / "cell1-mask.png", case_files / "cell2.png"])
         page.wait_for_selector("#pairing tbody tr[data-cell='cell2']")
         page.fill("#accession", f"S26/{width}")  # a common format: sent with '-'
         assert page.locator("#accession-note").inner_text() == f"Sent as S26-{width}"

@@ -814,21 +814,23 @@ function showConclusion(c) {
   box.scrollIntoView({block: "nearest"});
 }
 
-// After the first answer, each match's full image, one request at a time so the case's
+// After the first answer, each match's full image, a few requests at a time so the case's
 // own traffic goes first; kept by its content hash, so a cell met again is not fetched.
+const IMAGES_AT_ONCE = 3;
+
 async function fetchLargerImages() {
   const started = performance.now();
   const tiles = [...document.querySelectorAll(".match[data-sha]")];
-  for (const tile of tiles) {
-    const sha = tile.dataset.sha;
-    const site = tile.closest(".site-row").dataset.site;
-    const match = matchOf(tile);
-    try {
-      const url = await fullImage(site, match);
-      tile.querySelector("img").src = url;
-      tile.classList.add("full");
-    } catch (err) { /* the thumbnail stays */ }
-  }
+  const next = async () => {
+    for (let tile = tiles.shift(); tile; tile = tiles.shift()) {
+      const site = tile.closest(".site-row").dataset.site;
+      try {
+        tile.querySelector("img").src = await fullImage(site, matchOf(tile));
+        tile.classList.add("full");
+      } catch (err) { /* the thumbnail stays */ }
+    }
+  };
+  await Promise.all(Array.from({length: IMAGES_AT_ONCE}, next));
   document.body.dataset.largerImagesS = ((performance.now() - started) / 1000).toFixed(3);
 }
 

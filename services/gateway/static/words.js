@@ -54,7 +54,8 @@ function reasonWords(reason) {
 const reasonDetail = (reason) => `${reason.code}(${Object.entries(reason.params || {})
   .map(([k, v]) => `${k}=${v}`).join(", ")})`;
 
-// A match's measures (services/site/explain.py): how the match compares with the test cell.
+// A match's measures (services/site/explain.py): how the match compares with the test cell,
+// each as the match's value over the test cell's ("ratio") and its share of the distance.
 const MEASURE_WORDS = {
   nucleus_size: ["nucleus", "larger", "smaller", "the same size"],
   nc_ratio: ["N/C ratio", "higher", "lower", "alike"],
@@ -64,11 +65,9 @@ const MEASURE_WORDS = {
 };
 
 function measureWords(m) {
-  const [what, up, down, same] = MEASURE_WORDS[m.concept] || [m.feature, "higher", "lower", "alike"];
-  if (!(m.query > 0) || !(m.match > 0)) return `${what} ${m.match > m.query ? up : m.match < m.query ? down : same}`;
-  const ratio = m.match / m.query;
-  if (ratio >= 0.9 && ratio <= 1.1) return `${what} ${same}`;
-  return ratio > 1 ? `${what} ${ratio.toFixed(1)}x ${up}` : `${what} ${(1 / ratio).toFixed(1)}x ${down}`;
+  const [what, up, down, same] = MEASURE_WORDS[m.concept] || [m.concept.replaceAll("_", " "), "higher", "lower", "alike"];
+  if (m.ratio >= 0.9 && m.ratio <= 1.1) return `${what} ${same}`;
+  return m.ratio > 1 ? `${what} ${m.ratio.toFixed(1)}x ${up}` : `${what} ${(1 / m.ratio).toFixed(1)}x ${down}`;
 }
 
 // The two measures that keep a match farthest and the one that makes it closest.

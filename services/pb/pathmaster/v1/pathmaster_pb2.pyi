@@ -31,7 +31,7 @@ class CellFeatures(_message.Message):
     def __init__(self, cell_id: _Optional[str] = ..., values: _Optional[_Iterable[float]] = ..., background_estimated: _Optional[bool] = ..., mask_estimated: _Optional[bool] = ...) -> None: ...
 
 class Match(_message.Message):
-    __slots__ = ("cell_id", "diagnosis", "distance", "thumbnail", "source_id", "image_sha256", "bethesda", "similarity", "measures")
+    __slots__ = ("cell_id", "diagnosis", "distance", "thumbnail", "source_id", "image_sha256", "bethesda", "similarity", "measure_log2_ratio", "measure_share")
     CELL_ID_FIELD_NUMBER: _ClassVar[int]
     DIAGNOSIS_FIELD_NUMBER: _ClassVar[int]
     DISTANCE_FIELD_NUMBER: _ClassVar[int]
@@ -40,7 +40,8 @@ class Match(_message.Message):
     IMAGE_SHA256_FIELD_NUMBER: _ClassVar[int]
     BETHESDA_FIELD_NUMBER: _ClassVar[int]
     SIMILARITY_FIELD_NUMBER: _ClassVar[int]
-    MEASURES_FIELD_NUMBER: _ClassVar[int]
+    MEASURE_LOG2_RATIO_FIELD_NUMBER: _ClassVar[int]
+    MEASURE_SHARE_FIELD_NUMBER: _ClassVar[int]
     cell_id: str
     diagnosis: str
     distance: float
@@ -49,22 +50,9 @@ class Match(_message.Message):
     image_sha256: str
     bethesda: str
     similarity: float
-    measures: _containers.RepeatedCompositeFieldContainer[Measure]
-    def __init__(self, cell_id: _Optional[str] = ..., diagnosis: _Optional[str] = ..., distance: _Optional[float] = ..., thumbnail: _Optional[bytes] = ..., source_id: _Optional[str] = ..., image_sha256: _Optional[str] = ..., bethesda: _Optional[str] = ..., similarity: _Optional[float] = ..., measures: _Optional[_Iterable[_Union[Measure, _Mapping]]] = ...) -> None: ...
-
-class Measure(_message.Message):
-    __slots__ = ("concept", "feature", "query", "match", "share")
-    CONCEPT_FIELD_NUMBER: _ClassVar[int]
-    FEATURE_FIELD_NUMBER: _ClassVar[int]
-    QUERY_FIELD_NUMBER: _ClassVar[int]
-    MATCH_FIELD_NUMBER: _ClassVar[int]
-    SHARE_FIELD_NUMBER: _ClassVar[int]
-    concept: str
-    feature: str
-    query: float
-    match: float
-    share: float
-    def __init__(self, concept: _Optional[str] = ..., feature: _Optional[str] = ..., query: _Optional[float] = ..., match: _Optional[float] = ..., share: _Optional[float] = ...) -> None: ...
+    measure_log2_ratio: _containers.RepeatedScalarFieldContainer[int]
+    measure_share: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, cell_id: _Optional[str] = ..., diagnosis: _Optional[str] = ..., distance: _Optional[float] = ..., thumbnail: _Optional[bytes] = ..., source_id: _Optional[str] = ..., image_sha256: _Optional[str] = ..., bethesda: _Optional[str] = ..., similarity: _Optional[float] = ..., measure_log2_ratio: _Optional[_Iterable[int]] = ..., measure_share: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class CellResult(_message.Message):
     __slots__ = ("query_cell_id", "matches", "background_estimated", "mask_estimated", "error")
