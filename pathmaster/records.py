@@ -135,3 +135,16 @@ class CellRecord:
     mask_estimated: bool = False
     origin: str = ""
     extra: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Why:
+    """A decision or a finding as a stable code and the values its words need.
+
+    Every layer says why with these; services/reasons.py is the one table that turns a
+    code into words (plain for a pathologist, full for a researcher). Programs and tests
+    read `code`; `params` maps names to str, int or float values.
+    """
+
+    code: str
+    params: dict = field(default_factory=dict)

@@ -66,6 +66,8 @@ def register(subparsers) -> None:
                        help="seconds (default %(default)s)")
     query.add_argument("--site", action="append", default=[], help="ask only this site (repeatable)")
     query.add_argument("--json", action="store_true", help="one JSON object per event, per line")
+    query.add_argument("--verbose", action="store_true",
+                       help="every decision in full, for a researcher (default: the plain words a pathologist needs)")
     query.add_argument("--ship", choices=("auto", "features", "images"), default="auto",
                        help="how cells go to the sites: features where a site shares the coordinator's "
                             "feature schema (analysed once), images elsewhere (default: %(default)s)")
@@ -118,9 +120,11 @@ def tls_from_args(args: argparse.Namespace):
 # ------------------------------------------------------------------ printing results
 
 
-def format_site_result(result, elapsed_s: float, truth: dict | None = None) -> str:
-    """A site's result as lines for a terminal (truth: {cell id: diagnosis} when known)."""
+def format_site_result(result, elapsed_s: float, truth: dict | None = None, audience: str = "plain") -> str:
+    """A site's result as lines for a terminal (truth: {cell id: diagnosis} when known);
+    its decisions in `audience`'s words ("plain" or "full", services/reasons.py)."""
     from services.gateway.events import status_name
+    from services.reasons import decisions
 
     head = f"[{elapsed_s:6.2f} s] {result.site:<12} {status_name(result.status_code)}"
     if result.status_code != 0:
@@ -130,6 +134,7 @@ def format_site_result(result, elapsed_s: float, truth: dict | None = None) -> s
              f"search {t.search_s:.3f} s), transfer {t.transfer_s:.3f} s, "
              f"{result.bytes_sent / 1024:.0f} KiB out / {result.bytes_received / 1024:.0f} KiB back"
              + (f", {result.mode} in {result.request_class}" if result.mode else "")]
+    lines += [f"    ({d})" for d in decisions(result.why, audience)]
     for cell in result.cells:
         label = f"    {cell.query_cell_id}"
         if truth and cell.query_cell_id in truth:
@@ -142,35 +147,42 @@ def format_site_result(result, elapsed_s: float, truth: dict | None = None) -> s
     return "\n".join(lines)
 
 
-def format_plan(plan) -> str:
-    """The case's plan, printed before any result: the predicted wait, per site."""
+def format_plan(plan, audience: str = "plain") -> str:
+    """The case's plan, printed before any result: the predicted wait, per site, and why
+    in `audience`'s words ("plain" or "full", services/reasons.py)."""
+    from services.reasons import decisions
     wait = f"expected in about {plan.predicted_s:.1f} s" if plan.predicted_s else "no prediction yet"
     served = f" (served as {plan.served_class})" if plan.served_class != plan.request_class else ""
     lines = [f"case {plan.case_id} ({plan.request_class}{served}): {wait}, deadline {plan.deadline_s:.0f} s"]
     for s in plan.sites:
         predicted = f"~{s.predicted_s:.2f} s" if s.predicted_s else "not predicted yet"
         lines.append(f"    {s.site:<12} {s.mode:<8} {s.request_class:<9} {predicted}")
-    lines += [f"    {d}" for d in plan.decisions]
+        lines += [f"        {d}" for d in decisions(s.why, audience)]
+    lines += [f"    {d}" for d in decisions(plan.why, audience)]
     return "\n".join(lines)
 
 
 def format_summary(summary, truth: dict | None = None) -> str:
+    """The case's summary: its conclusion first (`services.conclusion_words`), then times,
+    bytes and each cell's vote."""
+    from services.conclusion_words import format_conclusion
+
     predicted = f" (predicted {summary.predicted_s:.2f} s)" if summary.predicted_s else ""
-    lines = [f"case {summary.case_id} ({summary.request_class}): {summary.total_s:.2f} s{predicted}, "
+    lines = format_conclusion(summary.conclusion)
+    lines += [f"case {summary.case_id} ({summary.request_class}): {summary.total_s:.2f} s{predicted}, "
              f"{summary.sites_ok} site(s) OK, {summary.sites_failed} failed, "
              f"{summary.bytes_sent / 1024:.0f} KiB sent, {summary.bytes_received / 1024:.0f} KiB received"]
     for v in summary.votes:
         known = f"  [true: {truth[v.query_cell_id]}]" if truth and v.query_cell_id in truth else ""
         bethesda = f"; Bethesda {v.bethesda} ({v.bethesda_votes}/{v.bethesda_total})" if v.bethesda else ""
         lines.append(f"    {v.query_cell_id}: {v.diagnosis} ({v.votes}/{v.total} matches{bethesda}){known}")
-    if summary.bethesda.bethesda:
-        b = summary.bethesda
-        lines.append(f"    case, in Bethesda terms: {b.bethesda} ({b.bethesda_votes}/{b.bethesda_total} matches)")
     return "\n".join(lines)
 
 
-def print_case(events, started: float, truth: dict | None = None, as_json: bool = False) -> bool:
-    """Print a case's events as they arrive; True when every site answered OK."""
+def print_case(events, started: float, truth: dict | None = None, as_json: bool = False,
+               audience: str = "plain") -> bool:
+    """Print a case's events as they arrive, decisions in `audience`'s words; True when
+    every site answered OK."""
     from services.gateway.events import case_event_json
 
     ok = True
@@ -178,9 +190,9 @@ def print_case(events, started: float, truth: dict | None = None, as_json: bool 
         if as_json:
             print(json.dumps(case_event_json(event, with_thumbnails=False)), flush=True)
         elif event.HasField("plan"):
-            print(format_plan(event.plan), flush=True)
+            print(format_plan(event.plan, audience), flush=True)
         elif event.HasField("site_result"):
-            print(format_site_result(event.site_result, time.perf_counter() - started, truth), flush=True)
+            print(format_site_result(event.site_result, time.perf_counter() - started, truth, audience), flush=True)
         else:
             print(format_summary(event.summary, truth), flush=True)
         if event.HasField("site_result") and event.site_result.status_code != 0:
@@ -426,7 +438,7 @@ def _run_query(args: argparse.Namespace, tls, cells) -> int:
                 local = {"features": vectors, "feature_schema": schema}
             events = client.submit(cells, args.request_class, k=args.k, deadline_s=args.deadline,
                                    sites=args.site, ship=args.ship, **local)
-            ok = print_case(events, started, as_json=args.json)
+            ok = print_case(events, started, as_json=args.json, audience="full" if args.verbose else "plain")
     except grpc.RpcError as exc:
         print(f"pathmaster query: {client.describe(exc)}", file=sys.stderr)
         return 2 if exc.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED) else 1

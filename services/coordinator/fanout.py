@@ -25,6 +25,7 @@ queue, so one thread (the SubmitCase handler's) makes every decision and sends e
 from __future__ import annotations
 
 import queue
+import secrets
 import threading
 import time
 from dataclasses import dataclass, field
@@ -32,7 +33,9 @@ from typing import Callable
 
 import grpc
 
+from pathmaster.records import Why
 from qos.policy import SitePlan
+from services import reasons
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 
 # A site that answers these to a features request may still take the images.
@@ -44,8 +47,14 @@ FEATURES_FALLBACK_CODES = (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.
 RECHECK_CODES = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION)
 
 
+def new_send_id() -> str:
+    """A fresh id for one send of a request (AnalyseRequest.send_id): its copies share it.
+    64 random bits in 16 characters: a few bytes on the wire, no collision in a site's memory."""
+    return secrets.token_hex(8)
+
+
 def features_request(case_id: str, request_class: str, k: int, feature_schema: str,
-                     features: list[pb.CellFeatures], columns=()) -> pb.AnalyseRequest:
+                     features: list[pb.CellFeatures], columns=(), send_id: str = "") -> pb.AnalyseRequest:
     """The features-mode request to a site: each cell's full vector, or with `columns`
     (the site's SiteInfo.feature_columns, ascending) only the values the site compares.
 
@@ -57,6 +66,8 @@ def features_request(case_id: str, request_class: str, k: int, feature_schema: s
         The cells' full vectors, in `feature_schema`.
     columns : sequence of int
         Indices into those vectors; empty: send them whole.
+    send_id : str
+        The send's id (`new_send_id`); empty: the site takes every copy as new.
 
     Returns
     -------
@@ -69,7 +80,18 @@ def features_request(case_id: str, request_class: str, k: int, feature_schema: s
                                     background_estimated=f.background_estimated, mask_estimated=f.mask_estimated)
                     for f in features]
     return pb.AnalyseRequest(case_id=case_id, request_class=request_class, k=k, feature_schema=feature_schema,
-                             features=features, feature_columns=columns)
+                             features=features, feature_columns=columns, send_id=send_id)
+
+
+def as_sent(message: pb.AnalyseRequest, request_class: str, send_id: str) -> pb.AnalyseRequest:
+    """`message` as one send of it goes: in `request_class` with `send_id` (a copy of the
+    message when either differs, e.g. a hedge in another class or a retry)."""
+    if message.request_class == request_class and message.send_id == send_id:
+        return message
+    sent = pb.AnalyseRequest()
+    sent.CopyFrom(message)
+    sent.request_class, sent.send_id = request_class, send_id
+    return sent
 
 
 def features_request_bytes(cell_ids: list[str], feature_count: int, columns=(), *, case_id: str = "",
@@ -79,7 +101,7 @@ def features_request_bytes(cell_ids: list[str], feature_count: int, columns=(), 
     planning, and for the testbed's transfer workload."""
     cells = [pb.CellFeatures(cell_id=c, values=[0.0] * feature_count, background_estimated=True,
                              mask_estimated=True) for c in cell_ids]
-    return features_request(case_id, request_class, k, feature_schema, cells, columns).ByteSize()
+    return features_request(case_id, request_class, k, feature_schema, cells, columns, new_send_id()).ByteSize()
 
 
 @dataclass
@@ -92,6 +114,7 @@ class Attempt:
     mode: str
     request_bytes: int
     label: str              # "first", "copy 2", ..., "hedge", "images fallback"
+    send_id: str = ""       # shared by the copies of one send
     done_at: float | None = None  # time.monotonic() when the call completed (its gRPC callback)
 
     def elapsed_s(self) -> float:
@@ -114,7 +137,7 @@ class SiteRun:
     plan: SitePlan
     attempts: list[Attempt] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
-    decisions: list[str] = field(default_factory=list)
+    why: list[Why] = field(default_factory=list)   # what happened, as reason codes
     timer: threading.Timer | None = None
     copy_timers: list[threading.Timer] = field(default_factory=list)
     copies_due: set[int] = field(default_factory=set)  # lanes of copies not sent yet
@@ -150,8 +173,13 @@ class SiteOutcome:
     elapsed_s: float
     code: grpc.StatusCode
     message: str
-    decisions: list[str]
+    why: list[Why]
     bytes_sent: int
+
+    @property
+    def decisions(self) -> list[str]:
+        """`why` in full words."""
+        return reasons.decisions(self.why)
 
 
 class FanOut:
@@ -162,11 +190,16 @@ class FanOut:
     plans : dict
         site -> SitePlan.
     send : callable
-        ``send(site, request_class, mode, lane) -> (grpc.Future, request_bytes)``, or None
-        when the case cannot be sent that way (e.g. images of a case that came as features);
-        `lane` (0, 1, ...) picks the connection: copies of one request go on different lanes.
+        ``send(site, request_class, mode, lane, send_id) -> (grpc.Future, request_bytes)``,
+        or None when the case cannot be sent that way (e.g. images of a case that came as
+        features); `lane` (0, 1, ...) picks the connection: copies of one request go on
+        different lanes; `send_id` goes in the request (AnalyseRequest.send_id): the first
+        copy and its copies share `self.send_id`, a hedge, a retry and the images fallback
+        each get a new one, so that the site answers each of those once.
     deadline : float
         time.monotonic() by which every site must have answered.
+    send_id : str, optional
+        The id of the case's first send (and its copies) to every site; default a new one.
     recheck : callable, optional
         ``recheck(site) -> concurrent.futures.Future | None``: after `site` refused a
         features request with one of RECHECK_CODES, ask its Info again; the future's result
@@ -176,9 +209,10 @@ class FanOut:
     """
 
     def __init__(self, plans: dict[str, SitePlan], send: Callable, deadline: float,
-                 recheck: Callable | None = None):
+                 recheck: Callable | None = None, send_id: str | None = None):
         self.runs = {site: SiteRun(plan) for site, plan in plans.items()}
         self.send = send
+        self.send_id = send_id or new_send_id()
         self.deadline = deadline
         self.recheck = recheck
         self._events: queue.Queue = queue.Queue()
@@ -189,7 +223,7 @@ class FanOut:
         """Send every site's first copy; returns the outcomes of sites that could not be sent to."""
         unsendable = []
         for site, run in self.runs.items():
-            if not self._attempt(site, run.plan.request_class, run.plan.mode, "first"):
+            if not self._attempt(site, run.plan.request_class, run.plan.mode, "first", 0, self.send_id):
                 run.done = True
                 unsendable.append(self._failure(site, grpc.StatusCode.FAILED_PRECONDITION,
                                                 f"site {site} compares features of another schema and this "
@@ -197,7 +231,8 @@ class FanOut:
                 continue
             for lane in range(1, run.plan.copies):
                 if run.plan.copy_gap_s <= 0:
-                    self._attempt(site, run.plan.request_class, run.plan.mode, f"copy {lane + 1}", lane)
+                    self._attempt(site, run.plan.request_class, run.plan.mode, f"copy {lane + 1}", lane,
+                                  self.send_id)
                     continue
                 run.copies_due.add(lane)
                 timer = threading.Timer(lane * run.plan.copy_gap_s, self._events.put, args=(("copy", site, lane),))
@@ -210,15 +245,19 @@ class FanOut:
                 run.timer.start()
         return unsendable
 
-    def _attempt(self, site: str, request_class: str, mode: str, label: str, lane: int = 0) -> bool:
+    def _attempt(self, site: str, request_class: str, mode: str, label: str, lane: int = 0,
+                 send_id: str | None = None) -> bool:
+        """Send one copy: of the case's first send with `send_id`, else (hedge, retry,
+        fallback) a send of its own."""
+        send_id = send_id or new_send_id()
         # The clock starts before the call is made: the site may begin (and even finish)
         # before send() returns, and its own wall time must fit inside ours.
         sent_at = time.monotonic()
-        sent = self.send(site, request_class, mode, lane)
+        sent = self.send(site, request_class, mode, lane, send_id)
         if sent is None:
             return False
         call, request_bytes = sent
-        attempt = Attempt(call, sent_at, request_class, mode, request_bytes, label)
+        attempt = Attempt(call, sent_at, request_class, mode, request_bytes, label, send_id=send_id)
         with self._lock:
             self.runs[site].attempts.append(attempt)
         call.add_done_callback(lambda c, s=site, a=attempt: self._completed(s, a))
@@ -275,7 +314,7 @@ class FanOut:
         run.copies_due.discard(lane)
         plan = run.plan
         if time.monotonic() < self.deadline and not self._closed and not run.fell_back():
-            self._attempt(site, plan.request_class, plan.mode, f"copy {lane + 1}", lane)
+            self._attempt(site, plan.request_class, plan.mode, f"copy {lane + 1}", lane, self.send_id)
             return None
         if any(_may_answer(a) for a in run.attempts) or run.copies_due or run.rechecking:
             return None
@@ -288,29 +327,30 @@ class FanOut:
             return None
         run.hedged = True
         target_class = plan.hedge_class or plan.request_class
-        predicted = f" (predicted {plan.predicted_s:.2f} s)" if plan.predicted_s else ""
         # A hedge in another class has connections of its own (lane 0 there); in the same
         # class it takes the next lane, clear of the copies'.
         lane = 0 if target_class != plan.request_class else plan.copies
         if self._attempt(site, target_class, run.attempts[0].mode, "hedge", lane):
-            run.decisions.append(f"no answer after {plan.hedge_after_s:.2f} s{predicted}: "
-                                 f"hedged with a copy in class {target_class}")
+            params = {"after_s": plan.hedge_after_s, "hedge_class": target_class}
+            run.why.append(Why("hedge_sent", params | {"predicted_s": plan.predicted_s}) if plan.predicted_s
+                           else Why("hedge_sent_unpredicted", params))
         return None
 
     def _finished(self, site: str, run: SiteRun, attempt: Attempt) -> SiteOutcome | None:
         call = attempt.call
         elapsed = attempt.elapsed_s()
         if not call.cancelled() and call.exception() is None:
+            answered = {"copy": attempt.label, "request_class": attempt.request_class}
             if len(run.attempts) > 1:
                 others = len(run.running())  # cancelled by outcomes() as this answer is final
-                cancelled = f"; {others} other cop{'y' if others == 1 else 'ies'} cancelled" if others else ""
-                run.decisions.append(f"answered by the {attempt.label} copy ({attempt.request_class}){cancelled}")
+                run.why.append(Why("answered_by_copy_others_cancelled", answered | {"others": others}) if others > 1
+                               else Why("answered_by_copy_one_cancelled" if others else "answered_by_copy", answered))
             elif run.copies_due:  # spaced copies: the answer came before the next one was due
                 unsent = len(run.copies_due)
-                run.decisions.append(f"answered by the {attempt.label} copy ({attempt.request_class}) "
-                                     f"before {'another was' if unsent == 1 else f'{unsent} others were'} sent")
+                run.why.append(Why("answered_before_copies_sent", answered | {"unsent": unsent}) if unsent > 1
+                               else Why("answered_before_copy_sent", answered))
             return SiteOutcome(site, run.plan, attempt, call.result(), elapsed, grpc.StatusCode.OK, "OK",
-                               run.decisions, attempt.request_bytes)
+                               run.why, attempt.request_bytes)
         if call.cancelled():
             code, details = grpc.StatusCode.CANCELLED, "cancelled"
         else:
@@ -350,8 +390,7 @@ class FanOut:
         plan = run.plan
         if (now is not None and not self._closed and time.monotonic() < self.deadline
                 and self._attempt(site, plan.request_class, "features", "features retry")):
-            run.decisions.append(f"features refused ({run.refusal}); the site's Info, asked again, says it "
-                                 f"compares {now}: features sent again as it says")
+            run.why.append(Why("features_sent_again", {"refusal": run.refusal, "compares": now}))
             return None
         if self._images_instead(site, run, plan.request_class, run.refusal):
             return None
@@ -365,7 +404,7 @@ class FanOut:
             return False
         if not self._attempt(site, request_class, "images", "images fallback"):
             return False
-        run.decisions.append(f"features failed ({why}): images sent instead")
+        run.why.append(Why("images_after_features_failed", {"error": why}))
         return True
 
     def _failed(self, site: str, run: SiteRun, attempt: Attempt) -> SiteOutcome:
@@ -379,10 +418,10 @@ class FanOut:
         message = f"site {site}: {code.name}: {details}"
         if len(run.errors) > 1:
             message = f"site {site}: every copy failed: " + "; ".join(run.errors)
-        return SiteOutcome(site, run.plan, attempt, None, elapsed, code, message, run.decisions,
+        return SiteOutcome(site, run.plan, attempt, None, elapsed, code, message, run.why,
                            sum(a.request_bytes for a in run.attempts))
 
     def _failure(self, site: str, code: grpc.StatusCode, message: str) -> SiteOutcome:
         run = self.runs[site]
-        return SiteOutcome(site, run.plan, None, None, 0.0, code, message, run.decisions,
+        return SiteOutcome(site, run.plan, None, None, 0.0, code, message, run.why,
                            sum(a.request_bytes for a in run.attempts))

@@ -32,17 +32,20 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from pathmaster import defaults
 from pathmaster.ids import check_id, log_tag, shown
-from pathmaster.records import InvalidInput
-from pathmaster.vocabulary import majority
+from pathmaster.records import InvalidInput, Why
+from pathmaster.vocabulary import BETHESDA_TERMS, majority
 from qos.admission import Admission, Refused
 from qos.policy import plan_site
 from qos.predict import CaseModel, PredictionLog, Predictor, SiteLoad
 from qos.transport import (STALE_PORT_CODES, ClassChannels, MarkedServer, client_identity, connect_address,
                            split_address)
+from services import reasons
 from services.classinfo import class_messages
 from services.metrics import case_outcome, serve_metrics, stop_metrics
 from services.config import CoordinatorConfig
-from services.coordinator.fanout import FanOut, SiteOutcome, features_request, features_request_bytes
+from services.coordinator.conclusion import case_conclusion
+from services.coordinator.fanout import (FanOut, SiteOutcome, as_sent, features_request, features_request_bytes,
+                                         new_send_id)
 from services.coordinator.sitewatch import SITE_SERVICE, SiteWatch
 from services.coordinator.stats import CaseLog, ClassStats, CoordinatorMetrics
 from services.coordinator.validation import CaseRejected, check_case_request
@@ -76,7 +79,7 @@ def site_load(load: pb.SiteLoad) -> SiteLoad:
 def vote(cells_by_site: list[list[pb.CellResult]]) -> list[pb.CellVote]:
     """Per test cell, the diagnosis most often among every site's matches, and the Bethesda
     term most often (sites with different vocabularies vote together in those; ties: first
-    seen; ``pathmaster.vocabulary.majority``)."""
+    seen, in Bethesda terms the more severe; ``pathmaster.vocabulary.majority``)."""
     matches: dict[str, list[pb.Match]] = {}
     for cells in cells_by_site:
         for cell in cells:
@@ -88,7 +91,7 @@ def vote(cells_by_site: list[list[pb.CellResult]]) -> list[pb.CellVote]:
             continue
         cell_vote = pb.CellVote(query_cell_id=cell_id, diagnosis=by_label.label, votes=by_label.votes,
                                 total=by_label.total)
-        _set_bethesda(cell_vote, majority(m.bethesda for m in found))
+        _set_bethesda(cell_vote, majority((m.bethesda for m in found), BETHESDA_TERMS))
         votes.append(cell_vote)
     return votes
 
@@ -279,13 +282,15 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     def _run_case(self, request, context, rclass, ticket, sites, case_id, started, budget, case_deadline):
         self._class_ports_for_case(sites, budget)
         served = self.config.classes[ticket.served_as]
-        decisions = []
+        why: list[Why] = []
         if ticket.reclassified:
-            decisions.append(f"urgent capacity is fully used: served as {served.name} (reclassified, not dropped)")
+            why.append(Why("class_reclassified_capacity", {"asked": rclass.name, "served": served.name}))
         k = request.k or defaults.K
         ship = request.ship or "auto"
         cells = len(request.features) or len(request.cells)
-        images_request = pb.AnalyseRequest(case_id=case_id, request_class=served.name, cells=request.cells, k=k)
+        send_id = new_send_id()  # the first send to every site, and its copies
+        images_request = pb.AnalyseRequest(case_id=case_id, request_class=served.name, cells=request.cells, k=k,
+                                           send_id=send_id)
         cell_ids = [f.cell_id for f in request.features] or [c.cell_id for c in request.cells]
         entitled = [c.name for c in self.config.classes if c.priority >= served.priority]
         if rclass.name != served.name:
@@ -319,13 +324,14 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                  "-" if case_predicted is None else f"{case_predicted:.2f} s")
         yield pb.CaseEvent(plan=pb.CasePlan(
             case_id=case_id, request_class=rclass.name, served_class=served.name, deadline_s=budget,
-            predicted_s=case_predicted or 0.0, decisions=decisions,
+            predicted_s=case_predicted or 0.0, decisions=reasons.decisions(why), why=reasons.reasons(why),
             sites=[pb.SitePlan(site=s, mode=p.mode, request_class=p.request_class,
                                predicted_s=p.predicted_s or 0.0, hedge_after_s=p.hedge_after_s or 0.0,
-                               reasons=list(p.reasons)) for s, p in plans.items()]))
+                               reasons=reasons.decisions(p.why), why=reasons.reasons(p.why))
+                   for s, p in plans.items()]))
 
         analysis_started = time.monotonic()
-        features, cell_errors = self._features_for_case(request, plans, case_deadline, decisions)
+        features, cell_errors = self._features_for_case(request, plans, case_deadline, why)
         analysed_s = time.monotonic() - analysis_started if features is not None and not request.features else 0.0
         features_requests: dict[tuple[int, ...], pb.AnalyseRequest] = {}  # by the columns a site compares
 
@@ -336,26 +342,24 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             columns = self.site_columns.get(site, ())
             if columns not in features_requests:
                 features_requests[columns] = features_request(case_id, served.name, k,
-                                                              request.feature_schema or schema, features, columns)
+                                                              request.feature_schema or schema, features, columns,
+                                                              send_id)
             return features_requests[columns]
 
         have_images = all(cell.image for cell in request.cells)
 
-        def send(site: str, class_name: str, mode: str, lane: int = 0):
+        def send(site: str, class_name: str, mode: str, lane: int, send: str):
             message = site_features(site) if mode == "features" else images_request if have_images else None
             if message is None:
                 return None
-            if message.request_class != class_name:  # a hedge in another class
-                copy = pb.AnalyseRequest()
-                copy.CopyFrom(message)
-                copy.request_class = class_name
-                message = copy
+            message = as_sent(message, class_name, send)
             stub = pb_grpc.SiteStub(self.channels.channel(site, class_name, lane, busy_until=case_deadline))
             call = stub.Analyse.future(message, timeout=site_deadline(time.monotonic(), case_deadline))
             return call, message.ByteSize()
 
         fan = FanOut(plans, send, case_deadline, recheck=None if features is None else
-                     lambda site: self._recheck(site, request.feature_schema or schema, case_deadline))
+                     lambda site: self._recheck(site, request.feature_schema or schema, case_deadline),
+                     send_id=send_id)
         context.add_callback(fan.cancel)
         results: list[pb.SiteResult] = []
         closed = False
@@ -376,7 +380,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                 self.cases_cancelled += 1
             log.info("case %s: cancelled by the client after %.3f s", log_tag(case_id), total_s)
             self.metrics.case(rclass.name, "cancelled", total_s)
-            self._record(case_id, rclass, served, results, total_s, cells, "cancelled", case_predicted, decisions,
+            self._record(case_id, rclass, served, results, total_s, cells, "cancelled", case_predicted, why,
                          analysis_s=analysed_s)
             return
         error = self.predictions.add(case_predicted, total_s)
@@ -389,13 +393,15 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             bytes_sent=sum(r.bytes_sent for r in results),
             bytes_received=sum(r.bytes_received for r in results),
             votes=vote([list(r.cells) for r in results if r.status_code == 0]),
-            predicted_s=case_predicted or 0.0, served_class=served.name, decisions=decisions,
+            predicted_s=case_predicted or 0.0, served_class=served.name, decisions=reasons.decisions(why),
+            why=reasons.reasons(why),
             bethesda=case_bethesda([list(r.cells) for r in results if r.status_code == 0]),
+            conclusion=case_conclusion(results, cell_ids),
             analysis_s=analysed_s,
         )
         outcome = case_outcome(summary.sites_ok, summary.sites_failed)  # failed: never a completion time
         self.metrics.case(rclass.name, outcome, total_s)
-        self._record(case_id, rclass, served, results, total_s, cells, outcome, case_predicted, decisions,
+        self._record(case_id, rclass, served, results, total_s, cells, outcome, case_predicted, why,
                      prediction_error=error, analysis_s=analysed_s)
         yield pb.CaseEvent(summary=summary)
 
@@ -410,7 +416,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         its analysers have analysed any)."""
         return (self.analysers.estimate_s(cells) if self.analysers else None) or 0.0
 
-    def _features_for_case(self, request, plans, case_deadline, decisions):
+    def _features_for_case(self, request, plans, case_deadline, why: list[Why]):
         """The case's feature vectors (None when no site takes features) and per-cell errors."""
         wanted = [s for s, p in plans.items() if p.mode == "features"]
         if not wanted:
@@ -422,8 +428,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             with analysis_span(len(request.cells)):
                 analysed = self.analysers.analyse(list(request.cells), max(0.1, case_deadline - t0))
         except Exception as exc:  # analysers gone or too slow: every site takes the images
-            decisions.append(f"the coordinator could not analyse the cells ({type(exc).__name__}): "
-                             "images sent to every site")
+            why.append(Why("analysis_failed", {"error": type(exc).__name__}))
             for site in wanted:
                 plans[site] = replace(plans[site], mode="images")
             return None, {}
@@ -434,8 +439,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             for site in wanted:
                 plans[site] = replace(plans[site], mode="images")
             return None, {}
-        decisions.append(f"analysed {len(request.cells)} cells once at the coordinator in {spent:.2f} s; "
-                         f"features sent to {', '.join(wanted)}")
+        why.append(Why("analysed_once", {"cells": len(request.cells), "seconds": spent, "sites": ", ".join(wanted)}))
         return features, errors
 
     def _chosen_sites(self, request: pb.CaseRequest) -> list[str]:
@@ -456,7 +460,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         base = dict(site=site, status_code=outcome.code.value[0], bytes_sent=outcome.bytes_sent,
                     mode=attempt.mode if attempt else plan.mode,
                     request_class=attempt.request_class if attempt else plan.request_class,
-                    predicted_s=plan.predicted_s or 0.0, decisions=[*plan.reasons, *outcome.decisions])
+                    predicted_s=plan.predicted_s or 0.0, decisions=reasons.decisions([*plan.why, *outcome.why]),
+                    why=reasons.reasons([*plan.why, *outcome.why]))
         self.metrics.site_call(site, base["request_class"], outcome.reply is not None, outcome.elapsed_s)
         if outcome.reply is None:
             if outcome.code in STALE_PORT_CODES and self.channels.has_class_ports(site):
@@ -488,7 +493,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                              bytes_received=reply_bytes, **base)
 
     def _record(self, case_id: str, rclass, served, results: list[pb.SiteResult], total_s: float,
-                cells: int, outcome: str, predicted_s: float | None, decisions: list[str],
+                cells: int, outcome: str, predicted_s: float | None, why: list[Why],
                 prediction_error: float | None = None, analysis_s: float = 0.0) -> None:
         self.case_log.write({
             "case_id": case_id, "tag": log_tag(case_id), "class": rclass.name, "dscp": rclass.dscp, "outcome": outcome,
@@ -496,7 +501,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             "predicted_s": None if predicted_s is None else round(predicted_s, 6),
             "prediction_error": None if prediction_error is None else round(prediction_error, 4),
             "analysis_s": round(analysis_s, 6),
-            "decisions": decisions,
+            "decisions": reasons.decisions(why),
+            "why": reasons.as_json(why),
             "bytes_sent": sum(r.bytes_sent for r in results),
             "bytes_received": sum(r.bytes_received for r in results),
             "sites": {
@@ -507,7 +513,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                          "site_wall_s": round(r.timing.site_wall_s, 6), "queue_s": round(r.timing.queue_s, 6),
                          "service_s": round(r.timing.service_s, 6),
                          "bytes_sent": r.bytes_sent, "bytes_received": r.bytes_received,
-                         "decisions": list(r.decisions)}
+                         "decisions": list(r.decisions),
+                         "why": reasons.as_json(r.why)}
                 for r in results
             },
         })

@@ -10,6 +10,7 @@ import base64
 
 import grpc
 
+from services import conclusion_words, reasons
 from services.site.explain import unpack
 
 _STATUS_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
@@ -117,26 +118,28 @@ def summary_json(summary) -> dict:
                          "total": summary.bethesda.bethesda_total},
             "predicted_s": round(summary.predicted_s, 6) if summary.predicted_s else None,
             "served_class": summary.served_class, "decisions": list(summary.decisions),
-            "why": reasons_json(summary.why),
-            "conclusion": conclusion_json(summary.conclusion) if summary.HasField("conclusion") else None}
+            "why": reasons_json(summary.why), **conclusion_event(summary.conclusion)}
 
 
-def reasons_json(reasons) -> list[dict]:
-    """`Reason`s as dicts of code and params (clients turn codes into words)."""
-    return [{"code": r.code, "params": dict(r.params)} for r in reasons]
+def reasons_json(whys) -> list[dict]:
+    """`Reason`s as dicts of code and params, with their words for a pathologist ("plain",
+    "" when they need not read it) and a researcher ("full"), from services/reasons.py."""
+    return [w | {"plain": reasons.words(r, reasons.PLAIN), "full": reasons.words(r, reasons.FULL)}
+            for w, r in zip(reasons.as_json(whys), whys)]
 
 
-def conclusion_json(conclusion) -> dict:
-    """The `CaseConclusion` as a dict: outcome, bethesda, cells_with, cells_total, rule, why,
-    and per cell its term, support of total, spread (most severe first) and abnormal score."""
-    return {"outcome": conclusion.outcome, "bethesda": conclusion.bethesda,
-            "cells_with": conclusion.cells_with, "cells_total": conclusion.cells_total,
-            "rule": conclusion.rule, "why": reasons_json(conclusion.why),
-            "cells": [{"query_cell_id": c.query_cell_id, "bethesda": c.bethesda, "support": c.support,
-                       "total": c.total, "abnormal": c.abnormal,
-                       "abnormal_score": round(c.abnormal_score, 4), "why": reasons_json(c.why),
-                       "spread": [{"bethesda": t.bethesda, "count": t.count} for t in c.spread]}
-                      for c in conclusion.cells]}
+def conclusion_event(conclusion) -> dict:
+    """The case conclusion as the summary carries it: "conclusion", the message as a plain
+    dict (services/conclusion_words.py) whose reasons have their words, and
+    "conclusion_words": its headline, each cell's line and the decision-support statement."""
+    plain = conclusion_words.conclusion_json(conclusion)
+    plain["why"] = reasons_json(conclusion.why)
+    for cell, message in zip(plain.get("cells", []), conclusion.cells):
+        cell["why"] = reasons_json(message.why)
+    return {"conclusion": plain,
+            "conclusion_words": {"headline": conclusion_words.headline(conclusion),
+                                 "statement": conclusion_words.statement(conclusion),
+                                 "cells": {c.query_cell_id: conclusion_words.cell_line(c) for c in conclusion.cells}}}
 
 
 def plan_json(plan) -> dict:

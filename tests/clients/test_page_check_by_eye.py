@@ -93,7 +93,8 @@ class FakeCoordinator(pb_grpc.CoordinatorServicer):
             bytes_sent=5400, bytes_received=23_000,
             conclusion=pb.CaseConclusion(outcome="abnormal", bethesda="HSIL", cells_with=len(ids),
                                          cells_total=len(ids), cells=cells, rule="term support >= 0.5",
-                                         why=[pb.Reason(code="sites_disagree", params={})])))
+                                         why=[pb.Reason(code="most_significant_abnormality", params={
+                                             "term": "HSIL", "cells": str(len(ids)), "abnormal_cells": str(len(ids))})])))
 
 
 @pytest.fixture(scope="module")
@@ -168,7 +169,8 @@ def test_check_a_case_by_eye(browser, fake, case_files, width, tmp_path):
         conclusion = page.locator("#conclusion")
         assert conclusion.get_attribute("data-outcome") == "abnormal"
         assert conclusion.locator("[data-term='HSIL']").count() == 1
-        assert conclusion.locator(".reason[data-code='sites_disagree']").count() == 1
+        assert conclusion.get_attribute("data-codes") == "most_significant_abnormality"
+        assert "HSIL: 2 of 2 cells" in conclusion.inner_text()  # services/conclusion_words.py's headline
         assert "Decision support" in page.locator("#decision-support").inner_text()
         assert page.locator("#conclusion").bounding_box()["y"] < page.locator("#cells").bounding_box()["y"]
         # Each cell's term and its spread.
@@ -225,7 +227,7 @@ def test_check_a_case_by_eye(browser, fake, case_files, width, tmp_path):
         report.goto(report_file.as_uri())
         assert report.locator("meta[name='viewport']").count() == 1
         assert report.locator(".conclusion").get_attribute("data-outcome") == "abnormal"
-        assert report.locator(".conclusion [data-code='sites_disagree']").count() == 1
+        assert report.locator(".conclusion").get_attribute("data-codes") == "most_significant_abnormality"
         assert report.locator(".decision-support").count() == 1
         assert report.locator("section.cell[data-cell='cell1'] .vote").get_attribute("data-term") == "HSIL"
         assert report.evaluate("document.documentElement.scrollWidth") <= width

@@ -87,6 +87,13 @@ def test_case_streams_every_site_then_summary(deployment, case, case_cells):
                for r in results.values() for c in r.cells for m in c.matches)
     assert all(v.bethesda and v.bethesda_votes >= v.votes for v in summary.votes)
     assert all(v.bethesda_total == 15 for v in summary.votes) and summary.bethesda.bethesda_total == 90
+    # The case conclusion reads every cell's 15 matches; an abnormal case names a term a cell supports.
+    conclusion = summary.conclusion
+    assert conclusion.cells_total == 6 and [c.total for c in conclusion.cells] == [15] * 6
+    assert conclusion.outcome in ("abnormal", "nilm", "cannot_conclude")
+    supported = {c.abnormal_term for c in conclusion.cells if c.abnormal}
+    assert (conclusion.outcome == "abnormal") == bool(supported)
+    assert conclusion.outcome != "abnormal" or conclusion.bethesda in supported
 
 
 def test_cells_without_mask_or_background_are_estimated(deployment, case_cells):

@@ -646,7 +646,7 @@ function onPlan(event) {
       card.querySelector("progress").value = 0;
     }
     const why = s.why || [];
-    card.querySelector(".site-detail").replaceChildren(...why.map((r) =>
+    card.querySelector(".site-detail").replaceChildren(...plainReasons(why).map((r) =>
       el("span", {class: "reason", "data-code": r.code, title: reasonDetail(r), text: reasonWords(r)})));
   }
 }
@@ -727,7 +727,7 @@ function onSite(event) {
     markSite(event.site, "ok", "answered", seconds(t.total_s), "");
     const card = document.querySelector(`.site-card[data-site="${CSS.escape(event.site)}"]`);
     card.title = `transfer ${seconds(t.transfer_s)} · features ${seconds(t.extraction_s)} · search ${seconds(t.search_s)}`;
-    card.querySelector(".site-detail").replaceChildren(...(event.why || []).map((r) =>
+    card.querySelector(".site-detail").replaceChildren(...plainReasons(event.why).map((r) =>
       el("span", {class: "reason", "data-code": r.code, title: reasonDetail(r), text: reasonWords(r)})));
   } else {
     markSite(event.site, "down", event.status_words, t.total_s ? seconds(t.total_s) : "");
@@ -786,7 +786,7 @@ function onSummary(event) {
       el("span", {class: "spread-term", "data-term": t.bethesda, text: `${t.bethesda} ${t.count}`})));
     card.dataset.term = c.bethesda;
   }
-  showConclusion(conclusion);
+  showConclusion(conclusion, event.conclusion_words);
   state.report.summary = event;
   state.report.waited_s = waited;
   $("#export").disabled = false;
@@ -801,16 +801,17 @@ function onSummary(event) {
 
 // The case conclusion, first: in words, why, the decision-support statement, and the rule
 // and codes for the researcher.
-function showConclusion(c) {
+function showConclusion(c, words) {
   const box = $("#conclusion");
+  const outcome = c && c.outcome ? c.outcome : "no_answer";
   box.hidden = false;
-  box.dataset.outcome = c ? c.outcome : "none";
-  box.className = `conclusion outcome-${c ? c.outcome : "none"}`;
-  $("#conclusion-text").replaceChildren(c && c.bethesda ? termBadge(c.bethesda) : "", " ", conclusionHeadline(c));
-  $("#conclusion-why").replaceChildren(...(c ? c.why : []).map((r) =>
-    el("li", {class: "reason", "data-code": r.code, text: reasonWords(r)})));
-  $("#decision-support").textContent = DECISION_SUPPORT;
-  $("#conclusion-detail").textContent = c ? [c.rule, ...c.why.map(reasonDetail)].filter(Boolean).join("\n") : "";
+  box.dataset.outcome = outcome;
+  box.className = `conclusion outcome-${outcome}`;
+  $("#conclusion-text").replaceChildren(c && c.bethesda ? termBadge(c.bethesda) : "", " ", words.headline);
+  box.dataset.codes = (c ? c.why : []).map((r) => r.code).join(" ");  // the headline words them
+  $("#decision-support").textContent = words.statement;
+  $("#conclusion-detail").textContent = c ? [c.rule, ...c.why.map(reasonDetail),
+    ...Object.values(words.cells)].filter(Boolean).join("\n") : "";
   box.scrollIntoView({block: "nearest"});
 }
 
@@ -928,10 +929,10 @@ async function reportHTML() {
 <meta name="viewport" content="width=device-width, initial-scale=1"><title>${e(title)} · PathMaster report</title>
 <style>${REPORT_STYLE}</style></head><body>
 <h1>${e(title)}: similar cells from every site</h1>
-<section class="conclusion" data-outcome="${e(c ? c.outcome : "none")}"><h2>Case conclusion</h2>
-<p class="conclusion-text">${e(conclusionHeadline(c))}</p>${
-  c && c.why.length ? `<ul>${c.why.map((r) => `<li data-code="${e(r.code)}">${e(reasonWords(r))}</li>`).join("")}</ul>` : ""}
-<p class="decision-support">${e(DECISION_SUPPORT)}</p></section>
+<section class="conclusion" data-outcome="${e(c && c.outcome ? c.outcome : "no_answer")}" data-codes="${
+  e((c ? c.why : []).map((r) => r.code).join(" "))}"><h2>Case conclusion</h2>
+<p class="conclusion-text">${e(s.conclusion_words.headline)}</p>
+<p class="decision-support">${e(s.conclusion_words.statement)}</p></section>
 <table class="meta"><tbody>
 <tr><td>Case</td><td>${e(r.accession || "(no accession number given)")} · PathMaster case ${e(s.case_id)}</td></tr>
 <tr><td>Kind of case</td><td>${e(r.kind)}</td></tr>

@@ -130,7 +130,7 @@ class TermCount(_message.Message):
     def __init__(self, bethesda: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
 
 class CellConclusion(_message.Message):
-    __slots__ = ("query_cell_id", "bethesda", "support", "total", "spread", "abnormal_score", "abnormal", "why")
+    __slots__ = ("query_cell_id", "bethesda", "support", "total", "spread", "abnormal_score", "abnormal", "why", "abnormal_term", "abnormal_sites", "nilm_sites")
     QUERY_CELL_ID_FIELD_NUMBER: _ClassVar[int]
     BETHESDA_FIELD_NUMBER: _ClassVar[int]
     SUPPORT_FIELD_NUMBER: _ClassVar[int]
@@ -139,6 +139,9 @@ class CellConclusion(_message.Message):
     ABNORMAL_SCORE_FIELD_NUMBER: _ClassVar[int]
     ABNORMAL_FIELD_NUMBER: _ClassVar[int]
     WHY_FIELD_NUMBER: _ClassVar[int]
+    ABNORMAL_TERM_FIELD_NUMBER: _ClassVar[int]
+    ABNORMAL_SITES_FIELD_NUMBER: _ClassVar[int]
+    NILM_SITES_FIELD_NUMBER: _ClassVar[int]
     query_cell_id: str
     bethesda: str
     support: int
@@ -147,10 +150,13 @@ class CellConclusion(_message.Message):
     abnormal_score: float
     abnormal: bool
     why: _containers.RepeatedCompositeFieldContainer[Reason]
-    def __init__(self, query_cell_id: _Optional[str] = ..., bethesda: _Optional[str] = ..., support: _Optional[int] = ..., total: _Optional[int] = ..., spread: _Optional[_Iterable[_Union[TermCount, _Mapping]]] = ..., abnormal_score: _Optional[float] = ..., abnormal: _Optional[bool] = ..., why: _Optional[_Iterable[_Union[Reason, _Mapping]]] = ...) -> None: ...
+    abnormal_term: str
+    abnormal_sites: _containers.RepeatedScalarFieldContainer[str]
+    nilm_sites: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, query_cell_id: _Optional[str] = ..., bethesda: _Optional[str] = ..., support: _Optional[int] = ..., total: _Optional[int] = ..., spread: _Optional[_Iterable[_Union[TermCount, _Mapping]]] = ..., abnormal_score: _Optional[float] = ..., abnormal: _Optional[bool] = ..., why: _Optional[_Iterable[_Union[Reason, _Mapping]]] = ..., abnormal_term: _Optional[str] = ..., abnormal_sites: _Optional[_Iterable[str]] = ..., nilm_sites: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CaseConclusion(_message.Message):
-    __slots__ = ("outcome", "bethesda", "cells_with", "cells_total", "cells", "why", "rule")
+    __slots__ = ("outcome", "bethesda", "cells_with", "cells_total", "cells", "why", "rule", "threshold")
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     BETHESDA_FIELD_NUMBER: _ClassVar[int]
     CELLS_WITH_FIELD_NUMBER: _ClassVar[int]
@@ -158,6 +164,7 @@ class CaseConclusion(_message.Message):
     CELLS_FIELD_NUMBER: _ClassVar[int]
     WHY_FIELD_NUMBER: _ClassVar[int]
     RULE_FIELD_NUMBER: _ClassVar[int]
+    THRESHOLD_FIELD_NUMBER: _ClassVar[int]
     outcome: str
     bethesda: str
     cells_with: int
@@ -165,10 +172,11 @@ class CaseConclusion(_message.Message):
     cells: _containers.RepeatedCompositeFieldContainer[CellConclusion]
     why: _containers.RepeatedCompositeFieldContainer[Reason]
     rule: str
-    def __init__(self, outcome: _Optional[str] = ..., bethesda: _Optional[str] = ..., cells_with: _Optional[int] = ..., cells_total: _Optional[int] = ..., cells: _Optional[_Iterable[_Union[CellConclusion, _Mapping]]] = ..., why: _Optional[_Iterable[_Union[Reason, _Mapping]]] = ..., rule: _Optional[str] = ...) -> None: ...
+    threshold: float
+    def __init__(self, outcome: _Optional[str] = ..., bethesda: _Optional[str] = ..., cells_with: _Optional[int] = ..., cells_total: _Optional[int] = ..., cells: _Optional[_Iterable[_Union[CellConclusion, _Mapping]]] = ..., why: _Optional[_Iterable[_Union[Reason, _Mapping]]] = ..., rule: _Optional[str] = ..., threshold: _Optional[float] = ...) -> None: ...
 
 class AnalyseRequest(_message.Message):
-    __slots__ = ("case_id", "request_class", "cells", "k", "feature_schema", "features", "feature_columns")
+    __slots__ = ("case_id", "request_class", "cells", "k", "feature_schema", "features", "feature_columns", "send_id")
     CASE_ID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_CLASS_FIELD_NUMBER: _ClassVar[int]
     CELLS_FIELD_NUMBER: _ClassVar[int]
@@ -176,6 +184,7 @@ class AnalyseRequest(_message.Message):
     FEATURE_SCHEMA_FIELD_NUMBER: _ClassVar[int]
     FEATURES_FIELD_NUMBER: _ClassVar[int]
     FEATURE_COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    SEND_ID_FIELD_NUMBER: _ClassVar[int]
     case_id: str
     request_class: str
     cells: _containers.RepeatedCompositeFieldContainer[CellImage]
@@ -183,7 +192,8 @@ class AnalyseRequest(_message.Message):
     feature_schema: str
     features: _containers.RepeatedCompositeFieldContainer[CellFeatures]
     feature_columns: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, case_id: _Optional[str] = ..., request_class: _Optional[str] = ..., cells: _Optional[_Iterable[_Union[CellImage, _Mapping]]] = ..., k: _Optional[int] = ..., feature_schema: _Optional[str] = ..., features: _Optional[_Iterable[_Union[CellFeatures, _Mapping]]] = ..., feature_columns: _Optional[_Iterable[int]] = ...) -> None: ...
+    send_id: str
+    def __init__(self, case_id: _Optional[str] = ..., request_class: _Optional[str] = ..., cells: _Optional[_Iterable[_Union[CellImage, _Mapping]]] = ..., k: _Optional[int] = ..., feature_schema: _Optional[str] = ..., features: _Optional[_Iterable[_Union[CellFeatures, _Mapping]]] = ..., feature_columns: _Optional[_Iterable[int]] = ..., send_id: _Optional[str] = ...) -> None: ...
 
 class SiteLoad(_message.Message):
     __slots__ = ("waiting_cells", "workers", "seconds_per_cell", "waiting_s")
