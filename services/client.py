@@ -176,7 +176,8 @@ class CoordinatorClient:
 
     def submit(self, cells: list[pb.CellImage], request_class: str = "routine", *, k: int = defaults.K,
                deadline_s: float = defaults.QUERY_DEADLINE_S, sites: list[str] | None = None, case_id: str = "",
-               ship: str = "auto", features: list[pb.CellFeatures] | None = None, feature_schema: str = ""):
+               ship: str = "auto", features: list[pb.CellFeatures] | None = None, feature_schema: str = "",
+               concept_weights: dict[str, float] | None = None):
         """Submit a case; returns the gRPC stream of pb.CaseEvent (iterate it; `.cancel()`
         cancels the case): the plan (how each site gets the case and its predicted time),
         a site_result per site as it answers, then the summary. Raises grpc.RpcError when
@@ -186,10 +187,11 @@ class CoordinatorClient:
 
         ship: "auto" (features to sites with the coordinator's feature schema, images to
         the rest), "features" or "images". features/feature_schema: cells analysed here
-        (`analyse_locally`); `cells` then carry only their ids."""
+        (`analyse_locally`); `cells` then carry only their ids. concept_weights: refine by
+        concept ({concept: weight}, services/site/explain.py): the sites re-rank."""
         request = case_request(cells, request_class, k=k, deadline_s=deadline_s, sites=sites,
                                case_id=case_id, ship=ship, features=features,
-                               feature_schema=feature_schema)
+                               feature_schema=feature_schema, concept_weights=concept_weights)
         _, dscp, on_class_port = self.case_route(request_class)
         stub = self._stub(request_class if dscp is not None else None)  # None: unknown class, control port
         span, metadata = case_span(request_class, len(cells) or len(features or []))
@@ -236,11 +238,13 @@ class CoordinatorClient:
 def case_request(cells: list[pb.CellImage], request_class: str, *, k: int = defaults.K,
                  deadline_s: float = defaults.QUERY_DEADLINE_S, sites: list[str] | None = None,
                  case_id: str = "", ship: str = "auto", features: list[pb.CellFeatures] | None = None,
-                 feature_schema: str = "") -> pb.CaseRequest:
-    """The CaseRequest of `CoordinatorClient.submit`'s arguments."""
+                 feature_schema: str = "", concept_weights: dict[str, float] | None = None) -> pb.CaseRequest:
+    """The CaseRequest of `CoordinatorClient.submit`'s arguments (concept_weights: refine
+    by concept, services/site/explain.py)."""
     return pb.CaseRequest(case_id=case_id, request_class=request_class, cells=cells,
                           sites=sites or [], k=k, deadline_s=deadline_s, ship=ship,
-                          features=features or [], feature_schema=feature_schema)
+                          features=features or [], feature_schema=feature_schema,
+                          concept_weights=concept_weights or {})
 
 
 class AsyncCases:
@@ -267,7 +271,8 @@ class AsyncCases:
         return self._channels[key]
 
     async def submit(self, cells: list[pb.CellImage], request_class: str, *, k: int = defaults.K,
-                     deadline_s: float = defaults.QUERY_DEADLINE_S, case_id: str = ""):
+                     deadline_s: float = defaults.QUERY_DEADLINE_S, case_id: str = "",
+                     concept_weights: dict[str, float] | None = None):
         """The case's pb.CaseEvents as they arrive (an async generator), as
         `CoordinatorClient.submit` sends it. Raises grpc.aio.AioRpcError (a grpc.RpcError)
         when the case is refused or fails. Closing the generator cancels the call, which
@@ -277,7 +282,8 @@ class AsyncCases:
         else:
             route = self.client.case_route(request_class)
         address, dscp, on_class_port = route
-        request = case_request(cells, request_class, k=k, deadline_s=deadline_s, case_id=case_id)
+        request = case_request(cells, request_class, k=k, deadline_s=deadline_s, case_id=case_id,
+                               concept_weights=concept_weights)
         span, metadata = case_span(request_class, len(cells))
         stub = pb_grpc.CoordinatorStub(self._channel(address, dscp))
         call = stub.SubmitCase(request, timeout=deadline_s + REPLY_MARGIN_S, metadata=metadata)

@@ -290,7 +290,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         cells = len(request.features) or len(request.cells)
         send_id = new_send_id()  # the first send to every site, and its copies
         images_request = pb.AnalyseRequest(case_id=case_id, request_class=served.name, cells=request.cells, k=k,
-                                           send_id=send_id)
+                                           send_id=send_id, concept_weights=request.concept_weights)
         cell_ids = [f.cell_id for f in request.features] or [c.cell_id for c in request.cells]
         entitled = [c.name for c in self.config.classes if c.priority >= served.priority]
         if rclass.name != served.name:
@@ -344,6 +344,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                 features_requests[columns] = features_request(case_id, served.name, k,
                                                               request.feature_schema or schema, features, columns,
                                                               send_id)
+                features_requests[columns].concept_weights.update(request.concept_weights)  # refine by concept
             return features_requests[columns]
 
         have_images = all(cell.image for cell in request.cells)

@@ -29,6 +29,8 @@ CONCEPTS: dict[str, tuple[str, tuple[str, ...]]] = {
                                               "nucleus_radial_cv", "nucleus_fourier_")),
     "cytoplasm": ("cell_area", ("cell_", "cytoplasm_")),
 }
+MAX_WEIGHT = 10.0  # a concept's weight when refining by concept: 0 (ignore it) to 10
+RERANK_CANDIDATES = 50  # the site's nearest cells a refined search re-ranks
 PAIR_SAMPLE = 4000  # pairs of database cells whose distances calibrate `similarity`
 SAMPLE_CELLS = 2000  # the cells those pairs are drawn from
 PAIR_SEED = 0
@@ -39,6 +41,19 @@ def concept_columns(feature_names: list[str]) -> dict[str, np.ndarray]:
     return {concept: np.array([i for i, name in enumerate(feature_names) if name.startswith(prefixes)],
                               dtype=np.int64)
             for concept, (_, prefixes) in CONCEPTS.items()}
+
+
+def check_weights(weights) -> dict[str, float]:
+    """`weights` ({concept: weight}) as a dict; ValueError naming a concept not in
+    `CONCEPTS` or a weight outside 0..MAX_WEIGHT."""
+    out = {}
+    for concept, weight in dict(weights).items():
+        if concept not in CONCEPTS:
+            raise ValueError(f"no concept {concept[:40]!r}; the concepts are {', '.join(CONCEPTS)}")
+        if not 0.0 <= float(weight) <= MAX_WEIGHT:
+            raise ValueError(f"the weight of {concept} must be 0 to {MAX_WEIGHT:g}, not {weight}")
+        out[concept] = float(weight)
+    return out
 
 
 UNMEASURED = 255  # a packed share: the site was not sent the concept's shown feature
@@ -117,6 +132,17 @@ class Explainer:
         if not len(self._pairs):
             return 0.0
         return float(1.0 - np.searchsorted(self._pairs, distance, side="right") / len(self._pairs))
+
+    def reweighted(self, query: np.ndarray, cell_ids: list[str], weights: dict[str, float]) -> np.ndarray:
+        """float64 (len(cell_ids),): each cell's weighted z-score distance from `query` with
+        each concept's features' weights multiplied by `weights` (1 when absent): the
+        site's measure refined by concept (a learnt map, when the site has one, is left out)."""
+        factor = np.ones(len(self._weight))
+        for concept, weight in weights.items():
+            factor[self._concepts[concept]] = weight
+        rows = np.vstack([self._raw(c) for c in cell_ids])
+        dz = self._norm.apply(query)[None, :] - self._norm.apply(rows)
+        return np.sqrt((self._weight * factor * dz * dz).sum(axis=1))
 
     def measures(self, query: np.ndarray, cell_id: str, known: np.ndarray | None = None) -> list[dict]:
         """The concepts of one match, largest share of the distance first: dicts of

@@ -67,3 +67,22 @@ def test_measures_travel_packed_and_come_back_as_ratios(site):
     # A concept the site was not sent is not shown.
     partial = [m for m in measures if m["concept"] != "chromatin"]
     assert "chromatin" not in {m["concept"] for m in unpack(*pack(partial))}
+
+
+def test_refining_by_concept_reranks_and_refuses_unknown_concepts(site):
+    from services.site.explain import check_weights
+
+    index, explainer, ids, raw = site
+    query = raw[0].copy()
+    cells = ids[:8]
+    plain = explainer.reweighted(query, cells, {})
+    assert plain[0] == pytest.approx(0.0)  # the cell itself
+    # Without chromatin, the distance is what the other concepts (and features) leave.
+    no_chromatin = explainer.reweighted(query, cells, {"chromatin": 0.0})
+    assert (no_chromatin <= plain + 1e-9).all() and (no_chromatin < plain).any()
+    more = explainer.reweighted(query, cells, {"chromatin": 4.0})
+    assert (more >= plain - 1e-9).all()
+    assert check_weights({"nucleus_size": 2}) == {"nucleus_size": 2.0}
+    for bad in ({"eyes": 1.0}, {"chromatin": -1.0}, {"chromatin": 11.0}):
+        with pytest.raises(ValueError):
+            check_weights(bad)

@@ -2,7 +2,7 @@
 conclusion first with its decision-support statement, each cell's Bethesda term and its
 spread, a synthetic or small database said beside its matches, matches' similarity and
 what makes them close, reason codes in words, the viewer (test cell and match side by side
-at one pixel scale, a scale bar, arrow keys), "more like this" by example, the pick-time
+at one pixel scale, a scale bar, arrow keys), refining by concept and "more like this" by example, the pick-time
 checks (a mask of the wrong size, an accession number with '/'), and the saved report.
 
 The coordinator is a fake one on a real gRPC port (no Ray, no sites): it answers every case
@@ -233,6 +233,17 @@ def test_check_a_case_by_eye(browser, fake, case_files, width, tmp_path):
         assert report.evaluate("document.documentElement.scrollWidth") <= width
         assert axe_problems(report) == []
         report.close()
+
+        # Refine by concept: the same cells again, the sites asked to weigh chromatin more.
+        before = len(coordinator.cases)
+        page.select_option("#refine-concepts select[data-concept='chromatin']", "2")
+        page.select_option("#refine-concepts select[data-concept='cytoplasm']", "0")
+        page.click("#refine-run")
+        page.wait_for_selector("#case-status.done")
+        refined = coordinator.cases[-1]
+        assert len(coordinator.cases) == before + 1 and len(refined.cells) == 2
+        assert dict(refined.concept_weights) == {"chromatin": 2.0, "cytoplasm": 0.0}
+        tile = page.locator(".cell-card[data-cell='cell1'] .site-row[data-site='alpha'] .match").first
 
         # More like this, by example: the match is sent as a new case's test cell.
         tile.click()

@@ -140,7 +140,7 @@ async function loadSites() {
     for (const s of reply.sites) state.siteInfo.set(s.site, s);
     renderChips(reply.sites.map((s) => ({
       site: s.site, cls: s.serving ? "ok" : "down",
-      text: s.serving ? `${s.database_cells} cells${databaseNote(s) ? ` (${databaseNote(s)})` : ""}` : "not serving",
+      text: s.serving ? databaseNote(s) || `${s.database_cells} cells` : "not serving",
     })));
     showBanner("");
   } catch (err) {
@@ -501,15 +501,18 @@ function showAccession() {
 
 // ---------------------------------------------------------------- results
 
-async function submitCase() {
+async function submitCase(weights = {}) {
   const cls = chosenClass();
+  state.weights = weights;
   if (!accession().ok) { showAccession(); return; }  // refused before anything is sent
   state.running = true;
   $("#submit").disabled = true;
   $("#cells").replaceChildren();
   $("#site-cards").replaceChildren();  // drawn once the gateway has accepted the case
   $("#conclusion").hidden = true;
-  setStatus(`Sending ${state.files.size} files (${classLabel(cls)})…`);
+  const refined = Object.entries(weights).map(([c, w]) =>
+    `${CONCEPT_LABELS.find(([k]) => k === c)[1].toLowerCase()} ${WEIGHT_CHOICES.find(([v]) => v === w)[1]}`);
+  setStatus(`Sending ${state.files.size} files (${classLabel(cls)})${refined.length ? `, re-ranked: ${refined.join(", ")}` : ""}…`);
   state.started = performance.now();
   state.predicted = null;
   state.report = {accession: accession().sent, kind: classLabel(cls),
@@ -555,7 +558,7 @@ function postCase(cls) {
   const files = [...state.files.keys()].filter((name) => state.uploads.get(name)?.status === "ready")
     .map((name) => ({name, id: state.uploads.get(name).id}));
   return fetch("/api/case", {method: "POST", headers: csrfHeaders({"Content-Type": "application/json"}),
-    body: JSON.stringify({request_class: cls, case_id: accession().sent, files})});
+    body: JSON.stringify({request_class: cls, case_id: accession().sent, files, concept_weights: state.weights || {}})});
 }
 
 // The case's reply is newline-delimited JSON, one event per line, as sites answer.
@@ -787,6 +790,7 @@ function onSummary(event) {
     card.dataset.term = c.bethesda;
   }
   showConclusion(conclusion, event.conclusion_words);
+  $("#refine").hidden = false;
   state.report.summary = event;
   state.report.waited_s = waited;
   $("#export").disabled = false;
@@ -1084,7 +1088,18 @@ function wire() {
     addFiles(e.dataTransfer.files);
   });
   input.addEventListener("change", () => { addFiles(input.files); input.value = ""; });
-  $("#submit").addEventListener("click", submitCase);
+  $("#submit").addEventListener("click", () => submitCase());
+  $("#refine-concepts").replaceChildren(...CONCEPT_LABELS.map(([concept, label]) =>
+    el("label", {class: "refine-concept"}, el("span", {text: label}),
+      el("select", {"data-concept": concept},
+        ...WEIGHT_CHOICES.map(([w, words]) => el("option", {value: w, selected: w === 1, text: words}))))));
+  $("#refine-run").addEventListener("click", () => {
+    const weights = {};
+    for (const select of document.querySelectorAll("#refine-concepts select")) {
+      if (Number(select.value) !== 1) weights[select.dataset.concept] = Number(select.value);
+    }
+    submitCase(weights);
+  });
   $("#clear").addEventListener("click", clearCase);
   $("#export").addEventListener("click", exportReport);
   $("#viewer").addEventListener("close", () => { state.viewer = null; });

@@ -39,7 +39,7 @@ function measureSummary(measures) {
   return {far, close: measures[measures.length - 1]};
 }
 
-const similarityText = (m) => `${Math.round(100 * m.similarity)}% similar`;
+const similarityText = (m) => m.similarity < 0.005 ? "<1% similar" : `${Math.round(100 * m.similarity)}% similar`;
 const similarityTitle = (site, m) =>
   `closer than ${Math.round(100 * m.similarity)}% of pairs of cells in ${site}'s own database ` +
   `(distance ${m.distance.toFixed(3)} in ${site}'s own measure)`;
@@ -48,10 +48,16 @@ const similarityTitle = (site, m) =>
 const SMALL_DATABASE = 500;
 function databaseNote(info) {
   if (!info) return "";
-  const notes = [];
-  const origins = info.database_origins || {};
-  if (origins.synthetic) notes.push(origins.synthetic === info.database_cells ? "synthetic database"
-    : `${origins.synthetic} of its cells synthetic`);
-  if (info.database_cells < SMALL_DATABASE) notes.push(`only ${info.database_cells} cells`);
-  return notes.join(", ");
+  const synthetic = (info.database_origins || {}).synthetic || 0;
+  const n = info.database_cells;
+  const notes = [synthetic === n ? `synthetic database of ${n} cells`
+    : synthetic ? `${synthetic} of its ${n} cells synthetic` : ""];
+  if (n < SMALL_DATABASE && synthetic !== n) notes.push(`only ${n} cells`);
+  return notes.filter(Boolean).join(", ");
 }
+
+// Refining by concept (the sites re-rank: services/site/explain.py): the concepts offered and
+// the weights a pathologist chooses between.
+const CONCEPT_LABELS = [["nucleus_size", "Nucleus size"], ["nc_ratio", "N/C ratio"], ["chromatin", "Chromatin"],
+                        ["nucleus_shape", "Nucleus shape"], ["cytoplasm", "Cytoplasm"]];
+const WEIGHT_CHOICES = [[0, "ignore"], [0.5, "less"], [1, "as usual"], [2, "more"], [4, "much more"]];

@@ -176,7 +176,14 @@ class CaseConclusion(_message.Message):
     def __init__(self, outcome: _Optional[str] = ..., bethesda: _Optional[str] = ..., cells_with: _Optional[int] = ..., cells_total: _Optional[int] = ..., cells: _Optional[_Iterable[_Union[CellConclusion, _Mapping]]] = ..., why: _Optional[_Iterable[_Union[Reason, _Mapping]]] = ..., rule: _Optional[str] = ..., threshold: _Optional[float] = ...) -> None: ...
 
 class AnalyseRequest(_message.Message):
-    __slots__ = ("case_id", "request_class", "cells", "k", "feature_schema", "features", "feature_columns", "send_id")
+    __slots__ = ("case_id", "request_class", "cells", "k", "feature_schema", "features", "feature_columns", "concept_weights", "send_id")
+    class ConceptWeightsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
     CASE_ID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_CLASS_FIELD_NUMBER: _ClassVar[int]
     CELLS_FIELD_NUMBER: _ClassVar[int]
@@ -184,6 +191,7 @@ class AnalyseRequest(_message.Message):
     FEATURE_SCHEMA_FIELD_NUMBER: _ClassVar[int]
     FEATURES_FIELD_NUMBER: _ClassVar[int]
     FEATURE_COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    CONCEPT_WEIGHTS_FIELD_NUMBER: _ClassVar[int]
     SEND_ID_FIELD_NUMBER: _ClassVar[int]
     case_id: str
     request_class: str
@@ -192,8 +200,9 @@ class AnalyseRequest(_message.Message):
     feature_schema: str
     features: _containers.RepeatedCompositeFieldContainer[CellFeatures]
     feature_columns: _containers.RepeatedScalarFieldContainer[int]
+    concept_weights: _containers.ScalarMap[str, float]
     send_id: str
-    def __init__(self, case_id: _Optional[str] = ..., request_class: _Optional[str] = ..., cells: _Optional[_Iterable[_Union[CellImage, _Mapping]]] = ..., k: _Optional[int] = ..., feature_schema: _Optional[str] = ..., features: _Optional[_Iterable[_Union[CellFeatures, _Mapping]]] = ..., feature_columns: _Optional[_Iterable[int]] = ..., send_id: _Optional[str] = ...) -> None: ...
+    def __init__(self, case_id: _Optional[str] = ..., request_class: _Optional[str] = ..., cells: _Optional[_Iterable[_Union[CellImage, _Mapping]]] = ..., k: _Optional[int] = ..., feature_schema: _Optional[str] = ..., features: _Optional[_Iterable[_Union[CellFeatures, _Mapping]]] = ..., feature_columns: _Optional[_Iterable[int]] = ..., concept_weights: _Optional[_Mapping[str, float]] = ..., send_id: _Optional[str] = ...) -> None: ...
 
 class SiteLoad(_message.Message):
     __slots__ = ("waiting_cells", "workers", "seconds_per_cell", "waiting_s")
@@ -305,7 +314,14 @@ class Vocabulary(_message.Message):
     def __init__(self, name: _Optional[str] = ..., labels: _Optional[_Iterable[str]] = ..., abnormal: _Optional[_Iterable[str]] = ..., bethesda: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class CaseRequest(_message.Message):
-    __slots__ = ("case_id", "request_class", "cells", "sites", "k", "deadline_s", "ship", "feature_schema", "features")
+    __slots__ = ("case_id", "request_class", "cells", "sites", "k", "deadline_s", "ship", "feature_schema", "features", "concept_weights")
+    class ConceptWeightsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
     CASE_ID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_CLASS_FIELD_NUMBER: _ClassVar[int]
     CELLS_FIELD_NUMBER: _ClassVar[int]
@@ -315,6 +331,7 @@ class CaseRequest(_message.Message):
     SHIP_FIELD_NUMBER: _ClassVar[int]
     FEATURE_SCHEMA_FIELD_NUMBER: _ClassVar[int]
     FEATURES_FIELD_NUMBER: _ClassVar[int]
+    CONCEPT_WEIGHTS_FIELD_NUMBER: _ClassVar[int]
     case_id: str
     request_class: str
     cells: _containers.RepeatedCompositeFieldContainer[CellImage]
@@ -324,7 +341,8 @@ class CaseRequest(_message.Message):
     ship: str
     feature_schema: str
     features: _containers.RepeatedCompositeFieldContainer[CellFeatures]
-    def __init__(self, case_id: _Optional[str] = ..., request_class: _Optional[str] = ..., cells: _Optional[_Iterable[_Union[CellImage, _Mapping]]] = ..., sites: _Optional[_Iterable[str]] = ..., k: _Optional[int] = ..., deadline_s: _Optional[float] = ..., ship: _Optional[str] = ..., feature_schema: _Optional[str] = ..., features: _Optional[_Iterable[_Union[CellFeatures, _Mapping]]] = ...) -> None: ...
+    concept_weights: _containers.ScalarMap[str, float]
+    def __init__(self, case_id: _Optional[str] = ..., request_class: _Optional[str] = ..., cells: _Optional[_Iterable[_Union[CellImage, _Mapping]]] = ..., sites: _Optional[_Iterable[str]] = ..., k: _Optional[int] = ..., deadline_s: _Optional[float] = ..., ship: _Optional[str] = ..., feature_schema: _Optional[str] = ..., features: _Optional[_Iterable[_Union[CellFeatures, _Mapping]]] = ..., concept_weights: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class SiteResult(_message.Message):
     __slots__ = ("site", "status_code", "status_message", "algorithm", "cells", "timing", "bytes_sent", "bytes_received", "mode", "predicted_s", "request_class", "decisions", "why")
