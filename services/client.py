@@ -210,9 +210,15 @@ class CoordinatorClient:
     def sites(self) -> list[pb.SiteStatus]:
         return list(self._stub().ListSites(pb.SitesRequest(), timeout=QUICK_CALL_S).sites)
 
-    def image(self, site: str, cell_id: str) -> pb.ImageReply:
-        """The full image (PNG), diagnosis and mask of a database cell at `site`."""
-        return self._stub().GetImage(pb.ImageRequest(site=site, cell_id=cell_id), timeout=QUICK_CALL_S)
+    def image(self, site: str, cell_id: str, request_class: str | None = None) -> pb.ImageReply:
+        """The full image (PNG), diagnosis and mask of a database cell at `site`; with
+        `request_class`, on that class's port, marked as it is both ways (the page fetches
+        larger images in the lowest class, behind every case)."""
+        stub = self._stub()
+        if request_class is not None:
+            _, dscp, _ = self.case_route(request_class)
+            stub = self._stub(request_class if dscp is not None else None)
+        return stub.GetImage(pb.ImageRequest(site=site, cell_id=cell_id), timeout=QUICK_CALL_S)
 
     def describe(self, error: grpc.RpcError) -> str:
         """`describe_error`, plus which TLS setting to check when the failure looks like a

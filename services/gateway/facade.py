@@ -124,8 +124,14 @@ class Gateway:
         return events.class_stats_json(found[0])
 
     def image(self, site: str, cell_id: str) -> bytes:
+        """A database cell's full image, fetched in the coordinator's least favoured class
+        (the page asks for them after the case, behind any case's traffic)."""
         try:
-            return self.client.image(site, cell_id).image
+            lowest = list(self.client.classes)[-1].name
+        except grpc.RpcError:
+            lowest = None  # the call below says why the coordinator cannot be asked
+        try:
+            return self.client.image(site, cell_id, lowest).image
         except grpc.RpcError as exc:
             raise self._failed(exc, f"image {cell_id!r} from site {site!r}")
 
@@ -151,14 +157,17 @@ class Gateway:
         # Headers only (~0.5 ms a file on a loaded host; none for staged files, checked
         # when they arrived): the sites decode.
         checked = check_upload(files, headers=headers)
-        self.audit.record("case", session.name, session.role, client, request_class=request_class,
-                          case_id=case_id, cells=len(checked.cells), files_refused=len(checked.rejected))
+        # A case with no usable cell is refused before anything is sent: not a case.
+        self.audit.record("case" if checked.cells else "case-refused", session.name, session.role, client,
+                          request_class=request_class, case_id=case_id, cells=len(checked.cells),
+                          files_refused=len(checked.rejected))
         yield {"type": "accepted", "request_class": request_class,
                "cells": [c.cell_id for c in checked.cells],
                "pairing": checked.pairing.as_dict(),
                "rejected": [{"name": n, "problem": p} for n, p in checked.rejected]}
         if not checked.cells:
-            yield {"type": "error", "status": "INVALID_ARGUMENT",
+            yield {"type": "error", "status": "INVALID_ARGUMENT", "code": "nothing_sent",
+                   "words": "No cell image in this case could be used: nothing was sent.",
                    "message": "no usable cell images in this case: nothing was sent"}
             return
         started, outcome = time.perf_counter(), "cancelled"  # unless it ends otherwise

@@ -4,6 +4,7 @@ case or accession number."""
 
 from __future__ import annotations
 
+import re
 from http import HTTPStatus
 
 from fastapi import Request
@@ -75,6 +76,9 @@ class StagedCase(BaseModel):
         return check_weights(weights)
 
 
+ACCESSION_SEPARATORS = re.compile(r"[/\s]+")  # in accession numbers as labs write them
+
+
 def client_of(request: Request) -> str | None:
     """The caller's address (what the audit log records)."""
     return request.client.host if request.client else None
@@ -89,8 +93,10 @@ def check_file_name(name, what: str) -> str:
 
 
 def checked_case_id(case_id: str) -> str:
-    """A case's id (the accession number) stripped; "" when none; HttpError 400 if invalid."""
-    case_id = case_id.strip()
+    """A case's id (the accession number) stripped, with '/' and spaces as '-' (S26/01234,
+    "S26 01234" -> S26-01234: the page shows the same mapping); "" when none; HttpError 400
+    if still invalid."""
+    case_id = ACCESSION_SEPARATORS.sub("-", case_id.strip())
     if case_id:
         try:
             check_id(case_id, "case id", "case number")

@@ -1,11 +1,14 @@
 """The page as a pathologist meets it on a phone (390 px) and a desktop (1440 px), in
 Debian's chromium through Playwright: signing in with a password, a 6-cell case, axe-core's
 accessibility check (no serious or critical violations), the per-site progress and predicted
-wait, the per-site closeness, the saved case report, and the web app manifest that lets
-Chromium install the page as an app.
+wait, each match's similarity and the database notes, the larger images fetched after the
+answer, the viewer, the saved case report, and the web app manifest that lets Chromium
+install the page as an app. test_page_check_by_eye.py checks what the page shows against a
+fake coordinator's known answers.
 
-Screenshots (test-artifacts/clients/): login-390px.png, case-390px.png, login-1440px.png,
-case-1440px.png, and the report as case-report-1440px.pdf (its print layout).
+Screenshots (test-artifacts/clients/): login-, case- and viewer-{390,1440}px.png, the report
+as case-report-{390,1440}px.pdf (its print layout), and figures-{390,1440}px.json (each
+site's reply bytes, the seconds to the larger images).
 """
 
 from __future__ import annotations
@@ -152,6 +155,12 @@ def test_sign_in_and_a_6_cell_case_at_phone_and_desktop_width(browser, warmed_ga
 
         assert axe_problems(page) == []
         page.screenshot(path=str(ARTIFACTS / f"case-{width}px.png"), full_page=True)
+        # The viewer: the test cell beside its closest match at one pixel scale.
+        first.locator(f".site-row[data-site='{SITES[0]}'] .match").first.click()
+        page.wait_for_function("() => document.querySelector('#scale-text').textContent.includes('image pixels')")
+        page.screenshot(path=str(ARTIFACTS / f"viewer-{width}px.png"))
+        page.keyboard.press("Escape")
+        page.wait_for_selector("#viewer", state="hidden")
 
         # The case report: a file of its own, with the thumbnails, diagnoses, sites and times.
         with page.expect_download() as saved:

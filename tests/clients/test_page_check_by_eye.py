@@ -258,3 +258,20 @@ def test_check_a_case_by_eye(browser, fake, case_files, width, tmp_path):
     finally:
         context.close()
     assert errors == [], f"JavaScript errors on the page: {errors}"
+
+
+def test_a_case_refused_before_sending_is_not_sent_nor_audited_as_a_case(fake, case_files):
+    from tests.clients.web import WebClient
+
+    gateway, coordinator = fake
+    web = WebClient(gateway, "refused-case")
+    sent = len(coordinator.cases)
+    events = web.post_case({"notes.txt": b"not a cell"})
+    assert events[-1]["type"] == "error" and events[-1]["code"] == "nothing_sent"
+    assert len(coordinator.cases) == sent
+    audit = [json.loads(line) for line in gateway.audit_path.read_text().splitlines()]
+    mine = [a["action"] for a in audit if a["user"] == "refused-case"]
+    assert "case-refused" in mine and "case" not in mine
+    # An accession number as labs write it is mapped, not refused.
+    events = web.post_case({"cell1.png": (case_files / "cell1.png").read_bytes()}, case_id="S26/0042 7")
+    assert events[-1]["type"] == "summary" and coordinator.cases[-1].case_id == "S26-0042-7"

@@ -220,7 +220,7 @@ async function loadStats() {
         el("strong", {class: "expect-mean", text: seconds(s.mean_s)}),
         s.cases > 1 ? el("span", {class: "expect-spread", text: ` ± ${seconds(s.std_s)}`}) : null),
       el("div", {class: "muted", "data-cases": s.cases, text: s.cases >= FEW_CASES
-        ? `${label}, last ${s.cases} cases: median ${seconds(s.p50_s)}, 95% under ${seconds(s.p95_s)}`
+        ? `${label}: last ${s.cases} cases, median ${seconds(s.p50_s)}, 95% under ${seconds(s.p95_s)}`
         : `${label}: only ${s.cases} case${s.cases === 1 ? "" : "s"} so far; a spread needs ${FEW_CASES}.`}),
       sparkline(s.recent_s, s.mean_s));
   } catch (err) {
@@ -999,8 +999,10 @@ async function showViewerMatch() {
   const img = $("#viewer-match");
   query.src = state.previews.get(queryId) || "";
   img.src = state.images.get(match.image_sha256) || match.thumbnail;
+  delete img.dataset.full;
   try {
     img.src = await fullImage(site, match);
+    img.dataset.full = "1";
   } catch (err) {
     error.textContent = `Full image unavailable: ${err.message}; shown from its thumbnail, not to scale.`;
     error.hidden = false;
