@@ -85,6 +85,7 @@ class FakeCoordinator(pb_grpc.CoordinatorServicer):
                 pb.CellResult(query_cell_id=i, matches=[match(site, r) for r in range(5)]) for i in ids],
                 timing=pb.SiteTiming(total_s=0.2)))
         cells = [pb.CellConclusion(query_cell_id=i, bethesda="HSIL", support=9, total=10, abnormal=True,
+                                   abnormal_term="HSIL",
                                    abnormal_score=0.9, spread=[pb.TermCount(bethesda="HSIL", count=9),
                                                                pb.TermCount(bethesda="NILM", count=1)])
                  for i in ids]
@@ -177,6 +178,7 @@ def test_check_a_case_by_eye(browser, fake, case_files, width, tmp_path):
         card = page.locator(".cell-card[data-cell='cell1']")
         assert card.get_attribute("data-term") == "HSIL"
         assert card.locator(".spread-term").evaluate_all("ts => ts.map(t => t.dataset.term)") == ["HSIL", "NILM"]
+        assert card.locator(".supports").get_attribute("data-term") == "HSIL"  # what the case rule reads
         # The small synthetic database is said beside its matches; the large real one is not.
         assert card.locator(".site-row[data-site='alpha'] [data-note='database']").count() == 1
         assert card.locator(".site-row[data-site='beta'] [data-note='database']").count() == 0

@@ -758,7 +758,7 @@ function onSite(event) {
 function matchTile(queryId, site, match, rank, matches) {
   const label = fullName(match.diagnosis);
   const {far} = measureSummary(match.measures);
-  const why = far.length ? measureWords(far[0]) : "";
+  const why = far.length ? measureWords(far[0], true) : "";
   return el("button", {type: "button", class: "match", "data-similarity": match.similarity,
       "data-sha": match.image_sha256,
       title: `${rank}. ${label}, ${similarityTitle(site, match)}, ${match.source_id}`,
@@ -777,6 +777,7 @@ const termBadge = (term, extra = "") =>
 function onSummary(event) {
   const waited = (performance.now() - state.started) / 1000;  // the pathologist's wait, click to last answer
   const conclusion = event.conclusion;
+  const words = event.conclusion_words;
   const cells = new Map((conclusion ? conclusion.cells : []).map((c) => [c.query_cell_id, c]));
   for (const card of document.querySelectorAll(".cell-card:not(.rejected)")) {
     const c = cells.get(card.dataset.cell);
@@ -786,7 +787,10 @@ function onSummary(event) {
     vote.replaceChildren(termBadge(c.bethesda, `${c.support}/${c.total}`));
     vote.title = `${c.support} of ${c.total} matches across sites carry ${c.bethesda || "no term"}`;
     card.querySelector(".spread").replaceChildren(...c.spread.map((t) =>
-      el("span", {class: "spread-term", "data-term": t.bethesda, text: `${t.bethesda} ${t.count}`})));
+      el("span", {class: "spread-term", "data-term": t.bethesda, text: `${t.bethesda} ${t.count}`})),
+      // The abnormality the case rule reads in this cell (services/conclusion_words.py cell_line).
+      c.abnormal && c.abnormal_term ? el("strong", {class: "supports", "data-term": c.abnormal_term,
+        title: words.cells[c.query_cell_id] || "", text: `supports ${c.abnormal_term}`}) : null);
     card.dataset.term = c.bethesda;
   }
   showConclusion(conclusion, event.conclusion_words);
@@ -917,7 +921,7 @@ async function reportHTML() {
         : cell && cell.error ? `<span class="error">${e(cell.error)}</span>`
         : (cell ? cell.matches : []).map((m, i) => `<figure><img src="${e(m.thumbnail)}" alt="match ${i + 1} from ${e(site.site)}"><figcaption>${
             e(fullName(m.diagnosis))}${m.bethesda ? ` (${e(m.bethesda)})` : ""}<br>${e(similarityText(m))}${
-            measureSummary(m.measures).far.length ? `<br>${e(measureWords(measureSummary(m.measures).far[0]))}` : ""}</figcaption></figure>`).join("");
+            measureSummary(m.measures).far.length ? `<br>${e(measureWords(measureSummary(m.measures).far[0], true))}` : ""}</figcaption></figure>`).join("");
       const note = databaseNote(state.siteInfo.get(site.site));
       return `<div class="row" data-site="${e(site.site)}"><div class="row-site">${e(site.site)}${
         note ? `<br><small class="db-note">${e(note)}</small>` : ""}</div>${body}</div>`;
@@ -988,9 +992,9 @@ async function showViewerMatch() {
   const {far, close} = measureSummary(match.measures);
   $("#viewer-measures").replaceChildren(
     ...far.map((m) => el("li", {class: "measure far", "data-concept": m.concept},
-      el("strong", {text: "Differs: "}), measureWords(m))),
+      el("strong", {text: "Differs: "}), measureWords(m, true))),
     close ? el("li", {class: "measure close", "data-concept": close.concept},
-      el("strong", {text: "Alike: "}), measureWords(close)) : null);
+      el("strong", {text: "Close: "}), measureWords(close)) : null);
   $("#viewer-prev").disabled = index === 0;
   $("#viewer-next").disabled = index === matches.length - 1;
   const error = $("#viewer-error");

@@ -18,25 +18,31 @@ const plainReasons = (whys) => (whys || []).filter((r) => reasonWords(r));
 
 // A match's measures (services/site/explain.py): how the match compares with the test cell,
 // each as the match's value over the test cell's ("ratio") and its share of the distance.
-const MEASURE_WORDS = {
-  nucleus_size: ["nucleus", "larger", "smaller", "the same size"],
-  nc_ratio: ["N/C ratio", "higher", "lower", "alike"],
-  chromatin: ["chromatin", "darker", "lighter", "alike"],
-  nucleus_shape: ["nucleus", "rounder", "more irregular", "alike in shape"],
-  cytoplasm: ["cell", "larger", "smaller", "the same size"],
+const MEASURE_WORDS = {  // [what, higher, lower, same, differs (in what the shown value misses)]
+  nucleus_size: ["nucleus", "larger", "smaller", "the same size", "nucleus size differs"],
+  nc_ratio: ["N/C ratio", "higher", "lower", "alike", "N/C ratio differs"],
+  chromatin: ["chromatin", "darker", "lighter", "alike", "chromatin texture differs"],
+  nucleus_shape: ["nucleus", "rounder", "more irregular", "alike in shape", "nucleus shape differs"],
+  cytoplasm: ["cell", "larger", "smaller", "the same size", "cytoplasm differs"],
 };
+const ALIKE = (m) => m.ratio >= 0.9 && m.ratio <= 1.1;  // the shown values within 10%
 
-function measureWords(m) {
-  const [what, up, down, same] = MEASURE_WORDS[m.concept] || [m.concept.replaceAll("_", " "), "higher", "lower", "alike"];
-  if (m.ratio >= 0.9 && m.ratio <= 1.1) return `${what} ${same}`;
+// A measure in words ("nucleus 1.9x larger"); one that counts in the distance though its
+// shown value is alike says the concept differs (its other features do).
+function measureWords(m, far = false) {
+  const [what, up, down, same, differs] = MEASURE_WORDS[m.concept] ||
+    [m.concept.replaceAll("_", " "), "higher", "lower", "alike", `${m.concept.replaceAll("_", " ")} differs`];
+  if (ALIKE(m)) return far ? differs : `${what} ${same}`;
   return m.ratio > 1 ? `${what} ${m.ratio.toFixed(1)}x ${up}` : `${what} ${(1 / m.ratio).toFixed(1)}x ${down}`;
 }
 
-// The two measures that keep a match farthest and the one that makes it closest.
+// The (up to two) concepts that keep a match farthest, and one that is alike and counts
+// least (null when none is alike).
 function measureSummary(measures) {
   if (!measures || !measures.length) return {far: [], close: null};
   const far = measures.slice(0, 2).filter((m) => m.share >= 0.2);
-  return {far, close: measures[measures.length - 1]};
+  const close = [...measures].reverse().find((m) => ALIKE(m) && !far.includes(m)) || null;
+  return {far, close};
 }
 
 const similarityText = (m) => m.similarity < 0.005 ? "<1% similar" : `${Math.round(100 * m.similarity)}% similar`;
