@@ -23,7 +23,7 @@ sends one):
 
 This is decision support for the cells sent, never a diagnosis: a case of a few picked cells
 is never an adequate Bethesda specimen (adequacy needs thousands of squamous cells on the
-slide). Words are the clients' business; this module returns codes (`Reason`).
+slide). Words are the clients' business; this module returns codes (`pathmaster.records.Why`).
 
 The threshold is chosen from case-level figures: `simulate_cases` draws 6-cell cases from
 held-out cells' scores (all-normal ones, and ones with 1-2 abnormal cells) and returns each
@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from pathmaster.records import Why
 from pathmaster.vocabulary import BETHESDA_TERMS, NILM, majority, severity
 
 # A cell supports an abnormality when at least half of its matches (by weight) are abnormal:
@@ -53,14 +54,6 @@ WEIGHTINGS = ("uniform", "distance")
 TARGET_CASE_SPECIFICITY = 0.90
 CASE_CELLS = 6
 OUTCOMES = ("abnormal", "nilm", "cannot_conclude", "no_answer")
-
-
-@dataclass(frozen=True)
-class Reason:
-    """A finding as a stable code and the values its words need (strings)."""
-
-    code: str
-    params: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -217,14 +210,14 @@ def conclude_cell(answers, threshold: float = DEFAULT_THRESHOLD, weighting: str 
             readings[answer.site] = score >= threshold
     why = []
     if any(t and t not in BETHESDA_TERMS for a in answers for t in a.terms) or (answers and not terms):
-        why.append(Reason("labels_without_bethesda_term"))
+        why.append(Why("labels_without_bethesda_term"))
     score = (sum(s * w for s, w in scored) / sum(w for _, w in scored)) if scored else None
     abnormal = score is not None and score >= threshold
     abnormal_term = _abnormal_term(answers, weighting) if abnormal else ""
     if abnormal and not any(is_abnormal_term(t) for t in terms):
-        why.append(Reason("abnormal_by_site_score_only"))
+        why.append(Why("abnormal_by_site_score_only"))
     if len(spread) > 1:
-        why.append(Reason("matches_split", {"terms": ", ".join(f"{t} {n}/{len(terms)}" for t, n in spread)}))
+        why.append(Why("matches_split", {"terms": ", ".join(f"{t} {n}/{len(terms)}" for t, n in spread)}))
     return CellReading(answers[0].cell_id if answers else "", top.label if top else "", top.votes if top else 0,
                        len(terms), spread, score, abnormal, abnormal_term, readings, tuple(why))
 
@@ -260,29 +253,29 @@ def conclude_case(answers, threshold: float = DEFAULT_THRESHOLD, weighting: str 
     order = list(cell_ids) if cell_ids is not None else list(by_cell)
     cells = tuple(conclude_cell(by_cell[c], threshold, weighting) for c in order if by_cell.get(c))
     rule = describe_rule(threshold, weighting)
-    statement = Reason("decision_support_not_a_specimen", {"cells": str(len(cells))})
+    statement = Why("decision_support_not_a_specimen", {"cells": str(len(cells))})
     if not cells:
-        return CaseReading("no_answer", "", 0, 0, (), (Reason("no_site_answered"), statement), rule)
+        return CaseReading("no_answer", "", 0, 0, (), (Why("no_site_answered"), statement), rule)
     n = len(cells)
     flagged = [c for c in cells if c.abnormal]
     if flagged:
         term = max((c.abnormal_term for c in flagged), key=severity)
         with_term = sum(c.abnormal_term == term for c in flagged)
-        why = (Reason("most_significant_abnormality", {"term": term, "cells_with": str(with_term),
+        why = (Why("most_significant_abnormality", {"term": term, "cells_with": str(with_term),
                                                        "cells_total": str(n), "abnormal_cells": str(len(flagged))}),)
         return CaseReading("abnormal", term, with_term, n, cells, why + (statement,), rule)
     read = [c for c in cells if c.abnormal_score is not None]
     if not read:
-        return CaseReading("cannot_conclude", "", 0, n, cells, (Reason("no_bethesda_term"), statement), rule)
+        return CaseReading("cannot_conclude", "", 0, n, cells, (Why("no_bethesda_term"), statement), rule)
     split = [c for c in read if len(set(c.site_readings.values())) > 1]
     if split:
         worst = max(split, key=lambda c: c.abnormal_score)
-        why = Reason("sites_disagree", {
+        why = Why("sites_disagree", {
             "cell": worst.cell_id, "score": f"{worst.abnormal_score:.2f}", "threshold": f"{threshold:.2f}",
             "abnormal_sites": ", ".join(sorted(s for s, r in worst.site_readings.items() if r)),
             "nilm_sites": ", ".join(sorted(s for s, r in worst.site_readings.items() if not r))})
         return CaseReading("cannot_conclude", "", 0, n, cells, (why, statement), rule)
-    why = Reason("no_abnormal_cell", {"cells_read": str(len(read)), "cells_total": str(n)})
+    why = Why("no_abnormal_cell", {"cells_read": str(len(read)), "cells_total": str(n)})
     return CaseReading("nilm", NILM, len(read), n, cells, (why, statement), rule)
 
 

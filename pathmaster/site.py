@@ -46,6 +46,9 @@ class CellAnalysis:
     mask_estimated: bool
     mask: np.ndarray | None = None
     background: np.ndarray | None = None
+    # Which cell of the crop was taken and why (``pathmaster.segmentation.complete_cell``);
+    # None when the mask and background were both given.
+    cell_choice: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -90,7 +93,8 @@ def analyse_cell(image: np.ndarray, background: np.ndarray | None = None, mask: 
     else:
         check_cell(image, mask, background, cell.source_id)
     features = features_of(crop_regions(cell.image, cell.background, cell.mask))
-    return CellAnalysis(features, cell.background_estimated, cell.mask_estimated, cell.mask, cell.background)
+    return CellAnalysis(features, cell.background_estimated, cell.mask_estimated, cell.mask, cell.background,
+                        cell.extra.get("cell_choice"))
 
 
 # ---------------------------------------------------------------- building the index
@@ -148,27 +152,53 @@ def build_search_index(db: SiteDB, *, algorithm: str | None = None, features: st
     config = {"algorithm": kind, "features": options["features"], "normalization": normalization.to_dict(),
               "projection": projection.to_dict(), "n_cells": len(cell_ids), "fingerprint": fingerprint}
     if kind in ("ivf", "hnsw"):
-        # Database cells as queries, each left out of its own results.
-        sample = np.random.default_rng(seed).choice(len(vectors), min(RECALL_QUERIES, len(vectors)), replace=False)
-        _, exact = similarity.search(similarity.build_index(vectors), vectors[sample], defaults.K + 1)
-        if kind == "ivf":
-            config["nprobe"], config["recall_at_5"] = similarity.tune_nprobe(
-                index, vectors[sample], exact, defaults.K, TARGET_RECALL, exclude=sample)
-        else:
-            _, approx = similarity.search(index, vectors[sample], defaults.K + 1)
-            config["recall_at_5"] = similarity.recall_at_k(similarity.drop_ids(approx, sample, defaults.K),
-                                                           similarity.drop_ids(exact, sample, defaults.K))
+        config.update(measure_recall(index, vectors, kind, seed))
     _save_index(db.site_dir, fingerprint, index)
     with db.transaction():
         db.set_config("index", config)
     return config
 
 
+def measure_recall(index, vectors: np.ndarray, kind: str, seed: int = 0) -> dict:
+    """An approximate index's recall@5 against exact search, database cells as queries
+    (each left out of its own results); for IVF the smallest nprobe reaching
+    ``TARGET_RECALL`` too. Returns {"recall_at_5"[, "nprobe"]} for the ``index`` config."""
+    sample = np.random.default_rng(seed).choice(len(vectors), min(RECALL_QUERIES, len(vectors)), replace=False)
+    _, exact = similarity.search(similarity.build_index(vectors), vectors[sample], defaults.K + 1)
+    if kind == "ivf":
+        nprobe, recall = similarity.tune_nprobe(index, vectors[sample], exact, defaults.K, TARGET_RECALL,
+                                                exclude=sample)
+        return {"nprobe": nprobe, "recall_at_5": recall}
+    _, approx = similarity.search(index, vectors[sample], defaults.K + 1)
+    return {"recall_at_5": similarity.recall_at_k(similarity.drop_ids(approx, sample, defaults.K),
+                                                  similarity.drop_ids(exact, sample, defaults.K))}
+
+
+def stored_vectors(db: SiteDB, config: dict, offset: int = 0) -> np.ndarray:
+    """The search vectors (float32 (n, d)) of the database's cells from the `offset`-th on,
+    by the representation fitted and stored in the ``index`` config `config`: nothing is
+    fitted again (the one place that turns stored features into index vectors)."""
+    _, X = db.feature_matrix(offset)
+    normalization = similarity.Normalization.from_dict(config["normalization"])
+    projection = similarity.Projection.from_dict(config["projection"])
+    return projection.apply(normalization.apply(X))
+
+
 def _fit_features(db: SiteDB, X: np.ndarray, names: list[str], choice: str, seed: int):
     """(Normalization, Projection) fitted to the database's feature matrix ``X``."""
     labels = np.array([c.diagnosis for c in db.cells()], dtype=object)
-    return similarity.fit_similarity(X, labels, names, choice, seed=seed,
-                                     min_cells=MIN_CELLS_FOR_SELECTION)
+    return fit_representation(X, labels, names, choice, seed=seed)
+
+
+def fit_representation(X: np.ndarray, labels, names: list[str], choice: str, *, seed: int = 0):
+    """What a site compares cells in, fitted to labelled cells: (Normalization, Projection).
+
+    X: float64 (n_cells, n_features) raw features; labels: n_cells diagnoses (None for
+    unlabelled cells); choice: a ``FEATURE_CHOICES`` entry. The one fit of the site's
+    representation: indexing calls it on the whole database, ``pathmaster evaluate`` on each
+    training fold, so the evaluation measures what the site searches with.
+    """
+    return similarity.fit_similarity(X, labels, names, choice, seed=seed, min_cells=MIN_CELLS_FOR_SELECTION)
 
 
 def _save_index(site_dir: Path, fingerprint: str, index) -> None:
@@ -198,10 +228,7 @@ def _load_or_rebuild_faiss(db: SiteDB, config: dict):
     else:
         log.info("%s: search index file missing; rebuilding it from the database", db.site_dir)
     if index is None or index.ntotal != config["n_cells"]:
-        _, X = db.feature_matrix()
-        normalization = similarity.Normalization.from_dict(config["normalization"])
-        projection = similarity.Projection.from_dict(config["projection"])
-        index = similarity.build_index(projection.apply(normalization.apply(X)), config["algorithm"])
+        index = similarity.build_index(stored_vectors(db, config), config["algorithm"])
         _save_index(db.site_dir, config["fingerprint"], index)
     if "nprobe" in config:
         index.nprobe = config["nprobe"]
@@ -254,8 +281,10 @@ class SiteIndex:
                     "site directory", db.path)
             config = db.get_config("index")
             if config is None or config["fingerprint"] != db.fingerprint():
-                log.info("%s: index out of date with the database; rebuilding", site_dir)
-                config = build_search_index(db)
+                from pathmaster.growth import update_search_index
+
+                log.info("%s: index out of date with the database; bringing it up to date", site_dir)
+                config = update_search_index(db)
             index = _load_or_rebuild_faiss(db, config)
             site = cls(site_dir, config, index, db.cells(), db.get_config("feature_names"),
                        db.get_config("vocabulary"))
@@ -367,6 +396,11 @@ class SiteIndex:
         with SiteDB(self.site_dir) as db:
             _, X = db.feature_matrix()
         return self._projection.apply(self._normalization.apply(X))
+
+    def cells_with_hash(self, digest: str) -> list[str]:
+        """Ids of the database cells whose pixels hash to ``digest`` (``sitedb.image_hash``):
+        a query that is already in the database."""
+        return [c.cell_id for c in self._cells if c.image_hash == digest]
 
     def cell_ids(self) -> list[str]:
         """The database's cell ids in cell order."""

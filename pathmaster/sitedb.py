@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 DB_NAME = "site.sqlite"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 THUMBNAIL_PX = 64
 
 SCHEMA = """
@@ -50,7 +50,9 @@ CREATE TABLE IF NOT EXISTS cells (
     mask_estimated       INTEGER NOT NULL,
     background_estimated INTEGER NOT NULL,
     features             BLOB NOT NULL,  -- float64 little-endian, one per config feature_names
-    added_at             TEXT NOT NULL
+    added_at             TEXT NOT NULL,
+    group_id             TEXT,           -- the slide image the cell was cropped from; NULL unknown
+    image_hash           TEXT            -- image_hash() of its pixels; NULL in cells from before v2
 );
 CREATE TABLE IF NOT EXISTS problems (
     source   TEXT PRIMARY KEY,          -- the file or cell that could not be ingested
@@ -58,6 +60,27 @@ CREATE TABLE IF NOT EXISTS problems (
     seen_at  TEXT NOT NULL
 );
 """
+
+
+# Schema version -> the statements that bring a database of the version before it up to it.
+# Old databases are migrated in place when opened: the columns added are NULL for old cells
+# (unknown), and `pathmaster index` run again over the dataset fills them in.
+MIGRATIONS = {
+    2: ("ALTER TABLE cells ADD COLUMN group_id TEXT",
+        "ALTER TABLE cells ADD COLUMN image_hash TEXT"),
+}
+
+
+def image_hash(image: np.ndarray) -> str:
+    """32 hex digits of SHA-256 over an image's shape and decoded pixels (uint8).
+
+    The pixels, not the file: a cell stored as PNG and the same cell uploaded as the
+    dataset's JPEG or BMP decode to the same array, so they have the same hash.
+    """
+    pixels = np.ascontiguousarray(image, dtype=np.uint8)
+    digest = hashlib.sha256(repr(pixels.shape).encode())
+    digest.update(pixels.tobytes())
+    return digest.hexdigest()[:32]
 
 
 def cell_id_for(source_id: str) -> str:
@@ -84,16 +107,19 @@ class CellRow:
     mask_estimated: bool
     background_estimated: bool
     features: np.ndarray | None = None
+    group: str | None = None
+    image_hash: str | None = None
 
 
 _COLUMNS = ("cell_id", "source_id", "diagnosis", "origin", "image_path", "thumbnail_path",
-            "mask_path", "background_path", "mask_estimated", "background_estimated")
+            "mask_path", "background_path", "mask_estimated", "background_estimated", "group_id", "image_hash")
 
 
 def _row_to_cell(row, features: bytes | None = None) -> CellRow:
     values = dict(zip(_COLUMNS, row))
     values["mask_estimated"] = bool(values["mask_estimated"])
     values["background_estimated"] = bool(values["background_estimated"])
+    values["group"] = values.pop("group_id")
     vector = None if features is None else np.frombuffer(features, dtype="<f8").copy()
     return CellRow(**values, features=vector)
 
@@ -143,12 +169,27 @@ class SiteDB:
         self.conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=NORMAL")  # durable against a killed process
+        version = self._version()
         self.conn.executescript(SCHEMA)
-        version = self.get_config("schema_version")
         if version is None:
             self.set_config("schema_version", SCHEMA_VERSION)
-        elif version != SCHEMA_VERSION:
+        elif version > SCHEMA_VERSION:
             raise RuntimeError(f"{self.path}: schema version {version}, this PathMaster reads {SCHEMA_VERSION}")
+        elif version < SCHEMA_VERSION:
+            self._migrate(version)
+
+    def _version(self) -> int | None:
+        """The stored schema version; None for a new, empty database."""
+        tables = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        return self.get_config("schema_version") if "config" in tables else None
+
+    def _migrate(self, version: int) -> None:
+        """Bring a database of an older schema version up to SCHEMA_VERSION, in one transaction."""
+        with self.transaction():
+            for step in range(version + 1, SCHEMA_VERSION + 1):
+                for statement in MIGRATIONS[step]:
+                    self.conn.execute(statement)
+            self.set_config("schema_version", SCHEMA_VERSION)
 
     def close(self) -> None:
         self.conn.close()
@@ -194,9 +235,24 @@ class SiteDB:
             f"INSERT INTO cells ({', '.join(_COLUMNS)}, features, added_at) VALUES ({', '.join('?' * (len(_COLUMNS) + 2))})",
             (cell.cell_id, cell.source_id, cell.diagnosis, cell.origin, cell.image_path,
              cell.thumbnail_path, cell.mask_path, cell.background_path, int(cell.mask_estimated),
-             int(cell.background_estimated), features.tobytes(), _now()),
+             int(cell.background_estimated), cell.group, cell.image_hash, features.tobytes(), _now()),
         )
         self.conn.execute("DELETE FROM problems WHERE source = ?", (cell.source_id,))
+
+    def fill_in(self, source_id: str, group: str | None, image_hash: str) -> bool:
+        """Set a stored cell's group and image hash where they are unknown (a cell from an
+        older schema, met again by ``ingest``); call inside ``transaction()``. Returns
+        whether anything changed."""
+        cursor = self.conn.execute(
+            "UPDATE cells SET group_id = COALESCE(group_id, ?), image_hash = COALESCE(image_hash, ?) "
+            "WHERE source_id = ? AND (image_hash IS NULL OR (group_id IS NULL AND ? IS NOT NULL))",
+            (group, image_hash, source_id, group))
+        return cursor.rowcount > 0
+
+    def cells_with_hash(self, digest: str) -> list[str]:
+        """Ids of the cells whose image hash is ``digest`` (``image_hash``), in insertion order."""
+        return [r[0] for r in self.conn.execute("SELECT cell_id FROM cells WHERE image_hash = ? ORDER BY rowid",
+                                                (digest,))]
 
     def cell(self, cell_id: str) -> CellRow:
         """The stored cell (with features); KeyError for an unknown id."""
@@ -210,22 +266,40 @@ class SiteDB:
         rows = self.conn.execute(f"SELECT {', '.join(_COLUMNS)} FROM cells ORDER BY rowid")
         return [_row_to_cell(r) for r in rows]
 
-    def feature_matrix(self) -> tuple[list[str], np.ndarray]:
-        """(cell ids, float64 (n_cells, n_features)) in insertion order."""
+    def feature_matrix(self, offset: int = 0) -> tuple[list[str], np.ndarray]:
+        """(cell ids, float64 (n_cells, n_features)) in insertion order, from the
+        `offset`-th cell on (0: every cell)."""
         ids, vectors = [], []
-        for cell_id, blob in self.conn.execute("SELECT cell_id, features FROM cells ORDER BY rowid"):
+        for cell_id, blob in self.conn.execute("SELECT cell_id, features FROM cells ORDER BY rowid LIMIT -1 OFFSET ?",
+                                               (int(offset),)):
             ids.append(cell_id)
             vectors.append(np.frombuffer(blob, dtype="<f8"))
         n_features = len(self.get_config("feature_names", []))
         matrix = np.vstack(vectors) if vectors else np.zeros((0, n_features))
         return ids, matrix
 
-    def fingerprint(self) -> str:
-        """SHA-1 over the cell ids in insertion order: changes whenever the cell set does."""
+    def fingerprint(self, limit: int = -1) -> str:
+        """SHA-1 over the cell ids in insertion order: changes whenever the cell set does
+        (`limit`: of the first `limit` cells only; -1: all)."""
         digest = hashlib.sha1()
-        for (cell_id,) in self.conn.execute("SELECT cell_id FROM cells ORDER BY rowid"):
+        for (cell_id,) in self.conn.execute("SELECT cell_id FROM cells ORDER BY rowid LIMIT ?", (int(limit),)):
             digest.update(cell_id.encode())
         return digest.hexdigest()
+
+    def remove_cells(self, cell_ids: list[str]) -> list[CellRow]:
+        """Delete the rows of `cell_ids` (call inside ``transaction()``); returns the rows
+        removed (their files are the caller's to delete, after the commit). KeyError
+        naming the first unknown id."""
+        rows = []
+        for cell_id in cell_ids:
+            rows.append(self.cell(cell_id))
+            self.conn.execute("DELETE FROM cells WHERE cell_id = ?", (cell_id,))
+        return rows
+
+    def set_diagnosis(self, cell_id: str, diagnosis: str | None) -> None:
+        """Change one cell's diagnosis; KeyError for an unknown id."""
+        if self.conn.execute("UPDATE cells SET diagnosis = ? WHERE cell_id = ?", (diagnosis, cell_id)).rowcount != 1:
+            raise KeyError(cell_id)
 
     # ------------------------------------------------------------ problems
 

@@ -78,12 +78,24 @@ MAX_SEND_ID_CHARS = 64  # AnalyseRequest.send_id: a client-chosen value, bounded
 
 def client_identity(context: grpc.ServicerContext) -> str:
     """Who is calling, for per-client limits: the TLS certificate's common name when there
-    is one, else the peer's address without its port."""
+    is one, else the peer's address without its port; a loopback peer (a process on this
+    machine: the demo's clients, a load test) with its port, so that each of its
+    connections is a client of its own rather than all of them one."""
     names = context.auth_context().get("x509_common_name") if context.auth_context() else None
     if names:
         return "cn:" + names[0].decode(errors="replace")
     peer = context.peer() or ""
-    return peer.rsplit(":", 1)[0] if peer.count(":") > 1 else peer
+    host = peer.rsplit(":", 1)[0] if peer.count(":") > 1 else peer
+    return peer if _is_loopback(host) else host
+
+
+def _is_loopback(host: str) -> bool:
+    """True for gRPC's "ipv4:127.0.0.1" or "ipv6:[::1]" (a peer's address without its port)."""
+    address = host.split(":", 1)[1] if host.startswith(("ipv4:", "ipv6:")) else host
+    try:
+        return ipaddress.ip_address(address.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 class CopyFilter:

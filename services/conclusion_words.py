@@ -45,12 +45,17 @@ def headline(conclusion) -> str:
     return "no conclusion: no site answered"
 
 
+def spread_text(cell) -> str:
+    """How a cell's matches split over Bethesda terms, most severe first ("HSIL 9/15, LSIL 5/15")."""
+    return ", ".join(f"{t.bethesda} {t.count}/{cell.total}" for t in cell.spread)
+
+
 def cell_line(cell, verbose: bool = False) -> str:
     """One test cell: how its matches split (its term first among equals: the most severe
     first), what it supports, and with `verbose` its abnormal score."""
     if not cell.total:
         return f"{cell.query_cell_id}: no match with a Bethesda term"
-    spread = ", ".join(f"{t.bethesda} {t.count}/{cell.total}" for t in cell.spread)
+    spread = spread_text(cell)
     supports = f" -> supports {cell.abnormal_term}" if cell.abnormal else ""
     score = f" (abnormal score {cell.abnormal_score:.2f})" if verbose else ""
     return f"{cell.query_cell_id}: {spread}{supports}{score}"

@@ -12,8 +12,11 @@ cells whose last row is "ok" or "invalid" are skipped; "failed" ones (no site an
 are tried again. The summary is computed from the whole file, this run and earlier ones.
 
 One row per cell (CSV columns = JSON keys): cell (its path under DIR without extension),
-label, diagnosis (voted across sites), votes/total, correct, status (ok | failed |
-invalid), error, sites_ok/sites_failed, mask_estimated/background_estimated (a site
+label, diagnosis (voted across sites), votes/total, correct, bethesda (the cell's Bethesda
+term: most of its matches, a tie to the more severe), bethesda_spread ("HSIL 9/15, LSIL
+5/15"), supports (the abnormality the cell supports under the case rule, "" none),
+case_conclusion and case_outcome (the conclusion of the case the cell was sent in, in words
+and as its code; `services.conclusion_words`), status (ok | failed | invalid), error, sites_ok/sites_failed, mask_estimated/background_estimated (a site
 had to make them: none was given), request_class, case_id, case_s (the case's
 completion time at the coordinator) and matches ({site: [[cell_id, diagnosis, distance],
 ...]} closest first; a JSON string in the CSV).
@@ -39,12 +42,14 @@ from pathmaster.importers import herlev
 from pathmaster.records import ALL_DIAGNOSES, InvalidInput, diagnosis_from_name
 from qos.transport import TLSFiles
 from services.client import CoordinatorClient
+from services.conclusion_words import headline, spread_text
 from services.gateway.events import status_name
 from services.gateway.pairing import IMAGE_EXTENSIONS, CellFiles, mask_labels, pair_files
 from services.gateway.upload import cell_problem
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 
-COLUMNS = ("cell", "label", "diagnosis", "votes", "total", "correct", "status", "error",
+COLUMNS = ("cell", "label", "diagnosis", "votes", "total", "correct", "bethesda", "bethesda_spread",
+           "supports", "case_conclusion", "case_outcome", "status", "error",
            "sites_ok", "sites_failed", "mask_estimated", "background_estimated",
            "request_class", "case_id", "case_s", "matches")
 DONE_STATUSES = ("ok", "invalid")  # "failed" rows are tried again on resume
@@ -231,7 +236,8 @@ class ResultsFile:
 
 def _row(cell: BatchCell, request_class: str, **values) -> dict:
     row = {"cell": cell.cell_id, "label": cell.label or "", "diagnosis": "", "votes": 0,
-           "total": 0, "correct": None, "status": "failed", "error": "", "sites_ok": 0,
+           "total": 0, "correct": None, "bethesda": "", "bethesda_spread": "", "supports": "",
+           "case_conclusion": "", "case_outcome": "", "status": "failed", "error": "", "sites_ok": 0,
            "sites_failed": 0, "mask_estimated": None, "background_estimated": None,
            "request_class": request_class, "case_id": "", "case_s": 0.0, "matches": {}}
     row.update(values)
@@ -310,8 +316,10 @@ def run_case(client: CoordinatorClient, root: Path, cells: list[BatchCell], requ
         detail = client.describe(exc) if isinstance(exc, grpc.RpcError) else str(exc)
         return rows + [_row(c, request_class, error=f"coordinator: {detail}") for c in by_id.values()]
     votes = {v.query_cell_id: v for v in summary.votes}
+    concluded = {c.query_cell_id: c for c in summary.conclusion.cells}
     for cid, cell in by_id.items():
         vote = votes.get(cid)
+        read = concluded.get(cid)
         answered = bool(matches[cid]) and vote is not None and bool(vote.diagnosis)
         rows.append(_row(
             cell, request_class,
@@ -319,6 +327,9 @@ def run_case(client: CoordinatorClient, root: Path, cells: list[BatchCell], requ
             diagnosis=vote.diagnosis if answered else "",
             votes=vote.votes if answered else 0, total=vote.total if answered else 0,
             correct=(vote.diagnosis == cell.label) if answered and cell.label else None,
+            bethesda=read.bethesda if read else "", supports=read.abnormal_term if read else "",
+            bethesda_spread=spread_text(read) if read else "",
+            case_conclusion=headline(summary.conclusion), case_outcome=summary.conclusion.outcome,
             error="; ".join(errors[cid]), sites_ok=summary.sites_ok,
             sites_failed=summary.sites_failed, case_id=summary.case_id,
             mask_estimated=estimated[cid].get("mask"),

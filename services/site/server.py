@@ -323,6 +323,8 @@ class SiteServicer(pb_grpc.SiteServicer):
             feature_columns=self.info.get("feature_columns", []),
             feature_column_names=self.info.get("feature_column_names", []),
             database_origins=self.info.get("database_origins", {}),
+            representation=self.info.get("representation", ""),
+            representation_cells=self.info.get("representation_cells", 0),
         )
 
 
@@ -358,7 +360,7 @@ class SiteServer:
                                     f"(build one with `pathmaster synth` and `pathmaster index`)")
         ensure_ray(cfg.ray_address)
         self.workers = start_workers(cfg.db, cfg.algorithm, cfg.workers, cfg.worker_cpus,
-                                     budget=cfg.cell_budget,  # budget (issue 10 item 5)
+                                     budget=cfg.cell_budget,  # what one cell may cost (pathmaster/budget.py)
                                      resource=cfg.ray_resource)  # on the nodes holding cfg.db
         info = ray.get(self.workers[0].info.remote())
         remember_descendants()  # what Ray started meanwhile goes when this process goes (services/fate.py)

@@ -90,7 +90,7 @@ class SiteWorker:
         self.index = SiteIndex.open(db)
         self.explainer = Explainer(self.index)
         self._wire = lru_cache(maxsize=4096)(self._wire_parts)
-        # budget (issue 10 item 5): cells are analysed in a bounded worker process (CPU
+        # budget: cells are analysed in a bounded worker process (CPU
         # budget, memory limit, deadline); budget=None analyses in this process, unbounded
         # (the old way, kept for benchmarks' "before").
         self.pool = AnalysisPool(budget=budget, preload=PRELOAD) if budget is not None else None
@@ -105,7 +105,7 @@ class SiteWorker:
         with its features. What a fresh process does only once (lazy imports in the
         analysis process, FAISS's first search, the thumbnail codec) is then paid here,
         before the worker is ready, and not by the first case, whose time the
-        coordinator's predictor would learn from (issue 10). Returns the seconds of each
+        coordinator's predictor would learn from. Returns the seconds of each
         step ({"analyse_s", "search_s", "thumbnails_s"}, also kept in `warm_up_s`); a
         step that fails is logged and left out: a warm-up never stops a site.
 
@@ -149,10 +149,16 @@ class SiteWorker:
     def info(self) -> dict:
         """{"algorithm", "database_cells", "diagnoses", "feature_schema", "vocabulary",
         "feature_columns", "feature_column_names", "database_origins" (cells per dataset kind,
-        generated cells as "synthetic")} of this worker's database (the
-        vocabulary as ``Vocabulary.as_dict``; the columns its distance reads, [] for all)."""
+        generated cells as "synthetic"), "representation", "representation_cells"} of this
+        worker's database (the vocabulary as ``Vocabulary.as_dict``; the columns its distance
+        reads, [] for all; the fitted representation's id and its cells)."""
+        from pathmaster.growth import representation
+
         columns = self.index.compared_columns()
+        fitted = representation(self.index.config)
         return {
+            "representation": fitted["id"],
+            "representation_cells": fitted["fitted_cells"],
             "feature_columns": columns,
             "feature_column_names": [self.index.feature_names[c] for c in columns],
             "algorithm": self.index.algorithm,

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from pathmaster.conclusion import OUTCOMES
 from pathmaster.records import DIAGNOSES
 from pathmaster.synth import write_dataset
+from pathmaster.vocabulary import BETHESDA_TERMS
 from services.gateway import batch
 from services.gateway.batch import ResultsFile, run_batch
 
@@ -43,6 +45,16 @@ def test_batch_writes_every_cell_with_accuracy_and_resumes_after_a_kill(stack, t
             assert row["correct"] == (row["diagnosis"] == row["label"])
             assert sorted(row["matches"]) == ["site-a", "site-b", "site-c"]
             assert all(len(m) == 5 for m in row["matches"].values())
+            # Its Bethesda term and spread over the 15 matches, and its case's conclusion.
+            counts = [int(part.split()[1].split("/")[0]) for part in row["bethesda_spread"].split(", ")]
+            assert row["bethesda"] in BETHESDA_TERMS and sum(counts) == 15
+            assert row["supports"] in ("",) + BETHESDA_TERMS[1:]
+            assert row["case_outcome"] in OUTCOMES and row["case_conclusion"]
+    for case_id in {r["case_id"] for r in summary.rows.values() if r["status"] == "ok"}:
+        case = [r for r in summary.rows.values() if r["case_id"] == case_id]
+        assert len({(r["case_outcome"], r["case_conclusion"]) for r in case}) == 1
+        supported = {r["supports"] for r in case} - {""}
+        assert (case[0]["case_outcome"] == "abnormal") == bool(supported)
     accuracy = summary.accuracy()
     assert set(accuracy) == set(DIAGNOSES) | {"all"}
     assert accuracy["all"][1] == N_LABELLED

@@ -14,8 +14,9 @@ import sys
 
 import pytest
 
-from services.demo import DEMO_SITES
-from services.site.synthetic import READY
+from pathmaster.vocabulary import BUILTIN, severity
+from services.demo import CASE_SEED, DEMO_SITES
+from services.site.synthetic import READY, synthetic_case_cells
 
 
 @pytest.mark.slow
@@ -38,6 +39,15 @@ def test_demo_once_prints_every_site_and_the_votes(site_db, tmp_path, ray_sessio
         assert re.search(rf"\] {site.name}\s+OK\s+faiss-{site.algorithm}", out), out
     assert re.search(r"case \w+ \(urgent\): [\d.]+ s, 3 site\(s\) OK, 0 failed", out), out
     assert len(re.findall(r"test-2026-\d\.png: \w+ \(\d+/15 matches(; Bethesda [\w-]+ \(\d+/15\))?\)  \[true: \w+\]", out)) == 6
+    # The case is concluded by its most significant abnormality, before its times and votes:
+    # 3 normal cells, mild, moderate and severe dysplasia make HSIL in 2 of 6 cells.
+    first = out.split("the same case again")[0]
+    truth = [BUILTIN["herlev"].to_bethesda(c["diagnosis"]) for c in synthetic_case_cells(6, CASE_SEED)]
+    worst = max(truth, key=severity)
+    concluded = re.search(r"^Conclusion: ([\w-]+): (\d+) of 6 cells", first, re.M)
+    assert concluded and concluded.groups() == (worst, str(truth.count(worst))), first
+    assert first.index("Conclusion:") < first.index("3 site(s) OK")
+    assert "decision support" in first.lower()
     # The second case is predicted before it is sent, and its actual wait printed beside it.
     second = out.split("the same case again")[1]
     assert re.search(r"expected in about [\d.]+ s", second), second

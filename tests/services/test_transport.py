@@ -46,3 +46,21 @@ def test_addresses():
     with pytest.raises(ValueError, match="HOST:PORT"):
         split_address("localhost")
     assert connect_address("0.0.0.0", 5) == "127.0.0.1:5" and connect_address("::1", 5) == "[::1]:5"
+
+
+def test_each_loopback_connection_is_a_client_of_its_own_and_a_remote_host_is_one():
+    """The per-client cap counts a remote host once whatever its ports, but processes on this
+    machine (all 127.0.0.1) are told apart by their connections, so that they are not all
+    refused alike."""
+    from types import SimpleNamespace
+
+    from qos.transport import client_identity
+
+    def caller(peer, common_name=None):
+        auth = {"x509_common_name": [common_name.encode()]} if common_name else {}
+        return SimpleNamespace(auth_context=lambda: auth, peer=lambda: peer)
+
+    assert client_identity(caller("ipv4:10.1.2.3:5000")) == client_identity(caller("ipv4:10.1.2.3:6000"))
+    assert client_identity(caller("ipv4:127.0.0.1:5000")) != client_identity(caller("ipv4:127.0.0.1:6000"))
+    assert client_identity(caller("ipv6:[::1]:5000")) != client_identity(caller("ipv6:[::1]:6000"))
+    assert client_identity(caller("ipv4:127.0.0.1:5000", "pathologist-1")) == "cn:pathologist-1"

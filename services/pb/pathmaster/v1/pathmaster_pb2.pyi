@@ -244,7 +244,7 @@ class SiteInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class SiteInfo(_message.Message):
-    __slots__ = ("site", "algorithm", "database_cells", "diagnoses", "workers", "class_ports", "class_dscp", "feature_schema", "load", "vocabulary", "feature_columns", "feature_column_names", "database_origins")
+    __slots__ = ("site", "algorithm", "database_cells", "diagnoses", "workers", "class_ports", "class_dscp", "feature_schema", "load", "vocabulary", "feature_columns", "feature_column_names", "database_origins", "representation", "representation_cells")
     class ClassPortsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -279,6 +279,8 @@ class SiteInfo(_message.Message):
     FEATURE_COLUMNS_FIELD_NUMBER: _ClassVar[int]
     FEATURE_COLUMN_NAMES_FIELD_NUMBER: _ClassVar[int]
     DATABASE_ORIGINS_FIELD_NUMBER: _ClassVar[int]
+    REPRESENTATION_FIELD_NUMBER: _ClassVar[int]
+    REPRESENTATION_CELLS_FIELD_NUMBER: _ClassVar[int]
     site: str
     algorithm: str
     database_cells: int
@@ -292,7 +294,9 @@ class SiteInfo(_message.Message):
     feature_columns: _containers.RepeatedScalarFieldContainer[int]
     feature_column_names: _containers.RepeatedScalarFieldContainer[str]
     database_origins: _containers.ScalarMap[str, int]
-    def __init__(self, site: _Optional[str] = ..., algorithm: _Optional[str] = ..., database_cells: _Optional[int] = ..., diagnoses: _Optional[_Iterable[str]] = ..., workers: _Optional[int] = ..., class_ports: _Optional[_Mapping[str, int]] = ..., class_dscp: _Optional[_Mapping[str, int]] = ..., feature_schema: _Optional[str] = ..., load: _Optional[_Union[SiteLoad, _Mapping]] = ..., vocabulary: _Optional[_Union[Vocabulary, _Mapping]] = ..., feature_columns: _Optional[_Iterable[int]] = ..., feature_column_names: _Optional[_Iterable[str]] = ..., database_origins: _Optional[_Mapping[str, int]] = ...) -> None: ...
+    representation: str
+    representation_cells: int
+    def __init__(self, site: _Optional[str] = ..., algorithm: _Optional[str] = ..., database_cells: _Optional[int] = ..., diagnoses: _Optional[_Iterable[str]] = ..., workers: _Optional[int] = ..., class_ports: _Optional[_Mapping[str, int]] = ..., class_dscp: _Optional[_Mapping[str, int]] = ..., feature_schema: _Optional[str] = ..., load: _Optional[_Union[SiteLoad, _Mapping]] = ..., vocabulary: _Optional[_Union[Vocabulary, _Mapping]] = ..., feature_columns: _Optional[_Iterable[int]] = ..., feature_column_names: _Optional[_Iterable[str]] = ..., database_origins: _Optional[_Mapping[str, int]] = ..., representation: _Optional[str] = ..., representation_cells: _Optional[int] = ...) -> None: ...
 
 class Vocabulary(_message.Message):
     __slots__ = ("name", "labels", "abnormal", "bethesda")
