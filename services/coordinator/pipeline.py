@@ -75,7 +75,7 @@ class Case:
     for a warm-up case (nothing learnt of the whole case); `subset`: False sends every site
     the full vectors (a what-if of the testbed); `plan_deadline_s`: the deadline planned
     against when it is not the cut-off (the testbed's class deadline); `metadata`: of
-    every site call.
+    every site call; `concept_weights`: each site's request carries them (refine by concept).
     """
 
     case_id: str
@@ -95,6 +95,7 @@ class Case:
     subset: bool = True
     metadata: tuple = ()
     plan_deadline_s: float | None = None
+    concept_weights: dict[str, float] = field(default_factory=dict)  # refine by concept: every site re-ranks
 
     @property
     def deadline(self) -> float:
@@ -343,7 +344,7 @@ class CasePipeline:
         """The case's FanOut, each site's request as it compares (its columns)."""
         send_id = new_send_id()  # the first send to every site, and its copies
         images = pb.AnalyseRequest(case_id=case.case_id, request_class=case.served.name, cells=case.cells,
-                                   k=case.k, send_id=send_id)
+                                   k=case.k, send_id=send_id, concept_weights=case.concept_weights)
         by_columns: dict[tuple[int, ...], pb.AnalyseRequest] = {}
         have_images = all(cell.image for cell in case.cells)
 
@@ -355,6 +356,7 @@ class CasePipeline:
             if columns not in by_columns:
                 by_columns[columns] = features_request(case.case_id, case.served.name, case.k, planned.schema,
                                                        analysed.features, columns, send_id)
+                by_columns[columns].concept_weights.update(case.concept_weights)
             return by_columns[columns]
 
         def send(site: str, class_name: str, mode: str, lane: int, send: str):
