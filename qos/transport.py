@@ -73,6 +73,9 @@ ROLE_NAMES = {"coordinator": "coordinators", "site": "sites", "client": "patholo
               "gateway": "the web gateway"}
 
 
+MAX_SEND_ID_CHARS = 64  # AnalyseRequest.send_id: a client-chosen value, bounded
+
+
 def client_identity(context: grpc.ServicerContext) -> str:
     """Who is calling, for per-client limits: the TLS certificate's common name when there
     is one, else the peer's address without its port."""
@@ -84,14 +87,15 @@ def client_identity(context: grpc.ServicerContext) -> str:
 
 
 class CopyFilter:
-    """A server's memory of the requests it has taken, so that a copy of one that arrives
-    over another connection (a client sends small requests as several copies at once,
+    """A server's memory of the sends it has taken, so that a copy of one that arrives over
+    another connection (a client sends a small request as several copies at once,
     `qos.policy.plan_site`) is refused instead of answered again: one reply crosses the
     network, not one per copy.
 
-    A request is known by `key` (the caller, its case id, class and mode); a key is
-    remembered for `memory_s` seconds, at most `entries` keys (the oldest forgotten first).
-    A copy in another class (a hedge) has another key and is answered.
+    A send is known by its caller and its send id (AnalyseRequest.send_id), never by the
+    client's case id: a case sent again under the same id, a retry and a hedge are new
+    sends with ids of their own. An id is remembered for `memory_s` seconds, at most
+    `entries` of them (the oldest forgotten first).
     """
 
     def __init__(self, memory_s: float = defaults.COPY_MEMORY_S, entries: int = defaults.COPY_MEMORY_ENTRIES):
@@ -112,13 +116,16 @@ class CopyFilter:
             self._seen[key] = now
             return True
 
-    def refuse_copy(self, context: grpc.ServicerContext, case_id: str, request_class: str, mode: str) -> None:
-        """Abort the call with ALREADY_EXISTS when it is a copy of a request already taken
-        (calls without a case id are never copies)."""
-        if case_id and not self.first((client_identity(context), case_id, request_class, mode)):
+    def refuse_copy(self, context: grpc.ServicerContext, send_id: str) -> None:
+        """Abort the call with ALREADY_EXISTS when it is a copy of a send already taken
+        (calls without a send id are never copies); a send id longer than MAX_SEND_ID_CHARS
+        is INVALID_ARGUMENT."""
+        if len(send_id) > MAX_SEND_ID_CHARS:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          f"the send id is too long: at most {MAX_SEND_ID_CHARS} characters")
+        if send_id and not self.first((client_identity(context), send_id)):
             context.abort(grpc.StatusCode.ALREADY_EXISTS,
-                          f"case {case_id} ({request_class}, {mode}) is already answered on another "
-                          "connection: this copy is not needed")
+                          "this send is already answered on another connection: this copy is not needed")
 
 
 def peer_role(context: grpc.ServicerContext) -> str | None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -44,8 +45,13 @@ FEATURES_FALLBACK_CODES = (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.
 RECHECK_CODES = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION)
 
 
+def new_send_id() -> str:
+    """A fresh id for one send of a request (AnalyseRequest.send_id): its copies share it."""
+    return uuid.uuid4().hex
+
+
 def features_request(case_id: str, request_class: str, k: int, feature_schema: str,
-                     features: list[pb.CellFeatures], columns=()) -> pb.AnalyseRequest:
+                     features: list[pb.CellFeatures], columns=(), send_id: str = "") -> pb.AnalyseRequest:
     """The features-mode request to a site: each cell's full vector, or with `columns`
     (the site's SiteInfo.feature_columns, ascending) only the values the site compares.
 
@@ -57,6 +63,8 @@ def features_request(case_id: str, request_class: str, k: int, feature_schema: s
         The cells' full vectors, in `feature_schema`.
     columns : sequence of int
         Indices into those vectors; empty: send them whole.
+    send_id : str
+        The send's id (`new_send_id`); empty: the site takes every copy as new.
 
     Returns
     -------
@@ -69,7 +77,18 @@ def features_request(case_id: str, request_class: str, k: int, feature_schema: s
                                     background_estimated=f.background_estimated, mask_estimated=f.mask_estimated)
                     for f in features]
     return pb.AnalyseRequest(case_id=case_id, request_class=request_class, k=k, feature_schema=feature_schema,
-                             features=features, feature_columns=columns)
+                             features=features, feature_columns=columns, send_id=send_id)
+
+
+def as_sent(message: pb.AnalyseRequest, request_class: str, send_id: str) -> pb.AnalyseRequest:
+    """`message` as one send of it goes: in `request_class` with `send_id` (a copy of the
+    message when either differs, e.g. a hedge in another class or a retry)."""
+    if message.request_class == request_class and message.send_id == send_id:
+        return message
+    sent = pb.AnalyseRequest()
+    sent.CopyFrom(message)
+    sent.request_class, sent.send_id = request_class, send_id
+    return sent
 
 
 def features_request_bytes(cell_ids: list[str], feature_count: int, columns=(), *, case_id: str = "",
@@ -92,6 +111,7 @@ class Attempt:
     mode: str
     request_bytes: int
     label: str              # "first", "copy 2", ..., "hedge", "images fallback"
+    send_id: str = ""       # shared by the copies of one send
     done_at: float | None = None  # time.monotonic() when the call completed (its gRPC callback)
 
     def elapsed_s(self) -> float:
@@ -162,11 +182,16 @@ class FanOut:
     plans : dict
         site -> SitePlan.
     send : callable
-        ``send(site, request_class, mode, lane) -> (grpc.Future, request_bytes)``, or None
-        when the case cannot be sent that way (e.g. images of a case that came as features);
-        `lane` (0, 1, ...) picks the connection: copies of one request go on different lanes.
+        ``send(site, request_class, mode, lane, send_id) -> (grpc.Future, request_bytes)``,
+        or None when the case cannot be sent that way (e.g. images of a case that came as
+        features); `lane` (0, 1, ...) picks the connection: copies of one request go on
+        different lanes; `send_id` goes in the request (AnalyseRequest.send_id): the first
+        copy and its copies share `self.send_id`, a hedge, a retry and the images fallback
+        each get a new one, so that the site answers each of those once.
     deadline : float
         time.monotonic() by which every site must have answered.
+    send_id : str, optional
+        The id of the case's first send (and its copies) to every site; default a new one.
     recheck : callable, optional
         ``recheck(site) -> concurrent.futures.Future | None``: after `site` refused a
         features request with one of RECHECK_CODES, ask its Info again; the future's result
@@ -176,9 +201,10 @@ class FanOut:
     """
 
     def __init__(self, plans: dict[str, SitePlan], send: Callable, deadline: float,
-                 recheck: Callable | None = None):
+                 recheck: Callable | None = None, send_id: str | None = None):
         self.runs = {site: SiteRun(plan) for site, plan in plans.items()}
         self.send = send
+        self.send_id = send_id or new_send_id()
         self.deadline = deadline
         self.recheck = recheck
         self._events: queue.Queue = queue.Queue()
@@ -189,7 +215,7 @@ class FanOut:
         """Send every site's first copy; returns the outcomes of sites that could not be sent to."""
         unsendable = []
         for site, run in self.runs.items():
-            if not self._attempt(site, run.plan.request_class, run.plan.mode, "first"):
+            if not self._attempt(site, run.plan.request_class, run.plan.mode, "first", 0, self.send_id):
                 run.done = True
                 unsendable.append(self._failure(site, grpc.StatusCode.FAILED_PRECONDITION,
                                                 f"site {site} compares features of another schema and this "
@@ -197,7 +223,8 @@ class FanOut:
                 continue
             for lane in range(1, run.plan.copies):
                 if run.plan.copy_gap_s <= 0:
-                    self._attempt(site, run.plan.request_class, run.plan.mode, f"copy {lane + 1}", lane)
+                    self._attempt(site, run.plan.request_class, run.plan.mode, f"copy {lane + 1}", lane,
+                                  self.send_id)
                     continue
                 run.copies_due.add(lane)
                 timer = threading.Timer(lane * run.plan.copy_gap_s, self._events.put, args=(("copy", site, lane),))
@@ -210,15 +237,19 @@ class FanOut:
                 run.timer.start()
         return unsendable
 
-    def _attempt(self, site: str, request_class: str, mode: str, label: str, lane: int = 0) -> bool:
+    def _attempt(self, site: str, request_class: str, mode: str, label: str, lane: int = 0,
+                 send_id: str | None = None) -> bool:
+        """Send one copy: of the case's first send with `send_id`, else (hedge, retry,
+        fallback) a send of its own."""
+        send_id = send_id or new_send_id()
         # The clock starts before the call is made: the site may begin (and even finish)
         # before send() returns, and its own wall time must fit inside ours.
         sent_at = time.monotonic()
-        sent = self.send(site, request_class, mode, lane)
+        sent = self.send(site, request_class, mode, lane, send_id)
         if sent is None:
             return False
         call, request_bytes = sent
-        attempt = Attempt(call, sent_at, request_class, mode, request_bytes, label)
+        attempt = Attempt(call, sent_at, request_class, mode, request_bytes, label, send_id=send_id)
         with self._lock:
             self.runs[site].attempts.append(attempt)
         call.add_done_callback(lambda c, s=site, a=attempt: self._completed(s, a))
@@ -275,7 +306,7 @@ class FanOut:
         run.copies_due.discard(lane)
         plan = run.plan
         if time.monotonic() < self.deadline and not self._closed and not run.fell_back():
-            self._attempt(site, plan.request_class, plan.mode, f"copy {lane + 1}", lane)
+            self._attempt(site, plan.request_class, plan.mode, f"copy {lane + 1}", lane, self.send_id)
             return None
         if any(_may_answer(a) for a in run.attempts) or run.copies_due or run.rechecking:
             return None

@@ -42,7 +42,8 @@ from qos.transport import (STALE_PORT_CODES, ClassChannels, MarkedServer, client
 from services.classinfo import class_messages
 from services.metrics import case_outcome, serve_metrics, stop_metrics
 from services.config import CoordinatorConfig
-from services.coordinator.fanout import FanOut, SiteOutcome, features_request, features_request_bytes
+from services.coordinator.fanout import (FanOut, SiteOutcome, as_sent, features_request, features_request_bytes,
+                                         new_send_id)
 from services.coordinator.sitewatch import SITE_SERVICE, SiteWatch
 from services.coordinator.stats import CaseLog, ClassStats, CoordinatorMetrics
 from services.coordinator.validation import CaseRejected, check_case_request
@@ -285,7 +286,9 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         k = request.k or defaults.K
         ship = request.ship or "auto"
         cells = len(request.features) or len(request.cells)
-        images_request = pb.AnalyseRequest(case_id=case_id, request_class=served.name, cells=request.cells, k=k)
+        send_id = new_send_id()  # the first send to every site, and its copies
+        images_request = pb.AnalyseRequest(case_id=case_id, request_class=served.name, cells=request.cells, k=k,
+                                           send_id=send_id)
         cell_ids = [f.cell_id for f in request.features] or [c.cell_id for c in request.cells]
         entitled = [c.name for c in self.config.classes if c.priority >= served.priority]
         if rclass.name != served.name:
@@ -336,26 +339,24 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             columns = self.site_columns.get(site, ())
             if columns not in features_requests:
                 features_requests[columns] = features_request(case_id, served.name, k,
-                                                              request.feature_schema or schema, features, columns)
+                                                              request.feature_schema or schema, features, columns,
+                                                              send_id)
             return features_requests[columns]
 
         have_images = all(cell.image for cell in request.cells)
 
-        def send(site: str, class_name: str, mode: str, lane: int = 0):
+        def send(site: str, class_name: str, mode: str, lane: int, send: str):
             message = site_features(site) if mode == "features" else images_request if have_images else None
             if message is None:
                 return None
-            if message.request_class != class_name:  # a hedge in another class
-                copy = pb.AnalyseRequest()
-                copy.CopyFrom(message)
-                copy.request_class = class_name
-                message = copy
+            message = as_sent(message, class_name, send)
             stub = pb_grpc.SiteStub(self.channels.channel(site, class_name, lane, busy_until=case_deadline))
             call = stub.Analyse.future(message, timeout=site_deadline(time.monotonic(), case_deadline))
             return call, message.ByteSize()
 
         fan = FanOut(plans, send, case_deadline, recheck=None if features is None else
-                     lambda site: self._recheck(site, request.feature_schema or schema, case_deadline))
+                     lambda site: self._recheck(site, request.feature_schema or schema, case_deadline),
+                     send_id=send_id)
         context.add_callback(fan.cancel)
         results: list[pb.SiteResult] = []
         closed = False

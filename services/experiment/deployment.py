@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pathmaster.defaults import CLASS_PORT_BASE, DEPLOY_TIMEOUT_S, SITE_PORT
+from pathmaster.environment import environment_program
 from qos.classes import DEFAULT_CLASSES, ClassTable
 from qos.testbed import netns
 from qos.testbed.node import Node
@@ -122,7 +123,7 @@ def _ray_temp_dir(tag: str, node: Node) -> str:
 
 def _start_ray(node: Node, tag: str, head: Node | None) -> subprocess.Popen:
     """`ray start` on `node`: a head (head=None) or a worker node joining `head`; one CPU."""
-    argv = ["ray", "start", "--node-ip-address", node.ip, "--num-cpus", "1", "--disable-usage-stats",
+    argv = [environment_program("ray"), "start", "--node-ip-address", node.ip, "--num-cpus", "1", "--disable-usage-stats",
             "--temp-dir", _ray_temp_dir(tag, node)]
     argv += (["--head", "--port", str(RAY_PORT), "--include-dashboard=false"] if head is None
              else ["--address", f"{head.ip}:{RAY_PORT}"])

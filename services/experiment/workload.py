@@ -64,7 +64,7 @@ from qos.experiment.spec import pipelined_analysis_s
 from qos.policy import SitePlan, plan_site
 from qos.predict import CaseModel, Predictor, RecentMedian  # scipy.stats loads with the first Predictor
 from qos.transport import ClassChannels, CopyFilter, MarkedServer
-from services.coordinator.fanout import FanOut, features_request
+from services.coordinator.fanout import FanOut, as_sent, features_request, new_send_id
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
 
@@ -148,8 +148,7 @@ class TransferSite(pb_grpc.SiteServicer):
             ids = [cell.cell_id for cell in request.cells]
         if not ids:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the request has no cells")
-        self.copies.refuse_copy(context, request.case_id, request.request_class,
-                                "features" if request.features else "images")
+        self.copies.refuse_copy(context, request.send_id)
         if request.cells and self.analysis_s:
             # The study's analysis (~5 s an image) pipelined over the site's nodes: a wait, so that
             # three sites' analysis costs this machine no CPU. Features arrive analysed already.
@@ -346,7 +345,8 @@ class Master:
                     lanes=adaptive.get("small_request_copies", defaults.SMALL_REQUEST_COPIES))
             self.warm(request_class, strategy=strategy, adaptive=adaptive)
         model = self.models.setdefault(strategy, _StrategyModel())
-        images = pb.AnalyseRequest(case_id=case_id, request_class=request_class, cells=cells, k=k)
+        send_id = new_send_id()  # the first send to every site, and its copies
+        images = pb.AnalyseRequest(case_id=case_id, request_class=request_class, cells=cells, k=k, send_id=send_id)
         features: dict[str, pb.AnalyseRequest] = {}  # by site
         if adaptive is not None and self.feature_values:
             # The coordinator's own request (fanout.features_request): each site gets the values
@@ -360,7 +360,7 @@ class Master:
                 columns = () if what_if else self.site_columns.get(site, ())
                 if columns not in by_columns:
                     by_columns[columns] = features_request(case_id, request_class, k, self.feature_schema,
-                                                           vectors, columns)
+                                                           vectors, columns, send_id)
                 features[site] = by_columns[columns]
         site_bytes = {site: {"images": images.ByteSize(),
                              "features": (features[site] if features else images).ByteSize()} for site in self.sites}
@@ -387,19 +387,14 @@ class Master:
             analysis_s = time.monotonic() - started
             model.analysis_per_cell_wall_s.add(analysis_s / pipelined)
 
-        def send(site: str, class_name: str, mode: str, lane: int = 0):
-            message = features[site] if mode == "features" and features else images
-            if message.request_class != class_name:  # a hedge in another class
-                copy = pb.AnalyseRequest()
-                copy.CopyFrom(message)
-                copy.request_class = class_name
-                message = copy
+        def send(site: str, class_name: str, mode: str, lane: int, send: str):
+            message = as_sent(features[site] if mode == "features" and features else images, class_name, send)
             stub = pb_grpc.SiteStub(channels.channel(site, class_name, lane, busy_until=cutoff))
             call = stub.Analyse.future(message, timeout=max(0.0, cutoff - time.monotonic()), metadata=metadata)
             return call, message.ByteSize()
 
         sites = []
-        fan = FanOut(plans, send, cutoff)
+        fan = FanOut(plans, send, cutoff, send_id=send_id)
         try:
             # Lazily: each site's time is when its own outcome is final, not when the last one is.
             for outcome in itertools.chain(fan.start(), fan.outcomes()):

@@ -123,7 +123,7 @@ class SiteServicer(pb_grpc.SiteServicer):
                     check_cell_size(cell.cell_id, cell.image, cell.background, cell.mask)
             except InvalidInput as exc:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"site {self.name}: {exc}")
-            self._refuse_copy(request, context, "images")
+            self._refuse_copy(request, context)
             remaining = context.time_remaining()
             deadline = None if remaining is None else time.time() + remaining
             return "images", [self.dispatcher.submit(priority, (c.cell_id, c.image, c.background, c.mask, k, deadline),
@@ -137,7 +137,7 @@ class SiteServicer(pb_grpc.SiteServicer):
                           f"site {self.name} compares features of schema {schema}, not "
                           f"{request.feature_schema or 'unnamed'}: send the images instead")
         columns = self._check_columns(request, context)
-        self._refuse_copy(request, context, "features")
+        self._refuse_copy(request, context)
         # One job for the whole request: a search is ~1 ms, a Ray task per cell costs more.
         cells = [(f.cell_id, list(f.values), f.background_estimated, f.mask_estimated) for f in request.features]
         if self.local is not None:
@@ -178,12 +178,12 @@ class SiteServicer(pb_grpc.SiteServicer):
         job.done.set()
         return job
 
-    def _refuse_copy(self, request: pb.AnalyseRequest, context: grpc.ServicerContext, mode: str) -> None:
+    def _refuse_copy(self, request: pb.AnalyseRequest, context: grpc.ServicerContext) -> None:
         """A copy of a request already taken (the coordinator sends small ones as several):
         refused, so that one reply goes back and the cells are searched once. Asked once the
         request has passed every check: a refused request is not taken, and its caller's
         corrected request is answered."""
-        self.copies.refuse_copy(context, request.case_id, request.request_class, mode)
+        self.copies.refuse_copy(context, request.send_id)
 
     def _worker(self, context: grpc.ServicerContext):
         """The next live worker in turn; UNAVAILABLE when none is alive."""

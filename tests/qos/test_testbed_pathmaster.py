@@ -15,10 +15,12 @@ from pathlib import Path
 import pytest
 
 from qos.testbed import Testbed, load_config, netns
+from qos.testbed.config import from_dict
 from services.experiment.deployment import deploy, run_case
 from qos.traffic import BulkDownloads
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
+SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"   # a fresh machine's: no virtual environment on it
 
 
 def site_workers(node) -> int:
@@ -64,3 +66,21 @@ def test_six_cell_case_runs_across_the_testbed_with_its_dscp_honoured(netns_ok, 
     # And the downloads really competed, as bulk, on the same queue.
     assert bulk.result.bytes > 0
     assert grew("rA:rA-eth4", "bulk") >= bulk.result.bytes
+
+
+def test_the_testbed_runs_pathmaster_with_only_system_folders_on_the_path(netns_ok, tmp_path, monkeypatch):
+    """Nothing activates the project's environment on a fresh machine: `ray start` on X1 and X2,
+    the site, the coordinator and `pathmaster query` must all come from it by themselves.
+    One subnet (A1 server and master, A2 worker): the same deployment path as above, smaller."""
+    pytest.importorskip("ray")
+    monkeypatch.setenv("PATH", SYSTEM_PATH)
+    config = from_dict({"tag": netns.new_tag("pa"), "subnets": ["A"], "hosts_per_subnet": 2})
+    with Testbed(config) as tb:
+        with deploy(tb, tmp_path, cells_per_site=12) as pm:
+            case = run_case(pm, "urgent", cells=2)
+            workers = {name: site_workers(tb.host(name)) for name in ("A1", "A2")}
+
+    assert workers == {"A1": 1, "A2": 1}   # the worker node's `ray start` joined the head
+    assert case.ok, case.sites
+    assert sorted(case.sites) == ["site-A1"]
+    assert all(len(cell["matches"]) == 5 for cell in case.sites["site-A1"]["cells"])

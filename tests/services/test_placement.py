@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pytest
 
+from pathmaster.environment import environment_program
 from services.site.ray_local import cluster_environment
 
 REPO = Path(__file__).resolve().parents[2]
-RAY = Path(sys.executable).with_name("ray")
 HEAD_IP, NODE_IP = "127.0.0.2", "127.0.0.3"   # two loopback addresses: two nodes, never off the host
 RESOURCE = "site_db_placement"
 START_S = 240    # one `ray start` on a busy 2-core machine; bounds the test, not a measurement
@@ -95,7 +95,7 @@ def _ray_start(ip: str, extra: list[str], env: dict, temp: Path, log: Path, sess
     ports = {flag: _free_port(ip) for flag in ("node-manager-port", "object-manager-port",
                                                 "dashboard-agent-listen-port", "dashboard-agent-grpc-port",
                                                 "runtime-env-agent-port", "metrics-export-port")}
-    args = [str(RAY), "start", f"--node-ip-address={ip}", "--num-cpus=1", "--disable-usage-stats",
+    args = [environment_program("ray"), "start", f"--node-ip-address={ip}", "--num-cpus=1", "--disable-usage-stats",
             *(f"--{flag}={port}" for flag, port in ports.items()), *extra]
     with log.open("w") as out:
         proc = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -126,8 +126,10 @@ def _start_cluster(env: dict, temp: Path, logs: Path, sessions: list[int]) -> st
 @pytest.fixture
 def two_nodes(tmp_path):
     """(GCS address, env with the cluster's token) of a head and a node offering RESOURCE."""
-    if not RAY.exists():
-        pytest.skip(f"Ray's command line not found at {RAY}")
+    try:
+        environment_program("ray")
+    except FileNotFoundError as exc:
+        pytest.skip(f"Ray's command line: {exc}")
     token = tmp_path / "ray-token"   # as the units give it: a 0600 file
     token.touch(mode=0o600)
     token.write_text(secrets.token_hex(32))

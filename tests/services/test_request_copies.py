@@ -19,7 +19,7 @@ from pathmaster.records import ConfigError
 from qos.classes import DEFAULT_CLASSES
 from qos.policy import SitePlan, plan_site
 from qos.transport import ClassChannels
-from services.coordinator.fanout import FanOut
+from services.coordinator.fanout import FanOut, as_sent
 from services.experiment.workload import TransferSite, make_features
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
@@ -122,9 +122,10 @@ def run_case(channels: ClassChannels, case_id: str, copies: int):
     request = pb.AnalyseRequest(case_id=case_id, request_class="routine", k=3, feature_schema=SCHEMA,
                                 features=make_features(2, 115, seed=1))
 
-    def send(site, class_name, mode, lane=0):
+    def send(site, class_name, mode, lane=0, send_id=""):
+        sent = as_sent(request, class_name, send_id)
         stub = pb_grpc.SiteStub(channels.channel(site, class_name, lane))
-        return stub.Analyse.future(request, timeout=60, metadata=((LANE_KEY, str(lane)),)), request.ByteSize()
+        return stub.Analyse.future(sent, timeout=60, metadata=((LANE_KEY, str(lane)),)), sent.ByteSize()
 
     plan = SitePlan("s", "features", "routine", None, None, None, copies=copies)
     fan = FanOut({"s": plan}, send, time.monotonic() + 60)
@@ -171,24 +172,30 @@ def test_a_lane_keeps_its_connection_from_one_case_to_the_next(holding_site):
     assert all(len(p) == 1 for p in peers.values()) and peers["0"] != peers["1"], peers
 
 
-def test_a_site_answers_a_request_once_and_refuses_its_copies(holding_site):
-    """One reply per request crosses the network: a copy that reaches the site after the
-    request was taken is refused (ALREADY_EXISTS, saying why); a hedge in another class and
-    calls without a case id are answered."""
+def test_a_site_answers_a_send_once_and_refuses_its_copies(holding_site):
+    """One reply per send crosses the network: a copy that reaches the site after the send
+    was taken is refused (ALREADY_EXISTS, saying why); a hedge (a send of its own) and calls
+    without a send id are answered, and so is a new send under the same case id."""
     _site, channels = holding_site
 
-    def call(case_id, class_name, lane):
+    def call(case_id, class_name, lane, send_id):
         request = pb.AnalyseRequest(case_id=case_id, request_class=class_name, k=1, feature_schema=SCHEMA,
-                                    features=make_features(1, 115, seed=1))
+                                    features=make_features(1, 115, seed=1), send_id=send_id)
         return pb_grpc.SiteStub(channels.channel("s", class_name, lane)).Analyse(request, timeout=60)
 
-    assert call("once", "routine", 0).cells
+    assert call("once", "routine", 0, "send-1").cells
     with pytest.raises(grpc.RpcError) as err:
-        call("once", "routine", 1)
+        call("once", "routine", 1, "send-1")
     assert err.value.code() == grpc.StatusCode.ALREADY_EXISTS
     assert "already answered on another connection" in err.value.details()
-    assert call("once", "urgent", 0).cells          # a hedge in another class
-    assert call("", "routine", 0).cells and call("", "routine", 1).cells  # no case id: no copies
+    assert call("once", "urgent", 0, "hedge-1").cells     # a hedge in another class
+    assert call("once", "routine", 0, "hedge-2").cells    # a hedge in the same class
+    assert call("once", "routine", 1, "send-2").cells     # the case sent again
+    assert call("", "routine", 0, "").cells and call("", "routine", 1, "").cells  # no send id: no copies
+    assert call("once", "routine", 0, "").cells and call("once", "routine", 1, "").cells
+    with pytest.raises(grpc.RpcError) as err:
+        call("once", "routine", 0, "x" * 65)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
 class Settled(grpc.Future):
@@ -248,7 +255,7 @@ def test_a_refused_copy_heard_before_the_answer_does_not_fail_the_site():
     refused = Settled(code=grpc.StatusCode.ALREADY_EXISTS, details="already answered on another connection")
     calls = {0: answer, 1: refused}
     plan = SitePlan("s", "features", "routine", None, None, None, copies=2)
-    fan = FanOut({"s": plan}, lambda site, cls, mode, lane=0: (calls[lane], 100), time.monotonic() + 60)
+    fan = FanOut({"s": plan}, lambda site, cls, mode, lane=0, send_id="": (calls[lane], 100), time.monotonic() + 60)
     assert fan.start() == []
     refused.release()
     answer.release()
@@ -268,7 +275,7 @@ def test_a_sites_time_ends_when_its_answer_arrives_not_when_the_fan_out_gets_to_
     monkeypatch.setattr(fanout, "time", SimpleNamespace(monotonic=lambda: now[0]))
     answer = Settled(reply=pb.AnalyseReply(site="s", algorithm="transfer-only"))
     plan = SitePlan("s", "features", "routine", None, None, None, copies=1)
-    fan = FanOut({"s": plan}, lambda site, cls, mode, lane=0: (answer, 100), now[0] + 60)
+    fan = FanOut({"s": plan}, lambda site, cls, mode, lane=0, send_id="": (answer, 100), now[0] + 60)
     assert fan.start() == []
     now[0] = 100.5
     answer.release()  # gRPC's callback: the answer is here
@@ -311,6 +318,27 @@ def test_the_coordinator_sends_a_features_case_as_copies_and_explains_it(deploym
 
 
 
+@pytest.mark.parametrize("ship", ["features", "images"])
+def test_a_case_sent_again_under_the_same_case_id_is_answered_by_every_site(deployment, case_cells, ship):
+    """A pathologist adds a cell and sends the same accession again at once: a new send, not
+    a copy of the first one, so every site answers both, each with the cells it was sent."""
+    from services.client import CoordinatorClient
+    from tests.services.conftest import as_case
+
+    case_id = f"S26-01234-{ship}"
+    sends = [as_case(case_cells[:1]), as_case(case_cells[:2])]
+    with CoordinatorClient(deployment.coordinator.address) as client:
+        answers = [list(client.submit(cells, "routine", deadline_s=120, ship=ship, case_id=case_id))
+                   for cells in sends]
+    for cells, events in zip(sends, answers):
+        results = [e.site_result for e in events if e.HasField("site_result")]
+        assert sorted(r.site for r in results) == sorted(deployment.sites), results
+        for result in results:
+            assert result.status_code == 0, result.status_message
+            assert [c.query_cell_id for c in result.cells] == [c.cell_id for c in cells]
+            assert all(c.matches for c in result.cells)
+
+
 class Now(Settled):
     """A call that has ended and says so at once (its done callback runs as it is added)."""
 
@@ -324,7 +352,7 @@ def test_copies_leave_a_gap_apart_and_one_not_needed_is_not_sent():
     sent = []
     never = {}  # "spread": copies 1 and 2 never answer (their packets were lost)
 
-    def send(site, cls, mode, lane=0):
+    def send(site, cls, mode, lane=0, send_id=""):
         sent.append((site, lane, time.monotonic()))
         if site == "spread" and lane < 2:
             never[lane] = Settled(reply=pb.AnalyseReply(site=site))  # done callbacks never run
@@ -354,7 +382,7 @@ def test_a_failed_first_copy_waits_for_the_copies_still_to_be_sent():
     calls = {0: Now(code=grpc.StatusCode.UNAVAILABLE, details="connection reset"),
              1: Now(reply=pb.AnalyseReply(site="s", algorithm="transfer-only"))}
     plan = SitePlan("s", "features", "routine", None, None, None, copies=2, copy_gap_s=0.05)
-    fan = FanOut({"s": plan}, lambda site, cls, mode, lane=0: (calls[lane], 100), time.monotonic() + 60)
+    fan = FanOut({"s": plan}, lambda site, cls, mode, lane=0, send_id="": (calls[lane], 100), time.monotonic() + 60)
     try:
         assert fan.start() == []
         outcomes = list(fan.outcomes())

@@ -162,7 +162,7 @@ class CaseConclusion(_message.Message):
     def __init__(self, outcome: _Optional[str] = ..., bethesda: _Optional[str] = ..., cells_with: _Optional[int] = ..., cells_total: _Optional[int] = ..., cells: _Optional[_Iterable[_Union[CellConclusion, _Mapping]]] = ..., why: _Optional[_Iterable[_Union[Reason, _Mapping]]] = ..., rule: _Optional[str] = ...) -> None: ...
 
 class AnalyseRequest(_message.Message):
-    __slots__ = ("case_id", "request_class", "cells", "k", "feature_schema", "features", "feature_columns")
+    __slots__ = ("case_id", "request_class", "cells", "k", "feature_schema", "features", "feature_columns", "send_id")
     CASE_ID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_CLASS_FIELD_NUMBER: _ClassVar[int]
     CELLS_FIELD_NUMBER: _ClassVar[int]
@@ -170,6 +170,7 @@ class AnalyseRequest(_message.Message):
     FEATURE_SCHEMA_FIELD_NUMBER: _ClassVar[int]
     FEATURES_FIELD_NUMBER: _ClassVar[int]
     FEATURE_COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    SEND_ID_FIELD_NUMBER: _ClassVar[int]
     case_id: str
     request_class: str
     cells: _containers.RepeatedCompositeFieldContainer[CellImage]
@@ -177,7 +178,8 @@ class AnalyseRequest(_message.Message):
     feature_schema: str
     features: _containers.RepeatedCompositeFieldContainer[CellFeatures]
     feature_columns: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, case_id: _Optional[str] = ..., request_class: _Optional[str] = ..., cells: _Optional[_Iterable[_Union[CellImage, _Mapping]]] = ..., k: _Optional[int] = ..., feature_schema: _Optional[str] = ..., features: _Optional[_Iterable[_Union[CellFeatures, _Mapping]]] = ..., feature_columns: _Optional[_Iterable[int]] = ...) -> None: ...
+    send_id: str
+    def __init__(self, case_id: _Optional[str] = ..., request_class: _Optional[str] = ..., cells: _Optional[_Iterable[_Union[CellImage, _Mapping]]] = ..., k: _Optional[int] = ..., feature_schema: _Optional[str] = ..., features: _Optional[_Iterable[_Union[CellFeatures, _Mapping]]] = ..., feature_columns: _Optional[_Iterable[int]] = ..., send_id: _Optional[str] = ...) -> None: ...
 
 class SiteLoad(_message.Message):
     __slots__ = ("waiting_cells", "workers", "seconds_per_cell", "waiting_s")
