@@ -7,9 +7,9 @@ here, with NumPy only, so none of them imports JAX. The same functions define th
 for training (``pathmaster.learn`` passes ``jax.numpy`` as ``xp``), so the forward pass is
 one definition, checked equal on the same weights by the tests.
 
-- ``cell_patch(image, mask, background)``: the cell's square crop (the segmented cell's box,
-  a margin round it), divided by its blank slide (light transmitted, so stain and lamp
-  differences between sites shrink), resized to ``PATCH_PX``; uint8 (S, S, 3).
+- ``cell_patch(image, background)``: the cell's image made square, divided by its blank
+  slide's colour (light transmitted, so lamp differences between sites shrink), resized
+  to ``PATCH_PX``; uint8 (S, S, 3).
 - ``Embedder``: the weights; ``embed(patches)`` -> (m, d) float32 vectors pooled over the
   8 rotations and flips of each patch (cells have no orientation, so the vector does not
   either: exactly, not only approximately as training on rotated copies gives), and
@@ -32,44 +32,43 @@ import numpy as np
 
 # Side of the patch the network sees, in pixels.
 PATCH_PX = 48
-# Margin round the segmented cell's box, as a fraction of the box's longer side.
-PATCH_MARGIN = 0.1
 # Channels of the four convolutions, and the width of the embedding (the penultimate layer).
 CHANNELS = (16, 32, 64, 96)
 EMBEDDING_DIM = 64
 
 
-def cell_patch(image: np.ndarray, mask: np.ndarray, background: np.ndarray, size: int = PATCH_PX) -> np.ndarray:
-    """The cell's square patch, flat-fielded by its blank slide, ``size`` px a side.
+def cell_patch(image: np.ndarray, background: np.ndarray, size: int = PATCH_PX) -> np.ndarray:
+    """The cell's image as the network sees it: square, white-balanced, ``size`` px a side.
 
     Parameters
     ----------
     image, background : ndarray of uint8, shape (H, W, 3)
         The cell and its blank slide (given or estimated).
-    mask : ndarray of int, shape (H, W)
-        Labels 0-3 (0 outside the cell).
     size : int
         Side of the patch.
 
     Returns
     -------
     ndarray of uint8, shape (size, size, 3)
-        ``image / background`` (light transmitted, 1 = blank slide -> 200) in the square
-        round the cell's box plus ``PATCH_MARGIN``; outside the image it is blank slide.
+        The whole image, padded to a square with blank slide, each channel divided by the
+        slide's median (light transmitted: 1 = blank slide -> 200, so lamp and white
+        balance differences between sites shrink), resized.
+
+    Notes
+    -----
+    The whole upload rather than the segmented cell's box: on the development half of the
+    224 px Herlev cells (one grouped fold, the same network and budget) the box gave the
+    network's abnormality score a ROC AUC of 0.67, the whole image 0.89; a box round a
+    mis-segmented cell (its nucleus alone, or a neighbour) loses what the network needs.
     """
     from PIL import Image
 
-    rows, cols = np.nonzero(np.asarray(mask) > 0)
-    h, w = mask.shape
-    if len(rows) == 0:
-        rows, cols = np.array([0, h - 1]), np.array([0, w - 1])
-    r0, r1, c0, c1 = rows.min(), rows.max() + 1, cols.min(), cols.max() + 1
-    side = int(np.ceil(max(r1 - r0, c1 - c0) * (1 + 2 * PATCH_MARGIN))) + 1
-    top, left = (r0 + r1 - side) // 2, (c0 + c1 - side) // 2
-    ratio = np.asarray(image, np.float32) / np.maximum(np.asarray(background, np.float32), 1.0)
+    h, w = image.shape[:2]
+    white = np.maximum(np.median(np.asarray(background).reshape(-1, 3), axis=0).astype(np.float32), 1.0)
+    side = max(h, w)
     canvas = np.ones((side, side, 3), np.float32)
-    src_r, src_c = slice(max(top, 0), min(top + side, h)), slice(max(left, 0), min(left + side, w))
-    canvas[src_r.start - top:src_r.stop - top, src_c.start - left:src_c.stop - left] = ratio[src_r, src_c]
+    top, left = (side - h) // 2, (side - w) // 2
+    canvas[top:top + h, left:left + w] = np.asarray(image, np.float32) / white
     scaled = np.clip(canvas * 200.0, 0, 255).astype(np.uint8)
     return np.asarray(Image.fromarray(scaled).resize((size, size), Image.Resampling.BILINEAR))
 

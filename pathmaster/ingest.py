@@ -116,12 +116,13 @@ def record_feature_schema(db: SiteDB, schema: str) -> str:
 
 def ingest(dataset_dir: str | Path, site_dir: str | Path, *, batch_size: int = BATCH_SIZE,
            progress: bool = False, build_index: bool = True, algorithm: str | None = None,
-           features: str | None = None, records=None, vocabulary=None) -> IngestReport:
+           features: str | None = None, records=None, vocabulary=None, similarity: str | None = None) -> IngestReport:
     """Add every cell of ``dataset_dir`` that ``site_dir`` does not hold yet.
 
     batch_size: cells per committed transaction (a kill loses at most this much work).
     progress: show a tqdm progress bar on stderr. build_index: rebuild the search index at
-    the end (``algorithm``/``features`` as in ``build_search_index``). records: an iterable
+    the end (``algorithm``/``features``/``similarity`` as in ``build_search_index``'s
+    ``algorithm``/``features``/``similarity_choice``). records: an iterable
     to use instead of ``iter_dataset(dataset_dir)`` (CellRecords and ImportProblems).
     vocabulary: the site's diagnosis vocabulary (a ``pathmaster.vocabulary.Vocabulary``),
     stored in the database on the first run; None keeps the stored one, or on a new site
@@ -202,5 +203,6 @@ def ingest(dataset_dir: str | Path, site_dir: str | Path, *, batch_size: int = B
         report.total_cells = len(db)
         report.seconds = time.perf_counter() - started
         if build_index and report.total_cells:
-            report.index = build_search_index(db, algorithm=algorithm, features=features)
+            report.index = build_search_index(db, algorithm=algorithm, features=features,
+                                              similarity_choice=similarity)
     return report

@@ -159,9 +159,13 @@ def train_embedder(patches: np.ndarray, labels, abnormal_labels, *, seconds: flo
 # Fewer labelled cells than this (or fewer than two diagnoses with two cells each) and a
 # site compares its features alone: a network trained on a handful of cells learns them by
 # heart, and its cross-validation would choose on noise.
-MIN_CELLS_TO_LEARN = 60
-# Inner folds of the site's cross-validation (each trains a network; then one on all cells).
+MIN_CELLS_TO_LEARN = 100
+# Inner folds of the site's cross-validation, and how many of them train a network (then
+# one more trains on all cells): with one, the choice and the operating point are made on
+# a third of the site's cells, held out from a network trained on the rest, and the training
+# budget goes to two networks instead of four.
 INNER_FOLDS = 3
+TRAINED_FOLDS = 1
 # The operating point: the highest threshold at which the site's own held-out cells reach
 # this sensitivity for abnormal cells (decision support should miss few abnormal cells).
 TARGET_SENSITIVITY = 0.95
@@ -254,19 +258,18 @@ def learn_similarity(patches: np.ndarray, feature_vectors_fit, labels, groups, a
         The network trained on every cell, and the mode, fusion weights, abnormality score
         and threshold chosen, with every candidate's held-out figures in ``report``.
     """
-    from pathmaster import embedding as emb
-
     labels = np.asarray(labels).astype(str)
     abnormal = np.array([label in set(abnormal_labels) for label in labels])
-    budget = seconds / (INNER_FOLDS + 1)
+    budget = seconds / (TRAINED_FOLDS + 1)
     oof = {"votes": {}, "share": {}}
     network_p = np.zeros(len(labels))
     candidates = [("features", 0.0), ("embedding", 1.0)] + [("fused", w) for w in FUSED_WEIGHTS]
     for name, w in candidates:
         oof["votes"][(name, w)] = np.empty(len(labels), dtype=object)
         oof["share"][(name, w)] = np.zeros(len(labels))
-    epochs = []
-    for f, (train, test) in enumerate(inner_folds(labels, groups, seed)):
+    epochs, held_out = [], np.zeros(len(labels), bool)
+    for f, (train, test) in enumerate(inner_folds(labels, groups, seed)[:TRAINED_FOLDS]):
+        held_out[test] = True
         model, trained = train_embedder(patches[train], labels[train], abnormal_labels, seconds=budget, seed=seed + f)
         epochs.append(trained["epochs"])
         embedded = model.embed(patches)
@@ -279,15 +282,17 @@ def learn_similarity(patches: np.ndarray, feature_vectors_fit, labels, groups, a
             nearest = _nearest(vectors[train], vectors[test], k)
             oof["votes"][(name, w)][test] = [_majority(labels[train][row]) for row in nearest]
             oof["share"][(name, w)][test] = abnormal[train][nearest].mean(axis=1)
-    report = {"folds": INNER_FOLDS, "grouped": groups is not None, "epochs": epochs, "candidates": {}}
+    report = {"folds": INNER_FOLDS, "trained_folds": TRAINED_FOLDS, "held_out_cells": int(held_out.sum()),
+              "grouped": groups is not None, "epochs": epochs, "candidates": {}}
+    labels_h, abnormal_h = labels[held_out], abnormal[held_out]
     for (name, w), votes in oof["votes"].items():
-        report["candidates"][f"{name}:{w}"] = {"top1": float(np.mean(votes == labels)),
-                                               **operating_point(oof["share"][(name, w)], abnormal)}
+        report["candidates"][f"{name}:{w}"] = {"top1": float(np.mean(votes[held_out] == labels_h)),
+                                               **operating_point(oof["share"][(name, w)][held_out], abnormal_h)}
     allowed = [c for c in candidates if choice == "auto" or c[0] == choice]
     mode, weight = max(allowed, key=lambda c: report["candidates"][f"{c[0]}:{c[1]}"]["top1"])
     scores = {"neighbours": oof["share"][(mode, weight)], "network": network_p,
               "mean": 0.5 * (oof["share"][(mode, weight)] + network_p)}
-    points = {name: operating_point(s, abnormal) for name, s in scores.items()}
+    points = {name: operating_point(s[held_out], abnormal_h) for name, s in scores.items()}
     report["scores"] = points
     score = max(points, key=lambda name: (points[name]["specificity"], points[name]["auc"]))
 

@@ -24,21 +24,26 @@ log = logging.getLogger(__name__)
 # What ``pathmaster index --similarity`` accepts: "auto" lets the site's cross-validation choose.
 SIMILARITY_CHOICES = ("auto", *emb.SIMILARITY_MODES)
 # The training budget of one indexing run, in seconds of wall time (every inner fold's
-# network and the final one together).
-LEARN_SECONDS = 150.0
+# network and the final one together): SECONDS_PER_CELL a labelled cell, within these bounds.
+LEARN_SECONDS = (20.0, 150.0)
+SECONDS_PER_CELL = 0.4
+
+
+def learn_budget(cells: int) -> float:
+    """Seconds of training for a site of `cells` labelled cells."""
+    return float(np.clip(cells * SECONDS_PER_CELL, *LEARN_SECONDS))
 
 
 def cell_patches(db, cells) -> np.ndarray:
-    """uint8 (n, S, S, 3): ``embedding.cell_patch`` of each stored cell (image, mask, slide)."""
-    from pathmaster.imageio import read_image, read_mask
+    """uint8 (n, S, S, 3): ``embedding.cell_patch`` of each stored cell (image, slide)."""
+    from pathmaster.imageio import read_image
 
     patches = []
     for cell in cells:
         image = read_image(db.site_dir / cell.image_path)
-        mask = read_mask(db.site_dir / cell.mask_path, image.shape[:2]) if cell.mask_path else np.ones(image.shape[:2])
         background = (read_image(db.site_dir / cell.background_path) if cell.background_path
                       else np.full_like(image, 255))
-        patches.append(emb.cell_patch(image, mask, background))
+        patches.append(emb.cell_patch(image, background))
     return np.stack(patches) if patches else np.zeros((0, emb.PATCH_PX, emb.PATCH_PX, 3), np.uint8)
 
 
@@ -49,10 +54,11 @@ def _groups(cells, labelled: np.ndarray):
 
 
 def fit_learnt(db, X: np.ndarray, normalization, projection, vocabulary, *, choice: str = "auto",
-               seconds: float = LEARN_SECONDS, seed: int = 0) -> tuple[emb.LearntSimilarity, np.ndarray | None]:
+               seconds: float | None = None, seed: int = 0) -> tuple[emb.LearntSimilarity, np.ndarray | None]:
     """(what the site compares, its cells' embeddings (n, EMBEDDING_DIM) or None).
 
-    Writes the network's file (``Embedder.save``) into the site directory when one is learnt.
+    seconds: the training budget (None: ``learn_budget`` of the labelled cells). Writes the
+    network's file (``Embedder.save``) into the site directory when one is learnt.
     """
     from pathmaster import learn
 
@@ -75,7 +81,8 @@ def fit_learnt(db, X: np.ndarray, normalization, projection, vocabulary, *, choi
                              reason, seed), None
     patches = cell_patches(db, cells)
     model, learnt = learn.learn_similarity(patches[labelled], fit, labels[labelled], _groups(cells, labelled),
-                                           abnormal_labels, choice=choice, seconds=seconds, seed=seed)
+                                           abnormal_labels, choice=choice,
+                                           seconds=seconds or learn_budget(int(labelled.sum())), seed=seed)
     model.save(db.site_dir)
     for old in Path(db.site_dir).glob("embedding-*.npz"):
         if old.name != f"embedding-{model.sha256[:16]}.npz":

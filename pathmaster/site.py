@@ -92,7 +92,7 @@ def analyse_cell(image: np.ndarray, background: np.ndarray | None = None, mask: 
     else:
         check_cell(image, mask, background, cell.source_id)
     features = features_of(crop_regions(cell.image, cell.background, cell.mask))
-    patch = cell_patch(cell.image, cell.mask, cell.background)
+    patch = cell_patch(cell.image, cell.background)
     return CellAnalysis(features, cell.background_estimated, cell.mask_estimated, cell.mask, cell.background, patch)
 
 
@@ -120,7 +120,7 @@ def build_search_index(db: SiteDB, *, algorithm: str | None = None, features: st
     similarity_choice: "auto" (the site's cross-validation picks features, its learnt
     embedding or both fused, ``pathmaster.learnt``), or one of them to force it; None for
     the stored choice (default "auto"). learn_seconds: the training budget (default
-    ``learnt.LEARN_SECONDS``).
+    ``learnt.learn_budget`` of the labelled cells).
     Returns the ``index`` config written to the database.
     """
     from pathmaster import learnt as learnt_module
@@ -162,7 +162,7 @@ def build_search_index(db: SiteDB, *, algorithm: str | None = None, features: st
         normalization, projection = _fit_features(db, X, names, options["features"], seed)
         learnt, embeddings = learnt_module.fit_learnt(
             db, X, normalization, projection, _vocabulary(db), choice=options["similarity"],
-            seconds=options.get("learn_seconds", learnt_module.LEARN_SECONDS), seed=seed)
+            seconds=options.get("learn_seconds"), seed=seed)
         vectors = learnt.vectors(projection.apply(normalization.apply(X)), embeddings)
 
     kind = options["algorithm"]

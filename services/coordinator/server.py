@@ -44,6 +44,7 @@ from services.metrics import case_outcome, serve_metrics, stop_metrics
 from services.config import CoordinatorConfig
 from services.coordinator.fanout import (FanOut, SiteOutcome, as_sent, features_request, features_request_bytes,
                                          new_send_id)
+from services.coordinator.learnt import SiteModels, with_embeddings
 from services.coordinator.sitewatch import SITE_SERVICE, SiteWatch
 from services.coordinator.stats import CaseLog, ClassStats, CoordinatorMetrics
 from services.coordinator.validation import CaseRejected, check_case_request
@@ -133,6 +134,9 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         # The feature columns each site compares (SiteInfo.feature_columns): a features
         # request carries only those values; none known: the full vectors.
         self.site_columns: dict[str, tuple[int, ...]] = {}
+        # The learnt network each site compares ("" none), and the networks fetched (learnt.py)
+        self.site_models: dict[str, str] = {}
+        self.models = SiteModels()
         self.analysers = None            # services.coordinator.analysis.Analysers, once ready
         self.analysers_schema = ""       # their feature schema; "" while none are ready
         self.predictor = Predictor()
@@ -187,7 +191,20 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         self.channels.connect(site, list(info.class_ports), lanes=self.config.small_request_copies)
         self.site_schemas[site] = info.feature_schema
         self.site_columns[site] = tuple(info.feature_columns)
+        self.site_models[site] = info.model_sha256
         self.predictor.site(site).load = site_load(info.load)
+
+    def _site_cells(self, site: str, model: str, features: list[pb.CellFeatures]) -> list[pb.CellFeatures]:
+        """The case's CellFeatures as `site` reads them (learnt.with_embeddings); without
+        embeddings when its network cannot be had (the site then refuses, and the fan-out
+        falls back to its images)."""
+        embedder = None
+        if model:
+            try:
+                embedder = self.models.get(model, self._site_stub(site))
+            except (grpc.RpcError, ValueError) as exc:
+                log.warning("site %s: its network %s not fetched (%s)", site, model[:16], exc)
+        return with_embeddings(features, embedder, model)
 
     def _recheck(self, site: str, feature_schema: str, case_deadline: float) -> concurrent.futures.Future:
         """After `site` refused a features request: its Info again (it may have been
@@ -330,18 +347,19 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         analysis_started = time.monotonic()
         features, cell_errors = self._features_for_case(request, plans, case_deadline, decisions)
         analysed_s = time.monotonic() - analysis_started if features is not None and not request.features else 0.0
-        features_requests: dict[tuple[int, ...], pb.AnalyseRequest] = {}  # by the columns a site compares
+        features_requests: dict[tuple, pb.AnalyseRequest] = {}  # by the columns and network a site compares
 
         def site_features(site: str) -> pb.AnalyseRequest | None:
-            """The features request for `site`: only the values it compares (sites differ)."""
+            """The features request for `site`: only the values it compares (sites differ),
+            with the cells' embeddings by its learnt network when it has one."""
             if features is None:
                 return None
-            columns = self.site_columns.get(site, ())
-            if columns not in features_requests:
-                features_requests[columns] = features_request(case_id, served.name, k,
-                                                              request.feature_schema or schema, features, columns,
-                                                              send_id)
-            return features_requests[columns]
+            columns, model = self.site_columns.get(site, ()), self.site_models.get(site, "")
+            if (columns, model) not in features_requests:
+                features_requests[(columns, model)] = features_request(
+                    case_id, served.name, k, request.feature_schema or schema,
+                    self._site_cells(site, model, features), columns, send_id)
+            return features_requests[(columns, model)]
 
         have_images = all(cell.image for cell in request.cells)
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+import numpy as np
 import ray
 
 from pathmaster.budget import AnalysisPool, CellBudget, CellStopped
@@ -28,7 +29,7 @@ from pathmaster.defaults import (SITE_RESOURCE_PER_WORKER, WIRE_THUMBNAIL_FORMAT
 from pathmaster.imageio import wire_thumbnail
 from pathmaster.records import InvalidInput
 from pathmaster.site import Match
-from services.site.analysis import PRELOAD, analyse_encoded
+from services.site.analysis import PRELOAD, analyse_encoded_cell
 from services.site.cells import check_cell_size, decode_cell
 from services.site.ray_local import prepare_local_ray
 
@@ -58,6 +59,8 @@ class CellOutcome:
     error: str = ""
     extraction_s: float = 0.0
     search_s: float = 0.0
+    abnormal_score: float | None = None  # the site's per-cell score (SiteIndex.abnormality)
+    abnormal: bool = False               # the score reaches the site's operating point
 
 
 def ray_task_cancelled() -> bool:
@@ -107,10 +110,13 @@ class SiteWorker:
         cell = synthetic_case_cells(1, defaults.WARM_UP_SEED)[0]
         try:
             t0 = time.perf_counter()
-            features, _, _ = self._extract(cell["cell_id"], cell["image"], cell["background"], cell["mask"], None)
+            features, _, _, patch = self._extract(cell["cell_id"], cell["image"], cell["background"], cell["mask"],
+                                                  None)
             self.warm_up_s["analyse_s"] = time.perf_counter() - t0
             t0 = time.perf_counter()
-            outcome = self.search(cell["cell_id"], [float(v) for v in features], defaults.K)
+            embedding = self.index.embed(patch[None])
+            outcome = self.search(cell["cell_id"], [float(v) for v in features], defaults.K,
+                                  embedding=None if embedding is None else embedding[0])
             if not outcome.error:
                 self.warm_up_s["search_s"] = time.perf_counter() - t0
         except (InvalidInput, CellStopped) as exc:
@@ -122,14 +128,14 @@ class SiteWorker:
         return dict(self.warm_up_s)
 
     def _extract(self, cell_id: str, image: bytes, background: bytes, mask: bytes, deadline: float | None):
-        """(features, background_estimated, mask_estimated) of one cell; InvalidInput or
-        CellStopped (budget) naming it."""
+        """(features, background_estimated, mask_estimated, patch) of one cell; InvalidInput
+        or CellStopped (budget) naming it."""
         if self.pool is None:
             rgb, background_rgb, labels = decode_cell(cell_id, image, background, mask)
             analysis = self.index.analyse(rgb, background_rgb, labels, source=f"cell {cell_id!r}")
-            return analysis.features, analysis.background_estimated, analysis.mask_estimated
+            return analysis.features, analysis.background_estimated, analysis.mask_estimated, analysis.patch
         pixels = check_cell_size(cell_id, image, background, mask) if image else 0
-        return self.pool.run(analyse_encoded, cell_id, image, background, mask,
+        return self.pool.run(analyse_encoded_cell, cell_id, image, background, mask,
                              pixels=pixels, deadline=deadline, name=f"cell {cell_id!r}",
                              should_stop=ray_task_cancelled)
 
@@ -149,7 +155,21 @@ class SiteWorker:
             "diagnoses": [str(d) for d in self.index.diagnoses()],
             "feature_schema": self.index.feature_schema,
             "vocabulary": self.index.vocabulary.as_dict(),
+            **self._learnt_info(),
         }
+
+    def _learnt_info(self) -> dict:
+        """What the site learnt (SiteInfo fields 50-56) and its network's bytes ("model_npz",
+        b"" when a features request needs no embedding)."""
+        learnt = self.index.learnt
+        point = ((learnt.report or {}).get("scores") or {}).get(learnt.score, {})
+        needs = learnt.needs_embedding and self.index.embedder is not None
+        return {"similarity": learnt.mode, "similarity_note": self.index.similarity_note(),
+                "model_sha256": learnt.model if needs else "",
+                "model_npz": self.index.embedder.to_bytes() if needs else b"",
+                "abnormal_score": learnt.score, "abnormal_threshold": float(learnt.threshold),
+                "abnormal_sensitivity": float(point.get("sensitivity", 0.0)),
+                "abnormal_specificity": float(point.get("specificity", 0.0))}
 
     def wire_parts(self, cell_id: str) -> tuple[bytes, str]:
         """A database cell's (wire thumbnail, image hash), made once and then kept."""
@@ -161,32 +181,41 @@ class SiteWorker:
                                    WIRE_THUMBNAIL_FORMAT)
         return thumbnail, hashlib.sha256(self.index.image_png(cell_id)).hexdigest()
 
-    def _outcome(self, cell_id: str, features, k: int, columns: list[int] | None = None, **flags) -> CellOutcome:
-        """Search with one raw feature vector (with `columns`: only those of it); the
-        outcome with the matches' wire parts."""
+    def _outcome(self, cell_id: str, features, k: int, columns: list[int] | None = None, embedding=None,
+                 **flags) -> CellOutcome:
+        """Search with one raw feature vector (with `columns`: only those of it) and its
+        embedding by the site's network (None without one); the outcome with the matches'
+        wire parts and the cell's abnormality score. The score reads the site's own k
+        nearest, however many matches were asked for."""
         t0 = time.perf_counter()
-        matches = tuple(self.index.search(features, k, columns))
+        embeddings = None if embedding is None else np.asarray(embedding, np.float32)[None]
+        nearest = self.index.search_many(np.asarray(features, np.float64)[None], max(k, self.index.learnt.k),
+                                         columns, embeddings)[0]
+        [score] = self.index.abnormality(embeddings, [nearest])
+        matches = tuple(nearest[:k])
         parts = [self._wire(m.cell_id) for m in matches]
         bethesda = tuple(self.index.vocabulary.to_bethesda(m.diagnosis) or "" for m in matches)
         return CellOutcome(cell_id, matches, tuple(p[0] for p in parts), tuple(p[1] for p in parts), bethesda,
-                           search_s=time.perf_counter() - t0, **flags)
+                           search_s=time.perf_counter() - t0, abnormal_score=score,
+                           abnormal=score >= self.index.learnt.threshold, **flags)
 
     def search(self, cell_id: str, values: list[float], k: int, background_estimated: bool = False,
-               mask_estimated: bool = False, columns: list[int] | None = None) -> CellOutcome:
+               mask_estimated: bool = False, columns: list[int] | None = None, embedding=None) -> CellOutcome:
         """One test cell analysed elsewhere (its raw feature vector, or with `columns` the
-        values of those columns only) -> its CellOutcome; extraction_s is 0. A vector that
-        does not fit gives the outcome's `error`."""
+        values of those columns only; its embedding by the site's network when the site
+        needs one) -> its CellOutcome; extraction_s is 0. A vector that does not fit gives
+        the outcome's `error`."""
         try:
-            return self._outcome(cell_id, values, k, columns, background_estimated=background_estimated,
-                                 mask_estimated=mask_estimated)
+            return self._outcome(cell_id, values, k, columns, embedding if embedding is not None and len(embedding) else None,
+                                 background_estimated=background_estimated, mask_estimated=mask_estimated)
         except InvalidInput as exc:
             return CellOutcome(cell_id, error=f"cell {cell_id!r}: {exc}")
 
     def search_many(self, cells: list[tuple], k: int, columns: list[int] | None = None) -> list[CellOutcome]:
-        """`search` for each of `cells` (tuples of its arguments but `k` and `columns`),
-        in one call: a features-mode request is one Ray task, not one per cell."""
-        return [self.search(cell_id, values, k, background_estimated, mask_estimated, columns)
-                for cell_id, values, background_estimated, mask_estimated in cells]
+        """`search` for each of `cells` (tuples (cell_id, values, background_estimated,
+        mask_estimated[, embedding])), in one call: a features-mode request is one Ray
+        task, not one per cell."""
+        return [self.search(cell[0], cell[1], k, cell[2], cell[3], columns, *cell[4:]) for cell in cells]
 
     def analyse(self, cell_id: str, image: bytes, background: bytes, mask: bytes, k: int,
                 deadline: float | None = None) -> CellOutcome:
@@ -200,11 +229,13 @@ class SiteWorker:
         """
         t0 = time.perf_counter()
         try:
-            features, background_estimated, mask_estimated = self._extract(
+            features, background_estimated, mask_estimated, patch = self._extract(
                 cell_id, image, background, mask, deadline)
+            embedding = self.index.embed(patch[None])
         except (InvalidInput, CellStopped) as exc:
             return CellOutcome(cell_id, error=str(exc), extraction_s=time.perf_counter() - t0)
-        return self._outcome(cell_id, features, k, extraction_s=time.perf_counter() - t0,
+        return self._outcome(cell_id, features, k, None, None if embedding is None else embedding[0],
+                             extraction_s=time.perf_counter() - t0,
                              background_estimated=bool(background_estimated),
                              mask_estimated=bool(mask_estimated))
 

@@ -60,8 +60,8 @@ def test_training_lowers_the_loss_on_separable_patches():
     patches = np.concatenate([np.full((32, emb.PATCH_PX, emb.PATCH_PX, 3), 60, np.uint8),
                               np.full((32, emb.PATCH_PX, emb.PATCH_PX, 3), 220, np.uint8)])
     labels = ["dark"] * 32 + ["light"] * 32
-    model, report = learn.train_embedder(patches, labels, {"dark"}, seconds=5, max_epochs=25, min_epochs=25)
-    assert report["epochs"] == 25
+    model, report = learn.train_embedder(patches, labels, {"dark"}, seconds=5, max_epochs=15, min_epochs=15)
+    assert report["epochs"] == 15
     p = model.abnormal_probability(model.embed(patches[[0, -1]]))
     assert p[0] > 0.5 > p[1]
 
@@ -87,16 +87,19 @@ def test_a_small_site_compares_its_features_alone_and_says_why(tmp_path):
 
 
 def test_labels_without_an_abnormal_one_fall_back_to_features():
-    reason = learn.cannot_learn(["normal_superficiel"] * 40 + ["normal_columnar"] * 40,
-                                {"light_dysplastic"})
+    many = learn.MIN_CELLS_TO_LEARN
+    reason = learn.cannot_learn(["normal_superficiel"] * many + ["normal_columnar"] * many, {"light_dysplastic"})
     assert "no labelled cell is abnormal" in reason
-    assert learn.cannot_learn(["a"] * 79 + ["b"], {"b"}) == "fewer than two diagnoses with two cells each"
+    assert learn.cannot_learn(["a"] * many + ["b"], {"b"}) == "fewer than two diagnoses with two cells each"
+    assert "too few labelled cells" in learn.cannot_learn(["a", "b"] * (many // 2 - 1), {"b"})
+    assert learn.cannot_learn(["a", "b"] * many, {"b"}) == ""
 
 
 @pytest.fixture(scope="module")
 def learnt_site(tmp_path_factory, monkeypatch_module):
     """A 70-cell synthetic site (one class with a single cell) that learns, fused forced."""
     monkeypatch_module.setattr(learn, "train_embedder", _tiny(learn.train_embedder))
+    monkeypatch_module.setattr(learn, "MIN_CELLS_TO_LEARN", 60)
     path = tmp_path_factory.mktemp("learnt")
     cells = records(69) + [synth_cell("carcinoma_in_situ", cell_rng(99, 0), source_id="synth/single")]
     cells = [c for c in cells if c.diagnosis != "carcinoma_in_situ"] + cells[-1:]
