@@ -193,9 +193,11 @@ def inner_folds(labels: np.ndarray, groups, seed: int) -> list[tuple[np.ndarray,
     one slide image never on both sides)."""
     import warnings
 
-    from sklearn.model_selection import StratifiedGroupKFold, StratifiedKFold
+    from sklearn.model_selection import KFold, StratifiedGroupKFold, StratifiedKFold
 
     n_splits = INNER_FOLDS
+    if max(np.unique(labels, return_counts=True)[1]) < n_splits:  # no diagnosis to spread over the folds
+        return list(KFold(n_splits, shuffle=True, random_state=seed).split(labels))
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="The least populated class", category=UserWarning)
         if groups is not None and len(set(groups)) >= n_splits:

@@ -327,14 +327,15 @@ class SiteIndex:
 
     @property
     def algorithm(self) -> str:
-        """The comparison algorithm, e.g. ``faiss-flat-l2/zscore/forward-12of115``."""
+        """The comparison algorithm, e.g. ``faiss-flat-l2/zscore/forward-12of115``, with a learnt
+        embedding ``.../zscore/lda-130of130to136+cnn64@0.5`` (fused, its weight) or ``.../cnn64``."""
         p = self._projection
         shape = f"{len(p.columns)}of{len(self.feature_names)}" + ("" if p.matrix is None else f"to{p.dimensions}")
         features = f"zscore/{p.method}-{shape}"
         learnt = self.learnt
         compared = {"features": features, "embedding": f"cnn{emb_dim(self.embedder)}",
                     "fused": f"{features}+cnn{emb_dim(self.embedder)}@{learnt.embedding_weight:g}"}[learnt.mode]
-        return f"{similarity.describe(self._index)}/{compared}/abnormal-{learnt.score}>={learnt.threshold:.3g}"
+        return f"{similarity.describe(self._index)}/{compared}"
 
     def similarity_note(self) -> str:
         """What the site compares and why, in a line (its cross-validation's choice, or why

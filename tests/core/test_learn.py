@@ -86,6 +86,13 @@ def test_a_small_site_compares_its_features_alone_and_says_why(tmp_path):
     assert 0.0 <= score <= 1.0
 
 
+def test_folds_of_a_site_whose_diagnoses_have_a_cell_or_two_each():
+    labels = np.array(["a", "b", "c", "d", "d", "e", "f"])
+    folds = learn.inner_folds(labels, None, seed=0)
+    assert len(folds) == learn.INNER_FOLDS
+    assert sorted(np.concatenate([test for _, test in folds]).tolist()) == list(range(len(labels)))
+
+
 def test_labels_without_an_abnormal_one_fall_back_to_features():
     many = learn.MIN_CELLS_TO_LEARN
     reason = learn.cannot_learn(["normal_superficiel"] * many + ["normal_columnar"] * many, {"light_dysplastic"})
