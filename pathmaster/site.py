@@ -151,7 +151,7 @@ def build_search_index(db: SiteDB, *, algorithm: str | None = None, features: st
     fingerprint = db.fingerprint()
     previous = db.get_config("index") or {}
     if (previous.get("fingerprint") == fingerprint and previous.get("features") == options["features"]
-            and previous.get("similarity") == options["similarity"]):
+            and previous.get("similarity", "auto") == options["similarity"]):
         # Same cells, same choices: only the search structure changes, so keep the fitted
         # z-scores, feature choice and network (fitting them is the slow part).
         normalization = similarity.Normalization.from_dict(previous["normalization"])
