@@ -55,6 +55,10 @@ def register(subparsers) -> None:
                    help="feature weighting: all equal, Fisher-ratio weights, forward selection, linear "
                         "discriminant axes learnt from the site's labels (lda), or auto = "
                         "whichever retrieves diagnoses best under cross-validation (default: as before, else auto)")
+    p.add_argument("--similarity", choices=("auto", "features", "embedding", "fused"), default=None,
+                   help="what the site compares: its features, an embedding learnt from its own labelled "
+                        "cells' pixels (a small network trained here, extra [learn]), both fused, or auto = "
+                        "whichever its cross-validation finds best (default: as before, else auto)")
     p.add_argument("--vocabulary", metavar="NAME|FILE",
                    help="the site's diagnosis labels: herlev, sipakmed, bethesda, or a TOML file (labels, which "
                         "are abnormal, each one's Bethesda term; see pathmaster/vocabulary.py); set on the first "
@@ -158,7 +162,8 @@ def _index(args) -> int:
         vocabulary = load_vocabulary(args.vocabulary)
     report = ingest(args.dataset, args.db, progress=not args.quiet, algorithm=args.algorithm,
                     features=args.features, batch_size=args.batch_size, vocabulary=vocabulary,
-                    workers=workers, ray_address=args.ray_address, relearn=args.relearn)
+                    workers=workers, ray_address=args.ray_address, relearn=args.relearn,
+                    similarity=args.similarity)
     for source, problem in report.problems:
         print(f"skipped {source}: {problem}", file=sys.stderr)
     print(f"{report.added} cells added, {report.skipped} already there, {len(report.problems)} problems; "
@@ -169,6 +174,11 @@ def _index(args) -> int:
         names = projection["names"]
         shown = ", ".join(names) if len(names) <= 20 else f"{', '.join(names[:20])}, ..."
         print(f"index: {report.index['algorithm']}, features by {projection['method']} ({len(names)}): {shown}")
+        from pathmaster.site import SiteIndex
+
+        site = SiteIndex.open(args.db)
+        print(f"similarity: {site.similarity_note()}; abnormality score: {site.learnt.score} >= "
+              f"{site.learnt.threshold:.3g} (the site's operating point)")
     return 0 if report.total_cells else 1
 
 

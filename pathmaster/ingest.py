@@ -413,14 +413,15 @@ def ingest(dataset_dir: str | Path, site_dir: str | Path, *, batch_size: int = B
            progress: bool = False, build_index: bool = True, algorithm: str | None = None,
            features: str | None = None, records=None, vocabulary=None, workers: int = 1,
            ray_address: str | None = None, files_per_task: int = FILES_PER_TASK,
-           relearn: bool = False) -> IngestReport:
+           relearn: bool = False, similarity: str | None = None) -> IngestReport:
     """Add every cell of ``dataset_dir`` that ``site_dir`` does not hold yet.
 
     batch_size: cells per committed transaction (a kill loses at most this much work).
     progress: show a tqdm progress bar (files, with an ETA) on stderr. build_index: bring
     the search index up to date at the end (``pathmaster.growth.update_search_index``: new
     cells added, what the site learnt kept unless `relearn` or the new cells drifted;
-    ``algorithm``/``features`` as in ``site.build_search_index``).
+    ``algorithm``/``features``/``similarity`` as in ``site.build_search_index``'s
+    ``algorithm``/``features``/``similarity_choice``).
     records: an iterable to use instead of ``iter_dataset(dataset_dir)`` (CellRecords and
     ImportProblems). vocabulary: the site's diagnosis vocabulary (a
     ``pathmaster.vocabulary.Vocabulary``), stored in the database on the first run; None
@@ -476,7 +477,8 @@ def ingest(dataset_dir: str | Path, site_dir: str | Path, *, batch_size: int = B
         if build_index and report.total_cells:
             from pathmaster.growth import update_search_index
 
-            report.index = update_search_index(db, algorithm=algorithm, features=features, relearn=relearn)
+            report.index = update_search_index(db, algorithm=algorithm, features=features, relearn=relearn,
+                                               similarity_choice=similarity)
     return report
 
 

@@ -29,7 +29,7 @@ from pathmaster.budget import AnalysisPool, CellBudget, CellStopped
 from pathmaster.records import InvalidInput
 from qos.predict import RecentMedian
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
-from services.site.analysis import PRELOAD, analyse_encoded
+from services.site.analysis import PRELOAD, analyse_encoded_cell
 from services.site.cells import check_cell_size
 from services.site.dispatch import PriorityDispatcher
 
@@ -80,16 +80,17 @@ class CellAnalyser:
         try:
             pixels = check_cell_size(cell_id, image, background, mask)
             if self.pool is None:
-                features, background_estimated, mask_estimated = analyse_encoded(cell_id, image, background, mask)
+                features, background_estimated, mask_estimated, patch = analyse_encoded_cell(
+                    cell_id, image, background, mask)
             else:
-                features, background_estimated, mask_estimated = self.pool.run(
-                    analyse_encoded, cell_id, image, background, mask, pixels=pixels, deadline=deadline,
+                features, background_estimated, mask_estimated, patch = self.pool.run(
+                    analyse_encoded_cell, cell_id, image, background, mask, pixels=pixels, deadline=deadline,
                     name=f"cell {cell_id!r}")
         except (InvalidInput, CellStopped) as exc:
             return str(exc)
         return pb.CellFeatures(cell_id=cell_id, values=[float(v) for v in features],
                                background_estimated=bool(background_estimated),
-                               mask_estimated=bool(mask_estimated))
+                               mask_estimated=bool(mask_estimated), patch=patch.tobytes())
 
 
     def analyse_timed(self, cell_id: str, image: bytes, background: bytes, mask: bytes,
