@@ -74,21 +74,7 @@ def register(subparsers) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_index)
 
-    p = subparsers.add_parser("cells", help="remove or relabel cells of a site database",
-                              description="Remove cells from a site (rows, files and search index) or give a "
-                                          "cell another diagnosis. What the site learnt is kept until "
-                                          "`pathmaster index --relearn`.")
-    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
-    remove = actions.add_parser("remove", help="remove cells by id", description="Remove cells by their site id.")
-    remove.add_argument("cell_ids", nargs="+", metavar="CELL_ID", help="the cells' ids (16 hex digits)")
-    remove.add_argument("--db", required=True, type=Path, metavar="SITE_DIR")
-    remove.set_defaults(func=_cells_remove)
-    relabel = actions.add_parser("relabel", help="give a cell another diagnosis",
-                                 description="Give a cell another diagnosis, a label of the site's vocabulary.")
-    relabel.add_argument("cell_id", metavar="CELL_ID", help="the cell's id (16 hex digits)")
-    relabel.add_argument("diagnosis", metavar="DIAGNOSIS", help="a label of the site's vocabulary")
-    relabel.add_argument("--db", required=True, type=Path, metavar="SITE_DIR")
-    relabel.set_defaults(func=_cells_relabel)
+    _register_cells(subparsers)
 
     p = subparsers.add_parser("search", help="the most similar database cells to one test cell",
                               description="Analyse one cell image and print the k most similar cells of the site.")
@@ -122,6 +108,25 @@ def register(subparsers) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_evaluate)
 
+
+
+def _register_cells(subparsers) -> None:
+    """`pathmaster cells remove|relabel`."""
+    p = subparsers.add_parser("cells", help="remove or relabel cells of a site database",
+                              description="Remove cells from a site (rows, files and search index) or give a "
+                                          "cell another diagnosis. What the site learnt is kept until "
+                                          "`pathmaster index --relearn`.")
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    remove = actions.add_parser("remove", help="remove cells by id", description="Remove cells by their site id.")
+    remove.add_argument("cell_ids", nargs="+", metavar="CELL_ID", help="the cells' ids (16 hex digits)")
+    remove.add_argument("--db", required=True, type=Path, metavar="SITE_DIR")
+    remove.set_defaults(func=_cells_remove)
+    relabel = actions.add_parser("relabel", help="give a cell another diagnosis",
+                                 description="Give a cell another diagnosis, a label of the site's vocabulary.")
+    relabel.add_argument("cell_id", metavar="CELL_ID", help="the cell's id (16 hex digits)")
+    relabel.add_argument("diagnosis", metavar="DIAGNOSIS", help="a label of the site's vocabulary")
+    relabel.add_argument("--db", required=True, type=Path, metavar="SITE_DIR")
+    relabel.set_defaults(func=_cells_relabel)
 
 @_reports_bad_input
 def _synth(args) -> int:

@@ -14,6 +14,8 @@ the database's fingerprint, so a missing or stale file is rebuilt from the datab
 from __future__ import annotations
 
 import logging
+import sqlite3
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +33,8 @@ MIN_CELLS_FOR_SELECTION = 30
 # Queries (database cells) used to measure an approximate index's recall against exact.
 RECALL_QUERIES = 500
 TARGET_RECALL = 0.95
+# Cell files are read through one connection a site, one read at a time (each ~0.1 ms).
+_READER_LOCK = threading.Lock()
 
 
 @dataclass
@@ -265,9 +269,10 @@ class SiteIndex:
     def open(cls, site_dir: str | Path) -> "SiteIndex":
         """Load a site directory made by ``pathmaster index``.
 
-        When cells were added since the index was built (e.g. an ingest was killed before
-        its last step) the index is rebuilt first; a missing FAISS file is rebuilt from the
-        database. Raises FileNotFoundError when there is no site database, InvalidInput
+        When cells were added or removed since the index was built (e.g. an ingest was
+        killed before its last step) the index is brought up to date first
+        (``growth.update_search_index``: what the site learnt is kept); a missing FAISS file
+        is rebuilt from the database. Raises FileNotFoundError when there is no site database, InvalidInput
         when its cells were measured with another feature set than this PathMaster's.
         """
         from pathmaster.features import feature_names
@@ -369,11 +374,17 @@ class SiteIndex:
                                 columns)[0]
 
     def _file(self, cell_id: str, attribute: str) -> bytes:
+        from pathmaster.sitedb import DB_NAME, read_site_file
+
         cell = self._by_id[cell_id]  # KeyError for an unknown id
         relative = getattr(cell, attribute)
         if relative is None:
             raise KeyError(f"cell {cell_id} has no {attribute.removesuffix('_path')}")
-        return (self.site_dir / relative).read_bytes()
+        with _READER_LOCK:   # one read-only connection per site, made on first use
+            if getattr(self, "_reader", None) is None:
+                self._reader = sqlite3.connect(f"file:{self.site_dir / DB_NAME}?mode=ro", uri=True,
+                                               check_same_thread=False, timeout=30)
+            return read_site_file(self._reader, self.site_dir, relative)
 
     def thumbnail_png(self, cell_id: str) -> bytes:
         """PNG bytes of the cell's thumbnail; KeyError for an unknown cell id."""

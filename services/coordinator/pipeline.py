@@ -75,7 +75,7 @@ class Case:
     for a warm-up case (nothing learnt of the whole case); `subset`: False sends every site
     the full vectors (a what-if of the testbed); `plan_deadline_s`: the deadline planned
     against when it is not the cut-off (the testbed's class deadline); `metadata`: of
-    every site call.
+    every site call; `concept_weights`: each site's request carries them (refine by concept).
     """
 
     case_id: str
@@ -95,6 +95,7 @@ class Case:
     subset: bool = True
     metadata: tuple = ()
     plan_deadline_s: float | None = None
+    concept_weights: dict[str, float] = field(default_factory=dict)  # refine by concept: every site re-ranks
 
     @property
     def deadline(self) -> float:
@@ -162,8 +163,11 @@ class CasePipeline:
     predictor : Predictor
         Each site call's prediction, fed by every answer.
     analysers : object, optional
-        ``analyse(cells, timeout_s) -> [CellFeatures | str]`` and ``estimate_s(cells)``;
+        ``analyse(cells, timeout_s, priority) -> [CellFeatures | str]`` (the most favoured
+        class's cells first: priority 0) and ``estimate_s(cells)``;
         set later (`analysers`, `schema`) when they become ready. None: images only.
+    schema : str
+        The analysers' feature schema ("": none ready; every site gets the images).
     settings : Settings
     case_model : CaseModel, optional
     clock : callable
@@ -319,7 +323,8 @@ class CasePipeline:
         t0 = self.clock()
         try:
             with analysis_span(len(case.cells)):
-                analysed = self.analysers.analyse(list(case.cells), max(0.1, case.deadline - t0))
+                analysed = self.analysers.analyse(list(case.cells), max(0.1, case.deadline - t0),
+                                                  priority=case.served.priority)
         except Exception as exc:  # noqa: BLE001 - analysers gone or too slow: every site takes the images
             case.why.append(Why("analysis_failed", {"error": type(exc).__name__}))
             analysed = []
@@ -339,7 +344,7 @@ class CasePipeline:
         """The case's FanOut, each site's request as it compares (its columns)."""
         send_id = new_send_id()  # the first send to every site, and its copies
         images = pb.AnalyseRequest(case_id=case.case_id, request_class=case.served.name, cells=case.cells,
-                                   k=case.k, send_id=send_id)
+                                   k=case.k, send_id=send_id, concept_weights=case.concept_weights)
         by_columns: dict[tuple[int, ...], pb.AnalyseRequest] = {}
         have_images = all(cell.image for cell in case.cells)
 
@@ -351,6 +356,7 @@ class CasePipeline:
             if columns not in by_columns:
                 by_columns[columns] = features_request(case.case_id, case.served.name, case.k, planned.schema,
                                                        analysed.features, columns, send_id)
+                by_columns[columns].concept_weights.update(case.concept_weights)
             return by_columns[columns]
 
         def send(site: str, class_name: str, mode: str, lane: int, send: str):

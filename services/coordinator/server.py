@@ -131,6 +131,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         case = Case(request.case_id or uuid.uuid4().hex[:12], rclass, served, sites, list(request.cells),
                     request.k or defaults.K, budget, started, features=list(request.features),
                     feature_schema=request.feature_schema, ship=request.ship or "auto",
+                    concept_weights=dict(request.concept_weights),
                     why=[Why("class_reclassified_capacity", {"asked": rclass.name, "served": served.name})]
                     if ticket.reclassified else [])
         in_flight = self.metrics.in_flight.labels(rclass.name)

@@ -10,15 +10,18 @@ so the same code runs in-process (benchmarks' baseline) and as a Ray actor (`sta
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import logging
 import os
 import signal
 import time
+from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+import numpy as np
 import ray
 
 from pathmaster.budget import AnalysisPool, CellBudget, CellStopped
@@ -28,11 +31,14 @@ from pathmaster.defaults import (SITE_RESOURCE_PER_WORKER, WIRE_THUMBNAIL_FORMAT
 from pathmaster.imageio import wire_thumbnail
 from pathmaster.records import InvalidInput
 from pathmaster.site import Match
+from pathmaster.synth import GENERATOR
 from services.site.analysis import PRELOAD, analyse_encoded
 from services.site.cells import check_cell_size, decode_cell
+from services.site.explain import RERANK_CANDIDATES, Explainer
 from services.site.ray_local import prepare_local_ray
 
 log = logging.getLogger("pathmaster.site")
+SYNTHETIC = "synthetic"  # what SiteInfo.database_origins calls cells PathMaster generated
 
 
 @dataclass(frozen=True)
@@ -43,7 +49,8 @@ class CellOutcome:
     matches: the database cells found (`pathmaster.site.Match`), nearest first;
     thumbnails: a small WebP of each (sized for the wire), in the same order;
     image_sha256: the content hash of each one's full image (a client's cache key);
-    bethesda: each one's diagnosis in The Bethesda System's terms, by the site's vocabulary. error: why the cell could not be
+    bethesda: each one's diagnosis in The Bethesda System's terms, by the site's vocabulary;
+    similarity and measures: how close each is, comparably, and why (services/site/explain.py). error: why the cell could not be
     analysed (bad input, naming the cell), "" when it was. Times in seconds: extraction_s
     decoding to features, search_s the search and reading the thumbnails.
     """
@@ -53,6 +60,8 @@ class CellOutcome:
     thumbnails: tuple[bytes, ...] = ()
     image_sha256: tuple[str, ...] = ()
     bethesda: tuple[str, ...] = ()   # each match's diagnosis in Bethesda terms ("" when unmapped)
+    similarity: tuple[float, ...] = ()  # each match's comparable similarity (explain.Explainer)
+    measures: tuple[tuple[dict, ...], ...] = ()  # each match's measures (explain.Explainer.measures)
     background_estimated: bool = False
     mask_estimated: bool = False
     error: str = ""
@@ -79,6 +88,7 @@ class SiteWorker:
         from pathmaster.site import SiteIndex
 
         self.index = SiteIndex.open(db)
+        self.explainer = Explainer(self.index)
         self._wire = lru_cache(maxsize=4096)(self._wire_parts)
         # budget: cells are analysed in a bounded worker process (CPU
         # budget, memory limit, deadline); budget=None analyses in this process, unbounded
@@ -138,9 +148,10 @@ class SiteWorker:
 
     def info(self) -> dict:
         """{"algorithm", "database_cells", "diagnoses", "feature_schema", "vocabulary",
-        "feature_columns", "feature_column_names", "representation", "representation_cells"}
-        of this worker's database (the vocabulary as ``Vocabulary.as_dict``; the columns its
-        distance reads, [] for all; the fitted representation's id and its cells)."""
+        "feature_columns", "feature_column_names", "database_origins" (cells per dataset kind,
+        generated cells as "synthetic"), "representation", "representation_cells"} of this
+        worker's database (the vocabulary as ``Vocabulary.as_dict``; the columns its distance
+        reads, [] for all; the fitted representation's id and its cells)."""
         from pathmaster.growth import representation
 
         columns = self.index.compared_columns()
@@ -155,6 +166,8 @@ class SiteWorker:
             "diagnoses": [str(d) for d in self.index.diagnoses()],
             "feature_schema": self.index.feature_schema,
             "vocabulary": self.index.vocabulary.as_dict(),
+            "database_origins": dict(Counter(SYNTHETIC if self.index.cell(c).origin == GENERATOR
+                                             else self.index.cell(c).origin for c in self.index.cell_ids())),
         }
 
     def wire_parts(self, cell_id: str) -> tuple[bytes, str]:
@@ -167,35 +180,54 @@ class SiteWorker:
                                    WIRE_THUMBNAIL_FORMAT)
         return thumbnail, hashlib.sha256(self.index.image_png(cell_id)).hexdigest()
 
-    def _outcome(self, cell_id: str, features, k: int, columns: list[int] | None = None, **flags) -> CellOutcome:
-        """Search with one raw feature vector (with `columns`: only those of it); the
-        outcome with the matches' wire parts."""
+    def _outcome(self, cell_id: str, features, k: int, columns: list[int] | None = None,
+                 weights: dict[str, float] | None = None, **flags) -> CellOutcome:
+        """Search with one raw feature vector (with `columns`: only those of it; with
+        `weights`, refined by concept: the nearest RERANK_CANDIDATES re-ranked by
+        `Explainer.reweighted`); the outcome with the matches' wire parts."""
         t0 = time.perf_counter()
-        matches = tuple(self.index.search(features, k, columns))
+        query, known = np.asarray(features, dtype=np.float64), None
+        if columns:
+            query = self.index.expand(query[None, :], columns)[0]
+            known = np.zeros(len(query), dtype=bool)
+            known[columns] = True
+        if weights:
+            found = self.index.search(features, max(k, RERANK_CANDIDATES), columns)
+            refined = self.explainer.reweighted(query, [m.cell_id for m in found], weights)
+            order = np.argsort(refined, kind="stable")[:k]
+            similar = tuple(self.explainer.similarity(found[i].distance) for i in order)  # in the site's own measure
+            matches = tuple(dataclasses.replace(found[i], distance=float(refined[i])) for i in order)
+        else:
+            matches = tuple(self.index.search(features, k, columns))
+            similar = tuple(self.explainer.similarity(m.distance) for m in matches)
         parts = [self._wire(m.cell_id) for m in matches]
         bethesda = tuple(self.index.vocabulary.to_bethesda(m.diagnosis) or "" for m in matches)
         return CellOutcome(cell_id, matches, tuple(p[0] for p in parts), tuple(p[1] for p in parts), bethesda,
+                           similar,
+                           tuple(tuple(self.explainer.measures(query, m.cell_id, known)) for m in matches),
                            search_s=time.perf_counter() - t0, **flags)
 
     def search(self, cell_id: str, values: list[float], k: int, background_estimated: bool = False,
-               mask_estimated: bool = False, columns: list[int] | None = None) -> CellOutcome:
+               mask_estimated: bool = False, columns: list[int] | None = None,
+               weights: dict[str, float] | None = None) -> CellOutcome:
         """One test cell analysed elsewhere (its raw feature vector, or with `columns` the
         values of those columns only) -> its CellOutcome; extraction_s is 0. A vector that
         does not fit gives the outcome's `error`."""
         try:
-            return self._outcome(cell_id, values, k, columns, background_estimated=background_estimated,
+            return self._outcome(cell_id, values, k, columns, weights, background_estimated=background_estimated,
                                  mask_estimated=mask_estimated)
         except InvalidInput as exc:
             return CellOutcome(cell_id, error=f"cell {cell_id!r}: {exc}")
 
-    def search_many(self, cells: list[tuple], k: int, columns: list[int] | None = None) -> list[CellOutcome]:
-        """`search` for each of `cells` (tuples of its arguments but `k` and `columns`),
-        in one call: a features-mode request is one Ray task, not one per cell."""
-        return [self.search(cell_id, values, k, background_estimated, mask_estimated, columns)
+    def search_many(self, cells: list[tuple], k: int, columns: list[int] | None = None,
+                    weights: dict[str, float] | None = None) -> list[CellOutcome]:
+        """`search` for each of `cells` (tuples of its arguments but `k`, `columns` and
+        `weights`), in one call: a features-mode request is one Ray task, not one per cell."""
+        return [self.search(cell_id, values, k, background_estimated, mask_estimated, columns, weights)
                 for cell_id, values, background_estimated, mask_estimated in cells]
 
     def analyse(self, cell_id: str, image: bytes, background: bytes, mask: bytes, k: int,
-                deadline: float | None = None) -> CellOutcome:
+                deadline: float | None = None, weights: dict[str, float] | None = None) -> CellOutcome:
         """One test cell, as encoded bytes (background/mask may be b"") -> its CellOutcome.
         deadline: wall-clock time (time.time()) after which the answer is of no use.
 
@@ -210,7 +242,7 @@ class SiteWorker:
                 cell_id, image, background, mask, deadline)
         except (InvalidInput, CellStopped) as exc:
             return CellOutcome(cell_id, error=str(exc), extraction_s=time.perf_counter() - t0)
-        return self._outcome(cell_id, features, k, extraction_s=time.perf_counter() - t0,
+        return self._outcome(cell_id, features, k, weights=weights, extraction_s=time.perf_counter() - t0,
                              background_estimated=bool(background_estimated),
                              mask_estimated=bool(mask_estimated))
 

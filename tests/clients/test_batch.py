@@ -152,3 +152,28 @@ def test_a_herlev_teaching_set_runs_with_its_folder_names_and_colour_masks(
     assert summary.status_counts()["ok"] == N_LABELLED, [r["error"] for r in rows]
     assert all(r["mask_estimated"] is False and r["background_estimated"] is True for r in rows)
     assert summary.accuracy()["all"][1] == N_LABELLED
+
+
+def test_ctrl_c_says_how_far_the_batch_got_and_the_same_command_resumes(teaching_set, tmp_path, nowhere,
+                                                                        monkeypatch, capsys):
+    """Ctrl-C (KeyboardInterrupt in the main thread) after the first case's rows are written:
+    the batch stops, says how many cells of how many are done, and exits as SIGINT does."""
+    import services.gateway.batch as batch
+    from pathmaster.cli import main
+
+    real = batch.as_completed
+
+    def interrupted(futures):
+        yield next(iter(real(futures)))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(batch, "as_completed", interrupted)
+    out = tmp_path / "r.csv"
+    with pytest.raises(batch.BatchStopped) as stopped:
+        run_batch(teaching_set, out, nowhere, case_size=4, deadline_s=2, progress=False)
+    total = len(batch.find_cells(teaching_set)[0])
+    assert (stopped.value.done, stopped.value.total) == (4, total)
+    assert len(ResultsFile(out).read()) == 4  # the first case's rows, kept for the resume
+    assert main(["batch", str(teaching_set), "--out", str(tmp_path / "r2.csv"), "--coordinator", nowhere,
+                 "--case-size", "4", "--deadline", "2", "--quiet"]) == 130
+    assert f"4 of {total}" in capsys.readouterr().err

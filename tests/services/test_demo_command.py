@@ -28,7 +28,7 @@ def test_demo_once_prints_every_site_and_the_votes(site_db, tmp_path, ray_sessio
     env = dict(os.environ, PATHMASTER_CACHE=str(cache))
     done = subprocess.run(
         [sys.executable, "-m", "pathmaster", "demo", "--once", "--port", "0", "--cells", "70",
-         "--ray-address", ray_session.get_runtime_context().gcs_address],
+         "--cache", str(cache / "demo"), "--ray-address", ray_session.get_runtime_context().gcs_address],
         capture_output=True, text=True, timeout=300, env=env)
     out = done.stdout
     assert done.returncode == 0, out + done.stderr
@@ -59,3 +59,15 @@ def test_demo_once_prints_every_site_and_the_votes(site_db, tmp_path, ray_sessio
         assert re.search(rf"{site.name}\s+answered in [\d.]+ s \(predicted [\d.]+ s\)", second), second
     log = cache / "demo" / "cases.jsonl"
     assert log.is_file() and '"outcome": "ok"' in log.read_text()
+    # --cache holds everything the demo wrote: the page's users and audit log too.
+    assert "site databases    synthetic cells" in out
+    assert (cache / "demo" / "gateway" / "users.sqlite").is_file() and (cache / "demo" / "gateway" / "audit.log").is_file()
+    assert sorted(p.name for p in cache.iterdir()) == ["demo"]
+
+
+def test_a_real_dataset_is_dealt_over_the_sites_by_slide():
+    from services.demo import slide_of
+
+    assert slide_of("herlev/light_dysplastic/157181599-157181627-001.BMP") == "157181599-157181627"
+    assert slide_of("herlev/x/157181599-157181627-012.BMP") == slide_of("herlev/y/157181599-157181627-001.bmp")
+    assert slide_of("sipakmed/cell.bmp") == "cell"
