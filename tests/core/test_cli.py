@@ -89,6 +89,9 @@ def test_search_without_mask_and_background_estimates_them(dataset, site, capsys
     out = _run_json(capsys, ["search", "--db", str(site), str(files["image"]), "--k", "3", "--json"])
     assert len(out["matches"]) == 3
     assert out["mask_estimated"] and out["background_estimated"]
+    from pathmaster.segmentation import CHOICE_REASONS
+
+    assert out["cell_choice"]["reason"] in CHOICE_REASONS and out["cell_choice"]["bars"] == [0, 0, 0, 0]
     capsys.readouterr()
     assert main(["search", "--db", str(site), str(files["image"])]) == 0
     text = capsys.readouterr().out
