@@ -27,7 +27,7 @@ from pathmaster import defaults
 from pathmaster.ids import id_from_name
 from pathmaster.records import InvalidInput
 from qos.classes import ClassTable, RequestClass, UnknownClass
-from qos import transport
+from qos import channels as transport_channels
 from qos.transport import STALE_PORT_CODES, ClassChannels, TLSFiles, files_signature
 from services.classinfo import table_from_info
 from services.tracing import case_span, end_span, end_span_code
@@ -273,7 +273,7 @@ class AsyncCases:
         signature = files_signature([Path(p) for p in (tls.cert, tls.key, tls.ca) if p]) if tls else ()
         key = (address, dscp, signature)  # rotated TLS files: new connections with the new files
         if key not in self._channels:
-            self._channels[key] = transport.open_channel(address, dscp, tls, aio=True)  # as ClassChannels does
+            self._channels[key] = transport_channels.open_channel(address, dscp, tls, aio=True)  # as ClassChannels does
         return self._channels[key]
 
     async def submit(self, cells: list[pb.CellImage], request_class: str, *, k: int = defaults.K,
