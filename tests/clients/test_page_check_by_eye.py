@@ -196,6 +196,7 @@ def test_check_a_case_by_eye(browser, fake, case_files, width, tmp_path):
         page.wait_for_function("() => document.body.dataset.largerImagesS !== undefined")
         assert page.locator(".match.full").count() == 2 * 5 * len(SITES)
         no_sideways_scrolling(page)
+        assert "null" not in page.locator(".results").inner_text()
         assert axe_problems(page) == []
         page.screenshot(path=str(ARTIFACTS / f"check-by-eye-case-{width}px.png"), full_page=True)
 
@@ -214,6 +215,7 @@ def test_check_a_case_by_eye(browser, fake, case_files, width, tmp_path):
         assert page.locator("#scale-line").bounding_box()["width"] == pytest.approx(bar_px * zoom, abs=1.5)
         assert "cell1" in page.locator("#viewer-title").inner_text()
         assert page.locator("#viewer-measures [data-concept='nucleus_size']").count() == 1
+        assert "null" not in page.locator("#viewer").inner_text()
         assert axe_problems(page) == []
         page.screenshot(path=str(ARTIFACTS / f"check-by-eye-viewer-{width}px.png"))
         page.keyboard.press("ArrowRight")
