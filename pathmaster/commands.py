@@ -55,6 +55,10 @@ def register(subparsers) -> None:
                    help="feature weighting: all equal, Fisher-ratio weights, forward selection, linear "
                         "discriminant axes learnt from the site's labels (lda), or auto = "
                         "whichever retrieves diagnoses best under cross-validation (default: as before, else auto)")
+    p.add_argument("--similarity", choices=("auto", "features", "embedding", "fused"), default=None,
+                   help="what the site compares: its features, an embedding learnt from its own labelled "
+                        "cells' pixels (a small network trained here, extra [learn]), both fused, or auto = "
+                        "whichever its cross-validation finds best (default: as before, else auto)")
     p.add_argument("--vocabulary", metavar="NAME|FILE",
                    help="the site's diagnosis labels: herlev, sipakmed, bethesda, or a TOML file (labels, which "
                         "are abnormal, each one's Bethesda term; see pathmaster/vocabulary.py); set on the first "
@@ -74,21 +78,7 @@ def register(subparsers) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_index)
 
-    p = subparsers.add_parser("cells", help="remove or relabel cells of a site database",
-                              description="Remove cells from a site (rows, files and search index) or give a "
-                                          "cell another diagnosis. What the site learnt is kept until "
-                                          "`pathmaster index --relearn`.")
-    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
-    remove = actions.add_parser("remove", help="remove cells by id", description="Remove cells by their site id.")
-    remove.add_argument("cell_ids", nargs="+", metavar="CELL_ID", help="the cells' ids (16 hex digits)")
-    remove.add_argument("--db", required=True, type=Path, metavar="SITE_DIR")
-    remove.set_defaults(func=_cells_remove)
-    relabel = actions.add_parser("relabel", help="give a cell another diagnosis",
-                                 description="Give a cell another diagnosis, a label of the site's vocabulary.")
-    relabel.add_argument("cell_id", metavar="CELL_ID", help="the cell's id (16 hex digits)")
-    relabel.add_argument("diagnosis", metavar="DIAGNOSIS", help="a label of the site's vocabulary")
-    relabel.add_argument("--db", required=True, type=Path, metavar="SITE_DIR")
-    relabel.set_defaults(func=_cells_relabel)
+    _register_cells(subparsers)
 
     p = subparsers.add_parser("search", help="the most similar database cells to one test cell",
                               description="Analyse one cell image and print the k most similar cells of the site.")
@@ -123,6 +113,25 @@ def register(subparsers) -> None:
     p.set_defaults(func=_evaluate)
 
 
+
+def _register_cells(subparsers) -> None:
+    """`pathmaster cells remove|relabel`."""
+    p = subparsers.add_parser("cells", help="remove or relabel cells of a site database",
+                              description="Remove cells from a site (rows, files and search index) or give a "
+                                          "cell another diagnosis. What the site learnt is kept until "
+                                          "`pathmaster index --relearn`.")
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    remove = actions.add_parser("remove", help="remove cells by id", description="Remove cells by their site id.")
+    remove.add_argument("cell_ids", nargs="+", metavar="CELL_ID", help="the cells' ids (16 hex digits)")
+    remove.add_argument("--db", required=True, type=Path, metavar="SITE_DIR")
+    remove.set_defaults(func=_cells_remove)
+    relabel = actions.add_parser("relabel", help="give a cell another diagnosis",
+                                 description="Give a cell another diagnosis, a label of the site's vocabulary.")
+    relabel.add_argument("cell_id", metavar="CELL_ID", help="the cell's id (16 hex digits)")
+    relabel.add_argument("diagnosis", metavar="DIAGNOSIS", help="a label of the site's vocabulary")
+    relabel.add_argument("--db", required=True, type=Path, metavar="SITE_DIR")
+    relabel.set_defaults(func=_cells_relabel)
+
 @_reports_bad_input
 def _synth(args) -> int:
     from tqdm import tqdm
@@ -153,7 +162,8 @@ def _index(args) -> int:
         vocabulary = load_vocabulary(args.vocabulary)
     report = ingest(args.dataset, args.db, progress=not args.quiet, algorithm=args.algorithm,
                     features=args.features, batch_size=args.batch_size, vocabulary=vocabulary,
-                    workers=workers, ray_address=args.ray_address, relearn=args.relearn)
+                    workers=workers, ray_address=args.ray_address, relearn=args.relearn,
+                    similarity=args.similarity)
     for source, problem in report.problems:
         print(f"skipped {source}: {problem}", file=sys.stderr)
     print(f"{report.added} cells added, {report.skipped} already there, {len(report.problems)} problems; "
@@ -164,6 +174,11 @@ def _index(args) -> int:
         names = projection["names"]
         shown = ", ".join(names) if len(names) <= 20 else f"{', '.join(names[:20])}, ..."
         print(f"index: {report.index['algorithm']}, features by {projection['method']} ({len(names)}): {shown}")
+        from pathmaster.site import SiteIndex
+
+        site = SiteIndex.open(args.db)
+        print(f"similarity: {site.similarity_note()}; abnormality score: {site.learnt.score} >= "
+              f"{site.learnt.threshold:.3g} (the site's operating point)")
     return 0 if report.total_cells else 1
 
 

@@ -74,6 +74,9 @@ class SiteCell:
         The site's own abnormality score of the cell, in [0, 1].
     operating_point : float, optional
         The site's threshold on ``score`` (abnormal at or above it); with ``score``.
+    reading : bool, optional
+        Whether ``score`` reaches the site's operating point, for a site that says so
+        instead of sending the operating point.
     """
 
     site: str
@@ -82,6 +85,7 @@ class SiteCell:
     distances: tuple = ()
     score: float | None = None
     operating_point: float | None = None
+    reading: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -159,8 +163,16 @@ def aligned_score(score: float, operating_point: float, threshold: float) -> flo
 
 
 def _site_score(answer: SiteCell, threshold: float, weighting: str) -> float | None:
+    """The site's evidence on the rule's scale: its own score aligned at its operating point
+    (or, with only its reading, the score within the side of the threshold it read), else
+    its matches' abnormal share."""
     if answer.score is not None and answer.operating_point is not None:
         return aligned_score(answer.score, answer.operating_point, threshold)
+    if answer.score is not None and answer.reading is not None:
+        score = min(max(float(answer.score), 0.0), 1.0)
+        if answer.reading:
+            return threshold + (1.0 - threshold) * score
+        return min(threshold * score, float(np.nextafter(threshold, 0.0)))  # below it, even at 1
     return abnormal_share(answer.terms, answer.distances, weighting)
 
 
@@ -295,6 +307,34 @@ def _draw(rng: np.random.Generator, pool: np.ndarray, groups: np.ndarray, n: int
     return np.array(picked)
 
 
+def draw_cases(abnormal, groups=None, *, usable=None, cells: int = CASE_CELLS, abnormal_cells=(1, 2),
+               cases: int = 2000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Simulated cases of held-out cells: (normal, abnormal) int arrays of shape (cases, cells).
+
+    Each row holds the indices of one case's cells: all-normal cases, and cases with
+    `abnormal_cells` (drawn uniformly) abnormal cells among normal ones. A case's cells come
+    from different `groups` (slide images or patients) while there are enough, so that one
+    image's look-alike cells do not fill a case. `usable` (bool, shape (n,)) leaves cells out.
+    """
+    abnormal = np.asarray(abnormal, dtype=bool)
+    groups = np.arange(len(abnormal)) if groups is None else np.asarray(groups)
+    usable = np.ones(len(abnormal), bool) if usable is None else np.asarray(usable, dtype=bool)
+    if not (len(abnormal) == len(groups) == len(usable)):
+        raise ValueError("abnormal, groups and usable must have one value per cell")
+    if not 1 <= cells <= 1000 or not 1 <= cases <= 100_000 or not all(1 <= a <= cells for a in abnormal_cells):
+        raise ValueError("cells, cases or abnormal_cells out of range")
+    normal_pool, abnormal_pool = np.flatnonzero(usable & ~abnormal), np.flatnonzero(usable & abnormal)
+    if len(normal_pool) == 0 or len(abnormal_pool) == 0:
+        raise ValueError("simulating cases needs normal and abnormal cells")
+    rng = np.random.default_rng(seed)
+    normal = np.array([_draw(rng, normal_pool, groups, cells) for _ in range(cases)])
+    mixed = []
+    for _ in range(cases):
+        a = int(rng.choice(abnormal_cells))
+        mixed.append(np.r_[_draw(rng, abnormal_pool, groups, a), _draw(rng, normal_pool, groups, cells - a)])
+    return normal, np.array(mixed)
+
+
 def simulate_cases(scores, abnormal, groups=None, *, cells: int = CASE_CELLS, abnormal_cells=(1, 2),
                    cases: int = 2000, thresholds=None, target_specificity: float = TARGET_CASE_SPECIFICITY,
                    seed: int = 0) -> dict:
@@ -308,19 +348,13 @@ def simulate_cases(scores, abnormal, groups=None, *, cells: int = CASE_CELLS, ab
     abnormal : array_like of bool, shape (n,)
         The cell's true reading (True: abnormal).
     groups : array_like, shape (n,), optional
-        The slide image (or patient) of each cell: a case's cells come from different groups
-        while there are enough, so that one image's look-alike cells do not fill a case.
-    cells : int
-        Cells per case.
-    abnormal_cells : sequence of int
-        How many abnormal cells an abnormal case holds (drawn uniformly from these).
-    cases : int
-        Cases of each kind (all-normal, abnormal), at most 100,000.
+        The slide image (or patient) of each cell (`draw_cases`).
+    cells, abnormal_cells, cases, seed
+        As in `draw_cases` (``cases`` of each kind).
     thresholds : array_like of float, optional
         Thresholds to score (default: every distinct score, where decisions change).
     target_specificity : float
         The case specificity the chosen threshold must reach.
-    seed : int
 
     Returns
     -------
@@ -334,33 +368,22 @@ def simulate_cases(scores, abnormal, groups=None, *, cells: int = CASE_CELLS, ab
         ``cases`` (what was drawn from).
     """
     scores = np.asarray(scores, dtype=np.float64)
-    abnormal = np.asarray(abnormal, dtype=bool)
-    groups = np.arange(len(scores)) if groups is None else np.asarray(groups)
-    if not (len(scores) == len(abnormal) == len(groups)):
-        raise ValueError("scores, abnormal and groups must have one value per cell")
-    if not 1 <= cells <= 1000 or not 1 <= cases <= 100_000 or not all(1 <= a <= cells for a in abnormal_cells):
-        raise ValueError("cells, cases or abnormal_cells out of range")
     usable = ~np.isnan(scores)
-    normal_pool, abnormal_pool = np.flatnonzero(usable & ~abnormal), np.flatnonzero(usable & abnormal)
-    if len(normal_pool) == 0 or len(abnormal_pool) == 0:
-        raise ValueError("simulating cases needs scored normal and abnormal cells")
-    rng = np.random.default_rng(seed)
-    normal_max = np.array([scores[_draw(rng, normal_pool, groups, cells)].max() for _ in range(cases)])
-    abnormal_max = np.empty(cases)
-    for i in range(cases):
-        a = int(rng.choice(abnormal_cells))
-        picked = np.r_[_draw(rng, abnormal_pool, groups, a), _draw(rng, normal_pool, groups, cells - a)]
-        abnormal_max[i] = scores[picked].max()
+    truth = np.asarray(abnormal, dtype=bool)
+    normal, mixed = draw_cases(truth, groups, usable=usable, cells=cells, abnormal_cells=abnormal_cells,
+                               cases=cases, seed=seed)
+    normal_max, abnormal_max = scores[normal].max(axis=1), scores[mixed].max(axis=1)
     grid = np.unique(scores[usable]) if thresholds is None else np.asarray(thresholds, dtype=np.float64)
     sensitivity = (abnormal_max[None, :] >= grid[:, None]).mean(axis=1)
     specificity = (normal_max[None, :] < grid[:, None]).mean(axis=1)
     meets = specificity >= target_specificity
     candidates = np.flatnonzero(meets) if meets.any() else np.flatnonzero(specificity == specificity.max())
     best = max(candidates, key=lambda i: (sensitivity[i], specificity[i]))
+    groups = np.arange(len(scores)) if groups is None else np.asarray(groups)
     return {"thresholds": grid.tolist(), "sensitivity": sensitivity.tolist(), "specificity": specificity.tolist(),
             "chosen": float(grid[best]), "met": bool(meets[best]), "target_specificity": target_specificity,
             "chosen_sensitivity": float(sensitivity[best]), "chosen_specificity": float(specificity[best]),
-            "cells": {"normal": int(len(normal_pool)), "abnormal": int(len(abnormal_pool))},
+            "cells": {"normal": int((usable & ~truth).sum()), "abnormal": int((usable & truth).sum())},
             "groups": int(len(np.unique(groups[usable]))), "cases": cases, "cells_per_case": cells}
 
 

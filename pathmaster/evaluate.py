@@ -9,7 +9,7 @@ Three ways to get rankings, one way to score them:
   training cells of its fold. The honest figure for a site's own cells: confidence
   intervals, per-class recall, sensitivity and specificity for the site's abnormal labels
   (by the 5-nearest majority, and at an operating point on the abnormality score chosen on
-  the training fold), the ROC of that score (``pathmaster.abnormality``), simulated 6-cell
+  the training fold), the ROC of that score (``pathmaster.conclusion``), simulated 6-cell
   cases of held-out cells, and classifiers on the same folds and representation
   (``CEILINGS``) as a ceiling.
 - ``leave_one_out(vectors, labels)``: every database cell queries the rest of the database
@@ -47,14 +47,15 @@ from typing import Callable
 import numpy as np
 
 from pathmaster import defaults
-from pathmaster.abnormality import abnormality_score, match_weights
 from pathmaster.records import DIAGNOSES, NORMAL_DIAGNOSES
 
 # The sensitivity an operating point must reach on the training cells (cells, and cases):
 # a missed abnormal cell costs a patient more than a second look at a normal one.
 TARGET_SENSITIVITY = 0.95
-CASE_CELLS = 6  # cells per simulated case, as a pathologist's upload (the study's 6 images)
-CASES_PER_FOLD = 200  # simulated cases per fold, half of them with 1-2 abnormal cells
+CASES_PER_FOLD = 400  # simulated cases of each kind (all-normal; 1-2 abnormal cells) per fold
+# The per-cell abnormality score: the case conclusion's (``pathmaster.conclusion``), the
+# share of a cell's matches that are abnormal, weighted by distance within the site.
+WEIGHTING = "distance"
 
 
 def majority_vote(labels) -> str:
@@ -303,34 +304,20 @@ def binary_figures(positive: np.ndarray, called: np.ndarray, confidence: float =
             "missed": n_pos - found, "false_alarms": n_neg - cleared}
 
 
-def simulate_cases(abnormal: np.ndarray, rng: np.random.Generator, n_cases: int,
-                   size: int = CASE_CELLS) -> tuple[list[np.ndarray], np.ndarray]:
-    """Simulated cases drawn from cells: half all-normal, half with 1 or 2 abnormal cells
-    among normal ones (``size`` cells each, no cell twice in a case).
+def abnormality_scores(abnormal: np.ndarray, distances: np.ndarray) -> np.ndarray:
+    """The abnormality score of each query: the share of its matches that are abnormal,
+    weighted as the case conclusion weighs them (``pathmaster.conclusion.match_weights``,
+    ``WEIGHTING``), so that evaluation measures the score a case is concluded on.
 
-    abnormal: bool (n,) per cell. Returns (cases: index arrays of ``size`` cells, truth:
-    bool (n_cases,), True for a case with an abnormal cell); ([], empty) when the cells
-    cannot make such cases (fewer than ``size`` normal or no abnormal cell).
+    abnormal: bool (m, k), each match abnormal in the site's vocabulary; distances: float
+    (m, k), nearest first. Returns float64 (m,) in [0, 1].
     """
+    from pathmaster.conclusion import match_weights
+
     abnormal = np.asarray(abnormal, dtype=bool)
-    normal_cells, abnormal_cells = np.flatnonzero(~abnormal), np.flatnonzero(abnormal)
-    if len(normal_cells) < size or len(abnormal_cells) == 0:
-        return [], np.zeros(0, dtype=bool)
-    cases, truth = [], []
-    for number in range(n_cases):
-        sick = 0 if number % 2 == 0 else int(rng.integers(1, min(2, len(abnormal_cells)) + 1))
-        chosen = np.concatenate([rng.choice(abnormal_cells, sick, replace=False),
-                                 rng.choice(normal_cells, size - sick, replace=False)])
-        cases.append(rng.permutation(chosen))
-        truth.append(sick > 0)
-    return cases, np.array(truth, dtype=bool)
-
-
-def case_scores(cell_scores: np.ndarray, cases: list[np.ndarray]) -> np.ndarray:
-    """A case's score: the abnormality score of its most abnormal cell (The Bethesda System
-    reports a case by its most significant abnormality). float (n_cases,)."""
-    cell_scores = np.asarray(cell_scores, dtype=np.float64)
-    return np.array([cell_scores[case].max() for case in cases], dtype=np.float64)
+    distances = np.asarray(distances, dtype=np.float64)
+    weights = np.vstack([match_weights(row, len(row), WEIGHTING) for row in distances])
+    return (weights * abnormal).sum(axis=1) / weights.sum(axis=1)
 
 
 def _distances(V_query: np.ndarray, V_base: np.ndarray) -> np.ndarray:
@@ -350,9 +337,12 @@ def _apart(d: np.ndarray, group_codes: np.ndarray | None) -> np.ndarray:
 
 
 def _knn_votes(labels_sorted: np.ndarray, distances: np.ndarray, classes: np.ndarray, weighted: bool) -> np.ndarray:
-    """Class votes (m, n_classes) of neighbours' labels (m, k) nearest first; weights by
-    ``match_weights`` of their distances, or equal."""
-    weights = match_weights(distances) if weighted else np.full(distances.shape, 1.0 / distances.shape[1])
+    """Class votes (m, n_classes) of neighbours' labels (m, k) nearest first; weighted by
+    distance as the case conclusion weighs matches, or equal."""
+    from pathmaster.conclusion import match_weights
+
+    weights = (np.vstack([match_weights(row, len(row), "distance") for row in distances]) if weighted
+               else np.ones(distances.shape))
     votes = np.zeros((len(labels_sorted), len(classes)))
     for column, label in enumerate(classes):
         votes[:, column] = (weights * (labels_sorted == label)).sum(axis=1)
@@ -527,8 +517,9 @@ class _Run:
         self.scores = np.zeros(n)
         self.called = np.zeros(n, dtype=bool)
         self.thresholds: list[float] = []
-        self.case_scores, self.case_truth, self.case_called = [], [], []
+        self.case_counts = np.zeros(4, dtype=np.int64)  # abnormal found, abnormal cases, normal cleared, normal cases
         self.case_thresholds: list[float] = []
+        self.case_targets_met: list[bool] = []
         self.predictions = {name: np.empty(n, dtype=object) for name in ceilings}
         self.choices: dict[str, list] = {name: [] for name in ceilings}
 
@@ -547,48 +538,63 @@ class _Run:
         if abnormal:
             flags = list(abnormal)
             near = np.sqrt(np.take_along_axis(d_test, order[:, :k], axis=1))
-            self.scores[test] = abnormality_score(np.isin(ranked[:, :k], flags), near)
+            self.scores[test] = abnormality_scores(np.isin(ranked[:, :k], flags), near)
             apart_order = np.argsort(d_apart, axis=1, kind="stable")[:, :k]
-            train_scores = abnormality_score(np.isin(labels[train][apart_order], flags),
+            train_scores = abnormality_scores(np.isin(labels[train][apart_order], flags),
                                              np.sqrt(np.take_along_axis(d_apart, apart_order, axis=1)))
             threshold = operating_point(train_scores, positive[train], target)
             self.thresholds.append(threshold)
             self.called[test] = self.scores[test] >= threshold
-            rng = np.random.default_rng([seed, number])
-            fitted_cases, fitted_truth = simulate_cases(positive[train], rng, cases)
-            case_threshold = (operating_point(case_scores(train_scores, fitted_cases), fitted_truth, target)
-                              if len(fitted_truth) else threshold)
-            held_cases, held_truth = simulate_cases(positive[test], rng, cases)
-            if len(held_truth):
-                held = case_scores(self.scores[test], held_cases)
-                self.case_scores.append(held)
-                self.case_truth.append(held_truth)
-                self.case_called.append(held >= case_threshold)
-                self.case_thresholds.append(case_threshold)
+            self._cases(number, train_scores, positive[train], self.scores[test], positive[test],
+                        None if codes is None else codes[train], None if codes is None else codes[test], seed, cases)
         for name in self.predictions:
             predicted, choice = CEILINGS[name](V_train, labels[train], V_test, d_apart, d_test, seed)
             self.predictions[name][test] = predicted
             self.choices[name].append(choice)
+
+    def _cases(self, number, train_scores, train_truth, test_scores, test_truth, train_groups, test_groups,
+               seed, cases) -> None:
+        """Simulated cases (``pathmaster.conclusion.simulate_cases``): the case threshold is
+        the one the training fold's cells choose (the target case specificity with the best
+        sensitivity), then scored on cases drawn from the held-out cells."""
+        from pathmaster.conclusion import simulate_cases
+
+        if not (train_truth.any() and (~train_truth).any() and test_truth.any() and (~test_truth).any()):
+            return
+        fitted = simulate_cases(train_scores, train_truth, train_groups, cases=cases, seed=seed * 1000 + number)
+        held = simulate_cases(test_scores, test_truth, test_groups, cases=cases, thresholds=[fitted["chosen"]],
+                              seed=seed * 1000 + number + 500)
+        sensitivity, specificity = held["sensitivity"][0], held["specificity"][0]
+        self.case_counts += [round(sensitivity * cases), cases, round(specificity * cases), cases]
+        self.case_thresholds.append(fitted["chosen"])
+        self.case_targets_met.append(fitted["met"])
 
     def abnormal_figures(self, positive, abnormal, target, confidence, seed) -> dict | None:
         if not abnormal:
             return None
         majority = np.array([majority_vote([x in abnormal for x in row]) for row in self.top], dtype=bool)
         return {"labels": sorted(abnormal),
-                "score": "distance-weighted share of abnormal cells among the k matches (pathmaster.abnormality)",
+                "score": "distance-weighted share of abnormal cells among the k matches (pathmaster.conclusion)",
                 "majority": binary_figures(positive, majority, confidence),
                 "operating_point": {**binary_figures(positive, self.called, confidence), "target_sensitivity": target,
                                     "thresholds": [round(t, 6) for t in self.thresholds]},
                 "roc": roc(positive, self.scores, confidence=confidence, seed=seed)}
 
     def case_figures(self, target, confidence) -> dict | None:
-        if not self.case_truth:
+        from pathmaster.conclusion import CASE_CELLS, TARGET_CASE_SPECIFICITY
+
+        found, sick, cleared, well = (int(v) for v in self.case_counts)
+        if not sick or not well:
             return None
-        truth, called = np.concatenate(self.case_truth), np.concatenate(self.case_called)
-        return {"cells_per_case": CASE_CELLS, "cases": len(truth), "abnormal_cases": int(truth.sum()),
-                "rule": "a case is abnormal when its most abnormal cell's score reaches the case threshold",
-                **binary_figures(truth, called, confidence), "target_sensitivity": target,
-                "thresholds": [round(t, 6) for t in self.case_thresholds]}
+        return {"cells_per_case": CASE_CELLS, "cases": sick + well, "abnormal_cases": sick,
+                "rule": "abnormal when a cell's abnormality score reaches the threshold the training fold's "
+                        f"simulated cases choose (case specificity >= {TARGET_CASE_SPECIFICITY:.2f}, best sensitivity)",
+                "sensitivity": found / sick, "specificity": cleared / well,
+                "sensitivity_ci": wilson_interval(found, sick, confidence),
+                "specificity_ci": wilson_interval(cleared, well, confidence),
+                "missed": sick - found, "false_alarms": well - cleared,
+                "thresholds": [round(t, 6) for t in self.case_thresholds],
+                "target_met_on_training": self.case_targets_met}
 
 
 def site_similarity_fit(names: list[str], choice: str = "auto", seed: int = 0, min_cells: int | None = None) -> Callable:
@@ -613,7 +619,7 @@ def held_out(site, records, k: int = defaults.K) -> tuple[dict, list]:
     from pathmaster.ingest import problem_pair
     from pathmaster.records import CellRecord, InvalidInput
 
-    labels, ranked, ap, problems = [], [], [], []
+    labels, ranked, distances, ap, problems = [], [], [], [], []
     for record in records:
         if not isinstance(record, CellRecord):
             problems.append(problem_pair(record))
@@ -630,10 +636,23 @@ def held_out(site, records, k: int = defaults.K) -> tuple[dict, list]:
         ranking = [m.diagnosis for m in matches]
         labels.append(record.diagnosis)
         ranked.append(ranking[:k])
+        distances.append([m.distance for m in matches[:k]])
         ap.append(average_precisions(np.asarray(ranking, dtype=object) == record.diagnosis)[0])
     if not labels:
         raise ValueError("no query cell could be analysed: " + "; ".join(f"{s}: {p}" for s, p in problems[:5]))
-    return score_rankings(labels, np.asarray(ranked, dtype=object), np.asarray(ap), k), problems
+    ranked = np.asarray(ranked, dtype=object)
+    metrics = score_rankings(labels, ranked, np.asarray(ap), k)
+    abnormal = _abnormal_set(site.vocabulary.abnormal, np.concatenate([labels, site.labels()]))
+    metrics["abnormal"] = None
+    if abnormal:
+        positive = np.isin(labels, list(abnormal))
+        majority = np.array([majority_vote([x in abnormal for x in row]) for row in ranked], dtype=bool)
+        scores = abnormality_scores(np.isin(ranked, list(abnormal)), np.asarray(distances))
+        metrics["abnormal"] = {"labels": sorted(abnormal), "score": "distance-weighted share of abnormal cells "
+                               "among the k matches (pathmaster.conclusion)",
+                               "majority": binary_figures(positive, majority),
+                               "operating_point": None, "roc": roc(positive, scores)}
+    return metrics, problems
 
 
 def _interval(ci: dict, key: str) -> str:
@@ -659,9 +678,10 @@ def _abnormal_lines(metrics: dict) -> list[str]:
     majority, point = abnormal["majority"], abnormal["operating_point"]
     lines = ["", f"abnormal ({', '.join(abnormal['labels'])}) vs normal: "
                  f"{majority['positives']} abnormal, {majority['negatives']} normal cells",
-             f"  majority of the {metrics['k']} matches   {_pair(majority)}  ({majority['missed']} abnormal called normal)",
-             f"  operating point         {_pair(point)}  ({point['missed']} abnormal called normal;"
-             f" threshold chosen on each training fold for sensitivity >= {point['target_sensitivity']:.2f})"]
+             f"  majority of the {metrics['k']} matches   {_pair(majority)}  ({majority['missed']} abnormal called normal)"]
+    if point:
+        lines.append(f"  operating point         {_pair(point)}  ({point['missed']} abnormal called normal;"
+                     f" threshold chosen on each training fold for sensitivity >= {point['target_sensitivity']:.2f})")
     curve = abnormal.get("roc")
     if curve:
         lines.append(f"  ROC AUC of the abnormality score {curve['auc']:.3f} [{curve['auc_ci'][0]:.3f}, "

@@ -5,9 +5,9 @@
 cells the database holds, and for each other file: reads it, segments the cell and
 estimates its background when the dataset has none, extracts its features and encodes its
 image, thumbnail, mask and background PNGs (``analyse_units``: the costly part). One
-writer, this process, writes the files and inserts the rows in batches; files are written
-before their rows (see ``pathmaster.sitedb``), so killing the process at any moment leaves
-a consistent database and running the same command again completes it. Files that cannot
+writer, this process, inserts the rows with their files in batches, one transaction each
+(see ``pathmaster.sitedb``), so killing the process at any moment leaves a consistent
+database and running the same command again completes it. Files that cannot
 be read or analysed (or whose analysis crashed or ran over its budget) are recorded in
 the database's ``problems`` table by name and reported; the rest goes on. Finally the
 search index is brought up to date (``pathmaster.growth.update_search_index``: the new
@@ -42,8 +42,7 @@ from PIL import Image
 from pathmaster.imageio import encode_png
 from pathmaster.records import CellRecord, InvalidInput
 from pathmaster.site import analyse_cell
-from pathmaster.sitedb import (THUMBNAIL_PX, CellRow, SiteDB, cell_id_for, image_hash, remove_orphan_temporaries,
-                               write_atomic)
+from pathmaster.sitedb import THUMBNAIL_PX, CellRow, SiteDB, cell_id_for, image_hash, remove_orphan_temporaries
 
 BATCH_SIZE = 32
 # Files per task sent to a worker: enough to make the hand-over's cost small against the
@@ -99,22 +98,6 @@ def encode_cell(record: CellRecord, mask: np.ndarray, background: np.ndarray, fe
                   paths["mask"], paths["background"], mask_estimated, background_estimated, features,
                   group=record.group, image_hash=image_hash(record.image))
     return AnalysedCell(row, {paths[key]: encode_png(arrays[key]) for key in paths})
-
-
-def store_cell(site_dir: Path, record: CellRecord, mask: np.ndarray, background: np.ndarray,
-               features: np.ndarray, *, mask_estimated: bool, background_estimated: bool,
-               origin: str) -> CellRow:
-    """Write one cell's files (atomically) and return the row that will point at them."""
-    cell = encode_cell(record, mask, background, features, mask_estimated=mask_estimated,
-                       background_estimated=background_estimated, origin=origin)
-    write_cell_files(site_dir, cell)
-    return cell.row
-
-
-def write_cell_files(site_dir: Path, cell: AnalysedCell) -> None:
-    """Write a cell's files, each atomically (before its row is inserted)."""
-    for relative, data in cell.files.items():
-        write_atomic(Path(site_dir) / relative, data)
 
 
 def site_vocabulary(db: SiteDB, dataset_dir=None, declared=None):
@@ -342,11 +325,11 @@ def local_cores() -> int:
 
 
 class _Writer:
-    """Writes analysed cells (files, then rows in batches of `batch_size`) and problems."""
+    """Writes analysed cells (rows with their files, `batch_size` cells a transaction) and problems."""
 
     def __init__(self, db: SiteDB, report: IngestReport, known: set[str], batch_size: int):
         self.db, self.report, self.known, self.batch_size = db, report, known, batch_size
-        self.pending: list[CellRow] = []
+        self.pending: list[AnalysedCell] = []
         self.problems: list[tuple[str, str]] = []
 
     def take(self, outcome) -> None:
@@ -354,8 +337,7 @@ class _Writer:
             if outcome.row.source_id in self.known:  # one of a slide's cells, ingested before
                 self.report.skipped += 1
                 return
-            write_cell_files(self.db.site_dir, outcome)
-            self.pending.append(outcome.row)
+            self.pending.append(outcome)
             self.known.add(outcome.row.source_id)
             if len(self.pending) >= self.batch_size:
                 self.commit()
@@ -365,8 +347,8 @@ class _Writer:
 
     def commit(self) -> None:
         with self.db.transaction():
-            for row in self.pending:
-                self.db.add_cell(row)
+            for cell in self.pending:
+                self.db.add_cell(cell.row, cell.files)
             for source, problem in self.problems:
                 self.db.record_problem(source, problem)
         self.report.added += len(self.pending)
@@ -415,7 +397,7 @@ def _fill_in_older_rows(db: SiteDB, filled: list) -> None:
     again (`filled`), else the hash of the stored image (PNG: the same pixels) and the group
     its Herlev file name tells."""
     from pathmaster.importers.base import herlev_group
-    from pathmaster.imageio import read_image
+    from pathmaster.imageio import decode_image
 
     with db.transaction():
         for source, group, digest in filled:
@@ -423,7 +405,7 @@ def _fill_in_older_rows(db: SiteDB, filled: list) -> None:
     missing = [c for c in db.cells() if c.image_hash is None]
     with db.transaction():
         for cell in missing:
-            digest = image_hash(read_image(db.site_dir / cell.image_path))
+            digest = image_hash(decode_image(db.read_file(cell.image_path), cell.image_path))
             db.fill_in(cell.source_id, herlev_group(Path(cell.source_id).name), digest)
 
 
@@ -431,14 +413,15 @@ def ingest(dataset_dir: str | Path, site_dir: str | Path, *, batch_size: int = B
            progress: bool = False, build_index: bool = True, algorithm: str | None = None,
            features: str | None = None, records=None, vocabulary=None, workers: int = 1,
            ray_address: str | None = None, files_per_task: int = FILES_PER_TASK,
-           relearn: bool = False) -> IngestReport:
+           relearn: bool = False, similarity: str | None = None) -> IngestReport:
     """Add every cell of ``dataset_dir`` that ``site_dir`` does not hold yet.
 
     batch_size: cells per committed transaction (a kill loses at most this much work).
     progress: show a tqdm progress bar (files, with an ETA) on stderr. build_index: bring
     the search index up to date at the end (``pathmaster.growth.update_search_index``: new
     cells added, what the site learnt kept unless `relearn` or the new cells drifted;
-    ``algorithm``/``features`` as in ``site.build_search_index``).
+    ``algorithm``/``features``/``similarity`` as in ``site.build_search_index``'s
+    ``algorithm``/``features``/``similarity_choice``).
     records: an iterable to use instead of ``iter_dataset(dataset_dir)`` (CellRecords and
     ImportProblems). vocabulary: the site's diagnosis vocabulary (a
     ``pathmaster.vocabulary.Vocabulary``), stored in the database on the first run; None
@@ -494,7 +477,8 @@ def ingest(dataset_dir: str | Path, site_dir: str | Path, *, batch_size: int = B
         if build_index and report.total_cells:
             from pathmaster.growth import update_search_index
 
-            report.index = update_search_index(db, algorithm=algorithm, features=features, relearn=relearn)
+            report.index = update_search_index(db, algorithm=algorithm, features=features, relearn=relearn,
+                                               similarity_choice=similarity)
     return report
 
 

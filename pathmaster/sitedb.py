@@ -1,19 +1,22 @@
-"""A site's cell database: one SQLite file plus the cell images beside it.
+"""A site's cell database: one SQLite file holding its cells, their images and its settings.
 
 Layout of a site directory::
 
-    SITE_DIR/site.sqlite                  cells, problems, config (this module)
-    SITE_DIR/cells/ab/abcdef0123456789.png        the cell image
-    SITE_DIR/cells/ab/abcdef0123456789-thumb.png  thumbnail (at most THUMBNAIL_PX a side)
-    SITE_DIR/cells/ab/abcdef0123456789-mask.png   4-region label mask
-    SITE_DIR/cells/ab/abcdef0123456789-bg.png     blank-slide background
+    SITE_DIR/site.sqlite                  cells, files, problems, config (this module)
     SITE_DIR/index-<fingerprint>.faiss    the search index (pathmaster.site; rebuildable)
 
-Crash safety: a cell's files are written first, each atomically (temporary name, then
-``os.replace``), and its row is inserted afterwards inside a transaction, so a row never
+A cell's row names its files by path (``cells/ab/abcdef0123456789.png`` the image,
+``-thumb.png`` its thumbnail of at most THUMBNAIL_PX a side, ``-mask.png`` the 4-region
+label mask, ``-bg.png`` the blank slide); their bytes are in the ``files`` table under that
+path (a site indexed before kept them as files under SITE_DIR, which are read still).
+Why in SQLite: a million cells are four million small files otherwise, each a directory
+entry, an inode and a partly empty block; in SQLite they are pages of one file, written in
+the transaction that inserts their rows, and read by primary key as fast as from a file.
+
+Crash safety: a cell's files and its row are inserted in one transaction, so a row never
 points at a missing or half-written file. A cell id is derived from the cell's source id,
-so an interrupted ingest that is run again rewrites the same file names and skips cells
-whose rows were committed. Nothing else refers to a cell until its row exists.
+so an interrupted ingest that is run again skips cells whose rows were committed and
+writes the others. Nothing else refers to a cell until its row exists.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 DB_NAME = "site.sqlite"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3         # 2: group_id and image_hash; 3: cell files in the `files` table (before: beside it; still read)
 THUMBNAIL_PX = 64
 
 SCHEMA = """
@@ -54,6 +57,10 @@ CREATE TABLE IF NOT EXISTS cells (
     group_id             TEXT,           -- the slide image the cell was cropped from; NULL unknown
     image_hash           TEXT            -- image_hash() of its pixels; NULL in cells from before v2
 );
+CREATE TABLE IF NOT EXISTS files (
+    path  TEXT PRIMARY KEY,             -- as a cell row names it, e.g. cells/ab/abcdef0123456789.png
+    data  BLOB NOT NULL
+);
 CREATE TABLE IF NOT EXISTS problems (
     source   TEXT PRIMARY KEY,          -- the file or cell that could not be ingested
     problem  TEXT NOT NULL,
@@ -68,6 +75,7 @@ CREATE TABLE IF NOT EXISTS problems (
 MIGRATIONS = {
     2: ("ALTER TABLE cells ADD COLUMN group_id TEXT",
         "ALTER TABLE cells ADD COLUMN image_hash TEXT"),
+    3: (),   # the `files` table is made by SCHEMA; files beside the database are still read
 }
 
 
@@ -122,6 +130,18 @@ def _row_to_cell(row, features: bytes | None = None) -> CellRow:
     values["group"] = values.pop("group_id")
     vector = None if features is None else np.frombuffer(features, dtype="<f8").copy()
     return CellRow(**values, features=vector)
+
+
+def _paths(row: CellRow) -> tuple:
+    return (row.image_path, row.thumbnail_path, row.mask_path, row.background_path)
+
+
+def read_site_file(conn: sqlite3.Connection, site_dir: Path, relative: str) -> bytes:
+    """A cell file's bytes: from the `files` table of `conn`, else from under `site_dir`."""
+    row = conn.execute("SELECT data FROM files WHERE path = ?", (relative,)).fetchone()
+    if row is not None:
+        return bytes(row[0])
+    return (Path(site_dir) / relative).read_bytes()
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -228,8 +248,12 @@ class SiteDB:
     def source_ids(self) -> set[str]:
         return {r[0] for r in self.conn.execute("SELECT source_id FROM cells")}
 
-    def add_cell(self, cell: CellRow) -> None:
-        """Insert one cell (call inside ``transaction()``); its files must already exist."""
+    def add_cell(self, cell: CellRow, files: dict[str, bytes] | None = None) -> None:
+        """Insert one cell (call inside ``transaction()``) with its `files` (path as the row
+        names it -> bytes); without `files` they must exist under the site directory."""
+        if files:
+            self.conn.executemany("INSERT OR REPLACE INTO files (path, data) VALUES (?, ?)", files.items())
+            self.set_config("schema_version", SCHEMA_VERSION)   # older PathMasters cannot read these
         features = np.ascontiguousarray(cell.features, dtype="<f8")
         self.conn.execute(
             f"INSERT INTO cells ({', '.join(_COLUMNS)}, features, added_at) VALUES ({', '.join('?' * (len(_COLUMNS) + 2))})",
@@ -287,14 +311,20 @@ class SiteDB:
         return digest.hexdigest()
 
     def remove_cells(self, cell_ids: list[str]) -> list[CellRow]:
-        """Delete the rows of `cell_ids` (call inside ``transaction()``); returns the rows
-        removed (their files are the caller's to delete, after the commit). KeyError
-        naming the first unknown id."""
+        """Delete the rows and stored files of `cell_ids` (call inside ``transaction()``);
+        returns the rows removed (files a site kept beside the database are the caller's
+        to delete, after the commit). KeyError naming the first unknown id."""
         rows = []
         for cell_id in cell_ids:
-            rows.append(self.cell(cell_id))
+            row = self.cell(cell_id)
+            rows.append(row)
             self.conn.execute("DELETE FROM cells WHERE cell_id = ?", (cell_id,))
+            self.conn.executemany("DELETE FROM files WHERE path = ?", [(p,) for p in _paths(row) if p])
         return rows
+
+    def read_file(self, relative: str) -> bytes:
+        """The bytes of a cell file a row names; FileNotFoundError when neither stored nor beside."""
+        return read_site_file(self.conn, self.site_dir, relative)
 
     def set_diagnosis(self, cell_id: str, diagnosis: str | None) -> None:
         """Change one cell's diagnosis; KeyError for an unknown id."""
@@ -324,9 +354,10 @@ class SiteDB:
             issues.append(f"sqlite integrity_check: {result}")
         n_features = len(self.get_config("feature_names", []))
         query = "SELECT cell_id, image_path, thumbnail_path, mask_path, background_path, length(features) FROM cells"
+        stored = {p for (p,) in self.conn.execute("SELECT path FROM files")}
         for cell_id, *paths, n_bytes in self.conn.execute(query):
             for rel in paths:
-                if rel is not None and not (self.site_dir / rel).is_file():
+                if rel is not None and rel not in stored and not (self.site_dir / rel).is_file():
                     issues.append(f"cell {cell_id}: file {rel} is missing")
             if n_bytes != 8 * n_features:
                 issues.append(f"cell {cell_id}: {n_bytes // 8} features stored, expected {n_features}")

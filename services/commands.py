@@ -166,13 +166,14 @@ def format_plan(plan, audience: str = "plain") -> str:
     return "\n".join(lines)
 
 
-def format_summary(summary, truth: dict | None = None) -> str:
-    """The case's summary: its conclusion first (`services.conclusion_words`), then times,
-    bytes and each cell's vote."""
+def format_summary(summary, truth: dict | None = None, audience: str = "plain") -> str:
+    """The case's summary: its conclusion first (`services.conclusion_words`; with the full
+    audience each cell's score, each site's reading and the rule), then times, bytes and
+    each cell's vote."""
     from services.conclusion_words import format_conclusion
 
     predicted = f" (predicted {summary.predicted_s:.2f} s)" if summary.predicted_s else ""
-    lines = format_conclusion(summary.conclusion)
+    lines = format_conclusion(summary.conclusion, verbose=audience == "full")
     lines += [f"case {summary.case_id} ({summary.request_class}): {summary.total_s:.2f} s{predicted}, "
              f"{summary.sites_ok} site(s) OK, {summary.sites_failed} failed, "
              f"{summary.bytes_sent / 1024:.0f} KiB sent, {summary.bytes_received / 1024:.0f} KiB received"]
@@ -198,7 +199,7 @@ def print_case(events, started: float, truth: dict | None = None, as_json: bool 
         elif event.HasField("site_result"):
             print(format_site_result(event.site_result, time.perf_counter() - started, truth, audience), flush=True)
         else:
-            print(format_summary(event.summary, truth), flush=True)
+            print(format_summary(event.summary, truth, audience), flush=True)
         if event.HasField("site_result") and event.site_result.status_code != 0:
             ok = False
     return ok

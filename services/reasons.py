@@ -89,7 +89,7 @@ REASONS: dict[str, Words] = {
         "{term}: {cells_with} of {cells_total} cells support it",
         "most significant abnormality {term}, supported by {cells_with} of {cells_total} cells "
         "({abnormal_cells} abnormal in all)"),
-    "no_abnormal_cell": Words("no cell's matches support an abnormality",
+    "no_abnormal_cell": Words("NILM: no cell's matches support an abnormality",
                               "NILM: no cell reaches the rule's threshold ({cells_read} of {cells_total} cells read)"),
     "sites_disagree": Words(
         "the sites disagree about cell {cell}: this case cannot be concluded",
@@ -99,7 +99,8 @@ REASONS: dict[str, Words] = {
                               "cannot conclude: no match of any cell maps to a Bethesda term"),
     "no_site_answered": Words("no site answered", "no answer: no site answered"),
     "decision_support_not_a_specimen": Words(
-        "Decision support, not a diagnosis: {cells} picked cells are never an adequate Bethesda specimen",
+        "Decision support, not a diagnosis: {cells} picked cells, compared with labelled cells at the sites, "
+        "are never an adequate Bethesda specimen, which needs thousands of cells on the slide",
         "decision support for the {cells} cells sent; not an adequate Bethesda specimen (thousands of cells)"),
     "labels_without_bethesda_term": Words("some matches' labels have no Bethesda term",
                                           "some matches' labels map to no Bethesda term"),

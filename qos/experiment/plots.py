@@ -460,14 +460,16 @@ def figure_shaping(meta: dict, cells: dict, link: str, cls: str) -> Figure:
     order = _names(meta)
     ncols = min(3, len(shaped))
     nrows = -(-len(shaped) // ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(3.6 * ncols + 0.6, 3.3 * nrows + 1.3), sharex=True, sharey=True,
-                             squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(nrows, ncols, figsize=(max(7.0, 3.6 * ncols + 0.6), 3.3 * nrows + 1.3), sharex=True,
+                             sharey=True, squeeze=False, layout="constrained")
     counts: list[int] = []
     places = set()
+    baselines = 0
     for ax, s in zip(axes.flat, shaped):
         base = next((b["name"] for b in strategies if b["discipline"] == s["discipline"]
                      and b.get("shape_kbit") is None and not b.get("adaptive")), None)
-        if base is not None:
+        if base is not None and any((base, lv, link, cls) in cells for lv in levels):
+            baselines += 1
             counts += _line(ax, cells, base, levels, link, cls, "mean", f"{base}, unshaped", order.index(base), 0, 0, 2,
                             colour="black")
         counts += _line(ax, cells, s["name"], levels, link, cls, "mean", f"shaped to {s['shape_kbit']:g} kbit/s",
@@ -489,8 +491,10 @@ def figure_shaping(meta: dict, cells: dict, link: str, cls: str) -> Figure:
     form = "the study's Figure 9" if study_form(levels) else f"{len(levels)} levels: points, not curves"
     fig.suptitle(f"Mean completion time with the competing traffic shaped ({form})\n"
                  f"{describe_link(meta, link)}, {cls} class", fontsize="medium")
-    caption(fig, f"Each panel: one shaping limit (where it was applied in its title) against the same "
-                 f"discipline with the competing traffic unshaped (black); points: the mean of one cell's runs. "
+    against = (" against the same discipline with the competing traffic unshaped (black)" if baselines else
+               " (the matrix has no unshaped run of the same discipline to compare with)")
+    caption(fig, f"Each panel: one shaping limit (where it was applied in its title){against}; points: the mean "
+                 f"of one cell's runs. "
                  f"{n_text(counts)}. {CI_TEXT} "
                  + (symlog_text(linear_part(levels)) if study_form(levels) else "One category per level run."))
     return fig

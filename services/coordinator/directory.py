@@ -23,6 +23,7 @@ import grpc
 from qos.predict import Predictor, SiteLoad
 from qos.transport import ClassChannels
 from services.coordinator.sitewatch import SiteWatch
+from services.coordinator.learnt import SiteModels
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
 
@@ -66,6 +67,10 @@ class SiteDirectory:
         self.schemas: dict[str, str] = {}
         # The columns each site compares (SiteInfo.feature_columns); none known: full vectors.
         self.columns: dict[str, tuple[int, ...]] = {}
+        # The learnt network each site compares (SiteInfo.model_sha256; "" none), and the
+        # networks fetched from the sites, by hash (services/coordinator/learnt.py).
+        self.models: dict[str, str] = {}
+        self.networks = SiteModels()
         self.serving: dict[str, bool] = {name: False for name in self.names}  # its health, followed by `watch`
         self._watch = None
         self._last_lookup: dict[str, float] = {}
@@ -81,6 +86,7 @@ class SiteDirectory:
         self.channels.connect(site, list(info.class_ports), lanes=self.lanes)
         self.schemas[site] = info.feature_schema
         self.columns[site] = tuple(info.feature_columns)
+        self.models[site] = info.model_sha256
         if self.predictor is not None:
             self.predictor.site(site).load = site_load(info.load)
 
@@ -94,6 +100,19 @@ class SiteDirectory:
         if self._watch is not None:
             self._watch.stop()
             self._watch = None
+
+    def network(self, site: str):
+        """The learnt network `site` compares (an ``Embedder``), fetched once; None when it
+        needs none or it cannot be had now (the site then refuses the features and the
+        fan-out falls back to its images)."""
+        model = self.models.get(site, "")
+        if not model:
+            return None
+        try:
+            return self.networks.get(model, self.stub(site))
+        except (grpc.RpcError, ValueError) as exc:
+            log.warning("site %s: its network %s not fetched (%s)", site, model[:16], exc)
+            return None
 
     def knows(self, site: str) -> bool:
         """True once the site's class ports are known."""

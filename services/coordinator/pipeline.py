@@ -45,6 +45,7 @@ from qos.transport import STALE_PORT_CODES
 from services import reasons
 from services.coordinator.conclusion import case_conclusion
 from services.coordinator.directory import SiteDirectory, site_load
+from services.coordinator.learnt import with_embeddings
 from services.coordinator.fanout import (FanOut, SiteOutcome, as_sent, features_request, features_request_bytes,
                                          new_send_id)
 from services.metrics import case_outcome
@@ -163,8 +164,11 @@ class CasePipeline:
     predictor : Predictor
         Each site call's prediction, fed by every answer.
     analysers : object, optional
-        ``analyse(cells, timeout_s) -> [CellFeatures | str]`` and ``estimate_s(cells)``;
+        ``analyse(cells, timeout_s, priority) -> [CellFeatures | str]`` (the most favoured
+        class's cells first: priority 0) and ``estimate_s(cells)``;
         set later (`analysers`, `schema`) when they become ready. None: images only.
+    schema : str
+        The analysers' feature schema ("": none ready; every site gets the images).
     settings : Settings
     case_model : CaseModel, optional
     clock : callable
@@ -320,7 +324,8 @@ class CasePipeline:
         t0 = self.clock()
         try:
             with analysis_span(len(case.cells)):
-                analysed = self.analysers.analyse(list(case.cells), max(0.1, case.deadline - t0))
+                analysed = self.analysers.analyse(list(case.cells), max(0.1, case.deadline - t0),
+                                                  priority=case.served.priority)
         except Exception as exc:  # noqa: BLE001 - analysers gone or too slow: every site takes the images
             case.why.append(Why("analysis_failed", {"error": type(exc).__name__}))
             analysed = []
@@ -341,19 +346,22 @@ class CasePipeline:
         send_id = new_send_id()  # the first send to every site, and its copies
         images = pb.AnalyseRequest(case_id=case.case_id, request_class=case.served.name, cells=case.cells,
                                    k=case.k, send_id=send_id, concept_weights=case.concept_weights)
-        by_columns: dict[tuple[int, ...], pb.AnalyseRequest] = {}
+        by_kind: dict[tuple, pb.AnalyseRequest] = {}   # by the columns and network a site compares
         have_images = all(cell.image for cell in case.cells)
 
         def site_features(site: str) -> pb.AnalyseRequest | None:
-            """The features request for `site`: only the values it compares (sites differ)."""
+            """The features request for `site`: only the values it compares (sites differ),
+            with the cells' embeddings by its learnt network when it has one."""
             if analysed.features is None:
                 return None
             columns = self.directory.columns.get(site, ()) if case.subset else ()
-            if columns not in by_columns:
-                by_columns[columns] = features_request(case.case_id, case.served.name, case.k, planned.schema,
-                                                       analysed.features, columns, send_id)
-                by_columns[columns].concept_weights.update(case.concept_weights)
-            return by_columns[columns]
+            model = self.directory.models.get(site, "")
+            if (columns, model) not in by_kind:
+                cells = with_embeddings(analysed.features, self.directory.network(site), model)
+                by_kind[(columns, model)] = features_request(case.case_id, case.served.name, case.k, planned.schema,
+                                                             cells, columns, send_id)
+                by_kind[(columns, model)].concept_weights.update(case.concept_weights)
+            return by_kind[(columns, model)]
 
         def send(site: str, class_name: str, mode: str, lane: int, send: str):
             message = site_features(site) if mode == "features" else images if have_images else None

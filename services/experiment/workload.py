@@ -217,7 +217,7 @@ class WaitingAnalysers:
         """Seconds of the analysis of `cells` cells, learnt from the last ones (0 before any)."""
         return (self.per_cell_wall_s.value() or 0.0) * pipelined_analysis_s(cells, 1.0, self.nodes)
 
-    def analyse(self, cells: list[pb.CellImage], timeout_s: float) -> list[pb.CellFeatures]:
+    def analyse(self, cells: list[pb.CellImage], timeout_s: float, priority: int = 0) -> list[pb.CellFeatures]:
         self.last_s = 0.0
         if self.waiting and self.analysis_s > 0:
             started = time.monotonic()

@@ -16,8 +16,9 @@ label, diagnosis (voted across sites), votes/total, correct, bethesda (the cell'
 term: most of its matches, a tie to the more severe), bethesda_spread ("HSIL 9/15, LSIL
 5/15"), supports (the abnormality the cell supports under the case rule, "" none),
 case_conclusion and case_outcome (the conclusion of the case the cell was sent in, in words
-and as its code; `services.conclusion_words`), status (ok | failed | invalid), error, sites_ok/sites_failed, mask_estimated/background_estimated (a site
-had to make them: none was given), request_class, case_id, case_s (the case's
+and as its code; `services.conclusion_words`), status (ok | failed | invalid), error,
+sites_ok/sites_failed, mask_estimated/background_estimated (a site had to make them: none
+was given), request_class, case_id, case_s (the case's
 completion time at the coordinator) and matches ({site: [[cell_id, diagnosis, distance],
 ...]} closest first; a JSON string in the CSV).
 """

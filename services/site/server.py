@@ -47,11 +47,15 @@ log = logging.getLogger("pathmaster.site")
 SITE_SERVICE = pb.DESCRIPTOR.services_by_name["Site"].full_name
 POLL_S = 0.1  # how often a waiting handler checks whether its caller has gone
 METHOD_OF_MODE = {"images": "analyse", "features": "search_many"}  # the worker method of each mode
+# What a site learnt, as the worker's info names it and SiteInfo carries it.
+LEARNT_INFO = ("similarity", "similarity_note", "model_sha256", "abnormal_score", "abnormal_threshold",
+               "abnormal_sensitivity", "abnormal_specificity")
 
 
 def cell_result(outcome: CellOutcome) -> pb.CellResult:
     """A worker's CellOutcome -> the wire's CellResult (core Match + thumbnail -> pb.Match),
-    with each match's similarity and packed measures when the worker explained it."""
+    with each match's similarity and packed measures when the worker explained it, and the
+    cell's abnormality score by the site's own model."""
     matches = []
     for i, (m, thumbnail, sha, bethesda) in enumerate(zip(outcome.matches, outcome.thumbnails, outcome.image_sha256,
                                                           outcome.bethesda, strict=True)):
@@ -66,7 +70,8 @@ def cell_result(outcome: CellOutcome) -> pb.CellResult:
         matches.append(match)
     return pb.CellResult(query_cell_id=outcome.query_cell_id, matches=matches,
                          background_estimated=outcome.background_estimated,
-                         mask_estimated=outcome.mask_estimated, error=outcome.error)
+                         mask_estimated=outcome.mask_estimated, error=outcome.error,
+                         abnormal_score=outcome.abnormal_score, abnormal=outcome.abnormal)
 
 
 class _CallerGone(Exception):
@@ -147,9 +152,15 @@ class SiteServicer(pb_grpc.SiteServicer):
                           f"site {self.name} compares features of schema {schema}, not "
                           f"{request.feature_schema or 'unnamed'}: send the images instead")
         columns = self._check_columns(request, context)
+        model = self.info.get("model_sha256", "")
+        if model and any(f.model_sha256 != model for f in request.features):
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                          f"site {self.name} compares its learnt embedding: send each cell's embedding by its "
+                          f"network {model[:16]} (GetModel), or the images")
         self._refuse_copy(request, context)
         # One job for the whole request: a search is ~1 ms, a Ray task per cell costs more.
-        cells = [(f.cell_id, list(f.values), f.background_estimated, f.mask_estimated) for f in request.features]
+        cells = [(f.cell_id, list(f.values), f.background_estimated, f.mask_estimated, list(f.embedding))
+                 for f in request.features]
         if self.local is not None:
             return "features", [self._search_here(cells, k, columns, weights)]
         return "features", [self.dispatcher.submit(priority, (cells, k, columns, weights), method=METHOD_OF_MODE["features"],
@@ -325,7 +336,15 @@ class SiteServicer(pb_grpc.SiteServicer):
             database_origins=self.info.get("database_origins", {}),
             representation=self.info.get("representation", ""),
             representation_cells=self.info.get("representation_cells", 0),
+            **{key: self.info[key] for key in LEARNT_INFO if key in self.info},
         )
+
+    def GetModel(self, request: pb.ModelRequest, context: grpc.ServicerContext) -> pb.ModelReply:
+        model = self.info.get("model_sha256", "")
+        if not model or request.sha256 != model:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"site {self.name} has no network {shown(request.sha256)}"
+                          + (f"; its network is {model}" if model else ": it needs none"))
+        return pb.ModelReply(sha256=model, npz=self.info["model_npz"])
 
 
 def site_vocabulary(vocabulary: dict) -> pb.Vocabulary:

@@ -32,7 +32,7 @@ from pathmaster.imageio import wire_thumbnail
 from pathmaster.records import InvalidInput
 from pathmaster.site import Match
 from pathmaster.synth import GENERATOR
-from services.site.analysis import PRELOAD, analyse_encoded
+from services.site.analysis import PRELOAD, analyse_encoded_cell
 from services.site.cells import check_cell_size, decode_cell
 from services.site.explain import RERANK_CANDIDATES, Explainer
 from services.site.ray_local import prepare_local_ray
@@ -67,6 +67,8 @@ class CellOutcome:
     error: str = ""
     extraction_s: float = 0.0
     search_s: float = 0.0
+    abnormal_score: float | None = None  # the site's per-cell score (SiteIndex.abnormality)
+    abnormal: bool = False               # the score reaches the site's operating point
 
 
 def ray_task_cancelled() -> bool:
@@ -117,10 +119,13 @@ class SiteWorker:
         cell = synthetic_case_cells(1, defaults.WARM_UP_SEED)[0]
         try:
             t0 = time.perf_counter()
-            features, _, _ = self._extract(cell["cell_id"], cell["image"], cell["background"], cell["mask"], None)
+            features, _, _, patch = self._extract(cell["cell_id"], cell["image"], cell["background"], cell["mask"],
+                                                  None)
             self.warm_up_s["analyse_s"] = time.perf_counter() - t0
             t0 = time.perf_counter()
-            outcome = self.search(cell["cell_id"], [float(v) for v in features], defaults.K)
+            embedding = self.index.embed(patch[None])
+            outcome = self.search(cell["cell_id"], [float(v) for v in features], defaults.K,
+                                  embedding=None if embedding is None else embedding[0])
             if not outcome.error:
                 self.warm_up_s["search_s"] = time.perf_counter() - t0
         except (InvalidInput, CellStopped) as exc:
@@ -132,14 +137,14 @@ class SiteWorker:
         return dict(self.warm_up_s)
 
     def _extract(self, cell_id: str, image: bytes, background: bytes, mask: bytes, deadline: float | None):
-        """(features, background_estimated, mask_estimated) of one cell; InvalidInput or
-        CellStopped (budget) naming it."""
+        """(features, background_estimated, mask_estimated, patch) of one cell; InvalidInput
+        or CellStopped (budget) naming it."""
         if self.pool is None:
             rgb, background_rgb, labels = decode_cell(cell_id, image, background, mask)
             analysis = self.index.analyse(rgb, background_rgb, labels, source=f"cell {cell_id!r}")
-            return analysis.features, analysis.background_estimated, analysis.mask_estimated
+            return analysis.features, analysis.background_estimated, analysis.mask_estimated, analysis.patch
         pixels = check_cell_size(cell_id, image, background, mask) if image else 0
-        return self.pool.run(analyse_encoded, cell_id, image, background, mask,
+        return self.pool.run(analyse_encoded_cell, cell_id, image, background, mask,
                              pixels=pixels, deadline=deadline, name=f"cell {cell_id!r}",
                              should_stop=ray_task_cancelled)
 
@@ -168,7 +173,21 @@ class SiteWorker:
             "vocabulary": self.index.vocabulary.as_dict(),
             "database_origins": dict(Counter(SYNTHETIC if self.index.cell(c).origin == GENERATOR
                                              else self.index.cell(c).origin for c in self.index.cell_ids())),
+            **self._learnt_info(),
         }
+
+    def _learnt_info(self) -> dict:
+        """What the site learnt (SiteInfo fields 50-56) and its network's bytes ("model_npz",
+        b"" when a features request needs no embedding)."""
+        learnt = self.index.learnt
+        point = ((learnt.report or {}).get("scores") or {}).get(learnt.score, {})
+        needs = learnt.needs_embedding and self.index.embedder is not None
+        return {"similarity": learnt.mode, "similarity_note": self.index.similarity_note(),
+                "model_sha256": learnt.model if needs else "",
+                "model_npz": self.index.embedder.to_bytes() if needs else b"",
+                "abnormal_score": learnt.score, "abnormal_threshold": float(learnt.threshold),
+                "abnormal_sensitivity": float(point.get("sensitivity", 0.0)),
+                "abnormal_specificity": float(point.get("specificity", 0.0))}
 
     def wire_parts(self, cell_id: str) -> tuple[bytes, str]:
         """A database cell's (wire thumbnail, image hash), made once and then kept."""
@@ -180,51 +199,61 @@ class SiteWorker:
                                    WIRE_THUMBNAIL_FORMAT)
         return thumbnail, hashlib.sha256(self.index.image_png(cell_id)).hexdigest()
 
-    def _outcome(self, cell_id: str, features, k: int, columns: list[int] | None = None,
+    def _outcome(self, cell_id: str, features, k: int, columns: list[int] | None = None, embedding=None,
                  weights: dict[str, float] | None = None, **flags) -> CellOutcome:
-        """Search with one raw feature vector (with `columns`: only those of it; with
-        `weights`, refined by concept: the nearest RERANK_CANDIDATES re-ranked by
-        `Explainer.reweighted`); the outcome with the matches' wire parts."""
+        """Search with one raw feature vector (with `columns`: only those of it) and its
+        embedding by the site's network (None without one); with `weights`, refined by
+        concept: the nearest RERANK_CANDIDATES re-ranked by `Explainer.reweighted`. The
+        outcome has the matches' wire parts, similarity and measures, and the cell's
+        abnormality score, read from the site's own k nearest however many were asked for."""
         t0 = time.perf_counter()
         query, known = np.asarray(features, dtype=np.float64), None
         if columns:
             query = self.index.expand(query[None, :], columns)[0]
             known = np.zeros(len(query), dtype=bool)
             known[columns] = True
+        embeddings = None if embedding is None else np.asarray(embedding, np.float32)[None]
+        scored = max(k, self.index.learnt.k)
+        found = self.index.search_many(np.asarray(features, np.float64)[None],
+                                       max(scored, RERANK_CANDIDATES) if weights else scored, columns, embeddings)[0]
+        [score] = self.index.abnormality(embeddings, [found[:scored]])
         if weights:
-            found = self.index.search(features, max(k, RERANK_CANDIDATES), columns)
             refined = self.explainer.reweighted(query, [m.cell_id for m in found], weights)
             order = np.argsort(refined, kind="stable")[:k]
             similar = tuple(self.explainer.similarity(found[i].distance) for i in order)  # in the site's own measure
             matches = tuple(dataclasses.replace(found[i], distance=float(refined[i])) for i in order)
         else:
-            matches = tuple(self.index.search(features, k, columns))
+            matches = tuple(found[:k])
             similar = tuple(self.explainer.similarity(m.distance) for m in matches)
         parts = [self._wire(m.cell_id) for m in matches]
         bethesda = tuple(self.index.vocabulary.to_bethesda(m.diagnosis) or "" for m in matches)
         return CellOutcome(cell_id, matches, tuple(p[0] for p in parts), tuple(p[1] for p in parts), bethesda,
                            similar,
                            tuple(tuple(self.explainer.measures(query, m.cell_id, known)) for m in matches),
-                           search_s=time.perf_counter() - t0, **flags)
+                           search_s=time.perf_counter() - t0, abnormal_score=score,
+                           abnormal=score >= self.index.learnt.threshold, **flags)
 
     def search(self, cell_id: str, values: list[float], k: int, background_estimated: bool = False,
-               mask_estimated: bool = False, columns: list[int] | None = None,
+               mask_estimated: bool = False, columns: list[int] | None = None, embedding=None,
                weights: dict[str, float] | None = None) -> CellOutcome:
         """One test cell analysed elsewhere (its raw feature vector, or with `columns` the
-        values of those columns only) -> its CellOutcome; extraction_s is 0. A vector that
-        does not fit gives the outcome's `error`."""
+        values of those columns only; its embedding by the site's network when the site
+        needs one) -> its CellOutcome; extraction_s is 0. A vector that does not fit gives
+        the outcome's `error`."""
         try:
-            return self._outcome(cell_id, values, k, columns, weights, background_estimated=background_estimated,
-                                 mask_estimated=mask_estimated)
+            return self._outcome(cell_id, values, k, columns,
+                                 embedding if embedding is not None and len(embedding) else None, weights,
+                                 background_estimated=background_estimated, mask_estimated=mask_estimated)
         except InvalidInput as exc:
             return CellOutcome(cell_id, error=f"cell {cell_id!r}: {exc}")
 
     def search_many(self, cells: list[tuple], k: int, columns: list[int] | None = None,
                     weights: dict[str, float] | None = None) -> list[CellOutcome]:
-        """`search` for each of `cells` (tuples of its arguments but `k`, `columns` and
-        `weights`), in one call: a features-mode request is one Ray task, not one per cell."""
-        return [self.search(cell_id, values, k, background_estimated, mask_estimated, columns, weights)
-                for cell_id, values, background_estimated, mask_estimated in cells]
+        """`search` for each of `cells` (tuples (cell_id, values, background_estimated,
+        mask_estimated[, embedding])) with `k`, `columns` and `weights`, in one call: a
+        features-mode request is one Ray task, not one per cell."""
+        return [self.search(cell[0], cell[1], k, cell[2], cell[3], columns, *cell[4:5], weights=weights)
+                for cell in cells]
 
     def analyse(self, cell_id: str, image: bytes, background: bytes, mask: bytes, k: int,
                 deadline: float | None = None, weights: dict[str, float] | None = None) -> CellOutcome:
@@ -238,11 +267,13 @@ class SiteWorker:
         """
         t0 = time.perf_counter()
         try:
-            features, background_estimated, mask_estimated = self._extract(
+            features, background_estimated, mask_estimated, patch = self._extract(
                 cell_id, image, background, mask, deadline)
+            embedding = self.index.embed(patch[None])
         except (InvalidInput, CellStopped) as exc:
             return CellOutcome(cell_id, error=str(exc), extraction_s=time.perf_counter() - t0)
-        return self._outcome(cell_id, features, k, weights=weights, extraction_s=time.perf_counter() - t0,
+        return self._outcome(cell_id, features, k, None, None if embedding is None else embedding[0], weights,
+                             extraction_s=time.perf_counter() - t0,
                              background_estimated=bool(background_estimated),
                              mask_estimated=bool(mask_estimated))
 

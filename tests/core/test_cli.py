@@ -89,6 +89,9 @@ def test_search_without_mask_and_background_estimates_them(dataset, site, capsys
     out = _run_json(capsys, ["search", "--db", str(site), str(files["image"]), "--k", "3", "--json"])
     assert len(out["matches"]) == 3
     assert out["mask_estimated"] and out["background_estimated"]
+    from pathmaster.segmentation import CHOICE_REASONS
+
+    assert out["cell_choice"]["reason"] in CHOICE_REASONS and out["cell_choice"]["bars"] == [0, 0, 0, 0]
     capsys.readouterr()
     assert main(["search", "--db", str(site), str(files["image"])]) == 0
     text = capsys.readouterr().out
@@ -116,6 +119,8 @@ def test_evaluate_cross_validated_leave_one_out_and_held_out(dataset, site, caps
     # the database's own cells as held-out queries: each finds itself first
     held = _run_json(capsys, ["evaluate", "--db", str(site), "--queries", str(dataset), "--json"])
     assert held["top1"] == 1.0 and held["queries"] == N_CELLS
+    assert held["abnormal"]["majority"]["positives"] + held["abnormal"]["majority"]["negatives"] == N_CELLS
+    assert held["abnormal"]["roc"]["auc"] > 0.5
     assert held["map"] > loo["map"]
 
 

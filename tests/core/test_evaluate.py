@@ -217,28 +217,33 @@ def test_operating_point_meets_the_target_on_the_cells_it_is_chosen_on():
     assert ev.operating_point(scores, np.zeros(10, bool), 0.95) == 0.5
 
 
-def test_simulated_cases_hold_one_or_two_abnormal_cells_or_none():
-    abnormal = np.array([True] * 5 + [False] * 20)
-    cases, truth = ev.simulate_cases(abnormal, np.random.default_rng(0), 40)
-    assert len(cases) == 40 and truth.sum() == 20
-    for case, sick in zip(cases, truth):
-        assert len(set(case.tolist())) == 6
-        assert abnormal[case].sum() in ((1, 2) if sick else (0,))
-    assert ev.case_scores(np.linspace(0, 1, 25), [np.array([0, 24, 3])])[0] == 1.0
-    assert ev.simulate_cases(np.array([True] * 3 + [False] * 4), np.random.default_rng(0), 4)[0] == []
+def test_the_abnormality_score_is_the_one_the_case_conclusion_reads():
+    from pathmaster.conclusion import abnormal_share
+
+    flags = np.array([[True, False, True, False, False], [False] * 5, [True] * 5])
+    distances = np.array([[0.5, 1.0, 2.0, 3.0, 4.0], [1.0] * 5, [0.0, 1, 2, 3, 4]])
+    terms = [["HSIL" if f else "NILM" for f in row] for row in flags]
+    expected = [abnormal_share(t, d, ev.WEIGHTING) for t, d in zip(terms, distances)]
+    np.testing.assert_allclose(ev.abnormality_scores(flags, distances), expected)
+    scores = ev.abnormality_scores(flags, distances)
+    assert scores[1] == 0.0 and scores[2] == 1.0
+    # nearer abnormal matches count more than farther ones
+    near, far = ev.abnormality_scores([[True, False, False], [False, False, True]], [[1.0, 2, 3]] * 2)
+    assert near > 1 / 3 > far
 
 
 def test_abnormal_figures_roc_and_a_ceiling_at_least_the_retrieval():
     rng = np.random.default_rng(4)
     X = np.vstack([rng.normal(0, 1, (60, 3)), rng.normal(1.5, 1, (60, 3))])
     y = np.array([SUP] * 30 + [INT] * 30 + [MILD] * 30 + [CIS] * 30, dtype=object)
-    m = ev.cross_validate(X, y, _zscores, folds=5, seed=0, cases=50)
+    m = ev.cross_validate(X, y, _zscores, folds=5, seed=0, cases=50, groups=[f"g{i // 3}" for i in range(120)])
     point = m["abnormal"]["operating_point"]
     assert point["positives"] == 60 and point["negatives"] == 60 and len(point["thresholds"]) == 5
     assert 0.75 < m["abnormal"]["roc"]["auc"] <= 1.0
     low, high = m["abnormal"]["roc"]["auc_ci"]
     assert low <= m["abnormal"]["roc"]["auc"] <= high
-    assert m["cases"]["cases"] == 250 and m["cases"]["abnormal_cases"] == 125
+    assert m["cases"]["cases"] == 500 and m["cases"]["abnormal_cases"] == 250
+    assert len(m["cases"]["thresholds"]) == 5 and 0.5 < m["cases"]["sensitivity"] <= 1.0
     assert m["ceilings"]["knn_tuned"]["binary_accuracy"] >= m["binary_accuracy"] - 0.05
     assert {c["k"] for c in m["ceilings"]["knn_tuned"]["choices"]} <= set(ev.KNN_CHOICES)
     # labels with no normal side: no abnormal figures, said so

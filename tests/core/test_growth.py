@@ -139,16 +139,18 @@ def test_removing_cells_takes_them_out_of_rows_files_and_search(grown, queries, 
     shutil.copytree(path, copy)
     before = SiteIndex.open(copy)
     gone = [m.cell_id for m in before.search(queries[0], k=2)]
-    files = [copy / before.cell(c).image_path for c in gone]
+    files = [before.cell(c).image_path for c in gone]
     config = remove_cells(copy, gone)
     after = SiteIndex.open(copy)
     assert len(after) == FIRST + LATER - 2 and config["n_cells"] == len(after)
     assert not set(gone) & {m.cell_id for m in after.search(queries[0], k=10)}
-    assert not any(f.exists() for f in files)
     assert representation(config)["id"] == representation(fitted)["id"]
     assert representation(config)["removed"] == 2
     with SiteDB(copy) as db:
         assert db.check() == []
+        for relative in files:   # their images are gone with them
+            with pytest.raises(FileNotFoundError):
+                db.read_file(relative)
     with pytest.raises(KeyError):
         remove_cells(copy, ["0123456789abcdef"])
 
@@ -168,3 +170,24 @@ def test_relabelling_a_cell_changes_its_diagnosis_and_nothing_learnt(grown, tmp_
         relabel_cell(copy, cell, "no such diagnosis")
     with pytest.raises(KeyError):
         relabel_cell(copy, "0123456789abcdef", new)
+
+
+def test_the_cells_command_relabels_removes_and_refuses_an_unknown_id(grown, tmp_path):
+    import subprocess
+    import sys
+
+    path, _ = grown
+    copy = tmp_path / "copy"
+    shutil.copytree(path, copy)
+    first, second = SiteIndex.open(copy).cell_ids()[:2]
+
+    def cells(*args):
+        return subprocess.run([sys.executable, "-m", "pathmaster", "cells", *args, "--db", str(copy)],
+                              capture_output=True, text=True, timeout=120)
+
+    unknown = cells("remove", "0123456789abcdef")
+    assert unknown.returncode == 2 and "0123456789abcdef" in unknown.stderr
+    assert cells("relabel", first, "carcinoma_in_situ").returncode == 0
+    assert cells("remove", second).returncode == 0
+    site = SiteIndex.open(copy)
+    assert site.cell(first).diagnosis == "carcinoma_in_situ" and second not in site.cell_ids()

@@ -116,8 +116,8 @@ def _rows(site) -> list[tuple]:
     with SiteDB(site) as db:
         rows = []
         for cell in db.cells():
-            files = tuple((site / p).read_bytes() for p in (cell.image_path, cell.thumbnail_path,
-                                                             cell.mask_path, cell.background_path))
+            files = tuple(db.read_file(p) for p in (cell.image_path, cell.thumbnail_path,
+                                                     cell.mask_path, cell.background_path))
             rows.append((cell.cell_id, cell.source_id, cell.diagnosis, cell.mask_estimated,
                          cell.background_estimated, db.cell(cell.cell_id).features.tobytes(), files))
         return rows

@@ -315,3 +315,18 @@ def test_real_uploads_agree_with_the_hand_drawn_masks_of_the_same_cells(herlev_2
     nucleus, cell, n = _dice_by_class(herlev_224_dev, herlev_40px, 6)
     assert n >= 70
     assert nucleus >= 0.84 and cell >= 0.75, (nucleus, cell)
+
+
+def test_the_cell_is_the_piece_holding_the_nucleus():
+    from pathmaster.segmentation import _piece_holding
+
+    binary = np.zeros((20, 40), bool)
+    binary[5:15, 2:12] = True     # a piece at the left
+    binary[4:16, 18:30] = True    # the piece nearer the centre
+    nucleus = np.zeros_like(binary)
+    nucleus[8:11, 5:8] = True     # inside the left piece
+    chosen = _piece_holding(binary, nucleus)
+    assert chosen[10, 5] and not chosen[10, 20]
+    # no nucleus: the piece nearest the centre
+    centre = _piece_holding(binary, np.zeros_like(binary))
+    assert centre[10, 20] and not centre[10, 5]

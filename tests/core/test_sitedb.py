@@ -7,7 +7,7 @@ import sqlite3
 import numpy as np
 import pytest
 
-from pathmaster.sitedb import SiteDB, CellRow, cell_id_for, write_atomic
+from pathmaster.sitedb import SCHEMA_VERSION, SiteDB, CellRow, cell_id_for, write_atomic
 
 
 def _cell(site, source, diagnosis="mild_dysplasia", n=3):
@@ -105,7 +105,7 @@ def test_a_version_1_database_is_migrated_and_keeps_its_cells(tmp_path):
     conn.commit()
     conn.close()
     with SiteDB(tmp_path) as db:
-        assert db.get_config("schema_version") == sitedb.SCHEMA_VERSION == 2
+        assert db.get_config("schema_version") == sitedb.SCHEMA_VERSION == 3
         (row,) = db.cells()
         assert (row.cell_id, row.group, row.image_hash) == ("c1", None, None)
         digest = sitedb.image_hash(np.zeros((4, 4, 3), np.uint8))
@@ -125,3 +125,28 @@ def test_image_hash_is_of_the_pixels_not_the_file():
     changed = image.copy()
     changed[0, 0, 0] += 1
     assert image_hash(changed) != image_hash(image)
+
+
+def test_cell_files_are_stored_in_the_database_not_as_files(tmp_path):
+    from pathmaster.ingest import ingest
+    from pathmaster.site import SiteIndex
+    from pathmaster.synth import cell_rng, synth_cell
+
+    records = [synth_cell("normal_superficial", cell_rng(4, i), source_id=f"s/{i}") for i in range(3)]
+    ingest("synthetic", tmp_path, records=records, build_index=False)
+    assert not (tmp_path / "cells").exists()                       # no small files at all
+    with SiteDB(tmp_path) as db:
+        assert db.check() == [] and db.get_config("schema_version") == SCHEMA_VERSION
+        cell = db.cells()[0]
+        png = db.read_file(cell.thumbnail_path)
+    assert png.startswith(b"\x89PNG")
+    assert SiteIndex.open(tmp_path).thumbnail_png(cell.cell_id) == png
+
+
+def test_a_site_that_kept_its_files_beside_the_database_is_read_still(tmp_path):
+    with SiteDB(tmp_path, create=True) as db:   # the files on disk, the row naming them
+        db.set_config("feature_names", ["a", "b", "c"])
+        with db.transaction():
+            db.add_cell(_cell(tmp_path, "legacy"))
+        cell = db.cells()[0]
+        assert db.read_file(cell.image_path) == b"png" and db.check() == []

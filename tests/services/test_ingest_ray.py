@@ -10,7 +10,7 @@ from pathmaster.synth import write_dataset
 def _rows(site) -> list[tuple]:
     with SiteDB(site) as db:
         return [(c.cell_id, c.source_id, c.diagnosis, db.cell(c.cell_id).features.tobytes(),
-                 (site / c.image_path).read_bytes(), (site / c.thumbnail_path).read_bytes())
+                 db.read_file(c.image_path), db.read_file(c.thumbnail_path))
                 for c in db.cells()]
 
 

@@ -116,8 +116,9 @@ class FakeAnalysers:
     def estimate_s(self, cells):
         return self.seconds
 
-    def analyse(self, cells, timeout_s):
+    def analyse(self, cells, timeout_s, priority=0):
         self.calls += 1
+        self.priority = priority
         if self.fail:
             raise TimeoutError("analysers too slow")
         self.clock.advance(self.seconds)
@@ -159,7 +160,7 @@ def test_features_go_to_the_site_of_the_same_schema_the_cells_analysed_once_and_
     assert modes == {"alpha": "features", "beta": "images"}
     assert {p.site: codes(p.why)[0] for p in plan.plan.sites} == {"alpha": "features_same_schema",
                                                                  "beta": "images_other_schema"}
-    assert analysers.calls == 1
+    assert analysers.calls == 1 and analysers.priority == DEFAULT_CLASSES["routine"].priority
     sent = {site: request for site, _, _, request in sites.requests}
     assert len(sent["alpha"].features) == 2 and not sent["alpha"].cells
     assert len(sent["beta"].cells) == 2 and not sent["beta"].features

@@ -64,3 +64,16 @@ def test_each_loopback_connection_is_a_client_of_its_own_and_a_remote_host_is_on
     assert client_identity(caller("ipv4:127.0.0.1:5000")) != client_identity(caller("ipv4:127.0.0.1:6000"))
     assert client_identity(caller("ipv6:[::1]:5000")) != client_identity(caller("ipv6:[::1]:6000"))
     assert client_identity(caller("ipv4:127.0.0.1:5000", "pathologist-1")) == "cn:pathologist-1"
+
+
+def test_a_site_remembers_a_send_for_its_memory_and_forgets_the_oldest_when_full():
+    from qos.transport import CopyFilter
+
+    now = [0.0]
+    seen = CopyFilter(memory_s=120.0, entries=2, clock=lambda: now[0])
+    assert seen.first(("caller", "send-1")) and not seen.first(("caller", "send-1"))
+    assert seen.first(("other caller", "send-1"))        # another caller's send of the same id
+    assert seen.first(("caller", "send-2"))              # the memory is full: the oldest goes
+    assert seen.first(("caller", "send-1"))
+    now[0] = 121.0
+    assert seen.first(("caller", "send-2"))              # remembered 120 s, no longer

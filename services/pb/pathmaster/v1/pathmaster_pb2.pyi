@@ -19,16 +19,22 @@ class CellImage(_message.Message):
     def __init__(self, cell_id: _Optional[str] = ..., image: _Optional[bytes] = ..., background: _Optional[bytes] = ..., mask: _Optional[bytes] = ...) -> None: ...
 
 class CellFeatures(_message.Message):
-    __slots__ = ("cell_id", "values", "background_estimated", "mask_estimated")
+    __slots__ = ("cell_id", "values", "background_estimated", "mask_estimated", "embedding", "model_sha256", "patch")
     CELL_ID_FIELD_NUMBER: _ClassVar[int]
     VALUES_FIELD_NUMBER: _ClassVar[int]
     BACKGROUND_ESTIMATED_FIELD_NUMBER: _ClassVar[int]
     MASK_ESTIMATED_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDING_FIELD_NUMBER: _ClassVar[int]
+    MODEL_SHA256_FIELD_NUMBER: _ClassVar[int]
+    PATCH_FIELD_NUMBER: _ClassVar[int]
     cell_id: str
     values: _containers.RepeatedScalarFieldContainer[float]
     background_estimated: bool
     mask_estimated: bool
-    def __init__(self, cell_id: _Optional[str] = ..., values: _Optional[_Iterable[float]] = ..., background_estimated: _Optional[bool] = ..., mask_estimated: _Optional[bool] = ...) -> None: ...
+    embedding: _containers.RepeatedScalarFieldContainer[float]
+    model_sha256: str
+    patch: bytes
+    def __init__(self, cell_id: _Optional[str] = ..., values: _Optional[_Iterable[float]] = ..., background_estimated: _Optional[bool] = ..., mask_estimated: _Optional[bool] = ..., embedding: _Optional[_Iterable[float]] = ..., model_sha256: _Optional[str] = ..., patch: _Optional[bytes] = ...) -> None: ...
 
 class Match(_message.Message):
     __slots__ = ("cell_id", "diagnosis", "distance", "thumbnail", "source_id", "image_sha256", "bethesda", "similarity", "measure_log2_ratio", "measure_share")
@@ -55,18 +61,22 @@ class Match(_message.Message):
     def __init__(self, cell_id: _Optional[str] = ..., diagnosis: _Optional[str] = ..., distance: _Optional[float] = ..., thumbnail: _Optional[bytes] = ..., source_id: _Optional[str] = ..., image_sha256: _Optional[str] = ..., bethesda: _Optional[str] = ..., similarity: _Optional[float] = ..., measure_log2_ratio: _Optional[_Iterable[int]] = ..., measure_share: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class CellResult(_message.Message):
-    __slots__ = ("query_cell_id", "matches", "background_estimated", "mask_estimated", "error")
+    __slots__ = ("query_cell_id", "matches", "background_estimated", "mask_estimated", "error", "abnormal_score", "abnormal")
     QUERY_CELL_ID_FIELD_NUMBER: _ClassVar[int]
     MATCHES_FIELD_NUMBER: _ClassVar[int]
     BACKGROUND_ESTIMATED_FIELD_NUMBER: _ClassVar[int]
     MASK_ESTIMATED_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    ABNORMAL_SCORE_FIELD_NUMBER: _ClassVar[int]
+    ABNORMAL_FIELD_NUMBER: _ClassVar[int]
     query_cell_id: str
     matches: _containers.RepeatedCompositeFieldContainer[Match]
     background_estimated: bool
     mask_estimated: bool
     error: str
-    def __init__(self, query_cell_id: _Optional[str] = ..., matches: _Optional[_Iterable[_Union[Match, _Mapping]]] = ..., background_estimated: _Optional[bool] = ..., mask_estimated: _Optional[bool] = ..., error: _Optional[str] = ...) -> None: ...
+    abnormal_score: float
+    abnormal: bool
+    def __init__(self, query_cell_id: _Optional[str] = ..., matches: _Optional[_Iterable[_Union[Match, _Mapping]]] = ..., background_estimated: _Optional[bool] = ..., mask_estimated: _Optional[bool] = ..., error: _Optional[str] = ..., abnormal_score: _Optional[float] = ..., abnormal: _Optional[bool] = ...) -> None: ...
 
 class SiteTiming(_message.Message):
     __slots__ = ("transfer_s", "extraction_s", "search_s", "total_s", "site_wall_s", "queue_s", "service_s")
@@ -244,7 +254,7 @@ class SiteInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class SiteInfo(_message.Message):
-    __slots__ = ("site", "algorithm", "database_cells", "diagnoses", "workers", "class_ports", "class_dscp", "feature_schema", "load", "vocabulary", "feature_columns", "feature_column_names", "database_origins", "representation", "representation_cells")
+    __slots__ = ("site", "algorithm", "database_cells", "diagnoses", "workers", "class_ports", "class_dscp", "feature_schema", "load", "vocabulary", "feature_columns", "feature_column_names", "database_origins", "representation", "representation_cells", "similarity", "similarity_note", "model_sha256", "abnormal_score", "abnormal_threshold", "abnormal_sensitivity", "abnormal_specificity")
     class ClassPortsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -281,6 +291,13 @@ class SiteInfo(_message.Message):
     DATABASE_ORIGINS_FIELD_NUMBER: _ClassVar[int]
     REPRESENTATION_FIELD_NUMBER: _ClassVar[int]
     REPRESENTATION_CELLS_FIELD_NUMBER: _ClassVar[int]
+    SIMILARITY_FIELD_NUMBER: _ClassVar[int]
+    SIMILARITY_NOTE_FIELD_NUMBER: _ClassVar[int]
+    MODEL_SHA256_FIELD_NUMBER: _ClassVar[int]
+    ABNORMAL_SCORE_FIELD_NUMBER: _ClassVar[int]
+    ABNORMAL_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    ABNORMAL_SENSITIVITY_FIELD_NUMBER: _ClassVar[int]
+    ABNORMAL_SPECIFICITY_FIELD_NUMBER: _ClassVar[int]
     site: str
     algorithm: str
     database_cells: int
@@ -296,7 +313,28 @@ class SiteInfo(_message.Message):
     database_origins: _containers.ScalarMap[str, int]
     representation: str
     representation_cells: int
-    def __init__(self, site: _Optional[str] = ..., algorithm: _Optional[str] = ..., database_cells: _Optional[int] = ..., diagnoses: _Optional[_Iterable[str]] = ..., workers: _Optional[int] = ..., class_ports: _Optional[_Mapping[str, int]] = ..., class_dscp: _Optional[_Mapping[str, int]] = ..., feature_schema: _Optional[str] = ..., load: _Optional[_Union[SiteLoad, _Mapping]] = ..., vocabulary: _Optional[_Union[Vocabulary, _Mapping]] = ..., feature_columns: _Optional[_Iterable[int]] = ..., feature_column_names: _Optional[_Iterable[str]] = ..., database_origins: _Optional[_Mapping[str, int]] = ..., representation: _Optional[str] = ..., representation_cells: _Optional[int] = ...) -> None: ...
+    similarity: str
+    similarity_note: str
+    model_sha256: str
+    abnormal_score: str
+    abnormal_threshold: float
+    abnormal_sensitivity: float
+    abnormal_specificity: float
+    def __init__(self, site: _Optional[str] = ..., algorithm: _Optional[str] = ..., database_cells: _Optional[int] = ..., diagnoses: _Optional[_Iterable[str]] = ..., workers: _Optional[int] = ..., class_ports: _Optional[_Mapping[str, int]] = ..., class_dscp: _Optional[_Mapping[str, int]] = ..., feature_schema: _Optional[str] = ..., load: _Optional[_Union[SiteLoad, _Mapping]] = ..., vocabulary: _Optional[_Union[Vocabulary, _Mapping]] = ..., feature_columns: _Optional[_Iterable[int]] = ..., feature_column_names: _Optional[_Iterable[str]] = ..., database_origins: _Optional[_Mapping[str, int]] = ..., representation: _Optional[str] = ..., representation_cells: _Optional[int] = ..., similarity: _Optional[str] = ..., similarity_note: _Optional[str] = ..., model_sha256: _Optional[str] = ..., abnormal_score: _Optional[str] = ..., abnormal_threshold: _Optional[float] = ..., abnormal_sensitivity: _Optional[float] = ..., abnormal_specificity: _Optional[float] = ...) -> None: ...
+
+class ModelRequest(_message.Message):
+    __slots__ = ("sha256",)
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    sha256: str
+    def __init__(self, sha256: _Optional[str] = ...) -> None: ...
+
+class ModelReply(_message.Message):
+    __slots__ = ("sha256", "npz")
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    NPZ_FIELD_NUMBER: _ClassVar[int]
+    sha256: str
+    npz: bytes
+    def __init__(self, sha256: _Optional[str] = ..., npz: _Optional[bytes] = ...) -> None: ...
 
 class Vocabulary(_message.Message):
     __slots__ = ("name", "labels", "abnormal", "bethesda")
