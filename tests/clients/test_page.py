@@ -144,6 +144,7 @@ def test_sign_in_and_a_6_cell_case_at_phone_and_desktop_width(browser, warmed_ga
             # A synthetic database is said beside its matches.
             assert first.locator(f".site-row[data-site='{site}'] [data-note='database']").count() == 1
         assert "distance" not in page.locator("#cells").inner_text()
+        assert "null" not in page.locator("#cells").inner_text() and "undefined" not in page.locator("#cells").inner_text()
         # The larger images replace the wire thumbnails after the answer.
         page.wait_for_function("() => document.body.dataset.largerImagesS !== undefined", timeout=120_000)
         assert page.locator(".match.full").count() == 6 * 5 * len(SITES)

@@ -787,10 +787,12 @@ function onSummary(event) {
     vote.replaceChildren(termBadge(c.bethesda, `${c.support}/${c.total}`));
     vote.title = `${c.support} of ${c.total} matches across sites carry ${c.bethesda || "no term"}`;
     card.querySelector(".spread").replaceChildren(...c.spread.map((t) =>
-      el("span", {class: "spread-term", "data-term": t.bethesda, text: `${t.bethesda} ${t.count}`})),
-      // The abnormality the case rule reads in this cell (services/conclusion_words.py cell_line).
-      c.abnormal && c.abnormal_term ? el("strong", {class: "supports", "data-term": c.abnormal_term,
-        title: words.cells[c.query_cell_id] || "", text: `supports ${c.abnormal_term}`}) : null);
+      el("span", {class: "spread-term", "data-term": t.bethesda, text: `${t.bethesda} ${t.count}`})));
+    // The abnormality the case rule reads in this cell (services/conclusion_words.py cell_line).
+    if (c.abnormal && c.abnormal_term) {
+      card.querySelector(".spread").append(el("strong", {class: "supports", "data-term": c.abnormal_term,
+        title: words.cells[c.query_cell_id] || "", text: `supports ${c.abnormal_term}`}));
+    }
     card.dataset.term = c.bethesda;
   }
   showConclusion(conclusion, event.conclusion_words);
@@ -993,8 +995,8 @@ async function showViewerMatch() {
   $("#viewer-measures").replaceChildren(
     ...far.map((m) => el("li", {class: "measure far", "data-concept": m.concept},
       el("strong", {text: "Differs: "}), measureWords(m, true))),
-    close ? el("li", {class: "measure close", "data-concept": close.concept},
-      el("strong", {text: "Close: "}), measureWords(close)) : null);
+    ...(close ? [el("li", {class: "measure close", "data-concept": close.concept},
+      el("strong", {text: "Close: "}), measureWords(close))] : []));
   $("#viewer-prev").disabled = index === 0;
   $("#viewer-next").disabled = index === matches.length - 1;
   const error = $("#viewer-error");
