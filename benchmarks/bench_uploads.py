@@ -13,6 +13,16 @@ it (image alone), the mask's picture shrunk to 40 x 40 (nearest) and scored agai
 40 px mask: Dice of nucleus and of cell, and the nucleus-to-cell area ratio's agreement
 (median absolute difference). Printed per class, for git revision REV (default 08f044c,
 loaded from `git show`) and this checkout side by side, with the median ms per upload.
+
+Measured on all 462 uploads, 08f044c -> this branch (letter-box bars left out, the lamp
+never sagging under the cell, the cell the piece holding the nucleus with its pale
+cytoplasm looked for again): nucleus Dice 0.870 -> 0.898, cell 0.742 -> 0.817, nucleus
+share of the cell off by 0.140 -> 0.087 (median); intermediate cells' cell Dice 0.536 ->
+0.914, mild dysplasia's 0.620 -> 0.774; ~100 ms per upload either way.
+Which dense piece is the nucleus (`segmentation.NUCLEUS_CENTRE_REACH`, the size-for-distance
+trade): every third upload gave the same nucleus Dice (median 0.883) at reach 0.05, 0.10
+and 0.15 of the image side, 0.883 / 0.882 at 0.25 / 0.5 with 1-2 more nuclei missed: the
+piece nearest the centre, a larger one only when a speck is nearer, is kept.
 """
 
 from __future__ import annotations
