@@ -42,7 +42,7 @@ STRUCTURE_KEYS = frozenset({"algorithm", "n_cells", "fingerprint", "nprobe", "re
 DRIFT_P = 0.01
 DRIFT_EFFECT = 0.71
 DRIFT_MIN_CELLS = 20
-DRIFT_SAMPLE = 1000   # cells of each side compared, at most
+DRIFT_SAMPLE = 300    # cells of each side compared, at most (plenty for a large effect)
 
 
 def representation_id(config: dict) -> str:
