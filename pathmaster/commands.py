@@ -55,6 +55,10 @@ def register(subparsers) -> None:
                    help="feature weighting: all equal, Fisher-ratio weights, forward selection, linear "
                         "discriminant axes learnt from the site's labels (lda), or auto = "
                         "whichever retrieves diagnoses best under cross-validation (default: as before, else auto)")
+    p.add_argument("--similarity", choices=("auto", "features", "embedding", "fused"), default=None,
+                   help="what the site compares: its features, an embedding learnt from its own labelled "
+                        "cells' pixels (a small network trained here, extra [learn]), both fused, or auto = "
+                        "whichever its cross-validation finds best (default: as before, else auto)")
     p.add_argument("--vocabulary", metavar="NAME|FILE",
                    help="the site's diagnosis labels: herlev, sipakmed, bethesda, or a TOML file (labels, which "
                         "are abnormal, each one's Bethesda term; see pathmaster/vocabulary.py); set on the first "
@@ -84,15 +88,19 @@ def register(subparsers) -> None:
     p.add_argument("--mask", type=Path, help="label image: 0 background, 1 cytoplasm, 2 nucleus, 3 nucleolus")
     p.add_argument("--k", type=int, default=5, help="number of matches (default 5)")
     p.add_argument("--json", action="store_true", help='print {"matches": [{"cell_id", "diagnosis", "distance"}, ...]}')
+    p.add_argument("--exclude-self", action="store_true",
+                   help="leave out database cells with the query's own pixels (the query is already in the database)")
     p.set_defaults(func=_search)
 
     p = subparsers.add_parser("evaluate", help="retrieval quality of a site (cross-validated, or held-out queries)",
-                              description="Stratified k-fold cross-validation over the site's own cells (the "
-                                          "similarity refitted on each training fold), leave-one-out, or held-out "
-                                          "query cells from another dataset: top-1, precision@5, majority@5, mAP, "
-                                          "binary normal/abnormal accuracy with 95%% confidence intervals, recall "
-                                          "per class, the confusion matrix and, cross-validated, classifiers on "
-                                          "the same folds as a ceiling.")
+                              description="Stratified k-fold cross-validation over the site's own cells, folds "
+                                          "split by slide image (the site's representation refitted on each "
+                                          "training fold), leave-one-out, or held-out query cells from another "
+                                          "dataset: top-1, precision@5, majority@5, mAP, binary normal/abnormal "
+                                          "accuracy, abnormal sensitivity and specificity with 95%% confidence "
+                                          "intervals, the ROC of the per-cell abnormality score, simulated 6-cell "
+                                          "cases, recall per class, the confusion matrix and, cross-validated, "
+                                          "classifiers on the same folds and representation as a ceiling.")
     p.add_argument("--db", required=True, type=Path, metavar="SITE_DIR")
     p.add_argument("--queries", type=Path, metavar="DATASET_DIR", help="held-out query cells (default: cross-validation)")
     p.add_argument("--folds", type=int, default=5, help="stratified folds (default 5)")
@@ -101,6 +109,7 @@ def register(subparsers) -> None:
                    help="leave-one-out in the site's stored space instead (fitted to every cell, queries included)")
     p.add_argument("--no-ceiling", action="store_true", help="skip the classifier ceiling")
     p.add_argument("--json", action="store_true", help="print the metrics as JSON")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_evaluate)
 
 
@@ -153,7 +162,8 @@ def _index(args) -> int:
         vocabulary = load_vocabulary(args.vocabulary)
     report = ingest(args.dataset, args.db, progress=not args.quiet, algorithm=args.algorithm,
                     features=args.features, batch_size=args.batch_size, vocabulary=vocabulary,
-                    workers=workers, ray_address=args.ray_address, relearn=args.relearn)
+                    workers=workers, ray_address=args.ray_address, relearn=args.relearn,
+                    similarity=args.similarity)
     for source, problem in report.problems:
         print(f"skipped {source}: {problem}", file=sys.stderr)
     print(f"{report.added} cells added, {report.skipped} already there, {len(report.problems)} problems; "
@@ -164,6 +174,11 @@ def _index(args) -> int:
         names = projection["names"]
         shown = ", ".join(names) if len(names) <= 20 else f"{', '.join(names[:20])}, ..."
         print(f"index: {report.index['algorithm']}, features by {projection['method']} ({len(names)}): {shown}")
+        from pathmaster.site import SiteIndex
+
+        site = SiteIndex.open(args.db)
+        print(f"similarity: {site.similarity_note()}; abnormality score: {site.learnt.score} >= "
+              f"{site.learnt.threshold:.3g} (the site's operating point)")
     return 0 if report.total_cells else 1
 
 
@@ -213,30 +228,43 @@ def _read_cell(args):
 @_reports_bad_input
 def _search(args) -> int:
     from pathmaster.site import SiteIndex
+    from pathmaster.sitedb import image_hash
 
     image, background, mask = _read_cell(args)
+    if args.k < 1:
+        raise ValueError(f"--k must be at least 1, got {args.k}")
     site = SiteIndex.open(args.db)
     analysis = site.analyse(image, background, mask, source=str(args.image))
-    matches = site.search(analysis.features, k=args.k)
+    itself = site.cells_with_hash(image_hash(image))  # the query is already in the database
+    left_out = set(itself) if args.exclude_self else set()
+    matches = [m for m in site.search(analysis.features, k=args.k + len(left_out)) if m.cell_id not in left_out]
+    matches = matches[: args.k]
     if args.json:
         print(json.dumps({
             "query": str(args.image),
             "algorithm": site.algorithm,
             "background_estimated": analysis.background_estimated,
             "mask_estimated": analysis.mask_estimated,
+            "cell_choice": analysis.cell_choice,
             "vocabulary": site.vocabulary.name,
+            "in_database": itself,
+            "self_excluded": bool(left_out),
             "matches": [{"cell_id": m.cell_id, "diagnosis": m.diagnosis, "distance": round(m.distance, 6),
                          "bethesda": site.vocabulary.to_bethesda(m.diagnosis),
-                         "source_id": m.source_id} for m in matches],
+                         "source_id": m.source_id, "same_image": m.cell_id in itself} for m in matches],
         }, indent=1))
         return 0
     notes = [what for what, flag in (("background", analysis.background_estimated),
                                      ("mask", analysis.mask_estimated)) if flag]
     if notes:
         print(f"note: no {' or '.join(notes)} given; estimated from the image")
+    if itself:
+        print(f"note: this image is already in the database (cell {', '.join(itself)}); "
+              + ("left out of the matches" if left_out else "it matches itself: --exclude-self leaves it out"))
     print(f"{'rank':>4}  {'cell_id':16}  {'distance':>8}  {'diagnosis':22}  source")
     for rank, m in enumerate(matches, 1):
-        print(f"{rank:>4}  {m.cell_id:16}  {m.distance:8.3f}  {str(m.diagnosis):22}  {m.source_id}")
+        same = "  (the query itself)" if m.cell_id in itself else ""
+        print(f"{rank:>4}  {m.cell_id:16}  {m.distance:8.3f}  {str(m.diagnosis):22}  {m.source_id}{same}")
     return 0
 
 
@@ -245,7 +273,7 @@ def _evaluate(args) -> int:
     import numpy as np
 
     from pathmaster import evaluate
-    from pathmaster.site import MIN_CELLS_FOR_SELECTION, SiteIndex
+    from pathmaster.site import SiteIndex
     from pathmaster.sitedb import SiteDB
 
     if args.folds < 2:
@@ -267,10 +295,13 @@ def _evaluate(args) -> int:
         with SiteDB(args.db) as db:
             _, X = db.feature_matrix()
             choice = db.get_config("index_options", {}).get("features", "auto")
+            groups = np.array([c.group for c in db.cells()], dtype=object)
         labels = np.array(site.labels(), dtype=object)
         labelled = np.array([label is not None for label in labels], dtype=bool)
-        fit = evaluate.site_similarity_fit(site.feature_names, choice, args.seed, MIN_CELLS_FOR_SELECTION)
-        metrics = evaluate.cross_validate(X[labelled], labels[labelled], fit, folds=args.folds, seed=args.seed,
+        fit = evaluate.site_similarity_fit(site.feature_names, choice, args.seed)
+        metrics = evaluate.cross_validate(X[labelled], labels[labelled], fit, groups=groups[labelled],
+                                          abnormal_labels=site.vocabulary.abnormal, folds=args.folds,
+                                          seed=args.seed, progress=not args.quiet,
                                           ceilings=() if args.no_ceiling else tuple(evaluate.CEILINGS))
         metrics["mode"] = f"{metrics['folds']}-fold cross-validation, feature choice {choice!r} refitted per fold"
     metrics["algorithm"] = site.algorithm

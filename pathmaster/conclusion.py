@@ -23,7 +23,7 @@ sends one):
 
 This is decision support for the cells sent, never a diagnosis: a case of a few picked cells
 is never an adequate Bethesda specimen (adequacy needs thousands of squamous cells on the
-slide). Words are the clients' business; this module returns codes (`Reason`).
+slide). Words are the clients' business; this module returns codes (`pathmaster.records.Why`).
 
 The threshold is chosen from case-level figures: `simulate_cases` draws 6-cell cases from
 held-out cells' scores (all-normal ones, and ones with 1-2 abnormal cells) and returns each
@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from pathmaster.records import Why
 from pathmaster.vocabulary import BETHESDA_TERMS, NILM, majority, severity
 
 # A cell supports an abnormality when at least half of its matches (by weight) are abnormal:
@@ -53,14 +54,6 @@ WEIGHTINGS = ("uniform", "distance")
 TARGET_CASE_SPECIFICITY = 0.90
 CASE_CELLS = 6
 OUTCOMES = ("abnormal", "nilm", "cannot_conclude", "no_answer")
-
-
-@dataclass(frozen=True)
-class Reason:
-    """A finding as a stable code and the values its words need (strings)."""
-
-    code: str
-    params: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -81,6 +74,9 @@ class SiteCell:
         The site's own abnormality score of the cell, in [0, 1].
     operating_point : float, optional
         The site's threshold on ``score`` (abnormal at or above it); with ``score``.
+    reading : bool, optional
+        Whether ``score`` reaches the site's operating point, for a site that says so
+        instead of sending the operating point.
     """
 
     site: str
@@ -89,6 +85,7 @@ class SiteCell:
     distances: tuple = ()
     score: float | None = None
     operating_point: float | None = None
+    reading: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -166,8 +163,16 @@ def aligned_score(score: float, operating_point: float, threshold: float) -> flo
 
 
 def _site_score(answer: SiteCell, threshold: float, weighting: str) -> float | None:
+    """The site's evidence on the rule's scale: its own score aligned at its operating point
+    (or, with only its reading, the score within the side of the threshold it read), else
+    its matches' abnormal share."""
     if answer.score is not None and answer.operating_point is not None:
         return aligned_score(answer.score, answer.operating_point, threshold)
+    if answer.score is not None and answer.reading is not None:
+        score = min(max(float(answer.score), 0.0), 1.0)
+        if answer.reading:
+            return threshold + (1.0 - threshold) * score
+        return min(threshold * score, float(np.nextafter(threshold, 0.0)))  # below it, even at 1
     return abnormal_share(answer.terms, answer.distances, weighting)
 
 
@@ -217,14 +222,14 @@ def conclude_cell(answers, threshold: float = DEFAULT_THRESHOLD, weighting: str 
             readings[answer.site] = score >= threshold
     why = []
     if any(t and t not in BETHESDA_TERMS for a in answers for t in a.terms) or (answers and not terms):
-        why.append(Reason("labels_without_bethesda_term"))
+        why.append(Why("labels_without_bethesda_term"))
     score = (sum(s * w for s, w in scored) / sum(w for _, w in scored)) if scored else None
     abnormal = score is not None and score >= threshold
     abnormal_term = _abnormal_term(answers, weighting) if abnormal else ""
     if abnormal and not any(is_abnormal_term(t) for t in terms):
-        why.append(Reason("abnormal_by_site_score_only"))
+        why.append(Why("abnormal_by_site_score_only"))
     if len(spread) > 1:
-        why.append(Reason("matches_split", {"terms": ", ".join(f"{t} {n}/{len(terms)}" for t, n in spread)}))
+        why.append(Why("matches_split", {"terms": ", ".join(f"{t} {n}/{len(terms)}" for t, n in spread)}))
     return CellReading(answers[0].cell_id if answers else "", top.label if top else "", top.votes if top else 0,
                        len(terms), spread, score, abnormal, abnormal_term, readings, tuple(why))
 
@@ -260,29 +265,29 @@ def conclude_case(answers, threshold: float = DEFAULT_THRESHOLD, weighting: str 
     order = list(cell_ids) if cell_ids is not None else list(by_cell)
     cells = tuple(conclude_cell(by_cell[c], threshold, weighting) for c in order if by_cell.get(c))
     rule = describe_rule(threshold, weighting)
-    statement = Reason("decision_support_not_a_specimen", {"cells": str(len(cells))})
+    statement = Why("decision_support_not_a_specimen", {"cells": str(len(cells))})
     if not cells:
-        return CaseReading("no_answer", "", 0, 0, (), (Reason("no_site_answered"), statement), rule)
+        return CaseReading("no_answer", "", 0, 0, (), (Why("no_site_answered"), statement), rule)
     n = len(cells)
     flagged = [c for c in cells if c.abnormal]
     if flagged:
         term = max((c.abnormal_term for c in flagged), key=severity)
         with_term = sum(c.abnormal_term == term for c in flagged)
-        why = (Reason("most_significant_abnormality", {"term": term, "cells_with": str(with_term),
+        why = (Why("most_significant_abnormality", {"term": term, "cells_with": str(with_term),
                                                        "cells_total": str(n), "abnormal_cells": str(len(flagged))}),)
         return CaseReading("abnormal", term, with_term, n, cells, why + (statement,), rule)
     read = [c for c in cells if c.abnormal_score is not None]
     if not read:
-        return CaseReading("cannot_conclude", "", 0, n, cells, (Reason("no_bethesda_term"), statement), rule)
+        return CaseReading("cannot_conclude", "", 0, n, cells, (Why("no_bethesda_term"), statement), rule)
     split = [c for c in read if len(set(c.site_readings.values())) > 1]
     if split:
         worst = max(split, key=lambda c: c.abnormal_score)
-        why = Reason("sites_disagree", {
+        why = Why("sites_disagree", {
             "cell": worst.cell_id, "score": f"{worst.abnormal_score:.2f}", "threshold": f"{threshold:.2f}",
             "abnormal_sites": ", ".join(sorted(s for s, r in worst.site_readings.items() if r)),
             "nilm_sites": ", ".join(sorted(s for s, r in worst.site_readings.items() if not r))})
         return CaseReading("cannot_conclude", "", 0, n, cells, (why, statement), rule)
-    why = Reason("no_abnormal_cell", {"cells_read": str(len(read)), "cells_total": str(n)})
+    why = Why("no_abnormal_cell", {"cells_read": str(len(read)), "cells_total": str(n)})
     return CaseReading("nilm", NILM, len(read), n, cells, (why, statement), rule)
 
 
@@ -302,6 +307,34 @@ def _draw(rng: np.random.Generator, pool: np.ndarray, groups: np.ndarray, n: int
     return np.array(picked)
 
 
+def draw_cases(abnormal, groups=None, *, usable=None, cells: int = CASE_CELLS, abnormal_cells=(1, 2),
+               cases: int = 2000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Simulated cases of held-out cells: (normal, abnormal) int arrays of shape (cases, cells).
+
+    Each row holds the indices of one case's cells: all-normal cases, and cases with
+    `abnormal_cells` (drawn uniformly) abnormal cells among normal ones. A case's cells come
+    from different `groups` (slide images or patients) while there are enough, so that one
+    image's look-alike cells do not fill a case. `usable` (bool, shape (n,)) leaves cells out.
+    """
+    abnormal = np.asarray(abnormal, dtype=bool)
+    groups = np.arange(len(abnormal)) if groups is None else np.asarray(groups)
+    usable = np.ones(len(abnormal), bool) if usable is None else np.asarray(usable, dtype=bool)
+    if not (len(abnormal) == len(groups) == len(usable)):
+        raise ValueError("abnormal, groups and usable must have one value per cell")
+    if not 1 <= cells <= 1000 or not 1 <= cases <= 100_000 or not all(1 <= a <= cells for a in abnormal_cells):
+        raise ValueError("cells, cases or abnormal_cells out of range")
+    normal_pool, abnormal_pool = np.flatnonzero(usable & ~abnormal), np.flatnonzero(usable & abnormal)
+    if len(normal_pool) == 0 or len(abnormal_pool) == 0:
+        raise ValueError("simulating cases needs normal and abnormal cells")
+    rng = np.random.default_rng(seed)
+    normal = np.array([_draw(rng, normal_pool, groups, cells) for _ in range(cases)])
+    mixed = []
+    for _ in range(cases):
+        a = int(rng.choice(abnormal_cells))
+        mixed.append(np.r_[_draw(rng, abnormal_pool, groups, a), _draw(rng, normal_pool, groups, cells - a)])
+    return normal, np.array(mixed)
+
+
 def simulate_cases(scores, abnormal, groups=None, *, cells: int = CASE_CELLS, abnormal_cells=(1, 2),
                    cases: int = 2000, thresholds=None, target_specificity: float = TARGET_CASE_SPECIFICITY,
                    seed: int = 0) -> dict:
@@ -315,19 +348,13 @@ def simulate_cases(scores, abnormal, groups=None, *, cells: int = CASE_CELLS, ab
     abnormal : array_like of bool, shape (n,)
         The cell's true reading (True: abnormal).
     groups : array_like, shape (n,), optional
-        The slide image (or patient) of each cell: a case's cells come from different groups
-        while there are enough, so that one image's look-alike cells do not fill a case.
-    cells : int
-        Cells per case.
-    abnormal_cells : sequence of int
-        How many abnormal cells an abnormal case holds (drawn uniformly from these).
-    cases : int
-        Cases of each kind (all-normal, abnormal), at most 100,000.
+        The slide image (or patient) of each cell (`draw_cases`).
+    cells, abnormal_cells, cases, seed
+        As in `draw_cases` (``cases`` of each kind).
     thresholds : array_like of float, optional
         Thresholds to score (default: every distinct score, where decisions change).
     target_specificity : float
         The case specificity the chosen threshold must reach.
-    seed : int
 
     Returns
     -------
@@ -341,33 +368,22 @@ def simulate_cases(scores, abnormal, groups=None, *, cells: int = CASE_CELLS, ab
         ``cases`` (what was drawn from).
     """
     scores = np.asarray(scores, dtype=np.float64)
-    abnormal = np.asarray(abnormal, dtype=bool)
-    groups = np.arange(len(scores)) if groups is None else np.asarray(groups)
-    if not (len(scores) == len(abnormal) == len(groups)):
-        raise ValueError("scores, abnormal and groups must have one value per cell")
-    if not 1 <= cells <= 1000 or not 1 <= cases <= 100_000 or not all(1 <= a <= cells for a in abnormal_cells):
-        raise ValueError("cells, cases or abnormal_cells out of range")
     usable = ~np.isnan(scores)
-    normal_pool, abnormal_pool = np.flatnonzero(usable & ~abnormal), np.flatnonzero(usable & abnormal)
-    if len(normal_pool) == 0 or len(abnormal_pool) == 0:
-        raise ValueError("simulating cases needs scored normal and abnormal cells")
-    rng = np.random.default_rng(seed)
-    normal_max = np.array([scores[_draw(rng, normal_pool, groups, cells)].max() for _ in range(cases)])
-    abnormal_max = np.empty(cases)
-    for i in range(cases):
-        a = int(rng.choice(abnormal_cells))
-        picked = np.r_[_draw(rng, abnormal_pool, groups, a), _draw(rng, normal_pool, groups, cells - a)]
-        abnormal_max[i] = scores[picked].max()
+    truth = np.asarray(abnormal, dtype=bool)
+    normal, mixed = draw_cases(truth, groups, usable=usable, cells=cells, abnormal_cells=abnormal_cells,
+                               cases=cases, seed=seed)
+    normal_max, abnormal_max = scores[normal].max(axis=1), scores[mixed].max(axis=1)
     grid = np.unique(scores[usable]) if thresholds is None else np.asarray(thresholds, dtype=np.float64)
     sensitivity = (abnormal_max[None, :] >= grid[:, None]).mean(axis=1)
     specificity = (normal_max[None, :] < grid[:, None]).mean(axis=1)
     meets = specificity >= target_specificity
     candidates = np.flatnonzero(meets) if meets.any() else np.flatnonzero(specificity == specificity.max())
     best = max(candidates, key=lambda i: (sensitivity[i], specificity[i]))
+    groups = np.arange(len(scores)) if groups is None else np.asarray(groups)
     return {"thresholds": grid.tolist(), "sensitivity": sensitivity.tolist(), "specificity": specificity.tolist(),
             "chosen": float(grid[best]), "met": bool(meets[best]), "target_specificity": target_specificity,
             "chosen_sensitivity": float(sensitivity[best]), "chosen_specificity": float(specificity[best]),
-            "cells": {"normal": int(len(normal_pool)), "abnormal": int(len(abnormal_pool))},
+            "cells": {"normal": int((usable & ~truth).sum()), "abnormal": int((usable & truth).sum())},
             "groups": int(len(np.unique(groups[usable]))), "cases": cases, "cells_per_case": cells}
 
 

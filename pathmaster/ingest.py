@@ -42,7 +42,7 @@ from PIL import Image
 from pathmaster.imageio import encode_png
 from pathmaster.records import CellRecord, InvalidInput
 from pathmaster.site import analyse_cell
-from pathmaster.sitedb import THUMBNAIL_PX, CellRow, SiteDB, cell_id_for, remove_orphan_temporaries
+from pathmaster.sitedb import THUMBNAIL_PX, CellRow, SiteDB, cell_id_for, image_hash, remove_orphan_temporaries
 
 BATCH_SIZE = 32
 # Files per task sent to a worker: enough to make the hand-over's cost small against the
@@ -95,7 +95,8 @@ def encode_cell(record: CellRecord, mask: np.ndarray, background: np.ndarray, fe
              "mask": f"{stem}-mask.png", "background": f"{stem}-bg.png"}
     arrays = {"image": record.image, "thumbnail": thumbnail(record.image), "mask": mask, "background": background}
     row = CellRow(cell_id, record.source_id, record.diagnosis, origin, paths["image"], paths["thumbnail"],
-                  paths["mask"], paths["background"], mask_estimated, background_estimated, features)
+                  paths["mask"], paths["background"], mask_estimated, background_estimated, features,
+                  group=record.group, image_hash=image_hash(record.image))
     return AnalysedCell(row, {paths[key]: encode_png(arrays[key]) for key in paths})
 
 
@@ -372,12 +373,15 @@ def _prepare_site(db: SiteDB, dataset_dir, records, vocabulary):
     return site_vocabulary(db, dataset_dir if records is None else None, vocabulary)
 
 
-def _chunks(units, known: set[str], report: IngestReport, bar, size: int):
-    """The units not yet in the database, `size` at a time; known cells are counted as skipped."""
+def _chunks(units, known: set[str], report: IngestReport, bar, size: int, filled: list):
+    """The units not yet in the database, `size` at a time; known cells are counted as skipped,
+    and a known cell already read (a CellRecord) adds its group and image hash to `filled`."""
     chunk = []
     for unit in units:
         if getattr(unit, "source_id", None) in known:  # a file whose one cell is in already
             report.skipped += 1
+            if isinstance(unit, CellRecord):
+                filled.append((unit.source_id, unit.group, image_hash(unit.image)))
             bar.update(1)
             continue
         chunk.append(unit)
@@ -388,18 +392,36 @@ def _chunks(units, known: set[str], report: IngestReport, bar, size: int):
         yield chunk
 
 
+def _fill_in_older_rows(db: SiteDB, filled: list) -> None:
+    """Give cells stored before groups and image hashes were kept theirs: from the records met
+    again (`filled`), else the hash of the stored image (PNG: the same pixels) and the group
+    its Herlev file name tells."""
+    from pathmaster.importers.base import herlev_group
+    from pathmaster.imageio import decode_image
+
+    with db.transaction():
+        for source, group, digest in filled:
+            db.fill_in(source, group, digest)
+    missing = [c for c in db.cells() if c.image_hash is None]
+    with db.transaction():
+        for cell in missing:
+            digest = image_hash(decode_image(db.read_file(cell.image_path), cell.image_path))
+            db.fill_in(cell.source_id, herlev_group(Path(cell.source_id).name), digest)
+
+
 def ingest(dataset_dir: str | Path, site_dir: str | Path, *, batch_size: int = BATCH_SIZE,
            progress: bool = False, build_index: bool = True, algorithm: str | None = None,
            features: str | None = None, records=None, vocabulary=None, workers: int = 1,
            ray_address: str | None = None, files_per_task: int = FILES_PER_TASK,
-           relearn: bool = False) -> IngestReport:
+           relearn: bool = False, similarity: str | None = None) -> IngestReport:
     """Add every cell of ``dataset_dir`` that ``site_dir`` does not hold yet.
 
     batch_size: cells per committed transaction (a kill loses at most this much work).
     progress: show a tqdm progress bar (files, with an ETA) on stderr. build_index: bring
     the search index up to date at the end (``pathmaster.growth.update_search_index``: new
     cells added, what the site learnt kept unless `relearn` or the new cells drifted;
-    ``algorithm``/``features`` as in ``site.build_search_index``).
+    ``algorithm``/``features``/``similarity`` as in ``site.build_search_index``'s
+    ``algorithm``/``features``/``similarity_choice``).
     records: an iterable to use instead of ``iter_dataset(dataset_dir)`` (CellRecords and
     ImportProblems). vocabulary: the site's diagnosis vocabulary (a
     ``pathmaster.vocabulary.Vocabulary``), stored in the database on the first run; None
@@ -435,7 +457,9 @@ def ingest(dataset_dir: str | Path, site_dir: str | Path, *, batch_size: int = B
         report.workers, report.where = runner.workers, runner.where
         bar = tqdm(total=total, unit="file", desc=f"indexing {Path(dataset_dir).name}", disable=not progress)
         try:
-            for units_done, outcomes in runner.map(_chunks(units, known, report, bar, files_per_task), vocabulary):
+            filled: list[tuple[str, str | None, str]] = []
+            for units_done, outcomes in runner.map(_chunks(units, known, report, bar, files_per_task, filled),
+                                                   vocabulary):
                 if isinstance(outcomes, UnitFailed):  # name the file(s) that failed: one by one
                     outcomes = _one_by_one(runner, units_done, vocabulary)
                 for outcome in outcomes:
@@ -444,6 +468,7 @@ def ingest(dataset_dir: str | Path, site_dir: str | Path, *, batch_size: int = B
                 bar.set_postfix(added=report.added + len(writer.pending), problems=len(report.problems),
                                 refresh=False)
             writer.commit()
+            _fill_in_older_rows(db, filled)
         finally:
             bar.close()
             runner.close()
@@ -452,7 +477,8 @@ def ingest(dataset_dir: str | Path, site_dir: str | Path, *, batch_size: int = B
         if build_index and report.total_cells:
             from pathmaster.growth import update_search_index
 
-            report.index = update_search_index(db, algorithm=algorithm, features=features, relearn=relearn)
+            report.index = update_search_index(db, algorithm=algorithm, features=features, relearn=relearn,
+                                               similarity_choice=similarity)
     return report
 
 

@@ -124,6 +124,8 @@ class CellRecord:
     mask: uint8 (H, W) with labels in MASK_LABELS, or None when not yet segmented.
     background: uint8 (H, W, 3) blank-slide image, or None when the dataset has none.
     background_estimated / mask_estimated: True when PathMaster made them itself.
+    group: the slide image the cell was cropped from, when the dataset says (cells of one
+    image share stain, focus and patient, so evaluation never splits them); None unknown.
     """
 
     source_id: str
@@ -135,6 +137,7 @@ class CellRecord:
     mask_estimated: bool = False
     origin: str = ""
     extra: dict = field(default_factory=dict)
+    group: str | None = None
 
 
 @dataclass(frozen=True)

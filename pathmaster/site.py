@@ -50,6 +50,10 @@ class CellAnalysis:
     mask_estimated: bool
     mask: np.ndarray | None = None
     background: np.ndarray | None = None
+    # Which cell of the crop was taken and why (``pathmaster.segmentation.complete_cell``);
+    # None when the mask and background were both given.
+    cell_choice: dict | None = None
+    patch: np.ndarray | None = None  # uint8 (S, S, 3): what a learnt network sees (embedding.cell_patch)
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,7 @@ def analyse_cell(image: np.ndarray, background: np.ndarray | None = None, mask: 
     they are. Raises InvalidInput
     naming ``source`` for arrays that do not fit together or a mask without a nucleus.
     """
+    from pathmaster.embedding import cell_patch
     from pathmaster.features.extract import features_of
     from pathmaster.features.regions import crop_regions
     from pathmaster.imageio import check_cell
@@ -94,7 +99,9 @@ def analyse_cell(image: np.ndarray, background: np.ndarray | None = None, mask: 
     else:
         check_cell(image, mask, background, cell.source_id)
     features = features_of(crop_regions(cell.image, cell.background, cell.mask))
-    return CellAnalysis(features, cell.background_estimated, cell.mask_estimated, cell.mask, cell.background)
+    patch = cell_patch(cell.image, cell.background)
+    return CellAnalysis(features, cell.background_estimated, cell.mask_estimated, cell.mask, cell.background,
+                        cell_choice=cell.extra.get("cell_choice"), patch=patch)
 
 
 # ---------------------------------------------------------------- building the index
@@ -108,7 +115,8 @@ FEATURE_CHOICES = ("auto", *similarity.PROJECTIONS)
 
 
 def build_search_index(db: SiteDB, *, algorithm: str | None = None, features: str | None = None,
-                       seed: int = 0) -> dict:
+                       seed: int = 0, similarity_choice: str | None = None,
+                       learn_seconds: float | None = None) -> dict:
     """Fit z-scores and the feature subset to the database, build and save the FAISS index.
 
     algorithm: "flat", "ivf", "hnsw", or None for the site's stored choice (default: exact
@@ -117,9 +125,20 @@ def build_search_index(db: SiteDB, *, algorithm: str | None = None, features: st
     from the site's labels, by cross-validated retrieval,
     ``similarity.choose_projection``), or one of ``similarity.PROJECTIONS`` to force it;
     None for the site's stored choice (default "auto").
+    similarity_choice: "auto" (the site's cross-validation picks features, its learnt
+    embedding or both fused, ``pathmaster.learnt``), or one of them to force it; None for
+    the stored choice (default "auto"). learn_seconds: the training budget (default
+    ``learnt.learn_budget`` of the labelled cells).
     Returns the ``index`` config written to the database.
     """
+    from pathmaster import learnt as learnt_module
+
     options = db.get_config("index_options", {"algorithm": "auto", "features": "auto"})
+    options.setdefault("similarity", "auto")
+    if similarity_choice is not None:
+        options["similarity"] = similarity_choice
+    if learn_seconds is not None:
+        options["learn_seconds"] = float(learn_seconds)
     if algorithm is not None:
         options["algorithm"] = algorithm
     if features is not None:
@@ -128,6 +147,9 @@ def build_search_index(db: SiteDB, *, algorithm: str | None = None, features: st
         raise InvalidInput(f"unknown search algorithm {options['algorithm']!r}; known: auto, {', '.join(similarity.ALGORITHMS)}")
     if options["features"] not in FEATURE_CHOICES:
         raise InvalidInput(f"unknown feature choice {options['features']!r}; known: {', '.join(FEATURE_CHOICES)}")
+    if options["similarity"] not in learnt_module.SIMILARITY_CHOICES:
+        raise InvalidInput(f"unknown similarity {options['similarity']!r}; known: "
+                           f"{', '.join(learnt_module.SIMILARITY_CHOICES)}")
     db.set_config("index_options", options)
 
     names = db.get_config("feature_names")
@@ -136,21 +158,28 @@ def build_search_index(db: SiteDB, *, algorithm: str | None = None, features: st
         raise InvalidInput("the site database has no cells yet; nothing to index", db.path)
     fingerprint = db.fingerprint()
     previous = db.get_config("index") or {}
-    if previous.get("fingerprint") == fingerprint and previous.get("features") == options["features"]:
-        # Same cells, same feature choice: only the search structure changes, so keep the
-        # fitted z-scores and feature choice (fitting them is the slow part).
+    if (previous.get("fingerprint") == fingerprint and previous.get("features") == options["features"]
+            and previous.get("similarity", "auto") == options["similarity"]):
+        # Same cells, same choices: only the search structure changes, so keep the fitted
+        # z-scores, feature choice and network (fitting them is the slow part).
         normalization = similarity.Normalization.from_dict(previous["normalization"])
         projection = similarity.Projection.from_dict(previous["projection"])
+        learnt = learnt_module.emb.LearntSimilarity.from_dict(previous.get("learnt"))
+        vectors = _index_vectors(db, X, normalization, projection, learnt)
     else:
         normalization, projection = _fit_features(db, X, names, options["features"], seed)
-    vectors = projection.apply(normalization.apply(X))
+        learnt, embeddings = learnt_module.fit_learnt(
+            db, X, normalization, projection, _vocabulary(db), choice=options["similarity"],
+            seconds=options.get("learn_seconds"), seed=seed)
+        vectors = learnt.vectors(projection.apply(normalization.apply(X)), embeddings)
 
     kind = options["algorithm"]
     if kind == "auto":
         kind = "flat" if len(vectors) <= similarity.EXACT_LIMIT else "ivf"
     index = similarity.build_index(vectors, kind, seed=seed)
     config = {"algorithm": kind, "features": options["features"], "normalization": normalization.to_dict(),
-              "projection": projection.to_dict(), "n_cells": len(cell_ids), "fingerprint": fingerprint}
+              "projection": projection.to_dict(), "n_cells": len(cell_ids), "fingerprint": fingerprint,
+              "similarity": options["similarity"], "learnt": learnt.to_dict()}
     if kind in ("ivf", "hnsw"):
         config.update(measure_recall(index, vectors, kind, seed))
     _save_index(db.site_dir, fingerprint, index)
@@ -178,17 +207,51 @@ def stored_vectors(db: SiteDB, config: dict, offset: int = 0) -> np.ndarray:
     """The search vectors (float32 (n, d)) of the database's cells from the `offset`-th on,
     by the representation fitted and stored in the ``index`` config `config`: nothing is
     fitted again (the one place that turns stored features into index vectors)."""
+    from pathmaster.embedding import LearntSimilarity
+
     _, X = db.feature_matrix(offset)
     normalization = similarity.Normalization.from_dict(config["normalization"])
     projection = similarity.Projection.from_dict(config["projection"])
-    return projection.apply(normalization.apply(X))
+    return _index_vectors(db, X, normalization, projection, LearntSimilarity.from_dict(config.get("learnt")),
+                          offset)
 
 
 def _fit_features(db: SiteDB, X: np.ndarray, names: list[str], choice: str, seed: int):
     """(Normalization, Projection) fitted to the database's feature matrix ``X``."""
     labels = np.array([c.diagnosis for c in db.cells()], dtype=object)
-    return similarity.fit_similarity(X, labels, names, choice, seed=seed,
-                                     min_cells=MIN_CELLS_FOR_SELECTION)
+    return fit_representation(X, labels, names, choice, seed=seed)
+
+
+def fit_representation(X: np.ndarray, labels, names: list[str], choice: str, *, seed: int = 0):
+    """What a site compares cells in, fitted to labelled cells: (Normalization, Projection).
+
+    X: float64 (n_cells, n_features) raw features; labels: n_cells diagnoses (None for
+    unlabelled cells); choice: a ``FEATURE_CHOICES`` entry. The one fit of the site's
+    representation: indexing calls it on the whole database, ``pathmaster evaluate`` on each
+    training fold, so the evaluation measures what the site searches with.
+    """
+    return similarity.fit_similarity(X, labels, names, choice, seed=seed, min_cells=MIN_CELLS_FOR_SELECTION)
+
+
+def _vocabulary(db: SiteDB):
+    """The site's stored vocabulary, or the built-in one that holds its labels."""
+    from pathmaster.vocabulary import Vocabulary, vocabulary_for_labels
+
+    stored = db.get_config("vocabulary")
+    return Vocabulary.from_dict(stored, db.path) if stored else vocabulary_for_labels(c.diagnosis for c in db.cells())
+
+
+def _index_vectors(db: SiteDB, X: np.ndarray, normalization, projection, learnt, offset: int = 0) -> np.ndarray:
+    """The search vectors (float32 (n, d)) of the database's cells from the `offset`-th on
+    (`X` their features): their features' projection, with their embeddings by the stored
+    network when the site compares them."""
+    from pathmaster import learnt as learnt_module
+
+    embeddings = None
+    if learnt.mode != "features":
+        model = learnt_module.load_learnt(db.site_dir, learnt)
+        embeddings = model.embed(learnt_module.cell_patches(db, db.cells()[offset:]))
+    return learnt.vectors(projection.apply(normalization.apply(X)), embeddings)
 
 
 def _save_index(site_dir: Path, fingerprint: str, index) -> None:
@@ -228,6 +291,11 @@ def _load_or_rebuild_faiss(db: SiteDB, config: dict):
 # ---------------------------------------------------------------- the facade
 
 
+def emb_dim(embedder) -> int:
+    """Width of a network's embedding (0 without one), for the algorithm's name."""
+    return 0 if embedder is None else int(embedder.params["embed_w"].shape[1])
+
+
 class SiteIndex:
     """A site's cells and search index in memory (see the module docstring)."""
 
@@ -245,6 +313,13 @@ class SiteIndex:
         self._index = index
         self._normalization = similarity.Normalization.from_dict(config["normalization"])
         self._projection = similarity.Projection.from_dict(config["projection"])
+        from pathmaster.embedding import LearntSimilarity
+        from pathmaster.learnt import load_learnt
+
+        # What the site compares besides its features, and its abnormality score
+        # (pathmaster.learnt); the network is NumPy weights, None without one.
+        self.learnt = LearntSimilarity.from_dict(config.get("learnt"))
+        self.embedder = load_learnt(self.site_dir, self.learnt)
         self._cells = cells
         self._by_id = {c.cell_id: c for c in cells}
         # The feature schema (pathmaster.features.schema) the stored vectors were made
@@ -287,10 +362,25 @@ class SiteIndex:
 
     @property
     def algorithm(self) -> str:
-        """The comparison algorithm, e.g. ``faiss-flat-l2/zscore/forward-12of115``."""
+        """The comparison algorithm, e.g. ``faiss-flat-l2/zscore/forward-12of115``, with a learnt
+        embedding ``.../zscore/lda-130of130to136+cnn64@0.5`` (fused, its weight) or ``.../cnn64``."""
         p = self._projection
         shape = f"{len(p.columns)}of{len(self.feature_names)}" + ("" if p.matrix is None else f"to{p.dimensions}")
-        return f"{similarity.describe(self._index)}/zscore/{p.method}-{shape}"
+        features = f"zscore/{p.method}-{shape}"
+        learnt = self.learnt
+        compared = {"features": features, "embedding": f"cnn{emb_dim(self.embedder)}",
+                    "fused": f"{features}+cnn{emb_dim(self.embedder)}@{learnt.embedding_weight:g}"}[learnt.mode]
+        return f"{similarity.describe(self._index)}/{compared}"
+
+    def similarity_note(self) -> str:
+        """What the site compares and why, in a line (its cross-validation's choice, or why
+        it could not learn)."""
+        report = self.learnt.report or {}
+        if "reason" in report:
+            return f"features alone: {report['reason']}"
+        chosen = report.get("candidates", {}).get(f"{self.learnt.mode}:{self.learnt.embedding_weight:g}", {})
+        return (f"{self.learnt.mode} chosen by the site's {report.get('folds', '?')}-fold cross-validation"
+                f"{' (grouped by slide image)' if report.get('grouped') else ''}: top-1 {chosen.get('top1', 0):.3f}")
 
     def diagnoses(self) -> list[str]:
         """The distinct diagnoses in the database, in the vocabulary's order (others last)."""
@@ -329,35 +419,69 @@ class SiteIndex:
         full[:, selected] = values
         return full
 
-    def _vectors(self, features: np.ndarray) -> np.ndarray:
+    def embed(self, patches: np.ndarray) -> np.ndarray | None:
+        """The site's embeddings (m, d) of patches (m, S, S, 3) (``CellAnalysis.patch``), or
+        None when the site has no network."""
+        return None if self.embedder is None else self.embedder.embed(patches)
+
+    def _vectors(self, features: np.ndarray, embeddings: np.ndarray | None = None) -> np.ndarray:
         features = np.atleast_2d(np.asarray(features, dtype=np.float64))
         if features.ndim != 2 or features.shape[1] != len(self.feature_names):
             raise InvalidInput(f"feature vectors must have {len(self.feature_names)} values each, got shape {features.shape}")
         if not np.isfinite(features).all():
             raise InvalidInput("feature vector has non-finite values")
-        return self._projection.apply(self._normalization.apply(features))
+        vectors = self._projection.apply(self._normalization.apply(features))
+        if self.learnt.mode == "features":
+            return vectors
+        self._check_embeddings(embeddings, len(features))
+        return self.learnt.vectors(vectors, embeddings)
+
+    def _check_embeddings(self, embeddings, rows: int) -> None:
+        from pathmaster.embedding import EMBEDDING_DIM
+
+        if embeddings is None:
+            raise InvalidInput("this site compares its learnt embedding too: send the cell's image, or its "
+                               f"embedding by the site's network {self.learnt.model[:16]}")
+        shape = np.shape(embeddings)
+        if shape != (rows, EMBEDDING_DIM) or not np.isfinite(embeddings).all():
+            raise InvalidInput(f"embeddings must be {rows} finite rows of {EMBEDDING_DIM} values, got shape {shape}")
+
+    def abnormality(self, embeddings: np.ndarray | None, matches: list[list[Match]]) -> list[float]:
+        """Each query's abnormality score in [0, 1] (``learnt.abnormal_score``: the network's
+        probability of an abnormal label and/or the share of abnormal labels among its k
+        nearest matches); a cell is called abnormal at ``self.learnt.threshold`` or above."""
+        abnormal = set(self.vocabulary.abnormal)
+        network = (self.embedder.abnormal_probability(embeddings) if self.embedder is not None
+                   and embeddings is not None else [None] * len(matches))
+        from pathmaster.embedding import neighbour_share
+
+        return [self.learnt.abnormal_score(p, neighbour_share([m.diagnosis for m in row], abnormal, self.learnt.k))
+                for p, row in zip(network, matches)]
 
     def search_many(self, features: np.ndarray, k: int = defaults.K,
-                    columns: list[int] | None = None) -> list[list[Match]]:
+                    columns: list[int] | None = None, embeddings: np.ndarray | None = None) -> list[list[Match]]:
         """Top-k database cells for each row of ``features`` (m, n_features), nearest first.
 
-        With `columns` (the site's ``compared_columns``) the rows hold only those values."""
+        With `columns` (the site's ``compared_columns``) the rows hold only those values.
+        `embeddings` (m, EMBEDDING_DIM): the cells' embeddings by the site's network
+        (``embed``), needed when the site compares them (InvalidInput otherwise)."""
         if k < 1:
             raise InvalidInput(f"k must be at least 1, got {k}")
         if columns:
             features = self.expand(features, columns)
-        distances, ids = similarity.search(self._index, self._vectors(features), min(k, len(self)))
+        distances, ids = similarity.search(self._index, self._vectors(features, embeddings), min(k, len(self)))
         results = []
         for row_d, row_i in zip(distances, ids):
             results.append([Match(self._cells[i].cell_id, self._cells[i].diagnosis, float(d), self._cells[i].source_id)
                             for d, i in zip(row_d, row_i) if i >= 0])
         return results
 
-    def search(self, features: np.ndarray, k: int = defaults.K, columns: list[int] | None = None) -> list[Match]:
+    def search(self, features: np.ndarray, k: int = defaults.K, columns: list[int] | None = None,
+               embedding: np.ndarray | None = None) -> list[Match]:
         """Top-k database cells for one feature vector (n_features,), nearest first (with
-        `columns`: only the values of those, as ``search_many``)."""
+        `columns`: only the values of those; `embedding` (EMBEDDING_DIM,): as ``search_many``)."""
         return self.search_many(np.asarray(features)[None, :] if np.ndim(features) == 1 else features, k,
-                                columns)[0]
+                                columns, None if embedding is None else np.atleast_2d(embedding))[0]
 
     def _file(self, cell_id: str, attribute: str) -> bytes:
         from pathmaster.sitedb import DB_NAME, read_site_file
@@ -392,7 +516,12 @@ class SiteIndex:
         """The database's index vectors (float32, (n_cells, d)), in cell order, for evaluation."""
         with SiteDB(self.site_dir) as db:
             _, X = db.feature_matrix()
-        return self._projection.apply(self._normalization.apply(X))
+            return _index_vectors(db, X, self._normalization, self._projection, self.learnt)
+
+    def cells_with_hash(self, digest: str) -> list[str]:
+        """Ids of the database cells whose pixels hash to ``digest`` (``sitedb.image_hash``):
+        a query that is already in the database."""
+        return [c.cell_id for c in self._cells if c.image_hash == digest]
 
     def cell_ids(self) -> list[str]:
         """The database's cell ids in cell order."""

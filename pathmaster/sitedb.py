@@ -33,8 +33,7 @@ from pathlib import Path
 import numpy as np
 
 DB_NAME = "site.sqlite"
-SCHEMA_VERSION = 2         # 2: cell files in the `files` table (1: beside the database; still read)
-READABLE_VERSIONS = (1, 2)
+SCHEMA_VERSION = 3         # 2: group_id and image_hash; 3: cell files in the `files` table (before: beside it; still read)
 THUMBNAIL_PX = 64
 
 SCHEMA = """
@@ -54,7 +53,9 @@ CREATE TABLE IF NOT EXISTS cells (
     mask_estimated       INTEGER NOT NULL,
     background_estimated INTEGER NOT NULL,
     features             BLOB NOT NULL,  -- float64 little-endian, one per config feature_names
-    added_at             TEXT NOT NULL
+    added_at             TEXT NOT NULL,
+    group_id             TEXT,           -- the slide image the cell was cropped from; NULL unknown
+    image_hash           TEXT            -- image_hash() of its pixels; NULL in cells from before v2
 );
 CREATE TABLE IF NOT EXISTS files (
     path  TEXT PRIMARY KEY,             -- as a cell row names it, e.g. cells/ab/abcdef0123456789.png
@@ -66,6 +67,28 @@ CREATE TABLE IF NOT EXISTS problems (
     seen_at  TEXT NOT NULL
 );
 """
+
+
+# Schema version -> the statements that bring a database of the version before it up to it.
+# Old databases are migrated in place when opened: the columns added are NULL for old cells
+# (unknown), and `pathmaster index` run again over the dataset fills them in.
+MIGRATIONS = {
+    2: ("ALTER TABLE cells ADD COLUMN group_id TEXT",
+        "ALTER TABLE cells ADD COLUMN image_hash TEXT"),
+    3: (),   # the `files` table is made by SCHEMA; files beside the database are still read
+}
+
+
+def image_hash(image: np.ndarray) -> str:
+    """32 hex digits of SHA-256 over an image's shape and decoded pixels (uint8).
+
+    The pixels, not the file: a cell stored as PNG and the same cell uploaded as the
+    dataset's JPEG or BMP decode to the same array, so they have the same hash.
+    """
+    pixels = np.ascontiguousarray(image, dtype=np.uint8)
+    digest = hashlib.sha256(repr(pixels.shape).encode())
+    digest.update(pixels.tobytes())
+    return digest.hexdigest()[:32]
 
 
 def cell_id_for(source_id: str) -> str:
@@ -92,16 +115,19 @@ class CellRow:
     mask_estimated: bool
     background_estimated: bool
     features: np.ndarray | None = None
+    group: str | None = None
+    image_hash: str | None = None
 
 
 _COLUMNS = ("cell_id", "source_id", "diagnosis", "origin", "image_path", "thumbnail_path",
-            "mask_path", "background_path", "mask_estimated", "background_estimated")
+            "mask_path", "background_path", "mask_estimated", "background_estimated", "group_id", "image_hash")
 
 
 def _row_to_cell(row, features: bytes | None = None) -> CellRow:
     values = dict(zip(_COLUMNS, row))
     values["mask_estimated"] = bool(values["mask_estimated"])
     values["background_estimated"] = bool(values["background_estimated"])
+    values["group"] = values.pop("group_id")
     vector = None if features is None else np.frombuffer(features, dtype="<f8").copy()
     return CellRow(**values, features=vector)
 
@@ -163,13 +189,27 @@ class SiteDB:
         self.conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=NORMAL")  # durable against a killed process
+        version = self._version()
         self.conn.executescript(SCHEMA)
-        version = self.get_config("schema_version")
         if version is None:
             self.set_config("schema_version", SCHEMA_VERSION)
-        elif version not in READABLE_VERSIONS:
-            raise RuntimeError(f"{self.path}: schema version {version}, this PathMaster reads "
-                               f"{', '.join(map(str, READABLE_VERSIONS))}")
+        elif version > SCHEMA_VERSION:
+            raise RuntimeError(f"{self.path}: schema version {version}, this PathMaster reads {SCHEMA_VERSION}")
+        elif version < SCHEMA_VERSION:
+            self._migrate(version)
+
+    def _version(self) -> int | None:
+        """The stored schema version; None for a new, empty database."""
+        tables = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        return self.get_config("schema_version") if "config" in tables else None
+
+    def _migrate(self, version: int) -> None:
+        """Bring a database of an older schema version up to SCHEMA_VERSION, in one transaction."""
+        with self.transaction():
+            for step in range(version + 1, SCHEMA_VERSION + 1):
+                for statement in MIGRATIONS[step]:
+                    self.conn.execute(statement)
+            self.set_config("schema_version", SCHEMA_VERSION)
 
     def close(self) -> None:
         self.conn.close()
@@ -219,9 +259,24 @@ class SiteDB:
             f"INSERT INTO cells ({', '.join(_COLUMNS)}, features, added_at) VALUES ({', '.join('?' * (len(_COLUMNS) + 2))})",
             (cell.cell_id, cell.source_id, cell.diagnosis, cell.origin, cell.image_path,
              cell.thumbnail_path, cell.mask_path, cell.background_path, int(cell.mask_estimated),
-             int(cell.background_estimated), features.tobytes(), _now()),
+             int(cell.background_estimated), cell.group, cell.image_hash, features.tobytes(), _now()),
         )
         self.conn.execute("DELETE FROM problems WHERE source = ?", (cell.source_id,))
+
+    def fill_in(self, source_id: str, group: str | None, image_hash: str) -> bool:
+        """Set a stored cell's group and image hash where they are unknown (a cell from an
+        older schema, met again by ``ingest``); call inside ``transaction()``. Returns
+        whether anything changed."""
+        cursor = self.conn.execute(
+            "UPDATE cells SET group_id = COALESCE(group_id, ?), image_hash = COALESCE(image_hash, ?) "
+            "WHERE source_id = ? AND (image_hash IS NULL OR (group_id IS NULL AND ? IS NOT NULL))",
+            (group, image_hash, source_id, group))
+        return cursor.rowcount > 0
+
+    def cells_with_hash(self, digest: str) -> list[str]:
+        """Ids of the cells whose image hash is ``digest`` (``image_hash``), in insertion order."""
+        return [r[0] for r in self.conn.execute("SELECT cell_id FROM cells WHERE image_hash = ? ORDER BY rowid",
+                                                (digest,))]
 
     def cell(self, cell_id: str) -> CellRow:
         """The stored cell (with features); KeyError for an unknown id."""

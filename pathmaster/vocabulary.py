@@ -274,6 +274,26 @@ def majority(labels, order=None) -> Vote | None:
     return Vote(label, top, sum(counts.values()))
 
 
+def severity_order(labelled) -> tuple[str, ...]:
+    """Diagnosis labels from least to most severe, for `majority`'s ties across sites.
+
+    Parameters
+    ----------
+    labelled : iterable of (label, Bethesda term or None)
+        Matches' diagnoses with the Bethesda term their site maps each to.
+
+    Labels are ordered by their Bethesda term's severity, then, among labels of one term, by
+    their place in the built-in vocabulary holding them all (`vocabulary_for_labels`), whose
+    labels are in order of severity (Herlev's moderate < severe < carcinoma in situ).
+    """
+    terms: dict[str, int] = {}
+    for label, term in labelled:
+        if label:
+            terms[label] = max(terms.get(label, -1), severity(term))
+    within = vocabulary_for_labels(terms).labels
+    return tuple(sorted(terms, key=lambda x: (terms[x], within.index(x) if x in within else -1)))
+
+
 def bethesda_vote(site_matches) -> Vote | None:
     """Vote in Bethesda terms on matches from sites with different vocabularies.
 

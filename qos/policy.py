@@ -1,4 +1,4 @@
-"""Decide, per site, how to send a case so that it meets its deadline (issue 10 §4).
+"""Decide, per site, how to send a case so that it meets its deadline.
 
 The coordinator asks `plan_site` once per site before fan-out. The plan says:
 

@@ -31,7 +31,11 @@ def register(subparsers) -> None:
     demo.add_argument("--cells", type=int, default=defaults.DEMO_CELLS,
                       help="cells per site database (default %(default)s)")
     demo.add_argument("--cache", type=Path, default=None,
-                      help="where the site databases are cached (default ~/.cache/pathmaster/demo)")
+                      help="where everything the demo writes goes: site databases, case log, the page's users "
+                           "and audit log (default ~/.cache/pathmaster/demo and .../demo-gateway)")
+    demo.add_argument("--data", type=Path, default=None,
+                      help="build the sites from this dataset folder (e.g. Herlev), its slides dealt over the "
+                           "three sites, instead of synthetic cells")
     demo.add_argument("--ray-address", default="", help="join this Ray cluster instead of starting one")
     demo.add_argument("--class", dest="request_class", default="urgent",
                       help="the case's class (default %(default)s)")
@@ -162,13 +166,14 @@ def format_plan(plan, audience: str = "plain") -> str:
     return "\n".join(lines)
 
 
-def format_summary(summary, truth: dict | None = None) -> str:
-    """The case's summary: its conclusion first (`services.conclusion_words`), then times,
-    bytes and each cell's vote."""
+def format_summary(summary, truth: dict | None = None, audience: str = "plain") -> str:
+    """The case's summary: its conclusion first (`services.conclusion_words`; with the full
+    audience each cell's score, each site's reading and the rule), then times, bytes and
+    each cell's vote."""
     from services.conclusion_words import format_conclusion
 
     predicted = f" (predicted {summary.predicted_s:.2f} s)" if summary.predicted_s else ""
-    lines = format_conclusion(summary.conclusion)
+    lines = format_conclusion(summary.conclusion, verbose=audience == "full")
     lines += [f"case {summary.case_id} ({summary.request_class}): {summary.total_s:.2f} s{predicted}, "
              f"{summary.sites_ok} site(s) OK, {summary.sites_failed} failed, "
              f"{summary.bytes_sent / 1024:.0f} KiB sent, {summary.bytes_received / 1024:.0f} KiB received"]
@@ -194,7 +199,7 @@ def print_case(events, started: float, truth: dict | None = None, as_json: bool 
         elif event.HasField("site_result"):
             print(format_site_result(event.site_result, time.perf_counter() - started, truth, audience), flush=True)
         else:
-            print(format_summary(event.summary, truth), flush=True)
+            print(format_summary(event.summary, truth, audience), flush=True)
         if event.HasField("site_result") and event.site_result.status_code != 0:
             ok = False
     return ok
@@ -239,7 +244,7 @@ def run_demo(args: argparse.Namespace) -> int:
           "with a [tls] section; deploy/make-certs.sh makes certificates)", flush=True)
     try:
         deployment = start_demo(cells=args.cells, cache=args.cache, coordinator_port=args.port,
-                                metrics_port=args.metrics_port, ray_address=args.ray_address)
+                                metrics_port=args.metrics_port, ray_address=args.ray_address, data=args.data)
     except OSError as exc:
         print(f"pathmaster demo: {exc}; is another demo running? try --port 0", file=sys.stderr)
         return 1
@@ -251,11 +256,13 @@ def run_demo(args: argparse.Namespace) -> int:
         print(f"coordinator       {coordinator.address}  classes on ports "
               f"{_ports_text(coordinator.class_ports)}  metrics {coordinator.metrics_url}")
         print(f"case log          {coordinator.config.case_log}")
+        print(f"site databases    {f'real cells from {args.data}, dealt by slide over the sites' if args.data else 'synthetic cells'}"
+              f"; the demo case is {CASE_CELLS} synthetic cells")
         if not args.no_gateway:
-            gateway = _start_gateway(coordinator.address)
+            gateway = _start_gateway(coordinator.address, args.cache)
         print(f"ready in {time.perf_counter() - STARTED:.1f} s (Ray included)", flush=True)
 
-        cells = synthetic_case_cells(6, CASE_SEED)
+        cells = synthetic_case_cells(CASE_CELLS, CASE_SEED)
         truth = {c["cell_id"]: c["diagnosis"] for c in cells}
         case = [pb.CellImage(cell_id=c["cell_id"], image=c["image"], background=c["background"],
                              mask=c["mask"]) for c in cells]
@@ -279,19 +286,21 @@ def run_demo(args: argparse.Namespace) -> int:
         deployment.stop()
 
 
+CASE_CELLS = 6  # the demo case's test cells
 DEMO_USER = "demo"  # the loopback demo's one user, a pathologist, signed in by a one-time link
 
 
-def _start_gateway(coordinator_address: str):
+def _start_gateway(coordinator_address: str, cache: Path | None = None):
     """The web page, when the gateway is part of this build; None otherwise. Its users and
-    audit log are the demo's own (in the cache); the demo user signs in by a one-time link."""
+    audit log are the demo's own (in `cache`/gateway, or the default cache's demo-gateway);
+    the demo user signs in by a one-time link."""
     try:
         from services.gateway import start_gateway
     except ImportError:
         return None
     from services.site.synthetic import cache_root
 
-    handle = start_gateway(coordinator_address, state_dir=cache_root() / "demo-gateway")
+    handle = start_gateway(coordinator_address, state_dir=Path(cache) / "gateway" if cache else cache_root() / "demo-gateway")
     if handle.accounts.role(DEMO_USER) is None:
         handle.accounts.add_user(DEMO_USER, "pathologist")  # no password: links only
     print(f"web page          {handle.url}")

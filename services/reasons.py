@@ -84,6 +84,29 @@ REASONS: dict[str, Words] = {
         "features sent again as it says"),
     "images_after_features_failed": Words("the site could not take the measurements: it was sent the images",
                                           "features failed ({error}): images sent instead"),
+    # The case conclusion (pathmaster.conclusion)
+    "most_significant_abnormality": Words(
+        "{term}: {cells_with} of {cells_total} cells support it",
+        "most significant abnormality {term}, supported by {cells_with} of {cells_total} cells "
+        "({abnormal_cells} abnormal in all)"),
+    "no_abnormal_cell": Words("NILM: no cell's matches support an abnormality",
+                              "NILM: no cell reaches the rule's threshold ({cells_read} of {cells_total} cells read)"),
+    "sites_disagree": Words(
+        "the sites disagree about cell {cell}: this case cannot be concluded",
+        "cannot conclude: cell {cell} reads abnormal at {abnormal_sites} and NILM at {nilm_sites}; "
+        "pooled score {score} < threshold {threshold}"),
+    "no_bethesda_term": Words("no site's matches carry a Bethesda term: this case cannot be concluded",
+                              "cannot conclude: no match of any cell maps to a Bethesda term"),
+    "no_site_answered": Words("no site answered", "no answer: no site answered"),
+    "decision_support_not_a_specimen": Words(
+        "Decision support, not a diagnosis: {cells} picked cells, compared with labelled cells at the sites, "
+        "are never an adequate Bethesda specimen, which needs thousands of cells on the slide",
+        "decision support for the {cells} cells sent; not an adequate Bethesda specimen (thousands of cells)"),
+    "labels_without_bethesda_term": Words("some matches' labels have no Bethesda term",
+                                          "some matches' labels map to no Bethesda term"),
+    "abnormal_by_site_score_only": Words("abnormal by a site's own score, not by its matches' terms",
+                                         "abnormal by a site's own learnt score; its matches' terms alone fall short"),
+    "matches_split": Words("its matches split: {terms}", "matches split: {terms}"),
 }
 
 

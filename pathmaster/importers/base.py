@@ -1,7 +1,9 @@
-"""What every importer shares: the problem record, class folders, finishing a cell."""
+"""What every importer shares: the problem record, class folders, finishing a cell, and the
+slide image a cell's file name says it was cropped from."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -11,6 +13,10 @@ from pathmaster.records import CellRecord, InvalidInput
 from pathmaster.segmentation import complete_cell
 
 IMAGE_SUFFIXES = frozenset({".png", ".bmp", ".jpg", ".jpeg", ".tif", ".tiff"})
+# Herlev's own file names: <image id>-<image id>-NNN, cell NNN cropped from the slide image
+# named by the two ids (e.g. 153956040-153956058-001). The 40 px copy's "K-N" names (class
+# number, running number) say nothing about the image.
+HERLEV_CELL_NAME = re.compile(r"^(?P<group>\d{5,}-\d{5,})-\d+$")
 # Folders that archive tools and desktops leave behind; never class folders.
 IGNORED_DIRS = frozenset({"__macosx", "__pycache__"})
 
@@ -24,6 +30,13 @@ class ImportProblem:
 
     def __str__(self) -> str:
         return f"{self.path}: {self.problem}"
+
+
+def herlev_group(stem: str) -> str | None:
+    """The slide image a Herlev-named cell file comes from (its name before the last
+    ``-NNN``), or None when the name is not Herlev's (``HERLEV_CELL_NAME``)."""
+    found = HERLEV_CELL_NAME.match(stem)
+    return found["group"] if found else None
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,8 @@
     ROOT/<diagnosis>/NAME-mask.png            optional: its 0-3 label mask
     ROOT/<diagnosis>/NAME-background.png      optional: its blank slide
 
+Cells named as Herlev names them (``<image id>-<image id>-NNN``, e.g. a Herlev JPEG copy) are
+grouped by their slide image; other names carry no group.
 Folder names are diagnoses in any vocabulary records.diagnosis_from_name knows. Cells
 without a mask are segmented and cells without a background get an estimate, both flagged.
 """
@@ -16,7 +18,7 @@ from typing import Iterator
 from pathmaster.imageio import read_image, read_mask
 from pathmaster.records import CellRecord, InvalidInput
 
-from .base import ImportProblem, Unread, each_class, finish, is_image, problem_from, source_id_of
+from .base import ImportProblem, Unread, each_class, finish, herlev_group, is_image, problem_from, source_id_of
 
 NAME = "folders"
 COMPANIONS = ("-mask", "-background")
@@ -60,6 +62,6 @@ def _cell(root: Path, image_path: Path, diagnosis: str) -> CellRecord | ImportPr
     record = CellRecord(
         source_id=source_id_of(root, image_path),
         diagnosis=diagnosis, image=image, mask=mask, background=background, origin=NAME,
-        extra={"path": str(image_path)},
+        extra={"path": str(image_path)}, group=herlev_group(image_path.stem),
     )
     return finish(record, image_path)

@@ -9,6 +9,8 @@ Mask colour code: (0,0,255) nucleus, (0,0,128) cytoplasm, (255,0,0) background;
 (128,128,128) "unsure" and (0,0,0) "other" pixels at the cell's edge count as background
 (their number is kept in the record's extra). Herlev has no blank-slide images, so the
 background is always estimated; a cell without its -d.bmp is segmented automatically.
+A cell's group is its slide image, from Herlev's file names (``base.herlev_group``); copies
+renamed otherwise (the 40 px set's K-N.BMP) have none.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ import numpy as np
 from pathmaster.imageio import read_image
 from pathmaster.records import BACKGROUND, CYTOPLASM, NUCLEUS, CellRecord, InvalidInput
 
-from .base import ImportProblem, Unread, each_class, finish, is_image, problem_from, source_id_of, subfolders
+from .base import (ImportProblem, Unread, each_class, finish, herlev_group, is_image, problem_from, source_id_of,
+                   subfolders)
 
 NAME = "herlev"
 MASK_SUFFIX = "-d"
@@ -121,5 +124,6 @@ def _cell(root: Path, image_path: Path, mask_path: Path | None, diagnosis: str) 
     record = CellRecord(
         source_id=source_id_of(root, image_path),
         diagnosis=diagnosis, image=image, mask=mask, background=None, origin=NAME, extra=extra,
+        group=herlev_group(image_path.stem),
     )
     return finish(record, mask_path or image_path)

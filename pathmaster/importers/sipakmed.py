@@ -17,6 +17,8 @@ A class folder with a CROPPED folder is read from it (one cell per file, the dat
 4,049 cells); the whole slides beside it show the same cells again and are not read. A
 class folder without one has its cells cut out of the whole slides: the bounding box of
 each cytoplasm polygon plus a margin of glass (``cut_out``), the polygons moved into it.
+A cell's group is its whole slide (cropped cell NNN_MM: slide NNN of its class folder), so
+evaluation keeps cells of one slide image together.
 SIPaKMeD has no blank-slide images: the background is always estimated; a cropped cell
 with neither boundary file is segmented automatically.
 """
@@ -44,6 +46,20 @@ EDGE_SLACK_PX = 2.0
 CUT_OUT_MARGIN_SHARE, MIN_CUT_OUT_MARGIN_PX = 0.15, 8
 # NNN_cyt01.dat / NNN_nuc01.dat: cell 01 of the whole slide NNN.bmp.
 SLIDE_BOUNDARY = re.compile(r"^(?P<slide>.+)_(?P<part>cyt|nuc)(?P<cell>\d+)$", re.IGNORECASE)
+
+
+# CROPPED/NNN_MM.bmp: cell MM of the whole slide NNN.bmp of the same class folder.
+CROPPED_CELL = re.compile(r"^(?P<slide>.+)_(?P<cell>\d+)$")
+
+
+def cropped_group(root: Path, image_path: Path) -> str | None:
+    """The whole slide a cropped cell comes from: its class folder's ``NNN`` (the slide image
+    beside CROPPED/), as a path like the whole slide's own cells get; None for another name."""
+    found = CROPPED_CELL.match(image_path.stem)
+    if not found:
+        return None
+    class_folder = image_path.parent.parent  # .../CROPPED/NNN_MM.bmp
+    return (class_folder / found["slide"]).relative_to(root).as_posix()
 
 
 def _cropped_folders(class_folder: Path) -> list[Path]:
@@ -209,6 +225,7 @@ def _slide_cells(root: Path, slide_stem: Path, cells: dict[str, dict[str, Path]]
         record = CellRecord(
             source_id=f"{slide_stem.relative_to(root).as_posix()}_{number}",
             diagnosis=diagnosis, image=image, mask=mask, background=None, origin=NAME,
+            group=slide_stem.relative_to(root).as_posix(),
             extra={"path": str(slide_path), "cut_out": [x0, y0, image.shape[1], image.shape[0]],
                    "cytoplasm_boundary": str(files["cyt"]), "nucleus_boundary": str(files["nuc"])},
         )
@@ -239,5 +256,6 @@ def _cell(root: Path, image_path: Path, diagnosis: str) -> CellRecord | ImportPr
     record = CellRecord(
         source_id=source_id_of(root, image_path),
         diagnosis=diagnosis, image=image, mask=mask, background=None, origin=NAME, extra=extra,
+        group=cropped_group(root, image_path),
     )
     return finish(record, nuc_path if mask is not None else image_path)

@@ -115,13 +115,14 @@ class Attempt:
     request_bytes: int
     label: str              # "first", "copy 2", ..., "hedge", "images fallback"
     send_id: str = ""       # shared by the copies of one send
-    done_at: float | None = None  # time.monotonic() when the call completed (its gRPC callback)
+    done_at: float | None = None  # the clock when the call completed (its gRPC callback)
+    clock: Callable[[], float] = time.monotonic
 
     def elapsed_s(self) -> float:
         """Seconds from sending to the call's completion: the site's answer as it arrived,
         not when the fan-out thread got to it (behind other sites' answers, or a stream
         write to the client)."""
-        return (self.done_at if self.done_at is not None else time.monotonic()) - self.sent_at
+        return (self.done_at if self.done_at is not None else self.clock()) - self.sent_at
 
 
 def _may_answer(attempt: Attempt) -> bool:
@@ -197,7 +198,7 @@ class FanOut:
         copy and its copies share `self.send_id`, a hedge, a retry and the images fallback
         each get a new one, so that the site answers each of those once.
     deadline : float
-        time.monotonic() by which every site must have answered.
+        The clock's time by which every site must have answered.
     send_id : str, optional
         The id of the case's first send (and its copies) to every site; default a new one.
     recheck : callable, optional
@@ -206,10 +207,13 @@ class FanOut:
         is what the site compares now (words, for the decision) when a features request can
         go again (`send` then builds it as the site now says), or None when it cannot.
         None (the default): such a refusal goes straight to the images.
+    clock : callable, optional
+        Monotonic seconds (default time.monotonic); the hedge and copy timers wait real time.
     """
 
     def __init__(self, plans: dict[str, SitePlan], send: Callable, deadline: float,
-                 recheck: Callable | None = None, send_id: str | None = None):
+                 recheck: Callable | None = None, send_id: str | None = None, clock: Callable | None = None):
+        self.clock = clock or time.monotonic
         self.runs = {site: SiteRun(plan) for site, plan in plans.items()}
         self.send = send
         self.send_id = send_id or new_send_id()
@@ -252,12 +256,12 @@ class FanOut:
         send_id = send_id or new_send_id()
         # The clock starts before the call is made: the site may begin (and even finish)
         # before send() returns, and its own wall time must fit inside ours.
-        sent_at = time.monotonic()
+        sent_at = self.clock()
         sent = self.send(site, request_class, mode, lane, send_id)
         if sent is None:
             return False
         call, request_bytes = sent
-        attempt = Attempt(call, sent_at, request_class, mode, request_bytes, label, send_id=send_id)
+        attempt = Attempt(call, sent_at, request_class, mode, request_bytes, label, send_id=send_id, clock=self.clock)
         with self._lock:
             self.runs[site].attempts.append(attempt)
         call.add_done_callback(lambda c, s=site, a=attempt: self._completed(s, a))
@@ -265,7 +269,7 @@ class FanOut:
 
     def _completed(self, site: str, attempt: Attempt) -> None:
         """gRPC's callback as a call completes: note when, and queue it for the decisions."""
-        attempt.done_at = time.monotonic()
+        attempt.done_at = self.clock()
         self._events.put(("done", site, attempt))
 
     def cancel(self) -> None:
@@ -285,7 +289,7 @@ class FanOut:
             try:
                 # Every call ends by its own deadline; the extra second only guards against
                 # a bug leaving the stream open for ever.
-                kind, site, attempt = self._events.get(timeout=max(0.0, self.deadline - time.monotonic()) + 1.0)
+                kind, site, attempt = self._events.get(timeout=max(0.0, self.deadline - self.clock()) + 1.0)
             except queue.Empty:
                 for site in sorted(waiting):
                     yield self._failure(site, grpc.StatusCode.DEADLINE_EXCEEDED, f"site {site}: no answer by the deadline")
@@ -313,7 +317,7 @@ class FanOut:
         """A copy's time has come: send it, unless the site has an answer (or its deadline passed)."""
         run.copies_due.discard(lane)
         plan = run.plan
-        if time.monotonic() < self.deadline and not self._closed and not run.fell_back():
+        if self.clock() < self.deadline and not self._closed and not run.fell_back():
             self._attempt(site, plan.request_class, plan.mode, f"copy {lane + 1}", lane, self.send_id)
             return None
         if any(_may_answer(a) for a in run.attempts) or run.copies_due or run.rechecking:
@@ -323,7 +327,7 @@ class FanOut:
 
     def _hedge(self, site: str, run: SiteRun) -> SiteOutcome | None:
         plan = run.plan
-        if run.hedged or run.fell_back() or len(run.attempts) > plan.copies or time.monotonic() >= self.deadline:
+        if run.hedged or run.fell_back() or len(run.attempts) > plan.copies or self.clock() >= self.deadline:
             return None
         run.hedged = True
         target_class = plan.hedge_class or plan.request_class
@@ -369,7 +373,7 @@ class FanOut:
 
     def _ask_again(self, site: str, run: SiteRun, code: grpc.StatusCode, details: str) -> bool:
         """After a features refusal: ask the site's Info again (once a case); True if asked."""
-        if self.recheck is None or run.rechecked or self._closed or time.monotonic() >= self.deadline:
+        if self.recheck is None or run.rechecked or self._closed or self.clock() >= self.deadline:
             return False
         run.rechecked = True
         asked = self.recheck(site)
@@ -388,7 +392,7 @@ class FanOut:
         except Exception:  # noqa: BLE001 - a failed look-up is "no features", as None
             now = None
         plan = run.plan
-        if (now is not None and not self._closed and time.monotonic() < self.deadline
+        if (now is not None and not self._closed and self.clock() < self.deadline
                 and self._attempt(site, plan.request_class, "features", "features retry")):
             run.why.append(Why("features_sent_again", {"refusal": run.refusal, "compares": now}))
             return None

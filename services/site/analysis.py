@@ -21,11 +21,17 @@ PRELOAD = ("services.site.analysis", "pathmaster.site", "pathmaster.features", "
 def analyse_encoded(cell_id: str, image: bytes, background: bytes, mask: bytes):
     """Encoded cell parts -> (features float64 (n,), background_estimated, mask_estimated).
     Raises InvalidInput naming the cell for bad input."""
+    return analyse_encoded_cell(cell_id, image, background, mask)[:3]
+
+
+def analyse_encoded_cell(cell_id: str, image: bytes, background: bytes, mask: bytes):
+    """`analyse_encoded`, and the cell's patch (uint8 (S, S, 3), what a site's learnt
+    network embeds: ``pathmaster.embedding.cell_patch``) as a fourth item."""
     from pathmaster.site import analyse_cell
 
     rgb, background_rgb, labels = decode_cell(cell_id, image, background, mask)
     analysis = analyse_cell(rgb, background_rgb, labels, source=f"cell {cell_id!r}")
-    return analysis.features, bool(analysis.background_estimated), bool(analysis.mask_estimated)
+    return analysis.features, bool(analysis.background_estimated), bool(analysis.mask_estimated), analysis.patch
 
 
 def warm_up_analysis(seed: int = 0) -> None:

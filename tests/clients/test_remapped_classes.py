@@ -12,7 +12,7 @@ import tomllib
 
 import pytest
 
-import qos.transport
+import qos.channels
 from qos.classes import ClassTable, UnknownClass
 
 from .test_gateway_http import read_case
@@ -75,13 +75,13 @@ def remapped_gateway(remapped):
 def channels_opened(monkeypatch) -> list[tuple[str, int | None]]:
     """(address, DSCP) of every gRPC channel this process opens from now on."""
     opened = []
-    real = qos.transport.open_channel
+    real = qos.channels.open_channel
 
     def recording(address, dscp=None, *args, **kwargs):
         opened.append((address, dscp))
         return real(address, dscp, *args, **kwargs)
 
-    monkeypatch.setattr(qos.transport, "open_channel", recording)
+    monkeypatch.setattr(qos.channels, "open_channel", recording)
     return opened
 
 

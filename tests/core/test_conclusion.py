@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from pathmaster.conclusion import (DEFAULT_THRESHOLD, SiteCell, abnormal_share, aligned_score, at_threshold,
+from pathmaster.conclusion import (DEFAULT_THRESHOLD, SiteCell, abnormal_share, aligned_score, at_threshold, draw_cases,
                                    conclude_case, conclude_cell, simulate_cases)
 from pathmaster.vocabulary import BETHESDA_TERMS, severity
 
@@ -113,6 +113,12 @@ def test_a_sites_own_score_replaces_its_match_share_at_its_operating_point():
     only = conclude_cell([cell("c", "NILM", score=0.9, operating_point=0.5)])
     assert only.abnormal_term == "ASC-US" and "abnormal_by_site_score_only" in codes(only)
     assert aligned_score(0.2, 0.2, 0.7) == pytest.approx(0.7) and aligned_score(1.0, 0.2, 0.7) == 1.0
+    # A site that sends its reading instead of its operating point: the reading decides.
+    read = conclude_cell([cell("c", *["NILM"] * 5, score=0.1, reading=True),
+                          cell("c", *["NILM"] * 5, site="b")])
+    assert read.site_readings == {"a": True, "b": False} and not read.abnormal  # pooled below
+    alone = conclude_cell([cell("c", "LSIL", "NILM", "NILM", score=0.95, reading=False)])
+    assert not alone.abnormal and alone.abnormal_score < DEFAULT_THRESHOLD
 
 
 def test_distance_weights_favour_the_nearer_matches():
@@ -143,3 +149,17 @@ def test_simulated_cases_choose_the_threshold_meeting_the_case_specificity():
     assert not flat["met"]
     with pytest.raises(ValueError):
         simulate_cases(normal, np.zeros(300, bool))
+
+
+def test_drawn_cases_hold_one_cell_per_slide_image_and_the_asked_abnormal_cells():
+    truth = np.r_[np.zeros(40, bool), np.ones(20, bool)]
+    groups = np.arange(60) // 2  # two cells per image
+    normal, mixed = draw_cases(truth, groups, cases=300, seed=3)
+    assert normal.shape == mixed.shape == (300, 6)
+    assert not truth[normal].any()
+    assert set(truth[mixed].sum(axis=1).tolist()) == {1, 2}
+    assert all(len(set(groups[row])) == 6 for row in np.r_[normal, mixed])
+    again = draw_cases(truth, groups, cases=300, seed=3)
+    assert (again[0] == normal).all() and (again[1] == mixed).all()  # seeded
+    with pytest.raises(ValueError):
+        draw_cases(truth, groups, cells=0)

@@ -93,6 +93,24 @@ def test_killed_ingest_leaves_a_consistent_database_and_rerun_completes_it(tmp_p
     assert list(site.rglob("*.tmp")) == []  # a half-written file of the killed run is cleaned up
 
 
+def test_ingest_stores_group_and_image_hash_and_fills_them_in_on_a_rerun(tmp_path):
+    from pathmaster.sitedb import image_hash
+
+    records = synthetic_records(3)
+    for number, record in enumerate(records):
+        record.group = f"slide-{number // 2}"
+    ingest("synthetic", tmp_path, records=records, build_index=False)
+    with SiteDB(tmp_path) as db:
+        assert [c.group for c in db.cells()] == ["slide-0", "slide-0", "slide-1"]
+        assert [c.image_hash for c in db.cells()] == [image_hash(r.image) for r in records]
+        db.conn.execute("UPDATE cells SET group_id = NULL, image_hash = NULL")  # as a migrated database
+    again = ingest("synthetic", tmp_path, records=records, build_index=False)
+    assert (again.added, again.skipped) == (0, 3)
+    with SiteDB(tmp_path) as db:
+        assert [c.group for c in db.cells()] == ["slide-0", "slide-0", "slide-1"]
+        assert db.cells_with_hash(image_hash(records[2].image)) == [db.cells()[2].cell_id]
+
+
 def _rows(site) -> list[tuple]:
     """Every cell row of a site, in row order, with its files' bytes and its features."""
     with SiteDB(site) as db:

@@ -12,7 +12,7 @@ import sys
 import grpc
 import pytest
 
-import qos.transport
+import qos.channels
 from pathmaster.records import InvalidInput
 from qos.classes import DEFAULT_CLASSES
 from qos.experiment.spec import parse_spec
@@ -50,8 +50,8 @@ def test_transfer_master_and_sites_mark_with_the_runs_table(monkeypatch):
     from services.experiment.workload import Master, make_cells, serve_transfer_site
 
     opened = []
-    real = qos.transport.open_channel
-    monkeypatch.setattr(qos.transport, "open_channel",
+    real = qos.channels.open_channel
+    monkeypatch.setattr(qos.channels, "open_channel",
                         lambda address, dscp=None, *a, **k: opened.append((address, dscp)) or real(address, dscp, *a, **k))
     classes = parse_spec(spec()).classes
     site = serve_transfer_site("A1", "127.0.0.1", 0, 100, classes)

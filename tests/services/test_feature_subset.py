@@ -237,7 +237,7 @@ def test_a_site_refused_again_after_its_info_gets_the_images(selecting, case_cel
     from tests.services.conftest import as_case
 
     coordinator = selecting.coordinator.servicer
-    learn = coordinator._learn
+    learn = coordinator.directory.learn
     beta = tuple(site_info(selecting, "beta").feature_columns)
 
     def learn_wrong(site, info):  # the Info taken in, but alpha's columns as stale as before
@@ -245,7 +245,7 @@ def test_a_site_refused_again_after_its_info_gets_the_images(selecting, case_cel
         if site == "alpha":
             coordinator.site_columns["alpha"] = beta
 
-    monkeypatch.setattr(coordinator, "_learn", learn_wrong)
+    monkeypatch.setattr(coordinator.directory, "learn", learn_wrong)
     with stale_columns(selecting, "alpha", beta):
         results = by_site(run(selecting.coordinator.address, as_case(case_cells[:2]), ship="features"))
     assert results["alpha"].status_code == OK and results["alpha"].mode == "images"

@@ -19,19 +19,25 @@ class CellImage(_message.Message):
     def __init__(self, cell_id: _Optional[str] = ..., image: _Optional[bytes] = ..., background: _Optional[bytes] = ..., mask: _Optional[bytes] = ...) -> None: ...
 
 class CellFeatures(_message.Message):
-    __slots__ = ("cell_id", "values", "background_estimated", "mask_estimated")
+    __slots__ = ("cell_id", "values", "background_estimated", "mask_estimated", "embedding", "model_sha256", "patch")
     CELL_ID_FIELD_NUMBER: _ClassVar[int]
     VALUES_FIELD_NUMBER: _ClassVar[int]
     BACKGROUND_ESTIMATED_FIELD_NUMBER: _ClassVar[int]
     MASK_ESTIMATED_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDING_FIELD_NUMBER: _ClassVar[int]
+    MODEL_SHA256_FIELD_NUMBER: _ClassVar[int]
+    PATCH_FIELD_NUMBER: _ClassVar[int]
     cell_id: str
     values: _containers.RepeatedScalarFieldContainer[float]
     background_estimated: bool
     mask_estimated: bool
-    def __init__(self, cell_id: _Optional[str] = ..., values: _Optional[_Iterable[float]] = ..., background_estimated: _Optional[bool] = ..., mask_estimated: _Optional[bool] = ...) -> None: ...
+    embedding: _containers.RepeatedScalarFieldContainer[float]
+    model_sha256: str
+    patch: bytes
+    def __init__(self, cell_id: _Optional[str] = ..., values: _Optional[_Iterable[float]] = ..., background_estimated: _Optional[bool] = ..., mask_estimated: _Optional[bool] = ..., embedding: _Optional[_Iterable[float]] = ..., model_sha256: _Optional[str] = ..., patch: _Optional[bytes] = ...) -> None: ...
 
 class Match(_message.Message):
-    __slots__ = ("cell_id", "diagnosis", "distance", "thumbnail", "source_id", "image_sha256", "bethesda")
+    __slots__ = ("cell_id", "diagnosis", "distance", "thumbnail", "source_id", "image_sha256", "bethesda", "similarity", "measure_log2_ratio", "measure_share")
     CELL_ID_FIELD_NUMBER: _ClassVar[int]
     DIAGNOSIS_FIELD_NUMBER: _ClassVar[int]
     DISTANCE_FIELD_NUMBER: _ClassVar[int]
@@ -39,6 +45,9 @@ class Match(_message.Message):
     SOURCE_ID_FIELD_NUMBER: _ClassVar[int]
     IMAGE_SHA256_FIELD_NUMBER: _ClassVar[int]
     BETHESDA_FIELD_NUMBER: _ClassVar[int]
+    SIMILARITY_FIELD_NUMBER: _ClassVar[int]
+    MEASURE_LOG2_RATIO_FIELD_NUMBER: _ClassVar[int]
+    MEASURE_SHARE_FIELD_NUMBER: _ClassVar[int]
     cell_id: str
     diagnosis: str
     distance: float
@@ -46,21 +55,28 @@ class Match(_message.Message):
     source_id: str
     image_sha256: str
     bethesda: str
-    def __init__(self, cell_id: _Optional[str] = ..., diagnosis: _Optional[str] = ..., distance: _Optional[float] = ..., thumbnail: _Optional[bytes] = ..., source_id: _Optional[str] = ..., image_sha256: _Optional[str] = ..., bethesda: _Optional[str] = ...) -> None: ...
+    similarity: float
+    measure_log2_ratio: _containers.RepeatedScalarFieldContainer[int]
+    measure_share: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, cell_id: _Optional[str] = ..., diagnosis: _Optional[str] = ..., distance: _Optional[float] = ..., thumbnail: _Optional[bytes] = ..., source_id: _Optional[str] = ..., image_sha256: _Optional[str] = ..., bethesda: _Optional[str] = ..., similarity: _Optional[float] = ..., measure_log2_ratio: _Optional[_Iterable[int]] = ..., measure_share: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class CellResult(_message.Message):
-    __slots__ = ("query_cell_id", "matches", "background_estimated", "mask_estimated", "error")
+    __slots__ = ("query_cell_id", "matches", "background_estimated", "mask_estimated", "error", "abnormal_score", "abnormal")
     QUERY_CELL_ID_FIELD_NUMBER: _ClassVar[int]
     MATCHES_FIELD_NUMBER: _ClassVar[int]
     BACKGROUND_ESTIMATED_FIELD_NUMBER: _ClassVar[int]
     MASK_ESTIMATED_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    ABNORMAL_SCORE_FIELD_NUMBER: _ClassVar[int]
+    ABNORMAL_FIELD_NUMBER: _ClassVar[int]
     query_cell_id: str
     matches: _containers.RepeatedCompositeFieldContainer[Match]
     background_estimated: bool
     mask_estimated: bool
     error: str
-    def __init__(self, query_cell_id: _Optional[str] = ..., matches: _Optional[_Iterable[_Union[Match, _Mapping]]] = ..., background_estimated: _Optional[bool] = ..., mask_estimated: _Optional[bool] = ..., error: _Optional[str] = ...) -> None: ...
+    abnormal_score: float
+    abnormal: bool
+    def __init__(self, query_cell_id: _Optional[str] = ..., matches: _Optional[_Iterable[_Union[Match, _Mapping]]] = ..., background_estimated: _Optional[bool] = ..., mask_estimated: _Optional[bool] = ..., error: _Optional[str] = ..., abnormal_score: _Optional[float] = ..., abnormal: _Optional[bool] = ...) -> None: ...
 
 class SiteTiming(_message.Message):
     __slots__ = ("transfer_s", "extraction_s", "search_s", "total_s", "site_wall_s", "queue_s", "service_s")
@@ -170,7 +186,14 @@ class CaseConclusion(_message.Message):
     def __init__(self, outcome: _Optional[str] = ..., bethesda: _Optional[str] = ..., cells_with: _Optional[int] = ..., cells_total: _Optional[int] = ..., cells: _Optional[_Iterable[_Union[CellConclusion, _Mapping]]] = ..., why: _Optional[_Iterable[_Union[Reason, _Mapping]]] = ..., rule: _Optional[str] = ..., threshold: _Optional[float] = ...) -> None: ...
 
 class AnalyseRequest(_message.Message):
-    __slots__ = ("case_id", "request_class", "cells", "k", "feature_schema", "features", "feature_columns", "send_id")
+    __slots__ = ("case_id", "request_class", "cells", "k", "feature_schema", "features", "feature_columns", "concept_weights", "send_id")
+    class ConceptWeightsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
     CASE_ID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_CLASS_FIELD_NUMBER: _ClassVar[int]
     CELLS_FIELD_NUMBER: _ClassVar[int]
@@ -178,6 +201,7 @@ class AnalyseRequest(_message.Message):
     FEATURE_SCHEMA_FIELD_NUMBER: _ClassVar[int]
     FEATURES_FIELD_NUMBER: _ClassVar[int]
     FEATURE_COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    CONCEPT_WEIGHTS_FIELD_NUMBER: _ClassVar[int]
     SEND_ID_FIELD_NUMBER: _ClassVar[int]
     case_id: str
     request_class: str
@@ -186,8 +210,9 @@ class AnalyseRequest(_message.Message):
     feature_schema: str
     features: _containers.RepeatedCompositeFieldContainer[CellFeatures]
     feature_columns: _containers.RepeatedScalarFieldContainer[int]
+    concept_weights: _containers.ScalarMap[str, float]
     send_id: str
-    def __init__(self, case_id: _Optional[str] = ..., request_class: _Optional[str] = ..., cells: _Optional[_Iterable[_Union[CellImage, _Mapping]]] = ..., k: _Optional[int] = ..., feature_schema: _Optional[str] = ..., features: _Optional[_Iterable[_Union[CellFeatures, _Mapping]]] = ..., feature_columns: _Optional[_Iterable[int]] = ..., send_id: _Optional[str] = ...) -> None: ...
+    def __init__(self, case_id: _Optional[str] = ..., request_class: _Optional[str] = ..., cells: _Optional[_Iterable[_Union[CellImage, _Mapping]]] = ..., k: _Optional[int] = ..., feature_schema: _Optional[str] = ..., features: _Optional[_Iterable[_Union[CellFeatures, _Mapping]]] = ..., feature_columns: _Optional[_Iterable[int]] = ..., concept_weights: _Optional[_Mapping[str, float]] = ..., send_id: _Optional[str] = ...) -> None: ...
 
 class SiteLoad(_message.Message):
     __slots__ = ("waiting_cells", "workers", "seconds_per_cell", "waiting_s")
@@ -229,7 +254,7 @@ class SiteInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class SiteInfo(_message.Message):
-    __slots__ = ("site", "algorithm", "database_cells", "diagnoses", "workers", "class_ports", "class_dscp", "feature_schema", "load", "vocabulary", "feature_columns", "feature_column_names", "representation", "representation_cells")
+    __slots__ = ("site", "algorithm", "database_cells", "diagnoses", "workers", "class_ports", "class_dscp", "feature_schema", "load", "vocabulary", "feature_columns", "feature_column_names", "database_origins", "representation", "representation_cells", "similarity", "similarity_note", "model_sha256", "abnormal_score", "abnormal_threshold", "abnormal_sensitivity", "abnormal_specificity")
     class ClassPortsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -238,6 +263,13 @@ class SiteInfo(_message.Message):
         value: int
         def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     class ClassDscpEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class DatabaseOriginsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -256,8 +288,16 @@ class SiteInfo(_message.Message):
     VOCABULARY_FIELD_NUMBER: _ClassVar[int]
     FEATURE_COLUMNS_FIELD_NUMBER: _ClassVar[int]
     FEATURE_COLUMN_NAMES_FIELD_NUMBER: _ClassVar[int]
+    DATABASE_ORIGINS_FIELD_NUMBER: _ClassVar[int]
     REPRESENTATION_FIELD_NUMBER: _ClassVar[int]
     REPRESENTATION_CELLS_FIELD_NUMBER: _ClassVar[int]
+    SIMILARITY_FIELD_NUMBER: _ClassVar[int]
+    SIMILARITY_NOTE_FIELD_NUMBER: _ClassVar[int]
+    MODEL_SHA256_FIELD_NUMBER: _ClassVar[int]
+    ABNORMAL_SCORE_FIELD_NUMBER: _ClassVar[int]
+    ABNORMAL_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    ABNORMAL_SENSITIVITY_FIELD_NUMBER: _ClassVar[int]
+    ABNORMAL_SPECIFICITY_FIELD_NUMBER: _ClassVar[int]
     site: str
     algorithm: str
     database_cells: int
@@ -270,9 +310,31 @@ class SiteInfo(_message.Message):
     vocabulary: Vocabulary
     feature_columns: _containers.RepeatedScalarFieldContainer[int]
     feature_column_names: _containers.RepeatedScalarFieldContainer[str]
+    database_origins: _containers.ScalarMap[str, int]
     representation: str
     representation_cells: int
-    def __init__(self, site: _Optional[str] = ..., algorithm: _Optional[str] = ..., database_cells: _Optional[int] = ..., diagnoses: _Optional[_Iterable[str]] = ..., workers: _Optional[int] = ..., class_ports: _Optional[_Mapping[str, int]] = ..., class_dscp: _Optional[_Mapping[str, int]] = ..., feature_schema: _Optional[str] = ..., load: _Optional[_Union[SiteLoad, _Mapping]] = ..., vocabulary: _Optional[_Union[Vocabulary, _Mapping]] = ..., feature_columns: _Optional[_Iterable[int]] = ..., feature_column_names: _Optional[_Iterable[str]] = ..., representation: _Optional[str] = ..., representation_cells: _Optional[int] = ...) -> None: ...
+    similarity: str
+    similarity_note: str
+    model_sha256: str
+    abnormal_score: str
+    abnormal_threshold: float
+    abnormal_sensitivity: float
+    abnormal_specificity: float
+    def __init__(self, site: _Optional[str] = ..., algorithm: _Optional[str] = ..., database_cells: _Optional[int] = ..., diagnoses: _Optional[_Iterable[str]] = ..., workers: _Optional[int] = ..., class_ports: _Optional[_Mapping[str, int]] = ..., class_dscp: _Optional[_Mapping[str, int]] = ..., feature_schema: _Optional[str] = ..., load: _Optional[_Union[SiteLoad, _Mapping]] = ..., vocabulary: _Optional[_Union[Vocabulary, _Mapping]] = ..., feature_columns: _Optional[_Iterable[int]] = ..., feature_column_names: _Optional[_Iterable[str]] = ..., database_origins: _Optional[_Mapping[str, int]] = ..., representation: _Optional[str] = ..., representation_cells: _Optional[int] = ..., similarity: _Optional[str] = ..., similarity_note: _Optional[str] = ..., model_sha256: _Optional[str] = ..., abnormal_score: _Optional[str] = ..., abnormal_threshold: _Optional[float] = ..., abnormal_sensitivity: _Optional[float] = ..., abnormal_specificity: _Optional[float] = ...) -> None: ...
+
+class ModelRequest(_message.Message):
+    __slots__ = ("sha256",)
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    sha256: str
+    def __init__(self, sha256: _Optional[str] = ...) -> None: ...
+
+class ModelReply(_message.Message):
+    __slots__ = ("sha256", "npz")
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    NPZ_FIELD_NUMBER: _ClassVar[int]
+    sha256: str
+    npz: bytes
+    def __init__(self, sha256: _Optional[str] = ..., npz: _Optional[bytes] = ...) -> None: ...
 
 class Vocabulary(_message.Message):
     __slots__ = ("name", "labels", "abnormal", "bethesda")
@@ -294,7 +356,14 @@ class Vocabulary(_message.Message):
     def __init__(self, name: _Optional[str] = ..., labels: _Optional[_Iterable[str]] = ..., abnormal: _Optional[_Iterable[str]] = ..., bethesda: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class CaseRequest(_message.Message):
-    __slots__ = ("case_id", "request_class", "cells", "sites", "k", "deadline_s", "ship", "feature_schema", "features")
+    __slots__ = ("case_id", "request_class", "cells", "sites", "k", "deadline_s", "ship", "feature_schema", "features", "concept_weights")
+    class ConceptWeightsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
     CASE_ID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_CLASS_FIELD_NUMBER: _ClassVar[int]
     CELLS_FIELD_NUMBER: _ClassVar[int]
@@ -304,6 +373,7 @@ class CaseRequest(_message.Message):
     SHIP_FIELD_NUMBER: _ClassVar[int]
     FEATURE_SCHEMA_FIELD_NUMBER: _ClassVar[int]
     FEATURES_FIELD_NUMBER: _ClassVar[int]
+    CONCEPT_WEIGHTS_FIELD_NUMBER: _ClassVar[int]
     case_id: str
     request_class: str
     cells: _containers.RepeatedCompositeFieldContainer[CellImage]
@@ -313,7 +383,8 @@ class CaseRequest(_message.Message):
     ship: str
     feature_schema: str
     features: _containers.RepeatedCompositeFieldContainer[CellFeatures]
-    def __init__(self, case_id: _Optional[str] = ..., request_class: _Optional[str] = ..., cells: _Optional[_Iterable[_Union[CellImage, _Mapping]]] = ..., sites: _Optional[_Iterable[str]] = ..., k: _Optional[int] = ..., deadline_s: _Optional[float] = ..., ship: _Optional[str] = ..., feature_schema: _Optional[str] = ..., features: _Optional[_Iterable[_Union[CellFeatures, _Mapping]]] = ...) -> None: ...
+    concept_weights: _containers.ScalarMap[str, float]
+    def __init__(self, case_id: _Optional[str] = ..., request_class: _Optional[str] = ..., cells: _Optional[_Iterable[_Union[CellImage, _Mapping]]] = ..., sites: _Optional[_Iterable[str]] = ..., k: _Optional[int] = ..., deadline_s: _Optional[float] = ..., ship: _Optional[str] = ..., feature_schema: _Optional[str] = ..., features: _Optional[_Iterable[_Union[CellFeatures, _Mapping]]] = ..., concept_weights: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class SiteResult(_message.Message):
     __slots__ = ("site", "status_code", "status_message", "algorithm", "cells", "timing", "bytes_sent", "bytes_received", "mode", "predicted_s", "request_class", "decisions", "why")

@@ -1,0 +1,150 @@
+"""A site's learnt similarity against its features alone, side by side on the same folds.
+
+Each fold of the dataset's cells (grouped by slide image: the file-name prefix before the
+last '-NNN', so cells of one image are never on both sides) is indexed as a site
+(``pathmaster.ingest``: automatic segmentation, the features' choice, the network learnt
+within its budget, the site's own choice of what to compare and its operating point), then
+the held-out cells query it as uploads (image only: segmented, slide estimated). For the
+site's one network it prints, per mode (features / embedding / fused): 7-class top-1 (the
+nearest cell's label) and majority@5, binary accuracy by the 5 nearest; and the site's
+abnormality score at its own operating point (sensitivity, specificity, ROC AUC), plus the
+time to index and the CPU time of one upload's analysis with and without the learnt part.
+
+    python benchmarks/bench_learn.py [--data DIR] [--folds 5] [--seconds S] [--only 0,1]
+
+Needs the extra [learn] (JAX) and a labelled image dataset (default: the shared Herlev
+development half, ../shared/data/herlev-224-dev); nothing learnt is kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def group_of(source_id: str) -> str:
+    """The slide image of a Herlev cell: its file name less the last '-NNN'."""
+    return re.sub(r"-\d+$", "", Path(source_id).name)
+
+
+def query_fold(site, records, modes):
+    """Per mode, each query's (label, nearest labels, abnormality score); and analysis CPU times."""
+    from pathmaster import similarity
+
+    analysed, cpu_features, cpu_learnt = [], [], []
+    for record in records:
+        t0 = time.process_time()
+        analysis = site.analyse(record.image, source=record.source_id)
+        t1 = time.process_time()
+        embedding = site.embed(analysis.patch[None])
+        cpu_features.append(t1 - t0)
+        cpu_learnt.append(time.process_time() - t1)
+        analysed.append((record.diagnosis, analysis.features, embedding))
+    chosen = (site.learnt.mode, site.learnt.embedding_weight)
+    out = {}
+    for mode in modes:
+        if mode != "features" and site.embedder is None:
+            continue
+        site.learnt.mode = mode
+        if mode == "fused" and chosen[0] != "fused":
+            site.learnt.embedding_weight = 0.5
+        site._index = similarity.build_index(site.vectors())
+        rows = []
+        for label, features, embedding in analysed:
+            matches = site.search(features, 5, embedding=None if embedding is None else embedding[0])
+            [score] = site.abnormality(embedding, [matches])
+            rows.append((label, [m.diagnosis for m in matches], score, site.learnt.threshold))
+        out[mode] = rows
+        site.learnt.mode, site.learnt.embedding_weight = chosen
+    return out, float(np.median(cpu_features)), float(np.median(cpu_learnt))
+
+
+def scores(rows, abnormal_labels):
+    from sklearn.metrics import roc_auc_score
+
+    from pathmaster.evaluate import majority_vote
+
+    truth = np.array([row[0] for row in rows])
+    nearest = np.array([row[1][0] for row in rows])
+    majority = np.array([majority_vote(row[1]) for row in rows])
+    abnormal = np.isin(truth, list(abnormal_labels))
+    by_vote = np.array([np.mean(np.isin(row[1], list(abnormal_labels))) > 0.5 for row in rows])
+    score = np.array([row[2] for row in rows])
+    called = score >= np.array([row[3] for row in rows])  # each site's own operating point
+    return {"top1": float(np.mean(nearest == truth)), "majority_at_5": float(np.mean(majority == truth)),
+            "binary_by_vote": float(np.mean(by_vote == abnormal)),
+            "sensitivity": float(called[abnormal].mean()), "specificity": float((~called[~abnormal]).mean()),
+            "binary_at_threshold": float(np.mean(called == abnormal)),
+            "auc": float(roc_auc_score(abnormal, score)), "n": int(len(rows))}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    shared = Path(os.environ.get("PATHMASTER_SHARED", Path(__file__).resolve().parents[2] / "shared"))
+    parser.add_argument("--data", type=Path, default=shared / "data" / "herlev-224-dev")
+    parser.add_argument("--folds", type=int, default=5)
+    parser.add_argument("--only", default="", help="comma-separated fold numbers to run (default: all)")
+    parser.add_argument("--seconds", type=float, default=None, help="training budget per site (default: by size)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    args = parser.parse_args()
+    if not args.data.is_dir():
+        print(f"skipped: no dataset at {args.data}")
+        return 0
+
+    from sklearn.model_selection import StratifiedGroupKFold
+
+    from pathmaster.importers import iter_dataset
+    from pathmaster.ingest import ingest
+    from pathmaster.site import SiteIndex, build_search_index
+    from pathmaster.sitedb import SiteDB
+
+    records = [r for r in iter_dataset(args.data) if hasattr(r, "image")]
+    labels = np.array([r.diagnosis for r in records])
+    groups = np.array([group_of(r.source_id) for r in records])
+    only = {int(f) for f in args.only.split(",") if f}
+    modes = ("features", "embedding", "fused")
+    pooled = {mode: [] for mode in modes}
+    report = {"folds": [], "load_before": os.getloadavg()}
+    folds = StratifiedGroupKFold(args.folds, shuffle=True, random_state=args.seed).split(labels, labels, groups)
+    for f, (train, test) in enumerate(folds):
+        if only and f not in only:
+            continue
+        with tempfile.TemporaryDirectory(prefix="bench-learn-") as site_dir:
+            t0 = time.perf_counter()
+            ingest(args.data, site_dir, records=[records[i] for i in train], build_index=False)
+            with SiteDB(site_dir) as db:
+                build_search_index(db, learn_seconds=args.seconds)
+            index_s = time.perf_counter() - t0
+            site = SiteIndex.open(site_dir)
+            rows, cpu_features, cpu_learnt = query_fold(site, [records[i] for i in test], modes)
+            abnormal = set(site.vocabulary.abnormal)
+            fold = {"fold": f, "index_s": round(index_s, 1), "train_cells": int(len(train)),
+                    "chosen": site.learnt.mode, "note": site.similarity_note(), "score": site.learnt.score,
+                    "threshold": site.learnt.threshold, "analysis_cpu_ms": round(1000 * cpu_features, 1),
+                    "learnt_cpu_ms": round(1000 * cpu_learnt, 1), "load": os.getloadavg(),
+                    "training": (site.learnt.report or {}).get("final"),
+                    "modes": {m: scores(r, abnormal) for m, r in rows.items()}}
+            for mode, r in rows.items():
+                pooled[mode].extend(r)
+            fold["site_choice"] = scores(rows[site.learnt.mode], abnormal)
+            pooled.setdefault("site_choice", []).extend(rows[site.learnt.mode])
+            report["folds"].append(fold)
+            print(json.dumps(fold), flush=True)
+    report["pooled"] = {m: {k: round(v, 3) for k, v in scores(r, abnormal).items()} for m, r in pooled.items() if r}
+    print("pooled over folds (sensitivity/specificity at each fold's site's own operating point):")
+    print(json.dumps(report["pooled"], indent=1))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,321 @@
+"""Training a site's cell embedding from its own labelled cells, with JAX, on the CPU.
+
+``train_embedder(patches, labels, abnormal_labels)`` trains the small CNN that
+``pathmaster.embedding`` defines (the forward pass is that module's ``forward``, run with
+``jax.numpy``) to tell the site's diagnoses apart, from scratch, within a time budget, on
+patches augmented by the 8 rotations and flips, small shifts and brightness changes. It
+returns an ``embedding.Embedder`` holding NumPy weights: nothing learnt here is ever read
+back through JAX, and only indexing imports this module (extra ``[learn]``).
+
+The budget: the first epoch is timed (less its first step, which compiles) and the run is given as many epochs as fit in
+``seconds`` (at most ``max_epochs``, at least ``min_epochs``), with a cosine learning-rate
+decay planned over that count, so a busy machine trains fewer epochs rather than longer.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+
+import numpy as np
+
+from pathmaster import embedding as emb
+
+LEARNING_RATE = 3e-3
+WEIGHT_DECAY = 1e-4
+BATCH_SIZE = 64
+LABEL_SMOOTHING = 0.1
+
+
+def init_params(seed: int, n_classes: int, channels=emb.CHANNELS) -> dict:
+    """He-initialised weights (float32 NumPy arrays) of ``embedding.forward``."""
+    rng = np.random.default_rng(seed)
+    params, c_in = {}, 3
+    for i, c_out in enumerate(channels):
+        params[f"conv{i}_w"] = rng.normal(0, np.sqrt(2 / (9 * c_in)), (3, 3, c_in, c_out)).astype(np.float32)
+        params[f"conv{i}_b"] = np.zeros(c_out, np.float32)
+        c_in = c_out
+    params["embed_w"] = rng.normal(0, np.sqrt(2 / c_in), (c_in, emb.EMBEDDING_DIM)).astype(np.float32)
+    params["embed_b"] = np.zeros(emb.EMBEDDING_DIM, np.float32)
+    params["head_w"] = rng.normal(0, np.sqrt(1 / emb.EMBEDDING_DIM), (emb.EMBEDDING_DIM, n_classes)).astype(np.float32)
+    params["head_b"] = np.zeros(n_classes, np.float32)
+    return params
+
+
+def augment(patches: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Float32 copies (n, S, S, 3) of uint8 patches, each randomly rotated/flipped (one of
+    the 8), shifted by up to 3 px (wrapping blank slide round the edge) and scaled in
+    brightness by up to +-10%."""
+    x = patches.astype(np.float32) / 200.0
+    out = np.empty_like(x)
+    for i, patch in enumerate(x):
+        patch = np.rot90(patch[:, ::-1] if rng.random() < 0.5 else patch, rng.integers(4))
+        patch = np.roll(patch, tuple(rng.integers(-3, 4, size=2)), axis=(0, 1))
+        out[i] = patch * rng.uniform(0.9, 1.1)
+    return out
+
+
+def _class_weights(codes: np.ndarray, n_classes: int) -> np.ndarray:
+    """Per-class loss weights, inverse square root of the class's share, mean 1 over cells."""
+    counts = np.bincount(codes, minlength=n_classes).astype(np.float64)
+    weights = 1.0 / np.sqrt(np.maximum(counts, 1))
+    weights /= (weights[codes]).mean()
+    return weights.astype(np.float32)
+
+
+@functools.lru_cache(maxsize=1)
+def _trainer():
+    """(optimizer, jitted training step): one per process, so every network a site trains
+    (inner folds, final) reuses the compiled step. The learning rate is in the optimizer's
+    state (set before each step), so re-planning the epochs needs no new trace."""
+    import jax
+    import optax
+
+    optimizer = optax.inject_hyperparams(optax.adamw)(learning_rate=LEARNING_RATE, weight_decay=WEIGHT_DECAY)
+
+    def loss_fn(params, x, y, class_weight):
+        _, logits = emb.forward(params, x, jax.numpy)
+        targets = optax.smooth_labels(jax.nn.one_hot(y, logits.shape[-1]), LABEL_SMOOTHING)
+        return (optax.softmax_cross_entropy(logits, targets) * class_weight[y]).mean()
+
+    @jax.jit
+    def step(params, state, x, y, class_weight):
+        loss, grads = jax.value_and_grad(loss_fn)(params, x, y, class_weight)
+        updates, state = optimizer.update(grads, state, params)
+        return optax.apply_updates(params, updates), state, loss
+
+    return optimizer, step
+
+
+def train_embedder(patches: np.ndarray, labels, abnormal_labels, *, seconds: float = 60.0,
+                   max_epochs: int = 60, min_epochs: int = 3, seed: int = 0) -> tuple[emb.Embedder, dict]:
+    """Train the embedding network on labelled patches.
+
+    Parameters
+    ----------
+    patches : ndarray of uint8, shape (n, S, S, 3)
+        ``embedding.cell_patch`` of each cell.
+    labels : sequence of str, length n
+        Their diagnoses.
+    abnormal_labels : collection of str
+        The labels that count as abnormal (the site's vocabulary).
+    seconds : float
+        Wall-time budget; the epoch count is planned from the first epoch's time.
+    max_epochs, min_epochs : int
+        Bounds on the epoch count.
+    seed : int
+        Initialisation, batch order and augmentation.
+
+    Returns
+    -------
+    (Embedder, dict)
+        The network with NumPy weights, and what the training did (epochs, seconds, the
+        last epoch's mean loss).
+    """
+    import jax.numpy as jnp
+
+    labels = np.asarray(labels).astype(str)
+    classes = sorted(set(labels.tolist()))
+    codes = np.searchsorted(classes, labels)
+    n, n_classes = len(codes), len(classes)
+    class_weight = jnp.asarray(_class_weights(codes, n_classes))
+    steps_per_epoch = max(1, -(-n // BATCH_SIZE))
+    planned_epochs = max_epochs
+    optimizer, step = _trainer()
+    params = {k: jnp.asarray(v) for k, v in init_params(seed, n_classes).items()}
+    state = optimizer.init(params)
+    rng = np.random.default_rng(seed)
+    started = time.monotonic()
+    epoch, loss_sum, done, first_step_done = 0, 0.0, 0, started
+    while epoch < planned_epochs:
+        # every batch full (the last one topped up from the start of the order): one jit shape
+        order = np.resize(rng.permutation(n), steps_per_epoch * BATCH_SIZE)
+        loss_sum, epoch_started = 0.0, time.monotonic()
+        for b in range(steps_per_epoch):
+            batch = order[b * BATCH_SIZE:(b + 1) * BATCH_SIZE]
+            progress = min(done / (planned_epochs * steps_per_epoch), 1.0)
+            state.hyperparams["learning_rate"] = jnp.asarray(LEARNING_RATE * 0.5 * (1 + np.cos(np.pi * progress)))
+            params, state, loss = step(params, state, augment(patches[batch], rng), codes[batch], class_weight)
+            loss_sum += float(loss)
+            done += 1
+            if done == 1:
+                first_step_done = time.monotonic()  # the first step compiles: not a step's time
+        epoch += 1
+        now = time.monotonic()
+        if epoch <= 2 and (epoch == 2 or steps_per_epoch > 1):
+            per_epoch = (now - epoch_started if epoch == 2
+                         else (now - first_step_done) * steps_per_epoch / (steps_per_epoch - 1))
+            remaining = (seconds - (now - started)) / max(per_epoch, 1e-3)
+            planned_epochs = int(np.clip(epoch + remaining, min_epochs, max_epochs))
+    numpy_params = {k: np.asarray(v, np.float32) for k, v in params.items()}
+    abnormal = np.array([c in set(abnormal_labels) for c in classes], bool)
+    report = {"epochs": epoch, "seconds": round(time.monotonic() - started, 1),
+              "loss": round(loss_sum / steps_per_epoch, 4), "cells": n}
+    return emb.Embedder(numpy_params, classes, abnormal), report
+
+
+# ---------------------------------------------------------------- choosing what a site compares
+
+# Fewer labelled cells than this (or fewer than two diagnoses with two cells each) and a
+# site compares its features alone: a network trained on a handful of cells learns them by
+# heart, and its cross-validation would choose on noise.
+MIN_CELLS_TO_LEARN = 100
+# Inner folds of the site's cross-validation, and how many of them train a network (then
+# one more trains on all cells): with one, the choice and the operating point are made on
+# a third of the site's cells, held out from a network trained on the rest, and the training
+# budget goes to two networks instead of four.
+INNER_FOLDS = 3
+TRAINED_FOLDS = 1
+# The operating point: the highest threshold at which the site's own held-out cells reach
+# this sensitivity for abnormal cells (decision support should miss few abnormal cells).
+TARGET_SENSITIVITY = 0.95
+# Weights of the embedding block tried for "fused" (the feature block gets 1 - w).
+FUSED_WEIGHTS = (0.3, 0.5, 0.7)
+
+
+def cannot_learn(labels, abnormal_labels) -> str:
+    """Why a site cannot learn from these labels ("" when it can)."""
+    labelled = [label for label in labels if label is not None]
+    counts = {label: labelled.count(label) for label in set(labelled)}
+    if len(labelled) < MIN_CELLS_TO_LEARN:
+        return f"too few labelled cells to learn from ({len(labelled)} < {MIN_CELLS_TO_LEARN})"
+    if sum(c >= 2 for c in counts.values()) < 2:
+        return "fewer than two diagnoses with two cells each"
+    if not any(label in abnormal_labels for label in counts):
+        return "no labelled cell is abnormal in the site's vocabulary"
+    if all(label in abnormal_labels for label in counts):
+        return "no labelled cell is normal in the site's vocabulary"
+    return ""
+
+
+def inner_folds(labels: np.ndarray, groups, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(train, test) index pairs: stratified, and grouped when the cells have groups (cells of
+    one slide image never on both sides)."""
+    import warnings
+
+    from sklearn.model_selection import KFold, StratifiedGroupKFold, StratifiedKFold
+
+    n_splits = INNER_FOLDS
+    if max(np.unique(labels, return_counts=True)[1]) < n_splits:  # no diagnosis to spread over the folds
+        return list(KFold(n_splits, shuffle=True, random_state=seed).split(labels))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The least populated class", category=UserWarning)
+        if groups is not None and len(set(groups)) >= n_splits:
+            return list(StratifiedGroupKFold(n_splits, shuffle=True, random_state=seed).split(labels, labels, groups))
+        return list(StratifiedKFold(n_splits, shuffle=True, random_state=seed).split(labels, labels))
+
+
+def _nearest(train: np.ndarray, test: np.ndarray, k: int) -> np.ndarray:
+    sq = (test * test).sum(1)[:, None] - 2 * test @ train.T + (train * train).sum(1)[None, :]
+    return np.argsort(sq, axis=1, kind="stable")[:, :k]
+
+
+def _majority(labels) -> str:
+    from pathmaster.evaluate import majority_vote
+
+    return majority_vote(list(labels))
+
+
+def operating_point(scores: np.ndarray, abnormal: np.ndarray, target: float = TARGET_SENSITIVITY) -> dict:
+    """The highest threshold whose sensitivity on these held-out cells reaches ``target``,
+    with the sensitivity, specificity and ROC AUC there."""
+    from sklearn.metrics import roc_auc_score
+
+    positives = np.sort(scores[abnormal])[::-1]
+    needed = int(np.ceil(target * len(positives)))
+    threshold = float(positives[max(needed, 1) - 1]) if len(positives) else 0.5
+    called = scores >= threshold
+    return {"threshold": threshold, "sensitivity": float(called[abnormal].mean()),
+            "specificity": float((~called[~abnormal]).mean()) if (~abnormal).any() else 1.0,
+            "auc": float(roc_auc_score(abnormal, scores)) if 0 < abnormal.sum() < len(abnormal) else 0.5}
+
+
+def learn_similarity(patches: np.ndarray, feature_vectors_fit, labels, groups, abnormal_labels, *,
+                     choice: str = "auto", seconds: float = 180.0, k: int = 5, seed: int = 0):
+    """Learn a site's network and choose what it compares, by cross-validation on its cells.
+
+    Parameters
+    ----------
+    patches : ndarray of uint8, shape (n, S, S, 3)
+        Each labelled cell's ``embedding.cell_patch``.
+    feature_vectors_fit : callable
+        ``fit(train_indices) -> (train_vectors, all_vectors)``: the site's feature projection
+        refitted on those cells, and every cell's vector in it (float (n, p)).
+    labels : sequence of str
+        The cells' diagnoses.
+    groups : sequence or None
+        The cells' groups (slide images), or None.
+    abnormal_labels : collection of str
+        The site's abnormal labels.
+    choice : str
+        "auto" or one of ``embedding.SIMILARITY_MODES`` to force it.
+    seconds : float
+        Training budget in all (shared by the inner folds' networks and the final one).
+    k : int
+        Neighbours for the vote and the neighbours' abnormality score.
+
+    Returns
+    -------
+    (Embedder, LearntSimilarity)
+        The network trained on every cell, and the mode, fusion weights, abnormality score
+        and threshold chosen, with every candidate's held-out figures in ``report``.
+    """
+    labels = np.asarray(labels).astype(str)
+    abnormal = np.array([label in set(abnormal_labels) for label in labels])
+    budget = seconds / (TRAINED_FOLDS + 1)
+    oof = {"votes": {}, "share": {}}
+    network_p = np.zeros(len(labels))
+    candidates = [("features", 0.0), ("embedding", 1.0)] + [("fused", w) for w in FUSED_WEIGHTS]
+    for name, w in candidates:
+        oof["votes"][(name, w)] = np.empty(len(labels), dtype=object)
+        oof["share"][(name, w)] = np.zeros(len(labels))
+    epochs, held_out = [], np.zeros(len(labels), bool)
+    for f, (train, test) in enumerate(inner_folds(labels, groups, seed)[:TRAINED_FOLDS]):
+        held_out[test] = True
+        model, trained = train_embedder(patches[train], labels[train], abnormal_labels, seconds=budget, seed=seed + f)
+        epochs.append(trained["epochs"])
+        embedded = model.embed(patches)
+        network_p[test] = model.abnormal_probability(embedded[test])
+        train_f, all_f = feature_vectors_fit(train)
+        similarity = _fitted(embedded[train], train_f)
+        for name, w in candidates:
+            similarity.mode, similarity.embedding_weight = name, w
+            vectors = similarity.vectors(all_f, embedded)
+            nearest = _nearest(vectors[train], vectors[test], k)
+            oof["votes"][(name, w)][test] = [_majority(labels[train][row]) for row in nearest]
+            oof["share"][(name, w)][test] = abnormal[train][nearest].mean(axis=1)
+    report = {"folds": INNER_FOLDS, "trained_folds": TRAINED_FOLDS, "held_out_cells": int(held_out.sum()),
+              "grouped": groups is not None, "epochs": epochs, "candidates": {}}
+    labels_h, abnormal_h = labels[held_out], abnormal[held_out]
+    for (name, w), votes in oof["votes"].items():
+        report["candidates"][f"{name}:{w}"] = {"top1": float(np.mean(votes[held_out] == labels_h)),
+                                               **operating_point(oof["share"][(name, w)][held_out], abnormal_h)}
+    allowed = [c for c in candidates if choice == "auto" or c[0] == choice]
+    mode, weight = max(allowed, key=lambda c: report["candidates"][f"{c[0]}:{c[1]}"]["top1"])
+    scores = {"neighbours": oof["share"][(mode, weight)], "network": network_p,
+              "mean": 0.5 * (oof["share"][(mode, weight)] + network_p)}
+    points = {name: operating_point(s[held_out], abnormal_h) for name, s in scores.items()}
+    report["scores"] = points
+    score = max(points, key=lambda name: (points[name]["specificity"], points[name]["auc"]))
+
+    model, trained = train_embedder(patches, labels, abnormal_labels, seconds=budget, seed=seed)
+    report["final"] = trained
+    embedded = model.embed(patches)
+    _, all_f = feature_vectors_fit(np.arange(len(labels)))
+    learnt = _fitted(embedded, all_f)
+    learnt.mode, learnt.embedding_weight, learnt.model = mode, weight, model.sha256
+    learnt.score, learnt.threshold, learnt.k, learnt.report = score, points[score]["threshold"], k, report
+    return model, learnt
+
+
+def _fitted(embeddings: np.ndarray, train_features: np.ndarray):
+    """A LearntSimilarity with the embedding's z-scores and both blocks' scales fitted on
+    these (training) cells."""
+    from pathmaster.embedding import LearntSimilarity
+
+    mean, std = embeddings.mean(axis=0), embeddings.std(axis=0)
+    std = np.where(std > 1e-6, std, 1.0)
+    z = (embeddings - mean) / std
+    return LearntSimilarity(mean=mean.astype(np.float64), std=std.astype(np.float64),
+                            feature_scale=float(np.sqrt(np.asarray(train_features).var(axis=0).sum())) or 1.0,
+                            embedding_scale=float(np.sqrt(z.var(axis=0).sum())) or 1.0)

@@ -1,0 +1,143 @@
+"""A site's learnt similarity, between its database and the trainer.
+
+``fit_learnt(db, X, labels, normalization, projection, ...)`` is what indexing runs after the
+features are fitted: read each cell's patch from its stored image, mask and blank slide,
+learn the network and choose what the site compares (``pathmaster.learn.learn_similarity``)
+or, when the site cannot learn (too few labelled cells, JAX not installed, the option
+"features"), keep the features and say why; either way choose the abnormality score's
+operating point by the site's own cross-validation. ``load_learnt(site_dir, config)`` gives
+the stored network back for inference (NumPy only).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from pathmaster import embedding as emb
+from pathmaster import similarity
+
+log = logging.getLogger(__name__)
+
+# What ``pathmaster index --similarity`` accepts: "auto" lets the site's cross-validation choose.
+SIMILARITY_CHOICES = ("auto", *emb.SIMILARITY_MODES)
+# The training budget of one indexing run, in seconds of wall time (every inner fold's
+# network and the final one together): SECONDS_PER_CELL a labelled cell, within these bounds.
+LEARN_SECONDS = (20.0, 150.0)
+SECONDS_PER_CELL = 0.4
+
+
+def learn_budget(cells: int) -> float:
+    """Seconds of training for a site of `cells` labelled cells."""
+    return float(np.clip(cells * SECONDS_PER_CELL, *LEARN_SECONDS))
+
+
+def cell_patches(db, cells) -> np.ndarray:
+    """uint8 (n, S, S, 3): ``embedding.cell_patch`` of each stored cell (image, slide)."""
+    from pathmaster.imageio import decode_image
+
+    patches = []
+    for cell in cells:
+        image = decode_image(db.read_file(cell.image_path), cell.image_path)
+        background = (decode_image(db.read_file(cell.background_path), cell.background_path)
+                      if cell.background_path else np.full_like(image, 255))
+        patches.append(emb.cell_patch(image, background))
+    return np.stack(patches) if patches else np.zeros((0, emb.PATCH_PX, emb.PATCH_PX, 3), np.uint8)
+
+
+def _groups(cells, labelled: np.ndarray):
+    """The labelled cells' groups (slide images) when the database records them, else None."""
+    groups = [getattr(c, "group", None) for c, keep in zip(cells, labelled) if keep]
+    return None if any(g is None for g in groups) or not groups else np.asarray(groups, dtype=str)
+
+
+def fit_learnt(db, X: np.ndarray, normalization, projection, vocabulary, *, choice: str = "auto",
+               seconds: float | None = None, seed: int = 0) -> tuple[emb.LearntSimilarity, np.ndarray | None]:
+    """(what the site compares, its cells' embeddings (n, EMBEDDING_DIM) or None).
+
+    seconds: the training budget (None: ``learn_budget`` of the labelled cells). Writes the
+    network's file (``Embedder.save``) into the site directory when one is learnt.
+    """
+    from pathmaster import learn
+
+    cells = db.cells()
+    labels = np.array([c.diagnosis for c in cells], dtype=object)
+    labelled = np.array([label is not None for label in labels])
+    abnormal_labels = set(vocabulary.abnormal)
+    reason = "the site's option 'features'" if choice == "features" else learn.cannot_learn(labels, abnormal_labels)
+    if not reason:
+        try:
+            import jax  # noqa: F401
+            import optax  # noqa: F401
+        except ImportError:
+            reason = "the trainer is not installed (pathmaster-qos[learn])"
+    Z = normalization.apply(X)
+    fit = _refit(projection, Z[labelled], labels[labelled], seed)
+    if reason:
+        log.info("%s: comparing features alone: %s", db.site_dir, reason)
+        return features_only(fit, labels[labelled].astype(str), _groups(cells, labelled), abnormal_labels,
+                             reason, seed), None
+    patches = cell_patches(db, cells)
+    model, learnt = learn.learn_similarity(patches[labelled], fit, labels[labelled], _groups(cells, labelled),
+                                           abnormal_labels, choice=choice,
+                                           seconds=seconds or learn_budget(int(labelled.sum())), seed=seed)
+    model.save(db.site_dir)
+    for old in Path(db.site_dir).glob("embedding-*.npz"):
+        if old.name != f"embedding-{model.sha256[:16]}.npz":
+            old.unlink(missing_ok=True)
+    embeddings = model.embed(patches)
+    # the z-scores and scales on every cell (the unlabelled too), as the index holds them
+    vectors = projection.apply(Z)
+    refitted = learn._fitted(embeddings, vectors)
+    learnt.mean, learnt.std = refitted.mean, refitted.std
+    learnt.feature_scale, learnt.embedding_scale = refitted.feature_scale, refitted.embedding_scale
+    return learnt, embeddings
+
+
+def _refit(projection, Z: np.ndarray, labels: np.ndarray, seed: int):
+    """``fit(train) -> (train vectors, all vectors)``: the site's projection method refitted
+    on the labelled cells ``train`` (z-scores ``Z``), so held-out cells shape nothing."""
+    names = list(projection.names)
+
+    def fit(train: np.ndarray):
+        if projection.method == "all" or len(set(labels[train])) < 2:
+            fitted = projection
+        else:
+            fitted = similarity.PROJECTIONS[projection.method](Z[train], labels[train], names, seed)
+        vectors = fitted.apply(Z).astype(np.float64)
+        return vectors[train], vectors
+    return fit
+
+
+def features_only(fit, labels: np.ndarray, groups, abnormal_labels, reason: str, seed: int) -> emb.LearntSimilarity:
+    """The features alone, the neighbours' abnormality score, its threshold from held-out
+    folds when there are enough cells (else 0.5: a majority of the neighbours), and why."""
+    from pathmaster import learn
+
+    learnt = emb.LearntSimilarity(report={"reason": reason})
+    abnormal = np.array([label in abnormal_labels for label in labels])
+    if len(labels) < 2 * learn.INNER_FOLDS or abnormal.all() or not abnormal.any():
+        return learnt
+    share = np.zeros(len(labels))
+    for train, test in learn.inner_folds(labels, groups, seed):
+        train_vectors, vectors = fit(train)
+        nearest = learn._nearest(train_vectors, vectors[test], learnt.k)
+        share[test] = abnormal[train][nearest].mean(axis=1)
+    point = learn.operating_point(share, abnormal)
+    learnt.threshold = point["threshold"]
+    learnt.report["scores"] = {"neighbours": point}
+    return learnt
+
+
+def load_learnt(site_dir: Path, learnt: emb.LearntSimilarity) -> emb.Embedder | None:
+    """The site's network (NumPy) when it compares or scores with one, else None.
+    FileNotFoundError when its file is gone (index the site again)."""
+    if not learnt.model:
+        return None
+    path = Path(site_dir) / f"embedding-{learnt.model[:16]}.npz"
+    model = emb.Embedder.from_bytes(path.read_bytes())
+    if model.sha256 != learnt.model:
+        raise ValueError(f"{path}: its content does not match the index's model {learnt.model[:16]}")
+    return model
