@@ -35,14 +35,16 @@ log = logging.getLogger(__name__)
 
 # The search structure's keys of the ``index`` config; every other key is what the site fitted.
 STRUCTURE_KEYS = frozenset({"algorithm", "n_cells", "fingerprint", "nprobe", "recall_at_5", "representation"})
-# The drift check: new cells whose distances to their nearest database cell are larger
-# than the database's own cells' (one-sided Mann-Whitney U) with p below DRIFT_P and a
-# large effect (Vargha and Delaney's A >= 0.71: a new cell is farther than an old one in
-# at least 71% of pairs) have drifted. Fewer new cells than DRIFT_MIN_CELLS are not tested.
+# The drift check: new cells whose distances to their nearest cell of a reference sample
+# of the database are larger than those of the database's own cells (one-sided
+# Mann-Whitney U) with p below DRIFT_P and a large effect (Vargha and Delaney's A >= 0.71:
+# a new cell is farther than an old one in at least 71% of pairs) have drifted. Fewer new
+# cells than DRIFT_MIN_CELLS are not tested.
 DRIFT_P = 0.01
 DRIFT_EFFECT = 0.71
 DRIFT_MIN_CELLS = 20
-DRIFT_SAMPLE = 1000   # cells of each side compared, at most
+DRIFT_SAMPLE = 300         # cells of each side compared, at most (plenty for a large effect)
+DRIFT_REFERENCE = 10_000   # database cells they are compared against, at most
 
 
 def representation_id(config: dict) -> str:
@@ -61,20 +63,22 @@ def representation(config: dict) -> dict:
             "added": stored.get("added", 0), "removed": stored.get("removed", 0), "drift": stored.get("drift")}
 
 
-def drift(index, old: np.ndarray, new: np.ndarray) -> dict:
-    """Whether the `new` cells' vectors (m, d) lie farther from the database than its own
-    cells `old` (a sample of the vectors in `index`, (n, d)) do from each other.
+def drift(reference: np.ndarray, old: np.ndarray, new: np.ndarray) -> dict:
+    """Whether the `new` cells' vectors (m, d) lie farther from the database's cells
+    `reference` (a sample, (r, d)) than other database cells `old` ((n, d), none of them in
+    `reference`) do.
 
     Returns {"drifted", "p", "effect", "new_cells"}: the one-sided Mann-Whitney U test of the
-    new cells' nearest-neighbour distances against the old cells' (each old cell's nearest
-    other cell), and Vargha and Delaney's A effect size; see the module's constants.
+    new cells' distances to their nearest reference cell against the old cells', and
+    Vargha and Delaney's A effect size; see the module's constants.
     """
     from scipy.stats import mannwhitneyu
 
     if len(new) < DRIFT_MIN_CELLS or len(old) < DRIFT_MIN_CELLS:
         return {"drifted": False, "p": None, "effect": None, "new_cells": len(new)}
+    index = similarity.build_index(reference)
     d_new = similarity.search(index, new, 1)[0][:, 0]
-    d_old = similarity.search(index, old, 2)[0][:, 1]   # column 0: the cell itself
+    d_old = similarity.search(index, old, 1)[0][:, 0]
     test = mannwhitneyu(d_new, d_old, alternative="greater")
     effect = float(test.statistic) / (len(d_new) * len(d_old))
     return {"drifted": bool(test.pvalue < DRIFT_P and effect >= DRIFT_EFFECT), "p": float(test.pvalue),
@@ -150,8 +154,10 @@ def update_search_index(db: SiteDB, *, algorithm: str | None = None, features: s
     state = representation(previous)
     if index is not None:
         new = _new_vectors(db, previous)
-        old = _vectors_in(index, _sample(index.ntotal, DRIFT_SAMPLE, seed))
-        state["drift"] = drift(index, old, new[_sample(len(new), DRIFT_SAMPLE, seed)])
+        rows = np.random.default_rng(seed).permutation(index.ntotal)[:DRIFT_SAMPLE + DRIFT_REFERENCE]
+        cut = min(DRIFT_SAMPLE, len(rows) // 2)   # old cells tested; the rest is the reference
+        old, reference = _vectors_in(index, np.sort(rows[:cut])), _vectors_in(index, np.sort(rows[cut:]))
+        state["drift"] = drift(reference, old, new[_sample(len(new), DRIFT_SAMPLE, seed)])
         if state["drift"]["drifted"]:
             log.warning("%s: the %d new cells have drifted from the ones the site was fitted to (%s); "
                         "fitting it again", db.site_dir, len(new), state["drift"])

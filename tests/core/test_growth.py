@@ -105,14 +105,12 @@ def test_an_approximate_index_grows_too_and_measures_its_recall(records, tmp_pat
 
 
 def test_drift_is_a_large_shift_of_nearest_neighbour_distances():
-    from pathmaster.similarity import build_index
-
     rng = np.random.default_rng(3)
-    old = rng.normal(size=(400, 6)).astype(np.float32)
-    index = build_index(old)
-    alike = drift(index, old[:200], rng.normal(size=(100, 6)).astype(np.float32))
-    shifted = drift(index, old[:200], (rng.normal(size=(100, 6)) + 4).astype(np.float32))
-    few = drift(index, old[:200], (rng.normal(size=(growth.DRIFT_MIN_CELLS - 1, 6)) + 4).astype(np.float32))
+    old = rng.normal(size=(600, 6)).astype(np.float32)
+    reference, others = old[200:], old[:200]
+    alike = drift(reference, others, rng.normal(size=(100, 6)).astype(np.float32))
+    shifted = drift(reference, others, (rng.normal(size=(100, 6)) + 4).astype(np.float32))
+    few = drift(reference, others, (rng.normal(size=(growth.DRIFT_MIN_CELLS - 1, 6)) + 4).astype(np.float32))
     assert alike["drifted"] is False and shifted["drifted"] is True
     assert shifted["effect"] >= growth.DRIFT_EFFECT and shifted["p"] < growth.DRIFT_P
     assert few["drifted"] is False and few["p"] is None
