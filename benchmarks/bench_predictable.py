@@ -157,7 +157,7 @@ class Timeline:
         (before the servers start: gRPC binds the handlers then)."""
         import gc
 
-        from services.coordinator import server as coordinator_server
+        from services.coordinator import pipeline as coordinator_pipeline
         from services.coordinator.fanout import FanOut
         from services.site.server import SiteServicer
 
@@ -188,7 +188,7 @@ class Timeline:
                 self.gc_pauses.append(time.perf_counter() - self._gc_started)
 
         SiteServicer.Analyse = timed_analyse
-        coordinator_server.FanOut = TimedFanOut
+        coordinator_pipeline.FanOut = TimedFanOut
         gc.callbacks.append(on_gc)
 
     def watch_analysers(self, analysers) -> None:

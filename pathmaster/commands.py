@@ -1,4 +1,4 @@
-"""The core commands: ``synth``, ``index``, ``search``, ``evaluate``.
+"""The core commands: ``synth``, ``index``, ``cells``, ``search``, ``evaluate``.
 
 Each handler imports what it needs when it runs, so ``pathmaster --help`` stays instant.
 Bad input ends a command with one line on stderr naming the file and the problem, and a
@@ -65,8 +65,20 @@ def register(subparsers) -> None:
                         "run and kept (default: the dataset's, herlev for most)")
     p.add_argument("--batch-size", type=int, default=32,
                    help="cells per committed transaction: at most this much work is redone after a crash (default 32)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="local processes analysing cells in parallel (default: one per core; 1: in the "
+                        "indexing process itself)")
+    p.add_argument("--ray-address", metavar="HOST:PORT",
+                   help="analyse on this running Ray cluster instead, one task per CPU (needs the site "
+                        "extra; the cluster's nodes must see DATASET_DIR at the same path)")
+    p.add_argument("--relearn", action="store_true",
+                   help="fit what the site learns from its cells (z-scores, feature choice) to all of them "
+                        "again; without it new cells join the search index and that is kept, unless they "
+                        "have drifted from the cells it was fitted to")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_index)
+
+    _register_cells(subparsers)
 
     p = subparsers.add_parser("search", help="the most similar database cells to one test cell",
                               description="Analyse one cell image and print the k most similar cells of the site.")
@@ -76,15 +88,19 @@ def register(subparsers) -> None:
     p.add_argument("--mask", type=Path, help="label image: 0 background, 1 cytoplasm, 2 nucleus, 3 nucleolus")
     p.add_argument("--k", type=int, default=5, help="number of matches (default 5)")
     p.add_argument("--json", action="store_true", help='print {"matches": [{"cell_id", "diagnosis", "distance"}, ...]}')
+    p.add_argument("--exclude-self", action="store_true",
+                   help="leave out database cells with the query's own pixels (the query is already in the database)")
     p.set_defaults(func=_search)
 
     p = subparsers.add_parser("evaluate", help="retrieval quality of a site (cross-validated, or held-out queries)",
-                              description="Stratified k-fold cross-validation over the site's own cells (the "
-                                          "similarity refitted on each training fold), leave-one-out, or held-out "
-                                          "query cells from another dataset: top-1, precision@5, majority@5, mAP, "
-                                          "binary normal/abnormal accuracy with 95%% confidence intervals, recall "
-                                          "per class, the confusion matrix and, cross-validated, classifiers on "
-                                          "the same folds as a ceiling.")
+                              description="Stratified k-fold cross-validation over the site's own cells, folds "
+                                          "split by slide image (the site's representation refitted on each "
+                                          "training fold), leave-one-out, or held-out query cells from another "
+                                          "dataset: top-1, precision@5, majority@5, mAP, binary normal/abnormal "
+                                          "accuracy, abnormal sensitivity and specificity with 95%% confidence "
+                                          "intervals, the ROC of the per-cell abnormality score, simulated 6-cell "
+                                          "cases, recall per class, the confusion matrix and, cross-validated, "
+                                          "classifiers on the same folds and representation as a ceiling.")
     p.add_argument("--db", required=True, type=Path, metavar="SITE_DIR")
     p.add_argument("--queries", type=Path, metavar="DATASET_DIR", help="held-out query cells (default: cross-validation)")
     p.add_argument("--folds", type=int, default=5, help="stratified folds (default 5)")
@@ -93,8 +109,28 @@ def register(subparsers) -> None:
                    help="leave-one-out in the site's stored space instead (fitted to every cell, queries included)")
     p.add_argument("--no-ceiling", action="store_true", help="skip the classifier ceiling")
     p.add_argument("--json", action="store_true", help="print the metrics as JSON")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_evaluate)
 
+
+
+def _register_cells(subparsers) -> None:
+    """`pathmaster cells remove|relabel`."""
+    p = subparsers.add_parser("cells", help="remove or relabel cells of a site database",
+                              description="Remove cells from a site (rows, files and search index) or give a "
+                                          "cell another diagnosis. What the site learnt is kept until "
+                                          "`pathmaster index --relearn`.")
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    remove = actions.add_parser("remove", help="remove cells by id", description="Remove cells by their site id.")
+    remove.add_argument("cell_ids", nargs="+", metavar="CELL_ID", help="the cells' ids (16 hex digits)")
+    remove.add_argument("--db", required=True, type=Path, metavar="SITE_DIR")
+    remove.set_defaults(func=_cells_remove)
+    relabel = actions.add_parser("relabel", help="give a cell another diagnosis",
+                                 description="Give a cell another diagnosis, a label of the site's vocabulary.")
+    relabel.add_argument("cell_id", metavar="CELL_ID", help="the cell's id (16 hex digits)")
+    relabel.add_argument("diagnosis", metavar="DIAGNOSIS", help="a label of the site's vocabulary")
+    relabel.add_argument("--db", required=True, type=Path, metavar="SITE_DIR")
+    relabel.set_defaults(func=_cells_relabel)
 
 @_reports_bad_input
 def _synth(args) -> int:
@@ -110,12 +146,15 @@ def _synth(args) -> int:
 
 @_reports_bad_input
 def _index(args) -> int:
-    from pathmaster.ingest import ingest
+    from pathmaster.ingest import ingest, local_cores
 
     if not args.dataset.is_dir():
         raise NotADirectoryError(f"{args.dataset}: not a dataset directory")
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be at least 1, got {args.batch_size}")
+    workers = local_cores() if args.workers is None else args.workers
+    if not 1 <= workers <= 1024:
+        raise ValueError(f"--workers must be 1 to 1024, got {workers}")
     vocabulary = None
     if args.vocabulary:
         from pathmaster.vocabulary import load_vocabulary
@@ -123,11 +162,13 @@ def _index(args) -> int:
         vocabulary = load_vocabulary(args.vocabulary)
     report = ingest(args.dataset, args.db, progress=not args.quiet, algorithm=args.algorithm,
                     features=args.features, batch_size=args.batch_size, vocabulary=vocabulary,
+                    workers=workers, ray_address=args.ray_address, relearn=args.relearn,
                     similarity=args.similarity)
     for source, problem in report.problems:
         print(f"skipped {source}: {problem}", file=sys.stderr)
     print(f"{report.added} cells added, {report.skipped} already there, {len(report.problems)} problems; "
-          f"{report.total_cells} cells in {args.db} ({report.cells_per_second:.1f} cells/s)")
+          f"{report.total_cells} cells in {args.db} ({report.cells_per_second:.1f} cells/s, analysed in "
+          f"{report.where})")
     if report.index:
         projection = report.index["projection"]
         names = projection["names"]
@@ -139,6 +180,40 @@ def _index(args) -> int:
         print(f"similarity: {site.similarity_note()}; abnormality score: {site.learnt.score} >= "
               f"{site.learnt.threshold:.3g} (the site's operating point)")
     return 0 if report.total_cells else 1
+
+
+def _known_cells(handler):
+    """An unknown cell id ends the command with one line naming it, exit status 2."""
+
+    @functools.wraps(handler)
+    def run(args) -> int:
+        try:
+            return handler(args)
+        except KeyError as exc:
+            print(f"pathmaster cells: error: no cell {exc.args[0]!r} in {args.db}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+
+    return run
+
+
+@_reports_bad_input
+@_known_cells
+def _cells_remove(args) -> int:
+    from pathmaster.growth import remove_cells
+
+    config = remove_cells(args.db, args.cell_ids)
+    print(f"removed {len(set(args.cell_ids))} cells; {config['n_cells']} cells in {args.db}")
+    return 0
+
+
+@_reports_bad_input
+@_known_cells
+def _cells_relabel(args) -> int:
+    from pathmaster.growth import relabel_cell
+
+    label = relabel_cell(args.db, args.cell_id, args.diagnosis)
+    print(f"cell {args.cell_id} is now {label!r} (`pathmaster index --relearn` fits the site to its labels again)")
+    return 0
 
 
 def _read_cell(args):
@@ -153,30 +228,43 @@ def _read_cell(args):
 @_reports_bad_input
 def _search(args) -> int:
     from pathmaster.site import SiteIndex
+    from pathmaster.sitedb import image_hash
 
     image, background, mask = _read_cell(args)
+    if args.k < 1:
+        raise ValueError(f"--k must be at least 1, got {args.k}")
     site = SiteIndex.open(args.db)
     analysis = site.analyse(image, background, mask, source=str(args.image))
-    matches = site.search(analysis.features, k=args.k)
+    itself = site.cells_with_hash(image_hash(image))  # the query is already in the database
+    left_out = set(itself) if args.exclude_self else set()
+    matches = [m for m in site.search(analysis.features, k=args.k + len(left_out)) if m.cell_id not in left_out]
+    matches = matches[: args.k]
     if args.json:
         print(json.dumps({
             "query": str(args.image),
             "algorithm": site.algorithm,
             "background_estimated": analysis.background_estimated,
             "mask_estimated": analysis.mask_estimated,
+            "cell_choice": analysis.cell_choice,
             "vocabulary": site.vocabulary.name,
+            "in_database": itself,
+            "self_excluded": bool(left_out),
             "matches": [{"cell_id": m.cell_id, "diagnosis": m.diagnosis, "distance": round(m.distance, 6),
                          "bethesda": site.vocabulary.to_bethesda(m.diagnosis),
-                         "source_id": m.source_id} for m in matches],
+                         "source_id": m.source_id, "same_image": m.cell_id in itself} for m in matches],
         }, indent=1))
         return 0
     notes = [what for what, flag in (("background", analysis.background_estimated),
                                      ("mask", analysis.mask_estimated)) if flag]
     if notes:
         print(f"note: no {' or '.join(notes)} given; estimated from the image")
+    if itself:
+        print(f"note: this image is already in the database (cell {', '.join(itself)}); "
+              + ("left out of the matches" if left_out else "it matches itself: --exclude-self leaves it out"))
     print(f"{'rank':>4}  {'cell_id':16}  {'distance':>8}  {'diagnosis':22}  source")
     for rank, m in enumerate(matches, 1):
-        print(f"{rank:>4}  {m.cell_id:16}  {m.distance:8.3f}  {str(m.diagnosis):22}  {m.source_id}")
+        same = "  (the query itself)" if m.cell_id in itself else ""
+        print(f"{rank:>4}  {m.cell_id:16}  {m.distance:8.3f}  {str(m.diagnosis):22}  {m.source_id}{same}")
     return 0
 
 
@@ -185,7 +273,7 @@ def _evaluate(args) -> int:
     import numpy as np
 
     from pathmaster import evaluate
-    from pathmaster.site import MIN_CELLS_FOR_SELECTION, SiteIndex
+    from pathmaster.site import SiteIndex
     from pathmaster.sitedb import SiteDB
 
     if args.folds < 2:
@@ -207,10 +295,13 @@ def _evaluate(args) -> int:
         with SiteDB(args.db) as db:
             _, X = db.feature_matrix()
             choice = db.get_config("index_options", {}).get("features", "auto")
+            groups = np.array([c.group for c in db.cells()], dtype=object)
         labels = np.array(site.labels(), dtype=object)
         labelled = np.array([label is not None for label in labels], dtype=bool)
-        fit = evaluate.site_similarity_fit(site.feature_names, choice, args.seed, MIN_CELLS_FOR_SELECTION)
-        metrics = evaluate.cross_validate(X[labelled], labels[labelled], fit, folds=args.folds, seed=args.seed,
+        fit = evaluate.site_similarity_fit(site.feature_names, choice, args.seed)
+        metrics = evaluate.cross_validate(X[labelled], labels[labelled], fit, groups=groups[labelled],
+                                          abnormal_labels=site.vocabulary.abnormal, folds=args.folds,
+                                          seed=args.seed, progress=not args.quiet,
                                           ceilings=() if args.no_ceiling else tuple(evaluate.CEILINGS))
         metrics["mode"] = f"{metrics['folds']}-fold cross-validation, feature choice {choice!r} refitted per fold"
     metrics["algorithm"] = site.algorithm

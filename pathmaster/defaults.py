@@ -14,7 +14,7 @@ K = 5                 # matches per test cell (the study's "5 closest"); a reque
 MAX_K = 100           # more matches per cell than this is refused
 # Forward feature selection keeps at most this many features (similarity.forward_select);
 # a site that selects them advertises them, and a features request to it carries only
-# these values a cell (issue 10: a one-segment request).
+# these values a cell (a one-segment request).
 MAX_SELECTED_FEATURES = 24
 
 # --- Client-chosen sizes (every one bounded) ------------------------------------------
@@ -105,7 +105,7 @@ COORDINATOR_ANALYSERS = 2       # Ray actors analysing each case's cells once at
 ANALYSIS_READY_S = 120.0        # how long the coordinator waits for them before images-only
 WARM_UP_SEED = 7919             # the synthetic cell a site worker or analyser serves once at start,
                                 # so the first case does not pay (nor teach the predictor) a fresh
-                                # process's lazy imports and first search (issue 10)
+                                # process's lazy imports and first search
 WARM_UP_THUMBNAILS = 1024       # database cells whose wire thumbnails a site worker makes at start
                                 # (~3 ms each): a case's search then costs the same whether or not
                                 # its matches were seen before (the demo's first case: 0.2 s more)
@@ -138,7 +138,14 @@ WFQ_HOLD_QUEUE_PACKETS = 1000
 WFQ_WEIGHT_NUMERATOR = 32384
 # Cisco IOS weighs a WFQ flow by IP precedence + 1: AF41 -> 5, AF21 -> 3, AF11 -> 2, LE -> 1.
 WFQ_WEIGHTS = {"urgent": 5, "routine": 3, "teaching": 2, "bulk": 1}
-SHAPER_BURST_BYTES = 3028      # token bucket of a shaped class: two full Ethernet frames (2 x 1514)
+SHAPER_BURST_BYTES = 3028      # token bucket of a shaped class: two full Ethernet frames (2 x 1514);
+                               # the host-side shaping variant's (a host's own token bucket)
+# Cisco IOS traffic shaping (`traffic-shape rate bit-rate [burst-size [excess-burst-size]]`):
+# "burst-size ... the sustained number of bits that can be transmitted per interval ... Default
+# is the bit-rate divided by 8", i.e. Bc = CIR x 125 ms, and excess-burst-size defaults to
+# burst-size ("Cisco IOS in a Nutshell", O'Reilly, traffic-shape rate; oreilly.com/library/view/
+# cisco-ios-in/156592942X/re703.html). 4000 kbit/s -> 62,500 B; 200 kbit/s -> 3,125 B.
+IOS_SHAPING_INTERVAL_S = 0.125
 # WRED (Cisco IOS `random-detect`): the profile of a DSCP with no profile of its own is
 # min 20, max 40 packets, mark-probability denominator 10; exponential weighting constant 9.
 WRED_DEFAULT_PROFILE = (20, 40, 10)
@@ -180,7 +187,7 @@ CLASS_DEADLINES_S = {"urgent": 2.0, "routine": 10.0, "teaching": 60.0, "bulk": 1
 # The transfer workload's stand-in for a match's wire thumbnail (WIRE_THUMBNAIL_PX WebP: median
 # 286 B, p90 384 B on the real Herlev cells, 236 B on the demo's; benchmarks/bench_wire_reply.py):
 # the bytes each match carries back in an adaptive strategy's cases, unless the strategy says
-# otherwise (its `thumbnail_bytes`; until issue 10's replies fitted one window: 1000).
+# otherwise (its `thumbnail_bytes`; a strategy may ask 1000, the size before replies fitted one window).
 WIRE_THUMBNAIL_BYTES = 300
 MAX_WIRE_THUMBNAIL_BYTES = 65536  # the most a strategy may ask a transfer site for
 # Linux's initial congestion window (RFC 6928: 10 segments), in TCP payload bytes at a 1500 B
@@ -191,7 +198,7 @@ TCP_INITIAL_WINDOW_BYTES = 10 * 1448
 # a 9 B HTTP/2 DATA frame header, and HPACK-indexed response headers and trailers (~60 B).
 GRPC_REPLY_FRAMING_BYTES = 74
 
-# --- Small site requests travel as copies (issue 10, "predictable completion") ------------
+# --- Small site requests travel as copies (predictable completion) ----------------------------
 # A site request of at most SMALL_REQUEST_BYTES (a features-mode case: ~1 KB a cell) is sent
 # as SMALL_REQUEST_COPIES copies at once, each over its own already-open TCP connection to the
 # site (a "lane"); the first answer wins and the other copies are cancelled. Behind a full
@@ -217,7 +224,7 @@ RENEW_CONNECTIONS = False
 # Fresh connections opened per renewed one, the first ready taken: a SYN lost behind a full
 # queue is sent again only after 1 s, and cases may come sooner than that.
 SPARE_CONNECTIONS = 2
-# The end hosts' minimum TCP retransmission timeout (a strategy's `rto_min_ms`, issue 10):
+# The end hosts' minimum TCP retransmission timeout (a strategy's `rto_min_ms`):
 # Linux's is 200 ms (net.ipv4.tcp_rto_min_us = 200000), so a lost last segment of a tiny
 # request waits >= 200 ms plus a round trip. An experiment may lower it on the coordinator's
 # and the sites' hosts within these bounds, ms (the kernel accepts 1 us up; it recommends

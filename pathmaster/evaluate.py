@@ -1,12 +1,17 @@
-"""Retrieval quality: does a cell's neighbourhood in feature space carry its diagnosis?
+"""Retrieval quality: does a cell's neighbourhood in the site's representation carry its diagnosis?
 
 Three ways to get rankings, one way to score them:
 
-- ``cross_validate(X, labels, fit)``: stratified k-fold; the similarity (z-scores and
-  feature choice) is refitted on each fold's training cells and every cell is queried
-  once, against the training cells of its fold. This is the honest figure for a site's
-  own cells, and it comes with confidence intervals, per-class recall and, on the same
-  folds, classifiers on the same features (``CEILINGS``) as a ceiling.
+- ``cross_validate(X, labels, fit, groups=...)``: stratified k-fold with folds split by
+  slide image (cells of one image share stain, focus and patient: on both sides of a split
+  they inflate every figure); the site's representation is refitted on each fold's
+  training cells by the function indexing uses and every cell is queried once against the
+  training cells of its fold. The honest figure for a site's own cells: confidence
+  intervals, per-class recall, sensitivity and specificity for the site's abnormal labels
+  (by the 5-nearest majority, and at an operating point on the abnormality score chosen on
+  the training fold), the ROC of that score (``pathmaster.conclusion``), simulated 6-cell
+  cases of held-out cells, and classifiers on the same folds and representation
+  (``CEILINGS``) as a ceiling.
 - ``leave_one_out(vectors, labels)``: every database cell queries the rest of the database
   (in a space fitted to all of them, the queries included: it flatters).
 - ``held_out(site, records)``: cells from another dataset query the site.
@@ -22,9 +27,15 @@ Metrics (all fractions in [0, 1], means over queries):
   confusion       true diagnosis (rows) x majority@5 prediction (columns), counts
 
 ``ci`` holds each metric's 95% confidence interval [low, high]: Wilson score intervals for the proportions
-(top1, majority_at_5, binary_accuracy, per-class recall), a seeded percentile bootstrap
-over queries for the means of per-query values (precision_at_5, map). Queries are treated
-as independent, which holds for held-out folds of distinct cells.
+(top1, majority_at_5, binary_accuracy, per-class recall, sensitivity, specificity), a seeded
+percentile bootstrap over queries for the means of per-query values (precision_at_5, map)
+and the ROC AUC. Queries are treated as independent, which holds best for held-out folds
+of distinct slide images.
+
+The group-aware folds are scikit-learn's StratifiedGroupKFold; ROC curves and AUC
+scikit-learn's; the operating point and case simulation are written here because they
+are the project's own rules (a threshold meeting a target sensitivity; cases of 1-2
+abnormal cells among normal ones).
 """
 
 from __future__ import annotations
@@ -37,6 +48,14 @@ import numpy as np
 
 from pathmaster import defaults
 from pathmaster.records import DIAGNOSES, NORMAL_DIAGNOSES
+
+# The sensitivity an operating point must reach on the training cells (cells, and cases):
+# a missed abnormal cell costs a patient more than a second look at a normal one.
+TARGET_SENSITIVITY = 0.95
+CASES_PER_FOLD = 400  # simulated cases of each kind (all-normal; 1-2 abnormal cells) per fold
+# The per-cell abnormality score: the case conclusion's (``pathmaster.conclusion``), the
+# share of a cell's matches that are abnormal, weighted by distance within the site.
+WEIGHTING = "distance"
 
 
 def majority_vote(labels) -> str:
@@ -197,62 +216,198 @@ def leave_one_out(vectors: np.ndarray, labels, k: int = defaults.K, *, max_queri
     return score_rankings(labels[queries], top, ap, k)
 
 
-def stratified_folds(labels, folds: int = 5, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
+def stratified_folds(labels, folds: int = 5, seed: int = 0, groups=None) -> list[tuple[np.ndarray, np.ndarray]]:
     """Seeded stratified k-fold split: a list of (train, test) int64 index arrays.
 
-    Every cell is in exactly one test fold and each class is spread evenly over the folds
-    (scikit-learn's StratifiedKFold, shuffled with ``seed``). ``folds`` is lowered to the
-    size of the largest class when that is smaller (a tiny site), but never below 2.
+    Every cell is in exactly one test fold and each class is spread over the folds as
+    evenly as the groups allow. ``groups`` (n cells; None or a None entry: unknown) are the
+    slide images the cells come from: cells of one group are never on both sides of a split
+    (scikit-learn's StratifiedGroupKFold; a cell without a group is a group of its own),
+    without groups scikit-learn's StratifiedKFold, both shuffled with ``seed``. ``folds`` is
+    lowered to the size of the largest class (and to the number of groups) when that is
+    smaller (a tiny site), but never below 2.
     """
-    from sklearn.model_selection import StratifiedKFold
+    import warnings
+
+    from sklearn.model_selection import StratifiedGroupKFold, StratifiedKFold
 
     labels = np.asarray(labels, dtype=object)
     _, codes, counts = np.unique(labels.astype(str), return_inverse=True, return_counts=True)
     folds = max(2, min(int(folds), int(counts.max())))
+    group_codes = _group_codes(groups, len(labels))
+    if group_codes is not None:
+        folds = max(2, min(folds, len(np.unique(group_codes))))
     if len(labels) < folds:
         raise ValueError(f"{folds}-fold cross-validation needs at least {folds} labelled cells, got {len(labels)}")
-    splitter = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
-    import warnings
-
     with warnings.catch_warnings():
         # a class with fewer cells than folds is simply missing from some test folds
         warnings.filterwarnings("ignore", message=".*least populated class.*", category=UserWarning)
-        return [(train.astype(np.int64), test.astype(np.int64))
-                for train, test in splitter.split(np.zeros(len(labels)), codes)]
+        if group_codes is None:
+            splits = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed).split(np.zeros(len(labels)), codes)
+        else:
+            splits = StratifiedGroupKFold(n_splits=folds, shuffle=True, random_state=seed).split(
+                np.zeros(len(labels)), codes, group_codes)
+        return [(train.astype(np.int64), test.astype(np.int64)) for train, test in splits]
 
 
-def _logistic(seed: int):
+def _group_codes(groups, n: int) -> np.ndarray | None:
+    """int64 (n,) group numbers, a cell without a group alone in its own; None when no cell has one."""
+    if groups is None:
+        return None
+    groups = list(groups)
+    if len(groups) != n:
+        raise ValueError(f"{len(groups)} groups for {n} cells")
+    if all(g is None for g in groups):
+        return None
+    names = [("group", g) if g is not None else ("cell", i) for i, g in enumerate(groups)]
+    index = {name: number for number, name in enumerate(dict.fromkeys(names))}
+    return np.array([index[name] for name in names], dtype=np.int64)
+
+
+def group_summary(groups, n: int) -> dict:
+    """What a site says about the slide images of its cells: ``known`` (any group), ``groups``
+    (distinct), ``cells_without`` a group, and ``note`` in words when folds cannot honour them."""
+    groups = [None] * n if groups is None else list(groups)
+    known = [g for g in groups if g is not None]
+    summary = {"known": bool(known), "groups": len(set(known)), "cells_without": n - len(known), "note": None}
+    if not known:
+        summary["note"] = ("this site records no slide image for its cells: folds split cells, and cells of one "
+                           "image on both sides of a split (same stain, focus, patient) make every figure look better")
+    elif summary["cells_without"]:
+        summary["note"] = (f"{summary['cells_without']} of {n} cells have no recorded slide image; "
+                           "each is treated as an image of its own")
+    return summary
+
+
+def operating_point(scores: np.ndarray, positive: np.ndarray, target_sensitivity: float) -> float:
+    """The highest threshold on ``scores`` (float (n,)) at which calling ``score >= threshold``
+    positive finds at least ``target_sensitivity`` of the ``positive`` (bool (n,)) ones:
+    the most specific call that still meets the target. 0.5 when there is no positive."""
+    scores = np.asarray(scores, dtype=np.float64)
+    ranked = np.sort(scores[np.asarray(positive, dtype=bool)])
+    if ranked.size == 0:
+        return 0.5
+    misses_allowed = int(np.floor((1.0 - target_sensitivity) * ranked.size + 1e-9))
+    return float(ranked[min(misses_allowed, ranked.size - 1)])
+
+
+def binary_figures(positive: np.ndarray, called: np.ndarray, confidence: float = 0.95) -> dict:
+    """Sensitivity and specificity of calls (bool (n,) each) with Wilson intervals, and counts."""
+    positive = np.asarray(positive, dtype=bool)
+    called = np.asarray(called, dtype=bool)
+    found, cleared = int((positive & called).sum()), int((~positive & ~called).sum())
+    n_pos, n_neg = int(positive.sum()), int((~positive).sum())
+    return {"sensitivity": found / n_pos if n_pos else None, "specificity": cleared / n_neg if n_neg else None,
+            "sensitivity_ci": wilson_interval(found, n_pos, confidence),
+            "specificity_ci": wilson_interval(cleared, n_neg, confidence),
+            "accuracy": float((positive == called).mean()), "positives": n_pos, "negatives": n_neg,
+            "missed": n_pos - found, "false_alarms": n_neg - cleared}
+
+
+def abnormality_scores(abnormal: np.ndarray, distances: np.ndarray) -> np.ndarray:
+    """The abnormality score of each query: the share of its matches that are abnormal,
+    weighted as the case conclusion weighs them (``pathmaster.conclusion.match_weights``,
+    ``WEIGHTING``), so that evaluation measures the score a case is concluded on.
+
+    abnormal: bool (m, k), each match abnormal in the site's vocabulary; distances: float
+    (m, k), nearest first. Returns float64 (m,) in [0, 1].
+    """
+    from pathmaster.conclusion import match_weights
+
+    abnormal = np.asarray(abnormal, dtype=bool)
+    distances = np.asarray(distances, dtype=np.float64)
+    weights = np.vstack([match_weights(row, len(row), WEIGHTING) for row in distances])
+    return (weights * abnormal).sum(axis=1) / weights.sum(axis=1)
+
+
+def _distances(V_query: np.ndarray, V_base: np.ndarray) -> np.ndarray:
+    """Squared Euclidean distances (m, n), never below 0."""
+    d = ((V_query * V_query).sum(axis=1)[:, None] - 2.0 * V_query @ V_base.T + (V_base * V_base).sum(axis=1)[None, :])
+    return np.maximum(d, 0.0)
+
+
+def _apart(d: np.ndarray, group_codes: np.ndarray | None) -> np.ndarray:
+    """Training cells queried against the other training cells: ``d`` (n, n) with each cell,
+    and every cell of its slide image, out of its own reach (as a held-out image would be)."""
+    d = d.copy()
+    np.fill_diagonal(d, np.inf)
+    if group_codes is not None:
+        d[group_codes[:, None] == group_codes[None, :]] = np.inf
+    return d
+
+
+def _knn_votes(labels_sorted: np.ndarray, distances: np.ndarray, classes: np.ndarray, weighted: bool) -> np.ndarray:
+    """Class votes (m, n_classes) of neighbours' labels (m, k) nearest first; weighted by
+    distance as the case conclusion weighs matches, or equal."""
+    from pathmaster.conclusion import match_weights
+
+    weights = (np.vstack([match_weights(row, len(row), "distance") for row in distances]) if weighted
+               else np.ones(distances.shape))
+    votes = np.zeros((len(labels_sorted), len(classes)))
+    for column, label in enumerate(classes):
+        votes[:, column] = (weights * (labels_sorted == label)).sum(axis=1)
+    return votes
+
+
+def _tuned_knn(V_train, y_train, V_test, d_train_apart, d_test, seed):
+    """k nearest neighbours with k and distance weighting chosen on the training cells alone
+    (each queried with its slide image held apart); returns (predictions for the test
+    cells, the choice)."""
+    classes = np.unique(y_train)
+    finite = np.isfinite(d_train_apart).sum(axis=1).min()
+    best = None
+    order = np.argsort(d_train_apart, axis=1, kind="stable")
+    for k in KNN_CHOICES:
+        if k > finite:
+            break
+        near = order[:, :k]
+        dist = np.sqrt(np.take_along_axis(d_train_apart, near, axis=1))
+        for weighted in (False, True):
+            votes = _knn_votes(y_train[near], dist, classes, weighted)
+            right = float((classes[votes.argmax(axis=1)] == y_train).mean())
+            if best is None or right > best[0] + 1e-12:
+                best = (right, k, weighted)
+    _, k, weighted = best if best else (0.0, min(defaults.K, len(y_train)), False)
+    near = np.argsort(d_test, axis=1, kind="stable")[:, :k]
+    dist = np.sqrt(np.take_along_axis(d_test, near, axis=1))
+    votes = _knn_votes(y_train[near], dist, classes, weighted)
+    return classes[votes.argmax(axis=1)], {"k": int(k), "distance_weighted": bool(weighted)}
+
+
+def _logistic(V_train, y_train, V_test, d_train_apart, d_test, seed):
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
-    return make_pipeline(StandardScaler(), LogisticRegression(C=0.1, max_iter=5000))
+    model = make_pipeline(StandardScaler(), LogisticRegression(C=1.0, max_iter=5000))
+    model.fit(V_train, y_train.astype(str))
+    return model.predict(V_test), {"C": 1.0}
 
 
-def _forest(seed: int):
-    from sklearn.ensemble import RandomForestClassifier
-
-    return RandomForestClassifier(n_estimators=200, min_samples_leaf=2, random_state=seed, n_jobs=1)
-
-
-# Classifiers fitted on the same training folds and features as the retrieval: what a
-# supervised model gets out of the features, i.e. how much the 5-nearest vote leaves.
-CEILINGS: dict[str, Callable] = {"logistic_regression": _logistic, "random_forest": _forest}
+# Classifiers fitted on each training fold in the SAME representation the retrieval searches
+# (the site's fitted similarity): what a supervised model gets out of it. Tuned kNN includes
+# the retrieval's own 5-nearest vote among its choices, so it is a ceiling of the retrieval.
+CEILINGS: dict[str, Callable] = {"knn_tuned": _tuned_knn, "logistic_regression": _logistic}
+KNN_CHOICES = (1, 3, 5, 7, 9, 11, 15, 21, 31)
 
 
-def score_predictions(query_labels, predicted, *, confidence: float = 0.95) -> dict:
-    """Accuracy, binary (normal vs abnormal) accuracy and per-class recall of class predictions,
-    with Wilson intervals; ``binary_accuracy`` is None outside the Herlev vocabulary."""
+def score_predictions(query_labels, predicted, *, confidence: float = 0.95, abnormal_labels=None) -> dict:
+    """Accuracy, binary (normal vs abnormal) accuracy, sensitivity and specificity for the
+    abnormal labels (default: Herlev's dysplasias and carcinoma) and per-class recall of class
+    predictions, with Wilson intervals; binary figures are None when no label is abnormal."""
     truth = np.asarray(query_labels, dtype=object)
     predicted = np.asarray(predicted, dtype=object)
     right = truth == predicted
     m = len(truth)
     result = {"accuracy": float(right.mean()), "binary_accuracy": None,
               "ci": {"accuracy": wilson_interval(int(right.sum()), m, confidence)}, "per_class": {}}
-    if set(truth.tolist()) | set(predicted.tolist()) <= set(DIAGNOSES):
-        same = np.array([_is_normal(t) == _is_normal(g) for t, g in zip(truth, predicted)])
-        result["binary_accuracy"] = float(same.mean())
-        result["ci"]["binary_accuracy"] = wilson_interval(int(same.sum()), m, confidence)
+    abnormal = _abnormal_set(abnormal_labels, truth)
+    if abnormal:
+        positive = np.isin(truth, list(abnormal))
+        binary = binary_figures(positive, np.isin(predicted, list(abnormal)), confidence)
+        result["binary_accuracy"] = binary["accuracy"]
+        result["ci"]["binary_accuracy"] = wilson_interval(int(round(binary["accuracy"] * m)), m, confidence)
+        result["abnormal"] = binary
     for label in [d for d in DIAGNOSES if d in set(truth)] + sorted(set(truth) - set(DIAGNOSES)):
         rows = truth == label
         result["per_class"][label] = {"n": int(rows.sum()), "recall": float(right[rows].mean()),
@@ -260,67 +415,195 @@ def score_predictions(query_labels, predicted, *, confidence: float = 0.95) -> d
     return result
 
 
-def cross_validate(X: np.ndarray, labels, fit: Callable, *, folds: int = 5, seed: int = 0, k: int = defaults.K,
-                   ceilings=tuple(CEILINGS), confidence: float = 0.95) -> dict:
-    """Stratified k-fold retrieval metrics, the similarity refitted on each training fold.
+def _abnormal_set(abnormal_labels, labels) -> frozenset:
+    """The abnormal labels present among ``labels``' vocabulary: ``abnormal_labels`` as given,
+    or Herlev's abnormal classes when None; empty when every or no label is abnormal."""
+    present = set(np.asarray(labels, dtype=object).tolist())
+    abnormal = frozenset(set(DIAGNOSES) - NORMAL_DIAGNOSES if abnormal_labels is None else abnormal_labels)
+    inside = present & abnormal
+    return frozenset(abnormal) if inside and present - abnormal else frozenset()
 
-    X: float (n_cells, n_features) raw feature values; labels: n_cells diagnoses;
-    fit: ``fit(X_train, labels_train) -> transform``, where ``transform(X)`` maps raw
-    features to search vectors (float (m, d)); e.g. z-scores plus the feature choice
-    fitted on the training cells only (see ``pathmaster.similarity.fit_similarity``), so
-    that no query shapes the space it is searched in.
+
+def roc(positive: np.ndarray, scores: np.ndarray, *, confidence: float = 0.95, seed: int = 0) -> dict | None:
+    """ROC curve (sklearn.metrics.roc_curve) and AUC of ``scores`` for ``positive`` cells,
+    with a seeded percentile bootstrap interval of the AUC over the cells (scipy.stats);
+    None when one side is empty."""
+    from scipy.stats import bootstrap
+    from sklearn.metrics import roc_auc_score, roc_curve
+
+    positive = np.asarray(positive, dtype=bool)
+    scores = np.asarray(scores, dtype=np.float64)
+    if positive.all() or not positive.any():
+        return None
+    fpr, tpr, thresholds = roc_curve(positive, scores)
+
+    def auc(truth, values):
+        return roc_auc_score(truth, values) if 0 < truth.sum() < len(truth) else np.nan
+
+    generator = {"rng" if "rng" in inspect.signature(bootstrap).parameters else "random_state":
+                 np.random.default_rng(seed)}
+    interval = bootstrap((positive, scores), auc, paired=True, vectorized=False, n_resamples=1000,
+                         confidence_level=confidence, method="percentile", **generator).confidence_interval
+    return {"auc": float(roc_auc_score(positive, scores)), "auc_ci": [float(interval.low), float(interval.high)],
+            "fpr": fpr.round(6).tolist(), "tpr": tpr.round(6).tolist(),
+            "thresholds": [round(float(t), 6) if np.isfinite(t) else None for t in thresholds]}
+
+
+def cross_validate(X: np.ndarray, labels, fit: Callable, *, groups=None, abnormal_labels=None, folds: int = 5,
+                   seed: int = 0, k: int = defaults.K, ceilings=tuple(CEILINGS), confidence: float = 0.95,
+                   cases: int = CASES_PER_FOLD, target_sensitivity: float = TARGET_SENSITIVITY,
+                   progress: bool = False) -> dict:
+    """Stratified k-fold retrieval metrics, folds split by slide image, the similarity
+    refitted on each training fold.
+
+    X: float (n_cells, n_features) raw feature values; labels: n_cells diagnoses; groups:
+    n_cells slide images (None: unknown, see ``stratified_folds``); abnormal_labels: the
+    site's abnormal diagnoses (default Herlev's); fit: ``fit(X_train, labels_train) ->
+    transform``, where ``transform(X)`` maps raw features to search vectors (float (m, d)),
+    fitted on the training cells only (``site_similarity_fit``: the site's own fit).
     Each cell is queried once, against the training cells of its fold, by exact Euclidean
-    distance; ``map`` covers the whole training fold. ``ceilings`` names classifiers of
-    ``CEILINGS`` to fit and score on the same folds (empty for none).
+    distance; ``map`` covers the whole training fold. Everything chosen (the operating
+    points on the abnormality score, for cells and for simulated cases, and the ceilings'
+    settings) is chosen on the training fold alone, each training cell queried with its
+    slide image held apart. ``ceilings`` names classifiers of ``CEILINGS`` fitted on the
+    same folds and representation; ``cases`` simulated cases per fold (``simulate_cases``);
+    ``progress`` shows a bar per fold on stderr.
 
-    Returns ``score_rankings``'s dict (metrics pooled over all held-out queries, with
-    ``ci`` and per-class recall) plus ``folds``, ``seed``, ``per_fold`` (top1,
-    majority_at_5 and binary accuracy of each fold) and ``ceilings`` (name ->
-    ``score_predictions`` dict).
+    Returns ``score_rankings``'s dict (pooled over all held-out queries) plus ``folds``,
+    ``seed``, ``groups`` (``group_summary``), ``per_fold``, ``abnormal`` (sensitivity and
+    specificity of the majority vote and of the operating point, the ROC of the abnormality
+    score; None when the labels have no abnormal and normal side), ``cases`` and
+    ``ceilings`` (name -> ``score_predictions`` dict with each fold's choice).
     """
+    from tqdm import tqdm
+
     X = np.asarray(X, dtype=np.float64)
     labels = np.asarray(labels, dtype=object)
-    splits = stratified_folds(labels, folds, seed)
     n = len(labels)
-    top = np.empty((n, k), dtype=object)
-    ap = np.empty(n)
-    fold_of = np.empty(n, dtype=np.int64)
-    predictions = {name: np.empty(n, dtype=object) for name in ceilings}
-    for number, (train, test) in enumerate(splits):
+    splits = stratified_folds(labels, folds, seed, groups)
+    codes = _group_codes(groups, n)
+    abnormal = _abnormal_set(abnormal_labels, labels)
+    positive = np.isin(labels, list(abnormal))
+    run = _Run(n, k, ceilings)
+    for number, (train, test) in enumerate(tqdm(splits, desc="cross-validating", unit="fold", disable=not progress)):
         if len(train) < k:
             raise ValueError(f"fold {number}: {len(train)} training cells, fewer than k = {k}")
-        transform = fit(X[train], labels[train])
-        V_train = np.asarray(transform(X[train]), dtype=np.float64)
-        V_test = np.asarray(transform(X[test]), dtype=np.float64)
-        d = ((V_test * V_test).sum(axis=1)[:, None] - 2.0 * V_test @ V_train.T
-             + (V_train * V_train).sum(axis=1)[None, :])
-        order = np.argsort(d, axis=1, kind="stable")
-        ranked = labels[train][order]
-        top[test] = ranked[:, :k]
-        ap[test] = average_precisions(ranked == labels[test][:, None])
-        fold_of[test] = number
-        for name in ceilings:
-            model = CEILINGS[name](seed).fit(X[train], labels[train].astype(str))
-            predictions[name][test] = model.predict(X[test])
-    metrics = score_rankings(labels, top, ap, k, confidence=confidence, seed=seed)
+        run.fold(number, train, test, fit, X, labels, codes, abnormal, positive, seed, cases, target_sensitivity)
+    metrics = score_rankings(labels, run.top, run.ap, k, confidence=confidence, seed=seed)
     metrics["folds"], metrics["seed"] = len(splits), seed
+    metrics["groups"] = group_summary(groups, n)
     metrics["per_fold"] = []
     for number in range(len(splits)):
-        part = score_rankings(labels[fold_of == number], top[fold_of == number], None, k, seed=seed)
+        part = score_rankings(labels[run.fold_of == number], run.top[run.fold_of == number], None, k, seed=seed)
         metrics["per_fold"].append({key: part[key] for key in ("queries", "top1", "majority_at_5", "binary_accuracy")})
-    metrics["ceilings"] = {name: score_predictions(labels, predictions[name], confidence=confidence)
-                           for name in ceilings}
+    metrics["abnormal"] = run.abnormal_figures(positive, abnormal, target_sensitivity, confidence, seed)
+    metrics["cases"] = run.case_figures(target_sensitivity, confidence) if abnormal else None
+    metrics["ceilings"] = {}
+    for name in ceilings:
+        metrics["ceilings"][name] = score_predictions(labels, run.predictions[name], confidence=confidence,
+                                                      abnormal_labels=abnormal or None)
+        metrics["ceilings"][name]["choices"] = run.choices[name]
     return metrics
 
 
-def site_similarity_fit(names: list[str], choice: str = "auto", seed: int = 0, min_cells: int = 30) -> Callable:
-    """A ``fit`` for ``cross_validate`` that refits a site's similarity (z-scores and feature
-    ``choice``, ``pathmaster.similarity.fit_similarity``) on each training fold."""
-    from pathmaster import similarity
+class _Run:
+    """What the folds of ``cross_validate`` gather, and the figures made of it."""
+
+    def __init__(self, n: int, k: int, ceilings):
+        self.k = k
+        self.top = np.empty((n, k), dtype=object)
+        self.ap = np.empty(n)
+        self.fold_of = np.empty(n, dtype=np.int64)
+        self.scores = np.zeros(n)
+        self.called = np.zeros(n, dtype=bool)
+        self.thresholds: list[float] = []
+        self.case_counts = np.zeros(4, dtype=np.int64)  # abnormal found, abnormal cases, normal cleared, normal cases
+        self.case_thresholds: list[float] = []
+        self.case_targets_met: list[bool] = []
+        self.predictions = {name: np.empty(n, dtype=object) for name in ceilings}
+        self.choices: dict[str, list] = {name: [] for name in ceilings}
+
+    def fold(self, number, train, test, fit, X, labels, codes, abnormal, positive, seed, cases, target):
+        k = self.k
+        transform = fit(X[train], labels[train])
+        V_train = np.asarray(transform(X[train]), dtype=np.float64)
+        V_test = np.asarray(transform(X[test]), dtype=np.float64)
+        d_test = _distances(V_test, V_train)
+        order = np.argsort(d_test, axis=1, kind="stable")
+        ranked = labels[train][order]
+        self.top[test] = ranked[:, :k]
+        self.ap[test] = average_precisions(ranked == labels[test][:, None])
+        self.fold_of[test] = number
+        d_apart = _apart(_distances(V_train, V_train), None if codes is None else codes[train])
+        if abnormal:
+            flags = list(abnormal)
+            near = np.sqrt(np.take_along_axis(d_test, order[:, :k], axis=1))
+            self.scores[test] = abnormality_scores(np.isin(ranked[:, :k], flags), near)
+            apart_order = np.argsort(d_apart, axis=1, kind="stable")[:, :k]
+            train_scores = abnormality_scores(np.isin(labels[train][apart_order], flags),
+                                             np.sqrt(np.take_along_axis(d_apart, apart_order, axis=1)))
+            threshold = operating_point(train_scores, positive[train], target)
+            self.thresholds.append(threshold)
+            self.called[test] = self.scores[test] >= threshold
+            self._cases(number, train_scores, positive[train], self.scores[test], positive[test],
+                        None if codes is None else codes[train], None if codes is None else codes[test], seed, cases)
+        for name in self.predictions:
+            predicted, choice = CEILINGS[name](V_train, labels[train], V_test, d_apart, d_test, seed)
+            self.predictions[name][test] = predicted
+            self.choices[name].append(choice)
+
+    def _cases(self, number, train_scores, train_truth, test_scores, test_truth, train_groups, test_groups,
+               seed, cases) -> None:
+        """Simulated cases (``pathmaster.conclusion.simulate_cases``): the case threshold is
+        the one the training fold's cells choose (the target case specificity with the best
+        sensitivity), then scored on cases drawn from the held-out cells."""
+        from pathmaster.conclusion import simulate_cases
+
+        if not (train_truth.any() and (~train_truth).any() and test_truth.any() and (~test_truth).any()):
+            return
+        fitted = simulate_cases(train_scores, train_truth, train_groups, cases=cases, seed=seed * 1000 + number)
+        held = simulate_cases(test_scores, test_truth, test_groups, cases=cases, thresholds=[fitted["chosen"]],
+                              seed=seed * 1000 + number + 500)
+        sensitivity, specificity = held["sensitivity"][0], held["specificity"][0]
+        self.case_counts += [round(sensitivity * cases), cases, round(specificity * cases), cases]
+        self.case_thresholds.append(fitted["chosen"])
+        self.case_targets_met.append(fitted["met"])
+
+    def abnormal_figures(self, positive, abnormal, target, confidence, seed) -> dict | None:
+        if not abnormal:
+            return None
+        majority = np.array([majority_vote([x in abnormal for x in row]) for row in self.top], dtype=bool)
+        return {"labels": sorted(abnormal),
+                "score": "distance-weighted share of abnormal cells among the k matches (pathmaster.conclusion)",
+                "majority": binary_figures(positive, majority, confidence),
+                "operating_point": {**binary_figures(positive, self.called, confidence), "target_sensitivity": target,
+                                    "thresholds": [round(t, 6) for t in self.thresholds]},
+                "roc": roc(positive, self.scores, confidence=confidence, seed=seed)}
+
+    def case_figures(self, target, confidence) -> dict | None:
+        from pathmaster.conclusion import CASE_CELLS, TARGET_CASE_SPECIFICITY
+
+        found, sick, cleared, well = (int(v) for v in self.case_counts)
+        if not sick or not well:
+            return None
+        return {"cells_per_case": CASE_CELLS, "cases": sick + well, "abnormal_cases": sick,
+                "rule": "abnormal when a cell's abnormality score reaches the threshold the training fold's "
+                        f"simulated cases choose (case specificity >= {TARGET_CASE_SPECIFICITY:.2f}, best sensitivity)",
+                "sensitivity": found / sick, "specificity": cleared / well,
+                "sensitivity_ci": wilson_interval(found, sick, confidence),
+                "specificity_ci": wilson_interval(cleared, well, confidence),
+                "missed": sick - found, "false_alarms": well - cleared,
+                "thresholds": [round(t, 6) for t in self.case_thresholds],
+                "target_met_on_training": self.case_targets_met}
+
+
+def site_similarity_fit(names: list[str], choice: str = "auto", seed: int = 0, min_cells: int | None = None) -> Callable:
+    """A ``fit`` for ``cross_validate`` that refits a site's representation on each training
+    fold with the function indexing uses (``pathmaster.site.fit_representation``)."""
+    from pathmaster import site
 
     def fit(X_train: np.ndarray, labels_train: np.ndarray) -> Callable:
-        normalization, projection = similarity.fit_similarity(X_train, labels_train, names, choice,
-                                                              seed=seed, min_cells=min_cells)
+        normalization, projection = site.fit_representation(X_train, labels_train, names, choice, seed=seed)
         return lambda X: projection.apply(normalization.apply(X))
 
     return fit
@@ -336,7 +619,7 @@ def held_out(site, records, k: int = defaults.K) -> tuple[dict, list]:
     from pathmaster.ingest import problem_pair
     from pathmaster.records import CellRecord, InvalidInput
 
-    labels, ranked, ap, problems = [], [], [], []
+    labels, ranked, distances, ap, problems = [], [], [], [], []
     for record in records:
         if not isinstance(record, CellRecord):
             problems.append(problem_pair(record))
@@ -353,10 +636,23 @@ def held_out(site, records, k: int = defaults.K) -> tuple[dict, list]:
         ranking = [m.diagnosis for m in matches]
         labels.append(record.diagnosis)
         ranked.append(ranking[:k])
+        distances.append([m.distance for m in matches[:k]])
         ap.append(average_precisions(np.asarray(ranking, dtype=object) == record.diagnosis)[0])
     if not labels:
         raise ValueError("no query cell could be analysed: " + "; ".join(f"{s}: {p}" for s, p in problems[:5]))
-    return score_rankings(labels, np.asarray(ranked, dtype=object), np.asarray(ap), k), problems
+    ranked = np.asarray(ranked, dtype=object)
+    metrics = score_rankings(labels, ranked, np.asarray(ap), k)
+    abnormal = _abnormal_set(site.vocabulary.abnormal, np.concatenate([labels, site.labels()]))
+    metrics["abnormal"] = None
+    if abnormal:
+        positive = np.isin(labels, list(abnormal))
+        majority = np.array([majority_vote([x in abnormal for x in row]) for row in ranked], dtype=bool)
+        scores = abnormality_scores(np.isin(ranked, list(abnormal)), np.asarray(distances))
+        metrics["abnormal"] = {"labels": sorted(abnormal), "score": "distance-weighted share of abnormal cells "
+                               "among the k matches (pathmaster.conclusion)",
+                               "majority": binary_figures(positive, majority),
+                               "operating_point": None, "roc": roc(positive, scores)}
+    return metrics, problems
 
 
 def _interval(ci: dict, key: str) -> str:
@@ -364,19 +660,59 @@ def _interval(ci: dict, key: str) -> str:
     return "" if low_high is None else f"  [{low_high[0]:.3f}, {low_high[1]:.3f}]"
 
 
+def _pair(figures: dict) -> str:
+    """'sensitivity 0.912 [0.88, 0.94]  specificity ...' of ``binary_figures``."""
+    parts = []
+    for key in ("sensitivity", "specificity"):
+        value = figures[key]
+        low, high = figures[f"{key}_ci"]
+        parts.append(f"{key} {'n/a' if value is None else f'{value:.3f}'} [{low:.3f}, {high:.3f}]")
+    return "  ".join(parts)
+
+
+def _abnormal_lines(metrics: dict) -> list[str]:
+    """The report's lines on abnormal cells, simulated cases and the ROC."""
+    abnormal = metrics.get("abnormal")
+    if abnormal is None:
+        return ["", "abnormal vs normal: n/a (the site's labels have no abnormal and normal side)"]
+    majority, point = abnormal["majority"], abnormal["operating_point"]
+    lines = ["", f"abnormal ({', '.join(abnormal['labels'])}) vs normal: "
+                 f"{majority['positives']} abnormal, {majority['negatives']} normal cells",
+             f"  majority of the {metrics['k']} matches   {_pair(majority)}  ({majority['missed']} abnormal called normal)"]
+    if point:
+        lines.append(f"  operating point         {_pair(point)}  ({point['missed']} abnormal called normal;"
+                     f" threshold chosen on each training fold for sensitivity >= {point['target_sensitivity']:.2f})")
+    curve = abnormal.get("roc")
+    if curve:
+        lines.append(f"  ROC AUC of the abnormality score {curve['auc']:.3f} [{curve['auc_ci'][0]:.3f}, "
+                     f"{curve['auc_ci'][1]:.3f}] ({abnormal['score']})")
+    cases = metrics.get("cases")
+    if cases:
+        lines.append(f"  simulated {cases['cells_per_case']}-cell cases of held-out cells ({cases['cases']}, "
+                     f"{cases['abnormal_cases']} with 1-2 abnormal cells): {_pair(cases)}")
+    return lines
+
+
 def format_report(metrics: dict) -> str:
     """The metrics as a short plain-text report: each metric with its confidence interval,
-    per-class recall, the classifier ceilings (when cross-validated) and the confusion matrix."""
+    abnormal sensitivity and specificity, the ROC AUC, simulated cases, per-class recall,
+    the classifier ceilings (when cross-validated) and the confusion matrix."""
     ci = metrics.get("ci", {})
     head = f"queries: {metrics['queries']}"
     if "folds" in metrics:
-        head += f" ({metrics['folds']}-fold stratified cross-validation, seed {metrics['seed']})"
+        groups = metrics.get("groups") or {}
+        split = f"split by slide image, {groups['groups']} images" if groups.get("known") else "split by cell"
+        head += f" ({metrics['folds']}-fold stratified cross-validation, {split}, seed {metrics['seed']})"
     lines = [head]
+    if (metrics.get("groups") or {}).get("note"):
+        lines.append(f"note: {metrics['groups']['note']}")
     if ci:
         lines.append(f"{'':16s} {'value':>5s}  {int(round(100 * metrics.get('confidence', 0.95)))}% interval")
     for key in ("top1", "precision_at_5", "majority_at_5", "map", "binary_accuracy"):
         value = metrics.get(key)
         lines.append(f"{key:16s} {'n/a' if value is None else f'{value:.3f}'}{_interval(ci, key)}")
+    if "abnormal" in metrics:
+        lines += _abnormal_lines(metrics)
     ceilings = metrics.get("ceilings") or {}
     per_class = metrics["per_class"]
     lines.append("")
@@ -387,7 +723,8 @@ def format_report(metrics: dict) -> str:
         lines.append(f"  {label[:21]:21s} n={row['n']:<4d} " + " | ".join(cells))
     if ceilings:
         lines.append("")
-        lines.append("classifier ceiling on the same folds and features (accuracy = its top1):")
+        lines.append("classifier ceiling on the same folds and representation (accuracy = its top1; "
+                     f"retrieval's majority@5: {metrics['majority_at_5']:.3f}):")
         for name, c in ceilings.items():
             binary = "n/a" if c["binary_accuracy"] is None else f"{c['binary_accuracy']:.3f}"
             lines.append(f"  {name:20s} accuracy {c['accuracy']:.3f}{_interval(c['ci'], 'accuracy')}"

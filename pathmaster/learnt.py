@@ -36,13 +36,13 @@ def learn_budget(cells: int) -> float:
 
 def cell_patches(db, cells) -> np.ndarray:
     """uint8 (n, S, S, 3): ``embedding.cell_patch`` of each stored cell (image, slide)."""
-    from pathmaster.imageio import read_image
+    from pathmaster.imageio import decode_image
 
     patches = []
     for cell in cells:
-        image = read_image(db.site_dir / cell.image_path)
-        background = (read_image(db.site_dir / cell.background_path) if cell.background_path
-                      else np.full_like(image, 255))
+        image = decode_image(db.read_file(cell.image_path), cell.image_path)
+        background = (decode_image(db.read_file(cell.background_path), cell.background_path)
+                      if cell.background_path else np.full_like(image, 255))
         patches.append(emb.cell_patch(image, background))
     return np.stack(patches) if patches else np.zeros((0, emb.PATCH_PX, emb.PATCH_PX, 3), np.uint8)
 

@@ -124,6 +124,8 @@ class CellRecord:
     mask: uint8 (H, W) with labels in MASK_LABELS, or None when not yet segmented.
     background: uint8 (H, W, 3) blank-slide image, or None when the dataset has none.
     background_estimated / mask_estimated: True when PathMaster made them itself.
+    group: the slide image the cell was cropped from, when the dataset says (cells of one
+    image share stain, focus and patient, so evaluation never splits them); None unknown.
     """
 
     source_id: str
@@ -135,3 +137,17 @@ class CellRecord:
     mask_estimated: bool = False
     origin: str = ""
     extra: dict = field(default_factory=dict)
+    group: str | None = None
+
+
+@dataclass(frozen=True)
+class Why:
+    """A decision or a finding as a stable code and the values its words need.
+
+    Every layer says why with these; services/reasons.py is the one table that turns a
+    code into words (plain for a pathologist, full for a researcher). Programs and tests
+    read `code`; `params` maps names to str, int or float values.
+    """
+
+    code: str
+    params: dict = field(default_factory=dict)

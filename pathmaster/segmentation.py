@@ -39,6 +39,9 @@ from pathmaster.records import BACKGROUND, CYTOPLASM, NUCLEOLUS, NUCLEUS, CellRe
 MIN_BACKGROUND_PIXELS = 200  # fewer glass pixels (and under 5% of the image): flat lamp
 QUADRATIC_MIN_PIXELS = 1000  # fewer: fit a plane, not a quadratic
 SPLIT_PREFERENCE = 1.3  # a later nucleus threshold must raise the density ratio this much
+# A cell under this many times its nucleus's area has lost its cytoplasm to the glass
+# threshold; the cytoplasm is looked for again below it (`_cell_and_nucleus`).
+THIN_CYTOPLASM = 1.5
 ENVELOPE_WEIGHT = 0.99  # asymmetric least squares: weight of pixels above the lamp surface
 # How far nucleolus detection looks outside the nucleus: the eosin smoothing's reach
 # (sigma 0.7 px truncated at 4 sigma: 3 px) plus the top-hat opening's (disk(4) twice: 8 px).
@@ -54,6 +57,18 @@ FOOTPRINT_RADIUS_PX = 12
 # A lamp surface (6 coefficients per channel) is fitted to at most this many glass pixels,
 # evenly spread over them: the envelope in `_clear_glass` is pinned down by as many.
 SURFACE_FIT_POINTS = 4000
+# A fitted lamp may dip this much (grey levels) from its edges to its inside before it is
+# taken for a sag under the cell (`_sags`) and refitted as a plane.
+SAG_TOLERANCE = 3.0
+# Letter-box bars (`picture_box`): edge rows or columns of one flat colour, as a resize to a
+# square pads a crop. A line is flat when no pixel is further than BAR_NOISE grey levels per
+# channel from the bar's first line (JPEG noise on a flat colour is ~1-3); bars thinner than
+# BAR_MIN_PX are not looked for, and BAR_RINGING_PX more are cut where JPEG rings at a bar's
+# edge. A picture left smaller than MIN_PICTURE_PX a side is taken whole.
+BAR_NOISE = 8.0
+BAR_MIN_PX = 3
+BAR_RINGING_PX = 2
+MIN_PICTURE_PX = 16
 # complete_cell's coarse cell (half resolution) is grown by this much before the glass
 # round it is used for the blank slide, as the flat pass's
 # 2 px dilation is in _cell_and_nucleus_without_slide.
@@ -145,13 +160,16 @@ def label_pieces(binary: np.ndarray) -> tuple[np.ndarray, int]:
     return labels, count - 1
 
 
-def _component_nearest_centre(binary: np.ndarray, reach: float = 0.25) -> np.ndarray:
+def _component_nearest_centre(binary: np.ndarray, reach: float = 0.25, why: dict | None = None) -> np.ndarray:
     """The connected component that covers, or lies closest to, the image centre; weighted
     by size so a speck at the centre does not beat the cell next to it. ``reach`` (a
     fraction of the image's longer side) is the distance that costs as much as a factor e
-    in area: smaller favours the centre more."""
+    in area: smaller favours the centre more. ``why``, when given, is filled with the
+    choice: ``candidates`` (pieces), ``reason`` (a CHOICE_REASONS code)."""
     labels, count = label_pieces(binary)
     if count <= 1:
+        if why is not None:
+            why.update(candidates=count, reason="only_candidate")
         return binary.copy()
     centre = np.array(binary.shape, dtype=np.float64) / 2
     # Every piece's area and its pixel nearest the centre, in one pass over the pixels;
@@ -163,7 +181,13 @@ def _component_nearest_centre(binary: np.ndarray, reach: float = 0.25) -> np.nda
     np.minimum.at(nearest, pieces, distance)
     area = np.bincount(pieces, minlength=count + 1)
     score = np.log(area[1:]) - nearest[1:] / (reach * max(binary.shape))
-    return labels == 1 + int(np.argmax(score))
+    chosen = int(np.argmax(score))
+    if why is not None:
+        closest = nearest[1:].min()
+        reason = ("covers_centre" if nearest[1 + chosen] <= 1.0 else
+                  "nearest_centre" if nearest[1 + chosen] <= closest else "larger_than_nearer")
+        why.update(candidates=count, reason=reason)
+    return labels == 1 + chosen
 
 
 @lru_cache(maxsize=32)
@@ -433,14 +457,14 @@ def _more_than_three_values(values: np.ndarray) -> bool:
     return inner.size > 0 and inner.min() < inner.max()
 
 
-def _cell_and_nucleus(image: np.ndarray, lamp: np.ndarray,
-                      nucleus_wanted: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _cell_and_nucleus(image: np.ndarray, lamp: np.ndarray, nucleus_wanted: bool = True,
+                      why: dict | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Cell and nucleus (bool (H, W) each, the nucleus inside the cell, never empty) and the
     smoothed summed OD they were cut from, given the lamp (uint8 or float (H, W, 3)).
     See ``segment_cell`` for the method. A caller that wants the cell alone (a pass that
     only finds the glass round it) passes ``nucleus_wanted=False`` and gets the nucleus
     before its last step (`_finish_nucleus`, which that caller may still apply): the cell
-    is the same."""
+    is the same. ``why``: filled with the nucleus's choice (`_component_nearest_centre`)."""
     height, width = image.shape[:2]
     small = min(height, width)
     od_rgb = optical_density(image, np.broadcast_to(lamp, image.shape))
@@ -453,18 +477,38 @@ def _cell_and_nucleus(image: np.ndarray, lamp: np.ndarray,
         if core.sum() > 30:
             core = open_with_disk(core, 1)
         if core.any():
-            nucleus = fill_holes(_component_nearest_centre(core, NUCLEUS_CENTRE_REACH))
+            nucleus = fill_holes(_component_nearest_centre(core, NUCLEUS_CENTRE_REACH, why))
     rest = score[~nucleus]
     if rest.size > 10 and np.ptp(rest) > 0:
         cell = score > _threshold_otsu(rest)
+        if (nucleus.any() and _piece_holding(cell, nucleus).sum() < THIN_CYTOPLASM * nucleus.sum()
+                and _more_than_three_values(rest)):
+            # Only the nucleus stood out: a pale cytoplasm filling the crop (little glass
+            # to split it from) fell with the glass. The lower of three density classes
+            # of the rest splits glass from pale cytoplasm instead.
+            cell = score > _threshold_multiotsu(rest, classes=3)[0]
     else:
         cell = np.ones((height, width), dtype=bool)
-    cell = fill_holes(_component_nearest_centre(cell | nucleus) | nucleus)
+    cell = fill_holes(_piece_holding(cell, nucleus))
     cell = open_with_disk(cell, max(1, small // 40)) | nucleus
-    cell = fill_holes(_component_nearest_centre(cell))
+    cell = fill_holes(_piece_holding(cell, nucleus))
     if nucleus_wanted:
         nucleus = _finish_nucleus(score, cell, nucleus)
     return cell, nucleus, score
+
+
+def _piece_holding(binary: np.ndarray, region: np.ndarray) -> np.ndarray:
+    """The connected piece of ``binary`` that overlaps ``region`` most (the cell holding the
+    nucleus, not a neighbour nearer the centre), with ``region`` itself; the piece nearest
+    the centre (`_component_nearest_centre`) when ``region`` is empty or apart from it."""
+    binary = binary | region
+    labels, count = label_pieces(binary)
+    if count <= 1:
+        return binary
+    overlap = np.bincount(labels[region], minlength=count + 1)[1:] if region.any() else np.zeros(count)
+    if overlap.max() == 0:
+        return _component_nearest_centre(binary)
+    return labels == 1 + int(np.argmax(overlap))
 
 
 def _finish_nucleus(score: np.ndarray, cell: np.ndarray, nucleus: np.ndarray) -> np.ndarray:
@@ -483,7 +527,8 @@ def _finish_nucleus(score: np.ndarray, cell: np.ndarray, nucleus: np.ndarray) ->
 def segment_cell(image: np.ndarray, background: np.ndarray | None = None) -> np.ndarray:
     """Segment one cell image into PathMaster's 4 regions.
 
-    image: uint8 (H, W, 3) RGB, the cell roughly centred (as in Herlev/SIPaKMeD crops).
+    image: uint8 (H, W, 3) RGB, the cell roughly centred (as in Herlev/SIPaKMeD crops);
+    letter-box bars (`picture_box`) are left out and labelled background.
     background: optional uint8 (H, W, 3) blank slide; it makes the OD exact. Without it
     the lamp is taken as flat (``_flat_lamp``): the thresholds below only rank pixels.
     Returns uint8 (H, W): 0 background, 1 cytoplasm, 2 nucleus, 3 nucleolus. The nucleus is
@@ -494,23 +539,32 @@ def segment_cell(image: np.ndarray, background: np.ndarray | None = None) -> np.
     nucleus is the densest thing in a Pap crop, whether it fills the frame, as carcinoma
     in situ does, or is a dot in a superficial cell, see ``_dense_core``), the connected
     piece nearest the centre, holes filled; cell = Otsu's split of the remaining pixels
-    (glass against cytoplasm), the piece holding or nearest the nucleus, holes filled;
+    (glass against cytoplasm; where that leaves a cell barely larger than its nucleus, a pale
+    cytoplasm filling the crop, the lowest of three density classes), the piece holding the
+    nucleus, holes filled;
     nucleoli = small eosinophilic spots inside the nucleus (``_nucleoli``).
     On the 917 Herlev cells (40 px) this took the nucleus's median Dice from 0.82 to 0.91
     and the cell's from 0.75 to 0.81 (benchmarks/bench_segmentation.py).
     """
     check_cell(image, None, background, "segment_cell input")
-    return _segment_cell(image, background)
+    box = picture_box(image)
+    if _is_whole(box, image.shape):
+        return _segment_cell(image, background)
+    picture = np.ascontiguousarray(image[box])
+    mask = _segment_cell(picture, None if background is None else np.ascontiguousarray(background[box]))
+    height, width = image.shape[:2]
+    return np.pad(mask, ((box[0].start, height - box[0].stop), (box[1].start, width - box[1].stop)),
+                  constant_values=BACKGROUND)
 
 
-def _segment_cell(image: np.ndarray, background: np.ndarray | None) -> np.ndarray:
-    """`segment_cell` of arrays that passed `check_cell`."""
+def _segment_cell(image: np.ndarray, background: np.ndarray | None, why: dict | None = None) -> np.ndarray:
+    """`segment_cell` of arrays that passed `check_cell`; ``why`` as in `_cell_and_nucleus`."""
     height, width = image.shape[:2]
     if background is not None:
         lamp = background
-        cell, nucleus, score = _cell_and_nucleus(image, background)
+        cell, nucleus, score = _cell_and_nucleus(image, background, why=why)
     else:
-        cell, nucleus, lamp = _cell_and_nucleus_without_slide(image)
+        cell, nucleus, lamp = _cell_and_nucleus_without_slide(image, why=why)
 
     mask = np.full((height, width), BACKGROUND, dtype=np.uint8)
     mask[cell] = CYTOPLASM
@@ -524,13 +578,13 @@ def _segment_cell(image: np.ndarray, background: np.ndarray | None) -> np.ndarra
     return mask
 
 
-def _cell_and_nucleus_without_slide(image: np.ndarray,
-                                    nucleus_wanted: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _cell_and_nucleus_without_slide(image: np.ndarray, nucleus_wanted: bool = True,
+                                    why: dict | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Cell, nucleus (bool (H, W) each; for ``nucleus_wanted=False`` the nucleus before
     `_finish_nucleus`) and the lamp (uint8 or float (H, W, 3)) they were cut against, for
     an image without its blank slide."""
     lamp = np.broadcast_to(_flat_lamp(image), image.shape)
-    cell, nucleus, score = _cell_and_nucleus(image, lamp, nucleus_wanted=False)
+    cell, nucleus, score = _cell_and_nucleus(image, lamp, nucleus_wanted=False, why=why)
     # A vignetted or tilted lamp fools a flat one; where the first pass leaves enough
     # glass round the cell to pin down a quadratic (QUADRATIC_MIN_PIXELS), the lamp
     # is fitted to it (a surface per channel) and the cell segmented again. Small
@@ -539,7 +593,7 @@ def _cell_and_nucleus_without_slide(image: np.ndarray,
     glass = ~grow(cell, 2)
     if QUADRATIC_MIN_PIXELS <= glass.sum() < glass.size:
         lamp = _fit_lamp(image, glass)
-        cell, nucleus, _ = _cell_and_nucleus(image, lamp, nucleus_wanted)
+        cell, nucleus, _ = _cell_and_nucleus(image, lamp, nucleus_wanted, why=why)
     elif nucleus_wanted:  # no second pass: the first one's nucleus is the answer
         nucleus = _finish_nucleus(score, cell, nucleus)
     return cell, nucleus, lamp
@@ -677,7 +731,28 @@ def _fit_surface(level: np.ndarray, where: np.ndarray) -> np.ndarray:
     terms = _QUADRATIC if len(rows) >= QUADRATIC_MIN_PIXELS else _PLANE
     values = level[rows, cols].astype(np.float64)
     coef = _least_squares(_design(terms, rows, cols, height, width), values)
+    if terms is _QUADRATIC and _sags(coef):
+        terms = _PLANE
+        coef = _least_squares(_design(terms, rows, cols, height, width), values)
     return _surface_on_grid(terms, coef, height, width)
+
+
+def _sags(coef: np.ndarray) -> bool:
+    """Whether a fitted quadratic lamp (coef (6,) or (6, C) of `_QUADRATIC`'s terms) dims
+    towards its inside along some direction by more than SAG_TOLERANCE grey levels.
+
+    A lamp through a microscope is brightest near the optical axis and dims outwards
+    (vignetting), or slopes across an off-centre crop: never darker inside than at its
+    edges. Glass only on two opposite sides of a cell that fills the crop lets a quadratic
+    sag under the cell (the cell then reads as glass); such a fit is replaced by a plane.
+    """
+    c = coef.reshape(6, -1)
+    for xx, xy, yy in zip(c[3], c[4], c[5]):
+        # Hessian [[2xx, xy], [xy, 2yy]] over coordinates in [-0.5, 0.5): a positive
+        # eigenvalue e lifts the surface by e/8 from the centre to an edge along its axis.
+        if np.linalg.eigvalsh(np.array([[2 * xx, xy], [xy, 2 * yy]])).max() / 8 > SAG_TOLERANCE:
+            return True
+    return False
 
 
 def _fit_lamp(image: np.ndarray, glass: np.ndarray) -> np.ndarray:
@@ -693,15 +768,113 @@ def _fit_lamp(image: np.ndarray, glass: np.ndarray) -> np.ndarray:
     return np.clip(np.rint(full, out=full), 1, 255, out=full).astype(np.uint8)
 
 
+def _bar_length(lines: np.ndarray) -> int:
+    """How many leading lines of ``lines`` (n, L, 3) share the first line's flat colour."""
+    first = lines[0].astype(np.int16)
+    reference = first.reshape(-1, 3).mean(axis=0)
+    if np.abs(first - reference).max() > BAR_NOISE:
+        return 0
+    spread = np.abs(lines.astype(np.int16) - reference).max(axis=(1, 2))  # per line, worst pixel and channel
+    rough = np.flatnonzero(spread > BAR_NOISE)
+    return int(rough[0]) if rough.size else len(lines)
+
+
+def picture_box(image: np.ndarray) -> tuple[slice, slice]:
+    """The picture inside an image's letter-box bars: (rows, cols) slices.
+
+    Parameters
+    ----------
+    image : ndarray of uint8, shape (H, W, 3)
+
+    Returns
+    -------
+    rows, cols : slice
+        The image without the flat bars along its edges (each side alone: a bar is at least
+        BAR_MIN_PX lines of one flat colour, see BAR_NOISE; BAR_RINGING_PX more lines are cut
+        where it meets the picture), or the whole image when there are none or the picture
+        left would be under MIN_PICTURE_PX a side. A resize of a crop to a square pads it
+        with such bars: they are neither glass nor cell, and their colour, often darker than
+        the glass, would pass for stain.
+    """
+    height, width = image.shape[:2]
+    across = image.transpose(1, 0, 2)
+    cut = []
+    for lines in (image, image[::-1], across, across[::-1]):
+        length = _bar_length(lines)
+        cut.append(length + BAR_RINGING_PX if length >= BAR_MIN_PX else 0)
+    top, bottom, left, right = cut
+    if height - top - bottom < MIN_PICTURE_PX or width - left - right < MIN_PICTURE_PX:
+        return slice(0, height), slice(0, width)
+    return slice(top, height - bottom), slice(left, width - right)
+
+
+def _is_whole(box: tuple[slice, slice], shape: tuple[int, ...]) -> bool:
+    return box[0] == slice(0, shape[0]) and box[1] == slice(0, shape[1])
+
+
 def complete_cell(record: CellRecord) -> CellRecord:
     """Fill in a record's missing mask and background, flagging what was estimated.
 
-    Checks the record's arrays once (`check_cell`, naming its source_id), then segments
-    a missing mask (with the background when there is one) and estimates a missing
-    background from the image and mask. Returns the same record, updated.
-    Raises InvalidInput for arrays that do not fit together.
+    Checks the record's arrays once (`check_cell`, naming its source_id). Letter-box bars
+    (`picture_box`) are left out: the picture inside them is completed alone, the mask is
+    background on the bars and the estimated blank slide there repeats its nearest picture
+    pixel. Within the picture: a missing mask is segmented (with the background when there
+    is one) and a missing background estimated from the image and mask. ``record.extra``
+    gets ``"cell_choice"``: which cell of the crop was taken and why (`cell_choice`).
+    Returns the same record, updated. Raises InvalidInput for arrays that do not fit together.
     """
     check_cell(record.image, record.mask, record.background, record.source_id)
+    if record.mask is not None and record.background is not None:
+        return record
+    box = picture_box(record.image)
+    why: dict = {"reason": "mask_given", "candidates": None}
+    if _is_whole(box, record.image.shape):
+        _complete(record, why)
+    else:
+        part = CellRecord(record.source_id, record.diagnosis, np.ascontiguousarray(record.image[box]),
+                          mask=None if record.mask is None else np.ascontiguousarray(record.mask[box]),
+                          background=None if record.background is None else np.ascontiguousarray(record.background[box]))
+        _complete(part, why)
+        height, width = record.image.shape[:2]
+        pads = ((box[0].start, height - box[0].stop), (box[1].start, width - box[1].stop))
+        if record.mask is None:
+            record.mask = np.pad(part.mask, pads, constant_values=BACKGROUND)
+            record.mask_estimated = True
+        if record.background is None:
+            record.background = np.pad(part.background, (*pads, (0, 0)), mode="edge")
+            record.background_estimated = True
+    record.extra["cell_choice"] = _choice_report(why, record.mask, box, record.image.shape)
+    return record
+
+
+# Why a crop's cell was the one taken (``cell_choice``'s ``reason``): the only dense piece,
+# the one covering the picture's centre, the nearest to it, or a larger one a little further
+# out (a speck nearer the centre loses to a nucleus, `_component_nearest_centre`); or the
+# user's mask said which.
+CHOICE_REASONS = ("only_candidate", "covers_centre", "nearest_centre", "larger_than_nearer", "mask_given")
+
+
+def _choice_report(why: dict, mask: np.ndarray, box: tuple[slice, slice], shape: tuple[int, ...]) -> dict:
+    """``cell_choice``: which cell of the crop was taken and why.
+
+    ``reason`` (a CHOICE_REASONS code), ``candidates`` (dense pieces the nucleus was chosen
+    among; None for a given mask), ``centre_offset`` (the nucleus centroid's distance from the
+    picture's centre, a share of half the picture's diagonal) and ``bars`` (letter-box bars
+    cut off, px: top, bottom, left, right; all 0 without bars).
+    """
+    height, width = shape[:2]
+    rows, cols = np.nonzero(mask >= NUCLEUS)
+    centre = ((box[0].start + box[0].stop - 1) / 2, (box[1].start + box[1].stop - 1) / 2)
+    half_diagonal = 0.5 * np.hypot(box[0].stop - box[0].start, box[1].stop - box[1].start)
+    offset = float(np.hypot(rows.mean() - centre[0], cols.mean() - centre[1]) / half_diagonal) if rows.size else None
+    return {"reason": why.get("reason", "mask_given"), "candidates": why.get("candidates"),
+            "centre_offset": None if offset is None else round(offset, 3),
+            "bars": [box[0].start, height - box[0].stop, box[1].start, width - box[1].stop]}
+
+
+def _complete(record: CellRecord, why: dict | None = None) -> CellRecord:
+    """`complete_cell` of a record without letter-box bars whose arrays passed `check_cell`;
+    ``why`` is filled with the nucleus's choice when the mask is segmented."""
     if record.mask is None and record.background is None:
         # Neither given (an upload as most users have it). Segmenting against a flat lamp,
         # refitting the lamp to the glass round that cell, segmenting again and then
@@ -722,16 +895,16 @@ def complete_cell(record: CellRecord) -> CellRecord:
             outside = np.where(grow(cell, COARSE_CELL_MARGIN_PX), CYTOPLASM, BACKGROUND)
             record.background = _estimate_background(image, outside.astype(np.uint8), clear)
             record.background_estimated = True
-            record.mask = _segment_cell(image, record.background)
+            record.mask = _segment_cell(image, record.background, why)
             record.mask_estimated = True
             return record
-        record.mask = _segment_cell(image, None)
+        record.mask = _segment_cell(image, None, why)
         record.mask_estimated = True
         record.background = _estimate_background(image, record.mask, clear)
         record.background_estimated = True
         return record
     if record.mask is None:
-        record.mask = _segment_cell(record.image, record.background)
+        record.mask = _segment_cell(record.image, record.background, why)
         record.mask_estimated = True
     if record.background is None:
         record.background = _estimate_background(record.image, record.mask)

@@ -14,6 +14,8 @@ the database's fingerprint, so a missing or stale file is rebuilt from the datab
 from __future__ import annotations
 
 import logging
+import sqlite3
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +33,8 @@ MIN_CELLS_FOR_SELECTION = 30
 # Queries (database cells) used to measure an approximate index's recall against exact.
 RECALL_QUERIES = 500
 TARGET_RECALL = 0.95
+# Cell files are read through one connection a site, one read at a time (each ~0.1 ms).
+_READER_LOCK = threading.Lock()
 
 
 @dataclass
@@ -46,6 +50,9 @@ class CellAnalysis:
     mask_estimated: bool
     mask: np.ndarray | None = None
     background: np.ndarray | None = None
+    # Which cell of the crop was taken and why (``pathmaster.segmentation.complete_cell``);
+    # None when the mask and background were both given.
+    cell_choice: dict | None = None
     patch: np.ndarray | None = None  # uint8 (S, S, 3): what a learnt network sees (embedding.cell_patch)
 
 
@@ -93,7 +100,8 @@ def analyse_cell(image: np.ndarray, background: np.ndarray | None = None, mask: 
         check_cell(image, mask, background, cell.source_id)
     features = features_of(crop_regions(cell.image, cell.background, cell.mask))
     patch = cell_patch(cell.image, cell.background)
-    return CellAnalysis(features, cell.background_estimated, cell.mask_estimated, cell.mask, cell.background, patch)
+    return CellAnalysis(features, cell.background_estimated, cell.mask_estimated, cell.mask, cell.background,
+                        cell_choice=cell.extra.get("cell_choice"), patch=patch)
 
 
 # ---------------------------------------------------------------- building the index
@@ -173,27 +181,56 @@ def build_search_index(db: SiteDB, *, algorithm: str | None = None, features: st
               "projection": projection.to_dict(), "n_cells": len(cell_ids), "fingerprint": fingerprint,
               "similarity": options["similarity"], "learnt": learnt.to_dict()}
     if kind in ("ivf", "hnsw"):
-        # Database cells as queries, each left out of its own results.
-        sample = np.random.default_rng(seed).choice(len(vectors), min(RECALL_QUERIES, len(vectors)), replace=False)
-        _, exact = similarity.search(similarity.build_index(vectors), vectors[sample], defaults.K + 1)
-        if kind == "ivf":
-            config["nprobe"], config["recall_at_5"] = similarity.tune_nprobe(
-                index, vectors[sample], exact, defaults.K, TARGET_RECALL, exclude=sample)
-        else:
-            _, approx = similarity.search(index, vectors[sample], defaults.K + 1)
-            config["recall_at_5"] = similarity.recall_at_k(similarity.drop_ids(approx, sample, defaults.K),
-                                                           similarity.drop_ids(exact, sample, defaults.K))
+        config.update(measure_recall(index, vectors, kind, seed))
     _save_index(db.site_dir, fingerprint, index)
     with db.transaction():
         db.set_config("index", config)
     return config
 
 
+def measure_recall(index, vectors: np.ndarray, kind: str, seed: int = 0) -> dict:
+    """An approximate index's recall@5 against exact search, database cells as queries
+    (each left out of its own results); for IVF the smallest nprobe reaching
+    ``TARGET_RECALL`` too. Returns {"recall_at_5"[, "nprobe"]} for the ``index`` config."""
+    sample = np.random.default_rng(seed).choice(len(vectors), min(RECALL_QUERIES, len(vectors)), replace=False)
+    _, exact = similarity.search(similarity.build_index(vectors), vectors[sample], defaults.K + 1)
+    if kind == "ivf":
+        nprobe, recall = similarity.tune_nprobe(index, vectors[sample], exact, defaults.K, TARGET_RECALL,
+                                                exclude=sample)
+        return {"nprobe": nprobe, "recall_at_5": recall}
+    _, approx = similarity.search(index, vectors[sample], defaults.K + 1)
+    return {"recall_at_5": similarity.recall_at_k(similarity.drop_ids(approx, sample, defaults.K),
+                                                  similarity.drop_ids(exact, sample, defaults.K))}
+
+
+def stored_vectors(db: SiteDB, config: dict, offset: int = 0) -> np.ndarray:
+    """The search vectors (float32 (n, d)) of the database's cells from the `offset`-th on,
+    by the representation fitted and stored in the ``index`` config `config`: nothing is
+    fitted again (the one place that turns stored features into index vectors)."""
+    from pathmaster.embedding import LearntSimilarity
+
+    _, X = db.feature_matrix(offset)
+    normalization = similarity.Normalization.from_dict(config["normalization"])
+    projection = similarity.Projection.from_dict(config["projection"])
+    return _index_vectors(db, X, normalization, projection, LearntSimilarity.from_dict(config.get("learnt")),
+                          offset)
+
+
 def _fit_features(db: SiteDB, X: np.ndarray, names: list[str], choice: str, seed: int):
     """(Normalization, Projection) fitted to the database's feature matrix ``X``."""
     labels = np.array([c.diagnosis for c in db.cells()], dtype=object)
-    return similarity.fit_similarity(X, labels, names, choice, seed=seed,
-                                     min_cells=MIN_CELLS_FOR_SELECTION)
+    return fit_representation(X, labels, names, choice, seed=seed)
+
+
+def fit_representation(X: np.ndarray, labels, names: list[str], choice: str, *, seed: int = 0):
+    """What a site compares cells in, fitted to labelled cells: (Normalization, Projection).
+
+    X: float64 (n_cells, n_features) raw features; labels: n_cells diagnoses (None for
+    unlabelled cells); choice: a ``FEATURE_CHOICES`` entry. The one fit of the site's
+    representation: indexing calls it on the whole database, ``pathmaster evaluate`` on each
+    training fold, so the evaluation measures what the site searches with.
+    """
+    return similarity.fit_similarity(X, labels, names, choice, seed=seed, min_cells=MIN_CELLS_FOR_SELECTION)
 
 
 def _vocabulary(db: SiteDB):
@@ -204,15 +241,16 @@ def _vocabulary(db: SiteDB):
     return Vocabulary.from_dict(stored, db.path) if stored else vocabulary_for_labels(c.diagnosis for c in db.cells())
 
 
-def _index_vectors(db: SiteDB, X: np.ndarray, normalization, projection, learnt) -> np.ndarray:
-    """The database's search vectors (float32 (n, d)): its features' projection, with its
-    cells' embeddings by the stored network when the site compares them."""
+def _index_vectors(db: SiteDB, X: np.ndarray, normalization, projection, learnt, offset: int = 0) -> np.ndarray:
+    """The search vectors (float32 (n, d)) of the database's cells from the `offset`-th on
+    (`X` their features): their features' projection, with their embeddings by the stored
+    network when the site compares them."""
     from pathmaster import learnt as learnt_module
 
     embeddings = None
     if learnt.mode != "features":
         model = learnt_module.load_learnt(db.site_dir, learnt)
-        embeddings = model.embed(learnt_module.cell_patches(db, db.cells()))
+        embeddings = model.embed(learnt_module.cell_patches(db, db.cells()[offset:]))
     return learnt.vectors(projection.apply(normalization.apply(X)), embeddings)
 
 
@@ -243,13 +281,7 @@ def _load_or_rebuild_faiss(db: SiteDB, config: dict):
     else:
         log.info("%s: search index file missing; rebuilding it from the database", db.site_dir)
     if index is None or index.ntotal != config["n_cells"]:
-        from pathmaster.embedding import LearntSimilarity
-
-        _, X = db.feature_matrix()
-        normalization = similarity.Normalization.from_dict(config["normalization"])
-        projection = similarity.Projection.from_dict(config["projection"])
-        vectors = _index_vectors(db, X, normalization, projection, LearntSimilarity.from_dict(config.get("learnt")))
-        index = similarity.build_index(vectors, config["algorithm"])
+        index = similarity.build_index(stored_vectors(db, config), config["algorithm"])
         _save_index(db.site_dir, config["fingerprint"], index)
     if "nprobe" in config:
         index.nprobe = config["nprobe"]
@@ -298,9 +330,10 @@ class SiteIndex:
     def open(cls, site_dir: str | Path) -> "SiteIndex":
         """Load a site directory made by ``pathmaster index``.
 
-        When cells were added since the index was built (e.g. an ingest was killed before
-        its last step) the index is rebuilt first; a missing FAISS file is rebuilt from the
-        database. Raises FileNotFoundError when there is no site database, InvalidInput
+        When cells were added or removed since the index was built (e.g. an ingest was
+        killed before its last step) the index is brought up to date first
+        (``growth.update_search_index``: what the site learnt is kept); a missing FAISS file
+        is rebuilt from the database. Raises FileNotFoundError when there is no site database, InvalidInput
         when its cells were measured with another feature set than this PathMaster's.
         """
         from pathmaster.features import feature_names
@@ -314,8 +347,10 @@ class SiteIndex:
                     "site directory", db.path)
             config = db.get_config("index")
             if config is None or config["fingerprint"] != db.fingerprint():
-                log.info("%s: index out of date with the database; rebuilding", site_dir)
-                config = build_search_index(db)
+                from pathmaster.growth import update_search_index
+
+                log.info("%s: index out of date with the database; bringing it up to date", site_dir)
+                config = update_search_index(db)
             index = _load_or_rebuild_faiss(db, config)
             site = cls(site_dir, config, index, db.cells(), db.get_config("feature_names"),
                        db.get_config("vocabulary"))
@@ -449,11 +484,17 @@ class SiteIndex:
                                 columns, None if embedding is None else np.atleast_2d(embedding))[0]
 
     def _file(self, cell_id: str, attribute: str) -> bytes:
+        from pathmaster.sitedb import DB_NAME, read_site_file
+
         cell = self._by_id[cell_id]  # KeyError for an unknown id
         relative = getattr(cell, attribute)
         if relative is None:
             raise KeyError(f"cell {cell_id} has no {attribute.removesuffix('_path')}")
-        return (self.site_dir / relative).read_bytes()
+        with _READER_LOCK:   # one read-only connection per site, made on first use
+            if getattr(self, "_reader", None) is None:
+                self._reader = sqlite3.connect(f"file:{self.site_dir / DB_NAME}?mode=ro", uri=True,
+                                               check_same_thread=False, timeout=30)
+            return read_site_file(self._reader, self.site_dir, relative)
 
     def thumbnail_png(self, cell_id: str) -> bytes:
         """PNG bytes of the cell's thumbnail; KeyError for an unknown cell id."""
@@ -476,6 +517,11 @@ class SiteIndex:
         with SiteDB(self.site_dir) as db:
             _, X = db.feature_matrix()
             return _index_vectors(db, X, self._normalization, self._projection, self.learnt)
+
+    def cells_with_hash(self, digest: str) -> list[str]:
+        """Ids of the database cells whose pixels hash to ``digest`` (``sitedb.image_hash``):
+        a query that is already in the database."""
+        return [c.cell_id for c in self._cells if c.image_hash == digest]
 
     def cell_ids(self) -> list[str]:
         """The database's cell ids in cell order."""

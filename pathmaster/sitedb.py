@@ -1,19 +1,22 @@
-"""A site's cell database: one SQLite file plus the cell images beside it.
+"""A site's cell database: one SQLite file holding its cells, their images and its settings.
 
 Layout of a site directory::
 
-    SITE_DIR/site.sqlite                  cells, problems, config (this module)
-    SITE_DIR/cells/ab/abcdef0123456789.png        the cell image
-    SITE_DIR/cells/ab/abcdef0123456789-thumb.png  thumbnail (at most THUMBNAIL_PX a side)
-    SITE_DIR/cells/ab/abcdef0123456789-mask.png   4-region label mask
-    SITE_DIR/cells/ab/abcdef0123456789-bg.png     blank-slide background
+    SITE_DIR/site.sqlite                  cells, files, problems, config (this module)
     SITE_DIR/index-<fingerprint>.faiss    the search index (pathmaster.site; rebuildable)
 
-Crash safety: a cell's files are written first, each atomically (temporary name, then
-``os.replace``), and its row is inserted afterwards inside a transaction, so a row never
+A cell's row names its files by path (``cells/ab/abcdef0123456789.png`` the image,
+``-thumb.png`` its thumbnail of at most THUMBNAIL_PX a side, ``-mask.png`` the 4-region
+label mask, ``-bg.png`` the blank slide); their bytes are in the ``files`` table under that
+path (a site indexed before kept them as files under SITE_DIR, which are read still).
+Why in SQLite: a million cells are four million small files otherwise, each a directory
+entry, an inode and a partly empty block; in SQLite they are pages of one file, written in
+the transaction that inserts their rows, and read by primary key as fast as from a file.
+
+Crash safety: a cell's files and its row are inserted in one transaction, so a row never
 points at a missing or half-written file. A cell id is derived from the cell's source id,
-so an interrupted ingest that is run again rewrites the same file names and skips cells
-whose rows were committed. Nothing else refers to a cell until its row exists.
+so an interrupted ingest that is run again skips cells whose rows were committed and
+writes the others. Nothing else refers to a cell until its row exists.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 DB_NAME = "site.sqlite"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 3         # 2: group_id and image_hash; 3: cell files in the `files` table (before: beside it; still read)
 THUMBNAIL_PX = 64
 
 SCHEMA = """
@@ -50,7 +53,13 @@ CREATE TABLE IF NOT EXISTS cells (
     mask_estimated       INTEGER NOT NULL,
     background_estimated INTEGER NOT NULL,
     features             BLOB NOT NULL,  -- float64 little-endian, one per config feature_names
-    added_at             TEXT NOT NULL
+    added_at             TEXT NOT NULL,
+    group_id             TEXT,           -- the slide image the cell was cropped from; NULL unknown
+    image_hash           TEXT            -- image_hash() of its pixels; NULL in cells from before v2
+);
+CREATE TABLE IF NOT EXISTS files (
+    path  TEXT PRIMARY KEY,             -- as a cell row names it, e.g. cells/ab/abcdef0123456789.png
+    data  BLOB NOT NULL
 );
 CREATE TABLE IF NOT EXISTS problems (
     source   TEXT PRIMARY KEY,          -- the file or cell that could not be ingested
@@ -58,6 +67,28 @@ CREATE TABLE IF NOT EXISTS problems (
     seen_at  TEXT NOT NULL
 );
 """
+
+
+# Schema version -> the statements that bring a database of the version before it up to it.
+# Old databases are migrated in place when opened: the columns added are NULL for old cells
+# (unknown), and `pathmaster index` run again over the dataset fills them in.
+MIGRATIONS = {
+    2: ("ALTER TABLE cells ADD COLUMN group_id TEXT",
+        "ALTER TABLE cells ADD COLUMN image_hash TEXT"),
+    3: (),   # the `files` table is made by SCHEMA; files beside the database are still read
+}
+
+
+def image_hash(image: np.ndarray) -> str:
+    """32 hex digits of SHA-256 over an image's shape and decoded pixels (uint8).
+
+    The pixels, not the file: a cell stored as PNG and the same cell uploaded as the
+    dataset's JPEG or BMP decode to the same array, so they have the same hash.
+    """
+    pixels = np.ascontiguousarray(image, dtype=np.uint8)
+    digest = hashlib.sha256(repr(pixels.shape).encode())
+    digest.update(pixels.tobytes())
+    return digest.hexdigest()[:32]
 
 
 def cell_id_for(source_id: str) -> str:
@@ -84,18 +115,33 @@ class CellRow:
     mask_estimated: bool
     background_estimated: bool
     features: np.ndarray | None = None
+    group: str | None = None
+    image_hash: str | None = None
 
 
 _COLUMNS = ("cell_id", "source_id", "diagnosis", "origin", "image_path", "thumbnail_path",
-            "mask_path", "background_path", "mask_estimated", "background_estimated")
+            "mask_path", "background_path", "mask_estimated", "background_estimated", "group_id", "image_hash")
 
 
 def _row_to_cell(row, features: bytes | None = None) -> CellRow:
     values = dict(zip(_COLUMNS, row))
     values["mask_estimated"] = bool(values["mask_estimated"])
     values["background_estimated"] = bool(values["background_estimated"])
+    values["group"] = values.pop("group_id")
     vector = None if features is None else np.frombuffer(features, dtype="<f8").copy()
     return CellRow(**values, features=vector)
+
+
+def _paths(row: CellRow) -> tuple:
+    return (row.image_path, row.thumbnail_path, row.mask_path, row.background_path)
+
+
+def read_site_file(conn: sqlite3.Connection, site_dir: Path, relative: str) -> bytes:
+    """A cell file's bytes: from the `files` table of `conn`, else from under `site_dir`."""
+    row = conn.execute("SELECT data FROM files WHERE path = ?", (relative,)).fetchone()
+    if row is not None:
+        return bytes(row[0])
+    return (Path(site_dir) / relative).read_bytes()
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -143,12 +189,27 @@ class SiteDB:
         self.conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=NORMAL")  # durable against a killed process
+        version = self._version()
         self.conn.executescript(SCHEMA)
-        version = self.get_config("schema_version")
         if version is None:
             self.set_config("schema_version", SCHEMA_VERSION)
-        elif version != SCHEMA_VERSION:
+        elif version > SCHEMA_VERSION:
             raise RuntimeError(f"{self.path}: schema version {version}, this PathMaster reads {SCHEMA_VERSION}")
+        elif version < SCHEMA_VERSION:
+            self._migrate(version)
+
+    def _version(self) -> int | None:
+        """The stored schema version; None for a new, empty database."""
+        tables = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        return self.get_config("schema_version") if "config" in tables else None
+
+    def _migrate(self, version: int) -> None:
+        """Bring a database of an older schema version up to SCHEMA_VERSION, in one transaction."""
+        with self.transaction():
+            for step in range(version + 1, SCHEMA_VERSION + 1):
+                for statement in MIGRATIONS[step]:
+                    self.conn.execute(statement)
+            self.set_config("schema_version", SCHEMA_VERSION)
 
     def close(self) -> None:
         self.conn.close()
@@ -187,16 +248,35 @@ class SiteDB:
     def source_ids(self) -> set[str]:
         return {r[0] for r in self.conn.execute("SELECT source_id FROM cells")}
 
-    def add_cell(self, cell: CellRow) -> None:
-        """Insert one cell (call inside ``transaction()``); its files must already exist."""
+    def add_cell(self, cell: CellRow, files: dict[str, bytes] | None = None) -> None:
+        """Insert one cell (call inside ``transaction()``) with its `files` (path as the row
+        names it -> bytes); without `files` they must exist under the site directory."""
+        if files:
+            self.conn.executemany("INSERT OR REPLACE INTO files (path, data) VALUES (?, ?)", files.items())
+            self.set_config("schema_version", SCHEMA_VERSION)   # older PathMasters cannot read these
         features = np.ascontiguousarray(cell.features, dtype="<f8")
         self.conn.execute(
             f"INSERT INTO cells ({', '.join(_COLUMNS)}, features, added_at) VALUES ({', '.join('?' * (len(_COLUMNS) + 2))})",
             (cell.cell_id, cell.source_id, cell.diagnosis, cell.origin, cell.image_path,
              cell.thumbnail_path, cell.mask_path, cell.background_path, int(cell.mask_estimated),
-             int(cell.background_estimated), features.tobytes(), _now()),
+             int(cell.background_estimated), cell.group, cell.image_hash, features.tobytes(), _now()),
         )
         self.conn.execute("DELETE FROM problems WHERE source = ?", (cell.source_id,))
+
+    def fill_in(self, source_id: str, group: str | None, image_hash: str) -> bool:
+        """Set a stored cell's group and image hash where they are unknown (a cell from an
+        older schema, met again by ``ingest``); call inside ``transaction()``. Returns
+        whether anything changed."""
+        cursor = self.conn.execute(
+            "UPDATE cells SET group_id = COALESCE(group_id, ?), image_hash = COALESCE(image_hash, ?) "
+            "WHERE source_id = ? AND (image_hash IS NULL OR (group_id IS NULL AND ? IS NOT NULL))",
+            (group, image_hash, source_id, group))
+        return cursor.rowcount > 0
+
+    def cells_with_hash(self, digest: str) -> list[str]:
+        """Ids of the cells whose image hash is ``digest`` (``image_hash``), in insertion order."""
+        return [r[0] for r in self.conn.execute("SELECT cell_id FROM cells WHERE image_hash = ? ORDER BY rowid",
+                                                (digest,))]
 
     def cell(self, cell_id: str) -> CellRow:
         """The stored cell (with features); KeyError for an unknown id."""
@@ -210,22 +290,46 @@ class SiteDB:
         rows = self.conn.execute(f"SELECT {', '.join(_COLUMNS)} FROM cells ORDER BY rowid")
         return [_row_to_cell(r) for r in rows]
 
-    def feature_matrix(self) -> tuple[list[str], np.ndarray]:
-        """(cell ids, float64 (n_cells, n_features)) in insertion order."""
+    def feature_matrix(self, offset: int = 0) -> tuple[list[str], np.ndarray]:
+        """(cell ids, float64 (n_cells, n_features)) in insertion order, from the
+        `offset`-th cell on (0: every cell)."""
         ids, vectors = [], []
-        for cell_id, blob in self.conn.execute("SELECT cell_id, features FROM cells ORDER BY rowid"):
+        for cell_id, blob in self.conn.execute("SELECT cell_id, features FROM cells ORDER BY rowid LIMIT -1 OFFSET ?",
+                                               (int(offset),)):
             ids.append(cell_id)
             vectors.append(np.frombuffer(blob, dtype="<f8"))
         n_features = len(self.get_config("feature_names", []))
         matrix = np.vstack(vectors) if vectors else np.zeros((0, n_features))
         return ids, matrix
 
-    def fingerprint(self) -> str:
-        """SHA-1 over the cell ids in insertion order: changes whenever the cell set does."""
+    def fingerprint(self, limit: int = -1) -> str:
+        """SHA-1 over the cell ids in insertion order: changes whenever the cell set does
+        (`limit`: of the first `limit` cells only; -1: all)."""
         digest = hashlib.sha1()
-        for (cell_id,) in self.conn.execute("SELECT cell_id FROM cells ORDER BY rowid"):
+        for (cell_id,) in self.conn.execute("SELECT cell_id FROM cells ORDER BY rowid LIMIT ?", (int(limit),)):
             digest.update(cell_id.encode())
         return digest.hexdigest()
+
+    def remove_cells(self, cell_ids: list[str]) -> list[CellRow]:
+        """Delete the rows and stored files of `cell_ids` (call inside ``transaction()``);
+        returns the rows removed (files a site kept beside the database are the caller's
+        to delete, after the commit). KeyError naming the first unknown id."""
+        rows = []
+        for cell_id in cell_ids:
+            row = self.cell(cell_id)
+            rows.append(row)
+            self.conn.execute("DELETE FROM cells WHERE cell_id = ?", (cell_id,))
+            self.conn.executemany("DELETE FROM files WHERE path = ?", [(p,) for p in _paths(row) if p])
+        return rows
+
+    def read_file(self, relative: str) -> bytes:
+        """The bytes of a cell file a row names; FileNotFoundError when neither stored nor beside."""
+        return read_site_file(self.conn, self.site_dir, relative)
+
+    def set_diagnosis(self, cell_id: str, diagnosis: str | None) -> None:
+        """Change one cell's diagnosis; KeyError for an unknown id."""
+        if self.conn.execute("UPDATE cells SET diagnosis = ? WHERE cell_id = ?", (diagnosis, cell_id)).rowcount != 1:
+            raise KeyError(cell_id)
 
     # ------------------------------------------------------------ problems
 
@@ -250,9 +354,10 @@ class SiteDB:
             issues.append(f"sqlite integrity_check: {result}")
         n_features = len(self.get_config("feature_names", []))
         query = "SELECT cell_id, image_path, thumbnail_path, mask_path, background_path, length(features) FROM cells"
+        stored = {p for (p,) in self.conn.execute("SELECT path FROM files")}
         for cell_id, *paths, n_bytes in self.conn.execute(query):
             for rel in paths:
-                if rel is not None and not (self.site_dir / rel).is_file():
+                if rel is not None and rel not in stored and not (self.site_dir / rel).is_file():
                     issues.append(f"cell {cell_id}: file {rel} is missing")
             if n_bytes != 8 * n_features:
                 issues.append(f"cell {cell_id}: {n_bytes // 8} features stored, expected {n_features}")

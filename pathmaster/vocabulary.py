@@ -37,6 +37,18 @@ ed., Springer 2015; Solomon et al., JAMA 2002;287:2114):
   changes of LSIL, although it also occurs beside HSIL; a site that grades its dyskeratotic
   cells otherwise declares its own mapping.
 - ``bethesda``: the TBS categories themselves, NILM first; every other one is abnormal.
+
+Severity (`BETHESDA_TERMS`, least to most severe) puts squamous and glandular categories on
+one scale, because a case is reported by its single most significant abnormality and a tie
+between two terms must go to the more severe. Squamous: NILM < ASC-US < LSIL < ASC-H < HSIL
+< SCC (TBS 2014; ASC-H "cannot exclude HSIL" carries a higher risk of CIN 2+ than LSIL).
+Glandular: AGC < AIS < adenocarcinoma. Between them, by the risk and work-up each category
+calls for: AGC (high-grade lesions found in 10-40% of follow-ups; colposcopy plus
+endocervical, and from 35 endometrial, sampling, ASCCP 2019) sits with ASC-H, above LSIL; AIS
+(a precancer treated by excision) sits with HSIL; adenocarcinoma sits with SCC (invasive).
+Within each of these pairs the glandular one ranks above the squamous one, since its work-up
+is the wider (endocervical and endometrial sampling besides colposcopy). This is a judgement
+for ordering only; a cytologist reports each abnormality found.
 """
 
 from __future__ import annotations
@@ -50,8 +62,10 @@ from pathmaster.defaults import MAX_NAME_CHARS, MAX_VOCABULARY_LABELS
 from pathmaster.records import (DIAGNOSES, DIAGNOSIS_ALIASES, SIPAKMED_DIAGNOSES, ConfigError, InvalidInput,
                                 _folder_key)
 
-# The Bethesda System's interpretation categories (squamous, then glandular), NILM first.
-BETHESDA_TERMS = ("NILM", "ASC-US", "ASC-H", "LSIL", "HSIL", "SCC", "AGC", "AIS", "ADENOCARCINOMA")
+# The Bethesda System's interpretation categories, least to most severe (the module docstring
+# says how squamous and glandular ones are ordered together).
+BETHESDA_TERMS = ("NILM", "ASC-US", "LSIL", "ASC-H", "AGC", "HSIL", "AIS", "SCC", "ADENOCARCINOMA")
+NILM = BETHESDA_TERMS[0]
 FILE_KEYS = ("name", "labels", "abnormal", "bethesda", "aliases")
 
 
@@ -229,16 +243,55 @@ class Vote:
     total: int
 
 
-def majority(labels) -> Vote | None:
-    """The most common label (None and "" do not vote); a tie goes to the one seen first.
+def severity(term: str | None, order=BETHESDA_TERMS) -> int:
+    """The rank of `term` in `order` (least severe first); -1 for None or a term not in it."""
+    try:
+        return order.index(term)
+    except ValueError:
+        return -1
+
+
+def majority(labels, order=None) -> Vote | None:
+    """The most common label (None and "" do not vote).
+
+    Parameters
+    ----------
+    labels : iterable of str or None
+    order : sequence of str, optional
+        Labels from least to most severe (e.g. `BETHESDA_TERMS`, or a `Vocabulary`'s
+        ``labels``): a tie goes to the more severe label, as a cytologist reports the
+        more significant finding. Without it (or between labels not in it) a tie goes to
+        the label seen first.
 
     Returns None when nothing voted.
     """
     counts = Counter(x for x in labels if x)
     if not counts:
         return None
-    label, votes = counts.most_common(1)[0]  # stable: ties keep first-seen order
-    return Vote(label, votes, sum(counts.values()))
+    top = max(counts.values())
+    tied = [x for x in counts if counts[x] == top]  # first-seen order
+    label = max(tied, key=lambda x: severity(x, tuple(order))) if order is not None else tied[0]
+    return Vote(label, top, sum(counts.values()))
+
+
+def severity_order(labelled) -> tuple[str, ...]:
+    """Diagnosis labels from least to most severe, for `majority`'s ties across sites.
+
+    Parameters
+    ----------
+    labelled : iterable of (label, Bethesda term or None)
+        Matches' diagnoses with the Bethesda term their site maps each to.
+
+    Labels are ordered by their Bethesda term's severity, then, among labels of one term, by
+    their place in the built-in vocabulary holding them all (`vocabulary_for_labels`), whose
+    labels are in order of severity (Herlev's moderate < severe < carcinoma in situ).
+    """
+    terms: dict[str, int] = {}
+    for label, term in labelled:
+        if label:
+            terms[label] = max(terms.get(label, -1), severity(term))
+    within = vocabulary_for_labels(terms).labels
+    return tuple(sorted(terms, key=lambda x: (terms[x], within.index(x) if x in within else -1)))
 
 
 def bethesda_vote(site_matches) -> Vote | None:
@@ -252,6 +305,8 @@ def bethesda_vote(site_matches) -> Vote | None:
     Returns
     -------
     Vote or None
-        The most common Bethesda term over every match whose label maps to one.
+        The most common Bethesda term over every match whose label maps to one; a tie goes
+        to the more severe term.
     """
-    return majority(vocabulary.to_bethesda(label) for vocabulary, labels in site_matches for label in labels)
+    return majority((vocabulary.to_bethesda(label) for vocabulary, labels in site_matches for label in labels),
+                    BETHESDA_TERMS)

@@ -1,4 +1,4 @@
-"""Urgent admission: a reserved share of capacity for urgent work (issue 10 §6).
+"""Urgent admission: a reserved share of capacity for urgent work.
 
 This is seed 004's guaranteed service applied to compute: of `capacity` slots (cases in
 flight at the coordinator, or cells in flight at a site), `reserved` are kept for the most

@@ -1,4 +1,4 @@
-"""Decide, per site, how to send a case so that it meets its deadline (issue 10 §4).
+"""Decide, per site, how to send a case so that it meets its deadline.
 
 The coordinator asks `plan_site` once per site before fan-out. The plan says:
 
@@ -11,7 +11,7 @@ The coordinator asks `plan_site` once per site before fan-out. The plan says:
 - when to **hedge**: a site that runs past its prediction by a margin is re-issued on a
   more favoured class the user may use (or to a replica, where configured) and the slower
   copy is cancelled;
-- **why**, in words, for the case summary.
+- **why**, as reason codes (`pathmaster.records.Why`; services/reasons.py has their words).
 
 Predictions come from `qos.predict`; with none yet (a site that has not answered in that
 mode or class), the plan keeps the requested class and hedges after a fixed share of the
@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from pathmaster import defaults
+from pathmaster.records import Why
 
 STEP_DOWN_HEADROOM = 0.5   # step down only if the lower class is predicted within half the deadline
 HEDGE_MARGIN = 0.5         # hedge when a site runs 50% past its prediction ...
@@ -33,7 +34,7 @@ HEDGE_UNPREDICTED_SHARE = 0.5  # without a prediction: hedge at half the deadlin
 
 @dataclass(frozen=True)
 class SitePlan:
-    """How one site gets the case; `reasons` explain each choice in words."""
+    """How one site gets the case; `why` gives each choice's reason code."""
 
     site: str
     mode: str                    # "features" | "images"
@@ -42,12 +43,12 @@ class SitePlan:
     hedge_after_s: float | None  # seconds after sending; None: no hedge possible
     hedge_class: str | None      # the class (or replica) a hedge uses
     hedge_site: str | None = None
-    reasons: tuple[str, ...] = field(default_factory=tuple)
+    why: tuple[Why, ...] = field(default_factory=tuple)
     copies: int = 1              # copies sent, each over its own connection (lane) ...
     copy_gap_s: float = 0.0      # ... copy k this many seconds times k after the first
 
 
-def choose_mode(schema_matches: bool, ship: str) -> tuple[str, str]:
+def choose_mode(schema_matches: bool, ship: str) -> tuple[str, Why]:
     """The shipping mode and why.
 
     Parameters
@@ -59,15 +60,15 @@ def choose_mode(schema_matches: bool, ship: str) -> tuple[str, str]:
 
     Returns
     -------
-    (mode, reason)
+    (mode, why)
     """
     if ship == "images":
-        return "images", "images requested"
+        return "images", Why("images_requested")
     if schema_matches:
-        return "features", "same feature schema: features sent, analysed once"
+        return "features", Why("features_same_schema")
     if ship == "features":
-        return "images", "site has another feature schema: images sent instead"
-    return "images", "site has another feature schema: images sent"
+        return "images", Why("images_other_schema_asked_features")
+    return "images", Why("images_other_schema")
 
 
 def plan_site(site: str, *, requested: str, entitled: list[str], deadline_s: float,
@@ -117,7 +118,7 @@ def plan_site(site: str, *, requested: str, entitled: list[str], deadline_s: flo
     if not deadline_s > 0:
         raise ValueError(f"deadline must be positive seconds, got {deadline_s!r}")
     mode, why_mode = choose_mode(schema_matches, ship)
-    reasons = [why_mode]
+    why = [why_mode]
     chosen = requested
     predicted = predict(requested, mode)
     rank = entitled.index(requested)
@@ -126,35 +127,38 @@ def plan_site(site: str, *, requested: str, entitled: list[str], deadline_s: flo
         lower_predicted = predict(lower, mode)
         if lower_predicted is not None and lower_predicted <= STEP_DOWN_HEADROOM * deadline_s:
             chosen, predicted = lower, lower_predicted
-            reasons.append(f"stepped down to {lower}: predicted {lower_predicted:.2f} s meets the "
-                           f"{deadline_s:.1f} s deadline, leaving {requested} capacity to others")
-    if predicted is not None:
-        reasons.append(f"predicted {predicted:.2f} s")
-        hedge_after = predicted + max(HEDGE_MARGIN * predicted, HEDGE_MIN_SLACK_S)
-    else:
-        reasons.append("no prediction yet")
-        hedge_after = HEDGE_UNPREDICTED_SHARE * deadline_s
+            why.append(Why("class_stepped_down_within_deadline", {
+                "asked": requested, "served": lower, "predicted_s": lower_predicted, "deadline_s": deadline_s}))
+    why.append(Why("predicted", {"predicted_s": predicted}) if predicted is not None else Why("no_prediction_yet"))
     favoured = entitled[:entitled.index(chosen)]
     hedge_class, hedge_site = (favoured[-1], None) if favoured else (None, replica)
-    if hedge_class is None and hedge_site is None:
-        hedge_after = None
-        reasons.append(f"no hedge: {chosen} is the most favoured class allowed and no replica")
-    elif hedge_after >= deadline_s:
-        hedge_after = None
-        reasons.append("no hedge: the prediction leaves no time for one before the deadline")
-    else:
-        target = f"class {hedge_class}" if hedge_class else f"replica {hedge_site}"
-        reasons.append(f"hedged on {target} if no answer after {hedge_after:.2f} s")
+    hedge_after, why_hedge = _hedge(chosen, predicted, deadline_s, hedge_class, hedge_site)
+    why.append(why_hedge)
     copies = 1
     request_bytes = (mode_bytes or {}).get(mode)
     # Only features: a copy of images would make the site analyse them once per copy.
     if mode == "features" and request_bytes is not None and request_bytes <= small_request_bytes \
             and small_request_copies > 1:
         copies = small_request_copies
-        when = f"{copy_gap_s * 1000:.0f} ms apart" if copy_gap_s > 0 else "at once"
-        reasons.append(f"small request ({request_bytes / 1000:.1f} kB): sent as {copies} copies {when} over "
-                       "separate connections, so that one lost packet does not hold the answer up; "
-                       "the first answer is used and the other copies are cancelled")
+        params = {"kilobytes": request_bytes / 1000, "copies": copies}
+        why.append(Why("small_request_copies", params | {"gap_ms": copy_gap_s * 1000}) if copy_gap_s > 0
+                   else Why("small_request_copies_at_once", params))
     return SitePlan(site=site, mode=mode, request_class=chosen, predicted_s=predicted,
                     hedge_after_s=hedge_after, hedge_class=hedge_class, hedge_site=hedge_site,
-                    reasons=tuple(reasons), copies=copies, copy_gap_s=copy_gap_s if copies > 1 else 0.0)
+                    why=tuple(why), copies=copies, copy_gap_s=copy_gap_s if copies > 1 else 0.0)
+
+
+def _hedge(chosen: str, predicted: float | None, deadline_s: float, hedge_class: str | None,
+           hedge_site: str | None) -> tuple[float | None, Why]:
+    """Seconds after sending to hedge (None: no hedge) and why."""
+    if hedge_class is None and hedge_site is None:
+        return None, Why("no_hedge_most_favoured", {"served": chosen})
+    if predicted is not None:
+        hedge_after = predicted + max(HEDGE_MARGIN * predicted, HEDGE_MIN_SLACK_S)
+    else:
+        hedge_after = HEDGE_UNPREDICTED_SHARE * deadline_s
+    if hedge_after >= deadline_s:
+        return None, Why("no_hedge_no_time")
+    if hedge_class:
+        return hedge_after, Why("hedge_planned_class", {"hedge_class": hedge_class, "after_s": hedge_after})
+    return hedge_after, Why("hedge_planned_replica", {"replica": hedge_site, "after_s": hedge_after})

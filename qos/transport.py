@@ -42,13 +42,13 @@ import os
 import ssl
 import threading
 import time
-from collections import OrderedDict
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 import grpc
+from cachetools import TTLCache
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
@@ -76,14 +76,27 @@ ROLE_NAMES = {"coordinator": "coordinators", "site": "sites", "client": "patholo
 MAX_SEND_ID_CHARS = 64  # AnalyseRequest.send_id: a client-chosen value, bounded
 
 
-def client_identity(context: grpc.ServicerContext) -> str:
-    """Who is calling, for per-client limits: the TLS certificate's common name when there
-    is one, else the peer's address without its port."""
+def caller_identity(context: grpc.ServicerContext) -> str:
+    """Who is calling: the TLS certificate's common name when there is one, else the peer's
+    address without its port (the same for all of a caller's connections)."""
     names = context.auth_context().get("x509_common_name") if context.auth_context() else None
     if names:
         return "cn:" + names[0].decode(errors="replace")
     peer = context.peer() or ""
     return peer.rsplit(":", 1)[0] if peer.count(":") > 1 else peer
+
+
+def client_identity(context: grpc.ServicerContext) -> str:
+    """Who is calling, for per-client limits: `caller_identity`, but a loopback peer without
+    a certificate (a process on this machine: the demo's clients, a load test) with its
+    port, so that each of its connections is a client of its own rather than all one."""
+    caller = caller_identity(context)
+    return context.peer() if _peer_is_loopback(caller) else caller
+
+
+def _peer_is_loopback(peer_host: str) -> bool:
+    """True for gRPC's "ipv4:127.0.0.1" or "ipv6:[::1]" (a peer's address without its port)."""
+    return is_loopback(peer_host.split(":", 1)[1] if peer_host.startswith(("ipv4:", "ipv6:")) else peer_host)
 
 
 class CopyFilter:
@@ -98,22 +111,19 @@ class CopyFilter:
     `entries` of them (the oldest forgotten first).
     """
 
-    def __init__(self, memory_s: float = defaults.COPY_MEMORY_S, entries: int = defaults.COPY_MEMORY_ENTRIES):
+    def __init__(self, memory_s: float = defaults.COPY_MEMORY_S, entries: int = defaults.COPY_MEMORY_ENTRIES,
+                 clock: Callable[[], float] = time.monotonic):
         self.memory_s = memory_s
         self.entries = entries
-        self._seen: OrderedDict[tuple, float] = OrderedDict()
+        self._seen: TTLCache = TTLCache(maxsize=entries, ttl=memory_s, timer=clock)
         self._lock = threading.Lock()
 
     def first(self, key: tuple) -> bool:
         """True the first time `key` is seen (within the memory), False for a copy."""
-        now = time.monotonic()
         with self._lock:
-            while self._seen and (len(self._seen) >= self.entries
-                                  or next(iter(self._seen.values())) < now - self.memory_s):
-                self._seen.popitem(last=False)
             if key in self._seen:
                 return False
-            self._seen[key] = now
+            self._seen[key] = True  # a full memory forgets its oldest first (TTLCache's LRU order)
             return True
 
     def refuse_copy(self, context: grpc.ServicerContext, send_id: str) -> None:
@@ -123,7 +133,8 @@ class CopyFilter:
         if len(send_id) > MAX_SEND_ID_CHARS:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                           f"the send id is too long: at most {MAX_SEND_ID_CHARS} characters")
-        if send_id and not self.first((client_identity(context), send_id)):
+        # The caller, not its connection: the copies of one send come over several.
+        if send_id and not self.first((caller_identity(context), send_id)):
             context.abort(grpc.StatusCode.ALREADY_EXISTS,
                           "this send is already answered on another connection: this copy is not needed")
 

@@ -45,9 +45,9 @@ COORDINATOR = "coordinator"  # the one target of this client's ClassChannels
 
 def cells_from_files(paths) -> list[pb.CellImage]:
     """Read cell files into CellImages, pairing NAME.EXT with NAME-background.EXT and
-    NAME-mask.EXT (the gateway's rule). Raises InvalidInput naming a file that cannot be
+    NAME-mask.EXT or Herlev's NAME-d.bmp (the gateway's rule). Raises InvalidInput naming a file that cannot be
     read or does not pair."""
-    from services.gateway.pairing import pair_files
+    from services.gateway.pairing import mask_labels, pair_files
 
     pairing = pair_files(str(p) for p in paths)
     if pairing.problems:
@@ -57,6 +57,8 @@ def cells_from_files(paths) -> list[pb.CellImage]:
     for files in pairing.cells:
         parts = {role: _read(getattr(files, role)) for role in ("image", "background", "mask")
                  if getattr(files, role)}
+        if "mask" in parts:
+            parts["mask"] = mask_labels(files.mask, parts["mask"])
         cells.append(pb.CellImage(cell_id=id_from_name(PurePath(files.image).name), **parts))
     return cells
 
@@ -174,7 +176,8 @@ class CoordinatorClient:
 
     def submit(self, cells: list[pb.CellImage], request_class: str = "routine", *, k: int = defaults.K,
                deadline_s: float = defaults.QUERY_DEADLINE_S, sites: list[str] | None = None, case_id: str = "",
-               ship: str = "auto", features: list[pb.CellFeatures] | None = None, feature_schema: str = ""):
+               ship: str = "auto", features: list[pb.CellFeatures] | None = None, feature_schema: str = "",
+               concept_weights: dict[str, float] | None = None):
         """Submit a case; returns the gRPC stream of pb.CaseEvent (iterate it; `.cancel()`
         cancels the case): the plan (how each site gets the case and its predicted time),
         a site_result per site as it answers, then the summary. Raises grpc.RpcError when
@@ -184,10 +187,11 @@ class CoordinatorClient:
 
         ship: "auto" (features to sites with the coordinator's feature schema, images to
         the rest), "features" or "images". features/feature_schema: cells analysed here
-        (`analyse_locally`); `cells` then carry only their ids."""
+        (`analyse_locally`); `cells` then carry only their ids. concept_weights: refine by
+        concept ({concept: weight}, services/site/explain.py): the sites re-rank."""
         request = case_request(cells, request_class, k=k, deadline_s=deadline_s, sites=sites,
                                case_id=case_id, ship=ship, features=features,
-                               feature_schema=feature_schema)
+                               feature_schema=feature_schema, concept_weights=concept_weights)
         _, dscp, on_class_port = self.case_route(request_class)
         stub = self._stub(request_class if dscp is not None else None)  # None: unknown class, control port
         span, metadata = case_span(request_class, len(cells) or len(features or []))
@@ -206,9 +210,15 @@ class CoordinatorClient:
     def sites(self) -> list[pb.SiteStatus]:
         return list(self._stub().ListSites(pb.SitesRequest(), timeout=QUICK_CALL_S).sites)
 
-    def image(self, site: str, cell_id: str) -> pb.ImageReply:
-        """The full image (PNG), diagnosis and mask of a database cell at `site`."""
-        return self._stub().GetImage(pb.ImageRequest(site=site, cell_id=cell_id), timeout=QUICK_CALL_S)
+    def image(self, site: str, cell_id: str, request_class: str | None = None) -> pb.ImageReply:
+        """The full image (PNG), diagnosis and mask of a database cell at `site`; with
+        `request_class`, on that class's port, marked as it is both ways (the page fetches
+        larger images in the lowest class, behind every case)."""
+        stub = self._stub()
+        if request_class is not None:
+            _, dscp, _ = self.case_route(request_class)
+            stub = self._stub(request_class if dscp is not None else None)
+        return stub.GetImage(pb.ImageRequest(site=site, cell_id=cell_id), timeout=QUICK_CALL_S)
 
     def describe(self, error: grpc.RpcError) -> str:
         """`describe_error`, plus which TLS setting to check when the failure looks like a
@@ -234,11 +244,13 @@ class CoordinatorClient:
 def case_request(cells: list[pb.CellImage], request_class: str, *, k: int = defaults.K,
                  deadline_s: float = defaults.QUERY_DEADLINE_S, sites: list[str] | None = None,
                  case_id: str = "", ship: str = "auto", features: list[pb.CellFeatures] | None = None,
-                 feature_schema: str = "") -> pb.CaseRequest:
-    """The CaseRequest of `CoordinatorClient.submit`'s arguments."""
+                 feature_schema: str = "", concept_weights: dict[str, float] | None = None) -> pb.CaseRequest:
+    """The CaseRequest of `CoordinatorClient.submit`'s arguments (concept_weights: refine
+    by concept, services/site/explain.py)."""
     return pb.CaseRequest(case_id=case_id, request_class=request_class, cells=cells,
                           sites=sites or [], k=k, deadline_s=deadline_s, ship=ship,
-                          features=features or [], feature_schema=feature_schema)
+                          features=features or [], feature_schema=feature_schema,
+                          concept_weights=concept_weights or {})
 
 
 class AsyncCases:
@@ -265,7 +277,8 @@ class AsyncCases:
         return self._channels[key]
 
     async def submit(self, cells: list[pb.CellImage], request_class: str, *, k: int = defaults.K,
-                     deadline_s: float = defaults.QUERY_DEADLINE_S, case_id: str = ""):
+                     deadline_s: float = defaults.QUERY_DEADLINE_S, case_id: str = "",
+                     concept_weights: dict[str, float] | None = None):
         """The case's pb.CaseEvents as they arrive (an async generator), as
         `CoordinatorClient.submit` sends it. Raises grpc.aio.AioRpcError (a grpc.RpcError)
         when the case is refused or fails. Closing the generator cancels the call, which
@@ -275,7 +288,8 @@ class AsyncCases:
         else:
             route = self.client.case_route(request_class)
         address, dscp, on_class_port = route
-        request = case_request(cells, request_class, k=k, deadline_s=deadline_s, case_id=case_id)
+        request = case_request(cells, request_class, k=k, deadline_s=deadline_s, case_id=case_id,
+                               concept_weights=concept_weights)
         span, metadata = case_span(request_class, len(cells))
         stub = pb_grpc.CoordinatorStub(self._channel(address, dscp))
         call = stub.SubmitCase(request, timeout=deadline_s + REPLY_MARGIN_S, metadata=metadata)

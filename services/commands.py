@@ -31,7 +31,11 @@ def register(subparsers) -> None:
     demo.add_argument("--cells", type=int, default=defaults.DEMO_CELLS,
                       help="cells per site database (default %(default)s)")
     demo.add_argument("--cache", type=Path, default=None,
-                      help="where the site databases are cached (default ~/.cache/pathmaster/demo)")
+                      help="where everything the demo writes goes: site databases, case log, the page's users "
+                           "and audit log (default ~/.cache/pathmaster/demo and .../demo-gateway)")
+    demo.add_argument("--data", type=Path, default=None,
+                      help="build the sites from this dataset folder (e.g. Herlev), its slides dealt over the "
+                           "three sites, instead of synthetic cells")
     demo.add_argument("--ray-address", default="", help="join this Ray cluster instead of starting one")
     demo.add_argument("--class", dest="request_class", default="urgent",
                       help="the case's class (default %(default)s)")
@@ -66,6 +70,8 @@ def register(subparsers) -> None:
                        help="seconds (default %(default)s)")
     query.add_argument("--site", action="append", default=[], help="ask only this site (repeatable)")
     query.add_argument("--json", action="store_true", help="one JSON object per event, per line")
+    query.add_argument("--verbose", action="store_true",
+                       help="every decision in full, for a researcher (default: the plain words a pathologist needs)")
     query.add_argument("--ship", choices=("auto", "features", "images"), default="auto",
                        help="how cells go to the sites: features where a site shares the coordinator's "
                             "feature schema (analysed once), images elsewhere (default: %(default)s)")
@@ -118,9 +124,11 @@ def tls_from_args(args: argparse.Namespace):
 # ------------------------------------------------------------------ printing results
 
 
-def format_site_result(result, elapsed_s: float, truth: dict | None = None) -> str:
-    """A site's result as lines for a terminal (truth: {cell id: diagnosis} when known)."""
+def format_site_result(result, elapsed_s: float, truth: dict | None = None, audience: str = "plain") -> str:
+    """A site's result as lines for a terminal (truth: {cell id: diagnosis} when known);
+    its decisions in `audience`'s words ("plain" or "full", services/reasons.py)."""
     from services.gateway.events import status_name
+    from services.reasons import decisions
 
     head = f"[{elapsed_s:6.2f} s] {result.site:<12} {status_name(result.status_code)}"
     if result.status_code != 0:
@@ -130,6 +138,7 @@ def format_site_result(result, elapsed_s: float, truth: dict | None = None) -> s
              f"search {t.search_s:.3f} s), transfer {t.transfer_s:.3f} s, "
              f"{result.bytes_sent / 1024:.0f} KiB out / {result.bytes_received / 1024:.0f} KiB back"
              + (f", {result.mode} in {result.request_class}" if result.mode else "")]
+    lines += [f"    ({d})" for d in decisions(result.why, audience)]
     for cell in result.cells:
         label = f"    {cell.query_cell_id}"
         if truth and cell.query_cell_id in truth:
@@ -142,35 +151,43 @@ def format_site_result(result, elapsed_s: float, truth: dict | None = None) -> s
     return "\n".join(lines)
 
 
-def format_plan(plan) -> str:
-    """The case's plan, printed before any result: the predicted wait, per site."""
+def format_plan(plan, audience: str = "plain") -> str:
+    """The case's plan, printed before any result: the predicted wait, per site, and why
+    in `audience`'s words ("plain" or "full", services/reasons.py)."""
+    from services.reasons import decisions
     wait = f"expected in about {plan.predicted_s:.1f} s" if plan.predicted_s else "no prediction yet"
     served = f" (served as {plan.served_class})" if plan.served_class != plan.request_class else ""
     lines = [f"case {plan.case_id} ({plan.request_class}{served}): {wait}, deadline {plan.deadline_s:.0f} s"]
     for s in plan.sites:
         predicted = f"~{s.predicted_s:.2f} s" if s.predicted_s else "not predicted yet"
         lines.append(f"    {s.site:<12} {s.mode:<8} {s.request_class:<9} {predicted}")
-    lines += [f"    {d}" for d in plan.decisions]
+        lines += [f"        {d}" for d in decisions(s.why, audience)]
+    lines += [f"    {d}" for d in decisions(plan.why, audience)]
     return "\n".join(lines)
 
 
-def format_summary(summary, truth: dict | None = None) -> str:
+def format_summary(summary, truth: dict | None = None, audience: str = "plain") -> str:
+    """The case's summary: its conclusion first (`services.conclusion_words`; with the full
+    audience each cell's score, each site's reading and the rule), then times, bytes and
+    each cell's vote."""
+    from services.conclusion_words import format_conclusion
+
     predicted = f" (predicted {summary.predicted_s:.2f} s)" if summary.predicted_s else ""
-    lines = [f"case {summary.case_id} ({summary.request_class}): {summary.total_s:.2f} s{predicted}, "
+    lines = format_conclusion(summary.conclusion, verbose=audience == "full")
+    lines += [f"case {summary.case_id} ({summary.request_class}): {summary.total_s:.2f} s{predicted}, "
              f"{summary.sites_ok} site(s) OK, {summary.sites_failed} failed, "
              f"{summary.bytes_sent / 1024:.0f} KiB sent, {summary.bytes_received / 1024:.0f} KiB received"]
     for v in summary.votes:
         known = f"  [true: {truth[v.query_cell_id]}]" if truth and v.query_cell_id in truth else ""
         bethesda = f"; Bethesda {v.bethesda} ({v.bethesda_votes}/{v.bethesda_total})" if v.bethesda else ""
         lines.append(f"    {v.query_cell_id}: {v.diagnosis} ({v.votes}/{v.total} matches{bethesda}){known}")
-    if summary.bethesda.bethesda:
-        b = summary.bethesda
-        lines.append(f"    case, in Bethesda terms: {b.bethesda} ({b.bethesda_votes}/{b.bethesda_total} matches)")
     return "\n".join(lines)
 
 
-def print_case(events, started: float, truth: dict | None = None, as_json: bool = False) -> bool:
-    """Print a case's events as they arrive; True when every site answered OK."""
+def print_case(events, started: float, truth: dict | None = None, as_json: bool = False,
+               audience: str = "plain") -> bool:
+    """Print a case's events as they arrive, decisions in `audience`'s words; True when
+    every site answered OK."""
     from services.gateway.events import case_event_json
 
     ok = True
@@ -178,11 +195,11 @@ def print_case(events, started: float, truth: dict | None = None, as_json: bool 
         if as_json:
             print(json.dumps(case_event_json(event, with_thumbnails=False)), flush=True)
         elif event.HasField("plan"):
-            print(format_plan(event.plan), flush=True)
+            print(format_plan(event.plan, audience), flush=True)
         elif event.HasField("site_result"):
-            print(format_site_result(event.site_result, time.perf_counter() - started, truth), flush=True)
+            print(format_site_result(event.site_result, time.perf_counter() - started, truth, audience), flush=True)
         else:
-            print(format_summary(event.summary, truth), flush=True)
+            print(format_summary(event.summary, truth, audience), flush=True)
         if event.HasField("site_result") and event.site_result.status_code != 0:
             ok = False
     return ok
@@ -227,7 +244,7 @@ def run_demo(args: argparse.Namespace) -> int:
           "with a [tls] section; deploy/make-certs.sh makes certificates)", flush=True)
     try:
         deployment = start_demo(cells=args.cells, cache=args.cache, coordinator_port=args.port,
-                                metrics_port=args.metrics_port, ray_address=args.ray_address)
+                                metrics_port=args.metrics_port, ray_address=args.ray_address, data=args.data)
     except OSError as exc:
         print(f"pathmaster demo: {exc}; is another demo running? try --port 0", file=sys.stderr)
         return 1
@@ -239,11 +256,13 @@ def run_demo(args: argparse.Namespace) -> int:
         print(f"coordinator       {coordinator.address}  classes on ports "
               f"{_ports_text(coordinator.class_ports)}  metrics {coordinator.metrics_url}")
         print(f"case log          {coordinator.config.case_log}")
+        print(f"site databases    {f'real cells from {args.data}, dealt by slide over the sites' if args.data else 'synthetic cells'}"
+              f"; the demo case is {CASE_CELLS} synthetic cells")
         if not args.no_gateway:
-            gateway = _start_gateway(coordinator.address)
+            gateway = _start_gateway(coordinator.address, args.cache)
         print(f"ready in {time.perf_counter() - STARTED:.1f} s (Ray included)", flush=True)
 
-        cells = synthetic_case_cells(6, CASE_SEED)
+        cells = synthetic_case_cells(CASE_CELLS, CASE_SEED)
         truth = {c["cell_id"]: c["diagnosis"] for c in cells}
         case = [pb.CellImage(cell_id=c["cell_id"], image=c["image"], background=c["background"],
                              mask=c["mask"]) for c in cells]
@@ -267,19 +286,21 @@ def run_demo(args: argparse.Namespace) -> int:
         deployment.stop()
 
 
+CASE_CELLS = 6  # the demo case's test cells
 DEMO_USER = "demo"  # the loopback demo's one user, a pathologist, signed in by a one-time link
 
 
-def _start_gateway(coordinator_address: str):
+def _start_gateway(coordinator_address: str, cache: Path | None = None):
     """The web page, when the gateway is part of this build; None otherwise. Its users and
-    audit log are the demo's own (in the cache); the demo user signs in by a one-time link."""
+    audit log are the demo's own (in `cache`/gateway, or the default cache's demo-gateway);
+    the demo user signs in by a one-time link."""
     try:
         from services.gateway import start_gateway
     except ImportError:
         return None
     from services.site.synthetic import cache_root
 
-    handle = start_gateway(coordinator_address, state_dir=cache_root() / "demo-gateway")
+    handle = start_gateway(coordinator_address, state_dir=Path(cache) / "gateway" if cache else cache_root() / "demo-gateway")
     if handle.accounts.role(DEMO_USER) is None:
         handle.accounts.add_user(DEMO_USER, "pathologist")  # no password: links only
     print(f"web page          {handle.url}")
@@ -426,7 +447,7 @@ def _run_query(args: argparse.Namespace, tls, cells) -> int:
                 local = {"features": vectors, "feature_schema": schema}
             events = client.submit(cells, args.request_class, k=args.k, deadline_s=args.deadline,
                                    sites=args.site, ship=args.ship, **local)
-            ok = print_case(events, started, as_json=args.json)
+            ok = print_case(events, started, as_json=args.json, audience="full" if args.verbose else "plain")
     except grpc.RpcError as exc:
         print(f"pathmaster query: {client.describe(exc)}", file=sys.stderr)
         return 2 if exc.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED) else 1

@@ -2,8 +2,9 @@
 
 `pathmaster demo` runs this with three sites named after the study's (Connecticut,
 New York, California), each with its own synthetic database (its own seed, built on first
-run and cached) and its own comparison algorithm. Tests and benchmarks start the same
-thing with smaller databases.
+run and cached) and its own comparison algorithm; or, with `--data FOLDER`, with a real
+dataset's cells dealt over the three sites slide by slide (`dataset_databases`). Tests and
+benchmarks start the same thing with smaller databases.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pathmaster.defaults import COORDINATOR_PORT, DEMO_CELLS
+from pathmaster.records import CellRecord
 from services.config import CoordinatorConfig, SiteConfig, SiteEndpoint
 from services.coordinator.server import CoordinatorServer
 from services.site.server import SiteServer
@@ -55,6 +57,48 @@ def demo_databases(sites=DEMO_SITES, cells: int = DEMO_CELLS, cache: Path | None
               "(first run only) ...", flush=True)
         ray.get([build.remote(folders[s.name], cells, s.seed, s.algorithm) for s in missing])
     return folders
+
+
+def slide_of(source_id: str) -> str:
+    """The slide a cell's file came from: its name without its last '-NNN' (Herlev's
+    157181599-157181627-001.BMP is slide 157181599-157181627), else the whole name."""
+    stem = Path(source_id).stem
+    head, _, tail = stem.rpartition("-")
+    return head if head and tail.isdigit() else stem
+
+
+def dataset_databases(folder: Path, sites=DEMO_SITES, cache: Path | None = None) -> dict[str, Path]:
+    """{site name: database folder} of a real dataset's cells dealt over `sites`: whole
+    slides (`slide_of`) in turn, so no slide is at two sites, as at real sites. Indexed
+    in parallel on Ray (the caller has connected to it), cached under `cache` (default
+    cache_root()/demo) by the dataset's folder name; a finished site has a .ready stamp."""
+    import ray
+
+    from pathmaster.importers import iter_dataset
+
+    folder = Path(folder)
+    slides = sorted({slide_of(r.source_id) for r in iter_dataset(folder) if isinstance(r, CellRecord)})
+    site_of_slide = {slide: sites[i % len(sites)].name for i, slide in enumerate(slides)}
+    cache = Path(cache) if cache else cache_root() / "demo"
+    folders = {s.name: cache / f"{s.name}-{folder.name}" for s in sites}
+    missing = [s for s in sites if not (folders[s.name] / ".ready").exists()]
+    if missing:
+        print(f"indexing {folder} dealt over {len(sites)} sites ({len(slides)} slides) in {cache} "
+              "(first run only) ...", flush=True)
+        build = ray.remote(num_cpus=1)(_index_share)
+        ray.get([build.remote(folder, folders[s.name], s.name, s.algorithm, site_of_slide) for s in missing])
+    return folders
+
+
+def _index_share(folder: Path, site_dir: Path, site: str, algorithm: str, site_of_slide: dict[str, str]) -> None:
+    """Index the cells of `folder` whose slide `site_of_slide` gives `site` into `site_dir`."""
+    from pathmaster.importers import default_vocabulary, iter_dataset
+    from pathmaster.ingest import ingest
+
+    records = (r for r in iter_dataset(folder)
+               if not isinstance(r, CellRecord) or site_of_slide.get(slide_of(r.source_id)) == site)
+    ingest(folder, site_dir, records=records, algorithm=algorithm, vocabulary=default_vocabulary(folder))
+    (Path(site_dir) / ".ready").touch()
 
 
 class LoopbackDeployment:
@@ -118,12 +162,13 @@ class LoopbackDeployment:
 
 
 def start_demo(cells: int = DEMO_CELLS, cache: Path | None = None, coordinator_port: int = COORDINATOR_PORT,
-               metrics_port: int = 0, ray_address: str = "") -> LoopbackDeployment:
-    """Connect to Ray, build/reuse the three demo databases, start the deployment."""
+               metrics_port: int = 0, ray_address: str = "", data: Path | None = None) -> LoopbackDeployment:
+    """Connect to Ray, build/reuse the three demo databases (synthetic, or `data` dealt over
+    them), start the deployment."""
     started = time.perf_counter()
     ensure_ray(ray_address)
     log.info("Ray ready in %.1f s", time.perf_counter() - started)
-    folders = demo_databases(DEMO_SITES, cells, cache)
+    folders = dataset_databases(data, DEMO_SITES, cache) if data else demo_databases(DEMO_SITES, cells, cache)
     cache_dir = next(iter(folders.values())).parent
     return LoopbackDeployment(
         folders, {s.name: s.algorithm for s in DEMO_SITES}, coordinator_port=coordinator_port,

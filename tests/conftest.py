@@ -24,6 +24,16 @@ def herlev_40px() -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def herlev_224_dev() -> Path:
+    """Half of the real Herlev cells as 224 px letter-boxed JPEG uploads (no masks) in
+    ../shared/data/herlev-224-dev; skips where absent."""
+    path = SHARED / "data" / "herlev-224-dev"
+    if not path.is_dir():
+        pytest.skip(f"real Herlev uploads not found at {path} (set PATHMASTER_SHARED)")
+    return path
+
+
 def netns_unavailable_reason() -> str | None:
     """Why network-namespace tests cannot run here, or None when they can."""
     if os.geteuid() != 0:

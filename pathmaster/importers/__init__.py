@@ -24,11 +24,11 @@ from pathmaster.records import CellRecord, InvalidInput
 from pathmaster.vocabulary import BUILTIN, DEFAULT, Vocabulary, merged
 
 from . import folders, herlev, sipakmed, synthetic
-from .base import ImportProblem, subfolders
+from .base import ImportProblem, Unread, subfolders
 
 LAYOUTS = {module.NAME: module for module in (synthetic, sipakmed, herlev, folders)}
 
-__all__ = ["ImportProblem", "LAYOUTS", "default_vocabulary", "detect_layout", "iter_dataset"]
+__all__ = ["ImportProblem", "LAYOUTS", "Unread", "default_vocabulary", "detect_layout", "iter_dataset"]
 
 
 def detect_layout(path: str | Path) -> str:
@@ -76,8 +76,8 @@ def _knows(vocabulary: Vocabulary, name: str) -> bool:
     return True
 
 
-def iter_dataset(path: str | Path, layout: str | None = None,
-                 vocabulary: Vocabulary | None = None) -> Iterator[CellRecord | ImportProblem]:
+def iter_dataset(path: str | Path, layout: str | None = None, vocabulary: Vocabulary | None = None,
+                 unread: bool = False) -> Iterator[CellRecord | ImportProblem | Unread]:
     """Import every cell of the dataset at `path`, in a stable order.
 
     layout: one of LAYOUTS to skip detection. vocabulary: the labels class folders may
@@ -85,10 +85,16 @@ def iter_dataset(path: str | Path, layout: str | None = None,
     background filled in, `origin` = layout name, `source_id` unique within the dataset)
     and an ImportProblem for every file or folder that could not be imported (a class
     folder whose name is not in the vocabulary among them).
+    unread: yield each file as an `Unread` (listed, not read: ``read()`` reads it, in
+    this process or another) instead of its records.
     Raises InvalidInput only when `path` itself is not a dataset.
     """
     root = Path(path)
     name = layout or detect_layout(root)
     if name not in LAYOUTS:
         raise InvalidInput(f"unknown layout {name!r}; known: {', '.join(LAYOUTS)}", root)
-    yield from LAYOUTS[name].iter_cells(root, vocabulary or default_vocabulary(root, name))
+    for item in LAYOUTS[name].iter_cells(root, vocabulary or default_vocabulary(root, name)):
+        if unread or not isinstance(item, Unread):
+            yield item
+        else:
+            yield from item.read()

@@ -1,7 +1,9 @@
-"""What every importer shares: the problem record, class folders, finishing a cell."""
+"""What every importer shares: the problem record, class folders, finishing a cell, and the
+slide image a cell's file name says it was cropped from."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -11,6 +13,10 @@ from pathmaster.records import CellRecord, InvalidInput
 from pathmaster.segmentation import complete_cell
 
 IMAGE_SUFFIXES = frozenset({".png", ".bmp", ".jpg", ".jpeg", ".tif", ".tiff"})
+# Herlev's own file names: <image id>-<image id>-NNN, cell NNN cropped from the slide image
+# named by the two ids (e.g. 153956040-153956058-001). The 40 px copy's "K-N" names (class
+# number, running number) say nothing about the image.
+HERLEV_CELL_NAME = re.compile(r"^(?P<group>\d{5,}-\d{5,})-\d+$")
 # Folders that archive tools and desktops leave behind; never class folders.
 IGNORED_DIRS = frozenset({"__macosx", "__pycache__"})
 
@@ -24,6 +30,40 @@ class ImportProblem:
 
     def __str__(self) -> str:
         return f"{self.path}: {self.problem}"
+
+
+def herlev_group(stem: str) -> str | None:
+    """The slide image a Herlev-named cell file comes from (its name before the last
+    ``-NNN``), or None when the name is not Herlev's (``HERLEV_CELL_NAME``)."""
+    found = HERLEV_CELL_NAME.match(stem)
+    return found["group"] if found else None
+
+
+@dataclass(frozen=True)
+class Unread:
+    """A dataset file listed but not read yet; ``read()`` reads it into its CellRecords and
+    ImportProblems. Picklable (a module-level `reader` and its arguments), so that another
+    process, or another machine of a Ray cluster, reads and analyses it: listing a dataset
+    costs a directory walk, reading it the decoding and segmentation.
+
+    path: the file that names it in reports. source_id: its one cell's source id when the
+    name tells it (so a cell already ingested is skipped unread), None when reading tells
+    (a whole slide's several cells).
+    """
+
+    path: str
+    source_id: str | None
+    reader: Callable
+    args: tuple
+
+    def read(self) -> list:
+        out = self.reader(*self.args)
+        return [out] if isinstance(out, (CellRecord, ImportProblem)) else list(out)
+
+
+def source_id_of(root: Path, image_path: Path) -> str:
+    """A cell file's source id: its path under the dataset's root, without the suffix."""
+    return image_path.relative_to(root).with_suffix("").as_posix()
 
 
 def is_image(path: Path) -> bool:

@@ -4,6 +4,8 @@
     ROOT/<diagnosis>/NAME-mask.png            optional: its 0-3 label mask
     ROOT/<diagnosis>/NAME-background.png      optional: its blank slide
 
+Cells named as Herlev names them (``<image id>-<image id>-NNN``, e.g. a Herlev JPEG copy) are
+grouped by their slide image; other names carry no group.
 Folder names are diagnoses in any vocabulary records.diagnosis_from_name knows. Cells
 without a mask are segmented and cells without a background get an estimate, both flagged.
 """
@@ -16,7 +18,7 @@ from typing import Iterator
 from pathmaster.imageio import read_image, read_mask
 from pathmaster.records import CellRecord, InvalidInput
 
-from .base import ImportProblem, each_class, finish, is_image, problem_from
+from .base import ImportProblem, Unread, each_class, finish, herlev_group, is_image, problem_from, source_id_of
 
 NAME = "folders"
 COMPANIONS = ("-mask", "-background")
@@ -33,16 +35,16 @@ def _companion(image: Path, suffix: str) -> Path | None:
     return None
 
 
-def iter_cells(root: Path, vocabulary) -> Iterator[CellRecord | ImportProblem]:
+def iter_cells(root: Path, vocabulary) -> Iterator[Unread | ImportProblem]:
     for stray in sorted(p for p in root.iterdir() if is_image(p)):
         yield ImportProblem(str(stray), "image outside a class folder: put it in ROOT/<diagnosis>/")
     yield from each_class(root, _class_cells, vocabulary)
 
 
-def _class_cells(root: Path, folder: Path, diagnosis: str) -> Iterator[CellRecord | ImportProblem]:
+def _class_cells(root: Path, folder: Path, diagnosis: str) -> Iterator[Unread | ImportProblem]:
     for image_path in sorted(p for p in folder.iterdir() if is_image(p)):
         if not image_path.stem.endswith(COMPANIONS):
-            yield _cell(root, image_path, diagnosis)
+            yield Unread(str(image_path), source_id_of(root, image_path), _cell, (root, image_path, diagnosis))
 
 
 def _cell(root: Path, image_path: Path, diagnosis: str) -> CellRecord | ImportProblem:
@@ -58,8 +60,8 @@ def _cell(root: Path, image_path: Path, diagnosis: str) -> CellRecord | ImportPr
     except InvalidInput as exc:
         return problem_from(exc, current)
     record = CellRecord(
-        source_id=image_path.relative_to(root).with_suffix("").as_posix(),
+        source_id=source_id_of(root, image_path),
         diagnosis=diagnosis, image=image, mask=mask, background=background, origin=NAME,
-        extra={"path": str(image_path)},
+        extra={"path": str(image_path)}, group=herlev_group(image_path.stem),
     )
     return finish(record, image_path)

@@ -9,6 +9,8 @@ Mask colour code: (0,0,255) nucleus, (0,0,128) cytoplasm, (255,0,0) background;
 (128,128,128) "unsure" and (0,0,0) "other" pixels at the cell's edge count as background
 (their number is kept in the record's extra). Herlev has no blank-slide images, so the
 background is always estimated; a cell without its -d.bmp is segmented automatically.
+A cell's group is its slide image, from Herlev's file names (``base.herlev_group``); copies
+renamed otherwise (the 40 px set's K-N.BMP) have none.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ import numpy as np
 from pathmaster.imageio import read_image
 from pathmaster.records import BACKGROUND, CYTOPLASM, NUCLEUS, CellRecord, InvalidInput
 
-from .base import ImportProblem, each_class, finish, is_image, problem_from, subfolders
+from .base import (ImportProblem, Unread, each_class, finish, herlev_group, is_image, problem_from, source_id_of,
+                   subfolders)
 
 NAME = "herlev"
 MASK_SUFFIX = "-d"
@@ -82,11 +85,11 @@ def decode_colour_mask(rgb: np.ndarray, name: str) -> tuple[np.ndarray, int]:
     return labels, unsure
 
 
-def iter_cells(root: Path, vocabulary) -> Iterator[CellRecord | ImportProblem]:
+def iter_cells(root: Path, vocabulary) -> Iterator[Unread | ImportProblem]:
     return each_class(root, _class_cells, vocabulary)
 
 
-def _class_cells(root: Path, folder: Path, diagnosis: str) -> Iterator[CellRecord | ImportProblem]:
+def _class_cells(root: Path, folder: Path, diagnosis: str) -> Iterator[Unread | ImportProblem]:
     files = sorted(p for p in folder.iterdir() if is_image(p))
     masks = _masks_by_stem(files)
     mask_files = set(masks.values())
@@ -96,7 +99,8 @@ def _class_cells(root: Path, folder: Path, diagnosis: str) -> Iterator[CellRecor
         if stem not in stems:
             yield ImportProblem(str(orphan), f"mask without its cell image ({stem}.BMP not found)")
     for image_path in images:
-        yield _cell(root, image_path, masks.get(image_path.stem), diagnosis)
+        yield Unread(str(image_path), source_id_of(root, image_path), _cell,
+                     (root, image_path, masks.get(image_path.stem), diagnosis))
 
 
 def _cell(root: Path, image_path: Path, mask_path: Path | None, diagnosis: str) -> CellRecord | ImportProblem:
@@ -118,7 +122,8 @@ def _cell(root: Path, image_path: Path, mask_path: Path | None, diagnosis: str) 
             return problem_from(exc, mask_path)
         extra["mask_path"] = str(mask_path)
     record = CellRecord(
-        source_id=image_path.relative_to(root).with_suffix("").as_posix(),
+        source_id=source_id_of(root, image_path),
         diagnosis=diagnosis, image=image, mask=mask, background=None, origin=NAME, extra=extra,
+        group=herlev_group(image_path.stem),
     )
     return finish(record, mask_path or image_path)

@@ -17,6 +17,8 @@ A class folder with a CROPPED folder is read from it (one cell per file, the dat
 4,049 cells); the whole slides beside it show the same cells again and are not read. A
 class folder without one has its cells cut out of the whole slides: the bounding box of
 each cytoplasm polygon plus a margin of glass (``cut_out``), the polygons moved into it.
+A cell's group is its whole slide (cropped cell NNN_MM: slide NNN of its class folder), so
+evaluation keeps cells of one slide image together.
 SIPaKMeD has no blank-slide images: the background is always estimated; a cropped cell
 with neither boundary file is segmented automatically.
 """
@@ -33,7 +35,7 @@ from skimage.draw import polygon as fill_polygon
 from pathmaster.imageio import read_image
 from pathmaster.records import CYTOPLASM, NUCLEUS, CellRecord, InvalidInput
 
-from .base import ImportProblem, each_class, finish, is_image, problem_from, subfolders
+from .base import ImportProblem, Unread, each_class, finish, is_image, problem_from, source_id_of, subfolders
 
 NAME = "sipakmed"
 CROPPED = "cropped"
@@ -44,6 +46,20 @@ EDGE_SLACK_PX = 2.0
 CUT_OUT_MARGIN_SHARE, MIN_CUT_OUT_MARGIN_PX = 0.15, 8
 # NNN_cyt01.dat / NNN_nuc01.dat: cell 01 of the whole slide NNN.bmp.
 SLIDE_BOUNDARY = re.compile(r"^(?P<slide>.+)_(?P<part>cyt|nuc)(?P<cell>\d+)$", re.IGNORECASE)
+
+
+# CROPPED/NNN_MM.bmp: cell MM of the whole slide NNN.bmp of the same class folder.
+CROPPED_CELL = re.compile(r"^(?P<slide>.+)_(?P<cell>\d+)$")
+
+
+def cropped_group(root: Path, image_path: Path) -> str | None:
+    """The whole slide a cropped cell comes from: its class folder's ``NNN`` (the slide image
+    beside CROPPED/), as a path like the whole slide's own cells get; None for another name."""
+    found = CROPPED_CELL.match(image_path.stem)
+    if not found:
+        return None
+    class_folder = image_path.parent.parent  # .../CROPPED/NNN_MM.bmp
+    return (class_folder / found["slide"]).relative_to(root).as_posix()
 
 
 def _cropped_folders(class_folder: Path) -> list[Path]:
@@ -146,16 +162,16 @@ def cut_out(slide: np.ndarray, cytoplasm: np.ndarray,
     return image, boundaries_to_mask(cytoplasm - offset, nucleus - offset, image.shape[:2]), (x0, y0)
 
 
-def iter_cells(root: Path, vocabulary) -> Iterator[CellRecord | ImportProblem]:
+def iter_cells(root: Path, vocabulary) -> Iterator[Unread | ImportProblem]:
     return each_class(root, _class_cells, vocabulary)
 
 
-def _class_cells(root: Path, class_folder: Path, diagnosis: str) -> Iterator[CellRecord | ImportProblem]:
+def _class_cells(root: Path, class_folder: Path, diagnosis: str) -> Iterator[Unread | ImportProblem]:
     cropped = _cropped_folders(class_folder)
     if cropped:
         for folder in cropped:
             for image_path in sorted(p for p in folder.iterdir() if is_image(p)):
-                yield _cell(root, image_path, diagnosis)
+                yield Unread(str(image_path), source_id_of(root, image_path), _cell, (root, image_path, diagnosis))
         return
     slides = _slide_boundaries(class_folder)
     if not slides:
@@ -163,7 +179,7 @@ def _class_cells(root: Path, class_folder: Path, diagnosis: str) -> Iterator[Cel
                             "with boundary files (SIPaKMeD layout: im_<Class>/CROPPED/NNN_MM.bmp, "
                             "or im_<Class>/NNN.bmp with NNN_cyt01.dat and NNN_nuc01.dat)")
     for slide_stem, cells in slides.items():
-        yield from _slide_cells(root, slide_stem, cells, diagnosis)
+        yield Unread(str(slide_stem), None, _slide_cells, (root, slide_stem, cells, diagnosis))
 
 
 def _slide_boundaries(class_folder: Path) -> dict[Path, dict[str, dict[str, Path]]]:
@@ -209,6 +225,7 @@ def _slide_cells(root: Path, slide_stem: Path, cells: dict[str, dict[str, Path]]
         record = CellRecord(
             source_id=f"{slide_stem.relative_to(root).as_posix()}_{number}",
             diagnosis=diagnosis, image=image, mask=mask, background=None, origin=NAME,
+            group=slide_stem.relative_to(root).as_posix(),
             extra={"path": str(slide_path), "cut_out": [x0, y0, image.shape[1], image.shape[0]],
                    "cytoplasm_boundary": str(files["cyt"]), "nucleus_boundary": str(files["nuc"])},
         )
@@ -237,7 +254,8 @@ def _cell(root: Path, image_path: Path, diagnosis: str) -> CellRecord | ImportPr
             return problem_from(exc, image_path)
         extra.update(cytoplasm_boundary=str(cyt_path), nucleus_boundary=str(nuc_path))
     record = CellRecord(
-        source_id=image_path.relative_to(root).with_suffix("").as_posix(),
+        source_id=source_id_of(root, image_path),
         diagnosis=diagnosis, image=image, mask=mask, background=None, origin=NAME, extra=extra,
+        group=cropped_group(root, image_path),
     )
     return finish(record, nuc_path if mask is not None else image_path)

@@ -10,7 +10,7 @@ from pathmaster.imageio import read_image, read_mask
 from pathmaster.records import CellRecord, InvalidInput
 from pathmaster.synth import GENERATOR, MANIFEST
 
-from .base import ImportProblem, finish, problem_from
+from .base import ImportProblem, Unread, finish, problem_from
 
 NAME = "synthetic"
 
@@ -25,8 +25,8 @@ def looks_like(root: Path) -> bool:
         return False
 
 
-def iter_cells(root: Path, vocabulary) -> Iterator[CellRecord | ImportProblem]:
-    """One record per manifest entry, with its own background and ground-truth mask."""
+def iter_cells(root: Path, vocabulary) -> Iterator[Unread | ImportProblem]:
+    """One cell per manifest entry, with its own background and ground-truth mask."""
     manifest_path = root / MANIFEST
     try:
         manifest = json.loads(manifest_path.read_text())
@@ -45,15 +45,16 @@ def iter_cells(root: Path, vocabulary) -> Iterator[CellRecord | ImportProblem]:
             yield ImportProblem(str(paths["image"]), f"unknown diagnosis {str(diagnosis)[:64]!r} in the manifest: "
                                 f"not a label of the site's vocabulary {vocabulary.name!r}")
             continue
-        try:
-            image = read_image(paths["image"])
-            background = read_image(paths["background"])
-            mask = read_mask(paths["mask"], image.shape)
-        except InvalidInput as exc:
-            yield problem_from(exc, paths["image"])
-            continue
-        yield finish(
-            CellRecord(source_id=cell_id, diagnosis=diagnosis, image=image, mask=mask,
-                       background=background, origin=NAME, extra={"path": str(paths["image"])}),
-            paths["image"],
-        )
+        yield Unread(str(paths["image"]), cell_id, _cell, (cell_id, diagnosis, paths))
+
+
+def _cell(cell_id: str, diagnosis: str, paths: dict[str, Path]) -> CellRecord | ImportProblem:
+    try:
+        image = read_image(paths["image"])
+        background = read_image(paths["background"])
+        mask = read_mask(paths["mask"], image.shape)
+    except InvalidInput as exc:
+        return problem_from(exc, paths["image"])
+    return finish(CellRecord(source_id=cell_id, diagnosis=diagnosis, image=image, mask=mask,
+                             background=background, origin=NAME, extra={"path": str(paths["image"])}),
+                  paths["image"])

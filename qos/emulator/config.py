@@ -429,13 +429,14 @@ def build_links(directions: list[Direction], seed: int, stats=None) -> list[Emul
             shared = media[d.medium] = link
             link.name = d.medium
             link.scheduler = SharedMedium({d.name: link.scheduler})
+            link.shapers = {(d.name, klass): shaper for klass, shaper in link.shapers.items()}
         elif shared.rate_bps != link.rate_bps:
             raise ConfigError(f"medium {d.medium!r} runs at {shared.rate_bps / 1000:g} kbit/s; one medium has "
                               f"one rate", d.source, key_path(("link", d.link, d.direction, "rate_kbit")))
         else:
             shared.scheduler.add_station(d.name, link.scheduler)
-            for klass, shaper in link.shapers.items():
-                shared.shapers.setdefault(klass, shaper)
+            for klass, shaper in link.shapers.items():  # a station shapes its own packets only
+                shared.shapers[(d.name, klass)] = shaper
         links.append(shared)
     return links
 

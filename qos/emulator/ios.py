@@ -10,7 +10,7 @@ backend so that comparisons differ only in the discipline:
 | `wfq` | `fair-queue` | `flow_wfq`: per conversation, weight 32384 / (precedence + 1), congestive discard 64, 256 queues, hold queue 1000 |
 | `cbwfq` | `policy-map` with `bandwidth` per class | `wfq` (class-based DRR), weights by precedence + 1, `queue-limit` 64 per class |
 | `wred` | `random-detect` | `wred`: precedence profiles (min 20..35, max 40, 1/10), exponential weighting constant 9, hold queue 40 |
-| `shaping` | traffic shaping of the competing class + CBWFQ | `cbwfq` with a token bucket on `shaped_class` |
+| `shaping` | `traffic-shape` of the competing class + WFQ (or CBWFQ) | `flow_wfq` (or `cbwfq`'s) with a token bucket on `shaped_class`, burst Bc = CIR x 125 ms |
 
 Sources, as cited where each value is defined in `pathmaster.defaults`: the `hold-queue`,
 `fair-queue`, `queue-limit` and `priority-list` command references ("Cisco IOS in a
@@ -47,8 +47,15 @@ def precedence_weights(classes: ClassTable = DEFAULT_CLASSES) -> dict[str, int]:
     return {**{c.name: (c.dscp >> 3) + 1 for c in classes}, "default": 1}
 
 
+def shaping_burst_bytes(rate_kbit: float) -> int:
+    """IOS traffic shaping's default committed burst Bc = CIR x 125 ms, in bytes (at least one
+    full frame, 1600 B, the shaper's own minimum)."""
+    return max(1600, int(rate_kbit * 1000 * defaults.IOS_SHAPING_INTERVAL_S / 8))
+
+
 def ios_link_settings(strategy: str, shaped_class: str = "bulk", shaped_rate_kbit: float | None = None,
-                      classes: ClassTable = DEFAULT_CLASSES) -> dict:
+                      classes: ClassTable = DEFAULT_CLASSES, shaped_base: str = "cbwfq",
+                      shaped_burst_bytes: int | None = None) -> dict:
     """Emulator link settings (`qos.emulator.config.LinkSettings` keys) of one IOS strategy.
 
     Parameters
@@ -57,6 +64,11 @@ def ios_link_settings(strategy: str, shaped_class: str = "bulk", shaped_rate_kbi
         One of `IOS_STRATEGIES`.
     shaped_class, shaped_rate_kbit : str, float
         For "shaping": the class held to `shaped_rate_kbit` kbit/s (required there).
+    shaped_base : str
+        For "shaping": the queueing behind the shaper, "wfq" (IOS fair-queue, the study's
+        "traffic shaping ... combined with WFQ") or "cbwfq".
+    shaped_burst_bytes : int, optional
+        For "shaping": the token bucket; default IOS's Bc = CIR x 125 ms (`shaping_burst_bytes`).
     classes : ClassTable
         The run's request classes (CBWFQ weighs them by precedence).
 
@@ -76,15 +88,18 @@ def ios_link_settings(strategy: str, shaped_class: str = "bulk", shaped_rate_kbi
         return {"discipline": "priority"}  # the bands' own limits, 20/40/60/80
     if strategy == "wfq":
         return {"discipline": "flow_wfq"}
-    if strategy in ("cbwfq", "shaping"):
-        out = {"discipline": "wfq", "wfq": {"weights": precedence_weights(classes)},
-               "limit_packets": defaults.CONGESTIVE_DISCARD_PACKETS}
-        if strategy == "shaping":
-            if shaped_rate_kbit is None:
-                raise ValueError("strategy 'ios-shaping' needs shaped_rate_kbit")
-            out["shape"] = {shaped_class: {"rate_kbit": shaped_rate_kbit,
-                                           "burst_bytes": defaults.SHAPER_BURST_BYTES}}
+    if strategy == "shaping":
+        if shaped_rate_kbit is None:
+            raise ValueError("strategy 'ios-shaping' needs shaped_rate_kbit")
+        if shaped_base not in ("wfq", "cbwfq"):
+            raise ValueError(f"strategy 'ios-shaping' shapes in front of wfq or cbwfq, not {shaped_base!r}")
+        out = ios_link_settings(shaped_base, classes=classes)
+        burst = shaping_burst_bytes(shaped_rate_kbit) if shaped_burst_bytes is None else int(shaped_burst_bytes)
+        out["shape"] = {shaped_class: {"rate_kbit": shaped_rate_kbit, "burst_bytes": burst}}
         return out
+    if strategy == "cbwfq":
+        return {"discipline": "wfq", "wfq": {"weights": precedence_weights(classes)},
+                "limit_packets": defaults.CONGESTIVE_DISCARD_PACKETS}
     if strategy == "wred":
         return {"discipline": "wred", "limit_packets": defaults.HOLD_QUEUE_PACKETS,
                 "wred": {"defaults": "cisco-precedence", "weight_exponent": defaults.WRED_WEIGHT_EXPONENT}}

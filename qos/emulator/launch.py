@@ -74,7 +74,10 @@ def settings_from_strategy(spec: dict) -> dict:
     if str(spec.get("strategy", "")).startswith(ios.PREFIX):  # the 2002 routers, IOS's own defaults
         name = spec.pop("strategy")[len(ios.PREFIX):]
         try:
-            out = ios.ios_link_settings(name, spec.pop("shaped_class", "bulk"), spec.pop("shaped_rate_kbit", None))
+            out = ios.ios_link_settings(name, spec.pop("shaped_class", "bulk"), spec.pop("shaped_rate_kbit", None),
+                                        shaped_base=spec.pop("shaped_base", "cbwfq"),
+                                        shaped_burst_bytes=spec.pop("shaped_burst_bytes", None))
+            spec.pop("shaped_at", None)  # where on the network: the testbed's choice (Testbed._configure_hubs)
         except ValueError as e:
             raise ConfigError(str(e)) from None
         out.update(spec)  # rate, overhead and any explicit override

@@ -45,7 +45,8 @@ class EmulatedLink:
         Bytes added per packet to the IP length when computing serialisation time
         (e.g. 14 for an Ethernet header, 38 with preamble, FCS and inter-frame gap).
     shapers : dict, optional
-        Class name -> `TokenBucketShaper` in front of the scheduler.
+        Class name -> `TokenBucketShaper` in front of the scheduler; on a shared medium keyed
+        (station, class): each station shapes its own packets.
     rng : random.Random, optional
         For loss and jitter (seed it for repeatable runs).
     stats : LinkStats, optional
@@ -89,7 +90,7 @@ class EmulatedLink:
         if self.loss and self.rng.random() < self.loss:
             self._drop(pkt, LOSS)
             return
-        shaper = self.shapers.get(klass)
+        shaper = self.shapers.get(klass if not pkt.station else (pkt.station, klass))
         if shaper is not None:
             if shaper.push(pkt, now):
                 stats.enqueued(klass, pkt.length)
@@ -143,7 +144,7 @@ class EmulatedLink:
             if victim is pkt:
                 admitted = False
             self._drop(victim, reason)
-        if admitted and pkt.klass not in self.shapers:
+        if admitted and (pkt.klass if not pkt.station else (pkt.station, pkt.klass)) not in self.shapers:
             self.stats.enqueued(pkt.klass, pkt.length)
         if self.busy_until < now:
             self.busy_until = now  # the transmitter was idle: it starts now
@@ -152,7 +153,7 @@ class EmulatedLink:
             self.stats.sample(now, len(sched), sched.backlog_bytes(), sched.snapshot())
 
     def _drop(self, pkt: Packet, reason: str) -> None:
-        self.stats.dropped(pkt.klass, reason)
+        self.stats.dropped(pkt.klass, reason, pkt.station)
         handle = pkt.handle
         if handle is not None:
             handle.drop()
@@ -181,7 +182,7 @@ class EmulatedLink:
     def _transmit(self, pkt: Packet, start: float) -> None:
         done = start + (pkt.length + self.overhead) * self._seconds_per_byte
         self.busy_until = done
-        self.stats.sent(pkt.klass, pkt.length, start - pkt.arrival)
+        self.stats.sent(pkt.klass, pkt.length, start - pkt.arrival, pkt.station)
         release = done + self.delay
         if self.jitter:
             release += self.rng.uniform(-self.jitter, self.jitter)

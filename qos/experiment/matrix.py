@@ -50,7 +50,8 @@ def expand(experiment: Experiment) -> list[Run]:
     With `order = "blocked"` the runs are grouped by competing level (levels in shuffled
     order, runs shuffled within each level), so the competing traffic stays running across
     a block instead of being restarted for every run; strategies are still compared within
-    a shuffled block, which is what the randomisation is for.
+    a shuffled block, which is what the randomisation is for. With `order = "rounds"`
+    every repetition is a round of level blocks in a fresh random order (`_rounds`).
     """
     runs = [
         Run(strategy.name, level, link.name, cls, rep)
@@ -63,6 +64,8 @@ def expand(experiment: Experiment) -> list[Run]:
         )
     ]
     rng = random.Random(experiment.seed)
+    if experiment.order == "rounds":
+        return _rounds(runs, list(experiment.competing.levels), rng)
     rng.shuffle(runs)
     if experiment.order == "blocked":
         levels = list(experiment.competing.levels)
@@ -70,6 +73,22 @@ def expand(experiment: Experiment) -> list[Run]:
         rank = {level: i for i, level in enumerate(levels)}
         runs.sort(key=lambda run: rank[run.competing])  # stable: keeps the shuffle within a block
     return runs
+
+
+def _rounds(runs: list[Run], levels: list[float], rng: random.Random) -> list[Run]:
+    """Repetition r's runs form round r; each round visits every level once, in its own shuffled
+    order, with that level's runs (strategies, links, classes) shuffled. So each level meets the
+    machine at every time of the experiment (not one block of the day), and the competing
+    traffic still stays warm within a level's block."""
+    out: list[Run] = []
+    for rep in sorted({run.repetition for run in runs}):
+        order = list(levels)
+        rng.shuffle(order)
+        for level in order:
+            block = [run for run in runs if run.repetition == rep and run.competing == level]
+            rng.shuffle(block)
+            out += block
+    return out
 
 
 def remaining(runs: list[Run], done: set[str]) -> list[Run]:

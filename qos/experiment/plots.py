@@ -2,21 +2,23 @@
 built from OUT/runs/*.json, and for the time series the run files themselves).
 
     fig7_mean_LINK_CLASS       mean completion time vs competing traffic, a line per unshaped
-                               strategy, 95% BCa bootstrap CI of the mean (the study's Figure 7)
-    fig8_std_LINK_CLASS        standard deviation of the same runs (Figure 8)
-    fig9_shaping_LINK_CLASS    WFQ with the competing traffic shaped 4000..200 kbit/s (Figure 9)
+                               strategy, 95% t-interval of the mean (the study's Figure 7)
+    fig8_std_LINK_CLASS        standard deviation of the same runs, 95% chi-square CI (Figure 8)
+    fig9_shaping_LINK_CLASS    the competing traffic shaped 4000..200 kbit/s, a panel per limit
+                               against the same discipline unshaped (Figure 9)
     ratio_LINK_CLASS           mean completion time / lower bound, every strategy
-    box_LINK_CLASS             box plots of every strategy at every level
-    cdf_LINK_CLASS             CDF of completion time per strategy at the highest level
-    tradeoff_LINK_CLASS        at the highest level, per strategy: the case's 95th percentile
-                               against the goodput it leaves to the competing traffic
+    box_LINK_CLASS             box plots of every strategy, a panel per level (3 a row), n per box
+    cdf_LINK_CLASS             CDF of completion time at the highest level, a panel per group
+    tradeoff_LINK_CLASS        at the highest level, per strategy: the case's mean time against
+                               the competing frames received, both with 95% t-intervals
     timeseries_LINK_CLASS      one run per strategy at the highest level: the competing traffic
                                the targets received during the case, and when each site answered
                                (runs that recorded samples: runner.CompetingSampler)
     links_CLASS                with a delay sweep: mean time and throughput against delay, per MTU
 
 Every figure says in its caption (the text under the axes) what its points and error bars
-are and how many runs each holds. Each strategy keeps one colour, marker and line style in
+are and how many runs each holds. A sweep of fewer than three levels is drawn as points per
+level, not as the study's curves, and is not titled as the study's figure. Each strategy keeps one colour, marker and line style in
 every figure (readable in greyscale). The competing-traffic axis is base-2 symlog: linear
 between 0 and 1, logarithmic (base 2) above, so 0 sits one decade-width left of 1 and
 1, 2, 4, 8, 16 are evenly spaced; its ticks are the levels run.
@@ -37,13 +39,14 @@ import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from qos.experiment.spec import competing_unit  # noqa: E402
-from qos.experiment.stats import BCA_MIN_N, BCA_RESAMPLES, bca_interval, summarise  # noqa: E402
+from qos.experiment.stats import std_interval, summarise  # noqa: E402
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h", "*", "p")
 LINESTYLES = ("-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1)), (0, (1, 3)), (0, (8, 3, 2, 3)))
 COLOURS = plt.get_cmap("tab10").colors
-CI_TEXT = (f"Error bars: 95% BCa bootstrap confidence interval of the mean ({BCA_RESAMPLES} resamples; "
-           f"none where n < {BCA_MIN_N} or all runs took the same time).")
+CI_TEXT = "Error bars: 95% t-interval of the mean (Student's t, n - 1 degrees of freedom; none where n < 2)."
+STD_CI_TEXT = ("Error bars: 95% chi-square interval of the standard deviation (normal theory, n - 1 degrees "
+               "of freedom; none where n < 2).")
 
 
 def symlog_text(linthresh: float) -> str:
@@ -95,9 +98,23 @@ def n_text(counts: list[int]) -> str:
     return f"n = {counts[0]}-{counts[-1]} runs per point"
 
 
+STUDY_FORM_MIN_LEVELS = 3  # fewer levels are not the study's curves: points per level, no lines
+
+
+def study_form(levels: list[float]) -> bool:
+    """Whether a sweep has enough levels to be drawn as the study's curves (else grouped points)."""
+    return len(levels) >= STUDY_FORM_MIN_LEVELS
+
+
 def level_axis(ax, levels: list[float], unit: str) -> None:
     """A competing-traffic x axis: base-2 symlog, linear up to the lowest level above 0 (so that
-    0 has its own place), ticks at the levels run."""
+    0 has its own place), ticks at the levels run; with fewer than STUDY_FORM_MIN_LEVELS
+    levels, one category per level (positions 0, 1, ...)."""
+    if not study_form(levels):
+        ax.set_xticks(range(len(levels)), [f"{lv:g}" for lv in levels])
+        ax.set_xlim(-0.6, len(levels) - 0.4)
+        ax.set_xlabel(f"competing traffic ({unit} per target)")
+        return
     linthresh = linear_part(levels)
     ax.set_xscale("symlog", base=2, linthresh=linthresh, linscale=0.5)
     ax.set_xticks(levels, [f"{lv:g}" for lv in levels])
@@ -131,14 +148,12 @@ def _series(cells, strategy, levels, link, cls, stat: str, seed: int = 0):
             continue
         s = summarise(cell.times)
         if stat == "mean":
-            value = s.mean
-            low, high = bca_interval(cell.times, seed=seed)
+            value, low, high = s.mean, s.ci_low, s.ci_high
         elif stat == "std":
-            value, low, high = s.std, float("nan"), float("nan")
+            value, (low, high) = s.std, std_interval(cell.times)
         else:
-            ratios = np.asarray(cell.ratios)
-            value = float(ratios.mean())
-            low, high = bca_interval(ratios, seed=seed)
+            r = summarise(cell.ratios)
+            value, low, high = r.mean, r.ci_low, r.ci_high
         if not np.isfinite(value):
             continue
         xs.append(lv)
@@ -158,13 +173,18 @@ def dodge(xs: list[float], slot: int, slots: int, linthresh: float = 1.0, step: 
 
 
 def _line(ax, cells, strategy, levels, link, cls, stat: str, label: str, index: int, seed: int,
-          slot: int = 0, slots: int = 1) -> list[int]:
+          slot: int = 0, slots: int = 1, step: float = 0.035, colour=None) -> list[int]:
     xs, ys, lo, hi, ns = _series(cells, strategy, levels, link, cls, stat, seed)
     if xs:
-        xs = dodge(xs, slot, slots, linear_part(levels))
-        bars = [lo, hi] if stat in ("mean", "ratio") else None
-        ax.errorbar(xs, ys, yerr=bars, capsize=3, label=label, markersize=6, linewidth=1.4,
-                    markerfacecolor="white" if index % 2 else None, **style(index))
+        st = style(index) | ({"color": colour} if colour else {})
+        if study_form(levels):
+            xs = dodge(xs, slot, slots, linear_part(levels), step)
+        else:  # categories: points side by side within each level's slot, no line between levels
+            width = min(0.8 / max(slots, 1), 0.12)
+            xs = [levels.index(x) + width * (slot - (slots - 1) / 2) for x in xs]
+            st["linestyle"] = "none"
+        ax.errorbar(xs, ys, yerr=[lo, hi], capsize=3, label=label, markersize=6, linewidth=1.4,
+                    markerfacecolor="white" if index % 2 else None, **st)
     return ns
 
 
@@ -180,7 +200,7 @@ def figure_level_lines(meta: dict, cells: dict, link: str, cls: str, stat: str, 
     levels = sorted({k[1] for k in cells if k[2] == link and k[3] == cls})
     order = _names(meta)
     seed = int(meta.get("seed") or 0)
-    fig, ax = plt.subplots(figsize=(6.4, 4.2), layout="constrained")
+    fig, ax = plt.subplots(figsize=(7.6, 4.4), layout="constrained")
     counts: list[int] = []
     for slot, name in enumerate(strategies):
         counts += _line(ax, cells, name, levels, link, cls, stat, (labels or {}).get(name, name),
@@ -194,108 +214,135 @@ def figure_level_lines(meta: dict, cells: dict, link: str, cls: str, stat: str, 
     ax.set_ylim(0, top * 1.08 if top > 0 else 1)
     if stat == "ratio":
         ax.axhline(1.0, color="grey", linestyle=":", linewidth=1, label="lower bound")
+    if not study_form(levels):  # not the study's curves: say so instead of naming its figure
+        title = title.split(" (the study's")[0] + f" ({len(levels)} levels: points, not curves)"
     ax.set_title(textwrap.fill(title, 62) + f"\n{describe_link(meta, link)}, {cls} class", fontsize="medium")
     ax.grid(True, alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize="small", title="strategy")
+        ax.legend(fontsize="small", title="strategy", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     what = {"mean": "Each point: the mean completion time of the runs of one cell.",
             "std": "Each point: the sample standard deviation (ddof = 1) of the completion times of "
-                   "one cell's runs; no error bars.",
+                   "one cell's runs.",
             "ratio": "Each point: the mean over runs of completion time / that run's physical lower bound."}[stat]
     nudged = " Points at one level are nudged sideways so that their bars do not overlap." if len(strategies) > 1 else ""
-    caption(fig, " ".join([what, n_text(counts) + ".", CI_TEXT if stat != "std" else "",
-                           symlog_text(linear_part(levels)) + nudged]))
+    axis = symlog_text(linear_part(levels)) if study_form(levels) else "One category per level run."
+    caption(fig, " ".join([what, n_text(counts) + ".", CI_TEXT if stat != "std" else STD_CI_TEXT, axis + nudged]))
     return fig
 
 
+BOX_COLUMNS = 3  # box-plot panels per row: a wide sweep wraps instead of running off the page
+
+
 def figure_box(meta: dict, cells: dict, link: str, cls: str) -> Figure:
-    """Box plots of completion time, a panel per competing level, y axis from 0."""
+    """Box plots of completion time, a panel per competing level (at most BOX_COLUMNS a row),
+    each strategy's n under its box, y axis from 0."""
     unit = competing_unit(meta["experiment"]["competing"]["kind"])
     levels = sorted({k[1] for k in cells if k[2] == link and k[3] == cls})
     present = [n for n in _names(meta) if any((n, lv, link, cls) in cells for lv in levels)]
-    fig, axes = plt.subplots(1, len(levels), figsize=(max(4.5, 2.6 + 0.45 * len(present) * len(levels)), 4.4),
+    ncols = min(BOX_COLUMNS, len(levels))
+    nrows = -(-len(levels) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(min(11.0, 1.2 + 0.42 * len(present) * ncols), 3.4 * nrows + 0.9),
                              sharey=True, squeeze=False, layout="constrained")
     counts: list[int] = []
-    for ax, lv in zip(axes[0], levels):
+    for ax, lv in zip(axes.flat, levels):
         names = [n for n in present if cells.get((n, lv, link, cls)) and cells[(n, lv, link, cls)].times]
         if names:
             data = [cells[(n, lv, link, cls)].times for n in names]
             counts += [len(d) for d in data]
             ax.boxplot(data, whis=(0, 100), medianprops={"color": "black"})
-            ax.set_xticks(range(1, len(names) + 1), names, rotation=60, fontsize="small")
-        ax.set_title(f"{lv:g} {unit}", fontsize="small")
+            ax.set_xticks(range(1, len(names) + 1), [f"{n} ({len(d)})" for n, d in zip(names, data)],
+                          rotation=60, ha="right", fontsize="x-small")
+        ax.set_title(f"{lv:g} {unit} per target", fontsize="small")
         ax.grid(True, axis="y", alpha=0.3)
-    axes[0][0].set_ylabel("completion time of a case (s)")
+    for ax in list(axes.flat)[len(levels):]:
+        ax.set_visible(False)
+    for row in axes:
+        row[0].set_ylabel("completion time (s)")
     axes[0][0].set_ylim(bottom=0)
     fig.suptitle(f"Completion time per strategy at each level of competing traffic\n"
                  f"{describe_link(meta, link)}, {cls} class", fontsize="medium")
-    caption(fig, f"Boxes: quartiles and median of one cell's runs; whiskers: minimum and maximum. "
-                 f"{n_text(counts)}. The time axis starts at 0.")
+    caption(fig, f"Boxes: quartiles and median of one cell's runs; whiskers: minimum and maximum; the number "
+                 f"of runs of each box is in brackets after its strategy. {n_text(counts)}. No interval: the "
+                 f"boxes show the runs themselves. The time axis starts at 0.")
     return fig
 
 
 def figure_cdf(meta: dict, cells: dict, link: str, cls: str) -> Figure:
-    """Empirical CDF of completion time per strategy at the highest level, axes from 0."""
+    """Empirical CDF of completion time at the highest level: a panel per group of strategies
+    (queueing disciplines; shaped or adaptive), lines only, axes from 0."""
     unit = competing_unit(meta["experiment"]["competing"]["kind"])
     levels = sorted({k[1] for k in cells if k[2] == link and k[3] == cls})
     top = levels[-1]
-    fig, ax = plt.subplots(figsize=(6.4, 4.2), layout="constrained")
+    strategies = meta["experiment"]["strategies"]
+    groups = [("queueing disciplines", [s["name"] for s in strategies
+                                        if s.get("shape_kbit") is None and not s.get("adaptive")]),
+              ("shaped or adaptive", [s["name"] for s in strategies if s.get("shape_kbit") is not None
+                                      or s.get("adaptive")])]
+    groups = [(title, [n for n in names if cells.get((n, top, link, cls)) and cells[(n, top, link, cls)].times])
+              for title, names in groups]
+    groups = [g for g in groups if g[1]]
+    fig, axes = plt.subplots(1, len(groups), figsize=(5.2 * len(groups) + 1.0, 4.4), sharey=True,
+                             squeeze=False, layout="constrained")
+    order = _names(meta)
     counts: list[int] = []
-    for index, name in enumerate(_names(meta)):
-        cell = cells.get((name, top, link, cls))
-        if cell and cell.times:
-            x = np.sort(cell.times)
+    for ax, (title, names) in zip(axes[0], groups):
+        for name in names:
+            x = np.sort(cells[(name, top, link, cls)].times)
             counts.append(x.size)
-            st = style(index)
-            ax.step(np.concatenate([[0.0], x]), np.arange(0, x.size + 1) / x.size, where="post", label=name,
-                    color=st["color"], linestyle=st["linestyle"])
-            ax.plot(x, np.arange(1, x.size + 1) / x.size, linestyle="none", marker=st["marker"],
-                    color=st["color"], markersize=5)
-    ax.set_xlim(left=0)
-    ax.set_ylim(0, 1.02)
-    ax.set(xlabel="completion time of a case (s)", ylabel="fraction of runs finished")
-    ax.set_title(f"Distribution of completion time at {top:g} competing {unit} per target\n"
+            st = style(order.index(name))
+            ax.step(np.concatenate([[0.0], x]), np.arange(0, x.size + 1) / x.size, where="post",
+                    label=f"{name} (n = {x.size})", color=st["color"], linestyle=st["linestyle"], linewidth=1.6)
+        ax.set_title(title, fontsize="small")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize="x-small", loc="center left")
+        ax.set_xlabel("completion time of a case (s)")
+        ax.set_xlim(left=0)
+    axes[0][0].set_ylim(0, 1.02)
+    axes[0][0].set_ylabel("fraction of runs finished")
+    fig.suptitle(f"Distribution of completion time at {top:g} competing {unit} per target\n"
                  f"{describe_link(meta, link)}, {cls} class", fontsize="medium")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="small", title="strategy")
-    caption(fig, f"Empirical CDF: the fraction of a cell's runs finished by each time (a marker per run). "
-                 f"{n_text(counts)}. Both axes start at 0.")
+    caption(fig, f"Empirical CDF: the fraction of a cell's runs finished by each time, one step per run. "
+                 f"{n_text(counts)} (each strategy's n in its legend). No interval. Both axes start at 0.")
     return fig
 
 
 def figure_tradeoff(meta: dict, cells: dict, link: str, cls: str) -> Figure | None:
-    """At the highest competing level, per strategy: the 95th percentile of the case's
-    completion time against the competing traffic's goodput during the cases (what the
-    strategy leaves to the others). None when that level carried no competing traffic."""
+    """At the highest competing level, per strategy: the case's mean completion time against the
+    competing traffic the targets received during the cases, each with its 95% t-interval, the
+    runs behind each mean drawn faintly. None when that level carried no competing traffic."""
     unit = competing_unit(meta["experiment"]["competing"]["kind"])
     levels = sorted({k[1] for k in cells if k[2] == link and k[3] == cls})
     top = levels[-1] if levels else 0
     points = []
     for index, name in enumerate(_names(meta)):
         cell = cells.get((name, top, link, cls))
-        if cell and cell.times and cell.achieved_kbit:
-            points.append((index, name, float(np.mean(cell.achieved_kbit)) / 1000,
-                           float(np.percentile(cell.times, 95)), len(cell.times)))
+        if cell and len(cell.times) >= 2 and len(cell.achieved_kbit) >= 2:
+            points.append((index, name, summarise(np.asarray(cell.achieved_kbit) / 1000), summarise(cell.times),
+                           np.asarray(cell.achieved_kbit) / 1000, np.asarray(cell.times)))
     if top <= 0 or not points:
         return None
-    fig, ax = plt.subplots(figsize=(6.4, 4.4), layout="constrained")
-    for index, name, goodput, p95, _ in points:
+    fig, ax = plt.subplots(figsize=(7.6, 4.6), layout="constrained")
+    for index, name, x, y, xs, ys in points:
         st = style(index)
-        ax.plot([goodput], [p95], linestyle="none", marker=st["marker"], color=st["color"], markersize=8,
-                label=name)
-    # Both axes from 0 with room past the largest point, so a marker at the edge is whole.
-    ax.set_xlim(0, max(p[2] for p in points) * 1.06 or 1)
-    ax.set_ylim(0, max(p[3] for p in points) * 1.08 or 1)
-    ax.set(xlabel="competing traffic's goodput during the cases (Mbit/s)",
-           ylabel="95th percentile of a case's completion time (s)")
+        if xs.size == ys.size:
+            ax.plot(xs, ys, linestyle="none", marker=st["marker"], color=st["color"], markersize=3, alpha=0.3)
+        ax.errorbar([x.mean], [y.mean], xerr=[[x.mean - x.ci_low], [x.ci_high - x.mean]],
+                    yerr=[[y.mean - y.ci_low], [y.ci_high - y.mean]], linestyle="none", marker=st["marker"],
+                    color=st["color"], markersize=8, capsize=3, label=f"{name} (n = {y.n})")
+    ax.set_xlim(0, max(max(p[4].max(), p[2].ci_high) for p in points) * 1.08 or 1)
+    ax.set_ylim(0, max(max(p[5].max(), p[3].ci_high) for p in points) * 1.08 or 1)
+    ax.set(xlabel="competing traffic received at the targets' interfaces during the case\n"
+                  "(Mbit/s of Ethernet frames, headers included)",
+           ylabel="completion time of a case (s)")
     ax.set_title(f"What each strategy costs the competing traffic, at {top:g} {unit} per target\n"
                  f"{describe_link(meta, link)}, {cls} class", fontsize="medium")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="small", title="strategy")
-    caption(fig, "Each point: one strategy; x the mean over its runs of the competing traffic the targets "
-                 "received during the case, y the 95th percentile of its completion times (numpy, linear "
-                 f"interpolation: with few runs it lies near the slowest). {n_text([p[4] for p in points])}. "
-                 "Lower right is better for both. No error bars. Both axes start at 0.")
+    ax.legend(fontsize="x-small", title="strategy", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    caption(fig, "Large markers: per strategy, the mean over its runs of the bytes the competing targets' "
+                 "interfaces received during the case (frames with their Ethernet headers, so a little above "
+                 "TCP goodput) and the mean completion time; bars: 95% t-intervals of both means. Small faint "
+                 f"markers: the runs. {n_text([p[3].n for p in points])}. Lower right is better for both. "
+                 "Both axes start at 0.")
     return fig
 
 
@@ -315,48 +362,141 @@ def timeseries_runs(meta: dict, records: list[dict], link: str, cls: str) -> dic
     return picked
 
 
+RATE_WINDOW_S = 2.0  # the time series' rates are over windows of at least this long
+
+
+def windowed_rates(samples, window_s: float = RATE_WINDOW_S) -> tuple[np.ndarray, np.ndarray]:
+    """(window end times, kbit/s) of cumulative byte `samples` [[t_s, bytes], ...] over
+    consecutive windows of at least `window_s` (the last one may be shorter, if at least half;
+    a run shorter than `window_s` gets one window over all of it).
+
+    The sampler reads the counters 0.5 s apart, each reading taking a few ms of its own: over
+    one interval that jitter alone makes a rate look up to ~10 % above the line's; over a
+    second or more it stays within a few per cent."""
+    data = np.asarray(samples, dtype=np.float64)
+    ts, rates = [], []
+    t0, b0 = data[0]
+    span = data[-1][0] - t0
+    if span <= 0:
+        return np.asarray(ts), np.asarray(rates)
+    window_s = min(window_s, span)  # a case shorter than a window: one rate over all of it
+    for t, b in data[1:]:
+        if t - t0 >= window_s:
+            ts.append(t)
+            rates.append((b - b0) * 8 / 1000 / (t - t0))
+            t0, b0 = t, b
+    t, b = data[-1]
+    if t > t0 and t - t0 >= window_s / 2:
+        ts.append(t)
+        rates.append((b - b0) * 8 / 1000 / (t - t0))
+    return np.asarray(ts), np.asarray(rates)
+
+
+def _capacity_kbit(meta: dict, link: str) -> float | None:
+    for item in meta["experiment"]["links"]:
+        if item["name"] == link:
+            return float(item["core_kbit"])
+    return None
+
+
 def figure_timeseries(meta: dict, picked: dict[str, dict], link: str, cls: str) -> Figure:
     """For each strategy's picked run: the competing traffic received during the case (kbit/s
-    per sampling interval) and the moments each site answered and the case finished."""
+    over windows of RATE_WINDOW_S), the shared segment's capacity, and the moments each site
+    answered and the case finished."""
     names = [n for n in _names(meta) if n in picked]
     unit = competing_unit(meta["experiment"]["competing"]["kind"])
-    fig, axes = plt.subplots(len(names), 1, figsize=(6.8, 1.9 * len(names) + 1.2), sharex=True, squeeze=False,
-                             layout="constrained")
+    fig, axes = plt.subplots(len(names), 1, figsize=(7.4, 1.8 * len(names) + 1.6), sharex=True, sharey=True,
+                             squeeze=False, layout="constrained")
     order = _names(meta)
-    longest = 0.0
+    capacity = _capacity_kbit(meta, link)
+    longest, highest = 0.0, capacity or 1.0
     for ax, name in zip(axes[:, 0], names):
         rec = picked[name]
-        samples = np.asarray(rec["competing"]["samples"], dtype=np.float64)
-        t, b = samples[:, 0], samples[:, 1]
-        dt = np.diff(t)
-        keep = dt > 0
-        rate = np.diff(b)[keep] * 8 / 1000 / dt[keep]  # kbit/s over each interval
+        t, rate = windowed_rates(rec["competing"]["samples"])
         st = style(order.index(name))
-        ax.step(t[1:][keep], rate, where="pre", color=st["color"], linestyle=st["linestyle"],
-                label="competing traffic received")
+        if t.size:  # each rate drawn over its own window, from the first sample on
+            start = float(rec["competing"]["samples"][0][0])
+            ax.step(np.r_[start, t], np.r_[rate[0], rate], where="pre", color=st["color"],
+                    linestyle=st["linestyle"], label="competing received")
+            highest = max(highest, float(rate.max()))
+        if capacity:
+            ax.axhline(capacity, color="grey", linestyle="--", linewidth=1, label="segment capacity")
         completion = float(rec["completion_s"])
-        longest = max(longest, completion, float(t[-1]))
+        longest = max(longest, completion, float(t[-1]) if t.size else 0.0)
         ax.axvspan(0, completion, color="grey", alpha=0.12, label="the case")
-        for site in rec.get("sites", []):
-            if site.get("total_s") is not None:
-                ax.axvline(float(site["total_s"]), color="black", linestyle=":", linewidth=1)
-                ax.text(float(site["total_s"]), 1.0, f" {site['site']}", transform=ax.get_xaxis_transform(),
-                        fontsize="x-small", va="top")
-        ax.set_ylim(0, max(1.0, float(rate.max()) if rate.size else 0.0) * 1.15)
+        answered = sorted((float(x["total_s"]), x["site"]) for x in rec.get("sites", []) if x.get("total_s") is not None)
+        for i, (when, site) in enumerate(answered):
+            ax.axvline(when, color="black", linestyle=":", linewidth=1)
+            ax.text(when, 0.97 - 0.16 * (i % 3), f" {site}", transform=ax.get_xaxis_transform(),
+                    fontsize="x-small", va="top", ha="left",
+                    bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.7, "pad": 0.5})
         ax.set_ylabel("kbit/s", fontsize="small")
         ax.set_title(f"{name}: run {rec['run']['run_id']}, case {completion:.2f} s", fontsize="small", loc="left")
         ax.grid(True, alpha=0.3)
+    axes[0, 0].set_ylim(0, highest * 1.12)
     axes[-1, 0].set_xlim(0, longest * 1.05 if longest else 1)
     axes[-1, 0].set_xlabel("time since the case was submitted (s)")
-    axes[0, 0].legend(fontsize="x-small", loc="lower right")
+    axes[0, 0].legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), fontsize="x-small", ncols=3, frameon=False,
+                      borderaxespad=0.1)
     level = float(next(iter(picked.values()))["run"]["competing"]) if picked else 0
     fig.suptitle(f"The case against the competing traffic, one run per strategy at {level:g} {unit} per target\n"
                  f"{describe_link(meta, link)}, {cls} class", fontsize="medium")
-    every = np.median([np.median(np.diff(np.asarray(r['competing']['samples'])[:, 0])) for r in picked.values()])
-    caption(fig, f"Line: the bytes the competing targets' interfaces received per sampling interval "
-                 f"(~{every:.2f} s), as kbit/s; shaded: the case, from submission to its last reply; dotted: "
-                 f"when each site's reply arrived. One run per strategy (n = 1 per panel), the first at this "
-                 f"level in the run order.")
+    caption(fig, f"Line: the bytes the competing targets' interfaces received (Ethernet frames) per window of "
+                 f"at least {RATE_WINDOW_S:g} s (a shorter case: one window over all of it), as kbit/s; dashed: the shared segment's capacity, which the "
+                 f"competing traffic to both targets crosses; shaded: the case, from submission to its last "
+                 f"reply; dotted: when each site's reply arrived. One run per strategy (n = 1 per panel, no "
+                 f"interval), the first at this level in the run order.")
+    return fig
+
+
+def figure_shaping(meta: dict, cells: dict, link: str, cls: str) -> Figure:
+    """The study's Figure 9: mean completion time against competing traffic with the competing
+    traffic shaped, a panel per limit (so curves that nearly coincide do not hide each other),
+    each against the same discipline unshaped (black), 95% t-intervals."""
+    strategies = meta["experiment"]["strategies"]
+    shaped = sorted((s for s in strategies if s.get("shape_kbit") is not None), key=lambda s: -s["shape_kbit"])
+    levels = sorted({k[1] for k in cells if k[2] == link and k[3] == cls})
+    unit = competing_unit(meta["experiment"]["competing"]["kind"])
+    order = _names(meta)
+    ncols = min(3, len(shaped))
+    nrows = -(-len(shaped) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(max(7.0, 3.6 * ncols + 0.6), 3.3 * nrows + 1.3), sharex=True,
+                             sharey=True, squeeze=False, layout="constrained")
+    counts: list[int] = []
+    places = set()
+    baselines = 0
+    for ax, s in zip(axes.flat, shaped):
+        base = next((b["name"] for b in strategies if b["discipline"] == s["discipline"]
+                     and b.get("shape_kbit") is None and not b.get("adaptive")), None)
+        if base is not None and any((base, lv, link, cls) in cells for lv in levels):
+            baselines += 1
+            counts += _line(ax, cells, base, levels, link, cls, "mean", f"{base}, unshaped", order.index(base), 0, 0, 2,
+                            colour="black")
+        counts += _line(ax, cells, s["name"], levels, link, cls, "mean", f"shaped to {s['shape_kbit']:g} kbit/s",
+                        order.index(s["name"]), 0, 1, 2)
+        where = {"router": "at rA's port to the segment", "host": "at the master's card"}.get(
+            s.get("shape_at"), "on every medium it crossed")
+        places.add(where)
+        ax.set_title(f"{s['name']}: {s['shape_kbit']:g} kbit/s, {where}", fontsize="small")
+        level_axis(ax, levels, unit)
+        ax.set_xlabel("")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize="x-small", loc="upper left")
+    axes[-1][(ncols - 1) // 2].set_xlabel(f"competing traffic ({unit} per target)")
+    for ax in list(axes.flat)[len(shaped):]:
+        ax.set_visible(False)
+    for ax in axes.flat:
+        ax.set_ylim(bottom=0)
+    axes[0][0].set_ylabel("mean completion time (s)")
+    form = "the study's Figure 9" if study_form(levels) else f"{len(levels)} levels: points, not curves"
+    fig.suptitle(f"Mean completion time with the competing traffic shaped ({form})\n"
+                 f"{describe_link(meta, link)}, {cls} class", fontsize="medium")
+    against = (" against the same discipline with the competing traffic unshaped (black)" if baselines else
+               " (the matrix has no unshaped run of the same discipline to compare with)")
+    caption(fig, f"Each panel: one shaping limit (where it was applied in its title){against}; points: the mean "
+                 f"of one cell's runs. "
+                 f"{n_text(counts)}. {CI_TEXT} "
+                 + (symlog_text(linear_part(levels)) if study_form(levels) else "One category per level run."))
     return fig
 
 
@@ -384,15 +524,7 @@ def write_figures(meta: dict, cells: dict, folder: Path, records: list[dict] | N
                 "Standard deviation of completion time vs competing traffic (the study's Figure 8)"),
                 folder, f"fig8_std_{tag}")
             if shaped:
-                base = [s["name"] for s in strategies if s["discipline"] == shaped[0]["discipline"]
-                        and s.get("shape_kbit") is None]
-                labels = {n: f"{n}, competing unshaped" for n in base}
-                labels |= {s["name"]: f"competing shaped to {s['shape_kbit']:g} kbit/s" for s in shaped}
-                written += _save(figure_level_lines(
-                    meta, cells, link, cls, "mean", base + [s["name"] for s in shaped],
-                    f"Mean completion time with the competing traffic shaped, under "
-                    f"{shaped[0]['discipline'].upper()} (the study's Figure 9)", labels),
-                    folder, f"fig9_shaping_{tag}")
+                written += _save(figure_shaping(meta, cells, link, cls), folder, f"fig9_shaping_{tag}")
             written += _save(figure_level_lines(
                 meta, cells, link, cls, "ratio", present,
                 "Completion time as a multiple of the physical lower bound"), folder, f"ratio_{tag}")

@@ -47,6 +47,9 @@ class Cell:
     errors: list[float] = field(default_factory=list)  # |predicted - actual| / actual, runs with a prediction
     unpredicted: int = 0  # successful runs without a prediction (the predictor had not seen the path yet)
     failed: int = 0
+    invalid: int = 0  # runs whose emulator fell behind past the bound on every attempt (kept apart)
+    reruns: int = 0  # attempts judged invalid and run again
+    records: list[dict] = field(default_factory=list, repr=False)  # the valid runs' raw records
 
     @property
     def key(self) -> tuple:
@@ -65,9 +68,14 @@ def load_cells(out_dir: str | Path) -> tuple[dict, dict[tuple, Cell]]:
         run = rec["run"]
         key = (run["strategy"], float(run["competing"]), run["link"], run["request_class"])
         cell = cells.setdefault(key, Cell(*key))
+        cell.reruns += int(rec.get("attempt", 1)) - 1
+        if not (rec.get("fidelity") or {}).get("valid", True):
+            cell.invalid += 1
+            continue
         if not rec.get("ok"):
             cell.failed += 1
             continue
+        cell.records.append(rec)
         t = float(rec["completion_s"])
         cell.times.append(t)
         bound = float(rec["bound"]["total_s"])
@@ -146,7 +154,14 @@ def prediction_rows(meta: dict, cells: dict[tuple, Cell]) -> list[dict]:
 
 
 def significance_rows(meta: dict, cells: dict[tuple, Cell], alpha: float = 0.05) -> list[dict]:
-    """Every pair of strategies within each (level, link, class): is their mean time different?"""
+    """Every pair of strategies within each (level, link, class): is their mean time different?
+
+    Welch's two-sided test per pair with its t-interval of the difference; the p-values of the
+    whole table are one family, Holm-adjusted (`findings.holm`), and `significant` is the
+    adjusted p < alpha. The table is exploratory: the declared findings are the confirmatory tests.
+    """
+    from qos.experiment.findings import holm
+
     order = strategy_order(meta)
     groups: dict[tuple, dict[str, Cell]] = defaultdict(dict)
     for (strategy, level, link, cls), cell in cells.items():
@@ -160,9 +175,12 @@ def significance_rows(meta: dict, cells: dict[tuple, Cell], alpha: float = 0.05)
                 continue
             c = compare(ta, tb, alpha=alpha)
             rows.append({"link": link, "request_class": cls, "competing": level, "a": a, "b": b,
+                         "n_a": len(ta), "n_b": len(tb),
                          "mean_a_s": float(np.mean(ta)), "mean_b_s": float(np.mean(tb)), "diff_s": c.diff,
-                         "welch_t": c.t, "welch_p": c.p, "boot_low_s": c.boot_low, "boot_high_s": c.boot_high,
-                         "significant": c.significant})
+                         "ci95_low_s": c.ci_low, "ci95_high_s": c.ci_high, "welch_t": c.t, "welch_p": c.p})
+    for row, p in zip(rows, holm([r["welch_p"] for r in rows])):
+        row["p_holm"] = p
+        row["significant"] = bool(p < alpha)
     return rows
 
 
@@ -260,7 +278,11 @@ def _unshaped_by_discipline(meta: dict) -> dict[str, str]:
 
 
 def study_findings(meta: dict, cells: dict[tuple, Cell]) -> list[dict]:
-    """The study's six findings (BRIEF §3), each checked against this experiment's data.
+    """The study's six findings (BRIEF §3), each described against this experiment's data.
+
+    Descriptive only (directions of means and stds, unadjusted p-values): an experiment that
+    declares its findings gets their tests instead (`declared_findings`), and the report then
+    shows only those, so that each finding has one verdict.
 
     Returns one row per finding that the matrix can test: the finding, what the data say
     (computed here, from the cells), and whether they agree. Per (link, class) pair.
@@ -291,7 +313,7 @@ def study_findings(meta: dict, cells: dict[tuple, Cell]) -> list[dict]:
             means = {n: mean(n, low) for n in queueing}
             spread = max(means.values()) / min(means.values())
             differ = [f"{a}/{b}" for a, b in itertools.combinations(queueing, 2)
-                      if compare(times(a, low), times(b, low)).significant]
+                      if compare(times(a, low), times(b, low)).p < 0.05]
             rows.append({"where": where, "finding": "1. all strategies alike at low traffic",
                          "data": f"at {low:g}: means {', '.join(f'{n} {v:.2f}' for n, v in means.items())} s "
                                  f"(max/min {spread:.2f}); significantly different pairs: {', '.join(differ) or 'none'}",
@@ -339,31 +361,44 @@ def study_findings(meta: dict, cells: dict[tuple, Cell]) -> list[dict]:
     return rows
 
 
-DECLARED_COLUMNS = ["finding", "claim", "statistic", "n", "a", "b", "effect_s", "ratio", "p", "p_holm", "verdict"]
+DECLARED_COLUMNS = ["finding", "claim", "statistic", "n", "versus", "a", "b", "effect_s", "ratio", "p", "p_holm",
+                    "p_opposite_holm", "verdict"]
+VERDICT_COLUMNS = ["study", "verdict", "parts"]
 
 
-def declared_findings(meta: dict, cells: dict[tuple, Cell], alpha: float = 0.05) -> list[dict]:
-    """The experiment file's `[[findings]]`, each tested on its two cells, Holm-adjusted together
-    (qos/experiment/findings.py); [] when the file declares none."""
-    from qos.experiment.findings import Finding, evaluate
+def declared_findings(meta: dict, cells: dict[tuple, Cell], alpha: float = 0.05,
+                      findings: list[dict] | None = None) -> list[dict]:
+    """The experiment file's `[[findings]]` (or `findings`, declared elsewhere), each tested on its
+    cells, Holm-adjusted together (qos/experiment/findings.py); [] when none are declared."""
+    from qos.experiment.findings import Finding, Pair, evaluate
 
-    declared = [Finding(**f) for f in meta["experiment"].get("findings", [])]
+    declared = [Finding(**f) for f in (meta["experiment"].get("findings", []) if findings is None else findings)]
     if not declared:
         return []
     first_link = meta["experiment"]["links"][0]["name"]
     first_class = meta["experiment"]["request_classes"][0]
 
-    def times(ref) -> list[float]:
-        key = (ref.strategy, float(ref.level), ref.link or first_link, ref.request_class or first_class)
+    def times(ref, level=None) -> np.ndarray:
+        key = (ref.strategy, float(ref.level if level is None else level), ref.link or first_link,
+               ref.request_class or first_class)
         cell = cells.get(key)
-        return cell.times if cell else []
+        return np.asarray(cell.times if cell else [], float)
 
-    samples = [(times(f.a), times(f.b)) for f in declared]
-    return evaluate(declared, samples, alpha=alpha, seed=int(meta.get("seed") or 0)) if declared else []
+    def pairs(f) -> list:
+        base = f.change_from
+        return [Pair(times(f.a), times(b), None if base is None else times(f.a, base),
+                     None if base is None else times(b, base)) for b in f.others]
+
+    return evaluate(declared, [pairs(f) for f in declared], alpha=alpha, seed=int(meta.get("seed") or 0))
 
 
-def write_report(out_dir: str | Path, plots: bool = True) -> Path:
-    """Write every table (and, with `plots`, every figure) into OUT/report/; returns that folder."""
+def write_report(out_dir: str | Path, plots: bool = True, findings_from=None) -> Path:
+    """Write every table (and, with `plots`, every figure) into OUT/report/; returns that folder.
+
+    `findings_from`: an experiment (qos.experiment.spec.Experiment) whose `[[findings]]` are
+    tested instead of those the raw data's metadata declares; the report then says they were
+    declared after these data were collected (a re-analysis, not a confirmatory test).
+    """
     meta, cells = load_cells(out_dir)
     report_dir = Path(out_dir) / "report"
     report_dir.mkdir(exist_ok=True)
@@ -377,46 +412,34 @@ def write_report(out_dir: str | Path, plots: bool = True) -> Path:
     several_links = len(meta["experiment"]["links"]) > 1
     table = links_table(meta, cells) if several_links else table1(meta, cells)
     (report_dir / "table1.md").write_text(table)
-
-    name = meta["experiment"]["name"]
-    env = meta.get("environment", {})
-    not_sig = [r for r in sig if not r["significant"]]
-    findings = study_findings(meta, cells)
-    declared = declared_findings(meta, cells)
+    later = None if findings_from is None else [f.model_dump() for f in findings_from.findings]
+    declared = declared_findings(meta, cells, findings=later)
     if declared:
         write_csv(report_dir / "findings.csv", declared, DECLARED_COLUMNS)
+    name = meta["experiment"]["name"]
+    env = meta.get("environment", {})
     text = [
         f"# Experiment `{name}`", "",
         meta["experiment"].get("description", ""), "",
-        f"- runs: {sum(len(c.times) for c in cells.values())} ok, {sum(c.failed for c in cells.values())} failed; "
+        f"- runs: {sum(len(c.times) for c in cells.values())} ok, {sum(c.failed for c in cells.values())} failed, "
+        f"{sum(c.invalid for c in cells.values())} invalid (emulator behind its bound, kept apart), "
+        f"{sum(c.reruns for c in cells.values())} re-runs; "
         f"started {meta.get('started')}, finished {meta.get('finished', 'not yet')}",
-        f"- kernel {env.get('kernel')}, git {env.get('git_commit')}, seed {meta.get('seed')}", "",
+        f"- kernel {env.get('kernel')}, git {env.get('git_commit')}, seed {meta.get('seed')}, "
+        f"order {meta['experiment'].get('order', 'shuffled')}", "",
         "## Table 1", "", table,
-        *([] if not findings else [
-            "## The study's findings, checked", "",
-            "Computed from this experiment's cells (finding 1: means within 25% or no significant difference; "
-            "finding 6: the lowest limit flat, within 25%, and no limit steeper than the next higher one by more "
-            "than 10%).", "",
-            markdown_table(findings, ["where", "finding", "data", "agrees"]), ""]),
+        *_findings_section(meta, cells, declared, later is not None),
+        *fidelity_section(cells),
+        *mechanism_section(cells),
         "## Prediction error", "",
         "Each case's time as predicted before it was sent (the coordinator's passive model, "
         "qos.predict, one per strategy) against its actual time: median absolute percentage error "
         "(mdape) and its 90th percentile (ape_p90), as fractions; `predicted` counts the runs that "
         "had a prediction (a path's first case has none).", "",
         markdown_table(prediction, PREDICTION_COLUMNS), "",
-        *([] if not declared else [
-            "## Findings declared in the experiment file", "",
-            f"Each a test written before the run (qos/experiment/findings.py): Welch's one-sided t-test "
-            f"for means, a permutation test for other statistics, equivalence (TOST) for 'alike'; the "
-            f"{len(declared)} claims and their opposites adjusted together by Holm's method (alpha 0.05). "
-            f"effect_s is a - b in seconds, ratio a / b.", "",
-            markdown_table(declared, DECLARED_COLUMNS), ""]),
-        "## Every cell", "", markdown_table(summary, SUMMARY_COLUMNS[:16]), "",
-        "## Differences that are not significant", "",
-        f"Welch's t-test (p < 0.05) and a 95% bootstrap interval of the difference of means must both "
-        f"exclude 'no difference'. {len(not_sig)} of {len(sig)} pairs do not:", "",
-        markdown_table(not_sig, ["link", "request_class", "competing", "a", "b", "diff_s", "welch_p",
-                                 "boot_low_s", "boot_high_s"]) if not_sig else "(none)", "",
+        "## Every cell", "", "95% t-interval of the mean (ci95_low_s .. ci95_high_s).", "",
+        markdown_table(summary, SUMMARY_COLUMNS[:16]), "",
+        *_significance_section(sig),
     ]
     if plots:
         from qos.experiment.plots import write_figures
@@ -425,3 +448,103 @@ def write_report(out_dir: str | Path, plots: bool = True) -> Path:
         text += ["## Figures", ""] + [f"![{p.stem}]({p.name})" for p in figures if p.suffix == ".png"]
     (report_dir / "report.md").write_text("\n".join(text) + "\n")
     return report_dir
+
+
+def _findings_section(meta: dict, cells: dict[tuple, Cell], declared: list[dict], after: bool) -> list[str]:
+    """The findings: with declared ones, one verdict per study finding and its parts' tests;
+    otherwise the descriptive check (no test)."""
+    from qos.experiment.findings import study_verdicts
+
+    if not declared:
+        rows = study_findings(meta, cells)
+        if not rows:
+            return []
+        return ["## The study's findings, described (no test)", "",
+                "Directions of this experiment's means and stds against the study's words; exploratory: "
+                "this experiment declares no findings to test.", "",
+                markdown_table(rows, ["where", "finding", "data", "agrees"]), ""]
+    when = ("declared AFTER these data were collected (for the re-run; on these data a re-analysis, "
+            "not a confirmatory test)" if after else "declared in the experiment file before the run")
+    return [
+        "## Findings: one verdict each", "",
+        f"The study's findings as tests, {when} (qos/experiment/findings.py). A finding of several parts "
+        "is reproduced when every part is, not reproduced when any part is.", "",
+        markdown_table(study_verdicts(declared), VERDICT_COLUMNS), "",
+        "### The tests", "",
+        f"Welch's one-sided t-test for means (a change of means: Welch's t of the difference of differences), "
+        f"Brown-Forsythe for spread, equivalence (TOST) for 'alike'; against several cells every comparison "
+        f"must hold (the largest p). The {len(declared)} claims and every comparison's opposite are adjusted "
+        f"together by Holm's method (alpha 0.05). a, b: the statistic of a and of the binding other cell "
+        f"(`versus`); effect_s = a - b in seconds.", "",
+        markdown_table(declared, DECLARED_COLUMNS), ""]
+
+
+def _significance_section(sig: list[dict]) -> list[str]:
+    not_sig = [r for r in sig if not r["significant"]]
+    return [
+        "## Pairwise differences (exploratory)", "",
+        f"Every pair of strategies at every level: Welch's two-sided test, the {len(sig)} p-values "
+        f"Holm-adjusted as one family (significance.csv: p, p_holm and the 95% Welch t-interval of the "
+        f"difference). {len(not_sig)} of {len(sig)} pairs are not significant after adjustment:", "",
+        markdown_table(not_sig, ["link", "request_class", "competing", "a", "b", "diff_s", "ci95_low_s",
+                                 "ci95_high_s", "welch_p", "p_holm"]) if not_sig else "(none)", ""]
+
+
+def mechanism_section(cells: dict[tuple, Cell]) -> list[str]:
+    """Drops by place at the highest level, and the mechanism claim tested where the runs
+    recorded per-station counters (qos/experiment/mechanism.py)."""
+    from qos.experiment import mechanism
+
+    levels = sorted({k[1] for k in cells})
+    if not levels or not any(r.get("router_counters") for c in cells.values() for r in c.records):
+        return []
+    top = levels[-1]
+    rows = mechanism.place_rows(cells, top)
+    text = ["## Mechanism: where packets were dropped", "",
+            f"Median per run, at {top:g}, of each class's drops by place: a router's port (where a router "
+            f"strategy runs), a host's card (where it cannot act), or a medium's total where the runs did "
+            f"not record its stations; '-': no queue of that place recorded.", "", markdown_table(rows, list(rows[0])) if rows else "(no runs)", ""]
+    if not mechanism.split_counters(cells):
+        return text + ["These raw data predate the per-station counters: a hub's drops are one total per medium "
+                       "(\"rA:hub\" mixes the master's card with router rA's port), so the mechanism claim "
+                       "(the strategy protects the case where it runs) cannot be tested on them.", ""]
+    tests = mechanism.mechanism_tests(cells, top)
+    return text + ["The claim: each strategy loses fewer of the case's (urgent) packets at the routers' ports "
+                   "than FIFO (one-sided Mann-Whitney U per strategy, Holm-adjusted together).", "",
+                   markdown_table(tests, list(tests[0])) if tests else "(no FIFO cell to compare with)", ""]
+
+
+def fidelity_section(cells: dict[tuple, Cell]) -> list[str]:
+    """Per cell: the emulator's lateness and the machine's load during its runs (runs with a
+    fidelity record only); says so when the raw data predate the record."""
+    rows = []
+    for key in sorted(cells):
+        cell = cells[key]
+        fid = [r["fidelity"] for r in cell.records if r.get("fidelity")]
+        if not fid:
+            continue
+        late = [(f.get("emulator") or {}).get("lateness_s") or {} for f in fid]
+        mach = [f["machine"] for f in fid]
+
+        def med(values):
+            values = [v for v in values if v is not None]
+            return float(np.median(values)) if values else float("nan")
+
+        rows.append({"strategy": cell.strategy, "competing": cell.competing, "runs": len(fid),
+                     "invalid": cell.invalid, "reruns": cell.reruns,
+                     "lateness_p99_ms": 1000 * med([x.get("p99") for x in late]),
+                     "lateness_max_ms": 1000 * max([x.get("max") or 0 for x in late]),
+                     "nfqueue_drops": sum((f.get("emulator") or {}).get("nfqueue_drops_total", 0) for f in fid),
+                     "cpu_busy": med([m.get("cpu_busy") for m in mach]),
+                     "cpu_steal": med([m.get("cpu_steal") for m in mach]),
+                     "loadavg": med([m.get("loadavg_1m_end") for m in mach])})
+    head = ["## Fidelity", ""]
+    if not rows:
+        return head + ["These raw data predate the per-run fidelity record (emulator lateness, NFQUEUE drops, "
+                       "CPU load and steal): how late the emulator was, and how loaded the machine, during "
+                       "these runs is unknown.", ""]
+    columns = list(rows[0])
+    return head + ["Per cell, the median over its runs of the emulator's p99 release lateness, the worst "
+                   "release, NFQUEUE drops (sum), and the machine's CPU busy and steal fractions and load "
+                   "average (qos/experiment/fidelity.py). Invalid runs are not in any other table.", "",
+                   markdown_table(rows, columns), ""]

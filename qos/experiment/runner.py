@@ -23,11 +23,13 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Protocol
 
 from tqdm import tqdm
 
+from qos.experiment import fidelity
 from qos.experiment.bound import SiteTransfer, lower_bound
 from qos.experiment.matrix import Run, expand, remaining
 from qos.experiment.spec import Experiment, LinkProfile, Strategy
@@ -45,6 +47,7 @@ class Bench(Protocol):
     def competing_bytes(self) -> int: ...
     def run_case(self, request_class: str, seed: int, case_id: str) -> dict: ...
     def behind_core(self, site: str) -> bool: ...
+    def emulator_snapshots(self, newer_than: float = 0.0) -> dict: ...  # {name: qos.emulator snapshot}
     def finish(self) -> dict: ...
 
 
@@ -219,6 +222,8 @@ def execute_run(experiment: Experiment, run: Run, bench: Bench, state: dict) -> 
     wait = experiment.settle_s - (time.monotonic() - state["competing_since"])
     if wait > 0 and run.competing:
         time.sleep(wait)
+    emulators_before = bench.emulator_snapshots()
+    machine_before = fidelity.machine_sample()
     counters_before = bench.counters()
     competing_before = bench.competing_bytes()
     sampler = CompetingSampler(bench, limit_s=experiment.workload.deadline_s + 60)
@@ -230,9 +235,14 @@ def execute_run(experiment: Experiment, run: Run, bench: Bench, state: dict) -> 
         window = time.monotonic() - t0
         competing_after = bench.competing_bytes()
         samples = sampler.stop(competing_after, window)
+        machine_after = fidelity.machine_sample()
     if run.competing:
         state.setdefault("block", []).append((run.run_id, (epoch0, epoch0 + window)))
     record |= case
+    # The emulators' snapshots written after the case ended count all of its packets.
+    emulators_after = bench.emulator_snapshots(newer_than=epoch0 + window)
+    record["fidelity"] = fidelity.fidelity_record(machine_before, machine_after, emulators_before, emulators_after,
+                                                  state.get("bound", fidelity.DEFAULT_BOUND))
     record["router_counters"] = counter_delta(counters_before, bench.counters())
     record["competing"] = {
         "kind": experiment.competing.kind, "level": run.competing, "unit": experiment.competing.unit,
@@ -255,14 +265,37 @@ def execute_run(experiment: Experiment, run: Run, bench: Bench, state: dict) -> 
     return record
 
 
+def run_valid(experiment: Experiment, run: Run, bench: Bench, state: dict, store: Store,
+              max_attempts: int = fidelity.MAX_ATTEMPTS) -> dict:
+    """Execute `run` until its fidelity is valid, at most `max_attempts` times; its last record,
+    with `attempt` (1-based) and `invalid_attempts` (each invalid attempt's reasons)."""
+    earlier: list[dict] = []
+    for attempt in range(1, max_attempts + 1):
+        record = execute_run(experiment, run, bench, state)
+        record["attempt"] = attempt
+        if record["fidelity"]["valid"] or attempt == max_attempts:
+            record["invalid_attempts"] = earlier
+            return record
+        store.save_invalid(run, attempt, record)
+        earlier.append({"attempt": attempt, "reasons": record["fidelity"]["invalid_reasons"],
+                        "lateness_s": (record["fidelity"]["emulator"] or {}).get("lateness_s")})
+    raise AssertionError("unreachable")  # the loop returns on its last attempt
+
+
 def run_experiment(experiment: Experiment, out_dir: str | Path, bench: Bench, progress: bool = True,
                    max_runs: int | None = None, allow_dirty: bool = False,
-                   allow_code_change: bool = False) -> Store:
+                   allow_code_change: bool = False, bound: fidelity.FidelityBound = fidelity.DEFAULT_BOUND,
+                   max_attempts: int = fidelity.MAX_ATTEMPTS) -> Store:
     """Run (or resume) `experiment` into `out_dir` on `bench`; stop after `max_runs` new runs if given.
 
     Refuses (InvalidInput) code with uncommitted changes unless `allow_dirty`, and a resume
     with other code than the start's unless `allow_code_change` (Store.open_for); the
     metadata records both.
+
+    Each run's fidelity is judged against `bound` (fidelity.judge); an invalid run is run again,
+    `max_attempts` in all: the invalid attempts are kept in OUT/invalid/, the last attempt in
+    runs/ (with `fidelity.valid` false if none was valid), and each session in the metadata
+    counts invalid runs and re-runs.
 
     Returns the store. At the end (also on interruption) the bench's `finish` stops the
     competing traffic, and what it reports (each competing block's totals) goes into the
@@ -274,16 +307,20 @@ def run_experiment(experiment: Experiment, out_dir: str | Path, bench: Bench, pr
     todo = remaining(order, store.done_ids())
     if max_runs is not None:
         todo = todo[:max_runs]
-    state: dict = {}
-    failures = 0
+    state: dict = {"bound": bound}
+    failures = invalid = reruns = 0
     started = time.monotonic()
     try:
         store.update_metadata(bench=bench.environment())
         bar = tqdm(todo, desc=experiment.name, unit="run", disable=not progress, file=sys.stderr,
                    initial=len(order) - len(remaining(order, store.done_ids())), total=len(order))
+        position = {r.run_id: i for i, r in enumerate(order)}
         for run in bar:
-            record = execute_run(experiment, run, bench, state)
+            record = run_valid(experiment, run, bench, state, store, max_attempts)
+            record["order"] = {"kind": experiment.order, "seed": experiment.seed, "position": position[run.run_id]}
             failures += not record.get("ok")
+            invalid += not record["fidelity"]["valid"]
+            reruns += record["attempt"] - 1
             store.save_run(run, record)
             for ended, block in state.pop("ended", []):
                 save_block_iperf3(store, ended, block)
@@ -298,7 +335,9 @@ def run_experiment(experiment: Experiment, out_dir: str | Path, bench: Bench, pr
             closing = bench.finish() or {}
         meta = store.metadata()
         sessions = meta.get("sessions", [])
-        sessions.append({"runs": len(todo), "failed": failures, "wall_s": time.monotonic() - started,
+        sessions.append({"runs": len(todo), "failed": failures, "invalid": invalid, "reruns": reruns,
+                         "fidelity_bound": asdict(bound), "max_attempts": max_attempts,
+                         "wall_s": time.monotonic() - started,
                          "ended": now_iso(), **closing})
         fields = {"sessions": sessions}
         if not remaining(order, store.done_ids()):

@@ -146,6 +146,9 @@ class Adaptive(FileModel):
         return value
 
 
+SHAPE_PLACES = ("router", "host")  # where a 2002 strategy shapes the bulk class (Strategy.shape_at)
+
+
 class Strategy(FileModel):
     """A router configuration: a queueing discipline, optionally with the bulk class shaped,
     optionally with the product's adaptive policy on top. In the file: a `[strategies.NAME]`
@@ -155,6 +158,10 @@ class Strategy(FileModel):
     discipline: str = Field(json_schema_extra={"enum": list(DISCIPLINES)})
     shape_kbit: float | None = Field(None, description="rate limit for the competing (bulk) traffic, "
                                                         "kbit/s; none = unshaped")
+    shape_at: str = Field("router", json_schema_extra={"enum": list(SHAPE_PLACES)},
+                          description='network = "2002": where the bulk class is shaped: "router" (the study\'s: '
+                                      'the master\'s router\'s port toward the shared segment, IOS burst CIR x '
+                                      '125 ms) or "host" (the master\'s own card, a 3,028 B bucket)')
     params: dict[str, Any] = Field(default_factory=dict, description="discipline-specific extras, passed through")
     adaptive: Adaptive | None = Field(None, description="the product's policy drives each case (features, "
                                                         "step-down, hedging); none = image mode as sent")
@@ -177,6 +184,11 @@ class Strategy(FileModel):
     def _discipline(cls, value: str) -> str:
         return one_of(value, DISCIPLINES)
 
+    @field_validator("shape_at")
+    @classmethod
+    def _shape_at(cls, value: str) -> str:
+        return one_of(value, SHAPE_PLACES)
+
     @field_validator("shape_kbit")
     @classmethod
     def _shape(cls, value: float | None) -> float | None:
@@ -190,8 +202,9 @@ class Strategy(FileModel):
         Returns
         -------
         dict
-            {"strategy": "ios-..."}; with `shape_kbit`, "ios-shaping" (class-based WFQ with
-            the competing class, bulk, held to that rate), as the study's shaping + WFQ.
+            {"strategy": "ios-..."}; with `shape_kbit`, "ios-shaping": the strategy's WFQ
+            (fair-queue, or class-based) with the competing class, bulk, held to that rate
+            where `shape_at` says (`Testbed.set_strategy`), as the study's shaping + WFQ.
 
         Raises
         ------
@@ -201,7 +214,11 @@ class Strategy(FileModel):
         if self.shape_kbit is not None:
             if self.discipline not in ("wfq", "cbwfq"):
                 raise ValueError(f"strategy {self.name!r}: shaping combines with wfq or cbwfq only")
-            return {"strategy": "ios-shaping", "shaped_class": "bulk", "shaped_rate_kbit": self.shape_kbit}
+            table = {"strategy": "ios-shaping", "shaped_class": "bulk", "shaped_rate_kbit": self.shape_kbit,
+                     "shaped_base": self.discipline, "shaped_at": self.shape_at}
+            if self.shape_at == "host":
+                table["shaped_burst_bytes"] = defaults.SHAPER_BURST_BYTES
+            return table
         if self.discipline in CODEL_STRATEGY:
             return {"strategy": CODEL_STRATEGY[self.discipline], **self.params}
         return {"strategy": IOS_STRATEGY[self.discipline], **self.params}
@@ -361,6 +378,9 @@ class Competing(FileModel):
         return competing_unit(self.kind)
 
 
+ORDERS = ("shuffled", "blocked", "rounds")
+
+
 class Head(FileModel):
     """`[experiment]`: what the experiment is and how its runs are ordered."""
 
@@ -370,8 +390,10 @@ class Head(FileModel):
     seed: int = Field(0, description="shuffles the run order; recorded with every run")
     request_classes: Seq[str] = ("urgent",)
     settle_s: float = Field(1.0, description="competing traffic runs this long before a case is submitted")
-    order: str = Field("shuffled", json_schema_extra={"enum": ["shuffled", "blocked"]},
-                       description="blocked: by competing level (see matrix.expand)")
+    order: str = Field("shuffled", json_schema_extra={"enum": list(ORDERS)},
+                       description="blocked: by competing level; rounds: one block per level in every "
+                                   "repetition round, levels and strategies shuffled anew each round "
+                                   "(see matrix.expand)")
 
     @field_validator("request_classes")
     @classmethod
@@ -383,8 +405,8 @@ class Head(FileModel):
     @field_validator("order")
     @classmethod
     def _order(cls, value: str) -> str:
-        if value not in ("shuffled", "blocked"):
-            raise ValueError(f"order must be 'shuffled' or 'blocked', got {value!r}")
+        if value not in ORDERS:
+            raise ValueError(f"order must be one of {', '.join(ORDERS)}, got {value!r}")
         return value
 
 
@@ -447,7 +469,7 @@ class Experiment(FileModel):
         if len({item.network for item in self.links}) > 1:
             raise ValueError("[[links]]: one network per experiment (the testbed is built once)")
         for i, finding in enumerate(self.findings):
-            for side in (finding.a, finding.b):
+            for side in finding.cells():
                 where = f"[[findings]] {finding.name!r}"
                 if side.strategy not in {s.name for s in self.strategies}:
                     raise ValueError(f"{where}: no strategy {side.strategy!r}")

@@ -1,8 +1,9 @@
 """Summary statistics of completion times and tests of whether two strategies differ.
 
 Times are float64 seconds. With 10 runs a cell, a difference of means can easily be
-noise: `compare` runs Welch's t-test (unequal variances, Welch 1947) and a percentile
-bootstrap of the difference, and calls the difference significant only when both agree.
+noise: `compare` runs Welch's t-test (unequal variances, Welch 1947) with its t-interval of
+the difference; intervals are t-based (means) and chi-square (stds), which at n = 5-10 are
+honest where BCa and percentile bootstraps are 30 % too narrow.
 """
 
 from __future__ import annotations
@@ -56,67 +57,61 @@ def summarise(values, confidence: float = 0.95) -> Summary:
 
 
 def welch(a, b) -> tuple[float, float]:
-    """Welch's t statistic and two-sided p-value for mean(a) != mean(b)."""
+    """Welch's t statistic and two-sided p-value for mean(a) != mean(b)
+    (`scipy.stats.ttest_ind` with unequal variances); nan with fewer than 2 values a side,
+    and for samples without variance 0 and 1 when their means are equal, else +-inf and 0
+    (where scipy gives nan)."""
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     if a.size < 2 or b.size < 2:
         return float("nan"), float("nan")
-    va, vb = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
-    if va + vb == 0:
+    if a.var(ddof=1) + b.var(ddof=1) == 0:
         same = a.mean() == b.mean()
         return (0.0, 1.0) if same else (float("inf") * np.sign(a.mean() - b.mean()), 0.0)
-    t = (a.mean() - b.mean()) / np.sqrt(va + vb)
-    dof = (va + vb) ** 2 / (va**2 / (a.size - 1) + vb**2 / (b.size - 1))
-    p = 2 * sps.t.sf(abs(t), dof)
-    return float(t), float(p)
+    result = sps.ttest_ind(a, b, equal_var=False)
+    return float(result.statistic), float(result.pvalue)
 
 
-def bootstrap_diff(a, b, confidence: float = 0.95, resamples: int = 5000, seed: int = 0) -> tuple[float, float]:
-    """Percentile bootstrap interval of mean(a) - mean(b)."""
+def welch_interval(a, b, confidence: float = 0.95) -> tuple[float, float]:
+    """Welch's t-interval of mean(a) - mean(b) (Welch-Satterthwaite degrees of freedom)."""
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
-    rng = np.random.default_rng(seed)
-    da = rng.choice(a, size=(resamples, a.size)).mean(axis=1)
-    db = rng.choice(b, size=(resamples, b.size)).mean(axis=1)
-    lo, hi = np.percentile(da - db, [50 * (1 - confidence), 50 * (1 + confidence)])
-    return float(lo), float(hi)
+    diff = float(a.mean() - b.mean())
+    va, vb = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
+    if va + vb == 0:
+        return diff, diff
+    dof = (va + vb) ** 2 / (va**2 / (a.size - 1) + vb**2 / (b.size - 1))
+    half = float(sps.t.ppf(0.5 + confidence / 2, dof) * np.sqrt(va + vb))
+    return diff - half, diff + half
 
 
 @dataclass(frozen=True)
 class Comparison:
-    """Whether mean(a) and mean(b) differ, by two tests."""
+    """Whether mean(a) and mean(b) differ: Welch's test and its interval of the difference."""
 
     diff: float  # mean(a) - mean(b), seconds
     t: float
-    p: float  # Welch's two-sided p-value
-    boot_low: float
-    boot_high: float
-    significant: bool  # p < alpha AND the bootstrap interval excludes 0
+    p: float  # Welch's two-sided p-value, unadjusted (a table of many adjusts them: holm)
+    ci_low: float  # Welch's t-interval of the difference, at 1 - alpha
+    ci_high: float
 
 
-def compare(a, b, alpha: float = 0.05, seed: int = 0) -> Comparison:
-    """Welch's t-test and a bootstrap interval of the difference of means."""
+def compare(a, b, alpha: float = 0.05) -> Comparison:
+    """Welch's t-test and t-interval of the difference of means (at small n a percentile
+    bootstrap's interval is too narrow: it ignores that the std itself is estimated)."""
     t, p = welch(a, b)
-    lo, hi = bootstrap_diff(a, b, confidence=1 - alpha, seed=seed)
-    diff = float(np.mean(a) - np.mean(b))
-    significant = bool(p < alpha and (lo > 0 or hi < 0))
-    return Comparison(diff, t, p, lo, hi, significant)
+    lo, hi = welch_interval(a, b, confidence=1 - alpha)
+    return Comparison(float(np.mean(a) - np.mean(b)), t, p, lo, hi)
 
 
-BCA_RESAMPLES = 9999
-BCA_MIN_N = 3  # below this the jackknife acceleration of BCa is not defined
-
-
-def bca_interval(values, confidence: float = 0.95, resamples: int = BCA_RESAMPLES,
-                 seed: int = 0) -> tuple[float, float]:
-    """The bias-corrected and accelerated (BCa, Efron 1987) bootstrap interval of the mean of `values`.
-
-    scipy.stats.bootstrap does the work. Returns (nan, nan) where BCa is not defined: fewer
-    than BCA_MIN_N values, or all equal.
-    """
+def std_interval(values, confidence: float = 0.95) -> tuple[float, float]:
+    """The chi-square confidence interval of the standard deviation of `values` (normal theory):
+    sqrt((n - 1) s^2 / chi2_{1-a/2}) .. sqrt((n - 1) s^2 / chi2_{a/2}); (nan, nan) for n < 2."""
     x = np.asarray(values, dtype=np.float64)
-    if x.size < BCA_MIN_N or np.ptp(x) == 0:
+    n = x.size
+    if n < 2:
         return float("nan"), float("nan")
-    res = sps.bootstrap((x,), np.mean, confidence_level=confidence, n_resamples=resamples,
-                        method="BCa", random_state=np.random.default_rng(seed))
-    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+    s2 = float(x.var(ddof=1))
+    lo = np.sqrt((n - 1) * s2 / sps.chi2.ppf(0.5 + confidence / 2, n - 1))
+    hi = np.sqrt((n - 1) * s2 / sps.chi2.ppf(0.5 - confidence / 2, n - 1))
+    return float(lo), float(hi)

@@ -230,6 +230,13 @@ class Store:
         _write_json(path, {"format": FORMAT_VERSION, "run": run.to_dict()} | record)
         return path
 
+    def save_invalid(self, run: Run, attempt: int, record: dict) -> Path:
+        """Keep an attempt judged invalid (its emulator fell behind) in OUT/invalid/, apart from runs/."""
+        path = self.root / "invalid" / f"{run.run_id}.a{attempt}.json"
+        path.parent.mkdir(exist_ok=True)
+        _write_json(path, {"format": FORMAT_VERSION, "run": run.to_dict()} | record)
+        return path
+
     def iperf3_path(self, run_id: str) -> Path:
         return self.root / "iperf3" / f"{run_id}.json"
 

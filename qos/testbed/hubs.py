@@ -26,9 +26,11 @@ out: frames between two hosts of one subnet are bridged inside rX and never reac
 (the study's workload sends none over the wire: the master's local site is the master
 itself); collisions and back-off are not modelled (stations take turns, one frame each); a
 host's frames wait first in its card (kernel, 100 packets) and then, while the hub is busy, in
-its station (another 100); a shaped class (strategy "ios-shaping") is shaped once per medium,
-whichever station sends it, so the competing downloads are held at the master's hub and again
-at the routers' hub, at the same rate, rather than at rA's port alone.
+its station (another 100). A shaped class (strategy "ios-shaping") is shaped at one station:
+`shaped_at = "router"`, the study's, at the master's router's port toward the shared segment
+(rA's station on the routers' hub), where IOS's `traffic-shape` on that interface would hold
+the competing downloads; `"host"`, at the master's own card (its station on hub A), the
+host-side variant. Every other station runs the same discipline unshaped.
 """
 
 from __future__ import annotations
@@ -61,8 +63,20 @@ def station_settings(discipline: dict, rate_kbit: float, overhead_bytes: int) ->
     return settings_from_strategy({"rate_kbit": rate_kbit, "overhead_bytes": overhead_bytes, **discipline})
 
 
+def split_shaping(discipline: dict) -> tuple[dict, str | None]:
+    """(the discipline without its shaper, where the shaper goes: "router", "host" or None).
+
+    An "ios-shaping" table becomes its base strategy ("ios-wfq" or "ios-cbwfq") everywhere
+    but at the one station `shaped_at` names (default "router")."""
+    if discipline.get("strategy") != "ios-shaping":
+        return discipline, None
+    base = {k: v for k, v in discipline.items() if not k.startswith("shaped_")}
+    base["strategy"] = "ios-" + discipline.get("shaped_base", "cbwfq")
+    return base, discipline.get("shaped_at", "router")
+
+
 def subnet_hub(lan: str, router: str, hosts: dict[str, str], router_settings: dict,
-               host_settings: dict | None = None) -> dict:
+               host_settings: dict | None = None, overrides: dict | None = None) -> dict:
     """The emulator configuration of one subnet's hub, run in its router.
 
     Parameters
@@ -78,6 +92,8 @@ def subnet_hub(lan: str, router: str, hosts: dict[str, str], router_settings: di
     host_settings : dict, optional
         Every host's station (`station_settings`): the strategy on the hosts' own outgoing
         queues. Default: a card's FIFO (`CARD`), behind the card's kernel FIFO.
+    overrides : dict, optional
+        Station name -> its own settings (a host's card shaping its competing class).
 
     Returns
     -------
@@ -88,11 +104,12 @@ def subnet_hub(lan: str, router: str, hosts: dict[str, str], router_settings: di
     card = {**medium, **CARD} if host_settings is None else host_settings
     links = {router: {**router_settings, "forward": {"queue": 0, "out": lan, "medium": "hub"}}}
     for i, (name, ip) in enumerate(hosts.items(), start=1):
-        links[name] = {**card, "forward": {"queue": i, "in": lan, "match": ["-s", ip], "medium": "hub"}}
+        settings = (overrides or {}).get(name, card)
+        links[name] = {**settings, "forward": {"queue": i, "in": lan, "match": ["-s", ip], "medium": "hub"}}
     return {"link": links}
 
 
-def core_hub(uplinks: dict[str, str], router_settings: dict) -> dict:
+def core_hub(uplinks: dict[str, str], router_settings: dict, overrides: dict | None = None) -> dict:
     """The emulator configuration of the routers' hub, run in `core`.
 
     Parameters
@@ -101,11 +118,14 @@ def core_hub(uplinks: dict[str, str], router_settings: dict) -> dict:
         Router name -> core's interface toward it (frames that router put on the segment).
     router_settings : dict
         Each router's station (`station_settings`).
+    overrides : dict, optional
+        Router name -> its own station settings (the port that shapes the competing class).
 
     Returns
     -------
     dict
         An emulator configuration: one link per router, all on medium "core".
     """
-    return {"link": {router: {**router_settings, "forward": {"queue": i, "in": intf, "medium": "core"}}
+    return {"link": {router: {**(overrides or {}).get(router, router_settings),
+                              "forward": {"queue": i, "in": intf, "medium": "core"}}
                      for i, (router, intf) in enumerate(uplinks.items())}}

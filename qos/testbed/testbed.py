@@ -115,17 +115,24 @@ class Testbed:
         b = self.config.bottleneck
         topo = self.topology
         routers = hubs.ROUTER_FIFO if at == "hosts" else discipline
-        lan_station = hubs.station_settings(routers, defaults.HUB_RATE_KBIT, b.overhead_bytes)
-        core_station = hubs.station_settings(routers, b.rate_kbit, b.overhead_bytes)
+        plain, shaped_at = hubs.split_shaping(routers)  # the shaper sits at one port only
+        lan_station = hubs.station_settings(plain, defaults.HUB_RATE_KBIT, b.overhead_bytes)
+        core_station = hubs.station_settings(plain, b.rate_kbit, b.overhead_bytes)
         host_station = hubs.station_settings(discipline, defaults.HUB_RATE_KBIT, b.overhead_bytes) if at == "hosts" else None
+        master_subnet = self.config.master[0]
+        overrides: dict = {}
+        if shaped_at == "router":  # the master's router's port toward the shared segment (the study's)
+            overrides[f"r{master_subnet}"] = hubs.station_settings(routers, b.rate_kbit, b.overhead_bytes)
+        elif shaped_at == "host":  # the master's own card on its hub
+            overrides[self.config.master] = {**hubs.station_settings(routers, defaults.HUB_RATE_KBIT, b.overhead_bytes)}
         configs = {"core": (topo.core, hubs.core_hub({f"r{s}": topo.uplinks[s].intf2.name
-                                                      for s in self.config.subnets}, core_station))}
+                                                      for s in self.config.subnets}, core_station, overrides))}
         for subnet in self.config.subnets:
             lan = topo.subnet_lans[subnet]
             stations = {link.intf1.node.name: link.intf1.ip for link in lan.links}
             configs[subnet] = (topo.routers[subnet],
                                hubs.subnet_hub(lan.name, topo.routers[subnet].name, stations, lan_station,
-                                               host_station))
+                                               host_station, overrides))
         for name, (_, config) in configs.items():
             emulator.config_from_dict(config, f"the 2002 network's hub {name}")
         for name, (node, config) in configs.items():
@@ -307,25 +314,35 @@ class Testbed:
                 discipline = self.disciplines.get(_key(intf))
                 if discipline is not None:
                     out[_key(intf)] = kernel.stats(intf.node, intf.name, discipline)
+        for lan in self.topology.lans:  # the 2002 network's host cards (kernel FIFOs)
+            for link in lan.links:
+                discipline = self.disciplines.get(_key(link.intf1))
+                if discipline is not None and _key(link.intf1) not in out:
+                    out[_key(link.intf1)] = kernel.stats(link.intf1.node, link.intf1.name, discipline)
         for key, emu in self.emulators.items():
             router = self.topology.routers[key].name if key in self.topology.routers else key
             try:
                 directions = emu.stats().get("directions", {})
             except (OSError, ValueError):
                 directions = {}  # not written yet
-            seen = set()
-            for name, d in directions.items():
-                if d.get("medium"):  # a hub's stations share its counters: once per medium
-                    if d["medium"] in seen:
-                        continue
-                    seen.add(d["medium"])
-                    name = d["medium"]
-                out[f"{router}:{name}"] = {
-                    cls: {"bytes": c["sent_bytes"], "packets": c["sent_packets"],
-                          "drops": c["dropped_packets"],
-                          "backlog": c["enqueued_bytes"] - c["sent_bytes"],
-                          "qlen": c["enqueued_packets"] - c["sent_packets"]}
-                    for cls, c in d.get("classes", {}).items()}
+            out |= _emulated_counters(router, directions)
+        return out
+
+    def emulator_snapshots(self, newer_than: float = 0.0, timeout: float = 2.0) -> dict[str, dict]:
+        """Every emulator's last statistics snapshot, waiting (at most `timeout` s) until each was
+        written after the epoch `newer_than` (so a window's end is counted); {name: snapshot}."""
+        deadline = time.monotonic() + timeout
+        out: dict[str, dict] = {}
+        for name, emu in self.emulators.items():
+            while True:
+                try:
+                    snap = emu.stats()
+                except (OSError, ValueError):
+                    snap = {}
+                if snap.get("written_unix_s", 0) >= newer_than or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            out[name] = snap
         return out
 
     # -- state ----------------------------------------------------------------------------------
@@ -367,6 +384,31 @@ def _stop_stray_emulators(router: Node, timeout: float = 10.0) -> None:
     for rule in router.cmd("iptables", "-S", "FORWARD").splitlines():
         if "NFQUEUE" in rule and rule.startswith("-A "):
             router.run("iptables", "-D", *rule.split()[1:], check=False)
+
+
+def _emulated_counters(router: str, directions: dict) -> dict[str, dict]:
+    """An emulator's per-class counters, keyed "router:direction"; on a shared medium once for the
+    medium ("rA:hub") and once per station ("rA:hub/A1", the master's card; "rA:hub/rA", the
+    router's port toward its hosts; "core:core/rA", rA's port toward the shared segment), the
+    stations' with sent packets and bytes and drops by reason."""
+    out: dict[str, dict] = {}
+    for name, d in directions.items():
+        medium = d.get("medium")
+        key = f"{router}:{medium or name}"
+        if key not in out:  # a medium's directions share its counters
+            out[key] = {cls: {"bytes": c["sent_bytes"], "packets": c["sent_packets"],
+                              "drops": c["dropped_packets"],
+                              "backlog": c["enqueued_bytes"] - c["sent_bytes"],
+                              "qlen": c["enqueued_packets"] - c["sent_packets"]}
+                        for cls, c in d.get("classes", {}).items()}
+        if medium:
+            for station, by_class in d.get("stations", {}).items():
+                out[f"{key}/{station.split('.')[0]}"] = {  # "rA.forward" -> "rA"
+                    cls: {"bytes": c.get("sent_bytes", 0), "packets": c.get("sent_packets", 0),
+                          "drops": sum(v for k, v in c.items() if not k.startswith("sent_")),
+                          "drops_by_reason": {k: v for k, v in c.items() if not k.startswith("sent_")}}
+                    for cls, c in by_class.items()}
+    return out
 
 
 def _key(intf: Interface) -> str:

@@ -10,7 +10,9 @@ schema, or their own algorithm, get the images as before.
 cell's parts, segment it and estimate its slide when they were not sent, extract features,
 in a bounded worker process (pathmaster/budget.py: a CPU budget per cell, a memory limit,
 the case's deadline), exactly as a site does. `Analysers` keeps a few of them and analyses
-a case's cells in parallel.
+a case's cells in parallel, a cell per actor at a time, the most favoured class first (the
+site's `PriorityDispatcher`): an urgent case's cells are the next ones any actor starts,
+even behind a queue of bulk cells.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from qos.predict import RecentMedian
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.site.analysis import PRELOAD, analyse_encoded_cell
 from services.site.cells import check_cell_size
+from services.site.dispatch import PriorityDispatcher
 
 log = logging.getLogger("pathmaster.coordinator")
 
@@ -119,6 +122,7 @@ class Analysers:
 
     def __init__(self, count: int, cpus: float, budget: CellBudget | None = CellBudget()):
         self.actors = [_RemoteAnalyser.options(num_cpus=cpus).remote(budget) for _ in range(count)]
+        self.dispatcher = PriorityDispatcher(self.actors)
         self.schema = ""
         self.seconds_per_cell = RecentMedian()  # service time of one cell on an actor
         # Wall seconds of one round (every actor analysing one cell) as a whole case saw it:
@@ -153,32 +157,39 @@ class Analysers:
             pending = self._pending
         return per_round * self.rounds(cells, pending)
 
-    def analyse(self, cells: list[pb.CellImage], timeout_s: float) -> list[pb.CellFeatures | str]:
+    def analyse(self, cells: list[pb.CellImage], timeout_s: float, priority: int = 0) -> list[pb.CellFeatures | str]:
         """Each cell's CellFeatures, or the error text for a cell that cannot be analysed,
-        in the order of `cells`. Raises ray's GetTimeoutError when `timeout_s` passes."""
+        in the order of `cells`, analysed before waiting cells of a larger `priority` (the
+        case's class's; 0 most favoured). Raises ray's GetTimeoutError when `timeout_s`
+        passes, and an actor's error as it is."""
         deadline = time.time() + timeout_s
         started = time.monotonic()
-        refs = [self.actors[i % len(self.actors)].analyse_timed.remote(c.cell_id, c.image, c.background, c.mask,
-                                                                       deadline)
-                for i, c in enumerate(cells)]
+        jobs = [self.dispatcher.submit(priority, (c.cell_id, c.image, c.background, c.mask, deadline),
+                                       method="analyse_timed") for c in cells]
         with self._lock:
-            rounds = self.rounds(len(refs), self._pending)
-            self._pending += len(refs)
+            rounds = self.rounds(len(jobs), self._pending)
+            self._pending += len(jobs)
         try:
-            timed = ray.get(refs, timeout=timeout_s)
+            for job in jobs:
+                if not job.done.wait(max(0.0, started + timeout_s - time.monotonic())):
+                    raise ray.exceptions.GetTimeoutError(f"the cells were not analysed in {timeout_s:.1f} s")
+                if job.error is not None:
+                    raise job.error
+            timed = [job.result for job in jobs]
         except BaseException:
-            for ref in refs:
-                ray.cancel(ref)
+            for job in jobs:
+                self.dispatcher.cancel(job)
             raise
         finally:
             with self._lock:
-                self._pending -= len(refs)
+                self._pending -= len(jobs)
         for _, seconds in timed:
             self.seconds_per_cell.add(seconds)
         self.seconds_per_round.add((time.monotonic() - started) / rounds)
         return [result for result, _ in timed]
 
     def stop(self) -> None:
+        self.dispatcher.stop()
         for actor in self.actors:
             ray.kill(actor, no_restart=True)
         self.actors = []

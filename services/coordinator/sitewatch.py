@@ -23,12 +23,14 @@ SERVING = health_pb2.HealthCheckResponse.SERVING
 
 
 class SiteWatch:
-    """Follows every site's health into `gauge` (a Gauge labelled by site) until `stop()`."""
+    """Follows every site's health into `gauge` (a Gauge labelled by site) and
+    `on_status(site, serving)` until `stop()`."""
 
     def __init__(self, channels: ClassChannels, sites: list[str], gauge,
-                 retry_s: float = defaults.SITE_WATCH_RETRY_S):
+                 retry_s: float = defaults.SITE_WATCH_RETRY_S, on_status=None):
         self.channels = channels
         self.gauge = gauge
+        self.on_status = on_status or (lambda site, serving: None)
         self.retry_s = retry_s
         self._stop = threading.Event()
         self._calls: dict[str, grpc.Future] = {}
@@ -53,11 +55,15 @@ class SiteWatch:
                 call.cancel()
             try:
                 for reply in call:
-                    self.gauge.labels(site).set(int(reply.status == SERVING))
+                    self._set(site, reply.status == SERVING)
             except grpc.RpcError:
                 pass  # the site is gone, or we are stopping
-            self.gauge.labels(site).set(0)
+            self._set(site, False)
             self._stop.wait(self.retry_s)
+
+    def _set(self, site: str, serving: bool) -> None:
+        self.gauge.labels(site).set(int(serving))
+        self.on_status(site, serving)
 
     def stop(self) -> None:
         self._stop.set()

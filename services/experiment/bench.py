@@ -343,6 +343,10 @@ class TestbedBench:
     def counters(self) -> dict:
         return self.testbed.bottleneck_stats()
 
+    def emulator_snapshots(self, newer_than: float = 0.0) -> dict:
+        """Each user-space emulator's last statistics snapshot (for the run's fidelity record)."""
+        return self.testbed.emulator_snapshots(newer_than)
+
     def run_case(self, request_class: str, seed: int, case_id: str) -> dict:
         record = self._run_case(request_class, seed, case_id)
         if self._rto_read_back is not None:

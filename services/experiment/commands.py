@@ -33,6 +33,9 @@ def register(subparsers) -> None:
                                         "significance tests, and figures (PNG, SVG).")
     report.add_argument("out", metavar="DIR", help="the output folder of `pathmaster experiment run`")
     report.add_argument("--no-plots", action="store_true", help="tables only, no figures")
+    report.add_argument("--findings", metavar="FILE|NAME", default=None,
+                        help="test the [[findings]] of this experiment file instead of those the raw data "
+                             "declare (the report says they were declared after the data)")
     report.set_defaults(func=cmd_report)
 
     show = sub.add_parser("list", help="the built-in experiments")
@@ -62,12 +65,14 @@ def cmd_run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     from services.experiment.bench import TestbedBench
+    from qos.experiment.fidelity import machine_lock
     from qos.experiment.report import write_report
     from qos.experiment.runner import run_experiment
     from qos.testbed.netns import CommandError
 
     try:
-        with TestbedBench(experiment) as bench:
+        # Alone on the machine: the emulator shares its cores with whatever else runs.
+        with machine_lock(f"experiment {experiment.name} --out {args.out}"), TestbedBench(experiment) as bench:
             store = run_experiment(experiment, args.out, bench, progress=not args.quiet, max_runs=args.max_runs,
                                      allow_dirty=args.allow_dirty, allow_code_change=args.allow_code_change)
     except (InvalidInput, ValueError, CommandError) as exc:
@@ -87,7 +92,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     from qos.experiment.report import write_report
 
     try:
-        folder = write_report(args.out, plots=not args.no_plots)
+        later = None
+        if args.findings:
+            from qos.experiment.spec import load_spec
+
+            later = load_spec(args.findings)
+        folder = write_report(args.out, plots=not args.no_plots, findings_from=later)
     except InvalidInput as exc:
         print(f"pathmaster experiment: {exc}", file=sys.stderr)
         return 2

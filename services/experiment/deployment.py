@@ -1,4 +1,4 @@
-"""PathMaster in the testbed (issue 4 §5): site services on X1, the coordinator and the pathologist on A1.
+"""PathMaster in the testbed: site services on X1, the coordinator and the pathologist on A1.
 
     with Testbed(config) as tb:
         with deploy(tb, workdir) as pm:                  # sites on A1, B1, C1; coordinator on A1

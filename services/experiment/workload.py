@@ -61,10 +61,10 @@ import numpy as np
 from pathmaster import defaults
 from qos.classes import ClassTable
 from qos.experiment.spec import pipelined_analysis_s
-from qos.policy import SitePlan, plan_site
-from qos.predict import CaseModel, Predictor, RecentMedian  # scipy.stats loads with the first Predictor
+from qos.predict import Predictor, RecentMedian  # scipy.stats loads with the first Predictor
 from qos.transport import ClassChannels, CopyFilter, MarkedServer
-from services.coordinator.fanout import FanOut, as_sent, features_request, new_send_id
+from services.coordinator.directory import SiteDirectory
+from services.coordinator.pipeline import Case, CasePipeline, Settings
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
 
@@ -202,36 +202,36 @@ def serve_transfer_site(name: str, host: str, port: int, match_bytes: int, class
     return server.start()
 
 
-class _StrategyModel:
-    """What the master has learnt of the network under one strategy: the coordinator's
-    predictors, of each site's call and of the whole case (a coordinator sees one network,
-    so each strategy, a network of its own, gets its own)."""
+class WaitingAnalysers:
+    """The master's analysis as the case pipeline's analysers: the study's analysis time
+    (`analysis_s` an image, pipelined over `nodes`) as a wait, no CPU, then the cells'
+    feature vectors (`values` random float64s each, as `make_features`). A warm-up does not
+    wait (`waiting` False); the wait of the last case is `last_s`."""
 
-    def __init__(self):
-        self.predictor = Predictor()
-        self.cases = CaseModel()
-        self.analysis_per_cell_wall_s = RecentMedian()  # the master's analysis, per pipelined cell
+    def __init__(self, analysis_s: float, nodes: int, values: int):
+        self.analysis_s, self.nodes, self.values = analysis_s, nodes, values
+        self.per_cell_wall_s = RecentMedian()  # the wait, per pipelined cell
+        self.waiting, self.seed, self.last_s = True, 0, 0.0
 
-    def predict_analysis(self, pipelined: float) -> float:
-        """The master's analysis of a case whose cells take `pipelined` analysis times end to
-        end (`pipelined_analysis_s(cells, 1, nodes)`), seconds: 0 before the first (as the
-        coordinator's estimate before its analysers have analysed any)."""
-        return (self.analysis_per_cell_wall_s.value() or 0.0) * pipelined
+    def estimate_s(self, cells: int) -> float:
+        """Seconds of the analysis of `cells` cells, learnt from the last ones (0 before any)."""
+        return (self.per_cell_wall_s.value() or 0.0) * pipelined_analysis_s(cells, 1.0, self.nodes)
 
-    def predict(self, site: str, request_class: str, mode: str, request_bytes: int, cells: int) -> float | None:
-        """As the coordinator predicts: the request's bytes and the reply's expected bytes."""
-        return self.predictor.predict(site, request_class, mode, request_bytes, cells)
-
-    def observe(self, site: str, request_class: str, mode: str, request_bytes: int, reply: pb.AnalyseReply,
-                elapsed_s: float) -> None:
-        """One answered call, as the coordinator observes it."""
-        self.predictor.observe(site, request_class=request_class, mode=mode, request_bytes=request_bytes,
-                               reply_bytes=reply.ByteSize(), elapsed_s=elapsed_s, cells=max(1, len(reply.cells)),
-                               site_wall_s=reply.timing.site_wall_s)
+    def analyse(self, cells: list[pb.CellImage], timeout_s: float, priority: int = 0) -> list[pb.CellFeatures]:
+        self.last_s = 0.0
+        if self.waiting and self.analysis_s > 0:
+            started = time.monotonic()
+            time.sleep(min(pipelined_analysis_s(len(cells), self.analysis_s, self.nodes), timeout_s))
+            self.last_s = time.monotonic() - started
+            self.per_cell_wall_s.add(self.last_s / pipelined_analysis_s(len(cells), 1.0, self.nodes))
+        return make_features(len(cells), self.values, seed=self.seed)
 
 
 class Master:
-    """Submits cases to every site in parallel and times them.
+    """Submits cases to every site in parallel and times them, with the coordinator's case
+    pipeline (services.coordinator.pipeline): one per strategy, since a coordinator sees
+    one network and each strategy is a network of its own (its own predictor, case model
+    and analysis time).
 
     Today's (non-adaptive) case opens its own connections (new per-class channels, closed
     afterwards), as every run of the study was a fresh transfer: no congestion window, loss
@@ -263,29 +263,28 @@ class Master:
         self.classes = classes  # the run's table: each case is marked with its class's DSCP from it
         self.feature_schema = feature_schema
         self.feature_values = feature_values
-        self.class_ports: dict[str, dict[str, int]] = {}
-        self.site_schemas: dict[str, str] = {}
-        self.site_columns: dict[str, tuple[int, ...]] = {}  # as the coordinator's: what each site compares
-        self.models: dict[str, _StrategyModel] = {}
-        self.channels = self._channels()
+        self.channels = ClassChannels(self.sites, self.classes)
+        self.directory = SiteDirectory(list(self.sites), self.channels, predictor=None)
+        self.pipelines: dict[str, CasePipeline] = {}
         self.strategy_channels: dict[str, ClassChannels] = {}
+
+    @property
+    def site_columns(self) -> dict[str, tuple[int, ...]]:
+        """What each site compares, as the coordinator knows it."""
+        return self.directory.columns
 
     def _channels(self, renew: bool = False) -> ClassChannels:
         channels = ClassChannels(self.sites, self.classes, renew=renew)
-        for name, ports in self.class_ports.items():
+        for name, ports in self.directory.ports.items():
             channels.set_class_ports(name, ports)
         return channels
 
     def discover(self, timeout: float = 20.0) -> None:
-        """Ask every site for its class ports (so replies come back marked) and feature schema;
-        waits for readiness."""
+        """Ask every site's Info (class ports, so replies come back marked; feature schema and
+        columns) into the directory; waits for readiness."""
         for name in self.sites:
-            stub = pb_grpc.SiteStub(self.channels.channel(name))
-            info = stub.Info(pb.SiteInfoRequest(), timeout=timeout, wait_for_ready=True)
-            self.class_ports[name] = dict(info.class_ports)
-            self.site_schemas[name] = info.feature_schema
-            self.site_columns[name] = tuple(info.feature_columns)
-            self.channels.set_class_ports(name, self.class_ports[name])
+            self.directory.learn(name, self.directory.stub(name).Info(pb.SiteInfoRequest(), timeout=timeout,
+                                                                      wait_for_ready=True))
 
     def entitled(self, request_class: str) -> list[str]:
         """The classes a user of `request_class` may use, most favoured first (as the coordinator's)."""
@@ -306,36 +305,32 @@ class Master:
                 self.case(cls, cells, k=1, deadline_s=timeout, strategy=strategy,
                           adaptive=adaptive | {"ship": mode}, warming=True)
 
-    def _plans(self, model: _StrategyModel, request_class: str, adaptive: dict | None, deadline_s: float,
-               site_bytes: dict[str, dict[str, int]], cells: int) -> dict[str, SitePlan]:
-        """Each site's plan; `site_bytes`: site -> {mode: request bytes}."""
-        if adaptive is None:  # today's case: images in the class asked for, predicted all the same
-            return {site: SitePlan(site, "images", request_class,
-                                   model.predict(site, request_class, "images", site_bytes[site]["images"], cells),
-                                   None, None, reasons=("images as sent",)) for site in self.sites}
-        schema = self.feature_schema if adaptive.get("analyse", True) else ""
-        return {site: plan_site(site, requested=request_class, entitled=self.entitled(request_class),
-                                deadline_s=deadline_s, ship=adaptive.get("ship", "auto"),
-                                schema_matches=bool(schema) and self.site_schemas.get(site) == schema,
-                                predict=lambda cls, mode, s=site: model.predict(s, cls, mode, site_bytes[s][mode],
-                                                                                cells),
-                                mode_bytes=site_bytes[site],
-                                small_request_copies=adaptive.get("small_request_copies",
-                                                                  defaults.SMALL_REQUEST_COPIES),
-                                copy_gap_s=adaptive.get("copy_gap_s", defaults.COPY_GAP_S))
-                for site in self.sites}
+    def _pipeline(self, strategy: str, adaptive: dict | None) -> CasePipeline:
+        """The strategy's case pipeline, made with its first case's table."""
+        if strategy not in self.pipelines:
+            adaptive = adaptive or {}
+            values = adaptive.get("feature_values") or self.feature_values
+            analyse = bool(adaptive) and adaptive.get("analyse", True) and self.feature_values > 0
+            settings = Settings(small_request_copies=adaptive.get("small_request_copies", defaults.SMALL_REQUEST_COPIES),
+                                copy_gap_s=adaptive.get("copy_gap_s", defaults.COPY_GAP_S),
+                                reserve_share=0.0, max_reserve_s=0.0)
+            self.pipelines[strategy] = CasePipeline(
+                self.classes, self.directory, Predictor(), settings=settings, feature_count=values,
+                analysers=WaitingAnalysers(self.analysis_s, self.nodes, values) if analyse else None,
+                schema=self.feature_schema if analyse else "")
+        return self.pipelines[strategy]
 
     def case(self, request_class: str, cells: list[pb.CellImage], k: int, deadline_s: float,
              case_id: str = "", strategy: str = "", adaptive: dict | None = None, warming: bool = False,
              seed: int = 0) -> dict:
         """One case to every site at once; the completion time is when the last site has answered.
 
-        `strategy` names the network the case meets (its own predictor); `adaptive` (the
+        `strategy` names the network the case meets (its own pipeline); `adaptive` (the
         strategy's `Adaptive` table as a dict, or None) runs the coordinator's policy, planned
         against its class's deadline; every call is cut off at `deadline_s`.
         """
-        if adaptive is not None and strategy not in self.models and not warming:
-            self.models[strategy] = _StrategyModel()
+        if adaptive is not None and strategy not in self.pipelines and not warming:
+            self._pipeline(strategy, adaptive)
             # Each strategy is a network of its own, seen by a coordinator of its own: its own connections.
             self.strategy_channels[strategy] = self._channels(
                 renew=adaptive.get("renew_connections", defaults.RENEW_CONNECTIONS))
@@ -344,99 +339,57 @@ class Master:
                     site, self.entitled(request_class),
                     lanes=adaptive.get("small_request_copies", defaults.SMALL_REQUEST_COPIES))
             self.warm(request_class, strategy=strategy, adaptive=adaptive)
-        model = self.models.setdefault(strategy, _StrategyModel())
-        send_id = new_send_id()  # the first send to every site, and its copies
-        images = pb.AnalyseRequest(case_id=case_id, request_class=request_class, cells=cells, k=k, send_id=send_id)
-        features: dict[str, pb.AnalyseRequest] = {}  # by site
-        if adaptive is not None and self.feature_values:
-            # The coordinator's own request (fanout.features_request): each site gets the values
-            # of the columns it advertises, or the full vectors. A strategy's `feature_values`
-            # is a what-if instead (that many values a cell, no columns named); the transfer
-            # sites do not read the values, so only the bytes on the wire change.
-            what_if = adaptive.get("feature_values")
-            vectors = make_features(len(cells), what_if or self.feature_values, seed=seed)
-            by_columns: dict[tuple[int, ...], pb.AnalyseRequest] = {}
-            for site in self.sites:
-                columns = () if what_if else self.site_columns.get(site, ())
-                if columns not in by_columns:
-                    by_columns[columns] = features_request(case_id, request_class, k, self.feature_schema,
-                                                           vectors, columns, send_id)
-                features[site] = by_columns[columns]
-        site_bytes = {site: {"images": images.ByteSize(),
-                             "features": (features[site] if features else images).ByteSize()} for site in self.sites}
-        plan_deadline = (adaptive or {}).get("deadlines_s", {}).get(request_class, deadline_s)
-        plans = self._plans(model, request_class, adaptive, plan_deadline, site_bytes, len(cells))
-        metadata = (((WIRE_REPLY_KEY, str(adaptive.get("thumbnail_bytes", defaults.WIRE_THUMBNAIL_BYTES))),)
-                    if adaptive is not None else ())
+        pipeline = self._pipeline(strategy, adaptive)
+        if pipeline.analysers is not None:
+            pipeline.analysers.waiting, pipeline.analysers.seed = not warming, seed
         own = self._channels() if adaptive is None else None  # today's case: connections of its own
         channels = own or self.strategy_channels.get(strategy) or self.channels
-        # The coordinator analyses the cells once, on its own nodes, when any site takes features
-        # (not for a warm-up, which only checks the paths).
-        analyse = self.analysis_s > 0 and not warming and any(p.mode == "features" for p in plans.values())
-        pipelined = pipelined_analysis_s(len(cells), 1.0, self.nodes)
-        analysis_predicted = model.predict_analysis(pipelined) if analyse else 0.0
-        case_prediction = model.cases.predict([p.mode for p in plans.values()], len(cells), analysis_predicted,
-                                              [p.predicted_s for p in plans.values()])
-        started = time.monotonic()
-        cutoff = started + deadline_s
-        analysis_s = 0.0
-        if analyse:
-            # A wait, as a site's analysis: no CPU. Features leave only once every cell is analysed.
-            delay = pipelined_analysis_s(len(cells), self.analysis_s, self.nodes)
-            time.sleep(min(delay, max(0.0, cutoff - time.monotonic())))
-            analysis_s = time.monotonic() - started
-            model.analysis_per_cell_wall_s.add(analysis_s / pipelined)
-
-        def send(site: str, class_name: str, mode: str, lane: int, send: str):
-            message = as_sent(features[site] if mode == "features" and features else images, class_name, send)
-            stub = pb_grpc.SiteStub(channels.channel(site, class_name, lane, busy_until=cutoff))
-            call = stub.Analyse.future(message, timeout=max(0.0, cutoff - time.monotonic()), metadata=metadata)
-            return call, message.ByteSize()
-
-        sites = []
-        fan = FanOut(plans, send, cutoff, send_id=send_id)
+        asked = self.classes[request_class]
+        plan_deadline = (adaptive or {}).get("deadlines_s", {}).get(request_class, deadline_s)
+        metadata = (((WIRE_REPLY_KEY, str(adaptive.get("thumbnail_bytes", defaults.WIRE_THUMBNAIL_BYTES))),)
+                    if adaptive is not None else ())
+        case = Case(case_id, asked, asked, list(self.sites), cells, k, deadline_s, time.monotonic(),
+                    ship=(adaptive or {}).get("ship", "auto"), static=adaptive is None, learn=not warming,
+                    subset=not (adaptive or {}).get("feature_values"), metadata=metadata,
+                    plan_deadline_s=plan_deadline)
         try:
-            # Lazily: each site's time is when its own outcome is final, not when the last one is.
-            for outcome in itertools.chain(fan.start(), fan.outcomes()):
-                total = time.monotonic() - started
-                run = fan.runs[outcome.site]
-                attempt, reply, plan = outcome.attempt, outcome.reply, outcome.plan
-                mode = attempt.mode if attempt else plan.mode
-                entry = {"site": outcome.site, "status": outcome.code.name, "total_s": total,
-                         "bytes_up": sum(a.request_bytes for a in run.attempts), "mode": mode,
-                         "prior_s": analysis_s if mode == "features" else 0.0,
-                         "request_class": attempt.request_class if attempt else plan.request_class,
-                         "predicted_s": plan.predicted_s, "hedge_after_s": plan.hedge_after_s,
-                         "copies": len(run.attempts), "decisions": [*plan.reasons, *outcome.decisions]}
-                if reply is None:
-                    entry |= {"error": outcome.message, "bytes_down": 0}
-                else:
-                    wall = reply.timing.site_wall_s
-                    entry |= {"compute_s": wall, "transfer_s": total - entry["prior_s"] - wall,
-                              "bytes_down": reply.ByteSize(),
-                              "address": channels.address(outcome.site, attempt.request_class)}
-                    model.observe(outcome.site, attempt.request_class, attempt.mode, attempt.request_bytes,
-                                  reply, outcome.elapsed_s)
-                sites.append(entry)
-            total = time.monotonic() - started
+            steps = list(pipeline.run(case, channels=channels))
         finally:
-            fan.cancel()
             if own is not None:
                 own.close()
-            else:
-                channels.refresh()  # with renew: fresh connections for the next case, opened now
-        # As the coordinator predicts the case (qos.predict.CaseModel): like cases' recent
-        # median, else its analysis then the slowest site, calibrated; learnt from cases as planned.
-        planned_modes = [p.mode for p in plans.values()]
-        case_predicted, modelled = case_prediction
-        if not warming and all(s["status"] == "OK" for s in sites):
-            model.cases.observe(planned_modes, [s["mode"] for s in sites], len(cells), total, modelled)
+        total = time.monotonic() - case.started
+        return self._record(steps, channels, pipeline, asked, total, plan_deadline, adaptive is not None)
+
+    def _record(self, steps: list, channels: ClassChannels, pipeline: CasePipeline, asked, total: float,
+                plan_deadline: float, adaptive: bool) -> dict:
+        """The run's record of one case, from the pipeline's steps."""
+        plan = steps[0].event.plan
+        summary = steps[-1].event.summary
+        analysis_s = summary.analysis_s if pipeline.analysers is not None and pipeline.analysers.last_s else 0.0
+        sites = [self._site_entry(step, channels, analysis_s) for step in steps if step.outcome is not None]
         return {"completion_s": total, "ok": all(s["status"] == "OK" for s in sites), "sites": sites,
-                "analysis_s": analysis_s,
-                "dscp": self.classes[request_class].dscp, "policy": "adaptive" if adaptive is not None else "static",
-                "predicted_s": case_predicted, "deadline_s": plan_deadline, "met_deadline": total <= plan_deadline,
-                "modes": sorted({s["mode"] for s in sites}),
+                "analysis_s": analysis_s, "dscp": asked.dscp, "policy": "adaptive" if adaptive else "static",
+                "predicted_s": plan.predicted_s or None, "deadline_s": plan_deadline,
+                "met_deadline": total <= plan_deadline, "modes": sorted({s["mode"] for s in sites}),
                 "bytes_up": sum(s["bytes_up"] for s in sites), "bytes_down": sum(s["bytes_down"] for s in sites)}
+
+    @staticmethod
+    def _site_entry(step, channels: ClassChannels, analysis_s: float) -> dict:
+        """A site's part of the record: its time since the case began, its copies and bytes."""
+        outcome, result = step.outcome, step.event.site_result
+        run, plan, reply = step.fan.runs[outcome.site], outcome.plan, outcome.reply
+        entry = {"site": outcome.site, "status": outcome.code.name, "total_s": step.at_s,
+                 "bytes_up": sum(a.request_bytes for a in run.attempts), "mode": result.mode,
+                 "prior_s": analysis_s if result.mode == "features" else 0.0,
+                 "request_class": result.request_class, "predicted_s": plan.predicted_s,
+                 "hedge_after_s": plan.hedge_after_s, "copies": len(run.attempts),
+                 "decisions": list(result.decisions)}
+        if reply is None:
+            return entry | {"error": outcome.message, "bytes_down": 0}
+        wall = reply.timing.site_wall_s
+        return entry | {"compute_s": wall, "transfer_s": step.at_s - entry["prior_s"] - wall,
+                        "bytes_down": reply.ByteSize(),
+                        "address": channels.address(outcome.site, outcome.attempt.request_class)}
 
     def close(self) -> None:
         for channels in [self.channels, *self.strategy_channels.values()]:

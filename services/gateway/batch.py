@@ -12,9 +12,13 @@ cells whose last row is "ok" or "invalid" are skipped; "failed" ones (no site an
 are tried again. The summary is computed from the whole file, this run and earlier ones.
 
 One row per cell (CSV columns = JSON keys): cell (its path under DIR without extension),
-label, diagnosis (voted across sites), votes/total, correct, status (ok | failed |
-invalid), error, sites_ok/sites_failed, mask_estimated/background_estimated (a site
-had to make them: none was given), request_class, case_id, case_s (the case's
+label, diagnosis (voted across sites), votes/total, correct, bethesda (the cell's Bethesda
+term: most of its matches, a tie to the more severe), bethesda_spread ("HSIL 9/15, LSIL
+5/15"), supports (the abnormality the cell supports under the case rule, "" none),
+case_conclusion and case_outcome (the conclusion of the case the cell was sent in, in words
+and as its code; `services.conclusion_words`), status (ok | failed | invalid), error,
+sites_ok/sites_failed, mask_estimated/background_estimated (a site had to make them: none
+was given), request_class, case_id, case_s (the case's
 completion time at the coordinator) and matches ({site: [[cell_id, diagnosis, distance],
 ...]} closest first; a JSON string in the CSV).
 """
@@ -36,16 +40,17 @@ import grpc
 
 from pathmaster import defaults
 from pathmaster.importers import herlev
-from pathmaster.imageio import decode_image, encode_png
 from pathmaster.records import ALL_DIAGNOSES, InvalidInput, diagnosis_from_name
 from qos.transport import TLSFiles
 from services.client import CoordinatorClient
+from services.conclusion_words import headline, spread_text
 from services.gateway.events import status_name
-from services.gateway.pairing import IMAGE_EXTENSIONS, CellFiles, pair_files
+from services.gateway.pairing import IMAGE_EXTENSIONS, CellFiles, mask_labels, pair_files
 from services.gateway.upload import cell_problem
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 
-COLUMNS = ("cell", "label", "diagnosis", "votes", "total", "correct", "status", "error",
+COLUMNS = ("cell", "label", "diagnosis", "votes", "total", "correct", "bethesda", "bethesda_spread",
+           "supports", "case_conclusion", "case_outcome", "status", "error",
            "sites_ok", "sites_failed", "mask_estimated", "background_estimated",
            "request_class", "case_id", "case_s", "matches")
 DONE_STATUSES = ("ok", "invalid")  # "failed" rows are tried again on resume
@@ -232,7 +237,8 @@ class ResultsFile:
 
 def _row(cell: BatchCell, request_class: str, **values) -> dict:
     row = {"cell": cell.cell_id, "label": cell.label or "", "diagnosis": "", "votes": 0,
-           "total": 0, "correct": None, "status": "failed", "error": "", "sites_ok": 0,
+           "total": 0, "correct": None, "bethesda": "", "bethesda_spread": "", "supports": "",
+           "case_conclusion": "", "case_outcome": "", "status": "failed", "error": "", "sites_ok": 0,
            "sites_failed": 0, "mask_estimated": None, "background_estimated": None,
            "request_class": request_class, "case_id": "", "case_s": 0.0, "matches": {}}
     row.update(values)
@@ -250,10 +256,9 @@ def _read_files(root: Path, cell: BatchCell) -> tuple[dict[str, bytes], str | No
             if size > defaults.MAX_FILE_BYTES:
                 return {}, f"{name}: file is {size} bytes, over the limit of {defaults.MAX_FILE_BYTES} bytes"
             files[name] = path.read_bytes()
-    if cell.herlev_mask:
+    if cell.files.mask:
         try:
-            rgb = decode_image(files[cell.files.mask], cell.files.mask)
-            files[cell.files.mask] = encode_png(herlev.decode_colour_mask(rgb, cell.files.mask)[0])
+            files[cell.files.mask] = mask_labels(cell.files.mask, files[cell.files.mask])
         except InvalidInput as exc:
             return {}, str(exc)
     return files, None
@@ -312,8 +317,10 @@ def run_case(client: CoordinatorClient, root: Path, cells: list[BatchCell], requ
         detail = client.describe(exc) if isinstance(exc, grpc.RpcError) else str(exc)
         return rows + [_row(c, request_class, error=f"coordinator: {detail}") for c in by_id.values()]
     votes = {v.query_cell_id: v for v in summary.votes}
+    concluded = {c.query_cell_id: c for c in summary.conclusion.cells}
     for cid, cell in by_id.items():
         vote = votes.get(cid)
+        read = concluded.get(cid)
         answered = bool(matches[cid]) and vote is not None and bool(vote.diagnosis)
         rows.append(_row(
             cell, request_class,
@@ -321,12 +328,24 @@ def run_case(client: CoordinatorClient, root: Path, cells: list[BatchCell], requ
             diagnosis=vote.diagnosis if answered else "",
             votes=vote.votes if answered else 0, total=vote.total if answered else 0,
             correct=(vote.diagnosis == cell.label) if answered and cell.label else None,
+            bethesda=read.bethesda if read else "", supports=read.abnormal_term if read else "",
+            bethesda_spread=spread_text(read) if read else "",
+            case_conclusion=headline(summary.conclusion), case_outcome=summary.conclusion.outcome,
             error="; ".join(errors[cid]), sites_ok=summary.sites_ok,
             sites_failed=summary.sites_failed, case_id=summary.case_id,
             mask_estimated=estimated[cid].get("mask"),
             background_estimated=estimated[cid].get("background"),
             case_s=round(summary.total_s, 6), matches=matches[cid]))
     return rows
+
+
+class BatchStopped(Exception):
+    """The user stopped the batch (Ctrl-C): `done` of `total` cells are in the output (the
+    rows written so far; cases in flight are not), and the same command resumes it."""
+
+    def __init__(self, done: int, total: int, out: Path):
+        super().__init__(f"stopped after {done} of {total} cells ({out}); run the same command to resume")
+        self.done, self.total, self.out = done, total, out
 
 
 def run_batch(root: str | Path, out: str | Path, coordinator: str,
@@ -339,7 +358,8 @@ def run_batch(root: str | Path, out: str | Path, coordinator: str,
     coordinator: "host:port". jobs: cases in flight at once (the concurrency limit).
     case_size: cells per case. tls: connect with TLS (None: plaintext).
     Returns the `BatchSummary` (also of earlier runs' rows). Raises UnknownClass (naming
-    the coordinator's classes) when the coordinator has no `request_class`.
+    the coordinator's classes) when the coordinator has no `request_class`, BatchStopped on
+    Ctrl-C (cases not started are dropped, those in flight cancelled).
     """
     from tqdm import tqdm
 
@@ -364,20 +384,24 @@ def run_batch(root: str | Path, out: str | Path, coordinator: str,
     started = time.perf_counter()
     bar = tqdm(total=len(todo), unit="cell", desc=f"batch ({request_class})",
                disable=not progress, file=sys.stderr, dynamic_ncols=True)
+    pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="batch")
     try:
-        with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="batch") as pool:
-            futures = [pool.submit(run_case, client, root, case, request_class, deadline_s)
-                       for case in cases]
-            not_ok = 0
-            for future in as_completed(futures):
-                rows = future.result()
-                results.append(rows)
-                summary.run += len(rows)
-                not_ok += sum(r["status"] != "ok" for r in rows)
-                if not_ok:
-                    bar.set_postfix(not_ok=not_ok, refresh=False)
-                bar.update(len(rows))
+        futures = [pool.submit(run_case, client, root, case, request_class, deadline_s) for case in cases]
+        not_ok = 0
+        for future in as_completed(futures):
+            rows = future.result()
+            results.append(rows)
+            summary.run += len(rows)
+            not_ok += sum(r["status"] != "ok" for r in rows)
+            if not_ok:
+                bar.set_postfix(not_ok=not_ok, refresh=False)
+            bar.update(len(rows))
+    except KeyboardInterrupt:
+        pool.shutdown(wait=False, cancel_futures=True)
+        client.close()  # cancels the cases in flight: their threads end at once
+        raise BatchStopped(summary.skipped + summary.run, len(cells), results.path) from None
     finally:
+        pool.shutdown(wait=True)
         bar.close()
         client.close()
         summary.elapsed_s = time.perf_counter() - started

@@ -73,7 +73,7 @@ def register(subparsers) -> None:
 def run_batch_command(args: argparse.Namespace) -> int:
     from qos.classes import UnknownClass
     from services.client import unknown_class_message
-    from services.gateway.batch import run_batch
+    from services.gateway.batch import BatchStopped, run_batch
 
     try:
         summary = run_batch(args.dir, args.out, args.coordinator,
@@ -83,6 +83,9 @@ def run_batch_command(args: argparse.Namespace) -> int:
     except UnknownClass as exc:
         print(f"pathmaster batch: {unknown_class_message(exc, args.coordinator)}", file=sys.stderr)
         return 2
+    except BatchStopped as exc:
+        print(f"pathmaster batch: {exc}", file=sys.stderr)
+        return 130  # stopped by SIGINT, as shells report it
     except (ValueError, FileNotFoundError) as exc:
         print(f"pathmaster batch: {exc}", file=sys.stderr)
         return 2

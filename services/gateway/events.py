@@ -7,9 +7,11 @@ gRPC status codes get their names ("UNAVAILABLE") so a person can read them.
 from __future__ import annotations
 
 import base64
-from bisect import bisect_left
 
 import grpc
+
+from services import conclusion_words, reasons
+from services.site.explain import unpack
 
 _STATUS_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
 
@@ -59,10 +61,12 @@ def png_data_url(image: bytes) -> str:
 
 
 def match_json(match, with_thumbnail: bool = True) -> dict:
-    """One `Match` as a dict: cell_id, diagnosis, distance, source_id[, thumbnail]."""
+    """One `Match` as a dict: cell_id, diagnosis, bethesda, distance, source_id, image_sha256,
+    similarity (0..1, comparable between sites), measures (why close)[, thumbnail]."""
     out = {"cell_id": match.cell_id, "diagnosis": match.diagnosis, "bethesda": match.bethesda,
            "distance": round(float(match.distance), 6), "source_id": match.source_id,
-           "image_sha256": match.image_sha256}
+           "image_sha256": match.image_sha256, "similarity": round(float(match.similarity), 4),
+           "measures": unpack(match.measure_log2_ratio, match.measure_share)}
     if with_thumbnail:
         out["thumbnail"] = png_data_url(match.thumbnail)
     return out
@@ -82,31 +86,9 @@ def timing_json(timing) -> dict:
             for name in ("total_s", "transfer_s", "extraction_s", "search_s", "site_wall_s")}
 
 
-def add_closeness(cells: list[dict]) -> None:
-    """Give each match of one site's cells (dicts of `cell_result_json`) a "closeness":
-    the percentage (1-100) of that site's matches in this case that are no closer.
-
-    Distances are in each site's own feature space (0.8 at one site may be as close as
-    5.8 at another), so they cannot be compared between sites; ranks can. The closest
-    match a site returned in the case is 100, its farthest 100/n for n matches; ties
-    share the higher value (the "min" rank: 1 + how many are closer, found by bisection
-    in the sorted distances; scipy's `rankdata` cost ~10x more for these few values, on
-    every site's event, and is not a dependency of the page). In place.
-    """
-    matches = [m for c in cells for m in c["matches"]]
-    if not matches:
-        return
-    ordered = sorted(m["distance"] for m in matches)
-    for match in matches:
-        closer = bisect_left(ordered, match["distance"])
-        match["closeness"] = round(100.0 * (len(matches) - closer) / len(matches), 1)
-
-
 def site_result_json(result, with_thumbnails: bool = True) -> dict:
-    """One site's `SiteResult` as an event dict of type "site"; each match has its
-    per-site "closeness" (`add_closeness`) beside its raw distance."""
+    """One site's `SiteResult` as an event dict of type "site"."""
     cells = [cell_result_json(c, with_thumbnails) for c in result.cells]
-    add_closeness(cells)
     return {"type": "site", "site": result.site,
             "ok": result.status_code == 0,
             "status_code": result.status_code,
@@ -118,7 +100,7 @@ def site_result_json(result, with_thumbnails: bool = True) -> dict:
             "bytes_sent": result.bytes_sent, "bytes_received": result.bytes_received,
             "mode": result.mode, "request_class": result.request_class,
             "predicted_s": round(result.predicted_s, 6) if result.predicted_s else None,
-            "decisions": list(result.decisions),
+            "decisions": list(result.decisions), "why": reasons_json(result.why),
             "cells": cells}
 
 
@@ -135,7 +117,29 @@ def summary_json(summary) -> dict:
             "bethesda": {"term": summary.bethesda.bethesda, "votes": summary.bethesda.bethesda_votes,
                          "total": summary.bethesda.bethesda_total},
             "predicted_s": round(summary.predicted_s, 6) if summary.predicted_s else None,
-            "served_class": summary.served_class, "decisions": list(summary.decisions)}
+            "served_class": summary.served_class, "decisions": list(summary.decisions),
+            "why": reasons_json(summary.why), **conclusion_event(summary.conclusion)}
+
+
+def reasons_json(whys) -> list[dict]:
+    """`Reason`s as dicts of code and params, with their words for a pathologist ("plain",
+    "" when they need not read it) and a researcher ("full"), from services/reasons.py."""
+    return [w | {"plain": reasons.words(r, reasons.PLAIN), "full": reasons.words(r, reasons.FULL)}
+            for w, r in zip(reasons.as_json(whys), whys)]
+
+
+def conclusion_event(conclusion) -> dict:
+    """The case conclusion as the summary carries it: "conclusion", the message as a plain
+    dict (services/conclusion_words.py) whose reasons have their words, and
+    "conclusion_words": its headline, each cell's line and the decision-support statement."""
+    plain = conclusion_words.conclusion_json(conclusion)
+    plain["why"] = reasons_json(conclusion.why)
+    for cell, message in zip(plain.get("cells", []), conclusion.cells):
+        cell["why"] = reasons_json(message.why)
+    return {"conclusion": plain,
+            "conclusion_words": {"headline": conclusion_words.headline(conclusion),
+                                 "statement": conclusion_words.statement(conclusion),
+                                 "cells": {c.query_cell_id: conclusion_words.cell_line(c) for c in conclusion.cells}}}
 
 
 def plan_json(plan) -> dict:
@@ -144,11 +148,11 @@ def plan_json(plan) -> dict:
     return {"type": "plan", "case_id": plan.case_id, "request_class": plan.request_class,
             "served_class": plan.served_class, "deadline_s": plan.deadline_s,
             "predicted_s": round(plan.predicted_s, 6) if plan.predicted_s else None,
-            "decisions": list(plan.decisions),
+            "decisions": list(plan.decisions), "why": reasons_json(plan.why),
             "sites": [{"site": s.site, "mode": s.mode, "request_class": s.request_class,
                        "predicted_s": round(s.predicted_s, 6) if s.predicted_s else None,
                        "hedge_after_s": round(s.hedge_after_s, 6) if s.hedge_after_s else None,
-                       "reasons": list(s.reasons)} for s in plan.sites]}
+                       "reasons": list(s.reasons), "why": reasons_json(s.why)} for s in plan.sites]}
 
 
 def case_event_json(event, with_thumbnails: bool = True) -> dict:

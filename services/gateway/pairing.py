@@ -2,7 +2,8 @@
 
 A cell is an image file NAME.EXT with, optionally, its blank-slide background
 NAME-background.EXT and its 4-region label mask NAME-mask.EXT (any image extension,
-any letter case). The web page and `pathmaster batch` both use this one rule, so a
+any letter case), or Herlev's colour-coded mask NAME-d.bmp (`mask_labels` turns it into
+labels before it is sent). The web page and `pathmaster batch` both use this one rule, so a
 folder that pairs one way in the browser pairs the same way in a batch.
 """
 
@@ -16,6 +17,25 @@ from pathmaster.ids import id_from_name
 IMAGE_EXTENSIONS = (".png", ".bmp", ".tif", ".tiff", ".jpg", ".jpeg")
 # Suffixes of a companion file's stem, mapped to the CellImage field they fill.
 COMPANION_SUFFIXES = {"-background": "background", "-mask": "mask"}
+HERLEV_MASK_SUFFIX = "-d"  # Herlev's NAME-d.bmp: the cell's mask, colour-coded
+
+
+def is_herlev_mask(name: str) -> bool:
+    """True for a Herlev colour-coded mask file name, NAME-d.bmp (any letter case)."""
+    path = PurePath(name)
+    return path.suffix.lower() == ".bmp" and path.stem.endswith(HERLEV_MASK_SUFFIX)
+
+
+def mask_labels(name: str, data: bytes) -> bytes:
+    """A mask file's bytes as sent: a Herlev colour mask (`is_herlev_mask`) becomes a PNG of
+    labels 0-3; any other mask is sent as it is. InvalidInput naming the file when a Herlev
+    mask has colours outside its code."""
+    if not is_herlev_mask(name):
+        return data
+    from pathmaster.imageio import decode_image, encode_png
+    from pathmaster.importers.herlev import decode_colour_mask
+
+    return encode_png(decode_colour_mask(decode_image(data, name), name)[0])
 
 
 @dataclass
@@ -59,6 +79,8 @@ def split_name(name: str) -> tuple[str, str | None]:
     for suffix, role in COMPANION_SUFFIXES.items():
         if stem.lower().endswith(suffix):
             return stem[: -len(suffix)], role
+    if is_herlev_mask(name):
+        return stem[: -len(HERLEV_MASK_SUFFIX)], "mask"
     return stem, None
 
 

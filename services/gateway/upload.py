@@ -12,7 +12,7 @@ from pathmaster.budget import check_analysis_size
 from pathmaster.defaults import MAX_CASE_CELLS, MAX_FILE_BYTES
 from pathmaster.imageio import ImageHeader, check_cell, decode_image, decode_mask, probe_image
 from pathmaster.records import InvalidInput
-from services.gateway.pairing import CellFiles, Pairing, extension_problem, pair_files, split_name
+from services.gateway.pairing import CellFiles, Pairing, extension_problem, mask_labels, pair_files, split_name
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 
 
@@ -134,8 +134,12 @@ def check_upload(files: dict[str, bytes], max_bytes: int = MAX_FILE_BYTES,
         if problem:
             checked.rejected.append((cell.cell_id, problem))
             continue
+        try:
+            mask = mask_labels(cell.mask, files[cell.mask]) if cell.mask else b""
+        except InvalidInput as exc:
+            checked.rejected.append((cell.cell_id, str(exc)))
+            continue
         checked.cells.append(pb.CellImage(
             cell_id=cell.cell_id, image=files[cell.image],
-            background=files[cell.background] if cell.background else b"",
-            mask=files[cell.mask] if cell.mask else b""))
+            background=files[cell.background] if cell.background else b"", mask=mask))
     return checked

@@ -71,7 +71,7 @@ def decode_cell(cell_id: str, image: bytes, background: bytes = b"", mask: bytes
 
 
 def check_cell_size(cell_id: str, image: bytes, background: bytes = b"", mask: bytes = b"") -> int:
-    """The pixel cap (MAX_ANALYSIS_PIXELS, issue 10 item 5), from the parts' headers before
+    """The pixel cap (MAX_ANALYSIS_PIXELS), from the parts' headers before
     anything is decoded: InvalidInput naming the cell and part, saying the limit and "crop
     the cell". Returns the image's pixel count (what its analysis budget is scaled by)."""
     name = f"cell {cell_id!r}"

@@ -37,6 +37,7 @@ from services.fate import remember_descendants
 from services.metrics import serve_metrics, stop_metrics
 from services.tracing import server_interceptors, start_tracing
 from services.site.dispatch import Job, PriorityDispatcher, WorkersDown
+from services.site.explain import check_weights, pack
 from services.site.metrics import SiteMetrics
 from services.site.supervisor import Supervisor
 from services.site.worker import CellOutcome, SiteWorker, ensure_ray, start_worker, start_workers, stop_workers
@@ -52,21 +53,25 @@ LEARNT_INFO = ("similarity", "similarity_note", "model_sha256", "abnormal_score"
 
 
 def cell_result(outcome: CellOutcome) -> pb.CellResult:
-    """A worker's CellOutcome -> the wire's CellResult (core Match + thumbnail -> pb.Match)."""
-    return pb.CellResult(
-        query_cell_id=outcome.query_cell_id,
-        matches=[
-            pb.Match(cell_id=m.cell_id, diagnosis=m.diagnosis or "", distance=m.distance,
-                     thumbnail=thumbnail, source_id=m.source_id, image_sha256=sha, bethesda=bethesda)
-            for m, thumbnail, sha, bethesda in zip(outcome.matches, outcome.thumbnails, outcome.image_sha256,
-                                                   outcome.bethesda, strict=True)
-        ],
-        background_estimated=outcome.background_estimated,
-        mask_estimated=outcome.mask_estimated,
-        error=outcome.error,
-        abnormal_score=outcome.abnormal_score,
-        abnormal=outcome.abnormal,
-    )
+    """A worker's CellOutcome -> the wire's CellResult (core Match + thumbnail -> pb.Match),
+    with each match's similarity and packed measures when the worker explained it, and the
+    cell's abnormality score by the site's own model."""
+    matches = []
+    for i, (m, thumbnail, sha, bethesda) in enumerate(zip(outcome.matches, outcome.thumbnails, outcome.image_sha256,
+                                                          outcome.bethesda, strict=True)):
+        match = pb.Match(cell_id=m.cell_id, diagnosis=m.diagnosis or "", distance=m.distance,
+                         thumbnail=thumbnail, source_id=m.source_id, image_sha256=sha, bethesda=bethesda)
+        if outcome.similarity:
+            match.similarity = outcome.similarity[i]
+        if outcome.measures:
+            ratios, shares = pack(outcome.measures[i])
+            match.measure_log2_ratio.extend(ratios)
+            match.measure_share.extend(shares)
+        matches.append(match)
+    return pb.CellResult(query_cell_id=outcome.query_cell_id, matches=matches,
+                         background_estimated=outcome.background_estimated,
+                         mask_estimated=outcome.mask_estimated, error=outcome.error,
+                         abnormal_score=outcome.abnormal_score, abnormal=outcome.abnormal)
 
 
 class _CallerGone(Exception):
@@ -120,6 +125,10 @@ class SiteServicer(pb_grpc.SiteServicer):
     def _jobs(self, request: pb.AnalyseRequest, context: grpc.ServicerContext, k: int) -> tuple[str, list]:
         """Queue the request's cells: analysed images, or (features mode) search only."""
         priority = self._priority(request.request_class)
+        try:
+            weights = check_weights(request.concept_weights) or None
+        except ValueError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"site {self.name}: {exc}")
         if not request.features:
             # A field of view instead of a cell is refused from its header, before any work;
             # each cell's analysis stops at the call's deadline (pathmaster/budget.py).
@@ -131,7 +140,8 @@ class SiteServicer(pb_grpc.SiteServicer):
             self._refuse_copy(request, context)
             remaining = context.time_remaining()
             deadline = None if remaining is None else time.time() + remaining
-            return "images", [self.dispatcher.submit(priority, (c.cell_id, c.image, c.background, c.mask, k, deadline),
+            return "images", [self.dispatcher.submit(priority, (c.cell_id, c.image, c.background, c.mask, k, deadline,
+                                                                weights),
                                                      method=METHOD_OF_MODE["images"])
                               for c in request.cells]
         if request.cells:
@@ -152,8 +162,8 @@ class SiteServicer(pb_grpc.SiteServicer):
         cells = [(f.cell_id, list(f.values), f.background_estimated, f.mask_estimated, list(f.embedding))
                  for f in request.features]
         if self.local is not None:
-            return "features", [self._search_here(cells, k, columns)]
-        return "features", [self.dispatcher.submit(priority, (cells, k, columns), method=METHOD_OF_MODE["features"],
+            return "features", [self._search_here(cells, k, columns, weights)]
+        return "features", [self.dispatcher.submit(priority, (cells, k, columns, weights), method=METHOD_OF_MODE["features"],
                                                    cells=len(cells))]
 
     def _check_columns(self, request: pb.AnalyseRequest, context: grpc.ServicerContext) -> list[int] | None:
@@ -176,13 +186,13 @@ class SiteServicer(pb_grpc.SiteServicer):
                               f"the request names {len(columns)} columns and must carry one value for each")
         return columns or None
 
-    def _search_here(self, cells: list[tuple], k: int, columns: list[int] | None = None) -> Job:
+    def _search_here(self, cells: list[tuple], k: int, columns: list[int] | None = None, weights=None) -> Job:
         """A features request searched here, in the handler's thread, as a finished Job
         (its result, or the error a worker would have raised): no queue, no hand-off."""
-        job = Job((cells, k, columns), method=METHOD_OF_MODE["features"], cells=len(cells))
+        job = Job((cells, k, columns, weights), method=METHOD_OF_MODE["features"], cells=len(cells))
         job.started = time.perf_counter()
         try:
-            job.result = self.local.search_many(cells, k, columns)
+            job.result = self.local.search_many(cells, k, columns, weights)
         except Exception as exc:  # noqa: BLE001 - the handler turns it into a gRPC status, as for a worker's
             job.error = exc
         job.finished = time.perf_counter()
@@ -323,6 +333,9 @@ class SiteServicer(pb_grpc.SiteServicer):
             vocabulary=site_vocabulary(self.info["vocabulary"]),
             feature_columns=self.info.get("feature_columns", []),
             feature_column_names=self.info.get("feature_column_names", []),
+            database_origins=self.info.get("database_origins", {}),
+            representation=self.info.get("representation", ""),
+            representation_cells=self.info.get("representation_cells", 0),
             **{key: self.info[key] for key in LEARNT_INFO if key in self.info},
         )
 
@@ -366,7 +379,7 @@ class SiteServer:
                                     f"(build one with `pathmaster synth` and `pathmaster index`)")
         ensure_ray(cfg.ray_address)
         self.workers = start_workers(cfg.db, cfg.algorithm, cfg.workers, cfg.worker_cpus,
-                                     budget=cfg.cell_budget,  # budget (issue 10 item 5)
+                                     budget=cfg.cell_budget,  # what one cell may cost (pathmaster/budget.py)
                                      resource=cfg.ray_resource)  # on the nodes holding cfg.db
         info = ray.get(self.workers[0].info.remote())
         remember_descendants()  # what Ray started meanwhile goes when this process goes (services/fate.py)

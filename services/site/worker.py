@@ -10,11 +10,13 @@ so the same code runs in-process (benchmarks' baseline) and as a Ray actor (`sta
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import logging
 import os
 import signal
 import time
+from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -29,11 +31,14 @@ from pathmaster.defaults import (SITE_RESOURCE_PER_WORKER, WIRE_THUMBNAIL_FORMAT
 from pathmaster.imageio import wire_thumbnail
 from pathmaster.records import InvalidInput
 from pathmaster.site import Match
+from pathmaster.synth import GENERATOR
 from services.site.analysis import PRELOAD, analyse_encoded_cell
 from services.site.cells import check_cell_size, decode_cell
+from services.site.explain import RERANK_CANDIDATES, Explainer
 from services.site.ray_local import prepare_local_ray
 
 log = logging.getLogger("pathmaster.site")
+SYNTHETIC = "synthetic"  # what SiteInfo.database_origins calls cells PathMaster generated
 
 
 @dataclass(frozen=True)
@@ -44,7 +49,8 @@ class CellOutcome:
     matches: the database cells found (`pathmaster.site.Match`), nearest first;
     thumbnails: a small WebP of each (sized for the wire), in the same order;
     image_sha256: the content hash of each one's full image (a client's cache key);
-    bethesda: each one's diagnosis in The Bethesda System's terms, by the site's vocabulary. error: why the cell could not be
+    bethesda: each one's diagnosis in The Bethesda System's terms, by the site's vocabulary;
+    similarity and measures: how close each is, comparably, and why (services/site/explain.py). error: why the cell could not be
     analysed (bad input, naming the cell), "" when it was. Times in seconds: extraction_s
     decoding to features, search_s the search and reading the thumbnails.
     """
@@ -54,6 +60,8 @@ class CellOutcome:
     thumbnails: tuple[bytes, ...] = ()
     image_sha256: tuple[str, ...] = ()
     bethesda: tuple[str, ...] = ()   # each match's diagnosis in Bethesda terms ("" when unmapped)
+    similarity: tuple[float, ...] = ()  # each match's comparable similarity (explain.Explainer)
+    measures: tuple[tuple[dict, ...], ...] = ()  # each match's measures (explain.Explainer.measures)
     background_estimated: bool = False
     mask_estimated: bool = False
     error: str = ""
@@ -82,8 +90,9 @@ class SiteWorker:
         from pathmaster.site import SiteIndex
 
         self.index = SiteIndex.open(db)
+        self.explainer = Explainer(self.index)
         self._wire = lru_cache(maxsize=4096)(self._wire_parts)
-        # budget (issue 10 item 5): cells are analysed in a bounded worker process (CPU
+        # budget: cells are analysed in a bounded worker process (CPU
         # budget, memory limit, deadline); budget=None analyses in this process, unbounded
         # (the old way, kept for benchmarks' "before").
         self.pool = AnalysisPool(budget=budget, preload=PRELOAD) if budget is not None else None
@@ -98,7 +107,7 @@ class SiteWorker:
         with its features. What a fresh process does only once (lazy imports in the
         analysis process, FAISS's first search, the thumbnail codec) is then paid here,
         before the worker is ready, and not by the first case, whose time the
-        coordinator's predictor would learn from (issue 10). Returns the seconds of each
+        coordinator's predictor would learn from. Returns the seconds of each
         step ({"analyse_s", "search_s", "thumbnails_s"}, also kept in `warm_up_s`); a
         step that fails is logged and left out: a warm-up never stops a site.
 
@@ -144,10 +153,17 @@ class SiteWorker:
 
     def info(self) -> dict:
         """{"algorithm", "database_cells", "diagnoses", "feature_schema", "vocabulary",
-        "feature_columns", "feature_column_names"} of this worker's database (the
-        vocabulary as ``Vocabulary.as_dict``; the columns its distance reads, [] for all)."""
+        "feature_columns", "feature_column_names", "database_origins" (cells per dataset kind,
+        generated cells as "synthetic"), "representation", "representation_cells"} of this
+        worker's database (the vocabulary as ``Vocabulary.as_dict``; the columns its distance
+        reads, [] for all; the fitted representation's id and its cells)."""
+        from pathmaster.growth import representation
+
         columns = self.index.compared_columns()
+        fitted = representation(self.index.config)
         return {
+            "representation": fitted["id"],
+            "representation_cells": fitted["fitted_cells"],
             "feature_columns": columns,
             "feature_column_names": [self.index.feature_names[c] for c in columns],
             "algorithm": self.index.algorithm,
@@ -155,6 +171,8 @@ class SiteWorker:
             "diagnoses": [str(d) for d in self.index.diagnoses()],
             "feature_schema": self.index.feature_schema,
             "vocabulary": self.index.vocabulary.as_dict(),
+            "database_origins": dict(Counter(SYNTHETIC if self.index.cell(c).origin == GENERATOR
+                                             else self.index.cell(c).origin for c in self.index.cell_ids())),
             **self._learnt_info(),
         }
 
@@ -182,43 +200,63 @@ class SiteWorker:
         return thumbnail, hashlib.sha256(self.index.image_png(cell_id)).hexdigest()
 
     def _outcome(self, cell_id: str, features, k: int, columns: list[int] | None = None, embedding=None,
-                 **flags) -> CellOutcome:
+                 weights: dict[str, float] | None = None, **flags) -> CellOutcome:
         """Search with one raw feature vector (with `columns`: only those of it) and its
-        embedding by the site's network (None without one); the outcome with the matches'
-        wire parts and the cell's abnormality score. The score reads the site's own k
-        nearest, however many matches were asked for."""
+        embedding by the site's network (None without one); with `weights`, refined by
+        concept: the nearest RERANK_CANDIDATES re-ranked by `Explainer.reweighted`. The
+        outcome has the matches' wire parts, similarity and measures, and the cell's
+        abnormality score, read from the site's own k nearest however many were asked for."""
         t0 = time.perf_counter()
+        query, known = np.asarray(features, dtype=np.float64), None
+        if columns:
+            query = self.index.expand(query[None, :], columns)[0]
+            known = np.zeros(len(query), dtype=bool)
+            known[columns] = True
         embeddings = None if embedding is None else np.asarray(embedding, np.float32)[None]
-        nearest = self.index.search_many(np.asarray(features, np.float64)[None], max(k, self.index.learnt.k),
-                                         columns, embeddings)[0]
-        [score] = self.index.abnormality(embeddings, [nearest])
-        matches = tuple(nearest[:k])
+        scored = max(k, self.index.learnt.k)
+        found = self.index.search_many(np.asarray(features, np.float64)[None],
+                                       max(scored, RERANK_CANDIDATES) if weights else scored, columns, embeddings)[0]
+        [score] = self.index.abnormality(embeddings, [found[:scored]])
+        if weights:
+            refined = self.explainer.reweighted(query, [m.cell_id for m in found], weights)
+            order = np.argsort(refined, kind="stable")[:k]
+            similar = tuple(self.explainer.similarity(found[i].distance) for i in order)  # in the site's own measure
+            matches = tuple(dataclasses.replace(found[i], distance=float(refined[i])) for i in order)
+        else:
+            matches = tuple(found[:k])
+            similar = tuple(self.explainer.similarity(m.distance) for m in matches)
         parts = [self._wire(m.cell_id) for m in matches]
         bethesda = tuple(self.index.vocabulary.to_bethesda(m.diagnosis) or "" for m in matches)
         return CellOutcome(cell_id, matches, tuple(p[0] for p in parts), tuple(p[1] for p in parts), bethesda,
+                           similar,
+                           tuple(tuple(self.explainer.measures(query, m.cell_id, known)) for m in matches),
                            search_s=time.perf_counter() - t0, abnormal_score=score,
                            abnormal=score >= self.index.learnt.threshold, **flags)
 
     def search(self, cell_id: str, values: list[float], k: int, background_estimated: bool = False,
-               mask_estimated: bool = False, columns: list[int] | None = None, embedding=None) -> CellOutcome:
+               mask_estimated: bool = False, columns: list[int] | None = None, embedding=None,
+               weights: dict[str, float] | None = None) -> CellOutcome:
         """One test cell analysed elsewhere (its raw feature vector, or with `columns` the
         values of those columns only; its embedding by the site's network when the site
         needs one) -> its CellOutcome; extraction_s is 0. A vector that does not fit gives
         the outcome's `error`."""
         try:
-            return self._outcome(cell_id, values, k, columns, embedding if embedding is not None and len(embedding) else None,
+            return self._outcome(cell_id, values, k, columns,
+                                 embedding if embedding is not None and len(embedding) else None, weights,
                                  background_estimated=background_estimated, mask_estimated=mask_estimated)
         except InvalidInput as exc:
             return CellOutcome(cell_id, error=f"cell {cell_id!r}: {exc}")
 
-    def search_many(self, cells: list[tuple], k: int, columns: list[int] | None = None) -> list[CellOutcome]:
+    def search_many(self, cells: list[tuple], k: int, columns: list[int] | None = None,
+                    weights: dict[str, float] | None = None) -> list[CellOutcome]:
         """`search` for each of `cells` (tuples (cell_id, values, background_estimated,
-        mask_estimated[, embedding])), in one call: a features-mode request is one Ray
-        task, not one per cell."""
-        return [self.search(cell[0], cell[1], k, cell[2], cell[3], columns, *cell[4:]) for cell in cells]
+        mask_estimated[, embedding])) with `k`, `columns` and `weights`, in one call: a
+        features-mode request is one Ray task, not one per cell."""
+        return [self.search(cell[0], cell[1], k, cell[2], cell[3], columns, *cell[4:5], weights=weights)
+                for cell in cells]
 
     def analyse(self, cell_id: str, image: bytes, background: bytes, mask: bytes, k: int,
-                deadline: float | None = None) -> CellOutcome:
+                deadline: float | None = None, weights: dict[str, float] | None = None) -> CellOutcome:
         """One test cell, as encoded bytes (background/mask may be b"") -> its CellOutcome.
         deadline: wall-clock time (time.time()) after which the answer is of no use.
 
@@ -234,7 +272,7 @@ class SiteWorker:
             embedding = self.index.embed(patch[None])
         except (InvalidInput, CellStopped) as exc:
             return CellOutcome(cell_id, error=str(exc), extraction_s=time.perf_counter() - t0)
-        return self._outcome(cell_id, features, k, None, None if embedding is None else embedding[0],
+        return self._outcome(cell_id, features, k, None, None if embedding is None else embedding[0], weights,
                              extraction_s=time.perf_counter() - t0,
                              background_estimated=bool(background_estimated),
                              mask_estimated=bool(mask_estimated))

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from pathmaster.conclusion import OUTCOMES
 from pathmaster.records import DIAGNOSES
 from pathmaster.synth import write_dataset
+from pathmaster.vocabulary import BETHESDA_TERMS
 from services.gateway import batch
 from services.gateway.batch import ResultsFile, run_batch
 
@@ -43,6 +45,16 @@ def test_batch_writes_every_cell_with_accuracy_and_resumes_after_a_kill(stack, t
             assert row["correct"] == (row["diagnosis"] == row["label"])
             assert sorted(row["matches"]) == ["site-a", "site-b", "site-c"]
             assert all(len(m) == 5 for m in row["matches"].values())
+            # Its Bethesda term and spread over the 15 matches, and its case's conclusion.
+            counts = [int(part.split()[1].split("/")[0]) for part in row["bethesda_spread"].split(", ")]
+            assert row["bethesda"] in BETHESDA_TERMS and sum(counts) == 15
+            assert row["supports"] in ("",) + BETHESDA_TERMS[1:]
+            assert row["case_outcome"] in OUTCOMES and row["case_conclusion"]
+    for case_id in {r["case_id"] for r in summary.rows.values() if r["status"] == "ok"}:
+        case = [r for r in summary.rows.values() if r["case_id"] == case_id]
+        assert len({(r["case_outcome"], r["case_conclusion"]) for r in case}) == 1
+        supported = {r["supports"] for r in case} - {""}
+        assert (case[0]["case_outcome"] == "abnormal") == bool(supported)
     accuracy = summary.accuracy()
     assert set(accuracy) == set(DIAGNOSES) | {"all"}
     assert accuracy["all"][1] == N_LABELLED
@@ -140,3 +152,28 @@ def test_a_herlev_teaching_set_runs_with_its_folder_names_and_colour_masks(
     assert summary.status_counts()["ok"] == N_LABELLED, [r["error"] for r in rows]
     assert all(r["mask_estimated"] is False and r["background_estimated"] is True for r in rows)
     assert summary.accuracy()["all"][1] == N_LABELLED
+
+
+def test_ctrl_c_says_how_far_the_batch_got_and_the_same_command_resumes(teaching_set, tmp_path, nowhere,
+                                                                        monkeypatch, capsys):
+    """Ctrl-C (KeyboardInterrupt in the main thread) after the first case's rows are written:
+    the batch stops, says how many cells of how many are done, and exits as SIGINT does."""
+    import services.gateway.batch as batch
+    from pathmaster.cli import main
+
+    real = batch.as_completed
+
+    def interrupted(futures):
+        yield next(iter(real(futures)))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(batch, "as_completed", interrupted)
+    out = tmp_path / "r.csv"
+    with pytest.raises(batch.BatchStopped) as stopped:
+        run_batch(teaching_set, out, nowhere, case_size=4, deadline_s=2, progress=False)
+    total = len(batch.find_cells(teaching_set)[0])
+    assert (stopped.value.done, stopped.value.total) == (4, total)
+    assert len(ResultsFile(out).read()) == 4  # the first case's rows, kept for the resume
+    assert main(["batch", str(teaching_set), "--out", str(tmp_path / "r2.csv"), "--coordinator", nowhere,
+                 "--case-size", "4", "--deadline", "2", "--quiet"]) == 130
+    assert f"4 of {total}" in capsys.readouterr().err

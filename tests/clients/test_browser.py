@@ -45,7 +45,8 @@ def test_case_results_stream_into_the_page(page, gateway, case_dir, bad_files):
     page.fill("#accession", "S26-01234")
     page.click("label[for='class-urgent']")
     run_case(page, "done")
-    assert "Case S26-01234 done" in page.locator("#case-status").inner_text()
+    status = page.locator("#case-status")
+    assert "S26-01234" in status.inner_text() and float(status.get_attribute("data-waited-s")) > 0
 
     cards = page.locator(".cell-card:not(.rejected)")
     assert cards.count() == 6

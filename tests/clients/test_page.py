@@ -1,11 +1,14 @@
 """The page as a pathologist meets it on a phone (390 px) and a desktop (1440 px), in
 Debian's chromium through Playwright: signing in with a password, a 6-cell case, axe-core's
 accessibility check (no serious or critical violations), the per-site progress and predicted
-wait, the per-site closeness, the saved case report, and the web app manifest that lets
-Chromium install the page as an app.
+wait, each match's similarity and the database notes, the larger images fetched after the
+answer, the viewer, the saved case report, and the web app manifest that lets Chromium
+install the page as an app. test_page_check_by_eye.py checks what the page shows against a
+fake coordinator's known answers.
 
-Screenshots (test-artifacts/clients/): login-390px.png, case-390px.png, login-1440px.png,
-case-1440px.png, and the report as case-report-1440px.pdf (its print layout).
+Screenshots (test-artifacts/clients/): login-, case- and viewer-{390,1440}px.png, the report
+as case-report-{390,1440}px.pdf (its print layout), and figures-{390,1440}px.json (each
+site's reply bytes, the seconds to the larger images).
 """
 
 from __future__ import annotations
@@ -129,18 +132,35 @@ def test_sign_in_and_a_6_cell_case_at_phone_and_desktop_width(browser, warmed_ga
             assert card.locator("progress").evaluate("p => p.value") == 1  # answered
             assert card.locator(".site-time").inner_text().endswith(" s")
 
-        # Closeness: the same scale at every site; the raw distance only in the tooltip.
+        # Similarity: calibrated at each site, so it reads the same at every site; the raw
+        # distance only in the tooltip; each match says what differs most.
         first = cards.nth(0)
         for site in SITES:
             tiles = first.locator(f".site-row[data-site='{site}'] .match")
-            closeness = [float(tiles.nth(k).get_attribute("data-closeness")) for k in range(5)]
-            assert closeness == sorted(closeness, reverse=True) and 0 < closeness[-1] <= 100
-            assert tiles.nth(0).locator(".closeness").inner_text().endswith("% close")
+            similarity = [float(tiles.nth(k).get_attribute("data-similarity")) for k in range(5)]
+            assert similarity == sorted(similarity, reverse=True) and 0 <= similarity[-1] <= 1
+            assert tiles.nth(0).locator(".similarity").inner_text().endswith("% similar")
             assert "distance" in tiles.nth(0).get_attribute("title")
+            # A synthetic database is said beside its matches.
+            assert first.locator(f".site-row[data-site='{site}'] [data-note='database']").count() == 1
         assert "distance" not in page.locator("#cells").inner_text()
+        # The larger images replace the wire thumbnails after the answer.
+        page.wait_for_function("() => document.body.dataset.largerImagesS !== undefined", timeout=120_000)
+        assert page.locator(".match.full").count() == 6 * 5 * len(SITES)
+        # The figures the page's note reports: each site's reply bytes, the time to larger images.
+        (ARTIFACTS / f"figures-{width}px.json").write_text(json.dumps({
+            "reply_bytes": {e["site"]: e["bytes_received"] for e in events if e["type"] == "site"},
+            "larger_images_s": float(page.evaluate("document.body.dataset.largerImagesS")),
+            "larger_images": 6 * 5 * len(SITES)}))
 
         assert axe_problems(page) == []
         page.screenshot(path=str(ARTIFACTS / f"case-{width}px.png"), full_page=True)
+        # The viewer: the test cell beside its closest match at one pixel scale.
+        first.locator(f".site-row[data-site='{SITES[0]}'] .match").first.click()
+        page.wait_for_function("() => document.querySelector('#scale-text').textContent.includes('image pixels')")
+        page.screenshot(path=str(ARTIFACTS / f"viewer-{width}px.png"))
+        page.keyboard.press("Escape")
+        page.wait_for_selector("#viewer", state="hidden")
 
         # The case report: a file of its own, with the thumbnails, diagnoses, sites and times.
         with page.expect_download() as saved:
@@ -153,12 +173,14 @@ def test_sign_in_and_a_6_cell_case_at_phone_and_desktop_width(browser, warmed_ga
         text = report.locator("body").inner_text()
         summary = events[-1]
         assert f"Case S26-{width}" in text and summary["case_id"] in text and "Diagnostic" in text
+        assert report.locator(".decision-support").count() == 1
         assert report.locator("section.cell").count() == 6
         for site in SITES:
             assert report.locator(f"section.cell[data-cell='cell1'] .row[data-site='{site}'] img").count() == 5
             assert report.locator(".sites").inner_text().count(site) == 1
-        vote = next(v for v in summary["votes"] if v["query_cell_id"] == "cell1")
-        assert vote["diagnosis"].replace("_", " ") in report.locator("section.cell[data-cell='cell1']").inner_text()
+        cell = next(e for e in events if e["type"] == "site")["cells"][0]
+        section = report.locator(f"section.cell[data-cell='{cell['query_cell_id']}']")
+        assert cell["matches"][0]["diagnosis"].replace("_", " ") in section.inner_text()
         assert report.evaluate("[...document.images].every(i => i.complete && i.naturalWidth > 0)")
         assert axe_problems(report) == []
         report.emulate_media(media="print")

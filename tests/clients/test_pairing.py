@@ -27,3 +27,27 @@ def test_cells_in_different_folders_keep_different_ids():
     assert [(c.cell_id, c.mask) for c in pairing.cells] == [("mild/7", None),
                                                              ("severe/7", "severe/7-mask.png")]
     assert split_name("x/y-background.png") == ("x/y", "background")
+
+
+def test_herlev_colour_masks_pair_and_are_sent_as_labels():
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    from pathmaster.imageio import decode_mask
+    from services.gateway.pairing import mask_labels, pair_files
+
+    pairing = pair_files(["157181599-157181627-001.BMP", "157181599-157181627-001-d.bmp"])
+    assert pairing.problems == []
+    assert [(c.image, c.mask) for c in pairing.cells] == [
+        ("157181599-157181627-001.BMP", "157181599-157181627-001-d.bmp")]
+    rgb = np.zeros((4, 6, 3), dtype=np.uint8)
+    rgb[...] = (255, 0, 0)      # background
+    rgb[1:3, 1:5] = (0, 0, 128)  # cytoplasm
+    rgb[2, 2] = (0, 0, 255)      # nucleus
+    out = io.BytesIO()
+    Image.fromarray(rgb).save(out, "BMP")
+    labels = decode_mask(mask_labels("x-d.bmp", out.getvalue()), "x-d.bmp", (4, 6))
+    assert labels[0, 0] == 0 and labels[1, 1] == 1 and labels[2, 2] == 2
+    assert mask_labels("x-mask.png", b"as it is") == b"as it is"  # other masks go as they are

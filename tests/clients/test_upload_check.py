@@ -1,5 +1,5 @@
 """What the gateway checks of a case's files before sending (their headers, not their
-pixels), and the per-site closeness it adds to each match."""
+pixels)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from PIL import Image
 
 from pathmaster.imageio import decode_image
 from pathmaster.records import InvalidInput
-from services.gateway.events import add_closeness
 from services.gateway.upload import check_upload
 
 
@@ -50,16 +49,3 @@ def test_pixels_are_left_to_the_sites_which_decode_them():
     with pytest.raises(InvalidInput):
         decode_image(broken, "broken.png")  # what a site's decoding says of it
     assert [c.cell_id for c in check_upload({"broken.png": broken}).cells] == ["broken"]
-
-
-def test_closeness_ranks_a_sites_matches_on_one_scale():
-    cells = [{"matches": [{"distance": d} for d in (0.10, 0.20, 0.40)]},
-             {"matches": [{"distance": d} for d in (0.20, 0.30, 0.90)]},
-             {"matches": []}]
-    add_closeness(cells)
-    got = [[m["closeness"] for m in c["matches"]] for c in cells]
-    # 6 matches: the closest is 100, ties share the higher value, the farthest is 100/6.
-    assert got == [[100.0, 83.3, 33.3], [83.3, 50.0, 16.7], []]
-    scaled = [{"matches": [{"distance": 10 * m["distance"]} for m in c["matches"]]} for c in cells]
-    add_closeness(scaled)  # a site measuring distances 10x larger gets the same scores
-    assert [[m["closeness"] for m in c["matches"]] for c in scaled] == got

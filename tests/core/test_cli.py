@@ -56,6 +56,32 @@ def test_search_json_finds_the_database_cell_itself_first(dataset, site, capsys)
     assert matches[0]["source_id"] == entry["id"] and matches[0]["diagnosis"] == entry["diagnosis"]
     assert matches[0]["distance"] == pytest.approx(0.0, abs=1e-3)
     assert not out["mask_estimated"] and not out["background_estimated"]
+    assert out["in_database"] == [matches[0]["cell_id"]] and matches[0]["same_image"]
+    assert not any(m["same_image"] for m in matches[1:]) and not out["self_excluded"]
+
+
+def test_search_flags_a_query_in_the_database_and_can_leave_it_out(dataset, site, capsys):
+    entry, files = _cell_files(dataset)
+    argv = ["search", "--db", str(site), str(files["image"]), "--background", str(files["background"]),
+            "--mask", str(files["mask"])]
+    kept = _run_json(capsys, argv + ["--json"])
+    left = _run_json(capsys, argv + ["--json", "--exclude-self"])
+    itself = kept["in_database"][0]
+    assert left["self_excluded"] and left["in_database"] == [itself]
+    assert [m["cell_id"] for m in left["matches"][:4]] == [m["cell_id"] for m in kept["matches"][1:]]
+    assert len(left["matches"]) == 5 and itself not in {m["cell_id"] for m in left["matches"]}
+    capsys.readouterr()
+    assert main(argv) == 0
+    assert "(the query itself)" in capsys.readouterr().out
+    # another cell's image with a changed pixel is not the query
+    from pathmaster.imageio import read_image, write_png
+
+    image = read_image(files["image"]).copy()
+    image[0, 0] ^= 1
+    changed = dataset.parent / "changed.png"
+    write_png(changed, image)
+    other = _run_json(capsys, ["search", "--db", str(site), str(changed), "--json"])
+    assert other["in_database"] == [] and not any(m["same_image"] for m in other["matches"])
 
 
 def test_search_without_mask_and_background_estimates_them(dataset, site, capsys):
@@ -63,10 +89,13 @@ def test_search_without_mask_and_background_estimates_them(dataset, site, capsys
     out = _run_json(capsys, ["search", "--db", str(site), str(files["image"]), "--k", "3", "--json"])
     assert len(out["matches"]) == 3
     assert out["mask_estimated"] and out["background_estimated"]
+    from pathmaster.segmentation import CHOICE_REASONS
+
+    assert out["cell_choice"]["reason"] in CHOICE_REASONS and out["cell_choice"]["bars"] == [0, 0, 0, 0]
     capsys.readouterr()
     assert main(["search", "--db", str(site), str(files["image"])]) == 0
     text = capsys.readouterr().out
-    assert "estimated from the image" in text and text.count("\n") == 7  # note, header, 5 rows
+    assert "estimated from the image" in text and text.count("\n") == 8  # 2 notes (one: in the database), header, 5 rows
 
 
 def test_evaluate_cross_validated_leave_one_out_and_held_out(dataset, site, capsys):
@@ -75,7 +104,13 @@ def test_evaluate_cross_validated_leave_one_out_and_held_out(dataset, site, caps
     assert cv["folds"] == 2 and cv["seed"] == 3 and cv["queries"] == N_CELLS
     for key in ("top1", "precision_at_5", "majority_at_5", "map", "binary_accuracy"):
         assert cv["ci"][key][0] - 1e-9 <= cv[key] <= cv["ci"][key][1] + 1e-9
-    assert set(cv["ceilings"]) == {"logistic_regression", "random_forest"}
+    assert set(cv["ceilings"]) == {"knn_tuned", "logistic_regression"}
+    assert cv["groups"]["known"] is False and cv["groups"]["note"]  # synthetic cells: no slide images
+    for key in ("majority", "operating_point"):
+        figures = cv["abnormal"][key]
+        assert figures["sensitivity_ci"][0] <= figures["sensitivity"] <= figures["sensitivity_ci"][1]
+        assert figures["positives"] + figures["negatives"] == N_CELLS
+    assert 0.0 <= cv["abnormal"]["roc"]["auc"] <= 1.0
     assert cv == _run_json(capsys, ["evaluate", "--db", str(site), "--json", "--seed", "3"])
     loo = _run_json(capsys, ["evaluate", "--db", str(site), "--json", "--loo"])
     for key in ("top1", "precision_at_5", "majority_at_5", "map", "binary_accuracy"):
@@ -84,6 +119,8 @@ def test_evaluate_cross_validated_leave_one_out_and_held_out(dataset, site, caps
     # the database's own cells as held-out queries: each finds itself first
     held = _run_json(capsys, ["evaluate", "--db", str(site), "--queries", str(dataset), "--json"])
     assert held["top1"] == 1.0 and held["queries"] == N_CELLS
+    assert held["abnormal"]["majority"]["positives"] + held["abnormal"]["majority"]["negatives"] == N_CELLS
+    assert held["abnormal"]["roc"]["auc"] > 0.5
     assert held["map"] > loo["map"]
 
 

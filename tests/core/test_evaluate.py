@@ -159,8 +159,9 @@ def test_format_report_shows_intervals_recall_and_ceilings():
     rng = np.random.default_rng(2)
     X, y = _two_clusters(rng, n=15)
     text = ev.format_report(ev.cross_validate(X, y, _zscores, folds=3))
-    assert "3-fold stratified cross-validation, seed 0" in text
-    assert "recall per class" in text and "logistic_regression" in text and "random_forest" in text
+    assert "3-fold stratified cross-validation, split by cell, seed 0" in text
+    assert "recall per class" in text and "logistic_regression" in text and "knn_tuned" in text
+    assert "sensitivity" in text and "ROC AUC" in text and "split by cell" in text
     assert "top1             1.000  [" in text
 
 
@@ -188,3 +189,63 @@ def test_real_herlev_cells_retrieve_their_diagnosis_far_better_than_shuffled_lab
     shuffled = [ev.leave_one_out(Z, rng.permutation(labels)) for _ in range(5)]
     assert real["binary_accuracy"] > max(s["binary_accuracy"] for s in shuffled) + 0.15
     assert real["precision_at_5"] > max(s["precision_at_5"] for s in shuffled) + 0.1
+
+
+def test_folds_never_split_a_slide_image_and_say_when_there_are_none():
+    rng = np.random.default_rng(3)
+    labels = np.array([SUP, MILD, CIS] * 40, dtype=object)
+    groups = np.array([f"image-{i // 4}" for i in range(120)], dtype=object)
+    groups[:6] = None  # cells without a recorded image: each an image of its own
+    for train, test in ev.stratified_folds(labels, 5, seed=2, groups=groups):
+        assert not ({g for g in groups[train] if g} & {g for g in groups[test] if g})
+    assert ev.group_summary(groups, 120)["cells_without"] == 6
+    assert ev.group_summary(None, 10)["known"] is False and ev.group_summary(None, 10)["note"]
+    # two images only: at most two folds
+    assert len(ev.stratified_folds(labels[:8], 5, groups=["a"] * 4 + ["b"] * 4)) == 2
+    X = rng.normal(size=(120, 3))
+    m = ev.cross_validate(X, labels, _zscores, groups=groups, folds=4, ceilings=(), cases=20)
+    assert m["groups"]["known"] and m["groups"]["groups"] == 29
+
+
+def test_operating_point_meets_the_target_on_the_cells_it_is_chosen_on():
+    scores = np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0])
+    positive = np.array([0, 0, 1, 0, 1, 1, 1, 1, 1, 1], dtype=bool)
+    assert ev.operating_point(scores, positive, 1.0) == 0.3  # every positive: down to the lowest
+    assert ev.operating_point(scores, positive, 0.85) == 0.5  # one of 7 may be missed
+    figures = ev.binary_figures(positive, scores >= 0.5)
+    assert (figures["sensitivity"], figures["specificity"], figures["missed"]) == (6 / 7, 1.0, 1)
+    assert ev.operating_point(scores, np.zeros(10, bool), 0.95) == 0.5
+
+
+def test_the_abnormality_score_is_the_one_the_case_conclusion_reads():
+    from pathmaster.conclusion import abnormal_share
+
+    flags = np.array([[True, False, True, False, False], [False] * 5, [True] * 5])
+    distances = np.array([[0.5, 1.0, 2.0, 3.0, 4.0], [1.0] * 5, [0.0, 1, 2, 3, 4]])
+    terms = [["HSIL" if f else "NILM" for f in row] for row in flags]
+    expected = [abnormal_share(t, d, ev.WEIGHTING) for t, d in zip(terms, distances)]
+    np.testing.assert_allclose(ev.abnormality_scores(flags, distances), expected)
+    scores = ev.abnormality_scores(flags, distances)
+    assert scores[1] == 0.0 and scores[2] == 1.0
+    # nearer abnormal matches count more than farther ones
+    near, far = ev.abnormality_scores([[True, False, False], [False, False, True]], [[1.0, 2, 3]] * 2)
+    assert near > 1 / 3 > far
+
+
+def test_abnormal_figures_roc_and_a_ceiling_at_least_the_retrieval():
+    rng = np.random.default_rng(4)
+    X = np.vstack([rng.normal(0, 1, (60, 3)), rng.normal(1.5, 1, (60, 3))])
+    y = np.array([SUP] * 30 + [INT] * 30 + [MILD] * 30 + [CIS] * 30, dtype=object)
+    m = ev.cross_validate(X, y, _zscores, folds=5, seed=0, cases=50, groups=[f"g{i // 3}" for i in range(120)])
+    point = m["abnormal"]["operating_point"]
+    assert point["positives"] == 60 and point["negatives"] == 60 and len(point["thresholds"]) == 5
+    assert 0.75 < m["abnormal"]["roc"]["auc"] <= 1.0
+    low, high = m["abnormal"]["roc"]["auc_ci"]
+    assert low <= m["abnormal"]["roc"]["auc"] <= high
+    assert m["cases"]["cases"] == 500 and m["cases"]["abnormal_cases"] == 250
+    assert len(m["cases"]["thresholds"]) == 5 and 0.5 < m["cases"]["sensitivity"] <= 1.0
+    assert m["ceilings"]["knn_tuned"]["binary_accuracy"] >= m["binary_accuracy"] - 0.05
+    assert {c["k"] for c in m["ceilings"]["knn_tuned"]["choices"]} <= set(ev.KNN_CHOICES)
+    # labels with no normal side: no abnormal figures, said so
+    only = ev.cross_validate(X, np.array([MILD, CIS] * 60, dtype=object), _zscores, folds=3, ceilings=())
+    assert only["abnormal"] is None and only["cases"] is None

@@ -306,3 +306,32 @@ def test_not_a_dataset_is_a_clear_error(tmp_path):
         list(iter_dataset(tmp_path / "empty"))
     with pytest.raises(InvalidInput, match="unknown layout 'dicom'"):
         list(iter_dataset(tmp_path, layout="dicom"))
+
+
+# --- groups: the slide image each cell was cropped from -----------------------------------
+
+def test_groups_come_from_herlev_and_sipakmed_names_and_are_none_otherwise(tmp_path, pool):
+    herlev = tmp_path / "herlev"
+    write_herlev_cell(herlev / "carcinoma_in_situ", "153956040-153956058-001", pool[2])
+    write_herlev_cell(herlev / "carcinoma_in_situ", "153956040-153956058-002", pool[1])
+    write_herlev_cell(herlev / "normal_columnar", "5-12", pool[3])  # the 40 px copy's names
+    records, problems = split(iter_dataset(herlev))
+    assert problems == []
+    assert {k: r.group for k, r in records.items()} == {
+        "carcinoma_in_situ/153956040-153956058-001": "153956040-153956058",
+        "carcinoma_in_situ/153956040-153956058-002": "153956040-153956058",
+        "normal_columnar/5-12": None,
+    }
+    folders = tmp_path / "folders" / "normal_columnar"
+    folders.mkdir(parents=True)
+    Image.fromarray(pool[3].image).save(folders / "149182550-149182608-003.jpg", quality=95)
+    Image.fromarray(pool[0].image).save(folders / "cell-7.png")
+    records, _ = split(iter_dataset(tmp_path / "folders"))
+    assert {k: r.group for k, r in records.items()} == {
+        "normal_columnar/149182550-149182608-003": "149182550-149182608", "normal_columnar/cell-7": None}
+    sipakmed = tmp_path / "sipakmed" / "im_Parabasal"
+    write_sipakmed_cell(sipakmed / "CROPPED", "001_01", pool[0])
+    write_sipakmed_cell(sipakmed / "CROPPED", "001_02", pool[1])
+    write_sipakmed_cell(sipakmed / "CROPPED", "002_01", pool[2])
+    records, _ = split(iter_dataset(tmp_path / "sipakmed"))
+    assert sorted(r.group for r in records.values()) == ["im_Parabasal/001", "im_Parabasal/001", "im_Parabasal/002"]

@@ -91,3 +91,107 @@ def test_killed_ingest_leaves_a_consistent_database_and_rerun_completes_it(tmp_p
         assert len(db) == n and db.check() == []
         assert db.get_config("index")["fingerprint"] == db.fingerprint()
     assert list(site.rglob("*.tmp")) == []  # a half-written file of the killed run is cleaned up
+
+
+def test_ingest_stores_group_and_image_hash_and_fills_them_in_on_a_rerun(tmp_path):
+    from pathmaster.sitedb import image_hash
+
+    records = synthetic_records(3)
+    for number, record in enumerate(records):
+        record.group = f"slide-{number // 2}"
+    ingest("synthetic", tmp_path, records=records, build_index=False)
+    with SiteDB(tmp_path) as db:
+        assert [c.group for c in db.cells()] == ["slide-0", "slide-0", "slide-1"]
+        assert [c.image_hash for c in db.cells()] == [image_hash(r.image) for r in records]
+        db.conn.execute("UPDATE cells SET group_id = NULL, image_hash = NULL")  # as a migrated database
+    again = ingest("synthetic", tmp_path, records=records, build_index=False)
+    assert (again.added, again.skipped) == (0, 3)
+    with SiteDB(tmp_path) as db:
+        assert [c.group for c in db.cells()] == ["slide-0", "slide-0", "slide-1"]
+        assert db.cells_with_hash(image_hash(records[2].image)) == [db.cells()[2].cell_id]
+
+
+def _rows(site) -> list[tuple]:
+    """Every cell row of a site, in row order, with its files' bytes and its features."""
+    with SiteDB(site) as db:
+        rows = []
+        for cell in db.cells():
+            files = tuple(db.read_file(p) for p in (cell.image_path, cell.thumbnail_path,
+                                                     cell.mask_path, cell.background_path))
+            rows.append((cell.cell_id, cell.source_id, cell.diagnosis, cell.mask_estimated,
+                         cell.background_estimated, db.cell(cell.cell_id).features.tobytes(), files))
+        return rows
+
+
+def test_parallel_ingest_equals_serial_ingest_cell_for_cell(tmp_path):
+    dataset = write_dataset(tmp_path / "data", 21, seed=8)
+    serial = ingest(dataset, tmp_path / "serial", workers=1, build_index=False)
+    parallel = ingest(dataset, tmp_path / "parallel", workers=2, files_per_task=2, build_index=False)
+    assert (serial.added, parallel.added) == (21, 21) and serial.problems == parallel.problems == []
+    assert parallel.workers == 2
+    assert _rows(tmp_path / "parallel") == _rows(tmp_path / "serial")   # same rows, same order, same bytes
+    with SiteDB(tmp_path / "serial") as a, SiteDB(tmp_path / "parallel") as b:
+        assert a.fingerprint() == b.fingerprint()
+
+
+def test_a_file_that_crashes_its_worker_is_reported_by_name_and_the_rest_goes_in(tmp_path):
+    from pathmaster.importers import Unread
+
+    records = synthetic_records(7)
+    crasher = Unread("slides/boom.png", None, os._exit, (3,))   # its reading kills the process
+    report = ingest("synthetic", tmp_path, records=[*records[:3], crasher, *records[3:]], workers=2,
+                    files_per_task=3, build_index=False)
+    assert report.added == 7
+    assert [source for source, _ in report.problems] == ["slides/boom.png"]
+    with SiteDB(tmp_path) as db:
+        assert [source for source, _ in db.problems()] == ["slides/boom.png"]
+        assert sorted(db.source_ids()) == sorted(r.source_id for r in records)
+
+
+def _children(pid: int) -> set[int]:
+    """Every descendant of `pid` alive now."""
+    found, frontier = set(), [pid]
+    while frontier:
+        parent = frontier.pop()
+        try:
+            kids = {int(p) for t in os.listdir(f"/proc/{parent}/task")
+                    for p in open(f"/proc/{parent}/task/{t}/children").read().split()}
+        except OSError:
+            continue
+        frontier += list(kids - found)
+        found |= kids
+    return found
+
+
+def test_killed_parallel_ingest_is_completed_by_the_same_command(tmp_path):
+    n = 40
+    dataset = write_dataset(tmp_path / "data", n, seed=6)
+    site = tmp_path / "site"
+    command = [sys.executable, "-m", "pathmaster", "index", str(dataset), "--db", str(site), "--quiet",
+               "--batch-size", "2", "--workers", "2"]
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    try:
+        while _committed(site / "site.sqlite") < 6:
+            assert child.poll() is None, f"ingest ended before it could be killed: {child.stderr.read().decode()}"
+            assert time.monotonic() < deadline, "ingest made no progress in 120 s"
+            time.sleep(0.05)
+        helpers = _children(child.pid)
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        child.wait(timeout=30)
+    assert helpers  # it really analysed in other processes
+    with SiteDB(site) as db:
+        survived = len(db)
+        assert 6 <= survived < n and db.check() == []
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    with SiteDB(site) as db:
+        assert len(db) == n and db.check() == [] and db.problems() == []
+        assert db.get_config("index")["fingerprint"] == db.fingerprint()
+    assert list(site.rglob("*.tmp")) == []
+    # the killed run's workers end once their task does: none is left running
+    deadline = time.monotonic() + 60
+    while any(os.path.exists(f"/proc/{pid}") for pid in helpers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [pid for pid in helpers if os.path.exists(f"/proc/{pid}")]

@@ -7,7 +7,7 @@ import sqlite3
 import numpy as np
 import pytest
 
-from pathmaster.sitedb import SiteDB, CellRow, cell_id_for, write_atomic
+from pathmaster.sitedb import SCHEMA_VERSION, SiteDB, CellRow, cell_id_for, write_atomic
 
 
 def _cell(site, source, diagnosis="mild_dysplasia", n=3):
@@ -85,3 +85,68 @@ def test_problems_are_kept_and_cleared_when_the_cell_later_ingests(tmp_path):
 def test_cell_ids_are_stable_and_distinct():
     assert cell_id_for("a/1.png") == cell_id_for("a/1.png") != cell_id_for("a/2.png")
     assert len(cell_id_for("x")) == 16
+
+
+def test_a_version_1_database_is_migrated_and_keeps_its_cells(tmp_path):
+    """A database written before groups and image hashes: opened, it gains both columns
+    (unknown for its cells) and keeps every cell; a re-run of ingest would fill them in."""
+    from pathmaster import sitedb
+
+    conn = sqlite3.connect(tmp_path / sitedb.DB_NAME)
+    conn.executescript(sitedb.SCHEMA.replace(
+        ",\n    group_id             TEXT,           -- the slide image the cell was cropped from; NULL unknown\n"
+        "    image_hash           TEXT            -- image_hash() of its pixels; NULL in cells from before v2\n", "\n"))
+    assert "group_id" not in {r[1] for r in conn.execute("PRAGMA table_info(cells)")}
+    conn.execute("INSERT INTO config VALUES ('schema_version', '1')")
+    conn.execute("INSERT INTO cells (cell_id, source_id, diagnosis, origin, image_path, thumbnail_path, "
+                 "mask_estimated, background_estimated, features, added_at) VALUES "
+                 "('c1', 's1', 'mild_dysplasia', 'test', 'i.png', 't.png', 0, 0, ?, 'then')",
+                 (np.ones(3).tobytes(),))
+    conn.commit()
+    conn.close()
+    with SiteDB(tmp_path) as db:
+        assert db.get_config("schema_version") == sitedb.SCHEMA_VERSION == 3
+        (row,) = db.cells()
+        assert (row.cell_id, row.group, row.image_hash) == ("c1", None, None)
+        digest = sitedb.image_hash(np.zeros((4, 4, 3), np.uint8))
+        with db.transaction():
+            assert db.fill_in("s1", "slide-7", digest)
+        assert (db.cells()[0].group, db.cells_with_hash(digest)) == ("slide-7", ["c1"])
+    with SiteDB(tmp_path) as db:  # opened again: nothing left to migrate
+        assert db.cells()[0].group == "slide-7"
+
+
+def test_image_hash_is_of_the_pixels_not_the_file():
+    from pathmaster.sitedb import image_hash
+
+    image = np.arange(48, dtype=np.uint8).reshape(4, 4, 3)
+    assert image_hash(image) == image_hash(image.copy()) and len(image_hash(image)) == 32
+    assert image_hash(image) != image_hash(image.reshape(2, 8, 3))
+    changed = image.copy()
+    changed[0, 0, 0] += 1
+    assert image_hash(changed) != image_hash(image)
+
+
+def test_cell_files_are_stored_in_the_database_not_as_files(tmp_path):
+    from pathmaster.ingest import ingest
+    from pathmaster.site import SiteIndex
+    from pathmaster.synth import cell_rng, synth_cell
+
+    records = [synth_cell("normal_superficial", cell_rng(4, i), source_id=f"s/{i}") for i in range(3)]
+    ingest("synthetic", tmp_path, records=records, build_index=False)
+    assert not (tmp_path / "cells").exists()                       # no small files at all
+    with SiteDB(tmp_path) as db:
+        assert db.check() == [] and db.get_config("schema_version") == SCHEMA_VERSION
+        cell = db.cells()[0]
+        png = db.read_file(cell.thumbnail_path)
+    assert png.startswith(b"\x89PNG")
+    assert SiteIndex.open(tmp_path).thumbnail_png(cell.cell_id) == png
+
+
+def test_a_site_that_kept_its_files_beside_the_database_is_read_still(tmp_path):
+    with SiteDB(tmp_path, create=True) as db:   # the files on disk, the row naming them
+        db.set_config("feature_names", ["a", "b", "c"])
+        with db.transaction():
+            db.add_cell(_cell(tmp_path, "legacy"))
+        cell = db.cells()[0]
+        assert db.read_file(cell.image_path) == b"png" and db.check() == []

@@ -12,7 +12,8 @@ from pathmaster.ingest import ingest
 from pathmaster.records import ConfigError, InvalidInput
 from pathmaster.site import SiteIndex
 from pathmaster.synth import write_dataset
-from pathmaster.vocabulary import BETHESDA_TERMS, BUILTIN, Vote, bethesda_vote, load_vocabulary, majority
+from pathmaster.vocabulary import (BETHESDA_TERMS, BUILTIN, Vote, bethesda_vote, load_vocabulary, majority,
+                                  severity_order)
 
 HERLEV_TO_BETHESDA = {"normal_superficial": "NILM", "normal_intermediate": "NILM", "normal_columnar": "NILM",
                       "mild_dysplasia": "LSIL", "moderate_dysplasia": "HSIL", "severe_dysplasia": "HSIL",
@@ -55,6 +56,19 @@ def test_vocabulary_file(tmp_path):
 def test_majority_and_bethesda_vote():
     assert majority(["a", "b", "b", "a", None, ""]) == Vote("a", 2, 4)  # tie: first seen
     assert majority([None]) is None
+    # Ordered by severity, a tie goes to the more severe label, wherever it was seen.
+    cis = BUILTIN["herlev"]
+    assert majority(["moderate_dysplasia"] * 5 + ["carcinoma_in_situ"] * 5, cis.labels).label == "carcinoma_in_situ"
+    assert majority(["HSIL", "LSIL", "LSIL", "HSIL"], BETHESDA_TERMS) == Vote("HSIL", 2, 4)
+    assert majority(["LSIL", "HSIL", "HSIL"], BETHESDA_TERMS) == Vote("HSIL", 2, 3)  # no tie: most votes
+    assert bethesda_vote([(BUILTIN["bethesda"], ["LSIL", "HSIL"])]) == Vote("HSIL", 1, 2)
+    # Across sites: by Bethesda severity, then by the built-in vocabulary's own order.
+    herlev = BUILTIN["herlev"]
+    order = severity_order((x, herlev.to_bethesda(x)) for x in ["carcinoma_in_situ", "moderate_dysplasia",
+                                                                "normal_columnar", "mild_dysplasia"])
+    assert order == ("normal_columnar", "mild_dysplasia", "moderate_dysplasia", "carcinoma_in_situ")
+    mixed = severity_order([("HSIL", "HSIL"), ("mild_dysplasia", "LSIL"), ("NILM", "NILM"), ("odd", None)])
+    assert mixed[0] == "odd" and mixed.index("NILM") < mixed.index("mild_dysplasia") < mixed.index("HSIL")
     vote = bethesda_vote([(BUILTIN["herlev"], ["mild_dysplasia", "carcinoma_in_situ", "severe_dysplasia"]),
                           (BUILTIN["bethesda"], ["HSIL", "NILM"])])
     assert vote == Vote("HSIL", 3, 5)
@@ -96,7 +110,7 @@ def test_sites_report_their_vocabulary_and_vote_together(two_sites):
     # name it HSIL, Herlev's carcinoma in situ through the mapping.
     assert per_site[0][1][0] == "carcinoma_in_situ" and per_site[1][1][0] == "HSIL"
     terms = [vocabulary.to_bethesda(x) for vocabulary, labels in per_site for x in labels]
-    assert vote == majority(terms)
+    assert vote == majority(terms, BETHESDA_TERMS)
 
 
 def test_unknown_labels_fail_by_name_and_a_site_keeps_its_vocabulary(two_sites, tmp_path):

@@ -273,7 +273,7 @@ def test_a_site_that_advertises_its_selection_gets_the_coordinators_subset_reque
     selection keeps at most): they advertise the columns, and the master sends each only
     those values, in the coordinator's own encoding (fanout.features_request); a site that
     advertises none gets the full vectors."""
-    from services.coordinator.fanout import features_request
+    from services.coordinator.fanout import features_request, new_send_id
     from services.experiment.workload import Master, make_cells, make_features, selection_stand_in, serve_transfer_site
 
     columns = selection_stand_in(130)
@@ -298,8 +298,9 @@ def test_a_site_that_advertises_its_selection_gets_the_coordinators_subset_reque
     up = {name: s["bytes_up"] for name, s in sites.items()}
     vectors = make_features(6, 130, seed=3)
     # (in the class the policy chose: urgent may step down)
-    assert up["A"] == features_request("c1", sites["A"]["request_class"], 5, SCHEMA, vectors, columns).ByteSize()
-    assert up["B"] == features_request("c1", sites["B"]["request_class"], 5, SCHEMA, vectors).ByteSize()
+    send = new_send_id()  # every request carries one, of one length
+    assert up["A"] == features_request("c1", sites["A"]["request_class"], 5, SCHEMA, vectors, columns, send).ByteSize()
+    assert up["B"] == features_request("c1", sites["B"]["request_class"], 5, SCHEMA, vectors, (), send).ByteSize()
     assert up["A"] < defaults.TCP_INITIAL_WINDOW_BYTES / 10 < 6 * 130 * 8 < up["B"]
 
 

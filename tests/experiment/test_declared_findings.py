@@ -109,3 +109,77 @@ def test_the_report_tests_the_declared_findings_on_their_cells():
     rows = declared_findings(meta, cells)
     assert [r["verdict"] for r in rows] == ["reproduced", "reproduced"]
     assert rows[0]["effect_s"] == pytest.approx(-2.0, abs=0.1)
+
+
+def test_brown_forsythe_one_sided_is_levene_median_halved():
+    from qos.experiment.findings import brown_forsythe_less_p
+
+    rng = np.random.default_rng(5)
+    narrow, wide = rng.normal(10, 1, 10), rng.normal(10, 3, 12)
+    two_sided = sps.levene(narrow, wide, center="median").pvalue
+    one = brown_forsythe_less_p(narrow, wide)
+    assert one < 0.5 and 2 * one == pytest.approx(two_sided)
+    assert brown_forsythe_less_p(wide, narrow) == pytest.approx(1 - one)
+
+
+def test_spread_is_not_fooled_by_a_shift_of_the_mean():
+    rng = np.random.default_rng(6)
+    a = rng.normal(10, 1, 10)
+    [row] = evaluate([finding(statistic="spread")], [(a, a + 50)])  # same spread, far apart
+    assert row["verdict"].startswith("not resolvable")
+
+
+def test_against_several_cells_the_claim_must_hold_against_each():
+    from qos.experiment.findings import Pair
+
+    rng = np.random.default_rng(7)
+    fast = rng.normal(1.0, 0.1, 10)
+    slow, slower, same = rng.normal(2.0, 0.1, 10), rng.normal(3.0, 0.1, 10), rng.normal(1.0, 0.1, 10)
+    f = finding(b=[{"strategy": "fifo", "level": 16}, {"strategy": "wfq", "level": 16}])
+    beats_both = evaluate([f], [[Pair(fast, slow), Pair(fast, slower)]])[0]
+    assert beats_both["verdict"] == "reproduced"
+    one_tie = evaluate([f], [[Pair(fast, slow), Pair(fast, same)]])[0]
+    assert one_tie["verdict"].startswith("not resolvable") and one_tie["versus"] == "wfq@16"
+    assert one_tie["p"] == pytest.approx(sps.ttest_ind(fast, same, equal_var=False, alternative="less").pvalue)
+
+
+def test_a_change_of_means_is_welch_on_the_difference_of_differences():
+    from qos.experiment.findings import Pair, change_less_p
+
+    rng = np.random.default_rng(8)
+    idle = rng.normal(20, 0.5, 10)
+    grows_a_lot, grows_little = rng.normal(80, 3, 10), rng.normal(40, 3, 10)
+    f = finding(claim="greater", change_from=0)
+    [row] = evaluate([f], [[Pair(grows_a_lot, grows_little, idle, idle.copy())]])
+    assert row["verdict"] == "reproduced" and row["a"] == pytest.approx(grows_a_lot.mean() - idle.mean())
+    # with equal base cells the test is Welch's on the loaded cells' means, up to the extra variance
+    p = change_less_p(Pair(grows_little, grows_a_lot, idle, idle))
+    assert p < 1e-6
+
+
+def test_one_verdict_per_study_finding():
+    from qos.experiment.findings import study_verdicts
+
+    rows = [{"study": "2", "finding": "2a. x", "verdict": "reproduced"},
+            {"study": "2", "finding": "2b. y", "verdict": "not reproduced"},
+            {"study": "3", "finding": "3a. x", "verdict": "reproduced"},
+            {"study": "3", "finding": "3b. y", "verdict": "not resolvable at n = 10"},
+            {"study": "6", "finding": "6. z", "verdict": "reproduced"}]
+    assert {r["study"]: r["verdict"] for r in study_verdicts(rows)} == {
+        "2": "not reproduced", "3": "not resolvable", "6": "reproduced"}
+    assert finding(name="2b. FIFO has the largest spread").group == "2"
+
+
+def test_the_faithful_experiment_states_the_findings_as_the_study_does():
+    from qos.experiment.spec import load_spec
+
+    exp = load_spec("pathmaster2002-faithful")
+    by_group: dict = {}
+    for f in exp.findings:
+        by_group.setdefault(f.group, []).append(f)
+    assert sorted(by_group) == ["1", "2", "3", "4", "5", "6"]
+    loaded = sorted(level for level in exp.competing.levels if level > 0)
+    (one,) = by_group["1"]
+    assert one.a.level == loaded[0] and one.margin == 0.10  # the lowest loaded level
+    assert {f.statistic for f in by_group["2"]} == {"mean", "spread"}
+    assert all(f.a.strategy == "fifo" and len(f.others) == 4 for f in by_group["2"])

@@ -22,7 +22,8 @@ def test_each_strategy_is_the_ios_one_on_the_2002_network():
     assert tables == {"fifo": {"strategy": "ios-fifo"}, "pq": {"strategy": "ios-priority"},
                       "wfq": {"strategy": "ios-wfq"}, "cbwfq": {"strategy": "ios-cbwfq"},
                       "wred": {"strategy": "ios-wred"},
-                      "shape-200": {"strategy": "ios-shaping", "shaped_class": "bulk", "shaped_rate_kbit": 200}}
+                      "shape-200": {"strategy": "ios-shaping", "shaped_class": "bulk", "shaped_rate_kbit": 200,
+                                    "shaped_base": "wfq", "shaped_at": "router"}}
     link = exp.links[0]
     assert link.shared_medium and link.access_rate_kbit == 10_000
 

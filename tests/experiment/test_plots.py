@@ -17,7 +17,7 @@ from qos.experiment.plots import (figure_box, figure_cdf, figure_level_lines, fi
                                   figure_tradeoff, timeseries_runs, write_figures)
 from qos.experiment.report import load_cells
 from qos.experiment.spec import parse_spec
-from qos.experiment.stats import bca_interval
+from qos.experiment.stats import std_interval, summarise
 from qos.experiment.store import FORMAT_VERSION
 
 SPEC = {
@@ -70,16 +70,16 @@ def test_figure7_says_what_the_bars_are_and_n_and_gives_each_strategy_its_own_st
     fig = figure_level_lines(meta, data, "hubs", "urgent", "mean", ["fifo", "prio", "wfq", "wred"],
                              "Mean completion time of a PathMaster case vs competing traffic (the study's Figure 7)")
     ax = fig.axes[0]
-    assert "95% BCa bootstrap confidence interval of the mean" in fig.caption and "n = 4 runs per point" in fig.caption
+    assert "95% t-interval of the mean" in fig.caption and "n = 4 runs per point" in fig.caption
     assert "Figure 7" in ax.get_title() and "fig7" not in ax.get_title() and "2002 network" in ax.get_title()
     lines = _lines(ax)
     assert len(lines) == 4
     assert len({line.get_marker() for line in lines}) == 4
     assert len({str(line.get_linestyle()) for line in lines}) == 4
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["fifo", "prio", "wfq", "wred"]
-    # the bars are the BCa interval of each point's runs
+    # the bars are the t-interval of each point's runs
     fifo16 = data[("fifo", 16.0, "hubs", "urgent")].times
-    lo, hi = bca_interval(fifo16, seed=7)
+    lo, hi = summarise(fifo16).ci_low, summarise(fifo16).ci_high
     bars = [c for c in ax.containers if c.get_label() == "fifo"][0]
     segments = bars.lines[2][0].get_segments()
     assert any(np.isclose(seg[0][1], lo) and np.isclose(seg[1][1], hi) for seg in segments)
@@ -95,7 +95,11 @@ def test_the_streams_axis_is_base2_symlog_with_0_and_the_levels_as_ticks(cells):
     assert [t.get_text() for t in ax.get_xticklabels()] == ["0", "1", "4", "16"]
     assert ax.get_xlim()[0] < 0 < 16 < ax.get_xlim()[1]
     assert "symlog" in ax.get_xlabel() and "processes" in ax.get_xlabel() and "linear from 0 to 1," in fig.caption
-    assert "standard deviation" in fig.caption and "no error bars" in fig.caption
+    assert "standard deviation" in fig.caption and "chi-square interval of the standard deviation" in fig.caption
+    fifo16 = data[("fifo", 16.0, "hubs", "urgent")].times
+    lo, hi = std_interval(fifo16)
+    bars = [c for c in ax.containers if c.get_label() == "fifo"][0]
+    assert any(np.isclose(seg[0][1], lo) and np.isclose(seg[1][1], hi) for seg in bars.lines[2][0].get_segments())
 
 
 def test_write_figures_draws_figures_7_to_9_box_cdf_and_time_series(raw, tmp_path):
@@ -110,20 +114,52 @@ def test_write_figures_draws_figures_7_to_9_box_cdf_and_time_series(raw, tmp_pat
     assert timeseries_runs(meta, no_samples, "hubs", "urgent") == {}  # runs from before the sampler
 
 
-def test_box_plots_and_cdfs_start_at_0(cells):
+def test_box_plots_wrap_and_start_at_0_and_cdfs_are_split_by_group(cells):
     meta, data = cells
     box = figure_box(meta, data, "hubs", "urgent")
-    assert all(ax.get_ylim()[0] == 0 for ax in box.axes)
+    shown = [ax for ax in box.axes if ax.get_visible()]
+    assert len(shown) == 4 and len({round(ax.get_position().y0, 3) for ax in shown}) == 2  # 3 a row, wrapped
+    assert box.get_size_inches()[0] <= 11
+    assert all(ax.get_ylim()[0] == 0 for ax in shown)
     assert "whiskers: minimum and maximum" in box.caption and "n = 4" in box.caption
+    assert all(t.get_text().endswith("(4)") for t in shown[0].get_xticklabels())  # n under each box
     cdf = figure_cdf(meta, data, "hubs", "urgent")
-    ax = cdf.axes[0]
-    assert ax.get_xlim()[0] == 0 and ax.get_ylim()[0] == 0
-    assert "16 competing processes" in ax.get_title()
-    markers = {line.get_marker() for line in ax.get_lines() if line.get_marker() not in ("None", None, "")}
-    assert len(markers) == 5
+    assert [ax.get_title() for ax in cdf.axes] == ["queueing disciplines", "shaped or adaptive"]
+    assert all(ax.get_xlim()[0] == 0 and ax.get_ylim()[0] == 0 for ax in cdf.axes)
+    assert "16 competing processes" in cdf.get_suptitle()
+    labels = [t.get_text() for ax in cdf.axes for t in ax.get_legend().get_texts()]
+    assert labels == ["fifo (n = 4)", "prio (n = 4)", "wfq (n = 4)", "wred (n = 4)", "shape-200 (n = 4)"]
+
+
+def test_figure9_has_a_panel_per_limit_against_the_unshaped_discipline(cells):
+    from qos.experiment.plots import figure_shaping
+
+    meta, data = cells
+    fig = figure_shaping(meta, data, "hubs", "urgent")
+    (ax,) = [a for a in fig.axes if a.get_visible()]
+    assert "200 kbit/s" in ax.get_title()
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["cbwfq, unshaped", "shaped to 200 kbit/s"] or labels == ["shaped to 200 kbit/s"]
+    assert "95% t-interval" in fig.caption and "n = 4" in fig.caption
+
+
+def test_two_levels_are_points_not_the_studys_curves(cells):
+    meta, data = cells
+    two = {k: v for k, v in data.items() if k[1] in (0.0, 16.0)}
+    fig = figure_level_lines(meta, two, "hubs", "urgent", "mean", ["fifo", "prio", "wfq", "wred"],
+                             "Mean completion time (the study's Figure 7)")
+    ax = fig.axes[0]
+    assert "Figure 7" not in ax.get_title() and "points, not curves" in ax.get_title()
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["0", "16"]
+    for line in _lines(ax):
+        xs = line.get_xdata()
+        assert line.get_linestyle() == "None"
+        assert all(abs(x - round(x)) < 0.4 for x in xs)  # nudged within its level's slot
 
 
 def test_the_time_series_shows_one_run_per_strategy_against_the_competing_traffic(raw, cells):
+    from qos.experiment.plots import windowed_rates
+
     meta, _ = cells
     records = [json.loads(p.read_text()) for p in sorted((raw / "runs").glob("*.json"))]
     picked = timeseries_runs(meta, records, "hubs", "urgent")
@@ -135,10 +171,17 @@ def test_the_time_series_shows_one_run_per_strategy_against_the_competing_traffi
     fig = figure_timeseries(meta, picked, "hubs", "urgent")
     assert len(fig.axes) == 5
     for ax in fig.axes:
-        rate = [line for line in ax.get_lines() if line.get_label() == "competing traffic received"][0]
+        rate = [line for line in ax.get_lines() if line.get_label() == "competing received"][0]
         assert np.allclose(rate.get_ydata(), 16_000, rtol=0.05)  # 16 Mbit... as kbit/s: 16 x 1000
         assert ax.get_ylim()[0] == 0
-    assert "n = 1 per panel" in fig.caption and "sampling interval" in fig.caption
+        capacity = [line for line in ax.get_lines() if line.get_label() == "segment capacity"][0]
+        assert capacity.get_ydata()[0] == 10_000
+    assert "n = 1 per panel" in fig.caption and "window of at least" in fig.caption
+    # jittered 0.5 s readings of a steady 8 Mbit/s: per interval up to +-10 %, per >= 2 s window within 3 %
+    t = np.cumsum(np.r_[0, 0.5 + np.tile([0.04, -0.04], 20)])
+    samples = [[x, int(x * 8e6 / 8 + (3000 if i % 2 else 0))] for i, x in enumerate(t)]
+    _, rates = windowed_rates(samples)
+    assert np.all(np.abs(rates - 8000) < 0.03 * 8000)
 
 
 def test_rate_levels_keep_0_apart_and_their_ticks_legible():
@@ -153,16 +196,20 @@ def test_rate_levels_keep_0_apart_and_their_ticks_legible():
     plt.close(fig)
 
 
-def test_the_tradeoff_plots_each_strategys_p95_against_the_goodput_it_leaves(cells):
+def test_the_tradeoff_plots_each_strategys_mean_with_both_intervals(cells):
     meta, cells = cells
     fig = figure_tradeoff(meta, cells, "hubs", "urgent")
     ax = fig.axes[0]
-    points = {line.get_label(): (line.get_xdata()[0], line.get_ydata()[0]) for line in ax.get_lines()}
-    assert set(points) == set(SLOWDOWN)
-    for name, (goodput, p95) in points.items():
+    bars = {c.get_label().split(" (")[0]: c for c in ax.containers}
+    assert set(bars) == set(SLOWDOWN)
+    for name, container in bars.items():
         cell = cells[(name, 16.0, "hubs", "urgent")]
-        assert goodput == pytest.approx(np.mean(cell.achieved_kbit) / 1000)
-        assert p95 == pytest.approx(np.percentile(cell.times, 95)) and p95 >= np.median(cell.times)
-    assert len({line.get_marker() for line in ax.get_lines()}) == len(points)
+        x, y = container.lines[0].get_xdata()[0], container.lines[0].get_ydata()[0]
+        assert x == pytest.approx(np.mean(cell.achieved_kbit) / 1000)
+        assert y == pytest.approx(np.mean(cell.times))
+        s = summarise(cell.times)
+        segments = [seg for coll in container.lines[2] for seg in coll.get_segments()]
+        assert any(np.isclose(seg[0][1], s.ci_low) and np.isclose(seg[1][1], s.ci_high) for seg in segments)
     assert ax.get_xlim()[0] == 0 and ax.get_ylim()[0] == 0
-    assert "95th percentile" in fig.caption and "n = 4" in fig.caption
+    assert "Ethernet frames" in ax.get_xlabel() and "goodput" not in ax.get_xlabel()
+    assert "95% t-intervals of both means" in fig.caption and "n = 4" in fig.caption

@@ -182,6 +182,9 @@ class _Bench:
     def run_case(self, request_class, seed, case_id):
         return {"ok": False, "error": "fake"}
 
+    def emulator_snapshots(self, newer_than=0.0):
+        return {}
+
 
 def test_a_level_0_run_after_a_block_neither_meets_nor_counts_its_leftovers(monkeypatch):
     import qos.experiment.runner as runner

@@ -38,8 +38,24 @@ def test_compare_tells_noise_from_a_real_difference():
     a = rng.normal(10, 1, 10)
     same = compare(a, rng.normal(10, 1, 10))
     far = compare(a, rng.normal(20, 1, 10))
-    assert not same.significant and same.p > 0.05
-    assert far.significant and far.boot_high < 0 and far.diff < -5
+    assert same.p > 0.05 and same.ci_low < 0 < same.ci_high
+    assert far.p < 0.05 and far.ci_high < 0 and far.diff < -5
+
+
+def test_intervals_are_t_and_chi_square_based():
+    from scipy import stats as sps
+
+    from qos.experiment.stats import std_interval, welch_interval
+
+    rng = np.random.default_rng(3)
+    a, b = rng.normal(10, 1, 5), rng.normal(12, 2, 5)
+    lo, hi = welch_interval(a, b)
+    t, p = welch(a, b)
+    assert (lo < 0 < hi) == (p > 0.05)  # the interval and the test agree
+    slo, shi = std_interval(a)
+    s = a.std(ddof=1)
+    assert slo < s < shi
+    assert shi == pytest.approx(s * np.sqrt(4 / sps.chi2.ppf(0.025, 4)))
 
 
 def test_bound_single_remote_site_is_bytes_over_rate_plus_round_trip_plus_work():

@@ -110,10 +110,13 @@ def test_cbwfq_is_its_own_strategy_with_precedence_weights():
     assert all(q.limit == 64 for q in cbwfq._drr.queues.values())  # IOS queue-limit
 
 
-def test_shaping_is_cbwfq_with_the_competing_class_shaped():
-    link = build("shaping", shaped_rate_kbit=200)
-    assert isinstance(link.scheduler, ClassWfq)
-    assert link.shapers["bulk"].rate_bytes == pytest.approx(200e3 / 8)
+def test_shaping_is_wfq_with_the_competing_class_shaped_at_ios_default_burst():
+    link = build("shaping", shaped_rate_kbit=4000, shaped_base="wfq")
+    assert isinstance(link.scheduler, FlowWfq)
+    assert link.shapers["bulk"].rate_bytes == pytest.approx(4000e3 / 8)
+    assert link.shapers["bulk"].burst == 62_500  # IOS: Bc = CIR x 125 ms
+    assert isinstance(build("shaping", shaped_rate_kbit=200).scheduler, ClassWfq)  # or class-based
+    assert build("shaping", shaped_rate_kbit=200, shaped_burst_bytes=3028).shapers["bulk"].burst == 3028
     with pytest.raises(ConfigError, match="shaped_rate_kbit"):
         build("shaping")
 

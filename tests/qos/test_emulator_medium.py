@@ -78,3 +78,39 @@ def test_each_station_keeps_its_own_discipline():
 def test_one_medium_has_one_rate():
     with pytest.raises(ConfigError, match="one medium has one rate"):
         hub(reverse={"rate_kbit": 100_000})
+
+
+def test_drops_are_counted_per_station_as_well_as_per_medium():
+    """Overload one station only: its drops are its own, the other station's are 0, and the
+    stations' drops add up to the medium's."""
+    link, _ = hub(limit_packets=10)
+    out = simulate(link, offered(12e6, "e0.forward") + offered(1e6, "e0.reverse", flow=1), until=2.0)
+    assert out
+    stats = link.stats.to_dict(samples=False)
+    stations = stats["stations"]
+    fwd = sum(v for c in stations["e0.forward"].values() for k, v in c.items() if not k.startswith("sent_"))
+    rev = sum(v for c in stations.get("e0.reverse", {}).values() for k, v in c.items() if not k.startswith("sent_"))
+    total = sum(c["dropped_packets"] for c in stats["classes"].values())
+    assert fwd > 0 and rev == 0 and fwd + rev == total
+    assert stations["e0.reverse"]["default"]["sent_packets"] > 0
+
+
+def test_a_shaper_on_one_station_holds_that_station_only():
+    """The study's shaping: rA's port toward the segment shapes bulk; rB's bulk is not held."""
+    from qos.testbed import hubs
+
+    table = {"strategy": "ios-shaping", "shaped_class": "bulk", "shaped_rate_kbit": 1000,
+             "shaped_base": "wfq", "shaped_at": "router"}
+    plain, where = hubs.split_shaping(table)
+    assert plain == {"strategy": "ios-wfq"} and where == "router"
+    shaped = hubs.station_settings(table, 10_000, 14)
+    config = config_from_dict(hubs.core_hub({"rA": "core-eth1", "rB": "core-eth2"},
+                                            hubs.station_settings(plain, 10_000, 14), {"rA": shaped}))
+    (link, same) = build_links(config.directions, seed=0)
+    assert link is same and set(link.shapers) == {("rA.forward", "bulk")}  # stations: their directions
+    assert link.shapers[("rA.forward", "bulk")].burst == 1000 * 1000 * 0.125 / 8  # IOS Bc = CIR x 125 ms
+    out = simulate(link, offered(6e6, "rA.forward", dscp=BULK) + offered(3e6, "rB.forward", dscp=BULK, flow=1),
+                   until=2.0)
+    rates = rate_by_station(out)
+    assert rates["rA.forward"] == pytest.approx(1e6, rel=0.1)  # held to 1000 kbit/s
+    assert rates["rB.forward"] == pytest.approx(3e6, rel=0.1)  # not shaped

@@ -15,7 +15,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from PIL import Image
 
 from pathmaster import defaults
-from pathmaster.vocabulary import BUILTIN
+from pathmaster.vocabulary import BUILTIN, severity
 from services.client import CoordinatorClient
 from services.config import CoordinatorConfig, SiteEndpoint
 from services.coordinator.server import CoordinatorServer
@@ -87,6 +87,15 @@ def test_case_streams_every_site_then_summary(deployment, case, case_cells):
                for r in results.values() for c in r.cells for m in c.matches)
     assert all(v.bethesda and v.bethesda_votes >= v.votes for v in summary.votes)
     assert all(v.bethesda_total == 15 for v in summary.votes) and summary.bethesda.bethesda_total == 90
+    # The case is concluded by its most significant abnormality (3 normal cells, mild,
+    # moderate and severe dysplasia: HSIL in 2 of 6 cells), from every cell's 15 matches.
+    conclusion = summary.conclusion
+    true_terms = [herlev.to_bethesda(truth[c.query_cell_id]) for c in conclusion.cells]
+    worst = max(true_terms, key=severity)
+    assert (conclusion.outcome, conclusion.bethesda) == ("abnormal", worst)
+    assert (conclusion.cells_with, conclusion.cells_total) == (true_terms.count(worst), 6)
+    assert [c.total for c in conclusion.cells] == [15] * 6
+    assert [c.abnormal for c in conclusion.cells] == [t != "NILM" for t in true_terms]
 
 
 def test_cells_without_mask_or_background_are_estimated(deployment, case_cells):

@@ -14,8 +14,9 @@ import sys
 
 import pytest
 
-from services.demo import DEMO_SITES
-from services.site.synthetic import READY
+from pathmaster.vocabulary import BUILTIN, severity
+from services.demo import CASE_SEED, DEMO_SITES
+from services.site.synthetic import READY, synthetic_case_cells
 
 
 @pytest.mark.slow
@@ -27,7 +28,7 @@ def test_demo_once_prints_every_site_and_the_votes(site_db, tmp_path, ray_sessio
     env = dict(os.environ, PATHMASTER_CACHE=str(cache))
     done = subprocess.run(
         [sys.executable, "-m", "pathmaster", "demo", "--once", "--port", "0", "--cells", "70",
-         "--ray-address", ray_session.get_runtime_context().gcs_address],
+         "--cache", str(cache / "demo"), "--ray-address", ray_session.get_runtime_context().gcs_address],
         capture_output=True, text=True, timeout=300, env=env)
     out = done.stdout
     assert done.returncode == 0, out + done.stderr
@@ -38,6 +39,15 @@ def test_demo_once_prints_every_site_and_the_votes(site_db, tmp_path, ray_sessio
         assert re.search(rf"\] {site.name}\s+OK\s+faiss-{site.algorithm}", out), out
     assert re.search(r"case \w+ \(urgent\): [\d.]+ s, 3 site\(s\) OK, 0 failed", out), out
     assert len(re.findall(r"test-2026-\d\.png: \w+ \(\d+/15 matches(; Bethesda [\w-]+ \(\d+/15\))?\)  \[true: \w+\]", out)) == 6
+    # The case is concluded by its most significant abnormality, before its times and votes:
+    # 3 normal cells, mild, moderate and severe dysplasia make HSIL in 2 of 6 cells.
+    first = out.split("the same case again")[0]
+    truth = [BUILTIN["herlev"].to_bethesda(c["diagnosis"]) for c in synthetic_case_cells(6, CASE_SEED)]
+    worst = max(truth, key=severity)
+    concluded = re.search(r"^Conclusion: ([\w-]+): (\d+) of 6 cells", first, re.M)
+    assert concluded and concluded.groups() == (worst, str(truth.count(worst))), first
+    assert first.index("Conclusion:") < first.index("3 site(s) OK")
+    assert "decision support" in first.lower()
     # The second case is predicted before it is sent, and its actual wait printed beside it.
     second = out.split("the same case again")[1]
     assert re.search(r"expected in about [\d.]+ s", second), second
@@ -49,3 +59,15 @@ def test_demo_once_prints_every_site_and_the_votes(site_db, tmp_path, ray_sessio
         assert re.search(rf"{site.name}\s+answered in [\d.]+ s \(predicted [\d.]+ s\)", second), second
     log = cache / "demo" / "cases.jsonl"
     assert log.is_file() and '"outcome": "ok"' in log.read_text()
+    # --cache holds everything the demo wrote: the page's users and audit log too.
+    assert "site databases    synthetic cells" in out
+    assert (cache / "demo" / "gateway" / "users.sqlite").is_file() and (cache / "demo" / "gateway" / "audit.log").is_file()
+    assert sorted(p.name for p in cache.iterdir()) == ["demo"]
+
+
+def test_a_real_dataset_is_dealt_over_the_sites_by_slide():
+    from services.demo import slide_of
+
+    assert slide_of("herlev/light_dysplastic/157181599-157181627-001.BMP") == "157181599-157181627"
+    assert slide_of("herlev/x/157181599-157181627-012.BMP") == slide_of("herlev/y/157181599-157181627-001.bmp")
+    assert slide_of("sipakmed/cell.bmp") == "cell"

@@ -101,6 +101,14 @@ def test_sites_advertise_the_columns_they_compare(selecting):
     assert not gamma.feature_columns and not gamma.feature_column_names  # it reads every feature
 
 
+def test_sites_name_the_representation_they_fitted_and_its_cells(selecting):
+    alpha, beta, gamma = (site_info(selecting, s) for s in ("alpha", "beta", "gamma"))
+    for info in (alpha, beta, gamma):
+        assert len(info.representation) == 16 and int(info.representation, 16) >= 0
+        assert info.representation_cells == info.database_cells   # fitted to every cell it holds
+    assert len({alpha.representation, beta.representation, gamma.representation}) == 3
+
+
 @pytest.mark.parametrize("with_parts", [True, False], ids=["image+background+mask", "image only"])
 def test_each_site_gets_only_its_values_and_finds_what_images_and_full_vectors_find(selecting, case_cells, with_parts):
     from tests.services.conftest import as_case
@@ -229,7 +237,7 @@ def test_a_site_refused_again_after_its_info_gets_the_images(selecting, case_cel
     from tests.services.conftest import as_case
 
     coordinator = selecting.coordinator.servicer
-    learn = coordinator._learn
+    learn = coordinator.directory.learn
     beta = tuple(site_info(selecting, "beta").feature_columns)
 
     def learn_wrong(site, info):  # the Info taken in, but alpha's columns as stale as before
@@ -237,7 +245,7 @@ def test_a_site_refused_again_after_its_info_gets_the_images(selecting, case_cel
         if site == "alpha":
             coordinator.site_columns["alpha"] = beta
 
-    monkeypatch.setattr(coordinator, "_learn", learn_wrong)
+    monkeypatch.setattr(coordinator.directory, "learn", learn_wrong)
     with stale_columns(selecting, "alpha", beta):
         results = by_site(run(selecting.coordinator.address, as_case(case_cells[:2]), ship="features"))
     assert results["alpha"].status_code == OK and results["alpha"].mode == "images"

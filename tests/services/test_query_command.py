@@ -35,6 +35,12 @@ def test_query_json_pairs_masks_and_streams_each_site(deployment, case_cells, tm
         assert not any(c["mask_estimated"] or c["background_estimated"] for c in site["cells"])
     assert events[-1]["request_class"] == "urgent" and events[-1]["sites_ok"] == 3
     assert "predicted_s" in events[-1]
+    # The case conclusion, as codes: two normal cells (superficial, intermediate) make NILM.
+    conclusion = events[-1]["conclusion"]
+    assert (conclusion["outcome"], conclusion["bethesda"], conclusion["cells_total"]) == ("nilm", "NILM", 2)
+    assert [c["query_cell_id"] for c in conclusion["cells"]] == ["cell0.png", "cell1.png"]
+    assert [r["code"] for r in conclusion["why"]] == ["no_abnormal_cell", "decision_support_not_a_specimen"]
+    assert all(c["total"] == 15 and not c["abnormal"] for c in conclusion["cells"])
 
 
 def test_query_predicts_once_the_sites_have_answered_and_logs_prediction_and_actual(deployment, case_cells, tmp_path):
@@ -79,6 +85,9 @@ def test_query_text_output(deployment, case_cells, tmp_path):
     done = query("--coordinator", deployment.coordinator.address, "--site", "beta", tmp_path / "one.png")
     assert done.returncode == 0, done.stderr
     assert "beta" in done.stdout and "OK" in done.stdout and "one.png" in done.stdout
+    # The summary opens with the case's conclusion, before its times and votes.
+    summary = done.stdout[done.stdout.index("Conclusion: "):]
+    assert summary.index("Conclusion: ") < summary.index("site(s) OK")
 
 
 def test_query_bad_input_is_named(deployment, tmp_path):

@@ -21,6 +21,7 @@ from qos.policy import SitePlan, plan_site
 from qos.transport import ClassChannels
 from services.coordinator.fanout import FanOut, as_sent
 from services.experiment.workload import TransferSite, make_features
+from services.reasons import decisions, words
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
 
@@ -39,7 +40,9 @@ def test_a_small_features_request_is_planned_as_copies_and_says_why():
     plan = plan_site("a", requested="routine", entitled=CLASSES, deadline_s=10, predict=predict_none,
                      schema_matches=True, mode_bytes={"features": 5_600, "images": 890_000})
     assert plan.mode == "features" and plan.copies == defaults.SMALL_REQUEST_COPIES > 1
-    reason = next(r for r in plan.reasons if "copies" in r)
+    why = next(w for w in plan.why if w.code.startswith("small_request_copies"))
+    assert why.params["copies"] == defaults.SMALL_REQUEST_COPIES
+    reason = words(why)
     assert f"{defaults.SMALL_REQUEST_COPIES} copies" in reason and "5.6 kB" in reason and "cancelled" in reason
 
 
@@ -53,7 +56,8 @@ def test_images_large_requests_and_copies_off_go_as_one(schema_matches, features
                      schema_matches=schema_matches, mode_bytes={"features": features_bytes, "images": 5_000},
                      small_request_copies=copies_asked)
     assert plan.copies == 1
-    assert not any("copies" in r for r in plan.reasons)
+    assert not any(w.code.startswith("small_request_copies") for w in plan.why)
+    assert not any("copies" in r for r in decisions(plan.why))
 
 
 def test_without_request_sizes_a_plan_is_one_copy():

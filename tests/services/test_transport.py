@@ -46,3 +46,34 @@ def test_addresses():
     with pytest.raises(ValueError, match="HOST:PORT"):
         split_address("localhost")
     assert connect_address("0.0.0.0", 5) == "127.0.0.1:5" and connect_address("::1", 5) == "[::1]:5"
+
+
+def test_each_loopback_connection_is_a_client_of_its_own_and_a_remote_host_is_one():
+    """The per-client cap counts a remote host once whatever its ports, but processes on this
+    machine (all 127.0.0.1) are told apart by their connections, so that they are not all
+    refused alike."""
+    from types import SimpleNamespace
+
+    from qos.transport import client_identity
+
+    def caller(peer, common_name=None):
+        auth = {"x509_common_name": [common_name.encode()]} if common_name else {}
+        return SimpleNamespace(auth_context=lambda: auth, peer=lambda: peer)
+
+    assert client_identity(caller("ipv4:10.1.2.3:5000")) == client_identity(caller("ipv4:10.1.2.3:6000"))
+    assert client_identity(caller("ipv4:127.0.0.1:5000")) != client_identity(caller("ipv4:127.0.0.1:6000"))
+    assert client_identity(caller("ipv6:[::1]:5000")) != client_identity(caller("ipv6:[::1]:6000"))
+    assert client_identity(caller("ipv4:127.0.0.1:5000", "pathologist-1")) == "cn:pathologist-1"
+
+
+def test_a_site_remembers_a_send_for_its_memory_and_forgets_the_oldest_when_full():
+    from qos.transport import CopyFilter
+
+    now = [0.0]
+    seen = CopyFilter(memory_s=120.0, entries=2, clock=lambda: now[0])
+    assert seen.first(("caller", "send-1")) and not seen.first(("caller", "send-1"))
+    assert seen.first(("other caller", "send-1"))        # another caller's send of the same id
+    assert seen.first(("caller", "send-2"))              # the memory is full: the oldest goes
+    assert seen.first(("caller", "send-1"))
+    now[0] = 121.0
+    assert seen.first(("caller", "send-2"))              # remembered 120 s, no longer

@@ -69,3 +69,16 @@ def test_herlev_and_bethesda_sites_vote_in_bethesda_terms(coordinator, case):
         assert (v.diagnosis, v.votes, v.total) == ("NILM", 3, 10)
         assert (v.bethesda, v.bethesda_votes, v.bethesda_total) == ("HSIL", 5, 10)
     assert (summary.bethesda.bethesda, summary.bethesda.bethesda_votes, summary.bethesda.bethesda_total) == ("HSIL", 10, 20)
+    # The case as a cytologist reports it: each cell has 6 of its 10 matches abnormal (Herlev's
+    # 4, the TBS site's 2), so each supports HSIL, the median severity of those 6. The Herlev
+    # site reads the cell abnormal on its own (4/5), the TBS site NILM (2/5).
+    conclusion = summary.conclusion
+    assert (conclusion.outcome, conclusion.bethesda, conclusion.cells_with, conclusion.cells_total) == \
+        ("abnormal", "HSIL", 2, 2)
+    assert [r.code for r in conclusion.why] == ["most_significant_abnormality", "decision_support_not_a_specimen"]
+    for cell in conclusion.cells:
+        assert (cell.bethesda, cell.support, cell.total, cell.abnormal, cell.abnormal_term) == ("HSIL", 5, 10, True, "HSIL")
+        assert [(t.bethesda, t.count) for t in cell.spread] == [("HSIL", 5), ("LSIL", 1), ("NILM", 4)]
+        assert cell.abnormal_score == pytest.approx(0.6)
+        assert (list(cell.abnormal_sites), list(cell.nilm_sites)) == (["herlev-site"], ["tbs-site"])
+    assert {c.query_cell_id for c in conclusion.cells} == {v.query_cell_id for v in summary.votes}

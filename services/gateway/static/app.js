@@ -19,6 +19,10 @@ const state = {
   predicted: null,       // the plan's predicted seconds for the whole case (null: none)
   report: null,          // what the case report is made of, filled as the case runs
   reportURL: null,       // the object URL of the last report saved
+  siteInfo: new Map(),   // site name -> its /api/sites entry (database size and origins)
+  images: new Map(),     // image hash -> object URL of a database cell's full image (cached by hash)
+  querySizes: new Map(), // cell id -> [width, height] of its test image, in pixels
+  viewer: null,          // {queryId, site, matches, index} while the viewer is open
 };
 
 const $ = (sel) => document.querySelector(sel);
@@ -122,6 +126,10 @@ function diagnosisBadge(diagnosis, extra, short = false) {
 
 const seconds = (s) => `${s.toFixed(s < 10 ? 2 : 1)} s`;
 const megabytes = (n) => `${(n / 1e6).toFixed(1)} MB`;
+// Bytes in the unit that shows them: 812 B, 14 kB, 1.8 MB.
+const bytesText = (n) => n < 1e3 ? `${n} B` : n < 1e6 ? `${Math.round(n / 1e3)} kB` : megabytes(n);
+// The fewest cases whose times make a distribution worth showing.
+const FEW_CASES = 5;
 
 // ---------------------------------------------------------------- sites
 
@@ -129,9 +137,10 @@ async function loadSites() {
   try {
     const reply = await getJSON("/api/sites");
     state.sites = reply.sites.map((s) => s.site);
+    for (const s of reply.sites) state.siteInfo.set(s.site, s);
     renderChips(reply.sites.map((s) => ({
       site: s.site, cls: s.serving ? "ok" : "down",
-      text: s.serving ? `${s.database_cells} cells` : "not serving",
+      text: s.serving ? databaseNote(s) || `${s.database_cells} cells` : "not serving",
     })));
     showBanner("");
   } catch (err) {
@@ -210,8 +219,9 @@ async function loadStats() {
         el("span", {class: "expect-label", text: "Expect about "}),
         el("strong", {class: "expect-mean", text: seconds(s.mean_s)}),
         s.cases > 1 ? el("span", {class: "expect-spread", text: ` ± ${seconds(s.std_s)}`}) : null),
-      el("div", {class: "muted", text:
-        `${label}: ${s.cases} case${s.cases === 1 ? "" : "s"}, median ${seconds(s.p50_s)}, 95% under ${seconds(s.p95_s)}`}),
+      el("div", {class: "muted", "data-cases": s.cases, text: s.cases >= FEW_CASES
+        ? `${label}: last ${s.cases} cases, median ${seconds(s.p50_s)}, 95% under ${seconds(s.p95_s)}`
+        : `${label}: only ${s.cases} case${s.cases === 1 ? "" : "s"} so far; a spread needs ${FEW_CASES}.`}),
       sparkline(s.recent_s, s.mean_s));
   } catch (err) {
     if (!(err instanceof SignedOut)) box.replaceChildren(el("span", {class: "muted", text: "No waiting times to show."}));
@@ -326,6 +336,7 @@ function sendUpload(upload) {
       if (xhr.status === 200) {
         upload.status = "ready";
         upload.id = body.id;
+        upload.size = [body.width, body.height];
       } else {
         upload.status = "failed";
         upload.problem = body.problem || body.words || body.error || `the gateway answered HTTP ${xhr.status}`;
@@ -420,17 +431,38 @@ function renderPairing() {
   $("#pairing").hidden = rows.length === 0;
   const refused = [...state.uploads.values()].filter((u) => u.status === "failed")
     .map((u) => ({file: u.file.name, problem: u.problem}));
-  const problems = [...state.tooLarge, ...refused, ...(state.pairing ? state.pairing.problems : [])];
+  const problems = [...state.tooLarge, ...refused, ...(state.pairing ? state.pairing.problems : []),
+                    ...sizeProblems(cells)];
   $("#file-problems").replaceChildren(...problems.map((p) =>
-    el("li", {class: "error", "data-file": p.file}, el("strong", {text: p.file}), `: ${p.problem}`)));
+    el("li", {class: "error", "data-file": p.file, "data-code": p.code || null},
+      el("strong", {text: p.file}), `: ${p.problem}`)));
   const pending = pendingUploads().length;
-  $("#submit").disabled = state.running || rows.length === 0 || pending > 0;
+  $("#submit").disabled = state.running || rows.length === 0 || pending > 0 || sizeProblems(cells).length > 0
+    || !accession().ok;
   if (!state.running) {
     setStatus(pending ? `Adding ${pending} file${pending === 1 ? "" : "s"}…`
       : rows.length
       ? `${rows.length} cell${rows.length === 1 ? "" : "s"} ready. Choose the kind of case and press “Find similar cells”.`
       : "Add a case's cell images to start.");
   }
+}
+
+// A background or mask must have its cell image's pixel size: checked when both are staged.
+function sizeProblems(cells) {
+  const out = [];
+  for (const c of cells) {
+    const image = state.uploads.get(c.image);
+    for (const name of [c.background, c.mask].filter(Boolean)) {
+      const other = state.uploads.get(name);
+      if (!image || !other || !image.size || !other.size) continue;
+      if (image.size[0] !== other.size[0] || image.size[1] !== other.size[1]) {
+        out.push({file: name, code: "companion_size", problem:
+          `${other.size[0]} × ${other.size[1]} pixels, but ${c.image} is ${image.size[0]} × ${image.size[1]}: ` +
+          "choose the matching file"});
+      }
+    }
+  }
+  return out;
 }
 
 function clearCase() {
@@ -445,18 +477,45 @@ function clearCase() {
   refreshPairing();
 }
 
+// ---------------------------------------------------------------- accession number
+
+// An accession number as typed ("S26/01234", "S26 01234") and as sent: "/" and spaces
+// become "-", so common formats go through; anything else the gateway's rule refuses is
+// said here, before sending.
+const ACCESSION_RULE = /^[A-Za-z0-9._:-]{1,64}$/;
+
+function accession() {
+  const typed = $("#accession").value.trim();
+  const sent = typed.replace(/[\/\s]+/g, "-");
+  return {typed, sent, ok: !sent || ACCESSION_RULE.test(sent)};
+}
+
+function showAccession() {
+  const a = accession();
+  const note = $("#accession-note");
+  note.className = a.ok ? "help" : "help error";
+  note.textContent = !a.ok ? "Use letters, digits and . _ : - / or spaces (up to 64)."
+    : a.sent !== a.typed ? `Sent as ${a.sent}` : "";
+  renderPairing();
+}
+
 // ---------------------------------------------------------------- results
 
-async function submitCase() {
+async function submitCase(weights = {}) {
   const cls = chosenClass();
+  state.weights = weights;
+  if (!accession().ok) { showAccession(); return; }  // refused before anything is sent
   state.running = true;
   $("#submit").disabled = true;
   $("#cells").replaceChildren();
-  $("#site-cards").replaceChildren(...state.sites.map((s) => siteCard(s)));
-  setStatus(`Sending ${state.files.size} files (${classLabel(cls)})…`);
+  $("#site-cards").replaceChildren();  // drawn once the gateway has accepted the case
+  $("#conclusion").hidden = true;
+  const refined = Object.entries(weights).map(([c, w]) =>
+    `${CONCEPT_LABELS.find(([k]) => k === c)[1].toLowerCase()} ${WEIGHT_CHOICES.find(([v]) => v === w)[1]}`);
+  setStatus(`Sending ${state.files.size} files (${classLabel(cls)})${refined.length ? `, re-ranked: ${refined.join(", ")}` : ""}…`);
   state.started = performance.now();
   state.predicted = null;
-  state.report = {accession: $("#accession").value.trim(), kind: classLabel(cls),
+  state.report = {accession: accession().sent, kind: classLabel(cls),
                   user: $("#who-name").textContent, started: new Date(), predicted_s: null,
                   cells: [], rejected: [], sites: new Map(), summary: null};
   $("#export").disabled = true;
@@ -489,6 +548,7 @@ async function submitCase() {
     for (const card of document.querySelectorAll(".site-card.waiting")) {
       markSite(card.dataset.site, "down", "no answer");
     }
+    document.body.dataset.caseDone = String(Date.now());
     loadStats();
   }
 }
@@ -498,7 +558,7 @@ function postCase(cls) {
   const files = [...state.files.keys()].filter((name) => state.uploads.get(name)?.status === "ready")
     .map((name) => ({name, id: state.uploads.get(name).id}));
   return fetch("/api/case", {method: "POST", headers: csrfHeaders({"Content-Type": "application/json"}),
-    body: JSON.stringify({request_class: cls, case_id: $("#accession").value.trim(), files})});
+    body: JSON.stringify({request_class: cls, case_id: accession().sent, files, concept_weights: state.weights || {}})});
 }
 
 // The case's reply is newline-delimited JSON, one event per line, as sites answer.
@@ -560,6 +620,7 @@ function tick() {
 }
 
 function onAccepted(event) {
+  if (event.cells.length) $("#site-cards").replaceChildren(...state.sites.map((s) => siteCard(s)));
   state.report.cells = event.cells;
   state.report.rejected = event.rejected;
   const cells = event.cells.map((id) => cellCard(id));
@@ -587,7 +648,9 @@ function onPlan(event) {
       card.querySelector(".site-expected").textContent = `expected in ~${seconds(s.predicted_s)}`;
       card.querySelector("progress").value = 0;
     }
-    card.querySelector(".site-detail").textContent = s.reasons.join("; ");
+    const why = s.why || [];
+    card.querySelector(".site-detail").replaceChildren(...plainReasons(why).map((r) =>
+      el("span", {class: "reason", "data-code": r.code, title: reasonDetail(r), text: reasonWords(r)})));
   }
 }
 
@@ -626,15 +689,18 @@ function cellCard(cellId) {
     el("header", {class: "cell-head"},
       el("h3", {text: cellId}),
       el("img", {class: "query", src: state.previews.get(cellId), alt: `test cell ${cellId}`}),
-      el("span", {class: "vote muted", text: "vote when all sites answer"}),
+      el("span", {class: "vote muted", text: "term when all sites answer"}),
+      el("span", {class: "spread"}),
       el("span", {class: "flags"})),
     el("div", {class: "site-rows"}, ...state.sites.map((s) => siteRow(s))));
   return card;
 }
 
 function siteRow(site) {
+  const note = databaseNote(state.siteInfo.get(site));
   return el("div", {class: "site-row pending", "data-site": site},
-    el("div", {class: "row-site", text: site}),
+    el("div", {class: "row-site"}, el("span", {text: site}),
+      note ? el("span", {class: "db-note", "data-note": "database", text: note}) : null),
     // Five grey tiles where the matches will land, so nothing jumps when they arrive.
     el("div", {class: "matches", "aria-label": `waiting for ${site}`},
       ...Array.from({length: 5}, () => el("span", {class: "match-placeholder"}))));
@@ -661,8 +727,11 @@ function onSite(event) {
   state.report.sites.set(event.site, event);
   const t = event.timing;
   if (event.ok) {
-    markSite(event.site, "ok", "answered", seconds(t.total_s),
-      `transfer ${seconds(t.transfer_s)} · features ${seconds(t.extraction_s)} · search ${seconds(t.search_s)}`);
+    markSite(event.site, "ok", "answered", seconds(t.total_s), "");
+    const card = document.querySelector(`.site-card[data-site="${CSS.escape(event.site)}"]`);
+    card.title = `transfer ${seconds(t.transfer_s)} · features ${seconds(t.extraction_s)} · search ${seconds(t.search_s)}`;
+    card.querySelector(".site-detail").replaceChildren(...plainReasons(event.why).map((r) =>
+      el("span", {class: "reason", "data-code": r.code, title: reasonDetail(r), text: reasonWords(r)})));
   } else {
     markSite(event.site, "down", event.status_words, t.total_s ? seconds(t.total_s) : "");
     document.querySelector(`.site-card[data-site="${CSS.escape(event.site)}"]`).title = event.status_message;
@@ -676,46 +745,120 @@ function onSite(event) {
       continue;
     }
     row.querySelector(".matches").replaceChildren(...cell.matches.map((m, i) =>
-      matchTile(cell.query_cell_id, event.site, m, i + 1)));
+      matchTile(cell.query_cell_id, event.site, m, i + 1, cell.matches)));
     const flags = document.querySelector(`.cell-card[data-cell="${CSS.escape(cell.query_cell_id)}"] .flags`);
     const notes = [cell.background_estimated && "background estimated", cell.mask_estimated && "mask estimated"].filter(Boolean);
     flags.textContent = notes.join(" · ");
   }
 }
 
-// Closeness is comparable between sites (a percentage of the site's own matches in this
-// case, see the gateway's events.add_closeness); the raw distance, which is not, is in the
-// tooltip and the viewer.
-const closenessText = (match) => `${Math.round(match.closeness)}% close`;
-const closenessTitle = (site, match) =>
-  `as close as or closer than ${Math.round(match.closeness)}% of ${site}'s matches in this case ` +
-  `(distance ${match.distance.toFixed(3)} in ${site}'s own measure)`;
-
-function matchTile(queryId, site, match, rank) {
+// Similarity is comparable between sites and cases (the share of pairs of the site's own
+// cells that lie farther apart, computed at the site); the raw distance, which is not, is
+// in the tooltip. Under it, the measure that differs most, in words.
+function matchTile(queryId, site, match, rank, matches) {
   const label = fullName(match.diagnosis);
-  return el("button", {type: "button", class: "match", "data-closeness": match.closeness,
-      title: `${rank}. ${label}, ${closenessTitle(site, match)}, ${match.source_id}`,
-      "aria-label": `match ${rank} from ${site}: ${label}, ${closenessText(match)}. Enlarge.`,
-      onclick: () => openViewer(queryId, site, match)},
-    el("img", {src: match.thumbnail, alt: ""}),
+  const {far} = measureSummary(match.measures);
+  const why = far.length ? measureWords(far[0], true) : "";
+  return el("button", {type: "button", class: "match", "data-similarity": match.similarity,
+      "data-sha": match.image_sha256,
+      title: `${rank}. ${label}, ${similarityTitle(site, match)}, ${match.source_id}`,
+      "aria-label": `match ${rank} from ${site}: ${label}, ${similarityText(match)}${why ? `, ${why}` : ""}. Enlarge.`,
+      onclick: () => openViewer(queryId, site, matches, rank - 1)},
+    el("img", {src: state.images.get(match.image_sha256) || match.thumbnail, alt: ""}),
     diagnosisBadge(match.diagnosis, "", true),
-    el("span", {class: "closeness", text: closenessText(match)}));
+    el("span", {class: "similarity", text: similarityText(match)}),
+    why ? el("span", {class: "why-far", text: why}) : null);
 }
 
+// A Bethesda term as a coloured badge (colour by severity).
+const termBadge = (term, extra = "") =>
+  el("span", {class: `dx dx-${bethesdaLevel(term)}`, "data-term": term}, term || "no term", extra ? ` ${extra}` : "");
+
 function onSummary(event) {
-  for (const v of event.votes) {
-    const card = document.querySelector(`.cell-card[data-cell="${CSS.escape(v.query_cell_id)}"]`);
-    if (!card) continue;
+  const waited = (performance.now() - state.started) / 1000;  // the pathologist's wait, click to last answer
+  const conclusion = event.conclusion;
+  const words = event.conclusion_words;
+  const cells = new Map((conclusion ? conclusion.cells : []).map((c) => [c.query_cell_id, c]));
+  for (const card of document.querySelectorAll(".cell-card:not(.rejected)")) {
+    const c = cells.get(card.dataset.cell);
     const vote = card.querySelector(".vote");
+    if (!c) { vote.textContent = "no term"; continue; }
     vote.className = "vote";
-    vote.replaceChildren(diagnosisBadge(v.diagnosis, `${v.votes}/${v.total}`));
-    vote.title = `${v.votes} of ${v.total} matches across sites`;
+    vote.replaceChildren(termBadge(c.bethesda, `${c.support}/${c.total}`));
+    vote.title = `${c.support} of ${c.total} matches across sites carry ${c.bethesda || "no term"}`;
+    card.querySelector(".spread").replaceChildren(...c.spread.map((t) =>
+      el("span", {class: "spread-term", "data-term": t.bethesda, text: `${t.bethesda} ${t.count}`})),
+      // The abnormality the case rule reads in this cell (services/conclusion_words.py cell_line).
+      c.abnormal && c.abnormal_term ? el("strong", {class: "supports", "data-term": c.abnormal_term,
+        title: words.cells[c.query_cell_id] || "", text: `supports ${c.abnormal_term}`}) : null);
+    card.dataset.term = c.bethesda;
   }
+  showConclusion(conclusion, event.conclusion_words);
+  $("#refine").hidden = false;
   state.report.summary = event;
+  state.report.waited_s = waited;
   $("#export").disabled = false;
   const failed = event.sites_failed ? `, ${event.sites_failed} failed` : "";
-  setStatus(`Case ${event.case_id} done in ${seconds(event.total_s)}: ${event.sites_ok} site${event.sites_ok === 1 ? "" : "s"} answered${failed} · ${megabytes(event.bytes_sent)} sent, ${megabytes(event.bytes_received)} received.`,
+  const status = $("#case-status");
+  setStatus(`Case ${event.case_id}: answered in ${seconds(waited)}: ${event.sites_ok} site${event.sites_ok === 1 ? "" : "s"} answered${failed} · ${bytesText(event.bytes_sent)} sent, ${bytesText(event.bytes_received)} received.`,
     event.sites_failed ? "warn" : "done");
+  status.dataset.waitedS = waited.toFixed(3);
+  status.title = `from your click to the last answer; the coordinator's own time was ${seconds(event.total_s)}`;
+  fetchLargerImages();
+}
+
+// The case conclusion, first: in words, why, the decision-support statement, and the rule
+// and codes for the researcher.
+function showConclusion(c, words) {
+  const box = $("#conclusion");
+  const outcome = c && c.outcome ? c.outcome : "no_answer";
+  box.hidden = false;
+  box.dataset.outcome = outcome;
+  box.className = `conclusion outcome-${outcome}`;
+  $("#conclusion-text").replaceChildren(c && c.bethesda ? termBadge(c.bethesda) : "", " ", words.headline);
+  box.dataset.codes = (c ? c.why : []).map((r) => r.code).join(" ");  // the headline words them
+  $("#decision-support").textContent = words.statement;
+  $("#conclusion-detail").textContent = c ? [c.rule, ...c.why.map(reasonDetail),
+    ...Object.values(words.cells)].filter(Boolean).join("\n") : "";
+  box.scrollIntoView({block: "nearest"});
+}
+
+// After the first answer, each match's full image, a few requests at a time so the case's
+// own traffic goes first; kept by its content hash, so a cell met again is not fetched.
+const IMAGES_AT_ONCE = 3;
+
+async function fetchLargerImages() {
+  const started = performance.now();
+  const tiles = [...document.querySelectorAll(".match[data-sha]")];
+  const next = async () => {
+    for (let tile = tiles.shift(); tile; tile = tiles.shift()) {
+      const site = tile.closest(".site-row").dataset.site;
+      try {
+        tile.querySelector("img").src = await fullImage(site, matchOf(tile));
+        tile.classList.add("full");
+      } catch (err) { /* the thumbnail stays */ }
+    }
+  };
+  await Promise.all(Array.from({length: IMAGES_AT_ONCE}, next));
+  document.body.dataset.largerImagesS = ((performance.now() - started) / 1000).toFixed(3);
+}
+
+function matchOf(tile) {
+  const site = tile.closest(".site-row").dataset.site;
+  const cellId = tile.closest(".cell-card").dataset.cell;
+  const event = state.report.sites.get(site);
+  const cell = event.cells.find((c) => c.query_cell_id === cellId);
+  return cell.matches.find((m) => m.image_sha256 === tile.dataset.sha);
+}
+
+async function fullImage(site, match) {
+  if (state.images.has(match.image_sha256)) return state.images.get(match.image_sha256);
+  const response = await fetch(`/api/image?site=${encodeURIComponent(site)}&cell_id=${
+    encodeURIComponent(match.cell_id)}&sha=${encodeURIComponent(match.image_sha256)}`);
+  if (!response.ok) throw new Error((await response.json().catch(() => ({}))).error || `HTTP ${response.status}`);
+  const url = URL.createObjectURL(await response.blob());
+  state.images.set(match.image_sha256, url);
+  return url;
 }
 
 // ---------------------------------------------------------------- case report
@@ -746,6 +889,10 @@ table { border-collapse: collapse; margin: .4rem 0 1rem; } th, td { border: 1px 
 figure { margin: 0; width: 84px; font-size: 8pt; text-align: center; }
 figure img { width: 72px; height: 72px; object-fit: cover; border-radius: 3px; }
 .vote { font-weight: 700; } .error { color: #a3123a; }
+.conclusion { border: 2px solid #1d2330; border-radius: 6px; padding: .6rem; margin-bottom: 1rem; break-inside: avoid; }
+.conclusion-text { font-size: 1.15rem; font-weight: 700; } .decision-support { font-style: italic; }
+.db-note { color: #8a4b00; } .spread { color: #4a5363; font-size: 9pt; }
+@media (max-width: 600px) { body { margin: .6rem; } .row { flex-wrap: wrap; } .row-site { width: 100%; } figure { width: 64px; } figure img { width: 60px; height: 60px; } }
 @media print {
   body { margin: 0; font-size: 10pt; }
   .cell { border-color: #888; }
@@ -761,38 +908,48 @@ async function reportHTML() {
   for (const cell of state.pairing.cells) {
     if (r.cells.includes(cell.cell_id)) queries.set(cell.cell_id, await dataURL(state.files.get(cell.image)));
   }
-  const votes = new Map(s.votes.map((v) => [v.query_cell_id, v]));
+  const c = s.conclusion;
+  const terms = new Map((c ? c.cells : []).map((x) => [x.query_cell_id, x]));
   const title = r.accession ? `Case ${r.accession}` : `Case ${s.case_id}`;
   const siteRows = [...r.sites.values()].map((site) => `<tr><td>${e(site.site)}</td><td>${
     site.ok ? "answered" : e(site.status_words)}</td><td>${e(seconds(site.timing.total_s))}</td></tr>`).join("");
   const cells = r.cells.map((id) => {
-    const v = votes.get(id);
+    const v = terms.get(id);
     const rows = [...r.sites.values()].map((site) => {
       const cell = site.cells.find((c) => c.query_cell_id === id);
       const body = !site.ok ? `<span class="error">${e(site.status_words)}: no matches</span>`
         : cell && cell.error ? `<span class="error">${e(cell.error)}</span>`
         : (cell ? cell.matches : []).map((m, i) => `<figure><img src="${e(m.thumbnail)}" alt="match ${i + 1} from ${e(site.site)}"><figcaption>${
-            e(fullName(m.diagnosis))}<br>${e(closenessText(m))} (distance ${m.distance.toFixed(3)})</figcaption></figure>`).join("");
-      return `<div class="row" data-site="${e(site.site)}"><div class="row-site">${e(site.site)}</div>${body}</div>`;
+            e(fullName(m.diagnosis))}${m.bethesda ? ` (${e(m.bethesda)})` : ""}<br>${e(similarityText(m))}${
+            measureSummary(m.measures).far.length ? `<br>${e(measureWords(measureSummary(m.measures).far[0], true))}` : ""}</figcaption></figure>`).join("");
+      const note = databaseNote(state.siteInfo.get(site.site));
+      return `<div class="row" data-site="${e(site.site)}"><div class="row-site">${e(site.site)}${
+        note ? `<br><small class="db-note">${e(note)}</small>` : ""}</div>${body}</div>`;
     }).join("");
     return `<section class="cell" data-cell="${e(id)}"><div class="cell-top"><img class="query" src="${
       e(queries.get(id) || "")}" alt="test cell ${e(id)}"><div><h2>${e(id)}</h2>${
-      v ? `<p class="vote">Most matches: ${e(fullName(v.diagnosis))} (${v.votes} of ${v.total})</p>` : ""}</div></div>${rows}</section>`;
+      v ? `<p class="vote" data-term="${e(v.bethesda)}">${e(v.bethesda || "no term")} (${v.support} of ${v.total} matches)</p><p class="spread">${
+        v.spread.map((t) => `${e(t.bethesda)} ${t.count}`).join(" · ")}</p>` : ""}</div></div>${rows}</section>`;
   }).join("");
   const rejected = r.rejected.length ? `<h2>Not analysed</h2><ul>${
     r.rejected.map((x) => `<li>${e(x.name)}: ${e(x.problem)}</li>`).join("")}</ul>` : "";
-  return `<!doctype html><html lang="en"><head><meta charset="utf-8"><title>${e(title)} · PathMaster report</title>
+  return `<!doctype html><html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1"><title>${e(title)} · PathMaster report</title>
 <style>${REPORT_STYLE}</style></head><body>
 <h1>${e(title)}: similar cells from every site</h1>
+<section class="conclusion" data-outcome="${e(c && c.outcome ? c.outcome : "no_answer")}" data-codes="${
+  e((c ? c.why : []).map((r) => r.code).join(" "))}"><h2>Case conclusion</h2>
+<p class="conclusion-text">${e(s.conclusion_words.headline)}</p>
+<p class="decision-support">${e(s.conclusion_words.statement)}</p></section>
 <table class="meta"><tbody>
 <tr><td>Case</td><td>${e(r.accession || "(no accession number given)")} · PathMaster case ${e(s.case_id)}</td></tr>
 <tr><td>Kind of case</td><td>${e(r.kind)}</td></tr>
 <tr><td>Sent by</td><td>${e(r.user)}</td></tr>
 <tr><td>Sent at</td><td>${e(r.started.toLocaleString())}</td></tr>
-<tr><td>Time taken</td><td>${e(seconds(s.total_s))}${r.predicted_s ? ` (expected about ${e(seconds(r.predicted_s))})` : ""}</td></tr>
+<tr><td>Time taken</td><td>${e(seconds(r.waited_s || s.total_s))} from sending to the last answer${r.predicted_s ? ` (expected about ${e(seconds(r.predicted_s))})` : ""}</td></tr>
 </tbody></table>
 <table class="sites"><thead><tr><th scope="col">Site</th><th scope="col">Answer</th><th scope="col">Time</th></tr></thead><tbody>${siteRows}</tbody></table>
-<p>“% close”: how this match ranks among all the matches its site returned for this case (100% is that site's closest); it can be compared between sites, the distance in brackets cannot.</p>
+<p>“% similar”: the match is closer to the test cell than that share of pairs of cells in its site's own database; it can be compared between sites and cases.</p>
 ${cells}${rejected}
 </body></html>`;
 }
@@ -811,25 +968,113 @@ async function exportReport() {
 
 // ---------------------------------------------------------------- enlarge
 
-async function openViewer(queryId, site, match) {
+// The test cell and a match side by side at the same pixel scale (the larger of the two
+// fills its frame, the other keeps its size relative to it), with a scale bar; the arrow
+// keys step through the site's matches for that cell.
+const VIEWER_FRAME_PX = () => Math.min(360, Math.floor(window.innerWidth * (window.innerWidth < 600 ? 0.7 : 0.38)));
+
+function openViewer(queryId, site, matches, index) {
+  state.viewer = {queryId, site, matches, index};
   const dialog = $("#viewer");
-  $("#viewer-title").replaceChildren(`${site}: `, diagnosisBadge(match.diagnosis));
-  $("#viewer-query").src = state.previews.get(queryId) || "";
-  $("#viewer-caption").textContent = `${match.cell_id} · ${closenessText(match)} (${closenessTitle(site, match)}) · ${match.source_id}`;
-  const img = $("#viewer-match");
+  if (!dialog.open) dialog.showModal();
+  showViewerMatch();
+}
+
+async function showViewerMatch() {
+  const {queryId, site, matches, index} = state.viewer;
+  const match = matches[index];
+  $("#viewer-title").replaceChildren(`${queryId} beside match ${index + 1} of ${matches.length} from ${site}: `,
+    diagnosisBadge(match.diagnosis));
+  $("#viewer-query-caption").textContent = `Test cell ${queryId}`;
+  $("#viewer-caption").textContent = `${fullName(match.diagnosis)}${match.bethesda ? ` (${match.bethesda})` : ""}` +
+    ` · ${similarityText(match)} · ${site}`;
+  $("#viewer-caption").title = `${similarityTitle(site, match)} · ${match.source_id}`;
+  const {far, close} = measureSummary(match.measures);
+  $("#viewer-measures").replaceChildren(
+    ...far.map((m) => el("li", {class: "measure far", "data-concept": m.concept},
+      el("strong", {text: "Differs: "}), measureWords(m, true))),
+    close ? el("li", {class: "measure close", "data-concept": close.concept},
+      el("strong", {text: "Close: "}), measureWords(close)) : null);
+  $("#viewer-prev").disabled = index === 0;
+  $("#viewer-next").disabled = index === matches.length - 1;
   const error = $("#viewer-error");
   error.hidden = true;
-  img.src = match.thumbnail;  // shown at once, replaced by the full image when it arrives
-  dialog.showModal();
+  const query = $("#viewer-query");
+  const img = $("#viewer-match");
+  query.src = state.previews.get(queryId) || "";
+  img.src = state.images.get(match.image_sha256) || match.thumbnail;
+  delete img.dataset.full;
   try {
-    const response = await fetch(`/api/image?site=${encodeURIComponent(site)}&cell_id=${encodeURIComponent(match.cell_id)}`);
-    if (!response.ok) throw new Error((await response.json().catch(() => ({}))).error || `HTTP ${response.status}`);
-    img.src = URL.createObjectURL(await response.blob());
+    img.src = await fullImage(site, match);
     img.dataset.full = "1";
   } catch (err) {
-    error.textContent = `Full image unavailable: ${err.message}`;
+    error.textContent = `Full image unavailable: ${err.message}; shown from its thumbnail, not to scale.`;
     error.hidden = false;
   }
+  await Promise.all([query, img].map((i) => i.decode().catch(() => null)));
+  sameScale(query, img, !error.hidden);
+}
+
+// Both images at one zoom (CSS px per image px); the scale bar a round number of image px.
+function sameScale(query, match, thumbnailOnly) {
+  const frame = VIEWER_FRAME_PX();
+  const sizes = [query, match].map((i) => [i.naturalWidth || 1, i.naturalHeight || 1]);
+  const zoom = frame / Math.max(...sizes.flat());
+  for (const [i, [w, h]] of [query, match].map((im, k) => [im, sizes[k]])) {
+    i.style.width = `${Math.round(w * zoom)}px`;
+    i.style.height = `${Math.round(h * zoom)}px`;
+    i.dataset.zoom = zoom.toFixed(4);
+  }
+  for (const f of document.querySelectorAll(".viewer-frame")) {
+    f.style.width = f.style.height = `${frame}px`;
+  }
+  const pixels = [5, 10, 20, 50, 100, 200, 500].find((n) => n * zoom >= frame / 5) || 500;
+  $("#scale-line").style.width = `${Math.round(pixels * zoom)}px`;
+  $("#scale-text").textContent = thumbnailOnly ? "match not to scale" : `${pixels} image pixels`;
+  $("#scale-bar").dataset.pixels = pixels;
+  $("#scale-bar").dataset.zoom = zoom.toFixed(4);
+}
+
+// "More like this": the match shown becomes the query of a new case, answered by every site.
+async function refineByExample() {
+  const {site, matches, index} = state.viewer;
+  const match = matches[index];
+  $("#viewer").close();
+  const cellId = `like-${match.cell_id.slice(0, 24)}`;
+  state.previews.set(cellId, await fullImage(site, match).catch(() => match.thumbnail));
+  const cls = chosenClass();
+  state.running = true;
+  $("#cells").replaceChildren();
+  $("#site-cards").replaceChildren();
+  $("#conclusion").hidden = true;
+  state.started = performance.now();
+  state.report = {accession: accession().sent, kind: classLabel(cls), user: $("#who-name").textContent,
+                  started: new Date(), predicted_s: null, cells: [], rejected: [], sites: new Map(),
+                  summary: null, example: {site, cell_id: match.cell_id}};
+  setStatus(`More like match ${index + 1} from ${site}: sending it as a new case…`);
+  state.timer = setInterval(tick, 200);
+  try {
+    const response = await fetch("/api/refine", {method: "POST", headers: csrfHeaders({"Content-Type": "application/json"}),
+      body: JSON.stringify({site, cell_id: match.cell_id, request_class: cls, case_id: accession().sent})});
+    if (!response.ok) throw wordsError(await response.json().catch(() => ({})), `HTTP ${response.status}`);
+    state.finished = false;
+    await readEvents(response, handleEvent);
+  } catch (err) {
+    setStatus(`The case could not be run: ${err.message}`, "error");
+  } finally {
+    clearInterval(state.timer);
+    state.running = false;
+    document.body.dataset.caseDone = String(Date.now());
+  }
+}
+
+function stepViewer(delta) {
+  const v = state.viewer;
+  if (!v) return;
+  const next = v.index + delta;
+  if (next < 0 || next >= v.matches.length) return;
+  v.index = next;
+  showViewerMatch();
 }
 
 // ---------------------------------------------------------------- wiring
@@ -849,14 +1094,29 @@ function wire() {
     addFiles(e.dataTransfer.files);
   });
   input.addEventListener("change", () => { addFiles(input.files); input.value = ""; });
-  $("#submit").addEventListener("click", submitCase);
+  $("#submit").addEventListener("click", () => submitCase());
+  $("#refine-concepts").replaceChildren(...CONCEPT_LABELS.map(([concept, label]) =>
+    el("label", {class: "refine-concept"}, el("span", {text: label}),
+      el("select", {"data-concept": concept},
+        ...WEIGHT_CHOICES.map(([w, words]) => el("option", {value: w, selected: w === 1, text: words}))))));
+  $("#refine-run").addEventListener("click", () => {
+    const weights = {};
+    for (const select of document.querySelectorAll("#refine-concepts select")) {
+      if (Number(select.value) !== 1) weights[select.dataset.concept] = Number(select.value);
+    }
+    submitCase(weights);
+  });
   $("#clear").addEventListener("click", clearCase);
   $("#export").addEventListener("click", exportReport);
-  $("#viewer").addEventListener("close", () => {
-    const img = $("#viewer-match");
-    if (img.dataset.full) URL.revokeObjectURL(img.src);
-    delete img.dataset.full;
+  $("#viewer").addEventListener("close", () => { state.viewer = null; });
+  $("#viewer").addEventListener("keydown", (e) => {
+    if (e.key === "ArrowRight") { e.preventDefault(); stepViewer(1); }
+    if (e.key === "ArrowLeft") { e.preventDefault(); stepViewer(-1); }
   });
+  $("#viewer-prev").addEventListener("click", () => stepViewer(-1));
+  $("#viewer-next").addEventListener("click", () => stepViewer(1));
+  $("#viewer-refine").addEventListener("click", refineByExample);
+  $("#accession").addEventListener("input", showAccession);
 }
 
 async function start() {

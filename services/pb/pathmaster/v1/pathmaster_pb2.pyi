@@ -37,7 +37,7 @@ class CellFeatures(_message.Message):
     def __init__(self, cell_id: _Optional[str] = ..., values: _Optional[_Iterable[float]] = ..., background_estimated: _Optional[bool] = ..., mask_estimated: _Optional[bool] = ..., embedding: _Optional[_Iterable[float]] = ..., model_sha256: _Optional[str] = ..., patch: _Optional[bytes] = ...) -> None: ...
 
 class Match(_message.Message):
-    __slots__ = ("cell_id", "diagnosis", "distance", "thumbnail", "source_id", "image_sha256", "bethesda")
+    __slots__ = ("cell_id", "diagnosis", "distance", "thumbnail", "source_id", "image_sha256", "bethesda", "similarity", "measure_log2_ratio", "measure_share")
     CELL_ID_FIELD_NUMBER: _ClassVar[int]
     DIAGNOSIS_FIELD_NUMBER: _ClassVar[int]
     DISTANCE_FIELD_NUMBER: _ClassVar[int]
@@ -45,6 +45,9 @@ class Match(_message.Message):
     SOURCE_ID_FIELD_NUMBER: _ClassVar[int]
     IMAGE_SHA256_FIELD_NUMBER: _ClassVar[int]
     BETHESDA_FIELD_NUMBER: _ClassVar[int]
+    SIMILARITY_FIELD_NUMBER: _ClassVar[int]
+    MEASURE_LOG2_RATIO_FIELD_NUMBER: _ClassVar[int]
+    MEASURE_SHARE_FIELD_NUMBER: _ClassVar[int]
     cell_id: str
     diagnosis: str
     distance: float
@@ -52,7 +55,10 @@ class Match(_message.Message):
     source_id: str
     image_sha256: str
     bethesda: str
-    def __init__(self, cell_id: _Optional[str] = ..., diagnosis: _Optional[str] = ..., distance: _Optional[float] = ..., thumbnail: _Optional[bytes] = ..., source_id: _Optional[str] = ..., image_sha256: _Optional[str] = ..., bethesda: _Optional[str] = ...) -> None: ...
+    similarity: float
+    measure_log2_ratio: _containers.RepeatedScalarFieldContainer[int]
+    measure_share: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, cell_id: _Optional[str] = ..., diagnosis: _Optional[str] = ..., distance: _Optional[float] = ..., thumbnail: _Optional[bytes] = ..., source_id: _Optional[str] = ..., image_sha256: _Optional[str] = ..., bethesda: _Optional[str] = ..., similarity: _Optional[float] = ..., measure_log2_ratio: _Optional[_Iterable[int]] = ..., measure_share: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class CellResult(_message.Message):
     __slots__ = ("query_cell_id", "matches", "background_estimated", "mask_estimated", "error", "abnormal_score", "abnormal")
@@ -134,7 +140,7 @@ class TermCount(_message.Message):
     def __init__(self, bethesda: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
 
 class CellConclusion(_message.Message):
-    __slots__ = ("query_cell_id", "bethesda", "support", "total", "spread", "abnormal_score", "abnormal", "why")
+    __slots__ = ("query_cell_id", "bethesda", "support", "total", "spread", "abnormal_score", "abnormal", "why", "abnormal_term", "abnormal_sites", "nilm_sites")
     QUERY_CELL_ID_FIELD_NUMBER: _ClassVar[int]
     BETHESDA_FIELD_NUMBER: _ClassVar[int]
     SUPPORT_FIELD_NUMBER: _ClassVar[int]
@@ -143,6 +149,9 @@ class CellConclusion(_message.Message):
     ABNORMAL_SCORE_FIELD_NUMBER: _ClassVar[int]
     ABNORMAL_FIELD_NUMBER: _ClassVar[int]
     WHY_FIELD_NUMBER: _ClassVar[int]
+    ABNORMAL_TERM_FIELD_NUMBER: _ClassVar[int]
+    ABNORMAL_SITES_FIELD_NUMBER: _ClassVar[int]
+    NILM_SITES_FIELD_NUMBER: _ClassVar[int]
     query_cell_id: str
     bethesda: str
     support: int
@@ -151,10 +160,13 @@ class CellConclusion(_message.Message):
     abnormal_score: float
     abnormal: bool
     why: _containers.RepeatedCompositeFieldContainer[Reason]
-    def __init__(self, query_cell_id: _Optional[str] = ..., bethesda: _Optional[str] = ..., support: _Optional[int] = ..., total: _Optional[int] = ..., spread: _Optional[_Iterable[_Union[TermCount, _Mapping]]] = ..., abnormal_score: _Optional[float] = ..., abnormal: _Optional[bool] = ..., why: _Optional[_Iterable[_Union[Reason, _Mapping]]] = ...) -> None: ...
+    abnormal_term: str
+    abnormal_sites: _containers.RepeatedScalarFieldContainer[str]
+    nilm_sites: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, query_cell_id: _Optional[str] = ..., bethesda: _Optional[str] = ..., support: _Optional[int] = ..., total: _Optional[int] = ..., spread: _Optional[_Iterable[_Union[TermCount, _Mapping]]] = ..., abnormal_score: _Optional[float] = ..., abnormal: _Optional[bool] = ..., why: _Optional[_Iterable[_Union[Reason, _Mapping]]] = ..., abnormal_term: _Optional[str] = ..., abnormal_sites: _Optional[_Iterable[str]] = ..., nilm_sites: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CaseConclusion(_message.Message):
-    __slots__ = ("outcome", "bethesda", "cells_with", "cells_total", "cells", "why", "rule")
+    __slots__ = ("outcome", "bethesda", "cells_with", "cells_total", "cells", "why", "rule", "threshold")
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     BETHESDA_FIELD_NUMBER: _ClassVar[int]
     CELLS_WITH_FIELD_NUMBER: _ClassVar[int]
@@ -162,6 +174,7 @@ class CaseConclusion(_message.Message):
     CELLS_FIELD_NUMBER: _ClassVar[int]
     WHY_FIELD_NUMBER: _ClassVar[int]
     RULE_FIELD_NUMBER: _ClassVar[int]
+    THRESHOLD_FIELD_NUMBER: _ClassVar[int]
     outcome: str
     bethesda: str
     cells_with: int
@@ -169,10 +182,18 @@ class CaseConclusion(_message.Message):
     cells: _containers.RepeatedCompositeFieldContainer[CellConclusion]
     why: _containers.RepeatedCompositeFieldContainer[Reason]
     rule: str
-    def __init__(self, outcome: _Optional[str] = ..., bethesda: _Optional[str] = ..., cells_with: _Optional[int] = ..., cells_total: _Optional[int] = ..., cells: _Optional[_Iterable[_Union[CellConclusion, _Mapping]]] = ..., why: _Optional[_Iterable[_Union[Reason, _Mapping]]] = ..., rule: _Optional[str] = ...) -> None: ...
+    threshold: float
+    def __init__(self, outcome: _Optional[str] = ..., bethesda: _Optional[str] = ..., cells_with: _Optional[int] = ..., cells_total: _Optional[int] = ..., cells: _Optional[_Iterable[_Union[CellConclusion, _Mapping]]] = ..., why: _Optional[_Iterable[_Union[Reason, _Mapping]]] = ..., rule: _Optional[str] = ..., threshold: _Optional[float] = ...) -> None: ...
 
 class AnalyseRequest(_message.Message):
-    __slots__ = ("case_id", "request_class", "cells", "k", "feature_schema", "features", "feature_columns", "send_id")
+    __slots__ = ("case_id", "request_class", "cells", "k", "feature_schema", "features", "feature_columns", "concept_weights", "send_id")
+    class ConceptWeightsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
     CASE_ID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_CLASS_FIELD_NUMBER: _ClassVar[int]
     CELLS_FIELD_NUMBER: _ClassVar[int]
@@ -180,6 +201,7 @@ class AnalyseRequest(_message.Message):
     FEATURE_SCHEMA_FIELD_NUMBER: _ClassVar[int]
     FEATURES_FIELD_NUMBER: _ClassVar[int]
     FEATURE_COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    CONCEPT_WEIGHTS_FIELD_NUMBER: _ClassVar[int]
     SEND_ID_FIELD_NUMBER: _ClassVar[int]
     case_id: str
     request_class: str
@@ -188,8 +210,9 @@ class AnalyseRequest(_message.Message):
     feature_schema: str
     features: _containers.RepeatedCompositeFieldContainer[CellFeatures]
     feature_columns: _containers.RepeatedScalarFieldContainer[int]
+    concept_weights: _containers.ScalarMap[str, float]
     send_id: str
-    def __init__(self, case_id: _Optional[str] = ..., request_class: _Optional[str] = ..., cells: _Optional[_Iterable[_Union[CellImage, _Mapping]]] = ..., k: _Optional[int] = ..., feature_schema: _Optional[str] = ..., features: _Optional[_Iterable[_Union[CellFeatures, _Mapping]]] = ..., feature_columns: _Optional[_Iterable[int]] = ..., send_id: _Optional[str] = ...) -> None: ...
+    def __init__(self, case_id: _Optional[str] = ..., request_class: _Optional[str] = ..., cells: _Optional[_Iterable[_Union[CellImage, _Mapping]]] = ..., k: _Optional[int] = ..., feature_schema: _Optional[str] = ..., features: _Optional[_Iterable[_Union[CellFeatures, _Mapping]]] = ..., feature_columns: _Optional[_Iterable[int]] = ..., concept_weights: _Optional[_Mapping[str, float]] = ..., send_id: _Optional[str] = ...) -> None: ...
 
 class SiteLoad(_message.Message):
     __slots__ = ("waiting_cells", "workers", "seconds_per_cell", "waiting_s")
@@ -231,7 +254,7 @@ class SiteInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class SiteInfo(_message.Message):
-    __slots__ = ("site", "algorithm", "database_cells", "diagnoses", "workers", "class_ports", "class_dscp", "feature_schema", "load", "vocabulary", "feature_columns", "feature_column_names", "similarity", "similarity_note", "model_sha256", "abnormal_score", "abnormal_threshold", "abnormal_sensitivity", "abnormal_specificity")
+    __slots__ = ("site", "algorithm", "database_cells", "diagnoses", "workers", "class_ports", "class_dscp", "feature_schema", "load", "vocabulary", "feature_columns", "feature_column_names", "database_origins", "representation", "representation_cells", "similarity", "similarity_note", "model_sha256", "abnormal_score", "abnormal_threshold", "abnormal_sensitivity", "abnormal_specificity")
     class ClassPortsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -240,6 +263,13 @@ class SiteInfo(_message.Message):
         value: int
         def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     class ClassDscpEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class DatabaseOriginsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -258,6 +288,9 @@ class SiteInfo(_message.Message):
     VOCABULARY_FIELD_NUMBER: _ClassVar[int]
     FEATURE_COLUMNS_FIELD_NUMBER: _ClassVar[int]
     FEATURE_COLUMN_NAMES_FIELD_NUMBER: _ClassVar[int]
+    DATABASE_ORIGINS_FIELD_NUMBER: _ClassVar[int]
+    REPRESENTATION_FIELD_NUMBER: _ClassVar[int]
+    REPRESENTATION_CELLS_FIELD_NUMBER: _ClassVar[int]
     SIMILARITY_FIELD_NUMBER: _ClassVar[int]
     SIMILARITY_NOTE_FIELD_NUMBER: _ClassVar[int]
     MODEL_SHA256_FIELD_NUMBER: _ClassVar[int]
@@ -277,6 +310,9 @@ class SiteInfo(_message.Message):
     vocabulary: Vocabulary
     feature_columns: _containers.RepeatedScalarFieldContainer[int]
     feature_column_names: _containers.RepeatedScalarFieldContainer[str]
+    database_origins: _containers.ScalarMap[str, int]
+    representation: str
+    representation_cells: int
     similarity: str
     similarity_note: str
     model_sha256: str
@@ -284,7 +320,7 @@ class SiteInfo(_message.Message):
     abnormal_threshold: float
     abnormal_sensitivity: float
     abnormal_specificity: float
-    def __init__(self, site: _Optional[str] = ..., algorithm: _Optional[str] = ..., database_cells: _Optional[int] = ..., diagnoses: _Optional[_Iterable[str]] = ..., workers: _Optional[int] = ..., class_ports: _Optional[_Mapping[str, int]] = ..., class_dscp: _Optional[_Mapping[str, int]] = ..., feature_schema: _Optional[str] = ..., load: _Optional[_Union[SiteLoad, _Mapping]] = ..., vocabulary: _Optional[_Union[Vocabulary, _Mapping]] = ..., feature_columns: _Optional[_Iterable[int]] = ..., feature_column_names: _Optional[_Iterable[str]] = ..., similarity: _Optional[str] = ..., similarity_note: _Optional[str] = ..., model_sha256: _Optional[str] = ..., abnormal_score: _Optional[str] = ..., abnormal_threshold: _Optional[float] = ..., abnormal_sensitivity: _Optional[float] = ..., abnormal_specificity: _Optional[float] = ...) -> None: ...
+    def __init__(self, site: _Optional[str] = ..., algorithm: _Optional[str] = ..., database_cells: _Optional[int] = ..., diagnoses: _Optional[_Iterable[str]] = ..., workers: _Optional[int] = ..., class_ports: _Optional[_Mapping[str, int]] = ..., class_dscp: _Optional[_Mapping[str, int]] = ..., feature_schema: _Optional[str] = ..., load: _Optional[_Union[SiteLoad, _Mapping]] = ..., vocabulary: _Optional[_Union[Vocabulary, _Mapping]] = ..., feature_columns: _Optional[_Iterable[int]] = ..., feature_column_names: _Optional[_Iterable[str]] = ..., database_origins: _Optional[_Mapping[str, int]] = ..., representation: _Optional[str] = ..., representation_cells: _Optional[int] = ..., similarity: _Optional[str] = ..., similarity_note: _Optional[str] = ..., model_sha256: _Optional[str] = ..., abnormal_score: _Optional[str] = ..., abnormal_threshold: _Optional[float] = ..., abnormal_sensitivity: _Optional[float] = ..., abnormal_specificity: _Optional[float] = ...) -> None: ...
 
 class ModelRequest(_message.Message):
     __slots__ = ("sha256",)
@@ -320,7 +356,14 @@ class Vocabulary(_message.Message):
     def __init__(self, name: _Optional[str] = ..., labels: _Optional[_Iterable[str]] = ..., abnormal: _Optional[_Iterable[str]] = ..., bethesda: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class CaseRequest(_message.Message):
-    __slots__ = ("case_id", "request_class", "cells", "sites", "k", "deadline_s", "ship", "feature_schema", "features")
+    __slots__ = ("case_id", "request_class", "cells", "sites", "k", "deadline_s", "ship", "feature_schema", "features", "concept_weights")
+    class ConceptWeightsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
     CASE_ID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_CLASS_FIELD_NUMBER: _ClassVar[int]
     CELLS_FIELD_NUMBER: _ClassVar[int]
@@ -330,6 +373,7 @@ class CaseRequest(_message.Message):
     SHIP_FIELD_NUMBER: _ClassVar[int]
     FEATURE_SCHEMA_FIELD_NUMBER: _ClassVar[int]
     FEATURES_FIELD_NUMBER: _ClassVar[int]
+    CONCEPT_WEIGHTS_FIELD_NUMBER: _ClassVar[int]
     case_id: str
     request_class: str
     cells: _containers.RepeatedCompositeFieldContainer[CellImage]
@@ -339,7 +383,8 @@ class CaseRequest(_message.Message):
     ship: str
     feature_schema: str
     features: _containers.RepeatedCompositeFieldContainer[CellFeatures]
-    def __init__(self, case_id: _Optional[str] = ..., request_class: _Optional[str] = ..., cells: _Optional[_Iterable[_Union[CellImage, _Mapping]]] = ..., sites: _Optional[_Iterable[str]] = ..., k: _Optional[int] = ..., deadline_s: _Optional[float] = ..., ship: _Optional[str] = ..., feature_schema: _Optional[str] = ..., features: _Optional[_Iterable[_Union[CellFeatures, _Mapping]]] = ...) -> None: ...
+    concept_weights: _containers.ScalarMap[str, float]
+    def __init__(self, case_id: _Optional[str] = ..., request_class: _Optional[str] = ..., cells: _Optional[_Iterable[_Union[CellImage, _Mapping]]] = ..., sites: _Optional[_Iterable[str]] = ..., k: _Optional[int] = ..., deadline_s: _Optional[float] = ..., ship: _Optional[str] = ..., feature_schema: _Optional[str] = ..., features: _Optional[_Iterable[_Union[CellFeatures, _Mapping]]] = ..., concept_weights: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class SiteResult(_message.Message):
     __slots__ = ("site", "status_code", "status_message", "algorithm", "cells", "timing", "bytes_sent", "bytes_received", "mode", "predicted_s", "request_class", "decisions", "why")

@@ -1,0 +1,239 @@
+"""Whether a run measured the network or the machine: each run's own fidelity record and verdict.
+
+The testbed's hubs and routers are a user-space process (qos.emulator) that shares two cores
+with everything else on the machine. When it falls behind, packets leave later than the
+emulated link would have sent them and the run times the machine, not the strategy. So every
+run records, for the window of its case:
+
+* the emulator's release lateness (actual minus scheduled release, per packet): p50, p99 and
+  max, from the difference of the cumulative lateness histograms in the emulators' snapshots
+  (`qos.emulator.stats.LATENESS_EDGES_S`; to within a bin, +26 %);
+* the NFQUEUE's kernel drops (`queue_dropped`: the queue was full; `user_dropped`: the
+  process's socket buffer was) per emulator and queue: packets the model never saw;
+* the machine's CPU (/proc/stat: busy and steal fractions of all cores) and load average
+  (/proc/loadavg) over the window.
+
+`judge` marks a run invalid when its emulator fell behind past `FidelityBound`; the runner
+runs it again (at most `MAX_ATTEMPTS` times in all) and the report counts both.
+
+`machine_lock` makes the driver the only testbed experiment on the machine: an exclusive
+`fcntl.flock` on a file under the testbed's state directory, whose content names the holder,
+and a refusal while any other testbed's namespaces exist.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from pathmaster.records import InvalidInput
+from qos.emulator.stats import LATENESS_EDGES_S, histogram_quantiles
+from qos.testbed.testbed import STATE_DIR
+
+# One full Ethernet frame (1514 B + 24 B of preamble, FCS and gap) takes 1.23 ms on the
+# 10 Mbit/s hub: an emulator whose 99th-percentile release is later than one frame time has
+# let the medium run measurably slower than 10 Mbit/s for those packets.
+FRAME_TIME_10M_S = (1514 + 24) * 8 / 10e6
+# The bound as the histogram can state it: the first bin edge at or above one frame time
+# (1.26 ms), since the measured quantiles are bin edges (+26 % at most).
+P99_BOUND_S = min(edge for edge in LATENESS_EDGES_S if edge >= FRAME_TIME_10M_S)
+MAX_ATTEMPTS = 3  # a run judged invalid is run again, at most this many attempts in all
+
+
+@dataclass(frozen=True)
+class FidelityBound:
+    """What a valid run's emulator must have kept to during its case.
+
+    p99_lateness_s : the 99th percentile of release lateness (default one frame time on the
+        10 Mbit/s hub, FRAME_TIME_10M_S, as the histogram's next bin edge: P99_BOUND_S).
+    max_lateness_s : the worst release (default 200 ms, Linux's minimum TCP retransmission
+        timeout: a later release can by itself make a sender time out).
+    nfqueue_drops : packets the kernel dropped before the emulator saw them (default 0).
+    """
+
+    p99_lateness_s: float = P99_BOUND_S
+    max_lateness_s: float = 0.200
+    nfqueue_drops: int = 0
+
+
+DEFAULT_BOUND = FidelityBound()
+
+
+# -- the machine ------------------------------------------------------------------------------
+
+def cpu_times(path: str | Path = "/proc/stat") -> dict[str, int]:
+    """The machine's cumulative CPU times (USER_HZ ticks) from the first line of /proc/stat."""
+    names = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+    fields = Path(path).read_text().splitlines()[0].split()[1:1 + len(names)]
+    return {n: int(v) for n, v in zip(names, fields)}
+
+
+def load_average(path: str | Path = "/proc/loadavg") -> float:
+    """The 1-minute load average."""
+    return float(Path(path).read_text().split()[0])
+
+
+def machine_sample() -> dict:
+    """A point-in-time sample of the machine: CPU times and load average."""
+    return {"cpu": cpu_times(), "loadavg_1m": load_average(), "cpus": os.cpu_count()}
+
+
+def machine_window(before: dict, after: dict) -> dict:
+    """CPU busy and steal fractions (of all cores) between two `machine_sample`s, and the load."""
+    d = {k: after["cpu"][k] - before["cpu"].get(k, 0) for k in after["cpu"]}
+    total = sum(d.values())
+    frac = (lambda v: v / total) if total > 0 else (lambda v: None)
+    return {"cpu_busy": frac(total - d["idle"] - d["iowait"]), "cpu_steal": frac(d["steal"]),
+            "cpu_iowait": frac(d["iowait"]), "loadavg_1m_start": before["loadavg_1m"],
+            "loadavg_1m_end": after["loadavg_1m"], "cpus": after.get("cpus")}
+
+
+# -- the emulators ----------------------------------------------------------------------------
+
+def emulator_window(before: dict, after: dict) -> dict:
+    """The emulators' lateness and NFQUEUE drops between two snapshots.
+
+    Parameters
+    ----------
+    before, after : dict
+        Emulator name -> its statistics snapshot (qos.emulator's JSON: `lateness_counts`,
+        `lateness_max_s`, `directions[...]["kernel_queue"]`). An emulator restarted in
+        between (its counts went down) counts from its restart.
+
+    Returns
+    -------
+    dict
+        `lateness_s`: {p50, p99, max, packets} over all emulators; `by_emulator`: the same per
+        emulator; `nfqueue_drops`: {emulator: {queue: {queue_dropped, user_dropped}}} and
+        `nfqueue_drops_total`.
+    """
+    total = [0] * (len(LATENESS_EDGES_S) + 1)
+    by_emulator, drops, drop_total = {}, {}, 0
+    for name, snap in after.items():
+        old = before.get(name) or {}
+        counts = snap.get("lateness_counts") or []
+        base = old.get("lateness_counts") or [0] * len(counts)
+        if len(base) != len(counts) or any(a < b for a, b in zip(counts, base)):
+            base = [0] * len(counts)  # restarted in between
+        window = [a - b for a, b in zip(counts, base)]
+        total = [t + w for t, w in zip(total, window)] if window else total
+        by_emulator[name] = _lateness(window)
+        drops[name] = {}
+        old_dirs = old.get("directions", {})
+        for dname, d in snap.get("directions", {}).items():
+            k, k0 = d.get("kernel_queue") or {}, (old_dirs.get(dname) or {}).get("kernel_queue") or {}
+            q = {f: max(0, k.get(f, 0) - k0.get(f, 0)) if k.get(f, 0) >= k0.get(f, 0) else k.get(f, 0)
+                 for f in ("queue_dropped", "user_dropped")}
+            drops[name][str(d.get("queue", dname))] = q
+            drop_total += q["queue_dropped"] + q["user_dropped"]
+    return {"lateness_s": _lateness(total), "by_emulator": by_emulator, "nfqueue_drops": drops,
+            "nfqueue_drops_total": drop_total}
+
+
+def _lateness(counts: list[int]) -> dict:
+    q = histogram_quantiles(counts) if counts else {0.5: None, 0.99: None, 1.0: None}
+    return {"p50": q[0.5], "p99": q[0.99], "max": q[1.0], "packets": int(sum(counts))}
+
+
+# -- the verdict ------------------------------------------------------------------------------
+
+def judge(fidelity: dict, bound: FidelityBound = DEFAULT_BOUND) -> tuple[bool, list[str]]:
+    """Whether a run's emulators kept to `bound`; (valid, reason codes when not).
+
+    A run without emulators (kernel queues only) or whose emulators released no packet is valid.
+    Codes: "lateness_p99", "lateness_max", "nfqueue_drops".
+    """
+    late = (fidelity.get("emulator") or {}).get("lateness_s") or {}
+    reasons = []
+    if late.get("p99") is not None and late["p99"] > bound.p99_lateness_s:
+        reasons.append("lateness_p99")
+    if late.get("max") is not None and late["max"] > bound.max_lateness_s:
+        reasons.append("lateness_max")
+    if (fidelity.get("emulator") or {}).get("nfqueue_drops_total", 0) > bound.nfqueue_drops:
+        reasons.append("nfqueue_drops")
+    return not reasons, reasons
+
+
+def fidelity_record(machine_before: dict, machine_after: dict, emulators_before: dict, emulators_after: dict,
+                    bound: FidelityBound = DEFAULT_BOUND) -> dict:
+    """A run's `fidelity` block: machine and emulator windows, the bound, and the verdict."""
+    record = {"machine": machine_window(machine_before, machine_after),
+              "emulator": emulator_window(emulators_before, emulators_after) if emulators_after else None,
+              "bound": asdict(bound)}
+    valid, reasons = judge(record, bound)
+    return record | {"valid": valid, "invalid_reasons": reasons}
+
+
+# -- one experiment at a time -----------------------------------------------------------------
+
+LOCK_PATH = STATE_DIR / "experiment.lock"
+NAMESPACE_PREFIX = "pm-"
+
+
+class MachineBusy(InvalidInput):
+    """Another testbed or experiment holds the machine; `code` says which ("lock_held", "testbed_running")."""
+
+    def __init__(self, problem: str, source, code: str):
+        super().__init__(problem, source)
+        self.code = code
+
+
+def other_testbeds(own_prefix: str | None = None) -> list[str]:
+    """Network namespaces of testbeds (`pm-<tag>-<node>`) other than `own_prefix`'s, by name."""
+    try:
+        out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    names = [line.split()[0] for line in out.splitlines() if line.strip()]
+    return sorted(n for n in names if n.startswith(NAMESPACE_PREFIX)
+                  and not (own_prefix and n.startswith(own_prefix)))
+
+
+@contextlib.contextmanager
+def machine_lock(label: str, path: str | Path = LOCK_PATH, check_namespaces: bool = True):
+    """Hold the machine for one experiment: an exclusive, non-blocking flock on `path`.
+
+    Parameters
+    ----------
+    label : str
+        What holds it (the experiment's name and output folder), written into the lock file
+        with the process id and start time, so a refusal names the holder.
+    path : path
+        The lock file (created; the testbed's state directory by default).
+    check_namespaces : bool
+        Also refuse while any testbed's namespaces exist (a testbed run outside an experiment).
+
+    Raises
+    ------
+    MachineBusy
+        Another process holds the lock (its holder named), or other testbeds' namespaces exist.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = Path(path).read_text().strip() or "unknown"
+            raise MachineBusy(f"another experiment holds the machine ({holder}); wait for it to finish", path,
+                              "lock_held") from None
+        if check_namespaces:
+            others = other_testbeds()
+            if others:
+                raise MachineBusy(f"another testbed runs on this machine (namespaces {', '.join(others[:6])}"
+                                  f"{' ...' if len(others) > 6 else ''}); take it down first "
+                                  f"(`pathmaster testbed down --tag TAG`)", path,
+                              "testbed_running")
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps({"pid": os.getpid(), "label": label,
+                                  "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}).encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock

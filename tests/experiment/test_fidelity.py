@@ -1,0 +1,240 @@
+"""Each run records and judges its own fidelity; one experiment holds the machine; runs go in
+randomised rounds. Fakes only (no root): the real emulator's side is tests/qos/test_emulator_fidelity.py."""
+
+from __future__ import annotations
+
+import collections
+import subprocess
+import sys
+
+import pytest
+
+from qos.emulator.stats import LATENESS_EDGES_S, histogram_quantiles, lateness_bin
+from qos.experiment import fidelity
+from qos.experiment.matrix import expand
+from qos.experiment.runner import run_experiment
+from qos.experiment.spec import parse_spec
+from qos.experiment.store import Store
+
+SPEC = {
+    "experiment": {"name": "t", "repetitions": 3, "seed": 11, "settle_s": 0.0, "order": "rounds"},
+    "competing": {"levels": [0, 2, 4, 8]},
+    "strategies": {"fifo": {"discipline": "fifo"}, "prio": {"discipline": "prio"}, "wfq": {"discipline": "wfq"}},
+    "links": [{"name": "a", "core_kbit": 1000}],
+}
+
+
+def _snapshot(late_s: list[float], base: dict | None = None, queue_dropped: int = 0) -> dict:
+    counts = list((base or {}).get("lateness_counts") or [0] * (len(LATENESS_EDGES_S) + 1))
+    for x in late_s:
+        counts[lateness_bin(x)] += 1
+    return {"lateness_counts": counts, "lateness_max_s": max(late_s, default=0.0), "written_unix_s": 1e12,
+            "directions": {"rA": {"queue": 0, "kernel_queue": {"queue_dropped": queue_dropped, "user_dropped": 0}}}}
+
+
+# -- the lateness histogram and the verdict ----------------------------------------------------
+
+def test_histogram_quantiles_bracket_the_true_values():
+    rng = __import__("numpy").random.default_rng(3)
+    late = rng.lognormal(mean=-9, sigma=1.0, size=5000)  # ~0.1 ms
+    counts = [0] * (len(LATENESS_EDGES_S) + 1)
+    for x in late:
+        counts[lateness_bin(x)] += 1
+    q = histogram_quantiles(counts)
+    import numpy as np
+
+    for level, true in ((0.5, np.quantile(late, 0.5)), (0.99, np.quantile(late, 0.99)), (1.0, late.max())):
+        assert true <= q[level] <= true * 10 ** 0.1 * 1.0001  # the bin's upper edge: within one bin
+
+
+def test_window_counts_only_the_packets_between_two_snapshots():
+    before = _snapshot([1e-5] * 100)
+    after = _snapshot([0.05] * 10, base=before, queue_dropped=3)
+    window = fidelity.emulator_window({"core": before}, {"core": after})
+    assert window["lateness_s"]["packets"] == 10
+    assert 0.05 <= window["lateness_s"]["p50"] < 0.07
+    assert window["nfqueue_drops_total"] == 3
+
+
+def test_an_emulator_restart_counts_from_the_restart():
+    before = _snapshot([1e-5] * 100)
+    after = _snapshot([1e-4] * 5)  # fewer counts than before: a new process
+    window = fidelity.emulator_window({"core": before}, {"core": after})
+    assert window["lateness_s"]["packets"] == 5
+
+
+@pytest.mark.parametrize("late, codes", [
+    ([1e-5] * 99, []),
+    ([1e-5] * 50 + [5e-3] * 50, ["lateness_p99"]),
+    ([1e-5] * 999 + [0.5], ["lateness_max"]),
+])
+def test_judge_marks_an_emulator_that_fell_behind(late, codes):
+    record = fidelity.fidelity_record(fidelity.machine_sample(), fidelity.machine_sample(),
+                                      {"core": _snapshot([])}, {"core": _snapshot(late)})
+    assert record["valid"] is (not codes)
+    assert record["invalid_reasons"] == codes
+
+
+def test_nfqueue_drops_make_a_run_invalid():
+    record = fidelity.fidelity_record(fidelity.machine_sample(), fidelity.machine_sample(),
+                                      {"core": _snapshot([])}, {"core": _snapshot([1e-5], queue_dropped=1)})
+    assert record["invalid_reasons"] == ["nfqueue_drops"]
+
+
+def test_machine_window_reads_busy_and_steal(tmp_path):
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  100 0 50 800 10 0 0 40 0 0\n")
+    before = {"cpu": fidelity.cpu_times(stat), "loadavg_1m": 1.0, "cpus": 2}
+    stat.write_text("cpu  200 0 100 900 10 0 0 90 0 0\n")  # +100 user +50 sys +100 idle +50 steal
+    after = {"cpu": fidelity.cpu_times(stat), "loadavg_1m": 3.0, "cpus": 2}
+    w = fidelity.machine_window(before, after)
+    assert w["cpu_busy"] == pytest.approx(200 / 300)
+    assert w["cpu_steal"] == pytest.approx(50 / 300)
+    assert (w["loadavg_1m_start"], w["loadavg_1m_end"]) == (1.0, 3.0)
+
+
+# -- the invalid-run rule in the runner --------------------------------------------------------
+
+class _StarvedBench:
+    """A bench whose emulator is late by `lateness[i]` seconds on every packet of attempt i."""
+
+    def __init__(self, lateness: list[float]):
+        self.lateness = list(lateness)
+        self.snap = _snapshot([])
+        self.cases = 0
+
+    def environment(self):
+        return {"bench": "fake"}
+
+    def configure(self, link, strategy):
+        pass
+
+    def set_competing(self, level, seed):
+        return None
+
+    def stop_competing(self):
+        return None
+
+    def finish(self):
+        return {}
+
+    def counters(self):
+        return {}
+
+    def competing_bytes(self):
+        return 0
+
+    def behind_core(self, site):
+        return True
+
+    def emulator_snapshots(self, newer_than=0.0):
+        return {"core": self.snap}
+
+    def run_case(self, request_class, seed, case_id):
+        late = self.lateness.pop(0) if self.lateness else 1e-5
+        self.snap = _snapshot([late] * 200, base=self.snap)
+        self.cases += 1
+        site = {"site": "B1", "bytes_up": 1000, "bytes_down": 1000, "compute_s": 0.0}
+        return {"ok": True, "completion_s": 1.0, "sites": [site], "bytes_up": 1000, "bytes_down": 1000}
+
+
+def _one_run_spec():
+    return parse_spec({**SPEC, "experiment": {**SPEC["experiment"], "repetitions": 1},
+                       "competing": {"levels": [0]}, "strategies": {"fifo": {"discipline": "fifo"}}})
+
+
+def test_a_starved_run_is_marked_and_run_again(tmp_path):
+    bench = _StarvedBench([0.02, 1e-5])  # first attempt 20 ms late on every packet, then on time
+    store = run_experiment(_one_run_spec(), tmp_path / "out", bench, progress=False, allow_dirty=True)
+    (record,) = store.load_runs()
+    assert bench.cases == 2 and record["attempt"] == 2 and record["fidelity"]["valid"]
+    assert record["invalid_attempts"][0]["reasons"] == ["lateness_p99"]
+    assert len(list((tmp_path / "out" / "invalid").glob("*.json"))) == 1
+    session = store.metadata()["sessions"][-1]
+    assert (session["invalid"], session["reruns"]) == (0, 1)
+
+
+def test_re_runs_are_bounded_and_the_last_attempt_stays_marked(tmp_path):
+    bench = _StarvedBench([0.02] * 10)
+    store = run_experiment(_one_run_spec(), tmp_path / "out", bench, progress=False, allow_dirty=True,
+                           max_attempts=3)
+    (record,) = store.load_runs()
+    assert bench.cases == 3 and record["attempt"] == 3 and not record["fidelity"]["valid"]
+    session = store.metadata()["sessions"][-1]
+    assert (session["invalid"], session["reruns"]) == (1, 2)
+
+
+def test_the_report_keeps_invalid_runs_apart(tmp_path):
+    from qos.experiment.report import load_cells
+
+    bench = _StarvedBench([0.02] * 10)
+    run_experiment(_one_run_spec(), tmp_path / "out", bench, progress=False, allow_dirty=True, max_attempts=1)
+    _, cells = load_cells(tmp_path / "out")
+    (cell,) = cells.values()
+    assert cell.times == [] and cell.invalid == 1
+
+
+# -- the randomised order ----------------------------------------------------------------------
+
+def test_rounds_visit_every_level_once_per_repetition_in_a_seeded_order():
+    exp = parse_spec(SPEC)
+    runs = expand(exp)
+    assert [r.run_id for r in expand(exp)] == [r.run_id for r in runs]  # reproducible from the seed
+    per_round = 4 * 3
+    orders = []
+    for rep in range(3):
+        block = runs[rep * per_round:(rep + 1) * per_round]
+        assert {r.repetition for r in block} == {rep}
+        levels = [r.competing for r in block]
+        assert sum(1 for a, b in zip(levels, levels[1:]) if a != b) == 3  # one block per level
+        orders.append(list(dict.fromkeys(levels)))
+    assert len({tuple(o) for o in orders}) > 1  # levels in a new order in some round
+    firsts = collections.Counter(runs[i].strategy for i in range(0, len(runs), 3))
+    assert len(firsts) > 1  # strategies shuffled within blocks
+    other = parse_spec({**SPEC, "experiment": {**SPEC["experiment"], "seed": 12}})
+    assert [r.run_id for r in expand(other)] != [r.run_id for r in runs]
+
+
+def test_each_raw_record_says_its_place_in_the_order(tmp_path):
+    exp = parse_spec({**SPEC, "experiment": {**SPEC["experiment"], "repetitions": 1},
+                      "competing": {"levels": [0, 2]}})
+    store = run_experiment(exp, tmp_path / "out", _StarvedBench([]), progress=False, allow_dirty=True)
+    records = sorted(store.load_runs(), key=lambda r: r["order"]["position"])
+    assert [r["run"]["run_id"] for r in records] == store.metadata()["order"]
+    assert {(r["order"]["kind"], r["order"]["seed"]) for r in records} == {("rounds", 11)}
+
+
+# -- one experiment at a time ------------------------------------------------------------------
+
+_HOLD = """
+import sys, time
+from qos.experiment.fidelity import machine_lock
+with machine_lock("holder-exp out/x", sys.argv[1], check_namespaces=False):
+    print("held", flush=True)
+    sys.stdin.readline()
+"""
+
+
+def test_the_lock_refuses_a_second_experiment_and_names_the_holder(tmp_path):
+    path = tmp_path / "experiment.lock"
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(path)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(fidelity.MachineBusy) as err:
+            with fidelity.machine_lock("second", path, check_namespaces=False):
+                pass
+        assert err.value.code == "lock_held"
+        assert "holder-exp out/x" in str(err.value) and str(holder.pid) in str(err.value)
+    finally:
+        holder.communicate("\n", timeout=30)
+    with fidelity.machine_lock("third", path, check_namespaces=False):  # free again once the holder ends
+        assert "third" in path.read_text()
+
+
+def test_the_lock_refuses_while_another_testbed_runs(tmp_path, monkeypatch):
+    monkeypatch.setattr(fidelity, "other_testbeds", lambda own_prefix=None: ["pm-ab12-A1", "pm-ab12-core"])
+    with pytest.raises(fidelity.MachineBusy) as err:
+        with fidelity.machine_lock("exp", tmp_path / "lock"):
+            pass
+    assert err.value.code == "testbed_running" and "pm-ab12-A1" in str(err.value)
