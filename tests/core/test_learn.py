@@ -157,3 +157,17 @@ def test_rebuilding_the_search_structure_keeps_the_network(learnt_site):
     assert config["learnt"]["model"] == model
     site = SiteIndex.open(path)
     assert site.embedder.sha256 == model and len(site.vectors()) == len(site)
+
+
+def test_a_learnt_site_answers_without_importing_jax(learnt_site):
+    import subprocess
+    import sys
+
+    path, _ = learnt_site
+    code = ("import sys; from pathmaster.site import SiteIndex; from pathmaster.synth import cell_rng, synth_cell\n"
+            f"site = SiteIndex.open({str(path)!r}); cell = synth_cell('normal_columnar', cell_rng(5, 5))\n"
+            "a = site.analyse(cell.image); e = site.embed(a.patch[None])\n"
+            "m = site.search_many(a.features[None], 5, embeddings=e); site.abnormality(e, m)\n"
+            "print(len(m[0]), 'jax' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240, check=True)
+    assert out.stdout.split() == ["5", "False"]
