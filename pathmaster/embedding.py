@@ -62,7 +62,7 @@ def cell_patch(image: np.ndarray, background: np.ndarray, size: int = PATCH_PX) 
     network's abnormality score a ROC AUC of 0.67, the whole image 0.89; a box round a
     mis-segmented cell (its nucleus alone, or a neighbour) loses what the network needs.
     """
-    from PIL import Image
+    import cv2
 
     h, w = image.shape[:2]
     white = np.maximum(np.median(np.asarray(background).reshape(-1, 3), axis=0).astype(np.float32), 1.0)
@@ -71,7 +71,9 @@ def cell_patch(image: np.ndarray, background: np.ndarray, size: int = PATCH_PX) 
     top, left = (side - h) // 2, (side - w) // 2
     canvas[top:top + h, left:left + w] = np.asarray(image, np.float32) / white
     scaled = np.clip(canvas * 200.0, 0, 255).astype(np.uint8)
-    return np.asarray(Image.fromarray(scaled).resize((size, size), Image.Resampling.BILINEAR))
+    # Area averaging: every pixel of the upload counts, as PIL's antialiased reduction; in
+    # NumPy out of NumPy, so an upload's pixels are decoded once (services/site/cells.py).
+    return cv2.resize(scaled, (size, size), interpolation=cv2.INTER_AREA if side >= size else cv2.INTER_LINEAR)
 
 
 def dihedral(patches, xp=np):
