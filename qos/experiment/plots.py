@@ -267,9 +267,10 @@ def figure_box(meta: dict, cells: dict, link: str, cls: str) -> Figure:
     return fig
 
 
-def figure_cdf(meta: dict, cells: dict, link: str, cls: str) -> Figure:
+def figure_cdf(meta: dict, cells: dict, link: str, cls: str) -> Figure | None:
     """Empirical CDF of completion time at the highest level: a panel per group of strategies
-    (queueing disciplines; shaped or adaptive), lines only, axes from 0."""
+    (queueing disciplines; shaped or adaptive), lines only, axes from 0; None when no
+    strategy has a valid run there (every one kept apart as invalid, or failed)."""
     unit = competing_unit(meta["experiment"]["competing"]["kind"])
     levels = sorted({k[1] for k in cells if k[2] == link and k[3] == cls})
     top = levels[-1]
@@ -281,6 +282,8 @@ def figure_cdf(meta: dict, cells: dict, link: str, cls: str) -> Figure:
     groups = [(title, [n for n in names if cells.get((n, top, link, cls)) and cells[(n, top, link, cls)].times])
               for title, names in groups]
     groups = [g for g in groups if g[1]]
+    if not groups:
+        return None
     fig, axes = plt.subplots(1, len(groups), figsize=(5.2 * len(groups) + 1.0, 4.4), sharey=True,
                              squeeze=False, layout="constrained")
     order = _names(meta)
@@ -529,7 +532,9 @@ def write_figures(meta: dict, cells: dict, folder: Path, records: list[dict] | N
                 meta, cells, link, cls, "ratio", present,
                 "Completion time as a multiple of the physical lower bound"), folder, f"ratio_{tag}")
         written += _save(figure_box(meta, cells, link, cls), folder, f"box_{tag}")
-        written += _save(figure_cdf(meta, cells, link, cls), folder, f"cdf_{tag}")
+        cdf = figure_cdf(meta, cells, link, cls)
+        if cdf is not None:
+            written += _save(cdf, folder, f"cdf_{tag}")
         tradeoff = figure_tradeoff(meta, cells, link, cls)
         if tradeoff is not None and len(present) > 1:
             written += _save(tradeoff, folder, f"tradeoff_{tag}")
