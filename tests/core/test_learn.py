@@ -149,6 +149,8 @@ def test_a_learnt_site_searches_fused_vectors_and_scores_cells(learnt_site):
     site = SiteIndex.open(path)
     assert site.learnt.mode == "fused" and site.embedder is not None
     assert "cnn64" in site.algorithm and "fused chosen" in site.similarity_note()
+    chosen = site.learnt.report["candidates"][f"fused:{site.learnt.embedding_weight}"]["top1"]
+    assert f"top-1 {chosen:.3f}" in site.similarity_note()
     assert 0.0 <= site.learnt.threshold <= 1.0
     assert set(site.learnt.report["candidates"]) >= {"features:0.0", "embedding:1.0", "fused:0.5"}
     cell = cells[10]
