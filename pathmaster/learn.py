@@ -88,7 +88,7 @@ def _trainer():
 
 
 def train_embedder(patches: np.ndarray, labels, abnormal_labels, *, seconds: float = 60.0,
-                   max_epochs: int = 60, min_epochs: int = 3, seed: int = 0) -> tuple[emb.Embedder, dict]:
+                   max_epochs: int = 150, min_epochs: int = 3, seed: int = 0) -> tuple[emb.Embedder, dict]:
     """Train the embedding network on labelled patches.
 
     Parameters

@@ -74,7 +74,7 @@ def fit_learnt(db, X: np.ndarray, normalization, projection, vocabulary, *, choi
         except ImportError:
             reason = "the trainer is not installed (pathmaster-qos[learn])"
     Z = normalization.apply(X)
-    fit = _refit(projection, db.get_config("feature_names"), Z[labelled], labels[labelled], seed)
+    fit = _refit(projection, Z[labelled], labels[labelled], db.get_config("feature_names"), seed)
     if reason:
         log.info("%s: comparing features alone: %s", db.site_dir, reason)
         return features_only(fit, labels[labelled].astype(str), _groups(cells, labelled), abnormal_labels,
@@ -96,10 +96,11 @@ def fit_learnt(db, X: np.ndarray, normalization, projection, vocabulary, *, choi
     return learnt, embeddings
 
 
-def _refit(projection, names: list[str], Z: np.ndarray, labels: np.ndarray, seed: int):
+def _refit(projection, Z: np.ndarray, labels: np.ndarray, names: list[str], seed: int):
     """``fit(train) -> (train vectors, all vectors)``: the site's projection method refitted
-    on the labelled cells ``train`` (z-scores ``Z`` of the features `names`, all of them: a
-    projection's own names are only the ones it chose), so held-out cells shape nothing."""
+    on the labelled cells ``train`` (z-scores ``Z``, every feature, named ``names``), so
+    held-out cells shape nothing."""
+    names = list(names)
 
     def fit(train: np.ndarray):
         if projection.method == "all" or len(set(labels[train])) < 2:

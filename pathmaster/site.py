@@ -378,7 +378,7 @@ class SiteIndex:
         report = self.learnt.report or {}
         if "reason" in report:
             return f"features alone: {report['reason']}"
-        chosen = report.get("candidates", {}).get(f"{self.learnt.mode}:{self.learnt.embedding_weight:g}", {})
+        chosen = report.get("candidates", {}).get(f"{self.learnt.mode}:{float(self.learnt.embedding_weight)}", {})
         return (f"{self.learnt.mode} chosen by the site's {report.get('folds', '?')}-fold cross-validation"
                 f"{' (grouped by slide image)' if report.get('grouped') else ''}: top-1 {chosen.get('top1', 0):.3f}")
 

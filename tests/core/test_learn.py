@@ -93,6 +93,20 @@ def test_folds_of_a_site_whose_diagnoses_have_a_cell_or_two_each():
     assert sorted(np.concatenate([test for _, test in folds]).tolist()) == list(range(len(labels)))
 
 
+def test_the_features_refitted_on_a_fold_read_every_feature_when_the_site_selects_some():
+    from pathmaster import similarity
+    from pathmaster.learnt import _refit
+
+    rng = np.random.default_rng(0)
+    labels = np.array(["a", "b"] * 20)
+    Z = rng.normal(size=(40, 6)) + (labels == "b")[:, None] * np.array([2.0, 0, 0, 0, 0, 0])
+    names = [f"f{i}" for i in range(6)]
+    selected = similarity.forward_select(Z, labels, names)
+    assert 0 < len(selected.columns) < 6
+    train_vectors, vectors = _refit(selected, Z, labels, names, seed=0)(np.arange(30))
+    assert len(train_vectors) == 30 and len(vectors) == 40
+
+
 def test_labels_without_an_abnormal_one_fall_back_to_features():
     many = learn.MIN_CELLS_TO_LEARN
     reason = learn.cannot_learn(["normal_superficiel"] * many + ["normal_columnar"] * many, {"light_dysplastic"})
@@ -135,6 +149,8 @@ def test_a_learnt_site_searches_fused_vectors_and_scores_cells(learnt_site):
     site = SiteIndex.open(path)
     assert site.learnt.mode == "fused" and site.embedder is not None
     assert "cnn64" in site.algorithm and "fused chosen" in site.similarity_note()
+    chosen = site.learnt.report["candidates"][f"fused:{site.learnt.embedding_weight}"]["top1"]
+    assert f"top-1 {chosen:.3f}" in site.similarity_note()
     assert 0.0 <= site.learnt.threshold <= 1.0
     assert set(site.learnt.report["candidates"]) >= {"features:0.0", "embedding:1.0", "fused:0.5"}
     cell = cells[10]
