@@ -215,6 +215,20 @@ def _expose(light: np.ndarray, rng: np.random.Generator, noise_sd: float) -> np.
     return np.clip(np.rint(noisy), 0, 255).astype(np.uint8)
 
 
+def _nucleoli(rng: np.random.Generator, shape: tuple, nucleus: np.ndarray, nuc_r: float,
+              mean_count: float) -> tuple[int, np.ndarray]:
+    """(count, bool (H, W) mask): up to 3 nucleoli (Poisson, mean `mean_count`) of radius
+    ~1.3-1.2 + 0.08 * `nuc_r` px, well inside the nucleus."""
+    n_nucleoli = int(min(rng.poisson(mean_count), 3))
+    nucleoli = np.zeros(shape, dtype=bool)
+    candidates = np.argwhere(ndi.binary_erosion(nucleus, iterations=3))
+    for _ in range(n_nucleoli if candidates.size else 0):
+        cy, cx = candidates[rng.integers(len(candidates))]
+        radius = rng.uniform(1.3, 1.2 + 0.08 * nuc_r)
+        nucleoli |= _shape_mask(shape, (cy, cx), radius, 1.0, 0.0, 0.0, rng, range(2, 3))
+    return n_nucleoli, nucleoli & nucleus
+
+
 def synth_cell(diagnosis: str, rng: np.random.Generator, source_id: str = "") -> CellRecord:
     """Generate one cell of the given diagnosis (one of `PROFILES`, the Herlev classes).
 
@@ -226,8 +240,7 @@ def synth_cell(diagnosis: str, rng: np.random.Generator, source_id: str = "") ->
     if diagnosis not in PROFILES:
         raise InvalidInput(f"no synthetic profile for diagnosis {diagnosis!r}; known: {', '.join(PROFILES)}")
     p = PROFILES[diagnosis]
-    height, width = (int(v) for v in rng.integers(SIZE_RANGE[0], SIZE_RANGE[1] + 1, size=2))
-    shape = (height, width)
+    shape = height, width = tuple(int(v) for v in rng.integers(SIZE_RANGE[0], SIZE_RANGE[1] + 1, size=2))
 
     nuc_r = _draw(rng, p.nuc_radius, 4.0, 30.0)
     cyto_r = max(_draw(rng, p.cyto_radius, 18.0, 92.0), MIN_CYTO_RIM * nuc_r)
@@ -252,20 +265,9 @@ def synth_cell(diagnosis: str, rng: np.random.Generator, source_id: str = "") ->
             break
     nucleus &= cyto
 
-    n_nucleoli = int(min(rng.poisson(p.nucleoli), 3))
-    nucleoli = np.zeros(shape, dtype=bool)
-    inner = ndi.binary_erosion(nucleus, iterations=3)
-    candidates = np.argwhere(inner)
-    for _ in range(n_nucleoli if candidates.size else 0):
-        cy, cx = candidates[rng.integers(len(candidates))]
-        radius = rng.uniform(1.3, 1.2 + 0.08 * nuc_r)
-        nucleoli |= _shape_mask(shape, (cy, cx), radius, 1.0, 0.0, 0.0, rng, range(2, 3))
-    nucleoli &= nucleus
-
+    n_nucleoli, nucleoli = _nucleoli(rng, shape, nucleus, nuc_r, p.nucleoli)
     mask = np.zeros(shape, dtype=np.uint8)
-    mask[cyto] = CYTOPLASM
-    mask[nucleus] = NUCLEUS
-    mask[nucleoli] = NUCLEOLUS
+    mask[cyto], mask[nucleus], mask[nucleoli] = CYTOPLASM, NUCLEUS, NUCLEOLUS
 
     # Optical density, one channel per RGB colour.
     eosinophilia = _draw(rng, p.eosinophilia, 0.0, 1.0)

@@ -222,6 +222,30 @@ def shown_url(scheme: str, sock: socket.socket) -> str:
     return f"{scheme}://{shown}:{bound_port}/"
 
 
+def _guarded_app(gateway: Gateway, hosts: list[str], body_timeout_s: float):
+    """The page's app inside its guards: same origin, body limits, Host check, security
+    headers, and request metrics outermost (every request, refused ones too)."""
+    app = SameOrigin(create_app(gateway))
+    app = BodyLimits(app, max_bytes=defaults.MAX_REQUEST_BYTES, timeout_s=body_timeout_s)
+    app = TrustedHostMiddleware(app, allowed_hosts=hosts)
+    app = SecurityHeaders(app)
+    return RequestMetrics(app, gateway.metrics)
+
+
+def _uvicorn_config(asgi_app, certificate: TLSFiles | None, head_timeout_s: float,
+                    max_connections: int) -> uvicorn.Config:
+    """uvicorn's settings for the gateway (HTTPS with `certificate` when given)."""
+    return uvicorn.Config(asgi_app, http=with_head_timeout(head_timeout_s), lifespan="off",
+                          timeout_keep_alive=defaults.GATEWAY_KEEP_ALIVE_S,
+                          limit_concurrency=max_connections,
+                          timeout_graceful_shutdown=defaults.GATEWAY_SHUTDOWN_S,
+                          h11_max_incomplete_event_size=64 * 1024,
+                          ssl_certfile=certificate.cert if certificate else None,
+                          ssl_keyfile=certificate.key if certificate else None,
+                          proxy_headers=False,  # no proxy in front: X-Forwarded-* is not believed
+                          server_header=False, access_log=False, log_config=None)
+
+
 def start_gateway(coordinator_address: str, host: str = "127.0.0.1", port: int = 0,
                   case_deadline_s: float = CASE_DEADLINE_S, tls: TLSFiles | None = None,
                   https: TLSFiles | None = None, http_redirect_port: int | None = None,
@@ -259,23 +283,11 @@ def start_gateway(coordinator_address: str, host: str = "127.0.0.1", port: int =
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     gateway = Gateway(coordinator_address, Accounts(state_dir / USERS_FILE), AuditLog(state_dir / AUDIT_FILE),
                       case_deadline_s, tls, https=https is not None, staging=staging)
-    app = SameOrigin(create_app(gateway))
-    app = BodyLimits(app, max_bytes=defaults.MAX_REQUEST_BYTES, timeout_s=body_timeout_s)
     hosts = allowed_host_names(host, allowed_hosts)
-    app = TrustedHostMiddleware(app, allowed_hosts=hosts)
-    app = SecurityHeaders(app)
-    app = RequestMetrics(app, gateway.metrics)  # outermost: every request, refused ones too
+    app = _guarded_app(gateway, hosts, body_timeout_s)
 
     def config_for(asgi_app, certificate: TLSFiles | None) -> uvicorn.Config:
-        return uvicorn.Config(asgi_app, http=with_head_timeout(head_timeout_s), lifespan="off",
-                              timeout_keep_alive=defaults.GATEWAY_KEEP_ALIVE_S,
-                              limit_concurrency=max_connections,
-                              timeout_graceful_shutdown=defaults.GATEWAY_SHUTDOWN_S,
-                              h11_max_incomplete_event_size=64 * 1024,
-                              ssl_certfile=certificate.cert if certificate else None,
-                              ssl_keyfile=certificate.key if certificate else None,
-                              proxy_headers=False,  # no proxy in front: X-Forwarded-* is not believed
-                              server_header=False, access_log=False, log_config=None)
+        return _uvicorn_config(asgi_app, certificate, head_timeout_s, max_connections)
 
     sockets = []
     try:
