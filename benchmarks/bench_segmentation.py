@@ -33,13 +33,14 @@ ROOT = Path(__file__).resolve().parents[1]
 BASELINE = "a884e40"  # segmentation as it was before issue 14
 
 
-def _segmentation_at(revision: str):
-    """The ``pathmaster.segmentation`` module of a git revision, loaded under another name."""
-    source = subprocess.run(["git", "-C", str(ROOT), "show", f"{revision}:pathmaster/segmentation.py"],
+def module_at(revision: str, name: str):
+    """The module ``pathmaster.<name>`` of a git revision, loaded under another name (its
+    own imports come from this checkout)."""
+    source = subprocess.run(["git", "-C", str(ROOT), "show", f"{revision}:pathmaster/{name}.py"],
                             check=True, capture_output=True, text=True).stdout
-    spec = importlib.util.spec_from_loader(f"segmentation_{revision}", loader=None)
+    spec = importlib.util.spec_from_loader(f"{name}_{revision}", loader=None)
     module = importlib.util.module_from_spec(spec)
-    exec(compile(source, f"{revision}:pathmaster/segmentation.py", "exec"), module.__dict__)
+    exec(compile(source, f"{revision}:pathmaster/{name}.py", "exec"), module.__dict__)
     return module
 
 
@@ -66,7 +67,7 @@ def main(argv=None) -> int:
         print(f"no Herlev data at {args.data}", file=sys.stderr)
         return 1
 
-    methods = {"before": _segmentation_at(args.before).segment_cell, "after": segmentation.segment_cell}
+    methods = {"before": module_at(args.before, "segmentation").segment_cell, "after": segmentation.segment_cell}
     records = [r for r in iter_dataset(args.data, layout="herlev") if isinstance(r, CellRecord)][::args.every]
     scores = {name: {"nucleus": [], "cell": [], "ms": []} for name in methods}
     labels = []

@@ -28,10 +28,8 @@ piece nearest the centre, a larger one only when a speck is nearer, is kept.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -39,25 +37,11 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from bench_segmentation import dice, module_at  # the same side-by-side loading and overlap
+
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE = "08f044c"
 SIDE = 40  # px, the masks' side
-
-
-def _module_at(revision: str, name: str):
-    """A module of ``pathmaster`` at a git revision, loaded under another name (its own
-    imports come from this checkout)."""
-    source = subprocess.run(["git", "-C", str(ROOT), "show", f"{revision}:pathmaster/{name}.py"],
-                            check=True, capture_output=True, text=True).stdout
-    spec = importlib.util.spec_from_loader(f"{name}_{revision}", loader=None)
-    module = importlib.util.module_from_spec(spec)
-    exec(compile(source, f"{revision}:pathmaster/{name}.py", "exec"), module.__dict__)
-    return module
-
-
-def dice(a: np.ndarray, b: np.ndarray) -> float:
-    total = a.sum() + b.sum()
-    return 1.0 if total == 0 else float(2.0 * (a & b).sum() / total)
 
 
 def pairs(uploads: Path, masks: Path):
@@ -105,7 +89,7 @@ def main(argv=None) -> int:
     if not uploads.is_dir() or not masks.is_dir():
         print(f"no Herlev uploads or masks under {args.data}", file=sys.stderr)
         return 1
-    methods = {"before": _module_at(args.before, "segmentation").complete_cell, "after": segmentation.complete_cell}
+    methods = {"before": module_at(args.before, "segmentation").complete_cell, "after": segmentation.complete_cell}
     rows = []
     for number, (folder, upload, small) in enumerate(pairs(uploads, masks)):
         if number % args.every:

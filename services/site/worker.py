@@ -171,8 +171,8 @@ class SiteWorker:
             "diagnoses": [str(d) for d in self.index.diagnoses()],
             "feature_schema": self.index.feature_schema,
             "vocabulary": self.index.vocabulary.as_dict(),
-            "database_origins": dict(Counter(SYNTHETIC if self.index.cell(c).origin == GENERATOR
-                                             else self.index.cell(c).origin for c in self.index.cell_ids())),
+            "database_origins": dict(Counter(SYNTHETIC if origin == GENERATOR else origin
+                                             for origin in (self.index.cell(c).origin for c in self.index.cell_ids()))),
             **self._learnt_info(),
         }
 

@@ -16,6 +16,7 @@ import zlib
 from pathlib import Path
 
 import numpy as np
+import grpc
 import pytest
 from PIL import Image
 
@@ -23,6 +24,19 @@ from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 
 SITE_CELLS = 70
 SITES = {"alpha": "flat", "beta": "hnsw", "gamma": "flat"}
+
+
+class CallFailed(grpc.RpcError):
+    """A gRPC call's failure as a fake site returns it: a status code and its details."""
+
+    def __init__(self, code, details):
+        self._code, self._details = code, details
+
+    def code(self):
+        return self._code
+
+    def details(self):
+        return self._details
 
 
 def cached_synthetic_site(cells: int, seed: int) -> Path:

@@ -18,19 +18,11 @@ from services.coordinator.directory import SiteDirectory
 from services.coordinator.pipeline import Case, CasePipeline, Settings
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.reasons import codes
+from tests.services.conftest import CallFailed
 
 SCHEMA = "fs1-test"
 
 
-class Refused(grpc.RpcError):
-    def __init__(self, code, details):
-        self._code, self._details = code, details
-
-    def code(self):
-        return self._code
-
-    def details(self):
-        return self._details
 
 
 class FakeSites:
@@ -67,7 +59,7 @@ class FakeSites:
         self.clock.advance(self.seconds.get(site, 0.0))
         future: concurrent.futures.Future = concurrent.futures.Future()
         if request.features and site in self.refuse:
-            future.set_exception(Refused(*self.refuse[site]))
+            future.set_exception(CallFailed(*self.refuse[site]))
             return future
         ids = [f.cell_id for f in request.features] or [c.cell_id for c in request.cells]
         future.set_result(pb.AnalyseReply(site=site, algorithm="fake", cells=[
@@ -271,7 +263,7 @@ class FakeContext:
         self.trailing = metadata
 
     def abort(self, code, details):
-        raise Refused(code, details)
+        raise CallFailed(code, details)
 
 
 def png() -> bytes:
@@ -303,7 +295,7 @@ def test_the_servicer_streams_the_pipelines_events_and_frees_its_admission():
     assert kinds == ["plan", "site_result", "site_result", "summary"]
     assert {site for site, _, _, _ in sites.requests} == {"alpha", "beta"}
     assert servicer.admission.in_use() == 0 and servicer.cases_running == 0
-    with pytest.raises(Refused) as refused:
+    with pytest.raises(CallFailed) as refused:
         list(servicer.SubmitCase(pb.CaseRequest(request_class="urgent", cells=request.cells, sites=["nowhere"]),
                                  FakeContext()))
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT

@@ -24,6 +24,7 @@ from services.experiment.workload import TransferSite, make_features
 from services.reasons import decisions, words
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
+from tests.services.conftest import CallFailed
 
 CLASSES = ["urgent", "routine", "teaching", "bulk"]
 SCHEMA = "fs1-test"
@@ -207,18 +208,8 @@ class Settled(grpc.Future):
     only at `release()`: gRPC runs them on its own threads, so the events of two copies can
     reach FanOut in either order."""
 
-    class Error(grpc.RpcError):
-        def __init__(self, code, details):
-            self._code, self._details = code, details
-
-        def code(self):
-            return self._code
-
-        def details(self):
-            return self._details
-
     def __init__(self, reply=None, code=None, details=""):
-        self.reply, self.error = reply, (Settled.Error(code, details) if code else None)
+        self.reply, self.error = reply, (CallFailed(code, details) if code else None)
         self.callbacks = []
 
     def release(self):
