@@ -402,7 +402,7 @@ def _fill_in_older_rows(db: SiteDB, filled: list) -> None:
     with db.transaction():
         for source, group, digest in filled:
             db.fill_in(source, group, digest)
-    missing = [c for c in db.cells() if c.image_hash is None]
+    missing = db.cells_without_hash()
     with db.transaction():
         for cell in missing:
             digest = image_hash(decode_image(db.read_file(cell.image_path), cell.image_path))

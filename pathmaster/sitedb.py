@@ -285,6 +285,12 @@ class SiteDB:
             raise KeyError(cell_id)
         return _row_to_cell(row[:-1], row[-1])
 
+    def cells_without_hash(self) -> list[CellRow]:
+        """The cells stored before image hashes were kept (``image_hash`` NULL), without
+        features, in insertion order (only those rows are read back)."""
+        rows = self.conn.execute(f"SELECT {', '.join(_COLUMNS)} FROM cells WHERE image_hash IS NULL ORDER BY rowid")
+        return [_row_to_cell(r) for r in rows]
+
     def cells(self) -> list[CellRow]:
         """Every cell, without features, in insertion order (the index's row order)."""
         rows = self.conn.execute(f"SELECT {', '.join(_COLUMNS)} FROM cells ORDER BY rowid")

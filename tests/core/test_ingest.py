@@ -195,3 +195,17 @@ def test_killed_parallel_ingest_is_completed_by_the_same_command(tmp_path):
     while any(os.path.exists(f"/proc/{pid}") for pid in helpers) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not [pid for pid in helpers if os.path.exists(f"/proc/{pid}")]
+
+
+def test_a_cell_stored_before_image_hashes_gets_the_hash_of_its_stored_pixels(tmp_path):
+    from pathmaster.sitedb import image_hash
+
+    records = synthetic_records(2)
+    ingest("synthetic", tmp_path, records=records, build_index=False)
+    with SiteDB(tmp_path) as db:
+        db.conn.execute("UPDATE cells SET image_hash = NULL")  # as a cell of an older database
+        assert len(db.cells_without_hash()) == 2
+    ingest("synthetic", tmp_path, records=[], build_index=False)  # nothing met again: the stored PNGs tell
+    with SiteDB(tmp_path) as db:
+        assert db.cells_without_hash() == []
+        assert [c.image_hash for c in db.cells()] == [image_hash(r.image) for r in records]
