@@ -514,9 +514,12 @@ def vote(cells_by_site: list[list[pb.CellResult]]) -> list[pb.CellVote]:
 
 
 def case_bethesda(cells_by_site: list[list[pb.CellResult]]) -> pb.CellVote:
-    """The case's majority in Bethesda terms over every match of every cell and site."""
+    """The case's majority in Bethesda terms over every match of every cell and site, a tie
+    to the more severe (the deprecated `CaseSummary.bethesda`; the case is concluded by
+    `CaseSummary.conclusion`)."""
     case_vote = pb.CellVote()
-    _set_bethesda(case_vote, majority(m.bethesda for cells in cells_by_site for c in cells for m in c.matches))
+    _set_bethesda(case_vote, majority((m.bethesda for cells in cells_by_site for c in cells for m in c.matches),
+                                      BETHESDA_TERMS))
     return case_vote
 
 
