@@ -11,6 +11,7 @@ import grpc
 from starlette.concurrency import run_in_threadpool
 
 from pathmaster.defaults import CASE_DEADLINE_S, MAX_FILE_BYTES
+from pathmaster.vocabulary import BETHESDA_TERMS
 from qos.classes import UnknownClass
 from qos.transport import TLSFiles
 from services.client import AsyncCases, CoordinatorClient, tls_hint, unknown_class_message
@@ -67,9 +68,11 @@ class Gateway:
         """What the page needs to start: the coordinator's request classes, most favoured
         first, each with its label in words and whether `role` may send it (empty, with
         "classes_error" saying why, while the coordinator cannot be asked: the page still
-        loads, and a case then reports the same failure)."""
+        loads, and a case then reports the same failure), and the Bethesda terms in order of
+        severity."""
         config = {"coordinator": self.coordinator_address, "max_file_bytes": MAX_FILE_BYTES,
-                  "default_class": DEFAULT_CLASS, "classes": []}
+                  "default_class": DEFAULT_CLASS, "classes": [],
+                  "bethesda_terms": list(BETHESDA_TERMS)}  # least to most severe (pathmaster.vocabulary)
         try:
             classes = self.client.classes
         except grpc.RpcError as exc:

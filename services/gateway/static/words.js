@@ -3,10 +3,11 @@
 // Loaded before app.js.
 "use strict";
 
-// The Bethesda terms, least to most severe (a cell's spread is shown in this order, worst first).
-const BETHESDA_ORDER = ["NILM", "ASC-US", "LSIL", "ASC-H", "HSIL", "SCC", "AGC", "AIS", "adenocarcinoma"];
+// A Bethesda term's severity band for its colour (0 NILM .. 4 carcinoma), from the terms in
+// order of severity that the gateway sends (GET /api/config: pathmaster.vocabulary's order).
 const bethesdaLevel = (term) => {
-  const i = BETHESDA_ORDER.indexOf(term);
+  const order = (state.config?.bethesda_terms || []).map((t) => t.toUpperCase());
+  const i = order.indexOf(String(term || "").toUpperCase());
   return i < 0 ? "unknown" : i === 0 ? 0 : Math.min(4, 1 + Math.floor((i - 1) / 2));
 };
 
