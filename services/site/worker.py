@@ -216,7 +216,7 @@ class SiteWorker:
         scored = max(k, self.index.learnt.k)
         found = self.index.search_many(np.asarray(features, np.float64)[None],
                                        max(scored, RERANK_CANDIDATES) if weights else scored, columns, embeddings)[0]
-        [score] = self.index.abnormality(embeddings, [found[:scored]])
+        [score] = self.index.abnormality(embeddings, [found[:scored]], query[None])
         if weights:
             refined = self.explainer.reweighted(query, [m.cell_id for m in found], weights)
             order = np.argsort(refined, kind="stable")[:k]
