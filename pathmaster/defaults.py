@@ -21,54 +21,13 @@ MAX_SELECTED_FEATURES = 24
 MAX_IMAGE_BYTES = 16 * 1024 * 1024   # one encoded file; a study cell is ~100 KB
 MAX_PIXELS = 4096 * 4096             # one image; checked from the header, before decoding
 
-MAX_FILE_BYTES = 8 * 1024 * 1024     # one uploaded file (page, batch); room for uncompressed TIFFs
-MAX_CASE_CELLS = 64                  # cells per case (coordinator, page); more is a batch
-MAX_CASE_BYTES = 64 * 1024 * 1024    # one case's images together, at the coordinator
-MAX_REQUEST_BYTES = 64 * 1024 * 1024  # one HTTP request body at the gateway (a multipart case)
-MAX_CASE_FILES = 3 * MAX_CASE_CELLS + 64  # files in one upload: image, background, mask per cell,
-                                         # and some that will be refused by name
-MAX_JSON_BYTES = 256 * 1024        # one JSON request body at the gateway (e.g. a case's file names)
-MAX_JSON_DEPTH = 8                 # how deeply a JSON request body may nest
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024  # one gRPC message, either way (QoS transport)
 
 # --- Services --------------------------------------------------------------------------
-COORDINATOR_PORT = 50051   # the coordinator's control port (Info, Submit, health)
 SITE_PORT = 50051          # a site's control port on its own host (testbed deployments)
 CLASS_PORT_BASE = 50061    # a site's fixed per-class reply ports: this one, +1, ... by priority
-GATEWAY_PORT = 8080        # the web page (`pathmaster gateway`)
-OTLP_ENDPOINT = "http://localhost:4317"  # an OpenTelemetry collector's OTLP/gRPC port ([tracing] endpoint)
-GATEWAY_HEAD_TIMEOUT_S = 10.0  # a request's line and headers must arrive within this
-GATEWAY_BODY_TIMEOUT_S = 120.0  # a request's body must be complete this long after its head
-                                # (a 6-cell case is ~2 MB: over a minute only below ~0.3 Mbit/s)
-GATEWAY_KEEP_ALIVE_S = 5       # an idle keep-alive connection is closed after this (uvicorn's default)
-GATEWAY_MAX_CONNECTIONS = 512  # connections at once; past it requests are answered 503
-GATEWAY_SHUTDOWN_S = 2         # on stop, cases still streaming get this long, then are cut
-SESSION_S = 8 * 3600           # a signed-in session at the page lasts one working day
-# Files the page uploads as soon as they are chosen ("staged"), so that sending a case
-# carries only their ids. Held in the gateway's memory, per user, keyed by content hash;
-# each file is bounded by MAX_FILE_BYTES and MAX_PIXELS (MAX_ANALYSIS_PIXELS for a cell image).
-STAGED_TTL_S = 30 * 60         # a staged file not used in a case for this long is dropped
-STAGED_USER_FILES = MAX_CASE_FILES          # files one user may have staged at once
-STAGED_USER_BYTES = MAX_CASE_BYTES          # bytes one user may have staged at once
-STAGED_TOTAL_BYTES = 256 * 1024 * 1024      # bytes staged by all users together (gateway memory)
-STAGED_SWEEP_S = 60.0          # how often expired staged files are dropped when nobody asks
-STAGED_UPLOAD_OVERHEAD_BYTES = 16 * 1024  # a one-file upload's multipart boundaries and headers
-MAX_FILE_NAME_CHARS = 255      # a file's name in a case (as file systems allow)
-LOGIN_LINK_S = 15 * 60         # a one-time sign-in link (the demo prints one) is good this long
-LOGIN_ATTEMPTS = 5             # failed sign-ins per name, and per client address, ...
-LOGIN_WINDOW_S = 60.0          # ... within this window; more are refused until it passes
-MAX_PASSWORD_CHARS = 1024      # a longer password is refused before it is hashed
-# Roles of the page's users, and the request classes each may NOT send (a deny-list, so a
-# coordinator's own extra classes stay usable): bulk is machine traffic, never a person's;
-# a teacher's cases are not intra-operative.
-ROLE_REFUSED_CLASSES = {"pathologist": ("bulk",), "teacher": ("urgent", "bulk"), "admin": ()}
-CASE_DEADLINE_S = 300.0    # a case whose sites have not all answered by then is cut off
-QUERY_DEADLINE_S = 60.0    # a case's deadline when the client sets none (coordinator, query, client)
 DEPLOY_TIMEOUT_S = 300.0   # deploying PathMaster in the testbed (Ray, sites, coordinator) must end by then
-BATCH_JOBS = 2             # cases `pathmaster batch` keeps in flight at once
-BATCH_CASE_CELLS = 6       # cells per case `pathmaster batch` sends (a study case is 6 cells)
 STATS_WINDOW_CASES = 1000  # completion times the coordinator keeps per class for its statistics
-DEMO_CELLS = 140           # cells in each site database of `pathmaster demo` (7 diagnoses x 20)
 SITE_RESOURCE_PER_WORKER = 0.001  # of a site's Ray placement resource (a node that holds its
                                   # database offers 1), asked by each of its actors and index builds:
                                   # it pins them to that node without limiting how many run there
@@ -101,7 +60,6 @@ WIRE_THUMBNAIL_FORMAT = "WEBP"
 WIRE_THUMBNAIL_QUALITY = 80
 
 # --- Coordinator: own analysis and admission (qos.admission) ---------------------------------
-COORDINATOR_ANALYSERS = 2       # Ray actors analysing each case's cells once at the coordinator
 ANALYSIS_READY_S = 120.0        # how long the coordinator waits for them before images-only
 WARM_UP_SEED = 7919             # the synthetic cell a site worker or analyser serves once at start,
                                 # so the first case does not pay (nor teach the predictor) a fresh

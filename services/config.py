@@ -25,6 +25,11 @@ from pathmaster.records import ConfigError
 from pathmaster.budget import CellBudget
 from qos.classes import DEFAULT_CLASSES, ClassTable
 from qos.transport import TLSFiles, split_address
+from services.commands import OTLP_ENDPOINT, QUERY_DEADLINE_S
+
+MAX_CASE_CELLS = 64                  # cells per case (coordinator, page); more is a batch
+MAX_CASE_BYTES = 64 * 1024 * 1024    # one case's images together, at the coordinator
+COORDINATOR_ANALYSERS = 2       # Ray actors analysing each case's cells once at the coordinator
 
 # ------------------------------------------------------------------ value types
 
@@ -123,7 +128,7 @@ class TracingTable(_Table):
     exporter: Literal["off", "otlp", "jsonl"] = "off"
     """"otlp": spans to an OpenTelemetry collector at `endpoint` (OTLP over gRPC); "jsonl":
     one span per line appended to `file`; "off": none."""
-    endpoint: str = defaults.OTLP_ENDPOINT
+    endpoint: str = OTLP_ENDPOINT
     """The collector's OTLP/gRPC address ("http://HOST:PORT" plain, "https://HOST:PORT" TLS)."""
     file: OptionalPath = None
     """The JSON-lines file of spans, for exporter = "jsonl"."""
@@ -223,15 +228,15 @@ class CoordinatorTable(_Budgeted):
     """HOST:PORT of the Prometheus endpoint; "" for none."""
     case_log: OptionalPath = None
     """JSON-lines file of completion records; omitted or "" for none."""
-    max_cells: int = Field(defaults.MAX_CASE_CELLS, ge=1)
+    max_cells: int = Field(MAX_CASE_CELLS, ge=1)
     """Cells per case; more is RESOURCE_EXHAUSTED."""
-    max_case_mb: float = Field(defaults.MAX_CASE_BYTES / 2**20, gt=0)
+    max_case_mb: float = Field(MAX_CASE_BYTES / 2**20, gt=0)
     """MiB per case, all images together; more is RESOURCE_EXHAUSTED."""
-    default_deadline_s: float = Field(defaults.QUERY_DEADLINE_S, gt=0)
+    default_deadline_s: float = Field(QUERY_DEADLINE_S, gt=0)
     """Seconds a case may take when the client sets no deadline."""
     stats_window: int = Field(defaults.STATS_WINDOW_CASES, ge=1)
     """Completion times kept per class for mean/std/percentiles."""
-    analysis_workers: int = Field(defaults.COORDINATOR_ANALYSERS, ge=0)
+    analysis_workers: int = Field(COORDINATOR_ANALYSERS, ge=0)
     """Ray actors that analyse each case's cells once here, so that sites of the same
     feature schema get feature vectors instead of images; 0: images to every site."""
     analysis_cpus: float = Field(0.0, ge=0)

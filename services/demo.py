@@ -14,8 +14,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pathmaster.defaults import COORDINATOR_PORT, DEMO_CELLS
 from pathmaster.records import CellRecord
+from services.commands import COORDINATOR_PORT, DEMO_CELLS
 from services.config import CoordinatorConfig, SiteConfig, SiteEndpoint
 from services.coordinator.server import CoordinatorServer
 from services.site.server import SiteServer
