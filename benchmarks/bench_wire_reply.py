@@ -105,6 +105,7 @@ def segments(message_bytes: int) -> int:
 
 def main(argv=None) -> None:
     from pathmaster import defaults
+    from services.site.worker import WIRE_THUMBNAIL_FORMAT, WIRE_THUMBNAIL_PX, WIRE_THUMBNAIL_QUALITY
     from pathmaster.imageio import wire_thumbnail
     from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
     from services.site.server import cell_result
@@ -117,9 +118,9 @@ def main(argv=None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     encodings = {"before: JPEG q80": ("JPEG", 80),
-                 f"now: {defaults.WIRE_THUMBNAIL_FORMAT} q{defaults.WIRE_THUMBNAIL_QUALITY}":
-                 (defaults.WIRE_THUMBNAIL_FORMAT, defaults.WIRE_THUMBNAIL_QUALITY)}
-    px = defaults.WIRE_THUMBNAIL_PX
+                 f"now: {WIRE_THUMBNAIL_FORMAT} q{WIRE_THUMBNAIL_QUALITY}":
+                 (WIRE_THUMBNAIL_FORMAT, WIRE_THUMBNAIL_QUALITY)}
+    px = WIRE_THUMBNAIL_PX
     window_segments = defaults.TCP_INITIAL_WINDOW_BYTES // MSS_BYTES
     sources = demo_sources() | herlev_source()
     if not sources:

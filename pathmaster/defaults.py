@@ -11,7 +11,6 @@ from __future__ import annotations
 
 # --- Retrieval -------------------------------------------------------------------------
 K = 5                 # matches per test cell (the study's "5 closest"); a request's 0 means this
-MAX_K = 100           # more matches per cell than this is refused
 # Forward feature selection keeps at most this many features (similarity.forward_select);
 # a site that selects them advertises them, and a features request to it carries only
 # these values a cell (a one-segment request).
@@ -24,49 +23,12 @@ MAX_PIXELS = 4096 * 4096             # one image; checked from the header, befor
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024  # one gRPC message, either way (QoS transport)
 
 # --- Services --------------------------------------------------------------------------
-SITE_PORT = 50051          # a site's control port on its own host (testbed deployments)
-CLASS_PORT_BASE = 50061    # a site's fixed per-class reply ports: this one, +1, ... by priority
-DEPLOY_TIMEOUT_S = 300.0   # deploying PathMaster in the testbed (Ray, sites, coordinator) must end by then
-STATS_WINDOW_CASES = 1000  # completion times the coordinator keeps per class for its statistics
-SITE_RESOURCE_PER_WORKER = 0.001  # of a site's Ray placement resource (a node that holds its
-                                  # database offers 1), asked by each of its actors and index builds:
-                                  # it pins them to that node without limiting how many run there
-RAY_START_ATTEMPTS = 3     # a local Ray that does not register in Ray's fixed 30 s (a very busy
-                           # host) is torn down and started again, this many times in all
-RAY_TASK_EVENTS = False    # Ray records every call to our actors (site workers, analysers, their
-                           # pings) as task events kept in its GCS for its dashboard and state
-                           # API, which we do not use: on, the GCS grew ~30 KB a case (bench_memory)
-RAY_OUT_OF_ORDER = True    # our actors (site workers, analysers) run calls in the order they arrive,
-                           # not Ray's per-caller sequence: a call cancelled while its image
-                           # arguments were still being put in the object store otherwise leaves a
-                           # gap that stalls the actor's next calls 30 s and then fails them
-                           # (ActorUnavailableError "timed out waiting for seq_no"; 6 of 40 in a
-                           # test loop, ray 2.60; cf. ray-project/ray#60850). Order is ours to keep:
-                           # a site's dispatcher sends a worker one job at a time
 
 # --- A site's workers, supervised (services/site/supervisor.py) ---------------------------
-WORKER_PING_S = 1.0              # how often a site asks each Ray worker whether it is alive
-WORKER_RESTART_MIN_S = 0.5       # a dead worker's replacement starts after this, doubling on
-WORKER_RESTART_MAX_S = 30.0      #   each failed attempt up to this (reset once one is ready)
-WORKER_START_S = 120.0           # a replacement not ready by then is given up and tried again
-SITE_WATCH_RETRY_S = 2.0         # the coordinator follows each site's health; after a lost stream, again after this
 
 # --- Replies sized for the wire -----------------------------------------------------------
-WIRE_THUMBNAIL_PX = 48     # a match's inline thumbnail; full images on demand, cached by content hash
-# WebP at quality 80: ~300 B a real cell (Herlev), half the JPEG q80 of before (~640 B) at about
-# its fidelity (PSNR within ~1 dB), so that a site's 30 matches fit in one initial congestion
-# window (benchmarks/bench_wire_reply.py). Every browser the page supports shows WebP.
-WIRE_THUMBNAIL_FORMAT = "WEBP"
-WIRE_THUMBNAIL_QUALITY = 80
 
 # --- Coordinator: own analysis and admission (qos.admission) ---------------------------------
-ANALYSIS_READY_S = 120.0        # how long the coordinator waits for them before images-only
-WARM_UP_SEED = 7919             # the synthetic cell a site worker or analyser serves once at start,
-                                # so the first case does not pay (nor teach the predictor) a fresh
-                                # process's lazy imports and first search
-WARM_UP_THUMBNAILS = 1024       # database cells whose wire thumbnails a site worker makes at start
-                                # (~3 ms each): a case's search then costs the same whether or not
-                                # its matches were seen before (the demo's first case: 0.2 s more)
 CASE_SLOTS = 64                 # cases in progress at once at one coordinator
 URGENT_RESERVED_SLOTS = 16      # of those, kept for the most favoured class (seed 004's guarantee)
 CLASS_SHARE = {"teaching": 0.5, "bulk": 0.25}  # most of the shared slots one class may hold
@@ -233,16 +195,12 @@ ANALYSIS_STOP_POLL_S = 0.1
 MAX_CASE_ID_CHARS = 64          # a case id, e.g. an accession number
 MAX_CELL_ID_CHARS = 128         # a test cell's id: its file name, with a folder or two
 MAX_NAME_CHARS = 64             # a request class or site name in a request
-MAX_CASE_SITES = 256            # site names one case may list
 CASE_ID_CHARACTERS = "A-Za-z0-9._:-"    # a regular-expression character class
 CELL_ID_CHARACTERS = "A-Za-z0-9._:/-"   # the same, and '/' for a folder part
 ECHO_CHARS = 16                 # how much of a refused value an error message shows
 MAX_CASE_DEADLINE_S = 3600.0    # a case's own deadline_s above this is refused
 
 # --- Case log (the coordinator's completion records; mode 0600) ---------------------------
-CASE_LOG_MAX_BYTES = 64 * 1024 * 1024   # then it is rotated to .1, .2, ...
-CASE_LOG_BACKUPS = 5                    # rotated files kept
-LOG_MESSAGE_CHARS = 4000                # a service log line's message is cut there (no runaway payloads)
 
 # --- Site vocabularies ------------------------------------------------------------------
 MAX_VOCABULARY_LABELS = 256     # labels one site vocabulary may declare

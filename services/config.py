@@ -27,6 +27,10 @@ from qos.classes import DEFAULT_CLASSES, ClassTable
 from qos.transport import TLSFiles, split_address
 from services.commands import OTLP_ENDPOINT, QUERY_DEADLINE_S
 
+STATS_WINDOW_CASES = 1000  # completion times the coordinator keeps per class for its statistics
+WORKER_RESTART_MIN_S = 0.5       # a dead worker's replacement starts after this, doubling on
+WORKER_RESTART_MAX_S = 30.0      #   each failed attempt up to this (reset once one is ready)
+
 MAX_CASE_CELLS = 64                  # cells per case (coordinator, page); more is a batch
 MAX_CASE_BYTES = 64 * 1024 * 1024    # one case's images together, at the coordinator
 COORDINATOR_ANALYSERS = 2       # Ray actors analysing each case's cells once at the coordinator
@@ -194,9 +198,9 @@ class SiteTable(_Budgeted):
     """"" starts a local Ray; "auto" or "HOST:PORT" joins one."""
     metrics: str = ""
     """HOST:PORT of the site's Prometheus endpoint; "" for none."""
-    worker_restart_min_s: float = Field(defaults.WORKER_RESTART_MIN_S, gt=0)
+    worker_restart_min_s: float = Field(WORKER_RESTART_MIN_S, gt=0)
     """Seconds before a dead worker's replacement starts; doubled after each failed attempt."""
-    worker_restart_max_s: float = Field(defaults.WORKER_RESTART_MAX_S, gt=0)
+    worker_restart_max_s: float = Field(WORKER_RESTART_MAX_S, gt=0)
     """The longest wait between attempts to replace a dead worker."""
     ray_resource: str = Field("", pattern=r"^[A-Za-z0-9_-]*$", max_length=64)
     """Ray custom resource that marks the nodes holding this site's database (e.g.
@@ -234,7 +238,7 @@ class CoordinatorTable(_Budgeted):
     """MiB per case, all images together; more is RESOURCE_EXHAUSTED."""
     default_deadline_s: float = Field(QUERY_DEADLINE_S, gt=0)
     """Seconds a case may take when the client sets no deadline."""
-    stats_window: int = Field(defaults.STATS_WINDOW_CASES, ge=1)
+    stats_window: int = Field(STATS_WINDOW_CASES, ge=1)
     """Completion times kept per class for mean/std/percentiles."""
     analysis_workers: int = Field(COORDINATOR_ANALYSERS, ge=0)
     """Ray actors that analyse each case's cells once here, so that sites of the same

@@ -24,7 +24,6 @@ import time
 
 import ray
 
-from pathmaster import defaults
 from pathmaster.budget import AnalysisPool, CellBudget, CellStopped
 from pathmaster.records import InvalidInput
 from qos.predict import RecentMedian
@@ -32,6 +31,9 @@ from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.site.analysis import PRELOAD, analyse_encoded_cell
 from services.site.cells import check_cell_size
 from services.site.dispatch import PriorityDispatcher
+from services.site.worker import RAY_OUT_OF_ORDER, RAY_TASK_EVENTS, WARM_UP_SEED
+
+ANALYSIS_READY_S = 120.0        # how long the coordinator waits for them before images-only
 
 log = logging.getLogger("pathmaster.coordinator")
 
@@ -59,7 +61,7 @@ class CellAnalyser:
         analysed (logged: a warm-up never stops the coordinator)."""
         from services.site.synthetic import synthetic_case_cells
 
-        cell = synthetic_case_cells(1, defaults.WARM_UP_SEED)[0]
+        cell = synthetic_case_cells(1, WARM_UP_SEED)[0]
         t0 = time.perf_counter()
         result = self.analyse(cell["cell_id"], cell["image"], cell["background"], cell["mask"])
         if isinstance(result, str):
@@ -102,9 +104,9 @@ class CellAnalyser:
         return result, time.perf_counter() - t0
 
 
-# its calls leave no task events in Ray's GCS (defaults.RAY_TASK_EVENTS)
-_RemoteAnalyser = ray.remote(max_restarts=-1, max_task_retries=0, enable_task_events=defaults.RAY_TASK_EVENTS,
-                             allow_out_of_order_execution=defaults.RAY_OUT_OF_ORDER)(CellAnalyser)
+# its calls leave no task events in Ray's GCS (services.site.worker.RAY_TASK_EVENTS)
+_RemoteAnalyser = ray.remote(max_restarts=-1, max_task_retries=0, enable_task_events=RAY_TASK_EVENTS,
+                             allow_out_of_order_execution=RAY_OUT_OF_ORDER)(CellAnalyser)
 
 
 class Analysers:

@@ -65,6 +65,7 @@ from qos.predict import Predictor, RecentMedian  # scipy.stats loads with the fi
 from qos.transport import ClassChannels, CopyFilter, MarkedServer
 from services.coordinator.directory import SiteDirectory
 from services.coordinator.pipeline import Case, CasePipeline, Settings
+from services.coordinator.validation import MAX_K
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
 
@@ -158,7 +159,7 @@ class TransferSite(pb_grpc.SiteServicer):
         wire = dict(context.invocation_metadata()).get(WIRE_REPLY_KEY)
         thumbnail = self.thumbnail if wire is None else self.wire_thumbnail(wire)
         sha = "" if wire is None else hashlib.sha256(thumbnail).hexdigest()  # as the real site's wire reply
-        k = min(request.k or defaults.K, defaults.MAX_K)
+        k = min(request.k or defaults.K, MAX_K)
         cells = [
             pb.CellResult(query_cell_id=cell_id, matches=[
                 pb.Match(cell_id=f"{self.name}-{j}", diagnosis="normal_superficial", distance=float(j),

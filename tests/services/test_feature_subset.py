@@ -31,7 +31,7 @@ def selecting(deployment, site_db, tmp_path_factory):
     from it. `sites` and `coordinator` as in a LoopbackDeployment."""
     from types import SimpleNamespace
 
-    from pathmaster.defaults import ANALYSIS_READY_S
+    from services.coordinator.analysis import ANALYSIS_READY_S
     from pathmaster.site import build_search_index
     from pathmaster.sitedb import SiteDB
     from services.config import CoordinatorConfig, SiteConfig, SiteEndpoint
