@@ -23,9 +23,8 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from pathmaster.defaults import MAX_MESSAGE_BYTES
 from qos.authz import RoleCheck
-from qos.channels import size_options
+from qos.channels import MAX_MESSAGE_BYTES, size_options
 from qos.classes import DEFAULT_CLASSES, ClassTable
 from qos.tls import TLSFiles
 

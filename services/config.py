@@ -23,7 +23,10 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fi
 from pathmaster import defaults
 from pathmaster.records import ConfigError
 from pathmaster.budget import CellBudget
+from qos.admission import CASE_SLOTS, CLASS_SHARE, PER_CLIENT_CASES, URGENT_RESERVED_SLOTS
+from qos.channels import RENEW_CONNECTIONS
 from qos.classes import DEFAULT_CLASSES, ClassTable
+from qos.policy import COPY_GAP_S, MAX_REQUEST_COPIES, SMALL_REQUEST_BYTES, SMALL_REQUEST_COPIES
 from qos.transport import TLSFiles, split_address
 from services.commands import OTLP_ENDPOINT, QUERY_DEADLINE_S
 
@@ -247,26 +250,26 @@ class CoordinatorTable(_Budgeted):
     """Ray CPUs reserved per analyser (0: they share the CPUs of the sites' workers)."""
     ray_address: str = ""
     """"" starts (or reuses) a local Ray for the analysers; "auto" or "HOST:PORT" joins one."""
-    case_slots: int = Field(defaults.CASE_SLOTS, ge=1)
+    case_slots: int = Field(CASE_SLOTS, ge=1)
     """Cases in progress at once; more are refused with RESOURCE_EXHAUSTED and a retry-after."""
-    urgent_reserved_slots: int = Field(defaults.URGENT_RESERVED_SLOTS, ge=0)
+    urgent_reserved_slots: int = Field(URGENT_RESERVED_SLOTS, ge=0)
     """Of `case_slots`, kept for the most favoured class; an urgent burst beyond them and its
     share of the rest is served as the next class (reclassified, not dropped)."""
-    class_share: dict[str, float] = Field(default_factory=lambda: dict(defaults.CLASS_SHARE))
+    class_share: dict[str, float] = Field(default_factory=lambda: dict(CLASS_SHARE))
     """Class -> the largest fraction (0-1] of the shared slots it may hold at once."""
-    per_client_cases: int = Field(defaults.PER_CLIENT_CASES, ge=1)
+    per_client_cases: int = Field(PER_CLIENT_CASES, ge=1)
     """Cases one client (certificate name, else address) may have in progress at once."""
-    small_request_bytes: int = Field(defaults.SMALL_REQUEST_BYTES, ge=0)
+    small_request_bytes: int = Field(SMALL_REQUEST_BYTES, ge=0)
     """A features request to a site of at most this many bytes is small: it is sent as
     `small_request_copies` copies at once."""
-    small_request_copies: int = Field(defaults.SMALL_REQUEST_COPIES, ge=1, le=defaults.MAX_REQUEST_COPIES)
+    small_request_copies: int = Field(SMALL_REQUEST_COPIES, ge=1, le=MAX_REQUEST_COPIES)
     """Copies of a small request sent at once, each over its own connection to the site
     (opened when the site is first reached); the first answer is used, the rest cancelled.
     1: one copy (no hedging by copies)."""
-    copy_gap_s: float = Field(defaults.COPY_GAP_S, ge=0.0, le=1.0)
+    copy_gap_s: float = Field(COPY_GAP_S, ge=0.0, le=1.0)
     """Seconds between one copy of a small request and the next (copy k leaves k gaps after
     the first), so that they do not meet a full queue together; 0: all at once."""
-    renew_connections: bool = defaults.RENEW_CONNECTIONS
+    renew_connections: bool = RENEW_CONNECTIONS
     """After each case, replace the connections it used to the sites by fresh ones, opened
     then and used once ready: a connection that met losses behind a full queue keeps a
     congestion window of a few segments for ever after, a new one starts at 10

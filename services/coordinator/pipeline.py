@@ -34,12 +34,11 @@ from typing import Callable, Iterator
 
 import grpc
 
-from pathmaster import defaults
 from pathmaster.ids import log_tag
 from pathmaster.records import Why
 from pathmaster.vocabulary import BETHESDA_TERMS, majority, severity_order
 from qos.classes import ClassTable, RequestClass
-from qos.policy import SitePlan, plan_site
+from qos.policy import COPY_GAP_S, SMALL_REQUEST_BYTES, SMALL_REQUEST_COPIES, SitePlan, plan_site
 from qos.predict import CaseModel, PredictionLog, Predictor
 from qos.transport import STALE_PORT_CODES
 from services import reasons
@@ -111,9 +110,9 @@ class Case:
 class Settings:
     """How requests go out: copies of a small one, and the share of the time left kept to report."""
 
-    small_request_bytes: int = defaults.SMALL_REQUEST_BYTES
-    small_request_copies: int = defaults.SMALL_REQUEST_COPIES
-    copy_gap_s: float = defaults.COPY_GAP_S
+    small_request_bytes: int = SMALL_REQUEST_BYTES
+    small_request_copies: int = SMALL_REQUEST_COPIES
+    copy_gap_s: float = COPY_GAP_S
     reserve_share: float = RESERVE_SHARE
     max_reserve_s: float = MAX_RESERVE_S
 

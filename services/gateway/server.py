@@ -42,7 +42,7 @@ Everything but the page, its static files and signing in needs a session; every 
 carries the session's CSRF token (header X-CSRF-Token) and comes from the page's origin.
 Errors are {"error": message} and, where the page shows something else, "words".
 
-What one client can hold is bounded (`limits.py`, `pathmaster/defaults.py`): the time to
+What one client can hold is bounded (`limits.py`, `upload.py`, the constants below): the time to
 send a request's head and its body, the body's size, JSON size and depth, files per case,
 idle keep-alive time and the number of connections; staged files, per user and in all
 (`staging.StagingLimits`).

@@ -5,7 +5,7 @@ A staged file is held in the gateway's memory, per user, under the SHA-256 of it
 (its id; the same file picked twice, or a background shared by several cells, is held
 once). It is dropped `ttl_s` after it was staged or last used in a case, when its user
 signs out or clears the page, and by a sweep every `sweep_s` when nobody asks. What a user
-and all users together may hold is bounded (`StagingLimits`, from pathmaster/defaults.py).
+and all users together may hold is bounded (`StagingLimits`).
 
 Only the user who staged a file can use its id: a lookup is in that user's own files, so
 another user's id, an expired one and one never staged are alike unknown. Nothing here

@@ -14,8 +14,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from PIL import Image
 
-from pathmaster import defaults
 from pathmaster.vocabulary import BUILTIN, severity
+from qos.network import GRPC_REPLY_FRAMING_BYTES, TCP_INITIAL_WINDOW_BYTES
 from services.client import CoordinatorClient
 from services.config import CoordinatorConfig, SiteEndpoint
 from services.coordinator.server import CoordinatorServer
@@ -65,7 +65,7 @@ def test_case_streams_every_site_then_summary(deployment, case, case_cells):
             thumbnail = Image.open(io.BytesIO(cell.matches[0].thumbnail))  # sized for the wire
             assert thumbnail.format == "WEBP" and max(thumbnail.size) <= 48
         # Issue 10: the answer (30 matches, their hashes and thumbnails) is one initial congestion window.
-        assert result.bytes_received <= defaults.TCP_INITIAL_WINDOW_BYTES - defaults.GRPC_REPLY_FRAMING_BYTES
+        assert result.bytes_received <= TCP_INITIAL_WINDOW_BYTES - GRPC_REPLY_FRAMING_BYTES
         # Every site shares the coordinator's feature schema: the cells were analysed once,
         # at the coordinator, and only their feature vectors travelled.
         # ...in the class the plan chose for the site: urgent, or a lower class when the

@@ -14,10 +14,9 @@ from concurrent import futures
 import grpc
 import pytest
 
-from pathmaster import defaults
 from pathmaster.records import ConfigError
 from qos.classes import DEFAULT_CLASSES
-from qos.policy import SitePlan, plan_site
+from qos.policy import MAX_REQUEST_COPIES, SMALL_REQUEST_COPIES, SitePlan, plan_site
 from qos.transport import ClassChannels
 from services.coordinator.fanout import FanOut, as_sent
 from services.experiment.workload import TransferSite, make_features
@@ -40,11 +39,11 @@ def predict_none(_cls, _mode):
 def test_a_small_features_request_is_planned_as_copies_and_says_why():
     plan = plan_site("a", requested="routine", entitled=CLASSES, deadline_s=10, predict=predict_none,
                      schema_matches=True, mode_bytes={"features": 5_600, "images": 890_000})
-    assert plan.mode == "features" and plan.copies == defaults.SMALL_REQUEST_COPIES > 1
+    assert plan.mode == "features" and plan.copies == SMALL_REQUEST_COPIES > 1
     why = next(w for w in plan.why if w.code.startswith("small_request_copies"))
-    assert why.params["copies"] == defaults.SMALL_REQUEST_COPIES
+    assert why.params["copies"] == SMALL_REQUEST_COPIES
     reason = words(why)
-    assert f"{defaults.SMALL_REQUEST_COPIES} copies" in reason and "5.6 kB" in reason and "cancelled" in reason
+    assert f"{SMALL_REQUEST_COPIES} copies" in reason and "5.6 kB" in reason and "cancelled" in reason
 
 
 @pytest.mark.parametrize("schema_matches, features_bytes, copies_asked", [
@@ -67,7 +66,7 @@ def test_without_request_sizes_a_plan_is_one_copy():
     assert plan.copies == 1
 
 
-@pytest.mark.parametrize("value", [0, defaults.MAX_REQUEST_COPIES + 1])
+@pytest.mark.parametrize("value", [0, MAX_REQUEST_COPIES + 1])
 def test_the_coordinator_config_bounds_the_copies(tmp_path, value):
     from services.config import load_coordinator_config
 
@@ -301,7 +300,7 @@ def test_the_coordinator_sends_a_features_case_as_copies_and_explains_it(deploym
     plan = next(e.plan for e in events if e.HasField("plan"))
     results = {e.site_result.site: e.site_result for e in events if e.HasField("site_result")}
     single = {e.site_result.site: e.site_result for e in images if e.HasField("site_result")}
-    copies = defaults.SMALL_REQUEST_COPIES
+    copies = SMALL_REQUEST_COPIES
     for site_plan in plan.sites:
         assert site_plan.mode == "features"
         assert any(f"sent as {copies} copies" in r for r in site_plan.reasons), site_plan.reasons
@@ -310,7 +309,6 @@ def test_the_coordinator_sends_a_features_case_as_copies_and_explains_it(deploym
         assert any(d.startswith("answered by the ") for d in result.decisions), result.decisions
         assert [m.cell_id for c in result.cells for m in c.matches] == \
             [m.cell_id for c in single[site].cells for m in c.matches]
-
 
 
 @pytest.mark.parametrize("ship", ["features", "images"])
