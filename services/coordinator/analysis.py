@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 import time
 
 import ray
@@ -130,8 +129,6 @@ class Analysers:
         # Wall seconds of one round (every actor analysing one cell) as a whole case saw it:
         # the actors' service, Ray's calls and the hand-offs; what `estimate_s` scales.
         self.seconds_per_round = RecentMedian()
-        self._pending = 0                       # cells sent to the actors and not answered
-        self._lock = threading.Lock()
 
     def wait_ready(self, timeout_s: float) -> str:
         """Wait until every actor has loaded; returns the feature schema (raises on failure)."""
@@ -141,23 +138,22 @@ class Analysers:
         self.schema = schemas.pop()
         return self.schema
 
-    def rounds(self, cells: int, pending: int) -> int:
-        """Rounds of one cell per actor that `cells` new cells take behind `pending` ones."""
-        return math.ceil((pending + cells) / max(1, len(self.actors)))
+    def rounds(self, cells: int, ahead: int) -> int:
+        """Rounds of one cell per actor that `cells` new cells take behind `ahead` ones."""
+        return math.ceil((ahead + cells) / max(1, len(self.actors)))
 
-    def estimate_s(self, cells: int) -> float | None:
-        """Predicted seconds to analyse `cells` more cells now: the cells already waiting
-        or running and these, served a cell per actor at a time, at the recent median
-        wall time of a round as cases saw it (before any case was timed: of one cell's
-        service); None before the first cell was analysed."""
+    def estimate_s(self, cells: int, priority: int = 0) -> float | None:
+        """Predicted seconds to analyse `cells` more cells of `priority` now: the cells
+        ahead of them (waiting at the same or a more favoured priority, or running) and
+        these, served a cell per actor at a time, at the recent median wall time of a round
+        as cases saw it (before any case was timed: of one cell's service); None before the
+        first cell was analysed."""
         per_round = self.seconds_per_round.value()
         if per_round is None:
             per_round = self.seconds_per_cell.value()
         if per_round is None:
             return None
-        with self._lock:
-            pending = self._pending
-        return per_round * self.rounds(cells, pending)
+        return per_round * self.rounds(cells, self.dispatcher.ahead(priority))
 
     def analyse(self, cells: list[pb.CellImage], timeout_s: float, priority: int = 0) -> list[pb.CellFeatures | str]:
         """Each cell's CellFeatures, or the error text for a cell that cannot be analysed,
@@ -166,11 +162,9 @@ class Analysers:
         passes, and an actor's error as it is."""
         deadline = time.time() + timeout_s
         started = time.monotonic()
+        rounds = self.rounds(len(cells), self.dispatcher.ahead(priority))
         jobs = [self.dispatcher.submit(priority, (c.cell_id, c.image, c.background, c.mask, deadline),
                                        method="analyse_timed") for c in cells]
-        with self._lock:
-            rounds = self.rounds(len(jobs), self._pending)
-            self._pending += len(jobs)
         try:
             for job in jobs:
                 if not job.done.wait(max(0.0, started + timeout_s - time.monotonic())):
@@ -182,9 +176,6 @@ class Analysers:
             for job in jobs:
                 self.dispatcher.cancel(job)
             raise
-        finally:
-            with self._lock:
-                self._pending -= len(jobs)
         for _, seconds in timed:
             self.seconds_per_cell.add(seconds)
         self.seconds_per_round.add((time.monotonic() - started) / rounds)

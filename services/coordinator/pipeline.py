@@ -164,7 +164,7 @@ class CasePipeline:
         Each site call's prediction, fed by every answer.
     analysers : object, optional
         ``analyse(cells, timeout_s, priority) -> [CellFeatures | str]`` (the most favoured
-        class's cells first: priority 0) and ``estimate_s(cells)``;
+        class's cells first: priority 0) and ``estimate_s(cells, priority)``;
         set later (`analysers`, `schema`) when they become ready. None: images only.
     schema : str
         The analysers' feature schema ("": none ready; every site gets the images).
@@ -275,7 +275,7 @@ class CasePipeline:
                     bool(case.features) and site_schema == case.feature_schema),
                 predict=predict, mode_bytes=mode_bytes, small_request_bytes=self.settings.small_request_bytes,
                 small_request_copies=self.settings.small_request_copies, copy_gap_s=self.settings.copy_gap_s)
-        analysis_s = self._analysis_estimate(cells) if any(
+        analysis_s = self._analysis_estimate(cells, served.priority) if any(
             p.mode == "features" for p in plans.values()) and not case.features else 0.0
         # The recent median of like cases, else the modelled case calibrated (qos.predict.CaseModel).
         predicted, modelled = self.case_model.predict([p.mode for p in plans.values()], cells, analysis_s,
@@ -294,9 +294,9 @@ class CasePipeline:
                                       case_id=case.case_id, request_class=case.served.name, k=case.k,
                                       feature_schema=case.feature_schema or schema)
 
-    def _analysis_estimate(self, cells: int) -> float:
-        """Predicted seconds of the analysis here of `cells` cells (0 before any)."""
-        return (self.analysers.estimate_s(cells) if self.analysers else None) or 0.0
+    def _analysis_estimate(self, cells: int, priority: int) -> float:
+        """Predicted seconds of the analysis here of `cells` cells of `priority` (0 before any)."""
+        return (self.analysers.estimate_s(cells, priority) if self.analysers else None) or 0.0
 
     @staticmethod
     def plan_message(case: Case, planned: Planned) -> pb.CasePlan:

@@ -217,8 +217,9 @@ class WaitingAnalysers:
         self.per_cell_wall_s = RecentMedian()  # the wait, per pipelined cell
         self.waiting, self.seed, self.last_s = True, 0, 0.0
 
-    def estimate_s(self, cells: int) -> float:
-        """Seconds of the analysis of `cells` cells, learnt from the last ones (0 before any)."""
+    def estimate_s(self, cells: int, priority: int = 0) -> float:
+        """Seconds of the analysis of `cells` cells, learnt from the last ones (0 before any);
+        a wait of the study's analysis time, whatever the case's `priority`."""
         return (self.per_cell_wall_s.value() or 0.0) * pipelined_analysis_s(cells, 1.0, self.nodes)
 
     def analyse(self, cells: list[pb.CellImage], timeout_s: float, priority: int = 0) -> list[pb.CellFeatures]:
