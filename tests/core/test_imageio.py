@@ -176,8 +176,8 @@ def test_encode_png_is_deterministic_and_lossless(rgb):
 
 def test_a_wire_thumbnail_is_a_small_webp_as_faithful_as_the_jpeg_of_before():
     """A match's inline thumbnail: WebP, at most WIRE_THUMBNAIL_PX a side, well under half the
-    bytes of the 48 px JPEG of before, within 1.5 dB PSNR of it (issue 10: 30 of them and their
-    ids fit in one initial congestion window)."""
+    bytes of the 48 px JPEG of before, within 1.5 dB PSNR of it (30 of them and their ids fit
+    in one initial congestion window)."""
     from services.site.worker import WIRE_THUMBNAIL_FORMAT, WIRE_THUMBNAIL_PX, WIRE_THUMBNAIL_QUALITY
     from pathmaster.imageio import wire_thumbnail
     from pathmaster.ingest import thumbnail

@@ -1,4 +1,4 @@
-"""The adaptive strategy (issue 10, item 7): the product's policy drives the testbed's case.
+"""The adaptive strategy: the product's policy drives the testbed's case.
 
 An experiment file declares it per strategy (`adaptive = {...}`, checked like every table);
 the transfer workload's master then plans each site with `qos.policy.plan_site` (features
@@ -106,7 +106,7 @@ def test_the_master_runs_the_policy_and_predicts_every_case(loopback_sites):
 
 
 def test_a_six_cell_features_reply_fits_one_initial_window(loopback_sites):
-    """Issue 10: a site's answer to a 6-cell features case (30 matches with their ids, content
+    """A site's answer to a 6-cell features case (30 matches with their ids, content
     hashes and wire thumbnails) is one initial congestion window; with the 1000 B thumbnails
     of before, a strategy's `thumbnail_bytes`, it is not (the site sends what the strategy asks)."""
     from services.experiment.workload import Master, make_cells
@@ -308,7 +308,7 @@ def test_a_site_that_advertises_its_selection_gets_the_coordinators_subset_reque
 
 
 def test_features_mode_charges_the_coordinators_analysis_once_before_the_fan_out():
-    """Issue 11, item 8: on the study's workload a site analyses the images it gets (a wait
+    """On the study's workload a site analyses the images it gets (a wait
     of `analysis_s` an image, pipelined over its nodes); a site sent features only searches,
     because the coordinator analysed each cell once, on the master's own nodes, before any
     features left. So a features case cannot finish before that analysis, it is charged once

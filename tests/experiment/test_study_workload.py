@@ -1,4 +1,4 @@
-"""The study's workload as experiment-file options (issue 11, item 3): the analysis time per
+"""The study's workload as experiment-file options: the analysis time per
 image pipelined over a site's nodes, and wget-like 20 MB fetches as the competing traffic."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A strategy's `rto_min_ms`: the end hosts' minimum TCP retransmission timeout (issue 10)."""
+"""A strategy's `rto_min_ms`: the end hosts' minimum TCP retransmission timeout."""
 
 from __future__ import annotations
 

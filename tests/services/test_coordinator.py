@@ -64,7 +64,7 @@ def test_case_streams_every_site_then_summary(deployment, case, case_cells):
             assert distances == sorted(distances)
             thumbnail = Image.open(io.BytesIO(cell.matches[0].thumbnail))  # sized for the wire
             assert thumbnail.format == "WEBP" and max(thumbnail.size) <= 48
-        # Issue 10: the answer (30 matches, their hashes and thumbnails) is one initial congestion window.
+        # The answer (30 matches, their hashes and thumbnails) is one initial congestion window.
         assert result.bytes_received <= TCP_INITIAL_WINDOW_BYTES - GRPC_REPLY_FRAMING_BYTES
         # Every site shares the coordinator's feature schema: the cells were analysed once,
         # at the coordinator, and only their feature vectors travelled.

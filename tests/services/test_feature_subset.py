@@ -1,4 +1,4 @@
-"""Features mode sends each site only the values it compares (issue 10): a site whose
+"""Features mode sends each site only the values it compares: a site whose
 distance reads a selection of the features (forward selection, at most
 defaults.MAX_SELECTED_FEATURES) advertises it in its Info, the coordinator sends it those
 values alone, and the matches are those of image mode and of the full vector."""

@@ -1,4 +1,4 @@
-"""Small site requests travel as copies over separate connections (issue 10, "predictable
+"""Small site requests travel as copies over separate connections ("predictable
 completion"): the policy decides and says why, the copies go over distinct TCP connections
 ("lanes"), the first answer wins, the other copies are cancelled, and the answer is the one a
 single copy gets. On loopback with real gRPC servers; a site that holds one copy until it is
