@@ -61,11 +61,11 @@ import numpy as np
 from pathmaster import defaults
 from qos.channels import RENEW_CONNECTIONS
 from qos.classes import ClassTable
-from qos.experiment.spec import pipelined_analysis_s
-from qos.experiment.spec import MAX_WIRE_THUMBNAIL_BYTES, SITE_NODES, WIRE_THUMBNAIL_BYTES
+from qos.experiment.spec import MAX_WIRE_THUMBNAIL_BYTES, SITE_NODES, WIRE_THUMBNAIL_BYTES, pipelined_analysis_s
 from qos.policy import COPY_GAP_S, SMALL_REQUEST_COPIES
 from qos.predict import Predictor, RecentMedian  # scipy.stats loads with the first Predictor
 from qos.transport import ClassChannels, CopyFilter, MarkedServer
+from services import reasons
 from services.coordinator.directory import SiteDirectory
 from services.coordinator.pipeline import Case, CasePipeline, Settings
 from services.coordinator.validation import MAX_K
@@ -388,7 +388,7 @@ class Master:
                  "prior_s": analysis_s if result.mode == "features" else 0.0,
                  "request_class": result.request_class, "predicted_s": plan.predicted_s,
                  "hedge_after_s": plan.hedge_after_s, "copies": len(run.attempts),
-                 "decisions": list(result.decisions)}
+                 "decisions": list(result.decisions), "why": reasons.as_json(result.why)}
         if reply is None:
             return entry | {"error": outcome.message, "bytes_down": 0}
         wall = reply.timing.site_wall_s

@@ -73,8 +73,8 @@ from services.gateway.audit import AuditLog
 from services.gateway.commands import CASE_DEADLINE_S
 from services.gateway.errors import HttpError, error_response
 from services.gateway.facade import Gateway
-from services.gateway.limits import BodyLimits, with_head_timeout
-from services.gateway.limits import GATEWAY_BODY_TIMEOUT_S, GATEWAY_HEAD_TIMEOUT_S, MAX_REQUEST_BYTES
+from services.gateway.limits import (GATEWAY_BODY_TIMEOUT_S, GATEWAY_HEAD_TIMEOUT_S, MAX_REQUEST_BYTES, BodyLimits,
+                                     with_head_timeout)
 from services.gateway.routes_case import case_router
 from services.gateway.routes_page import page_router
 from services.gateway.routes_session import SESSION_COOKIE, session_router

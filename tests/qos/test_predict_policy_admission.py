@@ -8,7 +8,7 @@ import pytest
 from qos.admission import Admission, Refused
 from qos.policy import plan_site
 from qos.predict import RECENT_CALLS, PathModel, PredictionLog, RecentMedian, SiteLoad, SiteModel
-from services.reasons import codes, decisions
+from services.reasons import codes
 
 CLASSES = ["urgent", "routine", "teaching", "bulk"]
 
@@ -229,7 +229,6 @@ def test_features_go_where_the_schema_matches_and_images_elsewhere():
                       schema_matches=False, ship="features")
     assert same.mode == "features" and other.mode == "images"
     assert codes(other.why)[0] == "images_other_schema_asked_features"
-    assert "another feature schema" in " ".join(decisions(other.why))
 
 
 def test_urgent_steps_down_when_routine_meets_the_deadline_with_room_and_hedges_back_up():
@@ -240,7 +239,6 @@ def test_urgent_steps_down_when_routine_meets_the_deadline_with_room_and_hedges_
     assert plan.hedge_class == "urgent"
     assert plan.hedge_after_s == pytest.approx(0.6 + 0.3)
     assert "class_stepped_down_within_deadline" in codes(plan.why)
-    assert any("stepped down" in r for r in decisions(plan.why))
 
 
 def test_urgent_stays_when_routine_would_use_most_of_the_deadline():
