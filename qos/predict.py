@@ -1,55 +1,27 @@
-"""Predict how long a site will take for a case, before the case is sent.
+"""Predict how long a site will take for a case, and the case as a whole, before it is sent.
 
-A site's completion time, as the coordinator sees it, is the transfer of the request and
-the reply over the path, plus the site's own work (waiting for a worker, then analysing
-and searching)::
+A site's call is modelled as its path plus its own work::
 
     predicted_s = base_s + (bytes_up + bytes_down) / rate_Bps + site_s
 
-- `base_s` and `rate_Bps` describe the path for one request class (round trips, and the
-  throughput the class gets). They are fitted *passively*, from the coordinator's own
-  transfers: every answered call gives (bytes each way, transfer seconds = wall time at
-  the coordinator less the site's own wall time). Both are robust, recent medians (a
-  Theil-Sen rate over the last `RECENT_SLOPE_CALLS` calls, the median of what it leaves
-  over the last `RECENT_CALLS`), so the estimate follows competing traffic as it comes
-  and goes and one stalled call does not move it. The coordinator's own cases in flight
-  share the path (and, on one machine, its processor): a prediction uses the calls made
-  under about as many cases in flight as now (`PathModel.fit`); a burst of clients does not
-  make the next lone case look slow. While every case has the same size the
-  slope cannot be told from the intercept; the model then keeps its prior rate and puts
-  the rest in `base_s` (or, when the calls were faster than the prior rate allows, takes
-  their rate), which still predicts cases of that size well.
-- `site_s` comes from what the site reports: the seconds of work queued ahead, how many
-  workers serve them, and its recent seconds per cell (per shipping mode: analysing an
-  image costs far more than searching a feature vector), plus the per-call overhead the
-  coordinator measures (see `SiteModel`).
+- `base_s` and `rate_Bps` (per request class) are fitted passively from the coordinator's
+  own calls, as robust recent medians (a Theil-Sen rate, `PathModel`), among calls made
+  with about as many cases in flight as now: the estimate follows competing traffic, and
+  one stalled call or a burst of clients does not move it. Cases all of one size cannot
+  separate rate from latency; the prior rate is kept and the rest goes to `base_s`.
+- `site_s` is what the site reports (work queued ahead, workers, seconds per cell by
+  shipping mode) plus the per-call overhead measured here (`SiteModel`).
 
-- A whole case (the coordinator's analysis, then its slowest site) is predicted by the
-  recent median of like cases' actual times (`RecentLevel`): every part's spread adds up in
-  the sum of modelled parts, and the parts' medians do not add up to the median of the
-  whole. Until 3 like cases are known, the sum is used, scaled by `Calibration` (the recent
-  median ratio of actual to modelled). `CaseModel` does this for the coordinator and the
-  testbed's workload alike.
-- A site's call is predicted the same way, from the recent median of its calls in the same
-  mode that the model rated alike (`SiteModel.predict`: their modelled seconds within
-  SIMILAR_MODELLED of this call's, under about the same concurrency), plus the queue the site
-  reports now; the sum of the parts until 3 such calls are known. "Alike by the model" keeps
-  what the sum is for: a call of other bytes or cells, on a path that got slower, or at a
-  site whose report says its service time changed, is modelled differently and so falls
-  back to the sum at once. (A calibrated sum, ratio or offset, did worse than the plain sum:
-  the noise of the parts and of the correction add up; benchmarks/bench_predictable.py.)
-
-- A fresh process's first call is cold (lazy imports, FAISS's first search, thumbnails
-  not yet made, a channel's set-up): sites and the coordinator's analysers serve a
-  synthetic cell before they say they are ready (services/site/worker.py,
-  services/coordinator/analysis.py), and what is learnt from calls holds the first one
-  apart once a second is known (`RecentMedian`, `PathModel`).
-
-No library fits the model as a whole: it is a robust line over a short window (scipy's
-Theil-Sen slope, numpy medians) and recent medians of what the sites say.
-
-`PredictionLog` keeps predicted-vs-actual pairs and reports the median absolute
-percentage error, which the case log, the summary and the benchmarks show.
+The modelled parts' spreads add up and their medians do not sum to the whole's, so a call,
+and a whole case (`CaseModel`: the coordinator's analysis, then its slowest site), is
+predicted by the recent median of like ones (`RecentLevel`; "like": modelled alike, under
+about the same concurrency), and until 3 are known by the modelled sum (a case's scaled by
+`Calibration`, the recent ratio of actual to modelled). A call the model rates differently
+(other bytes, a slower path, a site that reports a changed service time) falls back to the
+sum at once. A fresh process's first call is cold, so it is held apart once a second is
+known (`RecentMedian`). No library fits this model as a whole (scipy's Theil-Sen slope and
+numpy medians do the parts); `PredictionLog` reports the median absolute percentage error
+of predicted against actual.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Sites whose index was built with the coordinator's feature schema then receive f
 vectors (about 1 KB per cell) instead of image, background and mask (about 150 KB per
 cell), and only search; each still normalises and selects features with its own
 statistics, so its matches are the ones it would find from the images. Sites with another
-schema, or their own algorithm, get the images as before.
+schema, or their own algorithm, get the images.
 
 `CellAnalyser` is a Ray actor (a plain class, so tests can run it in-process): decode the
 cell's parts, segment it and estimate its slide when they were not sent, extract features,
