@@ -20,6 +20,7 @@ from services.client import CoordinatorClient
 from services.config import CoordinatorConfig, SiteEndpoint
 from services.coordinator.server import CoordinatorServer
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
+from services.reasons import codes
 
 OK = 0
 UNAVAILABLE = grpc.StatusCode.UNAVAILABLE.value[0]
@@ -71,7 +72,8 @@ def test_case_streams_every_site_then_summary(deployment, case, case_cells):
         # ...in the class the plan chose for the site: urgent, or a lower class when the
         # prediction said it would still meet urgent's deadline (qos.policy's step-down).
         assert result.mode == "features" and result.request_class == planned[site].request_class
-        assert planned[site].request_class == "urgent" or any("step" in r for r in planned[site].reasons)
+        assert planned[site].request_class == "urgent" or \
+            "class_stepped_down_within_deadline" in codes(planned[site].why)
         t = result.timing
         assert t.extraction_s == 0 and 0 < t.site_wall_s <= t.total_s
         assert 0 < result.bytes_sent < sum(len(c.image) for c in case) / 10 and result.bytes_received > 0
