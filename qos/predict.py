@@ -483,8 +483,9 @@ class Predictor:
 class CaseModel:
     """A whole case's predicted time, as the coordinator makes it before sending it.
 
-    The recent median of like cases' actual times (`RecentLevel`: the same modes, e.g.
-    "features", and number of cells, under about as many cases in flight) once 3 are known;
+    The recent median of like cases' actual times (`RecentLevel`: the same request class,
+    modes, e.g. "features", and number of cells, under about as many cases in flight) once 3
+    are known: under load an urgent case overtakes bulk ones, so their times say nothing of its;
     until then the modelled case, its coordinator's analysis then its slowest site's
     prediction, scaled by the recent ratio of actual to modelled (`Calibration`). The
     coordinator and the testbed's workload (services/experiment/workload.py) both predict
@@ -501,8 +502,8 @@ class CaseModel:
         """The kind of a case whose sites are sent `modes`, e.g. "features+images"."""
         return "+".join(sorted(set(modes)))
 
-    def predict(self, modes, cells: int, analysis_s: float, site_predictions, sharing: int = 1
-                ) -> tuple[float | None, float | None]:
+    def predict(self, modes, cells: int, analysis_s: float, site_predictions, sharing: int = 1,
+                request_class: str = "") -> tuple[float | None, float | None]:
         """The case's predicted seconds and its modelled seconds (each None when unknown).
 
         Parameters
@@ -517,10 +518,12 @@ class CaseModel:
             Each site's predicted seconds (`Predictor.predict`).
         sharing : int
             The coordinator's cases in flight now, this one included.
+        request_class : str
+            The class the case is served in.
         """
         predictions = list(site_predictions)
         modelled = analysis_s + max(predictions) if predictions and None not in predictions else None
-        kind = self.kind(modes)
+        kind = f"{request_class}/{self.kind(modes)}"
         with self._lock:
             predicted = self.levels.value(f"{kind}/{cells}", sharing)
             if predicted is None and modelled is not None:
@@ -528,13 +531,14 @@ class CaseModel:
         return predicted, modelled
 
     def observe(self, modes, sent_modes, cells: int, total_s: float, modelled_s: float | None,
-                sharing: int = 1) -> None:
-        """One case answered by every site: its actual seconds, against the modelled seconds
-        `predict` gave it; learnt only when the sites were sent what was planned (`sent_modes`
-        of the same kind as `modes`: a site that fell back to images makes another kind)."""
-        kind = self.kind(modes)
-        if self.kind(sent_modes) != kind:
+                sharing: int = 1, request_class: str = "") -> None:
+        """One case of `request_class` answered by every site: its actual seconds, against the
+        modelled seconds `predict` gave it; learnt only when the sites were sent what was
+        planned (`sent_modes` of the same kind as `modes`: a site that fell back to images
+        makes another kind)."""
+        if self.kind(sent_modes) != self.kind(modes):
             return
+        kind = f"{request_class}/{self.kind(modes)}"
         with self._lock:
             self.calibration.add(kind, total_s, modelled_s, sharing)
             self.levels.add(f"{kind}/{cells}", total_s, sharing)

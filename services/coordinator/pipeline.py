@@ -279,7 +279,8 @@ class CasePipeline:
             p.mode == "features" for p in plans.values()) and not case.features else 0.0
         # The recent median of like cases, else the modelled case calibrated (qos.predict.CaseModel).
         predicted, modelled = self.case_model.predict([p.mode for p in plans.values()], cells, analysis_s,
-                                                      [p.predicted_s for p in plans.values()], sharing)
+                                                      [p.predicted_s for p in plans.values()], sharing,
+                                                      served.name)
         # Case ids may be accession numbers: INFO names a case by its keyed tag only.
         log.debug("case %s is %s", log_tag(case.case_id), case.case_id)
         log.info("case %s (%s as %s): %d cells to %s, deadline %.1f s, predicted %s", log_tag(case.case_id),
@@ -450,7 +451,7 @@ class CasePipeline:
             error = self.predictions.add(planned.predicted_s, total_s)
             if all(r.status_code == 0 for r in results):
                 self.case_model.observe(planned.modes, [r.mode for r in results], len(case.cell_ids), total_s,
-                                        planned.modelled_s, planned.sharing)
+                                        planned.modelled_s, planned.sharing, case.served.name)
         if self.metrics is not None:
             self.metrics.case(case.asked.name, outcome, total_s)
         if self.case_log is not None:

@@ -406,6 +406,20 @@ def test_a_case_is_predicted_by_like_cases_once_three_are_known_else_by_its_slow
     assert cases.predict(["features"] * 3, 12, 0.05, [0.10, 0.20, 0.15])[0] == pytest.approx(0.25 * 1.6)
 
 
+def test_a_case_is_predicted_from_like_cases_of_its_own_class():
+    """Under load an urgent case overtakes the bulk ones: their times are not its."""
+    from qos.predict import CaseModel
+
+    cases, planned = CaseModel(), ["features"] * 3
+    for urgent_s, bulk_s in ((0.4, 20.0), (0.5, 22.0), (0.6, 24.0)):
+        cases.observe(planned, planned, 1, total_s=urgent_s, modelled_s=0.5, request_class="urgent")
+        cases.observe(planned, planned, 1, total_s=bulk_s, modelled_s=0.5, request_class="bulk")
+    assert cases.predict(planned, 1, 0.05, [0.45], request_class="urgent")[0] == pytest.approx(0.5)
+    assert cases.predict(planned, 1, 0.05, [0.45], request_class="bulk")[0] == pytest.approx(22.0)
+    # A class with no case yet: its modelled time, calibrated by its own cases only (none: 1).
+    assert cases.predict(planned, 1, 0.05, [0.45], request_class="routine")[0] == pytest.approx(0.5)
+
+
 def test_a_call_is_predicted_with_the_reply_bytes_the_site_has_been_sending():
     from qos.predict import Predictor
 
