@@ -377,13 +377,22 @@ class SiteIndex:
 
     def similarity_note(self) -> str:
         """What the site compares and why, in a line (its cross-validation's choice, or why
-        it could not learn)."""
+        it could not learn), then which abnormality score it chose and how it ranked its
+        held-out cells, and whether the training guard cut the network's epochs."""
         report = self.learnt.report or {}
         if "reason" in report:
-            return f"features alone: {report['reason']}"
-        chosen = report.get("candidates", {}).get(f"{self.learnt.mode}:{float(self.learnt.embedding_weight)}", {})
-        return (f"{self.learnt.mode} chosen by the site's {report.get('folds', '?')}-fold cross-validation"
-                f"{' (grouped by slide image)' if report.get('grouped') else ''}: top-1 {chosen.get('top1', 0):.3f}")
+            note = f"features alone: {report['reason']}"
+        else:
+            chosen = report.get("candidates", {}).get(f"{self.learnt.mode}:{float(self.learnt.embedding_weight)}", {})
+            note = (f"{self.learnt.mode} chosen by the site's {report.get('folds', '?')}-fold cross-validation"
+                    f"{' (grouped by slide image)' if report.get('grouped') else ''}: top-1 {chosen.get('top1', 0):.3f}")
+        point = (report.get("scores") or {}).get(self.learnt.score)
+        if point:
+            note += f"; abnormality by {self.learnt.score} (held-out ROC AUC {point['auc']:.3f})"
+        final = report.get("final") or {}
+        if final.get("cut_by_time"):
+            note += f"; training cut to {final['epochs']} of {final['planned_epochs']} epochs by its time guard"
+        return note
 
     def diagnoses(self) -> list[str]:
         """The distinct diagnoses in the database, in the vocabulary's order (others last)."""

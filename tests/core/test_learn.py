@@ -56,6 +56,16 @@ def test_weights_round_trip_by_content_hash_and_junk_is_refused(tmp_path):
         emb.Embedder.from_bytes(b"PK\x03\x04 not an npz")
 
 
+def test_the_same_cells_learn_the_same_network_and_a_cut_plan_is_reported():
+    patches, labels = random_patches(64, seed=7), ["a", "b"] * 32
+    first, report = learn.train_embedder(patches, labels, {"b"}, seconds=600, max_epochs=2, min_epochs=1)
+    again, _ = learn.train_embedder(patches, labels, {"b"}, seconds=600, max_epochs=2, min_epochs=1)
+    assert report["epochs"] == report["planned_epochs"] == 2 and not report["cut_by_time"]
+    assert first.sha256 == again.sha256
+    _, cut = learn.train_embedder(patches, labels, {"b"}, seconds=0, max_epochs=4, min_epochs=1)
+    assert cut["planned_epochs"] == 4 and cut["epochs"] < 4 and cut["cut_by_time"]
+
+
 def test_training_lowers_the_loss_on_separable_patches():
     patches = np.concatenate([np.full((32, emb.PATCH_PX, emb.PATCH_PX, 3), 60, np.uint8),
                               np.full((32, emb.PATCH_PX, emb.PATCH_PX, 3), 220, np.uint8)])
