@@ -271,14 +271,23 @@ class SiteLoad:
     waiting_cells: cells queued at the site and not started; workers: cells it analyses at
     once; seconds_per_cell: its recent service time per cell, by shipping mode (a worker's
     wall time, dispatch to result); waiting_s: seconds of work ahead of a new cell (queued
-    and running cells over the workers); at: when the report came (time.monotonic()).
+    and running cells over the workers); waiting_s_by_class: the same for a new cell of each
+    request class, which the site's priority dispatch starts before less favoured queued
+    cells (None or a class left out: waiting_s); at: when the report came (time.monotonic()).
     """
 
     waiting_cells: int = 0
     workers: int = 1
     seconds_per_cell: dict | None = None
     waiting_s: float = 0.0
+    waiting_s_by_class: dict | None = None
     at: float = field(default_factory=time.monotonic)
+
+    def ahead_s(self, request_class: str | None = None) -> float:
+        """Seconds of work reported ahead of a new cell of `request_class` (None: of any)."""
+        if request_class is None or not self.waiting_s_by_class:
+            return self.waiting_s
+        return self.waiting_s_by_class.get(request_class, self.waiting_s)
 
 
 class SiteModel:
@@ -287,8 +296,9 @@ class SiteModel:
 
         site_s = queue_s + overhead_s + seconds_per_cell * rounds
 
-    - `queue_s`: the work the site last reported ahead of a new cell (`waiting_s`), less
-      the time since that report (the queue drains meanwhile; never below 0);
+    - `queue_s`: the work the site last reported ahead of a new cell of the call's class
+      (`SiteLoad.ahead_s`), less the time since that report (the queue drains meanwhile;
+      never below 0);
     - `seconds_per_cell`: the site's reported service time per cell in that mode;
     - `rounds`: how many cells one worker does in turn: all of them in features mode (the
       site searches a request's vectors in one job), ceil(cells / workers) for images;
@@ -375,23 +385,24 @@ class SiteModel:
             modelled = self.modelled_s(request_class, mode, nbytes, cells, sharing)
         self.levels.add(mode, transfer_s + site_wall_s - max(0.0, queue_s), sharing, like=modelled)
 
-    def queue_s(self) -> float:
-        """Seconds of work ahead of a new cell now, from the latest report."""
-        return max(0.0, self.load.waiting_s - (self.clock() - self.load.at))
+    def queue_s(self, request_class: str | None = None) -> float:
+        """Seconds of work ahead of a new cell of `request_class` (None: of any) now, from
+        the latest report."""
+        return max(0.0, self.load.ahead_s(request_class) - (self.clock() - self.load.at))
 
-    def site_parts(self, mode: str, cells: int) -> dict[str, float] | None:
-        """{"queue_s", "overhead_s", "service_s"} of a call of `cells` cells (seconds), or
-        None before the site has answered in this mode."""
+    def site_parts(self, mode: str, cells: int, request_class: str | None = None) -> dict[str, float] | None:
+        """{"queue_s", "overhead_s", "service_s"} of a call of `cells` cells in
+        `request_class` (seconds), or None before the site has answered in this mode."""
         per_cell = self.per_cell_s.get(mode)
         if per_cell is None:
             return None
         overhead = self.overhead_s[mode].value() if mode in self.overhead_s else None
-        return {"queue_s": self.queue_s(), "overhead_s": max(0.0, overhead or 0.0),
+        return {"queue_s": self.queue_s(request_class), "overhead_s": max(0.0, overhead or 0.0),
                 "service_s": per_cell * self.rounds(mode, cells)}
 
-    def site_s(self, mode: str, cells: int) -> float | None:
+    def site_s(self, mode: str, cells: int, request_class: str | None = None) -> float | None:
         """Predicted seconds of site work for `cells` new cells (queue ahead included)."""
-        parts = self.site_parts(mode, cells)
+        parts = self.site_parts(mode, cells, request_class)
         return None if parts is None else sum(parts.values())
 
     def modelled_s(self, request_class: str, mode: str, nbytes: int, cells: int, sharing: int = 1) -> float | None:
@@ -415,7 +426,7 @@ class SiteModel:
         if modelled is None:
             return None
         level = self.levels.value(mode, max(1, sharing), like=modelled)
-        return self.queue_s() + (modelled if level is None else level)
+        return self.queue_s(request_class) + (modelled if level is None else level)
 
 
 class Predictor:

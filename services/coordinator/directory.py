@@ -35,9 +35,11 @@ REFRESH_TIMEOUT_S = 30.0  # background look-up after a failure
 
 
 def site_load(load: pb.SiteLoad) -> SiteLoad:
-    """A site's reported load as the predictor's SiteLoad."""
+    """A site's reported load as the predictor's SiteLoad (a site that reports no work
+    ahead by class has its one total stand for every class)."""
     return SiteLoad(waiting_cells=load.waiting_cells, workers=max(1, load.workers),
-                    seconds_per_cell=dict(load.seconds_per_cell), waiting_s=load.waiting_s)
+                    seconds_per_cell=dict(load.seconds_per_cell), waiting_s=load.waiting_s,
+                    waiting_s_by_class=dict(load.waiting_s_by_class) or None)
 
 
 class SiteDirectory:

@@ -101,14 +101,17 @@ class PriorityDispatcher:
             waiting = sum(job.cells for p, _, job in self._heap if p <= priority and not job.cancelled)
             return waiting + sum(job.cells for job, _, _ in self._running.values())
 
-    def work_ahead_s(self, seconds_per_cell: dict[str, float]) -> float:
-        """Seconds until a worker is free for a new job if none came before it: the
-        service time of every waiting cell plus what is left of every running job, by
-        method (`seconds_per_cell`; methods not in it count 0), over the live workers."""
+    def work_ahead_s(self, seconds_per_cell: dict[str, float], priority: int | None = None) -> float:
+        """Seconds until a worker is free for a new job of `priority` if none came before
+        it: the service time of the waiting cells it would not overtake (those at the same
+        or a more favoured priority; every one when `priority` is None) plus what is left
+        of every running job, by method (`seconds_per_cell`; methods not in it count 0),
+        over the live workers."""
         now = time.perf_counter()
         with self._changed:
             queued = sum(seconds_per_cell.get(job.method, 0.0) * job.cells
-                         for _, _, job in self._heap if not job.cancelled)
+                         for p, _, job in self._heap
+                         if not job.cancelled and (priority is None or p <= priority))
             running = sum(max(0.0, seconds_per_cell.get(job.method, 0.0) * job.cells - (now - job.started))
                           for job, _, _ in self._running.values())
             alive = len(self.workers) - len(self._down)

@@ -14,7 +14,6 @@ refused at once with UNAVAILABLE; SERVING again once a replacement is ready.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import threading
 import time
@@ -92,7 +91,6 @@ class SiteServicer(pb_grpc.SiteServicer):
         self.info = info
         self.class_ports: dict[str, int] = {}
         self.class_dscp: dict[str, int] = {}
-        self._next = itertools.cycle(range(len(workers)))
         self._lock = threading.Lock()
         # Recent case ids, for operators and tests: begun here, and abandoned by their caller.
         self.cases_started: deque[str] = deque(maxlen=1000)
@@ -105,12 +103,16 @@ class SiteServicer(pb_grpc.SiteServicer):
 
     def load(self) -> pb.SiteLoad:
         """What the coordinator's predictor needs: the queue (cells, and seconds of work
-        ahead of a new cell), the workers, the service time per cell by mode."""
+        ahead of a new cell, in all and for each class as the dispatch orders it), the
+        workers, the service time per cell by mode."""
         with self._lock:
             per_cell = {mode: recent.value() for mode, recent in self.seconds_per_cell.items()}
         by_method = {METHOD_OF_MODE[mode]: s for mode, s in per_cell.items()}
+        by_class = {name: self.dispatcher.work_ahead_s(by_method, self._priority(name))
+                    for name in self.classes.names()}
         return pb.SiteLoad(waiting_cells=self.dispatcher.waiting(), workers=self.dispatcher.alive(),
-                           seconds_per_cell=per_cell, waiting_s=self.dispatcher.work_ahead_s(by_method))
+                           seconds_per_cell=per_cell, waiting_s=self.dispatcher.work_ahead_s(by_method),
+                           waiting_s_by_class=by_class)
 
     def _note_service(self, mode: str, jobs: list) -> None:
         """Add the call's service time per cell (its jobs' wall time on a worker,
@@ -207,18 +209,13 @@ class SiteServicer(pb_grpc.SiteServicer):
         corrected request is answered."""
         self.copies.refuse_copy(context, request.send_id)
 
-    def _worker(self, context: grpc.ServicerContext):
-        """The next live worker in turn; UNAVAILABLE when none is alive."""
-        with self._lock:
-            for _ in range(len(self.workers)):
-                index = next(self._next)
-                if self.dispatcher.is_alive(index):
-                    return self.workers[index]
-        context.abort(grpc.StatusCode.UNAVAILABLE, f"site {self.name} cannot serve now: no worker is alive")
-
     def _priority(self, class_name: str) -> int:
         """The class's priority (0 most favoured); an unknown class waits behind all."""
         return self.classes[class_name].priority if class_name in self.classes else len(self.classes.names())
+
+    def _least_favoured(self) -> int:
+        """The priority of the least favoured class (the largest number)."""
+        return max(self.classes[name].priority for name in self.classes.names())
 
     def _wait_s(self, context: grpc.ServicerContext, request: pb.AnalyseRequest, jobs: list) -> float:
         """How long to wait for the next cell before looking at the caller again; aborts
@@ -228,9 +225,10 @@ class SiteServicer(pb_grpc.SiteServicer):
             raise _CallerGone()
         remaining = context.time_remaining()
         if remaining is not None and remaining <= 0:
-            unfinished = sum(job.cells for job in jobs if not job.done.is_set())
-            context.abort(grpc.StatusCode.DEADLINE_EXCEEDED,
-                          f"site {self.name}: deadline passed with {unfinished} cells unfinished")
+            unfinished = [job for job in jobs if not job.done.is_set()]
+            cells = sum(job.cells for job in unfinished)
+            context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"site {self.name}: deadline passed with "
+                          + (f"{cells} cells unfinished" if cells else f"{len(unfinished)} jobs unfinished"))
         return POLL_S if remaining is None else max(0.0, min(POLL_S, remaining))
 
     def Analyse(self, request: pb.AnalyseRequest, context: grpc.ServicerContext) -> pb.AnalyseReply:
@@ -303,20 +301,29 @@ class SiteServicer(pb_grpc.SiteServicer):
         ), "ok"
 
     def GetImage(self, request: pb.ImageRequest, context: grpc.ServicerContext) -> pb.ImageReply:
+        """A database cell's image, read by a worker in its turn at the least favoured
+        priority: it is fetched after the answer, so every queued cell of a case goes first."""
         if not request.cell_id:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "cell_id is empty")
-        remaining = context.time_remaining()
-        ref = self._worker(context).image.remote(request.cell_id)
+        if self.dispatcher.alive() == 0:
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"site {self.name} cannot serve now: no worker is alive")
+        job = self.dispatcher.submit(self._least_favoured(), (request.cell_id,), method="image", cells=0)
         try:
-            found = ray.get(ref, timeout=remaining)
-        except ray.exceptions.GetTimeoutError:
-            context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"site {self.name}: image not read in time")
-        except (KeyError, LookupError) as exc:
+            while not job.done.wait(self._wait_s(context, request, [job])):
+                pass
+        except _CallerGone:
+            return pb.ImageReply()  # nobody is listening any more
+        finally:
+            if not job.done.is_set():
+                self.dispatcher.cancel(job)
+        if isinstance(job.error, WorkersDown | ray.exceptions.RayActorError):
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"site {self.name} cannot serve now: "
+                                                       f"{type(job.error).__name__}")
+        if isinstance(job.error, LookupError) or isinstance(getattr(job.error, "cause", None), LookupError):
             context.abort(grpc.StatusCode.NOT_FOUND, f"site {self.name} has no cell {shown(request.cell_id)}")
-        except ray.exceptions.RayTaskError as exc:
-            if isinstance(exc.cause, LookupError):
-                context.abort(grpc.StatusCode.NOT_FOUND, f"site {self.name} has no cell {shown(request.cell_id)}")
-            raise
+        if job.error is not None:
+            raise job.error
+        found = job.result
         return pb.ImageReply(cell_id=request.cell_id, image=found["image"],
                              diagnosis=found["diagnosis"], mask=found["mask"])
 

@@ -156,6 +156,32 @@ def test_the_queue_ahead_counts_as_reported_and_drains_with_time():
     assert site.predict("routine", "features", 10_000, cells=6) == pytest.approx(idle)
 
 
+def test_a_class_is_predicted_behind_the_work_the_sites_dispatch_serves_before_it():
+    # Bulk cells queued at the site start after a new urgent cell: urgent's wait leaves them out.
+    clock = Clock()
+    site = SiteModel(clock=clock)
+    for cls in ("urgent", "bulk"):
+        site.observe(cls, "features", 10_000, 0.005, cells=6, site_wall_s=0.030,
+                     load=SiteLoad(seconds_per_cell={"features": 0.002}, at=clock()))
+    idle = site.predict("urgent", "features", 10_000, cells=6)
+    site.load = SiteLoad(seconds_per_cell={"features": 0.002}, waiting_s=4.0,
+                         waiting_s_by_class={"urgent": 0.25, "bulk": 4.0}, at=clock())
+    assert site.queue_s("urgent") == pytest.approx(0.25) and site.queue_s("bulk") == pytest.approx(4.0)
+    assert site.predict("urgent", "features", 10_000, cells=6) == pytest.approx(idle + 0.25)
+    assert site.predict("bulk", "features", 10_000, cells=6) == pytest.approx(idle + 4.0)
+    assert site.site_parts("features", 6, "urgent")["queue_s"] == pytest.approx(0.25)
+    clock.now += 1.0  # the queue drains meanwhile, each class's wait alike
+    assert site.queue_s("urgent") == 0.0 and site.queue_s("bulk") == pytest.approx(3.0)
+
+
+def test_a_site_that_reports_one_total_has_it_stand_for_every_class():
+    clock = Clock()
+    old = SiteLoad(waiting_s=2.0, at=clock())                                   # no field by class
+    partial = SiteLoad(waiting_s=2.0, waiting_s_by_class={"bulk": 2.0}, at=clock())  # a class it does not know
+    assert [old.ahead_s(c) for c in ("urgent", "bulk", None)] == [2.0, 2.0, 2.0]
+    assert partial.ahead_s("urgent") == 2.0 and partial.ahead_s(None) == 2.0
+
+
 def test_the_prediction_follows_a_change_of_service_time():
     site = SiteModel(clock=Clock())
     for _ in range(10):

@@ -215,8 +215,15 @@ class AnalyseRequest(_message.Message):
     def __init__(self, case_id: _Optional[str] = ..., request_class: _Optional[str] = ..., cells: _Optional[_Iterable[_Union[CellImage, _Mapping]]] = ..., k: _Optional[int] = ..., feature_schema: _Optional[str] = ..., features: _Optional[_Iterable[_Union[CellFeatures, _Mapping]]] = ..., feature_columns: _Optional[_Iterable[int]] = ..., concept_weights: _Optional[_Mapping[str, float]] = ..., send_id: _Optional[str] = ...) -> None: ...
 
 class SiteLoad(_message.Message):
-    __slots__ = ("waiting_cells", "workers", "seconds_per_cell", "waiting_s")
+    __slots__ = ("waiting_cells", "workers", "seconds_per_cell", "waiting_s", "waiting_s_by_class")
     class SecondsPerCellEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class WaitingSByClassEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -227,11 +234,13 @@ class SiteLoad(_message.Message):
     WORKERS_FIELD_NUMBER: _ClassVar[int]
     SECONDS_PER_CELL_FIELD_NUMBER: _ClassVar[int]
     WAITING_S_FIELD_NUMBER: _ClassVar[int]
+    WAITING_S_BY_CLASS_FIELD_NUMBER: _ClassVar[int]
     waiting_cells: int
     workers: int
     seconds_per_cell: _containers.ScalarMap[str, float]
     waiting_s: float
-    def __init__(self, waiting_cells: _Optional[int] = ..., workers: _Optional[int] = ..., seconds_per_cell: _Optional[_Mapping[str, float]] = ..., waiting_s: _Optional[float] = ...) -> None: ...
+    waiting_s_by_class: _containers.ScalarMap[str, float]
+    def __init__(self, waiting_cells: _Optional[int] = ..., workers: _Optional[int] = ..., seconds_per_cell: _Optional[_Mapping[str, float]] = ..., waiting_s: _Optional[float] = ..., waiting_s_by_class: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class AnalyseReply(_message.Message):
     __slots__ = ("site", "algorithm", "cells", "timing", "database_cells", "load")
