@@ -7,11 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from scipy import ndimage as ndi
-from skimage import morphology
 
 from pathmaster.records import BACKGROUND, CYTOPLASM, DIAGNOSES, NUCLEOLUS, NUCLEUS, CellRecord, InvalidInput
-from pathmaster.segmentation import (channel_percentile, complete_cell, estimate_background, open_with_disk,
-                                     segment_cell)
+from pathmaster.segmentation import complete_cell, estimate_background, segment_cell
 from pathmaster.synth import cell_rng, synth_cell
 
 MIN_NUCLEUS_DICE = 0.85
@@ -59,23 +57,6 @@ def test_nucleoli_found_where_they_are():
             break
     assert truth == 8
     assert found >= 5, f"nucleoli found in {found} of {truth} cells"
-
-
-def test_disk_opening_equals_scikit_images_pixel_for_pixel():
-    """The distance-transform opening against skimage's footprint opening (mirrored
-    edges) on random blobs, many touching the image border, at several radii."""
-    rng = np.random.default_rng(5)
-    changed = 0
-    for radius in (1, 2, 3, 5, 8, 13):
-        for _ in range(4):
-            shape = tuple(int(v) for v in rng.integers(20, 90, size=2))
-            blobs = ndi.gaussian_filter(rng.normal(size=shape), rng.uniform(1.0, 4.0)) > rng.uniform(-0.3, 0.5)
-            expected = morphology.opening(blobs, morphology.disk(radius))
-            np.testing.assert_array_equal(open_with_disk(blobs, radius), expected, err_msg=f"radius {radius}")
-            changed += int((expected != blobs).any())
-    assert changed >= 12  # most openings did remove something: the comparison has teeth
-    assert not open_with_disk(np.zeros((9, 9), bool), 3).any()
-    assert open_with_disk(np.ones((9, 9), bool), 3).all()
 
 
 def test_large_image_is_segmented_like_the_small_one():
@@ -172,30 +153,6 @@ def test_more_than_three_values_agrees_with_numpy_unique():
         for _ in range(50):
             values = rng.integers(0, distinct, (5, 7)).astype(np.float64) * 0.1
             assert _more_than_three_values(values) == (np.unique(values).size > 3), values
-
-
-def test_fill_holes_and_small_disk_openings_equal_scipy_and_skimage():
-    from scipy import ndimage
-    from skimage import morphology
-
-    from pathmaster.segmentation import fill_holes
-
-    rng = np.random.default_rng(1)
-    for _ in range(20):
-        blobs = ndimage.gaussian_filter(rng.random((37, 45)), 2.0) > 0.5
-        np.testing.assert_array_equal(fill_holes(blobs), ndimage.binary_fill_holes(blobs))
-        np.testing.assert_array_equal(fill_holes(~blobs), ndimage.binary_fill_holes(~blobs))
-        for radius in (1, 3, 12, 13):  # footprints up to FOOTPRINT_RADIUS_PX, distance transforms beyond
-            np.testing.assert_array_equal(open_with_disk(blobs, radius),
-                                          morphology.opening(blobs, morphology.disk(radius)))
-
-
-def test_channel_percentile_equals_numpys():
-    rng = np.random.default_rng(0)
-    for n in (1, 2, 3, 7, 1000, 12345):
-        pixels = rng.integers(0, 256, (n, 3)).astype(np.uint8)
-        for q in (0, 1, 33.3, 50, 99, 100):
-            np.testing.assert_array_equal(channel_percentile(pixels, q), np.percentile(pixels, q, axis=0))
 
 
 def test_upload_without_mask_or_slide_matches_both_ground_truths(cells):
