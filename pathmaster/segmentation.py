@@ -424,9 +424,11 @@ def _estimate_background(image: np.ndarray, mask: np.ndarray | None,
     lift = np.zeros(image.shape[2])
     cell = ~glass
     if cell.any():
-        smooth = gaussian_smooth(image, 1.0)
-        excess = np.percentile(np.subtract(smooth, lamp, out=smooth)[cell], 99, axis=0)
-        lift = np.maximum(excess, 0.0)
+        excess = gaussian_smooth(image, 1.0)
+        np.subtract(excess, lamp, out=excess)
+        # Channel by channel: numpy selects in a contiguous run ~3x faster than along
+        # axis 0 of (n, 3) pixels, for the same order statistics.
+        lift = np.maximum([np.percentile(excess[..., channel][cell], 99) for channel in range(image.shape[2])], 0.0)
     # The lifted lamp, clip(rint(level + lift)), depends per channel on the uint8 level
     # alone: a table of its 256 values read by cv2.LUT gives the same numbers in one pass
     # (float64 arithmetic over (H, W, 3) with a (3,) lift cost ~0.5 ms on a 200 px image).
@@ -527,9 +529,17 @@ def _bar_length(lines: np.ndarray) -> int:
     reference = first.reshape(-1, 3).mean(axis=0)
     if np.abs(first - reference).max() > BAR_NOISE:
         return 0
-    spread = np.abs(lines.astype(np.int16) - reference).max(axis=(1, 2))  # per line, worst pixel and channel
-    rough = np.flatnonzero(spread > BAR_NOISE)
-    return int(rough[0]) if rough.size else len(lines)
+    # Looked at in blocks doubling in size: a bar is a few lines, the picture most of them,
+    # and the first rough line ends the bar (a pass over every line cost ~1 ms a side).
+    start, block = 1, BAR_MIN_PX + BAR_RINGING_PX
+    while start < len(lines):
+        chunk = lines[start:start + block].astype(np.int16)
+        spread = np.abs(chunk - reference).max(axis=(1, 2))  # per line, worst pixel and channel
+        rough = np.flatnonzero(spread > BAR_NOISE)
+        if rough.size:
+            return start + int(rough[0])
+        start, block = start + block, 2 * block
+    return len(lines)
 
 
 def picture_box(image: np.ndarray) -> tuple[slice, slice]:
