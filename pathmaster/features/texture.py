@@ -132,12 +132,20 @@ def uniform_lbp(image: np.ndarray, points: int, radius: float) -> np.ndarray:
     row_positions, col_positions = np.arange(rows, dtype=np.float64), np.arange(cols, dtype=np.float64)
     ones = np.zeros((rows, cols), dtype=np.int8)
     changes = np.zeros((rows, cols), dtype=np.int8)
-    previous = None
+    # Buffers reused for every neighbour: the same operations as fresh arrays, fewer allocations.
+    top, bottom, part = (np.empty((rows, cols)) for _ in range(3))
+    bit, previous = np.empty((rows, cols), dtype=bool), np.empty((rows, cols), dtype=bool)
 
     def shifted(row: int, col: int) -> np.ndarray:
         return padded[row:row + rows, col:col + cols]
 
-    for row_offset, col_offset in zip(np.round(-radius * np.sin(angles), 5), np.round(radius * np.cos(angles), 5)):
+    def blend(out: np.ndarray, weight_a: np.ndarray, a: np.ndarray, weight_b: np.ndarray, b: np.ndarray) -> None:
+        np.multiply(weight_a, a, out=out)  # out = weight_a * a + weight_b * b, in that order
+        np.multiply(weight_b, b, out=part)
+        np.add(out, part, out=out)
+
+    for index, (row_offset, col_offset) in enumerate(zip(np.round(-radius * np.sin(angles), 5),
+                                                         np.round(radius * np.cos(angles), 5))):
         low_row, high_row = pad + int(np.floor(row_offset)), pad + int(np.ceil(row_offset))
         low_col, high_col = pad + int(np.floor(col_offset)), pad + int(np.ceil(col_offset))
         if low_row == high_row and low_col == high_col:
@@ -146,14 +154,15 @@ def uniform_lbp(image: np.ndarray, points: int, radius: float) -> np.ndarray:
             at_row, at_col = row_positions + row_offset, col_positions + col_offset
             down = (at_row - np.floor(at_row))[:, None]
             right = (at_col - np.floor(at_col))[None, :]
-            top = (1 - right) * shifted(low_row, low_col) + right * shifted(low_row, high_col)
-            bottom = (1 - right) * shifted(high_row, low_col) + right * shifted(high_row, high_col)
-            texture = (1 - down) * top + down * bottom
-        bit = (texture - image >= 0).view(np.int8)
+            blend(top, 1 - right, shifted(low_row, low_col), right, shifted(low_row, high_col))
+            blend(bottom, 1 - right, shifted(high_row, low_col), right, shifted(high_row, high_col))
+            blend(top, 1 - down, top, down, bottom)
+            texture = top
+        np.greater_equal(np.subtract(texture, image, out=part), 0, out=bit)
         ones += bit
-        if previous is not None:
+        if index:
             changes += previous != bit
-        previous = bit
+        bit, previous = previous, bit
     return np.where(changes <= 2, ones, points + 1).astype(np.float64)
 
 

@@ -469,6 +469,19 @@ def test_lbp_histograms_match_skimage(size, zoom):
         assert sum(ours) == pytest.approx(1.0)
 
 
+def test_perimeter_equals_scikit_images():
+    """Random regions of many shapes, touching the border, one pixel and empty included."""
+    from pathmaster.features.geometry import perimeter
+
+    rng = np.random.default_rng(11)
+    for _ in range(60):
+        shape = tuple(int(v) for v in rng.integers(1, 70, size=2))
+        region = ndimage.gaussian_filter(rng.normal(size=shape), rng.uniform(0.5, 4.0)) > rng.uniform(-0.5, 0.8)
+        assert perimeter(region) == measure.perimeter(region, 4)
+    assert perimeter(np.ones((1, 1), bool)) == measure.perimeter(np.ones((1, 1), bool), 4) == 0.0
+    assert perimeter(np.zeros((5, 5), bool)) == 0.0
+
+
 @pytest.mark.filterwarnings("ignore:Applying `local_binary_pattern` to floating-point")
 def test_uniform_lbp_codes_equal_skimages_bit_for_bit():
     """Random images of many shapes, continuous and with exact ties (quantised), the
