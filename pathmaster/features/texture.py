@@ -10,9 +10,9 @@ floating-point precision, differently for a rotated or shifted copy of the same 
 
 `uniform_lbp` is scikit-image's ``local_binary_pattern(..., method="uniform")`` written
 again as whole-array NumPy: the same interpolation, in the same floating-point
-operations, so the same codes bit for bit (tests/core/test_features.py checks it), ~3x
-faster on a nucleus of a 224 px upload, where scikit-image's per-pixel loop cost ~5 ms
-of the ~30 ms a whole upload may take.
+operations, so the same codes bit for bit (tests/core/test_features.py checks it), about
+twice as fast on the nucleus of a 224 px upload (0.9 against 1.7 ms a call, two calls a
+cell; 1.7 against 5.1 ms on a 110 px square), where a whole upload may take 30 ms.
 """
 
 from __future__ import annotations
