@@ -1,4 +1,4 @@
-"""Issue 10 item 5: an urgent 6-cell case alone, and with a hostile upload at the same site.
+"""An urgent 6-cell case alone, and with a hostile upload at the same site.
 
     python benchmarks/bench_budget.py [--runs 3] [--before-runs 1] [--before-side 2048]
 

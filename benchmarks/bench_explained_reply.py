@@ -31,13 +31,14 @@ MSS_BYTES = 1448
 
 
 def segments(message_bytes: int) -> int:
-    from pathmaster.defaults import GRPC_REPLY_FRAMING_BYTES
+    from qos.network import GRPC_REPLY_FRAMING_BYTES
 
     return math.ceil((message_bytes + GRPC_REPLY_FRAMING_BYTES) / MSS_BYTES)
 
 
 def main(argv=None) -> None:
     from pathmaster import defaults
+    from qos.network import TCP_INITIAL_WINDOW_BYTES
     from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
     from services.site.server import cell_result
     from services.site.synthetic import build_synthetic_site, cache_root, is_current, synthetic_case_cells
@@ -52,7 +53,7 @@ def main(argv=None) -> None:
     if not is_current(folder):
         build_synthetic_site(folder, args.site_cells, seed=5)
     worker = SiteWorker(folder, budget=None, warm_up=False)
-    window = defaults.TCP_INITIAL_WINDOW_BYTES // MSS_BYTES
+    window = TCP_INITIAL_WINDOW_BYTES // MSS_BYTES
     sizes = {"without explanations": [], "with explanations": []}
     search_s, explain_s = [], []
     for case in range(args.cases):

@@ -23,7 +23,7 @@ size by size in fresh processes so machine noise hits both alike. Measured on th
 development VM, --repeats 3 --before 8a00fe4 (the code before the large-image work), CPU s:
 analyse 1024 px 3.07 -> 1.47, 1800 px 19.2 -> 4.73, 4096 px 29.9 (1.2-1.8 s per megapixel
 from 512 px up, was 2.1-5.9 and rising); features alone 40-60 ms per megapixel, unchanged.
-The upload of a ~200 px cell (issue 14's targets: features <= 20 ms, whole analysis <= 30 ms),
+The upload of a ~200 px cell (targets: features <= 20 ms, whole analysis <= 30 ms),
 `--sweep --sizes 200 --repeats 9 --before 04f2148` (OpenCV openings and smoothing, hole
 filling by labelling, lamp fits by normal equations on <= 4000 glass pixels), median CPU
 on the shared 2-core VM: analyse 102 -> 59 ms at load average 14, 93 -> 48 ms at 7; features

@@ -1,4 +1,4 @@
-"""Benchmark: how long a site cannot serve after its worker dies (issue 13 item 4).
+"""Benchmark: how long a site cannot serve after its worker dies.
 
     python benchmarks/bench_recovery.py [--kills 5] [--cells 70]
 

@@ -3,8 +3,8 @@ values the site compares (its advertised selection), side by side.
 
     python benchmarks/bench_request_bytes.py [--cells 6] [--repeats 200]
 
-Behind a full drop-tail queue only the first segment of a request burst tends to get in
-(issue 10): a request of one segment arrives in one round trip, one of five in several.
+Behind a full drop-tail queue only the first segment of a request burst tends to get in:
+a request of one segment arrives in one round trip, one of five in several.
 For each cached demo site database (`pathmaster demo` or bench_predictable.py; skipped when
 absent) the site's own feature choice (`SiteInfo.feature_columns`: empty when its
 projection reads every feature, as "lda"/"all" do) and the same cells re-indexed with

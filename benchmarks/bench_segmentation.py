@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-BASELINE = "a884e40"  # segmentation as it was before issue 14
+BASELINE = "a884e40"  # segmentation before the rewrite this benchmark measures
 
 
 def module_at(revision: str, name: str):

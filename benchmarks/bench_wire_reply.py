@@ -13,7 +13,7 @@ For each demo site database (built by `pathmaster demo` or bench_predictable.py,
 cache; skipped when absent) and for the real Herlev cells in ../shared/data/herlev-40px
 (when present), `--cases` cases of random matches are made into the site's wire reply
 (`services.site.server.cell_result`, as the site sends it), with the thumbnails encoded as
-before (48 px JPEG quality 80) and as now (`defaults.WIRE_THUMBNAIL_*`), side by side.
+before (48 px JPEG quality 80) and as now (`services.site.worker.WIRE_THUMBNAIL_*`), side by side.
 Printed per source: thumbnail bytes (median, p90), reply message bytes (median, max) and the
 TCP segments of the whole gRPC response (message + 5 B gRPC prefix + 9 B HTTP/2 DATA frame
 header + ~60 B response headers and trailers on a warm HPACK context), and the share of
@@ -98,13 +98,15 @@ def psnr_db(png: bytes, encoded: bytes, size: int) -> float:
 
 
 def segments(message_bytes: int) -> int:
-    from pathmaster.defaults import GRPC_REPLY_FRAMING_BYTES
+    from qos.network import GRPC_REPLY_FRAMING_BYTES
 
     return math.ceil((message_bytes + GRPC_REPLY_FRAMING_BYTES) / MSS_BYTES)
 
 
 def main(argv=None) -> None:
     from pathmaster import defaults
+    from qos.network import TCP_INITIAL_WINDOW_BYTES
+    from services.site.worker import WIRE_THUMBNAIL_FORMAT, WIRE_THUMBNAIL_PX, WIRE_THUMBNAIL_QUALITY
     from pathmaster.imageio import wire_thumbnail
     from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
     from services.site.server import cell_result
@@ -117,10 +119,10 @@ def main(argv=None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     encodings = {"before: JPEG q80": ("JPEG", 80),
-                 f"now: {defaults.WIRE_THUMBNAIL_FORMAT} q{defaults.WIRE_THUMBNAIL_QUALITY}":
-                 (defaults.WIRE_THUMBNAIL_FORMAT, defaults.WIRE_THUMBNAIL_QUALITY)}
-    px = defaults.WIRE_THUMBNAIL_PX
-    window_segments = defaults.TCP_INITIAL_WINDOW_BYTES // MSS_BYTES
+                 f"now: {WIRE_THUMBNAIL_FORMAT} q{WIRE_THUMBNAIL_QUALITY}":
+                 (WIRE_THUMBNAIL_FORMAT, WIRE_THUMBNAIL_QUALITY)}
+    px = WIRE_THUMBNAIL_PX
+    window_segments = TCP_INITIAL_WINDOW_BYTES // MSS_BYTES
     sources = demo_sources() | herlev_source()
     if not sources:
         sys.exit("no demo site database in the cache and no ../shared/data/herlev-40px: nothing to measure")

@@ -1,17 +1,14 @@
-"""Every default and limit of the project, in one place.
+"""The core's defaults and limits: retrieval, image sizes, one cell's analysis budget, ids.
 
-Each layer reads its defaults from here (the core, the QoS transport and testbed, the
-services and clients), so a value is typed once and a change is made once. Units are in
-the names: `_BYTES`, `_PIXELS`, `_S` (seconds), `_MS`, `_PACKETS`, `_KBIT` (kbit/s).
-Configuration models (pydantic) use these as their field defaults, and the JSON Schema
-they export shows them.
+The upper layers keep their own constants beside the rule each one sets (the transport and
+testbed in qos, the gateway, coordinator and sites in services). Units are in the names:
+`_BYTES`, `_PIXELS`, `_S` (seconds).
 """
 
 from __future__ import annotations
 
 # --- Retrieval -------------------------------------------------------------------------
 K = 5                 # matches per test cell (the study's "5 closest"); a request's 0 means this
-MAX_K = 100           # more matches per cell than this is refused
 # Forward feature selection keeps at most this many features (similarity.forward_select);
 # a site that selects them advertises them, and a features request to it carries only
 # these values a cell (a one-segment request).
@@ -20,223 +17,6 @@ MAX_SELECTED_FEATURES = 24
 # --- Client-chosen sizes (every one bounded) ------------------------------------------
 MAX_IMAGE_BYTES = 16 * 1024 * 1024   # one encoded file; a study cell is ~100 KB
 MAX_PIXELS = 4096 * 4096             # one image; checked from the header, before decoding
-
-MAX_FILE_BYTES = 8 * 1024 * 1024     # one uploaded file (page, batch); room for uncompressed TIFFs
-MAX_CASE_CELLS = 64                  # cells per case (coordinator, page); more is a batch
-MAX_CASE_BYTES = 64 * 1024 * 1024    # one case's images together, at the coordinator
-MAX_REQUEST_BYTES = 64 * 1024 * 1024  # one HTTP request body at the gateway (a multipart case)
-MAX_CASE_FILES = 3 * MAX_CASE_CELLS + 64  # files in one upload: image, background, mask per cell,
-                                         # and some that will be refused by name
-MAX_JSON_BYTES = 256 * 1024        # one JSON request body at the gateway (e.g. a case's file names)
-MAX_JSON_DEPTH = 8                 # how deeply a JSON request body may nest
-MAX_MESSAGE_BYTES = 256 * 1024 * 1024  # one gRPC message, either way (QoS transport)
-
-# --- Services --------------------------------------------------------------------------
-COORDINATOR_PORT = 50051   # the coordinator's control port (Info, Submit, health)
-SITE_PORT = 50051          # a site's control port on its own host (testbed deployments)
-CLASS_PORT_BASE = 50061    # a site's fixed per-class reply ports: this one, +1, ... by priority
-GATEWAY_PORT = 8080        # the web page (`pathmaster gateway`)
-OTLP_ENDPOINT = "http://localhost:4317"  # an OpenTelemetry collector's OTLP/gRPC port ([tracing] endpoint)
-GATEWAY_HEAD_TIMEOUT_S = 10.0  # a request's line and headers must arrive within this
-GATEWAY_BODY_TIMEOUT_S = 120.0  # a request's body must be complete this long after its head
-                                # (a 6-cell case is ~2 MB: over a minute only below ~0.3 Mbit/s)
-GATEWAY_KEEP_ALIVE_S = 5       # an idle keep-alive connection is closed after this (uvicorn's default)
-GATEWAY_MAX_CONNECTIONS = 512  # connections at once; past it requests are answered 503
-GATEWAY_SHUTDOWN_S = 2         # on stop, cases still streaming get this long, then are cut
-SESSION_S = 8 * 3600           # a signed-in session at the page lasts one working day
-# Files the page uploads as soon as they are chosen ("staged"), so that sending a case
-# carries only their ids. Held in the gateway's memory, per user, keyed by content hash;
-# each file is bounded by MAX_FILE_BYTES and MAX_PIXELS (MAX_ANALYSIS_PIXELS for a cell image).
-STAGED_TTL_S = 30 * 60         # a staged file not used in a case for this long is dropped
-STAGED_USER_FILES = MAX_CASE_FILES          # files one user may have staged at once
-STAGED_USER_BYTES = MAX_CASE_BYTES          # bytes one user may have staged at once
-STAGED_TOTAL_BYTES = 256 * 1024 * 1024      # bytes staged by all users together (gateway memory)
-STAGED_SWEEP_S = 60.0          # how often expired staged files are dropped when nobody asks
-STAGED_UPLOAD_OVERHEAD_BYTES = 16 * 1024  # a one-file upload's multipart boundaries and headers
-MAX_FILE_NAME_CHARS = 255      # a file's name in a case (as file systems allow)
-LOGIN_LINK_S = 15 * 60         # a one-time sign-in link (the demo prints one) is good this long
-LOGIN_ATTEMPTS = 5             # failed sign-ins per name, and per client address, ...
-LOGIN_WINDOW_S = 60.0          # ... within this window; more are refused until it passes
-MAX_PASSWORD_CHARS = 1024      # a longer password is refused before it is hashed
-# Roles of the page's users, and the request classes each may NOT send (a deny-list, so a
-# coordinator's own extra classes stay usable): bulk is machine traffic, never a person's;
-# a teacher's cases are not intra-operative.
-ROLE_REFUSED_CLASSES = {"pathologist": ("bulk",), "teacher": ("urgent", "bulk"), "admin": ()}
-CASE_DEADLINE_S = 300.0    # a case whose sites have not all answered by then is cut off
-QUERY_DEADLINE_S = 60.0    # a case's deadline when the client sets none (coordinator, query, client)
-DEPLOY_TIMEOUT_S = 300.0   # deploying PathMaster in the testbed (Ray, sites, coordinator) must end by then
-BATCH_JOBS = 2             # cases `pathmaster batch` keeps in flight at once
-BATCH_CASE_CELLS = 6       # cells per case `pathmaster batch` sends (a study case is 6 cells)
-STATS_WINDOW_CASES = 1000  # completion times the coordinator keeps per class for its statistics
-DEMO_CELLS = 140           # cells in each site database of `pathmaster demo` (7 diagnoses x 20)
-SITE_RESOURCE_PER_WORKER = 0.001  # of a site's Ray placement resource (a node that holds its
-                                  # database offers 1), asked by each of its actors and index builds:
-                                  # it pins them to that node without limiting how many run there
-RAY_START_ATTEMPTS = 3     # a local Ray that does not register in Ray's fixed 30 s (a very busy
-                           # host) is torn down and started again, this many times in all
-RAY_TASK_EVENTS = False    # Ray records every call to our actors (site workers, analysers, their
-                           # pings) as task events kept in its GCS for its dashboard and state
-                           # API, which we do not use: on, the GCS grew ~30 KB a case (bench_memory)
-RAY_OUT_OF_ORDER = True    # our actors (site workers, analysers) run calls in the order they arrive,
-                           # not Ray's per-caller sequence: a call cancelled while its image
-                           # arguments were still being put in the object store otherwise leaves a
-                           # gap that stalls the actor's next calls 30 s and then fails them
-                           # (ActorUnavailableError "timed out waiting for seq_no"; 6 of 40 in a
-                           # test loop, ray 2.60; cf. ray-project/ray#60850). Order is ours to keep:
-                           # a site's dispatcher sends a worker one job at a time
-
-# --- A site's workers, supervised (services/site/supervisor.py) ---------------------------
-WORKER_PING_S = 1.0              # how often a site asks each Ray worker whether it is alive
-WORKER_RESTART_MIN_S = 0.5       # a dead worker's replacement starts after this, doubling on
-WORKER_RESTART_MAX_S = 30.0      #   each failed attempt up to this (reset once one is ready)
-WORKER_START_S = 120.0           # a replacement not ready by then is given up and tried again
-SITE_WATCH_RETRY_S = 2.0         # the coordinator follows each site's health; after a lost stream, again after this
-
-# --- Replies sized for the wire -----------------------------------------------------------
-WIRE_THUMBNAIL_PX = 48     # a match's inline thumbnail; full images on demand, cached by content hash
-# WebP at quality 80: ~300 B a real cell (Herlev), half the JPEG q80 of before (~640 B) at about
-# its fidelity (PSNR within ~1 dB), so that a site's 30 matches fit in one initial congestion
-# window (benchmarks/bench_wire_reply.py). Every browser the page supports shows WebP.
-WIRE_THUMBNAIL_FORMAT = "WEBP"
-WIRE_THUMBNAIL_QUALITY = 80
-
-# --- Coordinator: own analysis and admission (qos.admission) ---------------------------------
-COORDINATOR_ANALYSERS = 2       # Ray actors analysing each case's cells once at the coordinator
-ANALYSIS_READY_S = 120.0        # how long the coordinator waits for them before images-only
-WARM_UP_SEED = 7919             # the synthetic cell a site worker or analyser serves once at start,
-                                # so the first case does not pay (nor teach the predictor) a fresh
-                                # process's lazy imports and first search
-WARM_UP_THUMBNAILS = 1024       # database cells whose wire thumbnails a site worker makes at start
-                                # (~3 ms each): a case's search then costs the same whether or not
-                                # its matches were seen before (the demo's first case: 0.2 s more)
-CASE_SLOTS = 64                 # cases in progress at once at one coordinator
-URGENT_RESERVED_SLOTS = 16      # of those, kept for the most favoured class (seed 004's guarantee)
-CLASS_SHARE = {"teaching": 0.5, "bulk": 0.25}  # most of the shared slots one class may hold
-PER_CLIENT_CASES = 16           # cases one client may have in progress at once
-
-# --- QoS: rates and router queues ------------------------------------------------------
-# Rates in files are kbit/s (`_KBIT`), the study's unit and Cisco IOS's `bandwidth` unit.
-BOTTLENECK_RATE_KBIT = 10_000  # the study's shared 10 Mbit/s segment (the testbed's core links)
-HOLD_QUEUE_PACKETS = 40        # Cisco IOS interface output hold queue: the testbed's bottleneck
-                               # buffer, on both backends, when its table gives none
-CONGESTIVE_DISCARD_PACKETS = 64  # Cisco IOS fair-queue congestive discard threshold: one WFQ
-                                 # class's queue, one shaped class's queue in the emulator
-ROUTER_QUEUE_PACKETS = 100     # an experiment link's router queue and the emulator's buffer when
-                               # its file gives none; the project's own choice (no outside source),
-                               # the one qos/experiment/results were measured with
-FAIR_QUEUE_CAP_PACKETS = 1000  # flow fair queuing (the emulator's `fq`) buffer cap, all flows
-PRIORITY_QUEUE_LIMITS_PACKETS = (20, 40, 60, 80)  # Cisco IOS priority queuing's queue-limit
-                                                  # defaults, bands high, medium, normal, low
-# Cisco IOS `fair-queue` (per-flow WFQ), interface defaults: congestive discard threshold
-# 64 messages (CONGESTIVE_DISCARD_PACKETS above), 256 dynamic conversation queues, and the
-# WFQ system's hold-queue limit of 1000 packets ("Cisco IOS in a Nutshell", fair-queue and
-# hold-queue; ccexpert.us "QoS implementing": "default hold-queue limit with WFQ is 1000").
-WFQ_DYNAMIC_QUEUES = 256
-WFQ_HOLD_QUEUE_PACKETS = 1000
-# A conversation's weight is 32384 / (IP precedence + 1) from IOS 12.0(5)T on (4096 / (p + 1)
-# before); a packet's sequence number grows by weight x length, lowest number sent first.
-WFQ_WEIGHT_NUMERATOR = 32384
-# Cisco IOS weighs a WFQ flow by IP precedence + 1: AF41 -> 5, AF21 -> 3, AF11 -> 2, LE -> 1.
-WFQ_WEIGHTS = {"urgent": 5, "routine": 3, "teaching": 2, "bulk": 1}
-SHAPER_BURST_BYTES = 3028      # token bucket of a shaped class: two full Ethernet frames (2 x 1514);
-                               # the host-side shaping variant's (a host's own token bucket)
-# Cisco IOS traffic shaping (`traffic-shape rate bit-rate [burst-size [excess-burst-size]]`):
-# "burst-size ... the sustained number of bits that can be transmitted per interval ... Default
-# is the bit-rate divided by 8", i.e. Bc = CIR x 125 ms, and excess-burst-size defaults to
-# burst-size ("Cisco IOS in a Nutshell", O'Reilly, traffic-shape rate; oreilly.com/library/view/
-# cisco-ios-in/156592942X/re703.html). 4000 kbit/s -> 62,500 B; 200 kbit/s -> 3,125 B.
-IOS_SHAPING_INTERVAL_S = 0.125
-# WRED (Cisco IOS `random-detect`): the profile of a DSCP with no profile of its own is
-# min 20, max 40 packets, mark-probability denominator 10; exponential weighting constant 9.
-WRED_DEFAULT_PROFILE = (20, 40, 10)
-# CoDel (RFC 8289, Nichols, Jacobson et al., 2018), its published constants: TARGET 5 ms of
-# standing queue (§4.4) and INTERVAL 100 ms (§4.5, a worst-case RTT); Linux's `codel` qdisc
-# uses the same defaults and a 1000-packet buffer limit (tc-codel(8)).
-CODEL_TARGET_MS = 5.0
-CODEL_INTERVAL_MS = 100.0
-CODEL_LIMIT_PACKETS = 1000
-WRED_WEIGHT_EXPONENT = 9
-# IOS `random-detect` (precedence-based, the interface default): minimum thresholds for IP
-# precedence 0-7, evenly spaced from half the maximum threshold (40) towards it; maximum 40
-# and mark-probability denominator 10 for all. Cisco's command references say "half the
-# max-threshold for precedence 0, the rest evenly spaced"; the exact numbers are the IOS 12.x
-# default table as remembered (BRIEF §7), which that rule reproduces (20 + 20 p / 9, floored).
-WRED_PRECEDENCE_MIN_THRESHOLDS = (20, 22, 24, 26, 28, 31, 33, 35)
-WRED_MAX_THRESHOLD = 40
-WRED_MARK_DENOMINATOR = 10
-
-# --- The 2002 network (seed 000, Methods: 10 Mbit/s Ethernet, hubs) -----------------------
-HUB_RATE_KBIT = 10_000        # a hub: one 10 Mbit/s half-duplex medium, both directions
-HOST_CARD_RATE_KBIT = 10_000  # each workstation's 10 Mbit/s Ethernet card
-HOST_CARD_QUEUE_PACKETS = 100  # the card's transmit FIFO: Linux 2.4's Ethernet txqueuelen (100);
-                               # a best recollection of that era's default, no outside source
-
-# --- Experiments -----------------------------------------------------------------------
-# The study's workload (seed 000, BRIEF §2-3): the original C program analysed one image in ~5 s,
-# on each site's two workstations (server X1 and worker X2); the competing wget processes
-# fetched 20 MB files from the master in a loop.
-STUDY_ANALYSIS_S = 5.0         # analysis time per image at a site, seconds
-SITE_NODES = 2                 # a site's analysing nodes (its server and its worker)
-FETCH_FILE_BYTES = 20_000_000  # one competing fetch (the study's 20 MB file)
-EXPERIMENT_REPETITIONS = 10    # runs per cell of an experiment's matrix (the study's 10 runs)
-# An adaptive experiment strategy (qos.experiment.spec.Adaptive) plans each case against its
-# class's deadline (qos.policy.plan_site): step-down, hedging. Ours, not a source's: an
-# intra-operative (urgent) answer within seconds; a class not listed plans against the
-# workload's deadline_s.
-CLASS_DEADLINES_S = {"urgent": 2.0, "routine": 10.0, "teaching": 60.0, "bulk": 120.0}
-# The transfer workload's stand-in for a match's wire thumbnail (WIRE_THUMBNAIL_PX WebP: median
-# 286 B, p90 384 B on the real Herlev cells, 236 B on the demo's; benchmarks/bench_wire_reply.py):
-# the bytes each match carries back in an adaptive strategy's cases, unless the strategy says
-# otherwise (its `thumbnail_bytes`; a strategy may ask 1000, the size before replies fitted one window).
-WIRE_THUMBNAIL_BYTES = 300
-MAX_WIRE_THUMBNAIL_BYTES = 65536  # the most a strategy may ask a transfer site for
-# Linux's initial congestion window (RFC 6928: 10 segments), in TCP payload bytes at a 1500 B
-# MTU with timestamps (1448 B a segment). tcp_slow_start_after_idle brings a warm connection
-# that has been idle back to it, so a reply larger than this waits for a round trip of ACKs.
-TCP_INITIAL_WINDOW_BYTES = 10 * 1448
-# What a unary gRPC reply adds to its message on a warm connection: the 5 B message prefix,
-# a 9 B HTTP/2 DATA frame header, and HPACK-indexed response headers and trailers (~60 B).
-GRPC_REPLY_FRAMING_BYTES = 74
-
-# --- Small site requests travel as copies (predictable completion) ----------------------------
-# A site request of at most SMALL_REQUEST_BYTES (a features-mode case: ~1 KB a cell) is sent
-# as SMALL_REQUEST_COPIES copies at once, each over its own already-open TCP connection to the
-# site (a "lane"); the first answer wins and the other copies are cancelled. Behind a full
-# drop-tail queue a lost segment stalls its connection for a retransmission timeout (>= 200 ms,
-# Linux's minimum) or a tail-loss probe (2 RTT); an independent copy is stalled only if it is
-# lost too. Connections are opened before the first case (no SYN, whose first retry waits 1 s,
-# is sent at case time). Ours, measured in the testbed (qos/experiment/results/adaptive).
-SMALL_REQUEST_BYTES = 16 * 1024
-SMALL_REQUEST_COPIES = 3
-# ... one after the other, COPY_GAP_S apart (copy k leaves k gaps after the first): a full
-# drop-tail queue has a slot or two free at a time, so copies burst into it together meet the
-# same full queue and are dropped together; a few ms apart each meets the queue afresh (it
-# serves a 1500 B packet in 1.2 ms at 10 Mbit/s). Well under a round trip (~100 ms behind the
-# testbed's full queue), the price when the first copy gets through.
-COPY_GAP_S = 0.02
-# Optionally, after a case, each class connection it used to a site is replaced by a fresh one,
-# opened then and taken once ready (qos.transport.ClassChannels, `renew`): a connection that met
-# losses keeps a congestion window of 2-5 segments for ever after, a new one sends 10 at once.
-# Off: measured in the testbed (FIFO, 16 streams) it did not help, because a full drop-tail
-# queue takes only the first segment of a burst whatever the window, and it hurt a one-segment
-# request (a fresh connection's HPACK table is empty: ~250 B more headers, two segments).
-RENEW_CONNECTIONS = False
-# Fresh connections opened per renewed one, the first ready taken: a SYN lost behind a full
-# queue is sent again only after 1 s, and cases may come sooner than that.
-SPARE_CONNECTIONS = 2
-# The end hosts' minimum TCP retransmission timeout (a strategy's `rto_min_ms`):
-# Linux's is 200 ms (net.ipv4.tcp_rto_min_us = 200000), so a lost last segment of a tiny
-# request waits >= 200 ms plus a round trip. An experiment may lower it on the coordinator's
-# and the sites' hosts within these bounds, ms (the kernel accepts 1 us up; it recommends
-# <= 200 ms; under ~4 ms a jiffy rounds it).
-LINUX_RTO_MIN_MS = 200
-RTO_MIN_MS_RANGE = (5, 200)
-MAX_REQUEST_COPIES = 4         # more copies than this are refused in a configuration
-# A site remembers the requests it has taken for COPY_MEMORY_S seconds (at most
-# COPY_MEMORY_ENTRIES of them) and refuses a copy of one (qos.transport.CopyFilter): the
-# copies cost the way there a few KB each, the way back one reply, not one per copy.
-COPY_MEMORY_S = 120.0
-COPY_MEMORY_ENTRIES = 4096
 
 # --- What one cell may cost to analyse (pathmaster/budget.py) ---------------------------
 # A Pap cell at the study's magnification is ~100-300 px a side (Herlev's largest crops are
@@ -275,16 +55,9 @@ ANALYSIS_STOP_POLL_S = 0.1
 MAX_CASE_ID_CHARS = 64          # a case id, e.g. an accession number
 MAX_CELL_ID_CHARS = 128         # a test cell's id: its file name, with a folder or two
 MAX_NAME_CHARS = 64             # a request class or site name in a request
-MAX_CASE_SITES = 256            # site names one case may list
 CASE_ID_CHARACTERS = "A-Za-z0-9._:-"    # a regular-expression character class
 CELL_ID_CHARACTERS = "A-Za-z0-9._:/-"   # the same, and '/' for a folder part
 ECHO_CHARS = 16                 # how much of a refused value an error message shows
-MAX_CASE_DEADLINE_S = 3600.0    # a case's own deadline_s above this is refused
-
-# --- Case log (the coordinator's completion records; mode 0600) ---------------------------
-CASE_LOG_MAX_BYTES = 64 * 1024 * 1024   # then it is rotated to .1, .2, ...
-CASE_LOG_BACKUPS = 5                    # rotated files kept
-LOG_MESSAGE_CHARS = 4000                # a service log line's message is cut there (no runaway payloads)
 
 # --- Site vocabularies ------------------------------------------------------------------
 MAX_VOCABULARY_LABELS = 256     # labels one site vocabulary may declare

@@ -216,7 +216,7 @@ class Embedder:
 # ---------------------------------------------------------------- what a site compares
 
 SIMILARITY_MODES = ("features", "embedding", "fused")
-ABNORMAL_SCORES = ("network", "neighbours", "mean")
+ABNORMAL_SCORES = ("network", "neighbours", "mean", "classifier")
 
 
 @dataclass
@@ -230,9 +230,10 @@ class LearntSimilarity:
     site's cells (float64 (EMBEDDING_DIM,)); feature_scale, embedding_scale: each block's
     root total variance there. score: which abnormality score (``ABNORMAL_SCORES``: the
     network's probability of an abnormal label, the share of abnormal labels among the
-    ``k`` nearest database cells, or their mean) and threshold: the score at or above
-    which a cell is called abnormal (the operating point). model: the network's sha256,
-    "" without one.
+    ``k`` nearest database cells, their mean, or the probability from the site's classifier
+    over its features, ``pathmaster.abnormality``, whose weights ``classifier`` holds) and
+    threshold: the score at or above which a cell is called abnormal (the operating point).
+    model: the network's sha256, "" without one.
     """
 
     mode: str = "features"
@@ -246,11 +247,12 @@ class LearntSimilarity:
     threshold: float = 0.5
     k: int = 5
     report: dict | None = None
+    classifier: dict | None = None
 
     @property
     def needs_embedding(self) -> bool:
         """True when the search or the score reads the cell's embedding."""
-        return bool(self.model) and (self.mode != "features" or self.score != "neighbours")
+        return bool(self.model) and (self.mode != "features" or self.score in ("network", "mean"))
 
     def vectors(self, feature_vectors: np.ndarray, embeddings: np.ndarray | None) -> np.ndarray:
         """Search vectors (m, d) float32 from the feature projection's vectors (m, p) and
@@ -265,9 +267,15 @@ class LearntSimilarity:
         blocks = [feature_vectors * ((1 - w) / self.feature_scale), z * (w / self.embedding_scale)]
         return np.ascontiguousarray(np.hstack(blocks), dtype=np.float32)
 
-    def abnormal_score(self, network_probability: float | None, neighbour_share: float) -> float:
-        """The chosen score in [0, 1] from the network's abnormal probability and the share
-        of abnormal labels among the k nearest database cells."""
+    def abnormal_score(self, network_probability: float | None, neighbour_share: float,
+                       classifier_probability: float | None = None) -> float:
+        """The chosen score in [0, 1] from the network's abnormal probability, the share of
+        abnormal labels among the k nearest database cells and the feature classifier's
+        abnormal probability (each None when not computed)."""
+        if self.score == "classifier":
+            if classifier_probability is None:
+                raise ValueError("the site's abnormality score is its feature classifier's: give the cell's features")
+            return float(classifier_probability)
         if self.score == "neighbours" or network_probability is None:
             return float(neighbour_share)
         if self.score == "network":
@@ -276,7 +284,8 @@ class LearntSimilarity:
 
     def to_dict(self) -> dict:
         data = {k: getattr(self, k) for k in ("mode", "model", "feature_scale", "embedding_scale",
-                                              "embedding_weight", "score", "threshold", "k", "report")}
+                                              "embedding_weight", "score", "threshold", "k", "report",
+                                              "classifier")}
         data["mean"] = None if self.mean is None else self.mean.tolist()
         data["std"] = None if self.std is None else self.std.tolist()
         return data

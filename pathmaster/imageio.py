@@ -391,7 +391,7 @@ def wire_thumbnail(image_file: bytes, size: int, quality: int = 80, fmt: str = "
     quality : int
         Encoder quality (1-95 JPEG, 1-100 WebP).
     fmt : str
-        "WEBP" (the wire's, `defaults.WIRE_THUMBNAIL_FORMAT`) or "JPEG".
+        "WEBP" (what sites send with their matches) or "JPEG".
 
     Returns
     -------

@@ -230,8 +230,17 @@ def operating_point(scores: np.ndarray, abnormal: np.ndarray, target: float = TA
             "auc": float(roc_auc_score(abnormal, scores)) if 0 < abnormal.sum() < len(abnormal) else 0.5}
 
 
+def choose_score(points: dict) -> str:
+    """The abnormality score to use, of ``{name: operating_point(...)}`` on held-out cells:
+    the best ROC AUC, then the best specificity at the target sensitivity. The AUC first:
+    over the few normal cells of a site's held-out fold the specificity moves in steps of
+    one cell, where the AUC reads every pair."""
+    return max(points, key=lambda name: (round(points[name]["auc"], 3), points[name]["specificity"]))
+
+
 def learn_similarity(patches: np.ndarray, feature_vectors_fit, labels, groups, abnormal_labels, *,
-                     choice: str = "auto", seconds: float = 180.0, k: int = 5, seed: int = 0):
+                     choice: str = "auto", seconds: float = 180.0, k: int = 5, seed: int = 0,
+                     other_scores: dict | None = None):
     """Learn a site's network and choose what it compares, by cross-validation on its cells.
 
     Parameters
@@ -253,6 +262,9 @@ def learn_similarity(patches: np.ndarray, feature_vectors_fit, labels, groups, a
         Training budget in all (shared by the inner folds' networks and the final one).
     k : int
         Neighbours for the vote and the neighbours' abnormality score.
+    other_scores : dict of str to ndarray, optional
+        More candidate abnormality scores: each cell's score (n,) from a model fitted
+        without its ``inner_folds`` fold (e.g. the feature classifier's).
 
     Returns
     -------
@@ -293,10 +305,10 @@ def learn_similarity(patches: np.ndarray, feature_vectors_fit, labels, groups, a
     allowed = [c for c in candidates if choice == "auto" or c[0] == choice]
     mode, weight = max(allowed, key=lambda c: report["candidates"][f"{c[0]}:{c[1]}"]["top1"])
     scores = {"neighbours": oof["share"][(mode, weight)], "network": network_p,
-              "mean": 0.5 * (oof["share"][(mode, weight)] + network_p)}
+              "mean": 0.5 * (oof["share"][(mode, weight)] + network_p), **(other_scores or {})}
     points = {name: operating_point(s[held_out], abnormal_h) for name, s in scores.items()}
     report["scores"] = points
-    score = max(points, key=lambda name: (points[name]["specificity"], points[name]["auc"]))
+    score = choose_score(points)
 
     model, trained = train_embedder(patches, labels, abnormal_labels, seconds=budget, seed=seed)
     report["final"] = trained

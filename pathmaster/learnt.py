@@ -75,14 +75,20 @@ def fit_learnt(db, X: np.ndarray, normalization, projection, vocabulary, *, choi
             reason = "the trainer is not installed (pathmaster-qos[learn])"
     Z = normalization.apply(X)
     fit = _refit(projection, Z[labelled], labels[labelled], db.get_config("feature_names"), seed)
+    groups = _groups(cells, labelled)
+    classifier, by_features = feature_classifier(Z[labelled], labels[labelled].astype(str), groups,
+                                                 abnormal_labels, projection.columns, seed)
     if reason:
         log.info("%s: comparing features alone: %s", db.site_dir, reason)
-        return features_only(fit, labels[labelled].astype(str), _groups(cells, labelled), abnormal_labels,
-                             reason, seed), None
+        learnt = features_only(fit, labels[labelled].astype(str), groups, abnormal_labels, reason, seed, by_features)
+        learnt.classifier = None if classifier is None else classifier.to_dict()
+        return learnt, None
     patches = cell_patches(db, cells)
-    model, learnt = learn.learn_similarity(patches[labelled], fit, labels[labelled], _groups(cells, labelled),
+    model, learnt = learn.learn_similarity(patches[labelled], fit, labels[labelled], groups,
                                            abnormal_labels, choice=choice,
-                                           seconds=seconds or learn_budget(int(labelled.sum())), seed=seed)
+                                           seconds=seconds or learn_budget(int(labelled.sum())), seed=seed,
+                                           other_scores=by_features)
+    learnt.classifier = None if classifier is None else classifier.to_dict()
     model.save(db.site_dir)
     for old in Path(db.site_dir).glob("embedding-*.npz"):
         if old.name != f"embedding-{model.sha256[:16]}.npz":
@@ -112,23 +118,48 @@ def _refit(projection, Z: np.ndarray, labels: np.ndarray, names: list[str], seed
     return fit
 
 
-def features_only(fit, labels: np.ndarray, groups, abnormal_labels, reason: str, seed: int) -> emb.LearntSimilarity:
-    """The features alone, the neighbours' abnormality score, its threshold from held-out
-    folds when there are enough cells (else 0.5: a majority of the neighbours), and why."""
+def _can_score(labels: np.ndarray, abnormal_labels) -> bool:
+    """Enough labelled cells, normal and abnormal, for held-out folds to score them."""
+    from pathmaster import learn
+
+    abnormal = np.array([label in abnormal_labels for label in labels])
+    return len(labels) >= 2 * learn.INNER_FOLDS and abnormal.any() and not abnormal.all()
+
+
+def feature_classifier(Z: np.ndarray, labels: np.ndarray, groups, abnormal_labels, columns, seed: int):
+    """(the site's feature classifier fitted on every labelled cell, {"classifier": its
+    out-of-fold scores (n,)}), both None / {} when there are too few cells to score."""
+    from pathmaster import abnormality, learn
+
+    if not _can_score(labels, abnormal_labels):
+        return None, {}
+    folds = learn.inner_folds(labels, groups, seed)
+    strength, scores, _ = abnormality.choose_strength(Z, labels, abnormal_labels, columns, folds)
+    return abnormality.fit_classifier(Z, labels, abnormal_labels, columns, strength), {"classifier": scores}
+
+
+def features_only(fit, labels: np.ndarray, groups, abnormal_labels, reason: str, seed: int,
+                  other_scores: dict | None = None) -> emb.LearntSimilarity:
+    """The features alone; the abnormality score (the neighbours' share, or one of
+    ``other_scores``: out-of-fold scores (n,)) the held-out folds rank best, with its
+    threshold there when there are enough cells (else the neighbours' share at 0.5: a
+    majority of the neighbours); and why."""
     from pathmaster import learn
 
     learnt = emb.LearntSimilarity(report={"reason": reason})
-    abnormal = np.array([label in abnormal_labels for label in labels])
-    if len(labels) < 2 * learn.INNER_FOLDS or abnormal.all() or not abnormal.any():
+    if not _can_score(labels, abnormal_labels):
         return learnt
+    abnormal = np.array([label in abnormal_labels for label in labels])
     share = np.zeros(len(labels))
     for train, test in learn.inner_folds(labels, groups, seed):
         train_vectors, vectors = fit(train)
         nearest = learn._nearest(train_vectors, vectors[test], learnt.k)
         share[test] = abnormal[train][nearest].mean(axis=1)
-    point = learn.operating_point(share, abnormal)
-    learnt.threshold = point["threshold"]
-    learnt.report["scores"] = {"neighbours": point}
+    points = {name: learn.operating_point(s, abnormal)
+              for name, s in {"neighbours": share, **(other_scores or {})}.items()}
+    learnt.score = learn.choose_score(points)
+    learnt.threshold = points[learnt.score]["threshold"]
+    learnt.report["scores"] = points
     return learnt
 
 

@@ -320,6 +320,9 @@ class SiteIndex:
         # (pathmaster.learnt); the network is NumPy weights, None without one.
         self.learnt = LearntSimilarity.from_dict(config.get("learnt"))
         self.embedder = load_learnt(self.site_dir, self.learnt)
+        from pathmaster.abnormality import FeatureClassifier
+
+        self.classifier = FeatureClassifier.from_dict(self.learnt.classifier)
         self._cells = cells
         self._by_id = {c.cell_id: c for c in cells}
         # The feature schema (pathmaster.features.schema) the stored vectors were made
@@ -445,17 +448,21 @@ class SiteIndex:
         if shape != (rows, EMBEDDING_DIM) or not np.isfinite(embeddings).all():
             raise InvalidInput(f"embeddings must be {rows} finite rows of {EMBEDDING_DIM} values, got shape {shape}")
 
-    def abnormality(self, embeddings: np.ndarray | None, matches: list[list[Match]]) -> list[float]:
+    def abnormality(self, embeddings: np.ndarray | None, matches: list[list[Match]],
+                    features: np.ndarray | None = None) -> list[float]:
         """Each query's abnormality score in [0, 1] (``learnt.abnormal_score``: the network's
-        probability of an abnormal label and/or the share of abnormal labels among its k
-        nearest matches); a cell is called abnormal at ``self.learnt.threshold`` or above."""
+        probability of an abnormal label, the share of abnormal labels among its k nearest
+        matches, or the feature classifier's probability from the raw ``features`` (m,
+        n_features)); a cell is called abnormal at ``self.learnt.threshold`` or above."""
+        from pathmaster.embedding import neighbour_share
+
         abnormal = set(self.vocabulary.abnormal)
         network = (self.embedder.abnormal_probability(embeddings) if self.embedder is not None
                    and embeddings is not None else [None] * len(matches))
-        from pathmaster.embedding import neighbour_share
-
-        return [self.learnt.abnormal_score(p, neighbour_share([m.diagnosis for m in row], abnormal, self.learnt.k))
-                for p, row in zip(network, matches)]
+        by_features = ([None] * len(matches) if self.classifier is None or features is None
+                       else self.classifier.abnormal_probability(self._normalization.apply(np.atleast_2d(features))))
+        return [self.learnt.abnormal_score(p, neighbour_share([m.diagnosis for m in row], abnormal, self.learnt.k), c)
+                for p, row, c in zip(network, matches, by_features)]
 
     def search_many(self, features: np.ndarray, k: int = defaults.K,
                     columns: list[int] | None = None, embeddings: np.ndarray | None = None) -> list[list[Match]]:

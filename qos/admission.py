@@ -21,6 +21,11 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
+CASE_SLOTS = 64                 # cases in progress at once at one coordinator
+URGENT_RESERVED_SLOTS = 16      # of those, kept for the most favoured class (seed 004's guarantee)
+CLASS_SHARE = {"teaching": 0.5, "bulk": 0.25}  # most of the shared slots one class may hold
+PER_CLIENT_CASES = 16           # cases one client may have in progress at once
+
 HOLD_EWMA_ALPHA = 0.2      # weight of the newest holding time in the retry-after estimate
 DEFAULT_RETRY_AFTER_S = 1.0
 

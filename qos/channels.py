@@ -20,10 +20,20 @@ from pathlib import Path
 
 import grpc
 
-from pathmaster import defaults
-from pathmaster.defaults import MAX_MESSAGE_BYTES
 from qos.classes import DEFAULT_CLASSES, ClassTable
 from qos.tls import TLSFiles, check_key_pair, files_signature
+
+MAX_MESSAGE_BYTES = 256 * 1024 * 1024  # one gRPC message, either way (QoS transport)
+# Optionally, after a case, each class connection it used to a site is replaced by a fresh one,
+# opened then and taken once ready (qos.transport.ClassChannels, `renew`): a connection that met
+# losses keeps a congestion window of 2-5 segments for ever after, a new one sends 10 at once.
+# Off: measured in the testbed (FIFO, 16 streams) it did not help, because a full drop-tail
+# queue takes only the first segment of a burst whatever the window, and it hurt a one-segment
+# request (a fresh connection's HPACK table is empty: ~250 B more headers, two segments).
+RENEW_CONNECTIONS = False
+# Fresh connections opened per renewed one, the first ready taken: a SYN lost behind a full
+# queue is sent again only after 1 s, and cases may come sooner than that.
+SPARE_CONNECTIONS = 2
 
 log = logging.getLogger("pathmaster.transport")
 
@@ -126,7 +136,7 @@ class ClassChannels:
         max_message_bytes: int = MAX_MESSAGE_BYTES,
         wrap: Callable[[grpc.Channel], grpc.Channel] | None = None,
         renew: bool = False,
-        spares: int = defaults.SPARE_CONNECTIONS,
+        spares: int = SPARE_CONNECTIONS,
     ):
         self.targets = dict(targets)
         self.wrap = wrap

@@ -14,8 +14,13 @@ from typing import Callable
 import grpc
 from cachetools import TTLCache
 
-from pathmaster import defaults
 from qos.authz import caller_identity
+
+# A site remembers the requests it has taken for COPY_MEMORY_S seconds (at most
+# COPY_MEMORY_ENTRIES of them) and refuses a copy of one (qos.transport.CopyFilter): the
+# copies cost the way there a few KB each, the way back one reply, not one per copy.
+COPY_MEMORY_S = 120.0
+COPY_MEMORY_ENTRIES = 4096
 
 MAX_SEND_ID_CHARS = 64  # AnalyseRequest.send_id: a client-chosen value, bounded
 
@@ -32,7 +37,7 @@ class CopyFilter:
     `entries` of them (the oldest forgotten first).
     """
 
-    def __init__(self, memory_s: float = defaults.COPY_MEMORY_S, entries: int = defaults.COPY_MEMORY_ENTRIES,
+    def __init__(self, memory_s: float = COPY_MEMORY_S, entries: int = COPY_MEMORY_ENTRIES,
                  clock: Callable[[], float] = time.monotonic):
         self.memory_s = memory_s
         self.entries = entries

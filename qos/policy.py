@@ -23,8 +23,25 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from pathmaster import defaults
 from pathmaster.records import Why
+
+# A site request of at most SMALL_REQUEST_BYTES (a features-mode case: ~1 KB a cell) is sent
+# as SMALL_REQUEST_COPIES copies at once, each over its own already-open TCP connection to the
+# site (a "lane"); the first answer wins and the other copies are cancelled. Behind a full
+# drop-tail queue a lost segment stalls its connection for a retransmission timeout (>= 200 ms,
+# Linux's minimum) or a tail-loss probe (2 RTT); an independent copy is stalled only if it is
+# lost too. Connections are opened before the first case (no SYN, whose first retry waits 1 s,
+# is sent at case time). Ours, measured in the testbed (qos/experiment/results/adaptive).
+SMALL_REQUEST_BYTES = 16 * 1024
+SMALL_REQUEST_COPIES = 3
+# ... one after the other, COPY_GAP_S apart (copy k leaves k gaps after the first): a full
+# drop-tail queue has a slot or two free at a time, so copies burst into it together meet the
+# same full queue and are dropped together; a few ms apart each meets the queue afresh (it
+# serves a 1500 B packet in 1.2 ms at 10 Mbit/s). Well under a round trip (~100 ms behind the
+# testbed's full queue), the price when the first copy gets through.
+COPY_GAP_S = 0.02
+MAX_REQUEST_COPIES = 4         # more copies than this are refused in a configuration
+MAX_CASE_DEADLINE_S = 3600.0    # a case's own deadline_s above this is refused
 
 STEP_DOWN_HEADROOM = 0.5   # step down only if the lower class is predicted within half the deadline
 HEDGE_MARGIN = 0.5         # hedge when a site runs 50% past its prediction ...
@@ -74,9 +91,9 @@ def choose_mode(schema_matches: bool, ship: str) -> tuple[str, Why]:
 def plan_site(site: str, *, requested: str, entitled: list[str], deadline_s: float,
               predict: Callable[[str, str], float | None], schema_matches: bool,
               ship: str = "auto", replica: str | None = None, mode_bytes: dict[str, int] | None = None,
-              small_request_bytes: int = defaults.SMALL_REQUEST_BYTES,
-              small_request_copies: int = defaults.SMALL_REQUEST_COPIES,
-              copy_gap_s: float = defaults.COPY_GAP_S) -> SitePlan:
+              small_request_bytes: int = SMALL_REQUEST_BYTES,
+              small_request_copies: int = SMALL_REQUEST_COPIES,
+              copy_gap_s: float = COPY_GAP_S) -> SitePlan:
     """Plan one site's part of a case.
 
     Parameters

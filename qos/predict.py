@@ -1,55 +1,27 @@
-"""Predict how long a site will take for a case, before the case is sent.
+"""Predict how long a site will take for a case, and the case as a whole, before it is sent.
 
-A site's completion time, as the coordinator sees it, is the transfer of the request and
-the reply over the path, plus the site's own work (waiting for a worker, then analysing
-and searching)::
+A site's call is modelled as its path plus its own work::
 
     predicted_s = base_s + (bytes_up + bytes_down) / rate_Bps + site_s
 
-- `base_s` and `rate_Bps` describe the path for one request class (round trips, and the
-  throughput the class gets). They are fitted *passively*, from the coordinator's own
-  transfers: every answered call gives (bytes each way, transfer seconds = wall time at
-  the coordinator less the site's own wall time). Both are robust, recent medians (a
-  Theil-Sen rate over the last `RECENT_SLOPE_CALLS` calls, the median of what it leaves
-  over the last `RECENT_CALLS`), so the estimate follows competing traffic as it comes
-  and goes and one stalled call does not move it. The coordinator's own cases in flight
-  share the path (and, on one machine, its processor): a prediction uses the calls made
-  under about as many cases in flight as now (`PathModel.fit`); a burst of clients does not
-  make the next lone case look slow. While every case has the same size the
-  slope cannot be told from the intercept; the model then keeps its prior rate and puts
-  the rest in `base_s` (or, when the calls were faster than the prior rate allows, takes
-  their rate), which still predicts cases of that size well.
-- `site_s` comes from what the site reports: the seconds of work queued ahead, how many
-  workers serve them, and its recent seconds per cell (per shipping mode: analysing an
-  image costs far more than searching a feature vector), plus the per-call overhead the
-  coordinator measures (see `SiteModel`).
+- `base_s` and `rate_Bps` (per request class) are fitted passively from the coordinator's
+  own calls, as robust recent medians (a Theil-Sen rate, `PathModel`), among calls made
+  with about as many cases in flight as now: the estimate follows competing traffic, and
+  one stalled call or a burst of clients does not move it. Cases all of one size cannot
+  separate rate from latency; the prior rate is kept and the rest goes to `base_s`.
+- `site_s` is what the site reports (work queued ahead, workers, seconds per cell by
+  shipping mode) plus the per-call overhead measured here (`SiteModel`).
 
-- A whole case (the coordinator's analysis, then its slowest site) is predicted by the
-  recent median of like cases' actual times (`RecentLevel`): every part's spread adds up in
-  the sum of modelled parts, and the parts' medians do not add up to the median of the
-  whole. Until 3 like cases are known, the sum is used, scaled by `Calibration` (the recent
-  median ratio of actual to modelled). `CaseModel` does this for the coordinator and the
-  testbed's workload alike.
-- A site's call is predicted the same way, from the recent median of its calls in the same
-  mode that the model rated alike (`SiteModel.predict`: their modelled seconds within
-  SIMILAR_MODELLED of this call's, under about the same concurrency), plus the queue the site
-  reports now; the sum of the parts until 3 such calls are known. "Alike by the model" keeps
-  what the sum is for: a call of other bytes or cells, on a path that got slower, or at a
-  site whose report says its service time changed, is modelled differently and so falls
-  back to the sum at once. (A calibrated sum, ratio or offset, did worse than the plain sum:
-  the noise of the parts and of the correction add up; benchmarks/bench_predictable.py.)
-
-- A fresh process's first call is cold (lazy imports, FAISS's first search, thumbnails
-  not yet made, a channel's set-up): sites and the coordinator's analysers serve a
-  synthetic cell before they say they are ready (services/site/worker.py,
-  services/coordinator/analysis.py), and what is learnt from calls holds the first one
-  apart once a second is known (`RecentMedian`, `PathModel`).
-
-No library fits the model as a whole: it is a robust line over a short window (scipy's
-Theil-Sen slope, numpy medians) and recent medians of what the sites say.
-
-`PredictionLog` keeps predicted-vs-actual pairs and reports the median absolute
-percentage error, which the case log, the summary and the benchmarks show.
+The modelled parts' spreads add up and their medians do not sum to the whole's, so a call,
+and a whole case (`CaseModel`: the coordinator's analysis, then its slowest site), is
+predicted by the recent median of like ones (`RecentLevel`; "like": modelled alike, under
+about the same concurrency), and until 3 are known by the modelled sum (a case's scaled by
+`Calibration`, the recent ratio of actual to modelled). A call the model rates differently
+(other bytes, a slower path, a site that reports a changed service time) falls back to the
+sum at once. A fresh process's first call is cold, so it is held apart once a second is
+known (`RecentMedian`). No library fits this model as a whole (scipy's Theil-Sen slope and
+numpy medians do the parts); `PredictionLog` reports the median absolute percentage error
+of predicted against actual.
 """
 
 from __future__ import annotations
@@ -511,8 +483,9 @@ class Predictor:
 class CaseModel:
     """A whole case's predicted time, as the coordinator makes it before sending it.
 
-    The recent median of like cases' actual times (`RecentLevel`: the same modes, e.g.
-    "features", and number of cells, under about as many cases in flight) once 3 are known;
+    The recent median of like cases' actual times (`RecentLevel`: the same request class,
+    modes, e.g. "features", and number of cells, under about as many cases in flight) once 3
+    are known: under load an urgent case overtakes bulk ones, so their times say nothing of its;
     until then the modelled case, its coordinator's analysis then its slowest site's
     prediction, scaled by the recent ratio of actual to modelled (`Calibration`). The
     coordinator and the testbed's workload (services/experiment/workload.py) both predict
@@ -529,8 +502,8 @@ class CaseModel:
         """The kind of a case whose sites are sent `modes`, e.g. "features+images"."""
         return "+".join(sorted(set(modes)))
 
-    def predict(self, modes, cells: int, analysis_s: float, site_predictions, sharing: int = 1
-                ) -> tuple[float | None, float | None]:
+    def predict(self, modes, cells: int, analysis_s: float, site_predictions, sharing: int = 1,
+                request_class: str = "") -> tuple[float | None, float | None]:
         """The case's predicted seconds and its modelled seconds (each None when unknown).
 
         Parameters
@@ -545,10 +518,12 @@ class CaseModel:
             Each site's predicted seconds (`Predictor.predict`).
         sharing : int
             The coordinator's cases in flight now, this one included.
+        request_class : str
+            The class the case is served in.
         """
         predictions = list(site_predictions)
         modelled = analysis_s + max(predictions) if predictions and None not in predictions else None
-        kind = self.kind(modes)
+        kind = f"{request_class}/{self.kind(modes)}"
         with self._lock:
             predicted = self.levels.value(f"{kind}/{cells}", sharing)
             if predicted is None and modelled is not None:
@@ -556,13 +531,14 @@ class CaseModel:
         return predicted, modelled
 
     def observe(self, modes, sent_modes, cells: int, total_s: float, modelled_s: float | None,
-                sharing: int = 1) -> None:
-        """One case answered by every site: its actual seconds, against the modelled seconds
-        `predict` gave it; learnt only when the sites were sent what was planned (`sent_modes`
-        of the same kind as `modes`: a site that fell back to images makes another kind)."""
-        kind = self.kind(modes)
-        if self.kind(sent_modes) != kind:
+                sharing: int = 1, request_class: str = "") -> None:
+        """One case of `request_class` answered by every site: its actual seconds, against the
+        modelled seconds `predict` gave it; learnt only when the sites were sent what was
+        planned (`sent_modes` of the same kind as `modes`: a site that fell back to images
+        makes another kind)."""
+        if self.kind(sent_modes) != self.kind(modes):
             return
+        kind = f"{request_class}/{self.kind(modes)}"
         with self._lock:
             self.calibration.add(kind, total_s, modelled_s, sharing)
             self.levels.add(f"{kind}/{cells}", total_s, sharing)

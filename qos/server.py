@@ -23,9 +23,8 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from pathmaster.defaults import MAX_MESSAGE_BYTES
 from qos.authz import RoleCheck
-from qos.channels import size_options
+from qos.channels import MAX_MESSAGE_BYTES, size_options
 from qos.classes import DEFAULT_CLASSES, ClassTable
 from qos.tls import TLSFiles
 
@@ -75,7 +74,10 @@ class MarkedServer:
     """A gRPC service on a control port plus one port per request class.
 
     `add_servicers(server)` registers the service(s) on a grpc.Server; it is called for
-    the control server and for every class server, all sharing one thread pool.
+    the control server and for every class server. Each port has its own pool of
+    `max_workers` threads: a call holds its thread until it ends (a case streams for its
+    whole length, a site call waits for its cells), so calls of a less favoured class that
+    hold every thread must not keep a more favoured class's calls waiting for one.
     `service_names` are the full names announced by health checking and reflection
     (served on every port). `class_ports` maps class -> port (0: any free port);
     None serves only the control port (replies then unmarked). A class port refuses
@@ -98,7 +100,7 @@ class MarkedServer:
     ):
         self.classes = classes
         self.health = health.HealthServicer()
-        self._executor = futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc")
+        self._executors: list[futures.ThreadPoolExecutor] = []
         names = list(service_names)
         extra = list(interceptors)  # the caller's (e.g. tracing), outermost
 
@@ -109,7 +111,10 @@ class MarkedServer:
             if class_name is not None:
                 options.append(("grpc.dscp", int(classes[class_name].dscp)))
                 interceptors.append(_OwnClassOnly(class_name))
-            server = grpc.server(self._executor, options=options, interceptors=[*extra, *interceptors])
+            executor = futures.ThreadPoolExecutor(max_workers=max_workers,
+                                                  thread_name_prefix=f"grpc-{class_name or 'control'}")
+            self._executors.append(executor)
+            server = grpc.server(executor, options=options, interceptors=[*extra, *interceptors])
             add_servicers(server)
             health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
             reflection.enable_server_reflection(
@@ -154,7 +159,8 @@ class MarkedServer:
         events = [server.stop(grace) for server in self._servers]
         for event in events:
             event.wait(timeout=(grace or 0) + 5)
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        for executor in self._executors:
+            executor.shutdown(wait=False, cancel_futures=True)
 
     def wait(self) -> None:
         self._servers[0].wait_for_termination()

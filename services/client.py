@@ -43,6 +43,7 @@ from qos.classes import ClassTable, RequestClass, UnknownClass
 from qos import channels as transport_channels
 from qos.transport import STALE_PORT_CODES, ClassChannels, TLSFiles, files_signature
 from services.classinfo import table_from_info
+from services.commands import QUERY_DEADLINE_S
 from services.tracing import case_span, end_span, end_span_code
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
@@ -188,7 +189,7 @@ class CoordinatorClient:
         return self._stub().Info(pb.CoordinatorInfoRequest(), timeout=INFO_TIMEOUT_S).feature_schema
 
     def submit(self, cells: list[pb.CellImage], request_class: str = "routine", *, k: int = defaults.K,
-               deadline_s: float = defaults.QUERY_DEADLINE_S, sites: list[str] | None = None, case_id: str = "",
+               deadline_s: float = QUERY_DEADLINE_S, sites: list[str] | None = None, case_id: str = "",
                ship: str = "auto", features: list[pb.CellFeatures] | None = None, feature_schema: str = "",
                concept_weights: dict[str, float] | None = None):
         """Submit a case; returns the gRPC stream of pb.CaseEvent (iterate it; `.cancel()`
@@ -261,7 +262,7 @@ class CoordinatorClient:
 
 
 def case_request(cells: list[pb.CellImage], request_class: str, *, k: int = defaults.K,
-                 deadline_s: float = defaults.QUERY_DEADLINE_S, sites: list[str] | None = None,
+                 deadline_s: float = QUERY_DEADLINE_S, sites: list[str] | None = None,
                  case_id: str = "", ship: str = "auto", features: list[pb.CellFeatures] | None = None,
                  feature_schema: str = "", concept_weights: dict[str, float] | None = None) -> pb.CaseRequest:
     """The CaseRequest of `CoordinatorClient.submit`'s arguments (concept_weights: refine
@@ -296,7 +297,7 @@ class AsyncCases:
         return self._channels[key]
 
     async def submit(self, cells: list[pb.CellImage], request_class: str, *, k: int = defaults.K,
-                     deadline_s: float = defaults.QUERY_DEADLINE_S, case_id: str = "",
+                     deadline_s: float = QUERY_DEADLINE_S, case_id: str = "",
                      concept_weights: dict[str, float] | None = None):
         """The case's pb.CaseEvents as they arrive (an async generator), as
         `CoordinatorClient.submit` sends it. Raises grpc.aio.AioRpcError (a grpc.RpcError)

@@ -15,6 +15,11 @@ from pathmaster import defaults
 from services.logs import add_arguments as add_log_arguments
 from services.logs import setup_logging
 
+COORDINATOR_PORT = 50051   # the coordinator's control port (Info, Submit, health)
+OTLP_ENDPOINT = "http://localhost:4317"  # an OpenTelemetry collector's OTLP/gRPC port ([tracing] endpoint)
+QUERY_DEADLINE_S = 60.0    # a case's deadline when the client sets none (coordinator, query, client)
+DEMO_CELLS = 140           # cells in each site database of `pathmaster demo` (7 diagnoses x 20)
+
 STARTED = time.perf_counter()
 
 
@@ -25,10 +30,10 @@ def register(subparsers) -> None:
                     "cached) and a coordinator on loopback with a local Ray, submit a 6-cell case, "
                     "print each site's results as they stream in, then keep serving until Ctrl-C.")
     demo.add_argument("--once", action="store_true", help="exit after the case")
-    demo.add_argument("--port", type=int, default=defaults.COORDINATOR_PORT,
+    demo.add_argument("--port", type=int, default=COORDINATOR_PORT,
                       help="coordinator port (default %(default)s; 0: any free)")
     demo.add_argument("--metrics-port", type=int, default=0, help="Prometheus port (default: any free)")
-    demo.add_argument("--cells", type=int, default=defaults.DEMO_CELLS,
+    demo.add_argument("--cells", type=int, default=DEMO_CELLS,
                       help="cells per site database (default %(default)s)")
     demo.add_argument("--cache", type=Path, default=None,
                       help="where everything the demo writes goes: site databases, case log, the page's users "
@@ -66,7 +71,7 @@ def register(subparsers) -> None:
     query.add_argument("--class", dest="request_class", default="routine",
                        help="one of the coordinator's request classes, e.g. urgent (default %(default)s)")
     query.add_argument("--k", type=int, default=defaults.K, help="matches per cell and site (default %(default)s)")
-    query.add_argument("--deadline", type=float, default=defaults.QUERY_DEADLINE_S,
+    query.add_argument("--deadline", type=float, default=QUERY_DEADLINE_S,
                        help="seconds (default %(default)s)")
     query.add_argument("--site", action="append", default=[], help="ask only this site (repeatable)")
     query.add_argument("--json", action="store_true", help="one JSON object per event, per line")
@@ -84,7 +89,7 @@ def register(subparsers) -> None:
                        help="append this case's client span, one JSON object per line, to JSONL")
     trace.add_argument("--trace-endpoint", metavar="URL",
                        help="send this case's client span to an OpenTelemetry collector (OTLP/gRPC), "
-                            f"e.g. {defaults.OTLP_ENDPOINT}")
+                            f"e.g. {OTLP_ENDPOINT}")
     add_tls_arguments(query)
     query.set_defaults(func=run_query)
 

@@ -23,8 +23,20 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fi
 from pathmaster import defaults
 from pathmaster.records import ConfigError
 from pathmaster.budget import CellBudget
+from qos.admission import CASE_SLOTS, CLASS_SHARE, PER_CLIENT_CASES, URGENT_RESERVED_SLOTS
+from qos.channels import RENEW_CONNECTIONS
 from qos.classes import DEFAULT_CLASSES, ClassTable
+from qos.policy import COPY_GAP_S, MAX_REQUEST_COPIES, SMALL_REQUEST_BYTES, SMALL_REQUEST_COPIES
 from qos.transport import TLSFiles, split_address
+from services.commands import OTLP_ENDPOINT, QUERY_DEADLINE_S
+
+STATS_WINDOW_CASES = 1000  # completion times the coordinator keeps per class for its statistics
+WORKER_RESTART_MIN_S = 0.5       # a dead worker's replacement starts after this, doubling on
+WORKER_RESTART_MAX_S = 30.0      #   each failed attempt up to this (reset once one is ready)
+
+MAX_CASE_CELLS = 64                  # cells per case (coordinator, page); more is a batch
+MAX_CASE_BYTES = 64 * 1024 * 1024    # one case's images together, at the coordinator
+COORDINATOR_ANALYSERS = 2       # Ray actors analysing each case's cells once at the coordinator
 
 # ------------------------------------------------------------------ value types
 
@@ -123,7 +135,7 @@ class TracingTable(_Table):
     exporter: Literal["off", "otlp", "jsonl"] = "off"
     """"otlp": spans to an OpenTelemetry collector at `endpoint` (OTLP over gRPC); "jsonl":
     one span per line appended to `file`; "off": none."""
-    endpoint: str = defaults.OTLP_ENDPOINT
+    endpoint: str = OTLP_ENDPOINT
     """The collector's OTLP/gRPC address ("http://HOST:PORT" plain, "https://HOST:PORT" TLS)."""
     file: OptionalPath = None
     """The JSON-lines file of spans, for exporter = "jsonl"."""
@@ -189,9 +201,9 @@ class SiteTable(_Budgeted):
     """"" starts a local Ray; "auto" or "HOST:PORT" joins one."""
     metrics: str = ""
     """HOST:PORT of the site's Prometheus endpoint; "" for none."""
-    worker_restart_min_s: float = Field(defaults.WORKER_RESTART_MIN_S, gt=0)
+    worker_restart_min_s: float = Field(WORKER_RESTART_MIN_S, gt=0)
     """Seconds before a dead worker's replacement starts; doubled after each failed attempt."""
-    worker_restart_max_s: float = Field(defaults.WORKER_RESTART_MAX_S, gt=0)
+    worker_restart_max_s: float = Field(WORKER_RESTART_MAX_S, gt=0)
     """The longest wait between attempts to replace a dead worker."""
     ray_resource: str = Field("", pattern=r"^[A-Za-z0-9_-]*$", max_length=64)
     """Ray custom resource that marks the nodes holding this site's database (e.g.
@@ -223,41 +235,41 @@ class CoordinatorTable(_Budgeted):
     """HOST:PORT of the Prometheus endpoint; "" for none."""
     case_log: OptionalPath = None
     """JSON-lines file of completion records; omitted or "" for none."""
-    max_cells: int = Field(defaults.MAX_CASE_CELLS, ge=1)
+    max_cells: int = Field(MAX_CASE_CELLS, ge=1)
     """Cells per case; more is RESOURCE_EXHAUSTED."""
-    max_case_mb: float = Field(defaults.MAX_CASE_BYTES / 2**20, gt=0)
+    max_case_mb: float = Field(MAX_CASE_BYTES / 2**20, gt=0)
     """MiB per case, all images together; more is RESOURCE_EXHAUSTED."""
-    default_deadline_s: float = Field(defaults.QUERY_DEADLINE_S, gt=0)
+    default_deadline_s: float = Field(QUERY_DEADLINE_S, gt=0)
     """Seconds a case may take when the client sets no deadline."""
-    stats_window: int = Field(defaults.STATS_WINDOW_CASES, ge=1)
+    stats_window: int = Field(STATS_WINDOW_CASES, ge=1)
     """Completion times kept per class for mean/std/percentiles."""
-    analysis_workers: int = Field(defaults.COORDINATOR_ANALYSERS, ge=0)
+    analysis_workers: int = Field(COORDINATOR_ANALYSERS, ge=0)
     """Ray actors that analyse each case's cells once here, so that sites of the same
     feature schema get feature vectors instead of images; 0: images to every site."""
     analysis_cpus: float = Field(0.0, ge=0)
     """Ray CPUs reserved per analyser (0: they share the CPUs of the sites' workers)."""
     ray_address: str = ""
     """"" starts (or reuses) a local Ray for the analysers; "auto" or "HOST:PORT" joins one."""
-    case_slots: int = Field(defaults.CASE_SLOTS, ge=1)
+    case_slots: int = Field(CASE_SLOTS, ge=1)
     """Cases in progress at once; more are refused with RESOURCE_EXHAUSTED and a retry-after."""
-    urgent_reserved_slots: int = Field(defaults.URGENT_RESERVED_SLOTS, ge=0)
+    urgent_reserved_slots: int = Field(URGENT_RESERVED_SLOTS, ge=0)
     """Of `case_slots`, kept for the most favoured class; an urgent burst beyond them and its
     share of the rest is served as the next class (reclassified, not dropped)."""
-    class_share: dict[str, float] = Field(default_factory=lambda: dict(defaults.CLASS_SHARE))
+    class_share: dict[str, float] = Field(default_factory=lambda: dict(CLASS_SHARE))
     """Class -> the largest fraction (0-1] of the shared slots it may hold at once."""
-    per_client_cases: int = Field(defaults.PER_CLIENT_CASES, ge=1)
+    per_client_cases: int = Field(PER_CLIENT_CASES, ge=1)
     """Cases one client (certificate name, else address) may have in progress at once."""
-    small_request_bytes: int = Field(defaults.SMALL_REQUEST_BYTES, ge=0)
+    small_request_bytes: int = Field(SMALL_REQUEST_BYTES, ge=0)
     """A features request to a site of at most this many bytes is small: it is sent as
     `small_request_copies` copies at once."""
-    small_request_copies: int = Field(defaults.SMALL_REQUEST_COPIES, ge=1, le=defaults.MAX_REQUEST_COPIES)
+    small_request_copies: int = Field(SMALL_REQUEST_COPIES, ge=1, le=MAX_REQUEST_COPIES)
     """Copies of a small request sent at once, each over its own connection to the site
     (opened when the site is first reached); the first answer is used, the rest cancelled.
     1: one copy (no hedging by copies)."""
-    copy_gap_s: float = Field(defaults.COPY_GAP_S, ge=0.0, le=1.0)
+    copy_gap_s: float = Field(COPY_GAP_S, ge=0.0, le=1.0)
     """Seconds between one copy of a small request and the next (copy k leaves k gaps after
     the first), so that they do not meet a full queue together; 0: all at once."""
-    renew_connections: bool = defaults.RENEW_CONNECTIONS
+    renew_connections: bool = RENEW_CONNECTIONS
     """After each case, replace the connections it used to the sites by fresh ones, opened
     then and used once ready: a connection that met losses behind a full queue keeps a
     congestion window of a few segments for ever after, a new one starts at 10

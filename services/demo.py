@@ -14,12 +14,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pathmaster.defaults import COORDINATOR_PORT, DEMO_CELLS
 from pathmaster.records import CellRecord
+from services.commands import COORDINATOR_PORT, DEMO_CELLS
 from services.config import CoordinatorConfig, SiteConfig, SiteEndpoint
+from services.coordinator.analysis import ANALYSIS_READY_S
 from services.coordinator.server import CoordinatorServer
 from services.site.server import SiteServer
-from pathmaster.defaults import ANALYSIS_READY_S
 from services.site.synthetic import build_synthetic_site, cache_root, is_current
 from services.site.worker import ensure_ray
 

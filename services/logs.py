@@ -5,7 +5,7 @@
 fields, and "exc_info" for a traceback (python-json-logger's JsonFormatter). What may be
 logged is bounded here, whatever a caller passes: a bytes argument (an image, a request)
 is logged as "<N bytes>", never its content, and a message is cut at
-`defaults.LOG_MESSAGE_CHARS`. Patient identifiers are the callers' care: INFO names a case
+`LOG_MESSAGE_CHARS`. Patient identifiers are the callers' care: INFO names a case
 by its keyed `pathmaster.ids.log_tag` only.
 """
 
@@ -14,7 +14,8 @@ from __future__ import annotations
 import logging
 import sys
 
-from pathmaster import defaults
+
+LOG_MESSAGE_CHARS = 4000                # a service log line's message is cut there (no runaway payloads)
 
 LEVELS = ("debug", "info", "warning", "error")
 FORMATS = ("json", "text")
@@ -23,7 +24,7 @@ FORMATS = ("json", "text")
 class BoundedRecords(logging.Filter):
     """Bytes arguments become "<N bytes>"; the message is cut at `limit` characters."""
 
-    def __init__(self, limit: int = defaults.LOG_MESSAGE_CHARS):
+    def __init__(self, limit: int = LOG_MESSAGE_CHARS):
         super().__init__()
         self.limit = limit
 

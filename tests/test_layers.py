@@ -56,3 +56,20 @@ def test_the_check_sees_a_function_level_import(tmp_path):
     source = tmp_path / "m.py"
     source.write_text("def f():\n    from services.client import Client\n    import qos.classes\n")
     assert imported_packages(source) == {("services", 2), ("qos", 3)}
+
+
+def test_the_cores_defaults_are_the_cores_own():
+    """Each constant in pathmaster/defaults.py is read by the core itself; an upper layer's
+    constant lives beside the rule that uses it, in that layer."""
+    defaults = REPO / "pathmaster" / "defaults.py"
+    names = {node.targets[0].id for node in ast.parse(defaults.read_text()).body if isinstance(node, ast.Assign)}
+    used = set()
+    for path in (REPO / "pathmaster").rglob("*.py"):
+        if path == defaults:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "defaults":
+                used.add(node.attr)
+            elif isinstance(node, ast.ImportFrom) and node.module == "pathmaster.defaults":
+                used.update(alias.name for alias in node.names)
+    assert names and not names - used, f"not used by the core: {sorted(names - used)}"

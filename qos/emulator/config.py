@@ -68,8 +68,9 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
-from pathmaster import defaults
 from pathmaster.records import ConfigError
+from qos.cisco import (CONGESTIVE_DISCARD_PACKETS, WFQ_DYNAMIC_QUEUES, WFQ_HOLD_QUEUE_PACKETS,
+                       WRED_WEIGHT_EXPONENT)
 from qos.classes import DEFAULT_CLASSES, DSCP_NAMES, ClassTable, load_classes
 from qos.config import FileModel, Seq, key_path, old_rate, old_time, read_toml, renamed, validate
 from qos.emulator.classify import dscp_classifier
@@ -77,9 +78,11 @@ from qos.emulator.disciplines import (BANDS, CISCO_DSCP_DEFAULTS, CISCO_PRECEDEN
                                       ClassCodel, ClassWfq, Codel, Fifo, FlowFq, FlowWfq, Priority, SharedMedium,
                                       TokenBucketShaper, Wred, WredProfile)
 from qos.emulator.disciplines.base import Discipline
+from qos.emulator.disciplines.codel import CODEL_INTERVAL_MS, CODEL_LIMIT_PACKETS, CODEL_TARGET_MS
 from qos.emulator.disciplines.wred import CISCO_DEFAULT_PROFILE
 from qos.emulator.link import EmulatedLink
 from qos.emulator.stats import LinkStats
+from qos.network import ROUTER_QUEUE_PACKETS, SHAPER_BURST_BYTES
 
 DISCIPLINES = ("fifo", "priority", "wfq", "fq", "flow_wfq", "wred", "codel", "class_codel")
 WRED_DEFAULTS = ("cisco", "cisco-precedence", "seed003")
@@ -163,7 +166,7 @@ class WfqTable(FileModel):
 class WredTable(FileModel):
     """`[link.NAME.wred]`: weighted random early detection by DSCP."""
 
-    weight_exponent: int = Field(defaults.WRED_WEIGHT_EXPONENT, description="0-16")
+    weight_exponent: int = Field(WRED_WEIGHT_EXPONENT, description="0-16")
     defaults: str = Field("cisco", json_schema_extra={"enum": list(WRED_DEFAULTS)})  # (shadows the module below)
     dscp: dict[str, Seq[int | float]] = Field(default_factory=dict,
                                               description="DSCP name or number -> [min, max, mark denominator]")
@@ -187,17 +190,17 @@ class WredTable(FileModel):
 class FlowWfqTable(FileModel):
     """`[link.NAME.flow_wfq]`: Cisco IOS per-flow WFQ (`fair-queue`), IOS's defaults."""
 
-    congestive_discard: PositiveInt = Field(defaults.CONGESTIVE_DISCARD_PACKETS,
+    congestive_discard: PositiveInt = Field(CONGESTIVE_DISCARD_PACKETS,
                                             description="packets one conversation may hold")
-    dynamic_queues: PositiveInt = Field(defaults.WFQ_DYNAMIC_QUEUES, description="conversation queues")
-    hold_limit: PositiveInt = Field(defaults.WFQ_HOLD_QUEUE_PACKETS, description="packets in the whole system")
+    dynamic_queues: PositiveInt = Field(WFQ_DYNAMIC_QUEUES, description="conversation queues")
+    hold_limit: PositiveInt = Field(WFQ_HOLD_QUEUE_PACKETS, description="packets in the whole system")
 
 
 class CodelTable(FileModel):
     """`[link.NAME.codel]`: CoDel (RFC 8289) on one FIFO; its published constants by default."""
 
-    target_ms: PositiveNumber = Field(defaults.CODEL_TARGET_MS, description="acceptable standing queue delay, ms")
-    interval_ms: PositiveNumber = Field(defaults.CODEL_INTERVAL_MS,
+    target_ms: PositiveNumber = Field(CODEL_TARGET_MS, description="acceptable standing queue delay, ms")
+    interval_ms: PositiveNumber = Field(CODEL_INTERVAL_MS,
                                         description="how long the delay must stay above target before a drop, ms")
 
     @model_validator(mode="after")
@@ -221,8 +224,8 @@ class ShapeTable(FileModel):
     """`[link.NAME.shape.CLASS]`: a token bucket in front of the scheduler."""
 
     rate_kbit: PositiveNumber = Field(description="kbit/s")
-    burst_bytes: PositiveInt = defaults.SHAPER_BURST_BYTES
-    limit_packets: PositiveInt = defaults.CONGESTIVE_DISCARD_PACKETS
+    burst_bytes: PositiveInt = SHAPER_BURST_BYTES
+    limit_packets: PositiveInt = CONGESTIVE_DISCARD_PACKETS
     rate: old_rate()
     burst: renamed("burst_bytes")
     limit: renamed("limit_packets")
@@ -237,7 +240,7 @@ class LinkSettings(FileModel):
     loss: int | float = Field(0.0, description="probability 0-1")
     overhead_bytes: Annotated[int, _check(lambda v: v >= 0, "expected bytes >= 0, got {value!r}")] = 0
     discipline: DisciplineName = "fifo"
-    limit_packets: PositiveInt = Field(defaults.ROUTER_QUEUE_PACKETS,
+    limit_packets: PositiveInt = Field(ROUTER_QUEUE_PACKETS,
                                        description="the FIFO, WRED's buffer, FQ's cap, WFQ per class, each band")
     priority: PriorityTable | None = None
     wfq: WfqTable | None = None
@@ -520,7 +523,7 @@ def _build_discipline(s: LinkSettings, rate: float, classes: ClassTable, rng: ra
         return ClassWfq({k: float(v) for k, v in weights.items()}, limit)
     if kind in ("codel", "class_codel"):
         if "limit_packets" not in s.model_fields_set:
-            limit = defaults.CODEL_LIMIT_PACKETS  # Linux codel's; the table's common default is a FIFO's
+            limit = CODEL_LIMIT_PACKETS  # Linux codel's; the table's common default is a FIFO's
         if kind == "codel":
             opts = s.codel or CodelTable()
             return Codel(limit, opts.target_ms, opts.interval_ms)

@@ -12,7 +12,7 @@ backend so that comparisons differ only in the discipline:
 | `wred` | `random-detect` | `wred`: precedence profiles (min 20..35, max 40, 1/10), exponential weighting constant 9, hold queue 40 |
 | `shaping` | `traffic-shape` of the competing class + WFQ (or CBWFQ) | `flow_wfq` (or `cbwfq`'s) with a token bucket on `shaped_class`, burst Bc = CIR x 125 ms |
 
-Sources, as cited where each value is defined in `pathmaster.defaults`: the `hold-queue`,
+Sources, as cited where each value is defined in `qos.cisco`: the `hold-queue`,
 `fair-queue`, `queue-limit` and `priority-list` command references ("Cisco IOS in a
 Nutshell", O'Reilly; Cisco's command reference for `hold-queue`), Cisco's WRED
 configuration guide (precedence-based by default; "half the max-threshold for precedence 0,
@@ -24,7 +24,8 @@ modified tail drop (see `FlowWfq`).
 
 from __future__ import annotations
 
-from pathmaster import defaults
+from qos.cisco import (CONGESTIVE_DISCARD_PACKETS, HOLD_QUEUE_PACKETS, IOS_SHAPING_INTERVAL_S,
+                       WRED_WEIGHT_EXPONENT)
 from qos.classes import DEFAULT_CLASSES, ClassTable
 
 IOS_STRATEGIES = ("fifo", "priority", "wfq", "cbwfq", "wred", "shaping")
@@ -50,7 +51,7 @@ def precedence_weights(classes: ClassTable = DEFAULT_CLASSES) -> dict[str, int]:
 def shaping_burst_bytes(rate_kbit: float) -> int:
     """IOS traffic shaping's default committed burst Bc = CIR x 125 ms, in bytes (at least one
     full frame, 1600 B, the shaper's own minimum)."""
-    return max(1600, int(rate_kbit * 1000 * defaults.IOS_SHAPING_INTERVAL_S / 8))
+    return max(1600, int(rate_kbit * 1000 * IOS_SHAPING_INTERVAL_S / 8))
 
 
 def ios_link_settings(strategy: str, shaped_class: str = "bulk", shaped_rate_kbit: float | None = None,
@@ -83,7 +84,7 @@ def ios_link_settings(strategy: str, shaped_class: str = "bulk", shaped_rate_kbi
         An unknown strategy, or "shaping" without a rate.
     """
     if strategy == "fifo":
-        return {"discipline": "fifo", "limit_packets": defaults.HOLD_QUEUE_PACKETS}
+        return {"discipline": "fifo", "limit_packets": HOLD_QUEUE_PACKETS}
     if strategy == "priority":
         return {"discipline": "priority"}  # the bands' own limits, 20/40/60/80
     if strategy == "wfq":
@@ -99,8 +100,8 @@ def ios_link_settings(strategy: str, shaped_class: str = "bulk", shaped_rate_kbi
         return out
     if strategy == "cbwfq":
         return {"discipline": "wfq", "wfq": {"weights": precedence_weights(classes)},
-                "limit_packets": defaults.CONGESTIVE_DISCARD_PACKETS}
+                "limit_packets": CONGESTIVE_DISCARD_PACKETS}
     if strategy == "wred":
-        return {"discipline": "wred", "limit_packets": defaults.HOLD_QUEUE_PACKETS,
-                "wred": {"defaults": "cisco-precedence", "weight_exponent": defaults.WRED_WEIGHT_EXPONENT}}
+        return {"discipline": "wred", "limit_packets": HOLD_QUEUE_PACKETS,
+                "wred": {"defaults": "cisco-precedence", "weight_exponent": WRED_WEIGHT_EXPONENT}}
     raise ValueError(f"unknown IOS strategy {strategy!r}; known: {', '.join(IOS_STRATEGIES)}")

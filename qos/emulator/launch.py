@@ -33,13 +33,15 @@ import time
 import tomllib
 from pathlib import Path
 
-from pathmaster import defaults
+from qos.cisco import HOLD_QUEUE_PACKETS, WFQ_WEIGHTS
 from qos.classes import DEFAULT_CLASSES
 
 from pathmaster.records import ConfigError
 from qos.emulator import ios
 from qos.emulator.config import config_from_dict, load_config
 from qos.emulator.disciplines import BANDS
+from qos.emulator.disciplines.codel import CODEL_LIMIT_PACKETS
+from qos.network import SHAPER_BURST_BYTES
 from qos.testbed import netns
 
 READY_PREFIX = "READY "
@@ -89,17 +91,17 @@ def settings_from_strategy(spec: dict) -> dict:
     if strategy in ("codel", "class_codel"):  # emulator only (no codel qdisc in this kernel)
         # CoDel manages a large buffer by delay (Linux codel: 1000 packets); a 40-packet hold
         # queue would tail-drop before its 100 ms interval could pass.
-        out.setdefault("limit_packets", defaults.CODEL_LIMIT_PACKETS)
+        out.setdefault("limit_packets", CODEL_LIMIT_PACKETS)
         out["discipline"] = strategy
         if strategy == "class_codel":
-            out["class_codel"] = {"weights": weights or dict(defaults.WFQ_WEIGHTS)}
+            out["class_codel"] = {"weights": weights or dict(WFQ_WEIGHTS)}
         elif weights:
             raise ConfigError("strategy 'codel' is one queue: it takes no weights (class_codel does)")
         out.update(spec)
         return out
     # The testbed's kernel backend defaults to a Cisco interface's 40-packet hold queue; so
     # does the emulator behind the same table, so both backends run the same experiment.
-    out.setdefault("limit_packets", defaults.HOLD_QUEUE_PACKETS)
+    out.setdefault("limit_packets", HOLD_QUEUE_PACKETS)
     if strategy in (None, "fifo", "priority", "wred", "fq"):
         if strategy:
             out["discipline"] = strategy
@@ -117,7 +119,7 @@ def settings_from_strategy(spec: dict) -> dict:
             except KeyError as e:
                 raise ConfigError(f"strategy 'shaping' needs {e.args[0]}") from None
             out["shape"] = {shaped: {"rate_kbit": rate,
-                                     "burst_bytes": int(spec.pop("shaped_burst_bytes", defaults.SHAPER_BURST_BYTES))}}
+                                     "burst_bytes": int(spec.pop("shaped_burst_bytes", SHAPER_BURST_BYTES))}}
     else:
         raise ConfigError(f"unknown strategy {strategy!r}; the emulator knows fifo, priority, shares, "
                           "shaping, wred, fq, codel, class_codel")

@@ -74,10 +74,39 @@ from pydantic import BeforeValidator, Field, PrivateAttr, WithJsonSchema, field_
 
 from pathmaster import defaults
 from pathmaster.records import InvalidInput
+from qos.channels import RENEW_CONNECTIONS
 from qos.classes import DEFAULT_CLASSES, ClassEntry, ClassTable
 from qos.config import FileModel, Seq, one_of, read_toml, validate
 from qos.experiment.findings import Finding
+from qos.network import HOST_CARD_RATE_KBIT, ROUTER_QUEUE_PACKETS, SHAPER_BURST_BYTES
+from qos.policy import COPY_GAP_S, MAX_CASE_DEADLINE_S, MAX_REQUEST_COPIES, SMALL_REQUEST_COPIES
 from qos.testbed.config import STRATEGY_PLACES
+from qos.traffic.competing import FETCH_FILE_BYTES
+
+# The study's workload (seed 000, BRIEF §2-3): the original C program analysed one image in ~5 s,
+# on each site's two workstations (server X1 and worker X2); the competing wget processes
+# fetched 20 MB files from the master in a loop.
+STUDY_ANALYSIS_S = 5.0         # analysis time per image at a site, seconds
+SITE_NODES = 2                 # a site's analysing nodes (its server and its worker)
+EXPERIMENT_REPETITIONS = 10    # runs per cell of an experiment's matrix (the study's 10 runs)
+# An adaptive experiment strategy (qos.experiment.spec.Adaptive) plans each case against its
+# class's deadline (qos.policy.plan_site): step-down, hedging. Ours, not a source's: an
+# intra-operative (urgent) answer within seconds; a class not listed plans against the
+# workload's deadline_s.
+CLASS_DEADLINES_S = {"urgent": 2.0, "routine": 10.0, "teaching": 60.0, "bulk": 120.0}
+# The transfer workload's stand-in for a match's wire thumbnail (WIRE_THUMBNAIL_PX WebP: median
+# 286 B, p90 384 B on the real Herlev cells, 236 B on the demo's; benchmarks/bench_wire_reply.py):
+# the bytes each match carries back in an adaptive strategy's cases, unless the strategy says
+# otherwise (its `thumbnail_bytes`; a strategy may ask 1000, the size before replies fitted one window).
+WIRE_THUMBNAIL_BYTES = 300
+MAX_WIRE_THUMBNAIL_BYTES = 65536  # the most a strategy may ask a transfer site for
+# The end hosts' minimum TCP retransmission timeout (a strategy's `rto_min_ms`):
+# Linux's is 200 ms (net.ipv4.tcp_rto_min_us = 200000), so a lost last segment of a tiny
+# request waits >= 200 ms plus a round trip. An experiment may lower it on the coordinator's
+# and the sites' hosts within these bounds, ms (the kernel accepts 1 us up; it recommends
+# <= 200 ms; under ~4 ms a jiffy rounds it).
+LINUX_RTO_MIN_MS = 200
+RTO_MIN_MS_RANGE = (5, 200)
 
 DISCIPLINES = ("fifo", "prio", "wfq", "cbwfq", "wred", "codel", "class-codel")
 NETWORKS = ("lan", "2002")
@@ -103,16 +132,16 @@ class Adaptive(FileModel):
     analyse: bool = Field(True, description="the coordinator can analyse cells (features mode possible); "
                                             "false: a coordinator without analysers, images to every site")
     deadlines_s: dict[str, float] = Field(
-        default_factory=lambda: dict(defaults.CLASS_DEADLINES_S),
+        default_factory=lambda: dict(CLASS_DEADLINES_S),
         description="the deadline each request class plans against, seconds; a class not listed plans "
                     "against [workload] deadline_s. Cases are cut off at deadline_s only, so that their "
                     "times compare with the other strategies'; a run records whether it met its deadline")
 
-    small_request_copies: int = Field(defaults.SMALL_REQUEST_COPIES, ge=1, le=defaults.MAX_REQUEST_COPIES,
+    small_request_copies: int = Field(SMALL_REQUEST_COPIES, ge=1, le=MAX_REQUEST_COPIES,
                                       description="as the coordinator's: copies of a small features request "
                                                   "sent at once, each over its own connection (1: none)")
 
-    copy_gap_s: float = Field(defaults.COPY_GAP_S, ge=0.0, le=1.0,
+    copy_gap_s: float = Field(COPY_GAP_S, ge=0.0, le=1.0,
                               description="as the coordinator's: seconds between one copy of a small request "
                                           "and the next (0: all at once)")
 
@@ -122,12 +151,12 @@ class Adaptive(FileModel):
                                                    "sends: the full vector, or with [workload] forward_selection only "
                                                    "the 24 columns each site advertises)")
 
-    renew_connections: bool = Field(defaults.RENEW_CONNECTIONS,
+    renew_connections: bool = Field(RENEW_CONNECTIONS,
                                     description="as the coordinator's: after each case its connections to the sites "
                                                 "are replaced by fresh ones (initial congestion window), opened "
                                                 "between cases; false: the same connections for every case")
 
-    thumbnail_bytes: int = Field(defaults.WIRE_THUMBNAIL_BYTES, ge=0, le=defaults.MAX_WIRE_THUMBNAIL_BYTES,
+    thumbnail_bytes: int = Field(WIRE_THUMBNAIL_BYTES, ge=0, le=MAX_WIRE_THUMBNAIL_BYTES,
                                  description="bytes of each match's inline thumbnail in the transfer workload's "
                                              "replies (the real site's 48 px WebP: ~300 B; its 48 px JPEG "
                                              "before: ~640 B; the workload's stand-in before: 1000)")
@@ -140,9 +169,9 @@ class Adaptive(FileModel):
     @field_validator("deadlines_s")
     @classmethod
     def _deadlines(cls, value: dict[str, float]) -> dict[str, float]:
-        bad = {k: v for k, v in value.items() if not (0 < v <= defaults.MAX_CASE_DEADLINE_S)}
+        bad = {k: v for k, v in value.items() if not (0 < v <= MAX_CASE_DEADLINE_S)}
         if bad:
-            raise ValueError(f"deadlines must be > 0 and <= {defaults.MAX_CASE_DEADLINE_S:g} s, got {bad}")
+            raise ValueError(f"deadlines must be > 0 and <= {MAX_CASE_DEADLINE_S:g} s, got {bad}")
         return value
 
 
@@ -168,11 +197,11 @@ class Strategy(FileModel):
     at: str = Field("routers", json_schema_extra={"enum": list(STRATEGY_PLACES)},
                     description='where the discipline runs: "routers", or "hosts" (every host\'s own outgoing '
                                 'queue, the routers IOS FIFO; network = "2002" only)')
-    rto_min_ms: int | None = Field(None, ge=defaults.RTO_MIN_MS_RANGE[0], le=defaults.RTO_MIN_MS_RANGE[1],
+    rto_min_ms: int | None = Field(None, ge=RTO_MIN_MS_RANGE[0], le=RTO_MIN_MS_RANGE[1],
                                    description="the minimum TCP retransmission timeout of the end hosts (the "
                                                "coordinator's and the sites'), ms, on their paths to each other; "
                                                f"routers and competing traffic unchanged; none = Linux's "
-                                               f"{defaults.LINUX_RTO_MIN_MS} ms (Testbed.set_rto_min)")
+                                               f"{LINUX_RTO_MIN_MS} ms (Testbed.set_rto_min)")
 
     @field_validator("at")
     @classmethod
@@ -217,7 +246,7 @@ class Strategy(FileModel):
             table = {"strategy": "ios-shaping", "shaped_class": "bulk", "shaped_rate_kbit": self.shape_kbit,
                      "shaped_base": self.discipline, "shaped_at": self.shape_at}
             if self.shape_at == "host":
-                table["shaped_burst_bytes"] = defaults.SHAPER_BURST_BYTES
+                table["shaped_burst_bytes"] = SHAPER_BURST_BYTES
             return table
         if self.discipline in CODEL_STRATEGY:
             return {"strategy": CODEL_STRATEGY[self.discipline], **self.params}
@@ -233,7 +262,7 @@ class LinkProfile(FileModel):
     mtu: int = Field(1500, ge=576, le=9000)
     access_kbit: Number | None = Field(None, gt=0, description="refused: host links follow the network "
                                                                 "(lan: unshaped; 2002: 10 Mbit/s cards)")
-    queue_packets: int = Field(defaults.ROUTER_QUEUE_PACKETS, ge=1, description="router queue on the core link "
+    queue_packets: int = Field(ROUTER_QUEUE_PACKETS, ge=1, description="router queue on the core link "
                                                                               "(lan; 2002: IOS's own limits)")
     network: str = Field("lan", json_schema_extra={"enum": list(NETWORKS)},
                          description='"lan": today\'s testbed; "2002": the study\'s 10 Mbit/s cards on '
@@ -266,7 +295,7 @@ class LinkProfile(FileModel):
     @property
     def access_rate_kbit(self) -> float:
         """The hosts' own links, kbit/s: the 2002 cards' 10 Mbit/s, or unlimited (lan's veths)."""
-        return float(defaults.HOST_CARD_RATE_KBIT) if self.network == "2002" else float("inf")
+        return float(HOST_CARD_RATE_KBIT) if self.network == "2002" else float("inf")
 
 
 def pipelined_analysis_s(cells: int, analysis_s: float, nodes: int) -> float:
@@ -296,7 +325,7 @@ class Workload(FileModel):
                                                      "given images, and at the master (the coordinator's, once "
                                                      "per case) when it sends features, seconds (the study's C "
                                                      "program: ~5 s); a wait, no CPU")
-    site_nodes: int = Field(defaults.SITE_NODES, ge=1, description="transfer mode: the nodes a site's analysis "
+    site_nodes: int = Field(SITE_NODES, ge=1, description="transfer mode: the nodes a site's analysis "
                                                                    "is pipelined over, one cell at a time each "
                                                                    "(the master's too: the study's has a site's)")
     forward_selection: bool = Field(False, description="transfer mode: each site advertises a forward-selected "
@@ -362,7 +391,7 @@ class Competing(FileModel):
     @property
     def fetch_bytes(self) -> int:
         """kind = "wget": the bytes of one fetch."""
-        return self.file_bytes or defaults.FETCH_FILE_BYTES
+        return self.file_bytes or FETCH_FILE_BYTES
 
     @field_validator("levels")
     @classmethod
@@ -386,7 +415,7 @@ class Head(FileModel):
 
     name: str
     description: str = ""
-    repetitions: int = Field(defaults.EXPERIMENT_REPETITIONS, ge=1, description="runs per cell of the matrix")
+    repetitions: int = Field(EXPERIMENT_REPETITIONS, ge=1, description="runs per cell of the matrix")
     seed: int = Field(0, description="shuffles the run order; recorded with every run")
     request_classes: Seq[str] = ("urgent",)
     settle_s: float = Field(1.0, description="competing traffic runs this long before a case is submitted")

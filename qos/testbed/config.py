@@ -16,9 +16,10 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, PrivateAttr, field_validator, model_validator
 
-from pathmaster import defaults
 from pathmaster.records import ConfigError
+from qos.cisco import HOLD_QUEUE_PACKETS
 from qos.config import FileModel, Seq, old_rate, read_toml, validate
+from qos.network import BOTTLENECK_RATE_KBIT
 from qos.testbed import netns
 from qos.testbed.kernel import ETHERNET_HEADER_BYTES
 
@@ -28,7 +29,7 @@ STRATEGY_PLACES = ("routers", "hosts")  # where the 2002 network's strategy runs
 NETWORKS = ("lan", "2002")  # today's (unshaped LANs, full-duplex core) | the study's hubs (qos/testbed/hubs.py)
 
 Rate = Annotated[int | float, Field(gt=0)]
-_DEFAULT_DISCIPLINE = {"strategy": "fifo", "limit_packets": defaults.HOLD_QUEUE_PACKETS}
+_DEFAULT_DISCIPLINE = {"strategy": "fifo", "limit_packets": HOLD_QUEUE_PACKETS}
 
 
 def _check_backend(backend: str) -> str:
@@ -53,7 +54,7 @@ class BottleneckOverride(FileModel):
 class Bottleneck(FileModel):
     """`[bottleneck]`: every router-core link, each direction (see default.toml)."""
 
-    rate_kbit: Rate = Field(defaults.BOTTLENECK_RATE_KBIT, description="the shared segment, kbit/s")
+    rate_kbit: Rate = Field(BOTTLENECK_RATE_KBIT, description="the shared segment, kbit/s")
     backend: Backend = Field("kernel", description="kernel (htb/pfifo) or emulator (qos.emulator, user space)")
     overhead_bytes: int = Field(ETHERNET_HEADER_BYTES, ge=ETHERNET_HEADER_BYTES,
                                 description="per packet beyond the IP packet; 14 = Ethernet header")

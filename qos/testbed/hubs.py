@@ -35,9 +35,10 @@ host-side variant. Every other station runs the same discipline unshaped.
 
 from __future__ import annotations
 
-from pathmaster import defaults
+from qos.network import HOST_CARD_QUEUE_PACKETS
 
-CARD = {"discipline": "fifo", "limit_packets": defaults.HOST_CARD_QUEUE_PACKETS}
+
+CARD = {"discipline": "fifo", "limit_packets": HOST_CARD_QUEUE_PACKETS}
 ROUTER_FIFO = {"strategy": "ios-fifo"}  # the routers while the hosts run the strategy
 
 

@@ -33,7 +33,7 @@ import functools
 import json
 from dataclasses import dataclass, field
 
-from pathmaster import defaults
+from qos.cisco import HOLD_QUEUE_PACKETS
 from qos.classes import DEFAULT_CLASSES, ClassTable
 from qos.testbed import netns
 from qos.testbed.node import Node
@@ -60,7 +60,7 @@ class QueueClass:
     prio: int
     rate_bps: int
     ceil_bps: int
-    limit_packets: int = defaults.HOLD_QUEUE_PACKETS
+    limit_packets: int = HOLD_QUEUE_PACKETS
     weight: float = 1.0
 
 
@@ -89,7 +89,7 @@ def _check_rate(what: str, bps: float) -> int:
     return int(bps)
 
 
-def fifo(rate_bps: float, limit_packets: int = defaults.HOLD_QUEUE_PACKETS, overhead_bytes: int = ETHERNET_HEADER_BYTES) -> KernelQdisc:
+def fifo(rate_bps: float, limit_packets: int = HOLD_QUEUE_PACKETS, overhead_bytes: int = ETHERNET_HEADER_BYTES) -> KernelQdisc:
     """First come, first served at `rate_bps` with a `limit_packets` tail-drop buffer."""
     rate = _check_rate("link rate", rate_bps)
     only = QueueClass("all", (), 0, rate, rate, int(limit_packets))
@@ -105,7 +105,7 @@ def _default_class(table: ClassTable, default: str | None) -> str:
 
 
 def priority(rate_bps: float, classes: ClassTable = DEFAULT_CLASSES,
-             limit_packets: int = defaults.HOLD_QUEUE_PACKETS, default: str | None = None,
+             limit_packets: int = HOLD_QUEUE_PACKETS, default: str | None = None,
              overhead_bytes: int = ETHERNET_HEADER_BYTES) -> KernelQdisc:
     """Strict priority by request class: htb prio = the class's priority, each may use the whole link.
 
@@ -122,7 +122,7 @@ def priority(rate_bps: float, classes: ClassTable = DEFAULT_CLASSES,
 
 
 def shares(rate_bps: float, weights: dict[str, float], classes: ClassTable = DEFAULT_CLASSES,
-           limit_packets: int = defaults.HOLD_QUEUE_PACKETS, default: str | None = None,
+           limit_packets: int = HOLD_QUEUE_PACKETS, default: str | None = None,
            overhead_bytes: int = ETHERNET_HEADER_BYTES, ceilings: dict[str, float] | None = None) -> KernelQdisc:
     """Class-based fair queuing: class i is assured rate x w_i / sum(w) and shares spare capacity by weight.
 
@@ -150,7 +150,7 @@ def shares(rate_bps: float, weights: dict[str, float], classes: ClassTable = DEF
 
 def shaping(rate_bps: float, shaped_class: str, shaped_rate_bps: float,
             weights: dict[str, float] | None = None, classes: ClassTable = DEFAULT_CLASSES,
-            limit_packets: int = defaults.HOLD_QUEUE_PACKETS, default: str | None = None,
+            limit_packets: int = HOLD_QUEUE_PACKETS, default: str | None = None,
             overhead_bytes: int = ETHERNET_HEADER_BYTES) -> KernelQdisc:
     """`shares` with class `shaped_class` (the competing traffic) held to at most `shaped_rate_bps`."""
     base = shares(rate_bps, weights or {}, classes, limit_packets, default, overhead_bytes,
@@ -168,7 +168,7 @@ def from_config(spec: dict, rate_bps: float, classes: ClassTable = DEFAULT_CLASS
         raise ValueError("shaped_rate_bps: old spelling; use shaped_rate_kbit "
                          f"= {spec['shaped_rate_bps'] / 1000:g} (kbit/s)")
     strategy = spec.pop("strategy", "fifo")
-    common = {"limit_packets": spec.pop("limit_packets", defaults.HOLD_QUEUE_PACKETS),
+    common = {"limit_packets": spec.pop("limit_packets", HOLD_QUEUE_PACKETS),
               "overhead_bytes": spec.pop("overhead_bytes", ETHERNET_HEADER_BYTES)}
     if strategy == "fifo":
         made = fifo(rate_bps, **common)

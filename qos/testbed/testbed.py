@@ -20,8 +20,8 @@ import signal
 import time
 from pathlib import Path
 
-from pathmaster import defaults
 from qos.classes import DEFAULT_CLASSES, ClassTable
+from qos.network import HOST_CARD_QUEUE_PACKETS, HOST_CARD_RATE_KBIT, HUB_RATE_KBIT, ROUTER_QUEUE_PACKETS
 from qos.testbed import kernel, netns
 from qos.testbed.config import STRATEGY_PLACES, TestbedConfig, load_config
 from qos.testbed.node import Interface, Node
@@ -88,7 +88,7 @@ class Testbed:
         """Each host's 10 Mbit/s card (a FIFO on its end of the veth); routers' ends and the
         router-core veths unshaped: the hubs are the media. With the strategy at the hosts,
         a host's card is its hub station alone (`hubs.subnet_hub`): its end of the veth unshaped."""
-        card = kernel.fifo(defaults.HOST_CARD_RATE_KBIT * 1000, defaults.HOST_CARD_QUEUE_PACKETS,
+        card = kernel.fifo(HOST_CARD_RATE_KBIT * 1000, HOST_CARD_QUEUE_PACKETS,
                            self.config.bottleneck.overhead_bytes)
         for lan in self.topology.lans:
             for link in lan.links:
@@ -116,15 +116,15 @@ class Testbed:
         topo = self.topology
         routers = hubs.ROUTER_FIFO if at == "hosts" else discipline
         plain, shaped_at = hubs.split_shaping(routers)  # the shaper sits at one port only
-        lan_station = hubs.station_settings(plain, defaults.HUB_RATE_KBIT, b.overhead_bytes)
+        lan_station = hubs.station_settings(plain, HUB_RATE_KBIT, b.overhead_bytes)
         core_station = hubs.station_settings(plain, b.rate_kbit, b.overhead_bytes)
-        host_station = hubs.station_settings(discipline, defaults.HUB_RATE_KBIT, b.overhead_bytes) if at == "hosts" else None
+        host_station = hubs.station_settings(discipline, HUB_RATE_KBIT, b.overhead_bytes) if at == "hosts" else None
         master_subnet = self.config.master[0]
         overrides: dict = {}
         if shaped_at == "router":  # the master's router's port toward the shared segment (the study's)
             overrides[f"r{master_subnet}"] = hubs.station_settings(routers, b.rate_kbit, b.overhead_bytes)
         elif shaped_at == "host":  # the master's own card on its hub
-            overrides[self.config.master] = {**hubs.station_settings(routers, defaults.HUB_RATE_KBIT, b.overhead_bytes)}
+            overrides[self.config.master] = {**hubs.station_settings(routers, HUB_RATE_KBIT, b.overhead_bytes)}
         configs = {"core": (topo.core, hubs.core_hub({f"r{s}": topo.uplinks[s].intf2.name
                                                       for s in self.config.subnets}, core_station, overrides))}
         for subnet in self.config.subnets:
@@ -154,7 +154,7 @@ class Testbed:
                 for intf in (link.intf1, link.intf2):
                     if self.config.lan_rate_kbit:
                         kernel.install(intf.node, intf.name,
-                                       kernel.fifo(self.config.lan_rate_kbit * 1000, defaults.ROUTER_QUEUE_PACKETS))
+                                       kernel.fifo(self.config.lan_rate_kbit * 1000, ROUTER_QUEUE_PACKETS))
                     else:
                         kernel.clear(intf.node, intf.name)
 

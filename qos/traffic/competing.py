@@ -29,12 +29,13 @@ from dataclasses import dataclass, field
 
 from scipy.optimize import brentq
 
-from pathmaster import defaults
 from qos.classes import DEFAULT_CLASSES
 from qos.testbed import netns
 from qos.testbed.node import Node
 from qos.traffic import pareto
 from qos.traffic.iperf import IperfServer, finish_client, start_client
+
+FETCH_FILE_BYTES = 20_000_000  # one competing fetch (the study's 20 MB file)
 
 BULK_DSCP = DEFAULT_CLASSES["bulk"].dscp
 LONG_S = 86400  # "until stopped": iperf3 needs a duration
@@ -218,7 +219,7 @@ class FileFetches(Traffic):
     kind = "wget"
 
     def __init__(self, testbed, processes: int, targets: tuple[str, ...] = ("B3", "C3"),
-                 file_bytes: int = defaults.FETCH_FILE_BYTES, dscp: int = BULK_DSCP, port: int = 5601,
+                 file_bytes: int = FETCH_FILE_BYTES, dscp: int = BULK_DSCP, port: int = 5601,
                  source: str | None = None):
         super().__init__(testbed, dscp, targets, port, source)
         if processes < 0 or processes != int(processes):

@@ -4,7 +4,7 @@ Sites whose index was built with the coordinator's feature schema then receive f
 vectors (about 1 KB per cell) instead of image, background and mask (about 150 KB per
 cell), and only search; each still normalises and selects features with its own
 statistics, so its matches are the ones it would find from the images. Sites with another
-schema, or their own algorithm, get the images as before.
+schema, or their own algorithm, get the images.
 
 `CellAnalyser` is a Ray actor (a plain class, so tests can run it in-process): decode the
 cell's parts, segment it and estimate its slide when they were not sent, extract features,
@@ -19,12 +19,10 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 import time
 
 import ray
 
-from pathmaster import defaults
 from pathmaster.budget import AnalysisPool, CellBudget, CellStopped
 from pathmaster.records import InvalidInput
 from qos.predict import RecentMedian
@@ -32,6 +30,9 @@ from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.site.analysis import PRELOAD, analyse_encoded_cell
 from services.site.cells import check_cell_size
 from services.site.dispatch import PriorityDispatcher
+from services.site.worker import RAY_OUT_OF_ORDER, RAY_TASK_EVENTS, WARM_UP_SEED
+
+ANALYSIS_READY_S = 120.0        # how long the coordinator waits for them before images-only
 
 log = logging.getLogger("pathmaster.coordinator")
 
@@ -59,7 +60,7 @@ class CellAnalyser:
         analysed (logged: a warm-up never stops the coordinator)."""
         from services.site.synthetic import synthetic_case_cells
 
-        cell = synthetic_case_cells(1, defaults.WARM_UP_SEED)[0]
+        cell = synthetic_case_cells(1, WARM_UP_SEED)[0]
         t0 = time.perf_counter()
         result = self.analyse(cell["cell_id"], cell["image"], cell["background"], cell["mask"])
         if isinstance(result, str):
@@ -102,9 +103,9 @@ class CellAnalyser:
         return result, time.perf_counter() - t0
 
 
-# its calls leave no task events in Ray's GCS (defaults.RAY_TASK_EVENTS)
-_RemoteAnalyser = ray.remote(max_restarts=-1, max_task_retries=0, enable_task_events=defaults.RAY_TASK_EVENTS,
-                             allow_out_of_order_execution=defaults.RAY_OUT_OF_ORDER)(CellAnalyser)
+# its calls leave no task events in Ray's GCS (services.site.worker.RAY_TASK_EVENTS)
+_RemoteAnalyser = ray.remote(max_restarts=-1, max_task_retries=0, enable_task_events=RAY_TASK_EVENTS,
+                             allow_out_of_order_execution=RAY_OUT_OF_ORDER)(CellAnalyser)
 
 
 class Analysers:
@@ -128,8 +129,6 @@ class Analysers:
         # Wall seconds of one round (every actor analysing one cell) as a whole case saw it:
         # the actors' service, Ray's calls and the hand-offs; what `estimate_s` scales.
         self.seconds_per_round = RecentMedian()
-        self._pending = 0                       # cells sent to the actors and not answered
-        self._lock = threading.Lock()
 
     def wait_ready(self, timeout_s: float) -> str:
         """Wait until every actor has loaded; returns the feature schema (raises on failure)."""
@@ -139,23 +138,22 @@ class Analysers:
         self.schema = schemas.pop()
         return self.schema
 
-    def rounds(self, cells: int, pending: int) -> int:
-        """Rounds of one cell per actor that `cells` new cells take behind `pending` ones."""
-        return math.ceil((pending + cells) / max(1, len(self.actors)))
+    def rounds(self, cells: int, ahead: int) -> int:
+        """Rounds of one cell per actor that `cells` new cells take behind `ahead` ones."""
+        return math.ceil((ahead + cells) / max(1, len(self.actors)))
 
-    def estimate_s(self, cells: int) -> float | None:
-        """Predicted seconds to analyse `cells` more cells now: the cells already waiting
-        or running and these, served a cell per actor at a time, at the recent median
-        wall time of a round as cases saw it (before any case was timed: of one cell's
-        service); None before the first cell was analysed."""
+    def estimate_s(self, cells: int, priority: int = 0) -> float | None:
+        """Predicted seconds to analyse `cells` more cells of `priority` now: the cells
+        ahead of them (waiting at the same or a more favoured priority, or running) and
+        these, served a cell per actor at a time, at the recent median wall time of a round
+        as cases saw it (before any case was timed: of one cell's service); None before the
+        first cell was analysed."""
         per_round = self.seconds_per_round.value()
         if per_round is None:
             per_round = self.seconds_per_cell.value()
         if per_round is None:
             return None
-        with self._lock:
-            pending = self._pending
-        return per_round * self.rounds(cells, pending)
+        return per_round * self.rounds(cells, self.dispatcher.ahead(priority))
 
     def analyse(self, cells: list[pb.CellImage], timeout_s: float, priority: int = 0) -> list[pb.CellFeatures | str]:
         """Each cell's CellFeatures, or the error text for a cell that cannot be analysed,
@@ -164,11 +162,9 @@ class Analysers:
         passes, and an actor's error as it is."""
         deadline = time.time() + timeout_s
         started = time.monotonic()
+        rounds = self.rounds(len(cells), self.dispatcher.ahead(priority))
         jobs = [self.dispatcher.submit(priority, (c.cell_id, c.image, c.background, c.mask, deadline),
                                        method="analyse_timed") for c in cells]
-        with self._lock:
-            rounds = self.rounds(len(jobs), self._pending)
-            self._pending += len(jobs)
         try:
             for job in jobs:
                 if not job.done.wait(max(0.0, started + timeout_s - time.monotonic())):
@@ -180,9 +176,6 @@ class Analysers:
             for job in jobs:
                 self.dispatcher.cancel(job)
             raise
-        finally:
-            with self._lock:
-                self._pending -= len(jobs)
         for _, seconds in timed:
             self.seconds_per_cell.add(seconds)
         self.seconds_per_round.add((time.monotonic() - started) / rounds)

@@ -13,10 +13,12 @@ import math
 
 import grpc
 
-from pathmaster.defaults import MAX_CASE_DEADLINE_S, MAX_CASE_SITES
 from pathmaster.ids import check_id
 from pathmaster.records import InvalidInput
+from qos.policy import MAX_CASE_DEADLINE_S
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
+
+MAX_CASE_SITES = 256            # site names one case may list
 
 
 def check_bounds(request: pb.CaseRequest, rejected) -> None:

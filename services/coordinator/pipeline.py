@@ -34,12 +34,11 @@ from typing import Callable, Iterator
 
 import grpc
 
-from pathmaster import defaults
 from pathmaster.ids import log_tag
 from pathmaster.records import Why
 from pathmaster.vocabulary import BETHESDA_TERMS, majority, severity_order
 from qos.classes import ClassTable, RequestClass
-from qos.policy import SitePlan, plan_site
+from qos.policy import COPY_GAP_S, SMALL_REQUEST_BYTES, SMALL_REQUEST_COPIES, SitePlan, plan_site
 from qos.predict import CaseModel, PredictionLog, Predictor
 from qos.transport import STALE_PORT_CODES
 from services import reasons
@@ -111,9 +110,9 @@ class Case:
 class Settings:
     """How requests go out: copies of a small one, and the share of the time left kept to report."""
 
-    small_request_bytes: int = defaults.SMALL_REQUEST_BYTES
-    small_request_copies: int = defaults.SMALL_REQUEST_COPIES
-    copy_gap_s: float = defaults.COPY_GAP_S
+    small_request_bytes: int = SMALL_REQUEST_BYTES
+    small_request_copies: int = SMALL_REQUEST_COPIES
+    copy_gap_s: float = COPY_GAP_S
     reserve_share: float = RESERVE_SHARE
     max_reserve_s: float = MAX_RESERVE_S
 
@@ -165,7 +164,7 @@ class CasePipeline:
         Each site call's prediction, fed by every answer.
     analysers : object, optional
         ``analyse(cells, timeout_s, priority) -> [CellFeatures | str]`` (the most favoured
-        class's cells first: priority 0) and ``estimate_s(cells)``;
+        class's cells first: priority 0) and ``estimate_s(cells, priority)``;
         set later (`analysers`, `schema`) when they become ready. None: images only.
     schema : str
         The analysers' feature schema ("": none ready; every site gets the images).
@@ -276,11 +275,12 @@ class CasePipeline:
                     bool(case.features) and site_schema == case.feature_schema),
                 predict=predict, mode_bytes=mode_bytes, small_request_bytes=self.settings.small_request_bytes,
                 small_request_copies=self.settings.small_request_copies, copy_gap_s=self.settings.copy_gap_s)
-        analysis_s = self._analysis_estimate(cells) if any(
+        analysis_s = self._analysis_estimate(cells, served.priority) if any(
             p.mode == "features" for p in plans.values()) and not case.features else 0.0
         # The recent median of like cases, else the modelled case calibrated (qos.predict.CaseModel).
         predicted, modelled = self.case_model.predict([p.mode for p in plans.values()], cells, analysis_s,
-                                                      [p.predicted_s for p in plans.values()], sharing)
+                                                      [p.predicted_s for p in plans.values()], sharing,
+                                                      served.name)
         # Case ids may be accession numbers: INFO names a case by its keyed tag only.
         log.debug("case %s is %s", log_tag(case.case_id), case.case_id)
         log.info("case %s (%s as %s): %d cells to %s, deadline %.1f s, predicted %s", log_tag(case.case_id),
@@ -295,9 +295,9 @@ class CasePipeline:
                                       case_id=case.case_id, request_class=case.served.name, k=case.k,
                                       feature_schema=case.feature_schema or schema)
 
-    def _analysis_estimate(self, cells: int) -> float:
-        """Predicted seconds of the analysis here of `cells` cells (0 before any)."""
-        return (self.analysers.estimate_s(cells) if self.analysers else None) or 0.0
+    def _analysis_estimate(self, cells: int, priority: int) -> float:
+        """Predicted seconds of the analysis here of `cells` cells of `priority` (0 before any)."""
+        return (self.analysers.estimate_s(cells, priority) if self.analysers else None) or 0.0
 
     @staticmethod
     def plan_message(case: Case, planned: Planned) -> pb.CasePlan:
@@ -451,7 +451,7 @@ class CasePipeline:
             error = self.predictions.add(planned.predicted_s, total_s)
             if all(r.status_code == 0 for r in results):
                 self.case_model.observe(planned.modes, [r.mode for r in results], len(case.cell_ids), total_s,
-                                        planned.modelled_s, planned.sharing)
+                                        planned.modelled_s, planned.sharing, case.served.name)
         if self.metrics is not None:
             self.metrics.case(case.asked.name, outcome, total_s)
         if self.case_log is not None:

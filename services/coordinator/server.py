@@ -32,6 +32,7 @@ from qos.predict import Predictor
 from qos.transport import ClassChannels, MarkedServer, client_identity, connect_address, split_address
 from services.classinfo import class_messages
 from services.config import CoordinatorConfig
+from services.coordinator.analysis import ANALYSIS_READY_S
 from services.coordinator.directory import INFO_TIMEOUT_S, REFRESH_TIMEOUT_S, RETRY_LOOKUP_S, SiteDirectory
 from services.coordinator.pipeline import Case, CasePipeline, Settings
 from services.coordinator.sitewatch import SITE_SERVICE
@@ -267,7 +268,7 @@ class CoordinatorServer:
             ensure_ray(self.config.ray_address)
             self._analysers = Analysers(self.config.analysis_workers, self.config.analysis_cpus,
                                         self.config.cell_budget)
-            schema = self._analysers.wait_ready(defaults.ANALYSIS_READY_S)
+            schema = self._analysers.wait_ready(ANALYSIS_READY_S)
         except Exception as exc:  # noqa: BLE001 - the coordinator serves images-only instead
             log.warning("coordinator analysers did not start (%s: %s): images go to every site",
                         type(exc).__name__, exc)

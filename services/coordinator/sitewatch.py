@@ -14,9 +14,10 @@ import threading
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from pathmaster import defaults
 from qos.transport import ClassChannels
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
+
+SITE_WATCH_RETRY_S = 2.0         # the coordinator follows each site's health; after a lost stream, again after this
 
 SITE_SERVICE = pb.DESCRIPTOR.services_by_name["Site"].full_name  # what a site's health names
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -27,7 +28,7 @@ class SiteWatch:
     `on_status(site, serving)` until `stop()`."""
 
     def __init__(self, channels: ClassChannels, sites: list[str], gauge,
-                 retry_s: float = defaults.SITE_WATCH_RETRY_S, on_status=None):
+                 retry_s: float = SITE_WATCH_RETRY_S, on_status=None):
         self.channels = channels
         self.gauge = gauge
         self.on_status = on_status or (lambda site, serving: None)

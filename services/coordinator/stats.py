@@ -26,10 +26,12 @@ import numpy as np
 from prometheus_client import Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from pathmaster import defaults
-from pathmaster.defaults import CASE_LOG_BACKUPS, CASE_LOG_MAX_BYTES
 from qos.classes import ClassTable
+from services.config import STATS_WINDOW_CASES
 from services.metrics import COMPLETED, OUTCOMES, SECONDS_BUCKETS, new_registry
+
+CASE_LOG_MAX_BYTES = 64 * 1024 * 1024   # then it is rotated to .1, .2, ...
+CASE_LOG_BACKUPS = 5                    # rotated files kept
 
 CASE_LOG_MODE = 0o600  # case ids may be accession numbers
 
@@ -63,7 +65,7 @@ class ClassStats:
     with another outcome (failed, cancelled) are counted apart (`outcomes`).
     """
 
-    def __init__(self, classes: ClassTable, window: int = defaults.STATS_WINDOW_CASES):
+    def __init__(self, classes: ClassTable, window: int = STATS_WINDOW_CASES):
         self.classes = classes
         self._times = {c.name: deque(maxlen=window) for c in classes}
         self._counts = {c.name: dict.fromkeys(OUTCOMES, 0) for c in classes}

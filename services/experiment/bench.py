@@ -22,15 +22,16 @@ import subprocess
 import sys
 import time
 
-from pathmaster import defaults
 from qos import traffic
+from qos.cisco import WFQ_WEIGHTS
 from qos.experiment.spec import Competing, Experiment, LinkProfile, Strategy
 from qos.testbed import kernel, netns
 from qos.testbed.config import load_config
 from qos.testbed.testbed import Testbed
+from services.experiment.deployment import SITE_PORT
 from services.experiment.workload import classes_argv
 
-SITE_PORT = defaults.SITE_PORT
+SITE_PORT = SITE_PORT
 
 
 def discipline_table(strategy: Strategy, link: LinkProfile) -> tuple[dict, str]:
@@ -49,7 +50,7 @@ def discipline_table(strategy: Strategy, link: LinkProfile) -> tuple[dict, str]:
     elif strategy.discipline == "prio":
         table["strategy"] = "priority"
     elif strategy.discipline == "wfq":
-        table["weights"] = dict(strategy.params.get("weights", defaults.WFQ_WEIGHTS))
+        table["weights"] = dict(strategy.params.get("weights", WFQ_WEIGHTS))
         table["strategy"] = "shares"
     elif strategy.discipline == "wred":
         table["strategy"] = "wred"

@@ -34,12 +34,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pathmaster.defaults import CLASS_PORT_BASE, DEPLOY_TIMEOUT_S, SITE_PORT
 from pathmaster.environment import environment_program
 from qos.classes import DEFAULT_CLASSES, ClassTable
 from qos.testbed import netns
 from qos.testbed.node import Node
 from services.site.ray_local import cluster_environment
+
+SITE_PORT = 50051          # a site's control port on its own host (testbed deployments)
+CLASS_PORT_BASE = 50061    # a site's fixed per-class reply ports: this one, +1, ... by priority
+DEPLOY_TIMEOUT_S = 300.0   # deploying PathMaster in the testbed (Ray, sites, coordinator) must end by then
 
 COORDINATOR_PORT = 50050
 RAY_PORT = 6379

@@ -59,12 +59,16 @@ import grpc
 import numpy as np
 
 from pathmaster import defaults
+from qos.channels import RENEW_CONNECTIONS
 from qos.classes import ClassTable
-from qos.experiment.spec import pipelined_analysis_s
+from qos.experiment.spec import MAX_WIRE_THUMBNAIL_BYTES, SITE_NODES, WIRE_THUMBNAIL_BYTES, pipelined_analysis_s
+from qos.policy import COPY_GAP_S, SMALL_REQUEST_COPIES
 from qos.predict import Predictor, RecentMedian  # scipy.stats loads with the first Predictor
 from qos.transport import ClassChannels, CopyFilter, MarkedServer
+from services import reasons
 from services.coordinator.directory import SiteDirectory
 from services.coordinator.pipeline import Case, CasePipeline, Settings
+from services.coordinator.validation import MAX_K
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
 
@@ -121,8 +125,8 @@ class TransferSite(pb_grpc.SiteServicer):
     and advertises `feature_columns` as the columns it compares (a subset request naming
     others: INVALID_ARGUMENT, as the real site)."""
 
-    def __init__(self, name: str, match_bytes: int, wire_match_bytes: int = defaults.WIRE_THUMBNAIL_BYTES,
-                 feature_schema: str = "", analysis_s: float = 0.0, site_nodes: int = defaults.SITE_NODES,
+    def __init__(self, name: str, match_bytes: int, wire_match_bytes: int = WIRE_THUMBNAIL_BYTES,
+                 feature_schema: str = "", analysis_s: float = 0.0, site_nodes: int = SITE_NODES,
                  feature_columns: list[int] | None = None):
         self.name = name
         self.analysis_s, self.site_nodes = analysis_s, site_nodes
@@ -158,7 +162,7 @@ class TransferSite(pb_grpc.SiteServicer):
         wire = dict(context.invocation_metadata()).get(WIRE_REPLY_KEY)
         thumbnail = self.thumbnail if wire is None else self.wire_thumbnail(wire)
         sha = "" if wire is None else hashlib.sha256(thumbnail).hexdigest()  # as the real site's wire reply
-        k = min(request.k or defaults.K, defaults.MAX_K)
+        k = min(request.k or defaults.K, MAX_K)
         cells = [
             pb.CellResult(query_cell_id=cell_id, matches=[
                 pb.Match(cell_id=f"{self.name}-{j}", diagnosis="normal_superficial", distance=float(j),
@@ -173,7 +177,7 @@ class TransferSite(pb_grpc.SiteServicer):
     def wire_thumbnail(self, asked: str) -> bytes:
         """The thumbnail of a wire-sized reply: `asked` bytes (a decimal string, at most
         MAX_WIRE_THUMBNAIL_BYTES), or `wire_match_bytes` when it is not a number."""
-        size = min(int(asked), defaults.MAX_WIRE_THUMBNAIL_BYTES) if asked.isdigit() else self.wire_match_bytes
+        size = min(int(asked), MAX_WIRE_THUMBNAIL_BYTES) if asked.isdigit() else self.wire_match_bytes
         if size not in self.wire_thumbnails:
             self.wire_thumbnails[size] = _blob(size)
         return self.wire_thumbnails[size]
@@ -185,9 +189,9 @@ class TransferSite(pb_grpc.SiteServicer):
 
 
 def serve_transfer_site(name: str, host: str, port: int, match_bytes: int, classes: ClassTable,
-                        wire_match_bytes: int = defaults.WIRE_THUMBNAIL_BYTES,
+                        wire_match_bytes: int = WIRE_THUMBNAIL_BYTES,
                         feature_schema: str = "", analysis_s: float = 0.0,
-                        site_nodes: int = defaults.SITE_NODES, feature_count: int = 0) -> MarkedServer:
+                        site_nodes: int = SITE_NODES, feature_count: int = 0) -> MarkedServer:
     """Start a transfer-only site on host:port with one port per class of `classes`, each
     marking its replies with that class's DSCP; returns the server. With a `feature_schema`
     it takes features of that schema, and with the catalogue's `feature_count` it advertises
@@ -213,8 +217,9 @@ class WaitingAnalysers:
         self.per_cell_wall_s = RecentMedian()  # the wait, per pipelined cell
         self.waiting, self.seed, self.last_s = True, 0, 0.0
 
-    def estimate_s(self, cells: int) -> float:
-        """Seconds of the analysis of `cells` cells, learnt from the last ones (0 before any)."""
+    def estimate_s(self, cells: int, priority: int = 0) -> float:
+        """Seconds of the analysis of `cells` cells, learnt from the last ones (0 before any);
+        a wait of the study's analysis time, whatever the case's `priority`."""
         return (self.per_cell_wall_s.value() or 0.0) * pipelined_analysis_s(cells, 1.0, self.nodes)
 
     def analyse(self, cells: list[pb.CellImage], timeout_s: float, priority: int = 0) -> list[pb.CellFeatures]:
@@ -257,7 +262,7 @@ class Master:
     """
 
     def __init__(self, sites: dict[str, str], classes: ClassTable, feature_schema: str = "",
-                 feature_values: int = 0, analysis_s: float = 0.0, nodes: int = defaults.SITE_NODES):
+                 feature_values: int = 0, analysis_s: float = 0.0, nodes: int = SITE_NODES):
         self.sites = dict(sites)
         self.analysis_s, self.nodes = analysis_s, nodes
         self.classes = classes  # the run's table: each case is marked with its class's DSCP from it
@@ -311,8 +316,8 @@ class Master:
             adaptive = adaptive or {}
             values = adaptive.get("feature_values") or self.feature_values
             analyse = bool(adaptive) and adaptive.get("analyse", True) and self.feature_values > 0
-            settings = Settings(small_request_copies=adaptive.get("small_request_copies", defaults.SMALL_REQUEST_COPIES),
-                                copy_gap_s=adaptive.get("copy_gap_s", defaults.COPY_GAP_S),
+            settings = Settings(small_request_copies=adaptive.get("small_request_copies", SMALL_REQUEST_COPIES),
+                                copy_gap_s=adaptive.get("copy_gap_s", COPY_GAP_S),
                                 reserve_share=0.0, max_reserve_s=0.0)
             self.pipelines[strategy] = CasePipeline(
                 self.classes, self.directory, Predictor(), settings=settings, feature_count=values,
@@ -333,11 +338,11 @@ class Master:
             self._pipeline(strategy, adaptive)
             # Each strategy is a network of its own, seen by a coordinator of its own: its own connections.
             self.strategy_channels[strategy] = self._channels(
-                renew=adaptive.get("renew_connections", defaults.RENEW_CONNECTIONS))
+                renew=adaptive.get("renew_connections", RENEW_CONNECTIONS))
             for site in self.sites:  # the coordinator opens these when it learns a site's ports
                 self.strategy_channels[strategy].connect(
                     site, self.entitled(request_class),
-                    lanes=adaptive.get("small_request_copies", defaults.SMALL_REQUEST_COPIES))
+                    lanes=adaptive.get("small_request_copies", SMALL_REQUEST_COPIES))
             self.warm(request_class, strategy=strategy, adaptive=adaptive)
         pipeline = self._pipeline(strategy, adaptive)
         if pipeline.analysers is not None:
@@ -346,7 +351,7 @@ class Master:
         channels = own or self.strategy_channels.get(strategy) or self.channels
         asked = self.classes[request_class]
         plan_deadline = (adaptive or {}).get("deadlines_s", {}).get(request_class, deadline_s)
-        metadata = (((WIRE_REPLY_KEY, str(adaptive.get("thumbnail_bytes", defaults.WIRE_THUMBNAIL_BYTES))),)
+        metadata = (((WIRE_REPLY_KEY, str(adaptive.get("thumbnail_bytes", WIRE_THUMBNAIL_BYTES))),)
                     if adaptive is not None else ())
         case = Case(case_id, asked, asked, list(self.sites), cells, k, deadline_s, time.monotonic(),
                     ship=(adaptive or {}).get("ship", "auto"), static=adaptive is None, learn=not warming,
@@ -383,7 +388,7 @@ class Master:
                  "prior_s": analysis_s if result.mode == "features" else 0.0,
                  "request_class": result.request_class, "predicted_s": plan.predicted_s,
                  "hedge_after_s": plan.hedge_after_s, "copies": len(run.attempts),
-                 "decisions": list(result.decisions)}
+                 "decisions": list(result.decisions), "why": reasons.as_json(result.why)}
         if reply is None:
             return entry | {"error": outcome.message, "bytes_down": 0}
         wall = reply.timing.site_wall_s
@@ -419,7 +424,7 @@ def agent_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--feature-values", type=int, default=0, help="values per feature vector")
     parser.add_argument("--analysis-s", type=float, default=0.0,
                         help="the coordinator's analysis time per image, seconds (a wait, features mode only)")
-    parser.add_argument("--site-nodes", type=int, default=defaults.SITE_NODES,
+    parser.add_argument("--site-nodes", type=int, default=SITE_NODES,
                         help="the master's nodes that analysis is pipelined over (a site's)")
     add_classes_argument(parser)
     args = parser.parse_args(argv)
@@ -458,13 +463,13 @@ def site_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="0.0.0.0")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--match-bytes", type=int, default=5000)
-    parser.add_argument("--wire-match-bytes", type=int, default=defaults.WIRE_THUMBNAIL_BYTES,
+    parser.add_argument("--wire-match-bytes", type=int, default=WIRE_THUMBNAIL_BYTES,
                         help="thumbnail bytes per match when a call asks for wire-sized replies")
     parser.add_argument("--feature-schema", default="", help="takes features of this schema (none: images only)")
     parser.add_argument("--analysis-s", type=float, default=0.0, help="analysis time per image, seconds (a wait)")
     parser.add_argument("--feature-count", type=int, default=0,
                         help="the catalogue's feature count: the site advertises a selection of them (0: none)")
-    parser.add_argument("--site-nodes", type=int, default=defaults.SITE_NODES,
+    parser.add_argument("--site-nodes", type=int, default=SITE_NODES,
                         help="the nodes the images' analysis is pipelined over")
     add_classes_argument(parser)
     args = parser.parse_args(argv)

@@ -23,9 +23,18 @@ from pathlib import Path
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 
-from pathmaster import defaults
 
-ROLES = tuple(defaults.ROLE_REFUSED_CLASSES)
+SESSION_S = 8 * 3600           # a signed-in session at the page lasts one working day
+LOGIN_LINK_S = 15 * 60         # a one-time sign-in link (the demo prints one) is good this long
+LOGIN_ATTEMPTS = 5             # failed sign-ins per name, and per client address, ...
+LOGIN_WINDOW_S = 60.0          # ... within this window; more are refused until it passes
+MAX_PASSWORD_CHARS = 1024      # a longer password is refused before it is hashed
+# Roles of the page's users, and the request classes each may NOT send (a deny-list, so a
+# coordinator's own extra classes stay usable): bulk is machine traffic, never a person's;
+# a teacher's cases are not intra-operative.
+ROLE_REFUSED_CLASSES = {"pathologist": ("bulk",), "teacher": ("urgent", "bulk"), "admin": ()}
+
+ROLES = tuple(ROLE_REFUSED_CLASSES)
 NAME_PATTERN = re.compile(r"[A-Za-z0-9._@-]{1,64}")
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS users (name TEXT PRIMARY KEY, role TEXT NOT NULL, hash TEXT NOT NULL);
@@ -41,8 +50,8 @@ def _digest(token: str) -> str:
 
 def may_send(role: str, request_class: str) -> bool:
     """Whether a user of `role` may send a case of `request_class`."""
-    return role in defaults.ROLE_REFUSED_CLASSES and \
-        request_class not in defaults.ROLE_REFUSED_CLASSES[role]
+    return role in ROLE_REFUSED_CLASSES and \
+        request_class not in ROLE_REFUSED_CLASSES[role]
 
 
 @dataclass(frozen=True)
@@ -61,7 +70,7 @@ class Session:
 class Accounts:
     """Users, sessions and links in the SQLite file at `path` (made 0600 when created)."""
 
-    def __init__(self, path: str | Path, session_s: float = defaults.SESSION_S):
+    def __init__(self, path: str | Path, session_s: float = SESSION_S):
         self.path = Path(path)
         self.session_s = session_s
         self.hasher = PasswordHasher()
@@ -85,8 +94,8 @@ class Accounts:
             raise ValueError("a user name is 1-64 letters, digits or . _ @ -")
         if role not in ROLES:
             raise ValueError(f"role {role!r} is not one of {', '.join(ROLES)}")
-        if password is not None and not 8 <= len(password) <= defaults.MAX_PASSWORD_CHARS:
-            raise ValueError(f"a password is 8 to {defaults.MAX_PASSWORD_CHARS} characters")
+        if password is not None and not 8 <= len(password) <= MAX_PASSWORD_CHARS:
+            raise ValueError(f"a password is 8 to {MAX_PASSWORD_CHARS} characters")
         digest = self.hasher.hash(password if password is not None else secrets.token_urlsafe(32))
         with self._db() as db:
             db.execute("INSERT OR REPLACE INTO users VALUES (?, ?, ?)", (name, role, digest))
@@ -98,7 +107,7 @@ class Accounts:
 
     def check_password(self, name: str, password: str) -> bool:
         """Whether `password` is `name`'s (same work whether or not the user exists)."""
-        if len(password) > defaults.MAX_PASSWORD_CHARS:
+        if len(password) > MAX_PASSWORD_CHARS:
             return False
         with self._db() as db:
             row = db.execute("SELECT hash FROM users WHERE name = ?", (name,)).fetchone()
@@ -142,7 +151,7 @@ class Accounts:
                 db.execute("DELETE FROM sessions WHERE token = ?", (_digest(token),))
 
     # ------------------------------------------------------------------ one-time links
-    def login_link_token(self, name: str, valid_s: float = defaults.LOGIN_LINK_S) -> str:
+    def login_link_token(self, name: str, valid_s: float = LOGIN_LINK_S) -> str:
         """A token that signs `name` in once, within `valid_s` seconds."""
         if self.role(name) is None:
             raise KeyError(name)
@@ -165,8 +174,8 @@ class LoginThrottle:
     """At most `attempts` failed sign-ins per key (a name, a client address) in a sliding
     `window_s`; thread-safe; remembers at most `max_keys` keys (the oldest are forgotten)."""
 
-    def __init__(self, attempts: int = defaults.LOGIN_ATTEMPTS,
-                 window_s: float = defaults.LOGIN_WINDOW_S, max_keys: int = 10_000):
+    def __init__(self, attempts: int = LOGIN_ATTEMPTS,
+                 window_s: float = LOGIN_WINDOW_S, max_keys: int = 10_000):
         self.attempts, self.window_s, self.max_keys = attempts, window_s, max_keys
         self._failures: dict[str, deque] = {}
         self._lock = threading.Lock()

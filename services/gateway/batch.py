@@ -38,15 +38,15 @@ from pathlib import Path, PurePosixPath
 
 import grpc
 
-from pathmaster import defaults
 from pathmaster.importers import herlev
 from pathmaster.records import ALL_DIAGNOSES, InvalidInput, diagnosis_from_name
 from qos.transport import TLSFiles
 from services.client import CoordinatorClient
 from services.conclusion_words import headline, spread_text
+from services.gateway.commands import BATCH_CASE_CELLS, BATCH_JOBS, CASE_DEADLINE_S
 from services.gateway.events import status_name
 from services.gateway.pairing import IMAGE_EXTENSIONS, CellFiles, mask_labels, pair_files
-from services.gateway.upload import cell_problem
+from services.gateway.upload import MAX_FILE_BYTES, cell_problem
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 
 COLUMNS = ("cell", "label", "diagnosis", "votes", "total", "correct", "bethesda", "bethesda_spread",
@@ -253,8 +253,8 @@ def _read_files(root: Path, cell: BatchCell) -> tuple[dict[str, bytes], str | No
         if name:
             path = root / name
             size = path.stat().st_size
-            if size > defaults.MAX_FILE_BYTES:
-                return {}, f"{name}: file is {size} bytes, over the limit of {defaults.MAX_FILE_BYTES} bytes"
+            if size > MAX_FILE_BYTES:
+                return {}, f"{name}: file is {size} bytes, over the limit of {MAX_FILE_BYTES} bytes"
             files[name] = path.read_bytes()
     if cell.files.mask:
         try:
@@ -349,8 +349,8 @@ class BatchStopped(Exception):
 
 
 def run_batch(root: str | Path, out: str | Path, coordinator: str,
-              request_class: str = "teaching", jobs: int = defaults.BATCH_JOBS, case_size: int = defaults.BATCH_CASE_CELLS,
-              deadline_s: float = defaults.CASE_DEADLINE_S, progress: bool = True,
+              request_class: str = "teaching", jobs: int = BATCH_JOBS, case_size: int = BATCH_CASE_CELLS,
+              deadline_s: float = CASE_DEADLINE_S, progress: bool = True,
               tls: TLSFiles | None = None) -> BatchSummary:
     """Run every cell under `root` not yet done in `out` through the coordinator.
 

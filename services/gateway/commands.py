@@ -6,12 +6,17 @@ import argparse
 import sys
 from pathlib import Path
 
-from pathmaster import defaults
-from services.commands import add_tls_arguments, tls_from_args
+from services.commands import COORDINATOR_PORT, add_tls_arguments, tls_from_args
+from services.gateway.accounts import ROLE_REFUSED_CLASSES
 
-DEMO_COORDINATOR = f"127.0.0.1:{defaults.COORDINATOR_PORT}"  # where `pathmaster demo` listens
+GATEWAY_PORT = 8080        # the web page (`pathmaster gateway`)
+CASE_DEADLINE_S = 300.0    # a case whose sites have not all answered by then is cut off
+BATCH_JOBS = 2             # cases `pathmaster batch` keeps in flight at once
+BATCH_CASE_CELLS = 6       # cells per case `pathmaster batch` sends (a study case is 6 cells)
+
+DEMO_COORDINATOR = f"127.0.0.1:{COORDINATOR_PORT}"  # where `pathmaster demo` listens
 DEFAULT_STATE_DIR = Path.home() / ".local" / "state" / "pathmaster" / "gateway"
-ROLE_NAMES = tuple(defaults.ROLE_REFUSED_CLASSES)
+ROLE_NAMES = tuple(ROLE_REFUSED_CLASSES)
 
 
 def register(subparsers) -> None:
@@ -28,11 +33,11 @@ def register(subparsers) -> None:
     batch.add_argument("--coordinator", default=DEMO_COORDINATOR, metavar="HOST:PORT",
                        help="the coordinator's address (default %(default)s, where "
                             "`pathmaster demo` listens)")
-    batch.add_argument("--jobs", type=int, default=defaults.BATCH_JOBS,
+    batch.add_argument("--jobs", type=int, default=BATCH_JOBS,
                        help="cases in flight at once: the concurrency limit (default %(default)s)")
-    batch.add_argument("--case-size", type=int, default=defaults.BATCH_CASE_CELLS,
+    batch.add_argument("--case-size", type=int, default=BATCH_CASE_CELLS,
                        help="cells per case (default %(default)s)")
-    batch.add_argument("--deadline", type=float, default=defaults.CASE_DEADLINE_S,
+    batch.add_argument("--deadline", type=float, default=CASE_DEADLINE_S,
                        help="seconds one case may take before it is counted failed (default %(default)s)")
     batch.add_argument("--quiet", action="store_true", help="no progress bar")
     add_tls_arguments(batch)
@@ -43,7 +48,7 @@ def register(subparsers) -> None:
     gateway.add_argument("--coordinator", default=DEMO_COORDINATOR, metavar="HOST:PORT",
                          help="the coordinator's address (default %(default)s)")
     gateway.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    gateway.add_argument("--port", type=int, default=defaults.GATEWAY_PORT,
+    gateway.add_argument("--port", type=int, default=GATEWAY_PORT,
                          help="port (default %(default)s; 0: any free one)")
     gateway.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
                          help="a host name browsers use to reach the page (repeatable); any other "

@@ -10,7 +10,6 @@ from http import HTTPStatus
 import grpc
 from starlette.concurrency import run_in_threadpool
 
-from pathmaster.defaults import CASE_DEADLINE_S, MAX_FILE_BYTES
 from pathmaster.vocabulary import BETHESDA_TERMS
 from qos.classes import UnknownClass
 from qos.transport import TLSFiles
@@ -19,10 +18,11 @@ from services.coordinator.validation import DEFAULT_CLASS  # what the coordinato
 from services.gateway import events
 from services.gateway.accounts import Accounts, LoginThrottle, Session, may_send
 from services.gateway.audit import AuditLog
+from services.gateway.commands import CASE_DEADLINE_S
 from services.gateway.errors import HttpError, grpc_http_error
 from services.gateway.metrics import UNKNOWN_CLASS, GatewayMetrics
 from services.gateway.staging import StagedFiles, StagingLimits
-from services.gateway.upload import check_upload
+from services.gateway.upload import MAX_FILE_BYTES, check_upload
 from services.metrics import case_outcome
 
 # The request classes in a pathologist's words; a coordinator's other classes show their

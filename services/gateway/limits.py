@@ -14,9 +14,13 @@ import asyncio
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from pathmaster.defaults import (GATEWAY_BODY_TIMEOUT_S, GATEWAY_HEAD_TIMEOUT_S,
-                                 MAX_JSON_DEPTH, MAX_REQUEST_BYTES)
 from services.gateway.security import refuse
+
+MAX_REQUEST_BYTES = 64 * 1024 * 1024  # one HTTP request body at the gateway (a multipart case)
+MAX_JSON_DEPTH = 8                 # how deeply a JSON request body may nest
+GATEWAY_HEAD_TIMEOUT_S = 10.0  # a request's line and headers must arrive within this
+GATEWAY_BODY_TIMEOUT_S = 120.0  # a request's body must be complete this long after its head
+                                # (a 6-cell case is ~2 MB: over a minute only below ~0.3 Mbit/s)
 
 
 class HeadDeadlineProtocol(H11Protocol):

@@ -12,12 +12,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from pathmaster import defaults
-from pathmaster.defaults import MAX_FILE_BYTES
 from pathmaster.ids import check_id
 from pathmaster.records import InvalidInput
+from services.gateway.accounts import MAX_PASSWORD_CHARS
 from services.gateway.errors import HttpError
 from services.gateway.limits import check_json_depth
+from services.gateway.upload import MAX_CASE_FILES, MAX_FILE_BYTES
 from services.site.explain import CONCEPTS, MAX_WEIGHT, check_weights
+
+MAX_JSON_BYTES = 256 * 1024        # one JSON request body at the gateway (e.g. a case's file names)
+STAGED_UPLOAD_OVERHEAD_BYTES = 16 * 1024  # a one-file upload's multipart boundaries and headers
+MAX_FILE_NAME_CHARS = 255      # a file's name in a case (as file systems allow)
 
 
 class LoginRequest(BaseModel):
@@ -25,14 +30,14 @@ class LoginRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     name: str = Field(max_length=64)
-    password: str = Field(max_length=defaults.MAX_PASSWORD_CHARS)
+    password: str = Field(max_length=MAX_PASSWORD_CHARS)
 
 
 class PairRequest(BaseModel):
     """The names of a case's files, to be paired into cells."""
 
     model_config = ConfigDict(extra="forbid")
-    names: list[str] = Field(max_length=defaults.MAX_CASE_FILES,
+    names: list[str] = Field(max_length=MAX_CASE_FILES,
                              description="file names as the user chose them, e.g. cell1.png, "
                                          "cell1-background.png, cell1-mask.png")
 
@@ -54,7 +59,7 @@ class StagedRef(BaseModel):
     """One file of a case: its name (pairs it into cells) and its staged id."""
 
     model_config = ConfigDict(extra="forbid")
-    name: str = Field(min_length=1, max_length=defaults.MAX_FILE_NAME_CHARS)
+    name: str = Field(min_length=1, max_length=MAX_FILE_NAME_CHARS)
     id: str = Field(pattern=FILE_ID_PATTERN, description="the id POST /api/upload gave the file")
 
 
@@ -65,7 +70,7 @@ class StagedCase(BaseModel):
     request_class: str = Field("", max_length=defaults.MAX_NAME_CHARS)
     case_id: str = Field("", max_length=defaults.MAX_CASE_ID_CHARS,
                          description="the case or accession number (optional)")
-    files: list[StagedRef] = Field(min_length=1, max_length=defaults.MAX_CASE_FILES)
+    files: list[StagedRef] = Field(min_length=1, max_length=MAX_CASE_FILES)
     concept_weights: dict[str, float] = Field(
         default_factory=dict, max_length=len(CONCEPTS),
         description=f"refine by concept: {', '.join(CONCEPTS)} -> weight 0-{MAX_WEIGHT:g} (1: as usual)")
@@ -87,7 +92,7 @@ def client_of(request: Request) -> str | None:
 def check_file_name(name, what: str) -> str:
     """`name` if it is a plain file name (no folder part); HttpError 400 if not."""
     if not isinstance(name, str) or not name or "/" in name or "\\" in name \
-            or len(name) > defaults.MAX_FILE_NAME_CHARS:
+            or len(name) > MAX_FILE_NAME_CHARS:
         raise HttpError(HTTPStatus.BAD_REQUEST, f"{what}: needs a plain file name")
     return name
 
@@ -108,10 +113,10 @@ def checked_case_id(case_id: str) -> str:
 async def read_json(request: Request, model: type[BaseModel]) -> BaseModel:
     """The request's JSON body as `model`, after checking its size and depth before parsing."""
     body = await request.body()  # BodyLimits has bounded it by MAX_REQUEST_BYTES already
-    if len(body) > defaults.MAX_JSON_BYTES:
+    if len(body) > MAX_JSON_BYTES:
         raise HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
                         f"JSON request of {len(body)} bytes is over the limit of "
-                        f"{defaults.MAX_JSON_BYTES} bytes")
+                        f"{MAX_JSON_BYTES} bytes")
     try:
         check_json_depth(body)
         return model.model_validate_json(body)
@@ -126,7 +131,7 @@ async def read_case_form(request: Request) -> tuple[str, str, dict[str, bytes]]:
     is kept as its first MAX_FILE_BYTES + 1 bytes: enough for `check_upload` to refuse it
     by name, never the whole file in memory."""
     try:
-        async with request.form(max_files=defaults.MAX_CASE_FILES, max_fields=16,
+        async with request.form(max_files=MAX_CASE_FILES, max_fields=16,
                                 max_part_size=64 * 1024) as form:
             request_class, case_id = form.get("request_class", ""), form.get("case_id", "")
             if not isinstance(request_class, str) or not isinstance(case_id, str):
@@ -153,7 +158,7 @@ async def read_one_file(request: Request) -> tuple[str, bytes]:
     length = request.headers.get("content-length")
     if length is None:
         raise HttpError(HTTPStatus.LENGTH_REQUIRED, "send the file with its Content-Length")
-    if int(length) > MAX_FILE_BYTES + defaults.STAGED_UPLOAD_OVERHEAD_BYTES:  # h11 has checked it is a number
+    if int(length) > MAX_FILE_BYTES + STAGED_UPLOAD_OVERHEAD_BYTES:  # h11 has checked it is a number
         raise HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
                         f"the file is {int(length) / 1e6:.1f} MB, over the limit of "
                         f"{MAX_FILE_BYTES / 1e6:.1f} MB per file")

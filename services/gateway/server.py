@@ -42,7 +42,7 @@ Everything but the page, its static files and signing in needs a session; every 
 carries the session's CSRF token (header X-CSRF-Token) and comes from the page's origin.
 Errors are {"error": message} and, where the page shows something else, "words".
 
-What one client can hold is bounded (`limits.py`, `pathmaster/defaults.py`): the time to
+What one client can hold is bounded (`limits.py`, `upload.py`, the constants below): the time to
 send a request's head and its body, the body's size, JSON size and depth, files per case,
 idle keep-alive time and the number of connections; staged files, per user and in all
 (`staging.StagingLimits`).
@@ -67,14 +67,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import ClientDisconnect
 
-from pathmaster import defaults
-from pathmaster.defaults import CASE_DEADLINE_S
 from qos.transport import TLSFiles
 from services.gateway.accounts import Accounts, Session
 from services.gateway.audit import AuditLog
+from services.gateway.commands import CASE_DEADLINE_S
 from services.gateway.errors import HttpError, error_response
 from services.gateway.facade import Gateway
-from services.gateway.limits import BodyLimits, with_head_timeout
+from services.gateway.limits import (GATEWAY_BODY_TIMEOUT_S, GATEWAY_HEAD_TIMEOUT_S, MAX_REQUEST_BYTES, BodyLimits,
+                                     with_head_timeout)
 from services.gateway.routes_case import case_router
 from services.gateway.routes_page import page_router
 from services.gateway.routes_session import SESSION_COOKIE, session_router
@@ -82,6 +82,10 @@ from services.gateway.routes_upload import upload_router
 from services.gateway.security import SAFE_METHODS, SameOrigin, SecurityHeaders, https_redirect
 from services.gateway.metrics import RequestMetrics
 from services.gateway.staging import StagingLimits
+
+GATEWAY_KEEP_ALIVE_S = 5       # an idle keep-alive connection is closed after this (uvicorn's default)
+GATEWAY_MAX_CONNECTIONS = 512  # connections at once; past it requests are answered 503
+GATEWAY_SHUTDOWN_S = 2         # on stop, cases still streaming get this long, then are cut
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +166,7 @@ class GatewayHandle:
         for server, _ in servers:
             server.should_exit = True
         for _, thread in servers:
-            thread.join(timeout=defaults.GATEWAY_SHUTDOWN_S + 10)
+            thread.join(timeout=GATEWAY_SHUTDOWN_S + 10)
         self.gateway.close()
         if self.temporary is not None:
             self.temporary.cleanup()
@@ -226,7 +230,7 @@ def _guarded_app(gateway: Gateway, hosts: list[str], body_timeout_s: float):
     """The page's app inside its guards: same origin, body limits, Host check, security
     headers, and request metrics outermost (every request, refused ones too)."""
     app = SameOrigin(create_app(gateway))
-    app = BodyLimits(app, max_bytes=defaults.MAX_REQUEST_BYTES, timeout_s=body_timeout_s)
+    app = BodyLimits(app, max_bytes=MAX_REQUEST_BYTES, timeout_s=body_timeout_s)
     app = TrustedHostMiddleware(app, allowed_hosts=hosts)
     app = SecurityHeaders(app)
     return RequestMetrics(app, gateway.metrics)
@@ -236,9 +240,9 @@ def _uvicorn_config(asgi_app, certificate: TLSFiles | None, head_timeout_s: floa
                     max_connections: int) -> uvicorn.Config:
     """uvicorn's settings for the gateway (HTTPS with `certificate` when given)."""
     return uvicorn.Config(asgi_app, http=with_head_timeout(head_timeout_s), lifespan="off",
-                          timeout_keep_alive=defaults.GATEWAY_KEEP_ALIVE_S,
+                          timeout_keep_alive=GATEWAY_KEEP_ALIVE_S,
                           limit_concurrency=max_connections,
-                          timeout_graceful_shutdown=defaults.GATEWAY_SHUTDOWN_S,
+                          timeout_graceful_shutdown=GATEWAY_SHUTDOWN_S,
                           h11_max_incomplete_event_size=64 * 1024,
                           ssl_certfile=certificate.cert if certificate else None,
                           ssl_keyfile=certificate.key if certificate else None,
@@ -250,9 +254,9 @@ def start_gateway(coordinator_address: str, host: str = "127.0.0.1", port: int =
                   case_deadline_s: float = CASE_DEADLINE_S, tls: TLSFiles | None = None,
                   https: TLSFiles | None = None, http_redirect_port: int | None = None,
                   allowed_hosts=(), state_dir: str | Path | None = None,
-                  head_timeout_s: float = defaults.GATEWAY_HEAD_TIMEOUT_S,
-                  body_timeout_s: float = defaults.GATEWAY_BODY_TIMEOUT_S,
-                  max_connections: int = defaults.GATEWAY_MAX_CONNECTIONS,
+                  head_timeout_s: float = GATEWAY_HEAD_TIMEOUT_S,
+                  body_timeout_s: float = GATEWAY_BODY_TIMEOUT_S,
+                  max_connections: int = GATEWAY_MAX_CONNECTIONS,
                   staging: StagingLimits = StagingLimits()) -> GatewayHandle:
     """Serve the page for the coordinator at `coordinator_address` ("host:port"), calling
     it over TLS when `tls` is given.

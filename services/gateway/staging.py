@@ -5,7 +5,7 @@ A staged file is held in the gateway's memory, per user, under the SHA-256 of it
 (its id; the same file picked twice, or a background shared by several cells, is held
 once). It is dropped `ttl_s` after it was staged or last used in a case, when its user
 signs out or clears the page, and by a sweep every `sweep_s` when nobody asks. What a user
-and all users together may hold is bounded (`StagingLimits`, from pathmaster/defaults.py).
+and all users together may hold is bounded (`StagingLimits`).
 
 Only the user who staged a file can use its id: a lookup is in that user's own files, so
 another user's id, an expired one and one never staged are alike unknown. Nothing here
@@ -19,8 +19,18 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from pathmaster import defaults
 from pathmaster.imageio import ImageHeader
+from services.config import MAX_CASE_BYTES
+from services.gateway.upload import MAX_CASE_FILES
+
+# Files the page uploads as soon as they are chosen ("staged"), so that sending a case
+# carries only their ids. Held in the gateway's memory, per user, keyed by content hash;
+# each file is bounded by MAX_FILE_BYTES and MAX_PIXELS (MAX_ANALYSIS_PIXELS for a cell image).
+STAGED_TTL_S = 30 * 60         # a staged file not used in a case for this long is dropped
+STAGED_USER_FILES = MAX_CASE_FILES          # files one user may have staged at once
+STAGED_USER_BYTES = MAX_CASE_BYTES          # bytes one user may have staged at once
+STAGED_TOTAL_BYTES = 256 * 1024 * 1024      # bytes staged by all users together (gateway memory)
+STAGED_SWEEP_S = 60.0          # how often expired staged files are dropped when nobody asks
 
 
 @dataclass(frozen=True)
@@ -28,11 +38,11 @@ class StagingLimits:
     """What staged files may hold: `ttl_s` seconds unused; per user `user_files` files and
     `user_bytes` bytes; `total_bytes` for all users; expired files swept every `sweep_s`."""
 
-    ttl_s: float = defaults.STAGED_TTL_S
-    user_files: int = defaults.STAGED_USER_FILES
-    user_bytes: int = defaults.STAGED_USER_BYTES
-    total_bytes: int = defaults.STAGED_TOTAL_BYTES
-    sweep_s: float = defaults.STAGED_SWEEP_S
+    ttl_s: float = STAGED_TTL_S
+    user_files: int = STAGED_USER_FILES
+    user_bytes: int = STAGED_USER_BYTES
+    total_bytes: int = STAGED_TOTAL_BYTES
+    sweep_s: float = STAGED_SWEEP_S
 
 
 class StagingFull(Exception):

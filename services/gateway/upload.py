@@ -9,12 +9,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pathmaster.budget import check_analysis_size
-from pathmaster.defaults import MAX_CASE_CELLS, MAX_FILE_BYTES
 from pathmaster.imageio import ImageHeader, check_cell, decode_image, decode_mask, probe_image
 from pathmaster.records import InvalidInput
+from services.config import MAX_CASE_CELLS
 from services.gateway.pairing import CellFiles, Pairing, extension_problem, mask_labels, pair_files, split_name
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 
+MAX_FILE_BYTES = 8 * 1024 * 1024     # one uploaded file (page, batch); room for uncompressed TIFFs
+MAX_CASE_FILES = 3 * MAX_CASE_CELLS + 64  # files in one upload: image, background, mask per cell,
+                                         # and some that will be refused by name
 
 
 @dataclass

@@ -93,6 +93,14 @@ class PriorityDispatcher:
         with self._changed:
             return len(self._running)
 
+    def ahead(self, priority: int) -> int:
+        """Cells a new job of `priority` would wait for: those waiting at the same or a
+        more favoured priority (a smaller number), and those running now, of any class
+        (a running cell is not interrupted). Less favoured waiting cells start after it."""
+        with self._changed:
+            waiting = sum(job.cells for p, _, job in self._heap if p <= priority and not job.cancelled)
+            return waiting + sum(job.cells for job, _, _ in self._running.values())
+
     def work_ahead_s(self, seconds_per_cell: dict[str, float]) -> float:
         """Seconds until a worker is free for a new job if none came before it: the
         service time of every waiting cell plus what is left of every running job, by

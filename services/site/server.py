@@ -30,6 +30,7 @@ from qos.classes import DEFAULT_CLASSES, ClassTable
 from qos.predict import RecentMedian
 from qos.transport import CopyFilter, MarkedServer, connect_address
 from services.config import SiteConfig
+from services.coordinator.validation import MAX_K
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
 from services.site.cells import check_cell_size
@@ -253,8 +254,8 @@ class SiteServicer(pb_grpc.SiteServicer):
                                                        f"(replacements are being started)")
         if not request.cells and not request.features:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the request has no cells")
-        if request.k < 0 or request.k > defaults.MAX_K:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"k must be 0-{defaults.MAX_K}, got {request.k}")
+        if request.k < 0 or request.k > MAX_K:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"k must be 0-{MAX_K}, got {request.k}")
         k = request.k or defaults.K
         self.cases_started.append(request.case_id)
         mode, jobs = self._jobs(request, context, k)

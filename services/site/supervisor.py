@@ -21,8 +21,11 @@ from collections.abc import Callable
 
 import ray
 
-from pathmaster import defaults
+from services.config import WORKER_RESTART_MAX_S, WORKER_RESTART_MIN_S
 from services.site.dispatch import PriorityDispatcher
+
+WORKER_PING_S = 1.0              # how often a site asks each Ray worker whether it is alive
+WORKER_START_S = 120.0           # a replacement not ready by then is given up and tried again
 
 log = logging.getLogger("pathmaster.site")
 
@@ -37,8 +40,8 @@ class Supervisor:
 
     def __init__(self, name: str, dispatcher: PriorityDispatcher, start_worker: Callable[[], object],
                  on_change: Callable[[int, int, str], None] = lambda alive, total, event: None,
-                 ping_s: float = defaults.WORKER_PING_S, restart_min_s: float = defaults.WORKER_RESTART_MIN_S,
-                 restart_max_s: float = defaults.WORKER_RESTART_MAX_S, start_s: float = defaults.WORKER_START_S):
+                 ping_s: float = WORKER_PING_S, restart_min_s: float = WORKER_RESTART_MIN_S,
+                 restart_max_s: float = WORKER_RESTART_MAX_S, start_s: float = WORKER_START_S):
         self.name = name
         self.dispatcher = dispatcher
         self._start_worker = start_worker

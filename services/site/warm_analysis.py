@@ -8,7 +8,7 @@ first, possibly an urgent case's queued behind the killed one, costs what any ce
 The fork server forks after this, so it must leave no thread running: every numeric
 library is held to one thread before anything runs (tests/services/test_warm_worker.py
 checks the server's thread count). A failed warm-up is reported and not raised: the
-server must start anyway (the workers then load what they need on first use, as before).
+server must start anyway (the workers then load what they need on first use).
 
 Last, everything the server holds is moved to the garbage collector's permanent generation
 (`gc.freeze`, as the gc documentation advises before fork without exec): a worker's full

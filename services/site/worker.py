@@ -26,8 +26,6 @@ import ray
 
 from pathmaster.budget import AnalysisPool, CellBudget, CellStopped
 from pathmaster import defaults
-from pathmaster.defaults import (SITE_RESOURCE_PER_WORKER, WIRE_THUMBNAIL_FORMAT, WIRE_THUMBNAIL_PX,
-                                 WIRE_THUMBNAIL_QUALITY)
 from pathmaster.imageio import wire_thumbnail
 from pathmaster.records import InvalidInput
 from pathmaster.site import Match
@@ -36,6 +34,34 @@ from services.site.analysis import PRELOAD, analyse_encoded_cell
 from services.site.cells import check_cell_size, decode_cell
 from services.site.explain import RERANK_CANDIDATES, Explainer
 from services.site.ray_local import prepare_local_ray
+
+SITE_RESOURCE_PER_WORKER = 0.001  # of a site's Ray placement resource (a node that holds its
+                                  # database offers 1), asked by each of its actors and index builds:
+                                  # it pins them to that node without limiting how many run there
+RAY_START_ATTEMPTS = 3     # a local Ray that does not register in Ray's fixed 30 s (a very busy
+                           # host) is torn down and started again, this many times in all
+RAY_TASK_EVENTS = False    # Ray records every call to our actors (site workers, analysers, their
+                           # pings) as task events kept in its GCS for its dashboard and state
+                           # API, which we do not use: on, the GCS grew ~30 KB a case (bench_memory)
+RAY_OUT_OF_ORDER = True    # our actors (site workers, analysers) run calls in the order they arrive,
+                           # not Ray's per-caller sequence: a call cancelled while its image
+                           # arguments were still being put in the object store otherwise leaves a
+                           # gap that stalls the actor's next calls 30 s and then fails them
+                           # (ActorUnavailableError "timed out waiting for seq_no"; 6 of 40 in a
+                           # test loop, ray 2.60; cf. ray-project/ray#60850). Order is ours to keep:
+                           # a site's dispatcher sends a worker one job at a time
+WIRE_THUMBNAIL_PX = 48     # a match's inline thumbnail; full images on demand, cached by content hash
+# WebP at quality 80: ~300 B a real cell (Herlev), half the JPEG q80 of before (~640 B) at about
+# its fidelity (PSNR within ~1 dB), so that a site's 30 matches fit in one initial congestion
+# window (benchmarks/bench_wire_reply.py). Every browser the page supports shows WebP.
+WIRE_THUMBNAIL_FORMAT = "WEBP"
+WIRE_THUMBNAIL_QUALITY = 80
+WARM_UP_SEED = 7919             # the synthetic cell a site worker or analyser serves once at start,
+                                # so the first case does not pay (nor teach the predictor) a fresh
+                                # process's lazy imports and first search
+WARM_UP_THUMBNAILS = 1024       # database cells whose wire thumbnails a site worker makes at start
+                                # (~3 ms each): a case's search then costs the same whether or not
+                                # its matches were seen before (the demo's first case: 0.2 s more)
 
 log = logging.getLogger("pathmaster.site")
 SYNTHETIC = "synthetic"  # what SiteInfo.database_origins calls cells PathMaster generated
@@ -116,7 +142,7 @@ class SiteWorker:
         were met before (~3 ms a match, 30 in a 6-cell case)."""
         from services.site.synthetic import synthetic_case_cells
 
-        cell = synthetic_case_cells(1, defaults.WARM_UP_SEED)[0]
+        cell = synthetic_case_cells(1, WARM_UP_SEED)[0]
         try:
             t0 = time.perf_counter()
             features, _, _, patch = self._extract(cell["cell_id"], cell["image"], cell["background"], cell["mask"],
@@ -131,7 +157,7 @@ class SiteWorker:
         except (InvalidInput, CellStopped) as exc:
             log.warning("site worker: warm-up cell not served (%s); the first case will be slower", exc)
         t0 = time.perf_counter()
-        for cell_id in self.index.cell_ids()[:defaults.WARM_UP_THUMBNAILS]:
+        for cell_id in self.index.cell_ids()[:WARM_UP_THUMBNAILS]:
             self._wire(cell_id)
         self.warm_up_s["thumbnails_s"] = time.perf_counter() - t0
         return dict(self.warm_up_s)
@@ -216,7 +242,7 @@ class SiteWorker:
         scored = max(k, self.index.learnt.k)
         found = self.index.search_many(np.asarray(features, np.float64)[None],
                                        max(scored, RERANK_CANDIDATES) if weights else scored, columns, embeddings)[0]
-        [score] = self.index.abnormality(embeddings, [found[:scored]])
+        [score] = self.index.abnormality(embeddings, [found[:scored]], query[None])
         if weights:
             refined = self.explainer.reweighted(query, [m.cell_id for m in found], weights)
             order = np.argsort(refined, kind="stable")[:k]
@@ -328,16 +354,16 @@ def ensure_ray(address: str = "", num_cpus: int | None = None) -> None:
         # while they wait, so any busy process on the host (a build, a backup) would starve
         # them to a crawl: they run at the service's own priority instead.
         prepare_local_ray()
-        for attempt in range(1, defaults.RAY_START_ATTEMPTS + 1):
+        for attempt in range(1, RAY_START_ATTEMPTS + 1):
             before = set(descendants(os.getpid()))
             try:
                 ray.init(num_cpus=num_cpus, _system_config={"worker_niceness": 0}, **kwargs)
                 break
             except Exception as exc:  # Ray raises a bare Exception when its node does not register
-                if "timed out during startup" not in str(exc) or attempt == defaults.RAY_START_ATTEMPTS:
+                if "timed out during startup" not in str(exc) or attempt == RAY_START_ATTEMPTS:
                     raise
                 log.warning("local Ray did not start (%s); starting it again (%d of %d)",
-                            exc, attempt + 1, defaults.RAY_START_ATTEMPTS)
+                            exc, attempt + 1, RAY_START_ATTEMPTS)
                 ray.shutdown()
                 for pid in set(descendants(os.getpid())) - before:  # the half-started node's processes
                     with contextlib.suppress(OSError):
@@ -347,9 +373,9 @@ def ensure_ray(address: str = "", num_cpus: int | None = None) -> None:
 
 # Ray restarts nothing: a dead worker is replaced by the site's supervisor (supervisor.py),
 # with backoff, while the site says NOT_SERVING if none is left. Its calls leave no task
-# events in Ray's GCS (defaults.RAY_TASK_EVENTS).
-_RemoteWorker = ray.remote(max_restarts=0, max_task_retries=0, enable_task_events=defaults.RAY_TASK_EVENTS,
-                           allow_out_of_order_execution=defaults.RAY_OUT_OF_ORDER)(SiteWorker)
+# events in Ray's GCS (RAY_TASK_EVENTS).
+_RemoteWorker = ray.remote(max_restarts=0, max_task_retries=0, enable_task_events=RAY_TASK_EVENTS,
+                           allow_out_of_order_execution=RAY_OUT_OF_ORDER)(SiteWorker)
 _prepare_index = ray.remote(prepare_index)
 
 

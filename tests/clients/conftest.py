@@ -95,7 +95,7 @@ def case_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="package")
 def bad_files(tmp_path_factory) -> dict[str, Path]:
     """A file that is not an image though named .png, and one over the gateway's size limit."""
-    from pathmaster.defaults import MAX_FILE_BYTES
+    from services.gateway.upload import MAX_FILE_BYTES
 
     folder = tmp_path_factory.mktemp("bad")
     not_image = folder / "scan-notes.png"

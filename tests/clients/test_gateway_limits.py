@@ -11,8 +11,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from pathmaster import defaults
-from services.gateway.limits import json_depth
+from services.gateway.limits import MAX_REQUEST_BYTES, json_depth
 from tests.clients.web import WebClient
 
 WAIT_S = 30  # upper bound on any one socket read: only a broken gateway makes a test wait this long
@@ -89,7 +88,7 @@ def test_bad_or_oversize_lengths_are_refused_before_the_body_is_read(quick_gatew
         assert status_of(read_all(sock)) == 400
     with connect(quick_gateway.url) as sock:
         sock.sendall(b"POST /api/case HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: multipart/form-data; "
-                     b"boundary=x\r\nContent-Length: %d\r\n\r\n" % (defaults.MAX_REQUEST_BYTES + 1))
+                     b"boundary=x\r\nContent-Length: %d\r\n\r\n" % (MAX_REQUEST_BYTES + 1))
         reply = read_all(sock)  # answered and closed without our sending a byte of the body
     assert status_of(reply) == 413 and b"over the gateway's" in reply
 

@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from pathmaster import defaults
+from services.gateway.accounts import LOGIN_ATTEMPTS, SESSION_S
 from tests.clients.web import WebClient, multipart
 
 WAIT_S = 30
@@ -54,7 +54,7 @@ def test_a_password_sign_in_sets_a_locked_down_cookie_and_is_audited(handle):
     assert status == 200 and json.loads(body)["role"] == "pathologist"
     cookie = headers["Set-Cookie"].lower()
     assert "httponly" in cookie and "samesite=strict" in cookie
-    assert f"max-age={defaults.SESSION_S}" in cookie
+    assert f"max-age={SESSION_S}" in cookie
     assert [(a["action"], a["user"], a["from"]) for a in audit(handle)] == [
         ("sign-in-refused", "ann", "127.0.0.1"), ("sign-in", "ann", "127.0.0.1")]
     assert (handle.audit_path.stat().st_mode & 0o777) == 0o600
@@ -102,7 +102,7 @@ def test_a_one_time_link_signs_in_once(handle):
 
 
 def test_repeated_failed_sign_ins_are_refused_for_a_while(handle):
-    for _ in range(defaults.LOGIN_ATTEMPTS):
+    for _ in range(LOGIN_ATTEMPTS):
         assert login(handle, "ann", "guess")[0] == 401
     status, _, body = login(handle, "ann", PASSWORD)  # even the right one, until the window passes
     assert status == 429 and "wait a minute" in json.loads(body)["error"]

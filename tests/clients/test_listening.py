@@ -1,4 +1,4 @@
-"""Issue 13 item 1: the loopback demo listens on loopback only, and its Ray asks for a token.
+"""The loopback demo listens on loopback only, and its Ray asks for a token.
 
 Every listening TCP socket and every unconnected UDP socket owned by this process and its
 descendants (Ray's GCS, raylet, agents and workers, the sites, the coordinator), read from

@@ -112,7 +112,7 @@ def test_staging_needs_a_session_the_csrf_token_and_the_pages_origin(lone, cell)
 
 
 def test_staged_files_are_bounded_per_file_per_user_and_in_all(lone, cell):
-    from pathmaster.defaults import MAX_FILE_BYTES
+    from services.gateway.upload import MAX_FILE_BYTES
 
     web = WebClient(lone)
     # Over one file's limit: refused from its Content-Length, before its body is read.

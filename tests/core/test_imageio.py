@@ -176,9 +176,9 @@ def test_encode_png_is_deterministic_and_lossless(rgb):
 
 def test_a_wire_thumbnail_is_a_small_webp_as_faithful_as_the_jpeg_of_before():
     """A match's inline thumbnail: WebP, at most WIRE_THUMBNAIL_PX a side, well under half the
-    bytes of the 48 px JPEG of before, within 1.5 dB PSNR of it (issue 10: 30 of them and their
-    ids fit in one initial congestion window)."""
-    from pathmaster import defaults
+    bytes of the 48 px JPEG of before, within 1.5 dB PSNR of it (30 of them and their ids fit
+    in one initial congestion window)."""
+    from services.site.worker import WIRE_THUMBNAIL_FORMAT, WIRE_THUMBNAIL_PX, WIRE_THUMBNAIL_QUALITY
     from pathmaster.imageio import wire_thumbnail
     from pathmaster.ingest import thumbnail
     from pathmaster.synth import cell_rng, synth_cell
@@ -188,10 +188,10 @@ def test_a_wire_thumbnail_is_a_small_webp_as_faithful_as_the_jpeg_of_before():
         b = np.asarray(Image.open(io.BytesIO(encoded)).convert("RGB"), dtype=float)
         return 10 * np.log10(255.0 ** 2 / ((a - b) ** 2).mean())
 
-    px = defaults.WIRE_THUMBNAIL_PX
+    px = WIRE_THUMBNAIL_PX
     for index, diagnosis in enumerate(["normal_superficial", "severe_dysplasia", "normal_columnar"]):
         png = encode_png(thumbnail(synth_cell(diagnosis, cell_rng(5, index)).image))
-        wire = wire_thumbnail(png, px, defaults.WIRE_THUMBNAIL_QUALITY, defaults.WIRE_THUMBNAIL_FORMAT)
+        wire = wire_thumbnail(png, px, WIRE_THUMBNAIL_QUALITY, WIRE_THUMBNAIL_FORMAT)
         jpeg = wire_thumbnail(png, px, 80, "JPEG")
         picture = Image.open(io.BytesIO(wire))
         assert picture.format == "WEBP" and max(picture.size) == px

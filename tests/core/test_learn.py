@@ -82,7 +82,7 @@ def test_a_small_site_compares_its_features_alone_and_says_why(tmp_path):
     cell = records(21)[3]
     analysis = site.analyse(cell.image, cell.background, cell.mask)
     matches = site.search(analysis.features, k=3)
-    [score] = site.abnormality(None, [matches])
+    [score] = site.abnormality(None, [matches], analysis.features[None])
     assert 0.0 <= score <= 1.0
 
 
@@ -159,7 +159,7 @@ def test_a_learnt_site_searches_fused_vectors_and_scores_cells(learnt_site):
     matches = site.search_many(analysis.features[None], k=5, embeddings=embedding)
     assert matches[0][0].source_id == cell.source_id  # a database cell finds itself first
     assert matches[0][0].distance == pytest.approx(0.0, abs=1e-3)
-    [score] = site.abnormality(embedding, matches)
+    [score] = site.abnormality(embedding, matches, analysis.features[None])
     assert 0.0 <= score <= 1.0
     with pytest.raises(InvalidInput, match="learnt embedding"):
         site.search_many(analysis.features[None], k=5)
@@ -183,7 +183,7 @@ def test_a_learnt_site_answers_without_importing_jax(learnt_site):
     code = ("import sys; from pathmaster.site import SiteIndex; from pathmaster.synth import cell_rng, synth_cell\n"
             f"site = SiteIndex.open({str(path)!r}); cell = synth_cell('normal_columnar', cell_rng(5, 5))\n"
             "a = site.analyse(cell.image); e = site.embed(a.patch[None])\n"
-            "m = site.search_many(a.features[None], 5, embeddings=e); site.abnormality(e, m)\n"
+            "m = site.search_many(a.features[None], 5, embeddings=e); site.abnormality(e, m, a.features[None])\n"
             "print(len(m[0]), 'jax' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240, check=True)
     assert out.stdout.split() == ["5", "False"]

@@ -173,8 +173,8 @@ def test_real_herlev_cells_agree_with_their_hand_drawn_masks(herlev_40px):
     """At 40 px the real cells are tiny and often fill the frame (carcinoma in situ) or hold
     a nucleus of a few pixels (superficial cells); the automatic regions should still match
     the pathologists' in every class. Floors sit ~0.05 below what every third cell gives
-    (benchmarks/bench_segmentation.py measures all 917, before vs after); the code before
-    issue 14 failed them (nucleus median 0.26 on superficial, 0.42 on carcinoma in situ)."""
+    (benchmarks/bench_segmentation.py measures all 917, before vs after); the segmentation
+    of its baseline commit failed them (nucleus median 0.26 on superficial, 0.42 on carcinoma in situ)."""
     from pathmaster.importers import iter_dataset
 
     records = [r for r in iter_dataset(herlev_40px, layout="herlev") if isinstance(r, CellRecord)][::3]

@@ -1,4 +1,4 @@
-"""The adaptive strategy (issue 10, item 7): the product's policy drives the testbed's case.
+"""The adaptive strategy: the product's policy drives the testbed's case.
 
 An experiment file declares it per strategy (`adaptive = {...}`, checked like every table);
 the transfer workload's master then plans each site with `qos.policy.plan_site` (features
@@ -17,7 +17,10 @@ from pathmaster import defaults
 from pathmaster.records import InvalidInput
 from qos.classes import DEFAULT_CLASSES
 from qos.experiment.report import load_cells, prediction_rows, write_report
-from qos.experiment.spec import load_spec, parse_spec
+from qos.experiment.spec import (CLASS_DEADLINES_S, MAX_WIRE_THUMBNAIL_BYTES, WIRE_THUMBNAIL_BYTES, load_spec,
+                                 parse_spec)
+from qos.network import GRPC_REPLY_FRAMING_BYTES, TCP_INITIAL_WINDOW_BYTES
+from qos.policy import SMALL_REQUEST_COPIES
 
 SCHEMA = "fs1-test"
 
@@ -35,7 +38,7 @@ def test_an_adaptive_strategy_is_accepted_with_its_defaults():
     assert experiment.strategy("fifo").adaptive is None
     adaptive = experiment.strategy("adaptive-prio").adaptive
     assert (adaptive.ship, adaptive.analyse, adaptive.deadlines_s) == ("auto", True, {"urgent": 1.5})
-    assert parse_spec(spec()).strategy("adaptive-fifo").adaptive.deadlines_s == defaults.CLASS_DEADLINES_S
+    assert parse_spec(spec()).strategy("adaptive-fifo").adaptive.deadlines_s == CLASS_DEADLINES_S
     assert experiment.to_dict()["strategies"][1]["adaptive"]["deadlines_s"] == {"urgent": 1.5}  # in the metadata
     study = load_spec("pathmaster2002")
     assert {s.name: s.discipline for s in study.strategies if s.adaptive} == {"adaptive-fifo": "fifo",
@@ -94,16 +97,17 @@ def test_the_master_runs_the_policy_and_predicts_every_case(loopback_sites):
     assert smart["policy"] == "adaptive" and smart["predicted_s"] > 0 and smart["modes"] == ["features", "images"]
     # Per copy (a small features request goes as several, 20 ms apart: on loopback the first
     # copy's answer may come before the others leave): 2 x 115 doubles vs 2 x 3 images.
-    assert 1 <= by_site["A"]["copies"] <= defaults.SMALL_REQUEST_COPIES
+    assert 1 <= by_site["A"]["copies"] <= SMALL_REQUEST_COPIES
     assert by_site["A"]["bytes_up"] / by_site["A"]["copies"] < static[1]["sites"][0]["bytes_up"] / 5
-    assert any("copies 20 ms apart" in d for d in by_site["A"]["decisions"])
+    why = {w["code"]: w["params"] for w in by_site["A"]["why"]}
+    assert why["small_request_copies"]["gap_ms"] == "20"
     assert by_site["A"]["bytes_down"] < static[1]["sites"][0]["bytes_down"] / 3  # wire thumbnails
-    assert smart["deadline_s"] == defaults.CLASS_DEADLINES_S["urgent"]
-    assert any("same feature schema" in d for d in by_site["A"]["decisions"])
+    assert smart["deadline_s"] == CLASS_DEADLINES_S["urgent"]
+    assert "features_same_schema" in why
 
 
 def test_a_six_cell_features_reply_fits_one_initial_window(loopback_sites):
-    """Issue 10: a site's answer to a 6-cell features case (30 matches with their ids, content
+    """A site's answer to a 6-cell features case (30 matches with their ids, content
     hashes and wire thumbnails) is one initial congestion window; with the 1000 B thumbnails
     of before, a strategy's `thumbnail_bytes`, it is not (the site sends what the strategy asks)."""
     from services.experiment.workload import Master, make_cells
@@ -121,14 +125,14 @@ def test_a_six_cell_features_reply_fits_one_initial_window(loopback_sites):
         master.close()
     replies = {name: {s["site"]: s for s in case["sites"]}["A"] for name, case in cases.items()}
     assert all(case["ok"] for case in cases.values()) and replies["now"]["mode"] == "features"
-    window = defaults.TCP_INITIAL_WINDOW_BYTES - defaults.GRPC_REPLY_FRAMING_BYTES
+    window = TCP_INITIAL_WINDOW_BYTES - GRPC_REPLY_FRAMING_BYTES
     assert replies["now"]["bytes_down"] <= window < replies["before"]["bytes_down"]
-    assert replies["before"]["bytes_down"] - replies["now"]["bytes_down"] == 6 * defaults.K * (1000 - defaults.WIRE_THUMBNAIL_BYTES)
+    assert replies["before"]["bytes_down"] - replies["now"]["bytes_down"] == 6 * defaults.K * (1000 - WIRE_THUMBNAIL_BYTES)
 
 
 def test_a_strategy_cannot_ask_for_huge_thumbnails():
     with pytest.raises(InvalidInput, match="thumbnail_bytes"):
-        parse_spec(spec(a={"discipline": "fifo", "adaptive": {"thumbnail_bytes": defaults.MAX_WIRE_THUMBNAIL_BYTES + 1}}))
+        parse_spec(spec(a={"discipline": "fifo", "adaptive": {"thumbnail_bytes": MAX_WIRE_THUMBNAIL_BYTES + 1}}))
 
 
 def _write_run(runs_dir, run_id, strategy, completion_s, predicted_s):
@@ -240,7 +244,7 @@ def test_an_adaptive_case_renews_the_connections_it_used(loopback_sites):
             assert master.case("urgent", cells, k=2, deadline_s=20, strategy=strategy, adaptive=adaptive)["ok"]
         # Site A got features as copies over every lane, site B images on one: each used lane renewed.
         spares = {k for k, v in master.strategy_channels["renewing"]._spares.items() if v}
-        assert {("A", lane) for lane in range(defaults.SMALL_REQUEST_COPIES)} <= {(k[0], k[2]) for k in spares}
+        assert {("A", lane) for lane in range(SMALL_REQUEST_COPIES)} <= {(k[0], k[2]) for k in spares}
         assert ("B", 0) in {(k[0], k[2]) for k in spares}
         assert not any(master.strategy_channels["keeping"]._spares.values())
     finally:
@@ -265,7 +269,7 @@ def test_a_strategy_may_send_fewer_feature_values_as_a_what_if(loopback_sites):
             sizes[strategy] = next(s["bytes_up"] for s in case["sites"] if s["site"] == "A")
     finally:
         master.close()
-    assert sizes["full"] > 6 * 130 * 8 and 6 * 24 * 8 < sizes["selected"] <= defaults.TCP_INITIAL_WINDOW_BYTES / 10
+    assert sizes["full"] > 6 * 130 * 8 and 6 * 24 * 8 < sizes["selected"] <= TCP_INITIAL_WINDOW_BYTES / 10
 
 
 def test_a_site_that_advertises_its_selection_gets_the_coordinators_subset_request():
@@ -301,11 +305,11 @@ def test_a_site_that_advertises_its_selection_gets_the_coordinators_subset_reque
     send = new_send_id()  # every request carries one, of one length
     assert up["A"] == features_request("c1", sites["A"]["request_class"], 5, SCHEMA, vectors, columns, send).ByteSize()
     assert up["B"] == features_request("c1", sites["B"]["request_class"], 5, SCHEMA, vectors, (), send).ByteSize()
-    assert up["A"] < defaults.TCP_INITIAL_WINDOW_BYTES / 10 < 6 * 130 * 8 < up["B"]
+    assert up["A"] < TCP_INITIAL_WINDOW_BYTES / 10 < 6 * 130 * 8 < up["B"]
 
 
 def test_features_mode_charges_the_coordinators_analysis_once_before_the_fan_out():
-    """Issue 11, item 8: on the study's workload a site analyses the images it gets (a wait
+    """On the study's workload a site analyses the images it gets (a wait
     of `analysis_s` an image, pipelined over its nodes); a site sent features only searches,
     because the coordinator analysed each cell once, on the master's own nodes, before any
     features left. So a features case cannot finish before that analysis, it is charged once

@@ -1,4 +1,4 @@
-"""CI's faithful smoke (issue 11): a tiny pathmaster2002-faithful, end to end through the experiment
+"""CI's faithful smoke: a tiny pathmaster2002-faithful, end to end through the experiment
 driver on the real 2002 network (10 Mbit/s hubs, IOS priority queuing in the user-space emulator,
 wget fetches as the competing traffic), then its report: raw files, declared findings, figures.
 

@@ -1,4 +1,4 @@
-"""The report's figures (issue 11, item 6), drawn from a small raw-data fixture (a metadata.json
+"""The report's figures, drawn from a small raw-data fixture (a metadata.json
 and run files as the runner writes them), checked on the matplotlib objects: captions say what
 the error bars are and n, each strategy has its own marker and line style, the competing axis
 is base-2 symlog with 0 on it, figures 7-9 are titled in words, box plots and CDFs start at 0,

@@ -1,4 +1,4 @@
-"""Clean provenance (issue 11, item 5): an experiment refuses uncommitted code unless told
+"""Clean provenance: an experiment refuses uncommitted code unless told
 --allow-dirty (and records it), a resume refuses other code than the start's, and a run's
 queue counters are never negative, even across an emulator restart. Git runs on a throwaway
 repository, so these tests do not depend on the state of the checkout they run in."""

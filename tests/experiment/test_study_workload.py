@@ -1,14 +1,14 @@
-"""The study's workload as experiment-file options (issue 11, item 3): the analysis time per
+"""The study's workload as experiment-file options: the analysis time per
 image pipelined over a site's nodes, and wget-like 20 MB fetches as the competing traffic."""
 
 from __future__ import annotations
 
 import pytest
 
-from pathmaster import defaults
 from pathmaster.records import InvalidInput
 from qos.classes import DEFAULT_CLASSES
-from qos.experiment.spec import load_spec, parse_spec, pipelined_analysis_s
+from qos.experiment.spec import STUDY_ANALYSIS_S, load_spec, parse_spec, pipelined_analysis_s
+from qos.traffic.competing import FETCH_FILE_BYTES
 from services.experiment.bench import competing_spec
 
 BASE = {
@@ -37,7 +37,7 @@ def test_the_studys_workload_is_what_the_faithful_experiment_runs():
     exp = load_spec("pathmaster2002-faithful")
     w = exp.workload
     assert (w.cells, w.image_bytes, w.with_background, w.with_mask) == (6, 100_000, True, True)
-    assert (w.analysis_s, w.site_nodes) == (defaults.STUDY_ANALYSIS_S, 2)
+    assert (w.analysis_s, w.site_nodes) == (STUDY_ANALYSIS_S, 2)
     assert (w.k, w.match_bytes) == (5, w.image_bytes)  # the matching images come back whole
     assert w.analysis_wall_s == 15.0 < w.deadline_s
     assert exp.competing.kind == "wget" and exp.competing.fetch_bytes == 20_000_000
@@ -59,7 +59,7 @@ def test_wget_levels_become_processes_per_target_with_the_file_size():
     assert competing_spec(exp.competing, 4, seed=1) == {
         "kind": "wget", "targets": ["B3", "C3"], "processes": 4, "file_bytes": 2_000_000}
     default = parse_spec(spec(competing={"kind": "wget", "levels": [2]})).competing
-    assert competing_spec(default, 2, seed=1)["file_bytes"] == defaults.FETCH_FILE_BYTES
+    assert competing_spec(default, 2, seed=1)["file_bytes"] == FETCH_FILE_BYTES
     marked = parse_spec(spec(competing={"kind": "wget", "levels": [2], "params": {"dscp": 0}})).competing
     assert competing_spec(marked, 2, seed=1)["dscp"] == 0
 

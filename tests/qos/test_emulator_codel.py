@@ -10,11 +10,10 @@ import random
 
 import pytest
 
-from pathmaster import defaults
 from qos.emulator.classify import dscp_classifier
 from qos.emulator.config import ConfigError, config_from_dict
 from qos.emulator.disciplines import ClassCodel, Codel, Fifo
-from qos.emulator.disciplines.codel import CODEL
+from qos.emulator.disciplines.codel import CODEL, CODEL_INTERVAL_MS, CODEL_LIMIT_PACKETS, CODEL_TARGET_MS
 from qos.emulator.link import EmulatedLink
 from qos.emulator.simulate import constant_rate, simulate, synthetic_packet
 
@@ -22,7 +21,7 @@ CLASSIFY = dscp_classifier()
 URGENT, BULK = 34, 1
 RATE = 10e6
 PACKET_TIME = 1500 * 8 / RATE  # 1.2 ms on the wire
-TARGET, INTERVAL = defaults.CODEL_TARGET_MS / 1000, defaults.CODEL_INTERVAL_MS / 1000
+TARGET, INTERVAL = CODEL_TARGET_MS / 1000, CODEL_INTERVAL_MS / 1000
 
 
 def run_transmitter(codel: Codel, arrivals: list[tuple[float, object]], until: float):
@@ -124,7 +123,7 @@ def test_link_counts_codel_drops_and_releases_their_packets():
     assert Handle.dropped == sum(stats.drops.values())
     assert stats.arrived_packets == len(out) + sum(stats.drops.values()) + codel_link.held()
     # against a plain FIFO of the same buffer, the standing queue at the end is far shorter
-    fifo_link = EmulatedLink(RATE, Fifo(defaults.CODEL_LIMIT_PACKETS), CLASSIFY)
+    fifo_link = EmulatedLink(RATE, Fifo(CODEL_LIMIT_PACKETS), CLASSIFY)
     simulate(fifo_link, overload(1.1 * RATE, 3.0), until=3.0)
     assert len(codel_link.scheduler) < len(fifo_link.scheduler) / 2
 
@@ -147,7 +146,7 @@ def test_codel_is_configured_by_file_and_checked():
     link = built.directions[0].build(random.Random(0))
     assert isinstance(link.scheduler, Codel)
     assert (link.scheduler.codel.target, link.scheduler.codel.interval) == (0.002, 0.05)
-    assert link.scheduler.queue.limit == defaults.CODEL_LIMIT_PACKETS
+    assert link.scheduler.queue.limit == CODEL_LIMIT_PACKETS
     per_class = config_from_dict(one_link(discipline="class_codel", limit_packets=200,
                                           class_codel={"weights": {"urgent": 5, "bulk": 1}}))
     scheduler = per_class.directions[0].build(random.Random(0)).scheduler

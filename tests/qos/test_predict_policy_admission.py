@@ -8,7 +8,7 @@ import pytest
 from qos.admission import Admission, Refused
 from qos.policy import plan_site
 from qos.predict import RECENT_CALLS, PathModel, PredictionLog, RecentMedian, SiteLoad, SiteModel
-from services.reasons import codes, decisions
+from services.reasons import codes
 
 CLASSES = ["urgent", "routine", "teaching", "bulk"]
 
@@ -229,7 +229,6 @@ def test_features_go_where_the_schema_matches_and_images_elsewhere():
                       schema_matches=False, ship="features")
     assert same.mode == "features" and other.mode == "images"
     assert codes(other.why)[0] == "images_other_schema_asked_features"
-    assert "another feature schema" in " ".join(decisions(other.why))
 
 
 def test_urgent_steps_down_when_routine_meets_the_deadline_with_room_and_hedges_back_up():
@@ -240,7 +239,6 @@ def test_urgent_steps_down_when_routine_meets_the_deadline_with_room_and_hedges_
     assert plan.hedge_class == "urgent"
     assert plan.hedge_after_s == pytest.approx(0.6 + 0.3)
     assert "class_stepped_down_within_deadline" in codes(plan.why)
-    assert any("stepped down" in r for r in decisions(plan.why))
 
 
 def test_urgent_stays_when_routine_would_use_most_of_the_deadline():
@@ -406,6 +404,20 @@ def test_a_case_is_predicted_by_like_cases_once_three_are_known_else_by_its_slow
     # Another kind of case (a site sent images), or another size, has levels of its own.
     assert cases.predict(["features", "features", "images"], 6, 0.05, [0.1, 0.2, 0.9])[0] == pytest.approx(0.95)
     assert cases.predict(["features"] * 3, 12, 0.05, [0.10, 0.20, 0.15])[0] == pytest.approx(0.25 * 1.6)
+
+
+def test_a_case_is_predicted_from_like_cases_of_its_own_class():
+    """Under load an urgent case overtakes the bulk ones: their times are not its."""
+    from qos.predict import CaseModel
+
+    cases, planned = CaseModel(), ["features"] * 3
+    for urgent_s, bulk_s in ((0.4, 20.0), (0.5, 22.0), (0.6, 24.0)):
+        cases.observe(planned, planned, 1, total_s=urgent_s, modelled_s=0.5, request_class="urgent")
+        cases.observe(planned, planned, 1, total_s=bulk_s, modelled_s=0.5, request_class="bulk")
+    assert cases.predict(planned, 1, 0.05, [0.45], request_class="urgent")[0] == pytest.approx(0.5)
+    assert cases.predict(planned, 1, 0.05, [0.45], request_class="bulk")[0] == pytest.approx(22.0)
+    # A class with no case yet: its modelled time, calibrated by its own cases only (none: 1).
+    assert cases.predict(planned, 1, 0.05, [0.45], request_class="routine")[0] == pytest.approx(0.5)
 
 
 def test_a_call_is_predicted_with_the_reply_bytes_the_site_has_been_sending():

@@ -1,4 +1,4 @@
-"""A 6-cell PathMaster case end to end across the testbed, under competing downloads (issue 4 §5).
+"""A 6-cell PathMaster case end to end across the testbed, under competing downloads.
 
 The product's own processes run inside the nodes: sites on A1, B1, C1, each with a Ray
 cluster over its server X1 and worker X2 and a site worker on each; the coordinator and

@@ -1,4 +1,4 @@
-"""A strategy's `rto_min_ms`: the end hosts' minimum TCP retransmission timeout (issue 10)."""
+"""A strategy's `rto_min_ms`: the end hosts' minimum TCP retransmission timeout."""
 
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ import sys
 
 import pytest
 
-from pathmaster import defaults
 from pathmaster.records import ConfigError
-from qos.experiment.spec import parse_spec
+from qos.experiment.spec import LINUX_RTO_MIN_MS, RTO_MIN_MS_RANGE, parse_spec
 from qos.testbed import Testbed, load_config, netns
 
 PORT = 5419
@@ -24,7 +23,7 @@ def spec(**strategy) -> dict:
 
 
 def test_rto_min_is_bounded_and_kept_out_of_older_fingerprints():
-    low, high = defaults.RTO_MIN_MS_RANGE
+    low, high = RTO_MIN_MS_RANGE
     for bad in (low - 1, high + 1):
         with pytest.raises(ConfigError, match="rto_min_ms"):
             parse_spec(spec(rto_min_ms=bad))
@@ -54,7 +53,7 @@ def socket_rto_ms(tb: Testbed, client: str, server: str) -> float:
 @pytest.mark.netns
 def test_set_rto_min_reaches_the_end_hosts_sockets_and_goes_away(netns_ok):
     with Testbed(load_config().with_tag(netns.new_tag("r"))) as tb:
-        assert socket_rto_ms(tb, "A1", "B1") >= defaults.LINUX_RTO_MIN_MS  # Linux's default first
+        assert socket_rto_ms(tb, "A1", "B1") >= LINUX_RTO_MIN_MS  # Linux's default first
         tb.set_rto_min(["A1", "B1", "C1"], 20)
         assert {tb.rto_min_ms(a, b) for a in ("A1", "B1", "C1") for b in ("A1", "B1", "C1") if a != b} == {20}
         assert tb.rto_min_ms("A1", "B3") is None  # other traffic (the competing downloads) keeps the default
@@ -62,4 +61,4 @@ def test_set_rto_min_reaches_the_end_hosts_sockets_and_goes_away(netns_ok):
         assert socket_rto_ms(tb, "B1", "A1") < 50
         tb.set_rto_min(["A1", "B1", "C1"], None)
         assert tb.rto_min_ms("A1", "B1") is None
-        assert socket_rto_ms(tb, "A1", "B1") >= defaults.LINUX_RTO_MIN_MS
+        assert socket_rto_ms(tb, "A1", "B1") >= LINUX_RTO_MIN_MS

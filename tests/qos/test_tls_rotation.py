@@ -1,4 +1,4 @@
-"""Certificate rotation without a restart (issue 13 item 2): a running MarkedServer takes new
+"""Certificate rotation without a restart: a running MarkedServer takes new
 certificate, key and CA files for its next connections, and keeps its last good pair while
 a rotation is half done."""
 

@@ -135,8 +135,8 @@ def case(case_cells) -> list[pb.CellImage]:
 @pytest.fixture(scope="session")
 def slow_case(case_cells) -> list[pb.CellImage]:
     """Six 800 x 800-pixel cells, ~0.3 s of CPU each: seconds of work per site, for faults in
-    mid-case, however idle the machine (250 px cells take ~0.035 s each since issue 14's
-    speed-ups: a site with the CPU to itself finished them before a test's kill or second case
+    mid-case, however idle the machine (250 px cells take ~0.035 s each since the analysis
+    was sped up: a site with the CPU to itself finished them before a test's kill or second case
     arrived)."""
     png = large_cell(case_cells, 800)
     return [pb.CellImage(cell_id=f"large-{i}.png", image=png) for i in range(6)]

@@ -14,6 +14,8 @@ import pytest
 
 from pathmaster import defaults
 from qos.classes import DEFAULT_CLASSES
+from qos.policy import MAX_CASE_DEADLINE_S
+from services.coordinator.bounds import MAX_CASE_SITES
 from services.coordinator.stats import CaseLog
 from services.coordinator.validation import CaseRejected, check_case_request
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
@@ -42,9 +44,9 @@ def test_ids_and_names_are_bounded_and_shown_short(case):
     assert "allowed: [A-Za-z0-9._:-]" in rejected(pb.CaseRequest(case_id="ACC\n1", cells=case)).message
     assert "request class" in rejected(pb.CaseRequest(request_class="u" * 10**6, cells=case)).message
     assert "site name" in rejected(pb.CaseRequest(sites=["s" * 10**5], cells=case)).message
-    many = rejected(pb.CaseRequest(sites=["a"] * (defaults.MAX_CASE_SITES + 1), cells=case)).message
-    assert f"at most {defaults.MAX_CASE_SITES}" in many
-    for deadline in (math.nan, math.inf, defaults.MAX_CASE_DEADLINE_S + 1):
+    many = rejected(pb.CaseRequest(sites=["a"] * (MAX_CASE_SITES + 1), cells=case)).message
+    assert f"at most {MAX_CASE_SITES}" in many
+    for deadline in (math.nan, math.inf, MAX_CASE_DEADLINE_S + 1):
         assert "deadline_s must be at most" in rejected(pb.CaseRequest(deadline_s=deadline, cells=case)).message
     # Within bounds: accession-number-like ids, file names with folders.
     good = [pb.CellImage(cell_id="teaching/mild_dysplasia/153958345-001.BMP", image=case[0].image)]

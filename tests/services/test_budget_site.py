@@ -1,4 +1,4 @@
-"""Issue 10 item 5 at the site: a hostile upload cannot hold a site.
+"""At the site: a hostile upload cannot hold a site.
 
 * A field of view (a flat 4096 x 4096 PNG, a 60 KB file) is refused from its header with
   INVALID_ARGUMENT at the coordinator and at the site, and no analysis happens.

@@ -14,12 +14,13 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from PIL import Image
 
-from pathmaster import defaults
 from pathmaster.vocabulary import BUILTIN, severity
+from qos.network import GRPC_REPLY_FRAMING_BYTES, TCP_INITIAL_WINDOW_BYTES
 from services.client import CoordinatorClient
 from services.config import CoordinatorConfig, SiteEndpoint
 from services.coordinator.server import CoordinatorServer
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
+from services.reasons import codes
 
 OK = 0
 UNAVAILABLE = grpc.StatusCode.UNAVAILABLE.value[0]
@@ -64,14 +65,15 @@ def test_case_streams_every_site_then_summary(deployment, case, case_cells):
             assert distances == sorted(distances)
             thumbnail = Image.open(io.BytesIO(cell.matches[0].thumbnail))  # sized for the wire
             assert thumbnail.format == "WEBP" and max(thumbnail.size) <= 48
-        # Issue 10: the answer (30 matches, their hashes and thumbnails) is one initial congestion window.
-        assert result.bytes_received <= defaults.TCP_INITIAL_WINDOW_BYTES - defaults.GRPC_REPLY_FRAMING_BYTES
+        # The answer (30 matches, their hashes and thumbnails) is one initial congestion window.
+        assert result.bytes_received <= TCP_INITIAL_WINDOW_BYTES - GRPC_REPLY_FRAMING_BYTES
         # Every site shares the coordinator's feature schema: the cells were analysed once,
         # at the coordinator, and only their feature vectors travelled.
         # ...in the class the plan chose for the site: urgent, or a lower class when the
         # prediction said it would still meet urgent's deadline (qos.policy's step-down).
         assert result.mode == "features" and result.request_class == planned[site].request_class
-        assert planned[site].request_class == "urgent" or any("step" in r for r in planned[site].reasons)
+        assert planned[site].request_class == "urgent" or \
+            "class_stepped_down_within_deadline" in codes(planned[site].why)
         t = result.timing
         assert t.extraction_s == 0 and 0 < t.site_wall_s <= t.total_s
         assert 0 < result.bytes_sent < sum(len(c.image) for c in case) / 10 and result.bytes_received > 0

@@ -1,4 +1,4 @@
-"""Features mode sends each site only the values it compares (issue 10): a site whose
+"""Features mode sends each site only the values it compares: a site whose
 distance reads a selection of the features (forward selection, at most
 defaults.MAX_SELECTED_FEATURES) advertises it in its Info, the coordinator sends it those
 values alone, and the matches are those of image mode and of the full vector."""
@@ -16,6 +16,7 @@ from services.client import CoordinatorClient, analyse_locally
 from services.coordinator.fanout import features_request
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
+from services.reasons import codes
 
 OK = 0
 
@@ -31,7 +32,7 @@ def selecting(deployment, site_db, tmp_path_factory):
     from it. `sites` and `coordinator` as in a LoopbackDeployment."""
     from types import SimpleNamespace
 
-    from pathmaster.defaults import ANALYSIS_READY_S
+    from services.coordinator.analysis import ANALYSIS_READY_S
     from pathmaster.site import build_search_index
     from pathmaster.sitedb import SiteDB
     from services.config import CoordinatorConfig, SiteConfig, SiteEndpoint
@@ -225,9 +226,10 @@ def test_a_site_that_changed_its_selection_is_asked_again_and_gets_its_columns(s
         assert coordinator.site_columns["alpha"] == alpha  # taken in from the Info asked again
     assert results["alpha"].status_code == OK, results["alpha"].status_message
     assert results["alpha"].mode == "features"
-    decision = next(d for d in results["alpha"].decisions if "asked again" in d)
-    assert "INVALID_ARGUMENT" in decision and f"compares {len(alpha)} feature columns {list(alpha)}" in decision
-    assert not any("images sent instead" in d for d in results["alpha"].decisions)
+    again = next(w for w in results["alpha"].why if w.code == "features_sent_again")
+    assert again.params["refusal"].startswith("INVALID_ARGUMENT:")
+    assert again.params["compares"].startswith(f"{len(alpha)} feature columns {list(alpha)}")
+    assert "images_after_features_failed" not in codes(results["alpha"].why)
     assert results["beta"].mode == "features" and results["beta"].status_code == OK
 
 
@@ -249,6 +251,6 @@ def test_a_site_refused_again_after_its_info_gets_the_images(selecting, case_cel
     with stale_columns(selecting, "alpha", beta):
         results = by_site(run(selecting.coordinator.address, as_case(case_cells[:2]), ship="features"))
     assert results["alpha"].status_code == OK and results["alpha"].mode == "images"
-    decisions = results["alpha"].decisions
-    assert any("asked again" in d for d in decisions)
-    assert any("images sent instead" in d and "feature columns" in d for d in decisions)
+    why = {w.code: w for w in results["alpha"].why}
+    assert "features_sent_again" in why
+    assert why["images_after_features_failed"].params["error"].startswith("INVALID_ARGUMENT:")

@@ -9,6 +9,7 @@ import pytest
 from services.client import CoordinatorClient, analyse_locally
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
+from services.reasons import codes
 
 OK = 0
 
@@ -58,13 +59,13 @@ def test_a_site_of_another_schema_gets_images_and_a_site_failing_on_features_fal
         plan = next(e.plan for e in events if e.HasField("plan"))
         modes = {s.site: s.mode for s in plan.sites}
         assert modes == {"alpha": "features", "beta": "images", "gamma": "features"}
-        assert any("another feature schema" in r for s in plan.sites if s.site == "beta" for r in s.reasons)
+        assert codes(next(s for s in plan.sites if s.site == "beta").why)[0] == "images_other_schema"
         # gamma claims our schema but its index has another: it refuses the features, and
         # the coordinator sends it the images instead, saying so.
         deployment.sites["gamma"].servicer.info["feature_schema"] = "fs1-1111111111111111"
         results = by_site(run(deployment.coordinator.address, cells))
         assert results["gamma"].status_code == OK and results["gamma"].mode == "images"
-        assert any("images sent instead" in d for d in results["gamma"].decisions)
+        assert "images_after_features_failed" in codes(results["gamma"].why)
         assert results["alpha"].mode == "features"
     finally:
         coordinator.site_schemas.clear()

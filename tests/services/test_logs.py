@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pathmaster import defaults
-from services.logs import setup_logging
+from services.logs import LOG_MESSAGE_CHARS, setup_logging
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,7 +37,7 @@ def test_json_lines_at_the_level_without_bytes(root_logger):
     log = logging.getLogger("pathmaster.test")
     log.debug("not written")
     log.info("cell %s: %d bytes", b"\x89PNG\r\n" * 100, 600)
-    log.warning("long %s", "x" * (defaults.LOG_MESSAGE_CHARS * 2))
+    log.warning("long %s", "x" * (LOG_MESSAGE_CHARS * 2))
     try:
         raise ValueError("bad")
     except ValueError:
@@ -47,7 +46,7 @@ def test_json_lines_at_the_level_without_bytes(root_logger):
     assert [r["level"] for r in records] == ["INFO", "WARNING", "ERROR"]
     assert all({"time", "level", "logger", "message"} <= set(r) for r in records)
     assert records[0]["message"] == "cell <600 bytes>: 600 bytes" and records[0]["logger"] == "pathmaster.test"
-    assert len(records[1]["message"]) < defaults.LOG_MESSAGE_CHARS + 100
+    assert len(records[1]["message"]) < LOG_MESSAGE_CHARS + 100
     assert "ValueError: bad" in records[2]["exc_info"]
 
 

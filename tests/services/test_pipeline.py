@@ -104,8 +104,10 @@ class FakeAnalysers:
     def __init__(self, clock, seconds: float = 0.5, fail: bool = False):
         self.clock, self.seconds, self.fail = clock, seconds, fail
         self.calls = 0
+        self.estimated: list[tuple[int, int]] = []  # (cells, priority) of each estimate asked
 
-    def estimate_s(self, cells):
+    def estimate_s(self, cells, priority):
+        self.estimated.append((cells, priority))
         return self.seconds
 
     def analyse(self, cells, timeout_s, priority=0):
@@ -153,6 +155,8 @@ def test_features_go_to_the_site_of_the_same_schema_the_cells_analysed_once_and_
     assert {p.site: codes(p.why)[0] for p in plan.plan.sites} == {"alpha": "features_same_schema",
                                                                  "beta": "images_other_schema"}
     assert analysers.calls == 1 and analysers.priority == DEFAULT_CLASSES["routine"].priority
+    # Planned with the analysis time of this case's cells at its class's priority.
+    assert analysers.estimated == [(2, DEFAULT_CLASSES["routine"].priority)]
     sent = {site: request for site, _, _, request in sites.requests}
     assert len(sent["alpha"].features) == 2 and not sent["alpha"].cells
     assert len(sent["beta"].cells) == 2 and not sent["beta"].features

@@ -1,4 +1,4 @@
-"""Site actors pinned to the nodes that hold their data (issue 13 item 6).
+"""Site actors pinned to the nodes that hold their data.
 
 A two-node Ray cluster on this machine, started the way an operator starts one (`ray start`,
 token authentication on, the token in a file): a head on 127.0.0.2 without the site's resource and a second node

@@ -17,10 +17,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 SCRIPT = """
 import ray
-from pathmaster import defaults
 from services.site import worker
 
-defaults.RAY_START_ATTEMPTS = 5  # the faked timeout takes one; a busy host may take a real one too
+worker.RAY_START_ATTEMPTS = 5  # the faked timeout takes one; a busy host may take a real one too
 
 real_init, calls = ray.init, []
 def init(*args, **kwargs):

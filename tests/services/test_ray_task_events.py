@@ -1,4 +1,4 @@
-"""Calls to our Ray actors leave no task events in Ray's GCS (defaults.RAY_TASK_EVENTS).
+"""Calls to our Ray actors leave no task events in Ray's GCS (services.site.worker.RAY_TASK_EVENTS).
 
 Ray records every task and actor call as task events kept in its GCS (for its dashboard
 and state API, which the project does not read); under load, with a site's workers
@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import ray
 
-from pathmaster import defaults
 from services.coordinator.analysis import _RemoteAnalyser
-from services.site.worker import _RemoteWorker, start_workers, stop_workers
+from services.site.worker import RAY_TASK_EVENTS, _RemoteWorker, start_workers, stop_workers
 from tests.services.test_coordinator import poll_until
 
 CALLS = 20
@@ -36,7 +35,7 @@ def task_event_names() -> list[str]:
 
 
 def test_our_actors_are_made_without_task_events():
-    assert defaults.RAY_TASK_EVENTS is False
+    assert RAY_TASK_EVENTS is False
     for actor_class in (_RemoteWorker, _RemoteAnalyser):
         assert actor_class._default_options.get("enable_task_events") is False
 

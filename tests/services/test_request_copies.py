@@ -1,4 +1,4 @@
-"""Small site requests travel as copies over separate connections (issue 10, "predictable
+"""Small site requests travel as copies over separate connections ("predictable
 completion"): the policy decides and says why, the copies go over distinct TCP connections
 ("lanes"), the first answer wins, the other copies are cancelled, and the answer is the one a
 single copy gets. On loopback with real gRPC servers; a site that holds one copy until it is
@@ -14,14 +14,13 @@ from concurrent import futures
 import grpc
 import pytest
 
-from pathmaster import defaults
 from pathmaster.records import ConfigError
 from qos.classes import DEFAULT_CLASSES
-from qos.policy import SitePlan, plan_site
+from qos.policy import MAX_REQUEST_COPIES, SMALL_REQUEST_COPIES, SitePlan, plan_site
 from qos.transport import ClassChannels
 from services.coordinator.fanout import FanOut, as_sent
 from services.experiment.workload import TransferSite, make_features
-from services.reasons import decisions, words
+from services.reasons import codes
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
 from tests.services.conftest import CallFailed
@@ -40,11 +39,9 @@ def predict_none(_cls, _mode):
 def test_a_small_features_request_is_planned_as_copies_and_says_why():
     plan = plan_site("a", requested="routine", entitled=CLASSES, deadline_s=10, predict=predict_none,
                      schema_matches=True, mode_bytes={"features": 5_600, "images": 890_000})
-    assert plan.mode == "features" and plan.copies == defaults.SMALL_REQUEST_COPIES > 1
+    assert plan.mode == "features" and plan.copies == SMALL_REQUEST_COPIES > 1
     why = next(w for w in plan.why if w.code.startswith("small_request_copies"))
-    assert why.params["copies"] == defaults.SMALL_REQUEST_COPIES
-    reason = words(why)
-    assert f"{defaults.SMALL_REQUEST_COPIES} copies" in reason and "5.6 kB" in reason and "cancelled" in reason
+    assert why.params["copies"] == SMALL_REQUEST_COPIES and why.params["kilobytes"] == pytest.approx(5.6)
 
 
 @pytest.mark.parametrize("schema_matches, features_bytes, copies_asked", [
@@ -58,7 +55,6 @@ def test_images_large_requests_and_copies_off_go_as_one(schema_matches, features
                      small_request_copies=copies_asked)
     assert plan.copies == 1
     assert not any(w.code.startswith("small_request_copies") for w in plan.why)
-    assert not any("copies" in r for r in decisions(plan.why))
 
 
 def test_without_request_sizes_a_plan_is_one_copy():
@@ -67,7 +63,7 @@ def test_without_request_sizes_a_plan_is_one_copy():
     assert plan.copies == 1
 
 
-@pytest.mark.parametrize("value", [0, defaults.MAX_REQUEST_COPIES + 1])
+@pytest.mark.parametrize("value", [0, MAX_REQUEST_COPIES + 1])
 def test_the_coordinator_config_bounds_the_copies(tmp_path, value):
     from services.config import load_coordinator_config
 
@@ -152,7 +148,8 @@ def test_copies_go_over_separate_connections_the_first_answer_wins_and_the_rest_
     held_lane = site.held["hold-1"]
     assert outcome.attempt.label != run.attempts[int(held_lane)].label
     assert site.held_cancelled.wait(30)
-    assert any(d.startswith(f"answered by the {outcome.attempt.label} copy") for d in outcome.decisions)
+    (answered,) = [w for w in outcome.why if w.code.startswith("answered_")]
+    assert answered.params["copy"] == outcome.attempt.label
     # Each lane is its own TCP connection: every copy that reached the site (at least the held
     # one and the winner; the third may be cancelled before it starts) came from its own port.
     peers = {peer for peer, lane in site.calls}
@@ -161,7 +158,7 @@ def test_copies_go_over_separate_connections_the_first_answer_wins_and_the_rest_
     single, _ = run_case(channels, "plain-1", copies=1)
     assert single.code == grpc.StatusCode.OK
     assert list(single.reply.cells) == list(outcome.reply.cells)
-    assert not any("copy" in d for d in single.decisions)
+    assert not any(code.startswith("answered_") for code in codes(single.why))
 
 
 def test_a_lane_keeps_its_connection_from_one_case_to_the_next(holding_site):
@@ -301,16 +298,16 @@ def test_the_coordinator_sends_a_features_case_as_copies_and_explains_it(deploym
     plan = next(e.plan for e in events if e.HasField("plan"))
     results = {e.site_result.site: e.site_result for e in events if e.HasField("site_result")}
     single = {e.site_result.site: e.site_result for e in images if e.HasField("site_result")}
-    copies = defaults.SMALL_REQUEST_COPIES
+    copies = SMALL_REQUEST_COPIES
     for site_plan in plan.sites:
         assert site_plan.mode == "features"
-        assert any(f"sent as {copies} copies" in r for r in site_plan.reasons), site_plan.reasons
+        (planned,) = [w for w in site_plan.why if w.code.startswith("small_request_copies")]
+        assert planned.params["copies"] == str(copies), site_plan.why
     for site, result in results.items():
         assert result.status_code == 0
-        assert any(d.startswith("answered by the ") for d in result.decisions), result.decisions
+        assert any(code.startswith("answered_") for code in codes(result.why)), result.why
         assert [m.cell_id for c in result.cells for m in c.matches] == \
             [m.cell_id for c in single[site].cells for m in c.matches]
-
 
 
 @pytest.mark.parametrize("ship", ["features", "images"])

@@ -122,7 +122,7 @@ def test_a_worker_and_an_analyser_serve_one_cell_before_they_are_ready(site_db):
     # A fresh process's first cell pays lazy imports, FAISS's first search and the thumbnail
     # codec (the demo's first case: 0.8 s of search at each site against 0.02 s after);
     # served at start, before `ready`, the first case is warm and so is what the predictor
-    # learns from it (issue 10).
+    # learns from it.
     from services.coordinator.analysis import CellAnalyser
     from services.site.worker import SiteWorker
 

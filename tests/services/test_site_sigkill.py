@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from pathmaster import defaults
+from services.site.worker import RAY_START_ATTEMPTS
+
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -73,7 +74,7 @@ def test_sigkilled_site_takes_its_ray_processes_with_it(site_db, tmp_path):
         while not re.search(r"site lone serving on ", log.read_text(errors="replace")):
             if site.poll() is not None and "timed out during startup" in log.read_text(errors="replace"):
                 pytest.skip("the site's local Ray did not register within Ray 2.60's fixed 30 s in "
-                            f"{defaults.RAY_START_ATTEMPTS} tries: this host is too busy for it now")
+                            f"{RAY_START_ATTEMPTS} tries: this host is too busy for it now")
             assert site.poll() is None and time.monotonic() < deadline, log.read_text(errors="replace")[-3000:]
             time.sleep(0.2)
         known = processes_in_session(site.pid)

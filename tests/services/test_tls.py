@@ -77,7 +77,7 @@ def test_site_refuses_a_coordinator_without_a_certificate(secure, certs, case):
         coordinator.stop(0)
 
 
-# ------------------------------------------------------------------ roles (issue 13 item 2)
+# ------------------------------------------------------------------ roles
 
 
 def call(address: str, certs: Path, name: str, service: str = "site"):

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from pathmaster import defaults
 
+from qos.policy import SMALL_REQUEST_COPIES
 from services.client import CoordinatorClient
 from services.config import TracingTable
 from services.tracing import start_tracing
@@ -107,7 +107,7 @@ def test_query_traces_its_case_into_the_servers_trace(deployment, servers_tracin
     calls = [s for s in ours if s["name"] == "/pathmaster.v1.Site/Analyse"]
     clients = {s["context"]["span_id"] for s in calls if s["kind"] == "SpanKind.CLIENT"}
     servers = [s for s in calls if s["kind"] == "SpanKind.SERVER"]
-    assert 3 <= len(clients) <= 3 * defaults.SMALL_REQUEST_COPIES
+    assert 3 <= len(clients) <= 3 * SMALL_REQUEST_COPIES
     assert 3 <= len(servers) <= len(clients)
     assert all(s["parent_id"] in clients for s in servers)
     text = client_file.read_text() + servers_file.read_text()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+
+import grpc
 import pytest
 
 from qos.classes import DEFAULT_CLASSES
@@ -27,6 +30,33 @@ def test_class_ports_each_get_a_port():
         ports = set(server.class_ports.values()) | {server.port}
         assert set(server.class_ports) == {"urgent", "routine", "teaching", "bulk"} and len(ports) == 5
     finally:
+        server.stop(0)
+
+
+def test_a_class_whose_calls_hold_every_thread_keeps_no_other_class_waiting():
+    """Each class port has its own threads: bulk calls that hold all of theirs (as a site's
+    calls wait for their cells) do not keep an urgent call from starting."""
+    running, release = threading.Semaphore(0), threading.Event()
+
+    def work(request, context):
+        if request == b"bulk":
+            running.release()
+            release.wait(60)
+        return request
+
+    handler = grpc.method_handlers_generic_handler("test.Work", {"Do": grpc.unary_unary_rpc_method_handler(work)})
+    server = MarkedServer(lambda s: s.add_generic_rpc_handlers((handler,)), [], "127.0.0.1", 0,
+                          {"urgent": 0, "bulk": 0}, max_workers=2).start()
+    channels = {name: grpc.insecure_channel(f"127.0.0.1:{port}") for name, port in server.class_ports.items()}
+    try:
+        bulk = [channels["bulk"].unary_unary("/test.Work/Do").future(b"bulk", timeout=90) for _ in range(3)]
+        assert running.acquire(timeout=30) and running.acquire(timeout=30)  # both bulk threads held
+        assert channels["urgent"].unary_unary("/test.Work/Do")(b"urgent", timeout=15) == b"urgent"
+        assert not any(call.done() for call in bulk)
+    finally:
+        release.set()
+        for channel in channels.values():
+            channel.close()
         server.stop(0)
 
 

@@ -1,6 +1,6 @@
 """A worker that replaces a killed one is warm: its first cell imports nothing.
 
-Issue 10 item 5: after a hostile cell's worker is killed, the next cell (possibly an
+After a hostile cell's worker is killed, the next cell (possibly an
 urgent case's) runs on a new worker. The pool's fork server imports the analysis and runs
 one small analysis (services/site/warm_analysis.py) before it forks any worker, so the new
 worker starts with every module the analysis loads on first use. Asserted on outcomes (the

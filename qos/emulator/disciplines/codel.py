@@ -26,11 +26,17 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from pathmaster import defaults
 from qos.emulator.disciplines.base import TAIL, Discipline, Drops, PacketQueue
 from qos.emulator.disciplines.fifo import Fifo
 from qos.emulator.disciplines.wfq import MTU_QUANTUM
 from qos.emulator.packet import Packet
+
+# CoDel (RFC 8289, Nichols, Jacobson et al., 2018), its published constants: TARGET 5 ms of
+# standing queue (§4.4) and INTERVAL 100 ms (§4.5, a worst-case RTT); Linux's `codel` qdisc
+# uses the same defaults and a 1000-packet buffer limit (tc-codel(8)).
+CODEL_TARGET_MS = 5.0
+CODEL_INTERVAL_MS = 100.0
+CODEL_LIMIT_PACKETS = 1000
 
 CODEL = "codel"  # drop reason: CoDel dropped the packet at the head of its queue
 MTU_BYTES = 1514  # RFC 8289's maxpacket: a queue holding at most this is never "bad"
@@ -47,8 +53,8 @@ class CodelState:
 
     __slots__ = ("target", "interval", "first_above_time", "drop_next", "count", "lastcount", "dropping")
 
-    def __init__(self, target: float = defaults.CODEL_TARGET_MS / 1000,
-                 interval: float = defaults.CODEL_INTERVAL_MS / 1000):
+    def __init__(self, target: float = CODEL_TARGET_MS / 1000,
+                 interval: float = CODEL_INTERVAL_MS / 1000):
         if not (0 < target < interval):
             raise ValueError(f"CoDel needs 0 < target < interval, got target={target} s, interval={interval} s")
         self.target, self.interval = float(target), float(interval)
@@ -120,8 +126,8 @@ class Codel(Fifo):
 
     name = "codel"
 
-    def __init__(self, limit: int = defaults.CODEL_LIMIT_PACKETS, target_ms: float = defaults.CODEL_TARGET_MS,
-                 interval_ms: float = defaults.CODEL_INTERVAL_MS):
+    def __init__(self, limit: int = CODEL_LIMIT_PACKETS, target_ms: float = CODEL_TARGET_MS,
+                 interval_ms: float = CODEL_INTERVAL_MS):
         super().__init__(limit)
         self.codel = CodelState(target_ms / 1000, interval_ms / 1000)
         self._dropped: Drops = []
@@ -153,8 +159,8 @@ class ClassCodel(Discipline):
 
     name = "class_codel"
 
-    def __init__(self, weights: dict[str, float], limit: int = defaults.CODEL_LIMIT_PACKETS,
-                 target_ms: float = defaults.CODEL_TARGET_MS, interval_ms: float = defaults.CODEL_INTERVAL_MS):
+    def __init__(self, weights: dict[str, float], limit: int = CODEL_LIMIT_PACKETS,
+                 target_ms: float = CODEL_TARGET_MS, interval_ms: float = CODEL_INTERVAL_MS):
         all_weights = {**weights, "default": weights.get("default", 1.0)}
         for klass, weight in all_weights.items():
             if not weight > 0:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pathmaster import defaults
+from qos.cisco import HOLD_QUEUE_PACKETS
 from qos.emulator.disciplines.base import TAIL, Discipline, Drops, PacketQueue
 from qos.emulator.packet import Packet
 
@@ -16,7 +16,7 @@ class Fifo(Discipline):
 
     name = "fifo"
 
-    def __init__(self, limit: int = defaults.HOLD_QUEUE_PACKETS):
+    def __init__(self, limit: int = HOLD_QUEUE_PACKETS):
         self.queue = PacketQueue(limit)
 
     def enqueue(self, pkt: Packet, now: float) -> Drops:

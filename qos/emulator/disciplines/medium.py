@@ -11,10 +11,10 @@ simulation of the MAC).
 
 from __future__ import annotations
 
-from pathmaster import defaults
 from qos.emulator.disciplines.base import Discipline, Drops
 from qos.emulator.disciplines.fifo import Fifo
 from qos.emulator.packet import Packet
+from qos.network import HOST_CARD_QUEUE_PACKETS
 
 
 class SharedMedium(Discipline):
@@ -42,7 +42,7 @@ class SharedMedium(Discipline):
         self._next = 0
 
     @classmethod
-    def of_cards(cls, names: list[str], limit: int = defaults.HOST_CARD_QUEUE_PACKETS) -> "SharedMedium":
+    def of_cards(cls, names: list[str], limit: int = HOST_CARD_QUEUE_PACKETS) -> "SharedMedium":
         """A medium whose stations are plain cards: a FIFO of `limit` packets each."""
         return cls({name: Fifo(limit) for name in names})
 

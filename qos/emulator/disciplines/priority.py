@@ -7,12 +7,12 @@ queue limits are 20, 40, 60 and 80 packets, both as in Cisco IOS.
 
 from __future__ import annotations
 
-from pathmaster import defaults
+from qos.cisco import PRIORITY_QUEUE_LIMITS_PACKETS
 from qos.emulator.disciplines.base import TAIL, Discipline, Drops, PacketQueue
 from qos.emulator.packet import Packet
 
 BANDS = ("high", "medium", "normal", "low")
-DEFAULT_LIMITS = dict(zip(BANDS, defaults.PRIORITY_QUEUE_LIMITS_PACKETS))
+DEFAULT_LIMITS = dict(zip(BANDS, PRIORITY_QUEUE_LIMITS_PACKETS))
 
 
 class Priority(Discipline):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from pathmaster import defaults
+from qos.cisco import CONGESTIVE_DISCARD_PACKETS
 from qos.emulator.disciplines.base import PacketQueue
 from qos.emulator.packet import Packet
 
@@ -25,7 +25,7 @@ class TokenBucketShaper:
     the shaper's FIFO in packets; arrivals beyond it are dropped.
     """
 
-    def __init__(self, rate_bps: float, burst: int, limit: int = defaults.CONGESTIVE_DISCARD_PACKETS, overhead: int = 0):
+    def __init__(self, rate_bps: float, burst: int, limit: int = CONGESTIVE_DISCARD_PACKETS, overhead: int = 0):
         if rate_bps <= 0:
             raise ValueError(f"shaping rate must be positive, got {rate_bps} bit/s")
         if burst < 1600:

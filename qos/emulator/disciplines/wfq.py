@@ -20,9 +20,12 @@ import zlib
 from collections import deque
 from typing import Hashable
 
-from pathmaster import defaults
+from qos.cisco import (CONGESTIVE_DISCARD_PACKETS, WFQ_DYNAMIC_QUEUES, WFQ_HOLD_QUEUE_PACKETS,
+                       WFQ_WEIGHT_NUMERATOR)
 from qos.emulator.disciplines.base import OVERFLOW, TAIL, Discipline, Drops, PacketQueue
 from qos.emulator.packet import Packet
+
+FAIR_QUEUE_CAP_PACKETS = 1000  # flow fair queuing (the emulator's `fq`) buffer cap, all flows
 
 MTU_QUANTUM = 1514  # bytes: one full Ethernet frame per unit of weight
 
@@ -84,7 +87,7 @@ class ClassWfq(Discipline):
 
     name = "wfq"
 
-    def __init__(self, weights: dict[str, float], limit: int = defaults.CONGESTIVE_DISCARD_PACKETS, default_weight: float = 1.0):
+    def __init__(self, weights: dict[str, float], limit: int = CONGESTIVE_DISCARD_PACKETS, default_weight: float = 1.0):
         self._drr = _DeficitRoundRobin()
         all_weights = {**weights, "default": weights.get("default", default_weight)}
         smallest = min(all_weights.values())
@@ -121,7 +124,7 @@ class FlowFq(Discipline):
 
     name = "fq"
 
-    def __init__(self, limit: int = defaults.FAIR_QUEUE_CAP_PACKETS, quantum: int = MTU_QUANTUM):
+    def __init__(self, limit: int = FAIR_QUEUE_CAP_PACKETS, quantum: int = MTU_QUANTUM):
         if limit < 1:
             raise ValueError(f"fair-queue buffer cap must be at least 1 packet, got {limit}")
         self.limit = int(limit)
@@ -183,7 +186,7 @@ def ios_weight(dscp: int) -> int:
     int
         The weight; a lower weight is a larger share (precedence 5 gets 6x precedence 0).
     """
-    return defaults.WFQ_WEIGHT_NUMERATOR // ((dscp >> 3) + 1)
+    return WFQ_WEIGHT_NUMERATOR // ((dscp >> 3) + 1)
 
 
 class FlowWfq(Discipline):
@@ -214,9 +217,9 @@ class FlowWfq(Discipline):
 
     name = "flow_wfq"
 
-    def __init__(self, congestive_discard: int = defaults.CONGESTIVE_DISCARD_PACKETS,
-                 dynamic_queues: int = defaults.WFQ_DYNAMIC_QUEUES,
-                 hold_limit: int = defaults.WFQ_HOLD_QUEUE_PACKETS):
+    def __init__(self, congestive_discard: int = CONGESTIVE_DISCARD_PACKETS,
+                 dynamic_queues: int = WFQ_DYNAMIC_QUEUES,
+                 hold_limit: int = WFQ_HOLD_QUEUE_PACKETS):
         if congestive_discard < 1 or dynamic_queues < 1 or hold_limit < 1:
             raise ValueError(f"fair-queue needs positive congestive discard threshold, queues and hold "
                              f"limit, got {congestive_discard}, {dynamic_queues}, {hold_limit}")

@@ -19,9 +19,11 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from pathmaster import defaults
+from qos.cisco import (WRED_DEFAULT_PROFILE, WRED_MARK_DENOMINATOR, WRED_MAX_THRESHOLD,
+                       WRED_PRECEDENCE_MIN_THRESHOLDS, WRED_WEIGHT_EXPONENT)
 from qos.emulator.disciplines.base import TAIL, WRED_EARLY, WRED_FORCED, Discipline, Drops, PacketQueue
 from qos.emulator.packet import Packet
+from qos.network import ROUTER_QUEUE_PACKETS
 
 
 @dataclass(frozen=True)
@@ -54,20 +56,20 @@ CISCO_DSCP_DEFAULTS: dict[int, WredProfile] = _profiles({
     **{n << 3: (20 + 2 * n, 40, 10) for n in range(1, 8)},
     46: (36, 40, 10),
 })
-CISCO_DEFAULT_PROFILE = WredProfile(*defaults.WRED_DEFAULT_PROFILE)
+CISCO_DEFAULT_PROFILE = WredProfile(*WRED_DEFAULT_PROFILE)
 
 # Cisco IOS defaults for precedence-based WRED (`random-detect` on an interface, what the
-# 2002 routers ran): every DSCP takes its IP precedence's profile (pathmaster.defaults has
+# 2002 routers ran): every DSCP takes its IP precedence's profile (qos.cisco has
 # the table and where it comes from).
 CISCO_PRECEDENCE_DEFAULTS: dict[int, WredProfile] = {
-    dscp: WredProfile(defaults.WRED_PRECEDENCE_MIN_THRESHOLDS[dscp >> 3], defaults.WRED_MAX_THRESHOLD,
-                      defaults.WRED_MARK_DENOMINATOR)
+    dscp: WredProfile(WRED_PRECEDENCE_MIN_THRESHOLDS[dscp >> 3], WRED_MAX_THRESHOLD,
+                      WRED_MARK_DENOMINATOR)
     for dscp in range(64)}
 
 # Seed 003 (Q-Pod) thresholds for the AF1 drop precedences: {min, max, 1/denominator}.
 SEED003_AF1: dict[int, WredProfile] = _profiles({10: (50, 70, 40), 12: (5, 40, 10), 14: (3, 4, 1)})
 
-CISCO_WEIGHT_EXPONENT = defaults.WRED_WEIGHT_EXPONENT
+CISCO_WEIGHT_EXPONENT = WRED_WEIGHT_EXPONENT
 
 
 class Wred(Discipline):
@@ -92,7 +94,7 @@ class Wred(Discipline):
     name = "wred"
 
     def __init__(self, profiles: dict[int, WredProfile], default_profile: WredProfile = CISCO_DEFAULT_PROFILE,
-                 limit: int = defaults.ROUTER_QUEUE_PACKETS, weight_exponent: int = CISCO_WEIGHT_EXPONENT,
+                 limit: int = ROUTER_QUEUE_PACKETS, weight_exponent: int = CISCO_WEIGHT_EXPONENT,
                  packet_time: float = 1500 * 8 / 10e6, rng: random.Random | None = None):
         if not 0 <= weight_exponent <= 16:
             raise ValueError(f"WRED weight exponent must be 0-16, got {weight_exponent}")

@@ -1,0 +1,54 @@
+"""The site's feature classifier: NumPy inference equals scikit-learn's, its strength is
+chosen by held-out folds, and the score that needs it refuses to run without features."""
+
+import numpy as np
+import pytest
+from sklearn.linear_model import LogisticRegression
+
+from pathmaster import abnormality
+from pathmaster.embedding import LearntSimilarity
+
+
+def _cells(seed=0, n=60):
+    rng = np.random.default_rng(seed)
+    labels = np.array(["normal_a", "normal_b", "mild", "severe"] * (n // 4))
+    centre = {"normal_a": 0.0, "normal_b": 0.5, "mild": 1.5, "severe": 2.5}
+    Z = rng.normal(size=(n, 6))
+    Z[:, 1] += [centre[label] for label in labels]
+    return Z, labels
+
+
+def test_numpy_probabilities_equal_scikit_learns_and_survive_a_round_trip():
+    Z, labels = _cells()
+    fitted = abnormality.fit_classifier(Z, labels, {"mild", "severe"}, [0, 1, 3], strength=0.3)
+    reference = LogisticRegression(C=0.3, max_iter=5000).fit(Z[:, [0, 1, 3]], labels)
+    expected = reference.predict_proba(Z[:, [0, 1, 3]])[:, np.isin(reference.classes_, ["mild", "severe"])].sum(1)
+    np.testing.assert_allclose(fitted.abnormal_probability(Z), expected, atol=1e-9)
+    again = abnormality.FeatureClassifier.from_dict(fitted.to_dict())
+    np.testing.assert_array_equal(again.abnormal_probability(Z), fitted.abnormal_probability(Z))
+
+
+def test_two_labels_keep_one_probability_per_label():
+    Z, labels = _cells()
+    binary = np.where(np.isin(labels, ["mild", "severe"]), "abnormal", "normal")
+    fitted = abnormality.fit_classifier(Z, binary, {"abnormal"}, range(6), strength=1.0)
+    reference = LogisticRegression(C=1.0, max_iter=5000).fit(Z, binary)
+    np.testing.assert_allclose(fitted.abnormal_probability(Z), reference.predict_proba(Z)[:, 0], atol=1e-9)
+    assert fitted.coef.shape == (2, 6)
+
+
+def test_the_strength_is_the_one_held_out_cells_rank_best():
+    Z, labels = _cells(seed=1, n=80)
+    folds = [(np.arange(80)[np.arange(80) % 4 != f], np.arange(80)[np.arange(80) % 4 == f]) for f in range(4)]
+    strength, scores, aucs = abnormality.choose_strength(Z, labels, {"mild", "severe"}, range(6), folds)
+    assert strength in abnormality.STRENGTHS and aucs[str(strength)] == max(aucs.values())
+    abnormal = np.isin(labels, ["mild", "severe"])
+    assert scores[abnormal].mean() > scores[~abnormal].mean()
+
+
+def test_the_classifier_score_needs_the_cells_features():
+    learnt = LearntSimilarity(score="classifier", threshold=0.4)
+    assert learnt.abnormal_score(None, 0.2, 0.7) == 0.7
+    with pytest.raises(ValueError):
+        learnt.abnormal_score(None, 0.2, None)
+    assert not learnt.needs_embedding
