@@ -24,6 +24,8 @@ and the slide's lift found cheaper: same bits; nucleoli at the nucleus's scale):
 34.4 -> 30.4 ms (x1.13; rounds x1.18, x1.13, x1.07), learnt 9.1 ms either way, total 44.2
 -> 39.3 ms. At that load the learnt part takes 9.1 ms where it takes 4.9 ms on a quiet
 machine; `benchmarks/bench_uploads.py --every 2` gave the same Dice before and after.
+Again after merging main, `--every 5` (93 uploads), load 12-22: analyse 32.9 -> 28.4 ms
+(x1.16; rounds x1.14, x1.23, x1.08), learnt 8.3 -> 8.8 ms, total 41.1 -> 37.4 ms.
 """
 
 from __future__ import annotations
