@@ -18,7 +18,9 @@ vector with ``np.array_equal`` (no tolerance). Cases, each cell fed as the produ
   completes them (slide estimated round the hand-drawn mask, then features), and as an
   upload (``analyse_cell(image)``), at 40 px and upscaled to 200 px (bilinear), which
   takes the half-resolution path of `complete_cell` that 40 px crops do not;
-- the benchmark's 200 px sweep cell (`bench_features.sweep_cell`).
+- the benchmark's 200 px sweep cell (`bench_features.sweep_cell`);
+- the realistic uploads (../shared/data/herlev-224-dev: 224 px JPEG, letter-boxed, no mask
+  or slide) as ``analyse_cell(image)``.
 
 Prints the number of cells compared per case and every difference; exit status 1 on any.
 """
@@ -40,13 +42,14 @@ import numpy as np  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 HERLEV = REPO.parent / "shared" / "data" / "herlev-40px"
+UPLOADS = REPO.parent / "shared" / "data" / "herlev-224-dev"
 
 
 def _outputs(analysis) -> dict[str, np.ndarray]:
     return {"mask": analysis.mask, "background": analysis.background, "features": analysis.features}
 
 
-def dump(out: Path, synthetic: int, herlev: Path | None) -> None:
+def dump(out: Path, synthetic: int, herlev: Path | None, uploads: Path | None = None) -> None:
     """Write every case's outputs, computed with the pathmaster first on sys.path, to `out` (.npz)."""
     import cv2
 
@@ -83,6 +86,11 @@ def dump(out: Path, synthetic: int, herlev: Path | None) -> None:
             keep("herlev-upload", i, _outputs(analyse_cell(record.image)))
             big = cv2.resize(record.image, (200, 200), interpolation=cv2.INTER_LINEAR)
             keep("herlev-200-upload", i, _outputs(analyse_cell(big)))
+    if uploads is not None and uploads.is_dir():
+        from PIL import Image
+
+        for i, path in enumerate(sorted(uploads.glob("*/*.jpg"))):
+            keep("herlev-224-upload", i, _outputs(analyse_cell(np.asarray(Image.open(path).convert("RGB")))))
     np.savez_compressed(out, **arrays)
 
 
@@ -115,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before", metavar="REV", help="git revision to compare this working tree with")
     parser.add_argument("--synthetic", type=int, default=140, help="synthetic cells (every diagnosis in turn)")
     parser.add_argument("--herlev", type=Path, default=HERLEV, help="herlev-40px folder (skipped if absent)")
+    parser.add_argument("--uploads", type=Path, default=UPLOADS, help="herlev-224-dev folder (skipped if absent)")
     parser.add_argument("--dump", type=Path, metavar="NPZ", help="only write this tree's outputs to NPZ")
     parser.add_argument("--compare", type=Path, nargs=2, metavar=("BEFORE", "AFTER"),
                         help="only compare two --dump files")
@@ -122,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.compare:
         return 1 if compare(*args.compare) else 0
     if args.dump:
-        dump(args.dump, args.synthetic, args.herlev)
+        dump(args.dump, args.synthetic, args.herlev, args.uploads)
         return 0
     if not args.before:
         parser.error("--before REV is required")
@@ -135,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             for tree, name in ((old_tree, "before"), (REPO, "after")):
                 subprocess.run([sys.executable, __file__, "--dump", str(Path(tmp) / f"{name}.npz"),
-                                "--synthetic", str(args.synthetic), "--herlev", str(args.herlev)],
+                                "--synthetic", str(args.synthetic), "--herlev", str(args.herlev),
+                                "--uploads", str(args.uploads)],
                                env={**os.environ, "PYTHONPATH": str(tree)}, check=True, timeout=3600)
         finally:
             subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(old_tree)], check=False)

@@ -11,29 +11,32 @@ nucleus = the densest of three multi-Otsu classes of the whole crop, the piece n
 centre (a small, much denser core replaces it for pyknotic nuclei); cell = Otsu's split of
 the other pixels, glass against cytoplasm, the piece holding the nucleus; nucleoli = small
 eosinophilic spots inside the nucleus: a white top-hat of the eosin channel of a colour
-deconvolution (skimage.color.rgb2hed). See `segment_cell`; `benchmarks/bench_segmentation.py`
+deconvolution (skimage.color.rgb2hed), with the nucleus brought to one size first
+(`_find_nucleoli`). See `segment_cell`; `benchmarks/bench_segmentation.py`
 scores it against Herlev's hand-drawn masks per class. Without a blank slide the lamp is
 flat (the brightest pixels), refitted as a surface to the glass round the cell when there
 is enough of it. The blank-slide estimate for the features: the upper envelope of the
 image by asymmetric least squares, see `estimate_background`.
 
 Cost grows linearly with pixel count (uploads may be 4096 x 4096 px): no filter here has
-a footprint that grows with the image (the opening uses distance transforms), and the
+a footprint that grows with the image (the opening uses distance transforms; the image
+primitives, each equal to a scipy or scikit-image call, are in `pathmaster.morphology`), and the
 nucleolus search works only around the nucleus. About 1.2-1.8 s of one core
 per megapixel; `python benchmarks/bench_features.py --sweep` measures it.
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import cv2
 import numpy as np
 from scipy import ndimage as ndi
-from skimage import color, filters, morphology
+from skimage import color, morphology
 
 from pathmaster.features.density import optical_density
 from pathmaster.imageio import check_cell, check_mask
+from pathmaster.morphology import (channel_percentile, fill_holes, gaussian_smooth, grow,
+                                   label_pieces, open_with_disk, shrink, threshold_multiotsu, threshold_otsu,
+                                   white_tophat_disk)
 from pathmaster.records import BACKGROUND, CYTOPLASM, NUCLEOLUS, NUCLEUS, CellRecord
 
 MIN_BACKGROUND_PIXELS = 200  # fewer glass pixels (and under 5% of the image): flat lamp
@@ -46,14 +49,17 @@ ENVELOPE_WEIGHT = 0.99  # asymmetric least squares: weight of pixels above the l
 # How far nucleolus detection looks outside the nucleus: the eosin smoothing's reach
 # (sigma 0.7 px truncated at 4 sigma: 3 px) plus the top-hat opening's (disk(4) twice: 8 px).
 NUCLEOLUS_CONTEXT_PX = 12
+# Nucleoli are looked for with the nucleus at this equivalent diameter (px), a larger one
+# shrunk to it (`_find_nucleoli`): nucleoli are 1-2 um across in nuclei of ~6-10 um, a
+# share of the nucleus, not a number of pixels. At 32 px the top-hat's disk(4) passes spots
+# up to ~1/4 of the nucleus across and the 3 px floor is ~1/16: from ~0.5 um (about what a
+# light microscope resolves) to 2 um in an 8 um nucleus.
+NUCLEOLUS_SCALE_PX = 32.0
 # The nucleus is looked for near the centre of the crop: a dark neighbour at the border
 # must be e times larger per 15% of the image side it lies further out.
 NUCLEUS_CENTRE_REACH = 0.15
 # Smoothing of the OD before thresholds (px); 0.7 px on crops under 60 px a side.
 NUCLEUS_SMOOTHING_PX = 1.0
-# Disk openings up to this radius (px) run as OpenCV footprints, larger ones by distance
-# transforms (`open_with_disk`); both give skimage's opening exactly.
-FOOTPRINT_RADIUS_PX = 12
 # A lamp surface (6 coefficients per channel) is fitted to at most this many glass pixels,
 # evenly spread over them: the envelope in `_clear_glass` is pinned down by as many.
 SURFACE_FIT_POINTS = 4000
@@ -87,17 +93,6 @@ def _design(terms, rows: np.ndarray, cols: np.ndarray, height: int, width: int) 
     """Least-squares design matrix (n, k) of a surface's terms at pixels (rows, cols),
     coordinates scaled to [-0.5, 0.5) of the image's height and width."""
     return np.column_stack(np.broadcast_arrays(*terms(rows / height - 0.5, cols / width - 0.5)))
-
-
-def gaussian_smooth(image: np.ndarray, sigma: float) -> np.ndarray:
-    """``scipy.ndimage.gaussian_filter(image, sigma, output=float64)`` over the first two
-    axes (each channel of an (H, W, C) image alone), by OpenCV, ~5x faster.
-
-    The same kernel (sampled Gaussian truncated at 4 sigma, normalised) and the same
-    mirrored border (OpenCV's BORDER_REFLECT is scipy's "reflect"); values agree to
-    floating-point rounding (1e-12 relative). Returns float64 of image's shape.
-    """
-    return cv2.GaussianBlur(np.asarray(image, dtype=np.float64), (0, 0), sigma, borderType=cv2.BORDER_REFLECT)
 
 
 def _least_squares(design: np.ndarray, values: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
@@ -147,19 +142,6 @@ def _surface_on_grid(terms, coef: np.ndarray, height: int, width: int) -> np.nda
     return np.ascontiguousarray(np.moveaxis(total, 0, -1), dtype=np.float64)
 
 
-def label_pieces(binary: np.ndarray) -> tuple[np.ndarray, int]:
-    """``scipy.ndimage.label(binary)`` of a bool (H, W) image (4-connected pieces), by OpenCV.
-
-    Returns int32 labels (H, W), 0 off the pieces and 1..count in the order scipy numbers
-    them (raster order of each piece's first pixel; the same array), and count. OpenCV's
-    labelling is several times faster on the small images of a cell's segmentation, where
-    it runs some 20 times.
-    """
-    count, labels = cv2.connectedComponents(np.ascontiguousarray(binary, dtype=bool).view(np.uint8),
-                                            connectivity=4, ltype=cv2.CV_32S)
-    return labels, count - 1
-
-
 def _component_nearest_centre(binary: np.ndarray, reach: float = 0.25, why: dict | None = None) -> np.ndarray:
     """The connected component that covers, or lies closest to, the image centre; weighted
     by size so a speck at the centre does not beat the cell next to it. ``reach`` (a
@@ -188,229 +170,6 @@ def _component_nearest_centre(binary: np.ndarray, reach: float = 0.25, why: dict
                   "nearest_centre" if nearest[1 + chosen] <= closest else "larger_than_nearer")
         why.update(candidates=count, reason=reason)
     return labels == 1 + chosen
-
-
-@lru_cache(maxsize=32)
-def disk_kernel(radius: int) -> np.ndarray:
-    """``skimage.morphology.disk(radius)`` as a read-only uint8 OpenCV kernel, made once
-    per radius.
-
-    Parameters
-    ----------
-    radius : int
-        The disk's radius (px).
-
-    Returns
-    -------
-    ndarray of uint8, shape (2 * radius + 1, 2 * radius + 1)
-        1 inside the disk, 0 outside; shared between callers, so not writeable.
-        skimage builds a disk in ~0.1 ms, and a segmentation used five.
-    """
-    kernel = morphology.disk(radius).astype(np.uint8)
-    kernel.flags.writeable = False
-    return kernel
-
-
-def open_with_disk(binary: np.ndarray, radius: int) -> np.ndarray:
-    """Morphological opening of a boolean image by a disk, in time linear in its pixels.
-
-    Parameters
-    ----------
-    binary : ndarray of bool, shape (H, W)
-    radius : int
-        The disk's radius (px), at least 1.
-
-    Returns
-    -------
-    ndarray of bool, shape (H, W)
-        The same as ``skimage.morphology.opening(binary, skimage.morphology.disk(radius))``
-        (mirrored edges), pixel for pixel.
-
-    Notes
-    -----
-    Up to FOOTPRINT_RADIUS_PX the disk is applied as a footprint by OpenCV (``cv2.erode``
-    and ``cv2.dilate`` with ``skimage.morphology.disk`` as kernel, mirrored borders): a few
-    operations per pixel. Beyond it, where a footprint's cost (pixels x its area) would
-    grow quadratically with the image (8 of 22 s on an 1800 px image), exact Euclidean
-    distance transforms give the same erosion and dilation at a cost independent of the
-    radius: a pixel survives erosion by disk(r) when no background pixel lies within r of
-    it, and the dilation of that keeps every pixel within r of a survivor.
-    """
-    if radius <= FOOTPRINT_RADIUS_PX:
-        kernel = disk_kernel(radius)
-        pixels = binary.astype(np.uint8)
-        # BORDER_REFLECT (fedcba|abcdef) is NumPy's "symmetric", skimage's "reflect" here.
-        eroded = cv2.erode(pixels, kernel, borderType=cv2.BORDER_REFLECT)
-        return cv2.dilate(eroded, kernel, borderType=cv2.BORDER_REFLECT).astype(bool)
-
-    # Mirrored by the radius, as skimage's mode="reflect" does: the disk never reaches
-    # past the padding, so its distances are those of the endless mirrored image.
-    def within_radius_of_false(pixels: np.ndarray) -> np.ndarray:
-        padded = np.pad(pixels, radius, mode="symmetric")
-        if padded.all():
-            return np.zeros(pixels.shape, dtype=bool)
-        near = ndi.distance_transform_edt(padded) <= radius
-        return near[radius:-radius, radius:-radius]
-
-    eroded = ~within_radius_of_false(binary)
-    return within_radius_of_false(~eroded)
-
-
-def white_tophat_disk(image: np.ndarray, radius: int) -> np.ndarray:
-    """White top-hat of a float (H, W) image by a disk, by OpenCV.
-
-    Parameters
-    ----------
-    image : ndarray of float64, shape (H, W)
-    radius : int
-        The disk's radius (px), at least 1; at most FOOTPRINT_RADIUS_PX (a footprint's
-        cost grows with its area).
-
-    Returns
-    -------
-    ndarray of float64, shape (H, W)
-        ``skimage.morphology.white_tophat(image, skimage.morphology.disk(radius))``, the
-        same numbers: the image minus its opening (grey erosion then dilation by the disk,
-        mirrored borders: OpenCV's BORDER_REFLECT is skimage's and scipy's "reflect").
-        Minima, maxima and one subtraction are exact, so only the speed differs: scipy's
-        grey filters took ~0.5 ms of a 200 px upload's nucleolus search, OpenCV's ~0.05.
-    """
-    kernel = disk_kernel(radius)
-    eroded = cv2.erode(image, kernel, borderType=cv2.BORDER_REFLECT)
-    opened = cv2.dilate(eroded, kernel, borderType=cv2.BORDER_REFLECT)
-    return np.subtract(image, opened, out=opened)
-
-
-_CROSS = np.array([[0, 1, 0], [1, 1, 1], [0, 1, 0]], dtype=np.uint8)  # scipy.ndimage's default structure
-
-
-def grow(binary: np.ndarray, steps: int) -> np.ndarray:
-    """``scipy.ndimage.binary_dilation(binary, iterations=steps)`` of a bool (H, W) image
-    (4-connected steps, nothing beyond the border), by OpenCV: the same pixels, faster."""
-    pixels = np.ascontiguousarray(binary, dtype=bool).view(np.uint8)
-    return cv2.dilate(pixels, _CROSS, iterations=steps, borderType=cv2.BORDER_CONSTANT, borderValue=0).view(bool)
-
-
-def shrink(binary: np.ndarray, steps: int, border_value: int = 0) -> np.ndarray:
-    """``scipy.ndimage.binary_erosion(binary, iterations=steps, border_value=border_value)``
-    of a bool (H, W) image (4-connected steps), by OpenCV: the same pixels, faster."""
-    pixels = np.ascontiguousarray(binary, dtype=bool).view(np.uint8)
-    return cv2.erode(pixels, _CROSS, iterations=steps, borderType=cv2.BORDER_CONSTANT,
-                     borderValue=int(bool(border_value))).view(bool)
-
-
-def fill_holes(binary: np.ndarray) -> np.ndarray:
-    """``scipy.ndimage.binary_fill_holes`` of a bool (H, W) image, by one labelling.
-
-    A hole is a 4-connected piece of background that does not touch the image border;
-    labelling the background once finds them all, where scipy's fill propagates the
-    border inwards one pixel per iteration (5x slower on a 200 px cell). Same pixels.
-    """
-    labels, count = label_pieces(~binary)
-    if count == 0:
-        return binary.copy()
-    outside = np.zeros(count + 1, dtype=bool)
-    for edge in (labels[0], labels[-1], labels[:, 0], labels[:, -1]):
-        outside[edge] = True
-    outside[0] = True  # label 0: the foreground itself
-    return binary | ~outside[labels]
-
-
-def channel_percentile(pixels: np.ndarray, q: float, where: np.ndarray | None = None) -> np.ndarray:
-    """``np.percentile(pixels, q, axis=0)`` of uint8 pixels (n, C), by counting grey levels.
-
-    The order statistics numpy interpolates between (its default "linear" method) are read
-    off each channel's cumulative histogram instead of partitioning n values: the same
-    numbers, ~5x faster on a 200 px image. With ``where`` (bool (H, W), not all False),
-    ``pixels`` is an image (H, W, C) and the percentile is that of ``pixels[where]``,
-    counted by OpenCV's masked histogram without gathering those pixels. Returns
-    float64 (C,).
-    """
-    pixels = np.asarray(pixels)
-    if where is not None:
-        if pixels.dtype != np.uint8 or where.size >= 2**24:  # OpenCV counts in float32: exact below 2^24
-            return channel_percentile(pixels[where], q)
-        mask = np.ascontiguousarray(where, dtype=bool).view(np.uint8)
-        image = np.ascontiguousarray(pixels)
-        histograms = [cv2.calcHist([image], [channel], mask, [256], [0, 256]).ravel()
-                      for channel in range(image.shape[2])]
-        return _percentile_of_histograms(histograms, q)
-    if pixels.dtype != np.uint8 or pixels.ndim != 2 or len(pixels) == 0:
-        return np.percentile(pixels, q, axis=0).astype(np.float64)
-    return _percentile_of_histograms([np.bincount(pixels[:, channel], minlength=256)
-                                      for channel in range(pixels.shape[1])], q)
-
-
-def _percentile_of_histograms(histograms: list, q: float) -> np.ndarray:
-    """numpy's linear percentile q of each channel, from its grey-level counts (256,) each."""
-    n = int(round(float(np.sum(histograms[0]))))
-    position = q / 100.0 * (n - 1)
-    low = int(np.floor(position))
-    high = min(low + 1, n - 1)
-    fraction = position - low
-    result = np.empty(len(histograms))
-    for channel, histogram in enumerate(histograms):
-        counts = np.cumsum(np.rint(histogram).astype(np.int64))
-        below, above = np.searchsorted(counts, [low, high], side="right")
-        # numpy's own interpolation, which counts from the nearer end
-        result[channel] = (below + fraction * (above - below) if fraction < 0.5
-                           else above - (1.0 - fraction) * (above - below))
-    return result
-
-
-def grey_histogram(values: np.ndarray, nbins: int = 256) -> tuple[np.ndarray, np.ndarray]:
-    """``skimage.exposure.histogram(values, nbins)`` of float values: counts and bin centres.
-
-    Parameters
-    ----------
-    values : ndarray of float64
-        Any shape; finite.
-    nbins : int
-        Equal bins spanning ``values.min()`` to ``values.max()``.
-
-    Returns
-    -------
-    counts : ndarray of int64, shape (nbins,)
-    bin_centers : ndarray of float64, shape (nbins,)
-        The same arrays as scikit-image's (``numpy.histogram`` over the values' range, the
-        bin centres halfway between its edges), for ``threshold_otsu`` and
-        ``threshold_multiotsu``'s ``hist=`` argument.
-
-    Notes
-    -----
-    The same arithmetic as ``numpy.histogram``'s equal-bin path (index = (v - min) /
-    (max - min) * nbins, moved by one where that lands across an edge), without its
-    copies, range checks and block loop: the range is the values' own, so every value
-    is in it. Counting the segmentation's smoothed density this way (three times per
-    pass, two per upload) costs about half of what skimage's histogram did.
-    """
-    values = values.ravel()
-    low, high = values.min(), values.max()
-    if low == high:  # numpy's expansion of an empty range
-        low, high = low - 0.5, high + 0.5
-    edges = np.linspace(low, high, nbins + 1, endpoint=True, dtype=np.result_type(low, high, values))
-    scaled = np.subtract(values, low, dtype=edges.dtype)
-    scaled /= np.subtract(high, low, dtype=edges.dtype)
-    scaled *= nbins
-    index = scaled.astype(np.intp)
-    index[index == nbins] -= 1
-    index -= values < edges[index]  # within a rounding of an edge: the side the edge says
-    index += (values >= edges[index + 1]) & (index != nbins - 1)
-    return np.bincount(index, minlength=nbins), (edges[:-1] + edges[1:]) / 2.0
-
-
-def _threshold_multiotsu(values: np.ndarray, classes: int) -> np.ndarray:
-    """``skimage.filters.threshold_multiotsu(values, classes)`` from `grey_histogram`:
-    the same thresholds (float64 (classes - 1,)); skimage normalises its own histogram
-    to probabilities in float64 and so does this."""
-    counts, centres = grey_histogram(values)
-    return filters.threshold_multiotsu(hist=(counts / np.sum(counts), centres), classes=classes)
-
-
-def _threshold_otsu(values: np.ndarray) -> float:
-    """``skimage.filters.threshold_otsu(values)`` of values that are not all equal,
-    from `grey_histogram`: the same threshold."""
-    return filters.threshold_otsu(hist=grey_histogram(values))
 
 
 def _flat_lamp(image: np.ndarray) -> np.ndarray:
@@ -473,20 +232,20 @@ def _cell_and_nucleus(image: np.ndarray, lamp: np.ndarray, nucleus_wanted: bool 
 
     nucleus = np.zeros((height, width), dtype=bool)
     if _more_than_three_values(score):
-        core = score > _threshold_multiotsu(score, classes=3)[-1]
+        core = score > threshold_multiotsu(score, classes=3)[-1]
         if core.sum() > 30:
             core = open_with_disk(core, 1)
         if core.any():
             nucleus = fill_holes(_component_nearest_centre(core, NUCLEUS_CENTRE_REACH, why))
     rest = score[~nucleus]
     if rest.size > 10 and np.ptp(rest) > 0:
-        cell = score > _threshold_otsu(rest)
+        cell = score > threshold_otsu(rest)
         if (nucleus.any() and _piece_holding(cell, nucleus).sum() < THIN_CYTOPLASM * nucleus.sum()
                 and _more_than_three_values(rest)):
             # Only the nucleus stood out: a pale cytoplasm filling the crop (little glass
             # to split it from) fell with the glass. The lower of three density classes
             # of the rest splits glass from pale cytoplasm instead.
-            cell = score > _threshold_multiotsu(rest, classes=3)[0]
+            cell = score > threshold_multiotsu(rest, classes=3)[0]
     else:
         cell = np.ones((height, width), dtype=bool)
     cell = fill_holes(_piece_holding(cell, nucleus))
@@ -519,9 +278,10 @@ def _finish_nucleus(score: np.ndarray, cell: np.ndarray, nucleus: np.ndarray) ->
     if nucleus.any():
         return _dense_core(score, cell, nucleus)
     peak = np.unravel_index(np.argmax(np.where(cell, score, -np.inf)), score.shape)
-    disc = np.zeros_like(cell)
-    disc[peak] = True
-    return ndi.binary_dilation(disc, morphology.disk(max(2, min(cell.shape) // 40))) & cell
+    radius = max(2, min(cell.shape) // 40)
+    rows, cols = np.ogrid[: cell.shape[0], : cell.shape[1]]
+    # skimage.morphology.disk(radius) centred on the peak, cut to the image
+    return ((rows - peak[0]) ** 2 + (cols - peak[1]) ** 2 <= radius * radius) & cell
 
 
 def segment_cell(image: np.ndarray, background: np.ndarray | None = None) -> np.ndarray:
@@ -542,7 +302,8 @@ def segment_cell(image: np.ndarray, background: np.ndarray | None = None) -> np.
     (glass against cytoplasm; where that leaves a cell barely larger than its nucleus, a pale
     cytoplasm filling the crop, the lowest of three density classes), the piece holding the
     nucleus, holes filled;
-    nucleoli = small eosinophilic spots inside the nucleus (``_nucleoli``).
+    nucleoli = small eosinophilic spots inside the nucleus, looked for at the nucleus's own
+    scale (``_find_nucleoli``).
     On the 917 Herlev cells (40 px) this took the nucleus's median Dice from 0.82 to 0.91
     and the cell's from 0.75 to 0.81 (benchmarks/bench_segmentation.py).
     """
@@ -569,13 +330,40 @@ def _segment_cell(image: np.ndarray, background: np.ndarray | None, why: dict | 
     mask = np.full((height, width), BACKGROUND, dtype=np.uint8)
     mask[cell] = CYTOPLASM
     mask[nucleus] = NUCLEUS
-    # Nucleoli lie in the nucleus, and their filters look NUCLEOLUS_CONTEXT_PX around it at
-    # most: colour deconvolution and filtering of the rest of a large image would be wasted.
-    box = _bounding_box(nucleus, NUCLEOLUS_CONTEXT_PX)
-    lamp_box = lamp[box]
-    eosin = color.rgb2hed(_normalise_to_lamp(image[box], lamp_box))[..., 1]
-    mask[box][_nucleoli(eosin, nucleus[box])] = NUCLEOLUS
+    mask[_find_nucleoli(image, lamp, nucleus)] = NUCLEOLUS
     return mask
+
+
+def _find_nucleoli(image: np.ndarray, lamp: np.ndarray, nucleus: np.ndarray) -> np.ndarray:
+    """The nucleoli (bool (H, W), inside ``nucleus``) of an image (uint8 (H, W, 3)) against
+    its lamp, at the nucleus's own scale.
+
+    A nucleus wider than NUCLEOLUS_SCALE_PX (equivalent diameter) is shrunk to it first
+    (area averaging, which also evens out JPEG's 8 px blocks), searched (`_nucleoli`), and
+    the spots found brought back to the image's pixels. Searched at the image's pixels, a
+    224 px upload's nucleus of ~7000 px showed chromatin grains and JPEG blocks as 11
+    nucleoli on average (up to 85) where the same cells at 40 px showed 0.5. Nucleoli lie
+    in the nucleus, and the filters look NUCLEOLUS_CONTEXT_PX (at the search's scale)
+    around it at most: the rest of a large image is not deconvolved nor filtered.
+    """
+    diameter = 2.0 * np.sqrt(np.count_nonzero(nucleus) / np.pi)
+    scale = min(1.0, NUCLEOLUS_SCALE_PX / diameter)
+    box = _bounding_box(nucleus, int(np.ceil(NUCLEOLUS_CONTEXT_PX / scale)))
+    ratio, region = _normalise_to_lamp(image[box], lamp[box]), nucleus[box]
+    height, width = region.shape
+    size = (max(1, round(width * scale)), max(1, round(height * scale)))  # OpenCV's (width, height)
+    if scale < 1.0:
+        ratio = cv2.resize(ratio, size, interpolation=cv2.INTER_AREA)
+        searched = cv2.resize(region.view(np.uint8).astype(np.float32), size, interpolation=cv2.INTER_AREA) >= 0.5
+    else:
+        searched = region
+    spots = _nucleoli(color.rgb2hed(ratio)[..., 1], searched)
+    if scale < 1.0:
+        spots = (cv2.resize(spots.view(np.uint8).astype(np.float32), (width, height),
+                            interpolation=cv2.INTER_LINEAR) >= 0.5) & region
+    found = np.zeros_like(nucleus)
+    found[box] = spots
+    return found
 
 
 def _cell_and_nucleus_without_slide(image: np.ndarray, nucleus_wanted: bool = True,
@@ -671,9 +459,11 @@ def _estimate_background(image: np.ndarray, mask: np.ndarray | None,
     lift = np.zeros(image.shape[2])
     cell = ~glass
     if cell.any():
-        smooth = gaussian_smooth(image, 1.0)
-        excess = np.percentile(np.subtract(smooth, lamp, out=smooth)[cell], 99, axis=0)
-        lift = np.maximum(excess, 0.0)
+        excess = gaussian_smooth(image, 1.0)
+        np.subtract(excess, lamp, out=excess)
+        # Channel by channel: numpy selects in a contiguous run ~3x faster than along
+        # axis 0 of (n, 3) pixels, for the same order statistics.
+        lift = np.maximum([np.percentile(excess[..., channel][cell], 99) for channel in range(image.shape[2])], 0.0)
     # The lifted lamp, clip(rint(level + lift)), depends per channel on the uint8 level
     # alone: a table of its 256 values read by cv2.LUT gives the same numbers in one pass
     # (float64 arithmetic over (H, W, 3) with a (3,) lift cost ~0.5 ms on a 200 px image).
@@ -774,9 +564,17 @@ def _bar_length(lines: np.ndarray) -> int:
     reference = first.reshape(-1, 3).mean(axis=0)
     if np.abs(first - reference).max() > BAR_NOISE:
         return 0
-    spread = np.abs(lines.astype(np.int16) - reference).max(axis=(1, 2))  # per line, worst pixel and channel
-    rough = np.flatnonzero(spread > BAR_NOISE)
-    return int(rough[0]) if rough.size else len(lines)
+    # Looked at in blocks doubling in size: a bar is a few lines, the picture most of them,
+    # and the first rough line ends the bar (a pass over every line cost ~1 ms a side).
+    start, block = 1, BAR_MIN_PX + BAR_RINGING_PX
+    while start < len(lines):
+        chunk = lines[start:start + block].astype(np.int16)
+        spread = np.abs(chunk - reference).max(axis=(1, 2))  # per line, worst pixel and channel
+        rough = np.flatnonzero(spread > BAR_NOISE)
+        if rough.size:
+            return start + int(rough[0])
+        start, block = start + block, 2 * block
+    return len(lines)
 
 
 def picture_box(image: np.ndarray) -> tuple[slice, slice]:

@@ -75,9 +75,9 @@ class Projection:
 
     A query vector q (z-scores) becomes ``q[columns] * sqrt(weights)`` so that squared
     Euclidean distance in the index is the weighted sum of squared z-score differences;
-    with a ``matrix`` (float64 (len(columns), d), e.g. ``lda_projection``'s discriminant
-    axes learnt from the site's labels) that is then multiplied by it, and distance is
-    Euclidean in the d learnt dimensions. The matrix is stored with the index config in
+    with a ``matrix`` (float64 (len(columns), d), ``lda_projection``'s: the z-scores, scaled,
+    then discriminant axes learnt from the site's labels) that is then multiplied by it,
+    and distance is Euclidean in the d dimensions. The matrix is stored with the index config in
     the site database (``to_dict``) and refitted from the database's cells on a rebuild.
     """
 
@@ -101,6 +101,19 @@ class Projection:
     def dimensions(self) -> int:
         """Length of the index vectors this projection makes."""
         return len(self.columns) if self.matrix is None else int(self.matrix.shape[1])
+
+    @property
+    def learnt_axes(self) -> int:
+        """How many learnt axes the matrix appends to the chosen (scaled) z-scores: 0
+        without a matrix, at most the number of diagnoses - 1 for ``lda_projection``."""
+        return 0 if self.matrix is None else self.dimensions - len(self.columns)
+
+    def describe(self, n_features: int) -> str:
+        """The projection in a word for an algorithm string: method, columns kept of
+        ``n_features``, and the learnt axes beside them, e.g. ``lda-130of130+6axes``
+        (130 z-scores and 6 discriminant axes: 136 index dimensions)."""
+        axes = f"+{self.learnt_axes}axes" if self.matrix is not None else ""
+        return f"{self.method}-{len(self.columns)}of{n_features}{axes}"
 
     def to_dict(self) -> dict:
         return {

@@ -366,10 +366,9 @@ class SiteIndex:
     @property
     def algorithm(self) -> str:
         """The comparison algorithm, e.g. ``faiss-flat-l2/zscore/forward-12of115``, with a learnt
-        embedding ``.../zscore/lda-130of130to136+cnn64@0.5`` (fused, its weight) or ``.../cnn64``."""
-        p = self._projection
-        shape = f"{len(p.columns)}of{len(self.feature_names)}" + ("" if p.matrix is None else f"to{p.dimensions}")
-        features = f"zscore/{p.method}-{shape}"
+        embedding ``.../zscore/lda-130of130+6axes+cnn64@0.5`` (fused, its weight) or ``.../cnn64``
+        (`similarity.Projection.describe`)."""
+        features = f"zscore/{self._projection.describe(len(self.feature_names))}"
         learnt = self.learnt
         compared = {"features": features, "embedding": f"cnn{emb_dim(self.embedder)}",
                     "fused": f"{features}+cnn{emb_dim(self.embedder)}@{learnt.embedding_weight:g}"}[learnt.mode]

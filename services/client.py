@@ -12,6 +12,19 @@ with its class's DSCP both ways: on a channel marked with the DSCP of the coordi
 table to that class's port, whose socket marks the streamed replies too (qos/transport.py).
 A coordinator that advertises no class ports (an older one) gets every case on its control
 port: requests still marked, replies not.
+
+Cells analysed here (`analyse_locally`, `pathmaster query --analyse-locally`) travel as
+their feature vectors. A site that compares a learnt embedding (SiteInfo.model_sha256)
+needs each cell's embedding by its own network too, which the features do not carry. For
+such sites the client adds each cell's patch (`pathmaster.embedding.cell_patch`, 48 x 48
+RGB, 6.9 kB) to its features, and the coordinator embeds it with each site's network
+exactly as it embeds the patches of the cells it analyses itself (services/coordinator/
+learnt.py). Chosen over the two other ways: sending the images as well costs what analysing
+here saves (a full-resolution upload is megabytes); computing the embeddings here would
+need the coordinator to pass every site's network on (a new RPC and a cache in every
+client) and one embedding per network per cell in the request, where the patch serves
+every learnt site, whatever its network, and keeps one place that embeds. Sites that compare
+features alone never see the patch (the coordinator sends them only the values).
 """
 
 from __future__ import annotations
@@ -202,6 +215,12 @@ class CoordinatorClient:
             call.add_done_callback(self._forget_class_ports)
         return call
 
+    def learnt_sites(self, only: list[str] | None = None) -> list[str]:
+        """The coordinator's sites (those in `only`, when given) that compare or score with
+        a learnt network (SiteInfo.model_sha256): a case analysed here needs each cell's
+        patch for them (`analyse_locally`)."""
+        return sorted(s.site for s in self.sites() if s.info.model_sha256 and (not only or s.site in only))
+
     def class_stats(self, request_class: str = "") -> list[pb.ClassStats]:
         """Per-class completion-time statistics (every class when empty)."""
         reply = self._stub().GetClassStats(pb.ClassStatsRequest(request_class=request_class),
@@ -314,10 +333,14 @@ class AsyncCases:
             await channel.close()
 
 
-def analyse_locally(cells: list[pb.CellImage]) -> tuple[list[pb.CellImage], list[pb.CellFeatures], str]:
+def analyse_locally(cells: list[pb.CellImage], *, with_patches: bool = False
+                    ) -> tuple[list[pb.CellImage], list[pb.CellFeatures], str]:
     """Analyse a case's cells in this process, as the coordinator would, so that only
     their feature vectors (about 1 KB a cell) are uploaded.
 
+    with_patches: add each cell's patch (`pathmaster.embedding.cell_patch`, about 7 kB) to
+    its features, for sites that compare a learnt embedding (`CoordinatorClient.learnt_sites`;
+    the module docstring says why).
     Returns (cells with only their ids, their CellFeatures, the feature schema). Raises
     InvalidInput naming the first cell that cannot be analysed.
     """
@@ -332,8 +355,20 @@ def analyse_locally(cells: list[pb.CellImage]) -> tuple[list[pb.CellImage], list
         ids.append(pb.CellImage(cell_id=cell.cell_id))
         vectors.append(pb.CellFeatures(cell_id=cell.cell_id, values=[float(v) for v in analysis.features],
                                        background_estimated=analysis.background_estimated,
-                                       mask_estimated=analysis.mask_estimated))
+                                       mask_estimated=analysis.mask_estimated,
+                                       patch=analysis.patch.tobytes() if with_patches else b""))
     return ids, vectors, feature_schema()
+
+
+def local_analysis_why(cells: int, learnt_sites: list[str]):
+    """Why a case analysed here went as it did (a `pathmaster.records.Why`; words in
+    services/reasons.py): features alone, or with patches for `learnt_sites`."""
+    from pathmaster.embedding import PATCH_PX
+    from pathmaster.records import Why
+
+    if not learnt_sites:
+        return Why("analysed_here", {"cells": cells})
+    return Why("analysed_here_with_patches", {"cells": cells, "patch_px": PATCH_PX, "sites": ", ".join(learnt_sites)})
 
 
 def describe_error(error: grpc.RpcError) -> str:

@@ -81,7 +81,8 @@ def register(subparsers) -> None:
                        help="how cells go to the sites: features where a site shares the coordinator's "
                             "feature schema (analysed once), images elsewhere (default: %(default)s)")
     query.add_argument("--analyse-locally", action="store_true",
-                       help="analyse the cells here and upload only their features (KB, not MB); "
+                       help="analyse the cells here and upload only their features (KB, not MB; with a "
+                            "48 px patch a cell for sites that compare a learnt embedding); "
                             "needs a coordinator with the same feature schema")
     trace = query.add_argument_group("tracing (OpenTelemetry; off by default)")
     trace.add_argument("--trace-file", type=Path, metavar="JSONL",
@@ -444,12 +445,18 @@ def _run_query(args: argparse.Namespace, tls, cells) -> int:
             if args.analyse_locally:
                 from services.client import analyse_locally
 
+                learnt = client.learnt_sites(args.site)
                 try:
-                    cells, vectors, schema = analyse_locally(cells)
+                    cells, vectors, schema = analyse_locally(cells, with_patches=bool(learnt))
                 except InvalidInput as exc:
                     print(f"pathmaster query: {exc}", file=sys.stderr)
                     return 2
                 local = {"features": vectors, "feature_schema": schema}
+                if args.verbose and not args.json:
+                    from services.client import local_analysis_why
+                    from services.reasons import words
+
+                    print(words(local_analysis_why(len(vectors), learnt)), flush=True)
             events = client.submit(cells, args.request_class, k=args.k, deadline_s=args.deadline,
                                    sites=args.site, ship=args.ship, **local)
             ok = print_case(events, started, as_json=args.json, audience="full" if args.verbose else "plain")

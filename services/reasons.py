@@ -67,6 +67,11 @@ REASONS: dict[str, Words] = {
     "analysed_once": Words("the {cells} cells were measured once here in {seconds:.1f} s",
                            "analysed {cells} cells once at the coordinator in {seconds:.2f} s; "
                            "features sent to {sites}"),
+    # The client's own analysis (`pathmaster query --analyse-locally`, services.client.analyse_locally)
+    "analysed_here": Words("", "analysed {cells} cells here: only their features sent"),
+    "analysed_here_with_patches": Words(
+        "", "analysed {cells} cells here: their features sent, and each cell's {patch_px} px patch because "
+            "{sites} compare a learnt embedding, which the coordinator makes from the patch with each site's network"),
     # What happened while the case ran (services.coordinator.fanout)
     "hedge_sent": Words("no answer within {after_s:.1f} s: asked again with {hedge_class} priority",
                         "no answer after {after_s:.2f} s (predicted {predicted_s:.2f} s): "

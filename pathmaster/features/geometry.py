@@ -1,8 +1,8 @@
 """Size and shape of the nucleus and the whole cell, N/C ratio and nucleoli.
 
-Shape measures come from scikit-image's regionprops (area, perimeter, eccentricity,
-axis lengths) and OpenCV (contours; the convex hull of the pixel outlines, which gives
-solidity and the Feret diameters).
+Shape measures come from scikit-image's regionprops (area, eccentricity, axis lengths),
+its perimeter (`perimeter`: the same numbers, counted by OpenCV) and OpenCV (contours; the
+convex hull of the pixel outlines, which gives solidity and the Feret diameters).
 When a region falls apart into several pieces (a binucleate cell, a stray mask pixel),
 its shape is that of its largest piece; the N/C ratio and nucleolus measures use every
 pixel of the regions.
@@ -13,6 +13,8 @@ from __future__ import annotations
 import cv2
 import numpy as np
 from skimage import measure
+
+from pathmaster.morphology import shrink
 
 from .catalog import Feature
 from .regions import CellRegions
@@ -53,6 +55,36 @@ FEATURES: tuple[Feature, ...] = (
     Feature("nucleolus_area", "px^2", "total area of the nucleoli", "geometric"),
     Feature("nucleolus_fraction", "1", "total nucleolus area / nucleus area", "geometric"),
 )
+
+
+# skimage.measure.perimeter's neighbourhood codes of a border pixel and the length each adds.
+_PERIMETER_CODES = np.array([[10, 2, 10], [2, 1, 2], [10, 2, 10]], dtype=np.float32)
+_PERIMETER_WEIGHTS = np.zeros(50)
+_PERIMETER_WEIGHTS[[5, 7, 15, 17, 25, 27]] = 1
+_PERIMETER_WEIGHTS[[21, 33]] = np.sqrt(2)
+_PERIMETER_WEIGHTS[[13, 23]] = (1 + np.sqrt(2)) / 2
+
+
+def perimeter(piece: np.ndarray) -> float:
+    """Perimeter of a boolean region, in px.
+
+    Parameters
+    ----------
+    piece : ndarray of bool, shape (h, w)
+
+    Returns
+    -------
+    float
+        ``skimage.measure.perimeter(piece, 4)`` (regionprops' ``perimeter``), the same
+        number: border pixels (the region less its erosion by a cross, nothing beyond the
+        edge, `pathmaster.morphology.shrink`) coded by their neighbours, each code's count
+        times its length. Coded by OpenCV (integer sums, exact) and counted as scikit-image
+        counts them; its scipy filters took ~0.5 ms of a cell's features.
+    """
+    border = piece & ~shrink(piece, 1)
+    codes = cv2.filter2D(border.view(np.uint8), cv2.CV_16S, _PERIMETER_CODES, borderType=cv2.BORDER_CONSTANT)
+    return float(np.bincount(codes.ravel(), minlength=50) @ _PERIMETER_WEIGHTS)
+
 
 
 def count_pieces(region: np.ndarray) -> int:
@@ -144,16 +176,16 @@ def contour_irregularity(piece: np.ndarray, centroid_rc: tuple[float, float]) ->
 def _shape(piece: np.ndarray, name: str) -> tuple[dict[str, float], object]:
     """Size and shape of one connected piece; also returns its regionprops."""
     props = measure.regionprops(piece.astype(np.uint8))[0]
-    area, perimeter = float(props.area), float(props.perimeter)
+    area, length = float(props.area), perimeter(piece[props.slice])
     # The outline hull serves solidity and both Feret diameters at once; regionprops
     # would rasterise a convex hull image for each, several times slower.
     hull = outline_hull(piece)
     feret_min, feret_max = feret_diameters(hull)
     values = {
         f"{name}_area": area,
-        f"{name}_perimeter": perimeter,
+        f"{name}_perimeter": length,
         # regionprops gives a perimeter of 0 for a single pixel; call that a disk.
-        f"{name}_form_factor": 4.0 * np.pi * area / perimeter**2 if perimeter > 0 else 1.0,
+        f"{name}_form_factor": 4.0 * np.pi * area / length**2 if length > 0 else 1.0,
         f"{name}_eccentricity": float(props.eccentricity),
         f"{name}_solidity": area / cv2.contourArea(hull.astype(np.float32)),
         f"{name}_major_axis": float(props.axis_major_length),

@@ -26,6 +26,7 @@ _PACKAGE = Path(__file__).resolve().parents[1]
 # Every module whose code can move a feature value, relative to the pathmaster package.
 VALUE_MODULES = (
     "imageio.py",
+    "morphology.py",
     "segmentation.py",
     "features/catalog.py",
     "features/regions.py",

@@ -3,19 +3,22 @@
 Both are computed on the nucleus's optical density, not on raw intensities, because OD
 does not depend on the lamp. Haralick features (mahotas) need grey levels: OD is
 quantised on a fixed scale (OD_STEP per level), which keeps texture comparable between
-cells (a hyperchromatic nucleus uses higher levels). LBP (scikit-image) only compares
+cells (a hyperchromatic nucleus uses higher levels). LBP only compares
 each pixel with its neighbours, so it runs on the continuous OD: on quantised levels,
 flat patches make exact ties that the interpolation of the LBP circle then decides at
 floating-point precision, differently for a rotated or shifted copy of the same cell.
+
+`uniform_lbp` is scikit-image's ``local_binary_pattern(..., method="uniform")`` written
+again as whole-array NumPy: the same interpolation, in the same floating-point
+operations, so the same codes bit for bit (tests/core/test_features.py checks it), about
+twice as fast on the nucleus of a 224 px upload (0.9 against 1.7 ms a call, two calls a
+cell; 1.7 against 5.1 ms on a 110 px square), where a whole upload may take 30 ms.
 """
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 from mahotas.features.texture import cooccurence, haralick_features as mahotas_haralick_features
-from skimage.feature import local_binary_pattern
 
 from .catalog import Feature
 
@@ -92,6 +95,77 @@ def haralick_features(levels: np.ndarray, region: np.ndarray) -> dict[str, float
     return values
 
 
+def uniform_lbp(image: np.ndarray, points: int, radius: float) -> np.ndarray:
+    """Rotation-invariant uniform LBP codes of a grey image.
+
+    Parameters
+    ----------
+    image : ndarray of float64, shape (h, w)
+    points : int
+        Neighbours on the circle, P.
+    radius : float
+        The circle's radius (px), R.
+
+    Returns
+    -------
+    ndarray of float64, shape (h, w)
+        ``skimage.feature.local_binary_pattern(image, points, radius, method="uniform")``,
+        the same values: each neighbour bilinearly interpolated (0 beyond the border) at
+        offsets rounded to 5 decimals, a bit set where it is not below the centre, the
+        pattern's number of set bits where it changes at most twice along the chain of
+        neighbours (not wrapping from the last to the first, as scikit-image counts), else
+        P + 1.
+
+    Notes
+    -----
+    The neighbours at an offset (dr, dc) sit at one whole-pixel shift of the image for
+    every pixel, so each is read as four shifted slices of a zero-padded copy; the
+    interpolation weights are formed per row and per column, r + dr - floor(r + dr), as
+    scikit-image forms them per pixel, so rounding agrees too.
+    """
+    image = np.ascontiguousarray(image, dtype=np.float64)
+    rows, cols = image.shape
+    angles = 2 * np.pi * np.arange(points, dtype=np.float64) / points
+    pad = int(np.ceil(radius)) + 1
+    padded = np.zeros((rows + 2 * pad, cols + 2 * pad))
+    padded[pad:pad + rows, pad:pad + cols] = image
+    row_positions, col_positions = np.arange(rows, dtype=np.float64), np.arange(cols, dtype=np.float64)
+    ones = np.zeros((rows, cols), dtype=np.int8)
+    changes = np.zeros((rows, cols), dtype=np.int8)
+    # Buffers reused for every neighbour: the same operations as fresh arrays, fewer allocations.
+    top, bottom, part = (np.empty((rows, cols)) for _ in range(3))
+    bit, previous = np.empty((rows, cols), dtype=bool), np.empty((rows, cols), dtype=bool)
+
+    def shifted(row: int, col: int) -> np.ndarray:
+        return padded[row:row + rows, col:col + cols]
+
+    def blend(out: np.ndarray, weight_a: np.ndarray, a: np.ndarray, weight_b: np.ndarray, b: np.ndarray) -> None:
+        np.multiply(weight_a, a, out=out)  # out = weight_a * a + weight_b * b, in that order
+        np.multiply(weight_b, b, out=part)
+        np.add(out, part, out=out)
+
+    for index, (row_offset, col_offset) in enumerate(zip(np.round(-radius * np.sin(angles), 5),
+                                                         np.round(radius * np.cos(angles), 5))):
+        low_row, high_row = pad + int(np.floor(row_offset)), pad + int(np.ceil(row_offset))
+        low_col, high_col = pad + int(np.floor(col_offset)), pad + int(np.ceil(col_offset))
+        if low_row == high_row and low_col == high_col:
+            texture = shifted(low_row, low_col)
+        else:
+            at_row, at_col = row_positions + row_offset, col_positions + col_offset
+            down = (at_row - np.floor(at_row))[:, None]
+            right = (at_col - np.floor(at_col))[None, :]
+            blend(top, 1 - right, shifted(low_row, low_col), right, shifted(low_row, high_col))
+            blend(bottom, 1 - right, shifted(high_row, low_col), right, shifted(high_row, high_col))
+            blend(top, 1 - down, top, down, bottom)
+            texture = top
+        np.greater_equal(np.subtract(texture, image, out=part), 0, out=bit)
+        ones += bit
+        if index:
+            changes += previous != bit
+        bit, previous = previous, bit
+    return np.where(changes <= 2, ones, points + 1).astype(np.float64)
+
+
 def lbp_features(od: np.ndarray, region: np.ndarray) -> dict[str, float]:
     """Normalised histograms of rotation-invariant uniform LBP codes over `region`.
 
@@ -100,11 +174,7 @@ def lbp_features(od: np.ndarray, region: np.ndarray) -> dict[str, float]:
     """
     values: dict[str, float] = {}
     for p, r in LBP_SETTINGS:
-        with warnings.catch_warnings():
-            # scikit-image warns that float images give ties decided by rounding noise;
-            # continuous OD is used precisely because it has (almost) no ties.
-            warnings.simplefilter("ignore", UserWarning)
-            codes = local_binary_pattern(od, p, r, method="uniform")[region].astype(np.int64)
+        codes = uniform_lbp(od, p, r)[region].astype(np.int64)
         histogram = np.bincount(codes, minlength=p + 2) / codes.size
         for code in range(p + 2):
             values[f"nucleus_lbp_p{p}r{r}_{code}"] = float(histogram[code])

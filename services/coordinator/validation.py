@@ -109,8 +109,15 @@ def check_features(request: pb.CaseRequest, feature_schema: str) -> None:
         raise CaseRejected(grpc.StatusCode.INVALID_ARGUMENT, "give exactly one feature vector per cell id")
     from pathmaster.features import feature_names
 
+    from pathmaster.embedding import PATCH_PX
+
     n = len(feature_names())
+    patch_bytes = PATCH_PX * PATCH_PX * 3
     for f in request.features:
         if len(f.values) != n or not all(math.isfinite(v) for v in f.values):
             raise CaseRejected(grpc.StatusCode.INVALID_ARGUMENT,
                                f"cell {f.cell_id!r}: a feature vector has {n} finite values")
+        if f.patch and len(f.patch) != patch_bytes:
+            raise CaseRejected(grpc.StatusCode.INVALID_ARGUMENT,
+                               f"cell {f.cell_id!r}: a patch is {PATCH_PX} x {PATCH_PX} RGB ({patch_bytes} bytes), "
+                               f"not {len(f.patch)} bytes")

@@ -469,6 +469,33 @@ def test_lbp_histograms_match_skimage(size, zoom):
         assert sum(ours) == pytest.approx(1.0)
 
 
+def test_perimeter_equals_scikit_images():
+    """Random regions of many shapes, touching the border, one pixel and empty included."""
+    from pathmaster.features.geometry import perimeter
+
+    rng = np.random.default_rng(11)
+    for _ in range(60):
+        shape = tuple(int(v) for v in rng.integers(1, 70, size=2))
+        region = ndimage.gaussian_filter(rng.normal(size=shape), rng.uniform(0.5, 4.0)) > rng.uniform(-0.5, 0.8)
+        assert perimeter(region) == measure.perimeter(region, 4)
+    assert perimeter(np.ones((1, 1), bool)) == measure.perimeter(np.ones((1, 1), bool), 4) == 0.0
+    assert perimeter(np.zeros((5, 5), bool)) == 0.0
+
+
+@pytest.mark.filterwarnings("ignore:Applying `local_binary_pattern` to floating-point")
+def test_uniform_lbp_codes_equal_skimages_bit_for_bit():
+    """Random images of many shapes, continuous and with exact ties (quantised), the
+    circle reaching past the border: every code equal."""
+    rng = np.random.default_rng(7)
+    for trial in range(40):
+        shape = tuple(int(v) for v in rng.integers(1, 60, size=2))
+        grey = rng.random(shape) if trial % 2 else np.round(rng.random(shape) * 3) / 3
+        for p, r in texture.LBP_SETTINGS:
+            expected = local_binary_pattern(grey, p, r, method="uniform")
+            np.testing.assert_array_equal(texture.uniform_lbp(grey, p, r), expected, err_msg=f"{shape} P={p} R={r}")
+    assert len(np.unique(texture.uniform_lbp(rng.random((40, 40)), 16, 2))) >= 10  # many codes: not trivially equal
+
+
 def test_uniform_nucleus_has_no_texture_and_mottled_one_has():
     shape = (160, 160)
     nucleus, cell = disk_mask(shape, (80, 80), 30), disk_mask(shape, (80, 80), 60)

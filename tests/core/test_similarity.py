@@ -149,6 +149,22 @@ def test_lda_projection_maps_to_class_count_minus_one_axes_and_survives_storage(
     np.testing.assert_array_equal(sim.lda_projection(Z, y).matrix, projection.matrix)
 
 
+@pytest.mark.parametrize("classes, features, axes", [(7, 20, 6), (3, 20, 2), (7, 4, 4)])
+def test_lda_appends_at_most_classes_minus_one_axes_and_says_so(classes, features, axes):
+    """An LDA has at most min(features, classes - 1) discriminant directions: the index
+    vectors are the z-scores and those axes, and the algorithm string names them apart
+    (not as a projection to more dimensions than features)."""
+    rng = np.random.default_rng(classes * features)
+    y = np.repeat([f"c{i}" for i in range(classes)], 30)
+    Z = rng.normal(size=(len(y), features)) + 2.0 * rng.normal(size=(classes, features))[np.unique(y, return_inverse=True)[1]]
+    projection = sim.lda_projection(Z, y)
+    assert projection.learnt_axes == axes and projection.dimensions == features + axes
+    np.testing.assert_array_equal(projection.matrix[:, :features], np.eye(features) * sim.LDA_ZSCORE_SHARE / np.sqrt(features))
+    assert np.linalg.matrix_rank(projection.matrix[:, features:]) == axes  # each axis its own direction
+    assert projection.describe(features + 5) == f"lda-{features}of{features + 5}+{axes}axes"
+    assert sim.Projection.all_features([f"f{i}" for i in range(features)]).describe(features) == f"all-{features}of{features}"
+
+
 def _precision_at_5(projection, normalization, X_train, y_train, X_test, y_test):
     V = projection.apply(normalization.apply(X_train)).astype(np.float64)
     Q = projection.apply(normalization.apply(X_test)).astype(np.float64)

@@ -166,7 +166,7 @@ def test_learnt_projection_is_stored_with_the_index_rebuilt_from_the_database_an
     assert np.shape(learnt["projection"]["matrix"]) == (d, d + 6)  # z-scores and 6 axes for 7 diagnoses
     site = SiteIndex.open(tmp_path)
     assert site.config["projection"] == learnt["projection"]  # same cells, same seed: the same map
-    assert site.algorithm.endswith(f"/zscore/lda-{d}of{d}to{d + 6}")
+    assert site.algorithm.endswith(f"/zscore/lda-{d}of{d}+6axes")  # 6 discriminant axes beside the d z-scores
     assert site.vectors().shape == (N_CELLS, d + 6)
     cell = records[5]
     hit = site.search(site.analyse(cell.image, cell.background, cell.mask).features, k=1)[0]

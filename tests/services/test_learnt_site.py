@@ -5,6 +5,7 @@ site's abnormality score comes back with each cell, and the network is served by
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 
 import grpc
@@ -106,3 +107,36 @@ def test_a_learnt_site_refuses_features_without_its_embedding(learnt_deployment,
     with pytest.raises(grpc.RpcError) as refused:
         site_stub(learnt_deployment, "learnt").Analyse(request, timeout=60)
     assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+def test_a_case_analysed_by_the_client_carries_patches_for_a_learnt_site_and_gets_the_images_matches(
+        learnt_deployment, case_cells, tmp_path):
+    """`query --analyse-locally` against a learnt site: each cell's patch goes with its
+    features, the coordinator embeds it with the site's network, and the site answers with
+    the matches it gives the images; --verbose says why the patches went."""
+    from services.client import local_analysis_why
+    from services.reasons import words
+    from tests.services.test_query_command import query
+
+    files = []
+    for i, cell in enumerate(case_cells[:2]):
+        files.append(tmp_path / f"c{i}.png")
+        files[-1].write_bytes(cell["image"])
+    address = learnt_deployment.coordinator.address
+    with CoordinatorClient(address) as client:
+        assert client.learnt_sites() == ["learnt"] and client.learnt_sites(["plain"]) == []
+    local = query("--coordinator", address, "--json", "--analyse-locally", *files)
+    remote = query("--coordinator", address, "--json", "--ship", "images", *files)
+    assert local.returncode == 0 and remote.returncode == 0, local.stderr + remote.stderr
+    local_sites = {e["site"]: e for e in map(json.loads, local.stdout.splitlines()) if e["type"] == "site"}
+    remote_sites = {e["site"]: e for e in map(json.loads, remote.stdout.splitlines()) if e["type"] == "site"}
+    assert local_sites.keys() == remote_sites.keys() == {"learnt", "plain"}
+    for name, site in local_sites.items():
+        assert site["ok"] and site["mode"] == "features" and remote_sites[name]["mode"] == "images"
+        for a, b in zip(site["cells"], remote_sites[name]["cells"], strict=True):
+            assert [m["cell_id"] for m in a["matches"]] == [m["cell_id"] for m in b["matches"]]
+    verbose = query("--coordinator", address, "--verbose", "--analyse-locally", *files)
+    assert verbose.returncode == 0, verbose.stderr
+    assert words(local_analysis_why(2, ["learnt"])) in verbose.stdout.splitlines()
+    assert local_analysis_why(2, ["learnt"]).code == "analysed_here_with_patches"
+    assert local_analysis_why(2, []).code == "analysed_here"

@@ -45,3 +45,20 @@ def test_cells_problems_name_the_cell(case):
     assert "'b.png'" in rejected(pb.CaseRequest(cells=[wrong_bg])).message  # sizes differ
     too_many = rejected(pb.CaseRequest(cells=[pb.CellImage(cell_id=str(i), image=case[0].image) for i in range(9)]))
     assert too_many.code == grpc.StatusCode.RESOURCE_EXHAUSTED and "limit is 8" in too_many.message
+
+
+def test_features_with_a_patch_of_the_wrong_size_are_refused_naming_the_cell():
+    from pathmaster.embedding import PATCH_PX
+    from pathmaster.features import feature_names
+
+    values = [0.0] * len(feature_names())
+
+    def case(patch: bytes) -> pb.CaseRequest:
+        return pb.CaseRequest(cells=[pb.CellImage(cell_id="p.png")], feature_schema="s",
+                              features=[pb.CellFeatures(cell_id="p.png", values=values, patch=patch)])
+
+    assert check_case_request(case(bytes(PATCH_PX * PATCH_PX * 3)), **LIMITS, feature_schema="s").name == "routine"
+    assert check_case_request(case(b""), **LIMITS, feature_schema="s").name == "routine"  # no patch: features alone
+    with pytest.raises(CaseRejected) as err:
+        check_case_request(case(bytes(100)), **LIMITS, feature_schema="s")
+    assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT and "'p.png'" in err.value.message
