@@ -31,6 +31,23 @@ LEARN_SECONDS = (60.0, 240.0)
 SECONDS_PER_CELL = 0.25
 
 
+# The most labelled cells a site learns and scores from: the held-out neighbours take an
+# (n/3 x 2n/3) float64 distance matrix (178 MB at this many) and the feature classifier
+# twelve fits; a larger site learns from a seeded random sample of this many.
+MAX_SCORED_CELLS = 10_000
+
+
+def scored_cells(labelled: np.ndarray, seed: int) -> np.ndarray:
+    """The cells (bool (n,)) a site learns and scores from: its labelled ones, or a seeded
+    sample of ``MAX_SCORED_CELLS`` of them."""
+    chosen = np.flatnonzero(labelled)
+    if len(chosen) <= MAX_SCORED_CELLS:
+        return labelled
+    keep = np.zeros_like(labelled)
+    keep[np.random.default_rng(seed).choice(chosen, MAX_SCORED_CELLS, replace=False)] = True
+    return keep
+
+
 def learn_budget(cells: int) -> float:
     """Seconds of training guard for a site of `cells` labelled cells."""
     return float(np.clip(cells * SECONDS_PER_CELL, *LEARN_SECONDS))
@@ -66,7 +83,7 @@ def fit_learnt(db, X: np.ndarray, normalization, projection, vocabulary, *, choi
 
     cells = db.cells()
     labels = np.array([c.diagnosis for c in cells], dtype=object)
-    labelled = np.array([label is not None for label in labels])
+    labelled = scored_cells(np.array([label is not None for label in labels]), seed)
     abnormal_labels = set(vocabulary.abnormal)
     reason = "the site's option 'features'" if choice == "features" else learn.cannot_learn(labels, abnormal_labels)
     if not reason:

@@ -52,3 +52,15 @@ def test_the_classifier_score_needs_the_cells_features():
     with pytest.raises(ValueError):
         learnt.abnormal_score(None, 0.2, None)
     assert not learnt.needs_embedding
+
+
+def test_a_large_site_learns_from_a_seeded_sample_of_its_labelled_cells(monkeypatch):
+    from pathmaster import learnt
+
+    monkeypatch.setattr(learnt, "MAX_SCORED_CELLS", 50)
+    labelled = np.arange(200) % 4 != 0  # 150 labelled cells
+    sample = learnt.scored_cells(labelled, seed=3)
+    assert sample.sum() == 50 and not (sample & ~labelled).any()
+    np.testing.assert_array_equal(sample, learnt.scored_cells(labelled, seed=3))
+    small = np.arange(40) % 2 == 0
+    np.testing.assert_array_equal(learnt.scored_cells(small, seed=3), small)
