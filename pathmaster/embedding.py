@@ -216,7 +216,7 @@ class Embedder:
 # ---------------------------------------------------------------- what a site compares
 
 SIMILARITY_MODES = ("features", "embedding", "fused")
-ABNORMAL_SCORES = ("network", "neighbours", "mean", "classifier")
+ABNORMAL_SCORES = ("network", "neighbours", "mean", "classifier", "ensemble")
 
 
 @dataclass
@@ -231,7 +231,8 @@ class LearntSimilarity:
     root total variance there. score: which abnormality score (``ABNORMAL_SCORES``: the
     network's probability of an abnormal label, the share of abnormal labels among the
     ``k`` nearest database cells, their mean, or the probability from the site's classifier
-    over its features, ``pathmaster.abnormality``, whose weights ``classifier`` holds) and
+    over its features, ``pathmaster.abnormality``, whose weights ``classifier`` holds, or
+    "ensemble": the mean of those the site has among network, neighbours and classifier) and
     threshold: the score at or above which a cell is called abnormal (the operating point).
     model: the network's sha256, "" without one.
     """
@@ -252,7 +253,7 @@ class LearntSimilarity:
     @property
     def needs_embedding(self) -> bool:
         """True when the search or the score reads the cell's embedding."""
-        return bool(self.model) and (self.mode != "features" or self.score in ("network", "mean"))
+        return bool(self.model) and (self.mode != "features" or self.score in ("network", "mean", "ensemble"))
 
     def vectors(self, feature_vectors: np.ndarray, embeddings: np.ndarray | None) -> np.ndarray:
         """Search vectors (m, d) float32 from the feature projection's vectors (m, p) and
@@ -272,10 +273,20 @@ class LearntSimilarity:
         """The chosen score in [0, 1] from the network's abnormal probability, the share of
         abnormal labels among the k nearest database cells and the feature classifier's
         abnormal probability (each None when not computed)."""
+        def given(value, what):
+            if value is None:
+                raise ValueError(f"the site's abnormality score ({self.score}) reads {what}: give it")
+            return float(value)
+
         if self.score == "classifier":
-            if classifier_probability is None:
-                raise ValueError("the site's abnormality score is its feature classifier's: give the cell's features")
-            return float(classifier_probability)
+            return given(classifier_probability, "the cell's features")
+        if self.score == "ensemble":
+            parts = [float(neighbour_share)]
+            if self.model:
+                parts.append(given(network_probability, "the cell's embedding"))
+            if self.classifier:
+                parts.append(given(classifier_probability, "the cell's features"))
+            return float(np.mean(parts))
         if self.score == "neighbours" or network_probability is None:
             return float(neighbour_share)
         if self.score == "network":

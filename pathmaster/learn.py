@@ -238,15 +238,43 @@ def operating_point(scores: np.ndarray, abnormal: np.ndarray, target: float = TA
     called = scores >= threshold
     return {"threshold": threshold, "sensitivity": float(called[abnormal].mean()),
             "specificity": float((~called[~abnormal]).mean()) if (~abnormal).any() else 1.0,
-            "auc": float(roc_auc_score(abnormal, scores)) if 0 < abnormal.sum() < len(abnormal) else 0.5}
+            "auc": float(roc_auc_score(abnormal, scores)) if 0 < abnormal.sum() < len(abnormal) else 0.5,
+            "abnormal_cells": int(abnormal.sum()), "normal_cells": int((~abnormal).sum())}
+
+
+def auc_standard_error(auc: float, abnormal_cells: int, normal_cells: int) -> float:
+    """Standard error of a ROC AUC from these many abnormal and normal cells (Hanley and
+    McNeil 1982, Radiology 143:29, their equation 1)."""
+    q1, q2 = auc / (2 - auc), 2 * auc * auc / (1 + auc)
+    variance = (auc * (1 - auc) + (abnormal_cells - 1) * (q1 - auc * auc)
+                + (normal_cells - 1) * (q2 - auc * auc)) / max(abnormal_cells * normal_cells, 1)
+    return float(np.sqrt(max(variance, 0.0)))
 
 
 def choose_score(points: dict) -> str:
-    """The abnormality score to use, of ``{name: operating_point(...)}`` on held-out cells:
-    the best ROC AUC, then the best specificity at the target sensitivity. The AUC first:
-    over the few normal cells of a site's held-out fold the specificity moves in steps of
-    one cell, where the AUC reads every pair."""
-    return max(points, key=lambda name: (round(points[name]["auc"], 3), points[name]["specificity"]))
+    """The abnormality score to use, of ``{name: operating_point(...)}`` on held-out cells.
+
+    The best ROC AUC (then the best specificity at the target sensitivity: over the few
+    normal cells of a held-out fold the specificity moves in steps of one cell, where the
+    AUC reads every pair); but "ensemble", the mean of the others, unless the best beats
+    it by more than its standard error (the one-standard-error rule, Breiman et al. 1984):
+    the best of a few scores on a third of a site's cells is partly luck, and the mean of
+    scores that err differently ranks new cells more steadily.
+    """
+    best = max(points, key=lambda name: (round(points[name]["auc"], 3), points[name]["specificity"]))
+    ensemble = points.get("ensemble")
+    if ensemble and "abnormal_cells" in ensemble:
+        margin = auc_standard_error(ensemble["auc"], ensemble["abnormal_cells"], ensemble["normal_cells"])
+        if points[best]["auc"] - ensemble["auc"] <= margin:
+            return "ensemble"
+    return best
+
+
+def with_ensemble(scores: dict) -> dict:
+    """``scores`` and, when it holds more than one, "ensemble": their mean ("mean", itself a
+    mean of two of them, left out)."""
+    parts = [v for name, v in scores.items() if name not in ("mean", "ensemble")]
+    return {**scores, "ensemble": np.mean(parts, axis=0)} if len(parts) > 1 else dict(scores)
 
 
 def learn_similarity(patches: np.ndarray, feature_vectors_fit, labels, groups, abnormal_labels, *,
@@ -315,8 +343,8 @@ def learn_similarity(patches: np.ndarray, feature_vectors_fit, labels, groups, a
                                                **operating_point(oof["share"][(name, w)][held_out], abnormal_h)}
     allowed = [c for c in candidates if choice == "auto" or c[0] == choice]
     mode, weight = max(allowed, key=lambda c: report["candidates"][f"{c[0]}:{c[1]}"]["top1"])
-    scores = {"neighbours": oof["share"][(mode, weight)], "network": network_p,
-              "mean": 0.5 * (oof["share"][(mode, weight)] + network_p), **(other_scores or {})}
+    scores = with_ensemble({"neighbours": oof["share"][(mode, weight)], "network": network_p,
+                            "mean": 0.5 * (oof["share"][(mode, weight)] + network_p), **(other_scores or {})})
     points = {name: operating_point(s[held_out], abnormal_h) for name, s in scores.items()}
     report["scores"] = points
     score = choose_score(points)

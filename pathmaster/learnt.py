@@ -175,7 +175,7 @@ def features_only(fit, labels: np.ndarray, groups, abnormal_labels, reason: str,
         nearest = learn._nearest(train_vectors, vectors[test], learnt.k)
         share[test] = abnormal[train][nearest].mean(axis=1)
     points = {name: learn.operating_point(s, abnormal)
-              for name, s in {"neighbours": share, **(other_scores or {})}.items()}
+              for name, s in learn.with_ensemble({"neighbours": share, **(other_scores or {})}).items()}
     learnt.score = learn.choose_score(points)
     learnt.threshold = points[learnt.score]["threshold"]
     learnt.report["scores"] = points
