@@ -134,6 +134,19 @@ def test_parallel_ingest_equals_serial_ingest_cell_for_cell(tmp_path):
         assert a.fingerprint() == b.fingerprint()
 
 
+@pytest.mark.parametrize("files, workers", [(160, 2), (7, 2), (1000, 16), (33, 1)])
+def test_tasks_shrink_toward_one_file_at_the_end_and_hand_out_every_file(files, workers):
+    from pathmaster.ingest import FILES_PER_TASK, task_size
+
+    sizes, remaining = [], files
+    while remaining:
+        sizes.append(task_size(remaining, workers))
+        remaining -= sizes[-1]
+    assert sum(sizes) == files and max(sizes) <= FILES_PER_TASK
+    assert sizes == sorted(sizes, reverse=True) and sizes[-1] == 1
+    assert task_size(None, workers) == FILES_PER_TASK
+
+
 def test_a_file_that_crashes_its_worker_is_reported_by_name_and_the_rest_goes_in(tmp_path):
     from pathmaster.importers import Unread
 
