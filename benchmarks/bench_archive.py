@@ -2,7 +2,7 @@
 
     python benchmarks/bench_archive.py                 # all parts (~15-30 min, ~4 GB RAM at peak)
     python benchmarks/bench_archive.py --quick         # smaller sizes (a few minutes)
-    python benchmarks/bench_archive.py --parts ingest  # or growth, serve (comma-separated)
+    python benchmarks/bench_archive.py --parts ingest  # or nodes, growth, serve (comma-separated)
 
 ingest: real synthetic cells (``pathmaster synth``) ingested by ``pathmaster.ingest.ingest``
 with 1 worker (in process) and with 2 worker processes, alternating, each run into a new
@@ -13,6 +13,14 @@ start (forking its workers) is timed in it. The one writer's
 own cost per cell is timed apart (rows and PNGs of already analysed cells into SQLite): it
 bounds what any number of workers can reach, and with the measured per-cell analysis cost
 and the 2-worker scaling it projects 1M cells on 16 nodes x 16 cores.
+
+nodes (root; skipped with the reason otherwise): the same cells ingested on a Ray cluster of
+one node and of two, the nodes testbed namespaces on one LAN, each ``ray start --num-cpus 1``
+pinned to one CPU (``services.experiment.ingest_nodes``); the driver runs in the head's
+namespace on the head's CPU. Each run is a new driver: it connects, warms the cluster's worker
+processes with one file a task (they import the analysis once a job; timed and printed
+apart), then ``ingest(..., ray_address=...)`` times the cells; the two clusters alternate.
+Medians of cells/s and their ratio.
 
 growth: a 100,000-cell site (feature vectors synthetic: 7 classes of 130 correlated
 values, rows without images: the index part only) indexed from scratch as ``pathmaster
@@ -146,6 +154,74 @@ def _vocabulary():
     from pathmaster.vocabulary import BUILTIN, DEFAULT
 
     return BUILTIN[DEFAULT]
+
+
+# ---------------------------------------------------------------- Ray nodes in namespaces
+
+
+NODE_DRIVER = """
+import json, sys, time
+import ray
+from pathmaster.ingest import ingest
+address, dataset, warm_dataset, site, warm_site = sys.argv[1:6]
+t0 = time.perf_counter()
+ray.init(address=address, logging_level="warning", log_to_driver=False)
+connect_s = time.perf_counter() - t0
+t0 = time.perf_counter()
+warm = ingest(warm_dataset, warm_site, ray_address=address, files_per_task=1, build_index=False)
+warm_s = time.perf_counter() - t0
+report = ingest(dataset, site, ray_address=address, build_index=False)
+print(json.dumps({"connect_s": connect_s, "warm_s": warm_s, "seconds": report.seconds, "added": report.added,
+                  "problems": len(report.problems) + len(warm.problems), "workers": report.workers}))
+"""
+
+
+def nodes_unavailable() -> str | None:
+    """Why the Ray-nodes part cannot run here, or None."""
+    if os.geteuid() != 0:
+        return "needs root for network namespaces"
+    missing = [tool for tool in ("ip", "taskset") if shutil.which(tool) is None]
+    if missing:
+        return f"{', '.join(missing)} not found"
+    if len(os.sched_getaffinity(0)) < 2:
+        return "needs two CPUs"
+    return None
+
+
+def bench_nodes(tmp: Path, cells: int, repeats: int) -> dict | None:
+    reason = nodes_unavailable()
+    if reason:
+        print(f"nodes: skipped ({reason})")
+        return None
+    from pathmaster.synth import write_dataset
+    from qos.testbed import netns
+    from services.experiment.ingest_nodes import ingest_clusters
+
+    dataset = write_dataset(tmp / "data", cells, seed=0)
+    warm_data = write_dataset(tmp / "warm-data", 6, seed=1)
+    rates, starts = {"one": [], "two": []}, {"one": [], "two": []}
+    t0 = time.perf_counter()
+    with ingest_clusters(netns.new_tag("arc")) as clusters:
+        up_s = time.perf_counter() - t0
+        for r in range(repeats):
+            for name in ("one", "two") if r % 2 == 0 else ("two", "one"):   # alternate: the same load
+                done = clusters[name].driver(["-c", NODE_DRIVER, clusters[name].address, str(dataset), str(warm_data),
+                                              str(tmp / f"site-{name}-{r}"), str(tmp / f"warm-{name}-{r}")],
+                                             timeout=1800)
+                assert done.returncode == 0, done.stderr[-3000:]
+                out = json.loads(done.stdout.splitlines()[-1])
+                assert out["added"] == cells and not out["problems"] and out["workers"] == clusters[name].nodes, out
+                rates[name].append(cells / out["seconds"])
+                starts[name].append(out["connect_s"] + out["warm_s"])
+                shutil.rmtree(tmp / f"site-{name}-{r}")
+    one, two = statistics.median(rates["one"]), statistics.median(rates["two"])
+    print(f"ingest on Ray nodes in namespaces, one CPU each, {cells} synthetic cells ({load()}): 1 node "
+          f"{one:.1f} cells/s, 2 nodes {two:.1f} cells/s: x{two / one:.2f} (target >= 1.8; runs {repeats} each, "
+          f"alternating)")
+    print(f"  each run's start (connect, warm the workers: one file on each): 1 node "
+          f"{statistics.median(starts['one']):.1f} s, 2 nodes {statistics.median(starts['two']):.1f} s, not in the "
+          f"rates above; both clusters up in {up_s:.0f} s")
+    return {"one": one, "two": two, "start_s": {k: statistics.median(v) for k, v in starts.items()}}
 
 
 # ---------------------------------------------------------------- synthetic-vector sites
@@ -301,7 +377,7 @@ def bench_serve(tmp: Path, cells: int, queries: int = 2000) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="60 cells ingested, a 20k+2k growth, a 200k-cell site")
-    parser.add_argument("--parts", default="ingest,growth,serve")
+    parser.add_argument("--parts", default="ingest,nodes,growth,serve")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     parts = set(args.parts.split(","))
@@ -317,6 +393,8 @@ def main() -> None:
             print(f"  projected: 1M cells on {nodes} nodes x {cores} cores at {r['one']:.1f} cells/s a core and the "
                   f"measured 2-core efficiency {efficiency:.2f}: {hours * 60:.0f} min (bounded by the writer's "
                   f"{1000 / r['writer_ms']:.0f} cells/s: {1e6 * r['writer_ms'] / 1000 / 60:.0f} min)")
+        if "nodes" in parts:
+            results["nodes"] = bench_nodes(Path(tmp) / "nodes", ingest_cells, args.repeats)
         if "growth" in parts:
             per_cell = 1 / results["ingest"]["one"] if "ingest" in results else None
             results["growth"] = bench_growth(Path(tmp) / "growth", base, added, per_cell)
