@@ -116,7 +116,7 @@ def _write_site_config(path: Path, name: str, db: Path, ip: str, ray_address: st
         + workers + _classes_toml(classes))
 
 
-def _ray_temp_dir(tag: str, node: Node) -> str:
+def ray_temp_dir(tag: str, node: Node) -> str:
     # Short and outside /tmp/ray: Ray's socket paths must fit in 107 bytes, and /tmp/ray
     # belongs to whoever else runs Ray on the machine.
     return f"/tmp/pmray-{tag}-{node.name}"
@@ -127,7 +127,7 @@ def _start_ray(node: Node, tag: str, head: Node | None, core: int | None = None)
     core: pin the node's daemons and workers to this CPU (``taskset``), or None."""
     pin = ["taskset", "--cpu-list", str(core)] if core is not None else []
     argv = [*pin, environment_program("ray"), "start", "--node-ip-address", node.ip, "--num-cpus", "1", "--disable-usage-stats",
-            "--temp-dir", _ray_temp_dir(tag, node)]
+            "--temp-dir", ray_temp_dir(tag, node)]
     argv += (["--head", "--port", str(RAY_PORT), "--include-dashboard=false"] if head is None
              else ["--address", f"{head.ip}:{RAY_PORT}"])
     return node.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -170,7 +170,7 @@ def _stop_ray(node: Node, tag: str) -> None:
     """Kill the Ray daemons `ray start` left in `node` (never `ray stop`: it stops every Ray
     on the machine), and remove their temporary folder."""
     netns.kill_pids(netns.pids_running(node.namespace, "ray"), signal.SIGKILL)
-    shutil.rmtree(_ray_temp_dir(tag, node), ignore_errors=True)
+    shutil.rmtree(ray_temp_dir(tag, node), ignore_errors=True)
 
 
 @contextmanager

@@ -28,7 +28,7 @@ from pathlib import Path
 from qos.testbed import netns
 from qos.testbed.node import Node
 from qos.testbed.topology import Topology
-from services.experiment.deployment import ray_cluster, ray_driver_environment
+from services.experiment.deployment import ray_cluster, ray_driver_environment, ray_temp_dir
 
 LAN = "10.42.1"   # the LAN's /24: router .254, hosts .1, .2, ... (inside the namespaces only)
 # Cluster name -> its nodes' hosts, head first, and each node's CPU (index into usable_cpus).
@@ -48,7 +48,15 @@ class IngestCluster:
     head: Node
     address: str     # ip:port of the head, reachable from the cluster's namespaces
     cpu: int         # the head's CPU, where drivers run too
-    nodes: int
+    nodes: list[Node]
+
+    def worker_jobs(self, node: Node) -> set[str]:
+        """The Ray jobs (hex ids) that started a worker process on `node`: a job's tasks ran
+        there. Read from the names of Ray's worker logs (``worker-ID-JOB-PID.out``); workers
+        started ahead of any job (``ffffffff``) are left out."""
+        logs = Path(ray_temp_dir(node.tag, node)) / "session_latest" / "logs"
+        jobs = {p.name.split("-")[2] for p in logs.glob("worker-*-*-*.out")} if logs.is_dir() else set()
+        return jobs - {"ffffffff"}
 
     def driver(self, argv: list[str], timeout: float) -> subprocess.CompletedProcess:
         """`python ARGV` in the head's namespace on the head's CPU, waited for (its output
@@ -99,5 +107,6 @@ def ingest_clusters(tag: str, which: tuple[str, ...] = ("one", "two")):
             cores = {host: cpus[index] for host, index in CLUSTERS[name]}
             address = stack.enter_context(ray_cluster(topology.node(head), [topology.node(w) for w, _ in workers],
                                                       tag, cores))
-            clusters[name] = IngestCluster(name, topology.node(head), address, cpus[head_cpu], len(CLUSTERS[name]))
+            clusters[name] = IngestCluster(name, topology.node(head), address, cpus[head_cpu],
+                                           [topology.node(host) for host, _ in CLUSTERS[name]])
         yield clusters

@@ -33,12 +33,16 @@ def test_ingest_on_two_ray_nodes_in_namespaces_equals_ingest_in_one_process(netn
     tag = netns.new_tag("arc")
     with ingest_clusters(tag, which=("two",)) as clusters:
         two = clusters["two"]
+        worker_node = two.nodes[1]
         nodes = two.driver(["-c", NODES, two.address], timeout=120)
+        jobs_before = two.worker_jobs(worker_node)
         indexed = two.index(dataset, tmp_path / "two-nodes")
+        jobs_after = two.worker_jobs(worker_node)
     assert not netns.list_namespaces(netns.tag_prefix(tag))   # nothing left behind
     assert nodes.returncode == 0, nodes.stderr[-3000:]
     assert [cpu for _, cpu in json.loads(nodes.stdout.splitlines()[-1])] == [1.0, 1.0]
     assert indexed.returncode == 0, indexed.stderr[-3000:]
+    assert len(jobs_after - jobs_before) == 1   # the index job's tasks ran on the worker node too
     serial = ingest(dataset, tmp_path / "serial", build_index=False)
     assert serial.added == 24 and not serial.problems
     assert site_rows(tmp_path / "two-nodes") == site_rows(tmp_path / "serial")
