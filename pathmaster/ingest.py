@@ -50,6 +50,10 @@ BATCH_SIZE = 32
 FILES_PER_TASK = 8
 # Tasks in flight per worker: each worker always has its next task waiting.
 TASKS_AHEAD = 3
+# What a worker's first cell imports, imported once by the pool's fork server instead of by
+# every new worker (its first cell cost ~2x the next without; skimage.measure loads lazily).
+ANALYSIS_MODULES = ("pathmaster.ingest", "pathmaster.importers", "pathmaster.embedding",
+                    "skimage.measure._regionprops", "skimage.measure._find_contours")
 
 
 @dataclass
@@ -250,7 +254,7 @@ class _LocalProcesses(_Windowed):
 
         self.workers, self.window = workers, workers * TASKS_AHEAD
         self.where = f"{workers} local processes"
-        self._pool = AnalysisPool(workers, preload=("pathmaster.ingest", "pathmaster.importers"))
+        self._pool = AnalysisPool(workers, preload=ANALYSIS_MODULES)
         self._threads = ThreadPoolExecutor(workers, thread_name_prefix="ingest")
 
     def _submit(self, units, vocabulary):
