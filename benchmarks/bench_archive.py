@@ -118,7 +118,7 @@ def bench_ingest(tmp: Path, cells: int, repeats: int) -> dict:
             shutil.rmtree(site)
     one, two = statistics.median(rates[1]), statistics.median(rates[2])
     cpu_one, cpu_two = statistics.median(cpu_ms[1]), statistics.median(cpu_ms[2])
-    writer_ms, bytes_per_cell = writer_cost(dataset, tmp)
+    writer_ms, writer_cpu_ms, bytes_per_cell = writer_cost(dataset, tmp)
     print(f"ingest of {cells} synthetic cells ({load()}): 1 process {one:.1f} cells/s, 2 processes "
           f"{two:.1f} cells/s: x{two / one:.2f} (target >= 1.8; runs {repeats} each, alternating)")
     print(f"  CPU time a cell, every process of the run (workers, writer): 1 process {cpu_one:.1f} ms, "
@@ -126,15 +126,15 @@ def bench_ingest(tmp: Path, cells: int, repeats: int) -> dict:
           f"x{2 * cpu_one / cpu_two:.2f}")
     print(f"  one-off start of the workers' fork server (imports the analysis once a process; with "
           f"4 cells): {start_s:.1f} s, not in the runs above")
-    print(f"  the one writer: {writer_ms:.2f} ms/cell (rows + PNGs into SQLite) = at most "
+    print(f"  the one writer: {writer_ms:.2f} ms/cell wall, {writer_cpu_ms:.2f} ms CPU (rows + PNGs into SQLite) = at most "
           f"{1000 / writer_ms:.0f} cells/s whatever the workers; images {bytes_per_cell / 1024:.1f} KiB/cell")
-    return {"one": one, "two": two, "writer_ms": writer_ms, "bytes_per_cell": bytes_per_cell, "start_s": start_s,
+    return {"one": one, "two": two, "writer_ms": writer_ms, "writer_cpu_ms": writer_cpu_ms, "bytes_per_cell": bytes_per_cell, "start_s": start_s,
             "cpu_ms": {"one": cpu_one, "two": cpu_two}}
 
 
-def writer_cost(dataset: Path, tmp: Path, copies: int = 20) -> tuple[float, float]:
-    """(ms per cell of the writer alone, stored image bytes per cell), from 50 analysed cells
-    written `copies` times under new ids."""
+def writer_cost(dataset: Path, tmp: Path, copies: int = 20) -> tuple[float, float, float]:
+    """(wall ms per cell of the writer alone, its CPU ms per cell, stored image bytes per
+    cell), from 50 analysed cells written `copies` times under new ids."""
     from dataclasses import replace
 
     from pathmaster.importers import iter_dataset
@@ -145,15 +145,15 @@ def writer_cost(dataset: Path, tmp: Path, copies: int = 20) -> tuple[float, floa
     cells = analyse_units(units, _vocabulary())
     with SiteDB(tmp / "writer", create=True) as db:
         writer = _Writer(db, IngestReport(), set(), 32)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for c in range(copies):
             for cell in cells:
                 row = replace(cell.row, cell_id=f"{c:04x}{cell.row.cell_id[4:]}", source_id=f"{c}/{cell.row.source_id}")
                 writer.take(AnalysedCell(row, {f"{c}/{p}": b for p, b in cell.files.items()}))
         writer.commit()
-        seconds = time.perf_counter() - t0
+        seconds, cpu_s = time.perf_counter() - t0, time.process_time() - c0
     size = sum(len(b) for cell in cells for b in cell.files.values()) / len(cells)
-    return 1000 * seconds / (copies * len(cells)), size
+    return 1000 * seconds / (copies * len(cells)), 1000 * cpu_s / (copies * len(cells)), size
 
 
 def _vocabulary():
