@@ -166,19 +166,31 @@ def _vocabulary():
 
 
 NODE_DRIVER = """
-import json, sys, time
+import json, os, sys, time
 import ray
 from pathmaster.ingest import ingest
-address, dataset, warm_dataset, site, warm_site = sys.argv[1:6]
+from qos.testbed import netns
+address, dataset, warm_dataset, site, warm_site, *namespaces = sys.argv[1:]
+def cpu_s(namespace):   # CPU seconds of the processes in `namespace` now, this driver's left out
+    tick, total = os.sysconf("SC_CLK_TCK"), 0.0
+    for pid in set(netns.pids(namespace)) - {os.getpid()}:
+        try:
+            total += sum(int(v) for v in open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[11:13]) / tick
+        except OSError:
+            pass
+    return total
 t0 = time.perf_counter()
 ray.init(address=address, logging_level="warning", log_to_driver=False)
 connect_s = time.perf_counter() - t0
 t0 = time.perf_counter()
 warm = ingest(warm_dataset, warm_site, ray_address=address, files_per_task=1, build_index=False)
 warm_s = time.perf_counter() - t0
+before, driver = {n: cpu_s(n) for n in namespaces}, time.process_time()
 report = ingest(dataset, site, ray_address=address, build_index=False)
+used = {n: cpu_s(n) - before[n] for n in namespaces}
 print(json.dumps({"connect_s": connect_s, "warm_s": warm_s, "seconds": report.seconds, "added": report.added,
-                  "problems": len(report.problems) + len(warm.problems), "workers": report.workers}))
+                  "problems": len(report.problems) + len(warm.problems), "workers": report.workers,
+                  "node_cpu_s": used, "driver_cpu_s": time.process_time() - driver}))
 """
 
 
@@ -205,7 +217,7 @@ def bench_nodes(tmp: Path, cells: int, repeats: int) -> dict | None:
 
     dataset = write_dataset(tmp / "data", cells, seed=0)
     warm_data = write_dataset(tmp / "warm-data", 6, seed=1)
-    rates, starts = {"one": [], "two": []}, {"one": [], "two": []}
+    rates, starts, cpu_ms = {"one": [], "two": []}, {"one": [], "two": []}, {"one": [], "two": []}
     t0 = time.perf_counter()
     with ingest_clusters(netns.new_tag("arc")) as clusters:
         up_s = time.perf_counter() - t0
@@ -213,15 +225,19 @@ def bench_nodes(tmp: Path, cells: int, repeats: int) -> dict | None:
             for name in ("one", "two") if r % 2 == 0 else ("two", "one"):   # alternate: the same load
                 cluster = clusters[name]
                 jobs = cluster.worker_jobs(cluster.nodes[-1])
-                done = clusters[name].driver(["-c", NODE_DRIVER, clusters[name].address, str(dataset), str(warm_data),
-                                              str(tmp / f"site-{name}-{r}"), str(tmp / f"warm-{name}-{r}")],
-                                             timeout=1800)
+                done = cluster.driver(["-c", NODE_DRIVER, cluster.address, str(dataset), str(warm_data),
+                                       str(tmp / f"site-{name}-{r}"), str(tmp / f"warm-{name}-{r}"),
+                                       *[node.namespace for node in cluster.nodes]], timeout=1800)
                 assert done.returncode == 0, done.stderr[-3000:]
                 out = json.loads(done.stdout.splitlines()[-1])
                 assert out["added"] == cells and not out["problems"] and out["workers"] == len(clusters[name].nodes), out
                 assert len(cluster.nodes) == 1 or cluster.worker_jobs(cluster.nodes[-1]) - jobs, "no task on the worker node"
                 rates[name].append(cells / out["seconds"])
                 starts[name].append(out["connect_s"] + out["warm_s"])
+                # CPU ms a cell on each CPU: the head's with the driver's, the worker node's
+                on_cpu = [1000 * (cpu + (out["driver_cpu_s"] if i == 0 else 0)) / cells
+                          for i, cpu in enumerate(out["node_cpu_s"].values())]
+                cpu_ms[name].append(on_cpu)
                 shutil.rmtree(tmp / f"site-{name}-{r}")
     one, two = statistics.median(rates["one"]), statistics.median(rates["two"])
     print(f"ingest on Ray nodes in namespaces, one CPU each, {cells} synthetic cells ({load()}): 1 node "
@@ -230,7 +246,15 @@ def bench_nodes(tmp: Path, cells: int, repeats: int) -> dict | None:
     print(f"  each run's start (connect, warm the workers: one file on each): 1 node "
           f"{statistics.median(starts['one']):.1f} s, 2 nodes {statistics.median(starts['two']):.1f} s, not in the "
           f"rates above; both clusters up in {up_s:.0f} s")
-    return {"one": one, "two": two, "start_s": {k: statistics.median(v) for k, v in starts.items()}}
+    per_cpu = {name: [statistics.median(run[i] for run in runs) for i in range(len(runs[0]))]
+               for name, runs in cpu_ms.items()}
+    bound = sum(per_cpu["one"]) / max(per_cpu["two"])
+    print(f"  CPU time a cell on each node's CPU (all its processes: Ray's daemons, idle ones too, and workers, "
+          f"any started during the run included; the driver's on the head's): 1 node "
+          f"{per_cpu['one'][0]:.1f} ms; 2 nodes {per_cpu['two'][0]:.1f} ms (head) + {per_cpu['two'][1]:.1f} ms "
+          f"(worker node); with both CPUs idle 2 nodes could reach at most x{bound:.2f}")
+    return {"one": one, "two": two, "start_s": {k: statistics.median(v) for k, v in starts.items()},
+            "cpu_ms": per_cpu, "bound": bound}
 
 
 # ---------------------------------------------------------------- synthetic-vector sites
