@@ -255,7 +255,10 @@ class _LocalProcesses(_Windowed):
         self.workers, self.window = workers, workers * TASKS_AHEAD
         self.where = f"{workers} local processes"
         self._pool = AnalysisPool(workers, preload=ANALYSIS_MODULES)
-        self._threads = ThreadPoolExecutor(workers, thread_name_prefix="ingest")
+        # A thread per task in flight, not per worker: the pool then holds each worker's next
+        # task, which the worker takes as soon as it is free, instead of waiting for this
+        # process to be scheduled and hand it over (on a busy machine, a wait per task).
+        self._threads = ThreadPoolExecutor(self.window, thread_name_prefix="ingest")
 
     def _submit(self, units, vocabulary):
         from pathmaster.defaults import MAX_ANALYSIS_PIXELS
