@@ -31,8 +31,6 @@ site directory.
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -181,22 +179,6 @@ def analyse_units(units: list, vocabulary) -> list:
     return out
 
 
-def analyse_to_file(units: list, vocabulary, folder: str) -> str:
-    """``analyse_units``, its outcomes pickled into a new file in `folder`; returns its path.
-
-    How a local worker process hands its results over: the pool's one result pipe holds
-    64 KiB and its writers take turns, so a worker sending ~160 KiB a cell through it waits
-    until the writer's process is scheduled to read it (on a busy machine, a worker idle
-    ~40% of its time); a file in the page cache is written without waiting."""
-    import pickle
-
-    outcomes = analyse_units(units, vocabulary)
-    fd, path = tempfile.mkstemp(dir=folder, suffix=".pickle")
-    with os.fdopen(fd, "wb") as out:
-        pickle.dump(outcomes, out, protocol=pickle.HIGHEST_PROTOCOL)
-    return path
-
-
 def _analyse_item(item, vocabulary):
     if not isinstance(item, CellRecord):
         return problem_pair(item)
@@ -265,7 +247,7 @@ class _Windowed:
 class _LocalProcesses(_Windowed):
     """Worker processes on this machine (``AnalysisPool``: budgets, crashed workers replaced)."""
 
-    def __init__(self, workers: int, spool: Path):
+    def __init__(self, workers: int):
         from concurrent.futures import ThreadPoolExecutor
 
         from pathmaster.budget import AnalysisPool
@@ -277,35 +259,25 @@ class _LocalProcesses(_Windowed):
         # task, which the worker takes as soon as it is free, instead of waiting for this
         # process to be scheduled and hand it over (on a busy machine, a wait per task).
         self._threads = ThreadPoolExecutor(self.window, thread_name_prefix="ingest")
-        self._spool = Path(spool)   # the workers' results (analyse_to_file)
-        self._spool.mkdir(mode=0o700, exist_ok=True)
 
     def _submit(self, units, vocabulary):
         from pathmaster.defaults import MAX_ANALYSIS_PIXELS
 
         # Every file may cost what the largest cell allowed does.
-        return self._threads.submit(self._pool.run, analyse_to_file, units, vocabulary, str(self._spool),
+        return self._threads.submit(self._pool.run, analyse_units, units, vocabulary,
                                     pixels=MAX_ANALYSIS_PIXELS * len(units), name=_unit_name(units[0]))
 
     def _result(self, future):
-        import pickle
-
         from pathmaster.budget import CellStopped
 
         try:
-            path = Path(future.result())
+            return future.result()
         except CellStopped as exc:
             raise UnitFailed(f"analysis stopped ({exc.reason})") from exc
-        try:
-            with open(path, "rb") as f:
-                return pickle.load(f)
-        finally:
-            path.unlink()
 
     def close(self) -> None:
         self._threads.shutdown(wait=True, cancel_futures=True)
         self._pool.close()
-        shutil.rmtree(self._spool, ignore_errors=True)
 
 
 class _RayTasks(_Windowed):
@@ -341,38 +313,14 @@ class _RayTasks(_Windowed):
             self._ray.shutdown()
 
 
-def analysis_runner(workers: int = 1, ray_address: str | None = None, spool: Path | None = None):
+def analysis_runner(workers: int = 1, ray_address: str | None = None):
     """Where ``ingest`` analyses: Ray tasks at `ray_address` when given, else `workers`
-    local processes (1: this process) handing their results over in folder `spool`
-    (created, and removed on ``close``; None: a new temporary folder). Has ``workers``,
-    ``where``, ``map``, ``close``."""
+    local processes (1: this process). Has ``workers``, ``where``, ``map``, ``close``."""
     if ray_address:
         return _RayTasks(ray_address)
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
-    if workers == 1:
-        return _InProcess()
-    return _LocalProcesses(workers, spool or Path(tempfile.mkdtemp(prefix="pathmaster-ingest-")))
-
-
-SPOOL_PREFIX = ".ingest-"   # + the ingesting process's id: its workers' results, in the site directory
-
-
-def remove_orphan_spools(site_dir: Path) -> int:
-    """Delete the result folders of ingests whose process no longer runs (killed); returns
-    how many were removed."""
-    removed = 0
-    for folder in Path(site_dir).glob(f"{SPOOL_PREFIX}*"):
-        try:
-            os.kill(int(folder.name.removeprefix(SPOOL_PREFIX)), 0)
-            continue
-        except ProcessLookupError:
-            pass
-        except (ValueError, PermissionError):
-            continue
-        shutil.rmtree(folder, ignore_errors=True)
-        removed += 1
-    return removed
+    return _InProcess() if workers == 1 else _LocalProcesses(workers)
 
 
 def local_cores() -> int:
@@ -520,7 +468,6 @@ def ingest(dataset_dir: str | Path, site_dir: str | Path, *, batch_size: int = B
         vocabulary = _prepare_site(db, dataset_dir, records, vocabulary)
         known = db.source_ids()
         remove_orphan_temporaries(site_dir)
-        remove_orphan_spools(site_dir)
         if records is None:
             def listing():
                 return iter_dataset(Path(dataset_dir), vocabulary=vocabulary, unread=True)
@@ -529,7 +476,7 @@ def ingest(dataset_dir: str | Path, site_dir: str | Path, *, batch_size: int = B
         else:
             units, total = records, (len(records) if hasattr(records, "__len__") else None)
         writer = _Writer(db, report, known, batch_size)
-        runner = analysis_runner(workers, ray_address, site_dir / f"{SPOOL_PREFIX}{os.getpid()}")
+        runner = analysis_runner(workers, ray_address)
         report.workers, report.where = runner.workers, runner.where
         bar = tqdm(total=total, unit="file", desc=f"indexing {Path(dataset_dir).name}", disable=not progress)
         try:

@@ -203,7 +203,6 @@ def test_killed_parallel_ingest_is_completed_by_the_same_command(tmp_path):
         assert len(db) == n and db.check() == [] and db.problems() == []
         assert db.get_config("index")["fingerprint"] == db.fingerprint()
     assert list(site.rglob("*.tmp")) == []
-    assert list(site.glob(".ingest-*")) == []   # the killed run's workers' results went with it
     # the killed run's workers end once their task does: none is left running
     deadline = time.monotonic() + 60
     while any(os.path.exists(f"/proc/{pid}") for pid in helpers) and time.monotonic() < deadline:
