@@ -50,6 +50,10 @@ BATCH_SIZE = 32
 FILES_PER_TASK = 8
 # Tasks in flight per worker: each worker always has its next task waiting.
 TASKS_AHEAD = 3
+# What a worker's first cell imports, imported once by the pool's fork server instead of by
+# every new worker (its first cell cost ~2x the next without; skimage.measure loads lazily).
+ANALYSIS_MODULES = ("pathmaster.ingest", "pathmaster.importers", "pathmaster.embedding",
+                    "skimage.measure._regionprops", "skimage.measure._find_contours")
 
 
 @dataclass
@@ -250,8 +254,11 @@ class _LocalProcesses(_Windowed):
 
         self.workers, self.window = workers, workers * TASKS_AHEAD
         self.where = f"{workers} local processes"
-        self._pool = AnalysisPool(workers, preload=("pathmaster.ingest", "pathmaster.importers"))
-        self._threads = ThreadPoolExecutor(workers, thread_name_prefix="ingest")
+        self._pool = AnalysisPool(workers, preload=ANALYSIS_MODULES)
+        # A thread per task in flight, not per worker: the pool then holds each worker's next
+        # task, which the worker takes as soon as it is free, instead of waiting for this
+        # process to be scheduled and hand it over (on a busy machine, a wait per task).
+        self._threads = ThreadPoolExecutor(self.window, thread_name_prefix="ingest")
 
     def _submit(self, units, vocabulary):
         from pathmaster.defaults import MAX_ANALYSIS_PIXELS
@@ -373,11 +380,25 @@ def _prepare_site(db: SiteDB, dataset_dir, records, vocabulary):
     return site_vocabulary(db, dataset_dir if records is None else None, vocabulary)
 
 
-def _chunks(units, known: set[str], report: IngestReport, bar, size: int, filled: list):
-    """The units not yet in the database, `size` at a time; known cells are counted as skipped,
-    and a known cell already read (a CellRecord) adds its group and image hash to `filled`."""
-    chunk = []
+def task_size(remaining: int | None, workers: int, most: int = FILES_PER_TASK) -> int:
+    """Files in the next task: `most`, shrinking toward one as the last `2 * most * workers`
+    files are handed out (guided scheduling), so that the workers finish together instead
+    of one worker's last full task running alone. remaining: files not handed out yet
+    (None: unknown, `most`)."""
+    if remaining is None:
+        return most
+    return max(1, min(most, -(-remaining // (2 * workers))))
+
+
+def _chunks(units, known: set[str], report: IngestReport, bar, most: int, filled: list,
+            total: int | None = None, workers: int = 1):
+    """The units not yet in the database in tasks of `task_size` files (`total`: how many
+    units there are, None if unknown); known cells are counted as skipped, and a known cell
+    already read (a CellRecord) adds its group and image hash to `filled`."""
+    chunk, seen = [], 0
+    size = task_size(total, workers, most)
     for unit in units:
+        seen += 1
         if getattr(unit, "source_id", None) in known:  # a file whose one cell is in already
             report.skipped += 1
             if isinstance(unit, CellRecord):
@@ -388,6 +409,7 @@ def _chunks(units, known: set[str], report: IngestReport, bar, size: int, filled
         if len(chunk) >= size:
             yield chunk
             chunk = []
+            size = task_size(None if total is None else max(0, total - seen), workers, most)
     if chunk:
         yield chunk
 
@@ -429,7 +451,8 @@ def ingest(dataset_dir: str | Path, site_dir: str | Path, *, batch_size: int = B
     dataset. A cell whose diagnosis is not a label of it is a problem naming the label and
     the vocabulary. workers: local analysis processes (1: this process; ``local_cores()``
     for every core); ray_address: analyse as Ray tasks on that cluster instead (see the
-    module docstring). files_per_task: files a worker analyses per task.
+    module docstring). files_per_task: files a worker analyses per task (fewer in the
+    last tasks, see `task_size`).
     Returns an ``IngestReport``; raises InvalidInput when the dataset cannot be read at all,
     was analysed with another feature set than the site's, or `vocabulary` is not the
     site's.
@@ -458,8 +481,8 @@ def ingest(dataset_dir: str | Path, site_dir: str | Path, *, batch_size: int = B
         bar = tqdm(total=total, unit="file", desc=f"indexing {Path(dataset_dir).name}", disable=not progress)
         try:
             filled: list[tuple[str, str | None, str]] = []
-            for units_done, outcomes in runner.map(_chunks(units, known, report, bar, files_per_task, filled),
-                                                   vocabulary):
+            tasks = _chunks(units, known, report, bar, files_per_task, filled, total, runner.workers)
+            for units_done, outcomes in runner.map(tasks, vocabulary):
                 if isinstance(outcomes, UnitFailed):  # name the file(s) that failed: one by one
                     outcomes = _one_by_one(runner, units_done, vocabulary)
                 for outcome in outcomes:

@@ -31,6 +31,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -118,24 +119,28 @@ def _write_site_config(path: Path, name: str, db: Path, ip: str, ray_address: st
         + workers + _classes_toml(classes))
 
 
-def _ray_temp_dir(tag: str, node: Node) -> str:
+def ray_temp_dir(tag: str, node: Node) -> str:
     # Short and outside /tmp/ray: Ray's socket paths must fit in 107 bytes, and /tmp/ray
     # belongs to whoever else runs Ray on the machine.
     return f"/tmp/pmray-{tag}-{node.name}"
 
 
-def _start_ray(node: Node, tag: str, head: Node | None) -> subprocess.Popen:
-    """`ray start` on `node`: a head (head=None) or a worker node joining `head`; one CPU."""
-    argv = [environment_program("ray"), "start", "--node-ip-address", node.ip, "--num-cpus", "1", "--disable-usage-stats",
-            "--temp-dir", _ray_temp_dir(tag, node)]
+def _start_ray(node: Node, tag: str, head: Node | None, core: int | None = None) -> subprocess.Popen:
+    """`ray start` on `node`: a head (head=None) or a worker node joining `head`; one CPU.
+    core: pin the node's daemons and workers to this CPU (``taskset``), or None."""
+    pin = ["taskset", "--cpu-list", str(core)] if core is not None else []
+    argv = [*pin, environment_program("ray"), "start", "--node-ip-address", node.ip, "--num-cpus", "1", "--disable-usage-stats",
+            "--temp-dir", ray_temp_dir(tag, node)]
     argv += (["--head", "--port", str(RAY_PORT), "--include-dashboard=false"] if head is None
              else ["--address", f"{head.ip}:{RAY_PORT}"])
     return node.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                      env={**cluster_environment(), **RAY_ENV})
+                      env=ray_driver_environment())
 
 
-def _ray_start_all(pairs: list[tuple[Node, Node | None]], tag: str, deadline: float, attempts: int = 3) -> None:
+def _ray_start_all(pairs: list[tuple[Node, Node | None]], tag: str, deadline: float, attempts: int = 3,
+                   cores: dict[str, int] | None = None) -> None:
     """`ray start` on every (node, head) pair in parallel; retry the ones that failed.
+    cores: node name -> the CPU its Ray is pinned to (none: not pinned).
 
     Ray gives a new node 30 s to register (fixed in ray/_private/node.py, not configurable in
     2.60 whatever its message says), which a loaded 2-core machine can miss; a later try
@@ -144,7 +149,7 @@ def _ray_start_all(pairs: list[tuple[Node, Node | None]], tag: str, deadline: fl
     """
     pending = pairs
     for attempt in range(1, attempts + 1):
-        running = [(node, head, _start_ray(node, tag, head)) for node, head in pending]
+        running = [(node, head, _start_ray(node, tag, head, (cores or {}).get(node.name))) for node, head in pending]
         failed = []
         for node, head, proc in running:
             try:
@@ -168,7 +173,35 @@ def _stop_ray(node: Node, tag: str) -> None:
     """Kill the Ray daemons `ray start` left in `node` (never `ray stop`: it stops every Ray
     on the machine), and remove their temporary folder."""
     netns.kill_pids(netns.pids_running(node.namespace, "ray"), signal.SIGKILL)
-    shutil.rmtree(_ray_temp_dir(tag, node), ignore_errors=True)
+    shutil.rmtree(ray_temp_dir(tag, node), ignore_errors=True)
+
+
+@contextmanager
+def ray_cluster(head: Node, workers: list[Node], tag: str, cores: dict[str, int] | None = None,
+                timeout_s: float = DEPLOY_TIMEOUT_S):
+    """A Ray cluster of one CPU a node over testbed nodes: its head on `head`, `workers`
+    joining it; yields the address (``ip:port``) a driver in one of the nodes connects to.
+
+    cores: node name -> the CPU that node's Ray runs on (``taskset``; none: not pinned).
+    Every daemon is killed and its temporary folder removed on leaving, also on failure.
+    Raises DeploymentError when a node's ``ray start`` fails (with its output).
+    """
+    deadline = time.monotonic() + timeout_s
+    started = [head]
+    try:
+        _ray_start_all([(head, None)], tag, deadline, cores=cores)
+        started += workers
+        if workers:
+            _ray_start_all([(w, head) for w in workers], tag, deadline, cores=cores)
+        yield f"{head.ip}:{RAY_PORT}"
+    finally:
+        for node in started:
+            _stop_ray(node, tag)
+
+
+def ray_driver_environment() -> dict:
+    """The environment of a process that runs or joins a testbed Ray cluster."""
+    return {**cluster_environment(), **RAY_ENV}
 
 
 def _write_coordinator_config(path: Path, ip: str, sites: dict[str, str], classes: ClassTable) -> None:
@@ -180,7 +213,7 @@ def _write_coordinator_config(path: Path, ip: str, sites: dict[str, str], classe
 def _start(node: Node, argv: list[str], log: Path) -> subprocess.Popen:
     with open(log, "wb") as out:
         return node.popen([sys.executable, "-m", "pathmaster", *argv], stdout=out, stderr=subprocess.STDOUT,
-                          env={**cluster_environment(), **RAY_ENV})
+                          env=ray_driver_environment())
 
 
 def _wait_serving(node: Node, proc: subprocess.Popen, port: int, log: Path, deadline: float) -> None:

@@ -111,7 +111,7 @@ def test_ingest_stores_group_and_image_hash_and_fills_them_in_on_a_rerun(tmp_pat
         assert db.cells_with_hash(image_hash(records[2].image)) == [db.cells()[2].cell_id]
 
 
-def _rows(site) -> list[tuple]:
+def site_rows(site) -> list[tuple]:
     """Every cell row of a site, in row order, with its files' bytes and its features."""
     with SiteDB(site) as db:
         rows = []
@@ -129,9 +129,22 @@ def test_parallel_ingest_equals_serial_ingest_cell_for_cell(tmp_path):
     parallel = ingest(dataset, tmp_path / "parallel", workers=2, files_per_task=2, build_index=False)
     assert (serial.added, parallel.added) == (21, 21) and serial.problems == parallel.problems == []
     assert parallel.workers == 2
-    assert _rows(tmp_path / "parallel") == _rows(tmp_path / "serial")   # same rows, same order, same bytes
+    assert site_rows(tmp_path / "parallel") == site_rows(tmp_path / "serial")   # same rows, same order, same bytes
     with SiteDB(tmp_path / "serial") as a, SiteDB(tmp_path / "parallel") as b:
         assert a.fingerprint() == b.fingerprint()
+
+
+@pytest.mark.parametrize("files, workers", [(160, 2), (7, 2), (1000, 16), (33, 1)])
+def test_tasks_shrink_toward_one_file_at_the_end_and_hand_out_every_file(files, workers):
+    from pathmaster.ingest import FILES_PER_TASK, task_size
+
+    sizes, remaining = [], files
+    while remaining:
+        sizes.append(task_size(remaining, workers))
+        remaining -= sizes[-1]
+    assert sum(sizes) == files and max(sizes) <= FILES_PER_TASK
+    assert sizes == sorted(sizes, reverse=True) and sizes[-1] == 1
+    assert task_size(None, workers) == FILES_PER_TASK
 
 
 def test_a_file_that_crashes_its_worker_is_reported_by_name_and_the_rest_goes_in(tmp_path):
