@@ -34,13 +34,16 @@ def test_sink_counts_every_byte_and_splits_them_into_full_intervals():
 
 def test_command_line_sink_prints_one_json_line():
     port = free_port()
-    sink = subprocess.Popen([sys.executable, "-m", "qos.traffic.transfer", "sink", str(port), "--timeout", "10"],
+    # The sink's timeout bounds its wait for the sender, whose own interpreter start takes
+    # seconds on a busy host: a bound, not a wait (accept returns as the sender connects).
+    sink = subprocess.Popen([sys.executable, "-m", "qos.traffic.transfer", "sink", str(port), "--timeout", "120"],
                             stdout=subprocess.PIPE, text=True)
     try:
         # The sink listens after its interpreter starts; the sender retries until it does.
         for _ in range(200):
+            assert sink.poll() is None, "the sink stopped before a sender reached it"
             sent = subprocess.run([sys.executable, "-m", "qos.traffic.transfer", "send", "127.0.0.1", str(port),
-                                   "12345", "--timeout", "10"], capture_output=True, text=True, timeout=30)
+                                   "12345", "--timeout", "10"], capture_output=True, text=True, timeout=60)
             if sent.returncode == 0 or "ConnectionRefused" not in sent.stderr:
                 break
         assert sent.returncode == 0, sent.stderr
