@@ -120,6 +120,7 @@ def add_user_command(args: argparse.Namespace) -> int:
 
 
 def run_gateway_command(args: argparse.Namespace) -> int:
+    import signal
     import threading
 
     from services.gateway import start_gateway
@@ -129,6 +130,11 @@ def run_gateway_command(args: argparse.Namespace) -> int:
 
     from qos.transport import TLSFiles
 
+    # Handlers of its own for Ctrl-C and SIGTERM: a process started in the background by a
+    # script inherits SIGINT ignored, and Python then never raises KeyboardInterrupt.
+    stop, signals = threading.Event(), []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda signum, _frame: (signals.append(signum), stop.set()))
     try:
         tls = tls_from_args(args)
         if bool(args.https_cert) != bool(args.https_key):
@@ -152,7 +158,8 @@ def run_gateway_command(args: argparse.Namespace) -> int:
             print(f"pathmaster gateway: no user {args.login_link!r}; add one with --add-user",
                   file=sys.stderr)
     try:
-        threading.Event().wait()
+        while not stop.wait(3600):
+            pass
     finally:
         handle.stop()
-    return 0
+    return 128 + signals[0]  # as shells report a process a signal stopped (SIGINT: 130)

@@ -194,3 +194,20 @@ def test_a_thumbnail_becomes_a_data_url_of_its_own_type(fmt, kind):
     Image.new("RGB", (8, 8), (200, 100, 50)).save(buffer, format=fmt)
     assert png_data_url(buffer.getvalue()).startswith(f"data:image/{kind};base64,")
     assert png_data_url(b"") == ""
+
+
+@pytest.mark.parametrize("sig, code", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_gateway_command_stops_on_a_signal_even_when_started_with_sigint_ignored(nowhere, tmp_path, sig, code):
+    """A script's background job inherits SIGINT ignored; the gateway still stops on it."""
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "pathmaster", "gateway", "--coordinator", nowhere,
+                             "--port", "0", "--state-dir", str(tmp_path)], stdout=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        assert proc.stdout.readline().startswith("PathMaster page: http://127.0.0.1:")
+    finally:
+        proc.send_signal(getattr(signal, sig))
+        assert proc.wait(timeout=90) == code  # guards against a hang only
