@@ -468,7 +468,8 @@ class SiteIndex:
         abnormal = set(self.vocabulary.abnormal)
         network = (self.embedder.abnormal_probability(embeddings) if self.embedder is not None
                    and embeddings is not None else [None] * len(matches))
-        by_features = ([None] * len(matches) if self.classifier is None or features is None
+        reads_classifier = self.learnt.score in ("classifier", "ensemble")
+        by_features = ([None] * len(matches) if self.classifier is None or features is None or not reads_classifier
                        else self.classifier.abnormal_probability(self._normalization.apply(np.atleast_2d(features))))
         return [self.learnt.abnormal_score(p, neighbour_share([m.diagnosis for m in row], abnormal, self.learnt.k), c)
                 for p, row, c in zip(network, matches, by_features)]
