@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import cv2
 import numpy as np
-from skimage.morphology import local_maxima, local_minima
+
+from pathmaster.morphology import regional_maxima
 
 from .catalog import Feature
 from .geometry import count_pieces
@@ -210,8 +211,10 @@ def local_extrema_counts(cell: CellRegions) -> dict[str, float]:
     """
     values: dict[str, float] = {}
     grey = cell.image.sum(axis=2, dtype=np.int32)
-    for kind, find in (("maxima", local_maxima), ("minima", local_minima)):
-        extrema = find(grey, connectivity=2, allow_borders=True)
+    # skimage's local_maxima / local_minima (connectivity 2, borders allowed), by OpenCV:
+    # the minima are the maxima of the grey levels turned upside down.
+    for kind, upright in (("maxima", grey), ("minima", 3 * 255 - grey)):
+        extrema = regional_maxima(upright)
         values[f"cytoplasm_local_{kind}"] = float(count_pieces(extrema & cell.cytoplasm))
     return values
 

@@ -1,5 +1,7 @@
-"""The faster paths of an upload's analysis give the reference's numbers: the network's
-NumPy inference against `embedding.forward`, on random and on real cells' patches."""
+"""The faster paths of an upload's analysis give the reference's numbers, on synthetic and
+on real cells: the network's NumPy inference against `embedding.forward`, the patch it
+sees against its definition, the cytoplasm's extrema against scikit-image's, the shape
+moments against regionprops'."""
 
 from __future__ import annotations
 
@@ -13,18 +15,14 @@ from pathmaster import embedding as emb
 
 
 def weights(seed: int, n_classes: int = 3) -> dict:
-    """Random weights of `embedding.forward`, biases included (either sign: the pooling
-    runs before the bias and ReLU in the fast path, which must not matter)."""
+    """`learn.init_params`' weights with random biases of either sign (it starts them at 0;
+    the pooling runs before the bias and ReLU in the fast path, which must not matter)."""
+    from pathmaster.learn import init_params  # NumPy only: JAX is imported by training
+
+    params = init_params(seed, n_classes)
     rng = np.random.default_rng(seed)
-    params, c_in = {}, 3
-    for i, c_out in enumerate(emb.CHANNELS):
-        params[f"conv{i}_w"] = rng.normal(0, np.sqrt(2 / (9 * c_in)), (3, 3, c_in, c_out)).astype(np.float32)
-        params[f"conv{i}_b"] = rng.normal(0, 0.3, c_out).astype(np.float32)
-        c_in = c_out
-    params["embed_w"] = rng.normal(0, np.sqrt(2 / c_in), (c_in, emb.EMBEDDING_DIM)).astype(np.float32)
-    params["embed_b"] = rng.normal(0, 0.1, emb.EMBEDDING_DIM).astype(np.float32)
-    params["head_w"] = rng.normal(0, 0.1, (emb.EMBEDDING_DIM, n_classes)).astype(np.float32)
-    params["head_b"] = rng.normal(0, 0.1, n_classes).astype(np.float32)
+    for name in [name for name in params if name.endswith("_b")]:
+        params[name] = rng.normal(0, 0.3, params[name].shape).astype(np.float32)
     return params
 
 
@@ -87,3 +85,62 @@ def test_embed_equals_the_forward_pass_on_real_cells(herlev_224_dev):
     assert len(patches) >= 20
     model = emb.Embedder(weights(7), ["a", "b", "c"], np.array([False, True, True]))
     assert np.array_equal(model.embed(patches), reference_embed(model, patches))
+
+
+def reference_patch(image: np.ndarray, background: np.ndarray, size: int = emb.PATCH_PX) -> np.ndarray:
+    """`embedding.cell_patch` as its docstring defines it, computed per pixel in float32."""
+    import cv2
+
+    h, w = image.shape[:2]
+    white = np.maximum(np.median(background.reshape(-1, 3), axis=0).astype(np.float32), 1.0)
+    side = max(h, w)
+    canvas = np.ones((side, side, 3), np.float32)
+    top, left = (side - h) // 2, (side - w) // 2
+    canvas[top:top + h, left:left + w] = image.astype(np.float32) / white
+    scaled = np.clip(canvas * 200.0, 0, 255).astype(np.uint8)
+    return cv2.resize(scaled, (size, size), interpolation=cv2.INTER_AREA if side >= size else cv2.INTER_LINEAR)
+
+
+def check_cell(image: np.ndarray, background: np.ndarray, mask: np.ndarray) -> None:
+    """The patch, the extrema and the shape moments of one cell equal their references."""
+    from skimage import measure, morphology
+
+    from pathmaster.features.geometry import ellipse, largest_piece
+    from pathmaster.features.regions import crop_regions
+    from pathmaster.morphology import regional_maxima
+
+    assert np.array_equal(emb.cell_patch(image, background), reference_patch(image, background))
+    crop = crop_regions(image, background, mask)
+    grey = crop.image.sum(axis=2, dtype=np.int32)
+    assert np.array_equal(regional_maxima(grey), morphology.local_maxima(grey, connectivity=2, allow_borders=True))
+    assert np.array_equal(regional_maxima(765 - grey), morphology.local_minima(grey, connectivity=2,
+                                                                                allow_borders=True))
+    for region in (crop.nucleus, crop.cell):
+        piece = largest_piece(region)
+        props, ours = measure.regionprops(piece.astype(np.uint8))[0], ellipse(piece)
+        assert ours.area == props.area and ours.box == props.slice and ours.centroid == props.centroid
+        # The eigenvalues to rounding: OpenCV's central moments come from the raw ones.
+        np.testing.assert_allclose(ours.eigenvalues, props.inertia_tensor_eigvals, rtol=1e-9, atol=1e-9)
+        assert ours.eccentricity == pytest.approx(props.eccentricity, rel=1e-9, abs=1e-6)
+        assert ours.major_axis == pytest.approx(props.axis_major_length, rel=1e-9)
+        assert ours.minor_axis == pytest.approx(props.axis_minor_length, rel=1e-9, abs=1e-6)
+
+
+def test_patch_extrema_and_moments_equal_their_references_on_synthetic_cells():
+    from pathmaster.records import DIAGNOSES
+    from pathmaster.site import analyse_cell
+    from pathmaster.synth import cell_rng, synth_cell
+
+    for i, diagnosis in enumerate(DIAGNOSES):
+        cell = synth_cell(diagnosis, cell_rng(31, i))
+        check_cell(cell.image, cell.background, cell.mask)
+        analysis = analyse_cell(cell.image)  # as an upload: mask and slide estimated
+        check_cell(cell.image, analysis.background, analysis.mask)
+
+
+def test_patch_extrema_and_moments_equal_their_references_on_real_uploads(herlev_224_dev):
+    from pathmaster.site import analyse_cell
+
+    for image in real_uploads(herlev_224_dev):
+        analysis = analyse_cell(image)
+        check_cell(image, analysis.background, analysis.mask)
