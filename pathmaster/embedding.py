@@ -236,7 +236,8 @@ class Embedder:
 
     def embed(self, patches: np.ndarray) -> np.ndarray:
         """Embeddings (m, EMBEDDING_DIM) float32 of uint8 patches (m, S, S, 3), each the mean
-        over its 8 rotations and flips."""
+        over its 8 rotations and flips of `forward`'s embedding (by `_embed_views`, the
+        same numbers in about half the CPU)."""
         patches = np.asarray(patches)
         if patches.ndim == 3:
             patches = patches[None]
