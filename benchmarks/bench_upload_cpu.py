@@ -18,14 +18,27 @@ temporary worktree, and this working tree), `rounds` times in alternation, so ma
 noise hits both alike; each round's medians and their ratio are printed, then the
 median over rounds.
 
-Measured on the shared 2-core VM at load average 10-11 (`--every 10 --repeats 5 --rounds 3`,
-47 uploads), 7279475 -> this branch (LBP by NumPy, the perimeter by OpenCV, letter-box bars
-and the slide's lift found cheaper: same bits; nucleoli at the nucleus's scale): analyse
-34.4 -> 30.4 ms (x1.13; rounds x1.18, x1.13, x1.07), learnt 9.1 ms either way, total 44.2
--> 39.3 ms. At that load the learnt part takes 9.1 ms where it takes 4.9 ms on a quiet
-machine; `benchmarks/bench_uploads.py --every 2` gave the same Dice before and after.
-Again after merging main, `--every 5` (93 uploads), load 12-22: analyse 32.9 -> 28.4 ms
-(x1.16; rounds x1.14, x1.23, x1.08), learnt 8.3 -> 8.8 ms, total 41.1 -> 37.4 ms.
+Where the CPU of an upload went at 152bf4d (19 uploads, per-function CPU clocks at load ~3,
+so ~10% above the quiet figures): the segmentation and blank-slide
+estimate ~14 ms (three passes of `_cell_and_nucleus` ~6.8, `_clear_glass` ~2.4, lamp fits
+~1.8, nucleoli ~0.9), the features ~10 ms (geometry ~3.2, nuclear texture ~3.2, density
+~2.8), the patch ~0.9 ms; the network ~7.8 ms, ~4 of them its first convolution, mostly
+page faults of fresh im2col and output arrays. Page faults are a large share throughout:
+a 224 px upload touches ~1,500 new 4 KB pages (`resource.getrusage` minor faults), as
+glibc hands freed arrays back to the system and faults them in again; with
+MALLOC_TRIM_THRESHOLD_=64 MB and MALLOC_MMAP_THRESHOLD_=32 MB in the environment (one round,
+`--every 20`, load 9) uploads took 25.7 / 24.0 ms to analyse (before / after) instead of
+28.8 / 29.4 ms, and the network before 4.8 ms instead of 8.8.
+
+Measured on the shared 2-core VM (load average 6-7 from other work; `--every 5 --repeats 5
+--rounds 3`, 93 uploads), 152bf4d -> b2b54e3 (the network's inference in reused per-thread
+buffers, pooling before its bias and ReLU; the patch from a table; regional extrema and
+shape moments by OpenCV; optical density in place): analyse 27.7 -> 26.9 ms (x1.03; rounds
+x1.03, x0.91, x1.03), learnt 8.5 -> 3.7 ms (x2.27), total 36.2 -> 30.7 ms (x1.18; rounds
+x1.18, x1.05, x1.20). The embedding, abnormal probability, patch, mask and blank slide are
+the same bits, the features the same to 5.6e-12 (`check_identical_outputs.py --rtol 1e-9
+--atol 1e-9`, every case); the analysis gains less than its parts did alone because it
+now faults in the pages the network's freed arrays used to leave it.
 """
 
 from __future__ import annotations
@@ -45,7 +58,7 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-BASELINE = "7279475"  # the tree this work started from
+BASELINE = "152bf4d"  # the tree this work started from
 SHARED = Path(os.environ.get("PATHMASTER_SHARED", REPO.parent / "shared"))
 PARTS = ("analyse", "learnt", "total")
 

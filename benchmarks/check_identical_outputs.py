@@ -22,6 +22,11 @@ vector with ``np.array_equal`` (no tolerance). Cases, each cell fed as the produ
 - the realistic uploads (../shared/data/herlev-224-dev: 224 px JPEG, letter-boxed, no mask
   or slide) as ``analyse_cell(image)``.
 
+For the uploads also the patch a learnt network sees and that network's embedding and
+abnormal probability (weights drawn from a fixed seed, `_network`). With ``--rtol`` /
+``--atol``, float arrays that differ by no more (``np.allclose``) are counted apart, for
+changes that are exact only to floating-point rounding.
+
 Prints the number of cells compared per case and every difference; exit status 1 on any.
 """
 
@@ -46,7 +51,23 @@ UPLOADS = REPO.parent / "shared" / "data" / "herlev-224-dev"
 
 
 def _outputs(analysis) -> dict[str, np.ndarray]:
-    return {"mask": analysis.mask, "background": analysis.background, "features": analysis.features}
+    outputs = {"mask": analysis.mask, "background": analysis.background, "features": analysis.features}
+    if getattr(analysis, "patch", None) is not None:  # what a learnt network sees
+        outputs["patch"] = analysis.patch
+    return outputs
+
+
+def _network():
+    """An `Embedder` with `learn.init_params`' weights and random biases (it starts them at
+    0): a site's own network is learnt, and what is compared does not depend on which."""
+    from pathmaster import embedding as emb
+    from pathmaster.learn import init_params
+
+    params = init_params(0, 2)
+    rng = np.random.default_rng(0)
+    for name in [name for name in params if name.endswith("_b")]:
+        params[name] = rng.normal(0, 0.3, params[name].shape).astype(np.float32)
+    return emb.Embedder(params, ["normal", "abnormal"], np.array([False, True]))
 
 
 def dump(out: Path, synthetic: int, herlev: Path | None, uploads: Path | None = None) -> None:
@@ -89,32 +110,46 @@ def dump(out: Path, synthetic: int, herlev: Path | None, uploads: Path | None = 
     if uploads is not None and uploads.is_dir():
         from PIL import Image
 
+        network = _network()
         for i, path in enumerate(sorted(uploads.glob("*/*.jpg"))):
-            keep("herlev-224-upload", i, _outputs(analyse_cell(np.asarray(Image.open(path).convert("RGB")))))
+            analysis = analyse_cell(np.asarray(Image.open(path).convert("RGB")))
+            outputs = _outputs(analysis)
+            if analysis.patch is not None:  # the learnt part, as a site and the coordinator run it
+                outputs["embedding"] = network.embed(analysis.patch)
+                outputs["abnormal_probability"] = network.abnormal_probability(outputs["embedding"])
+            keep("herlev-224-upload", i, outputs)
     np.savez_compressed(out, **arrays)
 
 
-def compare(before: Path, after: Path) -> int:
-    """Print the cells compared per case and every array that differs; the number that differ."""
+def compare(before: Path, after: Path, rtol: float = 0.0, atol: float = 0.0) -> int:
+    """Print the cells compared per case and every array that differs; the number that
+    differ beyond ``np.allclose(before, after, rtol, atol)`` (0, 0: any bit). Arrays that
+    differ within it are counted apart, with the largest difference."""
     old, new = np.load(before), np.load(after)
     if set(old.files) != set(new.files):
         print(f"different cases: only before {sorted(set(old.files) - set(new.files))[:5]}, "
               f"only after {sorted(set(new.files) - set(old.files))[:5]}")
         return 1
     cells: dict[str, set] = {}
-    differ = 0
+    differ, close, closest = 0, 0, 0.0
     for key in sorted(old.files):
         case, index, _ = key.split("/")
         cells.setdefault(case, set()).add(index)
         a, b = old[key], new[key]
         if a.dtype != b.dtype or not np.array_equal(a, b):
+            if a.shape == b.shape and a.dtype.kind == "f" and b.dtype.kind == "f" and np.allclose(a, b, rtol, atol):
+                close += 1
+                closest = max(closest, float(np.max(np.abs(a.astype(float) - b))))
+                continue
             differ += 1
             detail = "" if a.shape != b.shape or a.dtype != b.dtype else \
                 f", {np.count_nonzero(a != b)} of {a.size} values, max |diff| {np.max(np.abs(a.astype(float) - b)):.3g}"
             print(f"DIFFERS {key}: {a.dtype}{a.shape} vs {b.dtype}{b.shape}{detail}")
     for case, indices in cells.items():
         print(f"{case}: {len(indices)} cells compared")
-    print(f"{len(old.files)} arrays compared, {differ} differ" + ("" if differ else ": bit-identical"))
+    within = f", {close} more within rtol {rtol:g} + atol {atol:g} (max |diff| {closest:.3g})" if close else ""
+    print(f"{len(old.files)} arrays compared, {differ} differ{within}"
+          + ("" if differ or close else ": bit-identical"))
     return differ
 
 
@@ -127,9 +162,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dump", type=Path, metavar="NPZ", help="only write this tree's outputs to NPZ")
     parser.add_argument("--compare", type=Path, nargs=2, metavar=("BEFORE", "AFTER"),
                         help="only compare two --dump files")
+    parser.add_argument("--rtol", type=float, default=0.0,
+                        help="float arrays within np.allclose(rtol, atol) are counted apart, not as differing")
+    parser.add_argument("--atol", type=float, default=0.0)
     args = parser.parse_args(argv)
     if args.compare:
-        return 1 if compare(*args.compare) else 0
+        return 1 if compare(*args.compare, args.rtol, args.atol) else 0
     if args.dump:
         dump(args.dump, args.synthetic, args.herlev, args.uploads)
         return 0
@@ -149,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
                                env={**os.environ, "PYTHONPATH": str(tree)}, check=True, timeout=3600)
         finally:
             subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(old_tree)], check=False)
-        return 1 if compare(Path(tmp) / "before.npz", Path(tmp) / "after.npz") else 0
+        return 1 if compare(Path(tmp) / "before.npz", Path(tmp) / "after.npz", args.rtol, args.atol) else 0
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from skimage import filters, morphology
 FOOTPRINT_RADIUS_PX = 12
 
 _CROSS = np.array([[0, 1, 0], [1, 1, 1], [0, 1, 0]], dtype=np.uint8)  # scipy.ndimage's default structure
+_SQUARE = np.ones((3, 3), dtype=np.uint8)  # 8-connected neighbours
 
 
 def gaussian_smooth(image: np.ndarray, sigma: float) -> np.ndarray:
@@ -204,6 +205,47 @@ def shrink(binary: np.ndarray, steps: int, border_value: int = 0) -> np.ndarray:
                      borderValue=int(bool(border_value))).view(bool)
 
 
+def regional_maxima(image: np.ndarray) -> np.ndarray:
+    """The regional maxima of an integer image, 8-connected, by OpenCV.
+
+    Parameters
+    ----------
+    image : ndarray of int, shape (H, W)
+        Values 0 to 65534.
+
+    Returns
+    -------
+    ndarray of bool, shape (H, W)
+        ``skimage.morphology.local_maxima(image, connectivity=2, allow_borders=True)``,
+        pixel for pixel: the 8-connected plateaus of one value whose every neighbour is
+        lower, the image taken to hold its least value all round.
+
+    Notes
+    -----
+    A pixel no neighbour exceeds (the image equals its 3x3 dilation) may belong to a
+    maximum; two such pixels side by side are equal, so the 8-connected pieces of them
+    lie within plateaus. A piece is a whole plateau, and so a maximum, unless some pixel
+    of it has an equal neighbour outside the candidates (the rest of its plateau, which
+    a higher pixel touches): a second dilation of the other pixels, raised by one so that
+    0 means none, finds those. Two dilations and a labelling, where scikit-image floods
+    every plateau pixel by pixel (~0.5 ms on a 200 px cell, ~5x this).
+    """
+    values = np.ascontiguousarray(image, dtype=np.uint16)
+    candidate = cv2.dilate(values, _SQUARE, borderType=cv2.BORDER_CONSTANT, borderValue=0) == values
+    others = np.where(candidate, 0, values + np.uint16(1)).astype(np.uint16)
+    spoilt = candidate & (cv2.dilate(others, _SQUARE, borderType=cv2.BORDER_CONSTANT, borderValue=0) == values + 1)
+    # Beyond the border scikit-image pads with the image's least value, a neighbour that is
+    # not a maximum: it spoils a plateau of that value touching the border.
+    edge = np.zeros(values.shape, dtype=bool)
+    edge[[0, -1], :] = edge[:, [0, -1]] = True
+    spoilt |= candidate & edge & (values == values.min())
+    count, labels = cv2.connectedComponents(candidate.view(np.uint8), connectivity=8, ltype=cv2.CV_32S)
+    rejected = np.zeros(count, dtype=bool)
+    rejected[labels[spoilt]] = True
+    rejected[0] = True  # label 0: not a candidate
+    return ~rejected[labels]
+
+
 def fill_holes(binary: np.ndarray) -> np.ndarray:
     """The image with its holes filled, by one labelling.
 
@@ -261,14 +303,20 @@ def channel_percentile(pixels: np.ndarray, q: float, where: np.ndarray | None = 
         if pixels.dtype != np.uint8 or where.size >= 2**24:  # OpenCV counts in float32: exact below 2^24
             return channel_percentile(pixels[where], q)
         mask = np.ascontiguousarray(where, dtype=bool).view(np.uint8)
-        image = np.ascontiguousarray(pixels)
-        histograms = [cv2.calcHist([image], [channel], mask, [256], [0, 256]).ravel()
-                      for channel in range(image.shape[2])]
-        return _percentile_of_histograms(histograms, q)
+        return _percentile_of_histograms(_channel_histograms(pixels, mask), q)
     if pixels.dtype != np.uint8 or pixels.ndim != 2 or len(pixels) == 0:
         return np.percentile(pixels, q, axis=0).astype(np.float64)
+    if len(pixels) < 2**24:  # counted by OpenCV (~2x faster than np.bincount of each column)
+        return _percentile_of_histograms(_channel_histograms(pixels[:, None, :], None), q)
     return _percentile_of_histograms([np.bincount(pixels[:, channel], minlength=256)
                                       for channel in range(pixels.shape[1])], q)
+
+
+def _channel_histograms(image: np.ndarray, mask: np.ndarray | None) -> list:
+    """Grey-level counts (256,) float32 of each channel of a uint8 (H, W, C) image, of the
+    pixels where ``mask`` (uint8 (H, W) or None: all) is set, by ``cv2.calcHist``."""
+    image = np.ascontiguousarray(image)
+    return [cv2.calcHist([image], [channel], mask, [256], [0, 256]).ravel() for channel in range(image.shape[2])]
 
 
 def _percentile_of_histograms(histograms: list, q: float) -> np.ndarray:

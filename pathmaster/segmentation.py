@@ -398,8 +398,12 @@ def _bounding_box(region: np.ndarray, margin: int) -> tuple[slice, slice]:
 def _normalise_to_lamp(image: np.ndarray, background: np.ndarray) -> np.ndarray:
     """Image divided by its blank slide, rescaled to a white lamp, so colour deconvolution
     sees the stain and not the lamp's tint and vignetting."""
-    ratio = (image.astype(np.float64) + 1.0) / (background.astype(np.float64) + 1.0)
-    return np.clip(ratio, 0, 1)
+    ratio = image.astype(np.float64)  # (image + 1) / (background + 1), in place
+    ratio += 1.0
+    lamp = background.astype(np.float64)
+    lamp += 1.0
+    ratio /= lamp
+    return np.clip(ratio, 0, 1, out=ratio)
 
 
 def _nucleoli(eosin: np.ndarray, nucleus: np.ndarray) -> np.ndarray:
@@ -484,7 +488,10 @@ def _clear_glass(image: np.ndarray) -> np.ndarray:
     # either way, without converting the whole (H, W, 3) image first.
     total = np.add(image[..., 0], image[..., 1], dtype=np.float64)
     level = gaussian_smooth(np.add(total, image[..., 2], out=total), 1.5)
-    noise = 1.4826 * np.median(np.abs(level - gaussian_smooth(level, 3.0))) + 1e-6
+    # |level - its smoothing|, in the smoothing's array; the median may reorder it.
+    deviation = gaussian_smooth(level, 3.0)
+    np.subtract(level, deviation, out=deviation)
+    noise = 1.4826 * np.median(np.abs(deviation, out=deviation), overwrite_input=True) + 1e-6
     # The envelope is smooth: a grid of ~4000 pixels pins it down as well as all of them.
     height, width = level.shape
     stride = max(1, int(np.sqrt(level.size / 4000)))

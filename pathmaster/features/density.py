@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import cv2
 import numpy as np
-from skimage.morphology import local_maxima, local_minima
+
+from pathmaster.morphology import regional_maxima
 
 from .catalog import Feature
 from .geometry import count_pieces
@@ -119,11 +120,15 @@ def optical_density(image: np.ndarray, background: np.ndarray) -> np.ndarray:
         lamp = np.log10(np.maximum(background[0, 0].astype(np.float64), INTENSITY_FLOOR))
         table = np.maximum(lamp - _LOG10_GREY[:, None], 0.0)  # (256, C)
         return cv2.LUT(np.ascontiguousarray(image), np.ascontiguousarray(table[None]))
-    else:
-        smooth = cv2.GaussianBlur(background.astype(np.float32), (0, 0), BACKGROUND_SIGMA_PX)
-        lamp = np.log10(np.maximum(smooth.astype(np.float64), INTENSITY_FLOOR))
+    # One float64 array carries the lamp to the OD, each step in place (the same
+    # operations as fresh arrays): every (H, W, 3) float64 temporary of a 224 px upload is
+    # 1.2 MB of new pages, which cost about as much CPU to fault in as the arithmetic.
+    smooth = cv2.GaussianBlur(background.astype(np.float32), (0, 0), BACKGROUND_SIGMA_PX)
+    od = smooth.astype(np.float64)
+    np.maximum(od, INTENSITY_FLOOR, out=od)
+    np.log10(od, out=od)
     # cv2.LUT reads the same table as _LOG10_GREY[image], several times faster.
-    od = lamp - cv2.LUT(np.ascontiguousarray(image), _LOG10_GREY)
+    np.subtract(od, cv2.LUT(np.ascontiguousarray(image), _LOG10_GREY), out=od)
     return np.maximum(od, 0.0, out=od)
 
 
@@ -210,8 +215,10 @@ def local_extrema_counts(cell: CellRegions) -> dict[str, float]:
     """
     values: dict[str, float] = {}
     grey = cell.image.sum(axis=2, dtype=np.int32)
-    for kind, find in (("maxima", local_maxima), ("minima", local_minima)):
-        extrema = find(grey, connectivity=2, allow_borders=True)
+    # skimage's local_maxima / local_minima (connectivity 2, borders allowed), by OpenCV:
+    # the minima are the maxima of the grey levels turned upside down.
+    for kind, upright in (("maxima", grey), ("minima", 3 * 255 - grey)):
+        extrema = regional_maxima(upright)
         values[f"cytoplasm_local_{kind}"] = float(count_pieces(extrema & cell.cytoplasm))
     return values
 

@@ -1,8 +1,9 @@
 """Size and shape of the nucleus and the whole cell, N/C ratio and nucleoli.
 
-Shape measures come from scikit-image's regionprops (area, eccentricity, axis lengths),
-its perimeter (`perimeter`: the same numbers, counted by OpenCV) and OpenCV (contours; the
-convex hull of the pixel outlines, which gives solidity and the Feret diameters).
+Shape measures are scikit-image regionprops' (area, centroid, eccentricity, axis lengths,
+from the piece's moments: `ellipse`; perimeter: `perimeter`), computed by OpenCV, and
+OpenCV's (contours; the convex hull of the pixel outlines, which gives solidity and the
+Feret diameters).
 When a region falls apart into several pieces (a binucleate cell, a stray mask pixel),
 its shape is that of its largest piece; the N/C ratio and nucleolus measures use every
 pixel of the regions.
@@ -10,9 +11,11 @@ pixel of the regions.
 
 from __future__ import annotations
 
+from math import sqrt
+from typing import NamedTuple
+
 import cv2
 import numpy as np
-from skimage import measure
 
 from pathmaster.morphology import shrink
 
@@ -85,6 +88,61 @@ def perimeter(piece: np.ndarray) -> float:
     codes = cv2.filter2D(border.view(np.uint8), cv2.CV_16S, _PERIMETER_CODES, borderType=cv2.BORDER_CONSTANT)
     return float(np.bincount(codes.ravel(), minlength=50) @ _PERIMETER_WEIGHTS)
 
+
+
+class Ellipse(NamedTuple):
+    """What a piece's moments up to the second give: area (px^2), bounding box (row and
+    column slices), centroid (row, col, px) and the inertia tensor's eigenvalues (px^2,
+    ``first >= second >= 0``: the variances along the equivalent ellipse's axes)."""
+
+    area: float
+    box: tuple[slice, slice]
+    centroid: tuple[float, float]
+    eigenvalues: tuple[float, float]
+
+    @property
+    def eccentricity(self) -> float:
+        first, second = self.eigenvalues
+        return 0.0 if first == 0 else sqrt(1 - second / first)
+
+    @property
+    def major_axis(self) -> float:
+        return 4 * sqrt(self.eigenvalues[0])
+
+    @property
+    def minor_axis(self) -> float:
+        return 4 * sqrt(self.eigenvalues[1])
+
+
+def ellipse(piece: np.ndarray) -> Ellipse:
+    """The moments of a non-empty boolean piece, by OpenCV.
+
+    Parameters
+    ----------
+    piece : ndarray of bool, shape (h, w)
+
+    Returns
+    -------
+    Ellipse
+        scikit-image regionprops' ``area``, ``slice``, ``centroid``,
+        ``inertia_tensor_eigvals`` (so ``eccentricity``, ``axis_major_length``,
+        ``axis_minor_length``) of the piece: area, box and centroid the same numbers
+        (integer sums, one division), the eigenvalues to floating-point rounding (~1e-12
+        px^2: OpenCV forms the central moments from the raw ones, scikit-image from the
+        pixels' offsets). regionprops took ~0.7 ms a piece on a 224 px upload, this ~0.1.
+    """
+    pixels = piece.view(np.uint8)
+    moments = cv2.moments(pixels, binaryImage=True)
+    area = moments["m00"]
+    left, top, width, height = cv2.boundingRect(pixels)
+    # regionprops' inertia tensor [[mu02, -mu11], [-mu11, mu20]] / mu00 (rows, columns);
+    # its eigenvalues in closed form (regionprops: numpy.linalg.eigvalsh), a negative
+    # one from rounding clipped to 0 as regionprops clips it.
+    rows, cross, cols = moments["mu02"] / area, -moments["mu11"] / area, moments["mu20"] / area
+    half_sum, radius = (rows + cols) / 2, sqrt(4 * cross * cross + (rows - cols) ** 2) / 2
+    return Ellipse(float(area), (slice(top, top + height), slice(left, left + width)),
+                   (moments["m01"] / area, moments["m10"] / area),
+                   (max(half_sum + radius, 0.0), max(half_sum - radius, 0.0)))
 
 
 def count_pieces(region: np.ndarray) -> int:
@@ -173,10 +231,10 @@ def contour_irregularity(piece: np.ndarray, centroid_rc: tuple[float, float]) ->
     return values
 
 
-def _shape(piece: np.ndarray, name: str) -> tuple[dict[str, float], object]:
-    """Size and shape of one connected piece; also returns its regionprops."""
-    props = measure.regionprops(piece.astype(np.uint8))[0]
-    area, length = float(props.area), perimeter(piece[props.slice])
+def _shape(piece: np.ndarray, name: str) -> tuple[dict[str, float], Ellipse]:
+    """Size and shape of one connected piece; also returns its `ellipse`."""
+    props = ellipse(piece)
+    area, length = props.area, perimeter(piece[props.box])
     # The outline hull serves solidity and both Feret diameters at once; regionprops
     # would rasterise a convex hull image for each, several times slower.
     hull = outline_hull(piece)
@@ -186,10 +244,10 @@ def _shape(piece: np.ndarray, name: str) -> tuple[dict[str, float], object]:
         f"{name}_perimeter": length,
         # regionprops gives a perimeter of 0 for a single pixel; call that a disk.
         f"{name}_form_factor": 4.0 * np.pi * area / length**2 if length > 0 else 1.0,
-        f"{name}_eccentricity": float(props.eccentricity),
+        f"{name}_eccentricity": props.eccentricity,
         f"{name}_solidity": area / cv2.contourArea(hull.astype(np.float32)),
-        f"{name}_major_axis": float(props.axis_major_length),
-        f"{name}_minor_axis": float(props.axis_minor_length),
+        f"{name}_major_axis": props.major_axis,
+        f"{name}_minor_axis": props.minor_axis,
         f"{name}_feret_max": feret_max,
         f"{name}_feret_min": feret_min,
     }

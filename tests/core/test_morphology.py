@@ -9,8 +9,8 @@ from scipy import ndimage as ndi
 from skimage import exposure, filters, morphology
 
 from pathmaster.morphology import (FOOTPRINT_RADIUS_PX, channel_percentile, fill_holes, gaussian_smooth,
-                                   grey_histogram, grow, label_pieces, open_with_disk, shrink, threshold_multiotsu,
-                                   threshold_otsu, white_tophat_disk)
+                                   grey_histogram, grow, label_pieces, open_with_disk, regional_maxima, shrink,
+                                   threshold_multiotsu, threshold_otsu, white_tophat_disk)
 
 
 def blobs(rng: np.random.Generator, shape=(37, 45)) -> np.ndarray:
@@ -86,3 +86,24 @@ def test_channel_percentile_equals_numpys(n):
     image = rng.integers(0, 256, (40, 50, 3)).astype(np.uint8)
     where = rng.random((40, 50)) < 0.3
     np.testing.assert_array_equal(channel_percentile(image, 1, where=where), np.percentile(image[where], 1, axis=0))
+
+
+@pytest.mark.filterwarnings("ignore:maxima can't exist")
+def test_regional_maxima_equal_scikit_images_local_maxima_and_minima():
+    """Random images with wide plateaus (few grey levels, blocks), one value or a line of
+    pixels included: the maxima, and the minima as maxima upside down, pixel for pixel."""
+    rng = np.random.default_rng(13)
+    found = 0
+    for trial in range(400):
+        shape = tuple(int(v) for v in rng.integers(1, 40, size=2))
+        levels = int(rng.choice([1, 2, 3, 6, 766]))
+        image = rng.integers(0, levels, shape).astype(np.int32)
+        if trial % 3 == 0:  # 2 x 2 blocks: plateaus that touch one another and the border
+            image = np.kron(image, np.ones((2, 2), np.int32))[: shape[0], : shape[1]]
+        expected = morphology.local_maxima(image, connectivity=2, allow_borders=True)
+        np.testing.assert_array_equal(regional_maxima(image), expected, err_msg=f"trial {trial}")
+        np.testing.assert_array_equal(regional_maxima(765 - image),
+                                      morphology.local_minima(image, connectivity=2, allow_borders=True))
+        found += int(expected.any())
+    assert found > 300  # most images have maxima: the comparison saw some
+    assert not regional_maxima(np.full((5, 7), 9)).any()  # one value all round: no maximum
