@@ -31,14 +31,17 @@ MALLOC_TRIM_THRESHOLD_=64 MB and MALLOC_MMAP_THRESHOLD_=32 MB in the environment
 28.8 / 29.4 ms, and the network before 4.8 ms instead of 8.8.
 
 Measured on the shared 2-core VM (load average 6-7 from other work; `--every 5 --repeats 5
---rounds 3`, 93 uploads), 152bf4d -> b2b54e3 (the network's inference in reused per-thread
-buffers, pooling before its bias and ReLU; the patch from a table; regional extrema and
-shape moments by OpenCV; optical density in place): analyse 27.7 -> 26.9 ms (x1.03; rounds
-x1.03, x0.91, x1.03), learnt 8.5 -> 3.7 ms (x2.27), total 36.2 -> 30.7 ms (x1.18; rounds
-x1.18, x1.05, x1.20). The embedding, abnormal probability, patch, mask and blank slide are
-the same bits, the features the same to 5.6e-12 (`check_identical_outputs.py --rtol 1e-9
---atol 1e-9`, every case); the analysis gains less than its parts did alone because it
-now faults in the pages the network's freed arrays used to leave it.
+--rounds 3`, 93 uploads), 152bf4d -> 8f6ddae (the network's inference in reused buffers,
+pooling before its bias and ReLU; the patch from a table; regional extrema and shape
+moments by OpenCV; optical density in place): analyse 25.8 -> 26.8 ms (x0.96; rounds x1.00,
+x0.96, x0.91), learnt 8.5 -> 3.8 ms (x2.21), total 35.1 -> 30.9 ms (x1.14; rounds x1.14,
+x1.11, x1.08); at b2b54e3 (buffers per thread) total x1.18, analyse x1.03. The analysis
+without the network beside it takes ~1.1 ms less (29.3 -> 28.2 ms, 24 uploads, load 9),
+but within the benchmark it now faults in ~1,450 pages an upload where it faulted ~150-900:
+the network no longer frees 2.6 MB arrays, which raised glibc's trim threshold for the
+whole process. The embedding, abnormal probability, patch, mask and blank slide are the
+same bits, the features the same to 5.6e-12 (`check_identical_outputs.py --rtol 1e-9
+--atol 1e-9`, every case).
 """
 
 from __future__ import annotations

@@ -22,10 +22,10 @@ inference runtime (onnxruntime, TFLite) would be another dependency of every rol
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import io
-import threading
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,39 +113,55 @@ def _pool2(x, xp):
     return x.reshape(n, h // 2, 2, w // 2, 2, c).max(axis=(2, 4))
 
 
-# Buffers of one thread's `Embedder.embed` calls (~8 MB: the im2col matrices and layer
-# outputs of one patch's 8 views), reused from call to call: fresh arrays of that size
-# cost as much again in page faults as the arithmetic done in them.
-_WORKSPACE = threading.local()
+# Buffers for `Embedder.embed` (~10 MB a set: the im2col matrices and layer outputs of one
+# patch's 8 views), reused from call to call: fresh arrays of that size cost as much again
+# in page faults as the arithmetic done in them. A call takes a set from the free ones (or
+# makes one) and gives it back, so as many sets exist as calls ran at once, and at most
+# KEPT_WORKSPACES stay: memory does not grow with the threads that ever embedded.
+KEPT_WORKSPACES = 2
+_free_workspaces: list[dict] = []  # list.pop and list.append are atomic: no lock to hold over a fork
 
 
-def _buffer(name: str, shape: tuple[int, ...]) -> np.ndarray:
-    """This thread's float32 buffer ``name`` of ``shape``, made (as zeros) on first use:
+@contextlib.contextmanager
+def _workspace():
+    """A set of buffers (name -> float32 array) for one call, returned to the free ones after."""
+    try:
+        buffers = _free_workspaces.pop()
+    except IndexError:
+        buffers = {}
+    try:
+        yield buffers
+    finally:
+        if len(_free_workspaces) < KEPT_WORKSPACES:
+            _free_workspaces.append(buffers)
+
+
+def _buffer(buffers: dict, name: str, shape: tuple[int, ...]) -> np.ndarray:
+    """The float32 buffer ``name`` of ``shape`` in a workspace, made (as zeros) on first use:
     callers overwrite what they read, so a padded buffer's border stays zero."""
-    buffers = _WORKSPACE.__dict__.setdefault("buffers", {})
     buffer = buffers.get(name)
     if buffer is None or buffer.shape != shape:
         buffer = buffers[name] = np.zeros(shape, np.float32)
     return buffer
 
 
-def _views_padded(patch: np.ndarray) -> np.ndarray:
+def _views_padded(buffers: dict, patch: np.ndarray) -> np.ndarray:
     """The network's input for one uint8 patch (S, S, 3): its 8 views (`dihedral`'s order)
     as float32 / 200 - 0.75 (what `forward` subtracts), with the zero border of the first
-    convolution: (8, S + 2, S + 2, 3), a buffer of this thread. Scaled once before the
-    views are taken (a rotation moves pixels, it does not change them)."""
+    convolution: (8, S + 2, S + 2, 3), a buffer of the workspace ``buffers``. Scaled once
+    before the views are taken (a rotation moves pixels, it does not change them)."""
     side, channels = patch.shape[0], patch.shape[2]
     scaled = patch.astype(np.float32) / 200.0 - 0.75
-    padded = _buffer("input", (8, side + 2, side + 2, channels))
+    padded = _buffer(buffers, "input", (8, side + 2, side + 2, channels))
     padded[:, 1:-1, 1:-1] = dihedral(scaled[None])[:, 0]
     return padded
 
 
-def _embed_views(params: dict, padded: np.ndarray) -> np.ndarray:
+def _embed_views(params: dict, buffers: dict, padded: np.ndarray) -> np.ndarray:
     """`forward`'s embeddings (8, EMBEDDING_DIM) of one patch's views (`_views_padded`), in
     NumPy with fewer passes over memory: the same numbers, bit for bit.
 
-    Each convolution is `_conv3x3`'s im2col matrix product, into this thread's buffers
+    Each convolution is `_conv3x3`'s im2col matrix product, into the workspace ``buffers``
     (`_buffer`), its rows ordered so that the four pixels of each 2x2 pooling window fall
     in four contiguous blocks (a row's product does not depend on where the row is), so
     the max pooling is three maxima of whole blocks. The pooling runs before the bias and
@@ -162,16 +178,16 @@ def _embed_views(params: dict, padded: np.ndarray) -> np.ndarray:
         windows = np.lib.stride_tricks.sliding_window_view(x, (3, 3), axis=(1, 2))  # n,H,W,C,3,3
         pooled = i < len(CHANNELS) - 1
         if pooled:  # rows (row in window, column in window, n, H/2, W/2); H, W even
-            cols = _buffer(f"cols{i}", (2, 2, n, h // 2, w // 2, 3, 3, c))
+            cols = _buffer(buffers, f"cols{i}", (2, 2, n, h // 2, w // 2, 3, 3, c))
             np.copyto(cols, windows.reshape(n, h // 2, 2, w // 2, 2, c, 3, 3).transpose(2, 4, 0, 1, 3, 6, 7, 5))
         else:  # rows (n, H, W)
-            cols = _buffer(f"cols{i}", (n, h, w, 3, 3, c))
+            cols = _buffer(buffers, f"cols{i}", (n, h, w, 3, 3, c))
             np.copyto(cols, windows.transpose(0, 1, 2, 4, 5, 3))
-        out = _buffer(f"out{i}", (n * h * w, cout))
+        out = _buffer(buffers, f"out{i}", (n * h * w, cout))
         np.matmul(cols.reshape(n * h * w, 9 * c), kernel.reshape(9 * c, cout), out=out)
         if pooled:  # `_pool2`, into the next layer's padded input
             corners = out.reshape(4, n, h // 2, w // 2, cout)
-            x = _buffer(f"input{i + 1}", (n, h // 2 + 2, w // 2 + 2, cout))
+            x = _buffer(buffers, f"input{i + 1}", (n, h // 2 + 2, w // 2 + 2, cout))
             inside = x[:, 1:-1, 1:-1]
             most = np.maximum(corners[0], corners[1], out=corners[0])
             np.maximum(most, corners[2], out=most)
@@ -242,9 +258,9 @@ class Embedder:
         if patches.ndim == 3:
             patches = patches[None]
         embeddings = np.empty((patches.shape[0], EMBEDDING_DIM), np.float32)
-        with _one_blas_thread():
+        with _one_blas_thread(), _workspace() as buffers:
             for row, patch in enumerate(patches):  # one at a time: bounded memory, reused buffers
-                embeddings[row] = _embed_views(self.params, _views_padded(patch)).mean(axis=0)
+                embeddings[row] = _embed_views(self.params, buffers, _views_padded(buffers, patch)).mean(axis=0)
         return embeddings
 
     def probabilities(self, embeddings: np.ndarray) -> np.ndarray:

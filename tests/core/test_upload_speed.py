@@ -51,7 +51,7 @@ def test_embed_equals_the_forward_pass_bit_for_bit(seed):
     assert (expected > 0).any() and (expected == 0).any()  # the ReLUs cut something, and not everything
 
 
-def test_embed_keeps_no_state_between_models_nor_threads():
+def test_embed_keeps_no_state_between_models_nor_threads_and_bounded_buffers():
     first = emb.Embedder(weights(3), ["a", "b"], np.array([False, True]))
     second = emb.Embedder(weights(4), ["a", "b"], np.array([False, True]))
     patches = patches_of(6, 3)
@@ -70,6 +70,7 @@ def test_embed_keeps_no_state_between_models_nor_threads():
     for thread in threads:
         thread.join(timeout=120)
     assert results == {"first": True, "second": True}
+    assert len(emb._free_workspaces) <= emb.KEPT_WORKSPACES  # buffers kept do not grow with threads
 
 
 def real_uploads(folder: Path, every: int = 20) -> list[np.ndarray]:
