@@ -26,9 +26,12 @@ SIMILARITY_CHOICES = ("auto", *emb.SIMILARITY_MODES)
 # The training guard of one indexing run, in seconds of wall time (every network it trains
 # together): SECONDS_PER_CELL a labelled cell, within these bounds. On a quiet machine the
 # plan (``learn.EPOCHS``) finishes well inside it; a busy one trains fewer epochs instead of
-# holding indexing up, and the site's report says so.
-LEARN_SECONDS = (60.0, 240.0)
-SECONDS_PER_CELL = 0.25
+# holding indexing up, and the site's report says so. It also decides how many inner folds
+# train a network (``learn._time_for_another``): at 200 s a 1,000-cell site trains two of
+# three (~47 s each) and the final (~70 s), so indexing stays under 300 s; a 370-cell site
+# on a quiet machine trains all three.
+LEARN_SECONDS = (60.0, 200.0)
+SECONDS_PER_CELL = 0.3
 
 
 # The most labelled cells a site learns and scores from: the held-out neighbours take an
@@ -161,7 +164,7 @@ def features_only(fit, labels: np.ndarray, groups, abnormal_labels, reason: str,
                   other_scores: dict | None = None) -> emb.LearntSimilarity:
     """The features alone; the abnormality score (the neighbours' share, or one of
     ``other_scores``: out-of-fold scores (n,)) the held-out folds rank best, with its
-    threshold there when there are enough cells (else the neighbours' share at 0.5: a
+    threshold there (``learn.site_threshold``: with its margin) when there are enough cells (else the neighbours' share at 0.5: a
     majority of the neighbours); and why."""
     from pathmaster import learn
 
@@ -174,9 +177,11 @@ def features_only(fit, labels: np.ndarray, groups, abnormal_labels, reason: str,
         train_vectors, vectors = fit(train)
         nearest = learn._nearest(train_vectors, vectors[test], learnt.k)
         share[test] = abnormal[train][nearest].mean(axis=1)
-    points = {name: learn.operating_point(s, abnormal)
-              for name, s in learn.with_ensemble({"neighbours": share, **(other_scores or {})}).items()}
+    scores = learn.with_ensemble({"neighbours": share, **(other_scores or {})})
+    points = {name: learn.operating_point(s, abnormal, confidence=learn.MARGIN_CONFIDENCE)
+              for name, s in scores.items()}
     learnt.score = learn.choose_score(points)
+    points[learnt.score], learnt.report["thresholds"] = learn.site_threshold(scores[learnt.score], abnormal)
     learnt.threshold = points[learnt.score]["threshold"]
     learnt.report["scores"] = points
     return learnt

@@ -197,3 +197,14 @@ def test_a_learnt_site_answers_without_importing_jax(learnt_site):
             "print(len(m[0]), 'jax' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240, check=True)
     assert out.stdout.split() == ["5", "False"]
+
+
+def test_a_learnt_sites_operating_point_is_its_report_s_and_its_rules_are_recorded(learnt_site):
+    path, _ = learnt_site
+    learnt = SiteIndex.open(path).learnt
+    report = learnt.report
+    assert 1 <= report["trained_folds"] <= learn.INNER_FOLDS and len(report["epochs"]) == report["trained_folds"]
+    point = report["scores"][learnt.score]
+    assert learnt.threshold == point["threshold"] and point["margin_confidence"] == learn.MARGIN_CONFIDENCE
+    assert {"point", "third", "cp0.8"} <= set(report["thresholds"])
+    assert learnt.threshold == pytest.approx(report["thresholds"][f"cp{learn.MARGIN_CONFIDENCE:g}"], abs=1e-6)
