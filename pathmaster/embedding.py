@@ -217,6 +217,13 @@ class Embedder:
 
 SIMILARITY_MODES = ("features", "embedding", "fused")
 ABNORMAL_SCORES = ("network", "neighbours", "mean", "classifier", "ensemble")
+# Each abnormality score in a pathologist's words.
+SCORE_WORDS = {"network": "its learnt network's reading of the cell",
+               "neighbours": "the share of abnormal cells among its 5 most similar cells",
+               "mean": "its learnt network's reading and its most similar cells together",
+               "classifier": "its reading of the cell's measurements (a classifier over its features)",
+               "ensemble": "its readings of the cell together (its most similar cells, its measurements and, "
+                           "when it learnt one, its network)"}
 
 
 @dataclass

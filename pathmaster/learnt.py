@@ -88,29 +88,16 @@ def fit_learnt(db, X: np.ndarray, normalization, projection, vocabulary, *, choi
     labels = np.array([c.diagnosis for c in cells], dtype=object)
     labelled = scored_cells(np.array([label is not None for label in labels]), seed)
     abnormal_labels = set(vocabulary.abnormal)
-    reason = "the site's option 'features'" if choice == "features" else learn.cannot_learn(labels, abnormal_labels)
-    if not reason:
-        try:
-            import jax  # noqa: F401
-            import optax  # noqa: F401
-        except ImportError:
-            reason = "the trainer is not installed (pathmaster-qos[learn])"
+    reason = why_not_learn(labels, abnormal_labels, choice)
     Z = normalization.apply(X)
-    fit = _refit(projection, Z[labelled], labels[labelled], db.get_config("feature_names"), seed)
-    groups = _groups(cells, labelled)
-    classifier, by_features = feature_classifier(Z[labelled], labels[labelled].astype(str), groups,
-                                                 abnormal_labels, projection.columns, seed)
-    if reason:
+    patches = cell_patches(db, cells) if not reason else None
+    learnt, model = learn_from(Z[labelled], labels[labelled].astype(str), _groups(cells, labelled), abnormal_labels,
+                               projection, db.get_config("feature_names"), reason,
+                               None if patches is None else patches[labelled], choice=choice, seconds=seconds,
+                               seed=seed)
+    if model is None:
         log.info("%s: comparing features alone: %s", db.site_dir, reason)
-        learnt = features_only(fit, labels[labelled].astype(str), groups, abnormal_labels, reason, seed, by_features)
-        learnt.classifier = None if classifier is None else classifier.to_dict()
         return learnt, None
-    patches = cell_patches(db, cells)
-    model, learnt = learn.learn_similarity(patches[labelled], fit, labels[labelled], groups,
-                                           abnormal_labels, choice=choice,
-                                           seconds=seconds or learn_budget(int(labelled.sum())), seed=seed,
-                                           other_scores=by_features)
-    learnt.classifier = None if classifier is None else classifier.to_dict()
     model.save(db.site_dir)
     for old in Path(db.site_dir).glob("embedding-*.npz"):
         if old.name != f"embedding-{model.sha256[:16]}.npz":
@@ -122,6 +109,47 @@ def fit_learnt(db, X: np.ndarray, normalization, projection, vocabulary, *, choi
     learnt.mean, learnt.std = refitted.mean, refitted.std
     learnt.feature_scale, learnt.embedding_scale = refitted.feature_scale, refitted.embedding_scale
     return learnt, embeddings
+
+
+def why_not_learn(labels, abnormal_labels, choice: str = "auto") -> str:
+    """Why a site with these labels (None: unlabelled) compares its features alone ("" when
+    it learns a network): its option, too few cells (``learn.cannot_learn``), no trainer."""
+    from pathmaster import learn
+
+    if choice == "features":
+        return "the site's option 'features'"
+    reason = learn.cannot_learn(labels, abnormal_labels)
+    if not reason:
+        try:
+            import jax  # noqa: F401
+            import optax  # noqa: F401
+        except ImportError:
+            reason = "the trainer is not installed (pathmaster-qos[learn])"
+    return reason
+
+
+def learn_from(Z: np.ndarray, labels: np.ndarray, groups, abnormal_labels, projection, names: list[str],
+               reason: str, patches: np.ndarray | None, *, choice: str = "auto", seconds: float | None = None,
+               seed: int = 0) -> tuple[emb.LearntSimilarity, emb.Embedder | None]:
+    """(what a site learns from these labelled cells, its network or None): the feature
+    classifier, then the network and the choice of what to compare (``learn.learn_similarity``)
+    or, with a ``reason`` not to learn, the features alone; either way the abnormality score
+    and its operating point. Z: their z-scored features (n, n_features); labels: str (n,);
+    patches: uint8 (n, S, S, 3) (None with a reason). Indexing runs it on a site's cells,
+    ``pathmaster evaluate`` on each training fold's."""
+    from pathmaster import learn
+
+    fit = _refit(projection, Z, labels, names, seed)
+    classifier, by_features = feature_classifier(Z, labels, groups, abnormal_labels, projection.columns, seed)
+    model = None
+    if reason:
+        learnt = features_only(fit, labels, groups, abnormal_labels, reason, seed, by_features)
+    else:
+        model, learnt = learn.learn_similarity(patches, fit, labels, groups, abnormal_labels, choice=choice,
+                                               seconds=seconds or learn_budget(len(labels)), seed=seed,
+                                               other_scores=by_features)
+    learnt.classifier = None if classifier is None else classifier.to_dict()
+    return learnt, model
 
 
 def _refit(projection, Z: np.ndarray, labels: np.ndarray, names: list[str], seed: int):
