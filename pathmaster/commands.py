@@ -32,6 +32,10 @@ def _reports_bad_input(handler):
     return run
 
 
+NO_SITE_SCORE_HELP = ("skip the site's own abnormality score (cross-validated, each training fold learns what "
+                      "indexing learns: with a network, minutes a fold)")
+
+
 def register(subparsers) -> None:
     """Add the core subcommands to the ``pathmaster`` parser."""
     p = subparsers.add_parser("synth", help="write a synthetic cytology dataset",
@@ -108,9 +112,7 @@ def register(subparsers) -> None:
     p.add_argument("--loo", action="store_true",
                    help="leave-one-out in the site's stored space instead (fitted to every cell, queries included)")
     p.add_argument("--no-ceiling", action="store_true", help="skip the classifier ceiling")
-    p.add_argument("--no-site-score", action="store_true",
-                   help="skip the site's own abnormality score (cross-validated, it learns on every training fold "
-                        "what indexing learns: with a network, minutes a fold)")
+    p.add_argument("--no-site-score", action="store_true", help=NO_SITE_SCORE_HELP)
     p.add_argument("--json", action="store_true", help="print the metrics as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_evaluate)
