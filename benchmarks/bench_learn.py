@@ -9,6 +9,10 @@ site's one network it prints, per mode (features / embedding / fused): 7-class t
 nearest cell's label) and majority@5, binary accuracy by the 5 nearest; and the site's
 abnormality score at its own operating point (sensitivity, specificity, ROC AUC), plus the
 time to index and the CPU time of one upload's analysis with and without the learnt part.
+Side by side on the same held-out cells and the same score, the thresholds every rule of
+the site's report (``learn.MARGIN_RULES``) would have chosen: "third" (the point estimate on
+the first inner fold's cells), "point" (on every held-out cell), "cpX" (the Clopper-Pearson
+margin at confidence X); per fold and pooled.
 
     python benchmarks/bench_learn.py [--data DIR] [--folds 5] [--seconds S] [--only 0,1]
 
@@ -85,6 +89,35 @@ def scores(rows, abnormal_labels):
             "auc": float(roc_auc_score(abnormal, score)), "n": int(len(rows))}
 
 
+def rules_table(folds: list[dict]) -> str:
+    """Per rule, each fold's and the pooled sensitivity/specificity, one line each."""
+    rules = list(dict.fromkeys(r for fold in folds for r in fold["rules"]))
+    lines = ["rule      " + "".join(f"  fold {f['fold']} sens/spec" for f in folds) + "  pooled sens/spec (cells)"]
+    for rule in rules:
+        cells = [f["rules"].get(rule) for f in folds]
+        found = sum(c["found"] for c in cells if c)
+        cleared = sum(c["cleared"] for c in cells if c)
+        sick = sum(c["abnormal"] for c in cells if c)
+        well = sum(c["normal"] for c in cells if c)
+        lines.append(f"{rule:9s} " + "".join(f"  {c['sensitivity']:.3f} / {c['specificity']:.3f}  " if c else
+                                            "  n/a              " for c in cells)
+                     + f"  {found / sick:.3f} / {cleared / well:.3f} ({found}/{sick}, {cleared}/{well})")
+    return "\n".join(lines)
+
+
+def rule_figures(rows, abnormal_labels, thresholds: dict) -> dict:
+    """{rule: sensitivity, specificity and counts} of each rule's threshold on these rows."""
+    abnormal = np.isin([row[0] for row in rows], list(abnormal_labels))
+    score = np.array([row[2] for row in rows])
+    out = {}
+    for rule, threshold in thresholds.items():
+        called = score >= threshold
+        out[rule] = {"threshold": threshold, "found": int(called[abnormal].sum()), "abnormal": int(abnormal.sum()),
+                     "cleared": int((~called[~abnormal]).sum()), "normal": int((~abnormal).sum()),
+                     "sensitivity": float(called[abnormal].mean()), "specificity": float((~called[~abnormal]).mean())}
+    return out
+
+
 def cases(rows, abnormal_labels, groups):
     """Simulated 6-cell cases (``conclusion.simulate_cases``) from every fold's held-out cells,
     each score put on the case rule's scale by its own site's operating point
@@ -152,6 +185,10 @@ def main() -> int:
             for mode, r in rows.items():
                 pooled[mode].extend(r)
             fold["site_choice"] = scores(rows[site.learnt.mode], abnormal)
+            fold["trained_folds"] = (site.learnt.report or {}).get("trained_folds")
+            fold["rules"] = rule_figures(rows[site.learnt.mode], abnormal,
+                                         {"used": site.learnt.threshold,
+                                          **((site.learnt.report or {}).get("thresholds") or {})})
             pooled.setdefault("site_choice", []).extend(rows[site.learnt.mode])
             pooled_groups.extend(groups[test])
             report["folds"].append(fold)
@@ -161,6 +198,8 @@ def main() -> int:
     print("pooled over folds (sensitivity/specificity at each fold's site's own operating point):")
     print(json.dumps(report["pooled"], indent=1))
     print("simulated 6-cell cases (case sensitivity, specificity):", json.dumps(report["cases"]))
+    print("the site's score at each rule's threshold, on the same held-out cells:")
+    print(rules_table(report["folds"]))
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))
     return 0

@@ -32,6 +32,10 @@ def _reports_bad_input(handler):
     return run
 
 
+NO_SITE_SCORE_HELP = ("skip the site's own abnormality score (cross-validated, each training fold learns what "
+                      "indexing learns: with a network, minutes a fold)")
+
+
 def register(subparsers) -> None:
     """Add the core subcommands to the ``pathmaster`` parser."""
     p = subparsers.add_parser("synth", help="write a synthetic cytology dataset",
@@ -108,6 +112,7 @@ def register(subparsers) -> None:
     p.add_argument("--loo", action="store_true",
                    help="leave-one-out in the site's stored space instead (fitted to every cell, queries included)")
     p.add_argument("--no-ceiling", action="store_true", help="skip the classifier ceiling")
+    p.add_argument("--no-site-score", action="store_true", help=NO_SITE_SCORE_HELP)
     p.add_argument("--json", action="store_true", help="print the metrics as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_evaluate)
@@ -268,6 +273,22 @@ def _search(args) -> int:
     return 0
 
 
+def _site_score_fit(db, site, X, labels, groups, labelled, options: dict, seed: int):
+    """``evaluate.site_score_fit`` for an indexed site: with its cells' patches when it
+    learnt a network, so each training fold learns one as indexing did."""
+    from pathmaster import evaluate
+    from pathmaster.learnt import cell_patches
+
+    patches = None
+    if site.learnt.model:
+        cells = db.cells()
+        patches = cell_patches(db, [c for c, keep in zip(cells, labelled) if keep])
+    return evaluate.site_score_fit(X[labelled], labels[labelled], groups[labelled], site.feature_names,
+                                   site.vocabulary.abnormal, choice=options.get("features", "auto"),
+                                   similarity_choice=options.get("similarity", "auto"), patches=patches,
+                                   learn_seconds=options.get("learn_seconds"), seed=seed)
+
+
 @_reports_bad_input
 def _evaluate(args) -> int:
     import numpy as np
@@ -292,17 +313,21 @@ def _evaluate(args) -> int:
         metrics = evaluate.leave_one_out(site.vectors()[labelled], [labels[i] for i in labelled])
         metrics["mode"] = "leave-one-out (in the space fitted to all cells)"
     else:
-        with SiteDB(args.db) as db:
-            _, X = db.feature_matrix()
-            choice = db.get_config("index_options", {}).get("features", "auto")
-            groups = np.array([c.group for c in db.cells()], dtype=object)
         labels = np.array(site.labels(), dtype=object)
         labelled = np.array([label is not None for label in labels], dtype=bool)
+        with SiteDB(args.db) as db:
+            _, X = db.feature_matrix()
+            options = db.get_config("index_options", {})
+            choice = options.get("features", "auto")
+            groups = np.array([c.group for c in db.cells()], dtype=object)
+            site_score = None if args.no_site_score else _site_score_fit(db, site, X, labels, groups, labelled,
+                                                                         options, args.seed)
         fit = evaluate.site_similarity_fit(site.feature_names, choice, args.seed)
         metrics = evaluate.cross_validate(X[labelled], labels[labelled], fit, groups=groups[labelled],
                                           abnormal_labels=site.vocabulary.abnormal, folds=args.folds,
                                           seed=args.seed, progress=not args.quiet,
-                                          ceilings=() if args.no_ceiling else tuple(evaluate.CEILINGS))
+                                          ceilings=() if args.no_ceiling else tuple(evaluate.CEILINGS),
+                                          site_score=site_score)
         metrics["mode"] = f"{metrics['folds']}-fold cross-validation, feature choice {choice!r} refitted per fold"
     metrics["algorithm"] = site.algorithm
     metrics["database_cells"] = len(site)

@@ -312,6 +312,21 @@ class Embedder:
 
 SIMILARITY_MODES = ("features", "embedding", "fused")
 ABNORMAL_SCORES = ("network", "neighbours", "mean", "classifier", "ensemble")
+# Each abnormality score in a pathologist's words.
+SCORE_WORDS = {"network": "its learnt network's reading of the cell",
+               "neighbours": "the share of abnormal cells among its 5 most similar cells",
+               "mean": "its learnt network's reading and its most similar cells together",
+               "classifier": "its reading of the cell's measurements (a classifier over its features)",
+               "ensemble": "its readings of the cell together (its most similar cells, its measurements and, "
+                           "when it learnt one, its network)"}
+
+
+def reads_network(mode: str, score: str, with_network: bool = False) -> bool:
+    """True when a site comparing ``mode`` and scoring by ``score`` (a ``SiteInfo``'s
+    similarity and abnormal_score) reads each cell's embedding by its network: its search
+    does, or its score ("ensemble" only ``with_network``: without one it is the mean of the
+    others)."""
+    return mode in ("embedding", "fused") or score in ("network", "mean") or (with_network and score == "ensemble")
 
 
 @dataclass
@@ -348,7 +363,7 @@ class LearntSimilarity:
     @property
     def needs_embedding(self) -> bool:
         """True when the search or the score reads the cell's embedding."""
-        return bool(self.model) and (self.mode != "features" or self.score in ("network", "mean", "ensemble"))
+        return bool(self.model) and reads_network(self.mode, self.score, with_network=True)
 
     def vectors(self, feature_vectors: np.ndarray, embeddings: np.ndarray | None) -> np.ndarray:
         """Search vectors (m, d) float32 from the feature projection's vectors (m, p) and

@@ -452,7 +452,7 @@ def roc(positive: np.ndarray, scores: np.ndarray, *, confidence: float = 0.95, s
 def cross_validate(X: np.ndarray, labels, fit: Callable, *, groups=None, abnormal_labels=None, folds: int = 5,
                    seed: int = 0, k: int = defaults.K, ceilings=tuple(CEILINGS), confidence: float = 0.95,
                    cases: int = CASES_PER_FOLD, target_sensitivity: float = TARGET_SENSITIVITY,
-                   progress: bool = False) -> dict:
+                   progress: bool = False, site_score: Callable | None = None) -> dict:
     """Stratified k-fold retrieval metrics, folds split by slide image, the similarity
     refitted on each training fold.
 
@@ -467,13 +467,16 @@ def cross_validate(X: np.ndarray, labels, fit: Callable, *, groups=None, abnorma
     settings) is chosen on the training fold alone, each training cell queried with its
     slide image held apart. ``ceilings`` names classifiers of ``CEILINGS`` fitted on the
     same folds and representation; ``cases`` simulated cases per fold (``simulate_cases``);
-    ``progress`` shows a bar per fold on stderr.
+    ``progress`` shows a bar per fold on stderr. ``site_score(train, test)`` (``site_score_fit``):
+    the site's own abnormality score and operating point learnt on the training fold, and
+    the test cells' scores, as the site answers queries; its figures go to ``site_score``.
 
     Returns ``score_rankings``'s dict (pooled over all held-out queries) plus ``folds``,
     ``seed``, ``groups`` (``group_summary``), ``per_fold``, ``abnormal`` (sensitivity and
     specificity of the majority vote and of the operating point, the ROC of the abnormality
-    score; None when the labels have no abnormal and normal side), ``cases`` and
-    ``ceilings`` (name -> ``score_predictions`` dict with each fold's choice).
+    score; None when the labels have no abnormal and normal side), ``cases``, ``site_score``
+    (``_Run.site_figures``; None without ``site_score``) and ``ceilings`` (name ->
+    ``score_predictions`` dict with each fold's choice).
     """
     from tqdm import tqdm
 
@@ -484,7 +487,7 @@ def cross_validate(X: np.ndarray, labels, fit: Callable, *, groups=None, abnorma
     codes = _group_codes(groups, n)
     abnormal = _abnormal_set(abnormal_labels, labels)
     positive = np.isin(labels, list(abnormal))
-    run = _Run(n, k, ceilings)
+    run = _Run(n, k, ceilings, site_score)
     for number, (train, test) in enumerate(tqdm(splits, desc="cross-validating", unit="fold", disable=not progress)):
         if len(train) < k:
             raise ValueError(f"fold {number}: {len(train)} training cells, fewer than k = {k}")
@@ -498,6 +501,8 @@ def cross_validate(X: np.ndarray, labels, fit: Callable, *, groups=None, abnorma
         metrics["per_fold"].append({key: part[key] for key in ("queries", "top1", "majority_at_5", "binary_accuracy")})
     metrics["abnormal"] = run.abnormal_figures(positive, abnormal, target_sensitivity, confidence, seed)
     metrics["cases"] = run.case_figures(target_sensitivity, confidence) if abnormal else None
+    metrics["site_score"] = (run.site_figures(positive, codes, confidence, seed, cases * len(splits))
+                             if abnormal and site_score is not None else None)
     metrics["ceilings"] = {}
     for name in ceilings:
         metrics["ceilings"][name] = score_predictions(labels, run.predictions[name], confidence=confidence,
@@ -509,8 +514,11 @@ def cross_validate(X: np.ndarray, labels, fit: Callable, *, groups=None, abnorma
 class _Run:
     """What the folds of ``cross_validate`` gather, and the figures made of it."""
 
-    def __init__(self, n: int, k: int, ceilings):
+    def __init__(self, n: int, k: int, ceilings, site_score: Callable | None = None):
         self.k = k
+        self.site_score = site_score
+        self.site_scores = np.full(n, np.nan)
+        self.site_folds: list[dict] = []
         self.top = np.empty((n, k), dtype=object)
         self.ap = np.empty(n)
         self.fold_of = np.empty(n, dtype=np.int64)
@@ -547,6 +555,11 @@ class _Run:
             self.called[test] = self.scores[test] >= threshold
             self._cases(number, train_scores, positive[train], self.scores[test], positive[test],
                         None if codes is None else codes[train], None if codes is None else codes[test], seed, cases)
+            if self.site_score is not None:
+                fitted = self.site_score(train, test)
+                self.site_scores[test] = fitted["scores"]
+                self.site_folds.append({"score": fitted["score"], "threshold": float(fitted["threshold"]),
+                                        "note": fitted.get("note", "")})
         for name in self.predictions:
             predicted, choice = CEILINGS[name](V_train, labels[train], V_test, d_apart, d_test, seed)
             self.predictions[name][test] = predicted
@@ -573,12 +586,29 @@ class _Run:
         if not abnormal:
             return None
         majority = np.array([majority_vote([x in abnormal for x in row]) for row in self.top], dtype=bool)
-        return {"labels": sorted(abnormal),
+        return {"labels": sorted(abnormal), "name": "match_share",
                 "score": "distance-weighted share of abnormal cells among the k matches (pathmaster.conclusion)",
                 "majority": binary_figures(positive, majority, confidence),
                 "operating_point": {**binary_figures(positive, self.called, confidence), "target_sensitivity": target,
                                     "thresholds": [round(t, 6) for t in self.thresholds]},
                 "roc": roc(positive, self.scores, confidence=confidence, seed=seed)}
+
+    def site_figures(self, positive, codes, confidence, seed, cases) -> dict:
+        """The site's own score (``site_score_fit``): ROC, the calls at each fold's operating
+        point, and simulated cases concluded as the coordinator concludes them."""
+        thresholds = np.array([fold["threshold"] for fold in self.site_folds])[self.fold_of]
+        called = self.site_scores >= thresholds
+        figures = site_score_figures(positive, self.site_scores, called, thresholds, codes, confidence=confidence,
+                                     seed=seed, cases=cases)
+        names = [fold["score"] for fold in self.site_folds]
+        figures["score"] = names[0] if len(set(names)) == 1 else names
+        figures["per_fold"] = [{**fold, **{key: binary_figures(positive[self.fold_of == f], called[self.fold_of == f],
+                                                              confidence)[key]
+                                          for key in ("sensitivity", "specificity", "missed", "false_alarms")}}
+                               for f, fold in enumerate(self.site_folds)]
+        figures["operating_point"]["thresholds"] = [round(fold["threshold"], 6) for fold in self.site_folds]
+        figures["operating_point"]["rule"] = "each training fold's own, as the site chooses it when indexed"
+        return figures
 
     def case_figures(self, target, confidence) -> dict | None:
         from pathmaster.conclusion import CASE_CELLS, TARGET_CASE_SPECIFICITY
@@ -597,16 +627,107 @@ class _Run:
                 "target_met_on_training": self.case_targets_met}
 
 
+def site_score_figures(positive, scores, called, thresholds, groups=None, *, confidence: float = 0.95, seed: int = 0,
+                       cases: int = CASES_PER_FOLD) -> dict:
+    """Figures of a site's own abnormality score on held-out cells: its ROC, sensitivity and
+    specificity of its calls (``called``: score at or above the site's operating point,
+    ``thresholds``: each cell's), and simulated cases of these cells concluded as the
+    coordinator concludes them (a cell supports an abnormality when its score reaches the
+    site's operating point: ``conclusion.aligned_score``)."""
+    from pathmaster import learn
+    from pathmaster.conclusion import CASE_CELLS, DEFAULT_THRESHOLD, aligned_score, simulate_cases
+
+    positive, scores = np.asarray(positive, bool), np.asarray(scores, np.float64)
+    figures = {"operating_point": {**binary_figures(positive, called, confidence),
+                                   "target_sensitivity": learn.TARGET_SENSITIVITY},
+               "roc": roc(positive, scores, confidence=confidence, seed=seed), "cases": None}
+    if positive.any() and (~positive).any():
+        aligned = [aligned_score(s, t, DEFAULT_THRESHOLD) for s, t in zip(scores, thresholds)]
+        drawn = simulate_cases(aligned, positive, groups, cases=cases, thresholds=[DEFAULT_THRESHOLD], seed=seed)
+        found, cleared = round(drawn["sensitivity"][0] * cases), round(drawn["specificity"][0] * cases)
+        figures["cases"] = {"cells_per_case": CASE_CELLS, "cases": 2 * cases, "abnormal_cases": cases,
+                            "rule": "abnormal when a cell's score reaches the site's operating point",
+                            "sensitivity": found / cases, "specificity": cleared / cases,
+                            "sensitivity_ci": wilson_interval(found, cases, confidence),
+                            "specificity_ci": wilson_interval(cleared, cases, confidence),
+                            "missed": cases - found, "false_alarms": cases - cleared}
+    return figures
+
+
+# The last representation fitted (``_fit_representation``): cross-validation's fit and the
+# site's score fit the same training fold one after the other.
+_LAST_FIT: dict = {}
+
+
+def _fit_representation(X_train: np.ndarray, labels_train, names: list[str], choice: str, seed: int):
+    """``site.fit_representation``, once for the same cells and choices."""
+    import hashlib
+
+    from pathmaster import site
+
+    key = (hashlib.sha256(np.ascontiguousarray(X_train, np.float64).tobytes()).hexdigest(),
+           tuple(map(str, labels_train)), tuple(names), choice, seed)
+    if key not in _LAST_FIT:
+        _LAST_FIT.clear()
+        _LAST_FIT[key] = site.fit_representation(X_train, labels_train, names, choice, seed=seed)
+    return _LAST_FIT[key]
+
+
 def site_similarity_fit(names: list[str], choice: str = "auto", seed: int = 0, min_cells: int | None = None) -> Callable:
     """A ``fit`` for ``cross_validate`` that refits a site's representation on each training
     fold with the function indexing uses (``pathmaster.site.fit_representation``)."""
-    from pathmaster import site
-
     def fit(X_train: np.ndarray, labels_train: np.ndarray) -> Callable:
-        normalization, projection = site.fit_representation(X_train, labels_train, names, choice, seed=seed)
+        normalization, projection = _fit_representation(X_train, labels_train, names, choice, seed)
         return lambda X: projection.apply(normalization.apply(X))
 
     return fit
+
+
+def site_score_fit(X: np.ndarray, labels, groups, names: list[str], abnormal_labels, *, choice: str = "auto",
+                   similarity_choice: str = "auto", patches: np.ndarray | None = None,
+                   learn_seconds: float | None = None, seed: int = 0) -> Callable:
+    """A ``site_score`` for ``cross_validate``: ``site_score(train, test)`` learns on the
+    training cells what indexing learns (``pathmaster.learnt.learn_from``: the network when
+    ``patches`` (uint8 (n, S, S, 3)) are given and the cells allow it, the feature classifier,
+    the abnormality score and its operating point) and scores the test cells as
+    ``SiteIndex.abnormality`` does. Returns {"score", "threshold", "scores" (m,), "note"}.
+    X, labels, groups: the cells ``cross_validate`` is given (its indices)."""
+    from pathmaster import learn, learnt
+    from pathmaster.abnormality import FeatureClassifier
+    from pathmaster.embedding import neighbour_share
+
+    labels = np.asarray(labels, dtype=object).astype(str)
+    abnormal = set(abnormal_labels)
+
+    def score(train: np.ndarray, test: np.ndarray) -> dict:
+        normalization, projection = _fit_representation(X[train], labels[train], names, choice, seed)
+        Z = normalization.apply(X)
+        reason = (learnt.why_not_learn(labels[train], abnormal, similarity_choice) if patches is not None
+                  else "the site compares its features alone")
+        train_groups = None if groups is None else list(np.asarray(groups, dtype=object)[train])
+        train_groups = None if train_groups is None or None in train_groups else np.asarray(train_groups, str)
+        fitted, model = learnt.learn_from(Z[train], labels[train], train_groups, abnormal, projection, names, reason,
+                                          None if patches is None else patches[train], choice=similarity_choice,
+                                          seconds=learn_seconds, seed=seed)
+        features, embeddings = projection.apply(Z).astype(np.float64), None
+        if model is not None:
+            embeddings = np.zeros((len(X), model.params["embed_w"].shape[1]), np.float32)
+            rows = np.concatenate([train, test])
+            embeddings[rows] = model.embed(patches[rows])
+            refit = learn._fitted(embeddings[train], features[train])  # as indexing, on the site's cells
+            fitted.mean, fitted.std = refit.mean, refit.std
+            fitted.feature_scale, fitted.embedding_scale = refit.feature_scale, refit.embedding_scale
+        vectors = np.asarray(fitted.vectors(features, embeddings), np.float64)
+        nearest = np.argsort(_distances(vectors[test], vectors[train]), axis=1, kind="stable")[:, :defaults.K]
+        network = (model.abnormal_probability(embeddings[test]) if model is not None else [None] * len(test))
+        classifier = FeatureClassifier.from_dict(fitted.classifier)
+        by_features = classifier.abnormal_probability(Z[test]) if classifier is not None else [None] * len(test)
+        scores = [fitted.abnormal_score(p, neighbour_share(labels[train][row], abnormal, fitted.k), c)
+                  for p, row, c in zip(network, nearest, by_features)]
+        return {"score": fitted.score, "threshold": float(fitted.threshold), "scores": np.asarray(scores),
+                "note": reason}
+
+    return score
 
 
 def held_out(site, records, k: int = defaults.K) -> tuple[dict, list]:
@@ -619,7 +740,7 @@ def held_out(site, records, k: int = defaults.K) -> tuple[dict, list]:
     from pathmaster.ingest import problem_pair
     from pathmaster.records import CellRecord, InvalidInput
 
-    labels, ranked, distances, ap, problems = [], [], [], [], []
+    labels, ranked, distances, ap, problems, site_scores = [], [], [], [], [], []
     for record in records:
         if not isinstance(record, CellRecord):
             problems.append(problem_pair(record))
@@ -632,7 +753,9 @@ def held_out(site, records, k: int = defaults.K) -> tuple[dict, list]:
         except InvalidInput as exc:
             problems.append((record.source_id, exc.problem))
             continue
-        matches = site.search(analysis.features, k=len(site))
+        embedding = site.embed(analysis.patch[None]) if site.embedder is not None else None
+        matches = site.search(analysis.features, k=len(site), embedding=None if embedding is None else embedding[0])
+        site_scores.append(site.abnormality(embedding, [matches[:k]], analysis.features[None])[0])
         ranking = [m.diagnosis for m in matches]
         labels.append(record.diagnosis)
         ranked.append(ranking[:k])
@@ -648,10 +771,20 @@ def held_out(site, records, k: int = defaults.K) -> tuple[dict, list]:
         positive = np.isin(labels, list(abnormal))
         majority = np.array([majority_vote([x in abnormal for x in row]) for row in ranked], dtype=bool)
         scores = abnormality_scores(np.isin(ranked, list(abnormal)), np.asarray(distances))
-        metrics["abnormal"] = {"labels": sorted(abnormal), "score": "distance-weighted share of abnormal cells "
-                               "among the k matches (pathmaster.conclusion)",
+        metrics["abnormal"] = {"labels": sorted(abnormal), "name": "match_share",
+                               "score": "distance-weighted share of abnormal cells among the k matches "
+                                        "(pathmaster.conclusion)",
                                "majority": binary_figures(positive, majority),
                                "operating_point": None, "roc": roc(positive, scores)}
+    metrics["site_score"] = None
+    if abnormal and site.vocabulary.abnormal:
+        threshold = float(site.learnt.threshold)
+        figures = site_score_figures(positive, site_scores, np.asarray(site_scores) >= threshold,
+                                     [threshold] * len(site_scores))
+        figures["score"] = site.learnt.score
+        figures["operating_point"]["thresholds"] = [round(threshold, 6)]
+        figures["operating_point"]["rule"] = "the site's own, chosen when it was indexed"
+        metrics["site_score"] = figures
     return metrics, problems
 
 
@@ -680,16 +813,46 @@ def _abnormal_lines(metrics: dict) -> list[str]:
                  f"{majority['positives']} abnormal, {majority['negatives']} normal cells",
              f"  majority of the {metrics['k']} matches   {_pair(majority)}  ({majority['missed']} abnormal called normal)"]
     if point:
-        lines.append(f"  operating point         {_pair(point)}  ({point['missed']} abnormal called normal;"
+        lines.append(f"  match share's operating point {_pair(point)}  ({point['missed']} abnormal called normal;"
                      f" threshold chosen on each training fold for sensitivity >= {point['target_sensitivity']:.2f})")
     curve = abnormal.get("roc")
     if curve:
-        lines.append(f"  ROC AUC of the abnormality score {curve['auc']:.3f} [{curve['auc_ci'][0]:.3f}, "
+        lines.append(f"  ROC AUC of the match share {curve['auc']:.3f} [{curve['auc_ci'][0]:.3f}, "
                      f"{curve['auc_ci'][1]:.3f}] ({abnormal['score']})")
     cases = metrics.get("cases")
     if cases:
-        lines.append(f"  simulated {cases['cells_per_case']}-cell cases of held-out cells ({cases['cases']}, "
-                     f"{cases['abnormal_cases']} with 1-2 abnormal cells): {_pair(cases)}")
+        lines.append(f"  simulated {cases['cells_per_case']}-cell cases of held-out cells by the match share "
+                     f"({cases['cases']}, {cases['abnormal_cases']} with 1-2 abnormal cells): {_pair(cases)}")
+    return lines + _site_score_lines(metrics.get("site_score"))
+
+
+def _site_score_lines(site: dict | None) -> list[str]:
+    """The report's lines on the score the site decides by: a pathologist's line, then the figures."""
+    from pathmaster.embedding import SCORE_WORDS
+
+    if not site:
+        return []
+    point, names = site["operating_point"], site["score"]
+    name = names if isinstance(names, str) else max(set(names), key=names.count)
+    lines = ["", f"the site's own abnormality score ({name if isinstance(names, str) else ', '.join(names)}), "
+                 "as it answers queries and as the case conclusion reads it:",
+             f"  In plain words: the site calls a cell abnormal by {SCORE_WORDS.get(name, name)}; on cells it had "
+             f"not seen it found {point['positives'] - point['missed']} of {point['positives']} abnormal cells and "
+             f"cleared {point['negatives'] - point['false_alarms']} of {point['negatives']} normal ones "
+             "(decision support, not a diagnosis).",
+             f"  at its operating point    {_pair(point)}  ({point['missed']} abnormal called normal; "
+             f"{point['rule']}, for sensitivity >= {point['target_sensitivity']:.2f})"]
+    for fold in site.get("per_fold", []):
+        shown = {key: "n/a" if fold[key] is None else f"{fold[key]:.3f}" for key in ("sensitivity", "specificity")}
+        lines.append(f"    fold: {fold['score']} >= {fold['threshold']:.3f}: sensitivity {shown['sensitivity']}"
+                     f"  specificity {shown['specificity']}")
+    if site.get("roc"):
+        curve = site["roc"]
+        lines.append(f"  ROC AUC {curve['auc']:.3f} [{curve['auc_ci'][0]:.3f}, {curve['auc_ci'][1]:.3f}]")
+    if site.get("cases"):
+        cases = site["cases"]
+        lines.append(f"  simulated {cases['cells_per_case']}-cell cases ({cases['cases']}, {cases['abnormal_cases']} "
+                     f"with 1-2 abnormal cells): {_pair(cases)}")
     return lines
 
 

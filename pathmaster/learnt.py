@@ -26,9 +26,12 @@ SIMILARITY_CHOICES = ("auto", *emb.SIMILARITY_MODES)
 # The training guard of one indexing run, in seconds of wall time (every network it trains
 # together): SECONDS_PER_CELL a labelled cell, within these bounds. On a quiet machine the
 # plan (``learn.EPOCHS``) finishes well inside it; a busy one trains fewer epochs instead of
-# holding indexing up, and the site's report says so.
-LEARN_SECONDS = (60.0, 240.0)
-SECONDS_PER_CELL = 0.25
+# holding indexing up, and the site's report says so. It also decides how many inner folds
+# train a network (``learn._time_for_another``): at 200 s a 1,000-cell site trains two of
+# three (~47 s each) and the final (~70 s), so indexing stays under 300 s; a 370-cell site
+# on a quiet machine trains all three.
+LEARN_SECONDS = (60.0, 200.0)
+SECONDS_PER_CELL = 0.3
 
 
 # The most labelled cells a site learns and scores from: the held-out neighbours take an
@@ -85,29 +88,16 @@ def fit_learnt(db, X: np.ndarray, normalization, projection, vocabulary, *, choi
     labels = np.array([c.diagnosis for c in cells], dtype=object)
     labelled = scored_cells(np.array([label is not None for label in labels]), seed)
     abnormal_labels = set(vocabulary.abnormal)
-    reason = "the site's option 'features'" if choice == "features" else learn.cannot_learn(labels, abnormal_labels)
-    if not reason:
-        try:
-            import jax  # noqa: F401
-            import optax  # noqa: F401
-        except ImportError:
-            reason = "the trainer is not installed (pathmaster-qos[learn])"
+    reason = why_not_learn(labels, abnormal_labels, choice)
     Z = normalization.apply(X)
-    fit = _refit(projection, Z[labelled], labels[labelled], db.get_config("feature_names"), seed)
-    groups = _groups(cells, labelled)
-    classifier, by_features = feature_classifier(Z[labelled], labels[labelled].astype(str), groups,
-                                                 abnormal_labels, projection.columns, seed)
-    if reason:
+    patches = cell_patches(db, cells) if not reason else None
+    learnt, model = learn_from(Z[labelled], labels[labelled].astype(str), _groups(cells, labelled), abnormal_labels,
+                               projection, db.get_config("feature_names"), reason,
+                               None if patches is None else patches[labelled], choice=choice, seconds=seconds,
+                               seed=seed)
+    if model is None:
         log.info("%s: comparing features alone: %s", db.site_dir, reason)
-        learnt = features_only(fit, labels[labelled].astype(str), groups, abnormal_labels, reason, seed, by_features)
-        learnt.classifier = None if classifier is None else classifier.to_dict()
         return learnt, None
-    patches = cell_patches(db, cells)
-    model, learnt = learn.learn_similarity(patches[labelled], fit, labels[labelled], groups,
-                                           abnormal_labels, choice=choice,
-                                           seconds=seconds or learn_budget(int(labelled.sum())), seed=seed,
-                                           other_scores=by_features)
-    learnt.classifier = None if classifier is None else classifier.to_dict()
     model.save(db.site_dir)
     for old in Path(db.site_dir).glob("embedding-*.npz"):
         if old.name != f"embedding-{model.sha256[:16]}.npz":
@@ -119,6 +109,47 @@ def fit_learnt(db, X: np.ndarray, normalization, projection, vocabulary, *, choi
     learnt.mean, learnt.std = refitted.mean, refitted.std
     learnt.feature_scale, learnt.embedding_scale = refitted.feature_scale, refitted.embedding_scale
     return learnt, embeddings
+
+
+def why_not_learn(labels, abnormal_labels, choice: str = "auto") -> str:
+    """Why a site with these labels (None: unlabelled) compares its features alone ("" when
+    it learns a network): its option, too few cells (``learn.cannot_learn``), no trainer."""
+    from pathmaster import learn
+
+    if choice == "features":
+        return "the site's option 'features'"
+    reason = learn.cannot_learn(labels, abnormal_labels)
+    if not reason:
+        try:
+            import jax  # noqa: F401
+            import optax  # noqa: F401
+        except ImportError:
+            reason = "the trainer is not installed (pathmaster-qos[learn])"
+    return reason
+
+
+def learn_from(Z: np.ndarray, labels: np.ndarray, groups, abnormal_labels, projection, names: list[str],
+               reason: str, patches: np.ndarray | None, *, choice: str = "auto", seconds: float | None = None,
+               seed: int = 0) -> tuple[emb.LearntSimilarity, emb.Embedder | None]:
+    """(what a site learns from these labelled cells, its network or None): the feature
+    classifier, then the network and the choice of what to compare (``learn.learn_similarity``)
+    or, with a ``reason`` not to learn, the features alone; either way the abnormality score
+    and its operating point. Z: their z-scored features (n, n_features); labels: str (n,);
+    patches: uint8 (n, S, S, 3) (None with a reason). Indexing runs it on a site's cells,
+    ``pathmaster evaluate`` on each training fold's."""
+    from pathmaster import learn
+
+    fit = _refit(projection, Z, labels, names, seed)
+    classifier, by_features = feature_classifier(Z, labels, groups, abnormal_labels, projection.columns, seed)
+    model = None
+    if reason:
+        learnt = features_only(fit, labels, groups, abnormal_labels, reason, seed, by_features)
+    else:
+        model, learnt = learn.learn_similarity(patches, fit, labels, groups, abnormal_labels, choice=choice,
+                                               seconds=seconds or learn_budget(len(labels)), seed=seed,
+                                               other_scores=by_features)
+    learnt.classifier = None if classifier is None else classifier.to_dict()
+    return learnt, model
 
 
 def _refit(projection, Z: np.ndarray, labels: np.ndarray, names: list[str], seed: int):
@@ -161,7 +192,7 @@ def features_only(fit, labels: np.ndarray, groups, abnormal_labels, reason: str,
                   other_scores: dict | None = None) -> emb.LearntSimilarity:
     """The features alone; the abnormality score (the neighbours' share, or one of
     ``other_scores``: out-of-fold scores (n,)) the held-out folds rank best, with its
-    threshold there when there are enough cells (else the neighbours' share at 0.5: a
+    threshold there (``learn.site_threshold``: with its margin) when there are enough cells (else the neighbours' share at 0.5: a
     majority of the neighbours); and why."""
     from pathmaster import learn
 
@@ -174,9 +205,11 @@ def features_only(fit, labels: np.ndarray, groups, abnormal_labels, reason: str,
         train_vectors, vectors = fit(train)
         nearest = learn._nearest(train_vectors, vectors[test], learnt.k)
         share[test] = abnormal[train][nearest].mean(axis=1)
-    points = {name: learn.operating_point(s, abnormal)
-              for name, s in learn.with_ensemble({"neighbours": share, **(other_scores or {})}).items()}
+    scores = learn.with_ensemble({"neighbours": share, **(other_scores or {})})
+    points = {name: learn.operating_point(s, abnormal, confidence=learn.MARGIN_CONFIDENCE)
+              for name, s in scores.items()}
     learnt.score = learn.choose_score(points)
+    points[learnt.score], learnt.report["thresholds"] = learn.site_threshold(scores[learnt.score], abnormal)
     learnt.threshold = points[learnt.score]["threshold"]
     learnt.report["scores"] = points
     return learnt

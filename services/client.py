@@ -360,6 +360,35 @@ def analyse_locally(cells: list[pb.CellImage], *, with_patches: bool = False
     return ids, vectors, feature_schema()
 
 
+def local_analysis_plan(statuses: list[pb.SiteStatus], only: list[str] | None = None
+                        ) -> tuple[list[str], list[str]]:
+    """(the sites the cells' patches go to: the coordinator holds their learnt network
+    (``ListSites`` names its hash only then), the sites that get the cells' images instead:
+    their Info says they read a network (``embedding.reads_network``) that the coordinator
+    cannot give: not published, not fetched or not matching its hash). ``only``: the case's
+    sites (None: every one). A site that compares features and scores by "ensemble" reads
+    its network only when it has one, which its Info does not tell without the hash: it is
+    left to the coordinator's fallback."""
+    from pathmaster.embedding import reads_network
+
+    patches, images = [], []
+    for status in statuses:
+        if only and status.site not in only:
+            continue
+        if status.info.model_sha256:
+            patches.append(status.site)
+        elif reads_network(status.info.similarity, status.info.abnormal_score):
+            images.append(status.site)
+    return sorted(patches), sorted(images)
+
+
+def images_without_network_why(sites: list[str]):
+    """Why a case analysed here still carries its images (``local_analysis_plan``)."""
+    from pathmaster.records import Why
+
+    return Why("images_without_network", {"sites": ", ".join(sites)})
+
+
 def local_analysis_why(cells: int, learnt_sites: list[str]):
     """Why a case analysed here went as it did (a `pathmaster.records.Why`; words in
     services/reasons.py): features alone, or with patches for `learnt_sites`."""

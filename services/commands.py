@@ -437,6 +437,29 @@ def _query_tracing(args: argparse.Namespace):
     return start_tracing(settings, "pathmaster-query")
 
 
+def _analyse_locally(client, cells, args: argparse.Namespace):
+    """(the cells to send, the features to send with them) of a case analysed here: only
+    the cells' ids, unless a site needs a network the coordinator cannot give
+    (``local_analysis_plan``): then the images too, for that site. What went and why is
+    printed with --verbose (words) and --json (a line of type "analysis" with reason codes).
+    InvalidInput when a cell cannot be analysed."""
+    from services.client import (analyse_locally, images_without_network_why, local_analysis_plan,
+                                 local_analysis_why)
+    from services.reasons import as_json, words
+
+    learnt, images_for = local_analysis_plan(client.sites(), args.site)
+    ids, vectors, schema = analyse_locally(cells, with_patches=bool(learnt))
+    whys = [local_analysis_why(len(vectors), learnt)]
+    if images_for:
+        whys.append(images_without_network_why(images_for))
+    if args.json:
+        print(json.dumps({"type": "analysis", "images_for": images_for, "reasons": as_json(whys)}), flush=True)
+    elif args.verbose:
+        for why in whys:
+            print(words(why), flush=True)
+    return (cells if images_for else ids), {"features": vectors, "feature_schema": schema}
+
+
 def _run_query(args: argparse.Namespace, tls, cells) -> int:
     import grpc
 
@@ -455,20 +478,11 @@ def _run_query(args: argparse.Namespace, tls, cells) -> int:
             started = time.perf_counter()
             local = {}
             if args.analyse_locally:
-                from services.client import analyse_locally
-
-                learnt = client.learnt_sites(args.site)
                 try:
-                    cells, vectors, schema = analyse_locally(cells, with_patches=bool(learnt))
+                    cells, local = _analyse_locally(client, cells, args)
                 except InvalidInput as exc:
                     print(f"pathmaster query: {exc}", file=sys.stderr)
                     return 2
-                local = {"features": vectors, "feature_schema": schema}
-                if args.verbose and not args.json:
-                    from services.client import local_analysis_why
-                    from services.reasons import words
-
-                    print(words(local_analysis_why(len(vectors), learnt)), flush=True)
             events = client.submit(cells, args.request_class, k=args.k, deadline_s=args.deadline,
                                    sites=args.site, ship=args.ship, **local)
             ok = print_case(events, started, as_json=args.json, audience="full" if args.verbose else "plain")

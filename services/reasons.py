@@ -72,6 +72,10 @@ REASONS: dict[str, Words] = {
     "analysed_here_with_patches": Words(
         "", "analysed {cells} cells here: their features sent, and each cell's {patch_px} px patch because "
             "{sites} compare a learnt embedding, which the coordinator makes from the patch with each site's network"),
+    "images_without_network": Words(
+        "{sites} could not be given the cells' measurements here: their images were sent instead",
+        "the coordinator cannot give the learnt network of {sites} (not published, not fetched, or not matching "
+        "its hash): their cells sent as images"),
     # What happened while the case ran (services.coordinator.fanout)
     "hedge_sent": Words("no answer within {after_s:.1f} s: asked again with {hedge_class} priority",
                         "no answer after {after_s:.2f} s (predicted {predicted_s:.2f} s): "

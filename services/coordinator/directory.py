@@ -108,12 +108,15 @@ class SiteDirectory:
         needs none or it cannot be had now (the site then refuses the features and the
         fan-out falls back to its images)."""
         model = self.models.get(site, "")
-        if not model:
-            return None
+        return self.network_by_hash(site, model) if model else None
+
+    def network_by_hash(self, site: str, sha256: str):
+        """The network `sha256` of `site` (an ``Embedder``) from the cache or fetched now;
+        None when the site cannot give it or its bytes do not match the hash (logged)."""
         try:
-            return self.networks.get(model, self.stub(site))
+            return self.networks.get(sha256, self.stub(site))
         except (grpc.RpcError, ValueError) as exc:
-            log.warning("site %s: its network %s not fetched (%s)", site, model[:16], exc)
+            log.warning("site %s: its network %s not fetched (%s)", site, sha256[:16], exc)
             return None
 
     def knows(self, site: str) -> bool:

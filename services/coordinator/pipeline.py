@@ -314,9 +314,18 @@ class CasePipeline:
 
     def analyse(self, case: Case, planned: Planned) -> Analysed:
         """The case's feature vectors when any site takes features (the client's, or the
-        analysers'); sites planned for features get the images when there are none."""
+        analysers'); sites planned for features get the images when there are none, or when
+        their learnt network cannot be had (the case has images)."""
         plans = planned.plans
         wanted = [s for s, p in plans.items() if p.mode == "features"]
+        if wanted and all(cell.image for cell in case.cells):
+            # a site whose learnt network cannot be had now would refuse features without its embedding
+            lacking = [s for s in wanted if self.directory.models.get(s) and self.directory.network(s) is None]
+            for site in lacking:
+                plans[site] = replace(plans[site], mode="images")
+            if lacking:
+                case.why.append(Why("images_without_network", {"sites": ", ".join(lacking)}))
+                wanted = [s for s in wanted if s not in lacking]
         if not wanted:
             return Analysed()
         if case.features:

@@ -10,6 +10,8 @@ import sys
 import pytest
 
 from pathmaster.cli import main
+from pathmaster.embedding import ABNORMAL_SCORES
+from pathmaster.site import SiteIndex
 
 N_CELLS = 14  # 2 per Herlev class
 
@@ -122,6 +124,20 @@ def test_evaluate_cross_validated_leave_one_out_and_held_out(dataset, site, caps
     assert held["abnormal"]["majority"]["positives"] + held["abnormal"]["majority"]["negatives"] == N_CELLS
     assert held["abnormal"]["roc"]["auc"] > 0.5
     assert held["map"] > loo["map"]
+    # the score the site decides by, beside the match share, each named
+    assert cv["abnormal"]["name"] == held["abnormal"]["name"] == "match_share"
+    for figures in (cv["site_score"], held["site_score"]):
+        point = figures["operating_point"]
+        assert figures["score"] in ABNORMAL_SCORES
+        assert point["positives"] + point["negatives"] == N_CELLS
+        assert point["sensitivity_ci"][0] <= point["sensitivity"] <= point["sensitivity_ci"][1]
+        assert 0.0 <= figures["roc"]["auc"] <= 1.0 and figures["cases"]["cases"] > 0
+    assert len(cv["site_score"]["per_fold"]) == cv["folds"] == len(cv["site_score"]["operating_point"]["thresholds"])
+    site_index = SiteIndex.open(site)
+    assert held["site_score"]["operating_point"]["thresholds"] == [round(site_index.learnt.threshold, 6)]
+    assert held["site_score"]["score"] == site_index.learnt.score
+    fast = _run_json(capsys, ["evaluate", "--db", str(site), "--json", "--seed", "3", "--no-site-score"])
+    assert fast["site_score"] is None and fast["abnormal"] == cv["abnormal"]
 
 
 def _fails(capsys, argv, *needles):

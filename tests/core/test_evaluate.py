@@ -249,3 +249,32 @@ def test_abnormal_figures_roc_and_a_ceiling_at_least_the_retrieval():
     # labels with no normal side: no abnormal figures, said so
     only = ev.cross_validate(X, np.array([MILD, CIS] * 60, dtype=object), _zscores, folds=3, ceilings=())
     assert only["abnormal"] is None and only["cases"] is None
+
+
+def test_the_site_score_is_reported_at_each_folds_own_operating_point_beside_the_match_share():
+    rng = np.random.default_rng(5)
+    X = np.vstack([rng.normal(0, 1, (40, 3)), rng.normal(1.5, 1, (40, 3))])
+    y = np.array([SUP] * 20 + [INT] * 20 + [MILD] * 20 + [CIS] * 20, dtype=object)
+    truth = np.isin(y, [MILD, CIS])
+    seen = []
+
+    def site_score(train, test):
+        # a score that ranks the test cells perfectly, with a threshold that misses one abnormal
+        seen.append((set(train.tolist()), set(test.tolist())))
+        scores = np.where(truth[test], 0.6, 0.1)
+        scores[np.flatnonzero(truth[test])[:1]] = 0.3
+        return {"score": "classifier", "threshold": 0.5, "scores": scores}
+
+    m = ev.cross_validate(X, y, _zscores, folds=4, seed=0, cases=40, ceilings=(), site_score=site_score)
+    assert all(not (train & test) for train, test in seen) and len(seen) == 4
+    site = m["site_score"]
+    assert site["score"] == "classifier" and m["abnormal"]["name"] == "match_share"
+    point = site["operating_point"]
+    assert point["missed"] == 4 and point["false_alarms"] == 0 and point["thresholds"] == [0.5] * 4
+    assert [fold["sensitivity"] for fold in site["per_fold"]] == [0.9] * 4
+    assert site["roc"]["auc"] == 1.0  # a ranking figure: the misses come from the threshold
+    assert site["cases"]["specificity"] == 1.0 and 0.5 < site["cases"]["sensitivity"] < 1.0
+    report = ev.format_report(m)
+    assert "the site's own abnormality score (classifier)" in report and "match share" in report
+    assert "found 36 of 40 abnormal cells" in report
+    assert ev.cross_validate(X, y, _zscores, folds=4, seed=0, cases=40, ceilings=())["site_score"] is None

@@ -197,3 +197,31 @@ def test_a_learnt_site_answers_without_importing_jax(learnt_site):
             "print(len(m[0]), 'jax' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240, check=True)
     assert out.stdout.split() == ["5", "False"]
+
+
+def test_a_learnt_sites_operating_point_is_its_report_s_and_its_rules_are_recorded(learnt_site):
+    path, _ = learnt_site
+    learnt = SiteIndex.open(path).learnt
+    report = learnt.report
+    assert 1 <= report["trained_folds"] <= learn.INNER_FOLDS and len(report["epochs"]) == report["trained_folds"]
+    point = report["scores"][learnt.score]
+    assert learnt.threshold == point["threshold"] and point["margin_confidence"] == learn.MARGIN_CONFIDENCE
+    assert {"point", "third", "cp0.8"} <= set(report["thresholds"])
+    assert learnt.threshold == pytest.approx(report["thresholds"][f"cp{learn.MARGIN_CONFIDENCE:g}"], abs=1e-6)
+
+
+def test_evaluate_learns_the_sites_score_on_each_training_fold_as_indexing_does(learnt_site, monkeypatch, capsys):
+    import json
+
+    from pathmaster.cli import main
+
+    path, _ = learnt_site
+    monkeypatch.setattr(learn, "MIN_CELLS_TO_LEARN", 20)  # a training fold of this small site still learns
+    capsys.readouterr()
+    assert main(["evaluate", "--db", str(path), "--json", "--folds", "2", "--no-ceiling", "--quiet"]) == 0
+    figures = json.loads(capsys.readouterr().out)["site_score"]
+    assert [fold["note"] for fold in figures["per_fold"]] == ["", ""]  # each fold learnt a network
+    assert {fold["score"] for fold in figures["per_fold"]} <= set(emb.ABNORMAL_SCORES)
+    point = figures["operating_point"]
+    assert point["positives"] + point["negatives"] == len(SiteIndex.open(path))
+    assert all(0.0 <= t <= 1.0 for t in point["thresholds"]) and 0.0 <= figures["roc"]["auc"] <= 1.0

@@ -140,3 +140,47 @@ def test_a_case_analysed_by_the_client_carries_patches_for_a_learnt_site_and_get
     assert words(local_analysis_why(2, ["learnt"])) in verbose.stdout.splitlines()
     assert local_analysis_why(2, ["learnt"]).code == "analysed_here_with_patches"
     assert local_analysis_why(2, []).code == "analysed_here"
+
+
+def test_a_case_analysed_by_the_client_sends_the_images_to_a_site_whose_network_the_coordinator_cannot_give(
+        learnt_deployment, case_cells, tmp_path):
+    """The coordinator cannot have the learnt site's network (its bytes do not match the hash):
+    `ListSites` names no hash for it, `query --analyse-locally` sends the images for it (and the
+    features for the others) and says so with a reason code."""
+    from services.client import images_without_network_why
+    from services.reasons import words
+    from tests.services.test_query_command import query
+
+    def mismatch(sha256, stub):
+        raise ValueError(f"the site's network does not match its hash {sha256[:16]}")
+
+    files = []
+    for i, cell in enumerate(case_cells[:2]):
+        files.append(tmp_path / f"c{i}.png")
+        files[-1].write_bytes(cell["image"])
+    address = learnt_deployment.coordinator.address
+    directory = learnt_deployment.coordinator.servicer.directory
+    mp = pytest.MonkeyPatch()
+    mp.setattr(directory.networks, "_models", {})  # nothing cached: every fetch is checked
+    mp.setattr(directory.networks, "get", mismatch)
+    try:
+        with CoordinatorClient(address) as client:
+            assert client.learnt_sites() == []
+        local = query("--coordinator", address, "--json", "--analyse-locally", *files)
+        verbose = query("--coordinator", address, "--verbose", "--analyse-locally", *files)
+    finally:
+        mp.undo()
+    remote = query("--coordinator", address, "--json", "--ship", "images", *files)
+    assert local.returncode == 0 and remote.returncode == 0 and verbose.returncode == 0, local.stderr + verbose.stderr
+    lines = [json.loads(line) for line in local.stdout.splitlines()]
+    [analysis] = [e for e in lines if e["type"] == "analysis"]
+    assert analysis["images_for"] == ["learnt"]
+    assert [r["code"] for r in analysis["reasons"]] == ["analysed_here", "images_without_network"]
+    local_sites = {e["site"]: e for e in lines if e["type"] == "site"}
+    remote_sites = {e["site"]: e for e in map(json.loads, remote.stdout.splitlines()) if e["type"] == "site"}
+    assert local_sites["learnt"]["ok"] and local_sites["learnt"]["mode"] == "images"
+    assert local_sites["plain"]["ok"] and local_sites["plain"]["mode"] == "features"
+    for name, site in local_sites.items():
+        for a, b in zip(site["cells"], remote_sites[name]["cells"], strict=True):
+            assert [m["cell_id"] for m in a["matches"]] == [m["cell_id"] for m in b["matches"]]
+    assert words(images_without_network_why(["learnt"])) in verbose.stdout.splitlines()

@@ -1,0 +1,68 @@
+"""A site's operating point: chosen on every held-out cell, with a margin for its sampling error."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from pathmaster import learn
+
+
+def new_cells_sensitivity(threshold: float, abnormal_scores: np.ndarray) -> float:
+    return float((abnormal_scores >= threshold).mean())
+
+
+def test_a_threshold_on_a_third_misses_new_cells_where_the_site_threshold_does_not():
+    # 90 held-out abnormal cells spread over [0.05, 1]; the first inner fold's 30 happen to be
+    # the upper ones (a fold of well-stained slides), its 30 normal cells low
+    abnormal_scores = np.linspace(0.05, 1.0, 90)
+    first_abnormal = abnormal_scores[60:]
+    normal_scores = np.linspace(0.0, 0.3, 60)
+    scores = np.concatenate([abnormal_scores, normal_scores])
+    abnormal = np.r_[np.ones(90, bool), np.zeros(60, bool)]
+    first = np.zeros(150, bool)
+    first[60:90] = first[90:120] = True
+    point, rules = learn.site_threshold(scores, abnormal, first)
+    new_cells = np.linspace(0.05, 1.0, 1000)  # new abnormal cells, as the held-out ones spread
+    assert np.allclose(np.sort(scores[first & abnormal]), np.sort(first_abnormal))
+    assert new_cells_sensitivity(rules["third"], new_cells) < 0.9
+    assert new_cells_sensitivity(point["threshold"], new_cells) >= 0.95
+    assert point["threshold"] == pytest.approx(rules[f"cp{learn.MARGIN_CONFIDENCE:g}"], abs=1e-6) and point["sensitivity"] >= 0.95
+    assert point["threshold"] <= rules["point"] < rules["third"]
+
+
+def test_the_margin_asks_more_of_few_cells_than_of_many():
+    assert learn.cells_needed(90) == 86  # ceil(0.95 x 90): the point estimate
+    needed_90 = learn.cells_needed(90, confidence=0.8)
+    needed_270 = learn.cells_needed(270, confidence=0.8)
+    assert 86 < needed_90 <= 90 and needed_270 < 270
+    assert needed_90 / 90 > needed_270 / 270 >= 0.95
+    assert learn.cells_needed(30, confidence=0.9) == 30  # too few: every one of them
+    assert learn.cells_needed(0, confidence=0.9) == 1
+
+
+def test_an_operating_point_with_a_margin_is_lower_and_still_reports_what_it_finds():
+    rng = np.random.default_rng(0)
+    scores = np.r_[rng.uniform(0.2, 1.0, 80), rng.uniform(0.0, 0.6, 80)]
+    abnormal = np.r_[np.ones(80, bool), np.zeros(80, bool)]
+    plain = learn.operating_point(scores, abnormal)
+    margin = learn.operating_point(scores, abnormal, confidence=0.9)
+    assert margin["threshold"] < plain["threshold"]
+    assert margin["sensitivity"] > plain["sensitivity"] >= 0.95 and margin["specificity"] <= plain["specificity"]
+    assert margin["margin_confidence"] == 0.9 and plain["margin_confidence"] is None
+
+
+def test_the_ensemble_leaves_a_missing_network_score_out_of_its_mean():
+    scores = learn.with_ensemble({"neighbours": np.array([0.2, 0.4]), "network": np.array([np.nan, 0.8]),
+                                  "classifier": np.array([0.6, 0.6])})
+    assert scores["ensemble"] == pytest.approx([0.4, 0.6])
+
+
+def test_more_inner_networks_train_only_while_the_guard_allows_them_and_the_final_one():
+    now = time.monotonic()
+    # a 1,000-cell site: inner networks of 667 cells, ~47 s each; the final ~1.45 times that
+    assert learn._time_for_another(now, 47.0, 667, 1000, seconds=200.0)
+    assert not learn._time_for_another(now - 94.0, 47.0, 667, 1000, seconds=200.0)
+    assert learn._time_for_another(now - 94.0, 47.0, 667, 1000, seconds=240.0)
