@@ -342,12 +342,11 @@ def bench_growth(tmp: Path, base: int, added: int, per_cell_s: float | None) -> 
 def same_answers(site_dir: Path, config: dict, queries: int = 200) -> bool:
     """Top-5 ids of the grown site's FAISS index == those of one rebuilt from its stored vectors."""
     from pathmaster import similarity
-    from pathmaster.growth import _read_faiss
-    from pathmaster.site import stored_vectors
+    from pathmaster.site import read_index_file, stored_vectors
     from pathmaster.sitedb import SiteDB
 
     with SiteDB(site_dir) as db:
-        grown = _read_faiss(site_dir, config)
+        grown = read_index_file(site_dir, config)
         vectors = stored_vectors(db, config)
     rebuilt = similarity.build_index(vectors, config["algorithm"])
     X, _ = feature_rows(queries, seed=99)
