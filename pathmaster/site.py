@@ -176,7 +176,7 @@ def build_search_index(db: SiteDB, *, algorithm: str | None = None, features: st
         learnt, embeddings = learnt_module.fit_learnt(
             db, X, normalization, projection, _vocabulary(db), choice=options["similarity"],
             seconds=options.get("learn_seconds"), seed=seed)
-        vectors = learnt.vectors(projection.apply(normalization.apply(X)), embeddings)
+        vectors = search_vectors(X, normalization, projection, learnt, embeddings)
 
     kind = options["algorithm"]
     if kind == "auto":
@@ -259,7 +259,30 @@ def _index_vectors(db: SiteDB, X: np.ndarray, normalization, projection, learnt,
     if learnt.mode != "features":
         model = learnt_module.load_learnt(db.site_dir, learnt)
         embeddings = model.embed(learnt_module.cell_patches(db, db.cells()[offset:]))
-    return learnt.vectors(projection.apply(normalization.apply(X)), embeddings)
+    return search_vectors(X, normalization, projection, learnt, embeddings)
+
+
+# Rows turned into search vectors at a time: the float64 intermediates are a block's, not a
+# million cells' (each a GB at 1M x 130).
+VECTOR_BLOCK = 65_536
+
+
+def search_vectors(X: np.ndarray, normalization, projection, learnt, embeddings: np.ndarray | None) -> np.ndarray:
+    """Search vectors (float32 (n, d)) of raw features `X` (n, n_features) and their
+    `embeddings` (n, EMBEDDING_DIM) or None: z-scores, projection, the learnt part, a block
+    of ``VECTOR_BLOCK`` rows at a time (each row's vector is its own: rows do not mix)."""
+    def block(rows: slice) -> np.ndarray:
+        return learnt.vectors(projection.apply(normalization.apply(X[rows])),
+                              None if embeddings is None else embeddings[rows])
+
+    if len(X) <= VECTOR_BLOCK:
+        return block(slice(None))
+    first = block(slice(0, VECTOR_BLOCK))
+    out = np.empty((len(X), first.shape[1]), dtype=np.float32)
+    out[:VECTOR_BLOCK] = first
+    for start in range(VECTOR_BLOCK, len(X), VECTOR_BLOCK):
+        out[start:start + VECTOR_BLOCK] = block(slice(start, start + VECTOR_BLOCK))
+    return out
 
 
 def _save_index(site_dir: Path, fingerprint: str, index) -> str:

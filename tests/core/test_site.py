@@ -207,3 +207,16 @@ def test_a_stale_index_file_of_other_cells_is_rebuilt_not_trusted(site_dir, site
     with SiteDB(copy) as db:   # the rebuilt file is the one the config now names
         assert SiteIndex.open(copy).config["index_sha1"] == db.get_config("index")["index_sha1"]
     assert path.read_bytes() == index_path(site_dir, site.config["fingerprint"]).read_bytes()
+
+
+def test_search_vectors_made_a_block_at_a_time_equal_the_whole_at_once(site_dir, site, monkeypatch):
+    from pathmaster import site as site_module
+
+    with SiteDB(site_dir) as db:
+        _, X = db.feature_matrix()
+    whole = site_module.search_vectors(X, site._normalization, site._projection, site.learnt, None)
+    monkeypatch.setattr(site_module, "VECTOR_BLOCK", 5)   # 42 cells: 9 blocks, the last one short
+    blocks = site_module.search_vectors(X, site._normalization, site._projection, site.learnt, None)
+    assert blocks.dtype == np.float32 and blocks.shape == whole.shape
+    np.testing.assert_allclose(blocks, whole, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(blocks, site._vectors(X), rtol=1e-6, atol=1e-6)   # as a query is turned
