@@ -28,7 +28,7 @@ import numpy as np
 
 from pathmaster import defaults, similarity
 from pathmaster.records import DIAGNOSES, CellRecord, InvalidInput
-from pathmaster.sitedb import SiteDB, write_atomic
+from pathmaster.sitedb import SiteDB
 
 log = logging.getLogger(__name__)
 
