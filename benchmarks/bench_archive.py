@@ -31,7 +31,10 @@ from scratch; both plus the analysis of their cells at the per-cell cost measure
 the same representation (same ids).
 
 serve: a site of N synthetic-vector cells (1M by default) built and indexed by the same
-path (IVF above 200k cells), opened in a fresh process as a site worker opens it; the
+path (IVF above 200k cells) in a fresh process (its wall and CPU time, every thread's, and
+its peak RSS), opened in another as a site worker opens it; with --before COMMIT the same
+rows are indexed and opened by COMMIT's code first (exported with git archive), side by
+side. Opening: the
 process's RSS growth from opening it, per million cells, and the p50/p99 of one top-5
 search (``SiteIndex.search``: z-scores, projection, FAISS on one thread, the matches)
 over 2,000 queries, searched at niceness 0 as a served site runs (the benchmark's own nice
@@ -342,12 +345,11 @@ def bench_growth(tmp: Path, base: int, added: int, per_cell_s: float | None) -> 
 def same_answers(site_dir: Path, config: dict, queries: int = 200) -> bool:
     """Top-5 ids of the grown site's FAISS index == those of one rebuilt from its stored vectors."""
     from pathmaster import similarity
-    from pathmaster.growth import _read_faiss
-    from pathmaster.site import stored_vectors
+    from pathmaster.site import read_index_file, stored_vectors
     from pathmaster.sitedb import SiteDB
 
     with SiteDB(site_dir) as db:
-        grown = _read_faiss(site_dir, config)
+        grown = read_index_file(site_dir, config)
         vectors = stored_vectors(db, config)
     rebuilt = similarity.build_index(vectors, config["algorithm"])
     X, _ = feature_rows(queries, seed=99)
@@ -371,9 +373,9 @@ sys.path.insert(0, sys.argv[3])
 from bench_archive import feature_rows
 queries, _ = feature_rows(int(sys.argv[2]), seed=123)
 before = rss()
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 site = SiteIndex.open(sys.argv[1])
-open_s = time.perf_counter() - t0
+open_s, open_cpu_s = time.perf_counter() - t0, time.process_time() - c0
 after = rss()
 def timed(call, items):
     wall, cpu = [], []
@@ -395,30 +397,78 @@ whole = timed(lambda q: site.search(q, k=5), queries)
 gen2 = gc.get_stats()[2]["collections"] - gen2
 vectors = site._vectors(queries, None)
 alone = timed(lambda v: site._index.search(v[None, :], 5), vectors)
-print(json.dumps({"rss_bytes": after - before, "open_s": open_s, "cells": len(site), "algorithm": site.algorithm,
+print(json.dumps({"rss_bytes": after - before, "open_s": open_s, "open_cpu_s": open_cpu_s, "cells": len(site), "algorithm": site.algorithm,
                   "search": whole, "faiss": alone, "full_collections": gen2, "nice": nice, "tracked_objects": len(gc.get_objects()),
                   "p50_ms": whole["wall_p50_ms"], "p99_ms": whole["wall_p99_ms"]}))
 """
 
 
-def bench_serve(tmp: Path, cells: int, queries: int = 2000) -> dict:
-    from pathmaster.site import build_search_index
+INDEX = """
+import json, resource, sys, time
+from pathmaster.site import build_search_index
+from pathmaster.sitedb import SiteDB
+with SiteDB(sys.argv[1]) as db:
+    t0, c0 = time.perf_counter(), time.process_time()
+    config = build_search_index(db)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+print(json.dumps({"index_s": wall, "index_cpu_s": cpu, "algorithm": config["algorithm"], "nprobe": config.get("nprobe"),
+                  "recall_at_5": config.get("recall_at_5", 1.0),
+                  "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+"""
 
-    t0 = time.perf_counter()
-    with new_vector_site(tmp / "million", cells) as db:
-        rows_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        config = build_search_index(db)
-        index_s = time.perf_counter() - t0
-    disk = sum(p.stat().st_size for p in (tmp / "million").iterdir() if p.is_file())
-    done = subprocess.run([sys.executable, "-c", SERVE, str(tmp / "million"), str(queries), str(Path(__file__).parent)],
-                          capture_output=True, text=True, timeout=3600)
+
+def code_tree(tmp: Path, commit: str | None) -> Path:
+    """The source tree to run: this checkout, or `commit` exported (``git archive``) under `tmp`."""
+    repo = Path(__file__).resolve().parents[1]
+    if commit is None:
+        return repo
+    tree = tmp / f"tree-{commit}"
+    tree.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(repo), "archive", commit], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+    return tree
+
+
+def run_in(tree: Path, script: str, *args: str, timeout: int = 7200) -> dict:
+    """Run `script` with the code of `tree` in a fresh process; its last line, parsed."""
+    done = subprocess.run([sys.executable, "-c", script, *args], cwd=tree, env=dict(os.environ, PYTHONPATH=str(tree)),
+                          capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, done.stderr[-3000:]
-    out = json.loads(done.stdout.splitlines()[-1])
-    per_million = out["rss_bytes"] * 1e6 / cells
-    print(f"serve a {cells:,}-cell site ({load()}): rows written {rows_s:.0f} s, indexed {index_s:.0f} s "
-          f"({config['algorithm']}, nprobe {config.get('nprobe', '-')}, recall@5 {config.get('recall_at_5', 1.0):.3f}); disk {disk / cells:.0f} B/cell "
-          f"(vectors and rows); opened in {out['open_s']:.1f} s")
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def bench_serve(tmp: Path, cells: int, queries: int = 2000, before: str | None = None) -> dict:
+    """The rows written once; each tree (``--before`` COMMIT's, then this one's) indexes a copy
+    in a fresh process, and opens and searches it in another."""
+    t0 = time.perf_counter()
+    with new_vector_site(tmp / "rows", cells):
+        rows_s = time.perf_counter() - t0
+    print(f"serve: a {cells:,}-cell site's rows written in {rows_s:.0f} s ({load()})")
+    trees = {**({f"before ({before})": code_tree(tmp, before)} if before else {}), "this tree": code_tree(tmp, None)}
+    results = {}
+    for name, tree in trees.items():
+        site = tmp / "site"
+        shutil.copytree(tmp / "rows", site)
+        built = run_in(tree, INDEX, str(site))
+        disk = sum(p.stat().st_size for p in site.iterdir() if p.is_file())
+        out = run_in(tree, SERVE, str(site), str(queries), str(Path(__file__).parent))
+        shutil.rmtree(site)
+        results[name] = out = {**out, **built, "rows_s": rows_s, "disk_per_cell": disk / cells,
+                               "rss_per_million": out["rss_bytes"] * 1e6 / cells}
+        print_serve(name, cells, queries, out)
+    if before:
+        old, new = results[f"before ({before})"], results["this tree"]
+        print(f"  this tree / before: indexed x{new['index_s'] / old['index_s']:.2f} wall, "
+              f"x{new['index_cpu_s'] / old['index_cpu_s']:.2f} CPU; opened x{new['open_s'] / old['open_s']:.2f} wall, "
+              f"x{new['open_cpu_s'] / old['open_cpu_s']:.2f} CPU; serve-time RSS x{new['rss_bytes'] / old['rss_bytes']:.2f}")
+    return results
+
+
+def print_serve(name: str, cells: int, queries: int, out: dict) -> None:
+    print(f"{name}: {cells:,} cells ({load()}): indexed in {out['index_s']:.0f} s wall, {out['index_cpu_s']:.0f} s CPU "
+          f"(every thread), peak RSS {out['peak_rss_bytes'] / 2**30:.2f} GiB ({out['algorithm']}, nprobe "
+          f"{out['nprobe'] or '-'}, recall@5 {out['recall_at_5']:.3f}); disk {out['disk_per_cell']:.0f} B/cell "
+          f"(vectors and rows); opened in a fresh process in {out['open_s']:.1f} s wall, {out['open_cpu_s']:.1f} s CPU")
     w, f = out["search"], out["faiss"]
     print(f"  top-5 search (SiteIndex.search): p50 {w['wall_p50_ms']:.2f} ms, p99 {w['wall_p99_ms']:.2f} ms wall "
           f"(target p99 <= 5 ms) over {queries} queries at nice {out['nice']}; its own CPU time p50 {w['cpu_p50_ms']:.2f} ms, p99 "
@@ -426,9 +476,8 @@ def bench_serve(tmp: Path, cells: int, queries: int = 2000) -> dict:
           f"{out['full_collections']} ({out['tracked_objects']:,} objects tracked)")
     print(f"  of which FAISS alone: p50 {f['wall_p50_ms']:.2f} ms, p99 {f['wall_p99_ms']:.2f} ms wall; CPU p50 "
           f"{f['cpu_p50_ms']:.2f} ms, p99 {f['cpu_p99_ms']:.2f} ms")
-    print(f"  serve-time RSS {out['rss_bytes'] / 2**20:.0f} MiB = {per_million / 2**30:.2f} GiB per million cells"
+    print(f"  serve-time RSS {out['rss_bytes'] / 2**20:.0f} MiB = {out['rss_per_million'] / 2**30:.2f} GiB per million cells"
           f"{'' if cells >= 1e6 else ' (extrapolated linearly)'}")
-    return {**out, "disk_per_cell": disk / cells, "rss_per_million": per_million}
 
 
 def main() -> None:
@@ -437,6 +486,8 @@ def main() -> None:
     parser.add_argument("--parts", default="ingest,nodes,growth,serve")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--serve-cells", type=int, help="cells of the served site (default 1M; 200k with --quick)")
+    parser.add_argument("--before", metavar="COMMIT", help="serve: index and open the same rows with COMMIT's code "
+                        "too (exported with git archive), before this tree's, side by side")
     args = parser.parse_args()
     parts = set(args.parts.split(","))
     ingest_cells, base, added, served = (60, 20_000, 2_000, 200_000) if args.quick else (320, 100_000, 10_000, 1_000_000)
@@ -458,7 +509,7 @@ def main() -> None:
             results["growth"] = bench_growth(Path(tmp) / "growth", base, added, per_cell)
             shutil.rmtree(Path(tmp) / "growth")
         if "serve" in parts:
-            results["serve"] = bench_serve(Path(tmp) / "serve", args.serve_cells or served)
+            results["serve"] = bench_serve(Path(tmp) / "serve", args.serve_cells or served, before=args.before)
         print(json.dumps(results, default=float))
     print(f"{load()} at end")
 

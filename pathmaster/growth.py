@@ -34,7 +34,8 @@ from pathmaster.sitedb import SiteDB
 log = logging.getLogger(__name__)
 
 # The search structure's keys of the ``index`` config; every other key is what the site fitted.
-STRUCTURE_KEYS = frozenset({"algorithm", "n_cells", "fingerprint", "nprobe", "recall_at_5", "representation"})
+STRUCTURE_KEYS = frozenset({"algorithm", "n_cells", "fingerprint", "nprobe", "recall_at_5", "representation",
+                            "index_sha1"})
 # The drift check: new cells whose distances to their nearest cell of a reference sample
 # of the database are larger than those of the database's own cells (one-sided
 # Mann-Whitney U) with p below DRIFT_P and a large effect (Vargha and Delaney's A >= 0.71:
@@ -90,26 +91,12 @@ def _sample(n: int, size: int, seed: int) -> np.ndarray:
 
 
 def _vectors_in(index, rows: np.ndarray) -> np.ndarray:
-    """Rows of the vectors stored in a FAISS index (flat, IVF-flat or HNSW-flat)."""
+    """Rows of the vectors stored in a FAISS index (flat, IVF-flat or HNSW-flat), float32 (len(rows), d)."""
     import faiss
 
     if isinstance(index, faiss.IndexIVF):
         index.make_direct_map()
-    return np.vstack([index.reconstruct(int(i)) for i in rows]).astype(np.float32)
-
-
-def _read_faiss(site_dir: Path, config: dict):
-    """The FAISS index of `config` from its file, or None when missing, damaged or of another size."""
-    import faiss
-
-    from pathmaster.site import index_path
-
-    path = index_path(site_dir, config["fingerprint"])
-    try:
-        index = faiss.deserialize_index(np.fromfile(path, dtype=np.uint8))
-    except (OSError, RuntimeError):
-        return None
-    return index if index.ntotal == config["n_cells"] else None
+    return np.ascontiguousarray(index.reconstruct_batch(np.asarray(rows, dtype=np.int64)), dtype=np.float32)
 
 
 def update_search_index(db: SiteDB, *, algorithm: str | None = None, features: str | None = None,
@@ -124,7 +111,7 @@ def update_search_index(db: SiteDB, *, algorithm: str | None = None, features: s
     vectors. `algorithm`: another search structure ("flat", "ivf", "hnsw"; rebuilt from
     the stored vectors), None to keep it.
     """
-    from pathmaster.site import build_search_index
+    from pathmaster.site import build_search_index, read_index_file
 
     previous = db.get_config("index")
     options = db.get_config("index_options", {"algorithm": "auto", "features": "auto"})
@@ -150,7 +137,7 @@ def update_search_index(db: SiteDB, *, algorithm: str | None = None, features: s
         return previous
     grown = (kind == previous["algorithm"] and n_cells > previous["n_cells"]
              and db.fingerprint(previous["n_cells"]) == previous["fingerprint"])
-    index = _read_faiss(db.site_dir, previous) if grown else None
+    index = read_index_file(db.site_dir, previous) if grown else None
     state = representation(previous)
     if index is not None:
         new = _new_vectors(db, previous)
@@ -192,10 +179,10 @@ def _save(db: SiteDB, previous: dict, index, kind: str, state: dict, seed: int) 
     config = {key: value for key, value in previous.items() if key not in STRUCTURE_KEYS}
     config.update(algorithm=kind, n_cells=int(index.ntotal), fingerprint=fingerprint)
     if kind in ("ivf", "hnsw"):
-        config.update(measure_recall(index, _vectors_in(index, np.arange(index.ntotal)), kind, seed))
+        config.update(measure_recall(index, index.reconstruct_n(0, index.ntotal), kind, seed))
     state.pop("id", None)
     config["representation"] = state
-    _save_index(db.site_dir, fingerprint, index)
+    config["index_sha1"] = _save_index(db.site_dir, fingerprint, index)
     with db.transaction():
         db.set_config("index", config)
     return config

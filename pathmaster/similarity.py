@@ -378,7 +378,7 @@ def fit_similarity(X: np.ndarray, labels, names: list[str], choice: str = "auto"
     normalization = fit_normalization(X)
     Z = normalization.apply(X)
     labelled = np.array([label is not None for label in labels], dtype=bool)
-    Zl, yl = Z[labelled], labels[labelled]
+    Zl, yl = (Z, labels) if labelled.all() else (Z[labelled], labels[labelled])   # no copy of a labelled site
     enough = len(yl) >= min_cells and len(set(yl)) > 1
     if choice == "auto" and enough:
         projection = choose_projection(Zl, yl, names, seed=seed)

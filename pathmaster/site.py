@@ -8,12 +8,17 @@
 This module also builds the search index of a site (``build_search_index``): database
 statistics for the z-scores, the feature subset or weighting chosen from the data, the FAISS
 index. All of it is stored in the database's ``index`` config; the FAISS file is named by
-the database's fingerprint, so a missing or stale file is rebuilt from the database.
+the database's fingerprint and the config holds its SHA-1, so a missing, damaged or stale
+file (another set of cells, another representation) is rebuilt from the database, never
+trusted. FAISS writes and reads the file itself (``faiss.write_index``, ``faiss.read_index``):
+no copy of a million vectors in between.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
 import sqlite3
 import threading
 from dataclasses import dataclass
@@ -23,7 +28,7 @@ import numpy as np
 
 from pathmaster import defaults, similarity
 from pathmaster.records import DIAGNOSES, CellRecord, InvalidInput
-from pathmaster.sitedb import SiteDB, write_atomic
+from pathmaster.sitedb import SiteDB
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +176,7 @@ def build_search_index(db: SiteDB, *, algorithm: str | None = None, features: st
         learnt, embeddings = learnt_module.fit_learnt(
             db, X, normalization, projection, _vocabulary(db), choice=options["similarity"],
             seconds=options.get("learn_seconds"), seed=seed)
-        vectors = learnt.vectors(projection.apply(normalization.apply(X)), embeddings)
+        vectors = search_vectors(X, normalization, projection, learnt, embeddings)
 
     kind = options["algorithm"]
     if kind == "auto":
@@ -182,7 +187,7 @@ def build_search_index(db: SiteDB, *, algorithm: str | None = None, features: st
               "similarity": options["similarity"], "learnt": learnt.to_dict()}
     if kind in ("ivf", "hnsw"):
         config.update(measure_recall(index, vectors, kind, seed))
-    _save_index(db.site_dir, fingerprint, index)
+    config["index_sha1"] = _save_index(db.site_dir, fingerprint, index)
     with db.transaction():
         db.set_config("index", config)
     return config
@@ -192,8 +197,11 @@ def measure_recall(index, vectors: np.ndarray, kind: str, seed: int = 0) -> dict
     """An approximate index's recall@5 against exact search, database cells as queries
     (each left out of its own results); for IVF the smallest nprobe reaching
     ``TARGET_RECALL`` too. Returns {"recall_at_5"[, "nprobe"]} for the ``index`` config."""
+    import faiss
+
     sample = np.random.default_rng(seed).choice(len(vectors), min(RECALL_QUERIES, len(vectors)), replace=False)
-    _, exact = similarity.search(similarity.build_index(vectors), vectors[sample], defaults.K + 1)
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    _, exact = faiss.knn(vectors[sample], vectors, defaults.K + 1)   # exact, without a copy of every vector
     if kind == "ivf":
         nprobe, recall = similarity.tune_nprobe(index, vectors[sample], exact, defaults.K, TARGET_RECALL,
                                                 exclude=sample)
@@ -218,7 +226,7 @@ def stored_vectors(db: SiteDB, config: dict, offset: int = 0) -> np.ndarray:
 
 def _fit_features(db: SiteDB, X: np.ndarray, names: list[str], choice: str, seed: int):
     """(Normalization, Projection) fitted to the database's feature matrix ``X``."""
-    labels = np.array([c.diagnosis for c in db.cells()], dtype=object)
+    labels = np.array(db.labels(), dtype=object)
     return fit_representation(X, labels, names, choice, seed=seed)
 
 
@@ -251,38 +259,84 @@ def _index_vectors(db: SiteDB, X: np.ndarray, normalization, projection, learnt,
     if learnt.mode != "features":
         model = learnt_module.load_learnt(db.site_dir, learnt)
         embeddings = model.embed(learnt_module.cell_patches(db, db.cells()[offset:]))
-    return learnt.vectors(projection.apply(normalization.apply(X)), embeddings)
+    return search_vectors(X, normalization, projection, learnt, embeddings)
 
 
-def _save_index(site_dir: Path, fingerprint: str, index) -> None:
-    """Write the FAISS file atomically and remove index files of older fingerprints."""
+# Rows turned into search vectors at a time: the float64 intermediates are a block's, not a
+# million cells' (each a GB at 1M x 130).
+VECTOR_BLOCK = 65_536
+
+
+def search_vectors(X: np.ndarray, normalization, projection, learnt, embeddings: np.ndarray | None) -> np.ndarray:
+    """Search vectors (float32 (n, d)) of raw features `X` (n, n_features) and their
+    `embeddings` (n, EMBEDDING_DIM) or None: z-scores, projection, the learnt part, a block
+    of ``VECTOR_BLOCK`` rows at a time (each row's vector is its own: rows do not mix)."""
+    def block(rows: slice) -> np.ndarray:
+        return learnt.vectors(projection.apply(normalization.apply(X[rows])),
+                              None if embeddings is None else embeddings[rows])
+
+    if len(X) <= VECTOR_BLOCK:
+        return block(slice(None))
+    first = block(slice(0, VECTOR_BLOCK))
+    out = np.empty((len(X), first.shape[1]), dtype=np.float32)
+    out[:VECTOR_BLOCK] = first
+    for start in range(VECTOR_BLOCK, len(X), VECTOR_BLOCK):
+        out[start:start + VECTOR_BLOCK] = block(slice(start, start + VECTOR_BLOCK))
+    return out
+
+
+def _save_index(site_dir: Path, fingerprint: str, index) -> str:
+    """Write the FAISS file atomically (FAISS writes a temporary file, renamed over the
+    name), remove index files of older fingerprints; returns the file's SHA-1 for the config."""
     import faiss
 
     path = index_path(site_dir, fingerprint)
-    write_atomic(path, faiss.serialize_index(index).tobytes())
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")   # sitedb.remove_orphan_temporaries' pattern
+    faiss.write_index(index, str(tmp))
+    digest = _file_sha1(tmp)
+    os.replace(tmp, path)
     for old in Path(site_dir).glob("index-*.faiss"):
         if old != path:
             old.unlink(missing_ok=True)
+    return digest
+
+
+def _file_sha1(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha1").hexdigest()
+
+
+def read_index_file(site_dir: Path, config: dict):
+    """The FAISS index of the ``index`` config `config` from its file, or None when the
+    file is missing, damaged, of another number of cells, or not the file the config was
+    saved with (its SHA-1; a config without one is checked by size alone)."""
+    import faiss
+
+    path = index_path(site_dir, config["fingerprint"])
+    if not path.is_file():
+        log.info("%s: search index file missing; rebuilding it from the database", site_dir)
+        return None
+    if config.get("index_sha1") not in (None, _file_sha1(path)):
+        log.warning("%s: not the file this index was saved with; rebuilding it from the database", path)
+        return None
+    try:
+        index = faiss.read_index(str(path))
+    except RuntimeError as exc:  # FAISS's error for a damaged file
+        log.warning("%s: unreadable (%s); rebuilding it from the database", path, str(exc).splitlines()[0])
+        return None
+    return index if index.ntotal == config["n_cells"] else None
 
 
 def _load_or_rebuild_faiss(db: SiteDB, config: dict):
-    """The site's FAISS index: read from its file, or rebuilt from the database vectors
-    with the stored config (same z-scores, same features) when the file is missing,
-    damaged or holds another number of cells."""
-    import faiss
-
-    path = index_path(db.site_dir, config["fingerprint"])
-    index = None
-    if path.is_file():
-        try:
-            index = faiss.deserialize_index(np.fromfile(path, dtype=np.uint8))
-        except RuntimeError as exc:  # FAISS's error for a damaged file
-            log.warning("%s: unreadable (%s); rebuilding it from the database", path, str(exc).splitlines()[0])
-    else:
-        log.info("%s: search index file missing; rebuilding it from the database", db.site_dir)
-    if index is None or index.ntotal != config["n_cells"]:
+    """The site's FAISS index: read from its file (``read_index_file``), or rebuilt from
+    the database vectors with the stored config (same z-scores, same features) and saved,
+    the config then naming the new file."""
+    index = read_index_file(db.site_dir, config)
+    if index is None:
         index = similarity.build_index(stored_vectors(db, config), config["algorithm"])
-        _save_index(db.site_dir, config["fingerprint"], index)
+        config["index_sha1"] = _save_index(db.site_dir, config["fingerprint"], index)
+        with db.transaction():
+            db.set_config("index", config)
     if "nprobe" in config:
         index.nprobe = config["nprobe"]
     return index

@@ -100,9 +100,10 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-@dataclass
+@dataclass(slots=True)
 class CellRow:
-    """One database cell as stored (paths relative to the site directory)."""
+    """One database cell as stored (paths relative to the site directory). Slots: a site
+    holds one a cell in memory, a million at archive scale."""
 
     cell_id: str
     source_id: str
@@ -124,12 +125,12 @@ _COLUMNS = ("cell_id", "source_id", "diagnosis", "origin", "image_path", "thumbn
 
 
 def _row_to_cell(row, features: bytes | None = None) -> CellRow:
-    values = dict(zip(_COLUMNS, row))
-    values["mask_estimated"] = bool(values["mask_estimated"])
-    values["background_estimated"] = bool(values["background_estimated"])
-    values["group"] = values.pop("group_id")
+    """A CellRow from a row of the ``_COLUMNS`` (positional: a million rows are read at open)."""
+    (cell_id, source_id, diagnosis, origin, image_path, thumbnail_path, mask_path, background_path,
+     mask_estimated, background_estimated, group, digest) = row
     vector = None if features is None else np.frombuffer(features, dtype="<f8").copy()
-    return CellRow(**values, features=vector)
+    return CellRow(cell_id, source_id, diagnosis, origin, image_path, thumbnail_path, mask_path, background_path,
+                   bool(mask_estimated), bool(background_estimated), vector, group, digest)
 
 
 def _paths(row: CellRow) -> tuple:
@@ -296,25 +297,33 @@ class SiteDB:
         rows = self.conn.execute(f"SELECT {', '.join(_COLUMNS)} FROM cells ORDER BY rowid")
         return [_row_to_cell(r) for r in rows]
 
+    def labels(self) -> list[str | None]:
+        """Every cell's diagnosis (None: unlabelled) in insertion order, without reading the rest of its row."""
+        return [r[0] for r in self.conn.execute("SELECT diagnosis FROM cells ORDER BY rowid")]
+
     def feature_matrix(self, offset: int = 0) -> tuple[list[str], np.ndarray]:
         """(cell ids, float64 (n_cells, n_features)) in insertion order, from the
-        `offset`-th cell on (0: every cell)."""
-        ids, vectors = [], []
-        for cell_id, blob in self.conn.execute("SELECT cell_id, features FROM cells ORDER BY rowid LIMIT -1 OFFSET ?",
-                                               (int(offset),)):
-            ids.append(cell_id)
-            vectors.append(np.frombuffer(blob, dtype="<f8"))
-        n_features = len(self.get_config("feature_names", []))
-        matrix = np.vstack(vectors) if vectors else np.zeros((0, n_features))
-        return ids, matrix
+        `offset`-th cell on (0: every cell). The vectors' bytes are joined into one buffer
+        and viewed as one array (no array a row); ValueError when rows differ in length."""
+        ids, buffer, lengths = [], bytearray(), set()
+        cursor = self.conn.execute("SELECT cell_id, features FROM cells ORDER BY rowid LIMIT -1 OFFSET ?",
+                                   (int(offset),))
+        while rows := cursor.fetchmany(65_536):
+            ids += [cell_id for cell_id, _ in rows]
+            lengths.update(len(blob) for _, blob in rows)
+            buffer += b"".join(blob for _, blob in rows)
+        if not ids:
+            return ids, np.zeros((0, len(self.get_config("feature_names", []))))
+        if len(lengths) != 1:
+            raise ValueError(f"{self.path}: stored feature vectors differ in length ({sorted(n // 8 for n in lengths)} values)")
+        return ids, np.frombuffer(buffer, dtype="<f8").reshape(len(ids), -1)
 
     def fingerprint(self, limit: int = -1) -> str:
         """SHA-1 over the cell ids in insertion order: changes whenever the cell set does
-        (`limit`: of the first `limit` cells only; -1: all)."""
-        digest = hashlib.sha1()
-        for (cell_id,) in self.conn.execute("SELECT cell_id FROM cells ORDER BY rowid LIMIT ?", (int(limit),)):
-            digest.update(cell_id.encode())
-        return digest.hexdigest()
+        (`limit`: of the first `limit` cells only; -1: all). The ids are hashed as one
+        string, which is the digest of hashing them one after another."""
+        ids = self.conn.execute("SELECT cell_id FROM cells ORDER BY rowid LIMIT ?", (int(limit),)).fetchall()
+        return hashlib.sha1("".join(cell_id for (cell_id,) in ids).encode()).hexdigest()
 
     def remove_cells(self, cell_ids: list[str]) -> list[CellRow]:
         """Delete the rows and stored files of `cell_ids` (call inside ``transaction()``);

@@ -171,3 +171,52 @@ def test_learnt_projection_is_stored_with_the_index_rebuilt_from_the_database_an
     cell = records[5]
     hit = site.search(site.analyse(cell.image, cell.background, cell.mask).features, k=1)[0]
     assert hit.source_id == cell.source_id and hit.distance == pytest.approx(0.0, abs=1e-3)
+
+
+def test_an_index_file_read_at_open_answers_as_one_rebuilt_from_the_database(site_dir, site):
+    from pathmaster.similarity import build_index, search
+    from pathmaster.site import stored_vectors
+
+    with SiteDB(site_dir) as db:
+        vectors = stored_vectors(db, site.config)
+    rebuilt = build_index(vectors, site.config["algorithm"])
+    opened = SiteIndex.open(site_dir)   # reads the file; nothing rebuilt
+    assert opened.config == site.config and opened._index.ntotal == N_CELLS
+    for a, b in zip(search(opened._index, vectors, 5), search(rebuilt, vectors, 5)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_stale_index_file_of_other_cells_is_rebuilt_not_trusted(site_dir, site, records, tmp_path):
+    """A file under the right name and of the right size, but not the one the config was
+    saved with (as after a kill between writing a re-learnt site's file and its config)."""
+    import shutil
+
+    import faiss
+
+    from pathmaster.similarity import build_index
+
+    copy = tmp_path / "copy"
+    shutil.copytree(site_dir, copy)
+    path = index_path(copy, site.config["fingerprint"])
+    other = np.random.default_rng(0).normal(size=(N_CELLS, site._index.d)).astype(np.float32)
+    faiss.write_index(build_index(other), str(path))
+    query = site.analyse(records[9].image, records[9].background, records[9].mask).features
+    reopened = SiteIndex.open(copy)
+    assert reopened.search(query) == site.search(query)
+    assert reopened.search(query)[0].source_id == records[9].source_id
+    with SiteDB(copy) as db:   # the rebuilt file is the one the config now names
+        assert SiteIndex.open(copy).config["index_sha1"] == db.get_config("index")["index_sha1"]
+    assert path.read_bytes() == index_path(site_dir, site.config["fingerprint"]).read_bytes()
+
+
+def test_search_vectors_made_a_block_at_a_time_equal_the_whole_at_once(site_dir, site, monkeypatch):
+    from pathmaster import site as site_module
+
+    with SiteDB(site_dir) as db:
+        _, X = db.feature_matrix()
+    whole = site_module.search_vectors(X, site._normalization, site._projection, site.learnt, None)
+    monkeypatch.setattr(site_module, "VECTOR_BLOCK", 5)   # 42 cells: 9 blocks, the last one short
+    blocks = site_module.search_vectors(X, site._normalization, site._projection, site.learnt, None)
+    assert blocks.dtype == np.float32 and blocks.shape == whole.shape
+    np.testing.assert_allclose(blocks, whole, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(blocks, site._vectors(X), rtol=1e-6, atol=1e-6)   # as a query is turned

@@ -150,3 +150,40 @@ def test_a_site_that_kept_its_files_beside_the_database_is_read_still(tmp_path):
             db.add_cell(_cell(tmp_path, "legacy"))
         cell = db.cells()[0]
         assert db.read_file(cell.image_path) == b"png" and db.check() == []
+
+
+def test_bulk_reads_equal_the_rows_read_one_by_one(tmp_path):
+    """feature_matrix (one buffer), fingerprint (one string), labels and cells (positional rows)
+    give what reading and hashing each row on its own gives: stored fingerprints stay valid."""
+    import dataclasses
+    import hashlib
+
+    sources = [f"s/{i}" for i in range(7)]
+    with SiteDB(tmp_path, create=True) as db:
+        db.set_config("feature_names", ["a", "b", "c"])
+        with db.transaction():
+            for i, source in enumerate(sources):
+                db.add_cell(_cell(tmp_path, source, None if i == 2 else "mild_dysplasia"))
+        ids, X = db.feature_matrix()
+        assert ids == [cell_id_for(s) for s in sources] and X.flags.writeable
+        np.testing.assert_array_equal(X, np.vstack([db.cell(c).features for c in ids]))
+        tail_ids, tail = db.feature_matrix(5)
+        assert tail_ids == ids[5:] and np.array_equal(tail, X[5:])
+        for limit in (-1, 3):
+            one_by_one = hashlib.sha1()
+            for cell_id in ids[:None if limit < 0 else limit]:
+                one_by_one.update(cell_id.encode())
+            assert db.fingerprint(limit) == one_by_one.hexdigest()
+        assert db.labels() == [c.diagnosis for c in db.cells()] and db.labels()[2] is None
+        assert [c.cell_id for c in db.cells()] == ids
+        assert db.cells()[3] == dataclasses.replace(db.cell(ids[3]), features=None)
+
+
+def test_vectors_of_another_length_are_refused_by_the_bulk_read(tmp_path):
+    with SiteDB(tmp_path, create=True) as db:
+        db.set_config("feature_names", ["a", "b", "c"])
+        with db.transaction():
+            db.add_cell(_cell(tmp_path, "one", n=3))
+            db.add_cell(_cell(tmp_path, "two", n=4))
+        with pytest.raises(ValueError, match="differ in length"):
+            db.feature_matrix()
