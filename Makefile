@@ -21,8 +21,18 @@ setup: .venv/.setup-stamp
 demo: setup
 	$(PYTHON) -m pathmaster demo
 
+# make test runs the suite in two phases and fails when either fails. First, alone on the
+# machine and one at a time, the tests in network namespaces (marker netns): they measure
+# rates, losses and delays of real traffic, which another test's CPU work or traffic would
+# disturb. Then everything else on two pytest-xdist workers, each taking whole files
+# (tests/clients whole: its deployment is made once; see tests/conftest.py).
+TEST_WORKERS = 2
+ALONE = netns
 test: setup
-	$(PYTHON) -m pytest -q
+	status=0; \
+	$(PYTHON) -m pytest -q -m "$(ALONE)" || status=$$?; \
+	$(PYTHON) -m pytest -q -m "not ($(ALONE))" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder || status=$$?; \
+	exit $$status
 
 bench: .venv-bench/.setup-stamp
 	for b in benchmarks/*.py; do echo "== $$b"; $(BENCH_PYTHON) $$b || exit 1; done
