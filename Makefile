@@ -22,12 +22,15 @@ demo: setup
 	$(PYTHON) -m pathmaster demo
 
 # make test runs the suite in two phases and fails when either fails. First, alone on the
-# machine and one at a time, the tests in network namespaces (marker netns): they measure
-# rates, losses and delays of real traffic, which another test's CPU work or traffic would
-# disturb. Then everything else on two pytest-xdist workers, each taking whole files
-# (tests/clients whole: its deployment is made once; see tests/conftest.py).
+# machine and one at a time, the tests that measure rates, losses or delays of real traffic
+# in network namespaces (marker timing), which other tests' CPU work would disturb. Then the
+# rest on two pytest-xdist workers, each taking whole files: tests/clients whole (its
+# deployment is made once) and the other namespace tests (the product across the testbed,
+# DSCP on the wire, ingest on two Ray nodes: no clock in their assertions) as one unit, one
+# testbed at a time (see tests/conftest.py). Serial, the suite took 14 min on a quiet 2-core
+# machine.
 TEST_WORKERS = 2
-ALONE = netns
+ALONE = timing
 test: setup
 	status=0; \
 	$(PYTHON) -m pytest -q -m "$(ALONE)" || status=$$?; \

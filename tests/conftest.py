@@ -63,14 +63,17 @@ RAY_FOLDERS = ("clients", "services")
 
 
 def pytest_collection_modifyitems(session, config, items) -> None:
-    """Mark every test that needs network namespaces (the netns_ok fixture) `netns`, which
-    selects make test's first, serial phase; then run tests/clients then tests/services
-    after every other test in a serial run, before them on an xdist worker (a stable sort:
-    each folder keeps its own order), so that they share one Ray started once per session."""
+    """Mark every test that needs network namespaces (the netns_ok fixture) `netns`; run
+    tests/clients then tests/services after every other test in a serial run, so that they
+    share one Ray started once per session, and on make test's workers (pytest-xdist) the
+    namespace tests, then those two folders, before the shorter files (a stable sort: each
+    folder keeps its own order)."""
     tests = Path(__file__).resolve().parent
     on_worker = "PYTEST_XDIST_WORKER" in os.environ
 
     def rank(item) -> int:
+        if on_worker and item.get_closest_marker("netns"):
+            return -len(RAY_FOLDERS) - 1  # the namespace unit first: the longest
         path = Path(item.path).resolve()
         parts = path.relative_to(tests).parts if path.is_relative_to(tests) else ()
         if len(parts) > 1 and parts[0] in RAY_FOLDERS:
@@ -83,11 +86,21 @@ def pytest_collection_modifyitems(session, config, items) -> None:
     items.sort(key=rank)
 
 
-def worker_unit(nodeid: str) -> str:
+def worker_unit(nodeid: str, root: Path = REPO) -> str:
     """What one of make test's workers takes whole: tests/clients (its deployment is
-    package-scoped, made once), else a test file (its module fixtures made once)."""
+    package-scoped, made once); every file with namespace tests, as one unit (one testbed at a
+    time, as in a serial run); else a test file (its module fixtures made once). From the node
+    id alone: xdist's scheduler sees no markers."""
     path = nodeid.split("::", 1)[0]
-    return "tests/clients" if path.startswith("tests/clients/") else path
+    if path.startswith("tests/clients/"):
+        return "tests/clients"
+    if path not in _NETNS_FILES:
+        file = root / path
+        _NETNS_FILES[path] = file.is_file() and "netns" in file.read_text(errors="replace")
+    return "netns" if _NETNS_FILES[path] else path
+
+
+_NETNS_FILES: dict[str, bool] = {}
 
 
 @pytest.hookimpl(optionalhook=True)
