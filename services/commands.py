@@ -284,7 +284,7 @@ def run_demo(args: argparse.Namespace) -> int:
             return 0 if ok else 1
         print(f"\nserving; try: pathmaster query --coordinator {coordinator.address} --class urgent IMAGE...")
         print("Ctrl-C to stop", flush=True)
-        _wait_for_signal()
+        SignalStop().wait()
         return 0
     finally:
         if gateway is not None:
@@ -315,18 +315,30 @@ def _start_gateway(coordinator_address: str, cache: Path | None = None):
     return handle
 
 
-def _stop_on_signal() -> threading.Event:
-    """An event set by SIGINT or SIGTERM (from now on: a signal after this is never lost)."""
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    return stop
+class SignalStop:
+    """Set by SIGINT or SIGTERM from its creation on (a signal after it is never lost).
 
+    Handlers of its own rather than KeyboardInterrupt: a process started in the background
+    by a script inherits SIGINT ignored, and Python then never raises it.
+    """
 
-def _wait_for_signal(stop: threading.Event | None = None) -> None:
-    stop = stop or _stop_on_signal()
-    while not stop.wait(3600):
-        pass
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._event = threading.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._handle)
+
+    def _handle(self, signum, _frame) -> None:
+        if self.signum is None:
+            self.signum = signum
+        self._event.set()
+
+    def wait(self) -> int:
+        """Block until a signal came; the exit status shells give a process that signal
+        stopped (SIGINT 130, SIGTERM 143)."""
+        while not self._event.wait(3600):
+            pass
+        return 128 + self.signum
 
 
 # ------------------------------------------------------------------ serve
@@ -380,10 +392,10 @@ def _serve(role: str, load, server_class, args: argparse.Namespace, describe) ->
     except (OSError, RuntimeError, ValueError) as exc:
         print(f"pathmaster serve {role}: {exc}", file=sys.stderr)
         return 1
-    stop = _stop_on_signal()  # before saying it serves: whoever then stops it stops it cleanly
+    stop = SignalStop()  # before saying it serves: whoever then stops it stops it cleanly
     print(describe(server), flush=True)
     try:
-        _wait_for_signal(stop)
+        stop.wait()
     finally:
         server.stop()
     return 0

@@ -52,7 +52,7 @@ def test_the_size_check_counts_a_function_and_a_class_from_first_line_to_last():
 def test_no_issue_numbers_in_code_tests_or_benchmarks():
     found = []
     for folder in (*PACKAGES, "tests", "benchmarks"):
-        for path in sorted((REPO / folder).rglob("*.py")):
+        for path in sorted(p for pattern in ("*.py", "*.toml") for p in (REPO / folder).rglob(pattern)):
             if path == Path(__file__).resolve():
                 continue
             for number, line in enumerate(path.read_text().splitlines(), 1):

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from services.commands import COORDINATOR_PORT, add_tls_arguments, tls_from_args
+from services.commands import COORDINATOR_PORT, SignalStop, add_tls_arguments, tls_from_args
 from services.gateway.accounts import ROLE_REFUSED_CLASSES
 
 GATEWAY_PORT = 8080        # the web page (`pathmaster gateway`)
@@ -120,9 +120,6 @@ def add_user_command(args: argparse.Namespace) -> int:
 
 
 def run_gateway_command(args: argparse.Namespace) -> int:
-    import signal
-    import threading
-
     from services.gateway import start_gateway
 
     if args.add_user:
@@ -130,11 +127,7 @@ def run_gateway_command(args: argparse.Namespace) -> int:
 
     from qos.transport import TLSFiles
 
-    # Handlers of its own for Ctrl-C and SIGTERM: a process started in the background by a
-    # script inherits SIGINT ignored, and Python then never raises KeyboardInterrupt.
-    stop, signals = threading.Event(), []
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda signum, _frame: (signals.append(signum), stop.set()))
+    stop = SignalStop()
     try:
         tls = tls_from_args(args)
         if bool(args.https_cert) != bool(args.https_key):
@@ -158,8 +151,7 @@ def run_gateway_command(args: argparse.Namespace) -> int:
             print(f"pathmaster gateway: no user {args.login_link!r}; add one with --add-user",
                   file=sys.stderr)
     try:
-        while not stop.wait(3600):
-            pass
+        status = stop.wait()
     finally:
         handle.stop()
-    return 128 + signals[0]  # as shells report a process a signal stopped (SIGINT: 130)
+    return status
