@@ -38,7 +38,7 @@ fi
 # install exactly what uv.lock says, never re-resolve (refresh the lock with `uv lock`). Exact
 # sync: packages that the lock and these extras do not name are removed from it.
 # --compile-bytecode: the packages' modules compiled once here (~26 s of CPU), so that no process
-# compiles them again on every import where PYTHONDONTWRITEBYTECODE is set (CI, containers):
+# compiles them again on every import where PYTHONDONTWRITEBYTECODE is set (this machine, the container):
 # each Ray worker, command and pytest process did, 2-3 times their import's CPU.
 VENV=${PATHMASTER_VENV:-.venv}
 [ $# -gt 0 ] || set -- test
