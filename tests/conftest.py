@@ -40,7 +40,7 @@ def netns_unavailable_reason() -> str | None:
         return "needs root to create network namespaces"
     if shutil.which("ip") is None:
         return "iproute2 'ip' command not found"
-    probe = "pmq-probe-netns"
+    probe = f"pmq-probe-{os.getpid()}"  # this process's own: sessions side by side probe apart
     made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
     if made.returncode != 0:
         return f"cannot create a network namespace: {made.stderr.strip()}"
@@ -56,22 +56,67 @@ def netns_ok() -> None:
         pytest.skip(reason)
 
 
-# The folders whose tests run on the one local Ray below, in the order they run: last, so
-# the Ray started for the first of them serves both and idles beside no network test.
+# The folders whose tests run on the one local Ray below: last in a serial run, so the Ray
+# started for the first of them serves both and idles beside no network test; first on make
+# test's workers (pytest-xdist), which take them before the shorter files.
 RAY_FOLDERS = ("clients", "services")
 
 
 def pytest_collection_modifyitems(session, config, items) -> None:
-    """Run tests/clients then tests/services after every other test (a stable sort: each
-    folder keeps its own order), so that they share one Ray started once per session."""
+    """Mark every test that needs network namespaces (the netns_ok fixture) `netns`; run
+    tests/clients then tests/services after every other test in a serial run, so that they
+    share one Ray started once per session, and on make test's workers (pytest-xdist) the
+    namespace tests, then those two folders, before the shorter files (a stable sort: each
+    folder keeps its own order)."""
     tests = Path(__file__).resolve().parent
+    on_worker = "PYTEST_XDIST_WORKER" in os.environ
 
     def rank(item) -> int:
+        if on_worker and item.get_closest_marker("netns"):
+            return -len(RAY_FOLDERS) - 1  # the namespace unit first: the longest
         path = Path(item.path).resolve()
         parts = path.relative_to(tests).parts if path.is_relative_to(tests) else ()
-        return RAY_FOLDERS.index(parts[0]) + 1 if len(parts) > 1 and parts[0] in RAY_FOLDERS else 0
+        if len(parts) > 1 and parts[0] in RAY_FOLDERS:
+            return RAY_FOLDERS.index(parts[0]) + (-len(RAY_FOLDERS) if on_worker else 1)
+        return 0
 
+    for item in items:
+        if "netns_ok" in item.fixturenames and not item.get_closest_marker("netns"):
+            item.add_marker(pytest.mark.netns)
     items.sort(key=rank)
+
+
+def worker_unit(nodeid: str, root: Path = REPO) -> str:
+    """What one of make test's workers takes whole: tests/clients (its deployment is
+    package-scoped, made once); every file with namespace tests, as one unit (one testbed at a
+    time, as in a serial run); else a test file (its module fixtures made once). From the node
+    id alone: xdist's scheduler sees no markers."""
+    path = nodeid.split("::", 1)[0]
+    if path.startswith("tests/clients/"):
+        return "tests/clients"
+    if path not in _NETNS_FILES:
+        file = root / path
+        _NETNS_FILES[path] = file.is_file() and "netns" in file.read_text(errors="replace")
+    return "netns" if _NETNS_FILES[path] else path
+
+
+_NETNS_FILES: dict[str, bool] = {}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """make test's workers (--dist loadfile) take whole units (worker_unit), in collection
+    order. xdist_group marks cannot group them under pytest 9.2: its structured node ids drop
+    the group suffix xdist 3.8 writes."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class Units(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_unit(nodeid)
+
+    return Units(config, log)
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@ test-artifacts/clients/.
 from __future__ import annotations
 
 import pytest
+from playwright.sync_api import expect
 
 from tests.clients.browser import ARTIFACTS, choose_files_by_keyboard, drop_file, open_page, run_case
 
@@ -27,8 +28,10 @@ def test_case_results_stream_into_the_page(page, gateway, case_dir, bad_files):
     assert "not an image file" in not_image.inner_text()
 
     # The pairing the user sees before sending: companions beside their cell.
+    # Its problem may show before the pairing without it comes back (another upload's end
+    # redraws the list with the pairing of the moment): wait for the case of six cells.
     rows = page.locator("#pairing tbody tr")
-    assert rows.count() == 6  # the note has left the case
+    expect(rows).to_have_count(6, timeout=30_000)  # the note has left the case
     cell1 = page.locator("#pairing tr[data-cell='cell1']")
     assert "cell1-background.png" in cell1.inner_text() and "cell1-mask.png" in cell1.inner_text()
     assert "estimated" in page.locator("#pairing tr[data-cell='cell4']").inner_text()

@@ -167,6 +167,7 @@ def test_the_report_computes_the_mdape_from_the_raw_runs(tmp_path):
 
 
 @pytest.mark.netns
+@pytest.mark.timing
 def test_a_short_namespace_run_records_predicted_actual_and_mode(netns_ok, tmp_path):
     """Two runs each of image mode and adaptive over FIFO, idle, in the testbed."""
     from qos.experiment.runner import run_experiment

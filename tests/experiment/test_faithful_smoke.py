@@ -18,7 +18,7 @@ from qos.experiment.runner import run_experiment
 from qos.experiment.spec import parse_spec
 from qos.experiment.store import Store
 
-pytestmark = pytest.mark.netns
+pytestmark = [pytest.mark.netns, pytest.mark.timing]
 
 TINY = {
     "experiment": {"name": "faithful-smoke", "repetitions": 1, "seed": 2002, "order": "blocked",

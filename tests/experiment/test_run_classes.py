@@ -106,6 +106,7 @@ def test_the_agent_and_sites_take_the_table_the_bench_gives_them():
 
 
 @pytest.mark.netns
+@pytest.mark.timing
 def test_in_the_testbed_the_runs_table_marks_the_case_and_sorts_it_at_the_routers(netns_ok):
     """The bench gives the table to the agent, the sites and the routers: the urgent case
     (CS5 here) lands in the routers' urgent queue. Were the agent marking with the default

@@ -20,7 +20,7 @@ from qos.experiment.spec import load_spec
 from qos.experiment.stats import summarise
 from qos.experiment.store import Store
 
-pytestmark = pytest.mark.netns
+pytestmark = [pytest.mark.netns, pytest.mark.timing]
 
 FIRST_SESSION = 4
 

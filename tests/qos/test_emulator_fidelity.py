@@ -18,7 +18,7 @@ from qos.experiment import fidelity
 from qos.testbed import Testbed, netns
 from qos.testbed.config import from_dict
 
-pytestmark = pytest.mark.netns
+pytestmark = [pytest.mark.netns, pytest.mark.timing]
 
 STOP_S, PERIOD_S = 0.060, 0.100  # the emulator gets 40 % of the wall clock, in slices
 PINGS = 60  # datagrams, 20 ms apart, across rA's uplink to core (no ping binary needed)

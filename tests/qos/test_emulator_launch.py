@@ -19,7 +19,7 @@ from qos.emulator.runner import nfqueue_unavailable_reason
 from qos.testbed import netns
 from qos.testbed.line import line_topology
 
-pytestmark = pytest.mark.netns
+pytestmark = [pytest.mark.netns, pytest.mark.timing]
 
 
 @pytest.fixture(scope="module")

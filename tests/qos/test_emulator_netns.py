@@ -38,7 +38,7 @@ from qos.testbed.probe import ping
 from qos.traffic import burst
 from qos.traffic.iperf import client_argv, parse
 
-pytestmark = pytest.mark.netns
+pytestmark = [pytest.mark.netns, pytest.mark.timing]
 
 RATE = 10_000_000
 URGENT, BULK = DEFAULT_CLASSES["urgent"].dscp, DEFAULT_CLASSES["bulk"].dscp

@@ -20,7 +20,7 @@ from qos.classes import DEFAULT_CLASSES
 from qos.testbed import Testbed, kernel, load_config, netns
 from qos.traffic.iperf import IperfServer, finish_client, run_client, start_client
 
-pytestmark = pytest.mark.netns
+pytestmark = [pytest.mark.netns, pytest.mark.timing]
 
 RATE = 10_000_000
 BOTTLENECK = "rA:rA-eth4"

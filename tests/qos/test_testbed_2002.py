@@ -65,6 +65,7 @@ def testbed_2002(netns_ok):
 
 
 @pytest.mark.netns
+@pytest.mark.timing
 def test_one_flow_alone_gets_at_most_the_medium(testbed_2002):
     tb = testbed_2002
     with IperfServer(tb.host("B1"), 5201):
@@ -73,6 +74,7 @@ def test_one_flow_alone_gets_at_most_the_medium(testbed_2002):
 
 
 @pytest.mark.netns
+@pytest.mark.timing
 def test_two_opposite_flows_share_the_medium(testbed_2002):
     """Upload A1 -> B1 and reply B1 -> A1 at once (one iperf3 --bidir test, so both start
     together) cross the same three hubs: on a full-duplex network each would get 10 Mbit/s,
@@ -126,6 +128,7 @@ def card_qdiscs(tb) -> str:
 
 
 @pytest.mark.netns
+@pytest.mark.timing
 def test_priority_at_the_hosts_schedules_the_masters_own_outgoing_queue(testbed_2002):
     """Two UDP flows leave the master at once, urgent at 2 Mbit/s and bulk at 10: together
     more than the 10 Mbit/s hub. With IOS priority queuing on the hosts' own queues (the

@@ -9,7 +9,7 @@ from qos.testbed import Testbed, load_config, netns
 from qos.testbed.probe import ping
 from qos.traffic import burst
 
-pytestmark = pytest.mark.netns
+pytestmark = [pytest.mark.netns, pytest.mark.timing]
 
 RATE = 10_000_000
 

@@ -10,7 +10,7 @@ from qos.testbed import netns
 from qos.testbed.line import LineTopology, line_topology
 from qos.testbed.node import Host
 
-pytestmark = pytest.mark.netns
+pytestmark = [pytest.mark.netns, pytest.mark.timing]
 
 
 def test_subnets_too_small_for_two_ends_are_refused():

@@ -12,7 +12,7 @@ from qos.testbed import netns
 from qos.testbed.link import Lan, Link
 from qos.testbed.node import Host, Router
 
-pytestmark = pytest.mark.netns
+pytestmark = [pytest.mark.netns, pytest.mark.timing]
 
 
 @pytest.fixture

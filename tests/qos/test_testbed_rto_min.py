@@ -51,6 +51,7 @@ def socket_rto_ms(tb: Testbed, client: str, server: str) -> float:
 
 
 @pytest.mark.netns
+@pytest.mark.timing
 def test_set_rto_min_reaches_the_end_hosts_sockets_and_goes_away(netns_ok):
     with Testbed(load_config().with_tag(netns.new_tag("r"))) as tb:
         assert socket_rto_ms(tb, "A1", "B1") >= LINUX_RTO_MIN_MS  # Linux's default first

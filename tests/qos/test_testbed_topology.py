@@ -86,6 +86,7 @@ def test_icmp_checksum_matches_rfc1071_example():
 
 
 @pytest.mark.netns
+@pytest.mark.timing
 def test_up_builds_figure_4_and_every_host_reaches_every_other(netns_ok):
     config = load_config().with_tag(netns.new_tag("f")).model_copy(update={"lan_rate_kbit": LAN_RATE / 1000})
     with Testbed(config) as tb:
@@ -115,6 +116,7 @@ def test_up_builds_figure_4_and_every_host_reaches_every_other(netns_ok):
 
 
 @pytest.mark.netns
+@pytest.mark.timing
 def test_cli_is_idempotent_and_down_cleans_up_after_a_crash(netns_ok, tmp_path: Path, capsys):
     tag = netns.new_tag("c")
     try:

@@ -50,6 +50,7 @@ def run_for(seconds: float) -> None:
 
 
 @pytest.mark.netns
+@pytest.mark.timing
 def test_bulk_downloads_fill_the_link_marked_as_bulk(testbed):
     testbed.set_strategy({"strategy": "priority"})
     with BulkDownloads(testbed, streams=2) as bulk:
@@ -77,6 +78,7 @@ def test_bulk_downloads_fill_the_link_marked_as_bulk(testbed):
 
 
 @pytest.mark.netns
+@pytest.mark.timing
 def test_wget_fetches_loop_fill_the_link_and_clean_up(testbed):
     testbed.set_strategy({"strategy": "priority"})
     # 300 kB files: each process finishes several fetches in the period, so the loop is seen.
@@ -102,6 +104,7 @@ def test_wget_fetches_loop_fill_the_link_and_clean_up(testbed):
 
 
 @pytest.mark.netns
+@pytest.mark.timing
 def test_wget_fetches_refuse_bad_counts(testbed):
     with pytest.raises(ValueError, match="processes must be a whole number"):
         FileFetches(testbed, processes=1.5)
@@ -110,6 +113,7 @@ def test_wget_fetches_refuse_bad_counts(testbed):
 
 
 @pytest.mark.netns
+@pytest.mark.timing
 def test_constant_rate_udp_achieves_its_rate(testbed):
     testbed.set_strategy({"strategy": "fifo"})
     with ConstantRateUDP(testbed, rate_bps=4e6) as udp:
@@ -123,6 +127,7 @@ def test_constant_rate_udp_achieves_its_rate(testbed):
 
 
 @pytest.mark.netns
+@pytest.mark.timing
 def test_pareto_bursts_deliver_their_slot_rates(testbed):
     testbed.set_strategy({"strategy": "fifo"})
     traffic = from_spec(testbed, {"kind": "pareto", "mean_bps": 1.5e6, "targets": ["B3"], "seed": 5,
