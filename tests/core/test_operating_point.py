@@ -39,8 +39,18 @@ def test_the_margin_asks_more_of_few_cells_than_of_many():
     needed_270 = learn.cells_needed(270, confidence=0.8)
     assert 86 < needed_90 <= 90 and needed_270 < 270
     assert needed_90 / 90 > needed_270 / 270 >= 0.95
-    assert learn.cells_needed(30, confidence=0.9) == 30  # too few: every one of them
+    assert learn.cells_needed(30, confidence=0.9) == learn.cells_needed(30)  # too few: the point estimate
+    assert learn.cells_needed(40, confidence=0.8) == learn.cells_needed(40)  # met only by all 40
     assert learn.cells_needed(0, confidence=0.9) == 1
+
+
+def test_one_outlying_abnormal_cell_of_a_small_site_does_not_set_its_threshold():
+    """40 abnormal cells (scores 0.6-1.0 but one at 0.01), 30 normal (0.0-0.4): a margin met
+    only by finding all 40 would flag every normal cell above 0.01."""
+    scores = np.r_[np.linspace(0.6, 1.0, 39), 0.01, np.linspace(0.0, 0.4, 30)]
+    abnormal = np.r_[np.ones(40, bool), np.zeros(30, bool)]
+    point, _ = learn.site_threshold(scores, abnormal)
+    assert point["threshold"] > 0.4 and point["specificity"] == 1.0 and point["sensitivity"] >= 0.95
 
 
 def test_an_operating_point_with_a_margin_is_lower_and_still_reports_what_it_finds():
