@@ -8,6 +8,10 @@ from pathlib import Path
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
+from starlette.responses import FileResponse
+from starlette.staticfiles import NotModifiedResponse, StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from pathmaster import defaults
@@ -22,6 +26,23 @@ STATIC_DIR = Path(__file__).parent / "static"
 STATIC_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
                 ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml", ".png": "image/png",
                 ".webmanifest": "application/manifest+json"}  # the manifest: Chromium offers to install
+
+
+class PageFiles(StaticFiles):
+    """The page's files at /static (Starlette's StaticFiles: the path kept inside the folder,
+    ETag and Last-Modified with 304, HEAD), only of the types above and typed by this table
+    rather than by the machine's mime.types, each revalidated on every load ("no-cache") so a
+    new release's page is seen at once."""
+
+    def file_response(self, full_path, stat_result, scope, status_code: int = 200):
+        suffix = Path(full_path).suffix
+        if suffix not in STATIC_TYPES:
+            raise HTTPException(HTTPStatus.NOT_FOUND)
+        response = FileResponse(full_path, status_code=status_code, stat_result=stat_result,
+                                media_type=STATIC_TYPES[suffix], headers={"Cache-Control": "no-cache"})
+        if self.is_not_modified(response.headers, Headers(scope=scope)):
+            return NotModifiedResponse(response.headers)
+        return response
 
 
 def page_router(gateway: Gateway, signed_in) -> APIRouter:
@@ -44,14 +65,6 @@ def page_router(gateway: Gateway, signed_in) -> APIRouter:
     def page():
         return Response((STATIC_DIR / "index.html").read_bytes(), media_type=STATIC_TYPES[".html"],
                         headers={"Cache-Control": "no-store"})
-
-    @router.get("/static/{name}", include_in_schema=False)
-    def static(name: str):
-        file = STATIC_DIR / name
-        if "/" in name or file.suffix not in STATIC_TYPES or not file.is_file():
-            raise HttpError(HTTPStatus.NOT_FOUND, f"no such file: /static/{name}")
-        return Response(file.read_bytes(), media_type=STATIC_TYPES[file.suffix],
-                        headers={"Cache-Control": "no-cache"})
 
     @router.get("/api/config", summary="The coordinator's request classes and the upload limits")
     def config(session: Session = Depends(signed_in)):

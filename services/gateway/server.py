@@ -76,7 +76,7 @@ from services.gateway.facade import Gateway
 from services.gateway.limits import (GATEWAY_BODY_TIMEOUT_S, GATEWAY_HEAD_TIMEOUT_S, MAX_REQUEST_BYTES, BodyLimits,
                                      with_head_timeout)
 from services.gateway.routes_case import case_router
-from services.gateway.routes_page import page_router
+from services.gateway.routes_page import STATIC_DIR, PageFiles, page_router
 from services.gateway.routes_session import SESSION_COOKIE, session_router
 from services.gateway.routes_upload import upload_router
 from services.gateway.security import SAFE_METHODS, SameOrigin, SecurityHeaders, https_redirect
@@ -133,6 +133,7 @@ def create_app(gateway: Gateway) -> FastAPI:
 
     for router in (session_router, page_router, upload_router, case_router):
         app.include_router(router(gateway, signed_in))
+    app.mount("/static", PageFiles(directory=STATIC_DIR), name="static")
     return app
 
 

@@ -175,6 +175,15 @@ def test_gateway_command_serves_the_page_until_interrupted(nowhere, tmp_path):
         status, kind, script = get(url + "static/app.js")
         assert status == 200 and kind.startswith("text/javascript") and b"api/case" in script
         assert get(url + "static/../server.py")[0] == 404
+        assert get(url + "static/no-such-file.js")[0] == 404
+        # Revalidated on every load, and answered 304 while unchanged (StaticFiles' ETag).
+        with urllib.request.urlopen(url + "static/app.js", timeout=30) as first:
+            etag, cache = first.headers["ETag"], first.headers["Cache-Control"]
+        assert cache == "no-cache" and etag
+        again = urllib.request.Request(url + "static/app.js", headers={"If-None-Match": etag})
+        with pytest.raises(urllib.error.HTTPError) as unchanged:
+            urllib.request.urlopen(again, timeout=30)
+        assert unchanged.value.code == 304
         link = proc.stdout.readline()
         assert link.startswith(f"sign in once at: {url}login/once?token="), link
         assert get(link.split()[-1])[0] == 200  # signed in, sent on to the page
