@@ -10,6 +10,7 @@ benchmarks start the same thing with smaller databases.
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ from services.config import CoordinatorConfig, SiteConfig, SiteEndpoint
 from services.coordinator.analysis import ANALYSIS_READY_S
 from services.coordinator.server import CoordinatorServer
 from services.site.server import SiteServer
-from services.site.synthetic import build_synthetic_site, cache_root, is_current
+from services.site.synthetic import READY, build_synthetic_site, cache_root, is_current, ready_stamp
 from services.site.worker import ensure_ray
 
 log = logging.getLogger("pathmaster.demo")
@@ -71,7 +72,7 @@ def dataset_databases(folder: Path, sites=DEMO_SITES, cache: Path | None = None)
     """{site name: database folder} of a real dataset's cells dealt over `sites`: whole
     slides (`slide_of`) in turn, so no slide is at two sites, as at real sites. Indexed
     in parallel on Ray (the caller has connected to it), cached under `cache` (default
-    cache_root()/demo) by the dataset's folder name; a finished site has a .ready stamp."""
+    cache_root()/demo) by the dataset's folder name; rebuilt unless current (is_current)."""
     import ray
 
     from pathmaster.importers import iter_dataset
@@ -81,7 +82,7 @@ def dataset_databases(folder: Path, sites=DEMO_SITES, cache: Path | None = None)
     site_of_slide = {slide: sites[i % len(sites)].name for i, slide in enumerate(slides)}
     cache = Path(cache) if cache else cache_root() / "demo"
     folders = {s.name: cache / f"{s.name}-{folder.name}" for s in sites}
-    missing = [s for s in sites if not (folders[s.name] / ".ready").exists()]
+    missing = [s for s in sites if not is_current(folders[s.name])]
     if missing:
         print(f"indexing {folder} dealt over {len(sites)} sites ({len(slides)} slides) in {cache} "
               "(first run only) ...", flush=True)
@@ -97,8 +98,11 @@ def _index_share(folder: Path, site_dir: Path, site: str, algorithm: str, site_o
 
     records = (r for r in iter_dataset(folder)
                if not isinstance(r, CellRecord) or site_of_slide.get(slide_of(r.source_id)) == site)
+    site_dir = Path(site_dir)
+    if site_dir.exists():  # unfinished, or built by other code
+        shutil.rmtree(site_dir)
     ingest(folder, site_dir, records=records, algorithm=algorithm, vocabulary=default_vocabulary(folder))
-    (Path(site_dir) / ".ready").touch()
+    (site_dir / READY).write_text(ready_stamp(dataset=folder.name, site=site))
 
 
 class LoopbackDeployment:

@@ -38,7 +38,7 @@ VALUE_MODULES = (
 VALUE_LIBRARIES = ("numpy", "scipy", "scikit-image", "mahotas", "opencv-python-headless")
 
 
-def _code_digest(source: str) -> str:
+def code_digest(source: str) -> str:
     """The syntax tree of a module without docstrings (comments never reach it)."""
     tree = ast.parse(source)
     for node in ast.walk(tree):
@@ -49,7 +49,7 @@ def _code_digest(source: str) -> str:
     return ast.dump(tree, annotate_fields=False, include_attributes=False)
 
 
-def _library_version(name: str) -> str:
+def library_version(name: str) -> str:
     try:
         return metadata.version(name)
     except metadata.PackageNotFoundError:
@@ -73,7 +73,7 @@ def feature_schema() -> str:
         h.update(f"{feature.name}|{feature.unit}|{feature.group}\n".encode())
     for rel in VALUE_MODULES:
         h.update(rel.encode())
-        h.update(_code_digest((_PACKAGE / rel).read_text()).encode())
+        h.update(code_digest((_PACKAGE / rel).read_text()).encode())
     for lib in VALUE_LIBRARIES:
-        h.update(f"{lib}=={_library_version(lib)}\n".encode())
+        h.update(f"{lib}=={library_version(lib)}\n".encode())
     return f"{SCHEMA_VERSION}-{h.hexdigest()[:16]}"

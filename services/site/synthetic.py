@@ -7,8 +7,10 @@ the generator's records go straight into the ingest.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
+from functools import lru_cache
 from pathlib import Path
 
 READY = "READY"  # written last: a folder without it is a build that did not finish
@@ -19,20 +21,47 @@ def cache_root() -> Path:
     return Path(os.environ.get("PATHMASTER_CACHE", Path.home() / ".cache" / "pathmaster"))
 
 
-def ready_stamp(cells: int, seed: int) -> str:
-    """What a finished database's READY file says: its size, seed and feature schema, so a
-    PathMaster whose features differ rebuilds it instead of comparing unlike vectors."""
+# Libraries whose results a built site holds beyond its feature vectors: its search index
+# and what it learnt from its cells.
+BUILD_LIBRARIES = ("faiss-cpu", "scikit-learn")
+
+
+@lru_cache(maxsize=1)
+def builder_identity() -> str:
+    """The identity of the code that builds a site: the syntax tree of every module of the
+    pathmaster package (features, index, learning, the synthetic cells) and the versions of
+    `BUILD_LIBRARIES`. A cached database built by other code is rebuilt: what a site learnt
+    (its score, its threshold) is not covered by the feature schema."""
+    import pathmaster
+    from pathmaster.features.schema import code_digest, library_version
+
+    package = Path(pathmaster.__file__).resolve().parent
+    h = hashlib.sha256()
+    for module in sorted(package.rglob("*.py")):
+        h.update(module.relative_to(package).as_posix().encode())
+        h.update(code_digest(module.read_text()).encode())
+    for lib in BUILD_LIBRARIES:
+        h.update(f"{lib}=={library_version(lib)}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def ready_stamp(**about) -> str:
+    """What a finished database's READY file says: what it holds (``about``, such as its
+    size and seed), its feature schema and its builder (`builder_identity`), so a PathMaster
+    whose features or site building differ rebuilds it instead of comparing unlike vectors
+    or trusting another rule's threshold."""
     from pathmaster.features.schema import feature_schema
 
-    return f"cells={cells} seed={seed} schema={feature_schema()}\n"
+    held = "".join(f"{key}={value} " for key, value in about.items())
+    return f"{held}schema={feature_schema()} builder={builder_identity()}\n"
 
 
 def is_current(site_dir: str | Path) -> bool:
-    """True when `site_dir` holds a finished build whose vectors this PathMaster makes
-    alike (same feature schema); its size and seed are the caller's to name."""
+    """True when `site_dir` holds a finished build this PathMaster would make alike (same
+    feature schema and builder); its size and seed are the caller's to name."""
     ready = Path(site_dir) / READY
-    schema = ready_stamp(0, 0).split()[-1]
-    return ready.is_file() and schema in ready.read_text().split()
+    wanted = ready_stamp().split()
+    return ready.is_file() and set(wanted) <= set(ready.read_text().split())
 
 
 def build_synthetic_site(site_dir: str | Path, cells: int, seed: int, algorithm: str | None = None) -> Path:
@@ -57,7 +86,7 @@ def build_synthetic_site(site_dir: str | Path, cells: int, seed: int, algorithm:
         for i in range(cells)
     )
     ingest(site_dir / f"synthetic-seed{seed}", site_dir, records=records, algorithm=algorithm)
-    (site_dir / READY).write_text(ready_stamp(cells, seed))
+    (site_dir / READY).write_text(ready_stamp(cells=cells, seed=seed))
     return site_dir
 
 

@@ -626,11 +626,11 @@ def test_feature_schema_changes_with_code_that_moves_values_not_with_docs(monkey
     assert base.startswith("fs1-") and len(base) == 20
     assert schema.feature_schema() == base  # stable within one installation
     src = (schema._PACKAGE / "features" / "density.py").read_text()
-    assert schema._code_digest(src) == schema._code_digest(src.replace('"""', '"""Reworded. ', 1) + "\n# a comment\n")
-    assert schema._code_digest(src) != schema._code_digest(src + "\nEPS = 1e-9\n")
+    assert schema.code_digest(src) == schema.code_digest(src.replace('"""', '"""Reworded. ', 1) + "\n# a comment\n")
+    assert schema.code_digest(src) != schema.code_digest(src + "\nEPS = 1e-9\n")
     # A different library version is a different schema.
     schema.feature_schema.cache_clear()
-    monkeypatch.setattr(schema, "_library_version", lambda name: "0.0" if name == "mahotas" else "1")
+    monkeypatch.setattr(schema, "library_version", lambda name: "0.0" if name == "mahotas" else "1")
     changed = schema.feature_schema()
     schema.feature_schema.cache_clear()
     assert changed != base

@@ -41,7 +41,7 @@ class CallFailed(grpc.RpcError):
 
 def cached_synthetic_site(cells: int, seed: int) -> Path:
     """A `cells`-cell synthetic site database (`seed`) in the cache, built once per machine
-    and feature schema (is_current): cache_root()/test-services/site-seedSEED-CELLScells.
+    and builder (is_current: feature schema and site-building code): cache_root()/test-services/site-seedSEED-CELLScells.
 
     Its ingest is the costliest set-up here (~6 s of CPU for 70 cells; ~10 s of wall time on
     the CI machine, ~30 s when loaded), and its cells depend only on the seed. The build goes
@@ -56,7 +56,7 @@ def cached_synthetic_site(cells: int, seed: int) -> Path:
         cached.parent.mkdir(parents=True, exist_ok=True)
         building = Path(tempfile.mkdtemp(prefix=".building-", dir=cached.parent))
         build_synthetic_site(building / "site", cells, seed=seed)
-        if cached.exists() and not is_current(cached):  # another feature schema's build
+        if cached.exists() and not is_current(cached):  # another builder's build
             shutil.rmtree(cached, ignore_errors=True)
         with contextlib.suppress(OSError):  # another session renamed its build first: theirs is as good
             (building / "site").rename(cached)
