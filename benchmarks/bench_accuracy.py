@@ -153,6 +153,7 @@ def _run(tree: Path, args, plan_path: Path, cache: Path) -> dict:
 def score(result: dict, layout: dict, seed: int) -> dict:
     """The figures of one tree's matches (module docstring), with this checkout's rules."""
     from pathmaster import evaluate as ev
+    from pathmaster import learn
     from pathmaster.conclusion import simulate_cases
     from pathmaster.records import NORMAL_DIAGNOSES
 
@@ -171,7 +172,7 @@ def score(result: dict, layout: dict, seed: int) -> dict:
         scores[test] = ev.abnormality_scores(~np.isin(near, list(NORMAL_DIAGNOSES)), np.array(fold["distances"]))
         train_scores = ev.abnormality_scores(~np.isin(np.array(fitted["labels"], dtype=object), list(NORMAL_DIAGNOSES)),
                                              np.array(fitted["distances"]))
-        threshold = ev.operating_point(train_scores, positive[train], ev.TARGET_SENSITIVITY)
+        threshold = learn.operating_point(train_scores, positive[train])["threshold"]
         called[test] = scores[test] >= threshold
         chosen = simulate_cases(train_scores, positive[train], groups[train], cases=ev.CASES_PER_FOLD,
                                 seed=seed * 1000 + number)["chosen"]

@@ -9,9 +9,9 @@ Three ways to get rankings, one way to score them:
   training cells of its fold. The honest figure for a site's own cells: confidence
   intervals, per-class recall, sensitivity and specificity for the site's abnormal labels
   (by the 5-nearest majority, and at an operating point on the abnormality score chosen on
-  the training fold), the ROC of that score (``pathmaster.conclusion``), simulated 6-cell
-  cases of held-out cells, and classifiers on the same folds and representation
-  (``CEILINGS``) as a ceiling.
+  the training fold by the site's rule, ``learn.operating_point``), the ROC of that score
+  (``pathmaster.conclusion``), simulated 6-cell cases of held-out cells, and classifiers on
+  the same folds and representation (``CEILINGS``) as a ceiling.
 - ``leave_one_out(vectors, labels)``: every database cell queries the rest of the database
   (in a space fitted to all of them, the queries included: it flatters).
 - ``held_out(site, records)``: cells from another dataset query the site.
@@ -33,9 +33,9 @@ and the ROC AUC. Queries are treated as independent, which holds best for held-o
 of distinct slide images.
 
 The group-aware folds are scikit-learn's StratifiedGroupKFold; ROC curves and AUC
-scikit-learn's; the operating point and case simulation are written here because they
-are the project's own rules (a threshold meeting a target sensitivity; cases of 1-2
-abnormal cells among normal ones).
+scikit-learn's; the operating point (a threshold meeting a target sensitivity) is the
+site's own rule (``pathmaster.learn.operating_point``) and the simulated cases (1-2 abnormal
+cells among normal ones) the case conclusion's (``pathmaster.conclusion.simulate_cases``).
 """
 
 from __future__ import annotations
@@ -46,12 +46,9 @@ from typing import Callable
 
 import numpy as np
 
-from pathmaster import defaults
+from pathmaster import defaults, learn
 from pathmaster.records import DIAGNOSES, NORMAL_DIAGNOSES
 
-# The sensitivity an operating point must reach on the training cells (cells, and cases):
-# a missed abnormal cell costs a patient more than a second look at a normal one.
-TARGET_SENSITIVITY = 0.95
 CASES_PER_FOLD = 400  # simulated cases of each kind (all-normal; 1-2 abnormal cells) per fold
 # The per-cell abnormality score: the case conclusion's (``pathmaster.conclusion``), the
 # share of a cell's matches that are abnormal, weighted by distance within the site.
@@ -279,18 +276,6 @@ def group_summary(groups, n: int) -> dict:
     return summary
 
 
-def operating_point(scores: np.ndarray, positive: np.ndarray, target_sensitivity: float) -> float:
-    """The highest threshold on ``scores`` (float (n,)) at which calling ``score >= threshold``
-    positive finds at least ``target_sensitivity`` of the ``positive`` (bool (n,)) ones:
-    the most specific call that still meets the target. 0.5 when there is no positive."""
-    scores = np.asarray(scores, dtype=np.float64)
-    ranked = np.sort(scores[np.asarray(positive, dtype=bool)])
-    if ranked.size == 0:
-        return 0.5
-    misses_allowed = int(np.floor((1.0 - target_sensitivity) * ranked.size + 1e-9))
-    return float(ranked[min(misses_allowed, ranked.size - 1)])
-
-
 def binary_figures(positive: np.ndarray, called: np.ndarray, confidence: float = 0.95) -> dict:
     """Sensitivity and specificity of calls (bool (n,) each) with Wilson intervals, and counts."""
     positive = np.asarray(positive, dtype=bool)
@@ -451,7 +436,7 @@ def roc(positive: np.ndarray, scores: np.ndarray, *, confidence: float = 0.95, s
 
 def cross_validate(X: np.ndarray, labels, fit: Callable, *, groups=None, abnormal_labels=None, folds: int = 5,
                    seed: int = 0, k: int = defaults.K, ceilings=tuple(CEILINGS), confidence: float = 0.95,
-                   cases: int = CASES_PER_FOLD, target_sensitivity: float = TARGET_SENSITIVITY,
+                   cases: int = CASES_PER_FOLD, target_sensitivity: float = learn.TARGET_SENSITIVITY,
                    progress: bool = False, site_score: Callable | None = None) -> dict:
     """Stratified k-fold retrieval metrics, folds split by slide image, the similarity
     refitted on each training fold.
@@ -550,7 +535,7 @@ class _Run:
             apart_order = np.argsort(d_apart, axis=1, kind="stable")[:, :k]
             train_scores = abnormality_scores(np.isin(labels[train][apart_order], flags),
                                              np.sqrt(np.take_along_axis(d_apart, apart_order, axis=1)))
-            threshold = operating_point(train_scores, positive[train], target)
+            threshold = learn.operating_point(train_scores, positive[train], target)["threshold"]
             self.thresholds.append(threshold)
             self.called[test] = self.scores[test] >= threshold
             self._cases(number, train_scores, positive[train], self.scores[test], positive[test],
@@ -634,7 +619,6 @@ def site_score_figures(positive, scores, called, thresholds, groups=None, *, con
     ``thresholds``: each cell's), and simulated cases of these cells concluded as the
     coordinator concludes them (a cell supports an abnormality when its score reaches the
     site's operating point: ``conclusion.aligned_score``)."""
-    from pathmaster import learn
     from pathmaster.conclusion import CASE_CELLS, DEFAULT_THRESHOLD, aligned_score, simulate_cases
 
     positive, scores = np.asarray(positive, bool), np.asarray(scores, np.float64)
@@ -692,7 +676,7 @@ def site_score_fit(X: np.ndarray, labels, groups, names: list[str], abnormal_lab
     the abnormality score and its operating point) and scores the test cells as
     ``SiteIndex.abnormality`` does. Returns {"score", "threshold", "scores" (m,), "note"}.
     X, labels, groups: the cells ``cross_validate`` is given (its indices)."""
-    from pathmaster import learn, learnt
+    from pathmaster import learnt
     from pathmaster.abnormality import FeatureClassifier
     from pathmaster.embedding import neighbour_share
 

@@ -5,7 +5,12 @@
 ``jax.numpy``) to tell the site's diagnoses apart, from scratch, within a time budget, on
 patches augmented by the 8 rotations and flips, small shifts and brightness changes. It
 returns an ``embedding.Embedder`` holding NumPy weights: nothing learnt here is ever read
-back through JAX, and only indexing imports this module (extra ``[learn]``).
+back through JAX, which only training imports (extra ``[learn]``).
+
+The operating point (``operating_point``) is the project's one rule for the threshold of an
+abnormality score at which held-out sensitivity reaches a target: a site chooses its own
+with a margin (``site_threshold``), and ``pathmaster.evaluate`` chooses its training folds'
+by the same rule without one.
 
 The plan: ``EPOCHS`` passes over the site's cells, or as many as ``MAX_STEPS`` batches
 allow on a large site, with a cosine learning-rate decay over them, so indexing the same
@@ -178,7 +183,9 @@ MIN_CELLS_TO_LEARN = 100
 INNER_FOLDS = 3
 TRAINED_FOLDS = 1
 # The operating point: the highest threshold at which the site's own held-out cells reach
-# this sensitivity for abnormal cells (decision support should miss few abnormal cells).
+# this sensitivity for abnormal cells (decision support should miss few abnormal cells: a
+# missed one costs a patient more than a second look at a normal one). Evaluation's
+# training folds aim at it too.
 TARGET_SENSITIVITY = 0.95
 # The operating point's margin for its sampling error: the threshold is the highest at which
 # a one-sided Clopper-Pearson lower bound, at this confidence, of the sensitivity on the
@@ -261,9 +268,30 @@ def cells_needed(abnormal_cells: int, target: float = TARGET_SENSITIVITY, confid
 
 def operating_point(scores: np.ndarray, abnormal: np.ndarray, target: float = TARGET_SENSITIVITY,
                     confidence: float | None = None) -> dict:
-    """The highest threshold at which these held-out cells' sensitivity reaches ``target``
-    (with ``confidence``: its Clopper-Pearson lower bound does, ``cells_needed``), with the
-    sensitivity, specificity and ROC AUC there."""
+    """The highest threshold at which calling ``score >= threshold`` abnormal finds enough of
+    these held-out cells' abnormal ones: ``target`` of them, or with ``confidence`` as many
+    as its Clopper-Pearson margin asks (``cells_needed``); the most specific call that
+    still meets the target. Tied scores are called alike.
+
+    Parameters
+    ----------
+    scores : ndarray of float, shape (n,)
+        Each cell's abnormality score.
+    abnormal : ndarray of bool, shape (n,)
+        Whether each cell is abnormal.
+    target : float
+        The sensitivity to reach, in (0, 1].
+    confidence : float or None
+        The margin's confidence (``MARGIN_CONFIDENCE`` for a site), None for the point
+        estimate.
+
+    Returns
+    -------
+    dict
+        ``threshold`` (0.5 when no cell is abnormal), the ``sensitivity``, ``specificity``
+        (fractions) and ROC ``auc`` there, ``abnormal_cells``, ``normal_cells`` and
+        ``margin_confidence``.
+    """
     from sklearn.metrics import roc_auc_score
 
     scores, abnormal = np.asarray(scores, np.float64), np.asarray(abnormal, bool)

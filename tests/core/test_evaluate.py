@@ -207,14 +207,31 @@ def test_folds_never_split_a_slide_image_and_say_when_there_are_none():
     assert m["groups"]["known"] and m["groups"]["groups"] == 29
 
 
-def test_operating_point_meets_the_target_on_the_cells_it_is_chosen_on():
+def test_binary_figures_count_what_calls_find_and_clear():
     scores = np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0])
     positive = np.array([0, 0, 1, 0, 1, 1, 1, 1, 1, 1], dtype=bool)
-    assert ev.operating_point(scores, positive, 1.0) == 0.3  # every positive: down to the lowest
-    assert ev.operating_point(scores, positive, 0.85) == 0.5  # one of 7 may be missed
     figures = ev.binary_figures(positive, scores >= 0.5)
     assert (figures["sensitivity"], figures["specificity"], figures["missed"]) == (6 / 7, 1.0, 1)
-    assert ev.operating_point(scores, np.zeros(10, bool), 0.95) == 0.5
+    assert figures["sensitivity_ci"][0] < 6 / 7 < figures["sensitivity_ci"][1]
+
+
+def test_each_training_folds_operating_point_is_the_sites_rule_on_its_cells():
+    from pathmaster import learn
+
+    rng = np.random.default_rng(4)
+    X = np.vstack([rng.normal(0, 1, (40, 3)), rng.normal(1.5, 1, (40, 3))])
+    y = np.array([SUP] * 20 + [INT] * 20 + [MILD] * 20 + [CIS] * 20, dtype=object)
+    chosen, rule = [], learn.operating_point
+
+    def spy(scores, abnormal, target=learn.TARGET_SENSITIVITY, confidence=None):
+        chosen.append((target, confidence))
+        return rule(scores, abnormal, target, confidence)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ev.learn, "operating_point", spy)
+        m = ev.cross_validate(X, y, _zscores, folds=4, seed=0, cases=20, ceilings=(), target_sensitivity=0.9)
+    assert chosen == [(0.9, None)] * 4  # the point estimate, no margin, at the target asked for
+    assert m["abnormal"]["operating_point"]["target_sensitivity"] == 0.9
 
 
 def test_the_abnormality_score_is_the_one_the_case_conclusion_reads():

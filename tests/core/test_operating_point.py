@@ -64,6 +64,29 @@ def test_an_operating_point_with_a_margin_is_lower_and_still_reports_what_it_fin
     assert margin["margin_confidence"] == 0.9 and plain["margin_confidence"] is None
 
 
+def test_the_operating_point_is_the_highest_score_meeting_the_target_ties_called_alike():
+    scores = np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0])
+    abnormal = np.array([0, 0, 1, 0, 1, 1, 1, 1, 1, 1], dtype=bool)
+    assert learn.operating_point(scores, abnormal, 1.0)["threshold"] == 0.3  # every abnormal cell
+    assert learn.operating_point(scores, abnormal, 0.85)["threshold"] == 0.5  # one of 7 may be missed
+    assert learn.operating_point(scores, np.zeros(10, bool))["threshold"] == 0.5  # nothing to find
+    # a small site (40 abnormal cells) with tied scores, for the point estimate and the margin:
+    # no score above the chosen threshold calls enough abnormal cells, and the threshold does
+    rng = np.random.default_rng(7)
+    for trial in range(30):
+        n_abnormal = 40 if trial < 20 else int(rng.integers(1, 200))
+        scores = rng.integers(0, 12, n_abnormal + 30) / 11  # few distinct values: many ties
+        abnormal = np.r_[np.ones(n_abnormal, bool), np.zeros(30, bool)]
+        for target, confidence in [(0.95, None), (0.9, None), (0.95, learn.MARGIN_CONFIDENCE), (0.95, 0.95)]:
+            point = learn.operating_point(scores, abnormal, target, confidence)
+            needed = learn.cells_needed(n_abnormal, target, confidence)
+            found = (scores[abnormal] >= point["threshold"]).sum()
+            assert point["threshold"] in scores[abnormal] and found >= needed
+            assert all((scores[abnormal] >= t).sum() < needed for t in np.unique(scores) if t > point["threshold"])
+            assert point["sensitivity"] == found / n_abnormal
+            assert point["specificity"] == (scores[~abnormal] < point["threshold"]).mean()
+
+
 def test_the_ensemble_leaves_a_missing_network_score_out_of_its_mean():
     scores = learn.with_ensemble({"neighbours": np.array([0.2, 0.4]), "network": np.array([np.nan, 0.8]),
                                   "classifier": np.array([0.6, 0.6])})
