@@ -186,9 +186,7 @@ def score(result: dict, layout: dict, seed: int) -> dict:
     return {"top1": ranked["top1"], "top1_ci": ranked["ci"]["top1"], "majority_at_5": ranked["majority_at_5"],
             "majority": ev.binary_figures(positive, majority), "operating_point": ev.binary_figures(positive, called),
             "auc": curve["auc"], "auc_ci": curve["auc_ci"],
-            "cases": {"sensitivity": case_counts[0] / case_counts[1], "specificity": case_counts[2] / case_counts[3],
-                      "sensitivity_ci": ev.wilson_interval(round(case_counts[0]), round(case_counts[1])),
-                      "specificity_ci": ev.wilson_interval(round(case_counts[2]), round(case_counts[3]))},
+            "cases": ev.counted_figures(*(round(count) for count in case_counts)),
             "per_class_recall": {label: row["majority_at_5"] for label, row in ranked["per_class"].items()},
             "ms_per_cell": result["ms_per_cell"]}
 

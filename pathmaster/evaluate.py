@@ -276,17 +276,26 @@ def group_summary(groups, n: int) -> dict:
     return summary
 
 
+def counted_figures(found: int, positives: int, cleared: int, negatives: int, confidence: float = 0.95) -> dict:
+    """Sensitivity (``found`` of ``positives``) and specificity (``cleared`` of
+    ``negatives``), each None of nothing, with Wilson intervals, and the ``missed`` and
+    ``false_alarms`` counts: the figures of calls on cells and on simulated cases alike."""
+    found, positives, cleared, negatives = int(found), int(positives), int(cleared), int(negatives)
+    return {"sensitivity": found / positives if positives else None,
+            "specificity": cleared / negatives if negatives else None,
+            "sensitivity_ci": wilson_interval(found, positives, confidence),
+            "specificity_ci": wilson_interval(cleared, negatives, confidence),
+            "missed": positives - found, "false_alarms": negatives - cleared}
+
+
 def binary_figures(positive: np.ndarray, called: np.ndarray, confidence: float = 0.95) -> dict:
-    """Sensitivity and specificity of calls (bool (n,) each) with Wilson intervals, and counts."""
+    """``counted_figures`` of calls (bool (n,) each), with their accuracy and counts."""
     positive = np.asarray(positive, dtype=bool)
     called = np.asarray(called, dtype=bool)
-    found, cleared = int((positive & called).sum()), int((~positive & ~called).sum())
     n_pos, n_neg = int(positive.sum()), int((~positive).sum())
-    return {"sensitivity": found / n_pos if n_pos else None, "specificity": cleared / n_neg if n_neg else None,
-            "sensitivity_ci": wilson_interval(found, n_pos, confidence),
-            "specificity_ci": wilson_interval(cleared, n_neg, confidence),
-            "accuracy": float((positive == called).mean()), "positives": n_pos, "negatives": n_neg,
-            "missed": n_pos - found, "false_alarms": n_neg - cleared}
+    return {**counted_figures(int((positive & called).sum()), n_pos, int((~positive & ~called).sum()), n_neg,
+                              confidence),
+            "accuracy": float((positive == called).mean()), "positives": n_pos, "negatives": n_neg}
 
 
 def abnormality_scores(abnormal: np.ndarray, distances: np.ndarray) -> np.ndarray:
@@ -604,10 +613,7 @@ class _Run:
         return {"cells_per_case": CASE_CELLS, "cases": sick + well, "abnormal_cases": sick,
                 "rule": "abnormal when a cell's abnormality score reaches the threshold the training fold's "
                         f"simulated cases choose (case specificity >= {TARGET_CASE_SPECIFICITY:.2f}, best sensitivity)",
-                "sensitivity": found / sick, "specificity": cleared / well,
-                "sensitivity_ci": wilson_interval(found, sick, confidence),
-                "specificity_ci": wilson_interval(cleared, well, confidence),
-                "missed": sick - found, "false_alarms": well - cleared,
+                **counted_figures(found, sick, cleared, well, confidence),
                 "thresholds": [round(t, 6) for t in self.case_thresholds],
                 "target_met_on_training": self.case_targets_met}
 
@@ -631,10 +637,7 @@ def site_score_figures(positive, scores, called, thresholds, groups=None, *, con
         found, cleared = round(drawn["sensitivity"][0] * cases), round(drawn["specificity"][0] * cases)
         figures["cases"] = {"cells_per_case": CASE_CELLS, "cases": 2 * cases, "abnormal_cases": cases,
                             "rule": "abnormal when a cell's score reaches the site's operating point",
-                            "sensitivity": found / cases, "specificity": cleared / cases,
-                            "sensitivity_ci": wilson_interval(found, cases, confidence),
-                            "specificity_ci": wilson_interval(cleared, cases, confidence),
-                            "missed": cases - found, "false_alarms": cases - cleared}
+                            **counted_figures(found, cases, cleared, cases, confidence)}
     return figures
 
 

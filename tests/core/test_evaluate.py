@@ -213,6 +213,8 @@ def test_binary_figures_count_what_calls_find_and_clear():
     figures = ev.binary_figures(positive, scores >= 0.5)
     assert (figures["sensitivity"], figures["specificity"], figures["missed"]) == (6 / 7, 1.0, 1)
     assert figures["sensitivity_ci"][0] < 6 / 7 < figures["sensitivity_ci"][1]
+    assert ev.counted_figures(6, 7, 3, 3).items() <= figures.items()  # cells and simulated cases alike
+    assert ev.counted_figures(0, 0, 2, 4)["sensitivity"] is None and ev.counted_figures(0, 0, 2, 4)["false_alarms"] == 2
 
 
 def test_each_training_folds_operating_point_is_the_sites_rule_on_its_cells():
