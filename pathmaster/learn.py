@@ -318,6 +318,39 @@ def site_threshold(scores: np.ndarray, abnormal: np.ndarray, first: np.ndarray |
     return point, {k: round(v, 6) for k, v in rules.items()}
 
 
+def choose_site_score(scores: dict, abnormal: np.ndarray, held_out: np.ndarray | None = None,
+                      first: np.ndarray | None = None) -> tuple[str, dict, dict]:
+    """The abnormality score a site uses and its operating point, from out-of-fold scores.
+
+    Parameters
+    ----------
+    scores : dict of str to ndarray of float, shape (n,)
+        Each candidate score of every cell (NaN where it has none).
+    abnormal : ndarray of bool, shape (n,)
+        Whether each cell is abnormal.
+    held_out : ndarray of bool, shape (n,), optional
+        The cells every candidate scored out of fold, on which the score is chosen
+        (``choose_score`` of their ``operating_point`` with the margin); None for all.
+    first : ndarray of bool, shape (n,), optional
+        The first trained fold's cells (``site_threshold``'s rule "third").
+
+    Returns
+    -------
+    (str, dict, dict)
+        The chosen score's name; ``{name: operating_point(...)}`` on the held-out cells, the
+        chosen one's replaced by its ``site_threshold`` on every cell it scored; and
+        ``{rule: threshold}`` of ``MARGIN_RULES`` beside it.
+    """
+    held_out = np.ones(len(abnormal), bool) if held_out is None else np.asarray(held_out, bool)
+    points = {name: operating_point(s[held_out], abnormal[held_out], confidence=MARGIN_CONFIDENCE)
+              for name, s in scores.items()}
+    score = choose_score(points)
+    scored = np.isfinite(scores[score])
+    points[score], rules = site_threshold(scores[score][scored], abnormal[scored],
+                                          None if first is None else first[scored])
+    return score, points, rules
+
+
 def auc_standard_error(auc: float, abnormal_cells: int, normal_cells: int) -> float:
     """Standard error of a ROC AUC from these many abnormal and normal cells (Hanley and
     McNeil 1982, Radiology 143:29, their equation 1)."""
@@ -406,12 +439,7 @@ def learn_similarity(patches: np.ndarray, feature_vectors_fit, labels, groups, a
     network_p = np.where(held_out, oof["network"], np.nan)
     scores = with_ensemble({"neighbours": share, "network": network_p, "mean": 0.5 * (share + network_p),
                             **(other_scores or {})})
-    points = {name: operating_point(s[held_out], abnormal_h, confidence=MARGIN_CONFIDENCE)
-              for name, s in scores.items()}
-    score = choose_score(points)
-    scored = np.isfinite(scores[score])
-    points[score], report["thresholds"] = site_threshold(scores[score][scored], abnormal[scored],
-                                                         oof["first"][scored])
+    score, points, report["thresholds"] = choose_site_score(scores, abnormal, held_out, oof["first"])
     report["scores"] = points
 
     model, trained = train_embedder(patches, labels, abnormal_labels, seconds=seconds / (TRAINED_FOLDS + 1),

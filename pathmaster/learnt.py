@@ -192,8 +192,8 @@ def features_only(fit, labels: np.ndarray, groups, abnormal_labels, reason: str,
                   other_scores: dict | None = None) -> emb.LearntSimilarity:
     """The features alone; the abnormality score (the neighbours' share, or one of
     ``other_scores``: out-of-fold scores (n,)) the held-out folds rank best, with its
-    threshold there (``learn.site_threshold``: with its margin) when there are enough cells (else the neighbours' share at 0.5: a
-    majority of the neighbours); and why."""
+    threshold there (``learn.choose_site_score``: with its margin) when there are enough cells (else the neighbours'
+    share at 0.5: a majority of the neighbours); and why."""
     from pathmaster import learn
 
     learnt = emb.LearntSimilarity(report={"reason": reason})
@@ -206,10 +206,7 @@ def features_only(fit, labels: np.ndarray, groups, abnormal_labels, reason: str,
         nearest = learn._nearest(train_vectors, vectors[test], learnt.k)
         share[test] = abnormal[train][nearest].mean(axis=1)
     scores = learn.with_ensemble({"neighbours": share, **(other_scores or {})})
-    points = {name: learn.operating_point(s, abnormal, confidence=learn.MARGIN_CONFIDENCE)
-              for name, s in scores.items()}
-    learnt.score = learn.choose_score(points)
-    points[learnt.score], learnt.report["thresholds"] = learn.site_threshold(scores[learnt.score], abnormal)
+    learnt.score, points, learnt.report["thresholds"] = learn.choose_site_score(scores, abnormal)
     learnt.threshold = points[learnt.score]["threshold"]
     learnt.report["scores"] = points
     return learnt

@@ -87,6 +87,23 @@ def test_the_operating_point_is_the_highest_score_meeting_the_target_ties_called
             assert point["specificity"] == (scores[~abnormal] < point["threshold"]).mean()
 
 
+def test_a_site_chooses_its_score_on_held_out_cells_and_sets_its_threshold_on_every_cell_scored():
+    rng = np.random.default_rng(3)
+    abnormal = np.r_[np.ones(120, bool), np.zeros(120, bool)]
+    held_out = np.r_[np.ones(60, bool), np.zeros(60, bool), np.ones(60, bool), np.zeros(60, bool)]
+    good = np.clip(abnormal * 0.6 + rng.uniform(0, 0.5, 240), 0, 1)
+    scores = {"neighbours": rng.uniform(0, 1, 240), "network": np.where(held_out, good, np.nan)}
+    score, points, rules = learn.choose_site_score(scores, abnormal, held_out)
+    assert score == "network"  # the better ranking on the held-out cells
+    assert points["neighbours"] == learn.operating_point(scores["neighbours"][held_out], abnormal[held_out],
+                                                         confidence=learn.MARGIN_CONFIDENCE)
+    assert (points["network"], rules) == learn.site_threshold(good[held_out], abnormal[held_out])
+    assert points["network"]["abnormal_cells"] == 60  # the network scored no other cell
+    # every cell held out (a site comparing its features alone): the threshold reads them all
+    score, points, _ = learn.choose_site_score({"neighbours": scores["neighbours"], "classifier": good}, abnormal)
+    assert score == "classifier" and points[score]["abnormal_cells"] == 120
+
+
 def test_the_ensemble_leaves_a_missing_network_score_out_of_its_mean():
     scores = learn.with_ensemble({"neighbours": np.array([0.2, 0.4]), "network": np.array([np.nan, 0.8]),
                                   "classifier": np.array([0.6, 0.6])})
