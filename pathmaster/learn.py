@@ -9,8 +9,8 @@ back through JAX, which only training imports (extra ``[learn]``).
 
 The operating point (``operating_point``) is the project's one rule for the threshold of an
 abnormality score at which held-out sensitivity reaches a target: a site chooses its own
-with a margin (``site_threshold``), and ``pathmaster.evaluate`` chooses its training folds'
-by the same rule without one.
+with a margin (``choose_site_score``, ``site_threshold``), and ``pathmaster.evaluate``
+chooses its training folds' by the same rule without one.
 
 The plan: ``EPOCHS`` passes over the site's cells, or as many as ``MAX_STEPS`` batches
 allow on a large site, with a cosine learning-rate decay over them, so indexing the same
