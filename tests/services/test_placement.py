@@ -119,7 +119,7 @@ def _raylet_fatal(temp: Path) -> str:
     for log in temp.glob("session_*/logs/raylet*.err"):
         for line in log.read_text(errors="replace").splitlines():
             if "Check failed" in line:
-                return f"{log.name}: {line.split('Check failed', 1)[1][:300]}"
+                return f"{log.name}: {line.split('Check failed', 1)[1].lstrip(': ')[:300]}"
     return ""
 
 
