@@ -6,8 +6,8 @@ import argparse
 import json
 import logging
 import signal
+import socket
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -315,30 +315,42 @@ def _start_gateway(coordinator_address: str, cache: Path | None = None):
     return handle
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
 class SignalStop:
     """Set by SIGINT or SIGTERM from its creation on (a signal after it is never lost).
 
     Handlers of its own rather than KeyboardInterrupt: a process started in the background
-    by a script inherits SIGINT ignored, and Python then never raises it.
+    by a script inherits SIGINT ignored, and Python then never raises it. `wait()` reads
+    the signal's number from the signal module's wakeup fd, which the interpreter's C
+    handler writes whichever thread the kernel delivers the signal to: a main thread
+    blocked on a lock is woken only by a signal delivered to it, and a Python handler that
+    took a lock (as `threading.Event.set` does) would wait for ever on one the interrupted
+    main thread was holding. The Python handler does nothing.
     """
 
     def __init__(self) -> None:
         self.signum: int | None = None
-        self._event = threading.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, self._handle)
-
-    def _handle(self, signum, _frame) -> None:
-        if self.signum is None:
-            self.signum = signum
-        self._event.set()
+        self._wakeup, write = socket.socketpair()
+        write.setblocking(False)
+        self._write = write  # kept open while this object lives
+        signal.set_wakeup_fd(write.fileno(), warn_on_full_buffer=False)
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, _noted_on_wakeup_fd)
 
     def wait(self) -> int:
-        """Block until a signal came; the exit status shells give a process that signal
-        stopped (SIGINT 130, SIGTERM 143)."""
-        while not self._event.wait(3600):
-            pass
+        """Block until a signal came; the exit status shells give a process that the first
+        signal stopped (SIGINT 130, SIGTERM 143)."""
+        while self.signum is None:
+            signum = self._wakeup.recv(1)[0]  # any signal with a Python handler is written there
+            if signum in STOP_SIGNALS:
+                self.signum = signum
         return 128 + self.signum
+
+
+def _noted_on_wakeup_fd(_signum, _frame) -> None:
+    """SignalStop's Python handler: the signal is on the wakeup fd already."""
 
 
 # ------------------------------------------------------------------ serve

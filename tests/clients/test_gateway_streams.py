@@ -43,20 +43,28 @@ class HeldCoordinator(pb_grpc.CoordinatorServicer):
         return pb.CoordinatorInfo(classes=class_messages(DEFAULT_CLASSES))
 
     def SubmitCase(self, request, context):
-        yield pb.CaseEvent(plan=pb.CasePlan(case_id=request.case_id or "held",
-                                            request_class=request.request_class))
-        ended = threading.Event()
-        context.add_callback(ended.set)  # also when the caller cancels
+        ended, summarised = threading.Event(), threading.Event()
+
+        def on_end():  # the call is over: its summary sent, or cancelled by the caller
+            ended.set()
+            if not summarised.is_set():
+                with self.lock:
+                    self.cancelled += 1
+                    self.cancelled_event.notify_all()
+
+        # Registered before the plan goes: a caller that cancels while the plan is on its way
+        # ends the call before this generator is resumed, and gRPC then never resumes it.
+        context.add_callback(on_end)
         with self.lock:
             self.held.append(ended)
-            if self.released:  # released while this plan was on its way
+            if self.released:
                 ended.set()
+        yield pb.CaseEvent(plan=pb.CasePlan(case_id=request.case_id or "held",
+                                            request_class=request.request_class))
         ended.wait(HOLD_S)
         if not context.is_active():
-            with self.lock:
-                self.cancelled += 1
-                self.cancelled_event.notify_all()
             return
+        summarised.set()
         yield pb.CaseEvent(summary=pb.CaseSummary(case_id=request.case_id or "held",
                                                   request_class=request.request_class))
 

@@ -10,8 +10,10 @@ own, and every process of those sessions is killed at the end.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import random
 import secrets
 import signal
 import socket
@@ -37,10 +39,40 @@ ATTEMPTS = 2
 REFUSE_S = 1.0
 
 
-def _free_port(host: str) -> int:
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        return probe.getsockname()[1]
+FIRST_PORT = 20000   # above Ray's worker ports (10002-19999 by default)
+
+
+def _free_ports(count: int) -> list[int]:
+    """`count` distinct ports, each free on every address of the host now, between FIRST_PORT
+    and the kernel's ephemeral range. Ray on a routable node IP binds its GCS, raylet and
+    workers on all interfaces: a port probed free on the node's own address alone can be
+    another process's on 127.0.0.1 (a raylet that cannot bind aborts, and `ray start` waits
+    for it until the test's deadline), and a port from the ephemeral range can be handed to
+    any connection's local end before Ray binds it."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    assert low > FIRST_PORT + 100, f"the ephemeral ports start at {low}: no room below them"
+    choices = random.Random()
+    ports: list[int] = []
+    for _ in range(1000):
+        port = choices.randrange(FIRST_PORT, low)
+        if port not in ports and _free_everywhere(port):
+            ports.append(port)
+            if len(ports) == count:
+                return ports
+    pytest.fail(f"no {count} free ports between {FIRST_PORT} and {low}")
+
+
+def _free_everywhere(port: int) -> bool:
+    """True when `port` can be bound on the wildcard address (IPv6 and IPv4, or IPv4 alone)."""
+    for family, address in ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")):
+        try:
+            with socket.socket(family) as probe:
+                probe.bind((address, port))
+                return True
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return False   # else: no IPv6 here, try IPv4
+    return False
 
 
 def _session_pids(sid: int) -> list[int]:
@@ -81,20 +113,24 @@ class AgentTooSlow(Exception):
     for 2 s of CPU here); `ray start` then hangs instead of failing."""
 
 
-def _raylet_gave_up(temp: Path) -> str:
-    """The raylet's fatal line when it aborted waiting for an agent's port file, else ""."""
+def _raylet_fatal(temp: Path) -> str:
+    """A raylet's fatal line ("Check failed": it aborted, e.g. a port it could not bind or
+    an agent's port file it waited for in vain), else ""."""
     for log in temp.glob("session_*/logs/raylet*.err"):
         for line in log.read_text(errors="replace").splitlines():
-            if "Check failed" in line and "Timed out waiting for file" in line:
-                return f"{log.name}: {line.split('Timed out', 1)[1][:160]}"
+            if "Check failed" in line:
+                return f"{log.name}: {line.split('Check failed', 1)[1].lstrip(': ')[:300]}"
     return ""
 
 
-def _ray_start(ip: str, extra: list[str], env: dict, temp: Path, log: Path, sessions: list[int]) -> None:
-    """`ray start` one node on `ip`, every port it opens chosen free on that address."""
-    ports = {flag: _free_port(ip) for flag in ("node-manager-port", "object-manager-port",
-                                                "dashboard-agent-listen-port", "dashboard-agent-grpc-port",
-                                                "runtime-env-agent-port", "metrics-export-port")}
+NODE_PORTS = ("node-manager-port", "object-manager-port", "dashboard-agent-listen-port",
+              "dashboard-agent-grpc-port", "runtime-env-agent-port", "metrics-export-port")
+HEAD_PORTS = ("port", "dashboard-port", "ray-client-server-port")
+
+
+def _ray_start(ip: str, extra: list[str], ports: dict[str, int], env: dict, temp: Path, log: Path,
+               sessions: list[int]) -> None:
+    """`ray start` one node on `ip` with `ports` ({flag: port}: every port it opens)."""
     args = [environment_program("ray"), "start", f"--node-ip-address={ip}", "--num-cpus=1", "--disable-usage-stats",
             *(f"--{flag}={port}" for flag, port in ports.items()), *extra]
     with log.open("w") as out:
@@ -102,9 +138,11 @@ def _ray_start(ip: str, extra: list[str], env: dict, temp: Path, log: Path, sess
     sessions.append(proc.pid)  # its session id: the node's processes stay in it
     deadline = time.monotonic() + START_S
     while proc.poll() is None:
-        fatal = _raylet_gave_up(temp)
-        if fatal:
-            raise AgentTooSlow(f"ray start on {ip}: a raylet gave up waiting for its agent (Timed out{fatal})")
+        fatal = _raylet_fatal(temp)
+        if "Timed out waiting for file" in fatal:
+            raise AgentTooSlow(f"ray start on {ip}: a raylet gave up waiting for its agent ({fatal})")
+        if fatal:   # `ray start` would wait for it until the deadline
+            pytest.fail(f"ray start on {ip}: a raylet aborted ({fatal}); ports {ports}; log: {log}")
         if time.monotonic() > deadline:
             pytest.fail(f"ray start on {ip} did not finish in {START_S} s; log: {log}")
         time.sleep(0.5)   # polling `ray start`'s exit and the raylet's log, not waiting out a guess
@@ -112,14 +150,14 @@ def _ray_start(ip: str, extra: list[str], env: dict, temp: Path, log: Path, sess
 
 
 def _start_cluster(env: dict, temp: Path, logs: Path, sessions: list[int]) -> str:
-    gcs = f"{HEAD_IP}:{_free_port(HEAD_IP)}"
-    _ray_start(HEAD_IP, ["--head", f"--port={gcs.rsplit(':', 1)[1]}", f"--temp-dir={temp}",
-                         "--include-dashboard=false", f"--dashboard-host={HEAD_IP}",
-                         f"--dashboard-port={_free_port(HEAD_IP)}",
-                         f"--ray-client-server-port={_free_port(HEAD_IP)}"],
-               env, temp, logs / "head.log", sessions)
+    free = iter(_free_ports(len(HEAD_PORTS) + 2 * len(NODE_PORTS)))   # one cluster: no port twice
+    head = {flag: next(free) for flag in (*HEAD_PORTS, *NODE_PORTS)}
+    node = {flag: next(free) for flag in NODE_PORTS}
+    _ray_start(HEAD_IP, ["--head", f"--temp-dir={temp}", "--include-dashboard=false", f"--dashboard-host={HEAD_IP}"],
+               head, env, temp, logs / "head.log", sessions)
+    gcs = f"{HEAD_IP}:{head['port']}"
     _ray_start(NODE_IP, [f"--address={gcs}", f"--resources={json.dumps({RESOURCE: 1})}"],
-               env, temp, logs / "node.log", sessions)
+               node, env, temp, logs / "node.log", sessions)
     return gcs
 
 
