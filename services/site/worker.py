@@ -111,7 +111,7 @@ class SiteWorker:
 
     def __init__(self, db: str | Path, budget: CellBudget | None = CellBudget(), warm_up: bool = True):
         # Heavy imports happen in the worker, here, so the first case is not slower.
-        import pathmaster.features  # noqa: F401
+        import pathmaster.features.extract  # noqa: F401
         import pathmaster.segmentation  # noqa: F401
         from pathmaster.site import SiteIndex
 

@@ -266,3 +266,17 @@ def test_unlabelled_cells_and_non_ascii_source_ids_come_back_as_stored(tmp_path)
     for i in (0, 1, 5, 13):
         first = opened.search(X[i], k=3)[0]
         assert (first.cell_id, first.source_id, first.diagnosis) == (f"c{i:02d}", names[i], labels[i])
+
+
+def test_opening_a_site_loads_no_image_analysis_library(site_dir):
+    """The stored feature names are checked against the catalogue alone: a fresh process
+    opens and searches the site without scikit-image, OpenCV or mahotas."""
+    import subprocess
+    import sys
+
+    code = ("import sys, numpy as np; from pathmaster.site import SiteIndex; s = SiteIndex.open(sys.argv[1]); "
+            "s.search(np.ones(len(s.feature_names))); "
+            "print(sorted(m for m in ('skimage', 'cv2', 'mahotas') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code, str(site_dir)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines()[-1] == "[]"
