@@ -408,6 +408,16 @@ print(json.dumps({"rss_bytes": after - before, "served_rss_bytes": served - befo
 """
 
 
+ANSWERS = """
+import hashlib, json, sys
+import numpy as np
+from pathmaster.site import SiteIndex
+rows = SiteIndex.open(sys.argv[1]).search_many(np.load(sys.argv[2])[:int(sys.argv[3])], k=5)
+answers = [[(m.cell_id, m.diagnosis, m.distance, m.source_id) for m in row] for row in rows]
+print(json.dumps({"sha256": hashlib.sha256(repr(answers).encode()).hexdigest(), "matches": sum(map(len, rows))}))
+"""
+
+
 INDEX = """
 import json, resource, sys, time
 from pathmaster.site import build_search_index
@@ -464,6 +474,12 @@ def bench_serve(tmp: Path, cells: int, queries: int = 2000, before: str | None =
         for i, (name, tree) in enumerate(trees.items() if r % 2 == 0 else reversed(trees.items())):
             runs[name].append(run_in(tree, SERVE, str(tmp / f"site-{list(trees).index(name)}"), str(query_file)))
     results = {}
+    if before:   # the same site (the first tree's) asked the same queries by each tree's code
+        answers = {name: run_in(tree, ANSWERS, str(tmp / "site-0"), str(query_file), "500") for name, tree in trees.items()}
+        results["answers_identical"] = len({a["sha256"] for a in answers.values()}) == 1
+        print(f"  the first site's top-5 answers to 500 queries (ids, diagnoses, distances, source ids; "
+              f"{next(iter(answers.values()))['matches']} matches) by each tree's code identical: "
+              f"{results['answers_identical']}")
     for name in trees:
         out = median_run(runs[name])
         results[name] = out = {**out, **built[name], "rss_per_million": out["rss_bytes"] * 1e6 / cells,
