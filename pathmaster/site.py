@@ -28,7 +28,7 @@ import numpy as np
 
 from pathmaster import defaults, similarity
 from pathmaster.records import DIAGNOSES, CellRecord, InvalidInput
-from pathmaster.sitedb import CellColumns, CellRow, SiteDB
+from pathmaster.sitedb import DB_NAME, CellColumns, CellRow, SiteDB, read_cell, read_site_file
 
 log = logging.getLogger(__name__)
 
@@ -557,8 +557,6 @@ class SiteIndex:
     def _read(self, read):
         """`read` (a function of a sqlite3 connection) on the site's read-only connection,
         made on first use, one read at a time."""
-        from pathmaster.sitedb import DB_NAME
-
         with _READER_LOCK:
             if self._reader is None:
                 self._reader = sqlite3.connect(f"file:{self.site_dir / DB_NAME}?mode=ro", uri=True,
@@ -566,8 +564,6 @@ class SiteIndex:
             return read(self._reader)
 
     def _file(self, cell_id: str, attribute: str) -> bytes:
-        from pathmaster.sitedb import read_site_file
-
         relative = getattr(self.cell(cell_id), attribute)  # KeyError for an unknown id
         if relative is None:
             raise KeyError(f"cell {cell_id} has no {attribute.removesuffix('_path')}")
@@ -588,8 +584,6 @@ class SiteIndex:
     def cell(self, cell_id: str) -> CellRow:
         """The stored row of a cell (a ``sitedb.CellRow`` without features), read from the
         database; KeyError if unknown."""
-        from pathmaster.sitedb import read_cell
-
         return self._read(lambda conn: read_cell(conn, cell_id))
 
     def vectors(self) -> np.ndarray:

@@ -103,8 +103,9 @@ def _now() -> str:
 
 @dataclass(slots=True)
 class CellRow:
-    """One database cell as stored (paths relative to the site directory). Slots: a site
-    holds one a cell in memory, a million at archive scale."""
+    """One database cell as stored (paths relative to the site directory). Slots: indexing
+    and evaluation read one a cell (``SiteDB.cells``), a million at archive scale; a served
+    site keeps ``CellColumns`` instead."""
 
     cell_id: str
     source_id: str
