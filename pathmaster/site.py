@@ -404,15 +404,14 @@ class SiteIndex:
                     f"the site's cells were measured with another feature set ({len(stored or [])} features; "
                     f"this PathMaster computes {len(feature_names())}): index the dataset again into a new "
                     "site directory", db.path)
-            config = db.get_config("index")
-            if config is None or config["fingerprint"] != db.fingerprint():
+            config, cells = db.get_config("index"), db.cell_columns()
+            if config is None or config["fingerprint"] != cells.fingerprint():   # one read of the rows
                 from pathmaster.growth import update_search_index
 
                 log.info("%s: index out of date with the database; bringing it up to date", site_dir)
-                config = update_search_index(db)
+                config, cells = update_search_index(db), db.cell_columns()
             index = _load_or_rebuild_faiss(db, config)
-            site = cls(site_dir, config, index, db.cell_columns(), db.get_config("feature_names"),
-                       db.get_config("vocabulary"))
+            site = cls(site_dir, config, index, cells, db.get_config("feature_names"), db.get_config("vocabulary"))
             site.feature_schema = db.get_config("feature_schema") or "unknown"
             return site
 

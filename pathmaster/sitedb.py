@@ -173,6 +173,16 @@ class CellColumns:
     def labels(self) -> list[str | None]:
         return [self.diagnoses[c] for c in self.diagnosis_codes.tolist()]
 
+    def fingerprint(self) -> str:
+        """The fingerprint of the database these columns were read from (``SiteDB.fingerprint``)."""
+        return ids_fingerprint(self.ids.tolist())
+
+
+def ids_fingerprint(ids) -> str:
+    """The database's fingerprint (``SiteDB.fingerprint``) of its cell ids, UTF-8 bytes in
+    insertion order: SHA-1 of them joined."""
+    return hashlib.sha1(b"".join(ids)).hexdigest()
+
 
 def _encoded(texts) -> np.ndarray:
     """Fixed-width UTF-8 bytes of `texts` (NumPy's "S": as wide as the longest)."""
@@ -397,7 +407,7 @@ class SiteDB:
         (`limit`: of the first `limit` cells only; -1: all). The ids are hashed as one
         string, which is the digest of hashing them one after another."""
         ids = self.conn.execute("SELECT cell_id FROM cells ORDER BY rowid LIMIT ?", (int(limit),)).fetchall()
-        return hashlib.sha1("".join(cell_id for (cell_id,) in ids).encode()).hexdigest()
+        return ids_fingerprint(cell_id.encode() for (cell_id,) in ids)
 
     def remove_cells(self, cell_ids: list[str]) -> list[CellRow]:
         """Delete the rows and stored files of `cell_ids` (call inside ``transaction()``);
