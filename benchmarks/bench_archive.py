@@ -33,9 +33,12 @@ the same representation (same ids).
 serve: a site of N synthetic-vector cells (1M by default) built and indexed by the same
 path (IVF above 200k cells) in a fresh process (its wall and CPU time, every thread's, and
 its peak RSS), opened in another as a site worker opens it; with --before COMMIT the same
-rows are indexed and opened by COMMIT's code first (exported with git archive), side by
-side. Opening: the
-process's RSS growth from opening it, per million cells, and the p50/p99 of one top-5
+rows are indexed by COMMIT's code too (exported with git archive), and the two sites are
+opened alternately, each open a fresh process (--opens, 3 each; medians), side by side.
+Opening: its time (the imports the open itself makes included: the queries are read from a
+file, so nothing of the analysis is imported before it), the process's RSS growth from
+opening it, per million cells, then with the analysis imported as a site worker does (the
+image libraries, ~60 MiB whatever the cells), and the p50/p99 of one top-5
 search (``SiteIndex.search``: z-scores, projection, FAISS on one thread, the matches)
 over 2,000 queries, searched at niceness 0 as a served site runs (the benchmark's own nice
 would measure the nice), each query's wall time beside its own thread's CPU time: on a
@@ -369,14 +372,15 @@ def rss():
 import faiss
 faiss.omp_set_num_threads(1)
 from pathmaster.site import SiteIndex
-sys.path.insert(0, sys.argv[3])
-from bench_archive import feature_rows
-queries, _ = feature_rows(int(sys.argv[2]), seed=123)
+queries = np.load(sys.argv[2])   # made by the parent: nothing of the analysis imported before the open
 before = rss()
 t0, c0 = time.perf_counter(), time.process_time()
 site = SiteIndex.open(sys.argv[1])
 open_s, open_cpu_s = time.perf_counter() - t0, time.process_time() - c0
 after = rss()
+image_libraries = sorted(m for m in ("skimage", "cv2", "mahotas") if m in sys.modules)
+import pathmaster.features.extract, pathmaster.segmentation   # what a site worker imports to analyse uploads
+served = rss()
 def timed(call, items):
     wall, cpu = [], []
     for item in items:
@@ -397,9 +401,20 @@ whole = timed(lambda q: site.search(q, k=5), queries)
 gen2 = gc.get_stats()[2]["collections"] - gen2
 vectors = site._vectors(queries, None)
 alone = timed(lambda v: site._index.search(v[None, :], 5), vectors)
-print(json.dumps({"rss_bytes": after - before, "open_s": open_s, "open_cpu_s": open_cpu_s, "cells": len(site), "algorithm": site.algorithm,
+print(json.dumps({"rss_bytes": after - before, "served_rss_bytes": served - before, "image_libraries": image_libraries,
+                  "open_s": open_s, "open_cpu_s": open_cpu_s, "cells": len(site), "algorithm": site.algorithm,
                   "search": whole, "faiss": alone, "full_collections": gen2, "nice": nice, "tracked_objects": len(gc.get_objects()),
                   "p50_ms": whole["wall_p50_ms"], "p99_ms": whole["wall_p99_ms"]}))
+"""
+
+
+ANSWERS = """
+import hashlib, json, sys
+import numpy as np
+from pathmaster.site import SiteIndex
+rows = SiteIndex.open(sys.argv[1]).search_many(np.load(sys.argv[2])[:int(sys.argv[3])], k=5)
+answers = [[(m.cell_id, m.diagnosis, m.distance, m.source_id) for m in row] for row in rows]
+print(json.dumps({"sha256": hashlib.sha256(repr(answers).encode()).hexdigest(), "matches": sum(map(len, rows))}))
 """
 
 
@@ -437,38 +452,69 @@ def run_in(tree: Path, script: str, *args: str, timeout: int = 7200) -> dict:
     return json.loads(done.stdout.splitlines()[-1])
 
 
-def bench_serve(tmp: Path, cells: int, queries: int = 2000, before: str | None = None) -> dict:
+def bench_serve(tmp: Path, cells: int, queries: int = 2000, before: str | None = None, opens: int = 3) -> dict:
     """The rows written once; each tree (``--before`` COMMIT's, then this one's) indexes a copy
-    in a fresh process, and opens and searches it in another."""
+    in a fresh process; then each copy is opened and searched `opens` times, each time in a
+    fresh process, the trees alternating (both see the same load); medians over the opens."""
     t0 = time.perf_counter()
     with new_vector_site(tmp / "rows", cells):
         rows_s = time.perf_counter() - t0
+    query_file = tmp / "queries.npy"
+    np.save(query_file, feature_rows(queries, seed=123)[0])
     print(f"serve: a {cells:,}-cell site's rows written in {rows_s:.0f} s ({load()})")
     trees = {**({f"before ({before})": code_tree(tmp, before)} if before else {}), "this tree": code_tree(tmp, None)}
-    results = {}
-    for name, tree in trees.items():
-        site = tmp / "site"
+    built, runs = {}, {name: [] for name in trees}
+    for i, (name, tree) in enumerate(trees.items()):
+        site = tmp / f"site-{i}"
         shutil.copytree(tmp / "rows", site)
-        built = run_in(tree, INDEX, str(site))
-        disk = sum(p.stat().st_size for p in site.iterdir() if p.is_file())
-        out = run_in(tree, SERVE, str(site), str(queries), str(Path(__file__).parent))
-        shutil.rmtree(site)
-        results[name] = out = {**out, **built, "rows_s": rows_s, "disk_per_cell": disk / cells,
-                               "rss_per_million": out["rss_bytes"] * 1e6 / cells}
+        built[name] = {**run_in(tree, INDEX, str(site)), "rows_s": rows_s,
+                       "disk_per_cell": sum(p.stat().st_size for p in site.iterdir() if p.is_file()) / cells}
+    shutil.rmtree(tmp / "rows")
+    for r in range(opens):
+        for i, (name, tree) in enumerate(trees.items() if r % 2 == 0 else reversed(trees.items())):
+            runs[name].append(run_in(tree, SERVE, str(tmp / f"site-{list(trees).index(name)}"), str(query_file)))
+    results = {}
+    if before:   # the same site (the first tree's) asked the same queries by each tree's code
+        answers = {name: run_in(tree, ANSWERS, str(tmp / "site-0"), str(query_file), "500") for name, tree in trees.items()}
+        results["answers_identical"] = len({a["sha256"] for a in answers.values()}) == 1
+        print(f"  the first site's top-5 answers to 500 queries (ids, diagnoses, distances, source ids; "
+              f"{next(iter(answers.values()))['matches']} matches) by each tree's code identical: "
+              f"{results['answers_identical']}")
+    for name in trees:
+        out = median_run(runs[name])
+        results[name] = out = {**out, **built[name], "rss_per_million": out["rss_bytes"] * 1e6 / cells,
+                               "served_rss_per_million": out["served_rss_bytes"] * 1e6 / cells, "opens": runs[name]}
         print_serve(name, cells, queries, out)
     if before:
         old, new = results[f"before ({before})"], results["this tree"]
         print(f"  this tree / before: indexed x{new['index_s'] / old['index_s']:.2f} wall, "
               f"x{new['index_cpu_s'] / old['index_cpu_s']:.2f} CPU; opened x{new['open_s'] / old['open_s']:.2f} wall, "
-              f"x{new['open_cpu_s'] / old['open_cpu_s']:.2f} CPU; serve-time RSS x{new['rss_bytes'] / old['rss_bytes']:.2f}")
+              f"x{new['open_cpu_s'] / old['open_cpu_s']:.2f} CPU; RSS from opening x{new['rss_bytes'] / old['rss_bytes']:.2f}, "
+              f"with the analysis imported x{new['served_rss_bytes'] / old['served_rss_bytes']:.2f}; search p99 wall "
+              f"x{new['search']['wall_p99_ms'] / old['search']['wall_p99_ms']:.2f}, CPU "
+              f"x{new['search']['cpu_p99_ms'] / old['search']['cpu_p99_ms']:.2f} (medians of {opens} opens each)")
     return results
+
+
+def median_run(runs: list[dict]) -> dict:
+    """Each number of the runs' results (nested one level too) as its median; the rest from the first."""
+    def merged(values: list):
+        if isinstance(values[0], dict):
+            return {k: merged([v[k] for v in values]) for k in values[0]}
+        if isinstance(values[0], int) and not isinstance(values[0], bool):
+            return statistics.median_low(values)
+        if isinstance(values[0], float):
+            return statistics.median(values)
+        return values[0]
+    return merged(runs)
 
 
 def print_serve(name: str, cells: int, queries: int, out: dict) -> None:
     print(f"{name}: {cells:,} cells ({load()}): indexed in {out['index_s']:.0f} s wall, {out['index_cpu_s']:.0f} s CPU "
           f"(every thread), peak RSS {out['peak_rss_bytes'] / 2**30:.2f} GiB ({out['algorithm']}, nprobe "
           f"{out['nprobe'] or '-'}, recall@5 {out['recall_at_5']:.3f}); disk {out['disk_per_cell']:.0f} B/cell "
-          f"(vectors and rows); opened in a fresh process in {out['open_s']:.1f} s wall, {out['open_cpu_s']:.1f} s CPU")
+          f"(vectors and rows); opened in a fresh process in {out['open_s']:.1f} s wall, {out['open_cpu_s']:.1f} s CPU "
+          f"(image libraries loaded by the open: {', '.join(out['image_libraries']) or 'none'})")
     w, f = out["search"], out["faiss"]
     print(f"  top-5 search (SiteIndex.search): p50 {w['wall_p50_ms']:.2f} ms, p99 {w['wall_p99_ms']:.2f} ms wall "
           f"(target p99 <= 5 ms) over {queries} queries at nice {out['nice']}; its own CPU time p50 {w['cpu_p50_ms']:.2f} ms, p99 "
@@ -476,8 +522,9 @@ def print_serve(name: str, cells: int, queries: int, out: dict) -> None:
           f"{out['full_collections']} ({out['tracked_objects']:,} objects tracked)")
     print(f"  of which FAISS alone: p50 {f['wall_p50_ms']:.2f} ms, p99 {f['wall_p99_ms']:.2f} ms wall; CPU p50 "
           f"{f['cpu_p50_ms']:.2f} ms, p99 {f['cpu_p99_ms']:.2f} ms")
-    print(f"  serve-time RSS {out['rss_bytes'] / 2**20:.0f} MiB = {out['rss_per_million'] / 2**30:.2f} GiB per million cells"
-          f"{'' if cells >= 1e6 else ' (extrapolated linearly)'}")
+    print(f"  serve-time RSS from opening {out['rss_bytes'] / 2**20:.0f} MiB = {out['rss_per_million'] / 2**30:.2f} GiB "
+          f"per million cells{'' if cells >= 1e6 else ' (extrapolated linearly)'}; with the analysis imported too (what a "
+          f"site worker holds; its libraries ~60 MiB whatever the cells) {out['served_rss_bytes'] / 2**20:.0f} MiB")
 
 
 def main() -> None:
@@ -486,6 +533,7 @@ def main() -> None:
     parser.add_argument("--parts", default="ingest,nodes,growth,serve")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--serve-cells", type=int, help="cells of the served site (default 1M; 200k with --quick)")
+    parser.add_argument("--opens", type=int, default=3, help="serve: fresh-process opens of each site (medians)")
     parser.add_argument("--before", metavar="COMMIT", help="serve: index and open the same rows with COMMIT's code "
                         "too (exported with git archive), before this tree's, side by side")
     args = parser.parse_args()
@@ -509,7 +557,8 @@ def main() -> None:
             results["growth"] = bench_growth(Path(tmp) / "growth", base, added, per_cell)
             shutil.rmtree(Path(tmp) / "growth")
         if "serve" in parts:
-            results["serve"] = bench_serve(Path(tmp) / "serve", args.serve_cells or served, before=args.before)
+            results["serve"] = bench_serve(Path(tmp) / "serve", args.serve_cells or served, before=args.before,
+                                           opens=args.opens)
         print(json.dumps(results, default=float))
     print(f"{load()} at end")
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from pathmaster import defaults, similarity
 from pathmaster.records import DIAGNOSES, CellRecord, InvalidInput
-from pathmaster.sitedb import SiteDB
+from pathmaster.sitedb import DB_NAME, CellColumns, CellRow, SiteDB, read_cell, read_site_file
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ MIN_CELLS_FOR_SELECTION = 30
 # Queries (database cells) used to measure an approximate index's recall against exact.
 RECALL_QUERIES = 500
 TARGET_RECALL = 0.95
-# Cell files are read through one connection a site, one read at a time (each ~0.1 ms).
+# Cell rows and files are read through one connection a site, one read at a time (each ~0.1 ms).
 _READER_LOCK = threading.Lock()
 
 
@@ -353,7 +353,7 @@ def emb_dim(embedder) -> int:
 class SiteIndex:
     """A site's cells and search index in memory (see the module docstring)."""
 
-    def __init__(self, site_dir: Path, config: dict, index, cells, feature_names: list[str],
+    def __init__(self, site_dir: Path, config: dict, index, cells: CellColumns, feature_names: list[str],
                  vocabulary: dict | None = None):
         from pathmaster.vocabulary import Vocabulary, vocabulary_for_labels
 
@@ -361,7 +361,7 @@ class SiteIndex:
         # The site's diagnosis vocabulary (``pathmaster.vocabulary``); a database indexed
         # before sites declared one gets the built-in vocabulary that holds its labels.
         self.vocabulary = (Vocabulary.from_dict(vocabulary, self.site_dir) if vocabulary
-                           else vocabulary_for_labels(c.diagnosis for c in cells))
+                           else vocabulary_for_labels(cells.diagnoses))
         self.config = config
         self.feature_names = list(feature_names)
         self._index = index
@@ -377,8 +377,10 @@ class SiteIndex:
         from pathmaster.abnormality import FeatureClassifier
 
         self.classifier = FeatureClassifier.from_dict(self.learnt.classifier)
+        # The cells' ids, source ids and diagnoses as columns, in the index's row order; the
+        # rest of a row is read from the database when asked for (``cell``).
         self._cells = cells
-        self._by_id = {c.cell_id: c for c in cells}
+        self._reader: sqlite3.Connection | None = None
         # The feature schema (pathmaster.features.schema) the stored vectors were made
         # with; "unknown" or "mixed" when they cannot be vouched for.
         self.feature_schema = "unknown"
@@ -402,15 +404,14 @@ class SiteIndex:
                     f"the site's cells were measured with another feature set ({len(stored or [])} features; "
                     f"this PathMaster computes {len(feature_names())}): index the dataset again into a new "
                     "site directory", db.path)
-            config = db.get_config("index")
-            if config is None or config["fingerprint"] != db.fingerprint():
+            config, cells = db.get_config("index"), db.cell_columns()
+            if config is None or config["fingerprint"] != cells.fingerprint():   # one read of the rows
                 from pathmaster.growth import update_search_index
 
                 log.info("%s: index out of date with the database; bringing it up to date", site_dir)
-                config = update_search_index(db)
+                config, cells = update_search_index(db), db.cell_columns()
             index = _load_or_rebuild_faiss(db, config)
-            site = cls(site_dir, config, index, db.cells(), db.get_config("feature_names"),
-                       db.get_config("vocabulary"))
+            site = cls(site_dir, config, index, cells, db.get_config("feature_names"), db.get_config("vocabulary"))
             site.feature_schema = db.get_config("feature_schema") or "unknown"
             return site
 
@@ -449,7 +450,7 @@ class SiteIndex:
 
     def diagnoses(self) -> list[str]:
         """The distinct diagnoses in the database, in the vocabulary's order (others last)."""
-        present = {c.diagnosis for c in self._cells if c.diagnosis is not None}
+        present = {d for d in self._cells.diagnoses if d is not None}
         order = self.vocabulary.labels
         return [d for d in order if d in present] + sorted(present - set(order))
 
@@ -540,11 +541,10 @@ class SiteIndex:
         if columns:
             features = self.expand(features, columns)
         distances, ids = similarity.search(self._index, self._vectors(features, embeddings), min(k, len(self)))
-        results = []
-        for row_d, row_i in zip(distances, ids):
-            results.append([Match(self._cells[i].cell_id, self._cells[i].diagnosis, float(d), self._cells[i].source_id)
-                            for d, i in zip(row_d, row_i) if i >= 0])
-        return results
+        cells = self._cells
+        return [[Match(cells.cell_id(i), cells.diagnosis(i), float(d), cells.source_id(i))
+                 for d, i in zip(row_d.tolist(), row_i.tolist()) if i >= 0]
+                for row_d, row_i in zip(distances, ids)]
 
     def search(self, features: np.ndarray, k: int = defaults.K, columns: list[int] | None = None,
                embedding: np.ndarray | None = None) -> list[Match]:
@@ -553,18 +553,20 @@ class SiteIndex:
         return self.search_many(np.asarray(features)[None, :] if np.ndim(features) == 1 else features, k,
                                 columns, None if embedding is None else np.atleast_2d(embedding))[0]
 
-    def _file(self, cell_id: str, attribute: str) -> bytes:
-        from pathmaster.sitedb import DB_NAME, read_site_file
-
-        cell = self._by_id[cell_id]  # KeyError for an unknown id
-        relative = getattr(cell, attribute)
-        if relative is None:
-            raise KeyError(f"cell {cell_id} has no {attribute.removesuffix('_path')}")
-        with _READER_LOCK:   # one read-only connection per site, made on first use
-            if getattr(self, "_reader", None) is None:
+    def _read(self, read):
+        """`read` (a function of a sqlite3 connection) on the site's read-only connection,
+        made on first use, one read at a time."""
+        with _READER_LOCK:
+            if self._reader is None:
                 self._reader = sqlite3.connect(f"file:{self.site_dir / DB_NAME}?mode=ro", uri=True,
                                                check_same_thread=False, timeout=30)
-            return read_site_file(self._reader, self.site_dir, relative)
+            return read(self._reader)
+
+    def _file(self, cell_id: str, attribute: str) -> bytes:
+        relative = getattr(self.cell(cell_id), attribute)  # KeyError for an unknown id
+        if relative is None:
+            raise KeyError(f"cell {cell_id} has no {attribute.removesuffix('_path')}")
+        return self._read(lambda conn: read_site_file(conn, self.site_dir, relative))
 
     def thumbnail_png(self, cell_id: str) -> bytes:
         """PNG bytes of the cell's thumbnail; KeyError for an unknown cell id."""
@@ -578,9 +580,10 @@ class SiteIndex:
         """PNG bytes of the cell's label mask (0-3); KeyError for an unknown id or no mask."""
         return self._file(cell_id, "mask_path")
 
-    def cell(self, cell_id: str):
-        """The stored row of a cell (a ``sitedb.CellRow`` without features); KeyError if unknown."""
-        return self._by_id[cell_id]
+    def cell(self, cell_id: str) -> CellRow:
+        """The stored row of a cell (a ``sitedb.CellRow`` without features), read from the
+        database; KeyError if unknown."""
+        return self._read(lambda conn: read_cell(conn, cell_id))
 
     def vectors(self) -> np.ndarray:
         """The database's index vectors (float32, (n_cells, d)), in cell order, for evaluation."""
@@ -591,12 +594,18 @@ class SiteIndex:
     def cells_with_hash(self, digest: str) -> list[str]:
         """Ids of the database cells whose pixels hash to ``digest`` (``sitedb.image_hash``):
         a query that is already in the database."""
-        return [c.cell_id for c in self._cells if c.image_hash == digest]
+        from pathmaster.sitedb import cells_with_hash
 
-    def cell_ids(self) -> list[str]:
-        """The database's cell ids in cell order."""
-        return [c.cell_id for c in self._cells]
+        return self._read(lambda conn: cells_with_hash(conn, digest))
+
+    def cell_ids(self, limit: int | None = None) -> list[str]:
+        """The database's cell ids in cell order (the first `limit`; None: all)."""
+        return self._cells.cell_ids(limit)
 
     def labels(self) -> list[str | None]:
         """The database diagnoses in cell order."""
-        return [c.diagnosis for c in self._cells]
+        return self._cells.labels()
+
+    def origins(self) -> dict[str, int]:
+        """How many database cells each origin (dataset kind, e.g. herlev) has."""
+        return dict(self._cells.origins)

@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import sqlite3
+from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -102,8 +103,9 @@ def _now() -> str:
 
 @dataclass(slots=True)
 class CellRow:
-    """One database cell as stored (paths relative to the site directory). Slots: a site
-    holds one a cell in memory, a million at archive scale."""
+    """One database cell as stored (paths relative to the site directory). Slots: indexing
+    and evaluation read one a cell (``SiteDB.cells``), a million at archive scale; a served
+    site keeps ``CellColumns`` instead."""
 
     cell_id: str
     source_id: str
@@ -133,6 +135,60 @@ def _row_to_cell(row, features: bytes | None = None) -> CellRow:
                    bool(mask_estimated), bool(background_estimated), vector, group, digest)
 
 
+@dataclass(frozen=True)
+class CellColumns:
+    """Every cell's id, source id and diagnosis as NumPy arrays, in insertion order (the
+    search index's row order), and how many cells each origin has: what a served site keeps
+    of its rows in memory, ~35 bytes a cell (short ids) where a ``CellRow`` object a cell took
+    ~600. The rest of a row is read from the database when asked for (``read_cell``).
+
+    ids, source_ids: bytes (n,), UTF-8 (``str``: ``cell_id(i)``, ``source_id(i)``).
+    diagnosis_codes: unsigned ints (n,) into `diagnoses`, the distinct labels (None:
+    unlabelled) in the order first met. origins: {origin: cells}.
+    """
+
+    ids: np.ndarray
+    source_ids: np.ndarray
+    diagnosis_codes: np.ndarray
+    diagnoses: tuple[str | None, ...]
+    origins: dict[str, int]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def cell_id(self, i: int) -> str:
+        return self.ids[i].decode()
+
+    def source_id(self, i: int) -> str:
+        return self.source_ids[i].decode()
+
+    def diagnosis(self, i: int) -> str | None:
+        return self.diagnoses[self.diagnosis_codes[i]]
+
+    def cell_ids(self, limit: int | None = None) -> list[str]:
+        """The first `limit` cells' ids (None: all)."""
+        ids = self.ids[:limit]
+        return np.char.decode(ids).tolist() if len(ids) else []
+
+    def labels(self) -> list[str | None]:
+        return [self.diagnoses[c] for c in self.diagnosis_codes.tolist()]
+
+    def fingerprint(self) -> str:
+        """The fingerprint of the database these columns were read from (``SiteDB.fingerprint``)."""
+        return ids_fingerprint(self.ids.tolist())
+
+
+def ids_fingerprint(ids) -> str:
+    """The database's fingerprint (``SiteDB.fingerprint``) of its cell ids, UTF-8 bytes in
+    insertion order: SHA-1 of them joined."""
+    return hashlib.sha1(b"".join(ids)).hexdigest()
+
+
+def _encoded(texts) -> np.ndarray:
+    """Fixed-width UTF-8 bytes of `texts` (NumPy's "S": as wide as the longest)."""
+    return np.array([t.encode() for t in texts], dtype="S")
+
+
 def _paths(row: CellRow) -> tuple:
     return (row.image_path, row.thumbnail_path, row.mask_path, row.background_path)
 
@@ -143,6 +199,21 @@ def read_site_file(conn: sqlite3.Connection, site_dir: Path, relative: str) -> b
     if row is not None:
         return bytes(row[0])
     return (Path(site_dir) / relative).read_bytes()
+
+
+def read_cell(conn: sqlite3.Connection, cell_id: str, *, features: bool = False) -> CellRow:
+    """The stored row of `cell_id` through `conn` (with its feature vector when `features`);
+    KeyError for an unknown id."""
+    query = f"SELECT {', '.join(_COLUMNS)}{', features' if features else ''} FROM cells WHERE cell_id = ?"
+    row = conn.execute(query, (cell_id,)).fetchone()
+    if row is None:
+        raise KeyError(cell_id)
+    return _row_to_cell(row[:-1], row[-1]) if features else _row_to_cell(row)
+
+
+def cells_with_hash(conn: sqlite3.Connection, digest: str) -> list[str]:
+    """Ids of the cells whose image hash is ``digest`` (``image_hash``), in insertion order."""
+    return [r[0] for r in conn.execute("SELECT cell_id FROM cells WHERE image_hash = ? ORDER BY rowid", (digest,))]
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -276,15 +347,11 @@ class SiteDB:
 
     def cells_with_hash(self, digest: str) -> list[str]:
         """Ids of the cells whose image hash is ``digest`` (``image_hash``), in insertion order."""
-        return [r[0] for r in self.conn.execute("SELECT cell_id FROM cells WHERE image_hash = ? ORDER BY rowid",
-                                                (digest,))]
+        return cells_with_hash(self.conn, digest)
 
     def cell(self, cell_id: str) -> CellRow:
         """The stored cell (with features); KeyError for an unknown id."""
-        row = self.conn.execute(f"SELECT {', '.join(_COLUMNS)}, features FROM cells WHERE cell_id = ?", (cell_id,)).fetchone()
-        if row is None:
-            raise KeyError(cell_id)
-        return _row_to_cell(row[:-1], row[-1])
+        return read_cell(self.conn, cell_id, features=True)
 
     def cells_without_hash(self) -> list[CellRow]:
         """The cells stored before image hashes were kept (``image_hash`` NULL), without
@@ -296,6 +363,23 @@ class SiteDB:
         """Every cell, without features, in insertion order (the index's row order)."""
         rows = self.conn.execute(f"SELECT {', '.join(_COLUMNS)} FROM cells ORDER BY rowid")
         return [_row_to_cell(r) for r in rows]
+
+    def cell_columns(self, batch: int = 65_536) -> CellColumns:
+        """Every cell's id, source id, diagnosis and origin as columns (``CellColumns``),
+        read `batch` rows at a time: no Python object a cell outlives its batch."""
+        ids, sources, codes, origins, diagnoses = [], [], [], Counter(), {}
+        cursor = self.conn.execute("SELECT cell_id, source_id, diagnosis, origin FROM cells ORDER BY rowid")
+        while rows := cursor.fetchmany(batch):
+            cell_ids, source_ids, labels, kinds = zip(*rows)
+            ids.append(_encoded(cell_ids))
+            sources.append(_encoded(source_ids))
+            codes.append(np.fromiter((diagnoses.setdefault(d, len(diagnoses)) for d in labels), np.int64, len(rows)))
+            origins.update(kinds)
+        code_type = np.min_scalar_type(max(len(diagnoses) - 1, 0))
+        if not ids:
+            return CellColumns(np.zeros(0, "S1"), np.zeros(0, "S1"), np.zeros(0, code_type), (), {})
+        return CellColumns(np.concatenate(ids), np.concatenate(sources), np.concatenate(codes).astype(code_type),
+                           tuple(diagnoses), dict(origins))
 
     def labels(self) -> list[str | None]:
         """Every cell's diagnosis (None: unlabelled) in insertion order, without reading the rest of its row."""
@@ -323,7 +407,7 @@ class SiteDB:
         (`limit`: of the first `limit` cells only; -1: all). The ids are hashed as one
         string, which is the digest of hashing them one after another."""
         ids = self.conn.execute("SELECT cell_id FROM cells ORDER BY rowid LIMIT ?", (int(limit),)).fetchall()
-        return hashlib.sha1("".join(cell_id for (cell_id,) in ids).encode()).hexdigest()
+        return ids_fingerprint(cell_id.encode() for (cell_id,) in ids)
 
     def remove_cells(self, cell_ids: list[str]) -> list[CellRow]:
         """Delete the rows and stored files of `cell_ids` (call inside ``transaction()``);

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .extract import FEATURES
+from .catalog import FEATURES
 
 
 def catalogue_lines(markdown: bool = False) -> list[str]:

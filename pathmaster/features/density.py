@@ -22,7 +22,7 @@ import numpy as np
 
 from pathmaster.morphology import regional_maxima
 
-from .catalog import Feature
+from .catalog import CHANNELS, DENSITY, STAT_REGIONS
 from .geometry import count_pieces
 from .regions import CellRegions
 
@@ -40,52 +40,7 @@ _LOG10_GREY = np.log10(np.maximum(np.arange(256, dtype=np.float64), INTENSITY_FL
 # Every uint8 grey level as a fraction of full scale (grey / 255), for brightness_features.
 _FRACTION_OF_FULL_SCALE = np.arange(256, dtype=np.float64) / 255.0
 
-CHANNELS = ("red", "green", "blue")
-_STAT_REGIONS = ("nucleus", "cytoplasm")
-
-FEATURES: tuple[Feature, ...] = (
-    *(f for region in _STAT_REGIONS for f in (
-        Feature(f"{region}_od_mean", "OD", f"mean optical density of the {region}", "density"),
-        Feature(f"{region}_od_std", "OD", f"standard deviation of the optical density of the {region}",
-                "density"),
-        Feature(f"{region}_od_skew", "1", f"skewness of the optical density of the {region}", "density"),
-        Feature(f"{region}_od_kurtosis", "1",
-                f"kurtosis (Pearson: 3 for a normal distribution) of the optical density of the {region}", "density"),
-        Feature(f"{region}_od_integrated", "OD*px^2",
-                f"integrated optical density (sum over pixels) of the {region}", "density"),
-    )),
-    *(Feature(f"{region}_od_{channel}", "OD", f"mean optical density of the {region} in the {channel} channel",
-              "density")
-      for region in _STAT_REGIONS for channel in CHANNELS),
-    Feature("nucleolus_od_excess", "OD",
-            "mean OD of the nucleoli minus mean OD of the nucleus (0 when there is no nucleolus)", "density"),
-    *(Feature(f"cytoplasm_od_{channel}_share", "1",
-              f"cytoplasm stain, {doc}: mean OD of the cytoplasm in the {channel} channel over its sum over "
-              "the three channels (1/3 each for unstained or no cytoplasm)", "density")
-      for channel, doc in (("red", "cyanophilic (light green absorbs red)"),
-                           ("green", "eosinophilic (eosin absorbs green)"))),
-    *(f for region in _STAT_REGIONS for f in (
-        *(Feature(f"{region}_brightness_{channel}", "1",
-                  f"mean transmitted light of the {region} in the {channel} channel, grey level / 255 "
-                  f"(Herlev's '{region} brightness'; 1 where there is no {region})", "density")
-          for channel in CHANNELS),
-        Feature(f"{region}_brightness_std", "1",
-                f"standard deviation over the {region}'s pixels of their grey level (mean of R, G, B) / 255",
-                "density"),
-    )),
-    Feature("nucleus_brightness_min", "1", "darkest grey level (mean of R, G, B) / 255 in the nucleus",
-            "density"),
-    Feature("nucleus_brightness_p10", "1",
-            "10th percentile (numpy's linear) of the nucleus's grey levels (mean of R, G, B) / 255", "density"),
-    Feature("nucleus_od_contrast", "1",
-            "hyperchromasia against the cell's own stain: mean OD of the nucleus / (that + mean OD of the "
-            "cytoplasm); 1 with no cytoplasm, 0.5 when both are unstained", "density"),
-    *(Feature(f"cytoplasm_local_{kind}", "1",
-              f"Herlev's 'cytoplasm {kind}': number of regional {kind} of the grey level (R + G + B; "
-              f"scikit-image local_{kind}, 8-connected), counted as 8-connected pieces inside the cytoplasm",
-              "density")
-      for kind in ("maxima", "minima")),
-)
+FEATURES = DENSITY  # the features this module computes, in vector order (the catalogue's)
 
 
 def optical_density(image: np.ndarray, background: np.ndarray) -> np.ndarray:
@@ -186,7 +141,7 @@ def brightness_features(cell: CellRegions) -> dict[str, float]:
     image = cv2.LUT(np.ascontiguousarray(cell.image), _FRACTION_OF_FULL_SCALE)
     grey = channel_mean(image)
     values: dict[str, float] = {}
-    for name in _STAT_REGIONS:
+    for name in STAT_REGIONS:
         region = getattr(cell, name)
         pixels = image[region]
         for index, channel in enumerate(CHANNELS):
@@ -230,7 +185,7 @@ def density_features(cell: CellRegions, od_rgb: np.ndarray, od: np.ndarray) -> d
     od: float64 (h, w) its mean over channels (grey_optical_density()).
     """
     values: dict[str, float] = {}
-    for name in _STAT_REGIONS:
+    for name in STAT_REGIONS:
         region = getattr(cell, name)
         values.update(_region_stats(od, region, name))
         for index, channel in enumerate(CHANNELS):

@@ -5,19 +5,11 @@ from __future__ import annotations
 import numpy as np
 
 from . import density, geometry, texture
-from .catalog import Feature
+from .catalog import FEATURES, feature_names
 from .regions import CellRegions, cell_regions
 
-# Vector order: geometric, then density, then texture.
-FEATURES: tuple[Feature, ...] = geometry.FEATURES + density.FEATURES + texture.FEATURES
-_NAMES = tuple(f.name for f in FEATURES)
-if len(set(_NAMES)) != len(_NAMES):
-    raise ImportError("pathmaster.features: two features share a name")
-
-
-def feature_names() -> tuple[str, ...]:
-    """Names of the features, in vector order."""
-    return _NAMES
+__all__ = ["FEATURES", "extract_features", "feature_names", "features_of"]
+_NAMES = feature_names()
 
 
 def extract_features(image: np.ndarray, background: np.ndarray, mask: np.ndarray,

@@ -19,45 +19,14 @@ import numpy as np
 
 from pathmaster.morphology import shrink
 
-from .catalog import Feature
+from .catalog import FOURIER_HARMONICS, GEOMETRIC
 from .regions import CellRegions
 
-# Fourier descriptors: the contour is resampled to this many points by arc length, and
-# harmonics 2..FOURIER_HARMONICS are reported (harmonic 1 is the best-fitting ellipse).
+# Fourier descriptors: the contour is resampled to this many points by arc length (harmonics:
+# catalog.FOURIER_HARMONICS).
 FOURIER_POINTS = 64
-FOURIER_HARMONICS = 8
 
-_SHAPE = (
-    ("area", "px^2", "area (pixel count)"),
-    ("perimeter", "px", "perimeter (scikit-image regionprops, 4-connected contour with diagonal weights)"),
-    ("form_factor", "1", "form factor 4*pi*area/perimeter^2 (1 for a disk, smaller when elongated or ragged)"),
-    ("eccentricity", "1", "eccentricity of the ellipse with the same second moments (0 for a disk)"),
-    ("solidity", "1", "area / area of the convex hull of the pixel outlines"),
-    ("major_axis", "px", "major axis length of the ellipse with the same second moments"),
-    ("minor_axis", "px", "minor axis length of the ellipse with the same second moments"),
-    ("feret_max", "px", "maximum Feret (caliper) diameter of the pixel outlines"),
-    ("feret_min", "px", "minimum Feret (caliper) diameter: narrowest width over all directions"),
-)
-
-FEATURES: tuple[Feature, ...] = (
-    *(Feature(f"{region}_{key}", unit, f"{label}: {doc}", "geometric")
-      for region, label in (("nucleus", "nucleus"), ("cell", "whole cell (cytoplasm and nucleus)"))
-      for key, unit, doc in _SHAPE),
-    Feature("nucleus_radial_cv", "1",
-            "contour irregularity: std / mean of the distance from the nucleus centroid to its contour",
-            "geometric"),
-    *(Feature(f"nucleus_fourier_{k}", "1",
-              f"Fourier descriptor {k} of the nucleus contour: amplitude of harmonics +-{k} over harmonics +-1",
-              "geometric")
-      for k in range(2, FOURIER_HARMONICS + 1)),
-    Feature("nc_ratio", "1", "nucleus/cytoplasm ratio as nucleus area / whole cell area (Herlev's N/C)",
-            "geometric"),
-    Feature("nucleus_offset", "1",
-            "distance from cell centroid to nucleus centroid over the cell's equivalent radius", "geometric"),
-    Feature("nucleolus_count", "1", "number of nucleoli (8-connected pieces labelled 3)", "geometric"),
-    Feature("nucleolus_area", "px^2", "total area of the nucleoli", "geometric"),
-    Feature("nucleolus_fraction", "1", "total nucleolus area / nucleus area", "geometric"),
-)
+FEATURES = GEOMETRIC  # the features this module computes, in vector order (the catalogue's)
 
 
 # skimage.measure.perimeter's neighbourhood codes of a border pixel and the length each adds.

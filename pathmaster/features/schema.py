@@ -66,7 +66,7 @@ def feature_schema() -> str:
         ``"fs1-"`` followed by 16 hex digits of a SHA-256 over the catalogue, the value
         modules' code and the value libraries' versions.
     """
-    from pathmaster.features.extract import FEATURES
+    from pathmaster.features.catalog import FEATURES
 
     h = hashlib.sha256(SCHEMA_VERSION.encode())
     for feature in FEATURES:

@@ -20,44 +20,14 @@ from __future__ import annotations
 import numpy as np
 from mahotas.features.texture import cooccurence, haralick_features as mahotas_haralick_features
 
-from .catalog import Feature
+from .catalog import HARALICK_DISTANCES, HARALICK_NAMES, LBP_SETTINGS, TEXTURE
 
 # One grey level per OD_STEP of optical density; OD above OD_STEP * OD_LEVELS is the top level.
 # Stained nuclei lie at roughly 0.2-1.5 OD, which this spreads over ~30 levels.
 OD_STEP = 0.04
 OD_LEVELS = 64
 
-HARALICK_DISTANCES = (1, 2, 4)
-# mahotas.features.haralick's 13 features, in its order.
-HARALICK_NAMES = (
-    ("asm", "angular second moment (energy): sum of squared co-occurrence probabilities"),
-    ("contrast", "contrast: mean squared level difference of pixel pairs (levels^2)"),
-    ("correlation", "correlation of the levels of pixel pairs"),
-    ("variance", "variance of the levels (levels^2)"),
-    ("idm", "inverse difference moment (homogeneity)"),
-    ("sum_average", "mean of the sum of the two levels"),
-    ("sum_variance", "variance of the sum of the two levels"),
-    ("sum_entropy", "entropy of the sum of the two levels (bits)"),
-    ("entropy", "entropy of the co-occurrence matrix (bits)"),
-    ("difference_variance", "variance of the level difference |x - y|"),
-    ("difference_entropy", "entropy of the level difference (bits)"),
-    ("imc1", "information measure of correlation 1"),
-    ("imc2", "information measure of correlation 2"),
-)
-# Rotation-invariant uniform LBP: (points, radius); P + 2 histogram bins each.
-LBP_SETTINGS = ((8, 1), (16, 2))
-
-FEATURES: tuple[Feature, ...] = (
-    *(Feature(f"nucleus_haralick_{name}_d{d}", "1",
-              f"nuclear texture, Haralick {doc}, quantised OD, pairs {d} px apart in 4 directions",
-              "texture")
-      for d in HARALICK_DISTANCES for name, doc in HARALICK_NAMES),
-    *(Feature(f"nucleus_lbp_p{p}r{r}_{code}", "1",
-              f"nuclear texture, fraction of nucleus pixels with uniform LBP code {code} of the OD "
-              f"({p} neighbours at {r} px{'; code ' + str(p + 1) + ' = non-uniform' if code == p + 1 else ''})",
-              "texture")
-      for p, r in LBP_SETTINGS for code in range(p + 2)),
-)
+FEATURES = TEXTURE  # the features this module computes, in vector order (the catalogue's)
 
 
 def quantise_od(od: np.ndarray) -> np.ndarray:

@@ -14,7 +14,7 @@ from services.site.cells import decode_cell
 # What the pool's fork server imports (and, for WARM_MODULE, runs) once, so a replacement
 # worker starts with all of it and its first cell costs what any other does.
 WARM_MODULE = "services.site.warm_analysis"
-PRELOAD = ("services.site.analysis", "pathmaster.site", "pathmaster.features", "pathmaster.segmentation",
+PRELOAD = ("services.site.analysis", "pathmaster.site", "pathmaster.features.extract", "pathmaster.segmentation",
            WARM_MODULE)
 
 

@@ -111,7 +111,7 @@ class SiteWorker:
 
     def __init__(self, db: str | Path, budget: CellBudget | None = CellBudget(), warm_up: bool = True):
         # Heavy imports happen in the worker, here, so the first case is not slower.
-        import pathmaster.features  # noqa: F401
+        import pathmaster.features.extract  # noqa: F401
         import pathmaster.segmentation  # noqa: F401
         from pathmaster.site import SiteIndex
 
@@ -157,7 +157,7 @@ class SiteWorker:
         except (InvalidInput, CellStopped) as exc:
             log.warning("site worker: warm-up cell not served (%s); the first case will be slower", exc)
         t0 = time.perf_counter()
-        for cell_id in self.index.cell_ids()[:WARM_UP_THUMBNAILS]:
+        for cell_id in self.index.cell_ids(WARM_UP_THUMBNAILS):
             self._wire(cell_id)
         self.warm_up_s["thumbnails_s"] = time.perf_counter() - t0
         return dict(self.warm_up_s)
@@ -197,8 +197,7 @@ class SiteWorker:
             "diagnoses": [str(d) for d in self.index.diagnoses()],
             "feature_schema": self.index.feature_schema,
             "vocabulary": self.index.vocabulary.as_dict(),
-            "database_origins": dict(Counter(SYNTHETIC if origin == GENERATOR else origin
-                                             for origin in (self.index.cell(c).origin for c in self.index.cell_ids()))),
+            "database_origins": origin_counts(self.index.origins()),
             **self._learnt_info(),
         }
 
@@ -321,6 +320,14 @@ class SiteWorker:
         except KeyError:
             mask = b""  # this cell has no stored mask
         return {"image": self.index.image_png(cell_id), "diagnosis": str(cell.diagnosis or ""), "mask": mask}
+
+
+def origin_counts(origins: dict[str, int]) -> dict[str, int]:
+    """Cells per dataset kind as Info reports them: generated cells as "synthetic"."""
+    counts = Counter()
+    for origin, n in origins.items():
+        counts[SYNTHETIC if origin == GENERATOR else origin] += n
+    return dict(counts)
 
 
 def prepare_index(db: str | Path, algorithm: str) -> str:

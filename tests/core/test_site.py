@@ -220,3 +220,63 @@ def test_search_vectors_made_a_block_at_a_time_equal_the_whole_at_once(site_dir,
     assert blocks.dtype == np.float32 and blocks.shape == whole.shape
     np.testing.assert_allclose(blocks, whole, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(blocks, site._vectors(X), rtol=1e-6, atol=1e-6)   # as a query is turned
+
+
+def test_the_opened_site_answers_with_its_database_rows(site_dir, site, records):
+    """What the site keeps of its rows in memory (columns) answers as the stored rows do."""
+    with SiteDB(site_dir) as db:
+        rows = db.cells()
+    by_id = {row.cell_id: row for row in rows}
+    assert site.cell_ids() == [row.cell_id for row in rows] and site.cell_ids(3) == site.cell_ids()[:3]
+    assert site.labels() == [row.diagnosis for row in rows]
+    assert site.origins() == {rows[0].origin: N_CELLS} and len({row.origin for row in rows}) == 1
+    features = np.vstack([site.analyse(r.image, r.background, r.mask).features for r in records[:4]])
+    for row in site.search_many(features, k=N_CELLS):
+        assert len(row) == N_CELLS and len({m.cell_id for m in row}) == N_CELLS
+        for match in row:
+            stored = by_id[match.cell_id]
+            assert (match.diagnosis, match.source_id) == (stored.diagnosis, stored.source_id)
+    assert site.cell(rows[7].cell_id) == rows[7]
+    assert site.cells_with_hash(rows[7].image_hash) == [rows[7].cell_id]
+    with pytest.raises(KeyError):
+        site.cell("no-such-cell")
+
+
+def test_unlabelled_cells_and_non_ascii_source_ids_come_back_as_stored(tmp_path):
+    from pathmaster.sitedb import CellRow
+
+    names = [f"préparation/{i}-μ" if i % 3 else f"s{i}" for i in range(40)]
+    labels = [None if i % 5 == 0 else DIAGNOSES[i % len(DIAGNOSES)] for i in range(40)]
+    rng = np.random.default_rng(0)
+    with SiteDB(tmp_path, create=True) as db:
+        from pathmaster.features import feature_names
+
+        db.set_config("feature_names", list(feature_names()))
+        with db.transaction():
+            for i, (name, label) in enumerate(zip(names, labels)):
+                db.add_cell(CellRow(f"c{i:02d}", name, label, "vectors", f"v/{i}.png", f"v/{i}-t.png", None, None,
+                                    False, False, rng.normal(size=len(feature_names()))))
+        from pathmaster.site import build_search_index
+
+        build_search_index(db)
+        X = db.feature_matrix()[1]
+    opened = SiteIndex.open(tmp_path)
+    assert opened.labels() == labels and opened.origins() == {"vectors": 40}
+    assert opened.diagnoses() == [d for d in DIAGNOSES if d in labels]
+    for i in (0, 1, 5, 13):
+        first = opened.search(X[i], k=3)[0]
+        assert (first.cell_id, first.source_id, first.diagnosis) == (f"c{i:02d}", names[i], labels[i])
+
+
+def test_opening_a_site_loads_no_image_analysis_library(site_dir):
+    """The stored feature names are checked against the catalogue alone: a fresh process
+    opens and searches the site without scikit-image, OpenCV or mahotas."""
+    import subprocess
+    import sys
+
+    code = ("import sys, numpy as np; from pathmaster.site import SiteIndex; s = SiteIndex.open(sys.argv[1]); "
+            "s.search(np.ones(len(s.feature_names))); "
+            "print(sorted(m for m in ('skimage', 'cv2', 'mahotas') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code, str(site_dir)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines()[-1] == "[]"

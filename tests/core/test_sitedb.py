@@ -187,3 +187,18 @@ def test_vectors_of_another_length_are_refused_by_the_bulk_read(tmp_path):
             db.add_cell(_cell(tmp_path, "two", n=4))
         with pytest.raises(ValueError, match="differ in length"):
             db.feature_matrix()
+
+
+def test_the_columns_of_a_database_have_its_fingerprint(tmp_path):
+    """A served site checks its index against the columns it read (one read of the rows)."""
+    with SiteDB(tmp_path, create=True) as db:
+        assert db.cell_columns().fingerprint() == db.fingerprint()
+        with db.transaction():
+            for i, source in enumerate(["a", "préparation/μ-1", "c"]):
+                db.add_cell(CellRow(f"id-{i}é" if i else "x", source, None, "vectors", f"v/{i}.png", f"v/{i}-t.png",
+                                    None, None, False, False, np.zeros(3)))
+        columns = db.cell_columns()
+        assert columns.fingerprint() == db.fingerprint() and columns.cell_ids() == ["x", "id-1é", "id-2é"]
+        with db.transaction():
+            db.remove_cells(["id-1é"])
+        assert db.cell_columns().fingerprint() == db.fingerprint() != columns.fingerprint()
