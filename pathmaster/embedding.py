@@ -159,11 +159,13 @@ def _views_padded(buffers: dict, patch: np.ndarray) -> np.ndarray:
 
 def _embed_views(params: dict, buffers: dict, padded: np.ndarray) -> np.ndarray:
     """`forward`'s embeddings (8, EMBEDDING_DIM) of one patch's views (`_views_padded`), in
-    NumPy with fewer passes over memory: the same numbers, bit for bit.
+    NumPy with fewer passes over memory: the same numbers to float32 rounding (bit for bit
+    where the BLAS kernel sums a row the same wherever the row lies in the matrix; OpenBLAS's
+    Haswell kernel on AMD EPYC does not, and differs by a few ulps).
 
     Each convolution is `_conv3x3`'s im2col matrix product, into the workspace ``buffers``
     (`_buffer`), its rows ordered so that the four pixels of each 2x2 pooling window fall
-    in four contiguous blocks (a row's product does not depend on where the row is), so
+    in four contiguous blocks (a row's product is that row's numbers, to rounding, wherever the row is), so
     the max pooling is three maxima of whole blocks. The pooling runs before the bias and
     ReLU, which is exact (adding a per-channel constant and clipping at 0 are
     non-decreasing in floating point too, so they commute with a maximum) and leaves them
@@ -253,7 +255,8 @@ class Embedder:
     def embed(self, patches: np.ndarray) -> np.ndarray:
         """Embeddings (m, EMBEDDING_DIM) float32 of uint8 patches (m, S, S, 3), each the mean
         over its 8 rotations and flips of `forward`'s embedding (by `_embed_views`, the
-        same numbers in about half the CPU)."""
+        same numbers to float32 rounding in about half the CPU). A patch gives the same
+        vector bit for bit alone or in a batch: each is embedded on its own."""
         patches = np.asarray(patches)
         if patches.ndim == 3:
             patches = patches[None]

@@ -34,20 +34,34 @@ def reference_embed(model: emb.Embedder, patches: np.ndarray) -> np.ndarray:
     return embedding.reshape(8, len(patches), -1).mean(axis=0).astype(np.float32)
 
 
+def assert_same_numbers(got: np.ndarray, expected: np.ndarray) -> None:
+    """``got`` equals ``expected`` to float32 rounding. A BLAS kernel may sum a row's products
+    in an order that depends on where the row lies in the matrix (OpenBLAS's Haswell kernel
+    on an AMD EPYC: rows of one product differ by a few units in the last place when the
+    rows move), so the fast path's reordered im2col rows are the reference's numbers to a
+    few ulps, not bit for bit, on some machines. A wrong window, view or pooling is off by
+    far more than this."""
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5 * float(np.abs(expected).max()))
+
+
 def patches_of(seed: int, n: int) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 256, (n, emb.PATCH_PX, emb.PATCH_PX, 3)).astype(np.uint8)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_embed_equals_the_forward_pass_bit_for_bit(seed):
+def test_embed_equals_the_forward_pass(seed):
     model = emb.Embedder(weights(seed), ["a", "b", "c"], np.array([False, True, True]))
     patches = patches_of(seed, 5)
     expected = reference_embed(model, patches)
     got = model.embed(patches)
     assert got.dtype == np.float32 and got.shape == (5, emb.EMBEDDING_DIM)
-    assert np.array_equal(got, expected)
-    assert np.array_equal(model.embed(patches[2]), expected[2:3])  # one patch, as an upload sends it
-    assert np.array_equal(model.abnormal_probability(got), model.abnormal_probability(expected))
+    assert_same_numbers(got, expected)
+    # One patch, as an upload sends it, gives bit for bit what it gives in a batch of cells
+    # (indexing): a query that is in the database is found at distance 0.
+    assert np.array_equal(model.embed(patches[2]), got[2:3])
+    np.testing.assert_allclose(model.abnormal_probability(got), model.abnormal_probability(expected),
+                               rtol=1e-5, atol=1e-6)
     assert (expected > 0).any() and (expected == 0).any()  # the ReLUs cut something, and not everything
 
 
@@ -55,9 +69,10 @@ def test_embed_keeps_no_state_between_models_nor_threads_and_bounded_buffers():
     first = emb.Embedder(weights(3), ["a", "b"], np.array([False, True]))
     second = emb.Embedder(weights(4), ["a", "b"], np.array([False, True]))
     patches = patches_of(6, 3)
-    expected = [reference_embed(first, patches), reference_embed(second, patches)]
-    assert np.array_equal(first.embed(patches), expected[0])
-    assert np.array_equal(second.embed(patches), expected[1])
+    expected = [first.embed(patches), second.embed(patches)]
+    assert_same_numbers(expected[0], reference_embed(first, patches))
+    assert_same_numbers(expected[1], reference_embed(second, patches))
+    assert not np.allclose(expected[0], expected[1])  # two models, two answers
     results: dict = {}
 
     def run(name, model, truth):
@@ -85,7 +100,7 @@ def test_embed_equals_the_forward_pass_on_real_cells(herlev_224_dev):
     patches = np.stack([analyse_cell(image).patch for image in real_uploads(herlev_224_dev)])
     assert len(patches) >= 20
     model = emb.Embedder(weights(7), ["a", "b", "c"], np.array([False, True, True]))
-    assert np.array_equal(model.embed(patches), reference_embed(model, patches))
+    assert_same_numbers(model.embed(patches), reference_embed(model, patches))
 
 
 def reference_patch(image: np.ndarray, background: np.ndarray, size: int = emb.PATCH_PX) -> np.ndarray:
