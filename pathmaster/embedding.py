@@ -165,7 +165,7 @@ def _embed_views(params: dict, buffers: dict, padded: np.ndarray) -> np.ndarray:
 
     Each convolution is `_conv3x3`'s im2col matrix product, into the workspace ``buffers``
     (`_buffer`), its rows ordered so that the four pixels of each 2x2 pooling window fall
-    in four contiguous blocks (a row's product is that row's numbers, to rounding, wherever the row is), so
+    in four contiguous blocks (the rows' order changes a row's sums by rounding at most), so
     the max pooling is three maxima of whole blocks. The pooling runs before the bias and
     ReLU, which is exact (adding a per-channel constant and clipping at 0 are
     non-decreasing in floating point too, so they commute with a maximum) and leaves them

@@ -35,12 +35,9 @@ def reference_embed(model: emb.Embedder, patches: np.ndarray) -> np.ndarray:
 
 
 def assert_same_numbers(got: np.ndarray, expected: np.ndarray) -> None:
-    """``got`` equals ``expected`` to float32 rounding. A BLAS kernel may sum a row's products
-    in an order that depends on where the row lies in the matrix (OpenBLAS's Haswell kernel
-    on an AMD EPYC: rows of one product differ by a few units in the last place when the
-    rows move), so the fast path's reordered im2col rows are the reference's numbers to a
-    few ulps, not bit for bit, on some machines. A wrong window, view or pooling is off by
-    far more than this."""
+    """``got`` equals ``expected`` to float32 rounding, as `embedding._embed_views` promises
+    (its reordered rows may be summed differently by the BLAS kernel). A wrong window, view
+    or pooling is off by far more than this."""
     assert got.dtype == expected.dtype and got.shape == expected.shape
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5 * float(np.abs(expected).max()))
 
