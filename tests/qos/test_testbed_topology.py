@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -108,10 +109,16 @@ def test_up_builds_figure_4_and_every_host_reaches_every_other(netns_ok):
         assert status["up"] and status["namespaces_missing"] == []
         assert set(status["root_qdiscs"].values()) == {"htb"}
         assert len(status["root_qdiscs"]) == 6  # both ends of three router-core links
-        # The LAN links run at lan_rate_kbit: A2 -> A1 stays inside subnet A.
+        # The LAN links run at lan_rate_kbit: the kernel holds A2's link to it, and a flow
+        # A2 -> A1 (inside subnet A) gets no more. The lower bound only tells it from a
+        # slower rate (the 10 Mbit/s bottleneck): a stall of a loaded machine costs a
+        # 2-second flow a few percent, never the kernel's setting.
+        classes = tb.host("A2").cmd("tc", "class", "show", "dev", "A2-eth0")
+        rate = f"{LAN_RATE // 1_000_000}Mbit"
+        assert re.search(rf"class htb 1:1 root rate {rate} ceil {rate}", classes), classes
         with IperfServer(tb.host("A1"), 5201):
             lan = run_client(tb.host("A2"), tb.ip("A1"), port=5201, seconds=2, omit=0.5)
-        assert 0.95 * LAN_RATE <= lan.frame_bps() <= 1.03 * LAN_RATE, f"{lan.frame_bps() / 1e6:.1f} Mbit/s"
+        assert 0.8 * LAN_RATE <= lan.frame_bps() <= 1.03 * LAN_RATE, f"{lan.frame_bps() / 1e6:.1f} Mbit/s"
     assert netns.list_namespaces(netns.tag_prefix(config.tag)) == []
 
 
