@@ -2,10 +2,11 @@
 
 The product's own processes run inside the nodes: sites on A1, B1, C1, each with a Ray
 cluster over its server X1 and worker X2 and a site worker on each; the coordinator and
-`pathmaster query` on the master A1. Routers run priority
-queuing; the competing downloads are marked bulk. The test checks the case completes
-with every site's matches, and that the routers saw its bytes in the urgent class both
-ways: uploads leaving subnet A (rA's uplink) and replies entering it (core -> rA).
+`pathmaster query` on the master A1. They run with only the system's folders on the PATH,
+as on a fresh machine where nothing activates the project's environment. Routers run
+priority queuing; the competing downloads are marked bulk. The test checks the case
+completes with every site's matches, and that the routers saw its bytes in the urgent class
+both ways: uploads leaving subnet A (rA's uplink) and replies entering it (core -> rA).
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from qos.testbed import Testbed, load_config, netns
-from qos.testbed.config import from_dict
 from services.experiment.deployment import deploy, run_case
 from qos.traffic import BulkDownloads
 
@@ -34,8 +34,11 @@ def site_workers(node) -> int:
     return sum(t.startswith("ray::SiteWorker") for t in titles)
 
 
-def test_six_cell_case_runs_across_the_testbed_with_its_dscp_honoured(netns_ok, tmp_path):
+def test_six_cell_case_runs_across_the_testbed_with_its_dscp_honoured(netns_ok, tmp_path, monkeypatch):
+    """Nothing activates the project's environment on a fresh machine: `ray start` on X1 and
+    X2, the sites, the coordinator and `pathmaster query` must all come from it by themselves."""
     pytest.importorskip("ray")
+    monkeypatch.setenv("PATH", SYSTEM_PATH)
     with Testbed(load_config().with_tag(netns.new_tag("pm"))) as tb:
         tb.set_strategy({"strategy": "priority"})
         with deploy(tb, tmp_path, cells_per_site=24) as pm:
@@ -45,6 +48,7 @@ def test_six_cell_case_runs_across_the_testbed_with_its_dscp_honoured(netns_ok, 
             after = tb.bottleneck_stats()
             workers = {name: site_workers(tb.host(name)) for name in ("A1", "A2", "B1", "B2", "C1", "C2")}
 
+    # Each worker node's `ray start` joined its head: one site worker on every node.
     assert all(count == 1 for count in workers.values()), workers
 
     assert case.ok, case.sites
@@ -66,21 +70,3 @@ def test_six_cell_case_runs_across_the_testbed_with_its_dscp_honoured(netns_ok, 
     # And the downloads really competed, as bulk, on the same queue.
     assert bulk.result.bytes > 0
     assert grew("rA:rA-eth4", "bulk") >= bulk.result.bytes
-
-
-def test_the_testbed_runs_pathmaster_with_only_system_folders_on_the_path(netns_ok, tmp_path, monkeypatch):
-    """Nothing activates the project's environment on a fresh machine: `ray start` on X1 and X2,
-    the site, the coordinator and `pathmaster query` must all come from it by themselves.
-    One subnet (A1 server and master, A2 worker): the same deployment path as above, smaller."""
-    pytest.importorskip("ray")
-    monkeypatch.setenv("PATH", SYSTEM_PATH)
-    config = from_dict({"tag": netns.new_tag("pa"), "subnets": ["A"], "hosts_per_subnet": 2})
-    with Testbed(config) as tb:
-        with deploy(tb, tmp_path, cells_per_site=12) as pm:
-            case = run_case(pm, "urgent", cells=2)
-            workers = {name: site_workers(tb.host(name)) for name in ("A1", "A2")}
-
-    assert workers == {"A1": 1, "A2": 1}   # the worker node's `ray start` joined the head
-    assert case.ok, case.sites
-    assert sorted(case.sites) == ["site-A1"]
-    assert all(len(cell["matches"]) == 5 for cell in case.sites["site-A1"]["cells"])
