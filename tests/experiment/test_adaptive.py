@@ -321,8 +321,8 @@ def test_features_mode_charges_the_coordinators_analysis_once_before_the_fan_out
     from qos.experiment.spec import pipelined_analysis_s
     from services.experiment.workload import Master, make_cells, serve_transfer_site
 
-    per_image, nodes, cells = 1.5, 2, 3
-    delay = pipelined_analysis_s(cells, per_image, nodes)  # 3 s: far above loopback's transfer
+    per_image, nodes, cells = 0.5, 2, 3
+    delay = pipelined_analysis_s(cells, per_image, nodes)  # 1 s: far above loopback's transfer
     servers = {name: serve_transfer_site(name, "127.0.0.1", 0, 3000, DEFAULT_CLASSES, 500, schema,
                                          analysis_s=per_image, site_nodes=nodes)
                for name, schema in (("A", SCHEMA), ("C", SCHEMA), ("B", ""))}  # B takes images only
