@@ -26,19 +26,18 @@ demo: setup
 #   (marker timing), one at a time at nice -10 (as root; unchanged otherwise); they keep
 #   about half a core busy, and nice -10 gives them what they want before anything else here,
 #   as if the testbed's hosts were machines of their own;
-# - the rest at nice 10 on two pytest-xdist workers, each taking whole units: tests/clients
-#   (its deployment is made once), the other namespace tests as one (one of their testbeds at
-#   a time), else a file (see tests/conftest.py). They use the cores the measuring tests
-#   leave, behind the kernel's own threads (nice 0), which carry the measured packets. Beside
-#   other work each of their processes gets a tenth of a nice-0 process's share (at nice 19,
-#   a seventieth: with both cores kept busy a clients test ran into its 300 s timeout).
+# - the rest on two pytest-xdist workers, each taking whole units: tests/clients (its
+#   deployment is made once), the other namespace tests as one (one of their testbeds at a
+#   time), else a file (see tests/conftest.py). They use the cores the measuring tests leave,
+#   at nice 0: niced, they starved beside other work on the machine (at nice 19 a clients test
+#   ran into its 300 s timeout with both cores kept busy; at nice 10 they took over 30 min).
 # Their outputs follow each other: the measuring tests' as they run, then the rest's.
 SHELL := /bin/bash
 TEST_WORKERS = 2
 ALONE = timing
 test: setup
 	status=0; rest_log=$$(mktemp); \
-	( trap - INT; exec nice -n 10 $(PYTHON) -m pytest -q -m "not ($(ALONE))" -n $(TEST_WORKERS) \
+	( trap - INT; exec $(PYTHON) -m pytest -q -m "not ($(ALONE))" -n $(TEST_WORKERS) \
 	  --dist loadfile --no-loadscope-reorder ) >"$$rest_log" 2>&1 & rest=$$!; \
 	( trap - INT; exec nice -n -10 $(PYTHON) -m pytest -q -m "$(ALONE)" ) & alone=$$!; \
 	trap 'kill -INT $$alone $$rest 2>/dev/null' TERM; \
