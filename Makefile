@@ -29,8 +29,8 @@ demo: setup
 # - the rest on two pytest-xdist workers, each taking whole units: tests/clients (its
 #   deployment is made once), the other namespace tests as one (one of their testbeds at a
 #   time), else a file (see tests/conftest.py). They use the cores the measuring tests leave,
-#   at nice 0: niced, they starved beside other work on the machine (at nice 19 a clients test
-#   ran into its 300 s timeout with both cores kept busy; at nice 10 they took over 30 min).
+#   at nice 0: niced, they would starve beside any other work on the machine and run into
+#   their timeouts.
 # Their outputs follow each other: the measuring tests' as they run, then the rest's.
 SHELL := /bin/bash
 TEST_WORKERS = 2
