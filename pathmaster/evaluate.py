@@ -418,6 +418,27 @@ def _abnormal_set(abnormal_labels, labels) -> frozenset:
     return frozenset(abnormal) if inside and present - abnormal else frozenset()
 
 
+def auc_by_ranks(positive: np.ndarray, scores: np.ndarray, axis: int = -1) -> np.ndarray:
+    """ROC AUC of ``scores`` (float) for ``positive`` cells (bool) along ``axis``, by the
+    Mann-Whitney rank sum: the chance that a positive cell outscores a negative one, ties
+    counting a half (as ``sklearn.metrics.roc_auc_score``); NaN where one side is empty.
+
+    Hand-written because the bootstrap below needs the AUC of a thousand resamples at once,
+    whose class counts differ: sklearn scores one sample per call (~7 ms of input checks each)
+    and ``scipy.stats.mannwhitneyu`` takes the two classes as separate, equal-shaped arrays.
+    """
+    from scipy.stats import rankdata
+
+    positive = np.moveaxis(np.asarray(positive, dtype=bool), axis, -1)
+    ranks = rankdata(np.moveaxis(np.asarray(scores, dtype=np.float64), axis, -1), axis=-1)
+    n_pos = positive.sum(axis=-1)
+    n_neg = positive.shape[-1] - n_pos
+    rank_sum = np.where(positive, ranks, 0.0).sum(axis=-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        auc = (rank_sum - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
+    return np.where((n_pos > 0) & (n_neg > 0), auc, np.nan)
+
+
 def roc(positive: np.ndarray, scores: np.ndarray, *, confidence: float = 0.95, seed: int = 0) -> dict | None:
     """ROC curve (sklearn.metrics.roc_curve) and AUC of ``scores`` for ``positive`` cells,
     with a seeded percentile bootstrap interval of the AUC over the cells (scipy.stats);
@@ -430,13 +451,9 @@ def roc(positive: np.ndarray, scores: np.ndarray, *, confidence: float = 0.95, s
     if positive.all() or not positive.any():
         return None
     fpr, tpr, thresholds = roc_curve(positive, scores)
-
-    def auc(truth, values):
-        return roc_auc_score(truth, values) if 0 < truth.sum() < len(truth) else np.nan
-
     generator = {"rng" if "rng" in inspect.signature(bootstrap).parameters else "random_state":
                  np.random.default_rng(seed)}
-    interval = bootstrap((positive, scores), auc, paired=True, vectorized=False, n_resamples=1000,
+    interval = bootstrap((positive, scores), auc_by_ranks, paired=True, vectorized=True, n_resamples=1000,
                          confidence_level=confidence, method="percentile", **generator).confidence_interval
     return {"auc": float(roc_auc_score(positive, scores)), "auc_ci": [float(interval.low), float(interval.high)],
             "fpr": fpr.round(6).tolist(), "tpr": tpr.round(6).tolist(),

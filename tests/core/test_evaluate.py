@@ -251,6 +251,20 @@ def test_the_abnormality_score_is_the_one_the_case_conclusion_reads():
     assert near > 1 / 3 > far
 
 
+def test_the_auc_by_ranks_is_scikit_learns_on_every_resample_at_once():
+    from sklearn.metrics import roc_auc_score
+
+    rng = np.random.default_rng(5)
+    positive = rng.random((40, 25)) < 0.3
+    scores = np.round(rng.random((40, 25)) + 0.4 * positive, 1)  # rounded: many ties
+    positive[0] = False  # a resample without a positive cell has no AUC
+    got = ev.auc_by_ranks(positive, scores)
+    assert np.isnan(got[0])
+    want = [roc_auc_score(p, s) for p, s in zip(positive[1:], scores[1:])]
+    np.testing.assert_allclose(got[1:], want, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(ev.auc_by_ranks(positive.T, scores.T, axis=0)[1:], want, rtol=0, atol=1e-12)
+
+
 def test_abnormal_figures_roc_and_a_ceiling_at_least_the_retrieval():
     rng = np.random.default_rng(4)
     X = np.vstack([rng.normal(0, 1, (60, 3)), rng.normal(1.5, 1, (60, 3))])
