@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,10 +133,7 @@ class LoopbackDeployment:
     def start(self) -> "LoopbackDeployment":
         ensure_ray(self.ray_address)
         try:
-            for name, db in self.databases.items():
-                config = SiteConfig(name=name, db=Path(db), algorithm=self.algorithms.get(name, ""),
-                                    workers=self.workers, worker_cpus=self.worker_cpus)
-                self.sites[name] = SiteServer(config).start()
+            self._start_sites()
             metrics = "" if self.metrics_port is None else f"127.0.0.1:{self.metrics_port}"
             self.coordinator = CoordinatorServer(CoordinatorConfig(
                 sites=[SiteEndpoint(name=name, address=site.address) for name, site in self.sites.items()],
@@ -149,6 +147,19 @@ class LoopbackDeployment:
             self.stop()
             raise
         return self
+
+    def _start_sites(self) -> None:
+        """Start every site side by side (most of a start is waiting for its Ray workers to
+        load the database); the first error is raised once all have finished starting, and
+        stop() then stops every site, started or not (a site's stop skips what it never made)."""
+        self.sites = {name: SiteServer(SiteConfig(name=name, db=Path(db), algorithm=self.algorithms.get(name, ""),
+                                                  workers=self.workers, worker_cpus=self.worker_cpus))
+                      for name, db in self.databases.items()}
+        with ThreadPoolExecutor(max_workers=len(self.sites) or 1, thread_name_prefix="site-start") as pool:
+            starts = [pool.submit(site.start) for site in self.sites.values()]
+        for start in starts:
+            if start.exception() is not None:
+                raise start.exception()
 
     def stop(self) -> None:
         if self.coordinator is not None:

@@ -29,6 +29,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 FATE_VARIABLE = "PATHMASTER_FATE"
@@ -38,6 +39,7 @@ PARENT_POLL_S = 1.0      # only where pidfds are missing (Linux < 5.3)
 
 
 _watchdog: subprocess.Popen | None = None
+_tell = threading.Lock()  # sites starting side by side tell the watchdog one at a time
 
 
 def watch_me() -> str:
@@ -67,10 +69,11 @@ def remember_descendants() -> list[int]:
     """Tell the watchdog (when there is one) of every process below this one now; their pids."""
     if _watchdog is None or _watchdog.poll() is not None:
         return []
-    found = [pid for pid in descendants(os.getpid()) if pid != _watchdog.pid]
-    lines = [f"{pid} {started}\n" for pid in found if (started := _started(pid)) is not None]
-    _watchdog.stdin.write("".join(lines))
-    _watchdog.stdin.flush()
+    with _tell:
+        found = [pid for pid in descendants(os.getpid()) if pid != _watchdog.pid]
+        lines = [f"{pid} {started}\n" for pid in found if (started := _started(pid)) is not None]
+        _watchdog.stdin.write("".join(lines))
+        _watchdog.stdin.flush()
     return found
 
 
