@@ -32,6 +32,11 @@ demo: setup
 # phase 2 at load 7-15: 6.1 min).
 TEST_WORKERS = 2
 ALONE = timing
+# Bytecode written in the tests' runs, even where the environment says not to
+# (PYTHONDONTWRITEBYTECODE): pytest otherwise rewrites every test module's asserts again in
+# each session and worker (~10 s of CPU each), and every site, Ray worker and command the
+# tests start compiles the project's modules again. __pycache__ is ignored by git.
+test: export PYTHONDONTWRITEBYTECODE =
 test: setup
 	status=0; \
 	$(PYTHON) -m pytest -q -m "$(ALONE)" || status=$$?; \
