@@ -147,6 +147,7 @@ class SiteRun:
     rechecked: bool = False   # its Info was asked again after a features refusal (once a case)
     rechecking: bool = False  # ... and has not answered yet
     refusal: str = ""         # the refusal that made it ask
+    refused_copies: int = 0   # attempts[:refused_copies] carried the request the site refused
 
     def running(self) -> list[Attempt]:
         return [a for a in self.attempts if not a.call.done()]
@@ -362,8 +363,10 @@ class FanOut:
         run.errors.append(f"{attempt.label} copy ({attempt.request_class}, {attempt.mode}): {code.name}: {details}")
         if attempt.mode == "features" and code in RECHECK_CODES and self._ask_again(site, run, code, details):
             return None
-        if attempt.mode == "features" and run.rechecking:
-            return None  # another copy of the refused request: the site's Info decides
+        if attempt.mode == "features" and (run.rechecking or (
+                any(a is attempt for a in run.attempts[:run.refused_copies])
+                and any(other is not attempt and _may_answer(other) for other in run.attempts))):
+            return None  # a copy of the refused request: the site's Info, and what went after it, decide
         if attempt.mode == "features" and code in FEATURES_FALLBACK_CODES and self._images_instead(
                 site, run, attempt.request_class, f"{code.name}: {details}"):
             return None
@@ -379,7 +382,7 @@ class FanOut:
         asked = self.recheck(site)
         if asked is None:
             return False
-        run.rechecking, run.refusal = True, f"{code.name}: {details}"
+        run.rechecking, run.refusal, run.refused_copies = True, f"{code.name}: {details}", len(run.attempts)
         asked.add_done_callback(lambda f, s=site: self._events.put(("rechecked", s, f)))
         return True
 

@@ -383,3 +383,41 @@ def test_a_failed_first_copy_waits_for_the_copies_still_to_be_sent():
     assert len(outcomes) == 1 and outcomes[0].code == grpc.StatusCode.OK
     assert outcomes[0].attempt.label == "copy 2"
     assert "first copy (routine, features): UNAVAILABLE: connection reset" in fan.runs["s"].errors
+
+
+def test_a_refused_copy_heard_after_the_features_went_again_does_not_send_the_images():
+    """Both copies of a features request are refused (the coordinator's columns were stale); the
+    first refusal asks the site's Info again and the features go once more; the second copy's
+    refusal is heard only then (a busy machine): it is a copy of the refused request, so the
+    images are not sent, and the features sent again answer."""
+    from concurrent.futures import Future
+
+    stale = "the request's columns are not the site's"
+    refusals = {0: Settled(code=grpc.StatusCode.INVALID_ARGUMENT, details=stale),
+                1: Settled(code=grpc.StatusCode.INVALID_ARGUMENT, details=stale)}
+    sent = []
+
+    def send(site, cls, mode, lane=0, send_id=""):
+        sent.append(mode)
+        if len(sent) <= 2:
+            return refusals[lane], 100
+        refusals[1].release()  # the second copy's refusal arrives as the features go again
+        return Now(reply=pb.AnalyseReply(site=site, algorithm="transfer-only")), 100
+
+    def recheck(site):
+        info = Future()
+        info.set_result("24 feature columns")
+        return info
+
+    plan = SitePlan("s", "features", "routine", None, None, None, copies=2)
+    fan = FanOut({"s": plan}, send, time.monotonic() + 60, recheck=recheck)
+    try:
+        assert fan.start() == []
+        refusals[0].release()
+        (outcome,) = list(fan.outcomes())
+    finally:
+        fan.cancel()
+    assert outcome.code == grpc.StatusCode.OK and outcome.attempt.label == "features retry"
+    assert sent == ["features", "features", "features"]  # no images
+    why = codes(fan.runs["s"].why)
+    assert "features_sent_again" in why and "images_after_features_failed" not in why
