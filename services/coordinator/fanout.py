@@ -147,7 +147,7 @@ class SiteRun:
     rechecked: bool = False   # its Info was asked again after a features refusal (once a case)
     rechecking: bool = False  # ... and has not answered yet
     refusal: str = ""         # the refusal that made it ask
-    refused_copies: int = 0   # attempts[:refused_copies] carried the request the site refused
+    retry: Attempt | None = None  # the features sent again after the site's Info said what it compares
 
     def running(self) -> list[Attempt]:
         return [a for a in self.attempts if not a.call.done()]
@@ -318,7 +318,7 @@ class FanOut:
         """A copy's time has come: send it, unless the site has an answer (or its deadline passed)."""
         run.copies_due.discard(lane)
         plan = run.plan
-        if self.clock() < self.deadline and not self._closed and not run.fell_back():
+        if self.clock() < self.deadline and not self._closed and not run.fell_back() and not run.rechecked:
             self._attempt(site, plan.request_class, plan.mode, f"copy {lane + 1}", lane, self.send_id)
             return None
         if any(_may_answer(a) for a in run.attempts) or run.copies_due or run.rechecking:
@@ -363,9 +363,8 @@ class FanOut:
         run.errors.append(f"{attempt.label} copy ({attempt.request_class}, {attempt.mode}): {code.name}: {details}")
         if attempt.mode == "features" and code in RECHECK_CODES and self._ask_again(site, run, code, details):
             return None
-        if attempt.mode == "features" and (run.rechecking or (
-                any(a is attempt for a in run.attempts[:run.refused_copies])
-                and any(other is not attempt and _may_answer(other) for other in run.attempts))):
+        if attempt.mode == "features" and run.rechecked and attempt is not run.retry and (
+                run.rechecking or any(other is not attempt and _may_answer(other) for other in run.attempts)):
             return None  # a copy of the refused request: the site's Info, and what went after it, decide
         if attempt.mode == "features" and code in FEATURES_FALLBACK_CODES and self._images_instead(
                 site, run, attempt.request_class, f"{code.name}: {details}"):
@@ -382,7 +381,10 @@ class FanOut:
         asked = self.recheck(site)
         if asked is None:
             return False
-        run.rechecking, run.refusal, run.refused_copies = True, f"{code.name}: {details}", len(run.attempts)
+        run.rechecking, run.refusal = True, f"{code.name}: {details}"
+        for timer in run.copy_timers:  # copies of the refused request still to go: they would be refused too
+            timer.cancel()
+        run.copies_due.clear()
         asked.add_done_callback(lambda f, s=site: self._events.put(("rechecked", s, f)))
         return True
 
@@ -397,6 +399,7 @@ class FanOut:
         plan = run.plan
         if (now is not None and not self._closed and self.clock() < self.deadline
                 and self._attempt(site, plan.request_class, "features", "features retry")):
+            run.retry = run.attempts[-1]
             run.why.append(Why("features_sent_again", {"refusal": run.refusal, "compares": now}))
             return None
         if self._images_instead(site, run, plan.request_class, run.refusal):

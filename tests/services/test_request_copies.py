@@ -421,3 +421,32 @@ def test_a_refused_copy_heard_after_the_features_went_again_does_not_send_the_im
     assert sent == ["features", "features", "features"]  # no images
     why = codes(fan.runs["s"].why)
     assert "features_sent_again" in why and "images_after_features_failed" not in why
+
+
+def test_copies_still_due_when_the_site_refuses_the_features_are_not_sent():
+    """A refused features request is asked about again at once; its spaced copies still to go
+    would be refused too (they were sent as images instead on a busy machine): they stay unsent."""
+    from concurrent.futures import Future
+
+    sent = []
+
+    def send(site, cls, mode, lane=0, send_id=""):
+        sent.append((mode, lane))
+        if len(sent) == 1:
+            return Now(code=grpc.StatusCode.INVALID_ARGUMENT, details="the request's columns are not the site's"), 100
+        return Now(reply=pb.AnalyseReply(site=site, algorithm="transfer-only")), 100
+
+    def recheck(site):
+        info = Future()
+        info.set_result("24 feature columns")
+        return info
+
+    plan = SitePlan("s", "features", "routine", None, None, None, copies=3, copy_gap_s=0.05)
+    fan = FanOut({"s": plan}, send, time.monotonic() + 60, recheck=recheck)
+    try:
+        assert fan.start() == []
+        (outcome,) = list(fan.outcomes())
+    finally:
+        fan.cancel()
+    assert outcome.code == grpc.StatusCode.OK and outcome.attempt.label == "features retry"
+    assert sent == [("features", 0), ("features", 0)] and not fan.runs["s"].copies_due
