@@ -156,12 +156,17 @@ class SiteRun:
         """True once the site refused the planned mode and was sent the images instead."""
         return any(a.mode != self.plan.mode for a in self.attempts)
 
+    def drop_copies(self) -> None:
+        """Stop the timers of copies not sent yet: none of them will go."""
+        for timer in self.copy_timers:
+            timer.cancel()
+        self.copies_due.clear()
+
     def cancel_timers(self) -> None:
         """Stop the hedge timer and the timers of copies not sent yet."""
         if self.timer is not None:
             self.timer.cancel()
-        for timer in self.copy_timers:
-            timer.cancel()
+        self.drop_copies()
 
 
 @dataclass
@@ -382,9 +387,7 @@ class FanOut:
         if asked is None:
             return False
         run.rechecking, run.refusal = True, f"{code.name}: {details}"
-        for timer in run.copy_timers:  # copies of the refused request still to go: they would be refused too
-            timer.cancel()
-        run.copies_due.clear()
+        run.drop_copies()  # copies of the refused request still to go would be refused too
         asked.add_done_callback(lambda f, s=site: self._events.put(("rechecked", s, f)))
         return True
 
