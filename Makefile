@@ -28,7 +28,7 @@ demo: setup
 # deployment is made once) and the other namespace tests (the product across the testbed,
 # DSCP on the wire, ingest on two Ray nodes: no clock in their assertions) as one unit, one
 # testbed at a time (see tests/conftest.py). On this 2-core machine, fresh clones, set-up
-# included: two phases 9.5-10.5 min quiet (phase 1: 3.2-3.5 min, phase 2: 5.8-6.4 min),
+# included: two phases 9.5-10.8 min quiet (phase 1: 3.2-3.5 min, phase 2: 5.8-6.8 min),
 # 17.4 min with both cores kept busy.
 TEST_WORKERS = 2
 ALONE = timing
