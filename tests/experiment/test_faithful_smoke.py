@@ -77,10 +77,14 @@ def test_every_run_has_one_self_describing_raw_file(faithful_run):
 
 
 def test_the_declared_finding_is_evaluated_honestly(faithful_run):
-    _, _, report = faithful_run
+    _, out, report = faithful_run
     rows = (report / "findings.csv").read_text().splitlines()
     assert len(rows) == 2 and "alike" in rows[1]
-    assert "not resolvable at n = 1" in rows[1]  # one run a cell decides nothing
+    # One run a cell decides nothing. A run whose emulator fell behind on every attempt (a busy
+    # machine) is kept apart from the statistics, so n is the fewer valid runs of the two cells.
+    valid = [json.loads((out / "runs" / f"prio__c{lv}__hubs__urgent__r00.json").read_text())["fidelity"]["valid"]
+             for lv in (0, 2)]
+    assert f"not resolvable at n = {min(int(v) for v in valid)}" in rows[1]
     text = (report / "report.md").read_text()
     assert "## Findings: one verdict each" in text and "faithful-smoke" in text
 
