@@ -21,27 +21,41 @@ setup: .venv/.setup-stamp
 demo: setup
 	$(PYTHON) -m pathmaster demo
 
-# make test runs the suite in two phases and fails when either fails. First, alone on the
-# machine and one at a time, the tests that measure rates, losses or delays of real traffic
-# in network namespaces (marker timing), which other tests' CPU work would disturb. Then the
-# rest on two pytest-xdist workers, each taking whole files: tests/clients whole (its
-# deployment is made once) and the other namespace tests (the product across the testbed,
-# DSCP on the wire, ingest on two Ray nodes: no clock in their assertions) as one unit, one
-# testbed at a time (see tests/conftest.py). On this 2-core machine, fresh clones, set-up
-# included: two phases 9.5-10.8 min quiet (phase 1: 3.2-3.5 min, phase 2: 5.8-6.8 min),
-# 17.4 min with both cores kept busy.
+# make test runs the suite in two parts and fails when either fails:
+# - the tests that measure rates, losses or delays of real traffic in network namespaces
+#   (marker timing), one at a time; they keep about half a core busy;
+# - the rest on two pytest-xdist workers, each taking whole units: tests/clients (its
+#   deployment is made once), the other namespace tests as one (one of their testbeds at a
+#   time), else a file (see tests/conftest.py).
+# On an idle machine (under IDLE_BELOW % of the CPU busy over a second) the rest run beside
+# the measuring tests under SCHED_IDLE (chrt -i 0), on the CPU those leave idle: any other
+# task that wakes takes a core from them at once and is placed on a core that runs only them
+# as on an idle one (nice 19 alone left a constant-rate flow short of its rate). On a busy
+# machine the rest run afterwards at normal priority: kept idle beside other work they would
+# starve into their timeouts. The measuring tests' output comes as they run, then the rest's.
+SHELL := /bin/bash
 TEST_WORKERS = 2
 ALONE = timing
+IDLE_BELOW = 20
+BUSY_PERCENT = $(PYTHON) -c 'import time; r = lambda: [int(x) for x in open("/proc/stat").readline().split()[1:]]; \
+	a = r(); time.sleep(1); d = [y - x for x, y in zip(a, r())]; print(round(100 - 100 * (d[3] + d[4]) / sum(d)))'
+REST = $(PYTHON) -m pytest -q -m "not ($(ALONE))" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 # Bytecode written in the tests' runs, even where the environment says not to
 # (PYTHONDONTWRITEBYTECODE): pytest otherwise rewrites every test module's asserts again in
 # each session and worker (~10 s of CPU each), and every site, Ray worker and command the
 # tests start compiles the project's modules again. __pycache__ is ignored by git.
 test: export PYTHONDONTWRITEBYTECODE =
 test: setup
-	status=0; \
+	status=0; rest=; rest_log=$$(mktemp); busy=$$($(BUSY_PERCENT)); \
+	if [ "$$busy" -lt $(IDLE_BELOW) ] && command -v chrt >/dev/null; then \
+	  echo "make test: $$busy % of the CPU busy: the rest run beside the measuring tests (SCHED_IDLE)"; \
+	  ( trap - INT; exec chrt -i 0 $(REST) ) >"$$rest_log" 2>&1 & rest=$$!; \
+	  trap 'kill -INT $$rest 2>/dev/null' TERM; \
+	else echo "make test: $$busy % of the CPU busy (or no chrt): the rest run after the measuring tests"; fi; \
 	$(PYTHON) -m pytest -q -m "$(ALONE)" || status=$$?; \
-	$(PYTHON) -m pytest -q -m "not ($(ALONE))" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder || status=$$?; \
-	exit $$status
+	if [ -n "$$rest" ]; then wait $$rest || status=$$?; cat "$$rest_log"; \
+	else $(REST) || status=$$?; fi; \
+	rm -f "$$rest_log"; exit $$status
 
 bench: .venv-bench/.setup-stamp
 	for b in benchmarks/*.py; do echo "== $$b"; $(BENCH_PYTHON) $$b || exit 1; done
