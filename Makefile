@@ -30,9 +30,10 @@ demo: setup
 # On an idle machine (under IDLE_BELOW % of the CPU busy over a second) the rest run beside
 # the measuring tests under SCHED_IDLE (chrt -i 0), on the CPU those leave idle: any other
 # task that wakes takes a core from them at once and is placed on a core that runs only them
-# as on an idle one (nice 19 alone left a constant-rate flow short of its rate). On a busy
-# machine the rest run afterwards at normal priority: kept idle beside other work they would
-# starve into their timeouts. The measuring tests' output comes as they run, then the rest's.
+# as on an idle one (nice 19 alone left a constant-rate flow short of its rate). When the
+# measuring tests end, the rest go back to normal scheduling (tests/unidle.py): idle-class
+# beside other work they would starve into their timeouts. On a machine busy at the start
+# the rest run afterwards. The measuring tests' output comes as they run, then the rest's.
 SHELL := /bin/bash
 TEST_WORKERS = 2
 ALONE = timing
@@ -53,7 +54,7 @@ test: setup
 	  trap 'kill -INT $$rest 2>/dev/null' TERM; \
 	else echo "make test: $$busy % of the CPU busy (or no chrt): the rest run after the measuring tests"; fi; \
 	$(PYTHON) -m pytest -q -m "$(ALONE)" || status=$$?; \
-	if [ -n "$$rest" ]; then wait $$rest || status=$$?; cat "$$rest_log"; \
+	if [ -n "$$rest" ]; then $(PYTHON) tests/unidle.py $$rest; wait $$rest || status=$$?; cat "$$rest_log"; \
 	else $(REST) || status=$$?; fi; \
 	rm -f "$$rest_log"; exit $$status
 
