@@ -263,15 +263,19 @@ class FileFetches(Traffic):
 
     def stop(self) -> TrafficResult:
         flows = []
-        seconds = time.monotonic() - self._started if self._started else 0.0
         try:
-            for target, proc, counter in self._clients:
-                netns.stop_process(proc)
+            # Each target's window ends once its counter has been read, and every counter is
+            # read before any fetch loop stops: stopping one takes a while on a busy machine,
+            # and the other targets' fetches would go on adding bytes to a window already shut.
+            for target, _, counter in self._clients:
                 packets, ip_bytes = counter.read()
+                seconds = time.monotonic() - self._started
                 payload = max(0, ip_bytes - packets * TCP_IP_HEADER_BYTES)
                 flows.append({"flow": self.flow_name(target), "bytes": payload, "seconds": seconds,
-                              "bps": payload * 8 / seconds if seconds else 0.0, "processes": self.processes,
+                              "bps": payload * 8 / seconds, "processes": self.processes,
                               "file_bytes": self.file_bytes, "fetches_completed_at_least": payload // self.file_bytes})
+            for _, proc, _ in self._clients:
+                netns.stop_process(proc)
         finally:
             for _, _, counter in self._clients:
                 counter.remove()
