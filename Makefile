@@ -31,15 +31,16 @@ demo: setup
 # the measuring tests under SCHED_IDLE (chrt -i 0), on the CPU those leave idle: any other
 # task that wakes takes a core from them at once and is placed on a core that runs only them
 # as on an idle one (nice 19 alone left a constant-rate flow short of its rate). When the
-# measuring tests end, the rest go back to normal scheduling (tests/unidle.py): idle-class
-# beside other work they would starve into their timeouts. On a machine busy at the start
-# the rest run afterwards. The measuring tests' output comes as they run, then the rest's.
+# measuring tests end, or as soon as other work on the machine starves them, the rest go
+# back to normal scheduling (tests/unidle.py): idle-class beside other work they would fail
+# on their timeouts. On a machine busy at the start the rest run afterwards. The measuring tests' output comes as they run, then the rest's.
 SHELL := /bin/bash
 TEST_WORKERS = 2
 ALONE = timing
 IDLE_BELOW = 20
 BUSY_PERCENT = $(PYTHON) -c 'import time; r = lambda: [int(x) for x in open("/proc/stat").readline().split()[1:]]; \
 	a = r(); time.sleep(1); d = [y - x for x, y in zip(a, r())]; print(round(100 - 100 * (d[3] + d[4]) / sum(d)))'
+ALONE_RUN = $(PYTHON) -m pytest -q -m "$(ALONE)"
 REST = $(PYTHON) -m pytest -q -m "not ($(ALONE))" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 # Bytecode written in the tests' runs, even where the environment says not to
 # (PYTHONDONTWRITEBYTECODE): pytest otherwise rewrites every test module's asserts again in
@@ -47,15 +48,21 @@ REST = $(PYTHON) -m pytest -q -m "not ($(ALONE))" -n $(TEST_WORKERS) --dist load
 # tests start compiles the project's modules again. __pycache__ is ignored by git.
 test: export PYTHONDONTWRITEBYTECODE =
 test: setup
-	status=0; rest=; rest_log=$$(mktemp); busy=$$($(BUSY_PERCENT)); \
+	status=0; rest_log=$$(mktemp); busy=$$($(BUSY_PERCENT)); \
 	if [ "$$busy" -lt $(IDLE_BELOW) ] && command -v chrt >/dev/null; then \
 	  echo "make test: $$busy % of the CPU busy: the rest run beside the measuring tests (SCHED_IDLE)"; \
 	  ( trap - INT; exec chrt -i 0 $(REST) ) >"$$rest_log" 2>&1 & rest=$$!; \
-	  trap 'kill -INT $$rest 2>/dev/null' TERM; \
-	else echo "make test: $$busy % of the CPU busy (or no chrt): the rest run after the measuring tests"; fi; \
-	$(PYTHON) -m pytest -q -m "$(ALONE)" || status=$$?; \
-	if [ -n "$$rest" ]; then $(PYTHON) tests/unidle.py $$rest; wait $$rest || status=$$?; cat "$$rest_log"; \
-	else $(REST) || status=$$?; fi; \
+	  ( trap - INT; exec $(ALONE_RUN) ) & alone=$$!; \
+	  $(PYTHON) tests/unidle.py --watch $$rest --beside $$alone & watcher=$$!; \
+	  trap 'kill -INT $$rest $$alone 2>/dev/null' TERM; \
+	  wait $$alone || status=$$?; \
+	  kill $$watcher 2>/dev/null; $(PYTHON) tests/unidle.py $$rest; \
+	  wait $$rest || status=$$?; cat "$$rest_log"; \
+	else \
+	  echo "make test: $$busy % of the CPU busy (or no chrt): the rest run after the measuring tests"; \
+	  $(ALONE_RUN) || status=$$?; \
+	  $(REST) || status=$$?; \
+	fi; \
 	rm -f "$$rest_log"; exit $$status
 
 bench: .venv-bench/.setup-stamp

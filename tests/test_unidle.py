@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.unidle import unidle
+from tests.unidle import unidle, watch
 
 # A child that starts a grandchild (both inherit the child's policy), says both pids, and
 # waits for its standard input to close.
@@ -42,3 +42,20 @@ def test_a_real_time_process_keeps_its_policy():
     finally:
         child.stdin.close()
         child.wait(timeout=30)
+
+
+def test_a_starved_idle_tree_is_switched_and_a_finished_one_is_let_go():
+    spin = [sys.executable, "-c", "import time\nend = time.monotonic() + 30\nwhile time.monotonic() < end: pass"]
+    child, grandchild = start_tree(os.SCHED_IDLE)
+    # Normal-priority busy loops on every core (30 s at most): the idle-class tree gets no CPU.
+    spinners = [subprocess.Popen(spin) for _ in range(os.cpu_count() or 1)]
+    try:
+        assert watch(child.pid, sample_s=0.5, samples=3)  # the busy loops are not `beside` it
+        assert os.sched_getscheduler(grandchild) == os.SCHED_OTHER
+    finally:
+        for s in spinners:
+            s.kill()
+            s.wait()
+        child.stdin.close()
+        child.wait(timeout=30)
+    assert not watch(child.pid, sample_s=0.1)  # its process is gone: nothing to watch

@@ -8,14 +8,30 @@ SCHED_OTHER. Other policies (an emulator's SCHED_FIFO) are left as they are. Sch
 policy is per thread on Linux and a child takes its parent's at fork, so every thread is
 visited and what starts afterwards is normal.
 
-Usage: python tests/unidle.py PID
+Other work can also start on the machine while the measuring tests run; idle-class, the rest
+would then get no CPU and fail on their timeouts (a deployment not up in 120 s). `--watch`
+switches them as soon as they are starved by it: under a quarter of a core for the rest
+while work other than theirs and the measuring tests' (BESIDE) takes a core or more, three
+5-s samples running. The measuring tests alone may take both cores for a while (a testbed
+starting): that is not a reason.
+
+Usage: python tests/unidle.py PID                         switch now
+       python tests/unidle.py --watch PID --beside BESIDE switch once starved (ends then, or with PID)
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
+
+SAMPLE_S = 5.0
+STARVED_CORES = 0.25  # the rest got under this share of the CPU ...
+OTHER_CORES = 1.0     # ... while other work took at least this ...
+STARVED_SAMPLES = 3   # ... this many samples running: starved
+WATCH_MAX_S = 7200.0  # a watcher never outlives a CI run
+TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def children_by_parent() -> dict[int, list[int]]:
@@ -33,12 +49,59 @@ def children_by_parent() -> dict[int, list[int]]:
     return tree
 
 
-def unidle(root: int) -> int:
-    """Switch every SCHED_IDLE thread of `root` and its descendants to SCHED_OTHER; how many."""
-    tree, todo, switched = children_by_parent(), [root], 0
+def descendants(root: int, tree: dict[int, list[int]]) -> list[int]:
+    """`root` and every process under it in `tree` (children_by_parent)."""
+    found, todo = [], [root]
     while todo:
         pid = todo.pop()
+        found.append(pid)
         todo.extend(tree.get(pid, []))
+    return found
+
+
+def tree_cpu_s(root: int) -> float:
+    """CPU seconds (user + system) used so far by `root` and the processes now under it."""
+    total = 0
+    for pid in descendants(root, children_by_parent()):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        total += sum(int(v) for v in fields[11:15])  # its own and its reaped children's user and system time
+    return total / TICKS
+
+
+def machine_busy_s() -> float:
+    """CPU seconds every core has been busy so far, from /proc/stat (idle and iowait are not)."""
+    ticks = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:9]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / TICKS
+
+
+def watch(root: int, beside: int | None = None, sample_s: float = SAMPLE_S, samples: int = STARVED_SAMPLES) -> bool:
+    """Sample every `sample_s`; unidle `root` once work other than its tree and `beside`'s
+    has starved it `samples` samples running. True when it was switched, False when `root`
+    ended (or WATCH_MAX_S passed)."""
+    def now() -> tuple[float, float, float]:
+        return tree_cpu_s(root), tree_cpu_s(beside) if beside else 0.0, machine_busy_s()
+
+    starved, last, started = 0, now(), time.monotonic()
+    while time.monotonic() - started < WATCH_MAX_S and Path(f"/proc/{root}").exists():
+        time.sleep(sample_s)  # a sampling period, not a wait for an event
+        current = now()
+        rest, measuring, busy = ((b - a) / sample_s for a, b in zip(last, current))
+        last = current
+        starved = starved + 1 if rest < STARVED_CORES and busy - rest - measuring >= OTHER_CORES else 0
+        if starved >= samples:
+            print(f"make test: other work keeps the machine busy; {unidle(root)} threads of the rest "
+                  "back to normal scheduling", flush=True)
+            return True
+    return False
+
+
+def unidle(root: int) -> int:
+    """Switch every SCHED_IDLE thread of `root` and its descendants to SCHED_OTHER; how many."""
+    switched = 0
+    for pid in descendants(root, children_by_parent()):
         try:
             threads = [int(t.name) for t in Path(f"/proc/{pid}/task").iterdir()]
         except OSError:
@@ -54,4 +117,7 @@ def unidle(root: int) -> int:
 
 
 if __name__ == "__main__":
-    print(f"make test: {unidle(int(sys.argv[1]))} threads of the rest back to normal scheduling")
+    if sys.argv[1] == "--watch":
+        watch(int(sys.argv[2]), int(sys.argv[4]) if sys.argv[3:4] == ["--beside"] else None)
+    else:
+        print(f"make test: {unidle(int(sys.argv[1]))} threads of the rest back to normal scheduling")
