@@ -26,6 +26,9 @@ import sys
 import time
 from pathlib import Path
 
+from qos.experiment.fidelity import cpu_times
+from services.fate import descendants
+
 SAMPLE_S = 5.0
 STARVED_CORES = 0.25  # the rest got under this share of the CPU ...
 OTHER_CORES = 1.0     # ... while other work took at least this ...
@@ -34,35 +37,10 @@ WATCH_MAX_S = 7200.0  # a watcher never outlives a CI run
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def children_by_parent() -> dict[int, list[int]]:
-    """{parent pid: [child pids]} of every process now running."""
-    tree: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            # the command name (field 2) may hold spaces and ')': the parent follows the last ')'
-            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue  # gone meanwhile
-        tree.setdefault(parent, []).append(int(entry.name))
-    return tree
-
-
-def descendants(root: int, tree: dict[int, list[int]]) -> list[int]:
-    """`root` and every process under it in `tree` (children_by_parent)."""
-    found, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        found.append(pid)
-        todo.extend(tree.get(pid, []))
-    return found
-
-
 def tree_cpu_s(root: int) -> float:
     """CPU seconds (user + system) used so far by `root` and the processes now under it."""
     total = 0
-    for pid in descendants(root, children_by_parent()):
+    for pid in [root, *descendants(root)]:
         try:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
@@ -72,9 +50,9 @@ def tree_cpu_s(root: int) -> float:
 
 
 def machine_busy_s() -> float:
-    """CPU seconds every core has been busy so far, from /proc/stat (idle and iowait are not)."""
-    ticks = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:9]]
-    return (sum(ticks) - ticks[3] - ticks[4]) / TICKS
+    """CPU seconds every core has been busy so far (idle and iowait are not busy)."""
+    ticks = cpu_times()
+    return (sum(ticks.values()) - ticks["idle"] - ticks["iowait"]) / TICKS
 
 
 def watch(root: int, beside: int | None = None, sample_s: float = SAMPLE_S, samples: int = STARVED_SAMPLES) -> bool:
@@ -101,7 +79,7 @@ def watch(root: int, beside: int | None = None, sample_s: float = SAMPLE_S, samp
 def unidle(root: int) -> int:
     """Switch every SCHED_IDLE thread of `root` and its descendants to SCHED_OTHER; how many."""
     switched = 0
-    for pid in descendants(root, children_by_parent()):
+    for pid in [root, *descendants(root)]:
         try:
             threads = [int(t.name) for t in Path(f"/proc/{pid}/task").iterdir()]
         except OSError:
