@@ -36,7 +36,7 @@ demo: setup
 # on their timeouts (the measuring tests then share the CPU with both, and may fail: other
 # work that starts during them is the case this does not protect). On a machine busy at the
 # start the rest run afterwards. The measuring tests' output comes as they run, then the
-# rest's. Fresh clones here, set-up included: 440-497 s quiet.
+# rest's. Fresh clones here, set-up included: 440-531 s quiet, 1131 s with both cores busy.
 SHELL := /bin/bash
 TEST_WORKERS = 2
 ALONE = timing
