@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import subprocess
 from pathlib import Path
 
@@ -56,10 +57,20 @@ def netns_ok() -> None:
         pytest.skip(reason)
 
 
-# The folders whose tests run on the one local Ray below: last in a serial run, so the Ray
-# started for the first of them serves both and idles beside no network test; first on make
-# test's workers (pytest-xdist), which take them before the shorter files.
+# The folders whose tests run on the one local Ray below, which ends after them: last in a
+# serial run, so the Ray started for the first of them serves both and idles beside no network
+# test; first on make test's workers (pytest-xdist), which take them before the shorter files.
 RAY_FOLDERS = ("clients", "services")
+
+
+def ray_folder(item) -> str | None:
+    """The folder of RAY_FOLDERS that test `item` is in, or None (None too for no test)."""
+    if item is None:
+        return None
+    tests = Path(__file__).resolve().parent
+    path = Path(item.path).resolve()
+    parts = path.relative_to(tests).parts if path.is_relative_to(tests) else ()
+    return parts[0] if len(parts) > 1 and parts[0] in RAY_FOLDERS else None
 
 
 def pytest_collection_modifyitems(session, config, items) -> None:
@@ -68,16 +79,14 @@ def pytest_collection_modifyitems(session, config, items) -> None:
     share one Ray started once per session, and on make test's workers (pytest-xdist) the
     namespace tests, then those two folders, before the shorter files (a stable sort: each
     folder keeps its own order)."""
-    tests = Path(__file__).resolve().parent
     on_worker = "PYTEST_XDIST_WORKER" in os.environ
 
     def rank(item) -> int:
         if on_worker and item.get_closest_marker("netns"):
             return -len(RAY_FOLDERS) - 1  # the namespace unit first: the longest
-        path = Path(item.path).resolve()
-        parts = path.relative_to(tests).parts if path.is_relative_to(tests) else ()
-        if len(parts) > 1 and parts[0] in RAY_FOLDERS:
-            return RAY_FOLDERS.index(parts[0]) + (-len(RAY_FOLDERS) if on_worker else 1)
+        folder = ray_folder(item)
+        if folder is not None:
+            return RAY_FOLDERS.index(folder) + (-len(RAY_FOLDERS) if on_worker else 1)
         return 0
 
     for item in items:
@@ -122,13 +131,41 @@ def pytest_xdist_make_scheduler(config, log):
 @pytest.fixture(scope="session")
 def ray_session():
     """One local Ray for the clients' and the services' tests (2 CPUs, no dashboard),
-    started by the first test that needs it and ended with the session."""
+    started by the first test that needs it. It ends once the tests of those folders are
+    over (in_ray_folders), not with the session: an idle Ray with a deployment on it keeps
+    ~0.13 of a core busy, which the tests after them, on the same two cores, would lose."""
     import ray
 
     from services.site.worker import ensure_ray
 
-    started_here = not ray.is_initialized()
     ensure_ray(num_cpus=2)  # the service's own way: loopback, workers at the service's priority
     yield ray
-    if started_here:
-        ray.shutdown()
+    ray.shutdown()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item) -> None:
+    """A test of RAY_FOLDERS after Ray was ended (below) finds it started again: ray_session
+    is made once per session."""
+    if ray_folder(item) is not None and "ray_session" in item.fixturenames and _ray_ended:
+        from services.site.worker import ensure_ray
+
+        ensure_ray(num_cpus=2)
+        _ray_ended.clear()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After the last test of RAY_FOLDERS in a row (its package fixtures, the deployments,
+    already ended by pytest), end this process's Ray. A worker of make test learns its next
+    test before it runs one, so nextitem is the test it will really run next."""
+    yield
+    if ray_folder(item) is not None and ray_folder(nextitem) is None and "ray" in sys.modules:
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+            _ray_ended.append(True)
+
+
+_ray_ended: list[bool] = []

@@ -79,9 +79,10 @@ def site_dbs(site_db, tmp_path_factory) -> dict[str, Path]:
     return {name: Path(shutil.copytree(site_db, root / name)) for name in SITES}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def deployment(ray_session, site_dbs, tmp_path_factory):
-    """Three sites (alpha flat, beta hnsw, gamma flat) and a coordinator on loopback."""
+    """Three sites (alpha flat, beta hnsw, gamma flat) and a coordinator on loopback, for
+    this folder's tests only: it ends with them, and Ray after it (tests/conftest.py)."""
     from services.demo import LoopbackDeployment
 
     log = tmp_path_factory.mktemp("coordinator") / "cases.jsonl"
