@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -132,8 +133,8 @@ def pytest_xdist_make_scheduler(config, log):
 def ray_session():
     """One local Ray for the clients' and the services' tests (2 CPUs, no dashboard),
     started by the first test that needs it. It ends once the tests of those folders are
-    over (in_ray_folders), not with the session: an idle Ray with a deployment on it keeps
-    ~0.13 of a core busy, which the tests after them, on the same two cores, would lose."""
+    over (pytest_runtest_teardown), not with the session: an idle Ray with a deployment on it
+    keeps ~0.13 of a core busy, which the tests after them, on the same two cores, would lose."""
     import ray
 
     from services.site.worker import ensure_ray
@@ -143,29 +144,47 @@ def ray_session():
     ray.shutdown()
 
 
+@contextlib.contextmanager
+def running_on_ray(deployment):
+    """Start `deployment` (start(), stop(): a LoopbackDeployment) for a session fixture of the
+    Ray folders: it is stopped before this process's Ray ends and started again with it."""
+    deployment.start()
+    _on_ray.append(deployment)
+    try:
+        yield deployment
+    finally:
+        _on_ray.remove(deployment)
+        deployment.stop()
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item) -> None:
-    """A test of RAY_FOLDERS after Ray was ended (below) finds it started again: ray_session
-    is made once per session."""
+    """A test of RAY_FOLDERS after Ray was ended (below) finds it started again, with the
+    deployments that ran on it: session fixtures are made once."""
     if ray_folder(item) is not None and "ray_session" in item.fixturenames and _ray_ended:
         from services.site.worker import ensure_ray
 
         ensure_ray(num_cpus=2)
+        for deployment in _on_ray:
+            deployment.start()
         _ray_ended.clear()
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item, nextitem):
-    """After the last test of RAY_FOLDERS in a row (its package fixtures, the deployments,
-    already ended by pytest), end this process's Ray. A worker of make test learns its next
-    test before it runs one, so nextitem is the test it will really run next."""
+    """After the last test of RAY_FOLDERS in a row, stop the session's deployments and end
+    this process's Ray. A worker of make test learns its next test before it runs one, so
+    nextitem is the test it will really run next."""
     yield
     if ray_folder(item) is not None and ray_folder(nextitem) is None and "ray" in sys.modules:
         import ray
 
         if ray.is_initialized():
+            for deployment in reversed(_on_ray):
+                deployment.stop()
             ray.shutdown()
             _ray_ended.append(True)
 
 
+_on_ray: list = []       # the deployments running_on_ray started, in order
 _ray_ended: list[bool] = []

@@ -79,14 +79,15 @@ def site_dbs(site_db, tmp_path_factory) -> dict[str, Path]:
     return {name: Path(shutil.copytree(site_db, root / name)) for name in SITES}
 
 
-@pytest.fixture(scope="package")
+@pytest.fixture(scope="session")
 def deployment(ray_session, site_dbs, tmp_path_factory):
-    """Three sites (alpha flat, beta hnsw, gamma flat) and a coordinator on loopback, for
-    this folder's tests only: it ends with them, and Ray after it (tests/conftest.py)."""
+    """Three sites (alpha flat, beta hnsw, gamma flat) and a coordinator on loopback, on the
+    session's Ray: stopped when it ends, started again with it (tests/conftest.py)."""
     from services.demo import LoopbackDeployment
+    from tests.conftest import running_on_ray
 
     log = tmp_path_factory.mktemp("coordinator") / "cases.jsonl"
-    with LoopbackDeployment(site_dbs, SITES, case_log=log) as running:
+    with running_on_ray(LoopbackDeployment(site_dbs, SITES, case_log=log)) as running:
         yield running
 
 
