@@ -116,8 +116,10 @@ def test_wget_fetches_refuse_bad_counts(testbed):
 @pytest.mark.timing
 def test_constant_rate_udp_achieves_its_rate(testbed):
     testbed.set_strategy({"strategy": "fifo"})
+    # 6 s: a sender held up for a few tenths of a second by other work on the machine (make
+    # test runs the rest of the suite beside this) costs a 3 s run its 5 %; 3.7 of 4 Mbit/s was seen.
     with ConstantRateUDP(testbed, rate_bps=4e6) as udp:
-        run_for(3)
+        run_for(6)
     assert udp.result.bps == pytest.approx(4e6, rel=0.05)
     assert all(f["lost_percent"] < 1.0 for f in udp.result.flows)
     for flow in udp.result.flows:  # the sender's iperf3 JSON is kept; it is what "sent_bytes" came from
