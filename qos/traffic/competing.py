@@ -39,6 +39,8 @@ FETCH_FILE_BYTES = 20_000_000  # one competing fetch (the study's 20 MB file)
 
 BULK_DSCP = DEFAULT_CLASSES["bulk"].dscp
 LONG_S = 86400  # "until stopped": iperf3 needs a duration
+ARRIVED_QUIET_S = 0.2   # no packet landing for this long: nothing is in flight (2 Mbit/s of 1500-byte packets is one every 6 ms)
+ARRIVED_LIMIT_S = 3.0   # the longest wait for a path to drain
 KINDS = ("downloads", "wget", "udp", "pareto")
 
 
@@ -100,6 +102,21 @@ class PortCounter:
                 packets, nbytes = line.split()[:2]
                 return int(packets), int(nbytes)
         raise RuntimeError(f"counter rule {self.comment} missing in {self.node.name}")
+
+    def read_arrived(self, quiet_s: float = ARRIVED_QUIET_S, limit_s: float = ARRIVED_LIMIT_S) -> tuple[int, int]:
+        """(packets, IP bytes) once the senders have stopped and what they sent has landed:
+        two reads `quiet_s` apart agree (at most `limit_s`). A sender held up, then catching up
+        with a burst, leaves up to a queue's worth in flight when it stops (a 100-packet card
+        queue at 10 Mbit/s is 0.12 s), which a read at once would count as lost."""
+        deadline = time.monotonic() + limit_s
+        last = self.read()
+        while time.monotonic() < deadline:
+            time.sleep(quiet_s)
+            now = self.read()
+            if now == last:
+                break
+            last = now
+        return last
 
     def remove(self) -> None:
         self.node.run("iptables", "-D", *self._rule, check=False)
@@ -327,7 +344,7 @@ class ConstantRateUDP(Traffic):
             for target, proc, counter in self._clients:
                 sent = finish_client(proc, interrupt=True)
                 raw[self.flow_name(target)] = {"client": sent.raw}
-                packets, ip_bytes = counter.read()
+                packets, ip_bytes = counter.read_arrived()
                 received = ip_bytes - packets * (20 + 8)
                 flows.append({"flow": self.flow_name(target), "bytes": received,
                               "seconds": sent.seconds, "bps": received * 8 / sent.seconds if sent.seconds else 0.0,
