@@ -155,17 +155,26 @@ def pytest_xdist_make_scheduler(config, log):
     return Units(config, log)
 
 
+RAY_CPUS = 2
+
+
+def start_ray() -> None:
+    """This process's local Ray for the Ray folders, the service's own way (ensure_ray:
+    loopback, workers at the service's priority); nothing when it is up."""
+    from services.site.worker import ensure_ray
+
+    ensure_ray(num_cpus=RAY_CPUS)
+
+
 @pytest.fixture(scope="session")
 def ray_session():
-    """One local Ray for the clients' and the services' tests (2 CPUs, no dashboard),
+    """One local Ray for the clients' and the services' tests (RAY_CPUS, no dashboard),
     started by the first test that needs it. It ends once the tests of those folders are
     over (pytest_runtest_teardown), not with the session: an idle Ray with a deployment on it
     keeps ~0.13 of a core busy, which the tests after them, on the same two cores, would lose."""
     import ray
 
-    from services.site.worker import ensure_ray
-
-    ensure_ray(num_cpus=2)  # the service's own way: loopback, workers at the service's priority
+    start_ray()
     yield ray
     ray.shutdown()
 
@@ -187,13 +196,12 @@ def running_on_ray(deployment):
 def pytest_runtest_setup(item) -> None:
     """A test of RAY_FOLDERS after Ray was ended (below) finds it started again, with the
     deployments that ran on it: session fixtures are made once."""
-    if ray_folder(item) is not None and "ray_session" in item.fixturenames and _ray_ended:
-        from services.site.worker import ensure_ray
-
-        ensure_ray(num_cpus=2)
+    global _ray_ended
+    if _ray_ended and "ray_session" in item.fixturenames and ray_folder(item) is not None:
+        start_ray()
         for deployment in _on_ray:
             deployment.start()
-        _ray_ended.clear()
+        _ray_ended = False
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -201,16 +209,17 @@ def pytest_runtest_teardown(item, nextitem):
     """After the last test of RAY_FOLDERS in a row, stop the session's deployments and end
     this process's Ray. A worker of make test learns its next test before it runs one, so
     nextitem is the test it will really run next."""
+    global _ray_ended
     yield
-    if ray_folder(item) is not None and ray_folder(nextitem) is None and "ray" in sys.modules:
+    if "ray" in sys.modules and ray_folder(item) is not None and ray_folder(nextitem) is None:
         import ray
 
         if ray.is_initialized():
             for deployment in reversed(_on_ray):
                 deployment.stop()
             ray.shutdown()
-            _ray_ended.append(True)
+            _ray_ended = True
 
 
-_on_ray: list = []       # the deployments running_on_ray started, in order
-_ray_ended: list[bool] = []
+_on_ray: list = []   # the deployments running_on_ray started, in order
+_ray_ended = False   # pytest_runtest_teardown ended this process's Ray
