@@ -127,10 +127,14 @@ def ray_temp_dir(tag: str, node: Node) -> str:
 
 def _start_ray(node: Node, tag: str, head: Node | None, core: int | None = None) -> subprocess.Popen:
     """`ray start` on `node`: a head (head=None) or a worker node joining `head`; one CPU.
-    core: pin the node's daemons and workers to this CPU (``taskset``), or None."""
+    core: pin the node's daemons and workers to this CPU (``taskset``), or None.
+
+    No log monitor: it forwards workers' output to drivers that ask for it, and ours never
+    do (``log_to_driver=False``); it would cost each node a Python process (~1 s of CPU to
+    start, then ~0.5 % of a core) on the hosts whose CPU the experiment measures."""
     pin = ["taskset", "--cpu-list", str(core)] if core is not None else []
     argv = [*pin, environment_program("ray"), "start", "--node-ip-address", node.ip, "--num-cpus", "1", "--disable-usage-stats",
-            "--temp-dir", ray_temp_dir(tag, node)]
+            "--include-log-monitor=false", "--temp-dir", ray_temp_dir(tag, node)]
     argv += (["--head", "--port", str(RAY_PORT), "--include-dashboard=false"] if head is None
              else ["--address", f"{head.ip}:{RAY_PORT}"])
     return node.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -16,22 +16,34 @@ from pathlib import Path
 import pytest
 
 from qos.testbed import Testbed, load_config, netns
-from services.experiment.deployment import deploy, run_case
+from services.experiment.deployment import deploy, ray_temp_dir, run_case
 from qos.traffic import BulkDownloads
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"   # a fresh machine's: no virtual environment on it
 
 
-def site_workers(node) -> int:
-    """How many Ray site-worker actor processes run in `node`."""
-    titles = []
+def command_lines(node) -> list[list[str]]:
+    """The command line of every process running in `node`."""
+    lines = []
     for pid in netns.pids(node.namespace):
         try:
-            titles.append(Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode())
+            lines.append([arg.decode() for arg in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")])
         except OSError:
             continue
-    return sum(t.startswith("ray::SiteWorker") for t in titles)
+    return lines
+
+
+def site_workers(lines: list[list[str]]) -> int:
+    """How many Ray site-worker actor processes are among `lines` (command_lines)."""
+    return sum(line[0].startswith("ray::SiteWorker") for line in lines)
+
+
+def log_monitors(lines: list[list[str]], temp_dir: str) -> int:
+    """How many log monitors of the Ray whose folder is `temp_dir` are among `lines`."""
+    def of_that_ray(line: list[str]) -> bool:
+        return any(arg.endswith("log_monitor.py") for arg in line) and any(temp_dir in arg for arg in line)
+    return sum(of_that_ray(line) for line in lines)
 
 
 def test_six_cell_case_runs_across_the_testbed_with_its_dscp_honoured(netns_ok, tmp_path, monkeypatch):
@@ -46,10 +58,15 @@ def test_six_cell_case_runs_across_the_testbed_with_its_dscp_honoured(netns_ok, 
             with BulkDownloads(tb, streams=2) as bulk:
                 case = run_case(pm, "urgent", cells=6)
             after = tb.bottleneck_stats()
-            workers = {name: site_workers(tb.host(name)) for name in ("A1", "A2", "B1", "B2", "C1", "C2")}
+            lines = {name: command_lines(tb.host(name)) for name in ("A1", "A2", "B1", "B2", "C1", "C2")}
 
     # Each worker node's `ray start` joined its head: one site worker on every node.
+    workers = {name: site_workers(node_lines) for name, node_lines in lines.items()}
     assert all(count == 1 for count in workers.values()), workers
+    # Their `ray start` left no log monitor: no driver asks for workers' output. (The
+    # coordinator's own local Ray on A1 has one: ray.init cannot leave it out.)
+    monitors = {name: log_monitors(node_lines, ray_temp_dir(tb.tag, tb.host(name))) for name, node_lines in lines.items()}
+    assert not any(monitors.values()), monitors
 
     assert case.ok, case.sites
     assert sorted(case.sites) == ["site-A1", "site-B1", "site-C1"]
