@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 
 import pytest
 
@@ -122,6 +123,21 @@ def test_a_strategy_at_the_hosts_runs_on_their_stations_and_the_routers_run_fifo
     assert tb2002.emulators == {}
 
 
+def station_drops(tb) -> dict[str, dict]:
+    """Where the emulators dropped packets since set_strategy started them: {"emulator/station":
+    {class: {reason: count}}} (a medium's stations appear in each of its directions: once here)."""
+    out = {}
+    for name, snap in tb.emulator_snapshots(newer_than=time.time()).items():
+        for direction in snap.get("directions", {}).values():
+            for station, by_class in direction.get("stations", {}).items():
+                drops = {klass: {r: n for r, n in counts.items() if not r.startswith("sent_")}
+                         for klass, counts in by_class.items()}
+                drops = {klass: d for klass, d in drops.items() if d}
+                if drops:
+                    out[f"{name}/{station}"] = drops
+    return out
+
+
 def card_qdiscs(tb) -> str:
     intf = tb.master.interfaces[0].name
     return tb.master.cmd("tc", "qdisc", "show", "dev", intf)
@@ -143,7 +159,8 @@ def test_priority_at_the_hosts_schedules_the_masters_own_outgoing_queue(testbed_
             urgent = start_client(tb.master, tb.ip("B1"), port=5203, seconds=4, dscp=34, udp_bps=2e6, length=1400)
             bulk = start_client(tb.master, tb.ip("B1"), port=5204, seconds=4, dscp=1, udp_bps=10e6, length=1400)
             urgent, bulk = finish_client(urgent, timeout=60), finish_client(bulk, timeout=60)
-        assert urgent.lost_percent < 1 and bulk.lost_percent > 10, (urgent.lost_percent, bulk.lost_percent)
+        assert urgent.lost_percent < 1 and bulk.lost_percent > 10, (urgent.lost_percent, bulk.lost_percent,
+                                                                    station_drops(tb))
     finally:
         tb.set_strategy({"strategy": "ios-fifo"})
     assert tb.strategy_at == "routers" and "htb" in card_qdiscs(tb)
