@@ -15,6 +15,7 @@ import pytest
 from pathmaster.records import ConfigError
 from qos.emulator.config import build_links, config_from_dict
 from qos.emulator.disciplines import Fifo, FlowWfq, Priority, SharedMedium
+from qos.experiment import fidelity
 from qos.testbed import Testbed, hubs, load_config, netns
 from qos.traffic.iperf import IperfServer, finish_client, start_client
 
@@ -143,24 +144,42 @@ def card_qdiscs(tb) -> str:
     return tb.master.cmd("tc", "qdisc", "show", "dev", intf)
 
 
+def two_flows_from_the_master(tb):
+    """UDP from the master to B1 for 4 s, urgent (AF41) at 2 Mbit/s and bulk at 10 at once:
+    (urgent, bulk, the window's fidelity record, as the experiment driver keeps one per run)."""
+    emulators_before, machine_before = tb.emulator_snapshots(), fidelity.machine_sample()
+    with IperfServer(tb.host("B1"), 5203), IperfServer(tb.host("B1"), 5204):
+        urgent = start_client(tb.master, tb.ip("B1"), port=5203, seconds=4, dscp=34, udp_bps=2e6, length=1400)
+        bulk = start_client(tb.master, tb.ip("B1"), port=5204, seconds=4, dscp=1, udp_bps=10e6, length=1400)
+        urgent, bulk = finish_client(urgent, timeout=60), finish_client(bulk, timeout=60)
+    machine_after = fidelity.machine_sample()
+    emulators_after = tb.emulator_snapshots(newer_than=time.time())
+    return urgent, bulk, fidelity.fidelity_record(machine_before, machine_after, emulators_before, emulators_after)
+
+
 @pytest.mark.netns
 @pytest.mark.timing
 def test_priority_at_the_hosts_schedules_the_masters_own_outgoing_queue(testbed_2002):
     """Two UDP flows leave the master at once, urgent at 2 Mbit/s and bulk at 10: together
     more than the 10 Mbit/s hub. With IOS priority queuing on the hosts' own queues (the
     routers FIFO), the master's station sends urgent first: urgent loses nothing, bulk what
-    does not fit (with one FIFO both would lose the same share)."""
+    does not fit (with one FIFO both would lose the same share).
+
+    A window in which the emulator fell behind measured the machine, not the queue: it is
+    measured again, as the experiment driver runs such a run again (fidelity.judge)."""
     tb = testbed_2002
     assert "htb" in card_qdiscs(tb)  # the router-side network: the card's kernel FIFO
     try:
-        tb.set_strategy({"strategy": "ios-priority"}, at="hosts")
-        assert tb.strategy_at == "hosts" and "htb" not in card_qdiscs(tb)  # its station is its queue
-        with IperfServer(tb.host("B1"), 5203), IperfServer(tb.host("B1"), 5204):
-            urgent = start_client(tb.master, tb.ip("B1"), port=5203, seconds=4, dscp=34, udp_bps=2e6, length=1400)
-            bulk = start_client(tb.master, tb.ip("B1"), port=5204, seconds=4, dscp=1, udp_bps=10e6, length=1400)
-            urgent, bulk = finish_client(urgent, timeout=60), finish_client(bulk, timeout=60)
+        for _ in range(fidelity.MAX_ATTEMPTS):
+            tb.set_strategy({"strategy": "ios-priority"}, at="hosts")  # fresh emulators: counts from zero
+            assert tb.strategy_at == "hosts" and "htb" not in card_qdiscs(tb)  # its station is its queue
+            urgent, bulk, record = two_flows_from_the_master(tb)
+            if record["valid"]:
+                break
+        late = record["emulator"]["lateness_s"]
+        assert record["valid"], (record["invalid_reasons"], late, record["machine"])
         assert urgent.lost_percent < 1 and bulk.lost_percent > 10, (urgent.lost_percent, bulk.lost_percent,
-                                                                    station_drops(tb))
+                                                                    station_drops(tb), late)
     finally:
         tb.set_strategy({"strategy": "ios-fifo"})
     assert tb.strategy_at == "routers" and "htb" in card_qdiscs(tb)
