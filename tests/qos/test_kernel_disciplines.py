@@ -17,6 +17,7 @@ import time
 import pytest
 
 from qos.classes import DEFAULT_CLASSES
+from qos.experiment import fidelity
 from qos.testbed import Testbed, kernel, load_config, netns
 from qos.traffic.iperf import IperfServer, finish_client, run_client, start_client
 
@@ -26,6 +27,7 @@ RATE = 10_000_000
 BOTTLENECK = "rA:rA-eth4"
 WINDOW_S = 2.0
 STARTED_BYTES = 250_000  # a class has sent this much since the flows began, or holds a queue: it is running
+BUSY = 0.90  # of RATE: the greedy flows together carried at least this in a window that measured the link
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +49,21 @@ def _snapshot(tb: Testbed) -> tuple[float, dict]:
 
 def class_rates(tb: Testbed, specs: list[tuple[str, str]], timeout: float = 20.0) -> tuple[dict, dict]:
     """Run one TCP flow per (destination host, request class) from A1 together; return each
-    class's rate in bit/s of frames over a common `WINDOW_S` window, and the counters at its end."""
+    class's rate in bit/s of frames over a common `WINDOW_S` window, and the counters at its end.
+
+    The flows are greedy, so a work-conserving discipline keeps the link busy: a window in
+    which it carried under BUSY of its rate measured the machine (the kernel did not send),
+    not the discipline, and is measured again, at most fidelity.MAX_ATTEMPTS in all, as the
+    experiment driver reruns a run whose emulator fell behind. The last window is returned."""
+    for _ in range(fidelity.MAX_ATTEMPTS):
+        rates, end = one_window(tb, specs, timeout)
+        if sum(rates.values()) >= BUSY * RATE:
+            break
+    return rates, end
+
+
+def one_window(tb: Testbed, specs: list[tuple[str, str]], timeout: float) -> tuple[dict, dict]:
+    """One measurement of `class_rates`: the flows started, a window measured, the flows ended."""
     servers = [IperfServer(tb.host(dst), 5201).start() for dst, _ in specs]
     procs = []
     try:
@@ -103,7 +119,7 @@ def test_priority_keeps_the_marked_flow_against_greedy_best_effort(testbed):
     testbed.set_strategy({"strategy": "priority"})
     # Unmarked (DSCP 0) traffic goes to the third queue, "teaching": send the greedy flow there.
     rates, end = class_rates(testbed, [("B2", "teaching"), ("B1", "urgent")])
-    assert rates["urgent"] >= 0.90 * RATE, f"urgent {rates['urgent'] / 1e6:.2f} Mbit/s"
+    assert rates["urgent"] >= 0.90 * RATE, {cls: f"{bps / 1e6:.2f} Mbit/s" for cls, bps in rates.items()}
     # The best-effort flow was there all along, wanting more: its queue still holds packets.
     assert end["teaching"]["qlen"] > 0 or end["teaching"]["drops"] > 0
     assert rates["teaching"] <= 0.05 * RATE
