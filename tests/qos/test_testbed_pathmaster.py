@@ -11,8 +11,6 @@ both ways: uploads leaving subnet A (rA's uplink) and replies entering it (core 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from qos.testbed import Testbed, load_config, netns
@@ -23,27 +21,9 @@ pytestmark = [pytest.mark.netns, pytest.mark.slow]
 SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"   # a fresh machine's: no virtual environment on it
 
 
-def command_lines(node) -> list[list[str]]:
-    """The command line of every process running in `node`."""
-    lines = []
-    for pid in netns.pids(node.namespace):
-        try:
-            lines.append([arg.decode() for arg in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")])
-        except OSError:
-            continue
-    return lines
-
-
-def site_workers(lines: list[list[str]]) -> int:
-    """How many Ray site-worker actor processes are among `lines` (command_lines)."""
-    return sum(line[0].startswith("ray::SiteWorker") for line in lines)
-
-
-def log_monitors(lines: list[list[str]], temp_dir: str) -> int:
-    """How many log monitors of the Ray whose folder is `temp_dir` are among `lines`."""
-    def of_that_ray(line: list[str]) -> bool:
-        return any(arg.endswith("log_monitor.py") for arg in line) and any(temp_dir in arg for arg in line)
-    return sum(of_that_ray(line) for line in lines)
+def log_monitors(node, temp_dir: str) -> int:
+    """How many log monitors of the Ray whose folder is `temp_dir` run in `node`."""
+    return len(set(netns.pids_running(node.namespace, "log_monitor.py")) & set(netns.pids_running(node.namespace, temp_dir)))
 
 
 def test_six_cell_case_runs_across_the_testbed_with_its_dscp_honoured(netns_ok, tmp_path, monkeypatch):
@@ -58,14 +38,14 @@ def test_six_cell_case_runs_across_the_testbed_with_its_dscp_honoured(netns_ok, 
             with BulkDownloads(tb, streams=2) as bulk:
                 case = run_case(pm, "urgent", cells=6)
             after = tb.bottleneck_stats()
-            lines = {name: command_lines(tb.host(name)) for name in ("A1", "A2", "B1", "B2", "C1", "C2")}
+            nodes = {name: tb.host(name) for name in ("A1", "A2", "B1", "B2", "C1", "C2")}
+            workers = {name: len(netns.pids_running(node.namespace, "ray::SiteWorker")) for name, node in nodes.items()}
+            monitors = {name: log_monitors(node, ray_temp_dir(tb.tag, node)) for name, node in nodes.items()}
 
     # Each worker node's `ray start` joined its head: one site worker on every node.
-    workers = {name: site_workers(node_lines) for name, node_lines in lines.items()}
     assert all(count == 1 for count in workers.values()), workers
     # Their `ray start` left no log monitor: no driver asks for workers' output. (The
     # coordinator's own local Ray on A1 has one: ray.init cannot leave it out.)
-    monitors = {name: log_monitors(node_lines, ray_temp_dir(tb.tag, tb.host(name))) for name, node_lines in lines.items()}
     assert not any(monitors.values()), monitors
 
     assert case.ok, case.sites
