@@ -125,18 +125,11 @@ def test_a_strategy_at_the_hosts_runs_on_their_stations_and_the_routers_run_fifo
 
 
 def station_drops(tb) -> dict[str, dict]:
-    """Where the emulators dropped packets since set_strategy started them: {"emulator/station":
-    {class: {reason: count}}} (a medium's stations appear in each of its directions: once here)."""
-    out = {}
-    for name, snap in tb.emulator_snapshots(newer_than=time.time()).items():
-        for direction in snap.get("directions", {}).values():
-            for station, by_class in direction.get("stations", {}).items():
-                drops = {klass: {r: n for r, n in counts.items() if not r.startswith("sent_")}
-                         for klass, counts in by_class.items()}
-                drops = {klass: d for klass, d in drops.items() if d}
-                if drops:
-                    out[f"{name}/{station}"] = drops
-    return out
+    """{"router:medium/station": {class: drops by reason}} where a hub's station dropped packets
+    (Testbed.bottleneck_stats, as of the emulators' last snapshot)."""
+    return {key: {cls: c["drops_by_reason"] for cls, c in by_class.items() if c["drops"]}
+            for key, by_class in tb.bottleneck_stats().items()
+            if "/" in key and any(c["drops"] for c in by_class.values())}
 
 
 def card_qdiscs(tb) -> str:
