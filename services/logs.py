@@ -6,13 +6,15 @@ fields, and "exc_info" for a traceback (python-json-logger's JsonFormatter). Wha
 logged is bounded here, whatever a caller passes: a bytes argument (an image, a request)
 is logged as "<N bytes>", never its content, and a message is cut at
 `LOG_MESSAGE_CHARS`. Patient identifiers are the callers' care: INFO names a case
-by its keyed `pathmaster.ids.log_tag` only.
+by its keyed `pathmaster.ids.log_tag` only. An exception that ends a thread is logged
+too (an ERROR record of "pathmaster.threads" with its traceback), not printed as text.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+import threading
 
 
 LOG_MESSAGE_CHARS = 4000                # a service log line's message is cut there (no runaway payloads)
@@ -72,7 +74,19 @@ def setup_logging(level: str = "info", fmt: str = "json", stream=None) -> loggin
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper())
+    threading.excepthook = log_thread_exception
     return handler
+
+
+def log_thread_exception(args: threading.ExceptHookArgs) -> None:
+    """`threading.excepthook` for a service: the exception that ended a thread becomes one
+    log record (Python's own hook writes a text traceback to standard error, which would
+    break the one-JSON-object-per-line format). SystemExit ends a thread quietly, as there."""
+    if args.exc_type is SystemExit:
+        return
+    name = args.thread.name if args.thread is not None else "unknown"
+    logging.getLogger("pathmaster.threads").error("thread %s ended with %s", name, args.exc_type.__name__,
+                                                  exc_info=(args.exc_type, args.exc_value, args.exc_traceback))
 
 
 def add_arguments(parser, level: str = "info", fmt: str = "json") -> None:

@@ -8,7 +8,8 @@ site serves is followed live from its health (`watch`, sitewatch.py). Info is
 asked once at start (until every site answered), before a case for sites not yet known
 (sharing a look-up in flight, not again soon after one failed), in the background after a
 site failed on a port that may be stale, and again when a site refuses features as not its
-own (it may have been re-indexed).
+own (it may have been re-indexed). Once `close`d it starts no call and learns nothing, so
+that the coordinator can close the sites' channels under look-ups still running.
 """
 
 from __future__ import annotations
@@ -78,27 +79,39 @@ class SiteDirectory:
         self._last_lookup: dict[str, float] = {}
         self._lookups: dict[str, grpc.Future] = {}
         self._refreshing: set[str] = set()
-        self._lock = threading.Lock()
+        self._closed = False
+        self._lock = threading.Lock()  # also held while learning, so `close` waits for it
 
     def learn(self, site: str, info: pb.SiteInfo) -> None:
-        """Take in what a site's Info says of it: class ports, feature schema and columns, load."""
-        self.ports[site] = dict(info.class_ports)
-        self.channels.set_class_ports(site, self.ports[site])
-        # Every class's connections (one per copy lane) open now, not at a case's time.
-        self.channels.connect(site, list(info.class_ports), lanes=self.lanes)
-        self.schemas[site] = info.feature_schema
-        self.columns[site] = tuple(info.feature_columns)
-        self.models[site] = info.model_sha256
-        if self.predictor is not None:
-            self.predictor.site(site).load = site_load(info.load)
+        """Take in what a site's Info says of it: class ports, feature schema and columns, load
+        (nothing once closed: it would open connections to the site again)."""
+        with self._lock:
+            if self._closed:
+                return
+            self.ports[site] = dict(info.class_ports)
+            self.channels.set_class_ports(site, self.ports[site])
+            # Every class's connections (one per copy lane) open now, not at a case's time.
+            self.channels.connect(site, list(info.class_ports), lanes=self.lanes)
+            self.schemas[site] = info.feature_schema
+            self.columns[site] = tuple(info.feature_columns)
+            self.models[site] = info.model_sha256
+            if self.predictor is not None:
+                self.predictor.site(site).load = site_load(info.load)
 
     def watch(self, gauge) -> "SiteDirectory":
         """Follow each site's health (into `serving` and `gauge`, labelled by site) until
-        `stop_watching`."""
+        `close`."""
         self._watch = SiteWatch(self.channels, self.names, gauge, on_status=self.serving.__setitem__).start()
         return self
 
-    def stop_watching(self) -> None:
+    def close(self) -> None:
+        """Stop following the sites' health and asking their Info: the look-ups in flight are
+        cancelled and no call starts after this returns (the channels can then be closed)."""
+        with self._lock:
+            self._closed = True
+            lookups = list(self._lookups.values())
+        for call in lookups:
+            call.cancel()
         if self._watch is not None:
             self._watch.stop()
             self._watch = None
@@ -126,9 +139,12 @@ class SiteDirectory:
     def stub(self, site: str, class_name: str | None = None, lane: int = 0) -> pb_grpc.SiteStub:
         return pb_grpc.SiteStub(self.channels.channel(site, class_name, lane))
 
-    def _lookup(self, site: str, timeout_s: float) -> grpc.Future:
-        """The site's Info call in flight, or a new one: concurrent look-ups share one."""
+    def _lookup(self, site: str, timeout_s: float) -> grpc.Future | None:
+        """The site's Info call in flight, or a new one: concurrent look-ups share one (None
+        once closed)."""
         with self._lock:
+            if self._closed:
+                return None
             call = self._lookups.get(site)
             if call is None or call.done():
                 # wait_for_ready: a site that was down when its channel was first used may be up now.
@@ -142,13 +158,16 @@ class SiteDirectory:
         still starting) and learn each answer."""
         calls = {s: self._lookup(s, timeout_s) for s in sites}
         for site, call in calls.items():
+            if call is None:
+                return  # closed
             try:
                 info = call.result(timeout=timeout_s)
-            except grpc.FutureTimeoutError:
-                continue  # a longer look-up started by someone else is still running
+            except (grpc.FutureTimeoutError, grpc.FutureCancelledError):
+                continue  # a longer look-up started by someone else is still running; or closed
             except grpc.RpcError as exc:
-                log.warning("site %s: no Info (%s); its replies are unmarked until it answers",
-                            site, exc.code().name)
+                if not self._closed:
+                    log.warning("site %s: no Info (%s); its replies are unmarked until it answers",
+                                site, exc.code().name)
                 continue
             self.learn(site, info)
             log.info("site %s: class ports %s (its replies are marked per class)", site, dict(info.class_ports))
@@ -186,8 +205,12 @@ class SiteDirectory:
         re-indexed) and learn it. The future's result: what it compares now, in words, when a
         features request of `feature_schema` can go to it again; else None (FanOut `recheck`)."""
         answer: concurrent.futures.Future = concurrent.futures.Future()
-        call = self.stub(site).Info.future(
-            pb.SiteInfoRequest(), timeout=max(0.0, min(INFO_TIMEOUT_S, deadline - time.monotonic())))
+        with self._lock:
+            if self._closed:
+                answer.set_result(None)
+                return answer
+            call = self.stub(site).Info.future(
+                pb.SiteInfoRequest(), timeout=max(0.0, min(INFO_TIMEOUT_S, deadline - time.monotonic())))
 
         def taken_in(call: grpc.Future) -> None:
             now = None  # whatever goes wrong, the fan-out hears (and falls back to the images)
@@ -198,6 +221,8 @@ class SiteDirectory:
                 if info.feature_schema == feature_schema:
                     now = (f"{len(columns)} feature columns {list(columns)}" if columns
                            else "every feature (the full vectors)")
+            except grpc.FutureCancelledError:
+                pass  # closed
             except grpc.RpcError as exc:
                 log.warning("site %s: no Info after it refused features (%s)", site, exc.code().name)
             finally:

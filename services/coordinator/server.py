@@ -46,6 +46,7 @@ from services.tracing import server_interceptors, start_tracing, traced_channel
 log = logging.getLogger("pathmaster.coordinator")
 
 COORDINATOR_SERVICE = pb.DESCRIPTOR.services_by_name["Coordinator"].full_name
+STOP_JOIN_S = 5.0  # how long `stop` waits for the thread learning the sites' class ports
 
 
 class CoordinatorServicer(pb_grpc.CoordinatorServicer):
@@ -246,7 +247,8 @@ class CoordinatorServer:
         self.servicer.directory.watch(self.metrics.sites_up)
         # Learn the sites' class ports now, so the first case's replies are marked too.
         self._stopping = threading.Event()
-        threading.Thread(target=self._learn_class_ports, daemon=True, name="class-ports").start()
+        self._learning = threading.Thread(target=self._learn_class_ports, daemon=True, name="class-ports")
+        self._learning.start()
         self._analysers = None
         self._analysers_settled = threading.Event()  # ready, failed or not configured
         if cfg.analysis_workers <= 0:
@@ -305,7 +307,8 @@ class CoordinatorServer:
 
     def stop(self, grace: float = 1.0) -> None:
         self._stopping.set()
-        self.servicer.directory.stop_watching()
+        self.servicer.directory.close()  # its look-ups end: the channels they use can be closed
+        self._learning.join(STOP_JOIN_S)
         self.server.stop(grace)
         if self._analysers is not None:
             self._analysers.stop()
