@@ -31,6 +31,7 @@ import subprocess
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable, TypeVar
 
 from pathmaster.records import InvalidInput
 from qos.emulator.stats import LATENESS_EDGES_S, histogram_quantiles
@@ -44,6 +45,8 @@ FRAME_TIME_10M_S = (1514 + 24) * 8 / 10e6
 # (1.26 ms), since the measured quantiles are bin edges (+26 % at most).
 P99_BOUND_S = min(edge for edge in LATENESS_EDGES_S if edge >= FRAME_TIME_10M_S)
 MAX_ATTEMPTS = 3  # a run judged invalid is run again, at most this many attempts in all
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -168,6 +171,20 @@ def fidelity_record(machine_before: dict, machine_after: dict, emulators_before:
               "bound": asdict(bound)}
     valid, reasons = judge(record, bound)
     return record | {"valid": valid, "invalid_reasons": reasons}
+
+
+def measured(source, measure: Callable[[], T], bound: FidelityBound = DEFAULT_BOUND) -> tuple[T, dict]:
+    """`measure()`'s result and the fidelity record of its window.
+
+    `source` is anything with the testbed's `emulator_snapshots` (a Testbed, a bench); its
+    emulators and the machine are sampled before `measure` and after it (the emulators' first
+    snapshots written after it ended).
+    """
+    emulators_before, machine_before = source.emulator_snapshots(), machine_sample()
+    result = measure()
+    machine_after = machine_sample()
+    emulators_after = source.emulator_snapshots(newer_than=time.time())
+    return result, fidelity_record(machine_before, machine_after, emulators_before, emulators_after, bound)
 
 
 # -- one experiment at a time -----------------------------------------------------------------

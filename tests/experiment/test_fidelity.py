@@ -81,6 +81,25 @@ def test_nfqueue_drops_make_a_run_invalid():
     assert record["invalid_reasons"] == ["nfqueue_drops"]
 
 
+def test_measured_judges_the_window_of_what_it_measures():
+    class Snapshots:  # emulator snapshots as a Testbed gives them: cumulative
+        snap = _snapshot([1e-5] * 1000)  # a late past that is not the window's
+
+        def emulator_snapshots(self, newer_than=0.0):
+            return {"core": self.snap}
+
+    source = Snapshots()
+
+    def measure(late_s):
+        source.snap = _snapshot([late_s] * 100, base=source.snap)
+        return "result"
+
+    result, record = fidelity.measured(source, lambda: measure(1e-5))
+    assert result == "result" and record["valid"] and record["emulator"]["lateness_s"]["packets"] == 100
+    _, record = fidelity.measured(source, lambda: measure(5e-3))
+    assert record["invalid_reasons"] == ["lateness_p99"] and record["emulator"]["lateness_s"]["packets"] == 100
+
+
 def test_machine_window_reads_busy_and_steal(tmp_path):
     stat = tmp_path / "stat"
     stat.write_text("cpu  100 0 50 800 10 0 0 40 0 0\n")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 
 import pytest
 
@@ -140,14 +139,14 @@ def card_qdiscs(tb) -> str:
 def two_flows_from_the_master(tb):
     """UDP from the master to B1 for 4 s, urgent (AF41) at 2 Mbit/s and bulk at 10 at once:
     (urgent, bulk, the window's fidelity record, as the experiment driver keeps one per run)."""
-    emulators_before, machine_before = tb.emulator_snapshots(), fidelity.machine_sample()
-    with IperfServer(tb.host("B1"), 5203), IperfServer(tb.host("B1"), 5204):
-        urgent = start_client(tb.master, tb.ip("B1"), port=5203, seconds=4, dscp=34, udp_bps=2e6, length=1400)
-        bulk = start_client(tb.master, tb.ip("B1"), port=5204, seconds=4, dscp=1, udp_bps=10e6, length=1400)
-        urgent, bulk = finish_client(urgent, timeout=60), finish_client(bulk, timeout=60)
-    machine_after = fidelity.machine_sample()
-    emulators_after = tb.emulator_snapshots(newer_than=time.time())
-    return urgent, bulk, fidelity.fidelity_record(machine_before, machine_after, emulators_before, emulators_after)
+    def flows():
+        with IperfServer(tb.host("B1"), 5203), IperfServer(tb.host("B1"), 5204):
+            urgent = start_client(tb.master, tb.ip("B1"), port=5203, seconds=4, dscp=34, udp_bps=2e6, length=1400)
+            bulk = start_client(tb.master, tb.ip("B1"), port=5204, seconds=4, dscp=1, udp_bps=10e6, length=1400)
+            return finish_client(urgent, timeout=60), finish_client(bulk, timeout=60)
+
+    (urgent, bulk), record = fidelity.measured(tb, flows)
+    return urgent, bulk, record
 
 
 @pytest.mark.netns
