@@ -115,13 +115,16 @@ def test_wget_fetches_refuse_bad_counts(testbed):
 @pytest.mark.netns
 @pytest.mark.timing
 def test_constant_rate_udp_achieves_its_rate(testbed):
-    testbed.set_strategy({"strategy": "fifo"})
-    # 6 s: a sender held up for a few tenths of a second by other work on the machine (make
-    # test runs the rest of the suite beside this) costs a 3 s run its 5 %; 3.7 of 4 Mbit/s was seen.
+    # What the generator sends and what is counted as arrived, on a path with room for the
+    # catch-up burst of a sender that other work on the machine held up (iperf3 keeps its
+    # average rate): 0.12 s of 4 Mbit/s overflows the routers' 40-packet hold queue. Over 1 %
+    # was lost beside the rest of make test, never alone. 1000 packets hold about 3 s of it.
+    testbed.set_strategy({"strategy": "fifo", "limit_packets": 1000})
+    # 6 s: a sender held up for a few tenths of a second costs a 3 s run its 5 %; 3.7 of 4 Mbit/s was seen.
     with ConstantRateUDP(testbed, rate_bps=4e6) as udp:
         run_for(6)
     assert udp.result.bps == pytest.approx(4e6, rel=0.05)
-    assert all(f["lost_percent"] < 1.0 for f in udp.result.flows)
+    assert all(f["lost_percent"] < 1.0 for f in udp.result.flows), udp.result.flows
     for flow in udp.result.flows:  # the sender's iperf3 JSON is kept; it is what "sent_bytes" came from
         client = udp.result.iperf3[flow["flow"]]["client"]
         assert client["start"]["test_start"]["protocol"] == "UDP"
