@@ -123,6 +123,17 @@ def _raylet_fatal(temp: Path) -> str:
     return ""
 
 
+def _logs_tail(temp: Path, lines: int = 3) -> str:
+    """The last `lines` lines of each non-empty log of the nodes under `temp` (the temp
+    directory is removed when the test ends)."""
+    tails = []
+    for log in sorted(temp.glob("session_*/logs/*")):
+        if log.is_file() and log.suffix in (".err", ".out", ".log") and log.stat().st_size:
+            text = log.read_text(errors="replace").splitlines()[-lines:]
+            tails.append(f"{log.name}: " + " | ".join(line[:300] for line in text))
+    return "\n".join(tails) or "(none)"
+
+
 NODE_PORTS = ("node-manager-port", "object-manager-port", "dashboard-agent-listen-port",
               "dashboard-agent-grpc-port", "runtime-env-agent-port", "metrics-export-port")
 HEAD_PORTS = ("port", "dashboard-port", "ray-client-server-port")
@@ -144,7 +155,8 @@ def _ray_start(ip: str, extra: list[str], ports: dict[str, int], env: dict, temp
         if fatal:   # `ray start` would wait for it until the deadline
             pytest.fail(f"ray start on {ip}: a raylet aborted ({fatal}); ports {ports}; log: {log}")
         if time.monotonic() > deadline:
-            pytest.fail(f"ray start on {ip} did not finish in {START_S} s; log: {log}")
+            pytest.fail(f"ray start on {ip} did not finish in {START_S} s; ports {ports}; its output:\n"
+                        f"{log.read_text()[-2000:]}\nthe node's logs, last lines:\n{_logs_tail(temp)}")
         time.sleep(0.5)   # polling `ray start`'s exit and the raylet's log, not waiting out a guess
     assert proc.returncode == 0, f"ray start on {ip} failed ({proc.returncode}):\n{log.read_text()[-3000:]}"
 
@@ -172,7 +184,8 @@ def two_nodes(tmp_path):
     token.touch(mode=0o600)
     token.write_text(secrets.token_hex(32))
     env = dict(cluster_environment(), RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token),
-               RAY_USAGE_STATS_ENABLED="0", RAY_raylet_start_wait_time_s=str(START_S))
+               RAY_USAGE_STATS_ENABLED="0", RAY_raylet_start_wait_time_s=str(START_S),
+               PYTHONUNBUFFERED="1")  # `ray start`'s progress reaches its log as it goes
     sessions: list[int] = []
     temps: list[Path] = []
     try:
