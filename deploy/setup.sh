@@ -44,6 +44,8 @@ VENV=${PATHMASTER_VENV:-.venv}
 [ $# -gt 0 ] || set -- test
 extras=()
 for e in "$@"; do extras+=(--extra "$e"); done
-UV_PROJECT_ENVIRONMENT=$VENV UV_PYTHON_DOWNLOADS=never "$UV" sync --quiet --frozen --compile-bytecode "${extras[@]}" \
+# UV_NATIVE_TLS: the machine's own certificate store, as pip uses it (uv's bundled roots refuse
+# a registry reached through a proxy whose authority only the machine trusts).
+UV_NATIVE_TLS=${UV_NATIVE_TLS:-1} UV_PROJECT_ENVIRONMENT=$VENV UV_PYTHON_DOWNLOADS=never "$UV" sync --quiet --frozen --compile-bytecode "${extras[@]}" \
     --python "$("$BASE_PYTHON" -c 'import sys; print(sys.executable)')"
 echo "setup: $VENV ready (extras: $*), $("$VENV/bin/python" --version)"
