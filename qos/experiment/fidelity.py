@@ -173,18 +173,24 @@ def fidelity_record(machine_before: dict, machine_after: dict, emulators_before:
     return record | {"valid": valid, "invalid_reasons": reasons}
 
 
-def measured(source, measure: Callable[[], T], bound: FidelityBound = DEFAULT_BOUND) -> tuple[T, dict]:
-    """`measure()`'s result and the fidelity record of its window.
+def measured(source, measure: Callable[[], T], bound: FidelityBound = DEFAULT_BOUND,
+             attempts: int = 1) -> tuple[T, dict]:
+    """`measure()`'s result and the fidelity record of its window, measured again while the
+    window is invalid (`judge`), at most `attempts` times in all; the last attempt's.
 
     `source` is anything with the testbed's `emulator_snapshots` (a Testbed, a bench); its
     emulators and the machine are sampled before `measure` and after it (the emulators' first
     snapshots written after it ended).
     """
-    emulators_before, machine_before = source.emulator_snapshots(), machine_sample()
-    result = measure()
-    machine_after = machine_sample()
-    emulators_after = source.emulator_snapshots(newer_than=time.time())
-    return result, fidelity_record(machine_before, machine_after, emulators_before, emulators_after, bound)
+    for _ in range(attempts):
+        emulators_before, machine_before = source.emulator_snapshots(), machine_sample()
+        result = measure()
+        machine_after = machine_sample()
+        emulators_after = source.emulator_snapshots(newer_than=time.time())
+        record = fidelity_record(machine_before, machine_after, emulators_before, emulators_after, bound)
+        if record["valid"]:
+            break
+    return result, record
 
 
 # -- one experiment at a time -----------------------------------------------------------------

@@ -98,6 +98,13 @@ def test_measured_judges_the_window_of_what_it_measures():
     assert result == "result" and record["valid"] and record["emulator"]["lateness_s"]["packets"] == 100
     _, record = fidelity.measured(source, lambda: measure(5e-3))
     assert record["invalid_reasons"] == ["lateness_p99"] and record["emulator"]["lateness_s"]["packets"] == 100
+    # Measured again while invalid, at most `attempts` times: the last attempt's record.
+    lateness = [5e-3, 1e-5, 5e-3]
+    _, record = fidelity.measured(source, lambda: measure(lateness.pop(0)), attempts=3)
+    assert record["valid"] and lateness == [5e-3]
+    lateness = [5e-3, 5e-3, 1e-5]
+    _, record = fidelity.measured(source, lambda: measure(lateness.pop(0)), attempts=2)
+    assert not record["valid"] and lateness == [1e-5]
 
 
 def test_machine_window_reads_busy_and_steal(tmp_path):

@@ -138,15 +138,11 @@ def card_qdiscs(tb) -> str:
 
 def two_flows_from_the_master(tb):
     """UDP from the master to B1 for 4 s, urgent (AF41) at 2 Mbit/s and bulk at 10 at once:
-    (urgent, bulk, the window's fidelity record, as the experiment driver keeps one per run)."""
-    def flows():
-        with IperfServer(tb.host("B1"), 5203), IperfServer(tb.host("B1"), 5204):
-            urgent = start_client(tb.master, tb.ip("B1"), port=5203, seconds=4, dscp=34, udp_bps=2e6, length=1400)
-            bulk = start_client(tb.master, tb.ip("B1"), port=5204, seconds=4, dscp=1, udp_bps=10e6, length=1400)
-            return finish_client(urgent, timeout=60), finish_client(bulk, timeout=60)
-
-    (urgent, bulk), record = fidelity.measured(tb, flows)
-    return urgent, bulk, record
+    (urgent, bulk)."""
+    with IperfServer(tb.host("B1"), 5203), IperfServer(tb.host("B1"), 5204):
+        urgent = start_client(tb.master, tb.ip("B1"), port=5203, seconds=4, dscp=34, udp_bps=2e6, length=1400)
+        bulk = start_client(tb.master, tb.ip("B1"), port=5204, seconds=4, dscp=1, udp_bps=10e6, length=1400)
+        return finish_client(urgent, timeout=60), finish_client(bulk, timeout=60)
 
 
 @pytest.mark.netns
@@ -162,12 +158,10 @@ def test_priority_at_the_hosts_schedules_the_masters_own_outgoing_queue(testbed_
     tb = testbed_2002
     assert "htb" in card_qdiscs(tb)  # the router-side network: the card's kernel FIFO
     try:
-        for _ in range(fidelity.MAX_ATTEMPTS):
-            tb.set_strategy({"strategy": "ios-priority"}, at="hosts")  # fresh emulators: counts from zero
-            assert tb.strategy_at == "hosts" and "htb" not in card_qdiscs(tb)  # its station is its queue
-            urgent, bulk, record = two_flows_from_the_master(tb)
-            if record["valid"]:
-                break
+        tb.set_strategy({"strategy": "ios-priority"}, at="hosts")
+        assert tb.strategy_at == "hosts" and "htb" not in card_qdiscs(tb)  # its station is its queue
+        (urgent, bulk), record = fidelity.measured(tb, lambda: two_flows_from_the_master(tb),
+                                                   attempts=fidelity.MAX_ATTEMPTS)
         late = record["emulator"]["lateness_s"]
         assert record["valid"], (record["invalid_reasons"], late, record["machine"])
         assert urgent.lost_percent < 1 and bulk.lost_percent > 10, (urgent.lost_percent, bulk.lost_percent,
