@@ -12,13 +12,21 @@ bulk work cannot take them all, and a cap per client so that one client cannot f
   retry-after: the class's recent holding time, which is when a slot is likely to free.
 - A client over its own cap is refused the same way.
 
+Admitted work then takes `Turns` where it runs on a shared processor: at most `width` at
+once, the most favoured class's first. Under overload a coordinator's own Python work (one
+interpreter) is where cases queue; without turns every case in flight shares it alike.
+
 The counting is small enough to write here (a lock and a few counters); no library admits
-by class with reservations and reclassification.
+by class with reservations and reclassification, and the standard library has no
+semaphore that serves its waiters by priority.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 CASE_SLOTS = 64                 # cases in progress at once at one coordinator
@@ -161,3 +169,43 @@ class Admission:
 
     def _count_refusal(self, request_class: str) -> None:
         self.refused[request_class] = self.refused.get(request_class, 0) + 1
+
+
+class Turns:
+    """At most `width` holders at once; a waiter of a smaller priority number goes first,
+    waiters of one priority in the order they came.
+
+    Take a turn only around work that computes: a holder that waits (on the network, on
+    another process) keeps every less favoured waiter out for as long.
+    """
+
+    def __init__(self, width: int = 1):
+        if width < 1:
+            raise ValueError(f"need width >= 1, got {width}")
+        self._free = width
+        self._waiting: list[tuple[int, int]] = []
+        self._order = itertools.count()
+        self._changed = threading.Condition()
+
+    @contextmanager
+    def turn(self, priority: int):
+        with self._changed:
+            me = (priority, next(self._order))
+            heapq.heappush(self._waiting, me)
+            while not (self._free and self._waiting[0] == me):
+                self._changed.wait()
+            heapq.heappop(self._waiting)
+            self._free -= 1
+            if self._free and self._waiting:
+                self._changed.notify_all()
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._free += 1
+                self._changed.notify_all()
+
+    def waiting(self) -> int:
+        """Waiters now (for tests and metrics)."""
+        with self._changed:
+            return len(self._waiting)

@@ -37,6 +37,7 @@ import grpc
 from pathmaster.ids import log_tag
 from pathmaster.records import Why
 from pathmaster.vocabulary import BETHESDA_TERMS, majority, severity_order
+from qos.admission import Turns
 from qos.classes import ClassTable, RequestClass
 from qos.policy import COPY_GAP_S, SMALL_REQUEST_BYTES, SMALL_REQUEST_COPIES, SitePlan, plan_site
 from qos.predict import CaseModel, PredictionLog, Predictor
@@ -176,12 +177,16 @@ class CasePipeline:
         `stats.CaseLog` and `stats.CoordinatorMetrics`; None: not recorded.
     feature_count : int
         Values in a full feature vector (for planning a features request's bytes).
+    turns : Turns, optional
+        Where the cases' own computing (plan, send, collect, conclude and record; never a
+        wait) takes turns, the most favoured class first: one at a time by default, as this
+        process's interpreter runs them anyway.
     """
 
     def __init__(self, classes: ClassTable, directory: SiteDirectory, predictor: Predictor, *,
                  analysers=None, schema: str = "", settings: Settings = Settings(),
                  case_model: CaseModel | None = None, clock: Callable[[], float] = time.monotonic,
-                 case_log=None, metrics=None, feature_count: int = 0):
+                 case_log=None, metrics=None, feature_count: int = 0, turns: Turns | None = None):
         self.classes = classes
         self.directory = directory
         self.predictor = predictor
@@ -191,6 +196,7 @@ class CasePipeline:
         self.clock = clock
         self.case_log, self.metrics = case_log, metrics
         self.feature_count = feature_count
+        self.turns = turns or Turns()
         self.predictions = PredictionLog()       # case-level predicted vs actual
         self.site_predictions = PredictionLog()  # per site
         self.cases_running = 0   # cases in flight: they share the paths to the sites
@@ -215,19 +221,25 @@ class CasePipeline:
 
     def _run(self, case: Case, is_active, on_cancel, channels) -> Iterator[Step]:
         self.directory.before_case(case.sites, case.deadline_s)
-        planned = self.plan(case)
-        yield Step(pb.CaseEvent(plan=self.plan_message(case, planned)))
+        turn = lambda: self.turns.turn(case.served.priority)  # noqa: E731 - the case's turns, by its class
+        with turn():
+            planned = self.plan(case)
+            plan = pb.CaseEvent(plan=self.plan_message(case, planned))
+        yield Step(plan)
         analysed = self.analyse(case, planned)
-        fan = self.fan_out(case, planned, analysed, channels)
-        if on_cancel is not None:
-            on_cancel(fan.cancel)
+        with turn():
+            fan = self.fan_out(case, planned, analysed, channels)
+            if on_cancel is not None:
+                on_cancel(fan.cancel)
+            unsendable = fan.start()
         results: list[pb.SiteResult] = []
         closed = False
         try:
-            for outcome in itertools.chain(fan.start(), fan.outcomes()):
+            for outcome in itertools.chain(unsendable, fan.outcomes()):
                 if not is_active():
                     break
-                results.append(self.collect(case, planned, analysed, outcome))
+                with turn():
+                    results.append(self.collect(case, planned, analysed, outcome))
                 yield Step(pb.CaseEvent(site_result=results[-1]), outcome, fan, self.clock() - case.started)
         except GeneratorExit:  # gRPC closes the stream when the client cancels
             closed = True
@@ -238,10 +250,13 @@ class CasePipeline:
             with self._lock:
                 self.cases_cancelled += 1
             log.info("case %s: cancelled by the client after %.3f s", log_tag(case.case_id), total_s)
-            self.record(case, planned, analysed, results, total_s, "cancelled")
+            with turn():
+                self.record(case, planned, analysed, results, total_s, "cancelled")
             return
-        summary = self.conclude(case, planned, analysed, results, total_s)
-        self.record(case, planned, analysed, results, total_s, case_outcome(summary.sites_ok, summary.sites_failed))
+        with turn():
+            summary = self.conclude(case, planned, analysed, results, total_s)
+            self.record(case, planned, analysed, results, total_s,
+                        case_outcome(summary.sites_ok, summary.sites_failed))
         yield Step(pb.CaseEvent(summary=summary), at_s=total_s)
 
     # ------------------------------------------------------------ plan

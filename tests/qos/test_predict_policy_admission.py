@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
-from qos.admission import Admission, Refused
+from qos.admission import Admission, Refused, Turns
 from qos.policy import plan_site
 from qos.predict import RECENT_CALLS, PathModel, PredictionLog, RecentMedian, SiteLoad, SiteModel
 from services.reasons import codes
+from tests.services.test_coordinator import poll_until
 
 CLASSES = ["urgent", "routine", "teaching", "bulk"]
 
@@ -354,6 +357,49 @@ def test_one_client_cannot_fill_a_class():
     assert adm.admit("routine", "greedy").served_as == "routine"
     assert adm.in_use() == 3
 
+
+
+def _wait_in_turn(turns: Turns, priority: int, label: str, order: list, hold: threading.Event | None = None):
+    """A thread that takes a turn at `priority`, notes `label` in `order` when it has it, and
+    keeps it until `hold` is set; returned once it is waiting (or holding)."""
+    def take():
+        with turns.turn(priority):
+            order.append(label)
+            if hold is not None:
+                hold.wait(30)
+
+    before = turns.waiting()
+    thread = threading.Thread(target=take, daemon=True)
+    thread.start()
+    poll_until(lambda: turns.waiting() > before or label in order, 10, f"{label} waiting for its turn")
+    return thread
+
+
+def test_turns_go_to_the_most_favoured_waiter_first_and_in_arrival_order_within_a_class():
+    turns, order = Turns(), []
+    with turns.turn(3):  # held: everyone below waits
+        threads = [_wait_in_turn(turns, priority, label, order)
+                   for priority, label in ((3, "bulk"), (0, "urgent-1"), (2, "teaching"), (0, "urgent-2"),
+                                           (1, "routine"))]
+        assert turns.waiting() == 5 and order == []
+    for thread in threads:
+        thread.join(10)
+    assert order == ["urgent-1", "urgent-2", "routine", "teaching", "bulk"]
+    assert turns.waiting() == 0
+
+
+def test_turns_let_width_holders_in_at_once_and_no_more():
+    turns, order, hold = Turns(width=2), [], threading.Event()
+    holders = [_wait_in_turn(turns, 1, f"holder-{i}", order, hold) for i in range(2)]
+    assert order == ["holder-0", "holder-1"] and turns.waiting() == 0
+    third = _wait_in_turn(turns, 0, "third", order)
+    assert turns.waiting() == 1 and "third" not in order
+    hold.set()
+    for thread in (*holders, third):
+        thread.join(10)
+    assert order[-1] == "third" and turns.waiting() == 0
+    with pytest.raises(ValueError):
+        Turns(width=0)
 
 
 def test_a_recent_level_is_the_median_of_like_cases_under_about_the_same_concurrency():

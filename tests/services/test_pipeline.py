@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import concurrent.futures
 import itertools
+import threading
 
 import grpc
 import pytest
 
 from pathmaster.records import Why
+from qos.admission import Turns
 from qos.classes import DEFAULT_CLASSES
 from qos.predict import Predictor
 from services.coordinator.directory import SiteDirectory
@@ -19,6 +21,7 @@ from services.coordinator.pipeline import Case, CasePipeline, Settings
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.reasons import codes
 from tests.services.conftest import CallFailed
+from tests.services.test_coordinator import poll_until
 
 SCHEMA = "fs1-test"
 
@@ -183,6 +186,36 @@ def test_a_second_case_is_predicted_from_the_first_and_its_error_logged():
     assert first.predicted_s == 0 and all(p.predicted_s == 0 for p in first.sites)
     assert second.predicted_s > 0 and all(p.predicted_s > 0 for p in second.sites)
     assert len(pipeline.predictions) == 1 and pipeline.cases_running == 0  # the first had no prediction
+
+
+class RecordingTurns(Turns):
+    """Turns that note the priority of every turn taken."""
+
+    def __init__(self):
+        super().__init__()
+        self.taken: list[int] = []
+
+    def turn(self, priority):
+        self.taken.append(priority)
+        return super().turn(priority)
+
+
+def test_a_case_computes_only_in_its_turns_taken_at_its_class_priority():
+    clock = Clock()
+    sites = FakeSites(clock, seconds={"alpha": 1.0, "beta": 1.0})
+    pipeline, log = pipeline_with(sites, clock)
+    pipeline.turns = turns = RecordingTurns()
+    steps: list = []
+    with turns.turn(DEFAULT_CLASSES["urgent"].priority):  # a more favoured case's turn
+        runner = threading.Thread(target=lambda: steps.extend(pipeline.run(a_case(clock, request_class="bulk"))))
+        runner.start()
+        poll_until(lambda: turns.waiting() == 1, 10, "the bulk case waiting for its turn")
+        assert steps == [] and sites.requests == [] and log == []  # not planned, nothing sent
+    runner.join(10)
+    assert [s.event.WhichOneof("event") for s in steps] == ["plan", "site_result", "site_result", "summary"]
+    bulk = DEFAULT_CLASSES["bulk"].priority
+    # plan, send, each site's result, conclude and record: each in a turn of the case's class
+    assert turns.taken == [0, bulk, bulk, bulk, bulk, bulk] and turns.waiting() == 0
 
 
 def test_when_the_analysers_fail_every_site_gets_the_images_and_the_summary_says_why():
