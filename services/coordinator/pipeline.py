@@ -221,13 +221,12 @@ class CasePipeline:
 
     def _run(self, case: Case, is_active, on_cancel, channels) -> Iterator[Step]:
         self.directory.before_case(case.sites, case.deadline_s)
-        turn = lambda: self.turns.turn(case.served.priority)  # noqa: E731 - the case's turns, by its class
-        with turn():
+        with self._turn(case):
             planned = self.plan(case)
             plan = pb.CaseEvent(plan=self.plan_message(case, planned))
         yield Step(plan)
         analysed = self.analyse(case, planned)
-        with turn():
+        with self._turn(case):
             fan = self.fan_out(case, planned, analysed, channels)
             if on_cancel is not None:
                 on_cancel(fan.cancel)
@@ -238,7 +237,7 @@ class CasePipeline:
             for outcome in itertools.chain(unsendable, fan.outcomes()):
                 if not is_active():
                     break
-                with turn():
+                with self._turn(case):
                     results.append(self.collect(case, planned, analysed, outcome))
                 yield Step(pb.CaseEvent(site_result=results[-1]), outcome, fan, self.clock() - case.started)
         except GeneratorExit:  # gRPC closes the stream when the client cancels
@@ -250,14 +249,18 @@ class CasePipeline:
             with self._lock:
                 self.cases_cancelled += 1
             log.info("case %s: cancelled by the client after %.3f s", log_tag(case.case_id), total_s)
-            with turn():
+            with self._turn(case):
                 self.record(case, planned, analysed, results, total_s, "cancelled")
             return
-        with turn():
+        with self._turn(case):
             summary = self.conclude(case, planned, analysed, results, total_s)
             self.record(case, planned, analysed, results, total_s,
                         case_outcome(summary.sites_ok, summary.sites_failed))
         yield Step(pb.CaseEvent(summary=summary), at_s=total_s)
+
+    def _turn(self, case: Case):
+        """The case's turn to compute, at its class's priority (`Turns.turn`)."""
+        return self.turns.turn(case.served.priority)
 
     # ------------------------------------------------------------ plan
 
