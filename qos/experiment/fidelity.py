@@ -174,9 +174,11 @@ def fidelity_record(machine_before: dict, machine_after: dict, emulators_before:
 
 
 def measured(source, measure: Callable[[], T], bound: FidelityBound = DEFAULT_BOUND,
-             attempts: int = 1) -> tuple[T, dict]:
+             attempts: int = 1, usable: Callable[[T], bool] = lambda result: True) -> tuple[T, dict]:
     """`measure()`'s result and the fidelity record of its window, measured again while the
-    window is invalid (`judge`), at most `attempts` times in all; the last attempt's.
+    window is invalid (`judge`) or the result itself says the machine interfered (`usable`
+    false: e.g. a traffic sender that stalled and caught up in a burst), at most `attempts`
+    times in all; the last attempt's.
 
     `source` is anything with the testbed's `emulator_snapshots` (a Testbed, a bench); its
     emulators and the machine are sampled before `measure` and after it (the emulators' first
@@ -188,7 +190,7 @@ def measured(source, measure: Callable[[], T], bound: FidelityBound = DEFAULT_BO
         machine_after = machine_sample()
         emulators_after = source.emulator_snapshots(newer_than=time.time())
         record = fidelity_record(machine_before, machine_after, emulators_before, emulators_after, bound)
-        if record["valid"]:
+        if record["valid"] and usable(result):
             break
     return result, record
 

@@ -22,6 +22,7 @@ IP_HEADER = 20
 TCP_HEADER_WITH_TIMESTAMPS = 32
 UDP_HEADER = 8
 ETHERNET_HEADER = 14
+PACE_WITHIN = 0.5  # a UDP client's rate in each report interval, as a share of its own (kept_pace)
 
 
 class IperfError(RuntimeError):
@@ -44,6 +45,19 @@ class IperfResult:
     packets: int | None      # UDP datagrams sent
     interrupted: bool        # stopped by a signal before its planned end
     raw: dict
+
+    def sent_per_interval(self) -> list[tuple[float, int]]:
+        """(seconds, bytes) the client sent in each of its report intervals (`interval`)."""
+        return [(float(i["sum"]["seconds"]), int(i["sum"]["bytes"])) for i in self.raw.get("intervals", ())]
+
+    def kept_pace(self, rate_bps: float, within: float = PACE_WITHIN) -> bool:
+        """Whether a UDP client sent every whole report interval at `rate_bps` to within
+        `within` (a share). iperf3 keeps its average rate: a client held up by other work on
+        the machine sends what it owes in a burst, which a short queue then drops."""
+        intervals = self.sent_per_interval()
+        longest = max((s for s, _ in intervals), default=0.0)
+        whole = [(s, b) for s, b in intervals if s > 0.5 * longest]  # the last report may be a sliver
+        return all(abs(b * 8 / s - rate_bps) <= within * rate_bps for s, b in whole)
 
     def frame_overhead_bytes(self, l2_bytes: int = ETHERNET_HEADER) -> int:
         """Header bytes per packet on a link that counts `l2_bytes` of L2 overhead per packet."""
@@ -124,15 +138,19 @@ class IperfServer:
 
 def client_argv(server_ip: str, port: int = 5201, seconds: float | None = 3.0, dscp: int = 0,
                 reverse: bool = False, parallel: int = 1, udp_bps: float | None = None,
-                length: int | None = None, nbytes: int | None = None, omit: float = 0.0) -> list[str]:
+                length: int | None = None, nbytes: int | None = None, omit: float = 0.0,
+                interval: float | None = None) -> list[str]:
     """The iperf3 client command line (JSON output, --dscp marking of what the client sends).
 
     With `reverse` the server sends, and iperf3 3.12's server does not apply the client's
     DSCP to it: mark such data at the server's edge (see `qos.traffic.competing.mark_source_port`).
 
-    `omit` seconds at the start (slow start) are run but left out of the results.
+    `omit` seconds at the start (slow start) are run but left out of the results; `interval`:
+    seconds between iperf3's reports (its default 1 s).
     """
     argv = ["iperf3", "-c", server_ip, "-p", str(port), "-J", "--dscp", str(int(dscp))]
+    if interval:
+        argv += ["-i", f"{interval:g}"]
     if omit:
         argv += ["-O", f"{omit:g}"]
     if nbytes:

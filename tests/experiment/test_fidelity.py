@@ -105,6 +105,11 @@ def test_measured_judges_the_window_of_what_it_measures():
     lateness = [5e-3, 5e-3, 1e-5]
     _, record = fidelity.measured(source, lambda: measure(lateness.pop(0)), attempts=2)
     assert not record["valid"] and lateness == [1e-5]
+    # ... or while the result says the machine interfered (usable false), on a valid window.
+    results = ["stalled", "paced", "stalled"]
+    result, record = fidelity.measured(source, lambda: (measure(1e-5), results.pop(0))[1], attempts=3,
+                                       usable=lambda r: r == "paced")
+    assert result == "paced" and record["valid"] and results == ["stalled"]
 
 
 def test_machine_window_reads_busy_and_steal(tmp_path):

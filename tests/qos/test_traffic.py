@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from scipy import stats
 from qos.classes import DEFAULT_CLASSES
 from qos.testbed import Testbed, load_config, netns
 from qos.traffic import pareto
+from qos.traffic.iperf import client_argv, parse
 from qos.traffic.competing import (BulkDownloads, ConstantRateUDP, FileFetches, ParetoBursts, from_spec,
                                    k_for_mean)
 
@@ -29,6 +31,24 @@ def test_slot_rates_follow_scipys_pareto_below_the_cap():
     assert capped.max() == cap
     assert capped.mean() == pytest.approx(pareto.capped_mean(k, cap_bps=cap), rel=0.02)
     assert np.array_equal(pareto.slot_rates(10, k, cap_bps=cap, seed=3), pareto.slot_rates(10, k, cap_bps=cap, seed=3))
+
+
+def udp_client_json(sent: list[tuple[float, int]]) -> str:
+    """iperf3 -J output of a UDP client whose report intervals sent `sent` [(seconds, bytes)]."""
+    return json.dumps({"start": {"test_start": {"protocol": "UDP"}},
+                       "intervals": [{"sum": {"seconds": s, "bytes": b}} for s, b in sent],
+                       "end": {"sum": {"seconds": sum(s for s, _ in sent), "bytes": sum(b for _, b in sent),
+                                       "lost_percent": 0.0, "packets": 1}}})
+
+
+def test_a_udp_client_kept_its_pace_unless_it_stalled_and_caught_up_in_a_burst():
+    argv = client_argv("10.0.0.2", interval=0.1)
+    assert argv[argv.index("-i") + 1] == "0.1" and "-i" not in client_argv("10.0.0.2")
+    paced = parse(udp_client_json([(0.1, 25_000)] * 39 + [(0.01, 1_400)]))  # a last sliver of a report
+    assert paced.sent_per_interval()[0] == (0.1, 25_000) and paced.kept_pace(2e6)
+    stalled = parse(udp_client_json([(0.1, 25_000), (0.1, 0), (0.1, 50_000), (0.1, 25_000)]))
+    assert not stalled.kept_pace(2e6) and stalled.kept_pace(2e6, within=1.0)
+    assert not paced.kept_pace(5e6)  # 2 Mbit/s is not 5
 
 
 def test_k_for_mean_inverts_the_capped_mean():
