@@ -189,6 +189,7 @@ class Turns:
 
     @contextmanager
     def turn(self, priority: int):
+        """Hold a turn for the `with` block, taken at `priority` (0 most favoured)."""
         with self._changed:
             me = (priority, next(self._order))
             heapq.heappush(self._waiting, me)
