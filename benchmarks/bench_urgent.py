@@ -6,10 +6,10 @@ Three small synthetic sites and a coordinator (with its analysers) on one local 
 demo's deployment: the coordinator and the sites' gRPC servers share this process), then
 `--clients` concurrent clients in a process of their own (as real clients are), each its
 own connection, sending 1-cell cases of the classes in turn (client i: class i mod 4) as
-fast as they are answered, for `--seconds` (at most `--max-cases` cases a client). A refused case (RESOURCE_EXHAUSTED) waits the
-coordinator's retry-after (at most 0.5 s) before the client's next. Prints, per class, the
-cases answered and refused and the p50 and p95 of the answered ones' completion times,
-then urgent's p95 over bulk's. The machine is shared: compare figures of one run only.
+fast as they are answered, for `--seconds` (at most `--max-cases` cases a client). A
+refused case (RESOURCE_EXHAUSTED) waits the coordinator's retry-after (at most 0.5 s)
+before the client's next. Prints, per class, the cases answered and refused and the p50
+and p95 of the answered ones' completion times, then urgent's p95 over bulk's. The machine is shared: compare figures of one run only.
 """
 
 from __future__ import annotations
