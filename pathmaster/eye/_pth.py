@@ -141,13 +141,13 @@ def _materialise(ref: _TensorRef) -> np.ndarray:
     return np.ascontiguousarray(view).astype(data.dtype.newbyteorder("="), copy=False)
 
 
-def read_state_dict(path: str | Path) -> dict[str, np.ndarray]:
+def read_state_dict(source: str | Path | BinaryIO) -> dict[str, np.ndarray]:
     """The tensors of a legacy-format ``.pth`` state dict, by name, as NumPy arrays.
 
     Parameters
     ----------
-    path : str or Path
-        A file written by ``torch.save(model.state_dict(), path, _use_new_zipfile_serialization=False)``
+    source : str, Path or binary file
+        A file (or its bytes, e.g. ``io.BytesIO``) written by ``torch.save(model.state_dict(), path, _use_new_zipfile_serialization=False)``
         (or by torch before 1.6).
 
     Returns
@@ -163,15 +163,18 @@ def read_state_dict(path: str | Path) -> dict[str, np.ndarray]:
     ValueError
         Not a legacy ``.pth`` file, or its storages do not match its tensors.
     """
-    with open(path, "rb") as file:
-        if _load_plain(file) != MAGIC_NUMBER or _load_plain(file) != PROTOCOL_VERSION:
-            raise ValueError(f"{path}: not a legacy PyTorch file (magic number or protocol)")
-        sys_info = _load_plain(file)
-        if not (isinstance(sys_info, dict) and sys_info.get("little_endian")):
-            raise ValueError(f"{path}: written on a big-endian machine, not supported")
-        unpickler = _RestrictedUnpickler(file)
-        state = unpickler.load()
-        if not isinstance(state, dict) or not all(isinstance(v, _TensorRef) for v in state.values()):
-            raise ValueError(f"{path}: not a state dict of tensors")
-        _read_storages(file, unpickler.storages)
+    if isinstance(source, (str, Path)):
+        with open(source, "rb") as file:
+            return read_state_dict(file)
+    file = source
+    if _load_plain(file) != MAGIC_NUMBER or _load_plain(file) != PROTOCOL_VERSION:
+        raise ValueError("not a legacy PyTorch file (magic number or protocol)")
+    sys_info = _load_plain(file)
+    if not (isinstance(sys_info, dict) and sys_info.get("little_endian")):
+        raise ValueError("written on a big-endian machine, not supported")
+    unpickler = _RestrictedUnpickler(file)
+    state = unpickler.load()
+    if not isinstance(state, dict) or not all(isinstance(v, _TensorRef) for v in state.values()):
+        raise ValueError("not a state dict of tensors")
+    _read_storages(file, unpickler.storages)
     return {str(name): _materialise(ref) for name, ref in state.items()}
