@@ -18,9 +18,8 @@ The network of ``efficientnet-lite-pytorch`` 0.1.0 (``EfficientNet.from_pretrain
 
 Batch normalisation is folded into the convolutions once, at load (`fold_weights`): a
 kernel scaled by gamma / sqrt(var + eps) per output channel, and a bias. A 1x1 convolution
-is a matrix product of (pixels, Cin) by (Cin, Cout); the depthwise convolution is k*k
-shifted multiply-adds of whole channels-last slices, each tap clipped to the pixels it
-reaches (which is the zero padding, without padding).
+is a matrix product of (pixels, Cin) by (Cin, Cout); the depthwise convolution is the sum
+of k*k shifted channels-last slices times their weights (`depthwise`).
 
 Blocks are numbered 0..15 as the weights name them (``_blocks.N``); `HEAD` (16) is the head
 convolution's output, counted as one more block; `STAGE_ENDS` are the last block of each
@@ -162,7 +161,23 @@ def depthwise(x: np.ndarray, kernel: np.ndarray, bias: np.ndarray, stride: int) 
     Returns
     -------
     ndarray of float32, shape (n, ceil(H / stride), ceil(W / stride), C)
+
+    Notes
+    -----
+    The sum over the k*k taps of each tap's shifted slice times its weights, two ways, the
+    faster for each kernel (measured on one core at 224 px, the 16 blocks' shapes): 3x3 as
+    9 whole-slice multiply-adds (`_depthwise_shifted`, 7.2 ms against 9.9 for the windows),
+    5x5 as one ``einsum`` over the windows of a zero-padded copy (`_depthwise_windows`, 5.6
+    ms against 8.0: 25 taps are 50 NumPy calls, each a pass over memory).
     """
+    out = _depthwise_shifted(x, kernel, bias, stride) if kernel.shape[0] <= 3 else \
+        _depthwise_windows(x, kernel, bias, stride)
+    return np.clip(out, 0.0, 6.0, out=out)
+
+
+def _depthwise_shifted(x: np.ndarray, kernel: np.ndarray, bias: np.ndarray, stride: int) -> np.ndarray:
+    """`depthwise` before its ReLU6, as k*k multiply-adds of whole slices, each tap clipped
+    to the outputs it reaches (which is the zero padding, without padding)."""
     n, h, w, c = x.shape
     k = kernel.shape[0]
     (oh, top), (ow, left) = same_padding(h, k, stride), same_padding(w, k, stride)
@@ -177,7 +192,21 @@ def depthwise(x: np.ndarray, kernel: np.ndarray, bias: np.ndarray, stride: int) 
             np.multiply(x[:, rows_in, cols_in], kernel[dy, dx], out=term)
             target = out[:, rows_out, cols_out]
             np.add(target, term, out=target)
-    return np.clip(out, 0.0, 6.0, out=out)
+    return out
+
+
+def _depthwise_windows(x: np.ndarray, kernel: np.ndarray, bias: np.ndarray, stride: int) -> np.ndarray:
+    """`depthwise` before its ReLU6, as one sum of products over the k x k windows of a
+    zero-padded copy (TensorFlow's zeros before and after), every ``stride``-th window."""
+    n, h, w, c = x.shape
+    k = kernel.shape[0]
+    (oh, top), (ow, left) = same_padding(h, k, stride), same_padding(w, k, stride)
+    padded = np.zeros((n, (oh - 1) * stride + k, (ow - 1) * stride + k, c), np.float32)
+    padded[:, top:top + h, left:left + w] = x
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (k, k), axis=(1, 2))[:, ::stride, ::stride]
+    out = np.einsum("nhwcij,ijc->nhwc", windows, kernel)
+    out += bias
+    return out
 
 
 def pointwise(x: np.ndarray, matrix: np.ndarray, bias: np.ndarray, relu6: bool) -> np.ndarray:
