@@ -1,4 +1,4 @@
-"""CPU time of a whole upload's analysis on real 224 px cells, learnt part included, before vs after.
+"""CPU time of a whole upload's analysis on real 224 px cells, the eye included, before vs after.
 
     python benchmarks/bench_upload_cpu.py [--before REV] [--every 10] [--repeats 5] [--rounds 3] [--json]
 
@@ -6,42 +6,16 @@ An upload as a user sends it: a real Herlev cell as a 224 px JPEG, letter-boxed,
 and no blank slide (../shared/data/herlev-224-dev, or $PATHMASTER_SHARED/data/...; every
 `every`-th file). Timed per upload, in CPU seconds of one thread (OMP/OpenBLAS/MKL and
 OpenCV pinned to 1): "analyse" is `pathmaster.site.analyse_cell(image)` (segmentation,
-blank-slide estimate, the features and the network's patch) and "learnt" the site's
-network on that patch (`Embedder.embed` and `abnormal_probability`, as a site and the
-coordinator run it), with weights drawn at random (`pathmaster.learn.init_params`: the
-time does not depend on their values; without the [learn] extra the learnt part is left
-out and says so). Each upload's figure is the median of `repeats`; printed are the
-medians over uploads.
+blank-slide estimate, the features and the patch) and "learnt" what a site runs on that
+patch besides: the pretrained eye (`pathmaster.eye`, its default options) and a lens and head
+on top (fitted to random vectors: the time does not depend on their values); on a tree
+from before the eye, the learnt network of that tree with random weights. Each upload's
+figure is the median of `repeats`; printed are the medians over uploads.
 
 Before and after run in fresh processes of their own trees (git revision REV in a
 temporary worktree, and this working tree), `rounds` times in alternation, so machine
 noise hits both alike; each round's medians and their ratio are printed, then the
-median over rounds.
-
-Where the CPU of an upload went at 152bf4d (19 uploads, per-function CPU clocks at load ~3,
-so ~10% above the quiet figures): the segmentation and blank-slide
-estimate ~14 ms (three passes of `_cell_and_nucleus` ~6.8, `_clear_glass` ~2.4, lamp fits
-~1.8, nucleoli ~0.9), the features ~10 ms (geometry ~3.2, nuclear texture ~3.2, density
-~2.8), the patch ~0.9 ms; the network ~7.8 ms, ~4 of them its first convolution, mostly
-page faults of fresh im2col and output arrays. Page faults are a large share throughout:
-a 224 px upload touches ~1,500 new 4 KB pages (`resource.getrusage` minor faults), as
-glibc hands freed arrays back to the system and faults them in again; with
-MALLOC_TRIM_THRESHOLD_=64 MB and MALLOC_MMAP_THRESHOLD_=32 MB in the environment (one round,
-`--every 20`, load 9) uploads took 25.7 / 24.0 ms to analyse (before / after) instead of
-28.8 / 29.4 ms, and the network before 4.8 ms instead of 8.8.
-
-Measured on the shared 2-core VM (load average 6-7 from other work; `--every 5 --repeats 5
---rounds 3`, 93 uploads), 152bf4d -> 8f6ddae (the network's inference in reused buffers,
-pooling before its bias and ReLU; the patch from a table; regional extrema and shape
-moments by OpenCV; optical density in place): analyse 25.8 -> 26.8 ms (x0.96; rounds x1.00,
-x0.96, x0.91), learnt 8.5 -> 3.8 ms (x2.21), total 35.1 -> 30.9 ms (x1.14; rounds x1.14,
-x1.11, x1.08); at b2b54e3 (buffers per thread) total x1.18, analyse x1.03. The analysis
-without the network beside it takes ~1.1 ms less (29.3 -> 28.2 ms, 24 uploads, load 9),
-but within the benchmark it now faults in ~1,450 pages an upload where it faulted ~150-900:
-the network no longer frees 2.6 MB arrays, which raised glibc's trim threshold for the
-whole process. The embedding, abnormal probability, patch, mask and blank slide are the
-same bits, the features the same to 5.6e-12 (`check_identical_outputs.py --rtol 1e-9
---atol 1e-9`, every case).
+median over rounds. Results: benchmarks/results/upload-cpu-*.txt.
 """
 
 from __future__ import annotations
@@ -61,7 +35,7 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-BASELINE = "152bf4d"  # the tree this work started from
+BASELINE = "cbe92cb"  # the last tree with the from-scratch network
 SHARED = Path(os.environ.get("PATHMASTER_SHARED", REPO.parent / "shared"))
 PARTS = ("analyse", "learnt", "total")
 
@@ -76,20 +50,8 @@ def worker(uploads: Path, every: int, repeats: int) -> dict:
     from pathmaster.site import analyse_cell
 
     cv2.setNumThreads(1)
-    embedder = None
-    try:
-        from pathmaster.embedding import Embedder
-        from pathmaster.learn import init_params
-
-        labels = ["normal", "abnormal"]
-        embedder = Embedder(init_params(0, len(labels)), labels, np.array([False, True]))
-    except ImportError:
-        pass
+    learnt = _learnt_part()
     images = [np.asarray(Image.open(p).convert("RGB")) for p in sorted(uploads.glob("*/*.jpg"))[::every]]
-
-    def learnt(analysis) -> None:
-        if embedder is not None:
-            embedder.abnormal_probability(embedder.embed(analysis.patch))
 
     learnt(analyse_cell(images[0]))  # lazy imports and caches out of the timing
     per_upload: dict[str, list[float]] = {part: [] for part in PARTS}
@@ -107,8 +69,38 @@ def worker(uploads: Path, every: int, repeats: int) -> dict:
         for part in PARTS:
             per_upload[part].append(1000 * statistics.median(times[part]))
     return {"package": str(Path(pathmaster.__file__).resolve().parent), "uploads": len(images),
-            "learnt_included": embedder is not None,
+            "learnt_included": learnt.__doc__ or "",
             **{f"{part}_ms": statistics.median(values) for part, values in per_upload.items()}}
+
+
+def _learnt_part():
+    """``learnt(analysis)``: what a site runs on an upload's patch besides its analysis, in
+    the tree first on sys.path (its docstring says which)."""
+    import numpy as np
+
+    try:
+        from pathmaster.abnormality import fit_classifier
+        from pathmaster.embedding import fit_lens
+        from pathmaster.eye import open_eye
+    except ImportError:  # a tree from before the eye: its learnt network, random weights
+        from pathmaster.embedding import Embedder
+        from pathmaster.learn import init_params
+
+        embedder = Embedder(init_params(0, 2), ["normal", "abnormal"], np.array([False, True]))
+
+        def learnt(analysis) -> None:
+            """the site's learnt network (random weights)"""
+            embedder.abnormal_probability(embedder.embed(analysis.patch))
+        return learnt
+    eye = open_eye()
+    vectors = np.random.default_rng(0).normal(size=(400, eye.dim))
+    lens = fit_lens(vectors, eye.describe())
+    lens.head = fit_classifier(lens.embed(vectors), np.array(["a", "b"] * 200), {"b"}, range(lens.dim), 1.0)
+
+    def learnt(analysis) -> None:
+        """the pretrained eye and a lens and head on top"""
+        lens.abnormal_probability(lens.embed(eye.features(analysis.patch[None])))
+    return learnt
 
 
 def _run(tree: Path, args) -> dict:
@@ -160,8 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     first = rounds[0]["after"]
     print(_line("median over rounds", summary))
     print(f"{first['uploads']} uploads of {args.uploads.name}, median of {args.repeats} CPU timings each, one thread; "
-          f"before = {args.before}, after = this working tree; learnt part "
-          f"{'included (random weights)' if first['learnt_included'] else 'NOT included: no [learn] extra'}")
+          f"before = {args.before} (learnt: {rounds[0]['before']['learnt_included']}), after = this working tree "
+          f"(learnt: {first['learnt_included']})")
     return 0
 
 

@@ -22,8 +22,8 @@ vector with ``np.array_equal`` (no tolerance). Cases, each cell fed as the produ
 - the realistic uploads (../shared/data/herlev-224-dev: 224 px JPEG, letter-boxed, no mask
   or slide) as ``analyse_cell(image)``.
 
-For the uploads also the patch a learnt network sees and that network's embedding and
-abnormal probability (weights drawn from a fixed seed, `_network`). With ``--rtol`` /
+For the uploads also the patch the eye sees and the eye's vector of it (`pathmaster.eye`,
+its default options, where the tree has one). With ``--rtol`` /
 ``--atol``, float arrays that differ by no more (``np.allclose``) are counted apart, for
 changes that are exact only to floating-point rounding.
 
@@ -57,17 +57,13 @@ def _outputs(analysis) -> dict[str, np.ndarray]:
     return outputs
 
 
-def _network():
-    """An `Embedder` with `learn.init_params`' weights and random biases (it starts them at
-    0): a site's own network is learnt, and what is compared does not depend on which."""
-    from pathmaster import embedding as emb
-    from pathmaster.learn import init_params
-
-    params = init_params(0, 2)
-    rng = np.random.default_rng(0)
-    for name in [name for name in params if name.endswith("_b")]:
-        params[name] = rng.normal(0, 0.3, params[name].shape).astype(np.float32)
-    return emb.Embedder(params, ["normal", "abnormal"], np.array([False, True]))
+def _eye():
+    """The tree's pretrained eye (its default options), None in a tree from before it."""
+    try:
+        from pathmaster.eye import open_eye
+    except ImportError:
+        return None
+    return open_eye()
 
 
 def dump(out: Path, synthetic: int, herlev: Path | None, uploads: Path | None = None) -> None:
@@ -110,13 +106,12 @@ def dump(out: Path, synthetic: int, herlev: Path | None, uploads: Path | None = 
     if uploads is not None and uploads.is_dir():
         from PIL import Image
 
-        network = _network()
+        eye = _eye()
         for i, path in enumerate(sorted(uploads.glob("*/*.jpg"))):
             analysis = analyse_cell(np.asarray(Image.open(path).convert("RGB")))
             outputs = _outputs(analysis)
-            if analysis.patch is not None:  # the learnt part, as a site and the coordinator run it
-                outputs["embedding"] = network.embed(analysis.patch)
-                outputs["abnormal_probability"] = network.abnormal_probability(outputs["embedding"])
+            if analysis.patch is not None and eye is not None:  # the eye's vector, as a site and the coordinator see it
+                outputs["eye"] = eye.features(analysis.patch[None])
             keep("herlev-224-upload", i, outputs)
     np.savez_compressed(out, **arrays)
 

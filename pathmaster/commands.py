@@ -60,9 +60,9 @@ def register(subparsers) -> None:
                         "discriminant axes learnt from the site's labels (lda), or auto = "
                         "whichever retrieves diagnoses best under cross-validation (default: as before, else auto)")
     p.add_argument("--similarity", choices=("auto", "features", "embedding", "fused"), default=None,
-                   help="what the site compares: its features, an embedding learnt from its own labelled "
-                        "cells' pixels (a small network trained here, extra [learn]), both fused, or auto = "
-                        "whichever its cross-validation finds best (default: as before, else auto)")
+                   help="what the site compares: its features, what a frozen pretrained network (the eye) sees "
+                        "of the cells' pixels through a lens fitted to its own labelled cells, both fused, or "
+                        "auto = whichever its cross-validation finds best (default: as before, else auto)")
     p.add_argument("--vocabulary", metavar="NAME|FILE",
                    help="the site's diagnosis labels: herlev, sipakmed, bethesda, or a TOML file (labels, which "
                         "are abnormal, each one's Bethesda term; see pathmaster/vocabulary.py); set on the first "
@@ -274,19 +274,20 @@ def _search(args) -> int:
 
 
 def _site_score_fit(db, site, X, labels, groups, labelled, options: dict, seed: int):
-    """``evaluate.site_score_fit`` for an indexed site: with its cells' patches when it
-    learnt a network, so each training fold learns one as indexing did."""
+    """``evaluate.site_score_fit`` for an indexed site: with its cells' eye vectors when it
+    looks through an eye, so each training fold learns its lens as indexing did."""
     from pathmaster import evaluate
-    from pathmaster.learnt import cell_patches
+    from pathmaster.learnt import eye_vectors
 
-    patches = None
-    if site.learnt.model:
+    vectors = eye = None
+    if site.eye is not None:
         cells = db.cells()
-        patches = cell_patches(db, [c for c, keep in zip(cells, labelled) if keep])
+        vectors = eye_vectors(db, [c for c, keep in zip(cells, labelled) if keep], site.eye)
+        eye = site.eye.describe()
     return evaluate.site_score_fit(X[labelled], labels[labelled], groups[labelled], site.feature_names,
                                    site.vocabulary.abnormal, choice=options.get("features", "auto"),
-                                   similarity_choice=options.get("similarity", "auto"), patches=patches,
-                                   learn_seconds=options.get("learn_seconds"), seed=seed)
+                                   similarity_choice=options.get("similarity", "auto"), eye_vectors=vectors,
+                                   eye=eye, seed=seed)
 
 
 @_reports_bad_input

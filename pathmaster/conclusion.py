@@ -52,6 +52,10 @@ from pathmaster.vocabulary import BETHESDA_TERMS, NILM, majority, severity
 DEFAULT_THRESHOLD = 0.5
 WEIGHTINGS = ("uniform", "distance")
 TARGET_CASE_SPECIFICITY = 0.90
+# A site's own operating point is chosen for the case, not the cell: the threshold at which
+# simulated cases of its held-out cells reach this case sensitivity, at the best case
+# specificity (`simulate_cases` with ``target_sensitivity``).
+TARGET_CASE_SENSITIVITY = 0.95
 CASE_CELLS = 6
 OUTCOMES = ("abnormal", "nilm", "cannot_conclude", "no_answer")
 
@@ -337,7 +341,7 @@ def draw_cases(abnormal, groups=None, *, usable=None, cells: int = CASE_CELLS, a
 
 def simulate_cases(scores, abnormal, groups=None, *, cells: int = CASE_CELLS, abnormal_cells=(1, 2),
                    cases: int = 2000, thresholds=None, target_specificity: float = TARGET_CASE_SPECIFICITY,
-                   seed: int = 0) -> dict:
+                   target_sensitivity: float | None = None, seed: int = 0) -> dict:
     """Case sensitivity and specificity per threshold, on cases drawn from held-out cells.
 
     Parameters
@@ -355,6 +359,10 @@ def simulate_cases(scores, abnormal, groups=None, *, cells: int = CASE_CELLS, ab
         Thresholds to score (default: every distinct score, where decisions change).
     target_specificity : float
         The case specificity the chosen threshold must reach.
+    target_sensitivity : float, optional
+        Choose for sensitivity instead: the threshold with the best specificity among those
+        whose case sensitivity reaches this (ties to the higher sensitivity); when none
+        does, the most sensitive one. ``met`` then says whether it was reached.
 
     Returns
     -------
@@ -376,12 +384,18 @@ def simulate_cases(scores, abnormal, groups=None, *, cells: int = CASE_CELLS, ab
     grid = np.unique(scores[usable]) if thresholds is None else np.asarray(thresholds, dtype=np.float64)
     sensitivity = (abnormal_max[None, :] >= grid[:, None]).mean(axis=1)
     specificity = (normal_max[None, :] < grid[:, None]).mean(axis=1)
-    meets = specificity >= target_specificity
-    candidates = np.flatnonzero(meets) if meets.any() else np.flatnonzero(specificity == specificity.max())
-    best = max(candidates, key=lambda i: (sensitivity[i], specificity[i]))
+    if target_sensitivity is None:
+        meets = specificity >= target_specificity
+        candidates = np.flatnonzero(meets) if meets.any() else np.flatnonzero(specificity == specificity.max())
+        best = max(candidates, key=lambda i: (sensitivity[i], specificity[i]))
+    else:
+        meets = sensitivity >= target_sensitivity
+        candidates = np.flatnonzero(meets) if meets.any() else np.flatnonzero(sensitivity == sensitivity.max())
+        best = max(candidates, key=lambda i: (specificity[i], sensitivity[i]))
     groups = np.arange(len(scores)) if groups is None else np.asarray(groups)
     return {"thresholds": grid.tolist(), "sensitivity": sensitivity.tolist(), "specificity": specificity.tolist(),
             "chosen": float(grid[best]), "met": bool(meets[best]), "target_specificity": target_specificity,
+            "target_sensitivity": target_sensitivity,
             "chosen_sensitivity": float(sensitivity[best]), "chosen_specificity": float(specificity[best]),
             "cells": {"normal": int((usable & ~truth).sum()), "abnormal": int((usable & truth).sum())},
             "groups": int(len(np.unique(groups[usable]))), "cases": cases, "cells_per_case": cells}

@@ -1,46 +1,41 @@
-"""A site's learnt cell embedding, run in plain NumPy: the cell's patch, the CNN, its scores.
+"""What a site sees of a cell: its patch, its frozen pretrained eye's vector, and the lens
+the site learns on top of the eye from its own labelled cells.
 
-A site that learns its similarity (``pathmaster.learn``, at index time, with JAX) stores
-the weights as an ``.npz`` file named by its content hash; everything that analyses an
-upload (the site's workers, the coordinator in features mode, the client) runs the network
-here, with NumPy only, so none of them imports JAX. The same functions define the network
-for training (``pathmaster.learn`` passes ``jax.numpy`` as ``xp``), so the forward pass is
-one definition, checked equal on the same weights by the tests.
-
-- ``cell_patch(image, background)``: the cell's image made square, divided by its blank
-  slide's colour (light transmitted, so lamp differences between sites shrink), resized
-  to ``PATCH_PX``; uint8 (S, S, 3).
-- ``Embedder``: the weights; ``embed(patches)`` -> (m, d) float32 vectors pooled over the
-  8 rotations and flips of each patch (cells have no orientation, so the vector does not
-  either: exactly, not only approximately as training on rotated copies gives), and
-  ``abnormal_probability`` from the classifier head on that vector.
-
-Hand-written because the network is four 3x3 convolutions: NumPy's ``matmul`` over
-``sliding_window_view`` windows runs it in a few milliseconds per cell, where an
-inference runtime (onnxruntime, TFLite) would be another dependency of every role.
+- ``cell_patch(image, background, size)``: the cell's image made square, divided by its
+  blank slide's colour (light transmitted, so lamp differences between sites shrink),
+  resized to the eye's input side; uint8 (S, S, 3).
+- The eye (``pathmaster.eye``) turns patches into vectors: a public, frozen network, the
+  same at every site that names it, so anyone (the coordinator, a client) can compute a
+  cell's eye vector and a site checks it by the eye's id.
+- ``SiteLens``: what a site learns on top of the eye when it is indexed: the principal axes
+  of its cells' eye vectors (the space it compares, z-scored by ``LearntSimilarity``) and a
+  multinomial logistic head over that space (its "network" abnormality score). Plain
+  arrays applied with NumPy, stored as an ``.npz`` named by its content hash.
+- ``LearntSimilarity``: how the site turns a cell's features and lens vector into its
+  search vector and its abnormality score, as its cross-validation chose them.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import hashlib
 import io
+import json
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-# Side of the patch the network sees, in pixels.
-PATCH_PX = 48
-# Channels of the four convolutions, and the width of the embedding (the penultimate layer).
-CHANNELS = (16, 32, 64, 96)
-EMBEDDING_DIM = 64
+# Side of the patch made of an upload, in pixels: what the eye looks at (it resizes a patch
+# of another side to its own input).
+PATCH_PX = 224
+# The most principal axes of the eye's vectors a lens keeps (fewer on a site with fewer
+# cells: at most a quarter of its labelled cells, so the axes are not fitted to few cells).
+LENS_AXES = 64
 
 
 def cell_patch(image: np.ndarray, background: np.ndarray, size: int = PATCH_PX) -> np.ndarray:
-    """The cell's image as the network sees it: square, white-balanced, ``size`` px a side.
+    """The cell's image as the eye sees it: square, white-balanced, ``size`` px a side.
 
     Parameters
     ----------
@@ -58,10 +53,8 @@ def cell_patch(image: np.ndarray, background: np.ndarray, size: int = PATCH_PX) 
 
     Notes
     -----
-    The whole upload rather than the segmented cell's box: on the development half of the
-    224 px Herlev cells (one grouped fold, the same network and budget) the box gave the
-    network's abnormality score a ROC AUC of 0.67, the whole image 0.89; a box round a
-    mis-segmented cell (its nucleus alone, or a neighbour) loses what the network needs.
+    The whole upload, not the segmented cell's box: a box round a mis-segmented cell (its
+    nucleus alone, or a neighbour) loses what the eye needs to see.
     """
     import cv2
 
@@ -83,203 +76,75 @@ def cell_patch(image: np.ndarray, background: np.ndarray, size: int = PATCH_PX) 
     return cv2.resize(scaled, (size, size), interpolation=cv2.INTER_AREA if side >= size else cv2.INTER_LINEAR)
 
 
-def dihedral(patches, xp=np):
-    """The 8 rotations and flips of each patch: (m, S, S, C) -> (8, m, S, S, C)."""
-    views = []
-    for flipped in (patches, patches[:, :, ::-1]):
-        for turns in range(4):
-            views.append(xp.rot90(flipped, turns, axes=(1, 2)))
-    return xp.stack(views)
-
-
-def _conv3x3(x, kernel, bias, xp):
-    """'Same' 3x3 convolution of (n, H, W, Cin) with kernel (3, 3, Cin, Cout), then ReLU."""
-    n, h, w, c = x.shape
-    padded = xp.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
-    if xp is np:
-        windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(1, 2))  # n,H,W,C,3,3
-        cols = windows.transpose(0, 1, 2, 4, 5, 3).reshape(n * h * w, 9 * c)
-        out = (cols @ kernel.reshape(9 * c, -1)).reshape(n, h, w, -1)
-    else:  # jax.numpy: XLA's own convolution
-        from jax import lax
-
-        out = lax.conv_general_dilated(padded, kernel, (1, 1), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"))
-    return xp.maximum(out + bias, 0)
-
-
-def _pool2(x, xp):
-    """2x2 max pooling of (n, H, W, C) (H, W even)."""
-    n, h, w, c = x.shape
-    return x.reshape(n, h // 2, 2, w // 2, 2, c).max(axis=(2, 4))
-
-
-# Buffers for `Embedder.embed` (~10 MB a set: the im2col matrices and layer outputs of one
-# patch's 8 views), reused from call to call: fresh arrays of that size cost as much again
-# in page faults as the arithmetic done in them. A call takes a set from the free ones (or
-# makes one) and gives it back, so as many sets exist as calls ran at once, and at most
-# KEPT_WORKSPACES stay: memory does not grow with the threads that ever embedded.
-KEPT_WORKSPACES = 2
-_free_workspaces: list[dict] = []  # list.pop and list.append are atomic: no lock to hold over a fork
-
-
-@contextlib.contextmanager
-def _workspace():
-    """A set of buffers (name -> float32 array) for one call, returned to the free ones after."""
-    try:
-        buffers = _free_workspaces.pop()
-    except IndexError:
-        buffers = {}
-    try:
-        yield buffers
-    finally:
-        if len(_free_workspaces) < KEPT_WORKSPACES:
-            _free_workspaces.append(buffers)
-
-
-def _buffer(buffers: dict, name: str, shape: tuple[int, ...]) -> np.ndarray:
-    """The float32 buffer ``name`` of ``shape`` in a workspace, made (as zeros) on first use:
-    callers overwrite what they read, so a padded buffer's border stays zero."""
-    buffer = buffers.get(name)
-    if buffer is None or buffer.shape != shape:
-        buffer = buffers[name] = np.zeros(shape, np.float32)
-    return buffer
-
-
-def _views_padded(buffers: dict, patch: np.ndarray) -> np.ndarray:
-    """The network's input for one uint8 patch (S, S, 3): its 8 views (`dihedral`'s order)
-    as float32 / 200 - 0.75 (what `forward` subtracts), with the zero border of the first
-    convolution: (8, S + 2, S + 2, 3), a buffer of the workspace ``buffers``. Scaled once
-    before the views are taken (a rotation moves pixels, it does not change them)."""
-    side, channels = patch.shape[0], patch.shape[2]
-    scaled = patch.astype(np.float32) / 200.0 - 0.75
-    padded = _buffer(buffers, "input", (8, side + 2, side + 2, channels))
-    padded[:, 1:-1, 1:-1] = dihedral(scaled[None])[:, 0]
-    return padded
-
-
-def _embed_views(params: dict, buffers: dict, padded: np.ndarray) -> np.ndarray:
-    """`forward`'s embeddings (8, EMBEDDING_DIM) of one patch's views (`_views_padded`), in
-    NumPy with fewer passes over memory: the same numbers to float32 rounding (bit for bit
-    where the BLAS kernel sums a row the same wherever the row lies in the matrix; OpenBLAS's
-    Haswell kernel on AMD EPYC does not, and differs by a few ulps).
-
-    Each convolution is `_conv3x3`'s im2col matrix product, into the workspace ``buffers``
-    (`_buffer`), its rows ordered so that the four pixels of each 2x2 pooling window fall
-    in four contiguous blocks (the rows' order changes a row's sums by rounding at most), so
-    the max pooling is three maxima of whole blocks. The pooling runs before the bias and
-    ReLU, which is exact (adding a per-channel constant and clipping at 0 are
-    non-decreasing in floating point too, so they commute with a maximum) and leaves them
-    a quarter of the pixels; it writes into the inside of the next layer's padded input,
-    and the bias and ReLU are done in place.
-    """
-    x = padded
-    for i in range(len(CHANNELS)):
-        kernel, bias = params[f"conv{i}_w"], params[f"conv{i}_b"]
-        n, h, w, c = x.shape[0], x.shape[1] - 2, x.shape[2] - 2, x.shape[3]
-        cout = kernel.shape[-1]
-        windows = np.lib.stride_tricks.sliding_window_view(x, (3, 3), axis=(1, 2))  # n,H,W,C,3,3
-        pooled = i < len(CHANNELS) - 1
-        if pooled:  # rows (row in window, column in window, n, H/2, W/2); H, W even
-            cols = _buffer(buffers, f"cols{i}", (2, 2, n, h // 2, w // 2, 3, 3, c))
-            np.copyto(cols, windows.reshape(n, h // 2, 2, w // 2, 2, c, 3, 3).transpose(2, 4, 0, 1, 3, 6, 7, 5))
-        else:  # rows (n, H, W)
-            cols = _buffer(buffers, f"cols{i}", (n, h, w, 3, 3, c))
-            np.copyto(cols, windows.transpose(0, 1, 2, 4, 5, 3))
-        out = _buffer(buffers, f"out{i}", (n * h * w, cout))
-        np.matmul(cols.reshape(n * h * w, 9 * c), kernel.reshape(9 * c, cout), out=out)
-        if pooled:  # `_pool2`, into the next layer's padded input
-            corners = out.reshape(4, n, h // 2, w // 2, cout)
-            x = _buffer(buffers, f"input{i + 1}", (n, h // 2 + 2, w // 2 + 2, cout))
-            inside = x[:, 1:-1, 1:-1]
-            most = np.maximum(corners[0], corners[1], out=corners[0])
-            np.maximum(most, corners[2], out=most)
-            np.maximum(most, corners[3], out=inside)
-        else:
-            x = inside = out.reshape(n, h, w, cout)
-        inside += bias
-        np.maximum(inside, 0, out=inside)
-    pooled = x.mean(axis=(1, 2))
-    return np.maximum(pooled @ params["embed_w"] + params["embed_b"], 0)
-
-
-def forward(params: dict, patches, xp=np):
-    """(embedding (n, EMBEDDING_DIM), logits (n, n_classes)) of float patches (n, S, S, 3) in [0, ~1.3].
-
-    ``params``: conv0..conv3 kernels ``convI_w`` (3, 3, Cin, Cout) and ``convI_b``; ``embed_w``
-    (C, EMBEDDING_DIM), ``embed_b``; ``head_w`` (EMBEDDING_DIM, n_classes), ``head_b``.
-    ``xp`` is ``numpy`` or ``jax.numpy``: training and inference share this definition.
-    """
-    x = patches - 0.75
-    for i in range(len(CHANNELS)):
-        x = _conv3x3(x, params[f"conv{i}_w"], params[f"conv{i}_b"], xp)
-        if i < len(CHANNELS) - 1:
-            x = _pool2(x, xp)
-    pooled = x.mean(axis=(1, 2))
-    embedding = xp.maximum(pooled @ params["embed_w"] + params["embed_b"], 0)
-    return embedding, embedding @ params["head_w"] + params["head_b"]
-
-
-@functools.lru_cache(maxsize=1)
-def _blas_controller():
-    from threadpoolctl import ThreadpoolController
-
-    return ThreadpoolController()
-
-
-def _one_blas_thread():
-    """One BLAS thread for a cell's small matrix products: a second one costs CPU (measured
-    on 2 busy cores: 8 views of a 48 px patch took 35 ms of CPU with two OpenBLAS threads,
-    10 ms with one) and saves no time on products this small."""
-    return _blas_controller().limit(limits=1, user_api="blas")
-
 
 def softmax(logits: np.ndarray) -> np.ndarray:
-    z = logits - logits.max(axis=-1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=-1, keepdims=True)
+    """Row-wise softmax of (m, c) logits, float64."""
+    z = np.asarray(logits, np.float64)
+    z = np.exp(z - z.max(axis=1, keepdims=True))
+    return z / z.sum(axis=1, keepdims=True)
+
+
+def eye_id(description: dict) -> str:
+    """The content id of an eye: SHA-256 over its description (its name, version, weights'
+    SHA-256 and options), so two sites with the same id compute the same vectors."""
+    return hashlib.sha256(json.dumps(description, sort_keys=True).encode()).hexdigest()
+
+
+def eye_from(description: dict):
+    """The eye a description names (``pathmaster.eye.open_eye`` with its options), checked:
+    ``pathmaster.eye.EyeUnavailable`` when this installation's eye of that name is another
+    (other weights, version or options) or cannot be opened."""
+    from pathmaster.eye import EYE_OPTIONS, EyeUnavailable, open_eye
+
+    eye = open_eye(description.get("name", ""), **{k: description[k] for k in EYE_OPTIONS if k in description})
+    if eye_id(eye.describe()) != eye_id(description):
+        raise EyeUnavailable(f"the installed eye {eye.name} {eye.version} is not the one the site was indexed with "
+                             f"({description.get('name')} {description.get('version')}, weights "
+                             f"{str(description.get('sha256', ''))[:16]}): install that one, or index the site again",
+                             eye.name)
+    return eye
 
 
 @dataclass
-class Embedder:
-    """A site's learnt network: weights (float32), its class labels and which are abnormal.
+class SiteLens:
+    """What a site learnt on top of its eye (see the module docstring).
 
-    ``labels`` are the site's diagnoses in the order of the head's outputs; ``abnormal`` a
-    bool per label. ``sha256`` names the weights file (``to_bytes``), so a copy fetched by a
-    coordinator is checked and cached by it.
+    eye: the eye's description (``pathmaster.eye.Eye.describe``); mean: float64 (D,), the
+    eye vectors' mean on the site's cells; axes: float64 (D, r), their principal axes; head:
+    a ``pathmaster.abnormality.FeatureClassifier`` over the r lens coordinates (None on a
+    site too small to fit one).
     """
 
-    params: dict
-    labels: list[str]
-    abnormal: np.ndarray
+    eye: dict
+    mean: np.ndarray
+    axes: np.ndarray
+    head: object | None = None
 
-    def embed(self, patches: np.ndarray) -> np.ndarray:
-        """Embeddings (m, EMBEDDING_DIM) float32 of uint8 patches (m, S, S, 3), each the mean
-        over its 8 rotations and flips of `forward`'s embedding (by `_embed_views`, the
-        same numbers to float32 rounding in about half the CPU). A patch gives the same
-        vector bit for bit alone or in a batch: each is embedded on its own."""
-        patches = np.asarray(patches)
-        if patches.ndim == 3:
-            patches = patches[None]
-        embeddings = np.empty((patches.shape[0], EMBEDDING_DIM), np.float32)
-        with _one_blas_thread(), _workspace() as buffers:
-            for row, patch in enumerate(patches):  # one at a time: bounded memory, reused buffers
-                embeddings[row] = _embed_views(self.params, buffers, _views_padded(buffers, patch)).mean(axis=0)
-        return embeddings
+    @property
+    def dim(self) -> int:
+        """Width of the lens's vectors."""
+        return int(self.axes.shape[1])
 
-    def probabilities(self, embeddings: np.ndarray) -> np.ndarray:
-        """Class probabilities (m, n_labels) from embeddings (m, EMBEDDING_DIM)."""
-        return softmax(np.atleast_2d(embeddings) @ self.params["head_w"] + self.params["head_b"])
+    @property
+    def eye_id(self) -> str:
+        return eye_id(self.eye)
+
+    def embed(self, eye_vectors: np.ndarray) -> np.ndarray:
+        """Lens vectors (m, r) float64 of eye vectors (m, D)."""
+        return (np.atleast_2d(np.asarray(eye_vectors, np.float64)) - self.mean) @ self.axes
 
     def abnormal_probability(self, embeddings: np.ndarray) -> np.ndarray:
-        """Probability mass on the abnormal labels, (m,) float64 in [0, 1]."""
-        return self.probabilities(embeddings)[:, self.abnormal].sum(axis=1).astype(np.float64)
+        """The head's probability of an abnormal label, (m,) float64, from lens vectors (m, r)."""
+        if self.head is None:
+            raise ValueError("this lens has no head")
+        return self.head.abnormal_probability(embeddings)
 
     def to_bytes(self) -> bytes:
-        """The weights as an uncompressed ``.npz`` (deterministic bytes for the same weights)."""
+        """The lens as an uncompressed ``.npz`` (deterministic bytes for the same lens)."""
         buffer = io.BytesIO()
-        arrays = {k: np.asarray(v, np.float32) for k, v in sorted(self.params.items())}
-        np.savez(buffer, labels=np.asarray(self.labels, dtype=str), abnormal=np.asarray(self.abnormal, bool),
-                 **arrays)
+        head = json.dumps(None if self.head is None else self.head.to_dict(), sort_keys=True)
+        np.savez(buffer, eye=np.asarray(json.dumps(self.eye, sort_keys=True)), head=np.asarray(head),
+                 mean=np.asarray(self.mean, np.float64), axes=np.asarray(self.axes, np.float64))
         return buffer.getvalue()
 
     @property
@@ -287,28 +152,45 @@ class Embedder:
         return hashlib.sha256(self.to_bytes()).hexdigest()
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> "Embedder":
+    def from_bytes(cls, data: bytes) -> "SiteLens":
         """Load ``to_bytes`` output; ValueError for bytes that are not such a file."""
+        from pathmaster.abnormality import FeatureClassifier
+
         try:
             with np.load(io.BytesIO(data), allow_pickle=False) as npz:
-                params = {k: npz[k].astype(np.float32) for k in npz.files if k not in ("labels", "abnormal")}
-                labels, abnormal = [str(x) for x in npz["labels"]], npz["abnormal"].astype(bool)
+                eye, head = json.loads(str(npz["eye"])), json.loads(str(npz["head"]))
+                mean, axes = npz["mean"].astype(np.float64), npz["axes"].astype(np.float64)
         except (OSError, KeyError, ValueError, zipfile.BadZipFile) as exc:
-            raise ValueError(f"not a PathMaster embedding file: {exc}") from None
-        expected = {f"conv{i}_{p}" for i in range(len(CHANNELS)) for p in "wb"} | {"embed_w", "embed_b",
-                                                                                   "head_w", "head_b"}
-        if set(params) != expected or len(labels) != len(abnormal) or params["head_w"].shape[1] != len(labels):
-            raise ValueError("not a PathMaster embedding file: unexpected arrays")
-        return cls(params, labels, abnormal)
+            raise ValueError(f"not a PathMaster lens file: {exc}") from None
+        if mean.ndim != 1 or axes.ndim != 2 or axes.shape[0] != len(mean) or not isinstance(eye, dict):
+            raise ValueError("not a PathMaster lens file: unexpected arrays")
+        return cls(eye, mean, axes, FeatureClassifier.from_dict(head))
 
     def save(self, directory: Path) -> Path:
-        """Write the weights as ``embedding-<sha256[:16]>.npz`` in ``directory``; its path."""
+        """Write the lens as ``lens-<sha256[:16]>.npz`` in ``directory``; its path."""
         from pathmaster.sitedb import write_atomic
 
         data = self.to_bytes()
-        path = Path(directory) / f"embedding-{hashlib.sha256(data).hexdigest()[:16]}.npz"
+        path = Path(directory) / f"lens-{hashlib.sha256(data).hexdigest()[:16]}.npz"
         write_atomic(path, data)
         return path
+
+
+def fit_lens(eye_vectors: np.ndarray, eye: dict, max_axes: int = LENS_AXES) -> SiteLens:
+    """The whitened principal axes of a site's eye vectors (n, D) (no head: ``learn`` fits it).
+
+    At most ``max_axes`` axes, and at most a quarter of the cells; axes of (numerically)
+    zero variance are left out. Each axis is scaled so that the site's cells have unit
+    variance along it (PCA whitening): every kept direction counts alike in a distance and
+    in the head's penalty. The SVD of the centred vectors (``numpy.linalg.svd``).
+    """
+    vectors = np.asarray(eye_vectors, np.float64)
+    mean = vectors.mean(axis=0)
+    _, singular, vt = np.linalg.svd(vectors - mean, full_matrices=False)
+    usable = int((singular > singular[0] * 1e-6).sum()) if len(singular) and singular[0] > 0 else 0
+    keep = max(min(max_axes, max(len(vectors) // 4, 1), usable), 1)
+    scale = np.where(singular[:keep] > 0, singular[:keep], 1.0) / np.sqrt(len(vectors))
+    return SiteLens(dict(eye), mean, (vt[:keep].T / scale).copy())
 
 
 # ---------------------------------------------------------------- what a site compares
@@ -316,12 +198,12 @@ class Embedder:
 SIMILARITY_MODES = ("features", "embedding", "fused")
 ABNORMAL_SCORES = ("network", "neighbours", "mean", "classifier", "ensemble")
 # Each abnormality score in a pathologist's words.
-SCORE_WORDS = {"network": "its learnt network's reading of the cell",
+SCORE_WORDS = {"network": "its reading of the cell's picture (a classifier over what its pretrained network sees)",
                "neighbours": "the share of abnormal cells among its 5 most similar cells",
-               "mean": "its learnt network's reading and its most similar cells together",
+               "mean": "its reading of the cell's picture and its most similar cells together",
                "classifier": "its reading of the cell's measurements (a classifier over its features)",
                "ensemble": "its readings of the cell together (its most similar cells, its measurements and, "
-                           "when it learnt one, its network)"}
+                           "when it has one, its reading of the picture)"}
 
 
 def reads_network(mode: str, score: str, with_network: bool = False) -> bool:
@@ -339,15 +221,16 @@ class LearntSimilarity:
 
     mode: "features" (the feature projection alone), "embedding" (the z-scored embedding
     alone) or "fused" (both blocks side by side, each scaled to unit total variance on the
-    site's cells, times its weight). mean, std: the embedding's z-score statistics on the
-    site's cells (float64 (EMBEDDING_DIM,)); feature_scale, embedding_scale: each block's
+    site's cells, times its weight). mean, std: the lens vectors' z-score statistics on the
+    site's cells (float64 (r,)); feature_scale, embedding_scale: each block's
     root total variance there. score: which abnormality score (``ABNORMAL_SCORES``: the
     network's probability of an abnormal label, the share of abnormal labels among the
     ``k`` nearest database cells, their mean, or the probability from the site's classifier
     over its features, ``pathmaster.abnormality``, whose weights ``classifier`` holds, or
     "ensemble": the mean of those the site has among network, neighbours and classifier) and
-    threshold: the score at or above which a cell is called abnormal (the operating point).
-    model: the network's sha256, "" without one.
+    threshold: the score at or above which a cell supports an abnormality (the operating
+    point, chosen for the case: ``learn.case_operating_point``).
+    model: the lens's sha256 (``SiteLens``), "" without one.
     """
 
     mode: str = "features"
@@ -370,7 +253,7 @@ class LearntSimilarity:
 
     def vectors(self, feature_vectors: np.ndarray, embeddings: np.ndarray | None) -> np.ndarray:
         """Search vectors (m, d) float32 from the feature projection's vectors (m, p) and
-        the embeddings (m, EMBEDDING_DIM) (None allowed in "features" mode)."""
+        the lens vectors (m, r) (None allowed in "features" mode)."""
         feature_vectors = np.atleast_2d(np.asarray(feature_vectors, np.float64))
         if self.mode == "features":
             return np.ascontiguousarray(feature_vectors, dtype=np.float32)

@@ -570,6 +570,7 @@ class _Run:
                 fitted = self.site_score(train, test)
                 self.site_scores[test] = fitted["scores"]
                 self.site_folds.append({"score": fitted["score"], "threshold": float(fitted["threshold"]),
+                                        "cell_threshold": float(fitted.get("cell_threshold", fitted["threshold"])),
                                         "note": fitted.get("note", "")})
         for name in self.predictions:
             predicted, choice = CEILINGS[name](V_train, labels[train], V_test, d_apart, d_test, seed)
@@ -618,7 +619,16 @@ class _Run:
                                           for key in ("sensitivity", "specificity", "missed", "false_alarms")}}
                                for f, fold in enumerate(self.site_folds)]
         figures["operating_point"]["thresholds"] = [round(fold["threshold"], 6) for fold in self.site_folds]
-        figures["operating_point"]["rule"] = "each training fold's own, as the site chooses it when indexed"
+        figures["operating_point"]["rule"] = ("each training fold's own, as the site chooses it when indexed: "
+                                              "for 6-cell cases of its held-out cells")
+        # what the per-cell rule (the threshold for per-cell sensitivity) would have given
+        cell = np.array([fold["cell_threshold"] for fold in self.site_folds])[self.fold_of]
+        by_cell = site_score_figures(positive, self.site_scores, self.site_scores >= cell, cell, codes,
+                                     confidence=confidence, seed=seed, cases=cases)
+        figures["cell_rule"] = {"operating_point": {**by_cell["operating_point"],
+                                                    "thresholds": [round(f["cell_threshold"], 6)
+                                                                   for f in self.site_folds]},
+                                "cases": by_cell["cases"]}
         return figures
 
     def case_figures(self, target, confidence) -> dict | None:
@@ -688,14 +698,15 @@ def site_similarity_fit(names: list[str], choice: str = "auto", seed: int = 0, m
 
 
 def site_score_fit(X: np.ndarray, labels, groups, names: list[str], abnormal_labels, *, choice: str = "auto",
-                   similarity_choice: str = "auto", patches: np.ndarray | None = None,
-                   learn_seconds: float | None = None, seed: int = 0) -> Callable:
+                   similarity_choice: str = "auto", eye_vectors: np.ndarray | None = None, eye: dict | None = None,
+                   seed: int = 0) -> Callable:
     """A ``site_score`` for ``cross_validate``: ``site_score(train, test)`` learns on the
-    training cells what indexing learns (``pathmaster.learnt.learn_from``: the network when
-    ``patches`` (uint8 (n, S, S, 3)) are given and the cells allow it, the feature classifier,
-    the abnormality score and its operating point) and scores the test cells as
-    ``SiteIndex.abnormality`` does. Returns {"score", "threshold", "scores" (m,), "note"}.
-    X, labels, groups: the cells ``cross_validate`` is given (its indices)."""
+    training cells what indexing learns (``pathmaster.learnt.learn_from``: the lens and head
+    on the cells' ``eye_vectors`` (float (n, D), by the eye ``eye`` describes) when given, the
+    feature classifier, the abnormality score and its operating point, chosen for the case)
+    and scores the test cells as ``SiteIndex.abnormality`` does. Returns {"score",
+    "threshold", "cell_threshold", "scores" (m,), "note"}. X, labels, groups: the cells
+    ``cross_validate`` is given (its indices)."""
     from pathmaster import learnt
     from pathmaster.abnormality import FeatureClassifier
     from pathmaster.embedding import neighbour_share
@@ -706,30 +717,30 @@ def site_score_fit(X: np.ndarray, labels, groups, names: list[str], abnormal_lab
     def score(train: np.ndarray, test: np.ndarray) -> dict:
         normalization, projection = _fit_representation(X[train], labels[train], names, choice, seed)
         Z = normalization.apply(X)
-        reason = (learnt.why_not_learn(labels[train], abnormal, similarity_choice) if patches is not None
-                  else "the site compares its features alone")
         train_groups = None if groups is None else list(np.asarray(groups, dtype=object)[train])
         train_groups = None if train_groups is None or None in train_groups else np.asarray(train_groups, str)
-        fitted, model = learnt.learn_from(Z[train], labels[train], train_groups, abnormal, projection, names, reason,
-                                          None if patches is None else patches[train], choice=similarity_choice,
-                                          seconds=learn_seconds, seed=seed)
+        use_eye = eye_vectors is not None and similarity_choice != "features"
+        fitted, lens = learnt.learn_from(Z[train], labels[train], train_groups, abnormal, projection, names,
+                                         eye_vectors[train] if use_eye else None, eye if use_eye else None,
+                                         choice=similarity_choice, seed=seed)
         features, embeddings = projection.apply(Z).astype(np.float64), None
-        if model is not None:
-            embeddings = np.zeros((len(X), model.params["embed_w"].shape[1]), np.float32)
-            rows = np.concatenate([train, test])
-            embeddings[rows] = model.embed(patches[rows])
-            refit = learn._fitted(embeddings[train], features[train])  # as indexing, on the site's cells
+        if lens is not None:
+            embeddings = lens.embed(eye_vectors)
+            refit = learn.fitted_similarity(embeddings[train], features[train])  # as indexing, on the site's cells
             fitted.mean, fitted.std = refit.mean, refit.std
             fitted.feature_scale, fitted.embedding_scale = refit.feature_scale, refit.embedding_scale
         vectors = np.asarray(fitted.vectors(features, embeddings), np.float64)
         nearest = np.argsort(_distances(vectors[test], vectors[train]), axis=1, kind="stable")[:, :defaults.K]
-        network = (model.abnormal_probability(embeddings[test]) if model is not None else [None] * len(test))
+        network = (lens.abnormal_probability(embeddings[test]) if lens is not None and lens.head is not None
+                   else [None] * len(test))
         classifier = FeatureClassifier.from_dict(fitted.classifier)
         by_features = classifier.abnormal_probability(Z[test]) if classifier is not None else [None] * len(test)
         scores = [fitted.abnormal_score(p, neighbour_share(labels[train][row], abnormal, fitted.k), c)
                   for p, row, c in zip(network, nearest, by_features)]
-        return {"score": fitted.score, "threshold": float(fitted.threshold), "scores": np.asarray(scores),
-                "note": reason}
+        case = (fitted.report or {}).get("case") or {}
+        return {"score": fitted.score, "threshold": float(fitted.threshold),
+                "cell_threshold": float(case.get("cell_rule", {}).get("threshold", fitted.threshold)),
+                "scores": np.asarray(scores), "note": (fitted.report or {}).get("reason", "")}
 
     return score
 
@@ -845,7 +856,7 @@ def _site_score_lines(site: dict | None) -> list[str]:
              f"cleared {point['negatives'] - point['false_alarms']} of {point['negatives']} normal ones "
              "(decision support, not a diagnosis).",
              f"  at its operating point    {_pair(point)}  ({point['missed']} abnormal called normal; "
-             f"{point['rule']}, for sensitivity >= {point['target_sensitivity']:.2f})"]
+             f"{point['rule']})"]
     for fold in site.get("per_fold", []):
         shown = {key: "n/a" if fold[key] is None else f"{fold[key]:.3f}" for key in ("sensitivity", "specificity")}
         lines.append(f"    fold: {fold['score']} >= {fold['threshold']:.3f}: sensitivity {shown['sensitivity']}"
@@ -857,6 +868,11 @@ def _site_score_lines(site: dict | None) -> list[str]:
         cases = site["cases"]
         lines.append(f"  simulated {cases['cells_per_case']}-cell cases ({cases['cases']}, {cases['abnormal_cases']} "
                      f"with 1-2 abnormal cells): {_pair(cases)}")
+    by_cell = site.get("cell_rule")
+    if by_cell:
+        lines.append(f"  the per-cell rule instead (sensitivity >= {by_cell['operating_point']['target_sensitivity']:.2f}"
+                     f" a cell): cells {_pair(by_cell['operating_point'])}"
+                     + (f"; cases {_pair(by_cell['cases'])}" if by_cell.get("cases") else ""))
     return lines
 
 

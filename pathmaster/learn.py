@@ -1,187 +1,35 @@
-"""Training a site's cell embedding from its own labelled cells, with JAX, on the CPU.
+"""Choosing what a site compares and how it scores abnormality, by cross-validation on its cells.
 
-``train_embedder(patches, labels, abnormal_labels)`` trains the small CNN that
-``pathmaster.embedding`` defines (the forward pass is that module's ``forward``, run with
-``jax.numpy``) to tell the site's diagnoses apart, from scratch, within a time budget, on
-patches augmented by the 8 rotations and flips, small shifts and brightness changes. It
-returns an ``embedding.Embedder`` holding NumPy weights: nothing learnt here is ever read
-back through JAX, which only training imports (extra ``[learn]``).
+A site sees each cell twice: by its 130 interpretable features (``pathmaster.similarity``)
+and by its frozen pretrained eye (``pathmaster.eye``) through the lens it fits on top
+(``embedding.SiteLens``: the eye vectors' principal axes, whitened, and a logistic head).
+``learn_similarity`` fits lenses and heads on inner folds of the site's own labelled cells
+(grouped by slide image), chooses what to compare (the features, the lens or both fused)
+by held-out retrieval, and the abnormality score and its operating point by held-out
+ranking. Nothing is trained for long: every fit is a singular value decomposition or a
+logistic regression, seconds for a thousand cells.
 
 The operating point (``operating_point``) is the project's one rule for the threshold of an
 abnormality score at which held-out sensitivity reaches a target: a site chooses its own
 with a margin (``choose_site_score``, ``site_threshold``), and ``pathmaster.evaluate``
 chooses its training folds' by the same rule without one.
-
-The plan: ``EPOCHS`` passes over the site's cells, or as many as ``MAX_STEPS`` batches
-allow on a large site, with a cosine learning-rate decay over them, so indexing the same
-cells twice learns the same network. ``seconds`` is a guard, not the plan: when the first
-epochs (less the first step, which compiles) show the plan would overrun it, the run plans
-fewer epochs and its report says so (``cut_by_time``).
 """
 
 from __future__ import annotations
-
-import functools
-import time
 
 import numpy as np
 
 from pathmaster import embedding as emb
 
-LEARNING_RATE = 3e-3
-WEIGHT_DECAY = 1e-4
-BATCH_SIZE = 64
-LABEL_SMOOTHING = 0.1
-# Passes over the site's cells, and the most batches one network trains on: on the
-# development half of the 224 px Herlev cells (3 grouped folds) 120 epochs ranked abnormal
-# cells little better than 60 (network ROC AUC 0.85 against 0.84 in the fold run both ways);
-# a 1,000-cell site's two networks then train in about 3 minutes on 2 cores.
-EPOCHS = 60
-MAX_STEPS = 1000
-
-
-def init_params(seed: int, n_classes: int, channels=emb.CHANNELS) -> dict:
-    """He-initialised weights (float32 NumPy arrays) of ``embedding.forward``."""
-    rng = np.random.default_rng(seed)
-    params, c_in = {}, 3
-    for i, c_out in enumerate(channels):
-        params[f"conv{i}_w"] = rng.normal(0, np.sqrt(2 / (9 * c_in)), (3, 3, c_in, c_out)).astype(np.float32)
-        params[f"conv{i}_b"] = np.zeros(c_out, np.float32)
-        c_in = c_out
-    params["embed_w"] = rng.normal(0, np.sqrt(2 / c_in), (c_in, emb.EMBEDDING_DIM)).astype(np.float32)
-    params["embed_b"] = np.zeros(emb.EMBEDDING_DIM, np.float32)
-    params["head_w"] = rng.normal(0, np.sqrt(1 / emb.EMBEDDING_DIM), (emb.EMBEDDING_DIM, n_classes)).astype(np.float32)
-    params["head_b"] = np.zeros(n_classes, np.float32)
-    return params
-
-
-def augment(patches: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Float32 copies (n, S, S, 3) of uint8 patches, each randomly rotated/flipped (one of
-    the 8), shifted by up to 3 px (wrapping blank slide round the edge) and scaled in
-    brightness by up to +-10%."""
-    x = patches.astype(np.float32) / 200.0
-    out = np.empty_like(x)
-    for i, patch in enumerate(x):
-        patch = np.rot90(patch[:, ::-1] if rng.random() < 0.5 else patch, rng.integers(4))
-        patch = np.roll(patch, tuple(rng.integers(-3, 4, size=2)), axis=(0, 1))
-        out[i] = patch * rng.uniform(0.9, 1.1)
-    return out
-
-
-def _class_weights(codes: np.ndarray, n_classes: int) -> np.ndarray:
-    """Per-class loss weights, inverse square root of the class's share, mean 1 over cells."""
-    counts = np.bincount(codes, minlength=n_classes).astype(np.float64)
-    weights = 1.0 / np.sqrt(np.maximum(counts, 1))
-    weights /= (weights[codes]).mean()
-    return weights.astype(np.float32)
-
-
-@functools.lru_cache(maxsize=1)
-def _trainer():
-    """(optimizer, jitted training step): one per process, so every network a site trains
-    (inner folds, final) reuses the compiled step. The learning rate is in the optimizer's
-    state (set before each step), so re-planning the epochs needs no new trace."""
-    import jax
-    import optax
-
-    optimizer = optax.inject_hyperparams(optax.adamw)(learning_rate=LEARNING_RATE, weight_decay=WEIGHT_DECAY)
-
-    def loss_fn(params, x, y, class_weight):
-        _, logits = emb.forward(params, x, jax.numpy)
-        targets = optax.smooth_labels(jax.nn.one_hot(y, logits.shape[-1]), LABEL_SMOOTHING)
-        return (optax.softmax_cross_entropy(logits, targets) * class_weight[y]).mean()
-
-    @jax.jit
-    def step(params, state, x, y, class_weight):
-        loss, grads = jax.value_and_grad(loss_fn)(params, x, y, class_weight)
-        updates, state = optimizer.update(grads, state, params)
-        return optax.apply_updates(params, updates), state, loss
-
-    return optimizer, step
-
-
-def train_embedder(patches: np.ndarray, labels, abnormal_labels, *, seconds: float = 600.0,
-                   max_epochs: int = EPOCHS, min_epochs: int = 3, seed: int = 0) -> tuple[emb.Embedder, dict]:
-    """Train the embedding network on labelled patches.
-
-    Parameters
-    ----------
-    patches : ndarray of uint8, shape (n, S, S, 3)
-        ``embedding.cell_patch`` of each cell.
-    labels : sequence of str, length n
-        Their diagnoses.
-    abnormal_labels : collection of str
-        The labels that count as abnormal (the site's vocabulary).
-    seconds : float
-        Wall-time guard: fewer epochs are planned when the first ones show the plan would
-        overrun it (never fewer than ``min_epochs``).
-    max_epochs, min_epochs : int
-        The planned epochs (``max_epochs``, fewer when ``MAX_STEPS`` batches come first) and
-        the fewest the guard may leave.
-    seed : int
-        Initialisation, batch order and augmentation.
-
-    Returns
-    -------
-    (Embedder, dict)
-        The network with NumPy weights, and what the training did (epochs planned and
-        done, whether the guard cut them, seconds, the last epoch's mean loss).
-    """
-    import jax.numpy as jnp
-
-    labels = np.asarray(labels).astype(str)
-    classes = sorted(set(labels.tolist()))
-    codes = np.searchsorted(classes, labels)
-    n, n_classes = len(codes), len(classes)
-    class_weight = jnp.asarray(_class_weights(codes, n_classes))
-    steps_per_epoch = max(1, -(-n // BATCH_SIZE))
-    planned_epochs = plan = int(np.clip(MAX_STEPS // steps_per_epoch, min(min_epochs, max_epochs), max_epochs))
-    optimizer, step = _trainer()
-    params = {k: jnp.asarray(v) for k, v in init_params(seed, n_classes).items()}
-    state = optimizer.init(params)
-    rng = np.random.default_rng(seed)
-    started = time.monotonic()
-    epoch, loss_sum, done, first_step_done = 0, 0.0, 0, started
-    while epoch < planned_epochs:
-        # every batch full (the last one topped up from the start of the order): one jit shape
-        order = np.resize(rng.permutation(n), steps_per_epoch * BATCH_SIZE)
-        loss_sum, epoch_started = 0.0, time.monotonic()
-        for b in range(steps_per_epoch):
-            batch = order[b * BATCH_SIZE:(b + 1) * BATCH_SIZE]
-            progress = min(done / (planned_epochs * steps_per_epoch), 1.0)
-            state.hyperparams["learning_rate"] = jnp.asarray(LEARNING_RATE * 0.5 * (1 + np.cos(np.pi * progress)))
-            params, state, loss = step(params, state, augment(patches[batch], rng), codes[batch], class_weight)
-            loss_sum += float(loss)
-            done += 1
-            if done == 1:
-                first_step_done = time.monotonic()  # the first step compiles: not a step's time
-        epoch += 1
-        now = time.monotonic()
-        if epoch <= 2 and (epoch == 2 or steps_per_epoch > 1):
-            per_epoch = (now - epoch_started if epoch == 2
-                         else (now - first_step_done) * steps_per_epoch / (steps_per_epoch - 1))
-            remaining = (seconds - (now - started)) / max(per_epoch, 1e-3)
-            planned_epochs = int(np.clip(epoch + remaining, min(min_epochs, plan), plan))
-    numpy_params = {k: np.asarray(v, np.float32) for k, v in params.items()}
-    abnormal = np.array([c in set(abnormal_labels) for c in classes], bool)
-    report = {"epochs": epoch, "planned_epochs": plan, "cut_by_time": epoch < plan,
-              "seconds": round(time.monotonic() - started, 1),
-              "loss": round(loss_sum / steps_per_epoch, 4), "cells": n}
-    return emb.Embedder(numpy_params, classes, abnormal), report
-
-
 # ---------------------------------------------------------------- choosing what a site compares
 
 # Fewer labelled cells than this (or fewer than two diagnoses with two cells each) and a
-# site compares its features alone: a network trained on a handful of cells learns them by
+# site learns nothing on top of its eye: it compares plain nearest neighbours in the eye's
+# space and scores by their labels; a head fitted on a handful of cells learns them by
 # heart, and its cross-validation would choose on noise.
 MIN_CELLS_TO_LEARN = 100
-# Inner folds of the site's cross-validation. The first always trains a network (then one
-# more trains on all cells); the others train one too while the training guard's time allows
-# (``_time_for_another``), so the choice and the operating point read the network's score
-# on every cell where the machine and the site's size permit, and on a third at the least.
+# Inner folds of the site's cross-validation (each fits a lens and a head on the others).
 INNER_FOLDS = 3
-TRAINED_FOLDS = 1
 # The operating point: the highest threshold at which the site's own held-out cells reach
 # this sensitivity for abnormal cells (decision support should miss few abnormal cells: a
 # missed one costs a patient more than a second look at a normal one). Evaluation's
@@ -201,6 +49,8 @@ MARGIN_CONFIDENCE = 0.8
 # estimate on the first trained fold's cells alone ("third"), on every held-out cell
 # ("point"), and with the margin at these confidences.
 MARGIN_RULES = (0.5, 0.8, 0.9, 0.95)
+# Simulated cases of each kind (all-normal, with abnormal cells) the case operating point reads.
+CASES_SIMULATED = 2000
 # Weights of the embedding block tried for "fused" (the feature block gets 1 - w).
 FUSED_WEIGHTS = (0.3, 0.5, 0.7)
 
@@ -386,15 +236,16 @@ def with_ensemble(scores: dict) -> dict:
     return {**scores, "ensemble": np.nanmean(parts, axis=0)} if len(parts) > 1 else dict(scores)
 
 
-def learn_similarity(patches: np.ndarray, feature_vectors_fit, labels, groups, abnormal_labels, *,
-                     choice: str = "auto", seconds: float = 180.0, k: int = 5, seed: int = 0,
-                     other_scores: dict | None = None):
-    """Learn a site's network and choose what it compares, by cross-validation on its cells.
+def learn_similarity(eye_vectors: np.ndarray, eye: dict, feature_vectors_fit, labels, groups, abnormal_labels, *,
+                     choice: str = "auto", k: int = 5, seed: int = 0, other_scores: dict | None = None):
+    """Fit a site's lens and head, and choose what it compares, by cross-validation on its cells.
 
     Parameters
     ----------
-    patches : ndarray of uint8, shape (n, S, S, 3)
-        Each labelled cell's ``embedding.cell_patch``.
+    eye_vectors : ndarray of float, shape (n, D)
+        Each labelled cell's eye vector (``pathmaster.eye.Eye.features`` of its patch).
+    eye : dict
+        The eye's description (``Eye.describe``).
     feature_vectors_fit : callable
         ``fit(train_indices) -> (train_vectors, all_vectors)``: the site's feature projection
         refitted on those cells, and every cell's vector in it (float (n, p)).
@@ -406,8 +257,6 @@ def learn_similarity(patches: np.ndarray, feature_vectors_fit, labels, groups, a
         The site's abnormal labels.
     choice : str
         "auto" or one of ``embedding.SIMILARITY_MODES`` to force it.
-    seconds : float
-        Training budget in all (shared by the inner folds' networks and the final one).
     k : int
         Neighbours for the vote and the neighbours' abnormality score.
     other_scores : dict of str to ndarray, optional
@@ -416,75 +265,115 @@ def learn_similarity(patches: np.ndarray, feature_vectors_fit, labels, groups, a
 
     Returns
     -------
-    (Embedder, LearntSimilarity)
-        The network trained on every cell, and the mode, fusion weights, abnormality score
-        and threshold chosen, with every candidate's held-out figures in ``report``.
+    (SiteLens, LearntSimilarity)
+        The lens and head fitted on every cell, and the mode, fusion weight, abnormality
+        score and threshold chosen, with every candidate's held-out figures in ``report``.
     """
     labels = np.asarray(labels).astype(str)
     abnormal = np.array([label in set(abnormal_labels) for label in labels])
     candidates = [("features", 0.0), ("embedding", 1.0)] + [("fused", w) for w in FUSED_WEIGHTS]
-    oof = _inner_networks(patches, feature_vectors_fit, labels, abnormal_labels, candidates,
-                          inner_folds(labels, groups, seed), seconds, k, seed)
-    held_out = oof["held_out"]
-    report = {"folds": INNER_FOLDS, "trained_folds": len(oof["epochs"]), "held_out_cells": int(held_out.sum()),
-              "grouped": groups is not None, "epochs": oof["epochs"], "candidates": {}}
-    labels_h, abnormal_h = labels[held_out], abnormal[held_out]
+    folds = inner_folds(labels, groups, seed)
+    strength, network_p, strengths = _head_strength(eye_vectors, eye, labels, abnormal_labels, folds)
+    oof = _inner_lenses(eye_vectors, eye, feature_vectors_fit, labels, abnormal, candidates, folds, k)
+    report = {"folds": INNER_FOLDS, "held_out_cells": len(labels), "grouped": groups is not None,
+              "eye": eye, "head_strengths": strengths, "candidates": {}}
     for (name, w), votes in oof["votes"].items():
-        report["candidates"][f"{name}:{w}"] = {"top1": float(np.mean(votes[held_out] == labels_h)),
-                                               **operating_point(oof["share"][(name, w)][held_out], abnormal_h)}
+        report["candidates"][f"{name}:{w}"] = {"top1": float(np.mean(votes == labels)),
+                                               **operating_point(oof["share"][(name, w)], abnormal)}
     allowed = [c for c in candidates if choice == "auto" or c[0] == choice]
     mode, weight = max(allowed, key=lambda c: report["candidates"][f"{c[0]}:{c[1]}"]["top1"])
-    # where no inner network scored a cell, its neighbours are those of its features
-    share = np.where(held_out, oof["share"][(mode, weight)], oof["feature_share"])
-    network_p = np.where(held_out, oof["network"], np.nan)
+    share = oof["share"][(mode, weight)]
     scores = with_ensemble({"neighbours": share, "network": network_p, "mean": 0.5 * (share + network_p),
                             **(other_scores or {})})
-    score, points, report["thresholds"] = choose_site_score(scores, abnormal, held_out, oof["first"])
+    score, points, report["thresholds"] = choose_site_score(scores, abnormal)
     report["scores"] = points
-
-    model, trained = train_embedder(patches, labels, abnormal_labels, seconds=seconds / (TRAINED_FOLDS + 1),
-                                    seed=seed)
-    report["final"] = trained
-    embedded = model.embed(patches)
+    report["case"] = case_operating_point(scores[score], abnormal, groups, points[score]["threshold"], seed)
+    lens = _lens_with_head(eye_vectors, eye, labels, abnormal_labels, np.arange(len(labels)), strength)
     _, all_f = feature_vectors_fit(np.arange(len(labels)))
-    learnt = _fitted(embedded, all_f)
-    learnt.mode, learnt.embedding_weight, learnt.model = mode, weight, model.sha256
-    learnt.score, learnt.threshold, learnt.k, learnt.report = score, points[score]["threshold"], k, report
-    return model, learnt
+    learnt = fitted_similarity(lens.embed(eye_vectors), all_f)
+    learnt.mode, learnt.embedding_weight, learnt.model = mode, weight, lens.sha256
+    learnt.score, learnt.threshold, learnt.k, learnt.report = score, report["case"]["threshold"], k, report
+    return lens, learnt
 
 
-def _time_for_another(started: float, last_s: float, train_cells: int, cells: int, seconds: float) -> bool:
-    """True when one more inner network (as long as the last, ``last_s``) and the final one
-    (the last's time scaled by its batches) still fit in ``seconds`` from ``started``."""
-    def steps(m):
-        return min(MAX_STEPS, EPOCHS * -(-m // BATCH_SIZE))
-    return time.monotonic() - started + last_s + last_s * steps(cells) / steps(train_cells) <= seconds
+def case_operating_point(scores: np.ndarray, abnormal: np.ndarray, groups, cell_threshold: float,
+                         seed: int = 0) -> dict:
+    """The threshold at which a cell supports an abnormality, chosen for the case.
+
+    Simulated 6-cell cases of these held-out cells (``conclusion.simulate_cases``: all-normal
+    ones and ones with 1 or 2 abnormal cells, each case's cells from different slide images)
+    give each threshold's case sensitivity and specificity; the chosen one reaches
+    ``conclusion.TARGET_CASE_SENSITIVITY`` at the best case specificity. Beside it: the
+    per-cell sensitivity and specificity there, and the case figures the per-cell rule's
+    ``cell_threshold`` would have given.
+    """
+    from pathmaster import conclusion
+
+    scores, abnormal = np.asarray(scores, np.float64), np.asarray(abnormal, bool)
+    simulation = conclusion.simulate_cases(scores, abnormal, groups, cases=CASES_SIMULATED, seed=seed,
+                                           target_sensitivity=conclusion.TARGET_CASE_SENSITIVITY)
+    threshold = simulation["chosen"]
+    called = scores >= threshold
+    by_cell = conclusion.at_threshold(simulation, cell_threshold)
+    return {"threshold": threshold, "met": simulation["met"],
+            "target_case_sensitivity": conclusion.TARGET_CASE_SENSITIVITY,
+            "case_sensitivity": simulation["chosen_sensitivity"], "case_specificity": simulation["chosen_specificity"],
+            "sensitivity": float(called[abnormal].mean()), "specificity": float((~called[~abnormal]).mean()),
+            "cell_rule": {"threshold": float(cell_threshold), "case_sensitivity": float(by_cell[0]),
+                          "case_specificity": float(by_cell[1])}}
 
 
-def _inner_networks(patches, feature_vectors_fit, labels, abnormal_labels, candidates, folds, seconds, k, seed):
-    """Out-of-fold figures of the inner folds: each candidate's 5-nearest votes and abnormal
-    share, and the network's abnormal probability, on the cells of the folds whose network was
-    trained (``held_out``; the first always, the others while ``_time_for_another``); the
-    features' abnormal share on every cell; the first fold's cells; each network's epochs."""
-    n = len(labels)
+def plain_lens(eye_vectors: np.ndarray, eye: dict, reason: str, k: int = 5):
+    """(lens, LearntSimilarity) of a site too small to learn on top of its eye: the lens's
+    axes alone (no labels read), compared as plain nearest neighbours, scored by their
+    labels at a majority; ``reason`` says why."""
+    lens = emb.fit_lens(eye_vectors, eye)
+    learnt = fitted_similarity(lens.embed(eye_vectors), np.zeros((len(eye_vectors), 1)))
+    learnt.mode, learnt.embedding_weight, learnt.model, learnt.k = "embedding", 1.0, lens.sha256, k
+    learnt.report = {"reason": f"plain nearest neighbours in the eye's space: {reason}", "eye": eye}
+    return lens, learnt
+
+
+def _lens_with_head(eye_vectors, eye, labels, abnormal_labels, train, strength):
+    """A lens fitted on the ``train`` cells and its head (strength ``strength``) on them."""
+    from pathmaster import abnormality
+
+    lens = emb.fit_lens(eye_vectors[train], eye)
+    embedded = lens.embed(eye_vectors[train])
+    lens.head = abnormality.fit_classifier(embedded, labels[train], abnormal_labels, range(lens.dim), strength)
+    return lens
+
+
+def _head_strength(eye_vectors, eye, labels, abnormal_labels, folds):
+    """(the head's L2 strength, its out-of-fold abnormal probabilities (n,), each strength's
+    held-out ROC AUC): each inner fold's lens and head fitted on the other folds."""
+    from sklearn.metrics import roc_auc_score
+
+    from pathmaster import abnormality
+
     abnormal = np.array([label in set(abnormal_labels) for label in labels])
-    oof = {"votes": {c: np.empty(n, dtype=object) for c in candidates}, "share": {c: np.zeros(n) for c in candidates},
-           "network": np.zeros(n), "feature_share": np.zeros(n), "held_out": np.zeros(n, bool),
-           "first": np.zeros(n, bool), "epochs": []}
-    budget, started, last_s = seconds / (TRAINED_FOLDS + 1), time.monotonic(), 0.0
-    for f, (train, test) in enumerate(folds):
+    results = {}
+    for strength in abnormality.STRENGTHS:
+        scores = np.zeros(len(labels))
+        for train, test in folds:
+            lens = _lens_with_head(eye_vectors, eye, labels, abnormal_labels, train, strength)
+            scores[test] = lens.abnormal_probability(lens.embed(eye_vectors[test]))
+        results[strength] = (float(roc_auc_score(abnormal, scores)) if 0 < abnormal.sum() < len(abnormal) else 0.5,
+                             scores)
+    best = max(results, key=lambda s: results[s][0])  # first of equals: the strongest penalty
+    return best, results[best][1], {str(s): round(results[s][0], 4) for s in results}
+
+
+def _inner_lenses(eye_vectors, eye, feature_vectors_fit, labels, abnormal, candidates, folds, k):
+    """Out-of-fold figures of the inner folds: each candidate's k-nearest votes and abnormal
+    share, every fold's lens and feature projection fitted on the other folds' cells."""
+    n = len(labels)
+    oof = {"votes": {c: np.empty(n, dtype=object) for c in candidates}, "share": {c: np.zeros(n) for c in candidates}}
+    for train, test in folds:
         train_f, all_f = feature_vectors_fit(train)
-        oof["feature_share"][test] = abnormal[train][_nearest(train_f, all_f[test], k)].mean(axis=1)
-        if f >= TRAINED_FOLDS and not _time_for_another(started, last_s, len(train), n, seconds):
-            continue
-        oof["held_out"][test] = True
-        oof["first"][test] = f == 0
-        model, trained = train_embedder(patches[train], labels[train], abnormal_labels, seconds=budget, seed=seed + f)
-        oof["epochs"].append(trained["epochs"])
-        last_s = trained["seconds"]
-        embedded = model.embed(patches)
-        oof["network"][test] = model.abnormal_probability(embedded[test])
-        similarity = _fitted(embedded[train], train_f)
+        lens = emb.fit_lens(eye_vectors[train], eye)
+        embedded = lens.embed(eye_vectors)
+        similarity = fitted_similarity(embedded[train], train_f)
         for name, w in candidates:
             similarity.mode, similarity.embedding_weight = name, w
             vectors = similarity.vectors(all_f, embedded)
@@ -494,8 +383,8 @@ def _inner_networks(patches, feature_vectors_fit, labels, abnormal_labels, candi
     return oof
 
 
-def _fitted(embeddings: np.ndarray, train_features: np.ndarray):
-    """A LearntSimilarity with the embedding's z-scores and both blocks' scales fitted on
+def fitted_similarity(embeddings: np.ndarray, train_features: np.ndarray):
+    """A LearntSimilarity with the lens vectors' z-scores and both blocks' scales fitted on
     these (training) cells."""
     from pathmaster.embedding import LearntSimilarity
 

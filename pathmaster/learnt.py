@@ -1,12 +1,14 @@
-"""A site's learnt similarity, between its database and the trainer.
+"""A site's learnt similarity, between its database and ``pathmaster.learn``.
 
-``fit_learnt(db, X, labels, normalization, projection, ...)`` is what indexing runs after the
-features are fitted: read each cell's patch from its stored image, mask and blank slide,
-learn the network and choose what the site compares (``pathmaster.learn.learn_similarity``)
-or, when the site cannot learn (too few labelled cells, JAX not installed, the option
-"features"), keep the features and say why; either way choose the abnormality score's
-operating point by the site's own cross-validation. ``load_learnt(site_dir, config)`` gives
-the stored network back for inference (NumPy only).
+``fit_learnt(db, X, normalization, projection, vocabulary, ...)`` is what indexing runs after
+the features are fitted: every cell's eye vector (``pathmaster.eye``, the frozen pretrained
+network, on the patch of its stored image and blank slide; kept in the site directory by
+the eye's id, so a cell is looked at once), then the lens and head on top and the choice of
+what the site compares (``pathmaster.learn.learn_similarity``); a site too small to learn
+on top compares plain nearest neighbours in the eye's space, and one whose option is
+"features" its features alone; either way the abnormality score and its operating point come
+from the site's own cross-validation. ``load_learnt(site_dir, learnt)`` gives the stored lens
+back.
 """
 
 from __future__ import annotations
@@ -23,15 +25,6 @@ log = logging.getLogger(__name__)
 
 # What ``pathmaster index --similarity`` accepts: "auto" lets the site's cross-validation choose.
 SIMILARITY_CHOICES = ("auto", *emb.SIMILARITY_MODES)
-# The training guard of one indexing run, in seconds of wall time (every network it trains
-# together): SECONDS_PER_CELL a labelled cell, within these bounds. On a quiet machine the
-# plan (``learn.EPOCHS``) finishes well inside it; a busy one trains fewer epochs instead of
-# holding indexing up, and the site's report says so. It also decides how many inner folds
-# train a network (``learn._time_for_another``): at 200 s a 1,000-cell site trains two of
-# three (~47 s each) and the final (~70 s), so indexing stays under 300 s; a 370-cell site
-# on a quiet machine trains all three.
-LEARN_SECONDS = (60.0, 200.0)
-SECONDS_PER_CELL = 0.3
 
 
 # The most labelled cells a site learns and scores from: the held-out neighbours take an
@@ -51,22 +44,52 @@ def scored_cells(labelled: np.ndarray, seed: int) -> np.ndarray:
     return keep
 
 
-def learn_budget(cells: int) -> float:
-    """Seconds of training guard for a site of `cells` labelled cells."""
-    return float(np.clip(cells * SECONDS_PER_CELL, *LEARN_SECONDS))
-
-
-def cell_patches(db, cells) -> np.ndarray:
-    """uint8 (n, S, S, 3): ``embedding.cell_patch`` of each stored cell (image, slide)."""
+def cell_patches(db, cells, size: int) -> np.ndarray:
+    """uint8 (n, size, size, 3): ``embedding.cell_patch`` of each stored cell (image, slide)."""
     from pathmaster.imageio import decode_image
 
-    patches = []
-    for cell in cells:
+    patches = np.zeros((len(cells), size, size, 3), np.uint8)
+    for row, cell in enumerate(cells):
         image = decode_image(db.read_file(cell.image_path), cell.image_path)
         background = (decode_image(db.read_file(cell.background_path), cell.background_path)
                       if cell.background_path else np.full_like(image, 255))
-        patches.append(emb.cell_patch(image, background))
-    return np.stack(patches) if patches else np.zeros((0, emb.PATCH_PX, emb.PATCH_PX, 3), np.uint8)
+        patches[row] = emb.cell_patch(image, background, size)
+    return patches
+
+
+def eye_vectors(db, cells, eye) -> np.ndarray:
+    """float32 (n, eye.dim): each cell's vector by ``eye``, read from the site's store of
+    them (``eye-<id>.npz``, by cell id) where it holds them, the rest computed and stored."""
+    path = Path(db.site_dir) / f"eye-{emb.eye_id(eye.describe())[:16]}.npz"
+    known: dict[str, np.ndarray] = {}
+    if path.exists():
+        with np.load(path, allow_pickle=False) as stored:
+            known = dict(zip(stored["cell_ids"].tolist(), stored["vectors"]))
+    missing = [c for c in cells if c.cell_id not in known]
+    if missing:
+        log.info("%s: the eye looks at %d cells", db.site_dir, len(missing))
+        for start in range(0, len(missing), EYE_BATCH):
+            batch = missing[start:start + EYE_BATCH]
+            for cell, vector in zip(batch, eye.features(cell_patches(db, batch, eye.resolution))):
+                known[cell.cell_id] = vector
+        _store_eye_vectors(path, known)
+    return np.stack([known[c.cell_id] for c in cells]).astype(np.float32) if cells else np.zeros((0, eye.dim),
+                                                                                                  np.float32)
+
+
+# Cells patched and looked at together when a site computes its eye vectors (bounded memory).
+EYE_BATCH = 64
+
+
+def _store_eye_vectors(path: Path, vectors: dict) -> None:
+    import io
+
+    from pathmaster.sitedb import write_atomic
+
+    buffer = io.BytesIO()
+    ids = sorted(vectors)
+    np.savez(buffer, cell_ids=np.asarray(ids, dtype=str), vectors=np.stack([vectors[i] for i in ids]))
+    write_atomic(path, buffer.getvalue())
 
 
 def _groups(cells, labelled: np.ndarray):
@@ -76,11 +99,12 @@ def _groups(cells, labelled: np.ndarray):
 
 
 def fit_learnt(db, X: np.ndarray, normalization, projection, vocabulary, *, choice: str = "auto",
-               seconds: float | None = None, seed: int = 0) -> tuple[emb.LearntSimilarity, np.ndarray | None]:
-    """(what the site compares, its cells' embeddings (n, EMBEDDING_DIM) or None).
+               seed: int = 0) -> tuple[emb.LearntSimilarity, np.ndarray | None]:
+    """(what the site compares, its cells' lens vectors (n, r) or None when it compares its features alone).
 
-    seconds: the training budget (None: ``learn_budget`` of the labelled cells). Writes the
-    network's file (``Embedder.save``) into the site directory when one is learnt.
+    Writes the lens's file (``SiteLens.save``) into the site directory. Raises
+    ``pathmaster.eye.EyeUnavailable`` when the eye cannot be opened: a site never falls back
+    to another representation on its own.
     """
     from pathmaster import learn
 
@@ -88,68 +112,63 @@ def fit_learnt(db, X: np.ndarray, normalization, projection, vocabulary, *, choi
     labels = np.array([c.diagnosis for c in cells], dtype=object)
     labelled = scored_cells(np.array([label is not None for label in labels]), seed)
     abnormal_labels = set(vocabulary.abnormal)
-    reason = why_not_learn(labels, abnormal_labels, choice)
     Z = normalization.apply(X)
-    patches = cell_patches(db, cells) if not reason else None
-    learnt, model = learn_from(Z[labelled], labels[labelled].astype(str), _groups(cells, labelled), abnormal_labels,
-                               projection, db.get_config("feature_names"), reason,
-                               None if patches is None else patches[labelled], choice=choice, seconds=seconds,
-                               seed=seed)
-    if model is None:
-        log.info("%s: comparing features alone: %s", db.site_dir, reason)
+    eye = vectors = None
+    if choice != "features":
+        from pathmaster.eye import open_eye
+
+        eye = open_eye()
+        vectors = eye_vectors(db, cells, eye)
+    learnt, lens = learn_from(Z[labelled], labels[labelled].astype(str), _groups(cells, labelled), abnormal_labels,
+                              projection, db.get_config("feature_names"),
+                              None if vectors is None else vectors[labelled],
+                              None if eye is None else eye.describe(), choice=choice, seed=seed)
+    if lens is None:
+        log.info("%s: comparing features alone: %s", db.site_dir, learnt.report.get("reason"))
         return learnt, None
-    model.save(db.site_dir)
-    for old in Path(db.site_dir).glob("embedding-*.npz"):
-        if old.name != f"embedding-{model.sha256[:16]}.npz":
+    lens.save(db.site_dir)
+    for old in Path(db.site_dir).glob("lens-*.npz"):
+        if old.name != f"lens-{lens.sha256[:16]}.npz":
             old.unlink(missing_ok=True)
-    embeddings = model.embed(patches)
     # the z-scores and scales on every cell (the unlabelled too), as the index holds them
-    vectors = projection.apply(Z)
-    refitted = learn._fitted(embeddings, vectors)
+    refitted = learn.fitted_similarity(lens.embed(vectors), projection.apply(Z))
     learnt.mean, learnt.std = refitted.mean, refitted.std
     learnt.feature_scale, learnt.embedding_scale = refitted.feature_scale, refitted.embedding_scale
-    return learnt, embeddings
+    return learnt, lens.embed(vectors)
 
 
-def why_not_learn(labels, abnormal_labels, choice: str = "auto") -> str:
-    """Why a site with these labels (None: unlabelled) compares its features alone ("" when
-    it learns a network): its option, too few cells (``learn.cannot_learn``), no trainer."""
+def why_not_learn(labels, abnormal_labels) -> str:
+    """Why a site with these labels (None: unlabelled) learns nothing on top of its eye ("" when it does)."""
     from pathmaster import learn
 
-    if choice == "features":
-        return "the site's option 'features'"
-    reason = learn.cannot_learn(labels, abnormal_labels)
-    if not reason:
-        try:
-            import jax  # noqa: F401
-            import optax  # noqa: F401
-        except ImportError:
-            reason = "the trainer is not installed (pathmaster-qos[learn])"
-    return reason
+    return learn.cannot_learn(labels, abnormal_labels)
 
 
 def learn_from(Z: np.ndarray, labels: np.ndarray, groups, abnormal_labels, projection, names: list[str],
-               reason: str, patches: np.ndarray | None, *, choice: str = "auto", seconds: float | None = None,
-               seed: int = 0) -> tuple[emb.LearntSimilarity, emb.Embedder | None]:
-    """(what a site learns from these labelled cells, its network or None): the feature
-    classifier, then the network and the choice of what to compare (``learn.learn_similarity``)
-    or, with a ``reason`` not to learn, the features alone; either way the abnormality score
-    and its operating point. Z: their z-scored features (n, n_features); labels: str (n,);
-    patches: uint8 (n, S, S, 3) (None with a reason). Indexing runs it on a site's cells,
-    ``pathmaster evaluate`` on each training fold's."""
+               vectors: np.ndarray | None, eye: dict | None, *, choice: str = "auto",
+               seed: int = 0) -> tuple[emb.LearntSimilarity, emb.SiteLens | None]:
+    """(what a site learns from these labelled cells, its lens or None): the feature
+    classifier, then the lens, head and the choice of what to compare
+    (``learn.learn_similarity``); a site too small for that, plain nearest neighbours in the
+    eye's space (``learn.plain_lens``); without eye vectors (the option "features") the
+    features alone. Either way the abnormality score and its operating point. Z: their
+    z-scored features (n, n_features); labels: str (n,); vectors: their eye vectors (n, D).
+    Indexing runs it on a site's cells, ``pathmaster evaluate`` on each training fold's."""
     from pathmaster import learn
 
     fit = _refit(projection, Z, labels, names, seed)
     classifier, by_features = feature_classifier(Z, labels, groups, abnormal_labels, projection.columns, seed)
-    model = None
-    if reason:
+    lens = None
+    reason = "the site's option 'features'" if vectors is None else why_not_learn(labels, abnormal_labels)
+    if vectors is None:
         learnt = features_only(fit, labels, groups, abnormal_labels, reason, seed, by_features)
+    elif reason:
+        lens, learnt = learn.plain_lens(vectors, eye, reason)
     else:
-        model, learnt = learn.learn_similarity(patches, fit, labels, groups, abnormal_labels, choice=choice,
-                                               seconds=seconds or learn_budget(len(labels)), seed=seed,
-                                               other_scores=by_features)
+        lens, learnt = learn.learn_similarity(vectors, eye, fit, labels, groups, abnormal_labels, choice=choice,
+                                              seed=seed, other_scores=by_features)
     learnt.classifier = None if classifier is None else classifier.to_dict()
-    return learnt, model
+    return learnt, lens
 
 
 def _refit(projection, Z: np.ndarray, labels: np.ndarray, names: list[str], seed: int):
@@ -207,18 +226,20 @@ def features_only(fit, labels: np.ndarray, groups, abnormal_labels, reason: str,
         share[test] = abnormal[train][nearest].mean(axis=1)
     scores = learn.with_ensemble({"neighbours": share, **(other_scores or {})})
     learnt.score, points, learnt.report["thresholds"] = learn.choose_site_score(scores, abnormal)
-    learnt.threshold = points[learnt.score]["threshold"]
     learnt.report["scores"] = points
+    learnt.report["case"] = learn.case_operating_point(scores[learnt.score], abnormal, groups,
+                                                       points[learnt.score]["threshold"], seed)
+    learnt.threshold = learnt.report["case"]["threshold"]
     return learnt
 
 
-def load_learnt(site_dir: Path, learnt: emb.LearntSimilarity) -> emb.Embedder | None:
-    """The site's network (NumPy) when it compares or scores with one, else None.
+def load_learnt(site_dir: Path, learnt: emb.LearntSimilarity) -> emb.SiteLens | None:
+    """The site's lens when it compares or scores through its eye, else None.
     FileNotFoundError when its file is gone (index the site again)."""
     if not learnt.model:
         return None
-    path = Path(site_dir) / f"embedding-{learnt.model[:16]}.npz"
-    model = emb.Embedder.from_bytes(path.read_bytes())
-    if model.sha256 != learnt.model:
-        raise ValueError(f"{path}: its content does not match the index's model {learnt.model[:16]}")
-    return model
+    path = Path(site_dir) / f"lens-{learnt.model[:16]}.npz"
+    lens = emb.SiteLens.from_bytes(path.read_bytes())
+    if lens.sha256 != learnt.model:
+        raise ValueError(f"{path}: its content does not match the index's lens {learnt.model[:16]}")
+    return lens

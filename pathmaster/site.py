@@ -58,7 +58,7 @@ class CellAnalysis:
     # Which cell of the crop was taken and why (``pathmaster.segmentation.complete_cell``);
     # None when the mask and background were both given.
     cell_choice: dict | None = None
-    patch: np.ndarray | None = None  # uint8 (S, S, 3): what a learnt network sees (embedding.cell_patch)
+    patch: np.ndarray | None = None  # uint8 (S, S, 3): what the eye sees (embedding.cell_patch)
 
 
 @dataclass(frozen=True)
@@ -120,8 +120,7 @@ FEATURE_CHOICES = ("auto", *similarity.PROJECTIONS)
 
 
 def build_search_index(db: SiteDB, *, algorithm: str | None = None, features: str | None = None,
-                       seed: int = 0, similarity_choice: str | None = None,
-                       learn_seconds: float | None = None) -> dict:
+                       seed: int = 0, similarity_choice: str | None = None) -> dict:
     """Fit z-scores and the feature subset to the database, build and save the FAISS index.
 
     algorithm: "flat", "ivf", "hnsw", or None for the site's stored choice (default: exact
@@ -130,10 +129,9 @@ def build_search_index(db: SiteDB, *, algorithm: str | None = None, features: st
     from the site's labels, by cross-validated retrieval,
     ``similarity.choose_projection``), or one of ``similarity.PROJECTIONS`` to force it;
     None for the site's stored choice (default "auto").
-    similarity_choice: "auto" (the site's cross-validation picks features, its learnt
-    embedding or both fused, ``pathmaster.learnt``), or one of them to force it; None for
-    the stored choice (default "auto"). learn_seconds: the training budget (default
-    ``learnt.learn_budget`` of the labelled cells).
+    similarity_choice: "auto" (the site's cross-validation picks features, what its eye
+    sees through its lens, or both fused, ``pathmaster.learnt``), or one of them to force
+    it; None for the stored choice (default "auto").
     Returns the ``index`` config written to the database.
     """
     from pathmaster import learnt as learnt_module
@@ -142,8 +140,7 @@ def build_search_index(db: SiteDB, *, algorithm: str | None = None, features: st
     options.setdefault("similarity", "auto")
     if similarity_choice is not None:
         options["similarity"] = similarity_choice
-    if learn_seconds is not None:
-        options["learn_seconds"] = float(learn_seconds)
+    options.pop("learn_seconds", None)
     if algorithm is not None:
         options["algorithm"] = algorithm
     if features is not None:
@@ -166,7 +163,7 @@ def build_search_index(db: SiteDB, *, algorithm: str | None = None, features: st
     if (previous.get("fingerprint") == fingerprint and previous.get("features") == options["features"]
             and previous.get("similarity", "auto") == options["similarity"]):
         # Same cells, same choices: only the search structure changes, so keep the fitted
-        # z-scores, feature choice and network (fitting them is the slow part).
+        # z-scores, feature choice and lens (fitting them is the slow part).
         normalization = similarity.Normalization.from_dict(previous["normalization"])
         projection = similarity.Projection.from_dict(previous["projection"])
         learnt = learnt_module.emb.LearntSimilarity.from_dict(previous.get("learnt"))
@@ -174,8 +171,7 @@ def build_search_index(db: SiteDB, *, algorithm: str | None = None, features: st
     else:
         normalization, projection = _fit_features(db, X, names, options["features"], seed)
         learnt, embeddings = learnt_module.fit_learnt(
-            db, X, normalization, projection, _vocabulary(db), choice=options["similarity"],
-            seconds=options.get("learn_seconds"), seed=seed)
+            db, X, normalization, projection, _vocabulary(db), choice=options["similarity"], seed=seed)
         vectors = search_vectors(X, normalization, projection, learnt, embeddings)
 
     kind = options["algorithm"]
@@ -251,14 +247,15 @@ def _vocabulary(db: SiteDB):
 
 def _index_vectors(db: SiteDB, X: np.ndarray, normalization, projection, learnt, offset: int = 0) -> np.ndarray:
     """The search vectors (float32 (n, d)) of the database's cells from the `offset`-th on
-    (`X` their features): their features' projection, with their embeddings by the stored
-    network when the site compares them."""
+    (`X` their features): their features' projection, with their lens vectors when the
+    site compares them (their eye vectors from the site's store, ``learnt.eye_vectors``)."""
     from pathmaster import learnt as learnt_module
+    from pathmaster.embedding import eye_from
 
     embeddings = None
     if learnt.mode != "features":
-        model = learnt_module.load_learnt(db.site_dir, learnt)
-        embeddings = model.embed(learnt_module.cell_patches(db, db.cells()[offset:]))
+        lens = learnt_module.load_learnt(db.site_dir, learnt)
+        embeddings = lens.embed(learnt_module.eye_vectors(db, db.cells()[offset:], eye_from(lens.eye)))
     return search_vectors(X, normalization, projection, learnt, embeddings)
 
 
@@ -269,7 +266,7 @@ VECTOR_BLOCK = 65_536
 
 def search_vectors(X: np.ndarray, normalization, projection, learnt, embeddings: np.ndarray | None) -> np.ndarray:
     """Search vectors (float32 (n, d)) of raw features `X` (n, n_features) and their
-    `embeddings` (n, EMBEDDING_DIM) or None: z-scores, projection, the learnt part, a block
+    lens vectors `embeddings` (n, r) or None: z-scores, projection, the learnt part, a block
     of ``VECTOR_BLOCK`` rows at a time (each row's vector is its own: rows do not mix)."""
     def block(rows: slice) -> np.ndarray:
         return learnt.vectors(projection.apply(normalization.apply(X[rows])),
@@ -345,11 +342,6 @@ def _load_or_rebuild_faiss(db: SiteDB, config: dict):
 # ---------------------------------------------------------------- the facade
 
 
-def emb_dim(embedder) -> int:
-    """Width of a network's embedding (0 without one), for the algorithm's name."""
-    return 0 if embedder is None else int(embedder.params["embed_w"].shape[1])
-
-
 class SiteIndex:
     """A site's cells and search index in memory (see the module docstring)."""
 
@@ -367,13 +359,16 @@ class SiteIndex:
         self._index = index
         self._normalization = similarity.Normalization.from_dict(config["normalization"])
         self._projection = similarity.Projection.from_dict(config["projection"])
-        from pathmaster.embedding import LearntSimilarity
+        from pathmaster.embedding import LearntSimilarity, eye_from
         from pathmaster.learnt import load_learnt
 
         # What the site compares besides its features, and its abnormality score
-        # (pathmaster.learnt); the network is NumPy weights, None without one.
+        # (pathmaster.learnt): its lens on top of its eye, both None without one. An eye
+        # that cannot be opened, or is not the one the site was indexed with, stops the
+        # site here (pathmaster.eye.EyeUnavailable): it never answers in another space.
         self.learnt = LearntSimilarity.from_dict(config.get("learnt"))
-        self.embedder = load_learnt(self.site_dir, self.learnt)
+        self.lens = load_learnt(self.site_dir, self.learnt)
+        self.eye = None if self.lens is None else eye_from(self.lens.eye)
         from pathmaster.abnormality import FeatureClassifier
 
         self.classifier = FeatureClassifier.from_dict(self.learnt.classifier)
@@ -420,22 +415,23 @@ class SiteIndex:
 
     @property
     def algorithm(self) -> str:
-        """The comparison algorithm, e.g. ``faiss-flat-l2/zscore/forward-12of115``, with a learnt
-        embedding ``.../zscore/lda-130of130+6axes+cnn64@0.5`` (fused, its weight) or ``.../cnn64``
-        (`similarity.Projection.describe`)."""
+        """The comparison algorithm, e.g. ``faiss-flat-l2/zscore/forward-12of115``; through the
+        eye ``.../zscore/lda-130of130+6axes+efficientnet-lite0/lens64@0.5`` (fused, its weight)
+        or ``.../efficientnet-lite0/lens64`` (`similarity.Projection.describe`)."""
         features = f"zscore/{self._projection.describe(len(self.feature_names))}"
         learnt = self.learnt
-        compared = {"features": features, "embedding": f"cnn{emb_dim(self.embedder)}",
-                    "fused": f"{features}+cnn{emb_dim(self.embedder)}@{learnt.embedding_weight:g}"}[learnt.mode]
+        seen = "" if self.lens is None else f"{self.lens.eye.get('name', 'eye')}/lens{self.lens.dim}"
+        compared = {"features": features, "embedding": seen,
+                    "fused": f"{features}+{seen}@{learnt.embedding_weight:g}"}[learnt.mode]
         return f"{similarity.describe(self._index)}/{compared}"
 
     def similarity_note(self) -> str:
         """What the site compares and why, in a line (its cross-validation's choice, or why
         it could not learn), then which abnormality score it chose and how it ranked its
-        held-out cells, and whether the training guard cut the network's epochs."""
+        held-out cells, and the case figures of its operating point."""
         report = self.learnt.report or {}
         if "reason" in report:
-            note = f"features alone: {report['reason']}"
+            note = report["reason"] if self.lens is not None else f"features alone: {report['reason']}"
         else:
             chosen = report.get("candidates", {}).get(f"{self.learnt.mode}:{float(self.learnt.embedding_weight)}", {})
             note = (f"{self.learnt.mode} chosen by the site's {report.get('folds', '?')}-fold cross-validation"
@@ -443,9 +439,10 @@ class SiteIndex:
         point = (report.get("scores") or {}).get(self.learnt.score)
         if point:
             note += f"; abnormality by {self.learnt.score} (held-out ROC AUC {point['auc']:.3f})"
-        final = report.get("final") or {}
-        if final.get("cut_by_time"):
-            note += f"; training cut to {final['epochs']} of {final['planned_epochs']} epochs by its time guard"
+        case = report.get("case")
+        if case:
+            note += (f"; threshold chosen for 6-cell cases: case sensitivity {case['case_sensitivity']:.2f}, "
+                     f"case specificity {case['case_specificity']:.2f} on its held-out cells")
         return note
 
     def diagnoses(self) -> list[str]:
@@ -486,9 +483,9 @@ class SiteIndex:
         return full
 
     def embed(self, patches: np.ndarray) -> np.ndarray | None:
-        """The site's embeddings (m, d) of patches (m, S, S, 3) (``CellAnalysis.patch``), or
-        None when the site has no network."""
-        return None if self.embedder is None else self.embedder.embed(patches)
+        """The cells' eye vectors (m, D) float32 of patches (m, S, S, 3) (``CellAnalysis.patch``),
+        or None when the site has no eye. What a request carries as a cell's ``embedding``."""
+        return None if self.eye is None else self.eye.features(patches)
 
     def _vectors(self, features: np.ndarray, embeddings: np.ndarray | None = None) -> np.ndarray:
         features = np.atleast_2d(np.asarray(features, dtype=np.float64))
@@ -500,29 +497,29 @@ class SiteIndex:
         if self.learnt.mode == "features":
             return vectors
         self._check_embeddings(embeddings, len(features))
-        return self.learnt.vectors(vectors, embeddings)
+        return self.learnt.vectors(vectors, self.lens.embed(embeddings))
 
     def _check_embeddings(self, embeddings, rows: int) -> None:
-        from pathmaster.embedding import EMBEDDING_DIM
-
         if embeddings is None:
-            raise InvalidInput("this site compares its learnt embedding too: send the cell's image, or its "
-                               f"embedding by the site's network {self.learnt.model[:16]}")
+            raise InvalidInput("this site compares what its pretrained eye sees too: send the cell's image, or its "
+                               f"vector by the eye {self.lens.eye_id[:16]}")
         shape = np.shape(embeddings)
-        if shape != (rows, EMBEDDING_DIM) or not np.isfinite(embeddings).all():
-            raise InvalidInput(f"embeddings must be {rows} finite rows of {EMBEDDING_DIM} values, got shape {shape}")
+        if shape != (rows, self.eye.dim) or not np.isfinite(embeddings).all():
+            raise InvalidInput(f"eye vectors must be {rows} finite rows of {self.eye.dim} values, got shape {shape}")
 
     def abnormality(self, embeddings: np.ndarray | None, matches: list[list[Match]],
                     features: np.ndarray | None = None) -> list[float]:
-        """Each query's abnormality score in [0, 1] (``learnt.abnormal_score``: the network's
-        probability of an abnormal label, the share of abnormal labels among its k nearest
-        matches, or the feature classifier's probability from the raw ``features`` (m,
-        n_features)); a cell is called abnormal at ``self.learnt.threshold`` or above."""
+        """Each query's abnormality score in [0, 1] (``learnt.abnormal_score``: the head's
+        probability of an abnormal label from the cells' eye vectors ``embeddings`` (m, D),
+        the share of abnormal labels among its k nearest matches, or the feature
+        classifier's probability from the raw ``features`` (m, n_features)); a cell supports
+        an abnormality at ``self.learnt.threshold`` or above."""
         from pathmaster.embedding import neighbour_share
 
         abnormal = set(self.vocabulary.abnormal)
-        network = (self.embedder.abnormal_probability(embeddings) if self.embedder is not None
-                   and embeddings is not None else [None] * len(matches))
+        has_head = self.lens is not None and self.lens.head is not None
+        network = (self.lens.abnormal_probability(self.lens.embed(embeddings)) if has_head and embeddings is not None
+                   else [None] * len(matches))
         reads_classifier = self.learnt.score in ("classifier", "ensemble")
         by_features = ([None] * len(matches) if self.classifier is None or features is None or not reads_classifier
                        else self.classifier.abnormal_probability(self._normalization.apply(np.atleast_2d(features))))
@@ -534,8 +531,8 @@ class SiteIndex:
         """Top-k database cells for each row of ``features`` (m, n_features), nearest first.
 
         With `columns` (the site's ``compared_columns``) the rows hold only those values.
-        `embeddings` (m, EMBEDDING_DIM): the cells' embeddings by the site's network
-        (``embed``), needed when the site compares them (InvalidInput otherwise)."""
+        `embeddings` (m, D): the cells' eye vectors (``embed``), needed when the site
+        compares through its eye (InvalidInput otherwise)."""
         if k < 1:
             raise InvalidInput(f"k must be at least 1, got {k}")
         if columns:
@@ -549,7 +546,7 @@ class SiteIndex:
     def search(self, features: np.ndarray, k: int = defaults.K, columns: list[int] | None = None,
                embedding: np.ndarray | None = None) -> list[Match]:
         """Top-k database cells for one feature vector (n_features,), nearest first (with
-        `columns`: only the values of those; `embedding` (EMBEDDING_DIM,): as ``search_many``)."""
+        `columns`: only the values of those; `embedding` (D,): as ``search_many``)."""
         return self.search_many(np.asarray(features)[None, :] if np.ndim(features) == 1 else features, k,
                                 columns, None if embedding is None else np.atleast_2d(embedding))[0]
 

@@ -14,17 +14,12 @@ A coordinator that advertises no class ports (an older one) gets every case on i
 port: requests still marked, replies not.
 
 Cells analysed here (`analyse_locally`, `pathmaster query --analyse-locally`) travel as
-their feature vectors. A site that compares a learnt embedding (SiteInfo.model_sha256)
-needs each cell's embedding by its own network too, which the features do not carry. For
-such sites the client adds each cell's patch (`pathmaster.embedding.cell_patch`, 48 x 48
-RGB, 6.9 kB) to its features, and the coordinator embeds it with each site's network
-exactly as it embeds the patches of the cells it analyses itself (services/coordinator/
-learnt.py). Chosen over the two other ways: sending the images as well costs what analysing
-here saves (a full-resolution upload is megabytes); computing the embeddings here would
-need the coordinator to pass every site's network on (a new RPC and a cache in every
-client) and one embedding per network per cell in the request, where the patch serves
-every learnt site, whatever its network, and keeps one place that embeds. Sites that compare
-features alone never see the patch (the coordinator sends them only the values).
+their feature vectors. A site that looks through a pretrained eye (SiteInfo.model_sha256,
+its id; SiteInfo.eye, its description) needs each cell's eye vector too. The eye is public
+(a frozen network from a registry package), so the client opens the same eye, computes each
+cell's vector here and sends it with the features (a few kB a cell, where the cell's patch
+would be 150 kB); the site applies its own lens on top. Sites that look through another eye
+than the first get the images; sites that compare features alone never see the vectors.
 """
 
 from __future__ import annotations
@@ -215,12 +210,6 @@ class CoordinatorClient:
             call.add_done_callback(self._forget_class_ports)
         return call
 
-    def learnt_sites(self, only: list[str] | None = None) -> list[str]:
-        """The coordinator's sites (those in `only`, when given) that compare or score with
-        a learnt network (SiteInfo.model_sha256): a case analysed here needs each cell's
-        patch for them (`analyse_locally`)."""
-        return sorted(s.site for s in self.sites() if s.info.model_sha256 and (not only or s.site in only))
-
     def class_stats(self, request_class: str = "") -> list[pb.ClassStats]:
         """Per-class completion-time statistics (every class when empty)."""
         reply = self._stub().GetClassStats(pb.ClassStatsRequest(request_class=request_class),
@@ -333,14 +322,13 @@ class AsyncCases:
             await channel.close()
 
 
-def analyse_locally(cells: list[pb.CellImage], *, with_patches: bool = False
+def analyse_locally(cells: list[pb.CellImage], *, eye=None, identity: str = ""
                     ) -> tuple[list[pb.CellImage], list[pb.CellFeatures], str]:
     """Analyse a case's cells in this process, as the coordinator would, so that only
     their feature vectors (about 1 KB a cell) are uploaded.
 
-    with_patches: add each cell's patch (`pathmaster.embedding.cell_patch`, about 7 kB) to
-    its features, for sites that compare a learnt embedding (`CoordinatorClient.learnt_sites`;
-    the module docstring says why).
+    eye, identity: a pretrained eye (``pathmaster.eye.Eye``) and its id: each cell's vector
+    by it goes with its features, for the sites that look through it (``local_analysis_plan``).
     Returns (cells with only their ids, their CellFeatures, the feature schema). Raises
     InvalidInput naming the first cell that cannot be analysed.
     """
@@ -353,33 +341,43 @@ def analyse_locally(cells: list[pb.CellImage], *, with_patches: bool = False
         rgb, background, mask = decode_cell(cell.cell_id, cell.image, cell.background, cell.mask)
         analysis = analyse_cell(rgb, background, mask, source=f"cell {cell.cell_id!r}")
         ids.append(pb.CellImage(cell_id=cell.cell_id))
-        vectors.append(pb.CellFeatures(cell_id=cell.cell_id, values=[float(v) for v in analysis.features],
-                                       background_estimated=analysis.background_estimated,
-                                       mask_estimated=analysis.mask_estimated,
-                                       patch=analysis.patch.tobytes() if with_patches else b""))
+        features = pb.CellFeatures(cell_id=cell.cell_id, values=[float(v) for v in analysis.features],
+                                   background_estimated=analysis.background_estimated,
+                                   mask_estimated=analysis.mask_estimated)
+        if eye is not None:
+            features.embedding.extend(float(v) for v in eye.features(analysis.patch[None])[0])
+            features.model_sha256 = identity
+        vectors.append(features)
     return ids, vectors, feature_schema()
 
 
 def local_analysis_plan(statuses: list[pb.SiteStatus], only: list[str] | None = None
-                        ) -> tuple[list[str], list[str]]:
-    """(the sites the cells' patches go to: the coordinator holds their learnt network
-    (``ListSites`` names its hash only then), the sites that get the cells' images instead:
-    their Info says they read a network (``embedding.reads_network``) that the coordinator
-    cannot give: not published, not fetched or not matching its hash). ``only``: the case's
-    sites (None: every one). A site that compares features and scores by "ensemble" reads
-    its network only when it has one, which its Info does not tell without the hash: it is
-    left to the coordinator's fallback."""
+                        ) -> tuple[list[str], list[str], tuple[str, str]]:
+    """(the sites the cells' eye vectors go to, the sites that get the cells' images instead,
+    (the eye's id, its description) or ("", "")): the eyed sites are those looking through
+    the first eye a site names that this client can open; sites that read an eye
+    (``embedding.reads_network``) the coordinator does not name (``ListSites`` names it only
+    when it can open it), or another eye, get the images. ``only``: the case's sites (None:
+    every one)."""
     from pathmaster.embedding import reads_network
+    from services.coordinator.learnt import SiteEyes
 
-    patches, images = [], []
+    eyes, eyed, images, chosen = SiteEyes(), [], [], ("", "")
     for status in statuses:
         if only and status.site not in only:
             continue
-        if status.info.model_sha256:
-            patches.append(status.site)
-        elif reads_network(status.info.similarity, status.info.abnormal_score):
+        identity = status.info.model_sha256
+        if identity and not chosen[0]:
+            try:
+                eyes.get(identity, status.info.eye)
+                chosen = (identity, status.info.eye)
+            except Exception:  # noqa: BLE001 - an eye this client cannot open: that site gets the images
+                pass
+        if identity and identity == chosen[0]:
+            eyed.append(status.site)
+        elif identity or reads_network(status.info.similarity, status.info.abnormal_score):
             images.append(status.site)
-    return sorted(patches), sorted(images)
+    return sorted(eyed), sorted(images), chosen
 
 
 def images_without_network_why(sites: list[str]):
@@ -389,15 +387,14 @@ def images_without_network_why(sites: list[str]):
     return Why("images_without_network", {"sites": ", ".join(sites)})
 
 
-def local_analysis_why(cells: int, learnt_sites: list[str]):
+def local_analysis_why(cells: int, eyed_sites: list[str]):
     """Why a case analysed here went as it did (a `pathmaster.records.Why`; words in
-    services/reasons.py): features alone, or with patches for `learnt_sites`."""
-    from pathmaster.embedding import PATCH_PX
+    services/reasons.py): features alone, or with eye vectors for `eyed_sites`."""
     from pathmaster.records import Why
 
-    if not learnt_sites:
+    if not eyed_sites:
         return Why("analysed_here", {"cells": cells})
-    return Why("analysed_here_with_patches", {"cells": cells, "patch_px": PATCH_PX, "sites": ", ".join(learnt_sites)})
+    return Why("analysed_here_with_eye", {"cells": cells, "sites": ", ".join(eyed_sites)})
 
 
 def describe_error(error: grpc.RpcError) -> str:

@@ -451,7 +451,7 @@ def _query_tracing(args: argparse.Namespace):
 
 def _analyse_locally(client, cells, args: argparse.Namespace):
     """(the cells to send, the features to send with them) of a case analysed here: only
-    the cells' ids, unless a site needs a network the coordinator cannot give
+    the cells' ids, unless a site looks through an eye that cannot be opened here
     (``local_analysis_plan``): then the images too, for that site. What went and why is
     printed with --verbose (words) and --json (a line of type "analysis" with reason codes).
     InvalidInput when a cell cannot be analysed."""
@@ -459,9 +459,14 @@ def _analyse_locally(client, cells, args: argparse.Namespace):
                                  local_analysis_why)
     from services.reasons import as_json, words
 
-    learnt, images_for = local_analysis_plan(client.sites(), args.site)
-    ids, vectors, schema = analyse_locally(cells, with_patches=bool(learnt))
-    whys = [local_analysis_why(len(vectors), learnt)]
+    eyed, images_for, (identity, description) = local_analysis_plan(client.sites(), args.site)
+    eye = None
+    if identity:
+        from services.coordinator.learnt import SiteEyes
+
+        eye = SiteEyes().get(identity, description)
+    ids, vectors, schema = analyse_locally(cells, eye=eye, identity=identity)
+    whys = [local_analysis_why(len(vectors), eyed)]
     if images_for:
         whys.append(images_without_network_why(images_for))
     if args.json:

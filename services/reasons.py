@@ -69,13 +69,13 @@ REASONS: dict[str, Words] = {
                            "features sent to {sites}"),
     # The client's own analysis (`pathmaster query --analyse-locally`, services.client.analyse_locally)
     "analysed_here": Words("", "analysed {cells} cells here: only their features sent"),
-    "analysed_here_with_patches": Words(
-        "", "analysed {cells} cells here: their features sent, and each cell's {patch_px} px patch because "
-            "{sites} compare a learnt embedding, which the coordinator makes from the patch with each site's network"),
+    "analysed_here_with_eye": Words(
+        "", "analysed {cells} cells here: their features sent, and what the pretrained eye sees of each, "
+            "because {sites} look through it"),
     "images_without_network": Words(
         "{sites} could not be given the cells' measurements here: their images were sent instead",
-        "the coordinator cannot give the learnt network of {sites} (not published, not fetched, or not matching "
-        "its hash): their cells sent as images"),
+        "the pretrained eye of {sites} cannot be opened here (not installed, or another version): "
+        "their cells sent as images"),
     # What happened while the case ran (services.coordinator.fanout)
     "hedge_sent": Words("no answer within {after_s:.1f} s: asked again with {hedge_class} priority",
                         "no answer after {after_s:.2f} s (predicted {predicted_s:.2f} s): "

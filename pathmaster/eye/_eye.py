@@ -16,7 +16,6 @@ from pathlib import Path
 
 import numpy as np
 
-from pathmaster.embedding import _one_blas_thread, dihedral
 from pathmaster.eye import _efficientnet_lite as net
 from pathmaster.eye._pth import read_state_dict
 from pathmaster.records import InvalidInput
@@ -36,13 +35,39 @@ DEFAULT_BLOCKS = (7, 10, 14)
 DEFAULT_RESOLUTION = 224
 DEFAULT_VIEWS = 1
 # How many of the 8 rotations/flips may be averaged, and their order: indices into
-# `pathmaster.embedding.dihedral`'s views (identity, rotations by 90, 180, 270 degrees, then
+# `dihedral`'s views (identity, rotations by 90, 180, 270 degrees, then
 # the same of the flipped patch) so that each prefix is a group: {identity, 180}, the four
 # rotations, all eight. The mean over a group is exactly invariant to each of its elements.
 VIEW_COUNTS = (1, 2, 4, 8)
 VIEW_ORDER = (0, 2, 1, 3, 4, 6, 5, 7)
 # Sides in pixels a patch may be resized to: the network halves it 5 times.
 MIN_RESOLUTION, MAX_RESOLUTION = 32, 1024
+
+
+# The options an eye's description carries beside its name (``open_eye(name, **options)``).
+EYE_OPTIONS = ("blocks", "resolution", "views")
+
+
+def dihedral(patches: np.ndarray) -> np.ndarray:
+    """The 8 rotations and flips of each patch: (m, S, S, C) -> (8, m, S, S, C)."""
+    views = []
+    for flipped in (patches, patches[:, :, ::-1]):
+        for turns in range(4):
+            views.append(np.rot90(flipped, turns, axes=(1, 2)))
+    return np.stack(views)
+
+
+@functools.lru_cache(maxsize=1)
+def _blas_controller():
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
+
+
+def _one_blas_thread():
+    """One BLAS thread for one cell's matrix products: the eye runs a cell at a time, and a
+    second thread on products this small costs CPU without saving time."""
+    return _blas_controller().limit(limits=1, user_api="blas")
 
 
 class EyeUnavailable(InvalidInput):

@@ -24,7 +24,7 @@ import grpc
 from qos.predict import Predictor, SiteLoad
 from qos.transport import ClassChannels
 from services.coordinator.sitewatch import SiteWatch
-from services.coordinator.learnt import SiteModels
+from services.coordinator.learnt import SiteEyes
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
 
@@ -70,10 +70,12 @@ class SiteDirectory:
         self.schemas: dict[str, str] = {}
         # The columns each site compares (SiteInfo.feature_columns); none known: full vectors.
         self.columns: dict[str, tuple[int, ...]] = {}
-        # The learnt network each site compares (SiteInfo.model_sha256; "" none), and the
-        # networks fetched from the sites, by hash (services/coordinator/learnt.py).
+        # The pretrained eye each site looks through (SiteInfo.model_sha256, its id; "" none;
+        # SiteInfo.eye, its description), and the eyes opened here, by id
+        # (services/coordinator/learnt.py).
         self.models: dict[str, str] = {}
-        self.networks = SiteModels()
+        self.eye_descriptions: dict[str, str] = {}
+        self.eyes = SiteEyes()
         self.serving: dict[str, bool] = {name: False for name in self.names}  # its health, followed by `watch`
         self._watch = None
         self._last_lookup: dict[str, float] = {}
@@ -95,6 +97,7 @@ class SiteDirectory:
             self.schemas[site] = info.feature_schema
             self.columns[site] = tuple(info.feature_columns)
             self.models[site] = info.model_sha256
+            self.eye_descriptions[site] = info.eye
             if self.predictor is not None:
                 self.predictor.site(site).load = site_load(info.load)
 
@@ -117,19 +120,21 @@ class SiteDirectory:
             self._watch = None
 
     def network(self, site: str):
-        """The learnt network `site` compares (an ``Embedder``), fetched once; None when it
-        needs none or it cannot be had now (the site then refuses the features and the
-        fan-out falls back to its images)."""
+        """The pretrained eye `site` looks through (a ``pathmaster.eye.Eye``), opened once;
+        None when it needs none or this coordinator cannot open it (the site then refuses
+        the features and the fan-out falls back to its images)."""
         model = self.models.get(site, "")
-        return self.network_by_hash(site, model) if model else None
+        return self.eye_of(site, model, self.eye_descriptions.get(site, "")) if model else None
 
-    def network_by_hash(self, site: str, sha256: str):
-        """The network `sha256` of `site` (an ``Embedder``) from the cache or fetched now;
-        None when the site cannot give it or its bytes do not match the hash (logged)."""
+    def eye_of(self, site: str, identity: str, description: str):
+        """The eye `identity` that `site` describes (SiteInfo.eye), from the cache or opened
+        now; None when it cannot be opened here or the description does not match (logged)."""
+        from pathmaster.records import InvalidInput
+
         try:
-            return self.networks.get(sha256, self.stub(site))
-        except (grpc.RpcError, ValueError) as exc:
-            log.warning("site %s: its network %s not fetched (%s)", site, sha256[:16], exc)
+            return self.eyes.get(identity, description)
+        except (InvalidInput, ValueError) as exc:
+            log.warning("site %s: its eye %s cannot be opened here (%s)", site, identity[:16], exc)
             return None
 
     def knows(self, site: str) -> bool:

@@ -333,11 +333,11 @@ class CasePipeline:
     def analyse(self, case: Case, planned: Planned) -> Analysed:
         """The case's feature vectors when any site takes features (the client's, or the
         analysers'); sites planned for features get the images when there are none, or when
-        their learnt network cannot be had (the case has images)."""
+        the eye they look through cannot be opened here (the case has images)."""
         plans = planned.plans
         wanted = [s for s, p in plans.items() if p.mode == "features"]
         if wanted and all(cell.image for cell in case.cells):
-            # a site whose learnt network cannot be had now would refuse features without its embedding
+            # a site whose eye cannot be opened here would refuse features without their eye vectors
             lacking = [s for s in wanted if self.directory.models.get(s) and self.directory.network(s) is None]
             for site in lacking:
                 plans[site] = replace(plans[site], mode="images")
@@ -373,12 +373,12 @@ class CasePipeline:
         send_id = new_send_id()  # the first send to every site, and its copies
         images = pb.AnalyseRequest(case_id=case.case_id, request_class=case.served.name, cells=case.cells,
                                    k=case.k, send_id=send_id, concept_weights=case.concept_weights)
-        by_kind: dict[tuple, pb.AnalyseRequest] = {}   # by the columns and network a site compares
+        by_kind: dict[tuple, pb.AnalyseRequest] = {}   # by the columns and eye a site compares
         have_images = all(cell.image for cell in case.cells)
 
         def site_features(site: str) -> pb.AnalyseRequest | None:
             """The features request for `site`: only the values it compares (sites differ),
-            with the cells' embeddings by its learnt network when it has one."""
+            with the cells' vectors by its pretrained eye when it looks through one."""
             if analysed.features is None:
                 return None
             columns = self.directory.columns.get(site, ()) if case.subset else ()

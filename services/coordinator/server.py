@@ -189,8 +189,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     def ListSites(self, request, context) -> pb.SitesReply:
         """Every site with its Info; serving only while it answers and its health says SERVING
         (a site with no live worker says NOT_SERVING until its workers are replaced). A site's
-        network hash (``model_sha256``) only when the coordinator holds that network: a client
-        analysing cells itself sends patches for it, else the images (services.client)."""
+        eye (``model_sha256``) only when the coordinator can open that eye: a client analysing
+        cells itself sends patches for it, else the images (services.client)."""
         calls = {s.name: self.directory.stub(s.name).Info.future(pb.SiteInfoRequest(), timeout=INFO_TIMEOUT_S)
                  for s in self.config.sites}
         checks = {s.name: health_pb2_grpc.HealthStub(self.channels.channel(s.name)).Check.future(
@@ -202,7 +202,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             try:
                 status.info.CopyFrom(calls[site.name].result())
                 model = status.info.model_sha256
-                if model and self.directory.network_by_hash(site.name, model) is None:
+                if model and self.directory.eye_of(site.name, model, status.info.eye) is None:
                     status.info.model_sha256 = ""
                 status.serving = checks[site.name].result().status == health_pb2.HealthCheckResponse.SERVING
             except grpc.RpcError:

@@ -95,6 +95,10 @@ def check_case_request(request: pb.CaseRequest, classes: ClassTable, max_cells: 
     return rclass
 
 
+# The most values a cell's eye vector may carry (a site checks its eye's exact width).
+MAX_EYE_VALUES = 4096
+
+
 def check_features(request: pb.CaseRequest, feature_schema: str) -> None:
     """A case the client analysed itself: same schema as ours, a finite vector per cell."""
     if not feature_schema:
@@ -121,3 +125,6 @@ def check_features(request: pb.CaseRequest, feature_schema: str) -> None:
             raise CaseRejected(grpc.StatusCode.INVALID_ARGUMENT,
                                f"cell {f.cell_id!r}: a patch is {PATCH_PX} x {PATCH_PX} RGB ({patch_bytes} bytes), "
                                f"not {len(f.patch)} bytes")
+        if len(f.embedding) > MAX_EYE_VALUES or not all(math.isfinite(v) for v in f.embedding):
+            raise CaseRejected(grpc.StatusCode.INVALID_ARGUMENT,
+                               f"cell {f.cell_id!r}: an eye vector has at most {MAX_EYE_VALUES} finite values")

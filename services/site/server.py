@@ -48,7 +48,7 @@ SITE_SERVICE = pb.DESCRIPTOR.services_by_name["Site"].full_name
 POLL_S = 0.1  # how often a waiting handler checks whether its caller has gone
 METHOD_OF_MODE = {"images": "analyse", "features": "search_many"}  # the worker method of each mode
 # What a site learnt, as the worker's info names it and SiteInfo carries it.
-LEARNT_INFO = ("similarity", "similarity_note", "model_sha256", "abnormal_score", "abnormal_threshold",
+LEARNT_INFO = ("similarity", "similarity_note", "model_sha256", "eye", "abnormal_score", "abnormal_threshold",
                "abnormal_sensitivity", "abnormal_specificity")
 
 
@@ -158,8 +158,8 @@ class SiteServicer(pb_grpc.SiteServicer):
         model = self.info.get("model_sha256", "")
         if model and any(f.model_sha256 != model for f in request.features):
             context.abort(grpc.StatusCode.FAILED_PRECONDITION,
-                          f"site {self.name} compares its learnt embedding: send each cell's embedding by its "
-                          f"network {model[:16]} (GetModel), or the images")
+                          f"site {self.name} looks through its pretrained eye: send each cell's vector by the eye "
+                          f"{model[:16]} (SiteInfo.eye), or the images")
         self._refuse_copy(request, context)
         # One job for the whole request: a search is ~1 ms, a Ray task per cell costs more.
         cells = [(f.cell_id, list(f.values), f.background_estimated, f.mask_estimated, list(f.embedding))
@@ -346,13 +346,6 @@ class SiteServicer(pb_grpc.SiteServicer):
             representation_cells=self.info.get("representation_cells", 0),
             **{key: self.info[key] for key in LEARNT_INFO if key in self.info},
         )
-
-    def GetModel(self, request: pb.ModelRequest, context: grpc.ServicerContext) -> pb.ModelReply:
-        model = self.info.get("model_sha256", "")
-        if not model or request.sha256 != model:
-            context.abort(grpc.StatusCode.NOT_FOUND, f"site {self.name} has no network {shown(request.sha256)}"
-                          + (f"; its network is {model}" if model else ": it needs none"))
-        return pb.ModelReply(sha256=model, npz=self.info["model_npz"])
 
 
 def site_vocabulary(vocabulary: dict) -> pb.Vocabulary:

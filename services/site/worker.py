@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import json
 import logging
 import os
 import signal
@@ -202,14 +203,16 @@ class SiteWorker:
         }
 
     def _learnt_info(self) -> dict:
-        """What the site learnt (SiteInfo fields 50-56) and its network's bytes ("model_npz",
-        b"" when a features request needs no embedding)."""
-        learnt = self.index.learnt
-        point = ((learnt.report or {}).get("scores") or {}).get(learnt.score, {})
-        needs = learnt.needs_embedding and self.index.embedder is not None
+        """What the site learnt (SiteInfo fields 50-57): what it compares, the eye a features
+        request's embeddings must come from ("" when it needs none) and its abnormality
+        score, with the per-cell figures at its operating point (chosen for cases)."""
+        learnt, lens = self.index.learnt, self.index.lens
+        report = learnt.report or {}
+        point = report.get("case") or (report.get("scores") or {}).get(learnt.score, {})
+        needs = learnt.needs_embedding and lens is not None
         return {"similarity": learnt.mode, "similarity_note": self.index.similarity_note(),
-                "model_sha256": learnt.model if needs else "",
-                "model_npz": self.index.embedder.to_bytes() if needs else b"",
+                "model_sha256": lens.eye_id if needs else "",
+                "eye": json.dumps(lens.eye, sort_keys=True) if needs else "",
                 "abnormal_score": learnt.score, "abnormal_threshold": float(learnt.threshold),
                 "abnormal_sensitivity": float(point.get("sensitivity", 0.0)),
                 "abnormal_specificity": float(point.get("specificity", 0.0))}
@@ -227,7 +230,7 @@ class SiteWorker:
     def _outcome(self, cell_id: str, features, k: int, columns: list[int] | None = None, embedding=None,
                  weights: dict[str, float] | None = None, **flags) -> CellOutcome:
         """Search with one raw feature vector (with `columns`: only those of it) and its
-        embedding by the site's network (None without one); with `weights`, refined by
+        eye vector (None without one); with `weights`, refined by
         concept: the nearest RERANK_CANDIDATES re-ranked by `Explainer.reweighted`. The
         outcome has the matches' wire parts, similarity and measures, and the cell's
         abnormality score, read from the site's own k nearest however many were asked for."""

