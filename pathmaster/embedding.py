@@ -7,10 +7,11 @@ the site learns on top of the eye from its own labelled cells.
 - The eye (``pathmaster.eye``) turns patches into vectors: a public, frozen network, the
   same at every site that names it, so anyone (the coordinator, a client) can compute a
   cell's eye vector and a site checks it by the eye's id.
-- ``SiteLens``: what a site learns on top of the eye when it is indexed: the principal axes
-  of its cells' eye vectors (the space it compares, z-scored by ``LearntSimilarity``) and a
-  multinomial logistic head over that space (its "network" abnormality score). Plain
-  arrays applied with NumPy, stored as an ``.npz`` named by its content hash.
+- ``SiteLens``: what a site learns on top of the eye when it is indexed: a linear map of
+  its eye vectors into the space it compares (the discriminant axes of its diagnoses, by
+  shrinkage linear discriminant analysis; the principal axes on a site too small to learn),
+  and the discriminant's posterior over its diagnoses (its "network" abnormality score).
+  Plain arrays applied with NumPy, stored as an ``.npz`` named by its content hash.
 - ``LearntSimilarity``: how the site turns a cell's features and lens vector into its
   search vector and its abnormality score, as its cross-validation chose them.
 """
@@ -29,8 +30,8 @@ import numpy as np
 # Side of the patch made of an upload, in pixels: what the eye looks at (it resizes a patch
 # of another side to its own input).
 PATCH_PX = 224
-# The most principal axes of the eye's vectors a lens keeps (fewer on a site with fewer
-# cells: at most a quarter of its labelled cells, so the axes are not fitted to few cells).
+# The most principal axes of the eye's vectors a plain lens keeps (fewer on a site with
+# fewer cells: at most a quarter of them).
 LENS_AXES = 64
 
 
@@ -110,9 +111,9 @@ class SiteLens:
     """What a site learnt on top of its eye (see the module docstring).
 
     eye: the eye's description (``pathmaster.eye.Eye.describe``); mean: float64 (D,), the
-    eye vectors' mean on the site's cells; axes: float64 (D, r), their principal axes; head:
-    a ``pathmaster.abnormality.FeatureClassifier`` over the r lens coordinates (None on a
-    site too small to fit one).
+    eye vectors' mean on the site's cells; axes: float64 (D, r), the map into the space it
+    compares; head: a ``pathmaster.abnormality.FeatureClassifier`` over the eye vectors (the
+    discriminant's posterior; None on a site too small to fit one).
     """
 
     eye: dict
@@ -133,11 +134,11 @@ class SiteLens:
         """Lens vectors (m, r) float64 of eye vectors (m, D)."""
         return (np.atleast_2d(np.asarray(eye_vectors, np.float64)) - self.mean) @ self.axes
 
-    def abnormal_probability(self, embeddings: np.ndarray) -> np.ndarray:
-        """The head's probability of an abnormal label, (m,) float64, from lens vectors (m, r)."""
+    def abnormal_probability(self, eye_vectors: np.ndarray) -> np.ndarray:
+        """The head's probability of an abnormal label, (m,) float64, from eye vectors (m, D)."""
         if self.head is None:
             raise ValueError("this lens has no head")
-        return self.head.abnormal_probability(embeddings)
+        return self.head.abnormal_probability(eye_vectors)
 
     def to_bytes(self) -> bytes:
         """The lens as an uncompressed ``.npz`` (deterministic bytes for the same lens)."""
@@ -177,20 +178,48 @@ class SiteLens:
 
 
 def fit_lens(eye_vectors: np.ndarray, eye: dict, max_axes: int = LENS_AXES) -> SiteLens:
-    """The whitened principal axes of a site's eye vectors (n, D) (no head: ``learn`` fits it).
+    """A plain lens: the principal axes of a site's eye vectors (n, D), no labels read.
 
     At most ``max_axes`` axes, and at most a quarter of the cells; axes of (numerically)
-    zero variance are left out. Each axis is scaled so that the site's cells have unit
-    variance along it (PCA whitening): every kept direction counts alike in a distance and
-    in the head's penalty. The SVD of the centred vectors (``numpy.linalg.svd``).
+    zero variance are left out. Not whitened: distances in it are the eye's own, less its
+    least varying directions. The SVD of the centred vectors (``numpy.linalg.svd``).
     """
     vectors = np.asarray(eye_vectors, np.float64)
     mean = vectors.mean(axis=0)
     _, singular, vt = np.linalg.svd(vectors - mean, full_matrices=False)
     usable = int((singular > singular[0] * 1e-6).sum()) if len(singular) and singular[0] > 0 else 0
     keep = max(min(max_axes, max(len(vectors) // 4, 1), usable), 1)
-    scale = np.where(singular[:keep] > 0, singular[:keep], 1.0) / np.sqrt(len(vectors))
-    return SiteLens(dict(eye), mean, (vt[:keep].T / scale).copy())
+    return SiteLens(dict(eye), mean, vt[:keep].T.copy())
+
+
+def fit_discriminant_lens(eye_vectors: np.ndarray, labels, abnormal_labels, eye: dict) -> SiteLens:
+    """A lens learnt from a site's labelled cells: shrinkage linear discriminant analysis.
+
+    scikit-learn's ``LinearDiscriminantAnalysis(solver="eigen", shrinkage="auto")`` (the
+    within-diagnosis covariance shrunk by the Ledoit-Wolf lemma, as a few hundred cells
+    against hundreds of eye dimensions need): the space compared is its discriminant axes
+    (at most one fewer than the diagnoses; within-diagnosis variance 1 along each), the head
+    its posterior over the diagnoses, whose abnormal mass is the cell's score. Kept as plain
+    arrays; the same numbers as the estimator's ``transform`` and ``predict_proba``.
+    """
+    import warnings
+
+    from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
+
+    from pathmaster.abnormality import FeatureClassifier
+
+    vectors, labels = np.asarray(eye_vectors, np.float64), np.asarray(labels).astype(str)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=UserWarning)  # collinear eye dimensions
+        lda = LinearDiscriminantAnalysis(solver="eigen", shrinkage="auto").fit(vectors, labels)
+    classes = [str(c) for c in lda.classes_]
+    coef, intercept = np.asarray(lda.coef_, np.float64), np.asarray(lda.intercept_, np.float64)
+    if len(classes) == 2:  # one row for two classes: logits (0, w.x + b)
+        coef, intercept = np.vstack([np.zeros_like(coef), coef]), np.concatenate([[0.0], intercept])
+    axes = np.asarray(lda.scalings_, np.float64)[:, :max(len(classes) - 1, 1)]
+    head = FeatureClassifier(list(range(vectors.shape[1])), coef, intercept, classes,
+                             np.array([c in set(abnormal_labels) for c in classes], bool), 0.0)
+    return SiteLens(dict(eye), vectors.mean(axis=0), axes.copy(), head)
 
 
 # ---------------------------------------------------------------- what a site compares

@@ -731,7 +731,7 @@ def site_score_fit(X: np.ndarray, labels, groups, names: list[str], abnormal_lab
             fitted.feature_scale, fitted.embedding_scale = refit.feature_scale, refit.embedding_scale
         vectors = np.asarray(fitted.vectors(features, embeddings), np.float64)
         nearest = np.argsort(_distances(vectors[test], vectors[train]), axis=1, kind="stable")[:, :defaults.K]
-        network = (lens.abnormal_probability(embeddings[test]) if lens is not None and lens.head is not None
+        network = (lens.abnormal_probability(eye_vectors[test]) if lens is not None and lens.head is not None
                    else [None] * len(test))
         classifier = FeatureClassifier.from_dict(fitted.classifier)
         by_features = classifier.abnormal_probability(Z[test]) if classifier is not None else [None] * len(test)

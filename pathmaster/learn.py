@@ -2,11 +2,11 @@
 
 A site sees each cell twice: by its 130 interpretable features (``pathmaster.similarity``)
 and by its frozen pretrained eye (``pathmaster.eye``) through the lens it fits on top
-(``embedding.SiteLens``: the eye vectors' principal axes, whitened, and a logistic head).
-``learn_similarity`` fits lenses and heads on inner folds of the site's own labelled cells
-(grouped by slide image), chooses what to compare (the features, the lens or both fused)
-by held-out retrieval, and the abnormality score and its operating point by held-out
-ranking. Nothing is trained for long: every fit is a singular value decomposition or a
+(``embedding.SiteLens``: shrinkage linear discriminant axes of its diagnoses, and their
+posterior as a head). ``learn_similarity`` fits lenses on inner folds of the site's own
+labelled cells (grouped by slide image), chooses what to compare (the features, the lens or
+both fused) by held-out retrieval, and the abnormality score and its operating point by
+held-out ranking. Nothing is trained for long: every fit is one discriminant analysis or a
 logistic regression, seconds for a thousand cells.
 
 The operating point (``operating_point``) is the project's one rule for the threshold of an
@@ -273,10 +273,10 @@ def learn_similarity(eye_vectors: np.ndarray, eye: dict, feature_vectors_fit, la
     abnormal = np.array([label in set(abnormal_labels) for label in labels])
     candidates = [("features", 0.0), ("embedding", 1.0)] + [("fused", w) for w in FUSED_WEIGHTS]
     folds = inner_folds(labels, groups, seed)
-    strength, network_p, strengths = _head_strength(eye_vectors, eye, labels, abnormal_labels, folds)
-    oof = _inner_lenses(eye_vectors, eye, feature_vectors_fit, labels, abnormal, candidates, folds, k)
+    oof = _inner_lenses(eye_vectors, eye, feature_vectors_fit, labels, abnormal_labels, candidates, folds, k)
+    network_p = oof["network"]
     report = {"folds": INNER_FOLDS, "held_out_cells": len(labels), "grouped": groups is not None,
-              "eye": eye, "head_strengths": strengths, "candidates": {}}
+              "eye": eye, "candidates": {}}
     for (name, w), votes in oof["votes"].items():
         report["candidates"][f"{name}:{w}"] = {"top1": float(np.mean(votes == labels)),
                                                **operating_point(oof["share"][(name, w)], abnormal)}
@@ -288,7 +288,7 @@ def learn_similarity(eye_vectors: np.ndarray, eye: dict, feature_vectors_fit, la
     score, points, report["thresholds"] = choose_site_score(scores, abnormal)
     report["scores"] = points
     report["case"] = case_operating_point(scores[score], abnormal, groups, points[score]["threshold"], seed)
-    lens = _lens_with_head(eye_vectors, eye, labels, abnormal_labels, np.arange(len(labels)), strength)
+    lens = emb.fit_discriminant_lens(eye_vectors, labels, abnormal_labels, eye)
     _, all_f = feature_vectors_fit(np.arange(len(labels)))
     learnt = fitted_similarity(lens.embed(eye_vectors), all_f)
     learnt.mode, learnt.embedding_weight, learnt.model = mode, weight, lens.sha256
@@ -334,44 +334,18 @@ def plain_lens(eye_vectors: np.ndarray, eye: dict, reason: str, k: int = 5):
     return lens, learnt
 
 
-def _lens_with_head(eye_vectors, eye, labels, abnormal_labels, train, strength):
-    """A lens fitted on the ``train`` cells and its head (strength ``strength``) on them."""
-    from pathmaster import abnormality
-
-    lens = emb.fit_lens(eye_vectors[train], eye)
-    embedded = lens.embed(eye_vectors[train])
-    lens.head = abnormality.fit_classifier(embedded, labels[train], abnormal_labels, range(lens.dim), strength)
-    return lens
-
-
-def _head_strength(eye_vectors, eye, labels, abnormal_labels, folds):
-    """(the head's L2 strength, its out-of-fold abnormal probabilities (n,), each strength's
-    held-out ROC AUC): each inner fold's lens and head fitted on the other folds."""
-    from sklearn.metrics import roc_auc_score
-
-    from pathmaster import abnormality
-
-    abnormal = np.array([label in set(abnormal_labels) for label in labels])
-    results = {}
-    for strength in abnormality.STRENGTHS:
-        scores = np.zeros(len(labels))
-        for train, test in folds:
-            lens = _lens_with_head(eye_vectors, eye, labels, abnormal_labels, train, strength)
-            scores[test] = lens.abnormal_probability(lens.embed(eye_vectors[test]))
-        results[strength] = (float(roc_auc_score(abnormal, scores)) if 0 < abnormal.sum() < len(abnormal) else 0.5,
-                             scores)
-    best = max(results, key=lambda s: results[s][0])  # first of equals: the strongest penalty
-    return best, results[best][1], {str(s): round(results[s][0], 4) for s in results}
-
-
-def _inner_lenses(eye_vectors, eye, feature_vectors_fit, labels, abnormal, candidates, folds, k):
+def _inner_lenses(eye_vectors, eye, feature_vectors_fit, labels, abnormal_labels, candidates, folds, k):
     """Out-of-fold figures of the inner folds: each candidate's k-nearest votes and abnormal
-    share, every fold's lens and feature projection fitted on the other folds' cells."""
+    share, and the lens's head's abnormal probability, every fold's lens and feature
+    projection fitted on the other folds' cells."""
     n = len(labels)
-    oof = {"votes": {c: np.empty(n, dtype=object) for c in candidates}, "share": {c: np.zeros(n) for c in candidates}}
+    abnormal = np.array([label in set(abnormal_labels) for label in labels])
+    oof = {"votes": {c: np.empty(n, dtype=object) for c in candidates}, "share": {c: np.zeros(n) for c in candidates},
+           "network": np.zeros(n)}
     for train, test in folds:
         train_f, all_f = feature_vectors_fit(train)
-        lens = emb.fit_lens(eye_vectors[train], eye)
+        lens = emb.fit_discriminant_lens(eye_vectors[train], labels[train], abnormal_labels, eye)
+        oof["network"][test] = lens.abnormal_probability(eye_vectors[test])
         embedded = lens.embed(eye_vectors)
         similarity = fitted_similarity(embedded[train], train_f)
         for name, w in candidates:
@@ -384,12 +358,14 @@ def _inner_lenses(eye_vectors, eye, feature_vectors_fit, labels, abnormal, candi
 
 
 def fitted_similarity(embeddings: np.ndarray, train_features: np.ndarray):
-    """A LearntSimilarity with the lens vectors' z-scores and both blocks' scales fitted on
-    these (training) cells."""
+    """A LearntSimilarity with the lens vectors' centre and scale and both blocks' scales
+    fitted on these (training) cells. One scale for every lens axis (the root of their mean
+    variance): the lens's own geometry is kept, only its size set."""
     from pathmaster.embedding import LearntSimilarity
 
-    mean, std = embeddings.mean(axis=0), embeddings.std(axis=0)
-    std = np.where(std > 1e-6, std, 1.0)
+    mean = embeddings.mean(axis=0)
+    spread = float(np.sqrt(embeddings.var(axis=0).mean())) if embeddings.size else 1.0
+    std = np.full(embeddings.shape[1], spread if spread > 1e-12 else 1.0)
     z = (embeddings - mean) / std
     return LearntSimilarity(mean=mean.astype(np.float64), std=std.astype(np.float64),
                             feature_scale=float(np.sqrt(np.asarray(train_features).var(axis=0).sum())) or 1.0,

@@ -518,7 +518,7 @@ class SiteIndex:
 
         abnormal = set(self.vocabulary.abnormal)
         has_head = self.lens is not None and self.lens.head is not None
-        network = (self.lens.abnormal_probability(self.lens.embed(embeddings)) if has_head and embeddings is not None
+        network = (self.lens.abnormal_probability(embeddings) if has_head and embeddings is not None
                    else [None] * len(matches))
         reads_classifier = self.learnt.score in ("classifier", "ensemble")
         by_features = ([None] * len(matches) if self.classifier is None or features is None or not reads_classifier

@@ -20,30 +20,45 @@ def records(n, seed=11, classes=DIAGNOSES):
 
 
 def test_a_lens_round_trips_by_content_hash_and_junk_is_refused(tmp_path):
-    from pathmaster.abnormality import fit_classifier
-
     rng = np.random.default_rng(0)
-    vectors = rng.normal(size=(40, 12))
-    lens = emb.fit_lens(vectors, {"name": "test-eye", "sha256": "0" * 64})
-    labels = np.array(["a", "b"] * 20)
-    lens.head = fit_classifier(lens.embed(vectors), labels, {"b"}, range(lens.dim), 1.0)
+    labels = np.array(["a", "b", "c"] * 20)
+    vectors = rng.normal(size=(60, 12)) + (labels == "b")[:, None]
+    lens = emb.fit_discriminant_lens(vectors, labels, {"b"}, {"name": "test-eye", "sha256": "0" * 64})
     again = emb.SiteLens.from_bytes(lens.to_bytes())
     assert again.sha256 == lens.sha256 and again.eye == lens.eye
     assert np.array_equal(again.embed(vectors), lens.embed(vectors))
-    assert np.allclose(again.abnormal_probability(again.embed(vectors)), lens.abnormal_probability(lens.embed(vectors)))
+    assert np.array_equal(again.abnormal_probability(vectors), lens.abnormal_probability(vectors))
     assert lens.save(tmp_path).name == f"lens-{lens.sha256[:16]}.npz"
     with pytest.raises(ValueError):
         emb.SiteLens.from_bytes(b"not a lens")
 
 
-def test_the_lens_whitens_the_principal_axes_of_the_sites_eye_vectors():
+@pytest.mark.parametrize("classes", [2, 4])
+def test_the_discriminant_lens_is_scikit_learns_transform_and_posterior(classes):
+    from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
+
+    rng = np.random.default_rng(classes)
+    labels = np.array([f"c{i % classes}" for i in range(120)])
+    vectors = rng.normal(size=(120, 20)) + np.array([int(x[1:]) for x in labels])[:, None] * rng.normal(size=20)
+    lens = emb.fit_discriminant_lens(vectors, labels, {"c1"}, {"name": "test-eye"})
+    reference = LinearDiscriminantAnalysis(solver="eigen", shrinkage="auto").fit(vectors, labels)
+    assert lens.dim == classes - 1
+    shift = (vectors - lens.mean) @ lens.axes - reference.transform(vectors)
+    assert np.allclose(shift, shift[0], atol=1e-8)  # the same axes, centred
+    expected = reference.predict_proba(vectors)[:, list(reference.classes_).index("c1")]
+    assert np.allclose(lens.abnormal_probability(vectors), expected, atol=1e-9)
+
+
+def test_a_plain_lens_keeps_the_principal_axes_of_the_sites_eye_vectors():
     rng = np.random.default_rng(1)
     vectors = rng.normal(size=(200, 30)) @ rng.normal(size=(30, 30))
     lens = emb.fit_lens(vectors, {"name": "test-eye"}, max_axes=8)
     embedded = lens.embed(vectors)
-    assert lens.dim == 8
+    assert lens.dim == 8 and lens.head is None
     assert np.allclose(embedded.mean(axis=0), 0.0, atol=1e-9)
-    assert np.allclose(np.cov(embedded, rowvar=False, bias=True), np.eye(8), atol=1e-6)  # uncorrelated, unit variance
+    variances = embedded.var(axis=0)
+    assert np.all(np.diff(variances) <= 1e-9)  # the most varying axes, in order
+    assert np.allclose(np.cov(embedded, rowvar=False, bias=True), np.diag(variances), atol=1e-6)
     few = emb.fit_lens(vectors[:12], {"name": "test-eye"})
     assert few.dim == 3  # at most a quarter of the cells
 
@@ -152,6 +167,7 @@ def test_a_learnt_site_searches_fused_vectors_and_scores_cells(learnt_site):
     path, cells = learnt_site
     site = SiteIndex.open(path)
     assert site.learnt.mode == "fused" and site.lens is not None and site.lens.head is not None
+    assert site.lens.dim == len(site.diagnoses()) - 1  # the discriminant axes of its diagnoses
     assert f"/lens{site.lens.dim}@" in site.algorithm and "fused chosen" in site.similarity_note()
     chosen = site.learnt.report["candidates"][f"fused:{site.learnt.embedding_weight}"]["top1"]
     assert f"top-1 {chosen:.3f}" in site.similarity_note()
