@@ -122,7 +122,10 @@ def _load_weights(path: Path) -> dict[str, np.ndarray]:
     if digest != WEIGHTS_SHA256:
         raise EyeUnavailable(f"the eye's weights file of {WEIGHTS_PACKAGE}=={WEIGHTS_VERSION} has SHA-256 "
                              f"{digest}, not {WEIGHTS_SHA256}: altered or another version; reinstall it", path)
-    return net.fold_weights(read_state_dict(io.BytesIO(data)))
+    weights = net.fold_weights(read_state_dict(io.BytesIO(data)))
+    for array in weights.values():  # shared by every eye of the process
+        array.setflags(write=False)
+    return weights
 
 
 def _check_options(blocks: tuple[int, ...], resolution: int, views: int) -> None:
