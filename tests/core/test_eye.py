@@ -42,8 +42,8 @@ REFERENCE = {
 # The same at 97 px (the 224 px crop resized by PIL bilinear, then fed as above), the
 # reference built with image_size=None (its dynamic padding, TensorFlow's rule): sides
 # 97, 49, 25, 13, 7, 4, odd where a stride-2 convolution pads evenly and the output is
-# ceil(side / 2); at 224 px every side is even and a stride-2 convolution pads 0 before
-# and k - 2 after (a swapped split fails the 224 px test).
+# ceil(side / 2); at 224 px every side is even and a stride-2 convolution pads unevenly,
+# the extra zero after (a swapped split fails the 224 px test).
 REFERENCE_97PX = {
     "china.jpg": ([832, 442, 408, 449, 724], [13.359, 13.1218, 12.8208, 11.9113, 11.3178]),
     "flower.jpg": ([952, 949, 988, 947, 989], [14.5564, 14.0744, 9.4203, 8.3183, 7.8306]),
