@@ -31,7 +31,7 @@ WEIGHTS_SHA256 = "579344248a93e23026e6b78f1f6faf0bc1d282386f6c881cdbaacd49cabf77
 # What the eye reads, to be chosen by measurement on the development half (which blocks,
 # resolution and views compare cells best, with their cost beside): these are a start, the
 # outputs of stages 4, 5 and 6 (blocks 7, 10 and 14: 80 + 112 + 192 numbers) of one view at
-# the network's own 224 px, about 24 ms of one core a cell (benchmarks/bench_eye.py).
+# the network's own 224 px, about 21 ms of one core a cell (benchmarks/results/eye-8879143.txt).
 DEFAULT_BLOCKS = (7, 10, 14)
 DEFAULT_RESOLUTION = 224
 DEFAULT_VIEWS = 1
