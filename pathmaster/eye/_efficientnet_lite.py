@@ -3,9 +3,10 @@
 The network of ``efficientnet-lite-pytorch`` 0.1.0 (``EfficientNet.from_pretrained(
 'efficientnet-lite0')``, itself the TensorFlow Lite0 of Tan & Le 2019 converted), op for op:
 
-- the input: RGB in [0, 255] as ``(x - 127) / 128`` (the TensorFlow Lite models' MEAN_RGB 127,
-  STDDEV_RGB 128; ImageNet's mean/std gives the same top class on the reference pictures,
-  but less confidently);
+- the input: RGB in [0, 255] as ``(x - 127) / 128`` (MEAN_RGB and STDDEV_RGB of TensorFlow's
+  ``efficientnet_lite_builder.py``, "inception-style" for the edge models; ImageNet's
+  mean/std gives the same top class on the reference pictures, less confidently: daisy
+  0.11 against 0.32);
 - the stem: 3x3 convolution, stride 2, 32 channels; then 16 MBConv blocks in 7 stages
   (`STAGES`): a 1x1 expansion (x6, none in the first stage), a kxk depthwise convolution,
   a 1x1 projection, and the input added back where a block keeps its shape; then the head,
@@ -13,8 +14,8 @@ The network of ``efficientnet-lite-pytorch`` 0.1.0 (``EfficientNet.from_pretrain
 - every convolution followed by batch normalisation (eps 1e-3) and ReLU6, except the
   projection (linear); no squeeze-and-excitation (the Lite models drop it);
 - TensorFlow's "same" padding: output ceil(size / stride), the zeros split with the extra
-  one after (bottom/right), so a stride-2 convolution of an even size pads 0 before and
-  k - 2 after, not symmetrically.
+  one after (bottom/right), so a stride-2 convolution of an even size pads unevenly (3x3:
+  0 before, 1 after; 5x5: 1 and 2), of an odd size evenly.
 
 Batch normalisation is folded into the convolutions once, at load (`fold_weights`): a
 kernel scaled by gamma / sqrt(var + eps) per output channel, and a bias. A 1x1 convolution

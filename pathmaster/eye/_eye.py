@@ -30,7 +30,7 @@ WEIGHTS_SHA256 = "579344248a93e23026e6b78f1f6faf0bc1d282386f6c881cdbaacd49cabf77
 # What the eye reads, to be chosen by measurement on the development half (which blocks,
 # resolution and views compare cells best, with their cost beside): these are a start, the
 # outputs of stages 4, 5 and 6 (blocks 7, 10 and 14: 80 + 112 + 192 numbers) of one view at
-# the network's own 224 px, about 24 ms of one core a cell (benchmarks/bench_eye.py).
+# the network's own 224 px, about 21 ms of one core a cell (benchmarks/results/eye-8879143.txt).
 DEFAULT_BLOCKS = (7, 10, 14)
 DEFAULT_RESOLUTION = 224
 DEFAULT_VIEWS = 1
@@ -147,7 +147,10 @@ def _load_weights(path: Path) -> dict[str, np.ndarray]:
     if digest != WEIGHTS_SHA256:
         raise EyeUnavailable(f"the eye's weights file of {WEIGHTS_PACKAGE}=={WEIGHTS_VERSION} has SHA-256 "
                              f"{digest}, not {WEIGHTS_SHA256}: altered or another version; reinstall it", path)
-    return net.fold_weights(read_state_dict(io.BytesIO(data)))
+    weights = net.fold_weights(read_state_dict(io.BytesIO(data)))
+    for array in weights.values():  # shared by every eye of the process
+        array.setflags(write=False)
+    return weights
 
 
 def _check_options(blocks: tuple[int, ...], resolution: int, views: int) -> None:

@@ -39,6 +39,15 @@ REFERENCE = {
     "china.jpg": ([698, 442, 975, 663, 483], [8.0063, 7.119, 6.2103, 6.0039, 5.8336], -0.0797, 1.2006),
     "flower.jpg": ([985, 309, 108, 947, 996], [7.3595, 5.3992, 5.3017, 5.2934, 4.9212], -0.0823, 1.2537),
 }
+# The same at 97 px (the 224 px crop resized by PIL bilinear, then fed as above), the
+# reference built with image_size=None (its dynamic padding, TensorFlow's rule): sides
+# 97, 49, 25, 13, 7, 4, odd where a stride-2 convolution pads evenly and the output is
+# ceil(side / 2); at 224 px every side is even and a stride-2 convolution pads unevenly,
+# the extra zero after (a swapped split fails the 224 px test).
+REFERENCE_97PX = {
+    "china.jpg": ([832, 442, 408, 449, 724], [13.359, 13.1218, 12.8208, 11.9113, 11.3178]),
+    "flower.jpg": ([952, 949, 988, 947, 989], [14.5564, 14.0744, 9.4203, 8.3183, 7.8306]),
+}
 # Float32 in another order of summation (torch's convolutions against matrix products and
 # shifted sums here) moves a logit by ~1e-5 (5.7e-6 at most, measured); the literals are
 # rounded to 5e-5. 1e-3 is far below the gaps between the top-5 logits (>= 0.008).
@@ -70,6 +79,15 @@ def test_it_is_the_real_network_its_imagenet_classes_are_the_references(name):
     np.testing.assert_allclose(logits[0, top5], top5_logits, atol=LOGIT_TOLERANCE)
     assert logits[0].mean() == pytest.approx(mean, abs=LOGIT_TOLERANCE)
     assert logits[0].std() == pytest.approx(std, abs=LOGIT_TOLERANCE)
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCE_97PX))
+def test_odd_sizes_are_padded_as_the_reference_pads_them(name):
+    top5, top5_logits = REFERENCE_97PX[name]
+    patch = np.asarray(Image.fromarray(reference_crop(name)).resize((97, 97), Image.BILINEAR))[None]
+    logits = EfficientNetLite0(resolution=97).classify(patch)
+    assert np.argsort(-logits[0])[:5].tolist() == top5
+    np.testing.assert_allclose(logits[0, top5], top5_logits, atol=LOGIT_TOLERANCE)
 
 
 def test_eight_views_make_the_vector_invariant_to_rotation_and_flip(china):
