@@ -2,7 +2,7 @@
 
     site = SiteIndex.open(site_dir)                  # SQLite + FAISS, loaded once
     analysis = site.analyse(image, background, mask)  # features (+ what was estimated)
-    matches = site.search(analysis.features, k=5)     # [Match(cell_id, diagnosis, distance, source_id)]
+    matches = site.search_analysis(analysis, k=5)     # [Match(cell_id, diagnosis, distance, source_id)]
     site.thumbnail_png(cell_id); site.image_png(cell_id)
 
 This module also builds the search index of a site (``build_search_index``): database
@@ -489,6 +489,13 @@ class SiteIndex:
         """The site's embeddings (m, d) of patches (m, S, S, 3) (``CellAnalysis.patch``), or
         None when the site has no network."""
         return None if self.embedder is None else self.embedder.embed(patches)
+
+    def search_analysis(self, analysis: CellAnalysis, k: int = defaults.K) -> list[Match]:
+        """Top-k database cells for one analysed test cell (``analyse``), nearest first, by
+        whatever the site compares: its features and, when it has a network, the cell's
+        embedding by it (``embed`` of the analysis' patch)."""
+        embedding = self.embed(analysis.patch[None]) if analysis.patch is not None else None
+        return self.search(analysis.features, k, embedding=None if embedding is None else embedding[0])
 
     def _vectors(self, features: np.ndarray, embeddings: np.ndarray | None = None) -> np.ndarray:
         features = np.atleast_2d(np.asarray(features, dtype=np.float64))
