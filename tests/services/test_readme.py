@@ -28,8 +28,8 @@ from pathmaster.cli import main
 from tests.conftest import REPO
 
 README = REPO / "README.md"
-PLAIN_CELLS = 70     # `synth --cells` for the site that does not learn (fewer than learn.MIN_CELLS_TO_LEARN)
-LEARNT_CELLS = 140   # and for the one that does (7 classes x 20: as the demo's sites)
+PLAIN_CELLS = 42     # `synth --cells` for the site that does not learn (fewer than LEARNT_CELLS)
+LEARNT_CELLS = 63    # and for the one that does (learn.MIN_CELLS_TO_LEARN lowered to it: see learnt_site)
 NEW_WEEK_CELLS = 7   # the cells `index new-week/` adds
 
 # Commands of the README not run here, by a word of theirs, and why.
@@ -162,16 +162,17 @@ def plain_site(tmp_path_factory) -> tuple[Path, dict[str, Ran]]:
 @pytest.fixture(scope="module")
 def learnt_site(tmp_path_factory) -> tuple[Path, dict[str, Ran]]:
     """(folder, {command: Ran}): the core commands on LEARNT_CELLS cells: the site learns a
-    network and compares its embedding. The training is cut to two epochs and the site's
-    choice fixed to fused (this tests the commands, not what the network learns: the
-    default plan costs a minute of CPU); its cross-validation is not run (each fold would
-    learn a network)."""
+    network and compares its embedding. The site learns from LEARNT_CELLS cells, its
+    training is cut to two epochs and its choice fixed to fused (this tests the commands,
+    not what the network learns: 140 cells and the default plan cost a minute and a half of
+    CPU); its cross-validation is not run (each fold would learn a network)."""
     pytest.importorskip("jax", reason="the trainer (extra [learn]) is not installed")
     from pathmaster import learn, learnt
 
     root = tmp_path_factory.mktemp("readme-learnt")
     train, fit = learn.train_embedder, learnt.fit_learnt
     with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(learn, "MIN_CELLS_TO_LEARN", LEARNT_CELLS)
         mp.setattr(learn, "train_embedder",
                    lambda *a, **kw: train(*a, **{**kw, "seconds": 0.5, "max_epochs": 2, "min_epochs": 1}))
         mp.setattr(learnt, "fit_learnt",
@@ -228,3 +229,64 @@ def test_evaluate_reports_what_the_readme_lists(plain_site):
     assert metrics["folds"] == 5 and metrics["abnormal"]["roc"]["auc"] is not None
     assert {"sensitivity", "specificity"} <= metrics["abnormal"]["operating_point"].keys()
     assert metrics["cases"] and metrics["ceilings"]
+
+
+@pytest.fixture(scope="module")
+def readme_deployment(ray_session, plain_site, learnt_site):
+    """The two sites the README's commands built, behind a coordinator on loopback."""
+    from services.demo import LoopbackDeployment
+    from tests.conftest import running_on_ray
+
+    databases = {"learnt": learnt_site[0] / "sites" / "a", "plain": plain_site[0] / "sites" / "a"}
+    with running_on_ray(LoopbackDeployment(databases, {name: "" for name in databases})) as running:
+        yield running
+
+
+def service_commands(start: str) -> list[str]:
+    return [form for command in COMMANDS if command.startswith(start) for form in forms(command)]
+
+
+@pytest.fixture(scope="module")
+def case_folder(plain_site, tmp_path_factory) -> Path:
+    """What the README's `query` and `batch` lines name: cell1.png with its background and
+    mask, cell2.png alone, and teaching-set/ (class folders of a few synthetic cells)."""
+    root = tmp_path_factory.mktemp("readme-case")
+    dataset = plain_site[0] / "new-week"
+    first, second = cell_files(dataset, "severe_dysplasia"), cell_files(dataset, "normal_intermediate")
+    for name, path in (("cell1.png", first["image"]), ("cell1-background.png", first["background"]),
+                       ("cell1-mask.png", first["mask"]), ("cell2.png", second["image"])):
+        shutil.copy(path, root / name)
+    for diagnosis in ("severe_dysplasia", "normal_intermediate", "carcinoma_in_situ"):
+        folder = root / "teaching-set" / diagnosis
+        folder.mkdir(parents=True)
+        for part, path in cell_files(dataset, diagnosis).items():
+            shutil.copy(path, folder / ("cell.png" if part == "image" else f"cell-{part}.png"))
+    return root
+
+
+def test_query_as_written_answers_from_both_sites(readme_deployment, case_folder):
+    address = readme_deployment.coordinator.address
+    values = {"127.0.0.1:50051": address}
+    for form in service_commands("pathmaster query"):
+        ran = run(form, case_folder, values)
+        assert ran.status == 0, f"{form!r} exited {ran.status}:\n{ran.err[-2000:]}\n{ran.out[-2000:]}"
+        if "--json" in ran.argv:
+            events = [json.loads(line) for line in ran.out.splitlines()]
+            sites = {e["site"]: e for e in events if e["type"] == "site"}
+            assert sites.keys() == {"learnt", "plain"} and all(s["ok"] for s in sites.values())
+            assert all(len(c["matches"]) == 5 for s in sites.values() for c in s["cells"])
+            assert events[-1]["type"] == "summary" and events[-1]["conclusion"]["cells_total"] == 2
+        else:
+            assert "Conclusion:" in ran.out
+
+
+def test_batch_as_written_writes_a_row_a_cell(readme_deployment, case_folder):
+    """The README's batch line takes the demo's coordinator by default: here the test's."""
+    address = readme_deployment.coordinator.address
+    for form in service_commands("pathmaster batch"):
+        ran = run(f"{form} --coordinator {address}", case_folder, {})
+        assert ran.status == 0, f"{form!r} exited {ran.status}:\n{ran.err[-2000:]}"
+    with open(case_folder / "results.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 3 and {r["status"] for r in rows} == {"ok"}   # resumed: the second run added none
+    assert all(r["case_conclusion"] and r["bethesda_spread"] for r in rows)
