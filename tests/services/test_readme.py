@@ -275,9 +275,19 @@ def test_query_as_written_answers_from_both_sites(readme_deployment, case_folder
             sites = {e["site"]: e for e in events if e["type"] == "site"}
             assert sites.keys() == {"learnt", "plain"} and all(s["ok"] for s in sites.values())
             assert all(len(c["matches"]) == 5 for s in sites.values() for c in s["cells"])
-            assert events[-1]["type"] == "summary" and events[-1]["conclusion"]["cells_total"] == 2
+            summary = events[-1]
+            assert summary["type"] == "summary" and summary["conclusion"]["cells_total"] == 2
+            assert "bethesda" not in summary  # the case's one reading is its conclusion
         else:
-            assert "Conclusion:" in ran.out
+            # "Every case ends with its conclusion, printed first"; per site its answer, per
+            # match its diagnosis, Bethesda term and calibrated similarity, in plain words.
+            out = ran.out
+            assert out.index("Conclusion: ") < out.index("2 of 2 sites answered")
+            assert sum(line.split()[:2] in (["learnt", "answered"], ["plain", "answered"])
+                       for line in out.splitlines()) == 2
+            assert out.count("% similar") == 2 * 2 * 5   # 2 sites x 2 cells x 5 matches
+            assert "faiss" not in out and "distance" not in out and "KiB" not in out
+            assert out.count("no estimate of the wait yet") <= 1
 
 
 def test_batch_as_written_writes_a_row_a_cell(readme_deployment, case_folder):
