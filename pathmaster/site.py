@@ -490,11 +490,15 @@ class SiteIndex:
         None when the site has no network."""
         return None if self.embedder is None else self.embedder.embed(patches)
 
+    def embedding_of(self, analysis: CellAnalysis) -> np.ndarray | None:
+        """The site's embedding (1, d) of an analysed test cell (``analyse``): its patch by
+        the site's own network; None when the site has none."""
+        return None if analysis.patch is None else self.embed(analysis.patch[None])
+
     def search_analysis(self, analysis: CellAnalysis, k: int = defaults.K) -> list[Match]:
         """Top-k database cells for one analysed test cell (``analyse``), nearest first, by
-        whatever the site compares: its features and, when it has a network, the cell's
-        embedding by it (``embed`` of the analysis' patch)."""
-        embedding = self.embed(analysis.patch[None]) if analysis.patch is not None else None
+        whatever the site compares: its features and, with a network, its ``embedding_of``."""
+        embedding = self.embedding_of(analysis)
         return self.search(analysis.features, k, embedding=None if embedding is None else embedding[0])
 
     def _vectors(self, features: np.ndarray, embeddings: np.ndarray | None = None) -> np.ndarray:
