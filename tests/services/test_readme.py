@@ -19,6 +19,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -232,14 +233,23 @@ def test_evaluate_reports_what_the_readme_lists(plain_site):
 
 
 @pytest.fixture(scope="module")
-def readme_deployment(ray_session, plain_site, learnt_site):
-    """The two sites the README's commands built, behind a coordinator on loopback."""
+def readme_deployment(ray_session, plain_site, learnt_site, tmp_path_factory):
+    """The two sites the README's commands built, behind a coordinator on loopback (with a
+    case log and metrics)."""
     from services.demo import LoopbackDeployment
     from tests.conftest import running_on_ray
 
     databases = {"learnt": learnt_site[0] / "sites" / "a", "plain": plain_site[0] / "sites" / "a"}
-    with running_on_ray(LoopbackDeployment(databases, {name: "" for name in databases})) as running:
+    log = tmp_path_factory.mktemp("readme-coordinator") / "cases.jsonl"
+    with running_on_ray(LoopbackDeployment(databases, {name: "" for name in databases}, case_log=log)) as running:
         yield running
+
+
+def documented_keys(kind: str) -> set[str]:
+    """The keys the README lists for `query --json`'s events of type `kind`."""
+    line = re.search(rf"^- `{kind}`[^:]*: (.+)$", README.read_text(), re.M)
+    assert line, f"the README does not document the {kind!r} event"
+    return set(re.findall(r"`(\w+)`", line.group(1)))
 
 
 def service_commands(start: str) -> list[str]:
@@ -278,6 +288,9 @@ def test_query_as_written_answers_from_both_sites(readme_deployment, case_folder
             summary = events[-1]
             assert summary["type"] == "summary" and summary["conclusion"]["cells_total"] == 2
             assert "bethesda" not in summary  # the case's one reading is its conclusion
+            for event in events:  # the JSON shape is the one the README documents
+                assert set(event) == documented_keys(event["type"]), event["type"]
+            case_id = summary["case_id"]
         else:
             # "Every case ends with its conclusion, printed first"; per site its answer, per
             # match its diagnosis, Bethesda term and calibrated similarity, in plain words.
@@ -288,6 +301,12 @@ def test_query_as_written_answers_from_both_sites(readme_deployment, case_folder
             assert out.count("% similar") == 2 * 2 * 5   # 2 sites x 2 cells x 5 matches
             assert "faiss" not in out and "distance" not in out and "KiB" not in out
             assert out.count("no estimate of the wait yet") <= 1
+    # "no patient identifiers in logs": the case log and the metrics do not carry the case id.
+    log = readme_deployment.coordinator.config.case_log
+    assert case_id not in log.read_text()
+    assert {json.loads(line)["case_ids"] for line in log.read_text().splitlines()} == {"keyed"}
+    with urllib.request.urlopen(readme_deployment.coordinator.metrics_url, timeout=10) as page:
+        assert case_id not in page.read().decode()
 
 
 def test_batch_as_written_writes_a_row_a_cell(readme_deployment, case_folder):
@@ -300,3 +319,7 @@ def test_batch_as_written_writes_a_row_a_cell(readme_deployment, case_folder):
         rows = list(csv.DictReader(f))
     assert len(rows) == 3 and {r["status"] for r in rows} == {"ok"}   # resumed: the second run added none
     assert all(r["case_conclusion"] and r["bethesda_spread"] for r in rows)
+    # Each match with its Bethesda term and the site's calibrated similarity beside its distance.
+    for row in rows:
+        for matches in json.loads(row["matches"]).values():
+            assert all(len(m) == 5 and m[3] and 0 <= m[4] <= 1 for m in matches)
