@@ -242,7 +242,7 @@ def _search(args) -> int:
     analysis = site.analyse(image, background, mask, source=str(args.image))
     itself = site.cells_with_hash(image_hash(image))  # the query is already in the database
     left_out = set(itself) if args.exclude_self else set()
-    matches = [m for m in site.search(analysis.features, k=args.k + len(left_out)) if m.cell_id not in left_out]
+    matches = [m for m in site.search_analysis(analysis, k=args.k + len(left_out)) if m.cell_id not in left_out]
     matches = matches[: args.k]
     if args.json:
         print(json.dumps({

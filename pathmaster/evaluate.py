@@ -768,7 +768,7 @@ def held_out(site, records, k: int = defaults.K) -> tuple[dict, list]:
         except InvalidInput as exc:
             problems.append((record.source_id, exc.problem))
             continue
-        embedding = site.embed(analysis.patch[None]) if site.eye is not None else None
+        embedding = site.embedding_of(analysis)
         matches = site.search(analysis.features, k=len(site), embedding=None if embedding is None else embedding[0])
         site_scores.append(site.abnormality(embedding, [matches[:k]], analysis.features[None])[0])
         ranking = [m.diagnosis for m in matches]

@@ -4,17 +4,21 @@ A case id (possibly an accession number) and a cell id (a file name) travel from
 through the coordinator to every site and into the case log. Each is bounded in length
 and characters (`check_id`), a refused one is shown in messages only by a short prefix
 (`shown`), and log lines at INFO name a case by `log_tag`, a keyed digest that tells cases
-apart within one process but cannot be turned back into the id. Clients make valid cell
-ids from arbitrary file names with `id_from_name`. The limits live in
-``pathmaster.defaults``.
+apart within one process but cannot be turned back into the id. Records kept longer (the
+coordinator's case log) name it by `keyed_id`, an HMAC-SHA256 under the deployment's own
+secret (`private_secret`: a 0600 file made once), the same for one case across restarts.
+Clients make valid cell ids from arbitrary file names with `id_from_name`. The limits live
+in ``pathmaster.defaults``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import os
 import re
 import secrets
+from pathlib import Path
 
 from pathmaster import defaults
 from pathmaster.records import InvalidInput
@@ -95,3 +99,34 @@ def log_tag(identifier: str) -> str:
     process, so a tag cannot be matched against a list of likely accession numbers.
     """
     return "c-" + hmac.new(_TAG_KEY, identifier.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()[:10]
+
+
+def keyed_id(identifier: str, key: bytes) -> str:
+    """`identifier` as an HMAC-SHA256 under `key` ("h-" + 64 hex digits): the same id gives
+    the same name wherever the key is the same, and without the key it cannot be matched
+    against a list of likely accession numbers."""
+    return "h-" + hmac.new(key, identifier.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
+
+
+SECRET_MODE = 0o600
+
+
+def private_secret(path: Path, nbytes: int = 32) -> str:
+    """The secret in the file `path` (hex text), made on first use from `nbytes` random
+    bytes, mode 0600 (an existing file is made so). Atomic: processes starting together
+    all get the one secret (the first link wins)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        temp = path.with_name(f".{path.name}.{os.getpid()}")
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, SECRET_MODE)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(nbytes))
+        try:
+            os.link(temp, path)  # fails if another process made it first: theirs is kept
+        except FileExistsError:
+            pass
+        finally:
+            temp.unlink()
+    os.chmod(path, SECRET_MODE)
+    return path.read_text().strip()

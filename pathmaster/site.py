@@ -2,7 +2,7 @@
 
     site = SiteIndex.open(site_dir)                  # SQLite + FAISS, loaded once
     analysis = site.analyse(image, background, mask)  # features (+ what was estimated)
-    matches = site.search(analysis.features, k=5)     # [Match(cell_id, diagnosis, distance, source_id)]
+    matches = site.search_analysis(analysis, k=5)     # [Match(cell_id, diagnosis, distance, source_id)]
     site.thumbnail_png(cell_id); site.image_png(cell_id)
 
 This module also builds the search index of a site (``build_search_index``): database
@@ -486,6 +486,17 @@ class SiteIndex:
         """The cells' eye vectors (m, D) float32 of patches (m, S, S, 3) (``CellAnalysis.patch``),
         or None when the site has no eye. What a request carries as a cell's ``embedding``."""
         return None if self.eye is None else self.eye.features(patches)
+
+    def embedding_of(self, analysis: CellAnalysis) -> np.ndarray | None:
+        """The eye vector (1, D) of an analysed test cell (``analyse``): its patch as the
+        site's eye sees it; None when the site has no eye."""
+        return None if analysis.patch is None else self.embed(analysis.patch[None])
+
+    def search_analysis(self, analysis: CellAnalysis, k: int = defaults.K) -> list[Match]:
+        """Top-k database cells for one analysed test cell (``analyse``), nearest first, by
+        whatever the site compares: its features and, with an eye, its ``embedding_of``."""
+        embedding = self.embedding_of(analysis)
+        return self.search(analysis.features, k, embedding=None if embedding is None else embedding[0])
 
     def _vectors(self, features: np.ndarray, embeddings: np.ndarray | None = None) -> np.ndarray:
         features = np.atleast_2d(np.asarray(features, dtype=np.float64))

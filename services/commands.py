@@ -45,6 +45,9 @@ def register(subparsers) -> None:
     demo.add_argument("--class", dest="request_class", default="urgent",
                       help="the case's class (default %(default)s)")
     demo.add_argument("--no-gateway", action="store_true", help="do not start the web page")
+    demo.add_argument("--verbose", action="store_true",
+                      help="every decision, time and distance in full, for a researcher (default: the plain words "
+                           "a pathologist needs)")
     add_log_arguments(demo, level="warning", fmt="text")  # a person reads the demo's terminal
     demo.set_defaults(func=run_demo)
 
@@ -130,70 +133,11 @@ def tls_from_args(args: argparse.Namespace):
 # ------------------------------------------------------------------ printing results
 
 
-def format_site_result(result, elapsed_s: float, truth: dict | None = None, audience: str = "plain") -> str:
-    """A site's result as lines for a terminal (truth: {cell id: diagnosis} when known);
-    its decisions in `audience`'s words ("plain" or "full", services/reasons.py)."""
-    from services.gateway.events import status_name
-    from services.reasons import decisions
-
-    head = f"[{elapsed_s:6.2f} s] {result.site:<12} {status_name(result.status_code)}"
-    if result.status_code != 0:
-        return f"{head}  {result.status_message}"
-    t = result.timing
-    lines = [f"{head}  {result.algorithm}: site {t.site_wall_s:.2f} s (extraction {t.extraction_s:.2f} s, "
-             f"search {t.search_s:.3f} s), transfer {t.transfer_s:.3f} s, "
-             f"{result.bytes_sent / 1024:.0f} KiB out / {result.bytes_received / 1024:.0f} KiB back"
-             + (f", {result.mode} in {result.request_class}" if result.mode else "")]
-    lines += [f"    ({d})" for d in decisions(result.why, audience)]
-    for cell in result.cells:
-        label = f"    {cell.query_cell_id}"
-        if truth and cell.query_cell_id in truth:
-            label += f" ({truth[cell.query_cell_id]})"
-        if cell.error:
-            lines.append(f"{label}: ERROR {cell.error}")
-            continue
-        matches = ", ".join(f"{m.diagnosis} {m.distance:.2f}" for m in cell.matches)
-        lines.append(f"{label}: {matches}")
-    return "\n".join(lines)
-
-
-def format_plan(plan, audience: str = "plain") -> str:
-    """The case's plan, printed before any result: the predicted wait, per site, and why
-    in `audience`'s words ("plain" or "full", services/reasons.py)."""
-    from services.reasons import decisions
-    wait = f"expected in about {plan.predicted_s:.1f} s" if plan.predicted_s else "no prediction yet"
-    served = f" (served as {plan.served_class})" if plan.served_class != plan.request_class else ""
-    lines = [f"case {plan.case_id} ({plan.request_class}{served}): {wait}, deadline {plan.deadline_s:.0f} s"]
-    for s in plan.sites:
-        predicted = f"~{s.predicted_s:.2f} s" if s.predicted_s else "not predicted yet"
-        lines.append(f"    {s.site:<12} {s.mode:<8} {s.request_class:<9} {predicted}")
-        lines += [f"        {d}" for d in decisions(s.why, audience)]
-    lines += [f"    {d}" for d in decisions(plan.why, audience)]
-    return "\n".join(lines)
-
-
-def format_summary(summary, truth: dict | None = None, audience: str = "plain") -> str:
-    """The case's summary: its conclusion first (`services.conclusion_words`; with the full
-    audience each cell's score, each site's reading and the rule), then times, bytes and
-    each cell's vote."""
-    from services.conclusion_words import format_conclusion
-
-    predicted = f" (predicted {summary.predicted_s:.2f} s)" if summary.predicted_s else ""
-    lines = format_conclusion(summary.conclusion, verbose=audience == "full")
-    lines += [f"case {summary.case_id} ({summary.request_class}): {summary.total_s:.2f} s{predicted}, "
-             f"{summary.sites_ok} site(s) OK, {summary.sites_failed} failed, "
-             f"{summary.bytes_sent / 1024:.0f} KiB sent, {summary.bytes_received / 1024:.0f} KiB received"]
-    for v in summary.votes:
-        known = f"  [true: {truth[v.query_cell_id]}]" if truth and v.query_cell_id in truth else ""
-        bethesda = f"; Bethesda {v.bethesda} ({v.bethesda_votes}/{v.bethesda_total})" if v.bethesda else ""
-        lines.append(f"    {v.query_cell_id}: {v.diagnosis} ({v.votes}/{v.total} matches{bethesda}){known}")
-    return "\n".join(lines)
-
-
 def print_case(events, started: float, truth: dict | None = None, as_json: bool = False,
                audience: str = "plain") -> bool:
     """Print a case's events as they arrive, decisions in `audience`'s words; True when
     every site answered OK."""
+    from services.case_words import format_plan, format_site_result, format_summary
     from services.gateway.events import case_event_json
 
     ok = True
@@ -205,7 +149,7 @@ def print_case(events, started: float, truth: dict | None = None, as_json: bool 
         elif event.HasField("site_result"):
             print(format_site_result(event.site_result, time.perf_counter() - started, truth, audience), flush=True)
         else:
-            print(format_summary(event.summary, truth, audience), flush=True)
+            print(format_summary(event.summary, truth, audience, time.perf_counter() - started), flush=True)
         if event.HasField("site_result") and event.site_result.status_code != 0:
             ok = False
     return ok
@@ -214,6 +158,8 @@ def print_case(events, started: float, truth: dict | None = None, as_json: bool 
 def print_waits(events) -> bool:
     """Print a case's plan (the predicted waits) first, then each site's and the case's
     actual wait beside its prediction; True when every site answered OK."""
+    from services.case_words import format_plan
+
     ok = True
     for event in events:
         if event.HasField("plan"):
@@ -275,7 +221,8 @@ def run_demo(args: argparse.Namespace) -> int:
         print(f"\nsubmitting a 6-cell {args.request_class} case to all sites ...", flush=True)
         with CoordinatorClient(coordinator.address) as client:
             started = time.perf_counter()
-            ok = print_case(client.submit(case, args.request_class), started, truth)
+            ok = print_case(client.submit(case, args.request_class), started, truth,
+                            audience="full" if args.verbose else "plain")
             # The first case taught the coordinator each path (it measures its own transfers):
             # the same case again is predicted before it is sent, then timed.
             print("\nthe same case again, now that the coordinator has measured the paths ...", flush=True)

@@ -235,6 +235,15 @@ class CoordinatorTable(_Budgeted):
     """HOST:PORT of the Prometheus endpoint; "" for none."""
     case_log: OptionalPath = None
     """JSON-lines file of completion records; omitted or "" for none."""
+    keep_case_ids: bool = False
+    """Write each case's id into the case log as its client sent it (it may be an accession
+    number or an MRN: only where the log is guarded as the patient record is). False: its
+    HMAC-SHA256 under the deployment's secret (`case_id_key`), the same for one case across
+    restarts. Each record says which ("case_ids": "keyed" or "kept")."""
+    case_id_key: OptionalPath = None
+    """The file of the deployment's secret for case ids in the case log (made on first
+    start, mode 0600); omitted: case-id-key beside the Ray token ($PATHMASTER_CACHE, else
+    ~/.cache/pathmaster)."""
     max_cells: int = Field(MAX_CASE_CELLS, ge=1)
     """Cells per case; more is RESOURCE_EXHAUSTED."""
     max_case_mb: float = Field(MAX_CASE_BYTES / 2**20, gt=0)

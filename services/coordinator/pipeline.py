@@ -461,10 +461,9 @@ class CasePipeline:
             decisions=reasons.decisions(case.why), why=reasons.reasons(case.why),
             analysis_s=analysed.seconds,
         )
-        # The case conclusion (pathmaster.conclusion's case rule), and the cells' votes and
-        # the case's majority Bethesda term, from every answer.
+        # The case conclusion (pathmaster.conclusion's case rule) and the cells' votes, from
+        # every answer.
         summary.votes.extend(vote(answered))
-        summary.bethesda.CopyFrom(case_bethesda(answered))
         summary.conclusion.CopyFrom(case_conclusion(results, case.cell_ids))
         return summary
 
@@ -538,16 +537,6 @@ def vote(cells_by_site: list[list[pb.CellResult]]) -> list[pb.CellVote]:
         _set_bethesda(cell_vote, majority((m.bethesda for m in found), BETHESDA_TERMS))
         votes.append(cell_vote)
     return votes
-
-
-def case_bethesda(cells_by_site: list[list[pb.CellResult]]) -> pb.CellVote:
-    """The case's majority in Bethesda terms over every match of every cell and site, a tie
-    to the more severe (the deprecated `CaseSummary.bethesda`; the case is concluded by
-    `CaseSummary.conclusion`)."""
-    case_vote = pb.CellVote()
-    _set_bethesda(case_vote, majority((m.bethesda for cells in cells_by_site for c in cells for m in c.matches),
-                                      BETHESDA_TERMS))
-    return case_vote
 
 
 def _set_bethesda(cell_vote: pb.CellVote, winner) -> None:

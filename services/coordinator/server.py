@@ -212,6 +212,25 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         return pb.SitesReply(sites=statuses)
 
 
+CASE_ID_KEY_FILE = "case-id-key"  # the default secret's name, beside the Ray token (cache_root())
+
+
+def case_log(cfg: CoordinatorConfig) -> CaseLog:
+    """The coordinator's case log (`cfg.case_log`; None: none kept): case ids as sent when
+    the operator keeps them (`cfg.keep_case_ids`), else keyed by the deployment's secret in
+    `cfg.case_id_key` (default cache_root()/CASE_ID_KEY_FILE), a 0600 file made on first start."""
+    if not cfg.case_log or cfg.keep_case_ids:
+        if cfg.case_log:
+            log.warning("case log %s: case ids kept as the clients sent them (keep_case_ids)", cfg.case_log)
+        return CaseLog(cfg.case_log)
+    from pathmaster.ids import private_secret
+    from services.site.synthetic import cache_root
+
+    key_file = cfg.case_id_key or cache_root() / CASE_ID_KEY_FILE
+    log.info("case log %s: case ids as their HMAC-SHA256 under the secret in %s", cfg.case_log, key_file)
+    return CaseLog(cfg.case_log, key=bytes.fromhex(private_secret(key_file)))
+
+
 class CoordinatorServer:
     """A running coordinator: gRPC (plus health, reflection) on a control port and one
     port per class (`config.class_ports`), and, when configured, a Prometheus endpoint.
@@ -231,7 +250,7 @@ class CoordinatorServer:
                                       renew=cfg.renew_connections)
         self.stats = ClassStats(cfg.classes, cfg.stats_window)
         self.metrics = CoordinatorMetrics(self.stats)
-        self.servicer = CoordinatorServicer(cfg, self.channels, self.stats, CaseLog(cfg.case_log), self.metrics)
+        self.servicer = CoordinatorServicer(cfg, self.channels, self.stats, case_log(cfg), self.metrics)
         host, port = split_address(cfg.listen)
         self.server = MarkedServer(
             lambda server: pb_grpc.add_CoordinatorServicer_to_server(self.servicer, server),

@@ -167,13 +167,18 @@ class _PrivateRotatingFile(RotatingFileHandler):
 class CaseLog:
     """Completion records appended as JSON lines to `path` (None: records are dropped).
 
-    Case ids may be accession numbers: the file is created mode 0600 (an existing one is
-    made so), and rotated when it passes `max_bytes` (to path.1, path.2, ... keeping
-    `backups`; ``logging.handlers.RotatingFileHandler``).
+    Case ids may be accession numbers: each record names its case by
+    ``pathmaster.ids.keyed_id`` under `key` (the deployment's secret), or as sent when `key`
+    is None (the operator kept them: ``keep_case_ids``), and says which in "case_ids"
+    ("keyed" or "kept"). The file is created mode 0600 (an existing one is made so), and
+    rotated when it passes `max_bytes` (to path.1, path.2, ... keeping `backups`;
+    ``logging.handlers.RotatingFileHandler``).
     """
 
-    def __init__(self, path: Path | None, max_bytes: int = CASE_LOG_MAX_BYTES, backups: int = CASE_LOG_BACKUPS):
+    def __init__(self, path: Path | None, max_bytes: int = CASE_LOG_MAX_BYTES, backups: int = CASE_LOG_BACKUPS,
+                 key: bytes | None = None):
         self.path = Path(path) if path else None
+        self.key = key
         self._handler = None
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -182,10 +187,20 @@ class CaseLog:
             self._handler = _PrivateRotatingFile(self.path, maxBytes=max_bytes, backupCount=backups,
                                                  encoding="utf-8", delay=True)
 
+    def case_name(self, case_id: str) -> str:
+        """How this log names the case `case_id`: its keyed hash, or the id when kept."""
+        from pathmaster.ids import keyed_id
+
+        return case_id if self.key is None else keyed_id(case_id, self.key)
+
     def write(self, record: dict) -> None:
+        """Append `record` (a dict with "case_id", as the client sent it), the case named
+        as `case_name` says."""
         if self._handler is None:
             return
-        line = json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **record}, sort_keys=True)
+        named = {**record, "case_id": self.case_name(record["case_id"]),
+                 "case_ids": "kept" if self.key is None else "keyed"}
+        line = json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **named}, sort_keys=True)
         self._handler.handle(logging.makeLogRecord({"msg": line, "levelno": logging.INFO}))
         self._handler.flush()
 

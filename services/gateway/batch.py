@@ -19,8 +19,9 @@ case_conclusion and case_outcome (the conclusion of the case the cell was sent i
 and as its code; `services.conclusion_words`), status (ok | failed | invalid), error,
 sites_ok/sites_failed, mask_estimated/background_estimated (a site had to make them: none
 was given), request_class, case_id, case_s (the case's
-completion time at the coordinator) and matches ({site: [[cell_id, diagnosis, distance],
-...]} closest first; a JSON string in the CSV).
+completion time at the coordinator) and matches ({site: [[cell_id, diagnosis, distance,
+bethesda, similarity], ...]} closest first, the distance in the site's own scale, the
+similarity the site's calibrated one, 0..1, comparable between sites; a JSON string in the CSV).
 """
 
 from __future__ import annotations
@@ -310,7 +311,8 @@ def run_case(client: CoordinatorClient, root: Path, cells: list[BatchCell], requ
                     flags["mask"] = flags.get("mask", False) or cell.mask_estimated
                     flags["background"] = flags.get("background", False) or cell.background_estimated
                     matches[cell.query_cell_id][result.site] = [
-                        [m.cell_id, m.diagnosis, round(float(m.distance), 6)] for m in cell.matches]
+                        [m.cell_id, m.diagnosis, round(float(m.distance), 6), m.bethesda, round(float(m.similarity), 4)]
+                        for m in cell.matches]
         if summary is None:
             raise RuntimeError("the coordinator's stream ended without a summary")
     except (grpc.RpcError, RuntimeError) as exc:

@@ -114,8 +114,6 @@ def summary_json(summary) -> dict:
                        "votes": v.votes, "total": v.total, "bethesda": v.bethesda,
                        "bethesda_votes": v.bethesda_votes, "bethesda_total": v.bethesda_total}
                       for v in summary.votes],
-            "bethesda": {"term": summary.bethesda.bethesda, "votes": summary.bethesda.bethesda_votes,
-                         "total": summary.bethesda.bethesda_total},
             "predicted_s": round(summary.predicted_s, 6) if summary.predicted_s else None,
             "served_class": summary.served_class, "decisions": list(summary.decisions),
             "why": reasons_json(summary.why), **conclusion_event(summary.conclusion)}

@@ -20,7 +20,6 @@ cluster's token (`RAY_AUTH_TOKEN_PATH`), and the cluster's nodes with
 from __future__ import annotations
 
 import os
-import secrets
 from pathlib import Path
 
 TOKEN_FILE = "ray-auth-token"  # under services.site.synthetic.cache_root()
@@ -29,20 +28,10 @@ TOKEN_FILE = "ray-auth-token"  # under services.site.synthetic.cache_root()
 def private_token_file(folder: Path) -> Path:
     """`folder`/ray-auth-token, made once with a random token, mode 0600 (atomic: several
     processes may start Ray at the same time; they all get the one token)."""
-    folder.mkdir(parents=True, exist_ok=True)
+    from pathmaster.ids import private_secret
+
     path = folder / TOKEN_FILE
-    if not path.exists():
-        temp = folder / f".{TOKEN_FILE}.{os.getpid()}"
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(secrets.token_hex(32))
-        try:
-            os.link(temp, path)  # fails if another process made it first: theirs is kept
-        except FileExistsError:
-            pass
-        finally:
-            temp.unlink()
-    os.chmod(path, 0o600)
+    private_secret(path)
     return path
 
 

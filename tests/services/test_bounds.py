@@ -13,6 +13,7 @@ import grpc
 import pytest
 
 from pathmaster import defaults
+from pathmaster.ids import keyed_id
 from qos.classes import DEFAULT_CLASSES
 from qos.policy import MAX_CASE_DEADLINE_S
 from services.coordinator.bounds import MAX_CASE_SITES
@@ -75,7 +76,8 @@ def coordinator(tmp_path):
     port = site.add_insecure_port("127.0.0.1:0")
     site.start()
     config = CoordinatorConfig(sites=[SiteEndpoint(name="stand-in", address=f"127.0.0.1:{port}")],
-                               case_log=tmp_path / "logs" / "cases.jsonl", analysis_workers=0)  # a stand-in site: images
+                               case_log=tmp_path / "logs" / "cases.jsonl", analysis_workers=0,  # a stand-in site: images
+                               case_id_key=tmp_path / "secrets" / "case-id-key")
     server = CoordinatorServer(config).start()
     yield server
     server.stop(0)
@@ -118,9 +120,33 @@ def test_case_ids_stay_out_of_info_logs_and_in_a_private_case_log(coordinator, c
 
     path = coordinator.config.case_log
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    records = [json.loads(line) for line in path.read_text().splitlines()]
-    assert [r["case_id"] for r in records] == [accession, generated]
+    text = path.read_text()
+    assert accession not in text and generated not in text  # no client's case id in the log
+    records = [json.loads(line) for line in text.splitlines()]
+    # Each named by its keyed hash under the deployment's secret, made on first start, 0600.
+    key_file = coordinator.config.case_id_key
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    key = bytes.fromhex(key_file.read_text())
+    assert [r["case_id"] for r in records] == [keyed_id(accession, key), keyed_id(generated, key)]
+    assert {r["case_ids"] for r in records} == {"keyed"}
     assert all(r["tag"].startswith("c-") for r in records)
+
+
+def test_the_case_log_keeps_case_ids_only_when_the_operator_says_so(tmp_path):
+    from services.config import CoordinatorConfig, SiteEndpoint
+    from services.coordinator.server import case_log
+
+    sites = [SiteEndpoint(name="a", address="127.0.0.1:1")]
+    key_file = tmp_path / "secrets" / "case-id-key"
+    keyed = CoordinatorConfig(sites=sites, case_log=tmp_path / "keyed.jsonl", case_id_key=key_file)
+    first, restarted = case_log(keyed), case_log(keyed)
+    assert first.key == restarted.key and len(first.key) == 32  # the same secret after a restart
+    assert first.case_name("S26-01234") == restarted.case_name("S26-01234") != "S26-01234"
+    kept = case_log(CoordinatorConfig(sites=sites, case_log=tmp_path / "kept.jsonl", keep_case_ids=True))
+    kept.write({"case_id": "S26-01234"})
+    kept.close()
+    [record] = [json.loads(line) for line in (tmp_path / "kept.jsonl").read_text().splitlines()]
+    assert (record["case_id"], record["case_ids"]) == ("S26-01234", "kept")
 
 
 def test_case_log_is_private_and_rotated_by_size(tmp_path):

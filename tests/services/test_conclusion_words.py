@@ -3,7 +3,7 @@ for the CLI, --json and the page (codes and counts checked, not sentences)."""
 
 import json
 
-from services.commands import format_summary
+from services.case_words import format_summary
 from services.conclusion_words import conclusion_json, format_conclusion, headline
 from services.coordinator.conclusion import case_conclusion
 from services.gateway.events import summary_json
@@ -40,13 +40,14 @@ def test_one_hsil_cell_among_five_nilm_cells_is_concluded_hsil_and_rendered_firs
 
 def test_the_summary_shows_the_conclusion_before_anything_else_and_json_keeps_its_shape():
     conclusion = case_conclusion([site("a", CELLS)])
-    summary = pb.CaseSummary(case_id="c1", request_class="routine", sites_ok=1, conclusion=conclusion,
-                             bethesda=pb.CellVote(bethesda="NILM", bethesda_votes=26, bethesda_total=30))
-    text = format_summary(summary).splitlines()
-    assert text[0] == f"Conclusion: {headline(conclusion)}"
-    assert text.index(next(x for x in text if x.startswith("case c1"))) > len(conclusion.cells)
+    summary = pb.CaseSummary(case_id="c1", request_class="routine", sites_ok=1, conclusion=conclusion)
+    for audience in ("plain", "full"):
+        text = format_summary(summary, audience=audience).splitlines()
+        assert text[0] == f"Conclusion: {headline(conclusion, audience == 'full')}"
+        assert text.index(next(x for x in text if "1 of 1 sites" in x or x.startswith("case c1"))) > len(conclusion.cells)
     data = summary_json(summary)
-    assert data["conclusion"]["bethesda"] == "HSIL" and data["bethesda"]["term"] == "NILM"  # old field kept
+    # One reading of the case: its conclusion's term; no majority of matches beside it.
+    assert data["conclusion"]["bethesda"] == "HSIL" and "bethesda" not in data
     assert {"votes", "case_id", "total_s", "bytes_sent"} <= set(data)
 
 

@@ -88,7 +88,7 @@ def test_case_streams_every_site_then_summary(deployment, case, case_cells):
     assert all(m.bethesda == herlev.to_bethesda(m.diagnosis)
                for r in results.values() for c in r.cells for m in c.matches)
     assert all(v.bethesda and v.bethesda_votes >= v.votes for v in summary.votes)
-    assert all(v.bethesda_total == 15 for v in summary.votes) and summary.bethesda.bethesda_total == 90
+    assert all(v.bethesda_total == 15 for v in summary.votes)
     # The case is concluded by its most significant abnormality (3 normal cells, mild,
     # moderate and severe dysplasia: HSIL in 2 of 6 cells), from every cell's 15 matches.
     conclusion = summary.conclusion

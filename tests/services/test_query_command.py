@@ -54,7 +54,8 @@ def test_query_predicts_once_the_sites_have_answered_and_logs_prediction_and_act
     assert plan["predicted_s"] > 0 and all(s["predicted_s"] > 0 for s in plan["sites"])
     assert summary["predicted_s"] == plan["predicted_s"]
     logged = [json.loads(line) for line in deployment.case_log.read_text().splitlines()]
-    record = next(r for r in logged if r["case_id"] == summary["case_id"])
+    named = deployment.coordinator.servicer.case_log.case_name(summary["case_id"])  # keyed, not as sent
+    record = next(r for r in logged if r["case_id"] == named)
     assert record["predicted_s"] == round(plan["predicted_s"], 6) and record["total_s"] > 0
     expected_error = abs(record["predicted_s"] - record["total_s"]) / record["total_s"]
     assert record["prediction_error"] == pytest.approx(expected_error, abs=1e-3)

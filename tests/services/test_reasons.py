@@ -44,7 +44,7 @@ def test_plumbing_has_no_plain_words_and_an_unknown_code_shows_itself():
 
 
 def test_the_cli_shows_plain_words_by_default_and_every_decision_in_full_with_verbose():
-    from services.commands import format_plan, format_site_result
+    from services.case_words import format_plan, format_site_result
     from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 
     stepped = Why("class_stepped_down_within_deadline",

@@ -432,7 +432,7 @@ class CellVote(_message.Message):
     def __init__(self, query_cell_id: _Optional[str] = ..., diagnosis: _Optional[str] = ..., votes: _Optional[int] = ..., total: _Optional[int] = ..., bethesda: _Optional[str] = ..., bethesda_votes: _Optional[int] = ..., bethesda_total: _Optional[int] = ...) -> None: ...
 
 class CaseSummary(_message.Message):
-    __slots__ = ("case_id", "request_class", "total_s", "sites_ok", "sites_failed", "bytes_sent", "bytes_received", "votes", "predicted_s", "served_class", "decisions", "bethesda", "analysis_s", "why", "conclusion")
+    __slots__ = ("case_id", "request_class", "total_s", "sites_ok", "sites_failed", "bytes_sent", "bytes_received", "votes", "predicted_s", "served_class", "decisions", "analysis_s", "why", "conclusion")
     CASE_ID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_CLASS_FIELD_NUMBER: _ClassVar[int]
     TOTAL_S_FIELD_NUMBER: _ClassVar[int]
@@ -444,7 +444,6 @@ class CaseSummary(_message.Message):
     PREDICTED_S_FIELD_NUMBER: _ClassVar[int]
     SERVED_CLASS_FIELD_NUMBER: _ClassVar[int]
     DECISIONS_FIELD_NUMBER: _ClassVar[int]
-    BETHESDA_FIELD_NUMBER: _ClassVar[int]
     ANALYSIS_S_FIELD_NUMBER: _ClassVar[int]
     WHY_FIELD_NUMBER: _ClassVar[int]
     CONCLUSION_FIELD_NUMBER: _ClassVar[int]
@@ -459,11 +458,10 @@ class CaseSummary(_message.Message):
     predicted_s: float
     served_class: str
     decisions: _containers.RepeatedScalarFieldContainer[str]
-    bethesda: CellVote
     analysis_s: float
     why: _containers.RepeatedCompositeFieldContainer[Reason]
     conclusion: CaseConclusion
-    def __init__(self, case_id: _Optional[str] = ..., request_class: _Optional[str] = ..., total_s: _Optional[float] = ..., sites_ok: _Optional[int] = ..., sites_failed: _Optional[int] = ..., bytes_sent: _Optional[int] = ..., bytes_received: _Optional[int] = ..., votes: _Optional[_Iterable[_Union[CellVote, _Mapping]]] = ..., predicted_s: _Optional[float] = ..., served_class: _Optional[str] = ..., decisions: _Optional[_Iterable[str]] = ..., bethesda: _Optional[_Union[CellVote, _Mapping]] = ..., analysis_s: _Optional[float] = ..., why: _Optional[_Iterable[_Union[Reason, _Mapping]]] = ..., conclusion: _Optional[_Union[CaseConclusion, _Mapping]] = ...) -> None: ...
+    def __init__(self, case_id: _Optional[str] = ..., request_class: _Optional[str] = ..., total_s: _Optional[float] = ..., sites_ok: _Optional[int] = ..., sites_failed: _Optional[int] = ..., bytes_sent: _Optional[int] = ..., bytes_received: _Optional[int] = ..., votes: _Optional[_Iterable[_Union[CellVote, _Mapping]]] = ..., predicted_s: _Optional[float] = ..., served_class: _Optional[str] = ..., decisions: _Optional[_Iterable[str]] = ..., analysis_s: _Optional[float] = ..., why: _Optional[_Iterable[_Union[Reason, _Mapping]]] = ..., conclusion: _Optional[_Union[CaseConclusion, _Mapping]] = ...) -> None: ...
 
 class SitePlan(_message.Message):
     __slots__ = ("site", "mode", "request_class", "predicted_s", "hedge_after_s", "reasons", "why")
