@@ -1,4 +1,7 @@
-"""A site grows without a rebuild: cells added, removed, relabelled; what it learnt kept until re-learnt."""
+"""A site grows without a rebuild: cells added, removed, relabelled; what it learnt kept until re-learnt.
+
+The sites here compare their features alone (growth's bookkeeping); a site that looks
+through its eye grows in test_learn.py."""
 
 from __future__ import annotations
 
@@ -40,7 +43,7 @@ def queries(records):
 def grown(tmp_path_factory, records):
     """A site indexed with FIRST cells, then LATER cells added by a second ingest."""
     path = tmp_path_factory.mktemp("grown")
-    ingest("synthetic", path, records=records[:FIRST], features="fisher")
+    ingest("synthetic", path, records=records[:FIRST], features="fisher", similarity="features")
     with SiteDB(path) as db:
         fitted = db.get_config("index")
     ingest("synthetic", path, records=records[:FIRST + LATER])
@@ -95,8 +98,8 @@ def test_relearn_fits_the_representation_to_every_cell(grown, tmp_path):
 
 
 def test_an_approximate_index_grows_too_and_measures_its_recall(records, tmp_path):
-    ingest("synthetic", tmp_path, records=records[:FIRST], algorithm="ivf", features="all")
-    ingest("synthetic", tmp_path, records=records[:FIRST + LATER])
+    ingest("synthetic", tmp_path, records=records[:FIRST], algorithm="ivf", features="all", similarity="features")
+    ingest("synthetic", tmp_path, records=records[:FIRST + LATER], similarity="features")
     site = SiteIndex.open(tmp_path)
     assert site.config["algorithm"] == "ivf" and site.config["n_cells"] == FIRST + LATER
     assert representation(site.config)["added"] == LATER
@@ -117,8 +120,8 @@ def test_drift_is_a_large_shift_of_nearest_neighbour_distances():
 
 
 def test_drifted_new_cells_make_the_site_fit_itself_again(records, tmp_path):
-    ingest("synthetic", tmp_path, records=records[:FIRST], features="all")
-    ingest("synthetic", tmp_path, records=records[:FIRST + LATER], build_index=False)
+    ingest("synthetic", tmp_path, records=records[:FIRST], features="all", similarity="features")
+    ingest("synthetic", tmp_path, records=records[:FIRST + LATER], build_index=False, similarity="features")
     with SiteDB(tmp_path) as db:   # the later cells as if from another scanner: every value moved
         with db.transaction():
             for cell in db.cells()[FIRST:]:

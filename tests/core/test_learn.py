@@ -252,3 +252,28 @@ def test_evaluate_learns_the_sites_score_on_each_training_fold_as_indexing_does(
     assert point["positives"] + point["negatives"] == len(SiteIndex.open(path))
     assert all(0.0 <= t <= 1.0 for t in point["thresholds"]) and 0.0 <= figures["roc"]["auc"] <= 1.0
     assert set(figures["cell_rule"]) == {"operating_point", "cases"}
+
+
+def test_cells_added_to_a_site_that_looks_through_its_eye_join_its_search_as_a_full_rebuild(tmp_path):
+    import shutil
+
+    from pathmaster.site import index_path
+
+    first, later = records(28, seed=21), records(14, seed=22)
+    grown = tmp_path / "grown"
+    ingest("synthetic", grown, records=first)
+    lens = SiteIndex.open(grown).learnt.model
+    ingest("synthetic", grown, records=first + later)  # the new cells join; the lens is kept
+    rebuilt = tmp_path / "rebuilt"
+    shutil.copytree(grown, rebuilt)
+    with SiteDB(rebuilt) as db:
+        index_path(rebuilt, db.get_config("index")["fingerprint"]).unlink()  # rebuilt from the database
+    a, b = SiteIndex.open(grown), SiteIndex.open(rebuilt)
+    assert a.learnt.model == b.learnt.model == lens and len(a) == len(first) + len(later)
+    with np.load(next(grown.glob("eye-*.npz"))) as stored:
+        assert len(stored["cell_ids"]) == len(a)  # every cell looked at once, and kept
+    for cell in later[:4]:
+        analysis = a.analyse(cell.image, cell.background, cell.mask)
+        found, again = a.search_analysis(analysis, k=5), b.search_analysis(analysis, k=5)
+        assert [m.cell_id for m in found] == [m.cell_id for m in again]
+        assert found[0].source_id == cell.source_id

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 
@@ -108,11 +106,3 @@ def test_the_ensemble_leaves_a_missing_network_score_out_of_its_mean():
     scores = learn.with_ensemble({"neighbours": np.array([0.2, 0.4]), "network": np.array([np.nan, 0.8]),
                                   "classifier": np.array([0.6, 0.6])})
     assert scores["ensemble"] == pytest.approx([0.4, 0.6])
-
-
-def test_more_inner_networks_train_only_while_the_guard_allows_them_and_the_final_one():
-    now = time.monotonic()
-    # a 1,000-cell site: inner networks of 667 cells, ~47 s each; the final ~1.45 times that
-    assert learn._time_for_another(now, 47.0, 667, 1000, seconds=200.0)
-    assert not learn._time_for_another(now - 94.0, 47.0, 667, 1000, seconds=200.0)
-    assert learn._time_for_another(now - 94.0, 47.0, 667, 1000, seconds=240.0)

@@ -1,4 +1,7 @@
-"""SiteIndex: the facade the site server uses, over a small real site built by ingest."""
+"""SiteIndex: the facade the site server uses, over a small real site built by ingest.
+
+The site compares its features alone (``similarity="features"``): these tests are about the
+facade; a site that looks through its eye is tested in test_learn.py."""
 
 from __future__ import annotations
 
@@ -30,7 +33,7 @@ def records():
 @pytest.fixture(scope="module")
 def site_dir(tmp_path_factory, records):
     path = tmp_path_factory.mktemp("site")
-    report = ingest("synthetic", path, records=records)
+    report = ingest("synthetic", path, records=records, similarity="features")
     assert report.added == N_CELLS and report.problems == []
     return path
 
@@ -110,9 +113,10 @@ def test_missing_or_damaged_index_file_is_rebuilt_from_the_database(site_dir, si
 
 def test_cells_added_without_an_index_build_are_searchable_after_open(tmp_path):
     first = synthetic_records(12, seed=3)
-    ingest("synthetic", tmp_path, records=first)
+    ingest("synthetic", tmp_path, records=first, similarity="features")
     late = synthetic_records(4, seed=3, start=12)
-    ingest("synthetic", tmp_path, records=late, build_index=False)  # as if killed before the index step
+    ingest("synthetic", tmp_path, records=late, build_index=False,
+           similarity="features")  # as if killed before the index step
     site = SiteIndex.open(tmp_path)
     assert len(site) == 16
     probe = late[2]
@@ -130,7 +134,7 @@ def test_opening_a_directory_without_a_site_names_it(tmp_path):
 def test_switching_to_an_approximate_index_keeps_the_feature_choice_and_measures_recall(tmp_path, records):
     from pathmaster.site import build_search_index
 
-    ingest("synthetic", tmp_path, records=records[:35])
+    ingest("synthetic", tmp_path, records=records[:35], similarity="features")
     with SiteDB(tmp_path) as db:
         flat = db.get_config("index")
         ivf = build_search_index(db, algorithm="ivf")
@@ -147,7 +151,7 @@ def test_switching_to_an_approximate_index_keeps_the_feature_choice_and_measures
 def test_a_site_measured_with_another_feature_set_is_refused_with_a_clear_message(tmp_path, records):
     from pathmaster.records import InvalidInput
 
-    ingest("synthetic", tmp_path, records=records[:8], build_index=False)
+    ingest("synthetic", tmp_path, records=records[:8], build_index=False, similarity="features")
     with SiteDB(tmp_path) as db:
         db.set_config("feature_names", ["old_feature"] * 3)
     with pytest.raises(InvalidInput, match="another feature set .*index the dataset again"):
@@ -157,7 +161,7 @@ def test_a_site_measured_with_another_feature_set_is_refused_with_a_clear_messag
 def test_learnt_projection_is_stored_with_the_index_rebuilt_from_the_database_and_used_by_search(tmp_path, records):
     from pathmaster.site import build_search_index
 
-    ingest("synthetic", tmp_path, records=records)
+    ingest("synthetic", tmp_path, records=records, similarity="features")
     with SiteDB(tmp_path) as db:
         learnt = build_search_index(db, features="lda", seed=3)
         db.set_config("index", None)  # as if lost: the next open refits it from the cells
@@ -258,7 +262,7 @@ def test_unlabelled_cells_and_non_ascii_source_ids_come_back_as_stored(tmp_path)
                                     False, False, rng.normal(size=len(feature_names()))))
         from pathmaster.site import build_search_index
 
-        build_search_index(db)
+        build_search_index(db, similarity_choice="features")
         X = db.feature_matrix()[1]
     opened = SiteIndex.open(tmp_path)
     assert opened.labels() == labels and opened.origins() == {"vectors": 40}

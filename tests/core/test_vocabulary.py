@@ -102,7 +102,7 @@ def test_sites_report_their_vocabulary_and_vote_together(two_sites):
     background = read_image(query.with_name(query.stem + "-background.png"))
     per_site = []
     for site in sites.values():
-        matches = site.search(site.analyse(image, background).features, k=5)
+        matches = site.search_analysis(site.analyse(image, background), k=5)
         per_site.append((site.vocabulary, [m.diagnosis for m in matches]))
     vote = bethesda_vote(per_site)
     assert vote.total == 10 and vote.label in ("NILM", "LSIL", "HSIL")
