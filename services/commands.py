@@ -188,15 +188,18 @@ def _ports_text(class_ports: dict[str, int]) -> str:
 def run_demo(args: argparse.Namespace) -> int:
     setup_logging(args.log_level, args.log_format)
     from services.client import CoordinatorClient
-    from services.demo import CASE_SEED, start_demo
+    from services.demo import CASE_SEED, dataset_case, start_demo
     from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
     from services.site.synthetic import synthetic_case_cells
 
     print("PathMaster demo on loopback WITHOUT TLS (for TLS/mutual TLS use `pathmaster serve` "
           "with a [tls] section; deploy/make-certs.sh makes certificates)", flush=True)
+    cells, held_out = (dataset_case(args.data, CASE_CELLS) if args.data
+                       else (synthetic_case_cells(CASE_CELLS, CASE_SEED), set()))
     try:
         deployment = start_demo(cells=args.cells, cache=args.cache, coordinator_port=args.port,
-                                metrics_port=args.metrics_port, ray_address=args.ray_address, data=args.data)
+                                metrics_port=args.metrics_port, ray_address=args.ray_address, data=args.data,
+                                held_out=frozenset(held_out))
     except OSError as exc:
         print(f"pathmaster demo: {exc}; is another demo running? try --port 0", file=sys.stderr)
         return 1
@@ -209,12 +212,11 @@ def run_demo(args: argparse.Namespace) -> int:
               f"{_ports_text(coordinator.class_ports)}  metrics {coordinator.metrics_url}")
         print(f"case log          {coordinator.config.case_log}")
         print(f"site databases    {f'real cells from {args.data}, dealt by slide over the sites' if args.data else 'synthetic cells'}"
-              f"; the demo case is {CASE_CELLS} synthetic cells")
+              f"; the demo case is {CASE_CELLS} {'real cells from slides no site holds' if args.data else 'synthetic cells'}")
         if not args.no_gateway:
             gateway = _start_gateway(coordinator.address, args.cache)
         print(f"ready in {time.perf_counter() - STARTED:.1f} s (Ray included)", flush=True)
 
-        cells = synthetic_case_cells(CASE_CELLS, CASE_SEED)
         truth = {c["cell_id"]: c["diagnosis"] for c in cells}
         case = [pb.CellImage(cell_id=c["cell_id"], image=c["image"], background=c["background"],
                              mask=c["mask"]) for c in cells]

@@ -3,8 +3,10 @@
 `pathmaster demo` runs this with three sites named after the study's (Connecticut,
 New York, California), each with its own synthetic database (its own seed, built on first
 run and cached) and its own comparison algorithm; or, with `--data FOLDER`, with a real
-dataset's cells dealt over the three sites slide by slide (`dataset_databases`). Tests and
-benchmarks start the same thing with smaller databases.
+dataset's cells dealt over the three sites slide by slide (`dataset_databases`), less the
+slides of the demo case's real cells (`dataset_case`): no site holds a cell of the case, as
+no site holds a new patient's. Tests and benchmarks start the same thing with smaller
+databases.
 """
 
 from __future__ import annotations
@@ -69,30 +71,63 @@ def slide_of(source_id: str) -> str:
     return head if head and tail.isdigit() else stem
 
 
-def dataset_databases(folder: Path, sites=DEMO_SITES, cache: Path | None = None) -> dict[str, Path]:
+def dataset_case(folder: Path, cells: int, seed: int = CASE_SEED) -> tuple[list[dict], set[str]]:
+    """The demo case of a real dataset: one abnormal cell of its most severe diagnosis and
+    `cells` - 1 normal ones, each from a slide of its own, drawn with `seed`; as uploads
+    (the image alone, PNG). Returns ([{"cell_id", "image", "background", "mask",
+    "diagnosis"}], the case's slides, which no site database holds)."""
+    import numpy as np
+
+    from pathmaster.importers import default_vocabulary, iter_dataset
+    from pathmaster.imageio import encode_png
+
+    records = [r for r in iter_dataset(folder) if isinstance(r, CellRecord) and r.diagnosis]
+    vocabulary = default_vocabulary(folder)
+    abnormal = [label for label in vocabulary.labels if label in vocabulary.abnormal]
+    rng = np.random.default_rng(seed)
+    severe = [r for r in records if r.diagnosis == abnormal[-1]]
+    normal_slides = sorted({slide_of(r.source_id) for r in records if r.diagnosis not in vocabulary.abnormal})
+    chosen = [severe[rng.integers(len(severe))]]
+    for slide in rng.permutation(normal_slides)[:cells - 1]:
+        members = [r for r in records if slide_of(r.source_id) == slide and r.diagnosis not in vocabulary.abnormal]
+        chosen.append(members[rng.integers(len(members))])
+    order = rng.permutation(len(chosen))
+    case = [{"cell_id": f"cell-{i + 1}.png", "image": encode_png(chosen[j].image), "background": b"", "mask": b"",
+             "diagnosis": chosen[j].diagnosis} for i, j in enumerate(order)]
+    return case, {slide_of(r.source_id) for r in chosen}
+
+
+def dataset_databases(folder: Path, sites=DEMO_SITES, cache: Path | None = None,
+                      held_out: frozenset[str] = frozenset()) -> dict[str, Path]:
     """{site name: database folder} of a real dataset's cells dealt over `sites`: whole
-    slides (`slide_of`) in turn, so no slide is at two sites, as at real sites. Indexed
-    in parallel on Ray (the caller has connected to it), cached under `cache` (default
-    cache_root()/demo) by the dataset's folder name; rebuilt unless current (is_current)."""
+    slides (`slide_of`) in turn, so no slide is at two sites, as at real sites; the
+    `held_out` slides at none. Indexed in parallel on Ray (the caller has connected to it),
+    cached under `cache` (default cache_root()/demo) by the dataset's folder name; rebuilt
+    unless current (is_current) and holding out the same slides."""
+    import hashlib
+
     import ray
 
     from pathmaster.importers import iter_dataset
 
     folder = Path(folder)
-    slides = sorted({slide_of(r.source_id) for r in iter_dataset(folder) if isinstance(r, CellRecord)})
+    slides = sorted({slide_of(r.source_id) for r in iter_dataset(folder) if isinstance(r, CellRecord)} - held_out)
     site_of_slide = {slide: sites[i % len(sites)].name for i, slide in enumerate(slides)}
     cache = Path(cache) if cache else cache_root() / "demo"
     folders = {s.name: cache / f"{s.name}-{folder.name}" for s in sites}
-    missing = [s for s in sites if not is_current(folders[s.name])]
+    apart = "held_out=" + hashlib.sha256("\n".join(sorted(held_out)).encode()).hexdigest()[:16]
+    missing = [s for s in sites if not is_current(folders[s.name])
+               or apart not in (folders[s.name] / READY).read_text().split()]
     if missing:
         print(f"indexing {folder} dealt over {len(sites)} sites ({len(slides)} slides) in {cache} "
               "(first run only) ...", flush=True)
         build = ray.remote(num_cpus=1)(_index_share)
-        ray.get([build.remote(folder, folders[s.name], s.name, s.algorithm, site_of_slide) for s in missing])
+        ray.get([build.remote(folder, folders[s.name], s.name, s.algorithm, site_of_slide, apart) for s in missing])
     return folders
 
 
-def _index_share(folder: Path, site_dir: Path, site: str, algorithm: str, site_of_slide: dict[str, str]) -> None:
+def _index_share(folder: Path, site_dir: Path, site: str, algorithm: str, site_of_slide: dict[str, str],
+                 apart: str) -> None:
     """Index the cells of `folder` whose slide `site_of_slide` gives `site` into `site_dir`."""
     from pathmaster.importers import default_vocabulary, iter_dataset
     from pathmaster.ingest import ingest
@@ -103,7 +138,7 @@ def _index_share(folder: Path, site_dir: Path, site: str, algorithm: str, site_o
     if site_dir.exists():  # unfinished, or built by other code
         shutil.rmtree(site_dir)
     ingest(folder, site_dir, records=records, algorithm=algorithm, vocabulary=default_vocabulary(folder))
-    (site_dir / READY).write_text(ready_stamp(dataset=folder.name, site=site))
+    (site_dir / READY).write_text(f"{apart} " + ready_stamp(dataset=folder.name, site=site))
 
 
 class LoopbackDeployment:
@@ -177,13 +212,15 @@ class LoopbackDeployment:
 
 
 def start_demo(cells: int = DEMO_CELLS, cache: Path | None = None, coordinator_port: int = COORDINATOR_PORT,
-               metrics_port: int = 0, ray_address: str = "", data: Path | None = None) -> LoopbackDeployment:
+               metrics_port: int = 0, ray_address: str = "", data: Path | None = None,
+               held_out: frozenset[str] = frozenset()) -> LoopbackDeployment:
     """Connect to Ray, build/reuse the three demo databases (synthetic, or `data` dealt over
-    them), start the deployment."""
+    them less the `held_out` slides), start the deployment."""
     started = time.perf_counter()
     ensure_ray(ray_address)
     log.info("Ray ready in %.1f s", time.perf_counter() - started)
-    folders = dataset_databases(data, DEMO_SITES, cache) if data else demo_databases(DEMO_SITES, cells, cache)
+    folders = (dataset_databases(data, DEMO_SITES, cache, held_out) if data
+               else demo_databases(DEMO_SITES, cells, cache))
     cache_dir = next(iter(folders.values())).parent
     return LoopbackDeployment(
         folders, {s.name: s.algorithm for s in DEMO_SITES}, coordinator_port=coordinator_port,
