@@ -38,9 +38,12 @@ def match_text(match, audience: str = PLAIN) -> str:
     return f"{diagnosis_text(match.diagnosis)}{term} {similarity_text(match.similarity)}{distance}"
 
 
-def _site_decisions(whys, audience: str) -> list[str]:
-    """A site's decisions for `audience`; plain leaves out the wait, said once for the case."""
-    return decisions(whys if audience == FULL else [w for w in whys if w.code not in WAIT_CODES], audience)
+def _site_decisions(whys, audience: str, said: frozenset[str] = frozenset()) -> list[str]:
+    """A site's decisions for `audience`; plain leaves out the wait, said once for the case,
+    and the codes in `said` (already printed for this site, in the plan)."""
+    if audience == FULL:
+        return decisions(whys, audience)
+    return decisions([w for w in whys if w.code not in WAIT_CODES | said], audience)
 
 
 def _site_head(result, elapsed_s: float, audience: str) -> str:
@@ -60,14 +63,15 @@ def _site_head(result, elapsed_s: float, audience: str) -> str:
             + (f", {result.mode} in {result.request_class}" if result.mode else ""))
 
 
-def format_site_result(result, elapsed_s: float, truth: dict | None = None, audience: str = PLAIN) -> str:
+def format_site_result(result, elapsed_s: float, truth: dict | None = None, audience: str = PLAIN,
+                       said: frozenset[str] = frozenset()) -> str:
     """A site's result as lines for a terminal: its answer, its time and the wait so far
-    (`elapsed_s`, since the case was sent); each cell's matches (truth: {cell id: diagnosis}
-    when known)."""
+    (`elapsed_s`, since the case was sent); the decisions not `said` in its plan (codes);
+    each cell's matches (truth: {cell id: diagnosis} when known)."""
     lines = [_site_head(result, elapsed_s, audience)]
     if result.status_code != 0:
         return "\n".join(lines)
-    lines += [f"    ({d})" for d in _site_decisions(result.why, audience)]
+    lines += [f"    ({d})" for d in _site_decisions(result.why, audience, said)]
     for cell in result.cells:
         label = f"    {cell.query_cell_id}"
         if truth and cell.query_cell_id in truth:
@@ -77,6 +81,11 @@ def format_site_result(result, elapsed_s: float, truth: dict | None = None, audi
             continue
         lines.append(f"{label}: " + "; ".join(match_text(m, audience) for m in cell.matches))
     return "\n".join(lines)
+
+
+def planned_codes(plan) -> dict[str, frozenset[str]]:
+    """{site: the codes its plan said}: what `format_site_result` need not say again."""
+    return {s.site: frozenset(w.code for w in s.why) for s in plan.sites}
 
 
 def format_plan(plan, audience: str = PLAIN) -> str:

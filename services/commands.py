@@ -137,17 +137,20 @@ def print_case(events, started: float, truth: dict | None = None, as_json: bool 
                audience: str = "plain") -> bool:
     """Print a case's events as they arrive, decisions in `audience`'s words; True when
     every site answered OK."""
-    from services.case_words import format_plan, format_site_result, format_summary
+    from services.case_words import format_plan, format_site_result, format_summary, planned_codes
     from services.gateway.events import case_event_json
 
-    ok = True
+    ok, said = True, {}
     for event in events:
         if as_json:
             print(json.dumps(case_event_json(event, with_thumbnails=False)), flush=True)
         elif event.HasField("plan"):
             print(format_plan(event.plan, audience), flush=True)
+            said = planned_codes(event.plan)
         elif event.HasField("site_result"):
-            print(format_site_result(event.site_result, time.perf_counter() - started, truth, audience), flush=True)
+            result = event.site_result
+            print(format_site_result(result, time.perf_counter() - started, truth, audience,
+                                     said.get(result.site, frozenset())), flush=True)
         else:
             print(format_summary(event.summary, truth, audience, time.perf_counter() - started), flush=True)
         if event.HasField("site_result") and event.site_result.status_code != 0:

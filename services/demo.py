@@ -22,7 +22,7 @@ from pathmaster.records import CellRecord
 from services.commands import COORDINATOR_PORT, DEMO_CELLS
 from services.config import CoordinatorConfig, SiteConfig, SiteEndpoint
 from services.coordinator.analysis import ANALYSIS_READY_S
-from services.coordinator.server import CoordinatorServer
+from services.coordinator.server import CASE_ID_KEY_FILE, CoordinatorServer
 from services.site.server import SiteServer
 from services.site.synthetic import READY, build_synthetic_site, cache_root, is_current, ready_stamp
 from services.site.worker import ensure_ray
@@ -151,6 +151,7 @@ class LoopbackDeployment:
 
     def __init__(self, databases: dict[str, Path], algorithms: dict[str, str] | None = None, *,
                  coordinator_port: int = 0, metrics_port: int | None = 0, case_log: Path | None = None,
+                 case_id_key: Path | None = None,
                  workers: int = 1, worker_cpus: float = 0.25, ray_address: str = "",
                  analysis_workers: int = 1):
         self.databases = databases
@@ -158,6 +159,7 @@ class LoopbackDeployment:
         self.coordinator_port = coordinator_port
         self.metrics_port = metrics_port
         self.case_log = case_log
+        self.case_id_key = case_id_key  # the secret the case log's ids are keyed by (None: the default file)
         self.workers = workers
         self.worker_cpus = worker_cpus
         self.ray_address = ray_address
@@ -173,6 +175,7 @@ class LoopbackDeployment:
             self.coordinator = CoordinatorServer(CoordinatorConfig(
                 sites=[SiteEndpoint(name=name, address=site.address) for name, site in self.sites.items()],
                 listen=f"127.0.0.1:{self.coordinator_port}", metrics=metrics, case_log=self.case_log,
+                case_id_key=self.case_id_key,
                 analysis_workers=self.analysis_workers,
             )).start()
             # Cases go as features only once the coordinator's analysers are up: wait, so
@@ -224,5 +227,6 @@ def start_demo(cells: int = DEMO_CELLS, cache: Path | None = None, coordinator_p
     cache_dir = next(iter(folders.values())).parent
     return LoopbackDeployment(
         folders, {s.name: s.algorithm for s in DEMO_SITES}, coordinator_port=coordinator_port,
-        metrics_port=metrics_port, case_log=cache_dir / "cases.jsonl", ray_address=ray_address,
+        metrics_port=metrics_port, case_log=cache_dir / "cases.jsonl", case_id_key=cache_dir / CASE_ID_KEY_FILE,
+        ray_address=ray_address,
     ).start()

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from services.case_words import format_plan, format_site_result, format_summary, match_text, similarity_text
+from services.case_words import (format_plan, format_site_result, format_summary, match_text, planned_codes,
+                                 similarity_text)
 from services.coordinator.conclusion import case_conclusion
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.reasons import FULL, PLAIN, reason, words
@@ -65,6 +66,17 @@ def test_full_words_keep_every_decision_distance_and_the_algorithm(case):
     assert ALGORITHM in text and f"distance {DISTANCES[1]:.3f}" in text and "KiB" in text
     assert text.count(words(NO_WAIT_YET, FULL)) == 4  # the plan's two sites, and both answers
     assert "% similar" in text
+
+
+def test_plain_words_say_a_sites_decision_once():
+    mode = Why("features_same_schema")
+    plan = pb.CasePlan(case_id="c1", sites=[pb.SitePlan(site="alpha", why=[reason(mode)])])
+    result = site_result("alpha", DISTANCES[0])
+    result.why.append(reason(mode))
+    said = planned_codes(plan)["alpha"]
+    text = format_plan(plan) + "\n" + format_site_result(result, 0.61, said=said)
+    assert text.count(words(mode, PLAIN)) == 1
+    assert words(mode) in format_site_result(result, 0.61, audience=FULL, said=said)
 
 
 def test_a_site_that_did_not_answer_says_so_in_words():

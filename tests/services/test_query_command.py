@@ -85,10 +85,17 @@ def test_query_text_output(deployment, case_cells, tmp_path):
     (tmp_path / "one.png").write_bytes(case_cells[0]["image"])
     done = query("--coordinator", deployment.coordinator.address, "--site", "beta", tmp_path / "one.png")
     assert done.returncode == 0, done.stderr
-    assert "beta" in done.stdout and "OK" in done.stdout and "one.png" in done.stdout
-    # The summary opens with the case's conclusion, before its times and votes.
+    assert any(line.split()[:2] == ["beta", "answered"] for line in done.stdout.splitlines())
+    assert "one.png" in done.stdout and "% similar" in done.stdout and "faiss" not in done.stdout
+    # The summary opens with the case's conclusion, before how many sites answered.
     summary = done.stdout[done.stdout.index("Conclusion: "):]
-    assert summary.index("Conclusion: ") < summary.index("site(s) OK")
+    assert summary.index("Conclusion: ") < summary.index("1 of 1 sites answered")
+    # --verbose: every decision, the algorithm, times, bytes and votes.
+    verbose = query("--coordinator", deployment.coordinator.address, "--site", "beta", "--verbose",
+                    tmp_path / "one.png")
+    assert verbose.returncode == 0, verbose.stderr
+    assert "faiss-hnsw" in verbose.stdout and "KiB" in verbose.stdout and "distance" in verbose.stdout
+    assert verbose.stdout.index("Conclusion: ") < verbose.stdout.index("1 site(s) OK")
 
 
 def test_query_bad_input_is_named(deployment, tmp_path):
