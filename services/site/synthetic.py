@@ -64,9 +64,11 @@ def is_current(site_dir: str | Path) -> bool:
     return ready.is_file() and set(wanted) <= set(ready.read_text().split())
 
 
-def build_synthetic_site(site_dir: str | Path, cells: int, seed: int, algorithm: str | None = None) -> Path:
+def build_synthetic_site(site_dir: str | Path, cells: int, seed: int, algorithm: str | None = None,
+                         similarity: str | None = None) -> Path:
     """A site database of `cells` synthetic cells (diagnoses in turn) from `seed`, at `site_dir`,
-    its search index built with `algorithm` ("flat", "ivf", "hnsw"; None: by size).
+    its search index built with `algorithm` ("flat", "ivf", "hnsw"; None: by size), comparing
+    `similarity` (``pathmaster index --similarity``; None: the site's own choice).
 
     Reuses a finished database already there; removes and rebuilds an unfinished one.
     Returns the site folder.
@@ -85,8 +87,8 @@ def build_synthetic_site(site_dir: str | Path, cells: int, seed: int, algorithm:
         synth_cell(DIAGNOSES[i % len(DIAGNOSES)], cell_rng(seed, i), source_id=f"synth-{seed}-{i:06d}")
         for i in range(cells)
     )
-    ingest(site_dir / f"synthetic-seed{seed}", site_dir, records=records, algorithm=algorithm)
-    (site_dir / READY).write_text(ready_stamp(cells=cells, seed=seed))
+    ingest(site_dir / f"synthetic-seed{seed}", site_dir, records=records, algorithm=algorithm, similarity=similarity)
+    (site_dir / READY).write_text(ready_stamp(cells=cells, seed=seed, similarity=similarity or "auto"))
     return site_dir
 
 

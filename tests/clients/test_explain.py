@@ -15,7 +15,7 @@ from services.site.explain import CONCEPTS, Explainer, pack, unpack
 def site(tmp_path_factory):
     from services.site.synthetic import build_synthetic_site
 
-    folder = build_synthetic_site(tmp_path_factory.mktemp("site") / "s", cells=21, seed=7)
+    folder = build_synthetic_site(tmp_path_factory.mktemp("site") / "s", cells=21, seed=7, similarity="features")
     index = SiteIndex.open(folder)
     with SiteDB(folder) as db:
         ids, raw = db.feature_matrix()

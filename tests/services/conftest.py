@@ -42,6 +42,9 @@ class CallFailed(grpc.RpcError):
 def cached_synthetic_site(cells: int, seed: int) -> Path:
     """A `cells`-cell synthetic site database (`seed`) in the cache, built once per machine
     and builder (is_current: feature schema and site-building code): cache_root()/test-services/site-seedSEED-CELLScells.
+    It compares its features alone (``similarity="features"``): the services' tests are of
+    the transport, features mode and the feature subsets; sites that look through their
+    eye are served in test_learnt_site.py, test_readme.py and the demo's tests.
 
     Its ingest is the costliest set-up here (~6 s of CPU for 70 cells; ~10 s of wall time on
     the CI machine, ~30 s when loaded), and its cells depend only on the seed. The build goes
@@ -51,11 +54,11 @@ def cached_synthetic_site(cells: int, seed: int) -> Path:
     """
     from services.site.synthetic import build_synthetic_site, cache_root, is_current
 
-    cached = cache_root() / "test-services" / f"site-seed{seed}-{cells}cells"
+    cached = cache_root() / "test-services" / f"site-seed{seed}-{cells}cells-features"
     if not is_current(cached):
         cached.parent.mkdir(parents=True, exist_ok=True)
         building = Path(tempfile.mkdtemp(prefix=".building-", dir=cached.parent))
-        build_synthetic_site(building / "site", cells, seed=seed)
+        build_synthetic_site(building / "site", cells, seed=seed, similarity="features")
         if cached.exists() and not is_current(cached):  # another builder's build
             shutil.rmtree(cached, ignore_errors=True)
         with contextlib.suppress(OSError):  # another session renamed its build first: theirs is as good

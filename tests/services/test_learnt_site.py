@@ -41,13 +41,9 @@ def learnt_db(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def learnt_deployment(ray_session, learnt_db, site_db, tmp_path_factory):
-    from pathmaster.site import build_search_index
-    from pathmaster.sitedb import SiteDB
     from services.demo import LoopbackDeployment
 
-    plain = shutil.copytree(site_db, tmp_path_factory.mktemp("plain") / "site")
-    with SiteDB(plain) as db:
-        build_search_index(db, similarity_choice="features")
+    plain = shutil.copytree(site_db, tmp_path_factory.mktemp("plain") / "site")  # compares its features alone
     with LoopbackDeployment({"learnt": learnt_db, "plain": plain}, {"learnt": "flat", "plain": "flat"}) as running:
         yield running
 

@@ -171,7 +171,7 @@ def test_features_go_to_the_site_of_the_same_schema_the_cells_analysed_once_and_
     s = summary.summary
     assert s.sites_ok == 2 and s.total_s == pytest.approx(3.5) and s.analysis_s == pytest.approx(0.5)
     assert [(v.query_cell_id, v.votes, v.total) for v in s.votes] == [("cell0", 6, 6), ("cell1", 6, 6)]
-    assert s.bethesda.bethesda == "NILM" and codes(s.why) == ["analysed_once"]
+    assert s.conclusion.bethesda == "NILM" and codes(s.why) == ["analysed_once"]
     # Record: the case log's line, with the codes beside the words.
     (line,) = log
     assert line["outcome"] == "ok" and [w["code"] for w in line["why"]] == ["analysed_once"]

@@ -1,7 +1,8 @@
 """The README's command examples, as written, on small synthetic data.
 
 The commands are read from README.md's ``bash`` blocks (not copied here): each is run, on a
-site that learnt (it compares an embedding by its own network) and on one that did not,
+site that learnt a lens on top of its eye and on one too small to (plain neighbours in the
+eye's space),
 or named in NOT_RUN with the reason. Placeholders (``CELL.png``, ``CELL_ID``, the
 coordinator's address ...) become files and values made here, the README's ``--cells``
 counts small ones; ``[optional]`` parts are run both left out and given. A command that
@@ -29,7 +30,7 @@ from pathmaster.cli import main
 from tests.conftest import REPO
 
 README = REPO / "README.md"
-PLAIN_CELLS = 42     # `synth --cells` for the site that does not learn (fewer than LEARNT_CELLS)
+PLAIN_CELLS = 42     # `synth --cells` for the site that learns nothing on top of its eye (fewer than LEARNT_CELLS)
 LEARNT_CELLS = 63    # and for the one that does (learn.MIN_CELLS_TO_LEARN lowered to it: see learnt_site)
 NEW_WEEK_CELLS = 7   # the cells `index new-week/` adds
 
@@ -163,22 +164,14 @@ def plain_site(tmp_path_factory) -> tuple[Path, dict[str, Ran]]:
 @pytest.fixture(scope="module")
 def learnt_site(tmp_path_factory) -> tuple[Path, dict[str, Ran]]:
     """(folder, {command: Ran}): the core commands on LEARNT_CELLS cells: the site learns a
-    network and compares its embedding. The site learns from LEARNT_CELLS cells, its
-    training is cut to two epochs and its choice fixed to fused (this tests the commands,
-    not what the network learns: 140 cells and the default plan cost a minute and a half of
-    CPU); its cross-validation is not run (each fold would learn a network)."""
-    pytest.importorskip("jax", reason="the trainer (extra [learn]) is not installed")
-    from pathmaster import learn, learnt
+    lens and head on top of its eye (``learn.MIN_CELLS_TO_LEARN`` lowered to LEARNT_CELLS:
+    this tests the commands, not what the site learns)."""
+    from pathmaster import learn
 
     root = tmp_path_factory.mktemp("readme-learnt")
-    train, fit = learn.train_embedder, learnt.fit_learnt
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(learn, "MIN_CELLS_TO_LEARN", LEARNT_CELLS)
-        mp.setattr(learn, "train_embedder",
-                   lambda *a, **kw: train(*a, **{**kw, "seconds": 0.5, "max_epochs": 2, "min_epochs": 1}))
-        mp.setattr(learnt, "fit_learnt",
-                   lambda *a, choice="auto", **kw: fit(*a, choice="fused" if choice == "auto" else choice, **kw))
-        ran = run_core(root, LEARNT_CELLS, cross_validate=False)
+        ran = run_core(root, LEARNT_CELLS)
     return root, ran
 
 
@@ -202,7 +195,7 @@ def test_the_site_commands_work_as_written(which, request):
 
     root, ran = request.getfixturevalue(which)
     site = SiteIndex.open(root / "sites" / "a")
-    assert (site.learnt.mode != "features") == (which == "learnt_site")  # what this site is for
+    assert site.lens is not None and (site.lens.head is not None) == (which == "learnt_site")  # what it is for
     # search: "the 5 most similar cells with their diagnoses"; says when the query is already there.
     for r in ran_by(ran, "pathmaster search", "--json"):
         out = json.loads(r.out)
@@ -222,8 +215,8 @@ def test_the_site_commands_work_as_written(which, request):
 
 
 def test_evaluate_reports_what_the_readme_lists(plain_site):
-    """"sensitivity, specificity, ROC, cases, ceiling" (the cross-validation: on the site
-    that did not learn; with a network each fold learns one, minutes of CPU)."""
+    """"sensitivity, specificity, ROC, cases, ceiling" (the cross-validation, on the site
+    that learns nothing on top of its eye)."""
     _, ran = plain_site
     [cv] = [r for r in ran_by(ran, "pathmaster evaluate", "--json") if "--queries" not in r.argv]
     metrics = json.loads(cv.out)
