@@ -27,12 +27,14 @@ WEIGHTS_VERSION = "0.1.0"
 WEIGHTS_FILE = "efficientnet-lite0-57934424.pth"
 WEIGHTS_SHA256 = "579344248a93e23026e6b78f1f6faf0bc1d282386f6c881cdbaacd49cabf77db"
 
-# What the eye reads, to be chosen by measurement on the development half (which blocks,
-# resolution and views compare cells best, with their cost beside): these are a start, the
-# outputs of stages 4, 5 and 6 (blocks 7, 10 and 14: 80 + 112 + 192 numbers) of one view at
-# the network's own 224 px, about 21 ms of one core a cell (benchmarks/results/eye-8879143.txt).
-DEFAULT_BLOCKS = (7, 10, 14)
-DEFAULT_RESOLUTION = 224
+# What the eye reads, chosen by measurement on the development half (5 folds by slide image,
+# shrinkage discriminant analysis on top): the outputs of stages 4 to 7 (blocks 7, 10, 14 and
+# 15: 80 + 112 + 192 + 320 numbers) of one view at 160 px. 160 px ranked held-out cells as
+# well as 224 (ROC AUC 0.98 either way) at about half the CPU (~11 ms of one core a cell),
+# leaving a whole upload's analysis within 40 ms; 4 views gained 0.016 of AUC for 4 times the
+# CPU (benchmarks/results/eye-*.txt, learn-*.txt).
+DEFAULT_BLOCKS = (7, 10, 14, 15)
+DEFAULT_RESOLUTION = 160
 DEFAULT_VIEWS = 1
 # How many of the 8 rotations/flips may be averaged, and their order: indices into
 # `dihedral`'s views (identity, rotations by 90, 180, 270 degrees, then
