@@ -26,6 +26,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from pathmaster.ids import shown
 from qos.authz import RoleCheck
 from qos.channels import MAX_MESSAGE_BYTES, size_options
 from qos.classes import DEFAULT_CLASSES, ClassTable
@@ -110,7 +111,7 @@ class _RequestCheck(grpc.ServerInterceptor):
             return
         if asked not in self.classes:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                          f"unknown request class {asked[:64]!r}; known classes: {', '.join(self.classes.names())}")
+                          f"unknown request class {shown(asked)}; known classes: {', '.join(self.classes.names())}")
         if self.class_name is not None and asked != self.class_name:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION,
                           f"this port serves class {self.class_name!r} only, not {asked!r}: "
