@@ -210,7 +210,8 @@ class SiteServicer(pb_grpc.SiteServicer):
         self.copies.refuse_copy(context, request.send_id)
 
     def _priority(self, class_name: str) -> int:
-        """The class's priority (0 most favoured); an unknown class waits behind all."""
+        """The class's priority (0 most favoured); no class ("") waits behind all (an
+        unknown one is refused at the port, qos.server)."""
         return self.classes[class_name].priority if class_name in self.classes else len(self.classes.names())
 
     def _least_favoured(self) -> int:

@@ -37,6 +37,7 @@ class Tally:
         self.counts[(outcome.target, outcome.status)] += 1
         if outcome.problem:
             self.problems.append(f"{outcome.target}: {outcome.problem}")
+            print(f"  problem: {outcome.target}: {outcome.problem}; sent {outcome.sent[:300]}", flush=True)
 
     def crashed(self, exc: BaseException) -> None:
         self.counts[("(the call itself)", f"crash {type(exc).__name__}")] += 1

@@ -47,6 +47,7 @@ class Outcome:
     seconds: float
     expected: frozenset
     problem: str = ""
+    sent: str = ""  # what was sent, in short (no bytes)
 
 
 class FuzzStack:
@@ -137,14 +138,14 @@ class FuzzStack:
 # ------------------------------------------------------------------ judging a call
 
 
-def judged(stack: FuzzStack, target: str, call, expected: set[str], timeout: float | None) -> Outcome:
+def judged(stack: FuzzStack, target: str, call, expected: set[str], timeout: float | None, sent: str) -> Outcome:
     """Run `call()` (returning a status), timed, and judge it against `expected`; whatever
-    a refused call changed in `stack.stored()` is a problem."""
+    a refused call changed in `stack.stored()` is a problem. `sent`: the input, in short."""
     before = stack.stored()
     started = time.perf_counter()
     status = call()
     seconds = time.perf_counter() - started
-    outcome = Outcome(target, status, seconds, frozenset(expected))
+    outcome = Outcome(target, status, seconds, frozenset(expected), sent=sent)
     if status in (OK, "DEADLINE_EXCEEDED") or status.startswith("HTTP 2"):
         stack.settle()
     problems = []
@@ -194,14 +195,16 @@ def submit_case(stack: FuzzStack, sent: Sent, port: str, timeout: float) -> Outc
     """The coordinator's SubmitCase with a generated CaseRequest, its stream read to the end."""
     stub = pb_grpc.CoordinatorStub(stack.coordinator_channels[port])
     status = lambda: _grpc_status(lambda: list(stub.SubmitCase(sent.message, timeout=timeout)))  # noqa: E731
-    return judged(stack, "coordinator SubmitCase", status, _expected(sent, port, timeout), timeout)
+    return judged(stack, "coordinator SubmitCase", status, _expected(sent, port, timeout), timeout,
+                  f"{sent!r} on {port}, timeout {timeout:.3g} s")
 
 
 def site_analyse(stack: FuzzStack, sent: Sent, site: str, port: str, timeout: float) -> Outcome:
     """A site's Analyse with a generated AnalyseRequest (images mode)."""
     stub = pb_grpc.SiteStub(stack.site_channels[site][port])
     status = lambda: _grpc_status(lambda: stub.Analyse(sent.message, timeout=timeout))  # noqa: E731
-    return judged(stack, "site Analyse", status, _expected(sent, port, timeout), timeout)
+    return judged(stack, "site Analyse", status, _expected(sent, port, timeout), timeout,
+                  f"{sent!r} to {site} on {port}, timeout {timeout:.3g} s")
 
 
 def raw_call(stack: FuzzStack, service: str, method: str, data: bytes, port: str, timeout: float,
@@ -222,7 +225,8 @@ def raw_call(stack: FuzzStack, service: str, method: str, data: bytes, port: str
         reply = call(data, timeout=timeout)
         if streams:
             list(reply)
-    return judged(stack, f"{service.lower()} {method} bytes", lambda: _grpc_status(run), expected, timeout)
+    return judged(stack, f"{service.lower()} {method} bytes", lambda: _grpc_status(run), expected, timeout,
+                  f"{len(data)} bytes {data[:24]!r} on {port}, timeout {timeout:.3g} s")
 
 
 def _http(reply) -> str:
@@ -238,7 +242,8 @@ def gateway_upload(stack: FuzzStack, name: str, picture: Picture) -> Outcome:
     good_name = "/" not in name and "\\" not in name and Path(name).suffix.lower() in IMAGE_EXTENSIONS
     expected = {"HTTP 200"} if good_name and picture.decodes else {"HTTP 400"}
     body, kind = multipart({}, {name: picture.data}, field="file")
-    outcome = judged(stack, "gateway upload", lambda: _http(stack.web.post("api/upload", body, kind)), expected, None)
+    outcome = judged(stack, "gateway upload", lambda: _http(stack.web.post("api/upload", body, kind)), expected,
+                     None, f"{name!r}: {picture!r}")
     stack.gateway.gateway.staged.discard(stack.web_user)  # room for the next: staging has its limits
     return outcome
 
@@ -250,7 +255,7 @@ def gateway_json(stack: FuzzStack, path: str, body) -> Outcome:
         {"HTTP 400", "HTTP 403", "HTTP 409", "HTTP 422"}
     data = json.dumps(body).encode()
     return judged(stack, f"gateway {path}", lambda: _http(stack.web.post(path, data, "application/json")),
-                  expected, None)
+                  expected, None, data[:120].decode("utf-8", "replace"))
 
 
 # ------------------------------------------------------------------ memory
