@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import io
 import math
 import multiprocessing
 import os
@@ -56,16 +55,12 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"
 
 def image_size(data: bytes, name: str) -> tuple[int, int]:
     """(width, height) of encoded image bytes, from the header only (nothing is decoded).
-    Raises InvalidInput naming `name` when the bytes are not an image."""
-    from PIL import Image
+    Raises InvalidInput naming `name` when the bytes are not an image of an accepted
+    format (`pathmaster.imageio.open_accepted`)."""
+    from pathmaster.imageio import open_accepted
 
-    try:
-        with Image.open(io.BytesIO(data)) as img:
-            return img.size
-    except Image.UnidentifiedImageError:
-        raise InvalidInput("not an image file (PNG, BMP, JPEG or TIFF expected)", name) from None
-    except Exception as exc:  # (the same words as pathmaster.imageio's)
-        raise InvalidInput(f"cannot decode image ({exc}); the file is truncated or corrupt", name) from None
+    with open_accepted(data, name, max_bytes=len(data)) as img:
+        return img.size
 
 
 def check_analysis_size(data: bytes, name: str, max_pixels: int = defaults.MAX_ANALYSIS_PIXELS) -> int:

@@ -26,48 +26,92 @@ from pathmaster.records import MASK_LABELS, NUCLEOLUS, NUCLEUS, InvalidInput
 # Pillow's own decompression-bomb guard would only warn below 2x its limit; ours is stricter
 # and gives a clear message, so Pillow's is left at its default.
 
+# The formats a microscope's software writes and the README documents, with their file
+# suffixes: the one allow-list. Every decoding of an upload or a dataset file opens its
+# bytes with only these formats' Pillow openers (`open_accepted`), so a file of any other
+# format is refused from its first bytes and no other format's parser or decoder runs
+# (Pillow's advice: open only the formats you expect).
+ACCEPTED_FORMATS: dict[str, tuple[str, ...]] = {
+    "PNG": (".png",), "BMP": (".bmp",), "TIFF": (".tif", ".tiff"), "JPEG": (".jpg", ".jpeg")}
+ACCEPTED_SUFFIXES = tuple(suffix for suffixes in ACCEPTED_FORMATS.values() for suffix in suffixes)
+ACCEPTED_WORDS = "PNG, BMP, TIFF or JPEG"  # how messages name them
+
+# Reason codes of the InvalidInput this module raises (InvalidInput.code).
+NOT_BYTES = "image_not_bytes"
+EMPTY = "image_empty"
+TOO_MANY_BYTES = "image_too_many_bytes"
+FORMAT_NOT_ACCEPTED = "image_format_not_accepted"
+TOO_MANY_PIXELS = "image_too_many_pixels"
+CORRUPT = "image_corrupt"
+NO_PIXELS = "image_no_pixels"
+FLOAT_PIXELS = "image_float_pixels"
+
+
+def open_accepted(data: bytes, name: str, max_bytes: int = MAX_IMAGE_BYTES) -> Image.Image:
+    """Open `data` as one of ACCEPTED_FORMATS from its header; nothing is decoded yet.
+
+    Only the accepted formats' Pillow openers look at the bytes (``Image.open(...,
+    formats=...)``): any other format, or bytes that are no image, raise InvalidInput
+    with code FORMAT_NOT_ACCEPTED and a message naming the accepted formats, before any
+    decoder runs. Also refused (each with its code): not bytes, empty, over `max_bytes`,
+    and a header that cannot be parsed (CORRUPT).
+    """
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise InvalidInput(f"expected image bytes, got {type(data).__name__}", name, NOT_BYTES)
+    if len(data) == 0:
+        raise InvalidInput("empty file (0 bytes)", name, EMPTY)
+    if len(data) > max_bytes:
+        raise InvalidInput(f"file is {len(data)} bytes, over the limit of {max_bytes} bytes", name,
+                           TOO_MANY_BYTES)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            return Image.open(io.BytesIO(data), formats=tuple(ACCEPTED_FORMATS))
+    except Image.UnidentifiedImageError:
+        raise InvalidInput(f"not an image file of an accepted format ({ACCEPTED_WORDS}); "
+                           f"save the cell as one of those", name, FORMAT_NOT_ACCEPTED) from None
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise InvalidInput(f"image's header says it has over {Image.MAX_IMAGE_PIXELS} pixels "
+                           "(Pillow's decompression-bomb limit)", name, TOO_MANY_PIXELS) from None
+    except (OSError, SyntaxError, ValueError, struct.error) as exc:
+        raise _corrupt(exc, name) from None
+
+
+def accepted_format(data: bytes, name: str, max_bytes: int = MAX_IMAGE_BYTES) -> str:
+    """The format of `data` ("PNG", "BMP", "TIFF", "JPEG"; "MPO" for a multi-picture
+    JPEG), read from its header by `open_accepted`, whose InvalidInput it raises."""
+    with open_accepted(data, name, max_bytes) as img:
+        return img.format or ""
+
+
+def _corrupt(exc: Exception, name: str) -> InvalidInput:
+    return InvalidInput(f"cannot decode image ({exc}); the file is truncated or corrupt", name, CORRUPT)
+
 
 def _open(data: bytes, name: str, max_bytes: int, max_pixels: int, *, load: bool = True) -> Image.Image:
-    """Open `data`, enforcing the limits; raise InvalidInput otherwise.
+    """Open `data` (`open_accepted`), enforcing the pixel limit; raise InvalidInput otherwise.
 
     load: decode the pixels now (so truncation is reported here); when False only the
     header is read, and the file is checked to be complete where its format allows
     that without decoding (`_check_complete`).
     """
-    if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise InvalidInput(f"expected image bytes, got {type(data).__name__}", name)
-    if len(data) == 0:
-        raise InvalidInput("empty file (0 bytes)", name)
-    if len(data) > max_bytes:
-        raise InvalidInput(
-            f"file is {len(data)} bytes, over the limit of {max_bytes} bytes", name
-        )
+    img = open_accepted(data, name, max_bytes)
+    width, height = img.size
+    if width * height > max_pixels:
+        raise InvalidInput(f"image is {width} x {height} = {width * height} pixels, over the limit "
+                           f"of {max_pixels} pixels", name, TOO_MANY_PIXELS)
+    if width == 0 or height == 0:
+        raise InvalidInput(f"image has no pixels ({width} x {height})", name, NO_PIXELS)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            img = Image.open(io.BytesIO(data))
-            width, height = img.size
-            if width * height > max_pixels:
-                raise InvalidInput(
-                    f"image is {width} x {height} = {width * height} pixels, over the limit "
-                    f"of {max_pixels} pixels",
-                    name,
-                )
             if load:
                 img.load()  # decodes now, so truncation is reported here
             else:
                 _check_complete(img, data)
-    except InvalidInput:
-        raise
-    except Image.UnidentifiedImageError:
-        raise InvalidInput(
-            "not an image file (PNG, BMP, JPEG or TIFF expected)", name
-        ) from None
-    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError,
+    except (OSError, SyntaxError, ValueError, struct.error, Image.DecompressionBombError,
             Image.DecompressionBombWarning) as exc:
-        raise InvalidInput(f"cannot decode image ({exc}); the file is truncated or corrupt", name) from None
-    if width == 0 or height == 0:
-        raise InvalidInput(f"image has no pixels ({width} x {height})", name)
+        raise _corrupt(exc, name) from None
     return img
 
 
@@ -108,7 +152,7 @@ def _to_rgb(img: Image.Image) -> np.ndarray:
         grey8 = np.clip(np.rint(grey * (255.0 / top)), 0, 255).astype(np.uint8)
         return np.repeat(grey8[:, :, None], 3, axis=2)
     if img.mode == "F":
-        raise InvalidInput("floating-point images are not supported; save as 8-bit RGB", None)
+        raise InvalidInput("floating-point images are not supported; save as 8-bit RGB", None, FLOAT_PIXELS)
     if img.mode in ("RGBA", "LA", "PA") or (img.mode == "P" and "transparency" in img.info):
         rgba = img.convert("RGBA")
         white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
@@ -123,19 +167,20 @@ def decode_image(
     max_bytes: int = MAX_IMAGE_BYTES,
     max_pixels: int = MAX_PIXELS,
 ) -> np.ndarray:
-    """Decode an encoded image (PNG, BMP, JPEG, TIFF, ...) to RGB.
+    """Decode an encoded image (one of ACCEPTED_FORMATS: PNG, BMP, TIFF, JPEG) to RGB.
 
     data: the file's bytes. name: the file name or upload name, used in error messages.
     Returns uint8 (H, W, 3) RGB; greyscale is replicated to 3 channels, alpha is composited
     over white, 16-bit greyscale is scaled to 8 bits.
-    Raises InvalidInput (naming `name`) for non-image bytes, a truncated or corrupt file,
-    more than `max_bytes` bytes or more than `max_pixels` pixels.
+    Raises InvalidInput (naming `name`, with its code) for non-image bytes or another
+    format, a truncated or corrupt file, more than `max_bytes` bytes or more than
+    `max_pixels` pixels.
     """
     img = _open(data, name, max_bytes, max_pixels)
     try:
         return _to_rgb(img)
     except InvalidInput as exc:
-        raise InvalidInput(exc.problem, name) from None
+        raise InvalidInput(exc.problem, name, exc.code) from None
 
 
 class ImageHeader(NamedTuple):
@@ -199,7 +244,8 @@ def _read_bytes(path: str | Path, max_bytes: int) -> bytes:
     try:
         size = path.stat().st_size
         if size > max_bytes:
-            raise InvalidInput(f"file is {size} bytes, over the limit of {max_bytes} bytes", path)
+            raise InvalidInput(f"file is {size} bytes, over the limit of {max_bytes} bytes", path,
+                               TOO_MANY_BYTES)
         return path.read_bytes()
     except FileNotFoundError:
         raise InvalidInput("file not found", path) from None
@@ -400,7 +446,7 @@ def wire_thumbnail(image_file: bytes, size: int, quality: int = 80, fmt: str = "
         against ~640 B as JPEG, at about the same fidelity (benchmarks/bench_wire_reply.py),
         so that a site's 30 matches fit in one initial congestion window.
     """
-    picture = Image.open(io.BytesIO(image_file)).convert("RGB")
+    picture = open_accepted(image_file, "thumbnail").convert("RGB")
     picture.thumbnail((size, size), Image.Resampling.LANCZOS)
     buffer = io.BytesIO()
     if fmt.upper() == "WEBP":

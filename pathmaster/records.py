@@ -96,11 +96,16 @@ def is_abnormal(diagnosis: str) -> bool:
 
 
 class InvalidInput(ValueError):
-    """Bad user input: the message names the file (or cell) and says what is wrong."""
+    """Bad user input: the message names the file (or cell) and says what is wrong.
 
-    def __init__(self, problem: str, source: str | Path | None = None):
+    code: a stable reason code for programs and tests (e.g. "image_format_not_accepted"),
+    "" where none is given; the message is for people.
+    """
+
+    def __init__(self, problem: str, source: str | Path | None = None, code: str = ""):
         self.problem = problem
         self.source = None if source is None else str(source)
+        self.code = code
         super().__init__(problem if source is None else f"{source}: {problem}")
 
 

@@ -37,7 +37,9 @@ from pathmaster.imageio import check_cell, check_mask
 from pathmaster.morphology import (channel_percentile, fill_holes, gaussian_smooth, grow,
                                    label_pieces, open_with_disk, shrink, threshold_multiotsu, threshold_otsu,
                                    white_tophat_disk)
-from pathmaster.records import BACKGROUND, CYTOPLASM, NUCLEOLUS, NUCLEUS, CellRecord
+from pathmaster.records import BACKGROUND, CYTOPLASM, NUCLEOLUS, NUCLEUS, CellRecord, InvalidInput
+
+NO_NUCLEUS_FOUND = "no_nucleus_found"  # InvalidInput.code of a picture segmented to no nucleus
 
 MIN_BACKGROUND_PIXELS = 200  # fewer glass pixels (and under 5% of the image): flat lamp
 QUADRATIC_MIN_PIXELS = 1000  # fewer: fit a plane, not a quadratic
@@ -344,8 +346,11 @@ def _find_nucleoli(image: np.ndarray, lamp: np.ndarray, nucleus: np.ndarray) -> 
     224 px upload's nucleus of ~7000 px showed chromatin grains and JPEG blocks as 11
     nucleoli on average (up to 85) where the same cells at 40 px showed 0.5. Nucleoli lie
     in the nucleus, and the filters look NUCLEOLUS_CONTEXT_PX (at the search's scale)
-    around it at most: the rest of a large image is not deconvolved nor filtered.
+    around it at most: the rest of a large image is not deconvolved nor filtered. No
+    nucleus found (a picture of no cell, e.g. a black-and-white checkerboard): no nucleoli.
     """
+    if not nucleus.any():
+        return np.zeros_like(nucleus)
     diameter = 2.0 * np.sqrt(np.count_nonzero(nucleus) / np.pi)
     scale = min(1.0, NUCLEOLUS_SCALE_PX / diameter)
     box = _bounding_box(nucleus, int(np.ceil(NUCLEOLUS_CONTEXT_PX / scale)))
@@ -626,7 +631,8 @@ def complete_cell(record: CellRecord) -> CellRecord:
     pixel. Within the picture: a missing mask is segmented (with the background when there
     is one) and a missing background estimated from the image and mask. ``record.extra``
     gets ``"cell_choice"``: which cell of the crop was taken and why (`cell_choice`).
-    Returns the same record, updated. Raises InvalidInput for arrays that do not fit together.
+    Returns the same record, updated. Raises InvalidInput for arrays that do not fit together,
+    and (code NO_NUCLEUS_FOUND) when the segmentation finds no nucleus: nothing to measure.
     """
     check_cell(record.image, record.mask, record.background, record.source_id)
     if record.mask is not None and record.background is not None:
@@ -648,6 +654,9 @@ def complete_cell(record: CellRecord) -> CellRecord:
         if record.background is None:
             record.background = np.pad(part.background, (*pads, (0, 0)), mode="edge")
             record.background_estimated = True
+    if record.mask_estimated and not ((record.mask == NUCLEUS).any() or (record.mask == NUCLEOLUS).any()):
+        raise InvalidInput("no nucleus found in the picture: it shows no cell that can be measured "
+                           "(send a cell, or its mask)", record.source_id, NO_NUCLEUS_FOUND)
     record.extra["cell_choice"] = _choice_report(why, record.mask, box, record.image.shape)
     return record
 

@@ -10,7 +10,10 @@ Sites do this for the coordinator (`SiteInfo.class_ports`), the coordinator for 
 (`CoordinatorInfo.class_ports`); tests/services/test_dscp_wire.py checks every hop, both
 ways, on the wire. A class port refuses a request of another class (FAILED_PRECONDITION):
 its replies would carry the wrong DSCP; that happens only to a caller whose port map is
-stale (the server restarted on other free ports).
+stale (the server restarted on other free ports). Every port, the control port too,
+refuses a class not in the table and a request that does not parse with INVALID_ARGUMENT
+(`_RequestCheck`); grpcio itself answers a message over the size limit RESOURCE_EXHAUSTED
+and an unknown method UNIMPLEMENTED before any handler runs.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from pathmaster.ids import shown
 from qos.authz import RoleCheck
 from qos.channels import MAX_MESSAGE_BYTES, size_options
 from qos.classes import DEFAULT_CLASSES, ClassTable
@@ -30,31 +34,88 @@ from qos.tls import TLSFiles
 
 log = logging.getLogger("pathmaster.transport")
 
-class _OwnClassOnly(grpc.ServerInterceptor):
-    """On a class port: refuse unary requests whose `request_class` names another class."""
+class _Unparsed:
+    """What a handler is given for request bytes that do not parse: the parser's error."""
 
-    def __init__(self, class_name: str):
+    __slots__ = ("error",)
+
+    def __init__(self, error: str):
+        self.error = error
+
+
+def _tolerant(deserializer):
+    """`deserializer` that returns an `_Unparsed` instead of raising: grpcio answers a
+    deserializer's exception with INTERNAL before any of our code runs, INVALID_ARGUMENT
+    is the caller's mistake, so the handler (`_RequestCheck`) answers it."""
+    if deserializer is None:
+        return None
+
+    def deserialize(data: bytes):
+        try:
+            return deserializer(data)
+        except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError, or whatever a parser raises
+            return _Unparsed(f"{type(exc).__name__}: {str(exc)[:200]}")
+    return deserialize
+
+
+class _RequestCheck(grpc.ServerInterceptor):
+    """On every port: a request that does not parse is INVALID_ARGUMENT, so is a
+    `request_class` not in the table; on a class port (`class_name`), a request naming
+    another known class is FAILED_PRECONDITION (its replies would carry the wrong DSCP).
+    An empty `request_class` passes (the service's default). Requests that stream are
+    checked message by message."""
+
+    KINDS = (("unary_unary", grpc.unary_unary_rpc_method_handler),
+             ("unary_stream", grpc.unary_stream_rpc_method_handler),
+             ("stream_unary", grpc.stream_unary_rpc_method_handler),
+             ("stream_stream", grpc.stream_stream_rpc_method_handler))
+
+    def __init__(self, classes: ClassTable, class_name: str | None = None):
+        self.classes = classes
         self.class_name = class_name
 
     def intercept_service(self, continuation, handler_call_details):
         handler = continuation(handler_call_details)
-        if handler is None or handler.request_streaming:
-            return handler
-        if handler.response_streaming:
-            return grpc.unary_stream_rpc_method_handler(
-                self._checked(handler.unary_stream), handler.request_deserializer, handler.response_serializer)
-        return grpc.unary_unary_rpc_method_handler(
-            self._checked(handler.unary_unary), handler.request_deserializer, handler.response_serializer)
+        if handler is None:
+            return None
+        for kind, make in self.KINDS:
+            behaviour = getattr(handler, kind)
+            if behaviour is not None:
+                checked = self._checked_stream if handler.request_streaming else self._checked
+                return make(checked(behaviour, handler_call_details.method),
+                            _tolerant(handler.request_deserializer), handler.response_serializer)
+        return handler
 
-    def _checked(self, behaviour):
+    def _checked(self, behaviour, method: str):
         def checked(request, context):
-            asked = getattr(request, "request_class", "")
-            if asked and asked != self.class_name:
-                context.abort(grpc.StatusCode.FAILED_PRECONDITION,
-                              f"this port serves class {self.class_name!r} only, not {asked!r}: "
-                              f"ask Info for the class ports again (the server may have restarted)")
+            self.check(request, context, method)
             return behaviour(request, context)
         return checked
+
+    def _checked_stream(self, behaviour, method: str):
+        def checked(requests, context):
+            def each():
+                for request in requests:
+                    self.check(request, context, method)
+                    yield request
+            return behaviour(each(), context)
+        return checked
+
+    def check(self, request, context: grpc.ServicerContext, method: str) -> None:
+        """Abort the call unless `request` parsed and names a class this port serves."""
+        if isinstance(request, _Unparsed):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          f"the request to {method} is not its message ({request.error})")
+        asked = getattr(request, "request_class", "")
+        if not asked:
+            return
+        if asked not in self.classes:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          f"unknown request class {shown(asked)}; known classes: {', '.join(self.classes.names())}")
+        if self.class_name is not None and asked != self.class_name:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                          f"this port serves class {self.class_name!r} only, not {asked!r}: "
+                          f"ask Info for the class ports again (the server may have restarted)")
 
 
 def _add_port(server: grpc.Server, address: str, tls: TLSFiles | None) -> int:
@@ -80,8 +141,9 @@ class MarkedServer:
     hold every thread must not keep a more favoured class's calls waiting for one.
     `service_names` are the full names announced by health checking and reflection
     (served on every port). `class_ports` maps class -> port (0: any free port);
-    None serves only the control port (replies then unmarked). A class port refuses
-    requests naming another class (`_OwnClassOnly`). `interceptors`: the caller's own
+    None serves only the control port (replies then unmarked). Every port refuses a request
+    that does not parse or names an unknown class, a class port one naming another class
+    (`_RequestCheck`). `interceptors`: the caller's own
     (e.g. tracing), run before the role and class checks.
     """
 
@@ -110,7 +172,7 @@ class MarkedServer:
             interceptors = [RoleCheck()] if tls is not None and tls.mutual else []
             if class_name is not None:
                 options.append(("grpc.dscp", int(classes[class_name].dscp)))
-                interceptors.append(_OwnClassOnly(class_name))
+            interceptors.append(_RequestCheck(classes, class_name))  # innermost: after the role check
             executor = futures.ThreadPoolExecutor(max_workers=max_workers,
                                                   thread_name_prefix=f"grpc-{class_name or 'control'}")
             self._executors.append(executor)

@@ -55,7 +55,8 @@ COORDINATOR = "coordinator"  # the one target of this client's ClassChannels
 def cells_from_files(paths) -> list[pb.CellImage]:
     """Read cell files into CellImages, pairing NAME.EXT with NAME-background.EXT and
     NAME-mask.EXT or Herlev's NAME-d.bmp (the gateway's rule). Raises InvalidInput naming a file that cannot be
-    read or does not pair."""
+    read, does not pair or is not of an accepted format (from its header: `accepted_format`)."""
+    from pathmaster.imageio import accepted_format
     from services.gateway.pairing import mask_labels, pair_files
 
     pairing = pair_files(str(p) for p in paths)
@@ -66,6 +67,8 @@ def cells_from_files(paths) -> list[pb.CellImage]:
     for files in pairing.cells:
         parts = {role: _read(getattr(files, role)) for role in ("image", "background", "mask")
                  if getattr(files, role)}
+        for role, data in parts.items():
+            accepted_format(data, getattr(files, role))
         if "mask" in parts:
             parts["mask"] = mask_labels(files.mask, parts["mask"])
         cells.append(pb.CellImage(cell_id=id_from_name(PurePath(files.image).name), **parts))

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import PurePath
 
 from pathmaster.ids import id_from_name
+from pathmaster.imageio import ACCEPTED_SUFFIXES
 
-IMAGE_EXTENSIONS = (".png", ".bmp", ".tif", ".tiff", ".jpg", ".jpeg")
+IMAGE_EXTENSIONS = ACCEPTED_SUFFIXES  # the accepted formats' suffixes (pathmaster.imageio)
 # Suffixes of a companion file's stem, mapped to the CellImage field they fill.
 COMPANION_SUFFIXES = {"-background": "background", "-mask": "mask"}
 HERLEV_MASK_SUFFIX = "-d"  # Herlev's NAME-d.bmp: the cell's mask, colour-coded

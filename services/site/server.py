@@ -92,7 +92,7 @@ class SiteServicer(pb_grpc.SiteServicer):
         self.class_ports: dict[str, int] = {}
         self.class_dscp: dict[str, int] = {}
         self._lock = threading.Lock()
-        # Recent case ids, for operators and tests: begun here, and abandoned by their caller.
+        # Recent case ids, for operators and tests: taken here (past every check), and abandoned by their caller.
         self.cases_started: deque[str] = deque(maxlen=1000)
         self.copies = CopyFilter()  # copies of one request (qos.policy): answered once
         self.cases_cancelled: deque[str] = deque(maxlen=1000)
@@ -210,7 +210,8 @@ class SiteServicer(pb_grpc.SiteServicer):
         self.copies.refuse_copy(context, request.send_id)
 
     def _priority(self, class_name: str) -> int:
-        """The class's priority (0 most favoured); an unknown class waits behind all."""
+        """The class's priority (0 most favoured); no class ("") waits behind all (an
+        unknown one is refused at the port, qos.server)."""
         return self.classes[class_name].priority if class_name in self.classes else len(self.classes.names())
 
     def _least_favoured(self) -> int:
@@ -255,8 +256,8 @@ class SiteServicer(pb_grpc.SiteServicer):
         if request.k < 0 or request.k > MAX_K:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"k must be 0-{MAX_K}, got {request.k}")
         k = request.k or defaults.K
-        self.cases_started.append(request.case_id)
         mode, jobs = self._jobs(request, context, k)
+        self.cases_started.append(request.case_id)  # once taken: a refused request leaves nothing here
         log.info("site %s: case %s (%s): %s %d cells", self.name, log_tag(request.case_id), request.request_class,
                  "analysing" if mode == "images" else "searching with the features of", len(jobs))
         try:

@@ -342,3 +342,17 @@ def test_the_cell_is_the_piece_holding_the_nucleus():
     # no nucleus: the piece nearest the centre
     centre = _piece_holding(binary, np.zeros_like(binary))
     assert centre[10, 20] and not centre[10, 5]
+
+
+def test_a_picture_with_no_nucleus_is_refused_by_its_code_not_a_crash():
+    """A black-and-white checkerboard (what a fuzzer sent a site) segments to no nucleus:
+    segment_cell says so with an empty mask, and the analysis refuses it with its code."""
+    from pathmaster.segmentation import NO_NUCLEUS_FOUND
+    from pathmaster.site import analyse_cell
+
+    rows, cols = np.mgrid[:40, :40]
+    checkerboard = np.repeat((((rows + cols) % 2) * 255).astype(np.uint8)[:, :, None], 3, axis=2)
+    assert not np.isin(segment_cell(checkerboard), (NUCLEUS, NUCLEOLUS)).any()
+    with pytest.raises(InvalidInput) as refused:
+        analyse_cell(checkerboard, source="board.png")
+    assert refused.value.code == NO_NUCLEUS_FOUND and refused.value.source == "board.png"

@@ -98,12 +98,14 @@ def test_query_text_output(deployment, case_cells, tmp_path):
     assert verbose.stdout.index("Conclusion: ") < verbose.stdout.index("1 site(s) OK")
 
 
-def test_query_bad_input_is_named(deployment, tmp_path):
+def test_query_bad_input_is_named(deployment, case_cells, tmp_path):
     missing = tmp_path / "nope.png"
     done = query("--coordinator", deployment.coordinator.address, missing)
     assert done.returncode == 2 and "nope.png" in done.stderr and "not found" in done.stderr
-    (tmp_path / "junk.png").write_bytes(b"not a png at all")
-    done = query("--coordinator", deployment.coordinator.address, "--class", "express", tmp_path / "junk.png")
+    (tmp_path / "one.png").write_bytes(case_cells[0]["image"])
+    done = query("--coordinator", deployment.coordinator.address, "--class", "express", tmp_path / "one.png")
     assert done.returncode == 2 and "INVALID_ARGUMENT" in done.stderr and "urgent" in done.stderr
+    # A file of no accepted format is refused here, from its header, before anything is sent.
+    (tmp_path / "junk.png").write_bytes(b"not a png at all")
     done = query("--coordinator", deployment.coordinator.address, tmp_path / "junk.png")
-    assert done.returncode == 2 and "junk.png" in done.stderr and "INVALID_ARGUMENT" in done.stderr
+    assert done.returncode == 2 and "junk.png" in done.stderr and "PNG, BMP, TIFF or JPEG" in done.stderr
