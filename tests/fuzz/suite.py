@@ -42,8 +42,6 @@ def _request_of(draw, service: str, method: str, site: str):
     if method == "GetImage":
         return pb.ImageRequest(site=draw(st.sampled_from([site, "nowhere", ""])),
                                cell_id=draw(inputs.ids(128))[0])
-    if method == "GetModel":
-        return pb.ModelRequest(sha256=draw(st.text(max_size=80)))
     if method == "GetClassStats":
         return pb.ClassStatsRequest(request_class=draw(inputs.classes())[0])
     return METHODS[(service, method)][0]()

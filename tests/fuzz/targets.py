@@ -32,7 +32,7 @@ INVALID, PRECONDITION, OK = "INVALID_ARGUMENT", "FAILED_PRECONDITION", "OK"
 ANY_ANSWER = frozenset({OK, INVALID, PRECONDITION, "NOT_FOUND", "RESOURCE_EXHAUSTED", "ALREADY_EXISTS"})
 # The messages of every method the suite calls with raw bytes: (service, method) -> (request type, streams).
 METHODS = {("Site", "Analyse"): (pb.AnalyseRequest, False), ("Site", "GetImage"): (pb.ImageRequest, False),
-           ("Site", "Info"): (pb.SiteInfoRequest, False), ("Site", "GetModel"): (pb.ModelRequest, False),
+           ("Site", "Info"): (pb.SiteInfoRequest, False),
            ("Coordinator", "SubmitCase"): (pb.CaseRequest, True),
            ("Coordinator", "GetClassStats"): (pb.ClassStatsRequest, False),
            ("Coordinator", "GetImage"): (pb.ImageRequest, False),
