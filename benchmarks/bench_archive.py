@@ -314,7 +314,7 @@ def new_vector_site(path: Path, n: int, seed: int = 0):
 
 def bench_growth(tmp: Path, base: int, added: int, per_cell_s: float | None) -> dict:
     from pathmaster.growth import representation, update_search_index
-    from pathmaster.site import build_search_index
+    from pathmaster.index import build_search_index
 
     with new_vector_site(tmp / "grown", base) as db:
         build_search_index(db)
@@ -348,7 +348,7 @@ def bench_growth(tmp: Path, base: int, added: int, per_cell_s: float | None) -> 
 def same_answers(site_dir: Path, config: dict, queries: int = 200) -> bool:
     """Top-5 ids of the grown site's FAISS index == those of one rebuilt from its stored vectors."""
     from pathmaster import similarity
-    from pathmaster.site import read_index_file, stored_vectors
+    from pathmaster.index import read_index_file, stored_vectors
     from pathmaster.sitedb import SiteDB
 
     with SiteDB(site_dir) as db:
@@ -420,7 +420,7 @@ print(json.dumps({"sha256": hashlib.sha256(repr(answers).encode()).hexdigest(), 
 
 INDEX = """
 import json, resource, sys, time
-from pathmaster.site import build_search_index
+from pathmaster.index import build_search_index
 from pathmaster.sitedb import SiteDB
 with SiteDB(sys.argv[1]) as db:
     t0, c0 = time.perf_counter(), time.process_time()

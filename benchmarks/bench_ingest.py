@@ -21,7 +21,7 @@ from pathlib import Path
 from pathmaster.importers import iter_dataset
 from pathmaster.ingest import ingest
 from pathmaster.sitedb import SiteDB
-from pathmaster.site import build_search_index
+from pathmaster.index import build_search_index
 from pathmaster.synth import write_dataset
 
 

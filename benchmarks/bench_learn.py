@@ -152,7 +152,8 @@ def main() -> int:
 
     from pathmaster.importers import iter_dataset
     from pathmaster.ingest import ingest
-    from pathmaster.site import SiteIndex, build_search_index
+    from pathmaster.index import build_search_index
+    from pathmaster.site import SiteIndex
     from pathmaster.sitedb import SiteDB
 
     records = [r for r in iter_dataset(args.data) if hasattr(r, "image")]

@@ -62,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from pathmaster.features import feature_names
-    from pathmaster.site import SiteIndex, build_search_index
+    from pathmaster.index import build_search_index
+    from pathmaster.site import SiteIndex
     from pathmaster.sitedb import SiteDB
     from services.client import analyse_locally
     from services.coordinator.fanout import features_request

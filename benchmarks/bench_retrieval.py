@@ -61,7 +61,8 @@ def evaluate_tree(data: Path, choice: str, seed: int) -> dict:
     from pathmaster.features import feature_names
     from pathmaster.importers import iter_dataset
     from pathmaster.records import CellRecord
-    from pathmaster.site import MIN_CELLS_FOR_SELECTION, analyse_cell
+    from pathmaster.index import MIN_CELLS_FOR_SELECTION
+    from pathmaster.site import analyse_cell
 
     records = [r for r in iter_dataset(data, layout="herlev") if isinstance(r, CellRecord)]
     labels = np.array([r.diagnosis for r in records], dtype=object)

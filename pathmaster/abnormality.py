@@ -39,8 +39,6 @@ class FeatureClassifier:
 
     def abnormal_probability(self, Z: np.ndarray) -> np.ndarray:
         """Probability of an abnormal label, (m,) float64, for z-scored features (m, n_features)."""
-        from pathmaster.embedding import softmax
-
         logits = np.atleast_2d(np.asarray(Z, np.float64))[:, self.columns] @ self.coef.T + self.intercept
         return softmax(logits)[:, self.abnormal].sum(axis=1)
 
@@ -56,6 +54,13 @@ class FeatureClassifier:
         return cls([int(c) for c in data["columns"]], np.asarray(data["coef"], np.float64),
                    np.asarray(data["intercept"], np.float64), [str(x) for x in data["labels"]],
                    np.asarray(data["abnormal"], bool), float(data["strength"]))
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    """Row-wise softmax of (m, c) logits, float64."""
+    z = np.asarray(logits, np.float64)
+    z = np.exp(z - z.max(axis=1, keepdims=True))
+    return z / z.sum(axis=1, keepdims=True)
 
 
 def fit_classifier(Z: np.ndarray, labels, abnormal_labels, columns, strength: float) -> FeatureClassifier:

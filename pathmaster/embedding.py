@@ -74,13 +74,6 @@ def cell_patch(image: np.ndarray, background: np.ndarray, size: int = PATCH_PX) 
     return cv2.resize(square, (size, size), interpolation=cv2.INTER_AREA if side >= size else cv2.INTER_LINEAR)
 
 
-def softmax(logits: np.ndarray) -> np.ndarray:
-    """Row-wise softmax of (m, c) logits, float64."""
-    z = np.asarray(logits, np.float64)
-    z = np.exp(z - z.max(axis=1, keepdims=True))
-    return z / z.sum(axis=1, keepdims=True)
-
-
 def eye_id(description: dict) -> str:
     """The content id of an eye: SHA-256 over its description (its name, version, weights'
     SHA-256 and options), so two sites with the same id compute the same vectors."""

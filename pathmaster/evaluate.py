@@ -41,25 +41,18 @@ cells among normal ones) the case conclusion's (``pathmaster.conclusion.simulate
 from __future__ import annotations
 
 import inspect
-from collections import Counter
 from typing import Callable
 
 import numpy as np
 
 from pathmaster import defaults, learn
+from pathmaster.learn import majority_vote
 from pathmaster.records import DIAGNOSES, NORMAL_DIAGNOSES
 
 CASES_PER_FOLD = 400  # simulated cases of each kind (all-normal; 1-2 abnormal cells) per fold
 # The per-cell abnormality score: the case conclusion's (``pathmaster.conclusion``), the
 # share of a cell's matches that are abnormal, weighted by distance within the site.
 WEIGHTING = "distance"
-
-
-def majority_vote(labels) -> str:
-    """Most common label in rank order; a tie goes to the tied label that appears first."""
-    counts = Counter(labels)
-    top = max(counts.values())
-    return next(label for label in labels if counts[label] == top)
 
 
 def average_precisions(relevant: np.ndarray) -> np.ndarray:
@@ -674,22 +667,22 @@ _LAST_FIT: dict = {}
 
 
 def _fit_representation(X_train: np.ndarray, labels_train, names: list[str], choice: str, seed: int):
-    """``site.fit_representation``, once for the same cells and choices."""
+    """``index.fit_representation``, once for the same cells and choices."""
     import hashlib
 
-    from pathmaster import site
+    from pathmaster import index
 
     key = (hashlib.sha256(np.ascontiguousarray(X_train, np.float64).tobytes()).hexdigest(),
            tuple(map(str, labels_train)), tuple(names), choice, seed)
     if key not in _LAST_FIT:
         _LAST_FIT.clear()
-        _LAST_FIT[key] = site.fit_representation(X_train, labels_train, names, choice, seed=seed)
+        _LAST_FIT[key] = index.fit_representation(X_train, labels_train, names, choice, seed=seed)
     return _LAST_FIT[key]
 
 
 def site_similarity_fit(names: list[str], choice: str = "auto", seed: int = 0, min_cells: int | None = None) -> Callable:
     """A ``fit`` for ``cross_validate`` that refits a site's representation on each training
-    fold with the function indexing uses (``pathmaster.site.fit_representation``)."""
+    fold with the function indexing uses (``pathmaster.index.fit_representation``)."""
     def fit(X_train: np.ndarray, labels_train: np.ndarray) -> Callable:
         normalization, projection = _fit_representation(X_train, labels_train, names, choice, seed)
         return lambda X: projection.apply(normalization.apply(X))

@@ -1,7 +1,7 @@
 """A site that grows without a rebuild: new cells join its search index, cells leave it or
 change diagnosis, and what the site learnt from its cells is kept until it is learnt again.
 
-What a site fits to its cells when it is indexed (``pathmaster.site.build_search_index``:
+What a site fits to its cells when it is indexed (``pathmaster.index.build_search_index``:
 the z-scores, the feature choice or weighting, anything else it learns) is its
 *representation*; everything else in the ``index`` config is the search structure. After
 cells are added, ``update_search_index`` keeps the representation and adds the new cells'
@@ -103,7 +103,7 @@ def update_search_index(db: SiteDB, *, algorithm: str | None = None, features: s
                         relearn: bool = False, similarity_choice: str | None = None, seed: int = 0) -> dict:
     """Bring the site's search index up to date with its database; returns the ``index`` config.
 
-    Fits the representation (``site.build_search_index``) when there is none yet, when
+    Fits the representation (``index.build_search_index``) when there is none yet, when
     `relearn`, when `features` asks for another feature choice than the stored one, or
     `similarity_choice` asks for another (features, embedding, fused, auto), or
     when the new cells have drifted (``drift``). Otherwise keeps it: cells appended since
@@ -111,7 +111,7 @@ def update_search_index(db: SiteDB, *, algorithm: str | None = None, features: s
     vectors. `algorithm`: another search structure ("flat", "ivf", "hnsw"; rebuilt from
     the stored vectors), None to keep it.
     """
-    from pathmaster.site import build_search_index, read_index_file
+    from pathmaster.index import build_search_index, read_index_file
 
     previous = db.get_config("index")
     options = db.get_config("index_options", {"algorithm": "auto", "features": "auto"})
@@ -157,7 +157,7 @@ def update_search_index(db: SiteDB, *, algorithm: str | None = None, features: s
         index.add(new)
         state["added"] += len(new)
     else:   # removed or reordered cells, another structure, or no usable file: rebuilt, representation kept
-        from pathmaster.site import stored_vectors
+        from pathmaster.index import stored_vectors
 
         index = similarity.build_index(stored_vectors(db, previous), kind, seed=seed)
         state["removed"] += max(0, previous["n_cells"] - n_cells)
@@ -166,14 +166,14 @@ def update_search_index(db: SiteDB, *, algorithm: str | None = None, features: s
 
 
 def _new_vectors(db: SiteDB, previous: dict) -> np.ndarray:
-    from pathmaster.site import stored_vectors
+    from pathmaster.index import stored_vectors
 
     return np.ascontiguousarray(stored_vectors(db, previous, offset=previous["n_cells"]), dtype=np.float32)
 
 
 def _save(db: SiteDB, previous: dict, index, kind: str, state: dict, seed: int) -> dict:
     """Store the grown index and its config (structure keys new, representation kept)."""
-    from pathmaster.site import _save_index, measure_recall
+    from pathmaster.index import measure_recall, save_index
 
     fingerprint = db.fingerprint()
     config = {key: value for key, value in previous.items() if key not in STRUCTURE_KEYS}
@@ -182,7 +182,7 @@ def _save(db: SiteDB, previous: dict, index, kind: str, state: dict, seed: int) 
         config.update(measure_recall(index, index.reconstruct_n(0, index.ntotal), kind, seed))
     state.pop("id", None)
     config["representation"] = state
-    config["index_sha1"] = _save_index(db.site_dir, fingerprint, index)
+    config["index_sha1"] = save_index(db.site_dir, fingerprint, index)
     with db.transaction():
         db.set_config("index", config)
     return config
@@ -205,7 +205,7 @@ def relabel_cell(site_dir: str | Path, cell_id: str, diagnosis: str) -> str:
     """Give a cell another diagnosis, a label of the site's vocabulary (InvalidInput
     otherwise; KeyError for an unknown id). Returns the label stored. Its vector, and the
     representation, are unchanged until the site re-learns."""
-    from pathmaster.ingest import site_vocabulary
+    from pathmaster.vocabulary import site_vocabulary
 
     with SiteDB(site_dir) as db:
         vocabulary = site_vocabulary(db)

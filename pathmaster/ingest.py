@@ -104,33 +104,6 @@ def encode_cell(record: CellRecord, mask: np.ndarray, background: np.ndarray, fe
     return AnalysedCell(row, {paths[key]: encode_png(arrays[key]) for key in paths})
 
 
-def site_vocabulary(db: SiteDB, dataset_dir=None, declared=None):
-    """The site's vocabulary: the one stored in `db`, else `declared`, else the dataset's
-    default (``importers.default_vocabulary``), else herlev; stored when new.
-
-    Raises InvalidInput when `declared` differs from the stored one: a site has one
-    vocabulary (index into a new site directory to use another).
-    """
-    from pathmaster.vocabulary import BUILTIN, DEFAULT, Vocabulary, vocabulary_for_labels
-
-    stored = db.get_config("vocabulary")
-    if stored is not None:
-        current = Vocabulary.from_dict(stored, db.path)
-        if declared is not None and declared.as_dict() != current.as_dict():
-            raise InvalidInput(f"this site's vocabulary is {current.name!r}, not {declared.name!r}; a site has "
-                               "one vocabulary (index into a new site directory to use another)", db.path)
-        return current
-    if declared is None and len(db):  # indexed before sites declared vocabularies
-        declared = vocabulary_for_labels(c.diagnosis for c in db.cells())
-    if declared is None and dataset_dir is not None:
-        from pathmaster.importers import default_vocabulary
-
-        declared = default_vocabulary(dataset_dir)
-    declared = declared or BUILTIN[DEFAULT]
-    db.set_config("vocabulary", declared.as_dict())
-    return declared
-
-
 def problem_pair(item) -> tuple[str, str]:
     """(file, problem) of an importer's ImportProblem."""
     return str(item.path), item.problem
@@ -377,7 +350,14 @@ def _prepare_site(db: SiteDB, dataset_dir, records, vocabulary):
             f"this site was indexed with a different feature set ({len(stored)} features, this "
             f"PathMaster computes {len(names)}); index into a new site directory", db.path)
     record_feature_schema(db, feature_schema())
-    return site_vocabulary(db, dataset_dir if records is None else None, vocabulary)
+    from pathmaster.vocabulary import site_vocabulary
+
+    default = None
+    if records is None and dataset_dir is not None:
+        from pathmaster.importers import default_vocabulary
+
+        default = default_vocabulary(dataset_dir)
+    return site_vocabulary(db, vocabulary, default)
 
 
 def task_size(remaining: int | None, workers: int, most: int = FILES_PER_TASK) -> int:
@@ -442,7 +422,7 @@ def ingest(dataset_dir: str | Path, site_dir: str | Path, *, batch_size: int = B
     progress: show a tqdm progress bar (files, with an ETA) on stderr. build_index: bring
     the search index up to date at the end (``pathmaster.growth.update_search_index``: new
     cells added, what the site learnt kept unless `relearn` or the new cells drifted;
-    ``algorithm``/``features``/``similarity`` as in ``site.build_search_index``'s
+    ``algorithm``/``features``/``similarity`` as in ``index.build_search_index``'s
     ``algorithm``/``features``/``similarity_choice``).
     records: an iterable to use instead of ``iter_dataset(dataset_dir)`` (CellRecords and
     ImportProblems). vocabulary: the site's diagnosis vocabulary (a

@@ -92,10 +92,14 @@ def _nearest(train: np.ndarray, test: np.ndarray, k: int) -> np.ndarray:
     return np.argsort(sq, axis=1, kind="stable")[:, :k]
 
 
-def _majority(labels) -> str:
-    from pathmaster.evaluate import majority_vote
+def majority_vote(labels) -> str:
+    """Most common label in rank order; a tie goes to the tied label that appears first."""
+    from collections import Counter
 
-    return majority_vote(list(labels))
+    labels = list(labels)
+    counts = Counter(labels)
+    top = max(counts.values())
+    return next(label for label in labels if counts[label] == top)
 
 
 def cells_needed(abnormal_cells: int, target: float = TARGET_SENSITIVITY, confidence: float | None = None) -> int:
@@ -352,7 +356,7 @@ def _inner_lenses(eye_vectors, eye, feature_vectors_fit, labels, abnormal_labels
             similarity.mode, similarity.embedding_weight = name, w
             vectors = similarity.vectors(all_f, embedded)
             nearest = _nearest(vectors[train], vectors[test], k)
-            oof["votes"][(name, w)][test] = [_majority(labels[train][row]) for row in nearest]
+            oof["votes"][(name, w)][test] = [majority_vote(labels[train][row]) for row in nearest]
             oof["share"][(name, w)][test] = abnormal[train][nearest].mean(axis=1)
     return oof
 

@@ -310,3 +310,25 @@ def bethesda_vote(site_matches) -> Vote | None:
     """
     return majority((vocabulary.to_bethesda(label) for vocabulary, labels in site_matches for label in labels),
                     BETHESDA_TERMS)
+
+
+def site_vocabulary(db, declared: Vocabulary | None = None, default: Vocabulary | None = None) -> Vocabulary:
+    """A site's vocabulary: the one stored in its database `db` (a ``pathmaster.sitedb.SiteDB``),
+    else `declared`, else one holding the labels of the cells it already has, else
+    `default` (its dataset's), else herlev; stored when new.
+
+    Raises InvalidInput when `declared` differs from the stored one: a site has one
+    vocabulary (index into a new site directory to use another).
+    """
+    stored = db.get_config("vocabulary")
+    if stored is not None:
+        current = Vocabulary.from_dict(stored, db.path)
+        if declared is not None and declared.as_dict() != current.as_dict():
+            raise InvalidInput(f"this site's vocabulary is {current.name!r}, not {declared.name!r}; a site has "
+                               "one vocabulary (index into a new site directory to use another)", db.path)
+        return current
+    if declared is None and len(db):  # indexed before sites declared vocabularies
+        declared = vocabulary_for_labels(c.diagnosis for c in db.cells())
+    declared = declared or default or BUILTIN[DEFAULT]
+    db.set_config("vocabulary", declared.as_dict())
+    return declared

@@ -338,7 +338,7 @@ def prepare_index(db: str | Path, algorithm: str) -> str:
     rebuilding and storing it when it differs. Runs once per site, before its workers
     load the index. Returns the algorithm now in force."""
     from pathmaster.sitedb import SiteDB
-    from pathmaster.site import build_search_index
+    from pathmaster.index import build_search_index
 
     with SiteDB(db) as site_db:
         config = site_db.get_config("index") or {}

@@ -14,7 +14,8 @@ from pathmaster import growth
 from pathmaster.growth import drift, relabel_cell, remove_cells, representation, update_search_index
 from pathmaster.ingest import ingest
 from pathmaster.records import DIAGNOSES, InvalidInput
-from pathmaster.site import SiteIndex, index_path
+from pathmaster.index import index_path
+from pathmaster.site import SiteIndex
 from pathmaster.sitedb import SiteDB
 from pathmaster.synth import cell_rng, synth_cell
 

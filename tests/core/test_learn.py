@@ -9,7 +9,8 @@ from pathmaster import embedding as emb
 from pathmaster import learn
 from pathmaster.ingest import ingest
 from pathmaster.records import DIAGNOSES, InvalidInput
-from pathmaster.site import SiteIndex, build_search_index
+from pathmaster.index import build_search_index
+from pathmaster.site import SiteIndex
 from pathmaster.sitedb import SiteDB
 from pathmaster.synth import cell_rng, synth_cell
 
@@ -257,7 +258,7 @@ def test_evaluate_learns_the_sites_score_on_each_training_fold_as_indexing_does(
 def test_cells_added_to_a_site_that_looks_through_its_eye_join_its_search_as_a_full_rebuild(tmp_path):
     import shutil
 
-    from pathmaster.site import index_path
+    from pathmaster.index import index_path
 
     first, later = records(28, seed=21), records(14, seed=22)
     grown = tmp_path / "grown"

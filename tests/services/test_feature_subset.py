@@ -33,7 +33,7 @@ def selecting(deployment, site_db, tmp_path_factory):
     from types import SimpleNamespace
 
     from services.coordinator.analysis import ANALYSIS_READY_S
-    from pathmaster.site import build_search_index
+    from pathmaster.index import build_search_index
     from pathmaster.sitedb import SiteDB
     from services.config import CoordinatorConfig, SiteConfig, SiteEndpoint
     from services.coordinator.server import CoordinatorServer

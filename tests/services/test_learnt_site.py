@@ -24,7 +24,7 @@ OK = 0
 def learnt_db(tmp_path_factory):
     """The services' 70-cell synthetic site, indexed again to compare fused vectors (it
     learns on top of its eye from 60 cells: these tests check the plumbing, not what it learns)."""
-    from pathmaster.site import build_search_index
+    from pathmaster.index import build_search_index
     from pathmaster.sitedb import SiteDB
     from tests.services.conftest import SITE_CELLS, cached_synthetic_site
 
