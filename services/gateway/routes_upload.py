@@ -66,7 +66,8 @@ def upload_router(gateway: Gateway, signed_in) -> APIRouter:
         except InvalidInput as exc:
             gateway.audit.record("upload-refused", session.name, session.role, client, bytes=len(data))
             raise HttpError(HTTPStatus.BAD_REQUEST, f"{name}: {exc.problem}",
-                            extra={"file": name, "problem": exc.problem})
+                            extra={"file": name, "problem": exc.problem,
+                                   "code": getattr(exc, "code", "invalid_file")})
         except StagingFull as exc:
             gateway.audit.record("upload-refused", session.name, session.role, client, bytes=len(data))
             raise HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE if exc.per_user
