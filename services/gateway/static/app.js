@@ -23,6 +23,8 @@ const state = {
   images: new Map(),     // image hash -> object URL of a database cell's full image (cached by hash)
   querySizes: new Map(), // cell id -> [width, height] of its test image, in pixels
   viewer: null,          // {queryId, site, matches, index} while the viewer is open
+  weights: {},           // the concept weights of the case on screen (refine by concept)
+  answered: null,        // {accession} as typed when the case on screen was answered
 };
 
 const $ = (sel) => document.querySelector(sel);
@@ -256,6 +258,16 @@ function sparkline(values, mean) {
 
 function addFiles(fileList) {
   const limit = state.config.max_file_bytes;
+  if (state.answered && !state.running) {
+    // The first file after an answer starts the next case: the last one's files and
+    // results go; its accession number too, unless another was typed since.
+    const typedAnew = $("#accession").value !== state.answered.accession;
+    for (const name of [...state.uploads.keys()]) dropUpload(name);
+    state.files.clear();
+    state.tooLarge = [];
+    state.pairing = null;
+    resetResults(!typedAnew);
+  }
   for (const file of fileList) {
     state.tooLarge = state.tooLarge.filter((p) => p.file !== file.name);
     if (file.size > limit) {
@@ -340,6 +352,7 @@ function sendUpload(upload) {
       } else {
         upload.status = "failed";
         upload.problem = body.problem || body.words || body.error || `the gateway answered HTTP ${xhr.status}`;
+        upload.code = body.code || null;
         if (xhr.status === 401) showLogin(body.error);
       }
       resolve();
@@ -430,7 +443,7 @@ function renderPairing() {
   $("#pairing tbody").replaceChildren(...rows);
   $("#pairing").hidden = rows.length === 0;
   const refused = [...state.uploads.values()].filter((u) => u.status === "failed")
-    .map((u) => ({file: u.file.name, problem: u.problem}));
+    .map((u) => ({file: u.file.name, problem: u.problem, code: u.code}));
   const problems = [...state.tooLarge, ...refused, ...(state.pairing ? state.pairing.problems : []),
                     ...sizeProblems(cells)];
   $("#file-problems").replaceChildren(...problems.map((p) =>
@@ -471,10 +484,37 @@ function clearCase() {
   state.files.clear();
   state.tooLarge = [];
   state.pairing = null;
+  resetResults(true);
+  refreshPairing();
+}
+
+// Each case is its own: nothing of the last patient's case stays on screen or goes into the
+// next one. "Clear" and the first file of a new case (added after an answer) take away the
+// conclusion, results, site cards, report, refine weights and status; the accession number
+// too, unless it was typed anew for the next case (forgetAccession false keeps it).
+function resetResults(forgetAccession) {
+  if ($("#viewer").open) $("#viewer").close();
   $("#cells").replaceChildren();
   $("#site-cards").replaceChildren();
+  const box = $("#conclusion");
+  box.hidden = true;
+  delete box.dataset.outcome;
+  delete box.dataset.codes;
+  $("#conclusion-text").replaceChildren();
+  $("#decision-support").textContent = "";
+  $("#conclusion-detail").textContent = "";
+  $("#refine").hidden = true;
+  for (const select of document.querySelectorAll("#refine-concepts select")) select.value = "1";
+  state.weights = {};
+  state.report = null;
+  state.finished = false;
   $("#export").disabled = true;
-  refreshPairing();
+  if (forgetAccession) $("#accession").value = "";
+  state.answered = null;
+  showAccession();
+  setStatus("Add a case's cell images to start.");
+  delete $("#case-status").dataset.waitedS;
+  $("#case-status").title = "";
 }
 
 // ---------------------------------------------------------------- accession number
@@ -797,6 +837,7 @@ function onSummary(event) {
   }
   showConclusion(conclusion, event.conclusion_words);
   $("#refine").hidden = false;
+  state.answered = {accession: $("#accession").value};
   state.report.summary = event;
   state.report.waited_s = waited;
   $("#export").disabled = false;
