@@ -197,7 +197,9 @@ def test_check_a_case_by_eye(browser, fake, case_files, width, tmp_path):
         # The pathologist's wait, from the click; bytes in their unit.
         status = page.locator("#case-status")
         assert float(status.get_attribute("data-waited-s")) > 0
-        assert "5 kB sent" in status.inner_text() and "23 kB received" in status.inner_text()
+        # Bytes are the researcher's: in the status's tooltip, not its words.
+        assert "5 kB sent" in status.get_attribute("title") and "23 kB received" in status.get_attribute("title")
+        assert "kB" not in status.inner_text()
         page.wait_for_function("() => document.body.dataset.largerImagesS !== undefined")
         assert page.locator(".match.full").count() == 2 * 5 * len(SITES)
         no_sideways_scrolling(page)

@@ -14,6 +14,7 @@ cleared-{390,1440}px.png.
 from __future__ import annotations
 
 import io
+import re
 
 import numpy as np
 import pytest
@@ -126,6 +127,52 @@ def test_clear_and_a_new_case_leave_nothing_of_the_last(browser, fake, files, wi
         run_case(page, "done")
         assert dict(coordinator.cases[-1].concept_weights) == {}
         assert [c.cell_id for c in coordinator.cases[-1].cells] == ["cell2"]
+    finally:
+        context.close()
+    assert errors == [], f"JavaScript errors on the page: {errors}"
+
+
+@pytest.mark.parametrize("width", sorted(WIDTHS))
+def test_the_answer_is_large_enough_to_judge_and_in_plain_words(browser, fake, files, width, tmp_path):  # noqa: F811
+    gateway, _ = fake
+    context = browser.new_context(viewport={"width": width, "height": WIDTHS[width]}, accept_downloads=True)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        sign_in(page, gateway)
+        pick(page, [files / "cell1.png", files / "cell2.png"])
+        run_case(page, "done")
+        status = page.locator("#case-status").inner_text()
+        assert status.startswith("Answered in") and "c1" not in status and "kB" not in status
+        # The full-size images' download is shown with its progress, to the end.
+        page.wait_for_function("() => document.body.dataset.largerImagesS !== undefined")
+        assert page.locator("#images-line").is_visible()
+        progress = page.locator("#images-progress")
+        assert progress.get_attribute("value") == progress.get_attribute("max") == "20"  # 2 cells x 2 sites x 5
+        assert "all 20 loaded" in page.locator("#images-text").inner_text()
+        # Tiles large enough to judge: 120 px on a desktop, 3 to a row (~100 px) on a phone.
+        tile = page.locator(".match img").first.bounding_box()["width"]
+        assert tile >= (120 if width > 600 else 95), tile
+        page.screenshot(path=str(ARTIFACTS / f"answer-{width}px.png"), full_page=True)
+        page.locator(".match").first.click()
+        page.wait_for_selector("#scale-bar[data-zoom]")
+        frame = page.locator(".viewer-frame").first.bounding_box()["width"]
+        assert frame >= 2 * tile, (frame, tile)
+        page.screenshot(path=str(ARTIFACTS / f"viewer-{width}px.png"))
+        page.evaluate("document.querySelector('#viewer').close()")
+        with page.expect_download() as saved:
+            page.click("#export")
+        report_file = tmp_path / saved.value.suggested_filename
+        saved.value.save_as(report_file)
+        report = context.new_page()
+        report.goto(report_file.as_uri())
+        sent_at = report.locator("tr", has_text="Sent at").locator("td").nth(1).inner_text()
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d [+-]\d\d:\d\d", sent_at), sent_at
+        assert report.locator("h1").inner_text().startswith("Case report")  # no internal id as a heading
+        assert report.locator("figure img").first.bounding_box()["width"] >= 100
+        report.screenshot(path=str(ARTIFACTS / f"report-{width}px.png"), full_page=True)
+        report.close()
     finally:
         context.close()
     assert errors == [], f"JavaScript errors on the page: {errors}"

@@ -128,6 +128,15 @@ function diagnosisBadge(diagnosis, extra, short = false) {
 
 const seconds = (s) => `${s.toFixed(s < 10 ? 2 : 1)} s`;
 const megabytes = (n) => `${(n / 1e6).toFixed(1)} MB`;
+// A date and time no reader can take for another: ISO 8601 in local time with its offset,
+// "2026-12-02 04:31 +00:00".
+function isoTime(date) {
+  const two = (n) => String(Math.abs(n)).padStart(2, "0");
+  const offset = -date.getTimezoneOffset();
+  return `${date.getFullYear()}-${two(date.getMonth() + 1)}-${two(date.getDate())} ${two(date.getHours())}:${
+    two(date.getMinutes())} ${offset < 0 ? "-" : "+"}${two(Math.trunc(offset / 60))}:${two(offset % 60)}`;
+}
+
 // Bytes in the unit that shows them: 812 B, 14 kB, 1.8 MB.
 const bytesText = (n) => n < 1e3 ? `${n} B` : n < 1e6 ? `${Math.round(n / 1e3)} kB` : megabytes(n);
 // The fewest cases whose times make a distribution worth showing.
@@ -513,6 +522,7 @@ function resetResults(forgetAccession) {
   state.answered = null;
   showAccession();
   setStatus("Add a case's cell images to start.");
+  $("#images-line").hidden = true;
   delete $("#case-status").dataset.waitedS;
   $("#case-status").title = "";
 }
@@ -843,10 +853,13 @@ function onSummary(event) {
   $("#export").disabled = false;
   const failed = event.sites_failed ? `, ${event.sites_failed} failed` : "";
   const status = $("#case-status");
-  setStatus(`Case ${event.case_id}: answered in ${seconds(waited)}: ${event.sites_ok} site${event.sites_ok === 1 ? "" : "s"} answered${failed} · ${bytesText(event.bytes_sent)} sent, ${bytesText(event.bytes_received)} received.`,
+  // The case is named by the accession number the pathologist gave, never by an internal id.
+  const named = state.report.accession ? `Case ${state.report.accession}: answered` : "Answered";
+  setStatus(`${named} in ${seconds(waited)}: ${event.sites_ok} site${event.sites_ok === 1 ? "" : "s"} answered${failed}.`,
     event.sites_failed ? "warn" : "done");
   status.dataset.waitedS = waited.toFixed(3);
-  status.title = `from your click to the last answer; the coordinator's own time was ${seconds(event.total_s)}`;
+  status.title = `from your click to the last answer; the coordinator's own time was ${seconds(event.total_s)}; ` +
+    `${bytesText(event.bytes_sent)} sent, ${bytesText(event.bytes_received)} received (PathMaster reference ${event.case_id})`;
   fetchLargerImages();
 }
 
@@ -873,13 +886,27 @@ const IMAGES_AT_ONCE = 3;
 async function fetchLargerImages() {
   const started = performance.now();
   const tiles = [...document.querySelectorAll(".match[data-sha]")];
+  const progress = $("#images-progress");
+  const total = tiles.length;
+  let done = 0;
+  const show = () => {
+    progress.hidden = total === 0;
+    progress.value = done;
+    progress.max = Math.max(total, 1);
+    $("#images-text").textContent = done < total ? `Full-size images: ${done} of ${total} loaded; the small ones are shown until then`
+      : `Full-size images: all ${total} loaded`;
+    $("#images-line").hidden = total === 0;
+  };
+  show();
   const next = async () => {
     for (let tile = tiles.shift(); tile; tile = tiles.shift()) {
-      const site = tile.closest(".site-row").dataset.site;
       try {
+        const site = tile.closest(".site-row").dataset.site;
         tile.querySelector("img").src = await fullImage(site, matchOf(tile));
         tile.classList.add("full");
       } catch (err) { /* the thumbnail stays */ }
+      done += 1;
+      show();
     }
   };
   await Promise.all(Array.from({length: IMAGES_AT_ONCE}, next));
@@ -926,16 +953,16 @@ table { border-collapse: collapse; margin: .4rem 0 1rem; } th, td { border: 1px 
 .meta td:first-child { font-weight: 600; }
 .cell { border: 1px solid #c8cdd6; border-radius: 6px; padding: .6rem; margin-bottom: .8rem; break-inside: avoid; page-break-inside: avoid; }
 .cell-top { display: flex; gap: 1rem; align-items: center; }
-.query { width: 110px; height: 110px; object-fit: cover; border: 2px solid #1d2330; border-radius: 4px; }
+.query { width: 160px; height: 160px; object-fit: cover; border: 2px solid #1d2330; border-radius: 4px; }
 .row { display: flex; gap: .4rem; align-items: flex-start; margin-top: .4rem; }
 .row-site { width: 6rem; font-weight: 600; }
-figure { margin: 0; width: 84px; font-size: 8pt; text-align: center; }
-figure img { width: 72px; height: 72px; object-fit: cover; border-radius: 3px; }
+figure { margin: 0; width: 124px; font-size: 8pt; text-align: center; }
+figure img { width: 116px; height: 116px; object-fit: cover; border-radius: 3px; }
 .vote { font-weight: 700; } .error { color: #a3123a; }
 .conclusion { border: 2px solid #1d2330; border-radius: 6px; padding: .6rem; margin-bottom: 1rem; break-inside: avoid; }
 .conclusion-text { font-size: 1.15rem; font-weight: 700; } .decision-support { font-style: italic; }
 .db-note { color: #8a4b00; } .spread { color: #4a5363; font-size: 9pt; }
-@media (max-width: 600px) { body { margin: .6rem; } .row { flex-wrap: wrap; } .row-site { width: 100%; } figure { width: 64px; } figure img { width: 60px; height: 60px; } }
+@media (max-width: 600px) { body { margin: .6rem; } .row { flex-wrap: wrap; } .row-site { width: 100%; } figure { width: 104px; } figure img { width: 100px; height: 100px; } }
 @media print {
   body { margin: 0; font-size: 10pt; }
   .cell { border-color: #888; }
@@ -953,7 +980,7 @@ async function reportHTML() {
   }
   const c = s.conclusion;
   const terms = new Map((c ? c.cells : []).map((x) => [x.query_cell_id, x]));
-  const title = r.accession ? `Case ${r.accession}` : `Case ${s.case_id}`;
+  const title = r.accession ? `Case ${r.accession}` : "Case report";
   const siteRows = [...r.sites.values()].map((site) => `<tr><td>${e(site.site)}</td><td>${
     site.ok ? "answered" : e(site.status_words)}</td><td>${e(seconds(site.timing.total_s))}</td></tr>`).join("");
   const cells = r.cells.map((id) => {
@@ -985,10 +1012,11 @@ async function reportHTML() {
 <p class="conclusion-text">${e(s.conclusion_words.headline)}</p>
 <p class="decision-support">${e(s.conclusion_words.statement)}</p></section>
 <table class="meta"><tbody>
-<tr><td>Case</td><td>${e(r.accession || "(no accession number given)")} · PathMaster case ${e(s.case_id)}</td></tr>
+<tr><td>Accession number</td><td>${e(r.accession || "(none given)")}</td></tr>
 <tr><td>Kind of case</td><td>${e(r.kind)}</td></tr>
 <tr><td>Sent by</td><td>${e(r.user)}</td></tr>
-<tr><td>Sent at</td><td>${e(r.started.toLocaleString())}</td></tr>
+<tr><td>Sent at</td><td>${e(isoTime(r.started))}</td></tr>
+<tr><td>PathMaster reference</td><td><small>${e(s.case_id)}</small></td></tr>
 <tr><td>Time taken</td><td>${e(seconds(r.waited_s || s.total_s))} from sending to the last answer${r.predicted_s ? ` (expected about ${e(seconds(r.predicted_s))})` : ""}</td></tr>
 </tbody></table>
 <table class="sites"><thead><tr><th scope="col">Site</th><th scope="col">Answer</th><th scope="col">Time</th></tr></thead><tbody>${siteRows}</tbody></table>
