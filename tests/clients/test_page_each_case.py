@@ -111,8 +111,16 @@ def test_clear_and_a_new_case_leave_nothing_of_the_last(browser, fake, files, wi
         shown = case_shown(page)
         assert shown["conclusion"] and shown["cells"] == 2 and shown["weights"] == 1 and shown["report"]
 
+        assert page.locator("#reranked").is_hidden()
+        page.click("#refine-run")
+        page.wait_for_selector("#reranked:not([hidden])")
+        assert "Re-ranked" in page.locator("#reranked").inner_text()
+        assert dict(coordinator.cases[-1].concept_weights) == {"chromatin": 2.0}
+        assert case_shown(page)["conclusion"]
+
         page.click("#clear")
         assert case_shown(page) == NOTHING
+        assert page.locator("#reranked").is_hidden()
         page.screenshot(path=str(ARTIFACTS / f"cleared-{width}px.png"), full_page=True)
 
         # The next patient's case, started by adding its files without "Clear".

@@ -24,6 +24,7 @@ const state = {
   querySizes: new Map(), // cell id -> [width, height] of its test image, in pixels
   viewer: null,          // {queryId, site, matches, index} while the viewer is open
   weights: {},           // the concept weights of the case on screen (refine by concept)
+  refined: [],           // those weights in words, said beside a re-ranked answer's conclusion
   answered: null,        // {accession} as typed when the case on screen was answered
 };
 
@@ -515,6 +516,8 @@ function resetResults(forgetAccession) {
   $("#refine").hidden = true;
   for (const select of document.querySelectorAll("#refine-concepts select")) select.value = "1";
   state.weights = {};
+  state.refined = [];
+  $("#reranked").hidden = true;
   state.report = null;
   state.finished = false;
   $("#export").disabled = true;
@@ -562,6 +565,7 @@ async function submitCase(weights = {}) {
   $("#conclusion").hidden = true;
   const refined = Object.entries(weights).map(([c, w]) =>
     `${CONCEPT_LABELS.find(([k]) => k === c)[1].toLowerCase()} ${WEIGHT_CHOICES.find(([v]) => v === w)[1]}`);
+  state.refined = refined;
   setStatus(`Sending ${state.files.size} files (${classLabel(cls)})${refined.length ? `, re-ranked: ${refined.join(", ")}` : ""}…`);
   state.started = performance.now();
   state.predicted = null;
@@ -846,6 +850,11 @@ function onSummary(event) {
     card.dataset.term = c.bethesda;
   }
   showConclusion(conclusion, event.conclusion_words);
+  // A re-ranked answer says so beside its conclusion: its matches are not the usual ones.
+  const reranked = $("#reranked");
+  reranked.hidden = !(state.refined && state.refined.length);
+  reranked.textContent = reranked.hidden ? "" : `Re-ranked answer (${state.refined.join(", ")}): ` +
+    "this conclusion is from the re-ranked matches";
   $("#refine").hidden = false;
   state.answered = {accession: $("#accession").value};
   state.report.summary = event;
@@ -1112,6 +1121,7 @@ async function refineByExample() {
   const match = matches[index];
   $("#viewer").close();
   const cellId = `like-${match.cell_id.slice(0, 24)}`;
+  state.refined = [];  // a new question by example, not a re-ranking of the last answer
   state.previews.set(cellId, await fullImage(site, match).catch(() => match.thumbnail));
   const cls = chosenClass();
   state.running = true;
