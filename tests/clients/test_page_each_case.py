@@ -24,12 +24,12 @@ from pathmaster.imageio import encode_png
 from pathmaster.records import DIAGNOSES
 from pathmaster.synth import cell_rng, synth_cell, synth_field
 from tests.clients.browser import ARTIFACTS, run_case
+from tests.core.test_uploads import herlev_coloured
 from tests.clients.test_page_check_by_eye import fake, pick, sign_in  # noqa: F401  (fake: a fixture)
 
 pytestmark = pytest.mark.browser
 
 WIDTHS = {390: 844, 1440: 900}
-HERLEV_COLOURS = np.array([[0, 0, 128], [0, 0, 255], [255, 0, 0], [128, 128, 128]], np.uint8)
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +40,7 @@ def files(tmp_path_factory):
     for n, cell in enumerate(cells, start=1):
         (folder / f"cell{n}.png").write_bytes(encode_png(cell.image))
     out = io.BytesIO()
-    Image.fromarray(HERLEV_COLOURS[cells[0].mask]).save(out, "BMP")
+    Image.fromarray(herlev_coloured(cells[0].mask)).save(out, "BMP")
     (folder / "n6.bmp").write_bytes(out.getvalue())
     out = io.BytesIO()
     Image.fromarray(synth_field(np.random.default_rng(3))).save(out, "JPEG", quality=90)

@@ -8,12 +8,19 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pathmaster.records import DIAGNOSES
+from pathmaster.importers.herlev import COLOUR_CODE
+from pathmaster.records import BACKGROUND, CYTOPLASM, DIAGNOSES, NUCLEUS
 from pathmaster.synth import cell_rng, synth_cell, synth_field
 from pathmaster.uploads import NotACell, check_cell_image
 
-# Herlev's mask colours (its -d.bmp files): background, cytoplasm, nucleus and one more.
-HERLEV_COLOURS = np.array([[0, 0, 128], [0, 0, 255], [255, 0, 0], [128, 128, 128]], np.uint8)
+
+
+def herlev_coloured(mask: np.ndarray) -> np.ndarray:
+    """A 0-3 label mask in Herlev's colours (its -d.bmp files, `importers.herlev.COLOUR_CODE`):
+    uint8 (H, W, 3); nucleoli are drawn as nucleus, as Herlev has no colour for them."""
+    colour = {label: c for c, label in reversed(COLOUR_CODE.items())}
+    palette = np.array([colour[BACKGROUND], colour[CYTOPLASM], colour[NUCLEUS], colour[NUCLEUS]], np.uint8)
+    return palette[mask]
 
 
 def jpeg(image: np.ndarray) -> np.ndarray:
@@ -45,7 +52,7 @@ def test_synthetic_cells_pass(cells):
 @pytest.mark.parametrize("colours", ["herlev", "grey labels"])
 def test_a_mask_is_refused_as_a_mask(cells, saved_as, colours):
     for cell in cells[:7]:
-        image = HERLEV_COLOURS[cell.mask] if colours == "herlev" else \
+        image = herlev_coloured(cell.mask) if colours == "herlev" else \
             np.repeat((cell.mask * 60)[..., None], 3, axis=2).astype(np.uint8)
         assert code_of(jpeg(image) if saved_as == "jpeg" else image) == "looks_like_mask"
 
@@ -88,7 +95,7 @@ def test_the_sites_and_the_gateway_refuse_with_the_same_code(cells):
     from services.gateway.upload import cell_problem, check_file
     from services.site.cells import decode_cell
 
-    mask_png = encode_png(HERLEV_COLOURS[cells[0].mask])
+    mask_png = encode_png(herlev_coloured(cells[0].mask))
     with pytest.raises(NotACell) as at_site:
         decode_cell("n6", mask_png)
     assert at_site.value.code == "looks_like_mask"
