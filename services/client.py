@@ -346,6 +346,7 @@ def analyse_locally(cells: list[pb.CellImage], *, with_patches: bool = False
     """
     from pathmaster.features.schema import feature_schema
     from pathmaster.site import analyse_cell
+    from pathmaster.sitedb import image_hash
     from services.site.cells import decode_cell
 
     ids, vectors = [], []
@@ -356,7 +357,8 @@ def analyse_locally(cells: list[pb.CellImage], *, with_patches: bool = False
         vectors.append(pb.CellFeatures(cell_id=cell.cell_id, values=[float(v) for v in analysis.features],
                                        background_estimated=analysis.background_estimated,
                                        mask_estimated=analysis.mask_estimated,
-                                       patch=analysis.patch.tobytes() if with_patches else b""))
+                                       patch=analysis.patch.tobytes() if with_patches else b"",
+                                       image_sha256=image_hash(rgb)))
     return ids, vectors, feature_schema()
 
 

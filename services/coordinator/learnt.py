@@ -70,7 +70,7 @@ def with_embeddings(features: list[pb.CellFeatures], model: Embedder | None, sha
         embedded = {id(f): v for f, v in zip(patches, vectors)}
     for f in features:
         copy = pb.CellFeatures(cell_id=f.cell_id, values=f.values, background_estimated=f.background_estimated,
-                               mask_estimated=f.mask_estimated)
+                               mask_estimated=f.mask_estimated, image_sha256=f.image_sha256)
         if id(f) in embedded:
             copy.embedding.extend(float(v) for v in embedded[id(f)])
             copy.model_sha256 = sha256

@@ -62,11 +62,12 @@ def png_data_url(image: bytes) -> str:
 
 def match_json(match, with_thumbnail: bool = True) -> dict:
     """One `Match` as a dict: cell_id, diagnosis, bethesda, distance, source_id, image_sha256,
-    similarity (0..1, comparable between sites), measures (why close)[, thumbnail]."""
+    similarity (0..1, comparable between sites), same_cell (the test cell's own copy),
+    measures (why close)[, thumbnail]."""
     out = {"cell_id": match.cell_id, "diagnosis": match.diagnosis, "bethesda": match.bethesda,
            "distance": round(float(match.distance), 6), "source_id": match.source_id,
            "image_sha256": match.image_sha256, "similarity": round(float(match.similarity), 4),
-           "measures": unpack(match.measure_log2_ratio, match.measure_share)}
+           "same_cell": bool(match.same_cell), "measures": unpack(match.measure_log2_ratio, match.measure_share)}
     if with_thumbnail:
         out["thumbnail"] = png_data_url(match.thumbnail)
     return out

@@ -806,15 +806,15 @@ function onSite(event) {
   }
 }
 
-// Similarity is comparable between sites and cases (the share of pairs of the site's own
-// cells that lie farther apart, computed at the site); the raw distance, which is not, is
-// in the tooltip. Under it, the measure that differs most, in words.
+// Similarity is comparable between sites and cases (calibrated on the site's own cells'
+// nearest neighbours, computed at the site); the raw distance, which is not, is in the
+// tooltip; the test cell's own copy in a site's database is flagged "same cell". Under it, the measure that differs most, in words.
 function matchTile(queryId, site, match, rank, matches) {
   const label = fullName(match.diagnosis);
   const {far} = measureSummary(match.measures);
   const why = far.length ? measureWords(far[0], true) : "";
-  return el("button", {type: "button", class: "match", "data-similarity": match.similarity,
-      "data-sha": match.image_sha256,
+  return el("button", {type: "button", class: `match${match.same_cell ? " same-cell" : ""}`,
+      "data-similarity": match.similarity, "data-sha": match.image_sha256, "data-same-cell": String(!!match.same_cell),
       title: `${rank}. ${label}, ${similarityTitle(site, match)}, ${match.source_id}`,
       "aria-label": `match ${rank} from ${site}: ${label}, ${similarityText(match)}${why ? `, ${why}` : ""}. Enlarge.`,
       onclick: () => openViewer(queryId, site, matches, rank - 1)},
@@ -1072,7 +1072,7 @@ async function showViewerMatch() {
   const {far, close} = measureSummary(match.measures);
   $("#viewer-measures").replaceChildren(
     ...far.map((m) => el("li", {class: "measure far", "data-concept": m.concept},
-      el("strong", {text: "Differs: "}), measureWords(m, true))),
+      el("strong", {text: "Differs: "}), measureWords(m, true, true))),
     ...(close ? [el("li", {class: "measure close", "data-concept": close.concept},
       el("strong", {text: "Close: "}), measureWords(close))] : []));
   $("#viewer-prev").disabled = index === 0;

@@ -19,7 +19,7 @@ class CellImage(_message.Message):
     def __init__(self, cell_id: _Optional[str] = ..., image: _Optional[bytes] = ..., background: _Optional[bytes] = ..., mask: _Optional[bytes] = ...) -> None: ...
 
 class CellFeatures(_message.Message):
-    __slots__ = ("cell_id", "values", "background_estimated", "mask_estimated", "embedding", "model_sha256", "patch")
+    __slots__ = ("cell_id", "values", "background_estimated", "mask_estimated", "embedding", "model_sha256", "patch", "image_sha256")
     CELL_ID_FIELD_NUMBER: _ClassVar[int]
     VALUES_FIELD_NUMBER: _ClassVar[int]
     BACKGROUND_ESTIMATED_FIELD_NUMBER: _ClassVar[int]
@@ -27,6 +27,7 @@ class CellFeatures(_message.Message):
     EMBEDDING_FIELD_NUMBER: _ClassVar[int]
     MODEL_SHA256_FIELD_NUMBER: _ClassVar[int]
     PATCH_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_SHA256_FIELD_NUMBER: _ClassVar[int]
     cell_id: str
     values: _containers.RepeatedScalarFieldContainer[float]
     background_estimated: bool
@@ -34,10 +35,11 @@ class CellFeatures(_message.Message):
     embedding: _containers.RepeatedScalarFieldContainer[float]
     model_sha256: str
     patch: bytes
-    def __init__(self, cell_id: _Optional[str] = ..., values: _Optional[_Iterable[float]] = ..., background_estimated: _Optional[bool] = ..., mask_estimated: _Optional[bool] = ..., embedding: _Optional[_Iterable[float]] = ..., model_sha256: _Optional[str] = ..., patch: _Optional[bytes] = ...) -> None: ...
+    image_sha256: str
+    def __init__(self, cell_id: _Optional[str] = ..., values: _Optional[_Iterable[float]] = ..., background_estimated: _Optional[bool] = ..., mask_estimated: _Optional[bool] = ..., embedding: _Optional[_Iterable[float]] = ..., model_sha256: _Optional[str] = ..., patch: _Optional[bytes] = ..., image_sha256: _Optional[str] = ...) -> None: ...
 
 class Match(_message.Message):
-    __slots__ = ("cell_id", "diagnosis", "distance", "thumbnail", "source_id", "image_sha256", "bethesda", "similarity", "measure_log2_ratio", "measure_share")
+    __slots__ = ("cell_id", "diagnosis", "distance", "thumbnail", "source_id", "image_sha256", "bethesda", "similarity", "measure_log2_ratio", "measure_share", "same_cell")
     CELL_ID_FIELD_NUMBER: _ClassVar[int]
     DIAGNOSIS_FIELD_NUMBER: _ClassVar[int]
     DISTANCE_FIELD_NUMBER: _ClassVar[int]
@@ -48,6 +50,7 @@ class Match(_message.Message):
     SIMILARITY_FIELD_NUMBER: _ClassVar[int]
     MEASURE_LOG2_RATIO_FIELD_NUMBER: _ClassVar[int]
     MEASURE_SHARE_FIELD_NUMBER: _ClassVar[int]
+    SAME_CELL_FIELD_NUMBER: _ClassVar[int]
     cell_id: str
     diagnosis: str
     distance: float
@@ -58,7 +61,8 @@ class Match(_message.Message):
     similarity: float
     measure_log2_ratio: _containers.RepeatedScalarFieldContainer[int]
     measure_share: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, cell_id: _Optional[str] = ..., diagnosis: _Optional[str] = ..., distance: _Optional[float] = ..., thumbnail: _Optional[bytes] = ..., source_id: _Optional[str] = ..., image_sha256: _Optional[str] = ..., bethesda: _Optional[str] = ..., similarity: _Optional[float] = ..., measure_log2_ratio: _Optional[_Iterable[int]] = ..., measure_share: _Optional[_Iterable[int]] = ...) -> None: ...
+    same_cell: bool
+    def __init__(self, cell_id: _Optional[str] = ..., diagnosis: _Optional[str] = ..., distance: _Optional[float] = ..., thumbnail: _Optional[bytes] = ..., source_id: _Optional[str] = ..., image_sha256: _Optional[str] = ..., bethesda: _Optional[str] = ..., similarity: _Optional[float] = ..., measure_log2_ratio: _Optional[_Iterable[int]] = ..., measure_share: _Optional[_Iterable[int]] = ..., same_cell: _Optional[bool] = ...) -> None: ...
 
 class CellResult(_message.Message):
     __slots__ = ("query_cell_id", "matches", "background_estimated", "mask_estimated", "error", "abnormal_score", "abnormal")
