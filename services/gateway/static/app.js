@@ -16,7 +16,8 @@ const state = {
   finished: false,       // the case's stream ended with its summary or an error
   started: 0,
   timer: null,
-  predicted: null,       // the plan's predicted seconds for the whole case (null: none)
+  predicted: null,       // the case's wait on this page's path: the slowest site's (null: none)
+  planAt: 0,             // performance.now() when the case's plan arrived
   report: null,          // what the case report is made of, filled as the case runs
   reportURL: null,       // the object URL of the last report saved
   siteInfo: new Map(),   // site name -> its /api/sites entry (database size and origins)
@@ -226,10 +227,12 @@ async function loadStats() {
       box.replaceChildren(el("span", {class: "muted", text: `No ${label} cases yet: no waiting times to show.`}));
       return;
     }
+    // The kind's past cases at the coordinator, and this page's link for the cells picked.
+    const cells = Math.max(1, state.pairing?.cells?.length || 0);
     box.replaceChildren(
       el("div", {class: "expect-line"},
         el("span", {class: "expect-label", text: "Expect about "}),
-        el("strong", {class: "expect-mean", text: seconds(s.mean_s)}),
+        el("strong", {class: "expect-mean", text: seconds(s.mean_s + linkSeconds(cells * answerBytes()))}),
         s.cases > 1 ? el("span", {class: "expect-spread", text: ` ± ${seconds(s.std_s)}`}) : null),
       el("div", {class: "muted", "data-cases": s.cases, text: s.cases >= FEW_CASES
         ? `${label}: last ${s.cases} cases, median ${seconds(s.p50_s)}, 95% under ${seconds(s.p95_s)}`
@@ -628,15 +631,19 @@ async function readEvents(response, onEvent) {
     while ((newline = buffered.indexOf("\n")) >= 0) {
       const line = buffered.slice(0, newline);
       buffered = buffered.slice(newline + 1);
-      if (line.trim()) onEvent(JSON.parse(line));
+      if (line.trim()) onEvent(JSON.parse(line), line.length);
     }
   }
 }
 
-function handleEvent(event) {
+function handleEvent(event, bytes = 0) {
   if (event.type === "accepted") onAccepted(event);
-  else if (event.type === "plan") onPlan(event);
-  else if (event.type === "site") onSite(event);
+  else if (event.type === "plan") { state.planAt = performance.now(); onPlan(event); }
+  else if (event.type === "site") {
+    const beyond = (performance.now() - state.planAt) / 1000 - (event.timing?.total_s || 0);
+    noteAnswer(event.site, bytes, event.cells.length, beyond);
+    onSite(event);
+  }
   else if (event.type === "summary") onSummary(event);
   else if (event.type === "error") onError(event);
   if (event.type === "summary" || event.type === "error") state.finished = true;
@@ -686,26 +693,41 @@ function onAccepted(event) {
   setStatus(`${event.cells.length} cell${event.cells.length === 1 ? "" : "s"} sent to ${state.sites.length} sites (${classLabel(event.request_class)}).`);
 }
 
-// The coordinator's plan arrives before any result: the expected wait, per site.
+// The coordinator's plan arrives before any result: the wait for each site on the
+// pathologist's own path (link.js: the coordinator's prediction and this page's link), and
+// the case's, the slowest site's, which the status and the side panel say.
 function onPlan(event) {
-  state.predicted = event.predicted_s;
-  state.report.predicted_s = event.predicted_s;
-  const wait = event.predicted_s ? `expected in about ${seconds(event.predicted_s)}` : "no estimate yet (the first cases of a kind teach the estimate)";
+  const cells = state.report.cells.length;
+  const waits = event.sites.map((s) => siteWait(s.site, s.predicted_s, cells));
+  state.predicted = waits.length && waits.every((w) => w) ? Math.max(...waits) : null;
+  state.report.predicted_s = state.predicted;
+  document.body.dataset.caseWaitS = state.predicted ?? "";
+  const wait = state.predicted ? `expected in about ${seconds(state.predicted)}` : "no estimate yet (the first cases of a kind teach the estimate)";
   setStatus(`Case sent; ${wait}.`);
-  for (const s of event.sites) {
+  showCaseWait(state.predicted);
+  event.sites.forEach((s, i) => {
     ensureSite(s.site);
     const card = document.querySelector(`.site-card[data-site="${CSS.escape(s.site)}"]`);
-    if (!card) continue;
+    if (!card) return;
     // Only the site's card: its cells' rows stay pending until the site answers.
-    if (s.predicted_s) {
-      card.dataset.predictedS = s.predicted_s;
-      card.querySelector(".site-expected").textContent = `expected in ~${seconds(s.predicted_s)}`;
+    if (waits[i]) {
+      card.dataset.predictedS = waits[i];
+      card.dataset.coordinatorS = s.predicted_s;
+      card.querySelector(".site-expected").textContent = `expected in ~${seconds(waits[i])}`;
       card.querySelector("progress").value = 0;
     }
     const why = s.why || [];
     card.querySelector(".site-detail").replaceChildren(...plainReasons(why).map((r) =>
       el("span", {class: "reason", "data-code": r.code, title: reasonDetail(r), text: reasonWords(r)})));
-  }
+  });
+}
+
+// While a case runs the side panel says the case's own wait, the one the status counts
+// against, instead of the kind's past cases (loadStats puts those back after).
+function showCaseWait(wait) {
+  $("#expect").replaceChildren(wait ? el("div", {class: "expect-line", "data-case-wait": wait},
+    el("span", {class: "expect-label", text: "This case: about "}),
+    el("strong", {class: "expect-mean", text: seconds(wait)})) : "");
 }
 
 // A site's card: its state, its time against its prediction, and a progress bar (without
