@@ -45,6 +45,7 @@ from pathmaster.records import (
 )
 
 GENERATOR = "pathmaster-synth"
+PIXEL_UM = 0.5  # micrometres per pixel of every generated cell (see Units above)
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 

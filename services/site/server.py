@@ -344,6 +344,7 @@ class SiteServicer(pb_grpc.SiteServicer):
             feature_columns=self.info.get("feature_columns", []),
             feature_column_names=self.info.get("feature_column_names", []),
             database_origins=self.info.get("database_origins", {}),
+            pixel_um=self.info.get("pixel_um", 0.0),
             representation=self.info.get("representation", ""),
             representation_cells=self.info.get("representation_cells", 0),
             **{key: self.info[key] for key in LEARNT_INFO if key in self.info},

@@ -184,7 +184,8 @@ class SiteWorker:
     def info(self) -> dict:
         """{"algorithm", "database_cells", "diagnoses", "feature_schema", "vocabulary",
         "feature_columns", "feature_column_names", "database_origins" (cells per dataset kind,
-        generated cells as "synthetic"), "representation", "representation_cells"} of this
+        generated cells as "synthetic"), "pixel_um" (0: not known), "representation",
+        "representation_cells"} of this
         worker's database (the vocabulary as ``Vocabulary.as_dict``; the columns its distance
         reads, [] for all; the fitted representation's id and its cells)."""
         from pathmaster.growth import representation
@@ -202,6 +203,7 @@ class SiteWorker:
             "feature_schema": self.index.feature_schema,
             "vocabulary": self.index.vocabulary.as_dict(),
             "database_origins": origin_counts(self.index.origins()),
+            "pixel_um": self.index.pixel_um or 0.0,
             **self._learnt_info(),
         }
 

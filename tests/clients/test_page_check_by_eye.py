@@ -32,6 +32,7 @@ pytestmark = pytest.mark.browser
 
 WIDTHS = {390: 844, 1280: 900}
 SITES = {"alpha": {"synthetic": 14}, "beta": {"herlev": 4000}}  # database origins: alpha is small and synthetic
+PIXEL_UM = {"beta": 0.25}  # micrometres per pixel where a site's database records it (alpha's does not)
 MATCH_PX = 120  # a database cell's full image; the test cells are 60 px: half its size on screen
 
 
@@ -62,7 +63,7 @@ class FakeCoordinator(pb_grpc.CoordinatorServicer):
 
     def ListSites(self, request, context):
         return pb.SitesReply(sites=[pb.SiteStatus(site=name, address="127.0.0.1:1", serving=True, info=pb.SiteInfo(
-            site=name, database_cells=sum(origins.values()), database_origins=origins))
+            site=name, database_cells=sum(origins.values()), database_origins=origins, pixel_um=PIXEL_UM.get(name, 0.0)))
             for name, origins in SITES.items()])
 
     def GetClassStats(self, request, context):
@@ -212,6 +213,7 @@ def test_check_a_case_by_eye(browser, fake, case_files, width, tmp_path):
         page.wait_for_selector("#scale-bar[data-zoom]")
         page.wait_for_function("() => document.querySelector('#viewer-match').naturalWidth === %d" % MATCH_PX)
         page.wait_for_function("() => document.querySelector('#scale-text').textContent.includes('image pixels')")
+        assert "pixel scale only" in page.locator("#scale-text").inner_text()  # alpha records no pixel size
         sizes = page.evaluate("""() => ['#viewer-query', '#viewer-match'].map((s) => {
             const i = document.querySelector(s); return [i.naturalWidth, i.getBoundingClientRect().width]; })""")
         (query_px, query_css), (match_px, match_css) = sizes
@@ -227,6 +229,16 @@ def test_check_a_case_by_eye(browser, fake, case_files, width, tmp_path):
         page.screenshot(path=str(ARTIFACTS / f"check-by-eye-viewer-{width}px.png"))
         page.keyboard.press("ArrowRight")
         page.wait_for_function("() => document.querySelector('#viewer-title').textContent.includes('match 2 of 5')")
+        # A match from beta, whose database records 0.25 µm per pixel: the bar in micrometres.
+        page.evaluate("document.querySelector('#viewer').close()")
+        card.locator(".site-row[data-site='beta'] .match").first.click()
+        page.wait_for_selector("#scale-bar[data-um]")
+        page.wait_for_function("() => document.querySelector('#viewer-match').naturalWidth === %d" % MATCH_PX)
+        um = float(page.locator("#scale-bar").get_attribute("data-um"))
+        zoom = float(page.locator("#scale-bar").get_attribute("data-zoom"))
+        assert page.locator("#scale-text").inner_text() == f"{um:g} µm"
+        assert page.locator("#scale-line").bounding_box()["width"] == pytest.approx(um / PIXEL_UM["beta"] * zoom, abs=1.5)
+        page.screenshot(path=str(ARTIFACTS / f"check-by-eye-viewer-um-{width}px.png"))
 
         # The report: conclusion, statement, viewport, the cells' terms.
         with page.expect_download() as saved:

@@ -1114,11 +1114,13 @@ async function showViewerMatch() {
     error.hidden = false;
   }
   await Promise.all([query, img].map((i) => i.decode().catch(() => null)));
-  sameScale(query, img, !error.hidden);
+  sameScale(query, img, !error.hidden, state.siteInfo.get(site)?.pixel_um || null, site);
 }
 
-// Both images at one zoom (CSS px per image px); the scale bar a round number of image px.
-function sameScale(query, match, thumbnailOnly) {
+// Both images at one zoom (CSS px per image px). The scale bar is a round number of
+// micrometres where the match's site records its pixel size (`pixelUm`, micrometres per
+// image pixel; the test cell is drawn at the same pixel scale), of image pixels where not.
+function sameScale(query, match, thumbnailOnly, pixelUm = null, site = "") {
   const frame = VIEWER_FRAME_PX();
   const sizes = [query, match].map((i) => [i.naturalWidth || 1, i.naturalHeight || 1]);
   const zoom = frame / Math.max(...sizes.flat());
@@ -1130,11 +1132,26 @@ function sameScale(query, match, thumbnailOnly) {
   for (const f of document.querySelectorAll(".viewer-frame")) {
     f.style.width = f.style.height = `${frame}px`;
   }
-  const pixels = [5, 10, 20, 50, 100, 200, 500].find((n) => n * zoom >= frame / 5) || 500;
-  $("#scale-line").style.width = `${Math.round(pixels * zoom)}px`;
-  $("#scale-text").textContent = thumbnailOnly ? "match not to scale" : `${pixels} image pixels`;
-  $("#scale-bar").dataset.pixels = pixels;
-  $("#scale-bar").dataset.zoom = zoom.toFixed(4);
+  const bar = $("#scale-bar");
+  const round = (steps, perStep) => steps.find((n) => n * perStep >= frame / 5) || steps[steps.length - 1];
+  if (pixelUm && !thumbnailOnly) {
+    const um = round([1, 2, 5, 10, 20, 50, 100, 200], zoom / pixelUm);
+    $("#scale-line").style.width = `${Math.round(um / pixelUm * zoom)}px`;
+    $("#scale-text").textContent = `${um} µm`;
+    bar.title = `${site} records ${pixelUm} µm per pixel; the test cell is drawn at the same pixel scale`;
+    bar.dataset.um = um;
+    bar.dataset.pixels = um / pixelUm;
+  } else {
+    const pixels = round([5, 10, 20, 50, 100, 200, 500], zoom);
+    $("#scale-line").style.width = `${Math.round(pixels * zoom)}px`;
+    $("#scale-text").textContent = thumbnailOnly ? "match not to scale"
+      : `${pixels} image pixels (pixel scale only: ${site || "the site"} does not record its pixel size)`;
+    bar.title = "";
+    delete bar.dataset.um;
+    bar.dataset.pixels = pixels;
+  }
+  bar.dataset.pixelUm = pixelUm || "";
+  bar.dataset.zoom = zoom.toFixed(4);
 }
 
 // "More like this": the match shown becomes the query of a new case, answered by every site.
