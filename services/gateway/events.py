@@ -140,6 +140,7 @@ def conclusion_event(conclusion) -> dict:
     return {"conclusion": plain,
             "conclusion_words": {"headline": conclusion_words.headline(conclusion),
                                  "statement": conclusion_words.statement(conclusion),
+                                 "next_step": conclusion_words.next_step(conclusion),
                                  "cells": {c.query_cell_id: conclusion_words.cell_line(c) for c in conclusion.cells}}}
 
 

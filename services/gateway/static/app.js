@@ -896,13 +896,19 @@ function onSummary(event) {
 
 // The case conclusion, first: in words, why, the decision-support statement, and the rule
 // and codes for the researcher.
+// Words as a sentence on their own: the first letter capital.
+const sentence = (text) => text ? text[0].toUpperCase() + text.slice(1) : text;
+
 function showConclusion(c, words) {
   const box = $("#conclusion");
   const outcome = c && c.outcome ? c.outcome : "no_answer";
   box.hidden = false;
   box.dataset.outcome = outcome;
   box.className = `conclusion outcome-${outcome}`;
-  $("#conclusion-text").replaceChildren(c && c.bethesda ? termBadge(c.bethesda) : "", " ", words.headline);
+  $("#conclusion-text").replaceChildren(c && c.bethesda ? termBadge(c.bethesda) : "", " ", sentence(words.headline));
+  // A case that cannot be concluded says what to do next.
+  $("#next-step").hidden = !words.next_step;
+  $("#next-step").replaceChildren(...(words.next_step ? [el("strong", {text: "What to do next: "}), words.next_step] : []));
   box.dataset.codes = (c ? c.why : []).map((r) => r.code).join(" ");  // the headline words them
   $("#decision-support").textContent = words.statement;
   $("#conclusion-detail").textContent = c ? [c.rule, ...c.why.map(reasonDetail),
@@ -1040,7 +1046,8 @@ async function reportHTML() {
 <h1>${e(title)}: similar cells from every site</h1>
 <section class="conclusion" data-outcome="${e(c && c.outcome ? c.outcome : "no_answer")}" data-codes="${
   e((c ? c.why : []).map((r) => r.code).join(" "))}"><h2>Case conclusion</h2>
-<p class="conclusion-text">${e(s.conclusion_words.headline)}</p>
+<p class="conclusion-text">${e(sentence(s.conclusion_words.headline))}</p>${
+  s.conclusion_words.next_step ? `<p class="next-step"><strong>What to do next:</strong> ${e(s.conclusion_words.next_step)}</p>` : ""}
 <p class="decision-support">${e(s.conclusion_words.statement)}</p></section>
 <table class="meta"><tbody>
 <tr><td>Accession number</td><td>${e(r.accession || "(none given)")}</td></tr>
