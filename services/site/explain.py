@@ -12,8 +12,10 @@ nearest other cell lies farther away than the match lies from the test cell, by 
 Weibull plotting position of that empirical survival function (count / (n + 1)), so it is
 below 1 for any cell that is not the test cell itself (the worker says 1 for a cell with the
 test cell's image hash), falls with distance (never rises down the ranks) and spreads out
-exactly where matches are: among near neighbours, not among random pairs. The sample's
-nearest-neighbour distances are computed once per measure (the site's, or a refined one)
+exactly where matches are: among near neighbours, not among random pairs. The cells are
+the whole database up to SAMPLE_CELLS, a fixed random sample of that many beyond (their
+nearest neighbours then sought among the sample, a little farther than in the whole
+database); their distances are computed once per measure (the site's, or a refined one)
 with the project's FAISS search.
 """
 
