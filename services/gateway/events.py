@@ -150,6 +150,7 @@ def plan_json(plan) -> dict:
     return {"type": "plan", "case_id": plan.case_id, "request_class": plan.request_class,
             "served_class": plan.served_class, "deadline_s": plan.deadline_s,
             "predicted_s": round(plan.predicted_s, 6) if plan.predicted_s else None,
+            "analysis_s": round(plan.analysis_s, 6),
             "decisions": list(plan.decisions), "why": reasons_json(plan.why),
             "sites": [{"site": s.site, "mode": s.mode, "request_class": s.request_class,
                        "predicted_s": round(s.predicted_s, 6) if s.predicted_s else None,

@@ -78,7 +78,7 @@ class FakeCoordinator(pb_grpc.CoordinatorServicer):
         self.cases.append(request)
         ids = [c.cell_id for c in request.cells]
         stepped = pb.Reason(code="class_stepped_down_within_deadline", params={"asked": "urgent", "served": "routine"})
-        yield pb.CaseEvent(plan=pb.CasePlan(case_id="c1", request_class=request.request_class, sites=[
+        yield pb.CaseEvent(plan=pb.CasePlan(case_id="c1", request_class=request.request_class, analysis_s=0.3, sites=[
             pb.SitePlan(site=s, mode="features", request_class="routine", predicted_s=0.5, why=[stepped])
             for s in SITES]))
         for site in SITES:

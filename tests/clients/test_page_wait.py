@@ -5,7 +5,8 @@ slowest site's) and no other number while the case runs, and the answer comes wi
 wait's reach.
 
 The coordinator is test_page_check_by_eye's fake one (no Ray, no sites): its plan predicts
-0.5 s for each site, so every second above that on a card is the link's.
+0.3 s for its own analysis of the cells and 0.5 s for each site sent their features after
+it, so every second above 0.8 s on a card is the link's.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.browser
 
 LATENCY_MS = 400
 RATE_BYTES_PER_S = 40_000
-COORDINATOR_S = 0.5  # the fake's prediction for each site
+COORDINATOR_S = 0.3 + 0.5  # the fake's prediction of its analysis, then of each site
 
 # Every text the side panel shows while the case runs, as the page draws it.
 WATCH_EXPECT = """() => {
@@ -58,8 +59,11 @@ def test_one_wait_per_site_with_the_link_included(browser, fake, case_files):  #
             waits = [float(page.locator(f".site-card[data-site='{s}']").get_attribute("data-predicted-s"))
                      for s in SITES]
             case_wait = float(page.locator("body").get_attribute("data-case-wait-s"))
-            # One wait on each card, and the case's the slowest of them.
+            # One wait on each card, and the case's the slowest of them; the coordinator's part
+            # of it its analysis and the site's.
             for site in SITES:
+                card = page.locator(f".site-card[data-site='{site}']")
+                assert float(card.get_attribute("data-coordinator-s")) == pytest.approx(COORDINATOR_S)
                 assert page.locator(f".site-card[data-site='{site}'] .site-expected").inner_text().count("~") == 1
             assert case_wait == max(waits)
             # While it ran the side panel said that wait (in whole hundredths) and no other number.

@@ -698,7 +698,10 @@ function onAccepted(event) {
 // the case's, the slowest site's, which the status and the side panel say.
 function onPlan(event) {
   const cells = state.report.cells.length;
-  const waits = event.sites.map((s) => siteWait(s.site, s.predicted_s, cells));
+  // A site sent features waits for the coordinator's analysis of the cells first.
+  const coordinator = event.sites.map((s) => s.predicted_s &&
+    s.predicted_s + (s.mode === "features" ? event.analysis_s || 0 : 0));
+  const waits = event.sites.map((s, i) => siteWait(s.site, coordinator[i], cells));
   state.predicted = waits.length && waits.every((w) => w) ? Math.max(...waits) : null;
   state.report.predicted_s = state.predicted;
   document.body.dataset.caseWaitS = state.predicted ?? "";
@@ -712,7 +715,7 @@ function onPlan(event) {
     // Only the site's card: its cells' rows stay pending until the site answers.
     if (waits[i]) {
       card.dataset.predictedS = waits[i];
-      card.dataset.coordinatorS = s.predicted_s;
+      card.dataset.coordinatorS = coordinator[i];
       card.querySelector(".site-expected").textContent = `expected in ~${seconds(waits[i])}`;
       card.querySelector("progress").value = 0;
     }

@@ -502,13 +502,14 @@ class SitePlan(_message.Message):
     def __init__(self, site: _Optional[str] = ..., mode: _Optional[str] = ..., request_class: _Optional[str] = ..., predicted_s: _Optional[float] = ..., hedge_after_s: _Optional[float] = ..., reasons: _Optional[_Iterable[str]] = ..., why: _Optional[_Iterable[_Union[Reason, _Mapping]]] = ...) -> None: ...
 
 class CasePlan(_message.Message):
-    __slots__ = ("case_id", "request_class", "served_class", "deadline_s", "predicted_s", "sites", "decisions", "why")
+    __slots__ = ("case_id", "request_class", "served_class", "deadline_s", "predicted_s", "sites", "analysis_s", "decisions", "why")
     CASE_ID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_CLASS_FIELD_NUMBER: _ClassVar[int]
     SERVED_CLASS_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_S_FIELD_NUMBER: _ClassVar[int]
     PREDICTED_S_FIELD_NUMBER: _ClassVar[int]
     SITES_FIELD_NUMBER: _ClassVar[int]
+    ANALYSIS_S_FIELD_NUMBER: _ClassVar[int]
     DECISIONS_FIELD_NUMBER: _ClassVar[int]
     WHY_FIELD_NUMBER: _ClassVar[int]
     case_id: str
@@ -517,9 +518,10 @@ class CasePlan(_message.Message):
     deadline_s: float
     predicted_s: float
     sites: _containers.RepeatedCompositeFieldContainer[SitePlan]
+    analysis_s: float
     decisions: _containers.RepeatedScalarFieldContainer[str]
     why: _containers.RepeatedCompositeFieldContainer[Reason]
-    def __init__(self, case_id: _Optional[str] = ..., request_class: _Optional[str] = ..., served_class: _Optional[str] = ..., deadline_s: _Optional[float] = ..., predicted_s: _Optional[float] = ..., sites: _Optional[_Iterable[_Union[SitePlan, _Mapping]]] = ..., decisions: _Optional[_Iterable[str]] = ..., why: _Optional[_Iterable[_Union[Reason, _Mapping]]] = ...) -> None: ...
+    def __init__(self, case_id: _Optional[str] = ..., request_class: _Optional[str] = ..., served_class: _Optional[str] = ..., deadline_s: _Optional[float] = ..., predicted_s: _Optional[float] = ..., sites: _Optional[_Iterable[_Union[SitePlan, _Mapping]]] = ..., analysis_s: _Optional[float] = ..., decisions: _Optional[_Iterable[str]] = ..., why: _Optional[_Iterable[_Union[Reason, _Mapping]]] = ...) -> None: ...
 
 class CaseEvent(_message.Message):
     __slots__ = ("site_result", "summary", "plan")
