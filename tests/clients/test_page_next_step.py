@@ -11,7 +11,10 @@ from pathmaster.conclusion import SiteCell, conclude_case
 from services.conclusion_words import format_conclusion, next_step
 from services.coordinator.conclusion import conclusion_message
 from tests.clients.browser import run_case
+from tests.clients.test_page import no_sideways_scrolling
 from tests.clients.test_page_check_by_eye import FakeCoordinator, case_files, pick, sign_in  # noqa: F401 (fixture)
+
+LONG = "149143370-149143378-"  # a Herlev cell's name: two image ids and its number
 
 pytestmark = pytest.mark.browser
 
@@ -65,17 +68,23 @@ def test_the_page_says_what_to_do_next(browser, disputed_gateway, case_files, tm
     context = browser.new_context(viewport={"width": 390, "height": 844}, accept_downloads=True)
     page = context.new_page()
     try:
+        # Herlev-long names, on a phone: they wrap in the list of cells, the page does not widen.
+        names = [LONG + "001", LONG + "002"]
+        for name, source in zip(names, ("cell1.png", "cell2.png")):
+            (tmp_path / f"{name}.png").write_bytes((case_files / source).read_bytes())
         sign_in(page, disputed_gateway)
-        pick(page, [case_files / "cell1.png", case_files / "cell2.png"])
-        page.wait_for_selector("#pairing tbody tr[data-cell='cell2']")
+        pick(page, [tmp_path / f"{name}.png" for name in names])
+        page.wait_for_selector(f"#pairing tbody tr[data-cell='{names[1]}']")
+        no_sideways_scrolling(page)
         run_case(page, "done")
+        no_sideways_scrolling(page)
         conclusion = page.locator("#conclusion")
         assert conclusion.get_attribute("data-outcome") == "cannot_conclude"
         assert conclusion.get_attribute("data-codes").split()[:2] == ["sites_disagree", "next_review_disputed_cell"]
         headline = page.locator("#conclusion-text").inner_text().strip()
         assert headline[0].isupper()  # a sentence, not a fragment
         step = page.locator("#next-step")
-        assert step.is_visible() and step.inner_text().startswith("What to do next: Look at cell cell1")
+        assert step.is_visible() and step.inner_text().startswith(f"What to do next: Look at cell {names[0]}")
         page.screenshot(path=str(tmp_path / "next-step.png"))
         from tests.clients.browser import ARTIFACTS
 
@@ -84,7 +93,7 @@ def test_the_page_says_what_to_do_next(browser, disputed_gateway, case_files, tm
         with page.expect_download() as saved:
             page.click("#export")
         report = saved.value.path().read_text()
-        assert "What to do next:" in report and "Look at cell cell1" in report
+        assert "What to do next:" in report and f"Look at cell {names[0]}" in report
         # Clear takes the advice away with the rest of the case.
         page.click("#clear")
         page.wait_for_selector("#conclusion", state="hidden")

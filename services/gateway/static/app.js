@@ -720,7 +720,7 @@ function onPlan(event) {
       card.querySelector("progress").value = 0;
     }
     const why = s.why || [];
-    card.querySelector(".site-detail").replaceChildren(...plainReasons(why).map((r) =>
+    card.querySelector(".site-detail").replaceChildren(...cardReasons(why).map((r) =>
       el("span", {class: "reason", "data-code": r.code, title: reasonDetail(r), text: reasonWords(r)})));
   });
 }
@@ -732,6 +732,10 @@ function showCaseWait(wait) {
     el("span", {class: "expect-label", text: "This case: about "}),
     el("strong", {class: "expect-mean", text: seconds(wait)})) : "");
 }
+
+// A site card's reasons in words, but for the coordinator's own prediction ("predicted"):
+// the card says its wait once, on this page's path (onPlan), not a second time.
+const cardReasons = (why) => plainReasons(why).filter((r) => r.code !== "predicted");
 
 // A site's card: its state, its time against its prediction, and a progress bar (without
 // a prediction the bar only says the site is being waited for).
@@ -809,7 +813,7 @@ function onSite(event) {
     markSite(event.site, "ok", "answered", seconds(t.total_s), "");
     const card = document.querySelector(`.site-card[data-site="${CSS.escape(event.site)}"]`);
     card.title = `transfer ${seconds(t.transfer_s)} · features ${seconds(t.extraction_s)} · search ${seconds(t.search_s)}`;
-    card.querySelector(".site-detail").replaceChildren(...plainReasons(event.why).map((r) =>
+    card.querySelector(".site-detail").replaceChildren(...cardReasons(event.why).map((r) =>
       el("span", {class: "reason", "data-code": r.code, title: reasonDetail(r), text: reasonWords(r)})));
   } else {
     markSite(event.site, "down", event.status_words, t.total_s ? seconds(t.total_s) : "");
