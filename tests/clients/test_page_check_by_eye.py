@@ -79,7 +79,8 @@ class FakeCoordinator(pb_grpc.CoordinatorServicer):
         ids = [c.cell_id for c in request.cells]
         stepped = pb.Reason(code="class_stepped_down_within_deadline", params={"asked": "urgent", "served": "routine"})
         yield pb.CaseEvent(plan=pb.CasePlan(case_id="c1", request_class=request.request_class, analysis_s=0.3, sites=[
-            pb.SitePlan(site=s, mode="features", request_class="routine", predicted_s=0.5, why=[stepped])
+            pb.SitePlan(site=s, mode="features", request_class="routine", predicted_s=0.5,
+                        why=[stepped, pb.Reason(code="predicted", params={"predicted_s": "0.5"})])
             for s in SITES]))
         for site in SITES:
             yield pb.CaseEvent(site_result=pb.SiteResult(site=site, status_code=0, why=[stepped], cells=[
