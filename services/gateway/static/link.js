@@ -15,18 +15,19 @@ const link = {answerBytesPerCell: new Map(),  // site -> bytes per cell of its l
 
 // {rtt_s, bytes_per_s} of the page's link to the gateway: the quickest of its recent small
 // requests, start to end (a round trip and little work), and the median rate of its larger
-// downloads beyond that round trip (the case's own stream excluded: it waits for the
-// sites). Null parts where nothing is measured yet.
+// downloads' bodies, first byte to last (so not the gateway's time to make them; the
+// case's own stream is left out: it waits for the sites), with the sites' answers' own
+// (noteAnswer). Null parts where nothing is measured yet.
 function linkNow() {
   const entries = performance.getEntriesByType("resource")
     .filter((e) => e.name.startsWith(location.origin) && e.duration > 0 && !e.name.includes("/api/case"))
     .slice(-RECENT_ENTRIES);
   const small = entries.filter((e) => e.encodedBodySize < RATE_MIN_BYTES).map((e) => e.duration / 1000);
-  const rtt_s = small.length ? Math.min(...small) : null;
-  const rates = entries.filter((e) => e.encodedBodySize >= RATE_MIN_BYTES && e.duration / 1000 > (rtt_s || 0))
-    .map((e) => e.encodedBodySize / (e.duration / 1000 - (rtt_s || 0)))
+  const rates = entries.filter((e) => e.encodedBodySize >= RATE_MIN_BYTES && e.responseEnd > e.responseStart)
+    .map((e) => e.encodedBodySize / ((e.responseEnd - e.responseStart) / 1000))
     .concat(link.answerRates).sort((a, b) => a - b);
-  return {rtt_s, bytes_per_s: rates.length ? rates[Math.floor(rates.length / 2)] : null};
+  return {rtt_s: small.length ? Math.min(...small) : null,
+          bytes_per_s: rates.length ? rates[Math.floor(rates.length / 2)] : null};
 }
 
 // Seconds this link takes to bring `bytes` to the page after asking: a round trip and the
