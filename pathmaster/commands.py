@@ -223,8 +223,10 @@ def _cells_relabel(args) -> int:
 
 def _read_cell(args):
     from pathmaster.imageio import read_image, read_mask
+    from pathmaster.uploads import check_cell_image
 
     image = read_image(args.image)
+    check_cell_image(image, args.image)
     background = read_image(args.background) if args.background else None
     mask = read_mask(args.mask, image.shape) if args.mask else None
     return image, background, mask

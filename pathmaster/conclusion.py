@@ -282,7 +282,8 @@ def conclude_case(answers, threshold: float = DEFAULT_THRESHOLD, weighting: str 
         return CaseReading("abnormal", term, with_term, n, cells, why + (statement,), rule)
     read = [c for c in cells if c.abnormal_score is not None]
     if not read:
-        return CaseReading("cannot_conclude", "", 0, n, cells, (Why("no_bethesda_term"), statement), rule)
+        return CaseReading("cannot_conclude", "", 0, n, cells,
+                           (Why("no_bethesda_term"), Why("next_ask_for_bethesda_terms"), statement), rule)
     split = [c for c in read if len(set(c.site_readings.values())) > 1]
     if split:
         worst = max(split, key=lambda c: c.abnormal_score)
@@ -290,7 +291,8 @@ def conclude_case(answers, threshold: float = DEFAULT_THRESHOLD, weighting: str 
             "cell": worst.cell_id, "score": f"{worst.abnormal_score:.2f}", "threshold": f"{threshold:.2f}",
             "abnormal_sites": ", ".join(sorted(s for s, r in worst.site_readings.items() if r)),
             "nilm_sites": ", ".join(sorted(s for s, r in worst.site_readings.items() if not r))})
-        return CaseReading("cannot_conclude", "", 0, n, cells, (why, statement), rule)
+        step = Why("next_review_disputed_cell", {key: why.params[key] for key in ("cell", "abnormal_sites", "nilm_sites")})
+        return CaseReading("cannot_conclude", "", 0, n, cells, (why, step, statement), rule)
     why = Why("no_abnormal_cell", {"cells_read": str(len(read)), "cells_total": str(n)})
     return CaseReading("nilm", NILM, len(read), n, cells, (why, statement), rule)
 

@@ -109,6 +109,17 @@ def problem_pair(item) -> tuple[str, str]:
     return str(item.path), item.problem
 
 
+def record_pixel_size(db: SiteDB, pixel_um: float | None) -> float | None:
+    """Store the micrometres per pixel of the database's images (config "pixel_um"), and
+    return it: the first dataset's, kept while every dataset added says the same; None
+    (not known) from the first one that does not know or says another."""
+    stored = db.get_config("pixel_um") if len(db) else pixel_um
+    if stored is not None and (pixel_um is None or abs(float(pixel_um) - float(stored)) > 1e-9):
+        stored = None
+    db.set_config("pixel_um", None if stored is None else float(stored))
+    return stored
+
+
 def record_feature_schema(db: SiteDB, schema: str) -> str:
     """Store the feature schema the database's vectors are made with, and return it.
 
@@ -415,7 +426,7 @@ def ingest(dataset_dir: str | Path, site_dir: str | Path, *, batch_size: int = B
            progress: bool = False, build_index: bool = True, algorithm: str | None = None,
            features: str | None = None, records=None, vocabulary=None, workers: int = 1,
            ray_address: str | None = None, files_per_task: int = FILES_PER_TASK,
-           relearn: bool = False, similarity: str | None = None) -> IngestReport:
+           relearn: bool = False, similarity: str | None = None, pixel_um: float | None = None) -> IngestReport:
     """Add every cell of ``dataset_dir`` that ``site_dir`` does not hold yet.
 
     batch_size: cells per committed transaction (a kill loses at most this much work).
@@ -423,7 +434,9 @@ def ingest(dataset_dir: str | Path, site_dir: str | Path, *, batch_size: int = B
     the search index up to date at the end (``pathmaster.growth.update_search_index``: new
     cells added, what the site learnt kept unless `relearn` or the new cells drifted;
     ``algorithm``/``features``/``similarity`` as in ``index.build_search_index``'s
-    ``algorithm``/``features``/``similarity_choice``).
+    ``algorithm``/``features``/``similarity_choice``). pixel_um: micrometres per pixel of
+    the cells added, when the caller knows it (None: what the dataset's importer knows,
+    ``importers.dataset_pixel_um``, for a dataset folder; not known for `records`).
     records: an iterable to use instead of ``iter_dataset(dataset_dir)`` (CellRecords and
     ImportProblems). vocabulary: the site's diagnosis vocabulary (a
     ``pathmaster.vocabulary.Vocabulary``), stored in the database on the first run; None
@@ -446,6 +459,11 @@ def ingest(dataset_dir: str | Path, site_dir: str | Path, *, batch_size: int = B
     report = IngestReport()
     with SiteDB(site_dir, create=True) as db:
         vocabulary = _prepare_site(db, dataset_dir, records, vocabulary)
+        if pixel_um is None and records is None:
+            from pathmaster.importers import dataset_pixel_um
+
+            pixel_um = dataset_pixel_um(dataset_dir)
+        record_pixel_size(db, pixel_um)
         known = db.source_ids()
         remove_orphan_temporaries(site_dir)
         if records is None:

@@ -724,3 +724,41 @@ def _complete(record: CellRecord, why: dict | None = None) -> CellRecord:
         record.background = _estimate_background(record.image, record.mask)
         record.background_estimated = True
     return record
+
+
+
+# `whole_cells`: a stained piece counts as a cell when it has at least this many pixels
+# (opened by a 2 px disk first, so glass noise and debris do not count).
+WHOLE_CELL_MIN_PX = 400
+
+
+def whole_cells(image: np.ndarray) -> int:
+    """How many whole cells an image shows: stained pieces that hold a nucleus and do
+    not touch the picture's edge.
+
+    image: uint8 (H, W, 3) RGB, as the decoders give it (not checked again here: the cell's
+    arrays are checked once, where they are analysed); letter-box bars (`picture_box`) are
+    left out. The pieces
+    are `segment_cell`'s, against a flat lamp on the lightly smoothed summed optical
+    density: stain = above Otsu's split of the whole picture (glass against everything
+    stained), opened by a disk of 2 px, each piece of at least WHOLE_CELL_MIN_PX pixels;
+    a nucleus = the densest of three multi-Otsu classes. A crop of one cell gives 0 or 1
+    (the cell often touches the edge, its cut neighbours always do); a field of view gives
+    about one per cell that stands apart. Linear in the pixel count (~0.5 s a megapixel).
+    """
+    picture = np.ascontiguousarray(image[picture_box(image)])
+    height, width = picture.shape[:2]
+    od_rgb = optical_density(picture, np.broadcast_to(_flat_lamp(picture), picture.shape))
+    score = gaussian_smooth(od_rgb.sum(axis=2), NUCLEUS_SMOOTHING_PX if min(height, width) >= 60 else 0.7)
+    if not _more_than_three_values(score):
+        return 0
+    nucleus = open_with_disk(score > threshold_multiotsu(score, classes=3)[-1], 1)
+    labels, count = label_pieces(open_with_disk(score > threshold_otsu(score), 2))
+    if count == 0:
+        return 0
+    area = np.bincount(labels.ravel(), minlength=count + 1)
+    nucleated = np.bincount(labels[nucleus], minlength=count + 1) > 0
+    edge = np.zeros(count + 1, dtype=bool)
+    edge[np.concatenate([labels[0], labels[-1], labels[:, 0], labels[:, -1]])] = True
+    keep = (area >= WHOLE_CELL_MIN_PX) & nucleated & ~edge
+    return int(np.count_nonzero(keep[1:]))

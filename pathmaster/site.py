@@ -137,6 +137,8 @@ class SiteIndex:
         # The feature schema (pathmaster.features.schema) the stored vectors were made
         # with; "unknown" or "mixed" when they cannot be vouched for.
         self.feature_schema = "unknown"
+        # Micrometres per pixel of the database's images (ingest.record_pixel_size); None: not known.
+        self.pixel_um: float | None = None
 
     @classmethod
     def open(cls, site_dir: str | Path) -> "SiteIndex":
@@ -166,6 +168,7 @@ class SiteIndex:
             index = load_or_rebuild_faiss(db, config)
             site = cls(site_dir, config, index, cells, db.get_config("feature_names"), db.get_config("vocabulary"))
             site.feature_schema = db.get_config("feature_schema") or "unknown"
+            site.pixel_um = db.get_config("pixel_um")
             return site
 
     def __len__(self) -> int:

@@ -45,6 +45,7 @@ from pathmaster.records import (
 )
 
 GENERATOR = "pathmaster-synth"
+PIXEL_UM = 0.5  # micrometres per pixel of every generated cell (see Units above)
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 
@@ -376,3 +377,24 @@ def write_dataset(
     tmp.write_text(json.dumps(manifest, indent=1))
     tmp.replace(out / MANIFEST)
     return out
+
+
+def synth_field(rng: np.random.Generator, rows: int = 3, cols: int = 4,
+                diagnoses: Sequence[str] = DIAGNOSES) -> np.ndarray:
+    """A field of view: `rows` x `cols` synthetic cells side by side on one slide.
+
+    What a camera shows before anyone crops a cell (the page must refuse it as one
+    cell). Each cell's transmittance (its image over its own blank slide) is laid on a
+    tile of SIZE_RANGE[1] + 2 px of one shared lamp, so the field is one exposure.
+    Returns uint8 (rows * tile, cols * tile, 3) RGB; 3 x 4 gives 672 x 896 px, 12 cells.
+    """
+    tile = SIZE_RANGE[1] + 2
+    shape = (rows * tile, cols * tile)
+    transmitted = np.ones(shape + (3,), dtype=np.float32)
+    for n in range(rows * cols):
+        cell = synth_cell(diagnoses[n % len(diagnoses)], rng)
+        ratio = cell.image.astype(np.float32) / np.maximum(cell.background.astype(np.float32), 1.0)
+        top, left = (n // cols) * tile, (n % cols) * tile
+        height, width = ratio.shape[:2]
+        transmitted[top:top + height, left:left + width] = np.minimum(ratio, 1.0)
+    return _expose(_blank_slide(rng, shape) * transmitted, rng, noise_sd=5.0)

@@ -337,6 +337,7 @@ def analyse_locally(cells: list[pb.CellImage], *, eye=None, identity: str = ""
     """
     from pathmaster.features.schema import feature_schema
     from pathmaster.site import analyse_cell
+    from pathmaster.sitedb import image_hash
     from services.site.cells import decode_cell
 
     ids, vectors = [], []
@@ -346,7 +347,7 @@ def analyse_locally(cells: list[pb.CellImage], *, eye=None, identity: str = ""
         ids.append(pb.CellImage(cell_id=cell.cell_id))
         features = pb.CellFeatures(cell_id=cell.cell_id, values=[float(v) for v in analysis.features],
                                    background_estimated=analysis.background_estimated,
-                                   mask_estimated=analysis.mask_estimated)
+                                   mask_estimated=analysis.mask_estimated, image_sha256=image_hash(rgb))
         if eye is not None:
             features.embedding.extend(float(v) for v in eye.features(analysis.patch[None])[0])
             features.model_sha256 = identity

@@ -36,6 +36,12 @@ def statement(conclusion, verbose: bool = False) -> str:
     return words(said, FULL if verbose else PLAIN) if said is not None else ""
 
 
+def next_step(conclusion, verbose: bool = False) -> str:
+    """What to do next when the case cannot be concluded (its "next_" reason), "" otherwise."""
+    said = next((w for w in conclusion.why if w.code.startswith("next_")), None)
+    return words(said, FULL if verbose else PLAIN) if said is not None else ""
+
+
 def spread_text(cell) -> str:
     """How a cell's matches split over Bethesda terms, most severe first ("HSIL 9/15, LSIL 5/15")."""
     return ", ".join(f"{t.bethesda} {t.count}/{cell.total}" for t in cell.spread)
@@ -57,9 +63,11 @@ def cell_line(cell, verbose: bool = False) -> str:
 
 
 def format_conclusion(conclusion, verbose: bool = False) -> list[str]:
-    """The conclusion first, each cell's line, then the statement (and the rule, verbose)."""
+    """The conclusion first, each cell's line, what to do next when it cannot be concluded,
+    then the statement (and the rule, verbose)."""
     lines = [f"Conclusion: {headline(conclusion, verbose)}"]
     lines += [f"    {cell_line(c, verbose)}" for c in conclusion.cells]
+    lines += [f"    What to do next: {s}" for s in [next_step(conclusion, verbose)] if s]
     if verbose and conclusion.rule:
         lines.append(f"    rule: {conclusion.rule}")
     said = statement(conclusion, verbose)

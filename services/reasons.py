@@ -107,6 +107,16 @@ REASONS: dict[str, Words] = {
     "no_bethesda_term": Words("no site's matches carry a Bethesda term: this case cannot be concluded",
                               "cannot conclude: no match of any cell maps to a Bethesda term"),
     "no_site_answered": Words("no site answered", "no answer: no site answered"),
+    # What to do next when the case cannot be concluded (pathmaster.conclusion NEXT_STEPS)
+    "next_review_disputed_cell": Words(
+        "Look at cell {cell} beside each site's matches and judge it yourself ({abnormal_sites} read it "
+        "abnormal, {nilm_sites} NILM); if it is still unclear, add more cells from the same slide and run "
+        "the case again",
+        "next step: review cell {cell} by eye (abnormal at {abnormal_sites}, NILM at {nilm_sites}) or add cells"),
+    "next_ask_for_bethesda_terms": Words(
+        "Judge the matches by eye, and ask the sites' administrators to give their diagnosis labels "
+        "Bethesda terms (their vocabularies)",
+        "next step: the sites' vocabularies need Bethesda terms for their labels"),
     "decision_support_not_a_specimen": Words(
         "Decision support, not a diagnosis: {cells} picked cells, compared with labelled cells at the sites, "
         "are never an adequate Bethesda specimen, which needs thousands of cells on the slide",

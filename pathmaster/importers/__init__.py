@@ -28,7 +28,8 @@ from .base import ImportProblem, Unread, subfolders
 
 LAYOUTS = {module.NAME: module for module in (synthetic, sipakmed, herlev, folders)}
 
-__all__ = ["ImportProblem", "LAYOUTS", "Unread", "default_vocabulary", "detect_layout", "iter_dataset"]
+__all__ = ["ImportProblem", "LAYOUTS", "Unread", "dataset_pixel_um", "default_vocabulary", "detect_layout",
+           "iter_dataset"]
 
 
 def detect_layout(path: str | Path) -> str:
@@ -47,6 +48,13 @@ def detect_layout(path: str | Path) -> str:
         "SIPaKMeD class folders, or class folders of images (see datasets/README.md)",
         root,
     )
+
+
+def dataset_pixel_um(path: str | Path, layout: str | None = None) -> float | None:
+    """Micrometres per pixel of the dataset's images, as far as its layout knows (the
+    layout module's ``pixel_um``); None when it does not (a viewer then says "pixel scale
+    only")."""
+    return LAYOUTS[layout or detect_layout(path)].pixel_um(Path(path))
 
 
 def default_vocabulary(path: str | Path, layout: str | None = None) -> Vocabulary:

@@ -24,6 +24,11 @@ NAME = "folders"
 COMPANIONS = ("-mask", "-background")
 
 
+def pixel_um(root: Path) -> float | None:
+    """Micrometres per pixel of the dataset's images: None, plain class folders do not say."""
+    return None
+
+
 def looks_like(root: Path) -> bool:
     return any(is_image(p) for folder in root.iterdir() if folder.is_dir() for p in folder.iterdir())
 

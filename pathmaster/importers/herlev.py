@@ -48,6 +48,11 @@ def _masks_by_stem(files: list[Path]) -> dict[str, Path]:
             if p.stem.endswith(MASK_SUFFIX) and p.suffix.lower() == ".bmp"}
 
 
+def pixel_um(root: Path) -> float | None:
+    """Micrometres per pixel of the dataset's images: None, Herlev's files do not say (and its public copies are resized cell by cell)."""
+    return None
+
+
 def looks_like(root: Path) -> bool:
     """A Herlev root has class folders holding NAME-d.bmp masks."""
     return any(

@@ -66,6 +66,11 @@ def _cropped_folders(class_folder: Path) -> list[Path]:
     return sorted(p for p in class_folder.rglob("*") if p.is_dir() and p.name.lower() == CROPPED)
 
 
+def pixel_um(root: Path) -> float | None:
+    """Micrometres per pixel of the dataset's images: None, SIPaKMeD's files do not say."""
+    return None
+
+
 def looks_like(root: Path) -> bool:
     """A SIPaKMeD root has class folders holding a CROPPED folder (or named im_<Class>)."""
     return any(

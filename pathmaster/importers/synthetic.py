@@ -15,6 +15,13 @@ from .base import ImportProblem, Unread, finish, problem_from
 NAME = "synthetic"
 
 
+def pixel_um(root: Path) -> float | None:
+    """Micrometres per pixel: PathMaster's generator draws every cell at one scale."""
+    from pathmaster.synth import PIXEL_UM
+
+    return PIXEL_UM
+
+
 def looks_like(root: Path) -> bool:
     manifest = root / MANIFEST
     if not manifest.is_file():

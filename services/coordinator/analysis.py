@@ -81,17 +81,17 @@ class CellAnalyser:
         try:
             pixels = check_cell_size(cell_id, image, background, mask)
             if self.pool is None:
-                features, background_estimated, mask_estimated, patch = analyse_encoded_cell(
+                features, background_estimated, mask_estimated, patch, digest = analyse_encoded_cell(
                     cell_id, image, background, mask)
             else:
-                features, background_estimated, mask_estimated, patch = self.pool.run(
+                features, background_estimated, mask_estimated, patch, digest = self.pool.run(
                     analyse_encoded_cell, cell_id, image, background, mask, pixels=pixels, deadline=deadline,
                     name=f"cell {cell_id!r}")
         except (InvalidInput, CellStopped) as exc:
             return str(exc)
         return pb.CellFeatures(cell_id=cell_id, values=[float(v) for v in features],
                                background_estimated=bool(background_estimated),
-                               mask_estimated=bool(mask_estimated), patch=patch.tobytes())
+                               mask_estimated=bool(mask_estimated), patch=patch.tobytes(), image_sha256=digest)
 
 
     def analyse_timed(self, cell_id: str, image: bytes, background: bytes, mask: bytes,

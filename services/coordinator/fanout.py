@@ -77,7 +77,8 @@ def features_request(case_id: str, request_class: str, k: int, feature_schema: s
     columns = [int(c) for c in columns]
     if columns:
         features = [pb.CellFeatures(cell_id=f.cell_id, values=[f.values[c] for c in columns],
-                                    background_estimated=f.background_estimated, mask_estimated=f.mask_estimated)
+                                    background_estimated=f.background_estimated, mask_estimated=f.mask_estimated,
+                                    image_sha256=f.image_sha256)
                     for f in features]
     return pb.AnalyseRequest(case_id=case_id, request_class=request_class, k=k, feature_schema=feature_schema,
                              features=features, feature_columns=columns, send_id=send_id)

@@ -73,7 +73,7 @@ def with_embeddings(features: list[pb.CellFeatures], eye, identity: str = "") ->
         embedded = {id(f): v for f, v in zip(patches, vectors)}
     for f in features:
         copy = pb.CellFeatures(cell_id=f.cell_id, values=f.values, background_estimated=f.background_estimated,
-                               mask_estimated=f.mask_estimated)
+                               mask_estimated=f.mask_estimated, image_sha256=f.image_sha256)
         if identity and f.embedding and f.model_sha256 == identity:
             copy.embedding.extend(f.embedding)
             copy.model_sha256 = identity

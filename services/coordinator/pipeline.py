@@ -127,6 +127,7 @@ class Planned:
     modelled_s: float | None
     sharing: int
     schema: str             # the feature schema of the features sent ("" none)
+    analysis_s: float = 0.0  # predicted seconds of the analysis here, before features go out (0: none)
 
     @property
     def modes(self) -> list[str]:
@@ -304,7 +305,7 @@ class CasePipeline:
         log.info("case %s (%s as %s): %d cells to %s, deadline %.1f s, predicted %s", log_tag(case.case_id),
                  case.asked.name, served.name, cells, ", ".join(case.sites), case.deadline_s,
                  "-" if predicted is None else f"{predicted:.2f} s")
-        return Planned(plans, predicted, modelled, sharing, case.feature_schema or schema)
+        return Planned(plans, predicted, modelled, sharing, case.feature_schema or schema, analysis_s)
 
     def _features_bytes(self, case: Case, site: str, schema: str) -> int:
         """The bytes of `site`'s features request, before the values are known."""
@@ -321,7 +322,7 @@ class CasePipeline:
     def plan_message(case: Case, planned: Planned) -> pb.CasePlan:
         return pb.CasePlan(
             case_id=case.case_id, request_class=case.asked.name, served_class=case.served.name,
-            deadline_s=case.deadline_s, predicted_s=planned.predicted_s or 0.0,
+            deadline_s=case.deadline_s, predicted_s=planned.predicted_s or 0.0, analysis_s=planned.analysis_s,
             decisions=reasons.decisions(case.why), why=reasons.reasons(case.why),
             sites=[pb.SitePlan(site=s, mode=p.mode, request_class=p.request_class,
                                predicted_s=p.predicted_s or 0.0, hedge_after_s=p.hedge_after_s or 0.0,

@@ -62,11 +62,12 @@ def png_data_url(image: bytes) -> str:
 
 def match_json(match, with_thumbnail: bool = True) -> dict:
     """One `Match` as a dict: cell_id, diagnosis, bethesda, distance, source_id, image_sha256,
-    similarity (0..1, comparable between sites), measures (why close)[, thumbnail]."""
+    similarity (0..1, comparable between sites), same_cell (the test cell's own copy),
+    measures (why close)[, thumbnail]."""
     out = {"cell_id": match.cell_id, "diagnosis": match.diagnosis, "bethesda": match.bethesda,
            "distance": round(float(match.distance), 6), "source_id": match.source_id,
            "image_sha256": match.image_sha256, "similarity": round(float(match.similarity), 4),
-           "measures": unpack(match.measure_log2_ratio, match.measure_share)}
+           "same_cell": bool(match.same_cell), "measures": unpack(match.measure_log2_ratio, match.measure_share)}
     if with_thumbnail:
         out["thumbnail"] = png_data_url(match.thumbnail)
     return out
@@ -137,6 +138,7 @@ def conclusion_event(conclusion) -> dict:
     return {"conclusion": plain,
             "conclusion_words": {"headline": conclusion_words.headline(conclusion),
                                  "statement": conclusion_words.statement(conclusion),
+                                 "next_step": conclusion_words.next_step(conclusion),
                                  "cells": {c.query_cell_id: conclusion_words.cell_line(c) for c in conclusion.cells}}}
 
 
@@ -146,6 +148,7 @@ def plan_json(plan) -> dict:
     return {"type": "plan", "case_id": plan.case_id, "request_class": plan.request_class,
             "served_class": plan.served_class, "deadline_s": plan.deadline_s,
             "predicted_s": round(plan.predicted_s, 6) if plan.predicted_s else None,
+            "analysis_s": round(plan.analysis_s, 6),
             "decisions": list(plan.decisions), "why": reasons_json(plan.why),
             "sites": [{"site": s.site, "mode": s.mode, "request_class": s.request_class,
                        "predicted_s": round(s.predicted_s, 6) if s.predicted_s else None,

@@ -114,7 +114,8 @@ class Gateway:
         return {"sites": [{"site": s.site, "address": s.address, "serving": s.serving,
                            "algorithm": s.info.algorithm,
                            "database_cells": s.info.database_cells,
-                           "database_origins": dict(s.info.database_origins)} for s in sites]}
+                           "database_origins": dict(s.info.database_origins),
+                           "pixel_um": s.info.pixel_um or None} for s in sites]}
 
     def stats(self, request_class: str) -> dict:
         try:

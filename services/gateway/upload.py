@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathmaster.budget import check_analysis_size
 from pathmaster.imageio import ImageHeader, check_cell, decode_image, decode_mask, probe_image
 from pathmaster.records import InvalidInput
+from pathmaster.uploads import check_cell_image
 from services.config import MAX_CASE_CELLS
 from services.gateway.pairing import CellFiles, Pairing, extension_problem, mask_labels, pair_files, split_name
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
@@ -35,11 +36,12 @@ def cell_problem(files: dict[str, bytes], cell: CellFiles,
     """What is wrong with one cell's files, or None when they are fine.
 
     Decodes the image, background and mask with the project's decoders, so the message
-    names the file and the problem (empty, too large, not an image, corrupt, a mask of
-    the wrong size or with labels outside 0-3, a background of another size).
+    names the file and the problem (empty, too large, not an image, corrupt, an image
+    that is a mask or a field of view rather than one cell, a mask of the wrong size or with labels outside 0-3, a background of another size).
     """
     try:
         image = decode_image(files[cell.image], cell.image, max_bytes=max_bytes)
+        check_cell_image(image, cell.image)
         background = mask = None
         if cell.background:
             background = decode_image(files[cell.background], cell.background,
@@ -63,7 +65,8 @@ def check_file(name: str, data: bytes, max_bytes: int = MAX_FILE_BYTES) -> tuple
 
     Decodes it with the project's decoders as what its name says it is (`file_role`): a
     cell image or a background must decode, a mask must be a label image with values
-    0-3; none may be over `max_bytes`, or over the pixels one cell may have
+    0-3, and a cell image must be one cell, not a mask or a field of view
+    (`check_cell_image`); none may be over `max_bytes`, or over the pixels one cell may have
     (`check_analysis_size`, as the sites refuse it). Raises InvalidInput naming the file
     and the problem. What needs the cell's other files (a background or mask of another
     size than its image) is `check_upload`'s, when the case is sent.
@@ -76,6 +79,8 @@ def check_file(name: str, data: bytes, max_bytes: int = MAX_FILE_BYTES) -> tuple
     check_analysis_size(data, name)
     if role == "mask":
         decode_mask(data, name, header.shape, max_bytes=max_bytes)
+    elif role == "image":
+        check_cell_image(decode_image(data, name, max_bytes=max_bytes), name)
     else:
         decode_image(data, name, max_bytes=max_bytes)
     return role, header

@@ -25,13 +25,16 @@ def analyse_encoded(cell_id: str, image: bytes, background: bytes, mask: bytes):
 
 
 def analyse_encoded_cell(cell_id: str, image: bytes, background: bytes, mask: bytes):
-    """`analyse_encoded`, and the cell's patch (uint8 (S, S, 3), what a site's learnt
-    network embeds: ``pathmaster.embedding.cell_patch``) as a fourth item."""
+    """`analyse_encoded`, the cell's patch (uint8 (S, S, 3), what a site's learnt network
+    embeds: ``pathmaster.embedding.cell_patch``) as a fourth item, and the hash of its
+    pixels (``sitedb.image_hash``: a site finds the test cell among its own by it) as a fifth."""
     from pathmaster.site import analyse_cell
+    from pathmaster.sitedb import image_hash
 
     rgb, background_rgb, labels = decode_cell(cell_id, image, background, mask)
     analysis = analyse_cell(rgb, background_rgb, labels, source=f"cell {cell_id!r}")
-    return analysis.features, bool(analysis.background_estimated), bool(analysis.mask_estimated), analysis.patch
+    return (analysis.features, bool(analysis.background_estimated), bool(analysis.mask_estimated), analysis.patch,
+            image_hash(rgb))
 
 
 def warm_up_analysis(seed: int = 0) -> None:

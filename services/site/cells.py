@@ -16,6 +16,7 @@ import numpy as np
 from pathmaster.budget import check_analysis_size
 from pathmaster.imageio import check_cell, decode_image, decode_mask, probe_image
 from pathmaster.records import InvalidInput
+from pathmaster.uploads import check_cell_image
 
 
 def _name(cell_id: str) -> str:
@@ -56,7 +57,8 @@ def decode_cell(cell_id: str, image: bytes, background: bytes = b"", mask: bytes
     Empty background/mask bytes mean "not sent". Each part is decoded once. Raises
     InvalidInput naming the cell and the part (image, background or mask) that is
     missing or does not decode; a mask of another size than the image, or with labels
-    outside 0-3, is refused here too (`decode_mask`). Whether the parts fit together as
+    outside 0-3, is refused here too (`decode_mask`), and so is an image that is a mask or a
+    field of view, not one cell (`pathmaster.uploads.check_cell_image`). Whether the parts fit together as
     a cell is `check_cell`'s to say, where they are analysed. A part over
     MAX_ANALYSIS_PIXELS is refused from its header, before anything is decoded.
     """
@@ -65,6 +67,7 @@ def decode_cell(cell_id: str, image: bytes, background: bytes = b"", mask: bytes
         raise InvalidInput("no image", f"{name} image")
     check_cell_size(cell_id, image, background, mask)
     rgb = decode_image(image, f"{name} image")
+    check_cell_image(rgb, f"{name} image")
     bg = decode_image(background, f"{name} background") if background else None
     labels = decode_mask(mask, f"{name} mask", rgb.shape) if mask else None
     return rgb, bg, labels

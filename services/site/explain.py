@@ -6,15 +6,23 @@ after). `Explainer` splits that weighted sum by *concept* (nuclear size, N/C rat
 chromatin, nuclear shape, cytoplasm), so a match can say which concepts make it close or
 far, and shows each concept's plainest feature as raw values ("nucleus 1.9x larger").
 
-Distances are in each site's own space; `Explainer.similarity` makes them comparable: the
-share of pairs of the site's own database cells that lie farther apart than the match lies
-from the test cell (an empirical CDF of a fixed sample of pair distances, so it is the
-same for every case). Hand-written: it is a few lines over the site's arrays.
+Distances are in each site's own space; `Explainer.similarities` makes them comparable and
+able to rank: a match's similarity is the share of the site's own database cells whose
+nearest other cell lies farther away than the match lies from the test cell, by the
+Weibull plotting position of that empirical survival function (count / (n + 1)), so it is
+below 1 for any cell that is not the test cell itself (the worker says 1 for a cell with the
+test cell's image hash), falls with distance (never rises down the ranks) and spreads out
+exactly where matches are: among near neighbours, not among random pairs. The cells are
+the whole database up to SAMPLE_CELLS, a fixed random sample of that many beyond (their
+nearest neighbours then sought among the sample, a little farther than in the whole
+database); their distances are computed once per measure (the site's, or a refined one)
+with the project's FAISS search.
 """
 
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import numpy as np
 
@@ -31,9 +39,13 @@ CONCEPTS: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 MAX_WEIGHT = 10.0  # a concept's weight when refining by concept: 0 (ignore it) to 10
 RERANK_CANDIDATES = 50  # the site's nearest cells a refined search re-ranks
-PAIR_SAMPLE = 4000  # pairs of database cells whose distances calibrate `similarity`
-SAMPLE_CELLS = 2000  # the cells those pairs are drawn from
-PAIR_SEED = 0
+SAMPLE_CELLS = 2000  # database cells whose nearest-neighbour distances calibrate `similarities`
+SAMPLE_SEED = 0
+REFINED_MEASURES = 32  # refined measures (concept weights) whose calibration a worker keeps
+# A shown value's ratio (match over test cell) outside 1/RELIABLE_RATIO..RELIABLE_RATIO says
+# one of the two cells was segmented wrongly, not that they differ so: it is not shown.
+RELIABLE_RATIO = 8.0
+NO_RATIO = 10_000  # a packed log2 ratio (Match.measure_log2_ratio): the ratio is not reliable
 
 
 def concept_columns(feature_names: list[str]) -> dict[str, np.ndarray]:
@@ -70,15 +82,47 @@ def pack(measures: list[dict]) -> tuple[list[int], list[int]]:
             ratios.append(0)
             shares.append(UNMEASURED)
             continue
-        ratios.append(round(100 * math.log2(m["match"] / m["query"])))
+        ratios.append(round(100 * math.log2(m["match"] / m["query"])) if reliable(m["query"], m["match"])
+                      else NO_RATIO)
         shares.append(min(100, round(100 * m["share"])))
     return ratios, shares
 
 
+def reliable(query: float, match: float) -> bool:
+    """Whether a shown feature's two raw values can be compared as a ratio: both positive
+    and finite, and within RELIABLE_RATIO of each other."""
+    if not (math.isfinite(query) and math.isfinite(match) and query > 0 and match > 0):
+        return False
+    return 1 / RELIABLE_RATIO <= match / query <= RELIABLE_RATIO
+
+
+def nearest_distances(vectors: np.ndarray) -> np.ndarray:
+    """Sorted float64 (n,): each row's Euclidean distance to its nearest other row of
+    `vectors` (float32 (n, d)); an exact duplicate's is 0. Empty for fewer than 2 rows."""
+    from pathmaster import similarity  # FAISS: the site's; the page's gateway needs only `unpack`
+
+    if len(vectors) < 2:
+        return np.zeros(0)
+    index = similarity.build_index(np.ascontiguousarray(vectors, np.float32))
+    distances, _ = similarity.search(index, vectors, 2)
+    return np.sort(distances[:, 1].astype(np.float64))  # [:, 0] is the row itself (or its twin)
+
+
+def survival_share(nearest: np.ndarray, distances) -> np.ndarray:
+    """float64 (m,): for each distance, the share of `nearest` (sorted) that is larger, as
+    the Weibull plotting position count / (n + 1): in [0, n / (n + 1)], falling with
+    distance. 0 where there is no calibration (`nearest` empty)."""
+    distances = np.asarray(distances, dtype=np.float64)
+    if not len(nearest):
+        return np.zeros(len(distances))
+    larger = len(nearest) - np.searchsorted(nearest, distances, side="right")
+    return larger / (len(nearest) + 1)
+
+
 def unpack(ratios, shares) -> list[dict]:
-    """The packed fields as [{"concept", "ratio" (match over test cell), "share" (0..1)}],
-    largest share first, concepts the site did not measure left out."""
-    out = [{"concept": concept, "ratio": round(2 ** (r / 100), 3), "share": s / 100}
+    """The packed fields as [{"concept", "ratio" (match over test cell; None where it is not
+    reliable), "share" (0..1)}], largest share first, concepts the site did not measure left out."""
+    out = [{"concept": concept, "ratio": None if r == NO_RATIO else round(2 ** (r / 100), 3), "share": s / 100}
            for concept, r, s in zip(CONCEPTS, ratios, shares) if s != UNMEASURED]
     return sorted(out, key=lambda m: -m["share"])
 
@@ -104,45 +148,69 @@ class Explainer:
         weight[np.asarray(projection.columns, dtype=np.int64)] = projection.weights
         self._weight = weight  # per feature; 0 where the site's distance does not read it
         self._concepts = concept_columns(names)
-        self._pairs = self._pair_distances(projection)
+        self._sample = self._sample_features()
+        self._nearest = nearest_distances(self._site_vectors(index))
+        self._refined = lru_cache(maxsize=REFINED_MEASURES)(self._refined_nearest)
 
-    def _pair_distances(self, projection) -> np.ndarray:
-        """Sorted distances of PAIR_SAMPLE random pairs among a sample of the site's cells
-        (at most SAMPLE_CELLS read, however large the database)."""
-        rng = np.random.default_rng(PAIR_SEED)
-        rowids = np.array([r for (r,) in self._db.conn.execute("SELECT rowid FROM cells")], dtype=np.int64)
-        if len(rowids) < 2:
-            return np.zeros(0)
-        chosen = np.sort(rng.choice(rowids, size=min(len(rowids), SAMPLE_CELLS), replace=False))
-        marks = ",".join("?" * len(chosen))
-        raw = np.vstack([np.frombuffer(blob, dtype="<f8") for (blob,) in self._db.conn.execute(
-            f"SELECT features FROM cells WHERE rowid IN ({marks})", [int(r) for r in chosen])])
-        vectors = projection.apply(self._norm.apply(raw)).astype(np.float64)
-        n = len(vectors)
-        a = rng.integers(0, n, PAIR_SAMPLE)
-        b = (a + rng.integers(1, n, PAIR_SAMPLE)) % n  # never a cell with itself
-        return np.sort(np.linalg.norm(vectors[a] - vectors[b], axis=1))
+    def _sample_features(self) -> tuple[np.ndarray, np.ndarray]:
+        """(positions int64 (m,) in the database's row order, raw features float64 (m,
+        n_features)) of at most SAMPLE_CELLS of the site's cells, chosen at random (fixed
+        seed) however large the database."""
+        rowids = np.array([r for (r,) in self._db.conn.execute("SELECT rowid FROM cells ORDER BY rowid")],
+                          dtype=np.int64)
+        if not len(rowids):
+            return np.zeros(0, np.int64), np.zeros((0, len(self._weight)))
+        rng = np.random.default_rng(SAMPLE_SEED)
+        positions = np.sort(rng.choice(len(rowids), size=min(len(rowids), SAMPLE_CELLS), replace=False))
+        chosen = [int(r) for r in rowids[positions]]
+        blobs = [blob for (blob,) in self._db.conn.execute(
+            f"SELECT features FROM cells WHERE rowid IN ({','.join('?' * len(chosen))}) ORDER BY rowid", chosen)]
+        return positions, np.vstack([np.frombuffer(blob, dtype="<f8") for blob in blobs])
+
+    def _site_vectors(self, index) -> np.ndarray:
+        """The sample's search vectors in the site's own measure (its lens included)."""
+        from pathmaster.index import search_vectors
+
+        positions, raw = self._sample
+        embeddings = None
+        if index.lens is not None and index.learnt.mode != "features" and len(positions):
+            from pathmaster.learnt import eye_vectors
+
+            cells = self._db.cells()  # their eye vectors are in the site's store: looked at when indexed
+            embeddings = index.lens.embed(eye_vectors(self._db, [cells[p] for p in positions], index.eye))
+        return search_vectors(raw, self._norm, index._projection, index.learnt, embeddings)
+
+    def _refined_nearest(self, weights: tuple) -> np.ndarray:
+        """The sample's nearest-neighbour distances in the measure `reweighted` uses with
+        `weights` ((concept, weight) pairs, sorted)."""
+        scale = np.sqrt(self._weight * self._factor(dict(weights)))
+        return nearest_distances((self._norm.apply(self._sample[1]) * scale).astype(np.float32))
+
+    def _factor(self, weights: dict[str, float]) -> np.ndarray:
+        """float64 (n_features,): each feature's weight multiplier under concept `weights`."""
+        factor = np.ones(len(self._weight))
+        for concept, weight in weights.items():
+            factor[self._concepts[concept]] = weight
+        return factor
 
     def _raw(self, cell_id: str) -> np.ndarray:
         (blob,) = self._db.conn.execute("SELECT features FROM cells WHERE cell_id = ?", (cell_id,)).fetchone()
         return np.frombuffer(blob, dtype="<f8")
 
-    def similarity(self, distance: float) -> float:
-        """0..1: the share of sampled database pairs farther apart than `distance`."""
-        if not len(self._pairs):
-            return 0.0
-        return float(1.0 - np.searchsorted(self._pairs, distance, side="right") / len(self._pairs))
+    def similarities(self, distances, weights: dict[str, float] | None = None) -> tuple[float, ...]:
+        """Each distance's similarity, 0..n/(n+1) (`survival_share`): calibrated on the
+        nearest-neighbour distances of the site's sample in the measure the distances are
+        in: the site's own (`weights` None or empty) or `reweighted`'s with `weights`."""
+        nearest = self._refined(tuple(sorted(weights.items()))) if weights else self._nearest
+        return tuple(float(v) for v in survival_share(nearest, distances))
 
     def reweighted(self, query: np.ndarray, cell_ids: list[str], weights: dict[str, float]) -> np.ndarray:
         """float64 (len(cell_ids),): each cell's weighted z-score distance from `query` with
         each concept's features' weights multiplied by `weights` (1 when absent): the
         site's measure refined by concept (a learnt map, when the site has one, is left out)."""
-        factor = np.ones(len(self._weight))
-        for concept, weight in weights.items():
-            factor[self._concepts[concept]] = weight
         rows = np.vstack([self._raw(c) for c in cell_ids])
         dz = self._norm.apply(query)[None, :] - self._norm.apply(rows)
-        return np.sqrt((self._weight * factor * dz * dz).sum(axis=1))
+        return np.sqrt((self._weight * self._factor(weights) * dz * dz).sum(axis=1))
 
     def measures(self, query: np.ndarray, cell_id: str, known: np.ndarray | None = None) -> list[dict]:
         """The concepts of one match, largest share of the distance first: dicts of

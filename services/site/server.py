@@ -63,6 +63,8 @@ def cell_result(outcome: CellOutcome) -> pb.CellResult:
                          thumbnail=thumbnail, source_id=m.source_id, image_sha256=sha, bethesda=bethesda)
         if outcome.similarity:
             match.similarity = outcome.similarity[i]
+        if outcome.same_cell:
+            match.same_cell = outcome.same_cell[i]
         if outcome.measures:
             ratios, shares = pack(outcome.measures[i])
             match.measure_log2_ratio.extend(ratios)
@@ -162,8 +164,8 @@ class SiteServicer(pb_grpc.SiteServicer):
                           f"{model[:16]} (SiteInfo.eye), or the images")
         self._refuse_copy(request, context)
         # One job for the whole request: a search is ~1 ms, a Ray task per cell costs more.
-        cells = [(f.cell_id, list(f.values), f.background_estimated, f.mask_estimated, list(f.embedding))
-                 for f in request.features]
+        cells = [(f.cell_id, list(f.values), f.background_estimated, f.mask_estimated, list(f.embedding),
+                  f.image_sha256) for f in request.features]
         if self.local is not None:
             return "features", [self._search_here(cells, k, columns, weights)]
         return "features", [self.dispatcher.submit(priority, (cells, k, columns, weights), method=METHOD_OF_MODE["features"],
@@ -343,6 +345,7 @@ class SiteServicer(pb_grpc.SiteServicer):
             feature_columns=self.info.get("feature_columns", []),
             feature_column_names=self.info.get("feature_column_names", []),
             database_origins=self.info.get("database_origins", {}),
+            pixel_um=self.info.get("pixel_um", 0.0),
             representation=self.info.get("representation", ""),
             representation_cells=self.info.get("representation_cells", 0),
             **{key: self.info[key] for key in LEARNT_INFO if key in self.info},

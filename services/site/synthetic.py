@@ -75,7 +75,7 @@ def build_synthetic_site(site_dir: str | Path, cells: int, seed: int, algorithm:
     """
     from pathmaster.ingest import ingest
     from pathmaster.records import DIAGNOSES
-    from pathmaster.synth import cell_rng, synth_cell
+    from pathmaster.synth import PIXEL_UM, cell_rng, synth_cell
 
     site_dir = Path(site_dir)
     if is_current(site_dir):
@@ -87,7 +87,8 @@ def build_synthetic_site(site_dir: str | Path, cells: int, seed: int, algorithm:
         synth_cell(DIAGNOSES[i % len(DIAGNOSES)], cell_rng(seed, i), source_id=f"synth-{seed}-{i:06d}")
         for i in range(cells)
     )
-    ingest(site_dir / f"synthetic-seed{seed}", site_dir, records=records, algorithm=algorithm, similarity=similarity)
+    ingest(site_dir / f"synthetic-seed{seed}", site_dir, records=records, algorithm=algorithm, similarity=similarity,
+           pixel_um=PIXEL_UM)
     (site_dir / READY).write_text(ready_stamp(cells=cells, seed=seed, similarity=similarity or "auto"))
     return site_dir
 

@@ -88,6 +88,7 @@ class CellOutcome:
     image_sha256: tuple[str, ...] = ()
     bethesda: tuple[str, ...] = ()   # each match's diagnosis in Bethesda terms ("" when unmapped)
     similarity: tuple[float, ...] = ()  # each match's comparable similarity (explain.Explainer)
+    same_cell: tuple[bool, ...] = ()    # each match's image is the test cell's (sitedb.image_hash)
     measures: tuple[tuple[dict, ...], ...] = ()  # each match's measures (explain.Explainer.measures)
     background_estimated: bool = False
     mask_estimated: bool = False
@@ -146,7 +147,7 @@ class SiteWorker:
         cell = synthetic_case_cells(1, WARM_UP_SEED)[0]
         try:
             t0 = time.perf_counter()
-            features, _, _, patch = self._extract(cell["cell_id"], cell["image"], cell["background"], cell["mask"],
+            features, _, _, patch, _ = self._extract(cell["cell_id"], cell["image"], cell["background"], cell["mask"],
                                                   None)
             self.warm_up_s["analyse_s"] = time.perf_counter() - t0
             t0 = time.perf_counter()
@@ -164,12 +165,15 @@ class SiteWorker:
         return dict(self.warm_up_s)
 
     def _extract(self, cell_id: str, image: bytes, background: bytes, mask: bytes, deadline: float | None):
-        """(features, background_estimated, mask_estimated, patch) of one cell; InvalidInput
-        or CellStopped (budget) naming it."""
+        """(features, background_estimated, mask_estimated, patch, image hash) of one cell;
+        InvalidInput or CellStopped (budget) naming it."""
         if self.pool is None:
+            from pathmaster.sitedb import image_hash
+
             rgb, background_rgb, labels = decode_cell(cell_id, image, background, mask)
             analysis = self.index.analyse(rgb, background_rgb, labels, source=f"cell {cell_id!r}")
-            return analysis.features, analysis.background_estimated, analysis.mask_estimated, analysis.patch
+            return (analysis.features, analysis.background_estimated, analysis.mask_estimated, analysis.patch,
+                    image_hash(rgb))
         pixels = check_cell_size(cell_id, image, background, mask) if image else 0
         return self.pool.run(analyse_encoded_cell, cell_id, image, background, mask,
                              pixels=pixels, deadline=deadline, name=f"cell {cell_id!r}",
@@ -181,7 +185,8 @@ class SiteWorker:
     def info(self) -> dict:
         """{"algorithm", "database_cells", "diagnoses", "feature_schema", "vocabulary",
         "feature_columns", "feature_column_names", "database_origins" (cells per dataset kind,
-        generated cells as "synthetic"), "representation", "representation_cells"} of this
+        generated cells as "synthetic"), "pixel_um" (0: not known), "representation",
+        "representation_cells"} of this
         worker's database (the vocabulary as ``Vocabulary.as_dict``; the columns its distance
         reads, [] for all; the fitted representation's id and its cells)."""
         from pathmaster.growth import representation
@@ -199,6 +204,7 @@ class SiteWorker:
             "feature_schema": self.index.feature_schema,
             "vocabulary": self.index.vocabulary.as_dict(),
             "database_origins": origin_counts(self.index.origins()),
+            "pixel_um": self.index.pixel_um or 0.0,
             **self._learnt_info(),
         }
 
@@ -228,12 +234,14 @@ class SiteWorker:
         return thumbnail, hashlib.sha256(self.index.image_png(cell_id)).hexdigest()
 
     def _outcome(self, cell_id: str, features, k: int, columns: list[int] | None = None, embedding=None,
-                 weights: dict[str, float] | None = None, **flags) -> CellOutcome:
+                 weights: dict[str, float] | None = None, image_hash: str = "", **flags) -> CellOutcome:
         """Search with one raw feature vector (with `columns`: only those of it) and its
         eye vector (None without one); with `weights`, refined by
         concept: the nearest RERANK_CANDIDATES re-ranked by `Explainer.reweighted`. The
-        outcome has the matches' wire parts, similarity and measures, and the cell's
-        abnormality score, read from the site's own k nearest however many were asked for."""
+        outcome has the matches' wire parts, similarity (in the measure that ranked them, so
+        it never rises down the ranks; 1 for a match that is the test cell itself: its
+        `image_hash`, "" unknown, is the match's) and measures, and the cell's abnormality
+        score, read from the site's own k nearest however many were asked for."""
         t0 = time.perf_counter()
         query, known = np.asarray(features, dtype=np.float64), None
         if columns:
@@ -247,40 +255,42 @@ class SiteWorker:
         [score] = self.index.abnormality(embeddings, [found[:scored]], query[None])
         if weights:
             refined = self.explainer.reweighted(query, [m.cell_id for m in found], weights)
-            order = np.argsort(refined, kind="stable")[:k]
-            similar = tuple(self.explainer.similarity(found[i].distance) for i in order)  # in the site's own measure
-            matches = tuple(dataclasses.replace(found[i], distance=float(refined[i])) for i in order)
-        else:
-            matches = tuple(found[:k])
-            similar = tuple(self.explainer.similarity(m.distance) for m in matches)
+            found = [dataclasses.replace(m, distance=float(d)) for m, d in zip(found, refined)]
+        itself = set(self.index.cells_with_hash(image_hash)) if image_hash else set()
+        # nearest first, the test cell itself (distance ~0) before any twin of it
+        matches = tuple(sorted(found, key=lambda m: (m.cell_id not in itself, m.distance))[:k])
+        same = tuple(m.cell_id in itself for m in matches)
+        similar = tuple(1.0 if s else v for s, v in
+                        zip(same, self.explainer.similarities([m.distance for m in matches], weights)))
         parts = [self._wire(m.cell_id) for m in matches]
         bethesda = tuple(self.index.vocabulary.to_bethesda(m.diagnosis) or "" for m in matches)
         return CellOutcome(cell_id, matches, tuple(p[0] for p in parts), tuple(p[1] for p in parts), bethesda,
-                           similar,
+                           similar, same,
                            tuple(tuple(self.explainer.measures(query, m.cell_id, known)) for m in matches),
                            search_s=time.perf_counter() - t0, abnormal_score=score,
                            abnormal=score >= self.index.learnt.threshold, **flags)
 
     def search(self, cell_id: str, values: list[float], k: int, background_estimated: bool = False,
                mask_estimated: bool = False, columns: list[int] | None = None, embedding=None,
-               weights: dict[str, float] | None = None) -> CellOutcome:
+               weights: dict[str, float] | None = None, image_hash: str = "") -> CellOutcome:
         """One test cell analysed elsewhere (its raw feature vector, or with `columns` the
         values of those columns only; its embedding by the site's network when the site
-        needs one) -> its CellOutcome; extraction_s is 0. A vector that does not fit gives
-        the outcome's `error`."""
+        needs one; the hash of its pixels when the analyser sent it, "" not sent) -> its
+        CellOutcome; extraction_s is 0. A vector that does not fit gives the outcome's `error`."""
         try:
             return self._outcome(cell_id, values, k, columns,
                                  embedding if embedding is not None and len(embedding) else None, weights,
-                                 background_estimated=background_estimated, mask_estimated=mask_estimated)
+                                 image_hash, background_estimated=background_estimated, mask_estimated=mask_estimated)
         except InvalidInput as exc:
             return CellOutcome(cell_id, error=f"cell {cell_id!r}: {exc}")
 
     def search_many(self, cells: list[tuple], k: int, columns: list[int] | None = None,
                     weights: dict[str, float] | None = None) -> list[CellOutcome]:
         """`search` for each of `cells` (tuples (cell_id, values, background_estimated,
-        mask_estimated[, embedding])) with `k`, `columns` and `weights`, in one call: a
-        features-mode request is one Ray task, not one per cell."""
-        return [self.search(cell[0], cell[1], k, cell[2], cell[3], columns, *cell[4:5], weights=weights)
+        mask_estimated[, embedding[, image_hash]])) with `k`, `columns` and `weights`, in one
+        call: a features-mode request is one Ray task, not one per cell."""
+        return [self.search(cell[0], cell[1], k, cell[2], cell[3], columns, *cell[4:5], weights=weights,
+                            image_hash=cell[5] if len(cell) > 5 else "")
                 for cell in cells]
 
     def analyse(self, cell_id: str, image: bytes, background: bytes, mask: bytes, k: int,
@@ -295,13 +305,13 @@ class SiteWorker:
         """
         t0 = time.perf_counter()
         try:
-            features, background_estimated, mask_estimated, patch = self._extract(
+            features, background_estimated, mask_estimated, patch, digest = self._extract(
                 cell_id, image, background, mask, deadline)
             embedding = self.index.embed(patch[None])
         except (InvalidInput, CellStopped) as exc:
             return CellOutcome(cell_id, error=str(exc), extraction_s=time.perf_counter() - t0)
         return self._outcome(cell_id, features, k, None, None if embedding is None else embedding[0], weights,
-                             extraction_s=time.perf_counter() - t0,
+                             digest, extraction_s=time.perf_counter() - t0,
                              background_estimated=bool(background_estimated),
                              mask_estimated=bool(mask_estimated))
 

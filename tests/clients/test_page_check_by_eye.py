@@ -32,6 +32,7 @@ pytestmark = pytest.mark.browser
 
 WIDTHS = {390: 844, 1280: 900}
 SITES = {"alpha": {"synthetic": 14}, "beta": {"herlev": 4000}}  # database origins: alpha is small and synthetic
+PIXEL_UM = {"beta": 0.25}  # micrometres per pixel where a site's database records it (alpha's does not)
 MATCH_PX = 120  # a database cell's full image; the test cells are 60 px: half its size on screen
 
 
@@ -62,7 +63,7 @@ class FakeCoordinator(pb_grpc.CoordinatorServicer):
 
     def ListSites(self, request, context):
         return pb.SitesReply(sites=[pb.SiteStatus(site=name, address="127.0.0.1:1", serving=True, info=pb.SiteInfo(
-            site=name, database_cells=sum(origins.values()), database_origins=origins))
+            site=name, database_cells=sum(origins.values()), database_origins=origins, pixel_um=PIXEL_UM.get(name, 0.0)))
             for name, origins in SITES.items()])
 
     def GetClassStats(self, request, context):
@@ -77,8 +78,9 @@ class FakeCoordinator(pb_grpc.CoordinatorServicer):
         self.cases.append(request)
         ids = [c.cell_id for c in request.cells]
         stepped = pb.Reason(code="class_stepped_down_within_deadline", params={"asked": "urgent", "served": "routine"})
-        yield pb.CaseEvent(plan=pb.CasePlan(case_id="c1", request_class=request.request_class, sites=[
-            pb.SitePlan(site=s, mode="features", request_class="routine", predicted_s=0.5, why=[stepped])
+        yield pb.CaseEvent(plan=pb.CasePlan(case_id="c1", request_class=request.request_class, analysis_s=0.3, sites=[
+            pb.SitePlan(site=s, mode="features", request_class="routine", predicted_s=0.5,
+                        why=[stepped, pb.Reason(code="predicted", params={"predicted_s": "0.5"})])
             for s in SITES]))
         for site in SITES:
             yield pb.CaseEvent(site_result=pb.SiteResult(site=site, status_code=0, why=[stepped], cells=[
@@ -197,7 +199,9 @@ def test_check_a_case_by_eye(browser, fake, case_files, width, tmp_path):
         # The pathologist's wait, from the click; bytes in their unit.
         status = page.locator("#case-status")
         assert float(status.get_attribute("data-waited-s")) > 0
-        assert "5 kB sent" in status.inner_text() and "23 kB received" in status.inner_text()
+        # Bytes are the researcher's: in the status's tooltip, not its words.
+        assert "5 kB sent" in status.get_attribute("title") and "23 kB received" in status.get_attribute("title")
+        assert "kB" not in status.inner_text()
         page.wait_for_function("() => document.body.dataset.largerImagesS !== undefined")
         assert page.locator(".match.full").count() == 2 * 5 * len(SITES)
         no_sideways_scrolling(page)
@@ -210,6 +214,7 @@ def test_check_a_case_by_eye(browser, fake, case_files, width, tmp_path):
         page.wait_for_selector("#scale-bar[data-zoom]")
         page.wait_for_function("() => document.querySelector('#viewer-match').naturalWidth === %d" % MATCH_PX)
         page.wait_for_function("() => document.querySelector('#scale-text').textContent.includes('image pixels')")
+        assert "pixel scale only" in page.locator("#scale-text").inner_text()  # alpha records no pixel size
         sizes = page.evaluate("""() => ['#viewer-query', '#viewer-match'].map((s) => {
             const i = document.querySelector(s); return [i.naturalWidth, i.getBoundingClientRect().width]; })""")
         (query_px, query_css), (match_px, match_css) = sizes
@@ -225,6 +230,16 @@ def test_check_a_case_by_eye(browser, fake, case_files, width, tmp_path):
         page.screenshot(path=str(ARTIFACTS / f"check-by-eye-viewer-{width}px.png"))
         page.keyboard.press("ArrowRight")
         page.wait_for_function("() => document.querySelector('#viewer-title').textContent.includes('match 2 of 5')")
+        # A match from beta, whose database records 0.25 µm per pixel: the bar in micrometres.
+        page.evaluate("document.querySelector('#viewer').close()")
+        card.locator(".site-row[data-site='beta'] .match").first.click()
+        page.wait_for_selector("#scale-bar[data-um]")
+        page.wait_for_function("() => document.querySelector('#viewer-match').naturalWidth === %d" % MATCH_PX)
+        um = float(page.locator("#scale-bar").get_attribute("data-um"))
+        zoom = float(page.locator("#scale-bar").get_attribute("data-zoom"))
+        assert page.locator("#scale-text").inner_text() == f"{um:g} µm"
+        assert page.locator("#scale-line").bounding_box()["width"] == pytest.approx(um / PIXEL_UM["beta"] * zoom, abs=1.5)
+        page.screenshot(path=str(ARTIFACTS / f"check-by-eye-viewer-um-{width}px.png"))
 
         # The report: conclusion, statement, viewport, the cells' terms.
         with page.expect_download() as saved:

@@ -82,6 +82,10 @@ def test_sites_disagreeing_on_a_cell_below_the_threshold_cannot_conclude():
     why = case.why[0]
     assert why.code == "sites_disagree"
     assert (why.params["cell"], why.params["abnormal_sites"], why.params["nilm_sites"]) == ("x", "a", "b, c")
+    # ... and says what to do next: look at that cell, whose sites it names.
+    step = case.why[1]
+    assert step.code == "next_review_disputed_cell"
+    assert (step.params["cell"], step.params["abnormal_sites"], step.params["nilm_sites"]) == ("x", "a", "b, c")
     # Enough support pooled over the sites: the abnormality stands although site b reads NILM.
     agreed = conclude_case([cell("x", *["HSIL"] * 5, site="a"), cell("x", "HSIL", "NILM", "NILM", "NILM", "NILM",
                                                                      site="b")])
@@ -97,7 +101,7 @@ def test_no_site_answered():
 def test_labels_mapping_to_no_bethesda_term_cannot_conclude():
     case = conclude_case([cell("a", "", None, ""), cell("b", "", "")])
     assert (case.outcome, case.term) == ("cannot_conclude", "")
-    assert codes(case)[0] == "no_bethesda_term"
+    assert codes(case)[:2] == ["no_bethesda_term", "next_ask_for_bethesda_terms"]
     assert case.cells[0].abnormal_score is None and "labels_without_bethesda_term" in codes(case.cells[0])
     # Matches without a term do not count in the share of those with one.
     assert abnormal_share(("HSIL", "", "NILM", None)) == pytest.approx(0.5)

@@ -222,3 +222,29 @@ def test_a_cell_stored_before_image_hashes_gets_the_hash_of_its_stored_pixels(tm
     with SiteDB(tmp_path) as db:
         assert db.cells_without_hash() == []
         assert [c.image_hash for c in db.cells()] == [image_hash(r.image) for r in records]
+
+
+def test_a_site_records_the_pixel_size_its_importers_know(tmp_path):
+    from pathmaster.importers import dataset_pixel_um
+    from pathmaster.site import SiteIndex
+    from pathmaster.synth import PIXEL_UM
+
+    synthetic = tmp_path / "synthetic"
+    write_dataset(synthetic, 2, seed=3)
+    assert dataset_pixel_um(synthetic) == PIXEL_UM  # the generator draws at one scale
+    ingest(synthetic, tmp_path / "site", build_index=False)
+    with SiteDB(tmp_path / "site") as db:
+        assert db.get_config("pixel_um") == PIXEL_UM
+    # Cells whose pixel size nobody stated (records without it) make it unknown: not a wrong scale.
+    records = [synth_cell(DIAGNOSES[0], cell_rng(9, 0), source_id="other-0")]
+    ingest(synthetic, tmp_path / "site", records=records)
+    with SiteDB(tmp_path / "site") as db:
+        assert db.get_config("pixel_um") is None
+    assert SiteIndex.open(tmp_path / "site").pixel_um is None
+    # Class folders of plain images say nothing about their pixels.
+    folders = tmp_path / "folders" / "normal_superficial"
+    folders.mkdir(parents=True)
+    from pathmaster.imageio import encode_png
+
+    (folders / "c1.png").write_bytes(encode_png(synth_cell(DIAGNOSES[0], cell_rng(9, 1)).image))
+    assert dataset_pixel_um(tmp_path / "folders") is None

@@ -16,13 +16,17 @@ const state = {
   finished: false,       // the case's stream ended with its summary or an error
   started: 0,
   timer: null,
-  predicted: null,       // the plan's predicted seconds for the whole case (null: none)
+  predicted: null,       // the case's wait on this page's path: the slowest site's (null: none)
+  planAt: 0,             // performance.now() when the case's plan arrived
   report: null,          // what the case report is made of, filled as the case runs
   reportURL: null,       // the object URL of the last report saved
   siteInfo: new Map(),   // site name -> its /api/sites entry (database size and origins)
   images: new Map(),     // image hash -> object URL of a database cell's full image (cached by hash)
   querySizes: new Map(), // cell id -> [width, height] of its test image, in pixels
   viewer: null,          // {queryId, site, matches, index} while the viewer is open
+  weights: {},           // the concept weights of the case on screen (refine by concept)
+  refined: [],           // those weights in words, said beside a re-ranked answer's conclusion
+  answered: null,        // {accession} as typed when the case on screen was answered
 };
 
 const $ = (sel) => document.querySelector(sel);
@@ -126,6 +130,15 @@ function diagnosisBadge(diagnosis, extra, short = false) {
 
 const seconds = (s) => `${s.toFixed(s < 10 ? 2 : 1)} s`;
 const megabytes = (n) => `${(n / 1e6).toFixed(1)} MB`;
+// A date and time no reader can take for another: ISO 8601 in local time with its offset,
+// "2026-12-02 04:31 +00:00".
+function isoTime(date) {
+  const two = (n) => String(Math.abs(n)).padStart(2, "0");
+  const offset = -date.getTimezoneOffset();
+  return `${date.getFullYear()}-${two(date.getMonth() + 1)}-${two(date.getDate())} ${two(date.getHours())}:${
+    two(date.getMinutes())} ${offset < 0 ? "-" : "+"}${two(Math.trunc(offset / 60))}:${two(offset % 60)}`;
+}
+
 // Bytes in the unit that shows them: 812 B, 14 kB, 1.8 MB.
 const bytesText = (n) => n < 1e3 ? `${n} B` : n < 1e6 ? `${Math.round(n / 1e3)} kB` : megabytes(n);
 // The fewest cases whose times make a distribution worth showing.
@@ -214,10 +227,12 @@ async function loadStats() {
       box.replaceChildren(el("span", {class: "muted", text: `No ${label} cases yet: no waiting times to show.`}));
       return;
     }
+    // The kind's past cases at the coordinator, and this page's link for the cells picked.
+    const cells = Math.max(1, state.pairing?.cells?.length || 0);
     box.replaceChildren(
       el("div", {class: "expect-line"},
         el("span", {class: "expect-label", text: "Expect about "}),
-        el("strong", {class: "expect-mean", text: seconds(s.mean_s)}),
+        el("strong", {class: "expect-mean", text: seconds(s.mean_s + linkSeconds(cells * answerBytes()))}),
         s.cases > 1 ? el("span", {class: "expect-spread", text: ` ± ${seconds(s.std_s)}`}) : null),
       el("div", {class: "muted", "data-cases": s.cases, text: s.cases >= FEW_CASES
         ? `${label}: last ${s.cases} cases, median ${seconds(s.p50_s)}, 95% under ${seconds(s.p95_s)}`
@@ -256,6 +271,16 @@ function sparkline(values, mean) {
 
 function addFiles(fileList) {
   const limit = state.config.max_file_bytes;
+  if (state.answered && !state.running) {
+    // The first file after an answer starts the next case: the last one's files and
+    // results go; its accession number too, unless another was typed since.
+    const typedAnew = $("#accession").value !== state.answered.accession;
+    for (const name of [...state.uploads.keys()]) dropUpload(name);
+    state.files.clear();
+    state.tooLarge = [];
+    state.pairing = null;
+    resetResults(!typedAnew);
+  }
   for (const file of fileList) {
     state.tooLarge = state.tooLarge.filter((p) => p.file !== file.name);
     if (file.size > limit) {
@@ -340,6 +365,7 @@ function sendUpload(upload) {
       } else {
         upload.status = "failed";
         upload.problem = body.problem || body.words || body.error || `the gateway answered HTTP ${xhr.status}`;
+        upload.code = body.code || null;
         if (xhr.status === 401) showLogin(body.error);
       }
       resolve();
@@ -430,7 +456,7 @@ function renderPairing() {
   $("#pairing tbody").replaceChildren(...rows);
   $("#pairing").hidden = rows.length === 0;
   const refused = [...state.uploads.values()].filter((u) => u.status === "failed")
-    .map((u) => ({file: u.file.name, problem: u.problem}));
+    .map((u) => ({file: u.file.name, problem: u.problem, code: u.code}));
   const problems = [...state.tooLarge, ...refused, ...(state.pairing ? state.pairing.problems : []),
                     ...sizeProblems(cells)];
   $("#file-problems").replaceChildren(...problems.map((p) =>
@@ -471,10 +497,40 @@ function clearCase() {
   state.files.clear();
   state.tooLarge = [];
   state.pairing = null;
+  resetResults(true);
+  refreshPairing();
+}
+
+// Each case is its own: nothing of the last patient's case stays on screen or goes into the
+// next one. "Clear" and the first file of a new case (added after an answer) take away the
+// conclusion, results, site cards, report, refine weights and status; the accession number
+// too, unless it was typed anew for the next case (forgetAccession false keeps it).
+function resetResults(forgetAccession) {
+  if ($("#viewer").open) $("#viewer").close();
   $("#cells").replaceChildren();
   $("#site-cards").replaceChildren();
+  const box = $("#conclusion");
+  box.hidden = true;
+  delete box.dataset.outcome;
+  delete box.dataset.codes;
+  $("#conclusion-text").replaceChildren();
+  $("#decision-support").textContent = "";
+  $("#conclusion-detail").textContent = "";
+  $("#refine").hidden = true;
+  for (const select of document.querySelectorAll("#refine-concepts select")) select.value = "1";
+  state.weights = {};
+  state.refined = [];
+  $("#reranked").hidden = true;
+  state.report = null;
+  state.finished = false;
   $("#export").disabled = true;
-  refreshPairing();
+  if (forgetAccession) $("#accession").value = "";
+  state.answered = null;
+  showAccession();
+  setStatus("Add a case's cell images to start.");
+  $("#images-line").hidden = true;
+  delete $("#case-status").dataset.waitedS;
+  $("#case-status").title = "";
 }
 
 // ---------------------------------------------------------------- accession number
@@ -512,6 +568,7 @@ async function submitCase(weights = {}) {
   $("#conclusion").hidden = true;
   const refined = Object.entries(weights).map(([c, w]) =>
     `${CONCEPT_LABELS.find(([k]) => k === c)[1].toLowerCase()} ${WEIGHT_CHOICES.find(([v]) => v === w)[1]}`);
+  state.refined = refined;
   setStatus(`Sending ${state.files.size} files (${classLabel(cls)})${refined.length ? `, re-ranked: ${refined.join(", ")}` : ""}…`);
   state.started = performance.now();
   state.predicted = null;
@@ -574,15 +631,19 @@ async function readEvents(response, onEvent) {
     while ((newline = buffered.indexOf("\n")) >= 0) {
       const line = buffered.slice(0, newline);
       buffered = buffered.slice(newline + 1);
-      if (line.trim()) onEvent(JSON.parse(line));
+      if (line.trim()) onEvent(JSON.parse(line), line.length);
     }
   }
 }
 
-function handleEvent(event) {
+function handleEvent(event, bytes = 0) {
   if (event.type === "accepted") onAccepted(event);
-  else if (event.type === "plan") onPlan(event);
-  else if (event.type === "site") onSite(event);
+  else if (event.type === "plan") { state.planAt = performance.now(); onPlan(event); }
+  else if (event.type === "site") {
+    const beyond = (performance.now() - state.planAt) / 1000 - (event.timing?.total_s || 0);
+    noteAnswer(event.site, bytes, event.cells.length, beyond);
+    onSite(event);
+  }
   else if (event.type === "summary") onSummary(event);
   else if (event.type === "error") onError(event);
   if (event.type === "summary" || event.type === "error") state.finished = true;
@@ -632,27 +693,49 @@ function onAccepted(event) {
   setStatus(`${event.cells.length} cell${event.cells.length === 1 ? "" : "s"} sent to ${state.sites.length} sites (${classLabel(event.request_class)}).`);
 }
 
-// The coordinator's plan arrives before any result: the expected wait, per site.
+// The coordinator's plan arrives before any result: the wait for each site on the
+// pathologist's own path (link.js: the coordinator's prediction and this page's link), and
+// the case's, the slowest site's, which the status and the side panel say.
 function onPlan(event) {
-  state.predicted = event.predicted_s;
-  state.report.predicted_s = event.predicted_s;
-  const wait = event.predicted_s ? `expected in about ${seconds(event.predicted_s)}` : "no estimate yet (the first cases of a kind teach the estimate)";
+  const cells = state.report.cells.length;
+  // A site sent features waits for the coordinator's analysis of the cells first.
+  const coordinator = event.sites.map((s) => s.predicted_s &&
+    s.predicted_s + (s.mode === "features" ? event.analysis_s || 0 : 0));
+  const waits = event.sites.map((s, i) => siteWait(s.site, coordinator[i], cells));
+  state.predicted = waits.length && waits.every((w) => w) ? Math.max(...waits) : null;
+  state.report.predicted_s = state.predicted;
+  document.body.dataset.caseWaitS = state.predicted ?? "";
+  const wait = state.predicted ? `expected in about ${seconds(state.predicted)}` : "no estimate yet (the first cases of a kind teach the estimate)";
   setStatus(`Case sent; ${wait}.`);
-  for (const s of event.sites) {
+  showCaseWait(state.predicted);
+  event.sites.forEach((s, i) => {
     ensureSite(s.site);
     const card = document.querySelector(`.site-card[data-site="${CSS.escape(s.site)}"]`);
-    if (!card) continue;
+    if (!card) return;
     // Only the site's card: its cells' rows stay pending until the site answers.
-    if (s.predicted_s) {
-      card.dataset.predictedS = s.predicted_s;
-      card.querySelector(".site-expected").textContent = `expected in ~${seconds(s.predicted_s)}`;
+    if (waits[i]) {
+      card.dataset.predictedS = waits[i];
+      card.dataset.coordinatorS = coordinator[i];
+      card.querySelector(".site-expected").textContent = `expected in ~${seconds(waits[i])}`;
       card.querySelector("progress").value = 0;
     }
     const why = s.why || [];
-    card.querySelector(".site-detail").replaceChildren(...plainReasons(why).map((r) =>
+    card.querySelector(".site-detail").replaceChildren(...cardReasons(why).map((r) =>
       el("span", {class: "reason", "data-code": r.code, title: reasonDetail(r), text: reasonWords(r)})));
-  }
+  });
 }
+
+// While a case runs the side panel says the case's own wait, the one the status counts
+// against, instead of the kind's past cases (loadStats puts those back after).
+function showCaseWait(wait) {
+  $("#expect").replaceChildren(wait ? el("div", {class: "expect-line", "data-case-wait": wait},
+    el("span", {class: "expect-label", text: "This case: about "}),
+    el("strong", {class: "expect-mean", text: seconds(wait)})) : "");
+}
+
+// A site card's reasons in words, but for the coordinator's own prediction ("predicted"):
+// the card says its wait once, on this page's path (onPlan), not a second time.
+const cardReasons = (why) => plainReasons(why).filter((r) => r.code !== "predicted");
 
 // A site's card: its state, its time against its prediction, and a progress bar (without
 // a prediction the bar only says the site is being waited for).
@@ -730,7 +813,7 @@ function onSite(event) {
     markSite(event.site, "ok", "answered", seconds(t.total_s), "");
     const card = document.querySelector(`.site-card[data-site="${CSS.escape(event.site)}"]`);
     card.title = `transfer ${seconds(t.transfer_s)} · features ${seconds(t.extraction_s)} · search ${seconds(t.search_s)}`;
-    card.querySelector(".site-detail").replaceChildren(...plainReasons(event.why).map((r) =>
+    card.querySelector(".site-detail").replaceChildren(...cardReasons(event.why).map((r) =>
       el("span", {class: "reason", "data-code": r.code, title: reasonDetail(r), text: reasonWords(r)})));
   } else {
     markSite(event.site, "down", event.status_words, t.total_s ? seconds(t.total_s) : "");
@@ -752,15 +835,15 @@ function onSite(event) {
   }
 }
 
-// Similarity is comparable between sites and cases (the share of pairs of the site's own
-// cells that lie farther apart, computed at the site); the raw distance, which is not, is
-// in the tooltip. Under it, the measure that differs most, in words.
+// Similarity is comparable between sites and cases (calibrated on the site's own cells'
+// nearest neighbours, computed at the site); the raw distance, which is not, is in the
+// tooltip; the test cell's own copy in a site's database is flagged "same cell". Under it, the measure that differs most, in words.
 function matchTile(queryId, site, match, rank, matches) {
   const label = fullName(match.diagnosis);
   const {far} = measureSummary(match.measures);
   const why = far.length ? measureWords(far[0], true) : "";
-  return el("button", {type: "button", class: "match", "data-similarity": match.similarity,
-      "data-sha": match.image_sha256,
+  return el("button", {type: "button", class: `match${match.same_cell ? " same-cell" : ""}`,
+      "data-similarity": match.similarity, "data-sha": match.image_sha256, "data-same-cell": String(!!match.same_cell),
       title: `${rank}. ${label}, ${similarityTitle(site, match)}, ${match.source_id}`,
       "aria-label": `match ${rank} from ${site}: ${label}, ${similarityText(match)}${why ? `, ${why}` : ""}. Enlarge.`,
       onclick: () => openViewer(queryId, site, matches, rank - 1)},
@@ -796,28 +879,43 @@ function onSummary(event) {
     card.dataset.term = c.bethesda;
   }
   showConclusion(conclusion, event.conclusion_words);
+  // A re-ranked answer says so beside its conclusion: its matches are not the usual ones.
+  const reranked = $("#reranked");
+  reranked.hidden = !(state.refined && state.refined.length);
+  reranked.textContent = reranked.hidden ? "" : `Re-ranked answer (${state.refined.join(", ")}): ` +
+    "this conclusion is from the re-ranked matches";
   $("#refine").hidden = false;
+  state.answered = {accession: $("#accession").value};
   state.report.summary = event;
   state.report.waited_s = waited;
   $("#export").disabled = false;
   const failed = event.sites_failed ? `, ${event.sites_failed} failed` : "";
   const status = $("#case-status");
-  setStatus(`Case ${event.case_id}: answered in ${seconds(waited)}: ${event.sites_ok} site${event.sites_ok === 1 ? "" : "s"} answered${failed} · ${bytesText(event.bytes_sent)} sent, ${bytesText(event.bytes_received)} received.`,
+  // The case is named by the accession number the pathologist gave, never by an internal id.
+  const named = state.report.accession ? `Case ${state.report.accession}: answered` : "Answered";
+  setStatus(`${named} in ${seconds(waited)}: ${event.sites_ok} site${event.sites_ok === 1 ? "" : "s"} answered${failed}.`,
     event.sites_failed ? "warn" : "done");
   status.dataset.waitedS = waited.toFixed(3);
-  status.title = `from your click to the last answer; the coordinator's own time was ${seconds(event.total_s)}`;
+  status.title = `from your click to the last answer; the coordinator's own time was ${seconds(event.total_s)}; ` +
+    `${bytesText(event.bytes_sent)} sent, ${bytesText(event.bytes_received)} received (PathMaster reference ${event.case_id})`;
   fetchLargerImages();
 }
 
 // The case conclusion, first: in words, why, the decision-support statement, and the rule
 // and codes for the researcher.
+// Words as a sentence on their own: the first letter capital.
+const sentence = (text) => text ? text[0].toUpperCase() + text.slice(1) : text;
+
 function showConclusion(c, words) {
   const box = $("#conclusion");
   const outcome = c && c.outcome ? c.outcome : "no_answer";
   box.hidden = false;
   box.dataset.outcome = outcome;
   box.className = `conclusion outcome-${outcome}`;
-  $("#conclusion-text").replaceChildren(c && c.bethesda ? termBadge(c.bethesda) : "", " ", words.headline);
+  $("#conclusion-text").replaceChildren(c && c.bethesda ? termBadge(c.bethesda) : "", " ", sentence(words.headline));
+  // A case that cannot be concluded says what to do next.
+  $("#next-step").hidden = !words.next_step;
+  $("#next-step").replaceChildren(...(words.next_step ? [el("strong", {text: "What to do next: "}), words.next_step] : []));
   box.dataset.codes = (c ? c.why : []).map((r) => r.code).join(" ");  // the headline words them
   $("#decision-support").textContent = words.statement;
   $("#conclusion-detail").textContent = c ? [c.rule, ...c.why.map(reasonDetail),
@@ -832,13 +930,27 @@ const IMAGES_AT_ONCE = 3;
 async function fetchLargerImages() {
   const started = performance.now();
   const tiles = [...document.querySelectorAll(".match[data-sha]")];
+  const progress = $("#images-progress");
+  const total = tiles.length;
+  let done = 0;
+  const show = () => {
+    progress.hidden = total === 0;
+    progress.value = done;
+    progress.max = Math.max(total, 1);
+    $("#images-text").textContent = done < total ? `Full-size images: ${done} of ${total} loaded; the small ones are shown until then`
+      : `Full-size images: all ${total} loaded`;
+    $("#images-line").hidden = total === 0;
+  };
+  show();
   const next = async () => {
     for (let tile = tiles.shift(); tile; tile = tiles.shift()) {
-      const site = tile.closest(".site-row").dataset.site;
       try {
+        const site = tile.closest(".site-row").dataset.site;
         tile.querySelector("img").src = await fullImage(site, matchOf(tile));
         tile.classList.add("full");
       } catch (err) { /* the thumbnail stays */ }
+      done += 1;
+      show();
     }
   };
   await Promise.all(Array.from({length: IMAGES_AT_ONCE}, next));
@@ -885,16 +997,16 @@ table { border-collapse: collapse; margin: .4rem 0 1rem; } th, td { border: 1px 
 .meta td:first-child { font-weight: 600; }
 .cell { border: 1px solid #c8cdd6; border-radius: 6px; padding: .6rem; margin-bottom: .8rem; break-inside: avoid; page-break-inside: avoid; }
 .cell-top { display: flex; gap: 1rem; align-items: center; }
-.query { width: 110px; height: 110px; object-fit: cover; border: 2px solid #1d2330; border-radius: 4px; }
+.query { width: 160px; height: 160px; object-fit: cover; border: 2px solid #1d2330; border-radius: 4px; }
 .row { display: flex; gap: .4rem; align-items: flex-start; margin-top: .4rem; }
 .row-site { width: 6rem; font-weight: 600; }
-figure { margin: 0; width: 84px; font-size: 8pt; text-align: center; }
-figure img { width: 72px; height: 72px; object-fit: cover; border-radius: 3px; }
+figure { margin: 0; width: 124px; font-size: 8pt; text-align: center; }
+figure img { width: 116px; height: 116px; object-fit: cover; border-radius: 3px; }
 .vote { font-weight: 700; } .error { color: #a3123a; }
 .conclusion { border: 2px solid #1d2330; border-radius: 6px; padding: .6rem; margin-bottom: 1rem; break-inside: avoid; }
 .conclusion-text { font-size: 1.15rem; font-weight: 700; } .decision-support { font-style: italic; }
 .db-note { color: #8a4b00; } .spread { color: #4a5363; font-size: 9pt; }
-@media (max-width: 600px) { body { margin: .6rem; } .row { flex-wrap: wrap; } .row-site { width: 100%; } figure { width: 64px; } figure img { width: 60px; height: 60px; } }
+@media (max-width: 600px) { body { margin: .6rem; } .row { flex-wrap: wrap; } .row-site { width: 100%; } figure { width: 104px; } figure img { width: 100px; height: 100px; } }
 @media print {
   body { margin: 0; font-size: 10pt; }
   .cell { border-color: #888; }
@@ -912,7 +1024,7 @@ async function reportHTML() {
   }
   const c = s.conclusion;
   const terms = new Map((c ? c.cells : []).map((x) => [x.query_cell_id, x]));
-  const title = r.accession ? `Case ${r.accession}` : `Case ${s.case_id}`;
+  const title = r.accession ? `Case ${r.accession}` : "Case report";
   const siteRows = [...r.sites.values()].map((site) => `<tr><td>${e(site.site)}</td><td>${
     site.ok ? "answered" : e(site.status_words)}</td><td>${e(seconds(site.timing.total_s))}</td></tr>`).join("");
   const cells = r.cells.map((id) => {
@@ -941,13 +1053,15 @@ async function reportHTML() {
 <h1>${e(title)}: similar cells from every site</h1>
 <section class="conclusion" data-outcome="${e(c && c.outcome ? c.outcome : "no_answer")}" data-codes="${
   e((c ? c.why : []).map((r) => r.code).join(" "))}"><h2>Case conclusion</h2>
-<p class="conclusion-text">${e(s.conclusion_words.headline)}</p>
+<p class="conclusion-text">${e(sentence(s.conclusion_words.headline))}</p>${
+  s.conclusion_words.next_step ? `<p class="next-step"><strong>What to do next:</strong> ${e(s.conclusion_words.next_step)}</p>` : ""}
 <p class="decision-support">${e(s.conclusion_words.statement)}</p></section>
 <table class="meta"><tbody>
-<tr><td>Case</td><td>${e(r.accession || "(no accession number given)")} · PathMaster case ${e(s.case_id)}</td></tr>
+<tr><td>Accession number</td><td>${e(r.accession || "(none given)")}</td></tr>
 <tr><td>Kind of case</td><td>${e(r.kind)}</td></tr>
 <tr><td>Sent by</td><td>${e(r.user)}</td></tr>
-<tr><td>Sent at</td><td>${e(r.started.toLocaleString())}</td></tr>
+<tr><td>Sent at</td><td>${e(isoTime(r.started))}</td></tr>
+<tr><td>PathMaster reference</td><td><small>${e(s.case_id)}</small></td></tr>
 <tr><td>Time taken</td><td>${e(seconds(r.waited_s || s.total_s))} from sending to the last answer${r.predicted_s ? ` (expected about ${e(seconds(r.predicted_s))})` : ""}</td></tr>
 </tbody></table>
 <table class="sites"><thead><tr><th scope="col">Site</th><th scope="col">Answer</th><th scope="col">Time</th></tr></thead><tbody>${siteRows}</tbody></table>
@@ -994,7 +1108,7 @@ async function showViewerMatch() {
   const {far, close} = measureSummary(match.measures);
   $("#viewer-measures").replaceChildren(
     ...far.map((m) => el("li", {class: "measure far", "data-concept": m.concept},
-      el("strong", {text: "Differs: "}), measureWords(m, true))),
+      el("strong", {text: "Differs: "}), measureWords(m, true, true))),
     ...(close ? [el("li", {class: "measure close", "data-concept": close.concept},
       el("strong", {text: "Close: "}), measureWords(close))] : []));
   $("#viewer-prev").disabled = index === 0;
@@ -1014,11 +1128,13 @@ async function showViewerMatch() {
     error.hidden = false;
   }
   await Promise.all([query, img].map((i) => i.decode().catch(() => null)));
-  sameScale(query, img, !error.hidden);
+  sameScale(query, img, !error.hidden, state.siteInfo.get(site)?.pixel_um || null, site);
 }
 
-// Both images at one zoom (CSS px per image px); the scale bar a round number of image px.
-function sameScale(query, match, thumbnailOnly) {
+// Both images at one zoom (CSS px per image px). The scale bar is a round number of
+// micrometres where the match's site records its pixel size (`pixelUm`, micrometres per
+// image pixel; the test cell is drawn at the same pixel scale), of image pixels where not.
+function sameScale(query, match, thumbnailOnly, pixelUm = null, site = "") {
   const frame = VIEWER_FRAME_PX();
   const sizes = [query, match].map((i) => [i.naturalWidth || 1, i.naturalHeight || 1]);
   const zoom = frame / Math.max(...sizes.flat());
@@ -1030,11 +1146,26 @@ function sameScale(query, match, thumbnailOnly) {
   for (const f of document.querySelectorAll(".viewer-frame")) {
     f.style.width = f.style.height = `${frame}px`;
   }
-  const pixels = [5, 10, 20, 50, 100, 200, 500].find((n) => n * zoom >= frame / 5) || 500;
-  $("#scale-line").style.width = `${Math.round(pixels * zoom)}px`;
-  $("#scale-text").textContent = thumbnailOnly ? "match not to scale" : `${pixels} image pixels`;
-  $("#scale-bar").dataset.pixels = pixels;
-  $("#scale-bar").dataset.zoom = zoom.toFixed(4);
+  const bar = $("#scale-bar");
+  const round = (steps, perStep) => steps.find((n) => n * perStep >= frame / 5) || steps[steps.length - 1];
+  if (pixelUm && !thumbnailOnly) {
+    const um = round([1, 2, 5, 10, 20, 50, 100, 200], zoom / pixelUm);
+    $("#scale-line").style.width = `${Math.round(um / pixelUm * zoom)}px`;
+    $("#scale-text").textContent = `${um} µm`;
+    bar.title = `${site} records ${pixelUm} µm per pixel; the test cell is drawn at the same pixel scale`;
+    bar.dataset.um = um;
+    bar.dataset.pixels = um / pixelUm;
+  } else {
+    const pixels = round([5, 10, 20, 50, 100, 200, 500], zoom);
+    $("#scale-line").style.width = `${Math.round(pixels * zoom)}px`;
+    $("#scale-text").textContent = thumbnailOnly ? "match not to scale"
+      : `${pixels} image pixels (pixel scale only: ${site || "the site"} does not record its pixel size)`;
+    bar.title = "";
+    delete bar.dataset.um;
+    bar.dataset.pixels = pixels;
+  }
+  bar.dataset.pixelUm = pixelUm || "";
+  bar.dataset.zoom = zoom.toFixed(4);
 }
 
 // "More like this": the match shown becomes the query of a new case, answered by every site.
@@ -1043,6 +1174,7 @@ async function refineByExample() {
   const match = matches[index];
   $("#viewer").close();
   const cellId = `like-${match.cell_id.slice(0, 24)}`;
+  state.refined = [];  // a new question by example, not a re-ranking of the last answer
   state.previews.set(cellId, await fullImage(site, match).catch(() => match.thumbnail));
   const cls = chosenClass();
   state.running = true;

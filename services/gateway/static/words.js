@@ -18,23 +18,29 @@ const reasonDetail = (reason) => `${reason.code}: ${reason.full || ""}`;
 const plainReasons = (whys) => (whys || []).filter((r) => reasonWords(r));
 
 // A match's measures (services/site/explain.py): how the match compares with the test cell,
-// each as the match's value over the test cell's ("ratio") and its share of the distance.
-const MEASURE_WORDS = {  // [what, higher, lower, same, differs (in what the shown value misses)]
-  nucleus_size: ["nucleus", "larger", "smaller", "the same size", "nucleus size differs"],
-  nc_ratio: ["N/C ratio", "higher", "lower", "alike", "N/C ratio differs"],
-  chromatin: ["chromatin", "darker", "lighter", "alike", "chromatin texture differs"],
-  nucleus_shape: ["nucleus", "rounder", "more irregular", "alike in shape", "nucleus shape differs"],
-  cytoplasm: ["cell", "larger", "smaller", "the same size", "cytoplasm differs"],
+// each as the match's value over the test cell's ("ratio"; null where the site could not
+// compare the two values, e.g. one cell segmented wrongly) and its share of the distance.
+const MEASURE_WORDS = {  // [what, higher, lower, same, the concept as a noun (what differs)]
+  nucleus_size: ["nucleus", "larger", "smaller", "the same size", "nucleus size"],
+  nc_ratio: ["N/C ratio", "higher", "lower", "alike", "N/C ratio"],
+  chromatin: ["chromatin", "darker", "lighter", "alike", "chromatin texture"],
+  nucleus_shape: ["nucleus", "rounder", "more irregular", "alike in shape", "nucleus shape"],
+  cytoplasm: ["cell", "larger", "smaller", "the same size", "cytoplasm"],
 };
-const ALIKE = (m) => m.ratio >= 0.9 && m.ratio <= 1.1;  // the shown values within 10%
+const ALIKE = (m) => m.ratio !== null && m.ratio >= 0.9 && m.ratio <= 1.1;  // the shown values within 10%
+const RATIO_CAP = 3;  // a ratio beyond it is said as "more than 3x": its digits mean nothing more
 
-// A measure in words ("nucleus 1.9x larger"); one that counts in the distance though its
-// shown value is alike says the concept differs (its other features do).
-function measureWords(m, far = false) {
-  const [what, up, down, same, differs] = MEASURE_WORDS[m.concept] ||
-    [m.concept.replaceAll("_", " "), "higher", "lower", "alike", `${m.concept.replaceAll("_", " ")} differs`];
-  if (ALIKE(m)) return far ? differs : `${what} ${same}`;
-  return m.ratio > 1 ? `${what} ${m.ratio.toFixed(1)}x ${up}` : `${what} ${(1 / m.ratio).toFixed(1)}x ${down}`;
+// A measure in words ("nucleus 1.9x larger", "nucleus more than 3x larger"). One that counts
+// in the distance though its shown value is alike, or cannot be compared, is named by its
+// concept: "chromatin texture differs" (`far`), or "chromatin texture" beside a "Differs:"
+// label (`labelled`).
+function measureWords(m, far = false, labelled = false) {
+  const name = m.concept.replaceAll("_", " ");
+  const [what, up, down, same, noun] = MEASURE_WORDS[m.concept] || [name, "higher", "lower", "alike", name];
+  if (m.ratio === null || ALIKE(m)) return !far ? `${what} ${same}` : labelled ? noun : `${noun} differs`;
+  const times = Math.max(m.ratio, 1 / m.ratio);
+  const amount = times > RATIO_CAP ? `more than ${RATIO_CAP}x` : `${times.toFixed(1)}x`;
+  return `${what} ${amount} ${m.ratio > 1 ? up : down}`;
 }
 
 // The (up to two) concepts that keep a match farthest, and one that is alike and counts
@@ -46,10 +52,13 @@ function measureSummary(measures) {
   return {far, close};
 }
 
-const similarityText = (m) => m.similarity < 0.005 ? "<1% similar" : `${Math.round(100 * m.similarity)}% similar`;
-const similarityTitle = (site, m) =>
-  `closer than ${Math.round(100 * m.similarity)}% of pairs of cells in ${site}'s own database ` +
-  `(distance ${m.distance.toFixed(3)} in ${site}'s own measure)`;
+// A match's similarity (services/site/explain.py: below 1 for any cell but the test cell
+// itself), rounded down so that only the same cell reads "100%".
+const similarityText = (m) => m.same_cell ? "same cell (100%)"
+  : m.similarity < 0.01 ? "<1% similar" : `${Math.floor(100 * m.similarity)}% similar`;
+const similarityTitle = (site, m) => (m.same_cell ? `this is the test cell itself, in ${site}'s database; ` : "") +
+  `closer than the nearest neighbour of ${Math.floor(100 * m.similarity)}% of the cells in ${site}'s own ` +
+  `database (distance ${m.distance.toFixed(3)} in ${site}'s own measure)`;
 
 // A site's database as the pathologist should weigh it: synthetic or small, said beside its matches.
 const SMALL_DATABASE = 500;

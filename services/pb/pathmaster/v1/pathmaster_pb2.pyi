@@ -19,7 +19,7 @@ class CellImage(_message.Message):
     def __init__(self, cell_id: _Optional[str] = ..., image: _Optional[bytes] = ..., background: _Optional[bytes] = ..., mask: _Optional[bytes] = ...) -> None: ...
 
 class CellFeatures(_message.Message):
-    __slots__ = ("cell_id", "values", "background_estimated", "mask_estimated", "embedding", "model_sha256", "patch")
+    __slots__ = ("cell_id", "values", "background_estimated", "mask_estimated", "embedding", "model_sha256", "patch", "image_sha256")
     CELL_ID_FIELD_NUMBER: _ClassVar[int]
     VALUES_FIELD_NUMBER: _ClassVar[int]
     BACKGROUND_ESTIMATED_FIELD_NUMBER: _ClassVar[int]
@@ -27,6 +27,7 @@ class CellFeatures(_message.Message):
     EMBEDDING_FIELD_NUMBER: _ClassVar[int]
     MODEL_SHA256_FIELD_NUMBER: _ClassVar[int]
     PATCH_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_SHA256_FIELD_NUMBER: _ClassVar[int]
     cell_id: str
     values: _containers.RepeatedScalarFieldContainer[float]
     background_estimated: bool
@@ -34,10 +35,11 @@ class CellFeatures(_message.Message):
     embedding: _containers.RepeatedScalarFieldContainer[float]
     model_sha256: str
     patch: bytes
-    def __init__(self, cell_id: _Optional[str] = ..., values: _Optional[_Iterable[float]] = ..., background_estimated: _Optional[bool] = ..., mask_estimated: _Optional[bool] = ..., embedding: _Optional[_Iterable[float]] = ..., model_sha256: _Optional[str] = ..., patch: _Optional[bytes] = ...) -> None: ...
+    image_sha256: str
+    def __init__(self, cell_id: _Optional[str] = ..., values: _Optional[_Iterable[float]] = ..., background_estimated: _Optional[bool] = ..., mask_estimated: _Optional[bool] = ..., embedding: _Optional[_Iterable[float]] = ..., model_sha256: _Optional[str] = ..., patch: _Optional[bytes] = ..., image_sha256: _Optional[str] = ...) -> None: ...
 
 class Match(_message.Message):
-    __slots__ = ("cell_id", "diagnosis", "distance", "thumbnail", "source_id", "image_sha256", "bethesda", "similarity", "measure_log2_ratio", "measure_share")
+    __slots__ = ("cell_id", "diagnosis", "distance", "thumbnail", "source_id", "image_sha256", "bethesda", "similarity", "measure_log2_ratio", "measure_share", "same_cell")
     CELL_ID_FIELD_NUMBER: _ClassVar[int]
     DIAGNOSIS_FIELD_NUMBER: _ClassVar[int]
     DISTANCE_FIELD_NUMBER: _ClassVar[int]
@@ -48,6 +50,7 @@ class Match(_message.Message):
     SIMILARITY_FIELD_NUMBER: _ClassVar[int]
     MEASURE_LOG2_RATIO_FIELD_NUMBER: _ClassVar[int]
     MEASURE_SHARE_FIELD_NUMBER: _ClassVar[int]
+    SAME_CELL_FIELD_NUMBER: _ClassVar[int]
     cell_id: str
     diagnosis: str
     distance: float
@@ -58,7 +61,8 @@ class Match(_message.Message):
     similarity: float
     measure_log2_ratio: _containers.RepeatedScalarFieldContainer[int]
     measure_share: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, cell_id: _Optional[str] = ..., diagnosis: _Optional[str] = ..., distance: _Optional[float] = ..., thumbnail: _Optional[bytes] = ..., source_id: _Optional[str] = ..., image_sha256: _Optional[str] = ..., bethesda: _Optional[str] = ..., similarity: _Optional[float] = ..., measure_log2_ratio: _Optional[_Iterable[int]] = ..., measure_share: _Optional[_Iterable[int]] = ...) -> None: ...
+    same_cell: bool
+    def __init__(self, cell_id: _Optional[str] = ..., diagnosis: _Optional[str] = ..., distance: _Optional[float] = ..., thumbnail: _Optional[bytes] = ..., source_id: _Optional[str] = ..., image_sha256: _Optional[str] = ..., bethesda: _Optional[str] = ..., similarity: _Optional[float] = ..., measure_log2_ratio: _Optional[_Iterable[int]] = ..., measure_share: _Optional[_Iterable[int]] = ..., same_cell: _Optional[bool] = ...) -> None: ...
 
 class CellResult(_message.Message):
     __slots__ = ("query_cell_id", "matches", "background_estimated", "mask_estimated", "error", "abnormal_score", "abnormal")
@@ -263,7 +267,7 @@ class SiteInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class SiteInfo(_message.Message):
-    __slots__ = ("site", "algorithm", "database_cells", "diagnoses", "workers", "class_ports", "class_dscp", "feature_schema", "load", "vocabulary", "feature_columns", "feature_column_names", "database_origins", "representation", "representation_cells", "similarity", "similarity_note", "model_sha256", "eye", "abnormal_score", "abnormal_threshold", "abnormal_sensitivity", "abnormal_specificity")
+    __slots__ = ("site", "algorithm", "database_cells", "diagnoses", "workers", "class_ports", "class_dscp", "feature_schema", "load", "vocabulary", "feature_columns", "feature_column_names", "database_origins", "representation", "representation_cells", "pixel_um", "similarity", "similarity_note", "model_sha256", "eye", "abnormal_score", "abnormal_threshold", "abnormal_sensitivity", "abnormal_specificity")
     class ClassPortsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -300,6 +304,7 @@ class SiteInfo(_message.Message):
     DATABASE_ORIGINS_FIELD_NUMBER: _ClassVar[int]
     REPRESENTATION_FIELD_NUMBER: _ClassVar[int]
     REPRESENTATION_CELLS_FIELD_NUMBER: _ClassVar[int]
+    PIXEL_UM_FIELD_NUMBER: _ClassVar[int]
     SIMILARITY_FIELD_NUMBER: _ClassVar[int]
     SIMILARITY_NOTE_FIELD_NUMBER: _ClassVar[int]
     MODEL_SHA256_FIELD_NUMBER: _ClassVar[int]
@@ -323,6 +328,7 @@ class SiteInfo(_message.Message):
     database_origins: _containers.ScalarMap[str, int]
     representation: str
     representation_cells: int
+    pixel_um: float
     similarity: str
     similarity_note: str
     model_sha256: str
@@ -331,7 +337,7 @@ class SiteInfo(_message.Message):
     abnormal_threshold: float
     abnormal_sensitivity: float
     abnormal_specificity: float
-    def __init__(self, site: _Optional[str] = ..., algorithm: _Optional[str] = ..., database_cells: _Optional[int] = ..., diagnoses: _Optional[_Iterable[str]] = ..., workers: _Optional[int] = ..., class_ports: _Optional[_Mapping[str, int]] = ..., class_dscp: _Optional[_Mapping[str, int]] = ..., feature_schema: _Optional[str] = ..., load: _Optional[_Union[SiteLoad, _Mapping]] = ..., vocabulary: _Optional[_Union[Vocabulary, _Mapping]] = ..., feature_columns: _Optional[_Iterable[int]] = ..., feature_column_names: _Optional[_Iterable[str]] = ..., database_origins: _Optional[_Mapping[str, int]] = ..., representation: _Optional[str] = ..., representation_cells: _Optional[int] = ..., similarity: _Optional[str] = ..., similarity_note: _Optional[str] = ..., model_sha256: _Optional[str] = ..., eye: _Optional[str] = ..., abnormal_score: _Optional[str] = ..., abnormal_threshold: _Optional[float] = ..., abnormal_sensitivity: _Optional[float] = ..., abnormal_specificity: _Optional[float] = ...) -> None: ...
+    def __init__(self, site: _Optional[str] = ..., algorithm: _Optional[str] = ..., database_cells: _Optional[int] = ..., diagnoses: _Optional[_Iterable[str]] = ..., workers: _Optional[int] = ..., class_ports: _Optional[_Mapping[str, int]] = ..., class_dscp: _Optional[_Mapping[str, int]] = ..., feature_schema: _Optional[str] = ..., load: _Optional[_Union[SiteLoad, _Mapping]] = ..., vocabulary: _Optional[_Union[Vocabulary, _Mapping]] = ..., feature_columns: _Optional[_Iterable[int]] = ..., feature_column_names: _Optional[_Iterable[str]] = ..., database_origins: _Optional[_Mapping[str, int]] = ..., representation: _Optional[str] = ..., representation_cells: _Optional[int] = ..., pixel_um: _Optional[float] = ..., similarity: _Optional[str] = ..., similarity_note: _Optional[str] = ..., model_sha256: _Optional[str] = ..., eye: _Optional[str] = ..., abnormal_score: _Optional[str] = ..., abnormal_threshold: _Optional[float] = ..., abnormal_sensitivity: _Optional[float] = ..., abnormal_specificity: _Optional[float] = ...) -> None: ...
 
 class Vocabulary(_message.Message):
     __slots__ = ("name", "labels", "abnormal", "bethesda")
@@ -482,13 +488,14 @@ class SitePlan(_message.Message):
     def __init__(self, site: _Optional[str] = ..., mode: _Optional[str] = ..., request_class: _Optional[str] = ..., predicted_s: _Optional[float] = ..., hedge_after_s: _Optional[float] = ..., reasons: _Optional[_Iterable[str]] = ..., why: _Optional[_Iterable[_Union[Reason, _Mapping]]] = ...) -> None: ...
 
 class CasePlan(_message.Message):
-    __slots__ = ("case_id", "request_class", "served_class", "deadline_s", "predicted_s", "sites", "decisions", "why")
+    __slots__ = ("case_id", "request_class", "served_class", "deadline_s", "predicted_s", "sites", "analysis_s", "decisions", "why")
     CASE_ID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_CLASS_FIELD_NUMBER: _ClassVar[int]
     SERVED_CLASS_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_S_FIELD_NUMBER: _ClassVar[int]
     PREDICTED_S_FIELD_NUMBER: _ClassVar[int]
     SITES_FIELD_NUMBER: _ClassVar[int]
+    ANALYSIS_S_FIELD_NUMBER: _ClassVar[int]
     DECISIONS_FIELD_NUMBER: _ClassVar[int]
     WHY_FIELD_NUMBER: _ClassVar[int]
     case_id: str
@@ -497,9 +504,10 @@ class CasePlan(_message.Message):
     deadline_s: float
     predicted_s: float
     sites: _containers.RepeatedCompositeFieldContainer[SitePlan]
+    analysis_s: float
     decisions: _containers.RepeatedScalarFieldContainer[str]
     why: _containers.RepeatedCompositeFieldContainer[Reason]
-    def __init__(self, case_id: _Optional[str] = ..., request_class: _Optional[str] = ..., served_class: _Optional[str] = ..., deadline_s: _Optional[float] = ..., predicted_s: _Optional[float] = ..., sites: _Optional[_Iterable[_Union[SitePlan, _Mapping]]] = ..., decisions: _Optional[_Iterable[str]] = ..., why: _Optional[_Iterable[_Union[Reason, _Mapping]]] = ...) -> None: ...
+    def __init__(self, case_id: _Optional[str] = ..., request_class: _Optional[str] = ..., served_class: _Optional[str] = ..., deadline_s: _Optional[float] = ..., predicted_s: _Optional[float] = ..., sites: _Optional[_Iterable[_Union[SitePlan, _Mapping]]] = ..., analysis_s: _Optional[float] = ..., decisions: _Optional[_Iterable[str]] = ..., why: _Optional[_Iterable[_Union[Reason, _Mapping]]] = ...) -> None: ...
 
 class CaseEvent(_message.Message):
     __slots__ = ("site_result", "summary", "plan")

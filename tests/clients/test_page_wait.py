@@ -1,0 +1,80 @@
+"""One wait per site, predicted from the pathologist's own path: on a slowed link (400 ms
+latency, 40 kB/s, Chromium's network emulation) each site card says one wait that adds the
+page's own link to the coordinator's prediction, the side panel says the case's (the
+slowest site's) and no other number while the case runs, and the answer comes within that
+wait's reach.
+
+The coordinator is test_page_check_by_eye's fake one (no Ray, no sites): its plan predicts
+0.3 s for its own analysis of the cells and 0.5 s for each site sent their features after
+it, so every second above 0.8 s on a card is the link's.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.clients.test_page_check_by_eye import SITES, case_files, fake, pick, sign_in  # noqa: F401 (fixtures)
+
+pytestmark = pytest.mark.browser
+
+LATENCY_MS = 400
+RATE_BYTES_PER_S = 40_000
+COORDINATOR_S = 0.3 + 0.5  # the fake's prediction of its analysis, then of each site
+
+# Every text the side panel shows while the case runs, as the page draws it.
+WATCH_EXPECT = """() => {
+  window.expectTexts = [];
+  new MutationObserver(() => {
+    if (document.querySelector('.site-card.waiting')) window.expectTexts.push(document.querySelector('#expect').innerText);
+  }).observe(document.querySelector('#expect'), {childList: true, subtree: true, characterData: true});
+}"""
+
+
+def slow_link(page) -> None:
+    cdp = page.context.new_cdp_session(page)
+    cdp.send("Network.enable")
+    cdp.send("Network.emulateNetworkConditions", {"offline": False, "latency": LATENCY_MS,
+                                                  "downloadThroughput": RATE_BYTES_PER_S,
+                                                  "uploadThroughput": RATE_BYTES_PER_S})
+
+
+def test_one_wait_per_site_with_the_link_included(browser, fake, case_files):  # noqa: F811
+    gateway, _ = fake
+    context = browser.new_context(viewport={"width": 1440, "height": 900})
+    page = context.new_page()
+    try:
+        slow_link(page)
+        sign_in(page, gateway)
+        page.evaluate(WATCH_EXPECT)
+        for attempt in range(2):  # the second case knows the sites' answers on this link
+            page.click("#clear")
+            pick(page, [case_files / "cell1.png", case_files / "cell2.png"])
+            page.wait_for_selector("#pairing tbody tr[data-cell='cell2']")
+            page.wait_for_selector("#submit:not([disabled])")
+            page.evaluate("() => { window.expectTexts = []; }")
+            page.click("#submit")
+            page.wait_for_selector("#case-status.done", timeout=60_000)
+            waits = [float(page.locator(f".site-card[data-site='{s}']").get_attribute("data-predicted-s"))
+                     for s in SITES]
+            case_wait = float(page.locator("body").get_attribute("data-case-wait-s"))
+            # One wait on each card, and the case's the slowest of them; the coordinator's part
+            # of it its analysis and the site's.
+            for site in SITES:
+                card = page.locator(f".site-card[data-site='{site}']")
+                assert float(card.get_attribute("data-coordinator-s")) == pytest.approx(COORDINATOR_S)
+                assert card.locator(".site-expected").inner_text().count("~") == 1
+                assert card.inner_text().count("expected") == 1  # not the coordinator's own words again
+            assert case_wait == max(waits)
+            # While it ran the side panel said that wait (in whole hundredths) and no other number.
+            shown = [t for t in page.evaluate("() => window.expectTexts") if t.strip()]
+            assert shown and all(re.findall(r"\d+\.\d+", t) == [f"{case_wait:.2f}"] for t in shown), shown
+            # The link is in it: a round trip over the slowed link beyond the coordinator's part.
+            assert all(w >= COORDINATOR_S + LATENCY_MS / 1000 for w in waits)
+            waited = float(page.locator("#case-status").get_attribute("data-waited-s"))
+        # Measured on the page's own path, the promise is within reach of the wait (the
+        # fake answers at once, so the coordinator's 0.5 s is the only part not waited).
+        assert waited <= 1.5 * case_wait and case_wait <= 1.5 * waited + COORDINATOR_S, (waited, case_wait)
+    finally:
+        context.close()
