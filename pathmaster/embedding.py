@@ -74,6 +74,25 @@ def cell_patch(image: np.ndarray, background: np.ndarray, size: int = PATCH_PX) 
     return cv2.resize(square, (size, size), interpolation=cv2.INTER_AREA if side >= size else cv2.INTER_LINEAR)
 
 
+def eye_vectors_of(eye, patches: np.ndarray) -> np.ndarray:
+    """float32 (m, D): the eye's vectors of uint8 patches (m, S, S, 3), rounded to half
+    precision: the one form of an eye vector, at a site, in its store and on the wire
+    (``pack_eye_vector``), so a cell compared by its image or by its vector is compared alike."""
+    return np.asarray(eye.features(patches), np.float32).astype(np.float16).astype(np.float32)
+
+
+def pack_eye_vector(vector: np.ndarray) -> bytes:
+    """An eye vector (D,) as IEEE half floats, little endian (2 bytes a value)."""
+    return np.asarray(vector, np.float32).astype("<f2").tobytes()
+
+
+def unpack_eye_vector(data: bytes) -> np.ndarray:
+    """float32 (D,) of ``pack_eye_vector`` bytes; ValueError for an odd length."""
+    if len(data) % 2:
+        raise ValueError(f"an eye vector is 2 bytes a value, got {len(data)} bytes")
+    return np.frombuffer(data, "<f2").astype(np.float32)
+
+
 def eye_id(description: dict) -> str:
     """The content id of an eye: SHA-256 over its description (its name, version, weights'
     SHA-256 and options), so two sites with the same id compute the same vectors."""

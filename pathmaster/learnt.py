@@ -70,7 +70,7 @@ def eye_vectors(db, cells, eye) -> np.ndarray:
         log.info("%s: the eye looks at %d cells", db.site_dir, len(missing))
         for start in range(0, len(missing), EYE_BATCH):
             batch = missing[start:start + EYE_BATCH]
-            for cell, vector in zip(batch, eye.features(cell_patches(db, batch, emb.PATCH_PX))):
+            for cell, vector in zip(batch, emb.eye_vectors_of(eye, cell_patches(db, batch, emb.PATCH_PX))):
                 known[cell.cell_id] = vector
         _store_eye_vectors(path, known)
     return np.stack([known[c.cell_id] for c in cells]).astype(np.float32) if cells else np.zeros((0, eye.dim),

@@ -246,7 +246,9 @@ class SiteIndex:
     def embed(self, patches: np.ndarray) -> np.ndarray | None:
         """The cells' eye vectors (m, D) float32 of patches (m, S, S, 3) (``CellAnalysis.patch``),
         or None when the site has no eye. What a request carries as a cell's ``embedding``."""
-        return None if self.eye is None else self.eye.features(patches)
+        from pathmaster.embedding import eye_vectors_of
+
+        return None if self.eye is None else eye_vectors_of(self.eye, patches)
 
     def embedding_of(self, analysis: CellAnalysis) -> np.ndarray | None:
         """The eye vector (1, D) of an analysed test cell (``analyse``): its patch as the

@@ -52,9 +52,8 @@ class NotACell(InvalidInput):
     """An image that decodes but is not one cell; `code` is one of WORDS' keys."""
 
     def __init__(self, code: str, source: str | None = None, **values):
-        self.code = code
         self.values = values
-        super().__init__(WORDS[code].format(**values), source)
+        super().__init__(WORDS[code].format(**values), source, code=code)
 
 
 def label_colour_share(image: np.ndarray) -> float:

@@ -335,6 +335,7 @@ def analyse_locally(cells: list[pb.CellImage], *, eye=None, identity: str = ""
     Returns (cells with only their ids, their CellFeatures, the feature schema). Raises
     InvalidInput naming the first cell that cannot be analysed.
     """
+    from pathmaster.embedding import eye_vectors_of, pack_eye_vector
     from pathmaster.features.schema import feature_schema
     from pathmaster.site import analyse_cell
     from pathmaster.sitedb import image_hash
@@ -347,9 +348,10 @@ def analyse_locally(cells: list[pb.CellImage], *, eye=None, identity: str = ""
         ids.append(pb.CellImage(cell_id=cell.cell_id))
         features = pb.CellFeatures(cell_id=cell.cell_id, values=[float(v) for v in analysis.features],
                                    background_estimated=analysis.background_estimated,
-                                   mask_estimated=analysis.mask_estimated, image_sha256=image_hash(rgb))
+                                   mask_estimated=analysis.mask_estimated,
+                                   image_sha256=bytes.fromhex(image_hash(rgb)))
         if eye is not None:
-            features.embedding.extend(float(v) for v in eye.features(analysis.patch[None])[0])
+            features.embedding = pack_eye_vector(eye_vectors_of(eye, analysis.patch[None])[0])
             features.model_sha256 = identity
         vectors.append(features)
     return ids, vectors, feature_schema()

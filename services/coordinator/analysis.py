@@ -91,7 +91,8 @@ class CellAnalyser:
             return str(exc)
         return pb.CellFeatures(cell_id=cell_id, values=[float(v) for v in features],
                                background_estimated=bool(background_estimated),
-                               mask_estimated=bool(mask_estimated), patch=patch.tobytes(), image_sha256=digest)
+                               mask_estimated=bool(mask_estimated), patch=patch.tobytes(),
+                               image_sha256=bytes.fromhex(digest) if digest else b"")
 
 
     def analyse_timed(self, cell_id: str, image: bytes, background: bytes, mask: bytes,

@@ -18,7 +18,7 @@ import threading
 
 import numpy as np
 
-from pathmaster.embedding import PATCH_PX, eye_from, eye_id
+from pathmaster.embedding import PATCH_PX, eye_from, eye_id, eye_vectors_of, pack_eye_vector
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 
 log = logging.getLogger("pathmaster.coordinator")
@@ -69,16 +69,14 @@ def with_embeddings(features: list[pb.CellFeatures], eye, identity: str = "") ->
     patches = [f for f in features if len(f.patch) == PATCH_PX * PATCH_PX * 3]
     embedded = {}
     if eye is not None and patches:
-        vectors = eye.features(np.stack([patch_of(f) for f in patches]))
+        vectors = eye_vectors_of(eye, np.stack([patch_of(f) for f in patches]))
         embedded = {id(f): v for f, v in zip(patches, vectors)}
     for f in features:
         copy = pb.CellFeatures(cell_id=f.cell_id, values=f.values, background_estimated=f.background_estimated,
                                mask_estimated=f.mask_estimated, image_sha256=f.image_sha256)
         if identity and f.embedding and f.model_sha256 == identity:
-            copy.embedding.extend(f.embedding)
-            copy.model_sha256 = identity
+            copy.embedding, copy.model_sha256 = f.embedding, identity
         elif id(f) in embedded:
-            copy.embedding.extend(float(v) for v in embedded[id(f)])
-            copy.model_sha256 = identity
+            copy.embedding, copy.model_sha256 = pack_eye_vector(embedded[id(f)]), identity
         copies.append(copy)
     return copies

@@ -395,7 +395,10 @@ class CasePipeline:
             message = site_features(site) if mode == "features" else images if have_images else None
             if message is None:
                 return None
-            message = as_sent(message, class_name, send)
+            # A class the site does not serve (this coordinator's table re-maps the classes) goes
+            # as the site's default class, on its control port: a site refuses names it lacks.
+            served = self.directory.ports.get(site)
+            message = as_sent(message, class_name if not served or class_name in served else "", send)
             stub = pb_grpc.SiteStub(channels.channel(site, class_name, lane, busy_until=case.deadline))
             timeout = site_deadline(self.clock(), case.deadline, self.settings.reserve_share,
                                     self.settings.max_reserve_s)

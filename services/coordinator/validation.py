@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 import grpc
+import numpy as np
 
 from pathmaster.records import InvalidInput
 from qos.classes import ClassTable, RequestClass, UnknownClass
@@ -99,6 +100,15 @@ def check_case_request(request: pb.CaseRequest, classes: ClassTable, max_cells: 
 MAX_EYE_VALUES = 4096
 
 
+def _eye_vector_ok(data: bytes) -> bool:
+    """Whether `data` (CellFeatures.embedding) is an eye vector a site could read, or none."""
+    from pathmaster.embedding import unpack_eye_vector
+
+    if len(data) > 2 * MAX_EYE_VALUES or len(data) % 2:
+        return False
+    return bool(np.isfinite(unpack_eye_vector(data)).all())
+
+
 def check_features(request: pb.CaseRequest, feature_schema: str) -> None:
     """A case the client analysed itself: same schema as ours, a finite vector per cell."""
     if not feature_schema:
@@ -125,6 +135,7 @@ def check_features(request: pb.CaseRequest, feature_schema: str) -> None:
             raise CaseRejected(grpc.StatusCode.INVALID_ARGUMENT,
                                f"cell {f.cell_id!r}: a patch is {PATCH_PX} x {PATCH_PX} RGB ({patch_bytes} bytes), "
                                f"not {len(f.patch)} bytes")
-        if len(f.embedding) > MAX_EYE_VALUES or not all(math.isfinite(v) for v in f.embedding):
+        if not _eye_vector_ok(f.embedding):
             raise CaseRejected(grpc.StatusCode.INVALID_ARGUMENT,
-                               f"cell {f.cell_id!r}: an eye vector has at most {MAX_EYE_VALUES} finite values")
+                               f"cell {f.cell_id!r}: an eye vector is at most {MAX_EYE_VALUES} finite half floats "
+                               "(2 bytes each)")

@@ -164,8 +164,8 @@ class SiteServicer(pb_grpc.SiteServicer):
                           f"{model[:16]} (SiteInfo.eye), or the images")
         self._refuse_copy(request, context)
         # One job for the whole request: a search is ~1 ms, a Ray task per cell costs more.
-        cells = [(f.cell_id, list(f.values), f.background_estimated, f.mask_estimated, list(f.embedding),
-                  f.image_sha256) for f in request.features]
+        cells = [(f.cell_id, list(f.values), f.background_estimated, f.mask_estimated, _eye_vector(f.embedding),
+                  f.image_sha256.hex()) for f in request.features]
         if self.local is not None:
             return "features", [self._search_here(cells, k, columns, weights)]
         return "features", [self.dispatcher.submit(priority, (cells, k, columns, weights), method=METHOD_OF_MODE["features"],
@@ -350,6 +350,15 @@ class SiteServicer(pb_grpc.SiteServicer):
             representation_cells=self.info.get("representation_cells", 0),
             **{key: self.info[key] for key in LEARNT_INFO if key in self.info},
         )
+
+
+def _eye_vector(data: bytes) -> list[float]:
+    """A features request's eye vector (CellFeatures.embedding, half floats) as floats; []
+    when none was sent. An odd length is refused by the coordinator and by the site's own
+    shape check (the vector is one value short)."""
+    from pathmaster.embedding import unpack_eye_vector
+
+    return unpack_eye_vector(data[:len(data) - len(data) % 2]).tolist()
 
 
 def site_vocabulary(vocabulary: dict) -> pb.Vocabulary:

@@ -233,16 +233,30 @@ def _http(reply) -> str:
     return f"HTTP {reply[0]}"
 
 
+def _could_be_a_cell(picture: Picture) -> bool:
+    """Whether the content check passes the decoded picture (it refuses masks and fields)."""
+    from pathmaster.imageio import decode_image
+    from pathmaster.records import InvalidInput
+    from pathmaster.uploads import check_cell_image
+
+    try:
+        check_cell_image(decode_image(picture.data, "cell"), "cell")
+    except InvalidInput:
+        return False
+    return True
+
+
 def gateway_upload(stack: FuzzStack, name: str, picture: Picture) -> Outcome:
     """The gateway's POST /api/upload of one file: staged (200) when its name is a plain
-    image name and the file decodes, else 400."""
+    image name and the file decodes to what could be a cell (not a mask or a field of view:
+    ``pathmaster.uploads``), else 400."""
     from services.gateway.pairing import IMAGE_EXTENSIONS
     from tests.clients.web import multipart
 
     # as a browser's FormData writes a file name into the part's header (the HTML standard)
     name = name.replace("\n", "%0A").replace("\r", "%0D").replace('"', "%22")
     good_name = "/" not in name and "\\" not in name and Path(name).suffix.lower() in IMAGE_EXTENSIONS
-    expected = {"HTTP 200"} if good_name and picture.decodes else {"HTTP 400"}
+    expected = {"HTTP 200"} if good_name and picture.decodes and _could_be_a_cell(picture) else {"HTTP 400"}
     body, kind = multipart({}, {name: picture.data}, field="file")
     outcome = judged(stack, "gateway upload", lambda: _http(stack.web.post("api/upload", body, kind)), expected,
                      None, f"{name!r}: {picture!r}")

@@ -32,11 +32,11 @@ class CellFeatures(_message.Message):
     values: _containers.RepeatedScalarFieldContainer[float]
     background_estimated: bool
     mask_estimated: bool
-    embedding: _containers.RepeatedScalarFieldContainer[float]
+    embedding: bytes
     model_sha256: str
     patch: bytes
-    image_sha256: str
-    def __init__(self, cell_id: _Optional[str] = ..., values: _Optional[_Iterable[float]] = ..., background_estimated: _Optional[bool] = ..., mask_estimated: _Optional[bool] = ..., embedding: _Optional[_Iterable[float]] = ..., model_sha256: _Optional[str] = ..., patch: _Optional[bytes] = ..., image_sha256: _Optional[str] = ...) -> None: ...
+    image_sha256: bytes
+    def __init__(self, cell_id: _Optional[str] = ..., values: _Optional[_Iterable[float]] = ..., background_estimated: _Optional[bool] = ..., mask_estimated: _Optional[bool] = ..., embedding: _Optional[bytes] = ..., model_sha256: _Optional[str] = ..., patch: _Optional[bytes] = ..., image_sha256: _Optional[bytes] = ...) -> None: ...
 
 class Match(_message.Message):
     __slots__ = ("cell_id", "diagnosis", "distance", "thumbnail", "source_id", "image_sha256", "bethesda", "similarity", "measure_log2_ratio", "measure_share", "same_cell")
