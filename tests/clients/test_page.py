@@ -122,12 +122,15 @@ def test_sign_in_and_a_6_cell_case_at_phone_and_desktop_width(browser, warmed_ga
                 assert cards.nth(i).locator(f".site-row[data-site='{site}'] .match").count() == 5
         no_sideways_scrolling(page)
 
-        # The plan's predicted wait per site, and each site's progress, on its card.
+        # Each site's wait on the pathologist's path, and its progress, on its card: the
+        # coordinator's part (its analysis first for a site sent features) and this page's link.
         plan = next(e for e in events if e["type"] == "plan")
         for site in plan["sites"]:
             card = page.locator(f".site-card[data-site='{site['site']}']")
             assert site["predicted_s"], plan  # the warm-up case taught the coordinator
-            assert float(card.get_attribute("data-predicted-s")) == pytest.approx(site["predicted_s"])
+            coordinator = site["predicted_s"] + (plan["analysis_s"] if site["mode"] == "features" else 0.0)
+            assert float(card.get_attribute("data-coordinator-s")) == pytest.approx(coordinator)
+            assert float(card.get_attribute("data-predicted-s")) >= coordinator
             assert "expected in ~" in card.locator(".site-expected").inner_text()
             assert card.locator("progress").evaluate("p => p.value") == 1  # answered
             assert card.locator(".site-time").inner_text().endswith(" s")
@@ -156,9 +159,10 @@ def test_sign_in_and_a_6_cell_case_at_phone_and_desktop_width(browser, warmed_ga
 
         assert axe_problems(page) == []
         page.screenshot(path=str(ARTIFACTS / f"case-{width}px.png"), full_page=True)
-        # The viewer: the test cell beside its closest match at one pixel scale.
+        # The viewer: the test cell beside its closest match at one pixel scale, the bar in
+        # micrometres (the synthetic sites record their generator's pixel size).
         first.locator(f".site-row[data-site='{SITES[0]}'] .match").first.click()
-        page.wait_for_function("() => document.querySelector('#scale-text').textContent.includes('image pixels')")
+        page.wait_for_function("() => document.querySelector('#scale-text').textContent.endsWith(' µm')")
         page.screenshot(path=str(ARTIFACTS / f"viewer-{width}px.png"))
         page.keyboard.press("Escape")
         page.wait_for_selector("#viewer", state="hidden")

@@ -18,6 +18,7 @@ const state = {
   timer: null,
   predicted: null,       // the case's wait on this page's path: the slowest site's (null: none)
   planAt: 0,             // performance.now() when the case's plan arrived
+  remainder: 0,          // the page's own unforeseen seconds in the case's wait (link.js pathRemainder)
   report: null,          // what the case report is made of, filled as the case runs
   reportURL: null,       // the object URL of the last report saved
   siteInfo: new Map(),   // site name -> its /api/sites entry (database size and origins)
@@ -703,6 +704,7 @@ function onPlan(event) {
     s.predicted_s + (s.mode === "features" ? event.analysis_s || 0 : 0));
   const waits = event.sites.map((s, i) => siteWait(s.site, coordinator[i], cells));
   state.predicted = waits.length && waits.every((w) => w) ? Math.max(...waits) : null;
+  state.remainder = pathRemainder();  // in the waits; what the next case learns is beyond it
   state.report.predicted_s = state.predicted;
   document.body.dataset.caseWaitS = state.predicted ?? "";
   const wait = state.predicted ? `expected in about ${seconds(state.predicted)}` : "no estimate yet (the first cases of a kind teach the estimate)";
@@ -859,6 +861,7 @@ const termBadge = (term, extra = "") =>
 
 function onSummary(event) {
   const waited = (performance.now() - state.started) / 1000;  // the pathologist's wait, click to last answer
+  if (state.predicted) noteCaseWait(state.predicted - state.remainder, waited);
   const conclusion = event.conclusion;
   const words = event.conclusion_words;
   const cells = new Map((conclusion ? conclusion.cells : []).map((c) => [c.query_cell_id, c]));

@@ -10,8 +10,26 @@ const RATE_MIN_BYTES = 16_000;    // responses smaller than this time the round 
 const RECENT_ENTRIES = 40;        // the most recent requests the link is judged by
 
 const ANSWER_RATE_MIN_BYTES = 4000;  // an answer smaller than this times the sites, not the link
+const RECENT_CASES = 5;  // the page's own cases whose unforeseen remainder it adds to the next
+const LINK_KEY = "pathmaster-link";  // localStorage: what this browser learnt of its path (numbers only)
 const link = {answerBytesPerCell: new Map(),  // site -> bytes per cell of its last answer
-              answerRates: []};               // bytes per second of the recent answers' own last stretch
+              answerRates: [],                // bytes per second of the recent answers' own last stretch
+              remainders: []};                // seconds the recent cases took beyond what was foreseen
+
+// What an earlier page in this browser learnt of the path, so a reload starts from it.
+try {
+  const kept = JSON.parse(localStorage.getItem(LINK_KEY) || "{}");
+  link.answerBytesPerCell = new Map(Object.entries(kept.answerBytesPerCell || {}));
+  link.answerRates = (kept.answerRates || []).filter(Number.isFinite);
+  link.remainders = (kept.remainders || []).filter(Number.isFinite);
+} catch { /* nothing kept, or storage refused: learnt afresh */ }
+
+function keepLink() {
+  try {
+    localStorage.setItem(LINK_KEY, JSON.stringify({answerBytesPerCell: Object.fromEntries(link.answerBytesPerCell),
+                                                   answerRates: link.answerRates, remainders: link.remainders}));
+  } catch { /* storage refused: learnt again next time */ }
+}
 
 // {rtt_s, bytes_per_s} of the page's link to the gateway: the quickest of its recent small
 // requests, start to end (a round trip and little work), and the median rate of its larger
@@ -45,15 +63,30 @@ function noteAnswer(site, bytes, cells, beyond_s) {
   if (bytes >= ANSWER_RATE_MIN_BYTES && beyond_s > 0) {
     link.answerRates = [...link.answerRates, bytes / beyond_s].slice(-RECENT_ENTRIES);
   }
+  keepLink();
 }
 
 // The bytes one cell's answer takes from `site` (null: from the largest answer seen).
 const answerBytes = (site = null) => link.answerBytesPerCell.get(site) ??
   (link.answerBytesPerCell.size ? Math.max(...link.answerBytesPerCell.values()) : ANSWER_BYTES_GUESS);
 
+// What the page's recent cases took beyond their foreseen wait (the gateway's own work, the
+// coordinator's before it plans ...): the median of the last RECENT_CASES, 0 before any.
+function pathRemainder() {
+  const sorted = [...link.remainders].sort((a, b) => a - b);
+  return sorted.length ? Math.max(0, sorted[Math.floor(sorted.length / 2)]) : 0;
+}
+
+// A case answered `waited_s` after the click, foreseen at `foreseen_s` without the remainder.
+function noteCaseWait(foreseen_s, waited_s) {
+  if (foreseen_s > 0 && waited_s > 0) link.remainders = [...link.remainders, waited_s - foreseen_s].slice(-RECENT_CASES);
+  keepLink();
+}
+
 // The wait for `site` to answer `cells` cells, from the click: the coordinator's
-// `predicted_s` for it and this link's time for its answer. Null without a prediction.
+// `predicted_s` for it, this link's time for its answer and what the page's own recent
+// cases took beyond that. Null without a prediction.
 function siteWait(site, predicted_s, cells) {
   if (!predicted_s) return null;
-  return predicted_s + linkSeconds(cells * answerBytes(site));
+  return predicted_s + linkSeconds(cells * answerBytes(site)) + pathRemainder();
 }
