@@ -158,7 +158,16 @@ class SiteLens:
 
     @property
     def sha256(self) -> str:
-        return hashlib.sha256(self.to_bytes()).hexdigest()
+        """SHA-256 of the lens's content (its eye, head and arrays, canonically encoded), not
+        of its file's bytes, whose zip container differs between Python and NumPy versions."""
+        digest = hashlib.sha256()
+        digest.update(json.dumps(self.eye, sort_keys=True).encode())
+        digest.update(json.dumps(None if self.head is None else self.head.to_dict(), sort_keys=True).encode())
+        for array in (self.mean, self.axes):
+            array = np.ascontiguousarray(array, "<f8")
+            digest.update(str(array.shape).encode())
+            digest.update(array.tobytes())
+        return digest.hexdigest()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "SiteLens":
@@ -179,9 +188,8 @@ class SiteLens:
         """Write the lens as ``lens-<sha256[:16]>.npz`` in ``directory``; its path."""
         from pathmaster.sitedb import write_atomic
 
-        data = self.to_bytes()
-        path = Path(directory) / f"lens-{hashlib.sha256(data).hexdigest()[:16]}.npz"
-        write_atomic(path, data)
+        path = Path(directory) / f"lens-{self.sha256[:16]}.npz"
+        write_atomic(path, self.to_bytes())
         return path
 
 
