@@ -30,9 +30,9 @@ WEIGHTS_SHA256 = "579344248a93e23026e6b78f1f6faf0bc1d282386f6c881cdbaacd49cabf77
 # What the eye reads, chosen by measurement on the development half (5 folds by slide image,
 # shrinkage discriminant analysis on top): the outputs of stages 4 to 7 (blocks 7, 10, 14 and
 # 15: 80 + 112 + 192 + 320 numbers) of one view at 160 px. 160 px ranked held-out cells as
-# well as 224 (ROC AUC 0.98 either way) at about half the CPU (~11 ms of one core a cell),
-# leaving a whole upload's analysis within 40 ms; 4 views gained 0.016 of AUC for 4 times the
-# CPU (benchmarks/results/eye-*.txt, learn-*.txt).
+# well as 224 (ROC AUC 0.98 either way) at about half the CPU (~17 ms of one core a cell);
+# 4 views gained 0.016 of AUC for 4 times the CPU (benchmarks/results/eye-98a9c49.txt,
+# learn-eye-98a9c49.txt).
 DEFAULT_BLOCKS = (7, 10, 14, 15)
 DEFAULT_RESOLUTION = 160
 DEFAULT_VIEWS = 1
