@@ -51,6 +51,11 @@ MARGIN_CONFIDENCE = 0.8
 MARGIN_RULES = (0.5, 0.8, 0.9, 0.95)
 # Simulated cases of each kind (all-normal, with abnormal cells) the case operating point reads.
 CASES_SIMULATED = 2000
+# The case sensitivity a site's threshold must reach on its own held-out cells: above the
+# target on new slides (``conclusion.TARGET_CASE_SENSITIVITY``), a margin for the threshold's
+# error there: on the dev half's 5 folds by slide image a threshold reaching 0.95 on a site's
+# held-out cells found 0.91 of the cases of slides it had not seen.
+SITE_CASE_SENSITIVITY = 0.97
 # Weights of the embedding block tried for "fused" (the feature block gets 1 - w).
 FUSED_WEIGHTS = (0.3, 0.5, 0.7)
 
@@ -307,7 +312,7 @@ def case_operating_point(scores: np.ndarray, abnormal: np.ndarray, groups, cell_
     Simulated 6-cell cases of these held-out cells (``conclusion.simulate_cases``: all-normal
     ones and ones with 1 or 2 abnormal cells, each case's cells from different slide images)
     give each threshold's case sensitivity and specificity; the chosen one reaches
-    ``conclusion.TARGET_CASE_SENSITIVITY`` at the best case specificity. Beside it: the
+    ``SITE_CASE_SENSITIVITY`` at the best case specificity. Beside it: the
     per-cell sensitivity and specificity there, and the case figures the per-cell rule's
     ``cell_threshold`` would have given.
     """
@@ -315,12 +320,12 @@ def case_operating_point(scores: np.ndarray, abnormal: np.ndarray, groups, cell_
 
     scores, abnormal = np.asarray(scores, np.float64), np.asarray(abnormal, bool)
     simulation = conclusion.simulate_cases(scores, abnormal, groups, cases=CASES_SIMULATED, seed=seed,
-                                           target_sensitivity=conclusion.TARGET_CASE_SENSITIVITY)
+                                           target_sensitivity=SITE_CASE_SENSITIVITY)
     threshold = simulation["chosen"]
     called = scores >= threshold
     by_cell = conclusion.at_threshold(simulation, cell_threshold)
     return {"threshold": threshold, "met": simulation["met"],
-            "target_case_sensitivity": conclusion.TARGET_CASE_SENSITIVITY,
+            "target_case_sensitivity": SITE_CASE_SENSITIVITY,
             "case_sensitivity": simulation["chosen_sensitivity"], "case_specificity": simulation["chosen_specificity"],
             "sensitivity": float(called[abnormal].mean()), "specificity": float((~called[~abnormal]).mean()),
             "cell_rule": {"threshold": float(cell_threshold), "case_sensitivity": float(by_cell[0]),
