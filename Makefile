@@ -39,8 +39,9 @@ demo: setup
 # for them to end (tests/conftest.py NETNS_AFTER): their namespaces, real-time emulators and
 # traffic are kernel work that SCHED_IDLE does not hold back, and packets and rate went missing
 # beside them. The measuring tests' output comes as they run, then the
-# rest's. Fresh clones here, set-up included: 381-490 s quiet (468-524 s on another day: this
-# machine's speed varies), 1097-1163 s with both cores busy.
+# rest's. Fresh clones here, set-up included: 489-534 s quiet, 1116 s with both cores busy
+# (the eye on every site the tests build, the README's commands and the fuzz profile added
+# ~60-90 s to the rest).
 SHELL := /bin/bash
 TEST_WORKERS = 2
 ALONE = timing
