@@ -10,13 +10,13 @@ file-name prefix before the last -NNN; scikit-learn's StratifiedGroupKFold, seed
 both trees. Each tree runs in its own process from its own checkout (REV from a temporary
 ``git worktree``), extracts the features of the 462 cells once (cached per run, or under
 ``--cache`` across runs) and refits its own representation on each training fold
-(``pathmaster.evaluate.site_similarity_fit``); both trees' 5 nearest matches are then scored
+(``pathmaster.evaluation.crossval.site_similarity_fit``); both trees' 5 nearest matches are then scored
 here alike:
 
 - 7-class top-1 (the nearest match's diagnosis) and majority@5;
 - binary normal/abnormal accuracy, abnormal sensitivity and specificity by the majority of
   the 5 matches, with Wilson 95% intervals;
-- the ROC AUC of the per-cell abnormality score (``pathmaster.evaluate.abnormality_scores``,
+- the ROC AUC of the per-cell abnormality score (``pathmaster.evaluation.metrics.abnormality_scores``,
   the case conclusion's distance-weighted share of abnormal matches);
 - sensitivity and specificity at the operating point chosen on each training fold alone
   (each training cell queried with its slide image held apart; target sensitivity 0.95),
@@ -65,7 +65,7 @@ def _features(data: Path, cache: Path) -> dict:
         return {key: stored[key] for key in stored.files}
     from pathmaster.importers import iter_dataset
     from pathmaster.records import CellRecord
-    from pathmaster.site import analyse_cell
+    from pathmaster.analysis.cell import analyse_cell
 
     ids, rows, ms = [], [], []
     started = time.perf_counter()
@@ -93,7 +93,7 @@ def _neighbours(V_query, V_base, labels_base, exclude=None):
 
 def worker(args) -> int:
     import pathmaster
-    from pathmaster import evaluate
+    from pathmaster.evaluation import crossval
     from pathmaster.features import feature_names
 
     plan = json.loads(Path(args.plan).read_text())
@@ -109,7 +109,7 @@ def worker(args) -> int:
     for test in plan["folds"]:
         test = np.array(test)
         train = np.setdiff1d(np.arange(len(labels)), test)
-        transform = evaluate.site_similarity_fit(names, "auto", args.seed)(X[train], labels[train])
+        transform = crossval.site_similarity_fit(names, "auto", args.seed)(X[train], labels[train])
         V_train, V_test = (np.asarray(transform(X[rows]), dtype=np.float64) for rows in (train, test))
         near, dist = _neighbours(V_test, V_train, labels[train])
         apart = groups[train][:, None] == groups[train][None, :]
@@ -125,7 +125,7 @@ def worker(args) -> int:
 def plan(data: Path, seed: int) -> dict:
     """Cells (source ids as the importers name them), labels, slide images and the folds."""
     sys.path.insert(0, str(REPO))
-    from pathmaster.evaluate import stratified_folds
+    from pathmaster.learning.folds import stratified_folds
     from pathmaster.importers.base import herlev_group
     from pathmaster.records import diagnosis_from_name
 
@@ -152,8 +152,9 @@ def _run(tree: Path, args, plan_path: Path, cache: Path) -> dict:
 
 def score(result: dict, layout: dict, seed: int) -> dict:
     """The figures of one tree's matches (module docstring), with this checkout's rules."""
-    from pathmaster import evaluate as ev
-    from pathmaster import learn
+    from pathmaster.evaluation import crossval
+    from pathmaster.evaluation import metrics
+    from pathmaster.learning import thresholds
     from pathmaster.conclusion import simulate_cases
     from pathmaster.records import NORMAL_DIAGNOSES
 
@@ -169,24 +170,24 @@ def score(result: dict, layout: dict, seed: int) -> dict:
         train = np.setdiff1d(np.arange(n), test)
         near = np.array(fold["labels"], dtype=object)
         top[test] = near
-        scores[test] = ev.abnormality_scores(~np.isin(near, list(NORMAL_DIAGNOSES)), np.array(fold["distances"]))
-        train_scores = ev.abnormality_scores(~np.isin(np.array(fitted["labels"], dtype=object), list(NORMAL_DIAGNOSES)),
+        scores[test] = metrics.abnormality_scores(~np.isin(near, list(NORMAL_DIAGNOSES)), np.array(fold["distances"]))
+        train_scores = metrics.abnormality_scores(~np.isin(np.array(fitted["labels"], dtype=object), list(NORMAL_DIAGNOSES)),
                                              np.array(fitted["distances"]))
-        threshold = learn.operating_point(train_scores, positive[train])["threshold"]
+        threshold = thresholds.operating_point(train_scores, positive[train])["threshold"]
         called[test] = scores[test] >= threshold
-        chosen = simulate_cases(train_scores, positive[train], groups[train], cases=ev.CASES_PER_FOLD,
+        chosen = simulate_cases(train_scores, positive[train], groups[train], cases=metrics.CASES_PER_FOLD,
                                 seed=seed * 1000 + number)["chosen"]
-        held = simulate_cases(scores[test], positive[test], groups[test], cases=ev.CASES_PER_FOLD, thresholds=[chosen],
+        held = simulate_cases(scores[test], positive[test], groups[test], cases=metrics.CASES_PER_FOLD, thresholds=[chosen],
                               seed=seed * 1000 + number + 500)
-        case_counts += [held["sensitivity"][0] * ev.CASES_PER_FOLD, ev.CASES_PER_FOLD,
-                        held["specificity"][0] * ev.CASES_PER_FOLD, ev.CASES_PER_FOLD]
-    ranked = ev.score_rankings(labels, top, None, K, seed=seed)
-    majority = np.array([ev.majority_vote([not (x in NORMAL_DIAGNOSES) for x in row]) for row in top], dtype=bool)
-    curve = ev.roc(positive, scores, seed=seed)
+        case_counts += [held["sensitivity"][0] * metrics.CASES_PER_FOLD, metrics.CASES_PER_FOLD,
+                        held["specificity"][0] * metrics.CASES_PER_FOLD, metrics.CASES_PER_FOLD]
+    ranked = metrics.score_rankings(labels, top, None, K, seed=seed)
+    majority = np.array([crossval.majority_vote([not (x in NORMAL_DIAGNOSES) for x in row]) for row in top], dtype=bool)
+    curve = metrics.roc(positive, scores, seed=seed)
     return {"top1": ranked["top1"], "top1_ci": ranked["ci"]["top1"], "majority_at_5": ranked["majority_at_5"],
-            "majority": ev.binary_figures(positive, majority), "operating_point": ev.binary_figures(positive, called),
+            "majority": metrics.binary_figures(positive, majority), "operating_point": metrics.binary_figures(positive, called),
             "auc": curve["auc"], "auc_ci": curve["auc_ci"],
-            "cases": ev.counted_figures(*(round(count) for count in case_counts)),
+            "cases": metrics.counted_figures(*(round(count) for count in case_counts)),
             "per_class_recall": {label: row["majority_at_5"] for label, row in ranked["per_class"].items()},
             "ms_per_cell": result["ms_per_cell"]}
 

@@ -4,7 +4,7 @@
     python benchmarks/bench_archive.py --quick         # smaller sizes (a few minutes)
     python benchmarks/bench_archive.py --parts ingest  # or nodes, growth, serve (comma-separated)
 
-ingest: real synthetic cells (``pathmaster synth``) ingested by ``pathmaster.ingest.ingest``
+ingest: real synthetic cells (``pathmaster synth``) ingested by ``pathmaster.site.ingest.ingest``
 with 1 worker (in process) and with 2 worker processes, alternating, each run into a new
 site; medians of cells/s and their ratio. The workers' fork server, which imports the
 analysis once per process (~1 s, what any ``pathmaster index`` run pays once whatever its
@@ -103,8 +103,8 @@ def cpu_seconds_used() -> float:
 
 
 def bench_ingest(tmp: Path, cells: int, repeats: int) -> dict:
-    from pathmaster.ingest import ingest
-    from pathmaster.synth import write_dataset
+    from pathmaster.site.ingest import ingest
+    from pathmaster.image.synth import write_dataset
 
     dataset = write_dataset(tmp / "data", cells, seed=0)
     t0 = time.perf_counter()   # the fork server's one-off start: 4 files on 2 workers
@@ -143,8 +143,8 @@ def writer_cost(dataset: Path, tmp: Path, copies: int = 20) -> tuple[float, floa
     from dataclasses import replace
 
     from pathmaster.importers import iter_dataset
-    from pathmaster.ingest import AnalysedCell, IngestReport, _Writer, analyse_units
-    from pathmaster.sitedb import SiteDB
+    from pathmaster.site.ingest import AnalysedCell, IngestReport, _Writer, analyse_units
+    from pathmaster.site.database import SiteDB
 
     units = [u for _, u in zip(range(50), iter_dataset(dataset, unread=True))]
     cells = analyse_units(units, _vocabulary())
@@ -173,7 +173,7 @@ def _vocabulary():
 NODE_DRIVER = """
 import json, os, sys, time
 import ray
-from pathmaster.ingest import ingest
+from pathmaster.site.ingest import ingest
 from qos.testbed import netns
 address, dataset, warm_dataset, site, warm_site, *namespaces = sys.argv[1:]
 def cpu_s(namespace):   # CPU seconds of the processes in `namespace` now, this driver's left out
@@ -216,7 +216,7 @@ def bench_nodes(tmp: Path, cells: int, repeats: int) -> dict | None:
     if reason:
         print(f"nodes: skipped ({reason})")
         return None
-    from pathmaster.synth import write_dataset
+    from pathmaster.image.synth import write_dataset
     from qos.testbed import netns
     from services.experiment.ingest_nodes import ingest_clusters
 
@@ -284,7 +284,7 @@ def feature_rows(n: int, seed: int, start: int = 0) -> tuple[np.ndarray, list[st
 
 def add_vector_cells(db, n: int, seed: int, start: int) -> None:
     """n rows with synthetic features (no image files: the index part only), committed."""
-    from pathmaster.sitedb import CellRow
+    from pathmaster.site.database import CellRow
 
     for begin in range(0, n, 50_000):
         m = min(50_000, n - begin)
@@ -298,7 +298,7 @@ def add_vector_cells(db, n: int, seed: int, start: int) -> None:
 
 def new_vector_site(path: Path, n: int, seed: int = 0):
     from pathmaster.features import feature_names
-    from pathmaster.sitedb import SiteDB
+    from pathmaster.site.database import SiteDB
 
     db = SiteDB(path, create=True)
     db.set_config("feature_names", list(feature_names()))
@@ -313,8 +313,8 @@ def new_vector_site(path: Path, n: int, seed: int = 0):
 
 
 def bench_growth(tmp: Path, base: int, added: int, per_cell_s: float | None) -> dict:
-    from pathmaster.growth import representation, update_search_index
-    from pathmaster.index import build_search_index
+    from pathmaster.site.growth import representation, update_search_index
+    from pathmaster.site.index import build_search_index
 
     with new_vector_site(tmp / "grown", base) as db:
         build_search_index(db)
@@ -325,7 +325,7 @@ def bench_growth(tmp: Path, base: int, added: int, per_cell_s: float | None) -> 
         add_s = time.perf_counter() - t0
     assert representation(config)["id"] == representation(fitted)["id"], "the representation was re-learnt"
     shutil.copytree(tmp / "grown", tmp / "scratch")
-    from pathmaster.sitedb import SiteDB
+    from pathmaster.site.database import SiteDB
 
     with SiteDB(tmp / "scratch") as db:   # the same 110k cells, indexed from scratch
         db.set_config("index", None)
@@ -347,18 +347,19 @@ def bench_growth(tmp: Path, base: int, added: int, per_cell_s: float | None) -> 
 
 def same_answers(site_dir: Path, config: dict, queries: int = 200) -> bool:
     """Top-5 ids of the grown site's FAISS index == those of one rebuilt from its stored vectors."""
-    from pathmaster import similarity
-    from pathmaster.index import read_index_file, stored_vectors
-    from pathmaster.sitedb import SiteDB
+    from pathmaster.learning import similarity
+    from pathmaster.site import faiss_index
+    from pathmaster.site.index import read_index_file, stored_vectors
+    from pathmaster.site.database import SiteDB
 
     with SiteDB(site_dir) as db:
         grown = read_index_file(site_dir, config)
         vectors = stored_vectors(db, config)
-    rebuilt = similarity.build_index(vectors, config["algorithm"])
+    rebuilt = faiss_index.build_index(vectors, config["algorithm"])
     X, _ = feature_rows(queries, seed=99)
     q = similarity.Projection.from_dict(config["projection"]).apply(
         similarity.Normalization.from_dict(config["normalization"]).apply(X))
-    return bool(np.array_equal(similarity.search(grown, q, 5)[1], similarity.search(rebuilt, q, 5)[1]))
+    return bool(np.array_equal(faiss_index.search(grown, q, 5)[1], faiss_index.search(rebuilt, q, 5)[1]))
 
 
 # ---------------------------------------------------------------- serve
@@ -379,7 +380,7 @@ site = SiteIndex.open(sys.argv[1])
 open_s, open_cpu_s = time.perf_counter() - t0, time.process_time() - c0
 after = rss()
 image_libraries = sorted(m for m in ("skimage", "cv2", "mahotas") if m in sys.modules)
-import pathmaster.features.extract, pathmaster.segmentation   # what a site worker imports to analyse uploads
+import pathmaster.features.extract, pathmaster.image.segmentation   # what a site worker imports to analyse uploads
 served = rss()
 def timed(call, items):
     wall, cpu = [], []
@@ -420,7 +421,7 @@ print(json.dumps({"sha256": hashlib.sha256(repr(answers).encode()).hexdigest(), 
 
 INDEX = """
 import json, resource, sys, time
-from pathmaster.index import build_search_index
+from pathmaster.site.index import build_search_index
 from pathmaster.sitedb import SiteDB
 with SiteDB(sys.argv[1]) as db:
     t0, c0 = time.perf_counter(), time.process_time()

@@ -55,7 +55,7 @@ def main() -> int:
     args = parser.parse_args()
     jobs_values = [int(j) for j in args.jobs.split(",")]
 
-    from pathmaster.synth import write_dataset
+    from pathmaster.image.synth import write_dataset
     from services.demo import start_demo
 
     work = Path(tempfile.mkdtemp(prefix="bench-batch-"))

@@ -56,7 +56,7 @@ WARM_BASE_COMMIT = "1d408ee"  # the last commit before the warm fork server
 def flat_png(side: int) -> bytes:
     import numpy as np
 
-    from pathmaster.imageio import encode_png
+    from pathmaster.image.io import encode_png
 
     return encode_png(np.full((side, side, 3), 200, np.uint8), compress_level=9)
 
@@ -145,7 +145,7 @@ def checkerboard_png(side: int, square: int = 2) -> bytes:
     """Small as a file, costly to segment (tests/services/test_budget_site.py's hostile cell)."""
     import numpy as np
 
-    from pathmaster.imageio import encode_png
+    from pathmaster.image.io import encode_png
 
     yy, xx = np.mgrid[:side, :side]
     grey = np.where((yy // square + xx // square) % 2 == 0, 40, 220).astype(np.uint8)
@@ -175,7 +175,7 @@ def replacement_phase(args) -> dict:
     """Runs in its own process (its own fork server): `args.rounds` kills and replacements."""
     import multiprocessing.forkserver
 
-    from pathmaster.budget import AnalysisPool, CellBudget, CellStopped
+    from pathmaster.analysis.budget import AnalysisPool, CellBudget, CellStopped
     from services.site.analysis import PRELOAD  # of the tree on PYTHONPATH
     from services.site.synthetic import synthetic_case_cells
 

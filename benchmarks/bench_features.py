@@ -34,7 +34,7 @@ against it; 128 features), three alternating rounds at load average 12-19 on the
 VM, median CPU: analyse 67 -> 47, 50 -> 41, 49 -> 51 ms, and in an earlier run 72 -> 37,
 78 -> 56, 60 -> 46 ms (x1.0-1.9, typically x1.3); features 5-8 ms. Still above 30 ms
 on this loaded machine.
-Then analysis workers keep freed memory (pathmaster.budget.keep_freed_memory: about a
+Then analysis workers keep freed memory (pathmaster.analysis.budget.keep_freed_memory: about a
 fifth of the CPU had been the kernel zeroing ~1 MB temporaries anew) and OpenCV labelling,
 erosion and dilation; same masks, slides and features. `--sweep --sizes 200,200,200
 --repeats 9 --before bf7ea4a` ("after" as the product's analysis workers run, "before"
@@ -80,7 +80,7 @@ import numpy as np  # noqa: E402
 from pathmaster.features import FEATURES, extract_features  # noqa: E402
 from pathmaster.features.texture import HARALICK_DISTANCES  # noqa: E402
 from pathmaster.records import CYTOPLASM, DIAGNOSES, NUCLEUS  # noqa: E402
-from pathmaster.synth import synth_cell  # noqa: E402
+from pathmaster.image.synth import synth_cell  # noqa: E402
 
 cv2.setNumThreads(1)
 
@@ -168,12 +168,12 @@ def sweep_worker(side: int, repeats: int, seed: int, allocator: str = "worker", 
     """Median wall and CPU seconds of analyse_cell(image) and extract_features at one size,
     with whatever pathmaster is first on sys.path (this tree or a worktree of REV).
     allocator "worker": the process keeps freed memory as an analysis worker of that tree
-    does (`pathmaster.budget.keep_freed_memory`, where the tree has it); "default": glibc's.
+    does (`pathmaster.analysis.budget.keep_freed_memory`, where the tree has it); "default": glibc's.
     cells: how many sweep cells (seeds seed, seed + 1, ...); each is timed `repeats` times
     and the figure is the median over cells of each cell's median."""
     import pathmaster
-    from pathmaster import budget
-    from pathmaster.site import analyse_cell
+    from pathmaster.analysis import budget
+    from pathmaster.analysis.cell import analyse_cell
 
     kept = allocator == "worker" and hasattr(budget, "keep_freed_memory") and budget.keep_freed_memory()
 

@@ -5,7 +5,7 @@
 The cells are the shared Herlev development half (224 px JPEG uploads, no masks) and, to
 reach ``--cells``, the same cells turned by 90, 180 and 270 degrees (distinct images with
 the same labels, as a site that scanned a slide twice would hold). Times
-``pathmaster.ingest`` (segmentation and features on ``--workers`` local processes) and the
+``pathmaster.site.ingest`` (segmentation and features on ``--workers`` local processes) and the
 index build (features fitted, the feature classifier, the eye's look at every cell, the lens
 and head fitted on inner folds and on every cell, FAISS), and prints what the site chose.
 The target: at most 3 minutes in all on this 2-core machine.
@@ -47,10 +47,10 @@ def main() -> int:
         print(f"skipped: no dataset at {args.data}")
         return 0
     from pathmaster.importers import iter_dataset
-    from pathmaster.ingest import ingest
-    from pathmaster.index import build_search_index
-    from pathmaster.site import SiteIndex
-    from pathmaster.sitedb import SiteDB
+    from pathmaster.site.ingest import ingest
+    from pathmaster.site.index import build_search_index
+    from pathmaster.site.search import SiteIndex
+    from pathmaster.site.database import SiteDB
 
     records = turned([r for r in iter_dataset(args.data) if hasattr(r, "image")], args.cells)
     with tempfile.TemporaryDirectory(prefix="bench-index-learn-") as site_dir:

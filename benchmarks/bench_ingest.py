@@ -2,7 +2,7 @@
 
     python benchmarks/bench_ingest.py [--cells 140] [--seed 0]
 
-Writes a synthetic dataset (not timed), then times ``pathmaster.ingest.ingest`` on it:
+Writes a synthetic dataset (not timed), then times ``pathmaster.site.ingest.ingest`` on it:
 reading and decoding the files, feature extraction, writing image/thumbnail/mask/background
 PNGs and committing rows, and separately the index build (z-scores, feature choice,
 FAISS). A second ingest of the same dataset measures how fast a re-run skips cells already
@@ -19,10 +19,10 @@ import time
 from pathlib import Path
 
 from pathmaster.importers import iter_dataset
-from pathmaster.ingest import ingest
-from pathmaster.sitedb import SiteDB
-from pathmaster.index import build_search_index
-from pathmaster.synth import write_dataset
+from pathmaster.site.ingest import ingest
+from pathmaster.site.database import SiteDB
+from pathmaster.site.index import build_search_index
+from pathmaster.image.synth import write_dataset
 
 
 def timed_records(dataset: Path, gaps: list[float]):

@@ -2,7 +2,7 @@
 
 Each fold of the dataset's cells (grouped by slide image: the file-name prefix before the
 last '-NNN', so cells of one image are never on both sides) is indexed as a site
-(``pathmaster.ingest``: automatic segmentation, the features' choice, the eye's vectors and
+(``pathmaster.site.ingest``: automatic segmentation, the features' choice, the eye's vectors and
 the lens and head the site learns on top, its own choice of what to compare and its
 operating point, chosen for 6-cell cases), then the held-out cells query it as uploads
 (image only: segmented, slide estimated). Per mode (features / embedding / fused) it prints
@@ -40,7 +40,7 @@ def group_of(source_id: str) -> str:
 
 def query_fold(site, records, modes):
     """Per mode, each query's (label, nearest labels, abnormality score); and analysis CPU times."""
-    from pathmaster import similarity
+    from pathmaster.site import faiss_index
 
     analysed, cpu_features, cpu_learnt = [], [], []
     for record in records:
@@ -59,7 +59,7 @@ def query_fold(site, records, modes):
         site.learnt.mode = mode
         if mode == "fused" and chosen[0] != "fused":
             site.learnt.embedding_weight = 0.5
-        site._index = similarity.build_index(site.vectors())
+        site._index = faiss_index.build_index(site.vectors())
         rows = []
         for label, features, embedding in analysed:
             matches = site.search(features, 5, embedding=None if embedding is None else embedding[0])
@@ -73,7 +73,7 @@ def query_fold(site, records, modes):
 def scores(rows, abnormal_labels):
     from sklearn.metrics import roc_auc_score
 
-    from pathmaster.evaluate import majority_vote
+    from pathmaster.evaluation.crossval import majority_vote
 
     truth = np.array([row[0] for row in rows])
     nearest = np.array([row[1][0] for row in rows])
@@ -151,10 +151,10 @@ def main() -> int:
     from sklearn.model_selection import StratifiedGroupKFold
 
     from pathmaster.importers import iter_dataset
-    from pathmaster.ingest import ingest
-    from pathmaster.index import build_search_index
-    from pathmaster.site import SiteIndex
-    from pathmaster.sitedb import SiteDB
+    from pathmaster.site.ingest import ingest
+    from pathmaster.site.index import build_search_index
+    from pathmaster.site.search import SiteIndex
+    from pathmaster.site.database import SiteDB
 
     records = [r for r in iter_dataset(args.data) if hasattr(r, "image")]
     labels = np.array([r.diagnosis for r in records])

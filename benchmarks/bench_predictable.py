@@ -52,7 +52,7 @@ def site_results(events):
 
 def bench_bytes(client, cells, databases: dict) -> dict:
     """Request and reply bytes per site, images vs features, and the replies of before."""
-    from pathmaster.site import SiteIndex
+    from pathmaster.site.search import SiteIndex
 
     indexes = {name: SiteIndex.open(db) for name, db in databases.items()}
     out = {}

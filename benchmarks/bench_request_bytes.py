@@ -62,9 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from pathmaster.features import feature_names
-    from pathmaster.index import build_search_index
-    from pathmaster.site import SiteIndex
-    from pathmaster.sitedb import SiteDB
+    from pathmaster.site.index import build_search_index
+    from pathmaster.site.search import SiteIndex
+    from pathmaster.site.database import SiteDB
     from services.client import analyse_locally
     from services.coordinator.fanout import features_request
     from services.demo import DEMO_SITES

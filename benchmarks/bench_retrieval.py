@@ -8,7 +8,7 @@ the features are extracted twice, as the product gets them: from the image alone
 ("true masks"). Each set is then scored as `pathmaster evaluate` scores a site: stratified
 5-fold cross-validation, the similarity (z-scores and the feature ``choice``, "auto" as a
 site's default) refitted on each training fold, every cell queried once against its
-fold's training cells (`pathmaster.evaluate.cross_validate`), with the classifier ceilings
+fold's training cells (`pathmaster.evaluation.crossval.cross_validate`), with the classifier ceilings
 on the same folds. No figure is tuned on the folds it is reported for.
 
 Printed per mode and per tree: top-1, precision@5, majority@5 and binary (normal vs
@@ -57,12 +57,12 @@ def evaluate_tree(data: Path, choice: str, seed: int) -> dict:
     import numpy as np
 
     import pathmaster
-    from pathmaster import evaluate
+    from pathmaster.evaluation import crossval
     from pathmaster.features import feature_names
     from pathmaster.importers import iter_dataset
     from pathmaster.records import CellRecord
-    from pathmaster.index import MIN_CELLS_FOR_SELECTION
-    from pathmaster.site import analyse_cell
+    from pathmaster.site.index import MIN_CELLS_FOR_SELECTION
+    from pathmaster.analysis.cell import analyse_cell
 
     records = [r for r in iter_dataset(data, layout="herlev") if isinstance(r, CellRecord)]
     labels = np.array([r.diagnosis for r in records], dtype=object)
@@ -72,8 +72,8 @@ def evaluate_tree(data: Path, choice: str, seed: int) -> dict:
     result = {"package": str(Path(pathmaster.__file__).resolve().parent), "cells": len(records),
               "features": len(names), "modes": {}}
     for mode, rows in matrices.items():
-        fit = evaluate.site_similarity_fit(names, choice, seed, MIN_CELLS_FOR_SELECTION)
-        m = evaluate.cross_validate(np.array(rows), labels, fit, seed=seed)
+        fit = crossval.site_similarity_fit(names, choice, seed, MIN_CELLS_FOR_SELECTION)
+        m = crossval.cross_validate(np.array(rows), labels, fit, seed=seed)
         result["modes"][mode] = {
             **{key: m[key] for key in METRICS}, "ci": {key: m["ci"][key] for key in METRICS},
             "ceilings": {name: {"accuracy": c["accuracy"], "binary_accuracy": c["binary_accuracy"]}

@@ -21,7 +21,7 @@ import time
 import faiss
 import numpy as np
 
-from pathmaster import similarity
+from pathmaster.site import faiss_index
 
 
 def feature_like_vectors(n: int, d: int, rng: np.random.Generator) -> np.ndarray:
@@ -62,7 +62,7 @@ def main() -> None:
     # ---- 10k cells, exact
     base = feature_like_vectors(10_000, d, rng)
     queries = feature_like_vectors(1000, d, rng)
-    exact = similarity.build_index(base, "flat")
+    exact = faiss_index.build_index(base, "flat")
     ms = median_query_ms(exact, queries)
     t0 = time.perf_counter()
     exact.search(queries, 5)
@@ -78,17 +78,17 @@ def main() -> None:
     print(f"generated {n:,} x {d} vectors in {time.perf_counter() - t0:.1f} s")
     faiss.omp_set_num_threads(2)  # building and ground truth are batch work
     t0 = time.perf_counter()
-    exact = similarity.build_index(base, "flat")
+    exact = faiss_index.build_index(base, "flat")
     _, truth_tune = exact.search(tune, 5)
     _, truth_test = exact.search(test, 5)
     print(f"exact ground truth for 1000 queries in {time.perf_counter() - t0:.1f} s")
     t0 = time.perf_counter()
-    ivf = similarity.build_index(base, "ivf", seed=args.seed)
+    ivf = faiss_index.build_index(base, "ivf", seed=args.seed)
     build_s = time.perf_counter() - t0
-    nprobe, tune_recall = similarity.tune_nprobe(ivf, tune, truth_tune, 5, 0.95)
+    nprobe, tune_recall = faiss_index.tune_nprobe(ivf, tune, truth_tune, 5, 0.95)
     faiss.omp_set_num_threads(1)
     _, found = ivf.search(test, 5)
-    recall = similarity.recall_at_k(found, truth_test)
+    recall = faiss_index.recall_at_k(found, truth_test)
     ivf_ms = median_query_ms(ivf, test)
     exact_ms = median_query_ms(exact, test[:30])
     print(f"IVF nlist={ivf.nlist} built (train + add) in {build_s:.1f} s; nprobe chosen {nprobe} "

@@ -52,7 +52,7 @@ def dice(a: np.ndarray, b: np.ndarray) -> float:
 
 def main(argv=None) -> int:
     sys.path.insert(0, str(ROOT))
-    from pathmaster import segmentation
+    from pathmaster.image import segmentation
     from pathmaster.importers import iter_dataset
     from pathmaster.records import DIAGNOSES, NUCLEUS, CYTOPLASM, CellRecord
 

@@ -5,7 +5,7 @@
 An upload as a user sends it: a real Herlev cell as a 224 px JPEG, letter-boxed, no mask
 and no blank slide (../shared/data/herlev-224-dev, or $PATHMASTER_SHARED/data/...; every
 `every`-th file). Timed per upload, in CPU seconds of one thread (OMP/OpenBLAS/MKL and
-OpenCV pinned to 1): "analyse" is `pathmaster.site.analyse_cell(image)` (segmentation,
+OpenCV pinned to 1): "analyse" is `pathmaster.analysis.cell.analyse_cell(image)` (segmentation,
 blank-slide estimate, the features and the patch) and "learnt" what a site runs on that
 patch besides: the pretrained eye (`pathmaster.eye`, its default options) and a lens and head
 on top (fitted to random vectors: the time does not depend on their values); on a tree
@@ -47,7 +47,7 @@ def worker(uploads: Path, every: int, repeats: int) -> dict:
     from PIL import Image
 
     import pathmaster
-    from pathmaster.site import analyse_cell
+    from pathmaster.analysis.cell import analyse_cell
 
     cv2.setNumThreads(1)
     learnt = _learnt_part()
@@ -79,12 +79,12 @@ def _learnt_part():
     import numpy as np
 
     try:
-        from pathmaster.abnormality import fit_classifier
-        from pathmaster.embedding import fit_lens
+        from pathmaster.learning.abnormality import fit_classifier
+        from pathmaster.learning.lens import fit_lens
         from pathmaster.eye import open_eye
     except ImportError:  # a tree from before the eye: its learnt network, random weights
-        from pathmaster.embedding import Embedder
-        from pathmaster.learn import init_params
+        from pathmaster.learning.policy import Embedder
+        from pathmaster.learning.choice import init_params
 
         embedder = Embedder(init_params(0, 2), ["normal", "abnormal"], np.array([False, True]))
 

@@ -46,7 +46,7 @@ SIDE = 40  # px, the masks' side
 
 def pairs(uploads: Path, masks: Path):
     """(diagnosis folder, upload path, its 40 px image path) for every upload."""
-    from pathmaster.segmentation import picture_box
+    from pathmaster.image.segmentation import picture_box
 
     for folder in sorted(p for p in uploads.iterdir() if p.is_dir()):
         small = sorted((masks / folder.name).glob("*.BMP"))
@@ -74,7 +74,7 @@ def score(mask: np.ndarray, truth: np.ndarray, box) -> dict:
 
 def main(argv=None) -> int:
     sys.path.insert(0, str(ROOT))
-    from pathmaster import segmentation
+    from pathmaster.image import segmentation
     from pathmaster.importers.herlev import decode_colour_mask
     from pathmaster.records import CellRecord
 

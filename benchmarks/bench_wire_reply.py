@@ -49,7 +49,7 @@ HERLEV = REPO.parent / "shared" / "data" / "herlev-40px"
 
 def demo_sources() -> dict[str, list[tuple[str, str, str, str, bytes]]]:
     """{source: [(cell_id, diagnosis, bethesda, source_id, thumbnail PNG)]} of each cached demo site."""
-    from pathmaster.site import SiteIndex
+    from pathmaster.site.search import SiteIndex
     from services.demo import DEMO_SITES
     from services.site.synthetic import cache_root
 
@@ -72,7 +72,7 @@ def herlev_source() -> dict[str, list]:
     """The real Herlev cells (40 px), as a site of them would store and name them."""
     from PIL import Image
 
-    from pathmaster.sitedb import cell_id_for
+    from pathmaster.site.database import cell_id_for
 
     rows = []
     for path in sorted(HERLEV.glob("*/*.BMP")):
@@ -107,11 +107,11 @@ def main(argv=None) -> None:
     from pathmaster import defaults
     from qos.network import TCP_INITIAL_WINDOW_BYTES
     from services.site.worker import WIRE_THUMBNAIL_FORMAT, WIRE_THUMBNAIL_PX, WIRE_THUMBNAIL_QUALITY
-    from pathmaster.imageio import wire_thumbnail
+    from pathmaster.image.io import wire_thumbnail
     from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
     from services.site.server import cell_result
     from services.site.worker import CellOutcome
-    from pathmaster.site import Match
+    from pathmaster.site.search import Match
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cells", type=int, default=6)

@@ -23,10 +23,11 @@ from pathlib import Path
 
 import numpy as np
 
-from pathmaster import conclusion, similarity
+from pathmaster import conclusion
+from pathmaster.learning import similarity
 from pathmaster.features import FEATURES
-from pathmaster.imageio import decode_image
-from pathmaster.site import analyse_cell
+from pathmaster.image.io import decode_image
+from pathmaster.analysis.cell import analyse_cell
 from pathmaster.vocabulary import BETHESDA_TERMS, BUILTIN, majority
 
 DEFAULT = Path(os.environ.get("PATHMASTER_SHARED", Path(__file__).resolve().parents[1].parent / "shared"),

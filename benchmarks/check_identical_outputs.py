@@ -9,7 +9,7 @@ Runs the analysis with this working tree and with git revision REV (a temporary 
 worktree), each in its own process, and compares every mask, blank slide and feature
 vector with ``np.array_equal`` (no tolerance). Cases, each cell fed as the product feeds it:
 
-- synthetic cells (`pathmaster.synth`, every diagnosis, the generators the tests use):
+- synthetic cells (`pathmaster.image.synth`, every diagnosis, the generators the tests use):
   ``analyse_cell(image)`` (an upload: segmentation, slide estimate, features),
   ``analyse_cell(image, background)`` (segmentation against a given slide),
   ``analyse_cell(image, mask=mask)`` (slide estimated round a given mask) and
@@ -72,8 +72,8 @@ def dump(out: Path, synthetic: int, herlev: Path | None, uploads: Path | None = 
 
     from pathmaster.features import extract_features
     from pathmaster.records import DIAGNOSES, CellRecord
-    from pathmaster.site import analyse_cell
-    from pathmaster.synth import cell_rng, synth_cell
+    from pathmaster.analysis.cell import analyse_cell
+    from pathmaster.image.synth import cell_rng, synth_cell
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from bench_features import sweep_cell

@@ -41,10 +41,10 @@ sys.path.insert(0, str(REPO))
 
 PROJECT = ("pathmaster", "qos", "services")
 # (module, function) pairs counted as "decode" and "check" events.
-DECODES = {("pathmaster.imageio", "decode_image"), ("pathmaster.imageio", "decode_mask"),
-           ("pathmaster.imageio", "probe_image"),
+DECODES = {("pathmaster.image.io", "decode_image"), ("pathmaster.image.io", "decode_mask"),
+           ("pathmaster.image.io", "probe_image"),
            ("PIL.Image", "open"), ("PIL.Image", "_getdecoder")}  # a decoder: pixels decoded
-CHECKS = {("pathmaster.imageio", "check_cell"), ("pathmaster.imageio", "_check_labels"),
+CHECKS = {("pathmaster.image.io", "check_cell"), ("pathmaster.image.io", "_check_labels"),
           ("pathmaster.features.regions", "cell_regions")}
 
 
@@ -204,7 +204,7 @@ def report(rec: PathRecorder, elapsed: float, matches: int, no_mask: bool) -> No
         print(f"  {m:40s} {n} times")
     decodes = {k[1:]: n for k, n in rec.events.items() if k[0] == "decode"}
     checks = {k[1:]: n for k, n in rec.events.items() if k[0] == "check"}
-    print(f"\ndecode calls: {sum(n for (mod, fn), n in decodes.items() if mod == 'pathmaster.imageio')} "
+    print(f"\ndecode calls: {sum(n for (mod, fn), n in decodes.items() if mod == 'pathmaster.image.io')} "
           f"project, {sum(n for (mod, fn), n in decodes.items() if mod.startswith('PIL'))} Pillow")
     for (mod, fn), n in sorted(decodes.items()):
         print(f"  {mod}.{fn}: {n}")

@@ -1,4 +1,4 @@
-"""Imported by the analysis pool's fork server (pathmaster/budget.py), after the one-thread
+"""Imported by the analysis pool's fork server (pathmaster/analysis/budget.py), after the one-thread
 settings: runs the main script of the process that started the server, as ``__mp_main__``,
 once, here.
 

@@ -7,7 +7,6 @@ non-zero exit status (2), never a traceback.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import sys
@@ -141,7 +140,7 @@ def _register_cells(subparsers) -> None:
 def _synth(args) -> int:
     from tqdm import tqdm
 
-    from pathmaster.synth import write_dataset
+    from pathmaster.image.synth import write_dataset
 
     with tqdm(total=args.cells, unit="cell", desc="synthesising") as bar:
         out = write_dataset(args.out, args.cells, args.seed, progress=lambda done: bar.update(done - bar.n))
@@ -151,7 +150,7 @@ def _synth(args) -> int:
 
 @_reports_bad_input
 def _index(args) -> int:
-    from pathmaster.ingest import ingest, local_cores
+    from pathmaster.site.ingest import ingest, local_cores
 
     if not args.dataset.is_dir():
         raise NotADirectoryError(f"{args.dataset}: not a dataset directory")
@@ -179,7 +178,7 @@ def _index(args) -> int:
         names = projection["names"]
         shown = ", ".join(names) if len(names) <= 20 else f"{', '.join(names[:20])}, ..."
         print(f"index: {report.index['algorithm']}, features by {projection['method']} ({len(names)}): {shown}")
-        from pathmaster.site import SiteIndex
+        from pathmaster.site.search import SiteIndex
 
         site = SiteIndex.open(args.db)
         print(f"similarity: {site.similarity_note()}; abnormality score: {site.learnt.score} >= "
@@ -204,7 +203,7 @@ def _known_cells(handler):
 @_reports_bad_input
 @_known_cells
 def _cells_remove(args) -> int:
-    from pathmaster.growth import remove_cells
+    from pathmaster.site.growth import remove_cells
 
     config = remove_cells(args.db, args.cell_ids)
     print(f"removed {len(set(args.cell_ids))} cells; {config['n_cells']} cells in {args.db}")
@@ -214,7 +213,7 @@ def _cells_remove(args) -> int:
 @_reports_bad_input
 @_known_cells
 def _cells_relabel(args) -> int:
-    from pathmaster.growth import relabel_cell
+    from pathmaster.site.growth import relabel_cell
 
     label = relabel_cell(args.db, args.cell_id, args.diagnosis)
     print(f"cell {args.cell_id} is now {label!r} (`pathmaster index --relearn` fits the site to its labels again)")
@@ -222,8 +221,8 @@ def _cells_relabel(args) -> int:
 
 
 def _read_cell(args):
-    from pathmaster.imageio import read_image, read_mask
-    from pathmaster.uploads import check_cell_image
+    from pathmaster.image.io import read_image, read_mask
+    from pathmaster.analysis.uploads import check_cell_image
 
     image = read_image(args.image)
     check_cell_image(image, args.image)
@@ -234,8 +233,8 @@ def _read_cell(args):
 
 @_reports_bad_input
 def _search(args) -> int:
-    from pathmaster.site import SiteIndex
-    from pathmaster.sitedb import image_hash
+    from pathmaster.site.search import SiteIndex
+    from pathmaster.site.database import image_hash
 
     image, background, mask = _read_cell(args)
     if args.k < 1:
@@ -278,15 +277,15 @@ def _search(args) -> int:
 def _site_score_fit(db, site, X, labels, groups, labelled, options: dict, seed: int):
     """``evaluate.site_score_fit`` for an indexed site: with its cells' eye vectors when it
     looks through an eye, so each training fold learns its lens as indexing did."""
-    from pathmaster import evaluate
-    from pathmaster.learnt import eye_vectors
+    from pathmaster.evaluation import crossval
+    from pathmaster.site.fitting import eye_vectors
 
     vectors = eye = None
     if site.eye is not None:
         cells = db.cells()
         vectors = eye_vectors(db, [c for c, keep in zip(cells, labelled) if keep], site.eye)
         eye = site.eye.describe()
-    return evaluate.site_score_fit(X[labelled], labels[labelled], groups[labelled], site.feature_names,
+    return crossval.site_score_fit(X[labelled], labels[labelled], groups[labelled], site.feature_names,
                                    site.vocabulary.abnormal, choice=options.get("features", "auto"),
                                    similarity_choice=options.get("similarity", "auto"), eye_vectors=vectors,
                                    eye=eye, seed=seed)
@@ -296,9 +295,10 @@ def _site_score_fit(db, site, X, labels, groups, labelled, options: dict, seed: 
 def _evaluate(args) -> int:
     import numpy as np
 
-    from pathmaster import evaluate
-    from pathmaster.site import SiteIndex
-    from pathmaster.sitedb import SiteDB
+    from pathmaster.evaluation import crossval
+    from pathmaster.evaluation.report import format_report
+    from pathmaster.site.search import SiteIndex
+    from pathmaster.site.database import SiteDB
 
     if args.folds < 2:
         raise ValueError(f"--folds must be at least 2, got {args.folds}")
@@ -308,12 +308,12 @@ def _evaluate(args) -> int:
     if args.queries:
         from pathmaster.importers import iter_dataset
 
-        metrics, problems = evaluate.held_out(site, iter_dataset(args.queries, vocabulary=site.vocabulary))
+        metrics, problems = crossval.held_out(site, iter_dataset(args.queries, vocabulary=site.vocabulary))
         metrics["mode"] = f"held-out queries from {args.queries}"
     elif args.loo:
         labels = site.labels()
         labelled = [i for i, label in enumerate(labels) if label is not None]
-        metrics = evaluate.leave_one_out(site.vectors()[labelled], [labels[i] for i in labelled])
+        metrics = crossval.leave_one_out(site.vectors()[labelled], [labels[i] for i in labelled])
         metrics["mode"] = "leave-one-out (in the space fitted to all cells)"
     else:
         labels = np.array(site.labels(), dtype=object)
@@ -325,11 +325,11 @@ def _evaluate(args) -> int:
             groups = np.array([c.group for c in db.cells()], dtype=object)
             site_score = None if args.no_site_score else _site_score_fit(db, site, X, labels, groups, labelled,
                                                                          options, args.seed)
-        fit = evaluate.site_similarity_fit(site.feature_names, choice, args.seed)
-        metrics = evaluate.cross_validate(X[labelled], labels[labelled], fit, groups=groups[labelled],
+        fit = crossval.site_similarity_fit(site.feature_names, choice, args.seed)
+        metrics = crossval.cross_validate(X[labelled], labels[labelled], fit, groups=groups[labelled],
                                           abnormal_labels=site.vocabulary.abnormal, folds=args.folds,
                                           seed=args.seed, progress=not args.quiet,
-                                          ceilings=() if args.no_ceiling else tuple(evaluate.CEILINGS),
+                                          ceilings=() if args.no_ceiling else tuple(crossval.CEILINGS),
                                           site_score=site_score)
         metrics["mode"] = f"{metrics['folds']}-fold cross-validation, feature choice {choice!r} refitted per fold"
     metrics["algorithm"] = site.algorithm
@@ -348,5 +348,5 @@ def _evaluate(args) -> int:
             # Leave-one-out reuses the cells the feature choice was fitted to.
             print(f"(features chosen on these cells; their cross-validated precision@5 was "
                   f"{metrics['feature_choice']['cv_precision_at_5']:.3f})")
-        print(evaluate.format_report(metrics))
+        print(format_report(metrics))
     return 0

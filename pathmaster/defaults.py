@@ -18,7 +18,7 @@ MAX_SELECTED_FEATURES = 24
 MAX_IMAGE_BYTES = 16 * 1024 * 1024   # one encoded file; a study cell is ~100 KB
 MAX_PIXELS = 4096 * 4096             # one image; checked from the header, before decoding
 
-# --- What one cell may cost to analyse (pathmaster/budget.py) ---------------------------
+# --- What one cell may cost to analyse (pathmaster/analysis/budget.py) ---------------------------
 # A Pap cell at the study's magnification is ~100-300 px a side (Herlev's largest crops are
 # under 800 x 600), so a cell image over 1024 x 1024 is not a cell but a field of view. It
 # is refused from its header, before decoding, with "crop the cell": features are in pixel
@@ -39,7 +39,7 @@ CELL_WALL_FACTOR = 6.0
 # 10.9 GB. A larger need is a MemoryError, an error for that cell alone.
 ANALYSIS_MEMORY_BYTES = 3 * 1024**3
 ANALYSIS_PROCESSES = 1     # bounded worker processes per analysing actor (one cell at a time)
-# An analysis worker keeps the memory its arrays free (glibc mallopt, pathmaster.budget.
+# An analysis worker keeps the memory its arrays free (glibc mallopt, pathmaster.analysis.budget.
 # keep_freed_memory) instead of handing it back to the kernel after every array: arrays up
 # to ANALYSIS_MMAP_THRESHOLD_BYTES come from the heap, and up to ANALYSIS_TRIM_THRESHOLD_BYTES
 # of freed heap stays mapped. glibc's defaults (dynamic thresholds from 128 kB) returned the

@@ -313,7 +313,7 @@ def bethesda_vote(site_matches) -> Vote | None:
 
 
 def site_vocabulary(db, declared: Vocabulary | None = None, default: Vocabulary | None = None) -> Vocabulary:
-    """A site's vocabulary: the one stored in its database `db` (a ``pathmaster.sitedb.SiteDB``),
+    """A site's vocabulary: the one stored in its database `db` (a ``pathmaster.site.database.SiteDB``),
     else `declared`, else one holding the labels of the cells it already has, else
     `default` (its dataset's), else herlev; stored when new.
 

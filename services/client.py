@@ -56,7 +56,7 @@ def cells_from_files(paths) -> list[pb.CellImage]:
     """Read cell files into CellImages, pairing NAME.EXT with NAME-background.EXT and
     NAME-mask.EXT or Herlev's NAME-d.bmp (the gateway's rule). Raises InvalidInput naming a file that cannot be
     read, does not pair or is not of an accepted format (from its header: `accepted_format`)."""
-    from pathmaster.imageio import accepted_format
+    from pathmaster.image.io import accepted_format
     from services.gateway.pairing import mask_labels, pair_files
 
     pairing = pair_files(str(p) for p in paths)
@@ -335,10 +335,10 @@ def analyse_locally(cells: list[pb.CellImage], *, eye=None, identity: str = ""
     Returns (cells with only their ids, their CellFeatures, the feature schema). Raises
     InvalidInput naming the first cell that cannot be analysed.
     """
-    from pathmaster.embedding import eye_vectors_of, pack_eye_vector
+    from pathmaster.eye._vectors import eye_vectors_of, pack_eye_vector
     from pathmaster.features.schema import feature_schema
-    from pathmaster.site import analyse_cell
-    from pathmaster.sitedb import image_hash
+    from pathmaster.analysis.cell import analyse_cell
+    from pathmaster.site.database import image_hash
     from services.site.cells import decode_cell
 
     ids, vectors = [], []
@@ -365,7 +365,7 @@ def local_analysis_plan(statuses: list[pb.SiteStatus], only: list[str] | None = 
     (``embedding.reads_network``) the coordinator does not name (``ListSites`` names it only
     when it can open it), or another eye, get the images. ``only``: the case's sites (None:
     every one)."""
-    from pathmaster.embedding import reads_network
+    from pathmaster.learning.policy import reads_network
     from services.coordinator.learnt import SiteEyes
 
     eyes, eyed, images, chosen = SiteEyes(), [], [], ("", "")

@@ -22,7 +22,7 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fi
 
 from pathmaster import defaults
 from pathmaster.records import ConfigError
-from pathmaster.budget import CellBudget
+from pathmaster.analysis.budget import CellBudget
 from qos.admission import CASE_SLOTS, CLASS_SHARE, PER_CLIENT_CASES, URGENT_RESERVED_SLOTS
 from qos.channels import RENEW_CONNECTIONS
 from qos.classes import DEFAULT_CLASSES, ClassTable
@@ -161,11 +161,11 @@ class _ServerTable(_Table):
 
 
 class _Budgeted(_ServerTable):
-    """What one cell's analysis may cost (pathmaster/budget.py), for servers that analyse."""
+    """What one cell's analysis may cost (pathmaster/analysis/budget.py), for servers that analyse."""
 
     bounded_analysis: bool = True
     """Analyse each cell in a worker process with a CPU budget and a memory limit
-    (pathmaster/budget.py); false analyses in the Ray actor itself, unbounded."""
+    (pathmaster/analysis/budget.py); false analyses in the Ray actor itself, unbounded."""
     cell_cpu_floor_s: float = Field(defaults.CELL_CPU_FLOOR_S, gt=0)
     """CPU seconds any cell may use, whatever its size."""
     cell_cpu_per_megapixel_s: float = Field(defaults.CELL_CPU_PER_MEGAPIXEL_S, ge=0)

@@ -79,7 +79,7 @@ def dataset_case(folder: Path, cells: int, seed: int = CASE_SEED) -> tuple[list[
     import numpy as np
 
     from pathmaster.importers import default_vocabulary, iter_dataset
-    from pathmaster.imageio import encode_png
+    from pathmaster.image.io import encode_png
 
     records = [r for r in iter_dataset(folder) if isinstance(r, CellRecord) and r.diagnosis]
     vocabulary = default_vocabulary(folder)
@@ -130,7 +130,7 @@ def _index_share(folder: Path, site_dir: Path, site: str, algorithm: str, site_o
                  apart: str) -> None:
     """Index the cells of `folder` whose slide `site_of_slide` gives `site` into `site_dir`."""
     from pathmaster.importers import default_vocabulary, iter_dataset
-    from pathmaster.ingest import ingest
+    from pathmaster.site.ingest import ingest
 
     records = (r for r in iter_dataset(folder)
                if not isinstance(r, CellRecord) or site_of_slide.get(slide_of(r.source_id)) == site)

@@ -66,7 +66,7 @@ def test_help_of_a_subcommand_shows_a_default_once():
 
 @pytest.fixture
 def cell_png(tmp_path) -> Path:
-    from pathmaster.imageio import write_png
+    from pathmaster.image.io import write_png
 
     return write_png(tmp_path / "cell.png", np.full((16, 16, 3), 200, np.uint8))
 

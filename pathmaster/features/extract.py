@@ -31,7 +31,7 @@ def extract_features(image: np.ndarray, background: np.ndarray, mask: np.ndarray
 
 def features_of(cell: CellRegions) -> np.ndarray:
     """Feature vector of a cell already checked and cut into regions (`cell_regions`, or
-    `crop_regions` after `pathmaster.imageio.check_cell`): float64 (len(FEATURES),)."""
+    `crop_regions` after `pathmaster.image.io.check_cell`): float64 (len(FEATURES),)."""
     values = geometry.geometry_features(cell)
     od_rgb = density.optical_density(cell.image, cell.background)
     od_grey = density.channel_mean(od_rgb)

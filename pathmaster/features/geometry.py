@@ -17,7 +17,7 @@ from typing import NamedTuple
 import cv2
 import numpy as np
 
-from pathmaster.morphology import shrink
+from pathmaster.image.morphology import shrink
 
 from .catalog import FOURIER_HARMONICS, GEOMETRIC
 from .regions import CellRegions
@@ -49,7 +49,7 @@ def perimeter(piece: np.ndarray) -> float:
     float
         ``skimage.measure.perimeter(piece, 4)`` (regionprops' ``perimeter``), the same
         number: border pixels (the region less its erosion by a cross, nothing beyond the
-        edge, `pathmaster.morphology.shrink`) coded by their neighbours, each code's count
+        edge, `pathmaster.image.morphology.shrink`) coded by their neighbours, each code's count
         times its length. Coded by OpenCV (integer sums, exact) and counted as scikit-image
         counts them; its scipy filters took ~0.5 ms of a cell's features.
     """

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pathmaster.imageio import check_cell
+from pathmaster.image.io import check_cell
 from pathmaster.records import CYTOPLASM, NUCLEOLUS, NUCLEUS, InvalidInput
 
 # Pixels kept around the cell when cropping. At least the radius of the background
@@ -48,12 +48,12 @@ def cell_regions(image: np.ndarray, background: np.ndarray, mask: np.ndarray,
     source : str, optional
         The file or cell named in error messages.
 
-    Raises InvalidInput (naming `source`) where `pathmaster.imageio.check_cell`, the one
+    Raises InvalidInput (naming `source`) where `pathmaster.image.io.check_cell`, the one
     rule for a cell's arrays, does, or when the background or mask is missing.
     """
     for what, array in (("background", background), ("mask", mask)):
         if array is None:
-            raise InvalidInput(f"features need a {what} (pathmaster.segmentation.complete_cell "
+            raise InvalidInput(f"features need a {what} (pathmaster.image.segmentation.complete_cell "
                                "estimates a missing one)", source)
     check_cell(image, mask, background, source)
     return crop_regions(image, background, mask)

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from pathmaster.imageio import ACCEPTED_SUFFIXES, check_cell
+from pathmaster.image.io import ACCEPTED_SUFFIXES, check_cell
 from pathmaster.records import CellRecord, InvalidInput
-from pathmaster.segmentation import complete_cell
+from pathmaster.image.segmentation import complete_cell
 
-IMAGE_SUFFIXES = frozenset(ACCEPTED_SUFFIXES)  # the accepted formats' (pathmaster.imageio)
+IMAGE_SUFFIXES = frozenset(ACCEPTED_SUFFIXES)  # the accepted formats' (pathmaster.image.io)
 # Herlev's own file names: <image id>-<image id>-NNN, cell NNN cropped from the slide image
 # named by the two ids (e.g. 153956040-153956058-001). The 40 px copy's "K-N" names (class
 # number, running number) say nothing about the image.

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterator
 
-from pathmaster.imageio import read_image, read_mask
+from pathmaster.image.io import read_image, read_mask
 from pathmaster.records import CellRecord, InvalidInput
 
 from .base import ImportProblem, Unread, each_class, finish, herlev_group, is_image, problem_from, source_id_of

@@ -20,7 +20,7 @@ from typing import Iterator
 
 import numpy as np
 
-from pathmaster.imageio import read_image
+from pathmaster.image.io import read_image
 from pathmaster.records import BACKGROUND, CYTOPLASM, NUCLEUS, CellRecord, InvalidInput
 
 from .base import (ImportProblem, Unread, each_class, finish, herlev_group, is_image, problem_from, source_id_of,

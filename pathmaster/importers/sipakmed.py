@@ -32,7 +32,7 @@ from typing import Iterator
 import numpy as np
 from skimage.draw import polygon as fill_polygon
 
-from pathmaster.imageio import read_image
+from pathmaster.image.io import read_image
 from pathmaster.records import CYTOPLASM, NUCLEUS, CellRecord, InvalidInput
 
 from .base import ImportProblem, Unread, each_class, finish, is_image, problem_from, source_id_of, subfolders

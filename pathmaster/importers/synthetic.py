@@ -1,4 +1,4 @@
-"""Datasets written by `pathmaster synth` (pathmaster.synth.write_dataset)."""
+"""Datasets written by `pathmaster synth` (pathmaster.image.synth.write_dataset)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 from typing import Iterator
 
-from pathmaster.imageio import read_image, read_mask
+from pathmaster.image.io import read_image, read_mask
 from pathmaster.records import CellRecord, InvalidInput
-from pathmaster.synth import GENERATOR, MANIFEST
+from pathmaster.image.synth import GENERATOR, MANIFEST
 
 from .base import ImportProblem, Unread, finish, problem_from
 
@@ -17,7 +17,7 @@ NAME = "synthetic"
 
 def pixel_um(root: Path) -> float | None:
     """Micrometres per pixel: PathMaster's generator draws every cell at one scale."""
-    from pathmaster.synth import PIXEL_UM
+    from pathmaster.image.synth import PIXEL_UM
 
     return PIXEL_UM
 

@@ -8,7 +8,7 @@ schema, or their own algorithm, get the images.
 
 `CellAnalyser` is a Ray actor (a plain class, so tests can run it in-process): decode the
 cell's parts, segment it and estimate its slide when they were not sent, extract features,
-in a bounded worker process (pathmaster/budget.py: a CPU budget per cell, a memory limit,
+in a bounded worker process (pathmaster/analysis/budget.py: a CPU budget per cell, a memory limit,
 the case's deadline), exactly as a site does. `Analysers` keeps a few of them and analyses
 a case's cells in parallel, a cell per actor at a time, the most favoured class first (the
 site's `PriorityDispatcher`): an urgent case's cells are the next ones any actor starts,
@@ -23,7 +23,7 @@ import time
 
 import ray
 
-from pathmaster.budget import AnalysisPool, CellBudget, CellStopped
+from pathmaster.analysis.budget import AnalysisPool, CellBudget, CellStopped
 from pathmaster.records import InvalidInput
 from qos.predict import RecentMedian
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb

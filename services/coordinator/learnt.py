@@ -1,6 +1,6 @@
 """Features mode for sites that look through a pretrained eye: the eyes, opened once here.
 
-A site that compares or scores what its eye sees (pathmaster/learnt.py) names the eye in its
+A site that compares or scores what its eye sees (pathmaster/site/fitting.py) names the eye in its
 SiteInfo: ``model_sha256`` its content id, ``eye`` its description. The eye is public (a
 frozen network from a registry package, the same wherever it is installed), so the
 coordinator, which analyses a case's cells once, opens the same eye itself, checks that its
@@ -18,7 +18,8 @@ import threading
 
 import numpy as np
 
-from pathmaster.embedding import PATCH_PX, eye_from, eye_id, eye_vectors_of, pack_eye_vector
+from pathmaster.analysis.cell import PATCH_PX
+from pathmaster.eye._vectors import eye_from, eye_id, eye_vectors_of, pack_eye_vector
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 
 log = logging.getLogger("pathmaster.coordinator")

@@ -102,7 +102,7 @@ MAX_EYE_VALUES = 4096
 
 def _eye_vector_ok(data: bytes) -> bool:
     """Whether `data` (CellFeatures.embedding) is an eye vector a site could read, or none."""
-    from pathmaster.embedding import unpack_eye_vector
+    from pathmaster.eye._vectors import unpack_eye_vector
 
     if len(data) > 2 * MAX_EYE_VALUES or len(data) % 2:
         return False
@@ -123,7 +123,7 @@ def check_features(request: pb.CaseRequest, feature_schema: str) -> None:
         raise CaseRejected(grpc.StatusCode.INVALID_ARGUMENT, "give exactly one feature vector per cell id")
     from pathmaster.features import feature_names
 
-    from pathmaster.embedding import PATCH_PX
+    from pathmaster.analysis.cell import PATCH_PX
 
     n = len(feature_names())
     patch_bytes = PATCH_PX * PATCH_PX * 3

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import PurePath
 
 from pathmaster.ids import id_from_name
-from pathmaster.imageio import ACCEPTED_SUFFIXES
+from pathmaster.image.io import ACCEPTED_SUFFIXES
 
-IMAGE_EXTENSIONS = ACCEPTED_SUFFIXES  # the accepted formats' suffixes (pathmaster.imageio)
+IMAGE_EXTENSIONS = ACCEPTED_SUFFIXES  # the accepted formats' suffixes (pathmaster.image.io)
 # Suffixes of a companion file's stem, mapped to the CellImage field they fill.
 COMPANION_SUFFIXES = {"-background": "background", "-mask": "mask"}
 HERLEV_MASK_SUFFIX = "-d"  # Herlev's NAME-d.bmp: the cell's mask, colour-coded
@@ -33,7 +33,7 @@ def mask_labels(name: str, data: bytes) -> bytes:
     mask has colours outside its code."""
     if not is_herlev_mask(name):
         return data
-    from pathmaster.imageio import decode_image, encode_png
+    from pathmaster.image.io import decode_image, encode_png
     from pathmaster.importers.herlev import decode_colour_mask
 
     return encode_png(decode_colour_mask(decode_image(data, name), name)[0])

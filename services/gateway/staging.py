@@ -19,7 +19,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from pathmaster.imageio import ImageHeader
+from pathmaster.image.io import ImageHeader
 from services.config import MAX_CASE_BYTES
 from services.gateway.upload import MAX_CASE_FILES
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pathmaster.budget import check_analysis_size
-from pathmaster.imageio import ImageHeader, check_cell, decode_image, decode_mask, probe_image
+from pathmaster.analysis.budget import check_analysis_size
+from pathmaster.image.io import ImageHeader, check_cell, decode_image, decode_mask, probe_image
 from pathmaster.records import InvalidInput
-from pathmaster.uploads import check_cell_image
+from pathmaster.analysis.uploads import check_cell_image
 from services.config import MAX_CASE_CELLS
 from services.gateway.pairing import CellFiles, Pairing, extension_problem, mask_labels, pair_files, split_name
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb

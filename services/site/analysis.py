@@ -1,4 +1,4 @@
-"""One cell's analysis as it runs in a bounded worker process (pathmaster/budget.py).
+"""One cell's analysis as it runs in a bounded worker process (pathmaster/analysis/budget.py).
 
 `analyse_encoded` is what the site's Ray actor hands to its `AnalysisPool`: decode the
 submitted bytes and extract features, in a process that is killed and replaced when the
@@ -14,7 +14,7 @@ from services.site.cells import decode_cell
 # What the pool's fork server imports (and, for WARM_MODULE, runs) once, so a replacement
 # worker starts with all of it and its first cell costs what any other does.
 WARM_MODULE = "services.site.warm_analysis"
-PRELOAD = ("services.site.analysis", "pathmaster.site", "pathmaster.features.extract", "pathmaster.segmentation",
+PRELOAD = ("services.site.analysis", "pathmaster.site", "pathmaster.features.extract", "pathmaster.image.segmentation",
            WARM_MODULE)
 
 
@@ -26,10 +26,10 @@ def analyse_encoded(cell_id: str, image: bytes, background: bytes, mask: bytes):
 
 def analyse_encoded_cell(cell_id: str, image: bytes, background: bytes, mask: bytes):
     """`analyse_encoded`, the cell's patch (uint8 (S, S, 3), what a site's learnt network
-    embeds: ``pathmaster.embedding.cell_patch``) as a fourth item, and the hash of its
+    embeds: ``pathmaster.analysis.cell.cell_patch``) as a fourth item, and the hash of its
     pixels (``sitedb.image_hash``: a site finds the test cell among its own by it) as a fifth."""
-    from pathmaster.site import analyse_cell
-    from pathmaster.sitedb import image_hash
+    from pathmaster.analysis.cell import analyse_cell
+    from pathmaster.site.database import image_hash
 
     rgb, background_rgb, labels = decode_cell(cell_id, image, background, mask)
     analysis = analyse_cell(rgb, background_rgb, labels, source=f"cell {cell_id!r}")
@@ -49,8 +49,8 @@ def warm_up_analysis(seed: int = 0) -> None:
     """
     from PIL import Image
 
-    from pathmaster.imageio import encode_png
-    from pathmaster.synth import cell_rng, synth_cell
+    from pathmaster.image.io import encode_png
+    from pathmaster.image.synth import cell_rng, synth_cell
 
     Image.init()  # every image plugin (a TIFF upload would load them all on first use)
     record = synth_cell("normal_intermediate", cell_rng(seed, 0))

@@ -6,17 +6,17 @@ does not decode its images: `probe_cell` reads the headers (format, size limits,
 count, sizes that agree, a PNG or JPEG cut short) and decodes only the mask, whose
 labels and nucleus no header shows (a one-channel label image, cheap). Each site, which
 must not trust its caller, decodes once (`decode_cell`) and checks the arrays once where
-it analyses them (`pathmaster.site.analyse_cell`).
+it analyses them (`pathmaster.analysis.cell.analyse_cell`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from pathmaster.budget import check_analysis_size
-from pathmaster.imageio import check_cell, decode_image, decode_mask, probe_image
+from pathmaster.analysis.budget import check_analysis_size
+from pathmaster.image.io import check_cell, decode_image, decode_mask, probe_image
 from pathmaster.records import InvalidInput
-from pathmaster.uploads import check_cell_image
+from pathmaster.analysis.uploads import check_cell_image
 
 
 def _name(cell_id: str) -> str:
@@ -58,7 +58,7 @@ def decode_cell(cell_id: str, image: bytes, background: bytes = b"", mask: bytes
     InvalidInput naming the cell and the part (image, background or mask) that is
     missing or does not decode; a mask of another size than the image, or with labels
     outside 0-3, is refused here too (`decode_mask`), and so is an image that is a mask or a
-    field of view, not one cell (`pathmaster.uploads.check_cell_image`). Whether the parts fit together as
+    field of view, not one cell (`pathmaster.analysis.uploads.check_cell_image`). Whether the parts fit together as
     a cell is `check_cell`'s to say, where they are analysed. A part over
     MAX_ANALYSIS_PIXELS is refused from its header, before anything is decoded.
     """

@@ -1,7 +1,7 @@
 """Why a match is close, in measures a pathologist reads, and how close, comparably.
 
 A site's distance is a weighted sum of squared z-score differences over the features it
-compares (``pathmaster.similarity.Projection``; a learnt map, when there is one, is applied
+compares (``pathmaster.learning.similarity.Projection``; a learnt map, when there is one, is applied
 after). `Explainer` splits that weighted sum by *concept* (nuclear size, N/C ratio,
 chromatin, nuclear shape, cytoplasm), so a match can say which concepts make it close or
 far, and shows each concept's plainest feature as raw values ("nucleus 1.9x larger").
@@ -99,12 +99,12 @@ def reliable(query: float, match: float) -> bool:
 def nearest_distances(vectors: np.ndarray) -> np.ndarray:
     """Sorted float64 (n,): each row's Euclidean distance to its nearest other row of
     `vectors` (float32 (n, d)); an exact duplicate's is 0. Empty for fewer than 2 rows."""
-    from pathmaster import similarity  # FAISS: the site's; the page's gateway needs only `unpack`
+    from pathmaster.site import faiss_index  # FAISS: the site's; the page's gateway needs only `unpack`
 
     if len(vectors) < 2:
         return np.zeros(0)
-    index = similarity.build_index(np.ascontiguousarray(vectors, np.float32))
-    distances, _ = similarity.search(index, vectors, 2)
+    index = faiss_index.build_index(np.ascontiguousarray(vectors, np.float32))
+    distances, _ = faiss_index.search(index, vectors, 2)
     return np.sort(distances[:, 1].astype(np.float64))  # [:, 0] is the row itself (or its twin)
 
 
@@ -132,12 +132,12 @@ class Explainer:
 
     Parameters
     ----------
-    index : pathmaster.site.SiteIndex
+    index : pathmaster.site.search.SiteIndex
         The site's open index (its normalisation, projection and cells).
     """
 
     def __init__(self, index):
-        from pathmaster.sitedb import SiteDB  # the site's; the page's gateway needs only `unpack`
+        from pathmaster.site.database import SiteDB  # the site's; the page's gateway needs only `unpack`
 
         self._db = SiteDB(index.site_dir)  # a match's raw features are read when it is explained
         names = list(index.feature_names)
@@ -169,12 +169,12 @@ class Explainer:
 
     def _site_vectors(self, index) -> np.ndarray:
         """The sample's search vectors in the site's own measure (its lens included)."""
-        from pathmaster.index import search_vectors
+        from pathmaster.site.index import search_vectors
 
         positions, raw = self._sample
         embeddings = None
         if index.lens is not None and index.learnt.mode != "features" and len(positions):
-            from pathmaster.learnt import eye_vectors
+            from pathmaster.site.fitting import eye_vectors
 
             cells = self._db.cells()  # their eye vectors are in the site's store: looked at when indexed
             embeddings = index.lens.embed(eye_vectors(self._db, [cells[p] for p in positions], index.eye))

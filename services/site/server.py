@@ -136,7 +136,7 @@ class SiteServicer(pb_grpc.SiteServicer):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"site {self.name}: {exc}")
         if not request.features:
             # A field of view instead of a cell is refused from its header, before any work;
-            # each cell's analysis stops at the call's deadline (pathmaster/budget.py).
+            # each cell's analysis stops at the call's deadline (pathmaster/analysis/budget.py).
             try:
                 for cell in request.cells:
                     check_cell_size(cell.cell_id, cell.image, cell.background, cell.mask)
@@ -356,7 +356,7 @@ def _eye_vector(data: bytes) -> list[float]:
     """A features request's eye vector (CellFeatures.embedding, half floats) as floats; []
     when none was sent. An odd length is refused by the coordinator and by the site's own
     shape check (the vector is one value short)."""
-    from pathmaster.embedding import unpack_eye_vector
+    from pathmaster.eye._vectors import unpack_eye_vector
 
     return unpack_eye_vector(data[:len(data) - len(data) % 2]).tolist()
 
@@ -393,7 +393,7 @@ class SiteServer:
                                     f"(build one with `pathmaster synth` and `pathmaster index`)")
         ensure_ray(cfg.ray_address)
         self.workers = start_workers(cfg.db, cfg.algorithm, cfg.workers, cfg.worker_cpus,
-                                     budget=cfg.cell_budget,  # what one cell may cost (pathmaster/budget.py)
+                                     budget=cfg.cell_budget,  # what one cell may cost (pathmaster/analysis/budget.py)
                                      resource=cfg.ray_resource)  # on the nodes holding cfg.db
         info = ray.get(self.workers[0].info.remote())
         remember_descendants()  # what Ray started meanwhile goes when this process goes (services/fate.py)

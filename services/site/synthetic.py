@@ -73,9 +73,9 @@ def build_synthetic_site(site_dir: str | Path, cells: int, seed: int, algorithm:
     Reuses a finished database already there; removes and rebuilds an unfinished one.
     Returns the site folder.
     """
-    from pathmaster.ingest import ingest
+    from pathmaster.site.ingest import ingest
     from pathmaster.records import DIAGNOSES
-    from pathmaster.synth import PIXEL_UM, cell_rng, synth_cell
+    from pathmaster.image.synth import PIXEL_UM, cell_rng, synth_cell
 
     site_dir = Path(site_dir)
     if is_current(site_dir):
@@ -96,9 +96,9 @@ def build_synthetic_site(site_dir: str | Path, cells: int, seed: int, algorithm:
 def synthetic_case_cells(count: int, seed: int) -> list[dict]:
     """`count` synthetic test cells as encoded PNG bytes: [{"cell_id", "image",
     "background", "mask", "diagnosis"}], from a seed no demo database uses."""
-    from pathmaster.imageio import encode_png
+    from pathmaster.image.io import encode_png
     from pathmaster.records import DIAGNOSES
-    from pathmaster.synth import cell_rng, synth_cell
+    from pathmaster.image.synth import cell_rng, synth_cell
 
     out = []
     for i in range(count):

@@ -19,7 +19,7 @@ page that holds one, ~40 ms of CPU and the memory of those pages in each new wor
 import gc
 import warnings
 
-from pathmaster.budget import one_thread_numerics
+from pathmaster.analysis.budget import one_thread_numerics
 
 one_thread_numerics()
 

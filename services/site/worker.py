@@ -25,12 +25,12 @@ from pathlib import Path
 import numpy as np
 import ray
 
-from pathmaster.budget import AnalysisPool, CellBudget, CellStopped
+from pathmaster.analysis.budget import AnalysisPool, CellBudget, CellStopped
 from pathmaster import defaults
-from pathmaster.imageio import wire_thumbnail
+from pathmaster.image.io import wire_thumbnail
 from pathmaster.records import InvalidInput
-from pathmaster.site import Match
-from pathmaster.synth import GENERATOR
+from pathmaster.site.search import Match
+from pathmaster.image.synth import GENERATOR
 from services.site.analysis import PRELOAD, analyse_encoded_cell
 from services.site.cells import check_cell_size, decode_cell
 from services.site.explain import RERANK_CANDIDATES, Explainer
@@ -73,7 +73,7 @@ class CellOutcome:
     """What a site worker returns for one test cell; the site server turns it into the
     wire's `CellResult` (server.py `cell_result`).
 
-    matches: the database cells found (`pathmaster.site.Match`), nearest first;
+    matches: the database cells found (`pathmaster.site.search.Match`), nearest first;
     thumbnails: a small WebP of each (sized for the wire), in the same order;
     image_sha256: the content hash of each one's full image (a client's cache key);
     bethesda: each one's diagnosis in The Bethesda System's terms, by the site's vocabulary;
@@ -114,8 +114,8 @@ class SiteWorker:
     def __init__(self, db: str | Path, budget: CellBudget | None = CellBudget(), warm_up: bool = True):
         # Heavy imports happen in the worker, here, so the first case is not slower.
         import pathmaster.features.extract  # noqa: F401
-        import pathmaster.segmentation  # noqa: F401
-        from pathmaster.site import SiteIndex
+        import pathmaster.image.segmentation  # noqa: F401
+        from pathmaster.site.search import SiteIndex
 
         self.index = SiteIndex.open(db)
         self.explainer = Explainer(self.index)
@@ -168,7 +168,7 @@ class SiteWorker:
         """(features, background_estimated, mask_estimated, patch, image hash) of one cell;
         InvalidInput or CellStopped (budget) naming it."""
         if self.pool is None:
-            from pathmaster.sitedb import image_hash
+            from pathmaster.site.database import image_hash
 
             rgb, background_rgb, labels = decode_cell(cell_id, image, background, mask)
             analysis = self.index.analyse(rgb, background_rgb, labels, source=f"cell {cell_id!r}")
@@ -189,7 +189,7 @@ class SiteWorker:
         "representation_cells"} of this
         worker's database (the vocabulary as ``Vocabulary.as_dict``; the columns its distance
         reads, [] for all; the fitted representation's id and its cells)."""
-        from pathmaster.growth import representation
+        from pathmaster.site.growth import representation
 
         columns = self.index.compared_columns()
         fitted = representation(self.index.config)
@@ -347,8 +347,8 @@ def prepare_index(db: str | Path, algorithm: str) -> str:
     """Make the site database's search index use `algorithm` ("flat", "ivf", "hnsw"),
     rebuilding and storing it when it differs. Runs once per site, before its workers
     load the index. Returns the algorithm now in force."""
-    from pathmaster.sitedb import SiteDB
-    from pathmaster.index import build_search_index
+    from pathmaster.site.database import SiteDB
+    from pathmaster.site.index import build_search_index
 
     with SiteDB(db) as site_db:
         config = site_db.get_config("index") or {}

@@ -11,7 +11,7 @@ import pytest
 
 from pathmaster.conclusion import OUTCOMES
 from pathmaster.records import DIAGNOSES
-from pathmaster.synth import write_dataset
+from pathmaster.image.synth import write_dataset
 from pathmaster.vocabulary import BETHESDA_TERMS
 from services.gateway import batch
 from services.gateway.batch import ResultsFile, run_batch

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pathmaster.site import SiteIndex
-from pathmaster.sitedb import SiteDB
-from pathmaster.imageio import decode_image, encode_png
-from pathmaster.sitedb import image_hash
+from pathmaster.site.search import SiteIndex
+from pathmaster.site.database import SiteDB
+from pathmaster.image.io import decode_image, encode_png
+from pathmaster.site.database import image_hash
 from services.site.analysis import analyse_encoded_cell
 from services.site.explain import CONCEPTS, Explainer, pack, survival_share, unpack
 

@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pathmaster.imageio import encode_png
+from pathmaster.image.io import encode_png
 from pathmaster.records import DIAGNOSES
-from pathmaster.synth import cell_rng, synth_cell, synth_field
+from pathmaster.image.synth import cell_rng, synth_cell, synth_field
 from tests.clients.browser import ARTIFACTS, run_case
 from tests.core.test_uploads import herlev_coloured
 from tests.clients.test_page_check_by_eye import fake, pick, sign_in  # noqa: F401  (fake: a fixture)

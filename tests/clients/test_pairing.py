@@ -35,7 +35,7 @@ def test_herlev_colour_masks_pair_and_are_sent_as_labels():
     import numpy as np
     from PIL import Image
 
-    from pathmaster.imageio import decode_mask
+    from pathmaster.image.io import decode_mask
     from services.gateway.pairing import mask_labels, pair_files
 
     pairing = pair_files(["157181599-157181627-001.BMP", "157181599-157181627-001-d.bmp"])

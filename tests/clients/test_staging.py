@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pathmaster.imageio import ImageHeader
+from pathmaster.image.io import ImageHeader
 from services.gateway.staging import StagedFiles, StagingFull, StagingLimits, content_id
 
 HEADER = ImageHeader(10, 10, "PNG", "RGB")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pathmaster.imageio import decode_image
+from pathmaster.image.io import decode_image
 from pathmaster.records import InvalidInput
 from services.gateway.upload import check_upload
 

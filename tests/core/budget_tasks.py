@@ -64,7 +64,7 @@ def announce_and_block(path: str, seconds: float) -> float:
 def mapped_bytes_holding(n_bytes: int) -> int:
     """Bytes glibc holds in separately mapped chunks while an n_bytes buffer is alive
     (mallinfo2's hblkhd): the buffer's size when it got its own mapping, ~0 when it came
-    from the heap (an analysis worker keeps freed memory: pathmaster.budget.keep_freed_memory)."""
+    from the heap (an analysis worker keeps freed memory: pathmaster.analysis.budget.keep_freed_memory)."""
     import ctypes
     import ctypes.util
 

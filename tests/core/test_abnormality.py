@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 from sklearn.linear_model import LogisticRegression
 
-from pathmaster import abnormality
-from pathmaster.embedding import LearntSimilarity
+from pathmaster.learning import abnormality
+from pathmaster.learning.policy import LearntSimilarity
 
 
 def _cells(seed=0, n=60):
@@ -47,45 +47,45 @@ def test_the_strength_is_the_one_held_out_cells_rank_best():
 
 
 def test_the_classifier_score_needs_the_cells_features():
-    learnt = LearntSimilarity(score="classifier", threshold=0.4)
-    assert learnt.abnormal_score(None, 0.2, 0.7) == 0.7
+    fitting = LearntSimilarity(score="classifier", threshold=0.4)
+    assert fitting.abnormal_score(None, 0.2, 0.7) == 0.7
     with pytest.raises(ValueError):
-        learnt.abnormal_score(None, 0.2, None)
-    assert not learnt.needs_embedding
+        fitting.abnormal_score(None, 0.2, None)
+    assert not fitting.needs_embedding
 
 
 def test_a_large_site_learns_from_a_seeded_sample_of_its_labelled_cells(monkeypatch):
-    from pathmaster import learnt
+    from pathmaster.site import fitting
 
-    monkeypatch.setattr(learnt, "MAX_SCORED_CELLS", 50)
+    monkeypatch.setattr(fitting, "MAX_SCORED_CELLS", 50)
     labelled = np.arange(200) % 4 != 0  # 150 labelled cells
-    sample = learnt.scored_cells(labelled, seed=3)
+    sample = fitting.scored_cells(labelled, seed=3)
     assert sample.sum() == 50 and not (sample & ~labelled).any()
-    np.testing.assert_array_equal(sample, learnt.scored_cells(labelled, seed=3))
+    np.testing.assert_array_equal(sample, fitting.scored_cells(labelled, seed=3))
     small = np.arange(40) % 2 == 0
-    np.testing.assert_array_equal(learnt.scored_cells(small, seed=3), small)
+    np.testing.assert_array_equal(fitting.scored_cells(small, seed=3), small)
 
 
 def test_the_ensemble_is_the_mean_of_the_scores_the_site_has():
-    learnt = LearntSimilarity(score="ensemble", model="abc", classifier={"columns": []})
-    assert learnt.abnormal_score(0.9, 0.3, 0.6) == pytest.approx(0.6)
-    assert learnt.needs_embedding
+    fitting = LearntSimilarity(score="ensemble", model="abc", classifier={"columns": []})
+    assert fitting.abnormal_score(0.9, 0.3, 0.6) == pytest.approx(0.6)
+    assert fitting.needs_embedding
     with pytest.raises(ValueError):
-        learnt.abnormal_score(None, 0.3, 0.6)
+        fitting.abnormal_score(None, 0.3, 0.6)
     features_alone = LearntSimilarity(score="ensemble", classifier={"columns": []})
     assert features_alone.abnormal_score(None, 0.2, 0.6) == pytest.approx(0.4)
 
 
 def test_the_ensemble_is_kept_unless_a_single_score_beats_it_by_more_than_its_standard_error():
-    from pathmaster import learn
+    from pathmaster.learning import thresholds
 
     def point(auc, n=40):
         return {"auc": auc, "specificity": 0.5, "abnormal_cells": n, "normal_cells": n}
 
-    se = learn.auc_standard_error(0.85, 40, 40)
+    se = thresholds.auc_standard_error(0.85, 40, 40)
     assert 0.02 < se < 0.08  # Hanley-McNeil at 40 + 40 cells
-    assert learn.choose_score({"network": point(0.85 + se / 2), "ensemble": point(0.85)}) == "ensemble"
-    assert learn.choose_score({"network": point(0.85 + 2 * se), "ensemble": point(0.85)}) == "network"
-    assert learn.choose_score({"network": point(0.7), "neighbours": point(0.8)}) == "neighbours"
-    merged = learn.with_ensemble({"a": np.array([0.0, 1.0]), "b": np.array([1.0, 1.0]), "mean": np.zeros(2)})
+    assert thresholds.choose_score({"network": point(0.85 + se / 2), "ensemble": point(0.85)}) == "ensemble"
+    assert thresholds.choose_score({"network": point(0.85 + 2 * se), "ensemble": point(0.85)}) == "network"
+    assert thresholds.choose_score({"network": point(0.7), "neighbours": point(0.8)}) == "neighbours"
+    merged = thresholds.with_ensemble({"a": np.array([0.0, 1.0]), "b": np.array([1.0, 1.0]), "mean": np.zeros(2)})
     np.testing.assert_array_equal(merged["ensemble"], [0.5, 1.0])

@@ -1,4 +1,4 @@
-"""pathmaster.budget: the pixel cap (from the header) and the bounded analysis pool.
+"""pathmaster.analysis.budget: the pixel cap (from the header) and the bounded analysis pool.
 
 The pool's tests assert outcomes (which error, that the next task runs on a fresh worker,
 peak memory under the limit), never wall-clock durations: the CPU budget is counted by the
@@ -15,8 +15,14 @@ import numpy as np
 import pytest
 
 from pathmaster import defaults
-from pathmaster.budget import THREAD_VARIABLES, AnalysisPool, CellBudget, CellStopped, check_analysis_size
-from pathmaster.imageio import encode_png
+from pathmaster.analysis.budget import (
+    THREAD_VARIABLES,
+    AnalysisPool,
+    CellBudget,
+    CellStopped,
+    check_analysis_size,
+)
+from pathmaster.image.io import encode_png
 from pathmaster.records import InvalidInput
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -71,7 +77,7 @@ def test_tasks_run_in_a_worker_with_one_thread_each(pool):
 def test_workers_keep_freed_memory_for_their_next_arrays(pool):
     # A 24 MiB buffer gets its own mapping (returned to the kernel when freed, faulted in
     # anew next time) in a process with glibc's defaults, and comes from the heap in an
-    # analysis worker (pathmaster.budget.keep_freed_memory).
+    # analysis worker (pathmaster.analysis.budget.keep_freed_memory).
     size = 24 * 2**20
     import subprocess
     default = subprocess.run([sys.executable, "-c", "import budget_tasks; print(budget_tasks.mapped_bytes_holding("
@@ -165,7 +171,7 @@ def test_a_worker_ends_at_sigterm_whatever_its_fork_server_caught():
 
     repo = str(Path(__file__).resolve().parents[2])  # the fork server finds pathmaster here
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")])))
-    code = ("from pathmaster.budget import AnalysisPool\n"
+    code = ("from pathmaster.analysis.budget import AnalysisPool\n"
             "import budget_tasks\n"
             "with AnalysisPool(workers=1, preload=('sigterm_catcher',)) as pool:\n"
             "    print(pool.run(budget_tasks.sigterm_is_default))\n")
@@ -182,7 +188,7 @@ with open({ran!r}, "a") as f:  # every run of this script, by pid
     f.write(f"{{os.getpid()}}\\n")
 if __name__ == "__main__":
     import budget_tasks
-    from pathmaster.budget import AnalysisPool, CellStopped
+    from pathmaster.analysis.budget import AnalysisPool, CellStopped
     with AnalysisPool(workers=1) as pool:
         first = pool.warm_up()
         try:

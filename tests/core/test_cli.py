@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from pathmaster.cli import main
-from pathmaster.embedding import ABNORMAL_SCORES
-from pathmaster.site import SiteIndex
+from pathmaster.learning.policy import ABNORMAL_SCORES
+from pathmaster.site.search import SiteIndex
 
 N_CELLS = 14  # 2 per Herlev class
 
@@ -76,7 +76,7 @@ def test_search_flags_a_query_in_the_database_and_can_leave_it_out(dataset, site
     assert main(argv) == 0
     assert "(the query itself)" in capsys.readouterr().out
     # another cell's image with a changed pixel is not the query
-    from pathmaster.imageio import read_image, write_png
+    from pathmaster.image.io import read_image, write_png
 
     image = read_image(files["image"]).copy()
     image[0, 0] ^= 1
@@ -91,7 +91,7 @@ def test_search_without_mask_and_background_estimates_them(dataset, site, capsys
     out = _run_json(capsys, ["search", "--db", str(site), str(files["image"]), "--k", "3", "--json"])
     assert len(out["matches"]) == 3
     assert out["mask_estimated"] and out["background_estimated"]
-    from pathmaster.segmentation import CHOICE_REASONS
+    from pathmaster.image.segmentation import CHOICE_REASONS
 
     assert out["cell_choice"]["reason"] in CHOICE_REASONS and out["cell_choice"]["bars"] == [0, 0, 0, 0]
     capsys.readouterr()

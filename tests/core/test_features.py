@@ -591,7 +591,7 @@ def test_bad_arrays_are_rejected_clearly(problem, match):
 
 def test_synthetic_cells_of_every_diagnosis_give_finite_features_that_follow_it():
     from pathmaster.records import DIAGNOSES
-    from pathmaster.synth import synth_cell
+    from pathmaster.image.synth import synth_cell
 
     vectors = {}
     for diagnosis in DIAGNOSES:

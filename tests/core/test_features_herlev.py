@@ -48,7 +48,7 @@ def test_brightness_features_carry_the_diagnosis_on_real_herlev_cells(herlev_fea
     """5-fold cross-validated retrieval (seed 0, lda refitted per fold) on the 917 real cells
     with their true masks: normal-vs-abnormal by majority of the 5 nearest, with and without
     the brightness features, on the same folds (measured 0.919 against 0.896)."""
-    from pathmaster.evaluate import cross_validate, site_similarity_fit
+    from pathmaster.evaluation.crossval import cross_validate, site_similarity_fit
 
     names = list(feature_names())
     X = np.array([vector for _, vector in herlev_features])

@@ -10,14 +10,14 @@ import shutil
 import numpy as np
 import pytest
 
-from pathmaster import growth
-from pathmaster.growth import drift, relabel_cell, remove_cells, representation, update_search_index
-from pathmaster.ingest import ingest
+from pathmaster.site import growth
+from pathmaster.site.growth import drift, relabel_cell, remove_cells, representation, update_search_index
+from pathmaster.site.ingest import ingest
 from pathmaster.records import DIAGNOSES, InvalidInput
-from pathmaster.index import index_path
-from pathmaster.site import SiteIndex
-from pathmaster.sitedb import SiteDB
-from pathmaster.synth import cell_rng, synth_cell
+from pathmaster.site.index import index_path
+from pathmaster.site.search import SiteIndex
+from pathmaster.site.database import SiteDB
+from pathmaster.image.synth import cell_rng, synth_cell
 
 FIRST, LATER = 49, 28   # 7 and 4 per Herlev class
 
@@ -35,7 +35,7 @@ def records():
 @pytest.fixture(scope="module")
 def queries(records):
     """Feature vectors of cells in neither site."""
-    from pathmaster.site import analyse_cell
+    from pathmaster.analysis.cell import analyse_cell
 
     return np.vstack([analyse_cell(r.image, r.background, r.mask).features for r in records[-6:]])
 
@@ -78,7 +78,7 @@ def test_incremental_add_answers_as_a_full_rebuild_with_the_same_representation(
 
 
 def _assert_cells_find_themselves(site, rows) -> None:
-    from pathmaster.similarity import search
+    from pathmaster.site.faiss_index import search
 
     vectors = site.vectors()
     for row in rows:

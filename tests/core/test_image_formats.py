@@ -1,4 +1,4 @@
-"""The one allow-list of image formats (pathmaster.imageio.ACCEPTED_FORMATS): PNG, BMP,
+"""The one allow-list of image formats (pathmaster.image.io.ACCEPTED_FORMATS): PNG, BMP,
 TIFF and JPEG decode; the 11 other formats Pillow can read are refused from their header,
 with code FORMAT_NOT_ACCEPTED, by every entry point that reads an upload or a dataset file,
 and none of their openers or decoders runs."""
@@ -12,10 +12,17 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pathmaster import imageio
-from pathmaster.budget import check_analysis_size
-from pathmaster.imageio import (ACCEPTED_FORMATS, FORMAT_NOT_ACCEPTED, accepted_format, decode_image,
-                                decode_mask, probe_image, read_image)
+from pathmaster.image import io as imageio
+from pathmaster.analysis.budget import check_analysis_size
+from pathmaster.image.io import (
+    ACCEPTED_FORMATS,
+    FORMAT_NOT_ACCEPTED,
+    accepted_format,
+    decode_image,
+    decode_mask,
+    probe_image,
+    read_image,
+)
 from pathmaster.records import InvalidInput
 from services.client import cells_from_files
 from services.gateway.upload import check_file

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pathmaster.imageio import (
+from pathmaster.image.io import (
     MAX_IMAGE_BYTES,
     check_cell,
     decode_image,
@@ -179,9 +179,9 @@ def test_a_wire_thumbnail_is_a_small_webp_as_faithful_as_the_jpeg_of_before():
     bytes of the 48 px JPEG of before, within 1.5 dB PSNR of it (30 of them and their ids fit
     in one initial congestion window)."""
     from services.site.worker import WIRE_THUMBNAIL_FORMAT, WIRE_THUMBNAIL_PX, WIRE_THUMBNAIL_QUALITY
-    from pathmaster.imageio import wire_thumbnail
-    from pathmaster.ingest import thumbnail
-    from pathmaster.synth import cell_rng, synth_cell
+    from pathmaster.image.io import wire_thumbnail
+    from pathmaster.site.ingest import thumbnail
+    from pathmaster.image.synth import cell_rng, synth_cell
 
     def psnr(reference: Image.Image, encoded: bytes) -> float:
         a = np.asarray(reference, dtype=float)

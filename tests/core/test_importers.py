@@ -13,9 +13,9 @@ from scipy import ndimage as ndi
 from skimage import measure
 
 from pathmaster.importers import ImportProblem, detect_layout, iter_dataset
-from pathmaster.imageio import write_png
+from pathmaster.image.io import write_png
 from pathmaster.records import CYTOPLASM, NUCLEOLUS, NUCLEUS, CellRecord, InvalidInput
-from pathmaster.synth import cell_rng, synth_cell, write_dataset
+from pathmaster.image.synth import cell_rng, synth_cell, write_dataset
 
 HERLEV_COLOURS = {0: (255, 0, 0), 1: (0, 0, 128), 2: (0, 0, 255), 3: (0, 0, 255)}
 UNSURE = (128, 128, 128)

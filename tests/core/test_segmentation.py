@@ -9,8 +9,8 @@ import pytest
 from scipy import ndimage as ndi
 
 from pathmaster.records import BACKGROUND, CYTOPLASM, DIAGNOSES, NUCLEOLUS, NUCLEUS, CellRecord, InvalidInput
-from pathmaster.segmentation import complete_cell, estimate_background, segment_cell
-from pathmaster.synth import cell_rng, synth_cell
+from pathmaster.image.segmentation import complete_cell, estimate_background, segment_cell
+from pathmaster.image.synth import cell_rng, synth_cell
 
 MIN_NUCLEUS_DICE = 0.85
 MIN_CELL_DICE = 0.88
@@ -193,7 +193,7 @@ def test_real_herlev_cells_agree_with_their_hand_drawn_masks(herlev_40px):
 
 
 def test_more_than_three_values_agrees_with_numpy_unique():
-    from pathmaster.segmentation import _more_than_three_values
+    from pathmaster.image.segmentation import _more_than_three_values
 
     rng = np.random.default_rng(0)
     for distinct in range(1, 7):
@@ -228,7 +228,7 @@ def _letter_boxed(image: np.ndarray, top: int, left: int, colour=(70, 60, 90)) -
 
 
 def test_letter_box_bars_are_found_and_left_out(cells):
-    from pathmaster.segmentation import BAR_RINGING_PX, CHOICE_REASONS, picture_box
+    from pathmaster.image.segmentation import BAR_RINGING_PX, CHOICE_REASONS, picture_box
 
     record = cells[4]
     height, width = record.image.shape[:2]
@@ -251,7 +251,7 @@ def test_letter_box_bars_are_found_and_left_out(cells):
 
 
 def test_the_cell_at_the_centre_is_taken_over_a_neighbour_and_the_choice_said():
-    from pathmaster.segmentation import picture_box
+    from pathmaster.image.segmentation import picture_box
 
     centre = synth_cell("moderate_dysplasia", cell_rng(29, 1))
     neighbour = synth_cell("carcinoma_in_situ", cell_rng(29, 2))
@@ -272,7 +272,7 @@ def test_the_cell_at_the_centre_is_taken_over_a_neighbour_and_the_choice_said():
 
 
 def test_a_lamp_that_would_sag_under_the_cell_is_fitted_as_a_plane():
-    from pathmaster.segmentation import _fit_surface
+    from pathmaster.image.segmentation import _fit_surface
 
     # Glass only at the top and bottom, brighter there than a quadratic's dip between them
     height, width = 60, 80
@@ -290,7 +290,7 @@ def _upload_pairs(uploads, masks, every):
     class, paired as benchmarks/bench_uploads.py pairs them."""
     from PIL import Image
 
-    from pathmaster.segmentation import picture_box
+    from pathmaster.image.segmentation import picture_box
 
     for folder in sorted(p for p in uploads.iterdir() if p.is_dir()):
         small = sorted((masks / folder.name).glob("*.BMP"))
@@ -330,7 +330,7 @@ def test_real_uploads_agree_with_the_hand_drawn_masks_of_the_same_cells(herlev_2
 
 
 def test_the_cell_is_the_piece_holding_the_nucleus():
-    from pathmaster.segmentation import _piece_holding
+    from pathmaster.image.segmentation import _piece_holding
 
     binary = np.zeros((20, 40), bool)
     binary[5:15, 2:12] = True     # a piece at the left
@@ -347,8 +347,8 @@ def test_the_cell_is_the_piece_holding_the_nucleus():
 def test_a_picture_with_no_nucleus_is_refused_by_its_code_not_a_crash():
     """A black-and-white checkerboard (what a fuzzer sent a site) segments to no nucleus:
     segment_cell says so with an empty mask, and the analysis refuses it with its code."""
-    from pathmaster.segmentation import NO_NUCLEUS_FOUND
-    from pathmaster.site import analyse_cell
+    from pathmaster.image.segmentation import NO_NUCLEUS_FOUND
+    from pathmaster.analysis.cell import analyse_cell
 
     rows, cols = np.mgrid[:40, :40]
     checkerboard = np.repeat((((rows + cols) % 2) * 255).astype(np.uint8)[:, :, None], 3, axis=2)

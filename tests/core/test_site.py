@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pathmaster.ingest import ingest
+from pathmaster.site.ingest import ingest
 from pathmaster.records import DIAGNOSES
-from pathmaster.index import index_path
-from pathmaster.site import SiteIndex
-from pathmaster.sitedb import SiteDB
-from pathmaster.synth import cell_rng, synth_cell
+from pathmaster.site.index import index_path
+from pathmaster.site.search import SiteIndex
+from pathmaster.site.database import SiteDB
+from pathmaster.image.synth import cell_rng, synth_cell
 
 N_CELLS = 42  # 6 per Herlev class
 
@@ -133,7 +133,7 @@ def test_opening_a_directory_without_a_site_names_it(tmp_path):
 
 
 def test_switching_to_an_approximate_index_keeps_the_feature_choice_and_measures_recall(tmp_path, records):
-    from pathmaster.index import build_search_index
+    from pathmaster.site.index import build_search_index
 
     ingest("synthetic", tmp_path, records=records[:35], similarity="features")
     with SiteDB(tmp_path) as db:
@@ -160,7 +160,7 @@ def test_a_site_measured_with_another_feature_set_is_refused_with_a_clear_messag
 
 
 def test_learnt_projection_is_stored_with_the_index_rebuilt_from_the_database_and_used_by_search(tmp_path, records):
-    from pathmaster.index import build_search_index
+    from pathmaster.site.index import build_search_index
 
     ingest("synthetic", tmp_path, records=records, similarity="features")
     with SiteDB(tmp_path) as db:
@@ -179,8 +179,8 @@ def test_learnt_projection_is_stored_with_the_index_rebuilt_from_the_database_an
 
 
 def test_an_index_file_read_at_open_answers_as_one_rebuilt_from_the_database(site_dir, site):
-    from pathmaster.similarity import build_index, search
-    from pathmaster.index import stored_vectors
+    from pathmaster.site.faiss_index import build_index, search
+    from pathmaster.site.index import stored_vectors
 
     with SiteDB(site_dir) as db:
         vectors = stored_vectors(db, site.config)
@@ -198,7 +198,7 @@ def test_a_stale_index_file_of_other_cells_is_rebuilt_not_trusted(site_dir, site
 
     import faiss
 
-    from pathmaster.similarity import build_index
+    from pathmaster.site.faiss_index import build_index
 
     copy = tmp_path / "copy"
     shutil.copytree(site_dir, copy)
@@ -215,7 +215,7 @@ def test_a_stale_index_file_of_other_cells_is_rebuilt_not_trusted(site_dir, site
 
 
 def test_search_vectors_made_a_block_at_a_time_equal_the_whole_at_once(site_dir, site, monkeypatch):
-    from pathmaster import index as site_module
+    from pathmaster.site import index as site_module
 
     with SiteDB(site_dir) as db:
         _, X = db.feature_matrix()
@@ -248,7 +248,7 @@ def test_the_opened_site_answers_with_its_database_rows(site_dir, site, records)
 
 
 def test_unlabelled_cells_and_non_ascii_source_ids_come_back_as_stored(tmp_path):
-    from pathmaster.sitedb import CellRow
+    from pathmaster.site.database import CellRow
 
     names = [f"préparation/{i}-μ" if i % 3 else f"s{i}" for i in range(40)]
     labels = [None if i % 5 == 0 else DIAGNOSES[i % len(DIAGNOSES)] for i in range(40)]
@@ -261,7 +261,7 @@ def test_unlabelled_cells_and_non_ascii_source_ids_come_back_as_stored(tmp_path)
             for i, (name, label) in enumerate(zip(names, labels)):
                 db.add_cell(CellRow(f"c{i:02d}", name, label, "vectors", f"v/{i}.png", f"v/{i}-t.png", None, None,
                                     False, False, rng.normal(size=len(feature_names()))))
-        from pathmaster.index import build_search_index
+        from pathmaster.site.index import build_search_index
 
         build_search_index(db, similarity_choice="features")
         X = db.feature_matrix()[1]

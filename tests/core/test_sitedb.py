@@ -7,7 +7,8 @@ import sqlite3
 import numpy as np
 import pytest
 
-from pathmaster.sitedb import SCHEMA_VERSION, SiteDB, CellRow, cell_id_for, write_atomic
+from pathmaster.site.database import SCHEMA_VERSION, SiteDB, CellRow, cell_id_for
+from pathmaster.files import write_atomic
 
 
 def _cell(site, source, diagnosis="mild_dysplasia", n=3):
@@ -90,10 +91,10 @@ def test_cell_ids_are_stable_and_distinct():
 def test_a_version_1_database_is_migrated_and_keeps_its_cells(tmp_path):
     """A database written before groups and image hashes: opened, it gains both columns
     (unknown for its cells) and keeps every cell; a re-run of ingest would fill them in."""
-    from pathmaster import sitedb
+    from pathmaster.site import database
 
-    conn = sqlite3.connect(tmp_path / sitedb.DB_NAME)
-    conn.executescript(sitedb.SCHEMA.replace(
+    conn = sqlite3.connect(tmp_path / database.DB_NAME)
+    conn.executescript(database.SCHEMA.replace(
         ",\n    group_id             TEXT,           -- the slide image the cell was cropped from; NULL unknown\n"
         "    image_hash           TEXT            -- image_hash() of its pixels; NULL in cells from before v2\n", "\n"))
     assert "group_id" not in {r[1] for r in conn.execute("PRAGMA table_info(cells)")}
@@ -105,10 +106,10 @@ def test_a_version_1_database_is_migrated_and_keeps_its_cells(tmp_path):
     conn.commit()
     conn.close()
     with SiteDB(tmp_path) as db:
-        assert db.get_config("schema_version") == sitedb.SCHEMA_VERSION == 3
+        assert db.get_config("schema_version") == database.SCHEMA_VERSION == 3
         (row,) = db.cells()
         assert (row.cell_id, row.group, row.image_hash) == ("c1", None, None)
-        digest = sitedb.image_hash(np.zeros((4, 4, 3), np.uint8))
+        digest = database.image_hash(np.zeros((4, 4, 3), np.uint8))
         with db.transaction():
             assert db.fill_in("s1", "slide-7", digest)
         assert (db.cells()[0].group, db.cells_with_hash(digest)) == ("slide-7", ["c1"])
@@ -117,7 +118,7 @@ def test_a_version_1_database_is_migrated_and_keeps_its_cells(tmp_path):
 
 
 def test_image_hash_is_of_the_pixels_not_the_file():
-    from pathmaster.sitedb import image_hash
+    from pathmaster.site.database import image_hash
 
     image = np.arange(48, dtype=np.uint8).reshape(4, 4, 3)
     assert image_hash(image) == image_hash(image.copy()) and len(image_hash(image)) == 32
@@ -128,9 +129,9 @@ def test_image_hash_is_of_the_pixels_not_the_file():
 
 
 def test_cell_files_are_stored_in_the_database_not_as_files(tmp_path):
-    from pathmaster.ingest import ingest
-    from pathmaster.site import SiteIndex
-    from pathmaster.synth import cell_rng, synth_cell
+    from pathmaster.site.ingest import ingest
+    from pathmaster.site.search import SiteIndex
+    from pathmaster.image.synth import cell_rng, synth_cell
 
     records = [synth_cell("normal_superficial", cell_rng(4, i), source_id=f"s/{i}") for i in range(3)]
     ingest("synthetic", tmp_path, records=records, build_index=False)

@@ -10,7 +10,7 @@ import pytest
 from scipy import ndimage as ndi
 from skimage import measure
 
-from pathmaster.imageio import read_image, read_mask
+from pathmaster.image.io import read_image, read_mask
 from pathmaster.records import (
     BACKGROUND,
     CYTOPLASM,
@@ -20,7 +20,7 @@ from pathmaster.records import (
     InvalidInput,
     is_abnormal,
 )
-from pathmaster.synth import HAEMATOXYLIN, SIZE_RANGE, cell_rng, synth_cell, write_dataset
+from pathmaster.image.synth import HAEMATOXYLIN, SIZE_RANGE, cell_rng, synth_cell, write_dataset
 
 CELLS_PER_CLASS = 12
 

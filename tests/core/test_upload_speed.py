@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pathmaster import embedding as emb
+from pathmaster.analysis.cell import PATCH_PX, cell_patch
 
 
 def real_uploads(folder: Path, every: int = 20) -> list[np.ndarray]:
@@ -18,7 +18,7 @@ def real_uploads(folder: Path, every: int = 20) -> list[np.ndarray]:
     return [np.asarray(Image.open(path).convert("RGB")) for path in sorted(folder.glob("*/*.jpg"))[::every]]
 
 
-def reference_patch(image: np.ndarray, background: np.ndarray, size: int = emb.PATCH_PX) -> np.ndarray:
+def reference_patch(image: np.ndarray, background: np.ndarray, size: int = PATCH_PX) -> np.ndarray:
     """`embedding.cell_patch` as its docstring defines it: padded with the slide's median
     colour (NumPy's median of each channel), resized in float32 and rounded."""
     import cv2
@@ -39,10 +39,10 @@ def check_cell(image: np.ndarray, background: np.ndarray, mask: np.ndarray) -> N
 
     from pathmaster.features.geometry import ellipse, largest_piece
     from pathmaster.features.regions import crop_regions
-    from pathmaster.morphology import regional_maxima
+    from pathmaster.image.morphology import regional_maxima
 
     # resized in uint8 or in float32 and rounded: a level apart at most
-    difference = np.abs(emb.cell_patch(image, background).astype(int) - reference_patch(image, background))
+    difference = np.abs(cell_patch(image, background).astype(int) - reference_patch(image, background))
     assert difference.max() <= 1 and difference.mean() < 0.05
     crop = crop_regions(image, background, mask)
     grey = crop.image.sum(axis=2, dtype=np.int32)
@@ -62,8 +62,8 @@ def check_cell(image: np.ndarray, background: np.ndarray, mask: np.ndarray) -> N
 
 def test_patch_extrema_and_moments_equal_their_references_on_synthetic_cells():
     from pathmaster.records import DIAGNOSES
-    from pathmaster.site import analyse_cell
-    from pathmaster.synth import cell_rng, synth_cell
+    from pathmaster.analysis.cell import analyse_cell
+    from pathmaster.image.synth import cell_rng, synth_cell
 
     for i, diagnosis in enumerate(DIAGNOSES):
         cell = synth_cell(diagnosis, cell_rng(31, i))
@@ -73,7 +73,7 @@ def test_patch_extrema_and_moments_equal_their_references_on_synthetic_cells():
 
 
 def test_patch_extrema_and_moments_equal_their_references_on_real_uploads(herlev_224_dev):
-    from pathmaster.site import analyse_cell
+    from pathmaster.analysis.cell import analyse_cell
 
     for image in real_uploads(herlev_224_dev):
         analysis = analyse_cell(image)

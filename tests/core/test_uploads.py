@@ -10,8 +10,8 @@ from PIL import Image
 
 from pathmaster.importers.herlev import COLOUR_CODE
 from pathmaster.records import BACKGROUND, CYTOPLASM, DIAGNOSES, NUCLEUS
-from pathmaster.synth import cell_rng, synth_cell, synth_field
-from pathmaster.uploads import NotACell, check_cell_image
+from pathmaster.image.synth import cell_rng, synth_cell, synth_field
+from pathmaster.analysis.uploads import NotACell, check_cell_image
 
 
 
@@ -90,7 +90,7 @@ def test_no_real_cell_is_refused(herlev_224_dev):
 def test_the_sites_and_the_gateway_refuse_with_the_same_code(cells):
     """decode_cell (sites, the coordinator's analysis, `query --analyse-locally`) and the
     gateway's checks (page staging, batch) go through the one check."""
-    from pathmaster.imageio import encode_png
+    from pathmaster.image.io import encode_png
     from services.gateway.pairing import CellFiles
     from services.gateway.upload import cell_problem, check_file
     from services.site.cells import decode_cell

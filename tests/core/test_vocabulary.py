@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from pathmaster.ingest import ingest
+from pathmaster.site.ingest import ingest
 from pathmaster.records import ConfigError, InvalidInput
-from pathmaster.site import SiteIndex
-from pathmaster.synth import write_dataset
+from pathmaster.site.search import SiteIndex
+from pathmaster.image.synth import write_dataset
 from pathmaster.vocabulary import (BETHESDA_TERMS, BUILTIN, Vote, bethesda_vote, load_vocabulary, majority,
                                   severity_order)
 
@@ -96,7 +96,7 @@ def test_sites_report_their_vocabulary_and_vote_together(two_sites):
     assert sites["herlev"].vocabulary.name == "herlev" and sites["bethesda"].vocabulary.name == "bethesda"
     assert sites["bethesda"].diagnoses() == ["NILM", "LSIL", "HSIL"]  # the vocabulary's order
     query = next(Path(data).glob("carcinoma_in_situ/synth-*[0-9].png"))
-    from pathmaster.imageio import read_image
+    from pathmaster.image.io import read_image
 
     image = read_image(query)
     background = read_image(query.with_name(query.stem + "-background.png"))

@@ -235,9 +235,9 @@ def _http(reply) -> str:
 
 def _could_be_a_cell(picture: Picture) -> bool:
     """Whether the content check passes the decoded picture (it refuses masks and fields)."""
-    from pathmaster.imageio import decode_image
+    from pathmaster.image.io import decode_image
     from pathmaster.records import InvalidInput
-    from pathmaster.uploads import check_cell_image
+    from pathmaster.analysis.uploads import check_cell_image
 
     try:
         check_cell_image(decode_image(picture.data, "cell"), "cell")
@@ -249,7 +249,7 @@ def _could_be_a_cell(picture: Picture) -> bool:
 def gateway_upload(stack: FuzzStack, name: str, picture: Picture) -> Outcome:
     """The gateway's POST /api/upload of one file: staged (200) when its name is a plain
     image name and the file decodes to what could be a cell (not a mask or a field of view:
-    ``pathmaster.uploads``), else 400."""
+    ``pathmaster.analysis.uploads``), else 400."""
     from services.gateway.pairing import IMAGE_EXTENSIONS
     from tests.clients.web import multipart
 

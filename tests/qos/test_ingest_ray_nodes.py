@@ -4,12 +4,11 @@ each) makes the same database as ingest in one process, cell for cell."""
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 
-from pathmaster.ingest import ingest
-from pathmaster.synth import write_dataset
+from pathmaster.site.ingest import ingest
+from pathmaster.image.synth import write_dataset
 from qos.testbed import netns
 from tests.core.test_ingest import site_rows
 

@@ -110,7 +110,7 @@ def as_case(cells: list[dict], with_parts: bool = True) -> list[pb.CellImage]:
 
 def large_cell(cells: list[dict], side: int) -> bytes:
     """A test cell scaled up to side x side pixels with mild noise, as PNG: slower to analyse."""
-    from pathmaster.imageio import decode_image, encode_png
+    from pathmaster.image.io import decode_image, encode_png
 
     image = decode_image(cells[3]["image"], "cell")
     big = np.asarray(Image.fromarray(image).resize((side, side), Image.BILINEAR)).astype(np.int16)

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import ray
 
-from pathmaster.imageio import encode_png
+from pathmaster.image.io import encode_png
 from services.client import CoordinatorClient
 from services.config import CoordinatorConfig, SiteConfig, SiteEndpoint
 from services.coordinator.server import CoordinatorServer
@@ -88,8 +88,8 @@ def hostile_cpu_s(png: bytes) -> float:
     """CPU seconds this process takes to analyse `png` once its imports are warm."""
     import time
 
-    from pathmaster.imageio import decode_image
-    from pathmaster.site import analyse_cell
+    from pathmaster.image.io import decode_image
+    from pathmaster.analysis.cell import analyse_cell
 
     image = decode_image(png, "cell")
     analyse_cell(image[:200, :200])  # the first call imports (cv2, skimage, ...): not the cell's cost

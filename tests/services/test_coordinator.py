@@ -247,7 +247,7 @@ def test_deadline_gives_deadline_exceeded_in_time(deployment, slow_case, case):
 
 def pool_events(site, prefix: str) -> list[tuple[str, str]]:
     """(cell, outcome) of the site's first worker's analysis-pool events whose cell id
-    starts with `prefix` (pathmaster/budget.py PoolStats.events)."""
+    starts with `prefix` (pathmaster/analysis/budget.py PoolStats.events)."""
     import ray
 
     stats = ray.get(site.workers[0].budget_stats.remote(), timeout=60)

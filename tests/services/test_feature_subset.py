@@ -33,8 +33,8 @@ def selecting(deployment, site_db, tmp_path_factory):
     from types import SimpleNamespace
 
     from services.coordinator.analysis import ANALYSIS_READY_S
-    from pathmaster.index import build_search_index
-    from pathmaster.sitedb import SiteDB
+    from pathmaster.site.index import build_search_index
+    from pathmaster.site.database import SiteDB
     from services.config import CoordinatorConfig, SiteConfig, SiteEndpoint
     from services.coordinator.server import CoordinatorServer
     from services.site.server import SiteServer

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from pathmaster.ingest import ingest
-from pathmaster.sitedb import SiteDB
-from pathmaster.synth import write_dataset
+from pathmaster.site.ingest import ingest
+from pathmaster.site.database import SiteDB
+from pathmaster.image.synth import write_dataset
 
 
 def _rows(site) -> list[tuple]:

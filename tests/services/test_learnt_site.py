@@ -15,7 +15,7 @@ from services.client import CoordinatorClient
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
 
-from pathmaster import learn
+from pathmaster.learning import choice
 
 OK = 0
 
@@ -24,13 +24,13 @@ OK = 0
 def learnt_db(tmp_path_factory):
     """The services' 70-cell synthetic site, indexed again to compare fused vectors (it
     learns on top of its eye from 60 cells: these tests check the plumbing, not what it learns)."""
-    from pathmaster.index import build_search_index
-    from pathmaster.sitedb import SiteDB
+    from pathmaster.site.index import build_search_index
+    from pathmaster.site.database import SiteDB
     from tests.services.conftest import SITE_CELLS, cached_synthetic_site
 
     path = shutil.copytree(cached_synthetic_site(SITE_CELLS, seed=1), tmp_path_factory.mktemp("learnt") / "site")
     mp = pytest.MonkeyPatch()
-    mp.setattr(learn, "MIN_CELLS_TO_LEARN", 60)
+    mp.setattr(choice, "MIN_CELLS_TO_LEARN", 60)
     try:
         with SiteDB(path) as db:
             build_search_index(db, features="lda", similarity_choice="fused")
@@ -80,7 +80,7 @@ def test_features_give_the_same_matches_as_images_at_a_learnt_site(learnt_deploy
 
 
 def test_a_learnt_site_names_its_eye_and_nothing_it_learnt(learnt_deployment):
-    from pathmaster.embedding import eye_id
+    from pathmaster.eye._vectors import eye_id
     from pathmaster.eye import open_eye
 
     stub = site_stub(learnt_deployment, "learnt")

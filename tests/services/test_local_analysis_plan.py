@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from pathmaster.embedding import eye_id
+from pathmaster.eye._vectors import eye_id
 from pathmaster.eye import open_eye
 from services.client import images_without_network_why, local_analysis_plan
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb

@@ -140,7 +140,7 @@ def run_core(root: Path, cells: int, cross_validate: bool = True) -> dict[str, R
         if cross_validates(form) and not cross_validate:
             continue
         if "CELL_ID" in form:
-            from pathmaster.site import SiteIndex
+            from pathmaster.site.search import SiteIndex
 
             ids = SiteIndex.open(root / "sites" / "a").cell_ids()
             values |= {"CELL_ID...": ids[-1], "CELL_ID": ids[-2], "DIAGNOSIS": "normal_superficial"}
@@ -166,11 +166,11 @@ def learnt_site(tmp_path_factory) -> tuple[Path, dict[str, Ran]]:
     """(folder, {command: Ran}): the core commands on LEARNT_CELLS cells: the site learns a
     lens and head on top of its eye (``learn.MIN_CELLS_TO_LEARN`` lowered to LEARNT_CELLS:
     this tests the commands, not what the site learns)."""
-    from pathmaster import learn
+    from pathmaster.learning import choice
 
     root = tmp_path_factory.mktemp("readme-learnt")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(learn, "MIN_CELLS_TO_LEARN", LEARNT_CELLS)
+        mp.setattr(choice, "MIN_CELLS_TO_LEARN", LEARNT_CELLS)
         ran = run_core(root, LEARNT_CELLS)
     return root, ran
 
@@ -191,7 +191,7 @@ def ran_by(ran: dict[str, Ran], start: str, *words: str) -> list[Ran]:
 
 @pytest.mark.parametrize("which", ["plain_site", "learnt_site"])
 def test_the_site_commands_work_as_written(which, request):
-    from pathmaster.site import SiteIndex
+    from pathmaster.site.search import SiteIndex
 
     root, ran = request.getfixturevalue(which)
     site = SiteIndex.open(root / "sites" / "a")

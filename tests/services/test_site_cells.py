@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pathmaster import imageio
+from pathmaster.image import io as imageio
 from pathmaster.records import InvalidInput
-from pathmaster.site import Match
+from pathmaster.site.search import Match
 from services.site.cells import decode_cell, probe_cell
 
 COUNTED = {imageio.decode_image: "decode_image", imageio.decode_mask: "decode_mask",

@@ -48,7 +48,7 @@ def test_cells_problems_name_the_cell(case):
 
 
 def test_features_with_a_patch_of_the_wrong_size_are_refused_naming_the_cell():
-    from pathmaster.embedding import PATCH_PX
+    from pathmaster.analysis.cell import PATCH_PX
     from pathmaster.features import feature_names
 
     values = [0.0] * len(feature_names())

@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = """
 import json, multiprocessing.forkserver, os, sys
 sys.path.insert(0, {tests!r})
-from pathmaster.budget import AnalysisPool, CellStopped
+from pathmaster.analysis.budget import AnalysisPool, CellStopped
 from services.site.analysis import PRELOAD, WARM_MODULE
 from services.site.synthetic import synthetic_case_cells
 import warm_tasks

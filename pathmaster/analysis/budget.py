@@ -56,8 +56,8 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"
 def image_size(data: bytes, name: str) -> tuple[int, int]:
     """(width, height) of encoded image bytes, from the header only (nothing is decoded).
     Raises InvalidInput naming `name` when the bytes are not an image of an accepted
-    format (`pathmaster.imageio.open_accepted`)."""
-    from pathmaster.imageio import open_accepted
+    format (`pathmaster.image.io.open_accepted`)."""
+    from pathmaster.image.io import open_accepted
 
     with open_accepted(data, name, max_bytes=len(data)) as img:
         return img.size
@@ -240,7 +240,7 @@ _forkserver_lock = threading.Lock()
 # one-thread settings) so that no new worker imports it: this module, pebble's worker
 # loop (unpickled by each new worker: ~45 ms of CPU when imported there, mostly pages
 # copied on write) and what `_worker_init` loads.
-SERVER_PRELOAD = ("pathmaster._single_thread", "pathmaster._forkserver_main", "pathmaster.budget",
+SERVER_PRELOAD = ("pathmaster._single_thread", "pathmaster._forkserver_main", "pathmaster.analysis.budget",
                   "pebble.pool.process", "threadpoolctl")
 _MAIN_ENV = "PATHMASTER_FORKSERVER_MAIN"  # pathmaster._forkserver_main.MAIN_ENV (not imported here)
 

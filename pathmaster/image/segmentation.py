@@ -6,7 +6,7 @@ module makes both from the cell image alone (flagging them as estimated is the c
 job, see `complete_cell`).
 
 Method, in optical density (OD = -log10(I / I0), the quantity stain amounts are linear in;
-`pathmaster.features.density.optical_density`, the same OD the features measure):
+`pathmaster.image.optics.optical_density`, the same OD the features measure):
 nucleus = the densest of three multi-Otsu classes of the whole crop, the piece nearest the
 centre (a small, much denser core replaces it for pyknotic nuclei); cell = Otsu's split of
 the other pixels, glass against cytoplasm, the piece holding the nucleus; nucleoli = small
@@ -20,7 +20,7 @@ image by asymmetric least squares, see `estimate_background`.
 
 Cost grows linearly with pixel count (uploads may be 4096 x 4096 px): no filter here has
 a footprint that grows with the image (the opening uses distance transforms; the image
-primitives, each equal to a scipy or scikit-image call, are in `pathmaster.morphology`), and the
+primitives, each equal to a scipy or scikit-image call, are in `pathmaster.image.morphology`), and the
 nucleolus search works only around the nucleus. About 1.2-1.8 s of one core
 per megapixel; `python benchmarks/bench_features.py --sweep` measures it.
 """
@@ -32,11 +32,20 @@ import numpy as np
 from scipy import ndimage as ndi
 from skimage import color, morphology
 
-from pathmaster.features.density import optical_density
-from pathmaster.imageio import check_cell, check_mask
-from pathmaster.morphology import (channel_percentile, fill_holes, gaussian_smooth, grow,
-                                   label_pieces, open_with_disk, shrink, threshold_multiotsu, threshold_otsu,
-                                   white_tophat_disk)
+from pathmaster.image.optics import optical_density
+from pathmaster.image.io import check_cell, check_mask
+from pathmaster.image.morphology import (
+    channel_percentile,
+    fill_holes,
+    gaussian_smooth,
+    grow,
+    label_pieces,
+    open_with_disk,
+    shrink,
+    threshold_multiotsu,
+    threshold_otsu,
+    white_tophat_disk,
+)
 from pathmaster.records import BACKGROUND, CYTOPLASM, NUCLEOLUS, NUCLEUS, CellRecord, InvalidInput
 
 NO_NUCLEUS_FOUND = "no_nucleus_found"  # InvalidInput.code of a picture segmented to no nucleus

@@ -2,12 +2,12 @@
 
 ``build_search_index(db)`` fits the database statistics for the z-scores, the feature subset
 or weighting chosen from the data and what the site learns on top of its eye
-(``pathmaster.learnt``), and builds the FAISS index. All of it is stored in the database's
+(``pathmaster.site.fitting``), and builds the FAISS index. All of it is stored in the database's
 ``index`` config; the FAISS file is named by the database's fingerprint and the config holds
 its SHA-1, so a missing, damaged or stale file (another set of cells, another representation)
 is rebuilt from the database, never trusted. FAISS writes and reads the file itself
 (``faiss.write_index``, ``faiss.read_index``): no copy of a million vectors in between.
-``pathmaster.growth`` keeps the index up to date as cells come and go; ``pathmaster.site``
+``pathmaster.site.growth`` keeps the index up to date as cells come and go; ``pathmaster.site``
 serves it.
 """
 
@@ -20,9 +20,11 @@ from pathlib import Path
 
 import numpy as np
 
-from pathmaster import defaults, similarity
+from pathmaster import defaults
+from pathmaster.learning import similarity
+from pathmaster.site import faiss_index
 from pathmaster.records import InvalidInput
-from pathmaster.sitedb import SiteDB
+from pathmaster.site.database import SiteDB
 
 log = logging.getLogger(__name__)
 
@@ -52,11 +54,11 @@ def build_search_index(db: SiteDB, *, algorithm: str | None = None, features: st
     ``similarity.choose_projection``), or one of ``similarity.PROJECTIONS`` to force it;
     None for the site's stored choice (default "auto").
     similarity_choice: "auto" (the site's cross-validation picks features, what its eye
-    sees through its lens, or both fused, ``pathmaster.learnt``), or one of them to force
+    sees through its lens, or both fused, ``pathmaster.site.fitting``), or one of them to force
     it; None for the stored choice (default "auto").
     Returns the ``index`` config written to the database.
     """
-    from pathmaster import learnt as learnt_module
+    from pathmaster.site import fitting as learnt_module
 
     options = db.get_config("index_options", {"algorithm": "auto", "features": "auto"})
     options.setdefault("similarity", "auto")
@@ -67,8 +69,8 @@ def build_search_index(db: SiteDB, *, algorithm: str | None = None, features: st
         options["algorithm"] = algorithm
     if features is not None:
         options["features"] = features
-    if options["algorithm"] not in ("auto", *similarity.ALGORITHMS):
-        raise InvalidInput(f"unknown search algorithm {options['algorithm']!r}; known: auto, {', '.join(similarity.ALGORITHMS)}")
+    if options["algorithm"] not in ("auto", *faiss_index.ALGORITHMS):
+        raise InvalidInput(f"unknown search algorithm {options['algorithm']!r}; known: auto, {', '.join(faiss_index.ALGORITHMS)}")
     if options["features"] not in FEATURE_CHOICES:
         raise InvalidInput(f"unknown feature choice {options['features']!r}; known: {', '.join(FEATURE_CHOICES)}")
     if options["similarity"] not in learnt_module.SIMILARITY_CHOICES:
@@ -98,8 +100,8 @@ def build_search_index(db: SiteDB, *, algorithm: str | None = None, features: st
 
     kind = options["algorithm"]
     if kind == "auto":
-        kind = "flat" if len(vectors) <= similarity.EXACT_LIMIT else "ivf"
-    index = similarity.build_index(vectors, kind, seed=seed)
+        kind = "flat" if len(vectors) <= faiss_index.EXACT_LIMIT else "ivf"
+    index = faiss_index.build_index(vectors, kind, seed=seed)
     config = {"algorithm": kind, "features": options["features"], "normalization": normalization.to_dict(),
               "projection": projection.to_dict(), "n_cells": len(cell_ids), "fingerprint": fingerprint,
               "similarity": options["similarity"], "learnt": learnt.to_dict()}
@@ -121,19 +123,19 @@ def measure_recall(index, vectors: np.ndarray, kind: str, seed: int = 0) -> dict
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
     _, exact = faiss.knn(vectors[sample], vectors, defaults.K + 1)   # exact, without a copy of every vector
     if kind == "ivf":
-        nprobe, recall = similarity.tune_nprobe(index, vectors[sample], exact, defaults.K, TARGET_RECALL,
+        nprobe, recall = faiss_index.tune_nprobe(index, vectors[sample], exact, defaults.K, TARGET_RECALL,
                                                 exclude=sample)
         return {"nprobe": nprobe, "recall_at_5": recall}
-    _, approx = similarity.search(index, vectors[sample], defaults.K + 1)
-    return {"recall_at_5": similarity.recall_at_k(similarity.drop_ids(approx, sample, defaults.K),
-                                                  similarity.drop_ids(exact, sample, defaults.K))}
+    _, approx = faiss_index.search(index, vectors[sample], defaults.K + 1)
+    return {"recall_at_5": faiss_index.recall_at_k(faiss_index.drop_ids(approx, sample, defaults.K),
+                                                  faiss_index.drop_ids(exact, sample, defaults.K))}
 
 
 def stored_vectors(db: SiteDB, config: dict, offset: int = 0) -> np.ndarray:
     """The search vectors (float32 (n, d)) of the database's cells from the `offset`-th on,
     by the representation fitted and stored in the ``index`` config `config`: nothing is
     fitted again (the one place that turns stored features into index vectors)."""
-    from pathmaster.embedding import LearntSimilarity
+    from pathmaster.learning.policy import LearntSimilarity
 
     _, X = db.feature_matrix(offset)
     normalization = similarity.Normalization.from_dict(config["normalization"])
@@ -171,8 +173,8 @@ def index_vectors(db: SiteDB, X: np.ndarray, normalization, projection, learnt, 
     """The search vectors (float32 (n, d)) of the database's cells from the `offset`-th on
     (`X` their features): their features' projection, with their lens vectors when the
     site compares them (their eye vectors from the site's store, ``learnt.eye_vectors``)."""
-    from pathmaster import learnt as learnt_module
-    from pathmaster.embedding import eye_from
+    from pathmaster.site import fitting as learnt_module
+    from pathmaster.eye._vectors import eye_from
 
     embeddings = None
     if learnt.mode != "features":
@@ -252,7 +254,7 @@ def load_or_rebuild_faiss(db: SiteDB, config: dict):
     the config then naming the new file."""
     index = read_index_file(db.site_dir, config)
     if index is None:
-        index = similarity.build_index(stored_vectors(db, config), config["algorithm"])
+        index = faiss_index.build_index(stored_vectors(db, config), config["algorithm"])
         config["index_sha1"] = save_index(db.site_dir, config["fingerprint"], index)
         with db.transaction():
             db.set_config("index", config)

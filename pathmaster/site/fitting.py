@@ -4,7 +4,7 @@
 the features are fitted: every cell's eye vector (``pathmaster.eye``, the frozen pretrained
 network, on the patch of its stored image and blank slide; kept in the site directory by
 the eye's id, so a cell is looked at once), then the lens and head on top and the choice of
-what the site compares (``pathmaster.learn.learn_similarity``); a site too small to learn
+what the site compares (``pathmaster.learning.choice.learn_similarity``); a site too small to learn
 on top compares plain nearest neighbours in the eye's space, and one whose option is
 "features" its features alone; either way the abnormality score and its operating point come
 from the site's own cross-validation. ``load_learnt(site_dir, learnt)`` gives the stored lens
@@ -18,13 +18,16 @@ from pathlib import Path
 
 import numpy as np
 
-from pathmaster import embedding as emb
-from pathmaster import similarity
+from pathmaster.learning import policy
+from pathmaster.analysis.cell import PATCH_PX, cell_patch
+from pathmaster.eye._vectors import eye_id, eye_vectors_of
+from pathmaster.learning.lens import SiteLens
+from pathmaster.learning import similarity
 
 log = logging.getLogger(__name__)
 
 # What ``pathmaster index --similarity`` accepts: "auto" lets the site's cross-validation choose.
-SIMILARITY_CHOICES = ("auto", *emb.SIMILARITY_MODES)
+SIMILARITY_CHOICES = ("auto", *policy.SIMILARITY_MODES)
 
 
 # The most labelled cells a site learns and scores from: the held-out neighbours take an
@@ -46,21 +49,21 @@ def scored_cells(labelled: np.ndarray, seed: int) -> np.ndarray:
 
 def cell_patches(db, cells, size: int) -> np.ndarray:
     """uint8 (n, size, size, 3): ``embedding.cell_patch`` of each stored cell (image, slide)."""
-    from pathmaster.imageio import decode_image
+    from pathmaster.image.io import decode_image
 
     patches = np.zeros((len(cells), size, size, 3), np.uint8)
     for row, cell in enumerate(cells):
         image = decode_image(db.read_file(cell.image_path), cell.image_path)
         background = (decode_image(db.read_file(cell.background_path), cell.background_path)
                       if cell.background_path else np.full_like(image, 255))
-        patches[row] = emb.cell_patch(image, background, size)
+        patches[row] = cell_patch(image, background, size)
     return patches
 
 
 def eye_vectors(db, cells, eye) -> np.ndarray:
     """float32 (n, eye.dim): each cell's vector by ``eye``, read from the site's store of
     them (``eye-<id>.npz``, by cell id) where it holds them, the rest computed and stored."""
-    path = Path(db.site_dir) / f"eye-{emb.eye_id(eye.describe())[:16]}.npz"
+    path = Path(db.site_dir) / f"eye-{eye_id(eye.describe())[:16]}.npz"
     known: dict[str, np.ndarray] = {}
     if path.exists():
         with np.load(path, allow_pickle=False) as stored:
@@ -70,7 +73,7 @@ def eye_vectors(db, cells, eye) -> np.ndarray:
         log.info("%s: the eye looks at %d cells", db.site_dir, len(missing))
         for start in range(0, len(missing), EYE_BATCH):
             batch = missing[start:start + EYE_BATCH]
-            for cell, vector in zip(batch, emb.eye_vectors_of(eye, cell_patches(db, batch, emb.PATCH_PX))):
+            for cell, vector in zip(batch, eye_vectors_of(eye, cell_patches(db, batch, PATCH_PX))):
                 known[cell.cell_id] = vector
         _store_eye_vectors(path, known)
     return np.stack([known[c.cell_id] for c in cells]).astype(np.float32) if cells else np.zeros((0, eye.dim),
@@ -84,7 +87,7 @@ EYE_BATCH = 64
 def _store_eye_vectors(path: Path, vectors: dict) -> None:
     import io
 
-    from pathmaster.sitedb import write_atomic
+    from pathmaster.files import write_atomic
 
     buffer = io.BytesIO()
     ids = sorted(vectors)
@@ -99,14 +102,14 @@ def _groups(cells, labelled: np.ndarray):
 
 
 def fit_learnt(db, X: np.ndarray, normalization, projection, vocabulary, *, choice: str = "auto",
-               seed: int = 0) -> tuple[emb.LearntSimilarity, np.ndarray | None]:
+               seed: int = 0) -> tuple[policy.LearntSimilarity, np.ndarray | None]:
     """(what the site compares, its cells' lens vectors (n, r) or None when it compares its features alone).
 
     Writes the lens's file (``SiteLens.save``) into the site directory. Raises
     ``pathmaster.eye.EyeUnavailable`` when the eye cannot be opened: a site never falls back
     to another representation on its own.
     """
-    from pathmaster import learn
+    from pathmaster.learning.choice import fitted_similarity
 
     cells = db.cells()
     labels = np.array([c.diagnosis for c in cells], dtype=object)
@@ -131,7 +134,7 @@ def fit_learnt(db, X: np.ndarray, normalization, projection, vocabulary, *, choi
         if old.name != f"lens-{lens.sha256[:16]}.npz":
             old.unlink(missing_ok=True)
     # the z-scores and scales on every cell (the unlabelled too), as the index holds them
-    refitted = learn.fitted_similarity(lens.embed(vectors), projection.apply(Z))
+    refitted = fitted_similarity(lens.embed(vectors), projection.apply(Z))
     learnt.mean, learnt.std = refitted.mean, refitted.std
     learnt.feature_scale, learnt.embedding_scale = refitted.feature_scale, refitted.embedding_scale
     return learnt, lens.embed(vectors)
@@ -139,14 +142,14 @@ def fit_learnt(db, X: np.ndarray, normalization, projection, vocabulary, *, choi
 
 def why_not_learn(labels, abnormal_labels) -> str:
     """Why a site with these labels (None: unlabelled) learns nothing on top of its eye ("" when it does)."""
-    from pathmaster import learn
+    from pathmaster.learning.choice import cannot_learn
 
-    return learn.cannot_learn(labels, abnormal_labels)
+    return cannot_learn(labels, abnormal_labels)
 
 
 def learn_from(Z: np.ndarray, labels: np.ndarray, groups, abnormal_labels, projection, names: list[str],
                vectors: np.ndarray | None, eye: dict | None, *, choice: str = "auto",
-               seed: int = 0) -> tuple[emb.LearntSimilarity, emb.SiteLens | None]:
+               seed: int = 0) -> tuple[policy.LearntSimilarity, SiteLens | None]:
     """(what a site learns from these labelled cells, its lens or None): the feature
     classifier, then the lens, head and the choice of what to compare
     (``learn.learn_similarity``); a site too small for that, plain nearest neighbours in the
@@ -154,7 +157,7 @@ def learn_from(Z: np.ndarray, labels: np.ndarray, groups, abnormal_labels, proje
     features alone. Either way the abnormality score and its operating point. Z: their
     z-scored features (n, n_features); labels: str (n,); vectors: their eye vectors (n, D).
     Indexing runs it on a site's cells, ``pathmaster evaluate`` on each training fold's."""
-    from pathmaster import learn
+    from pathmaster.learning.choice import learn_similarity, plain_lens
 
     fit = _refit(projection, Z, labels, names, seed)
     classifier, by_features = feature_classifier(Z, labels, groups, abnormal_labels, projection.columns, seed)
@@ -163,9 +166,9 @@ def learn_from(Z: np.ndarray, labels: np.ndarray, groups, abnormal_labels, proje
     if vectors is None:
         learnt = features_only(fit, labels, groups, abnormal_labels, reason, seed, by_features)
     elif reason:
-        lens, learnt = learn.plain_lens(vectors, eye, reason)
+        lens, learnt = plain_lens(vectors, eye, reason)
     else:
-        lens, learnt = learn.learn_similarity(vectors, eye, fit, labels, groups, abnormal_labels, choice=choice,
+        lens, learnt = learn_similarity(vectors, eye, fit, labels, groups, abnormal_labels, choice=choice,
                                               seed=seed, other_scores=by_features)
     learnt.classifier = None if classifier is None else classifier.to_dict()
     return learnt, lens
@@ -189,57 +192,60 @@ def _refit(projection, Z: np.ndarray, labels: np.ndarray, names: list[str], seed
 
 def _can_score(labels: np.ndarray, abnormal_labels) -> bool:
     """Enough labelled cells, normal and abnormal, for held-out folds to score them."""
-    from pathmaster import learn
+    from pathmaster.learning.folds import INNER_FOLDS
 
     abnormal = np.array([label in abnormal_labels for label in labels])
-    return len(labels) >= 2 * learn.INNER_FOLDS and abnormal.any() and not abnormal.all()
+    return len(labels) >= 2 * INNER_FOLDS and abnormal.any() and not abnormal.all()
 
 
 def feature_classifier(Z: np.ndarray, labels: np.ndarray, groups, abnormal_labels, columns, seed: int):
     """(the site's feature classifier fitted on every labelled cell, {"classifier": its
     out-of-fold scores (n,)}), both None / {} when there are too few cells to score."""
-    from pathmaster import abnormality, learn
+    from pathmaster.learning import abnormality
+    from pathmaster.learning.folds import inner_folds
 
     if not _can_score(labels, abnormal_labels):
         return None, {}
-    folds = learn.inner_folds(labels, groups, seed)
+    folds = inner_folds(labels, groups, seed)
     strength, scores, _ = abnormality.choose_strength(Z, labels, abnormal_labels, columns, folds)
     return abnormality.fit_classifier(Z, labels, abnormal_labels, columns, strength), {"classifier": scores}
 
 
 def features_only(fit, labels: np.ndarray, groups, abnormal_labels, reason: str, seed: int,
-                  other_scores: dict | None = None) -> emb.LearntSimilarity:
+                  other_scores: dict | None = None) -> policy.LearntSimilarity:
     """The features alone; the abnormality score (the neighbours' share, or one of
     ``other_scores``: out-of-fold scores (n,)) the held-out folds rank best, with its
     threshold there (``learn.choose_site_score``: with its margin) when there are enough cells (else the neighbours'
     share at 0.5: a majority of the neighbours); and why."""
-    from pathmaster import learn
+    from pathmaster.learning import neighbours
+    from pathmaster.learning import thresholds
+    from pathmaster.learning.folds import inner_folds
 
-    learnt = emb.LearntSimilarity(report={"reason": reason})
+    learnt = policy.LearntSimilarity(report={"reason": reason})
     if not _can_score(labels, abnormal_labels):
         return learnt
     abnormal = np.array([label in abnormal_labels for label in labels])
     share = np.zeros(len(labels))
-    for train, test in learn.inner_folds(labels, groups, seed):
+    for train, test in inner_folds(labels, groups, seed):
         train_vectors, vectors = fit(train)
-        nearest = learn._nearest(train_vectors, vectors[test], learnt.k)
+        nearest = neighbours.nearest(train_vectors, vectors[test], learnt.k)
         share[test] = abnormal[train][nearest].mean(axis=1)
-    scores = learn.with_ensemble({"neighbours": share, **(other_scores or {})})
-    learnt.score, points, learnt.report["thresholds"] = learn.choose_site_score(scores, abnormal)
+    scores = thresholds.with_ensemble({"neighbours": share, **(other_scores or {})})
+    learnt.score, points, learnt.report["thresholds"] = thresholds.choose_site_score(scores, abnormal)
     learnt.report["scores"] = points
-    learnt.report["case"] = learn.case_operating_point(scores[learnt.score], abnormal, groups,
+    learnt.report["case"] = thresholds.case_operating_point(scores[learnt.score], abnormal, groups,
                                                        points[learnt.score]["threshold"], seed)
     learnt.threshold = learnt.report["case"]["threshold"]
     return learnt
 
 
-def load_learnt(site_dir: Path, learnt: emb.LearntSimilarity) -> emb.SiteLens | None:
+def load_learnt(site_dir: Path, learnt: policy.LearntSimilarity) -> SiteLens | None:
     """The site's lens when it compares or scores through its eye, else None.
     FileNotFoundError when its file is gone (index the site again)."""
     if not learnt.model:
         return None
     path = Path(site_dir) / f"lens-{learnt.model[:16]}.npz"
-    lens = emb.SiteLens.from_bytes(path.read_bytes())
+    lens = SiteLens.from_bytes(path.read_bytes())
     if lens.sha256 != learnt.model:
         raise ValueError(f"{path}: its content does not match the index's lens {learnt.model[:16]}")
     return lens

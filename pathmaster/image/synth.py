@@ -34,7 +34,7 @@ from typing import Callable, Sequence
 import numpy as np
 from scipy import ndimage as ndi
 
-from pathmaster.imageio import write_png
+from pathmaster.image.io import write_png
 from pathmaster.records import (
     CYTOPLASM,
     DIAGNOSES,

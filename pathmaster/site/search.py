@@ -5,8 +5,8 @@
     matches = site.search_analysis(analysis, k=5)     # [Match(cell_id, diagnosis, distance, source_id)]
     site.thumbnail_png(cell_id); site.image_png(cell_id)
 
-The search index it opens is built by ``pathmaster.index`` (``build_search_index``) and kept
-up to date by ``pathmaster.growth``.
+The search index it opens is built by ``pathmaster.site.index`` (``build_search_index``) and kept
+up to date by ``pathmaster.site.growth``.
 """
 
 from __future__ import annotations
@@ -19,34 +19,18 @@ from pathlib import Path
 
 import numpy as np
 
-from pathmaster import defaults, similarity
-from pathmaster.index import index_vectors, load_or_rebuild_faiss
-from pathmaster.records import CellRecord, InvalidInput
-from pathmaster.sitedb import DB_NAME, CellColumns, CellRow, SiteDB, read_cell, read_site_file
+from pathmaster import defaults
+from pathmaster.learning import similarity
+from pathmaster.site import faiss_index
+from pathmaster.site.index import index_vectors, load_or_rebuild_faiss
+from pathmaster.records import InvalidInput
+from pathmaster.site.database import DB_NAME, CellColumns, CellRow, SiteDB, read_cell, read_site_file
+from pathmaster.analysis.cell import CellAnalysis, analyse_cell
 
 log = logging.getLogger(__name__)
 
 # Cell rows and files are read through one connection a site, one read at a time (each ~0.1 ms).
 _READER_LOCK = threading.Lock()
-
-
-@dataclass
-class CellAnalysis:
-    """Features of one test cell, and whether PathMaster had to estimate its inputs.
-
-    features: float64 (n_features,). mask, background: the arrays actually used (given or
-    estimated), uint8 (H, W) and (H, W, 3).
-    """
-
-    features: np.ndarray
-    background_estimated: bool
-    mask_estimated: bool
-    mask: np.ndarray | None = None
-    background: np.ndarray | None = None
-    # Which cell of the crop was taken and why (``pathmaster.segmentation.complete_cell``);
-    # None when the mask and background were both given.
-    cell_choice: dict | None = None
-    patch: np.ndarray | None = None  # uint8 (S, S, 3): what the eye sees (embedding.cell_patch)
 
 
 @dataclass(frozen=True)
@@ -57,44 +41,6 @@ class Match:
     diagnosis: str | None
     distance: float
     source_id: str
-
-
-def analyse_cell(image: np.ndarray, background: np.ndarray | None = None, mask: np.ndarray | None = None,
-                 source: str | None = None) -> CellAnalysis:
-    """Features of one cell, segmenting it and estimating its background when not given.
-
-    Parameters
-    ----------
-    image : ndarray of uint8, shape (H, W, 3)
-        RGB cell image.
-    background : ndarray of uint8, shape (H, W, 3), optional
-        The blank slide; estimated when None.
-    mask : ndarray of int, shape (H, W), optional
-        Labels 0-3; segmented when None.
-    source : str, optional
-        The file or cell named in error messages (default "cell").
-
-    The arrays are checked once (`pathmaster.imageio.check_cell`; by
-    `pathmaster.segmentation.complete_cell` when it fills something in) and analysed as
-    they are. Raises InvalidInput
-    naming ``source`` for arrays that do not fit together or a mask without a nucleus.
-    """
-    from pathmaster.embedding import cell_patch
-    from pathmaster.features.extract import features_of
-    from pathmaster.features.regions import crop_regions
-    from pathmaster.imageio import check_cell
-
-    cell = CellRecord(source or "cell", None, image, mask=mask, background=background)
-    if mask is None or background is None:
-        from pathmaster.segmentation import complete_cell
-
-        complete_cell(cell)  # checks, then fills in what is missing
-    else:
-        check_cell(image, mask, background, cell.source_id)
-    features = features_of(crop_regions(cell.image, cell.background, cell.mask))
-    patch = cell_patch(cell.image, cell.background)
-    return CellAnalysis(features, cell.background_estimated, cell.mask_estimated, cell.mask, cell.background,
-                        cell_choice=cell.extra.get("cell_choice"), patch=patch)
 
 
 # ---------------------------------------------------------------- the facade
@@ -117,17 +63,18 @@ class SiteIndex:
         self._index = index
         self._normalization = similarity.Normalization.from_dict(config["normalization"])
         self._projection = similarity.Projection.from_dict(config["projection"])
-        from pathmaster.embedding import LearntSimilarity, eye_from
-        from pathmaster.learnt import load_learnt
+        from pathmaster.learning.policy import LearntSimilarity
+        from pathmaster.eye._vectors import eye_from
+        from pathmaster.site.fitting import load_learnt
 
         # What the site compares besides its features, and its abnormality score
-        # (pathmaster.learnt): its lens on top of its eye, both None without one. An eye
+        # (pathmaster.site.fitting): its lens on top of its eye, both None without one. An eye
         # that cannot be opened, or is not the one the site was indexed with, stops the
         # site here (pathmaster.eye.EyeUnavailable): it never answers in another space.
         self.learnt = LearntSimilarity.from_dict(config.get("learnt"))
         self.lens = load_learnt(self.site_dir, self.learnt)
         self.eye = None if self.lens is None else eye_from(self.lens.eye)
-        from pathmaster.abnormality import FeatureClassifier
+        from pathmaster.learning.abnormality import FeatureClassifier
 
         self.classifier = FeatureClassifier.from_dict(self.learnt.classifier)
         # The cells' ids, source ids and diagnoses as columns, in the index's row order; the
@@ -161,7 +108,7 @@ class SiteIndex:
                     "site directory", db.path)
             config, cells = db.get_config("index"), db.cell_columns()
             if config is None or config["fingerprint"] != cells.fingerprint():   # one read of the rows
-                from pathmaster.growth import update_search_index
+                from pathmaster.site.growth import update_search_index
 
                 log.info("%s: index out of date with the database; bringing it up to date", site_dir)
                 config, cells = update_search_index(db), db.cell_columns()
@@ -184,7 +131,7 @@ class SiteIndex:
         seen = "" if self.lens is None else f"{self.lens.eye.get('name', 'eye')}/lens{self.lens.dim}"
         compared = {"features": features, "embedding": seen,
                     "fused": f"{features}+{seen}@{learnt.embedding_weight:g}"}[learnt.mode]
-        return f"{similarity.describe(self._index)}/{compared}"
+        return f"{faiss_index.describe(self._index)}/{compared}"
 
     def similarity_note(self) -> str:
         """What the site compares and why, in a line (its cross-validation's choice, or why
@@ -246,7 +193,7 @@ class SiteIndex:
     def embed(self, patches: np.ndarray) -> np.ndarray | None:
         """The cells' eye vectors (m, D) float32 of patches (m, S, S, 3) (``CellAnalysis.patch``),
         or None when the site has no eye. What a request carries as a cell's ``embedding``."""
-        from pathmaster.embedding import eye_vectors_of
+        from pathmaster.eye._vectors import eye_vectors_of
 
         return None if self.eye is None else eye_vectors_of(self.eye, patches)
 
@@ -288,7 +235,7 @@ class SiteIndex:
         the share of abnormal labels among its k nearest matches, or the feature
         classifier's probability from the raw ``features`` (m, n_features)); a cell supports
         an abnormality at ``self.learnt.threshold`` or above."""
-        from pathmaster.embedding import neighbour_share
+        from pathmaster.learning.neighbours import neighbour_share
 
         abnormal = set(self.vocabulary.abnormal)
         has_head = self.lens is not None and self.lens.head is not None
@@ -311,7 +258,7 @@ class SiteIndex:
             raise InvalidInput(f"k must be at least 1, got {k}")
         if columns:
             features = self.expand(features, columns)
-        distances, ids = similarity.search(self._index, self._vectors(features, embeddings), min(k, len(self)))
+        distances, ids = faiss_index.search(self._index, self._vectors(features, embeddings), min(k, len(self)))
         cells = self._cells
         return [[Match(cells.cell_id(i), cells.diagnosis(i), float(d), cells.source_id(i))
                  for d, i in zip(row_d.tolist(), row_i.tolist()) if i >= 0]
@@ -365,7 +312,7 @@ class SiteIndex:
     def cells_with_hash(self, digest: str) -> list[str]:
         """Ids of the database cells whose pixels hash to ``digest`` (``sitedb.image_hash``):
         a query that is already in the database."""
-        from pathmaster.sitedb import cells_with_hash
+        from pathmaster.site.database import cells_with_hash
 
         return self._read(lambda conn: cells_with_hash(conn, digest))
 

@@ -34,146 +34,22 @@ of distinct slide images.
 
 The group-aware folds are scikit-learn's StratifiedGroupKFold; ROC curves and AUC
 scikit-learn's; the operating point (a threshold meeting a target sensitivity) is the
-site's own rule (``pathmaster.learn.operating_point``) and the simulated cases (1-2 abnormal
+site's own rule (``pathmaster.learning.thresholds.operating_point``) and the simulated cases (1-2 abnormal
 cells among normal ones) the case conclusion's (``pathmaster.conclusion.simulate_cases``).
 """
 
 from __future__ import annotations
 
-import inspect
 from typing import Callable
 
 import numpy as np
 
-from pathmaster import defaults, learn
-from pathmaster.learn import majority_vote
-from pathmaster.records import DIAGNOSES, NORMAL_DIAGNOSES
-
-CASES_PER_FOLD = 400  # simulated cases of each kind (all-normal; 1-2 abnormal cells) per fold
-# The per-cell abnormality score: the case conclusion's (``pathmaster.conclusion``), the
-# share of a cell's matches that are abnormal, weighted by distance within the site.
-WEIGHTING = "distance"
-
-
-def average_precisions(relevant: np.ndarray) -> np.ndarray:
-    """Average precision of each ranking; ``relevant`` is a bool (m, r) array in rank order.
-
-    A row with nothing relevant scores 0.
-    """
-    relevant = np.atleast_2d(np.asarray(relevant, dtype=bool))
-    ranks = np.arange(1, relevant.shape[1] + 1)
-    precision = np.cumsum(relevant, axis=1) / ranks
-    n_relevant = relevant.sum(axis=1)
-    total = (precision * relevant).sum(axis=1)
-    return np.divide(total, n_relevant, out=np.zeros(len(relevant)), where=n_relevant > 0)
-
-
-def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> list[float]:
-    """Wilson score interval [low, high] of a proportion ``successes / n`` (scipy.stats.binomtest).
-
-    Unlike the normal approximation it stays inside [0, 1] and is sensible at 0 or n
-    successes and for small n (a class of a few cells).
-    """
-    from scipy.stats import binomtest
-
-    if n <= 0:
-        return [0.0, 1.0]
-    interval = binomtest(int(successes), int(n)).proportion_ci(confidence, method="wilson")
-    return [float(interval.low), float(interval.high)]
-
-
-def bootstrap_interval(values: np.ndarray, confidence: float = 0.95, seed: int = 0,
-                       resamples: int = 2000) -> list[float]:
-    """Percentile bootstrap interval [low, high] of the mean of per-query ``values`` (float (m,)),
-    seeded (scipy.stats.bootstrap). Constant values give [value, value]."""
-    from scipy.stats import bootstrap
-
-    values = np.asarray(values, dtype=np.float64)
-    if values.size < 2 or np.ptp(values) == 0:
-        mean = float(values.mean()) if values.size else 0.0
-        return [mean, mean]
-    # scipy >= 1.15 names the generator ``rng``; older releases ``random_state``.
-    generator = {"rng" if "rng" in inspect.signature(bootstrap).parameters else "random_state":
-                 np.random.default_rng(seed)}
-    result = bootstrap((values,), np.mean, confidence_level=confidence, n_resamples=resamples,
-                       method="percentile", vectorized=True, axis=-1, **generator)
-    return [float(result.confidence_interval.low), float(result.confidence_interval.high)]
-
-
-def _is_normal(label: str) -> bool:
-    return label in NORMAL_DIAGNOSES
-
-
-def score_rankings(query_labels, ranked_labels: np.ndarray, average_precision=None, k: int = defaults.K, *,
-                   confidence: float = 0.95, seed: int = 0) -> dict:
-    """Metrics of ranked neighbour labels.
-
-    query_labels: m diagnoses; ranked_labels: (m, r >= k) array of the database diagnoses
-    in rank order, nearest first; average_precision: (m,) AP of each query over the full
-    ranking of the database (``average_precisions``), or None to leave ``map`` out.
-    Returns the dict described in the module docstring plus ``queries``, ``k``, ``ci``
-    (metric -> [low, high] at ``confidence``) and ``per_class`` (n, top1, majority_at_5,
-    which is the class's recall under the majority@5 prediction, and its ``recall_ci``,
-    per true diagnosis). ``binary_accuracy`` is None when some label is outside the Herlev
-    vocabulary. ``seed`` fixes the bootstrap resamples.
-    """
-    query_labels = np.asarray(query_labels, dtype=object)
-    ranked_labels = np.asarray(ranked_labels, dtype=object)
-    m = len(query_labels)
-    if m == 0:
-        raise ValueError("no queries to evaluate")
-    if ranked_labels.ndim != 2 or ranked_labels.shape[0] != m or ranked_labels.shape[1] < k:
-        raise ValueError(f"need a ({m}, >= {k}) ranking, got {ranked_labels.shape}")
-    relevant = ranked_labels == query_labels[:, None]
-    predicted = [majority_vote(list(row[:k])) for row in ranked_labels]
-    top1 = relevant[:, 0]
-    majority = np.array([p == q for p, q in zip(predicted, query_labels)])
-
-    known = set(DIAGNOSES)
-    all_labels = set(query_labels.tolist()) | set(ranked_labels[:, :k].ravel().tolist())
-    binary = binary_right = None
-    if all_labels <= known:
-        votes = [majority_vote([_is_normal(x) for x in row[:k]]) for row in ranked_labels]
-        binary_right = np.array([v == _is_normal(q) for v, q in zip(votes, query_labels)])
-        binary = float(binary_right.mean())
-
-    order = [d for d in DIAGNOSES if d in all_labels] + sorted(all_labels - known)
-    position = {label: i for i, label in enumerate(order)}
-    matrix = np.zeros((len(order), len(order)), dtype=np.int64)
-    for truth, guess in zip(query_labels, predicted):
-        matrix[position[truth], position[guess]] += 1
-
-    per_class = {}
-    for label in order:
-        rows = query_labels == label
-        if rows.any():
-            per_class[label] = {
-                "n": int(rows.sum()),
-                "top1": float(top1[rows].mean()),
-                "majority_at_5": float(majority[rows].mean()),
-                "recall_ci": wilson_interval(int(majority[rows].sum()), int(rows.sum()), confidence),
-            }
-    ci = {"top1": wilson_interval(int(top1.sum()), m, confidence),
-          "majority_at_5": wilson_interval(int(majority.sum()), m, confidence),
-          "precision_at_5": bootstrap_interval(relevant[:, :k].mean(axis=1), confidence, seed)}
-    if average_precision is not None:
-        ci["map"] = bootstrap_interval(np.asarray(average_precision, dtype=np.float64), confidence, seed)
-    if binary_right is not None:
-        ci["binary_accuracy"] = wilson_interval(int(binary_right.sum()), m, confidence)
-    return {
-        "queries": m,
-        "k": k,
-        "top1": float(top1.mean()),
-        "precision_at_5": float(relevant[:, :k].mean()),
-        "majority_at_5": float(majority.mean()),
-        "map": None if average_precision is None else float(np.mean(average_precision)),
-        "binary_accuracy": binary,
-        "confusion": {"labels": order, "matrix": matrix.tolist(),
-                      "rows": "true diagnosis", "columns": "majority@5 prediction"},
-        "per_class": per_class,
-        "ci": ci,
-        "confidence": confidence,
-    }
+from pathmaster import defaults
+from pathmaster.learning.choice import fitted_similarity
+from pathmaster.learning.thresholds import TARGET_SENSITIVITY, operating_point
+from pathmaster.learning.neighbours import majority_vote
+from pathmaster.evaluation.metrics import CASES_PER_FOLD, abnormal_set, abnormality_scores, average_precisions, binary_figures, counted_figures, roc, score_predictions, score_rankings, site_score_figures
+from pathmaster.learning.folds import group_codes, group_summary, stratified_folds
 
 
 def leave_one_out(vectors: np.ndarray, labels, k: int = defaults.K, *, max_queries: int | None = None,
@@ -204,107 +80,6 @@ def leave_one_out(vectors: np.ndarray, labels, k: int = defaults.K, *, max_queri
         top[start:start + len(rows)] = labels[order[:, :k]]
         ap[start:start + len(rows)] = average_precisions(codes[order] == codes[rows][:, None])
     return score_rankings(labels[queries], top, ap, k)
-
-
-def stratified_folds(labels, folds: int = 5, seed: int = 0, groups=None) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Seeded stratified k-fold split: a list of (train, test) int64 index arrays.
-
-    Every cell is in exactly one test fold and each class is spread over the folds as
-    evenly as the groups allow. ``groups`` (n cells; None or a None entry: unknown) are the
-    slide images the cells come from: cells of one group are never on both sides of a split
-    (scikit-learn's StratifiedGroupKFold; a cell without a group is a group of its own),
-    without groups scikit-learn's StratifiedKFold, both shuffled with ``seed``. ``folds`` is
-    lowered to the size of the largest class (and to the number of groups) when that is
-    smaller (a tiny site), but never below 2.
-    """
-    import warnings
-
-    from sklearn.model_selection import StratifiedGroupKFold, StratifiedKFold
-
-    labels = np.asarray(labels, dtype=object)
-    _, codes, counts = np.unique(labels.astype(str), return_inverse=True, return_counts=True)
-    folds = max(2, min(int(folds), int(counts.max())))
-    group_codes = _group_codes(groups, len(labels))
-    if group_codes is not None:
-        folds = max(2, min(folds, len(np.unique(group_codes))))
-    if len(labels) < folds:
-        raise ValueError(f"{folds}-fold cross-validation needs at least {folds} labelled cells, got {len(labels)}")
-    with warnings.catch_warnings():
-        # a class with fewer cells than folds is simply missing from some test folds
-        warnings.filterwarnings("ignore", message=".*least populated class.*", category=UserWarning)
-        if group_codes is None:
-            splits = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed).split(np.zeros(len(labels)), codes)
-        else:
-            splits = StratifiedGroupKFold(n_splits=folds, shuffle=True, random_state=seed).split(
-                np.zeros(len(labels)), codes, group_codes)
-        return [(train.astype(np.int64), test.astype(np.int64)) for train, test in splits]
-
-
-def _group_codes(groups, n: int) -> np.ndarray | None:
-    """int64 (n,) group numbers, a cell without a group alone in its own; None when no cell has one."""
-    if groups is None:
-        return None
-    groups = list(groups)
-    if len(groups) != n:
-        raise ValueError(f"{len(groups)} groups for {n} cells")
-    if all(g is None for g in groups):
-        return None
-    names = [("group", g) if g is not None else ("cell", i) for i, g in enumerate(groups)]
-    index = {name: number for number, name in enumerate(dict.fromkeys(names))}
-    return np.array([index[name] for name in names], dtype=np.int64)
-
-
-def group_summary(groups, n: int) -> dict:
-    """What a site says about the slide images of its cells: ``known`` (any group), ``groups``
-    (distinct), ``cells_without`` a group, and ``note`` in words when folds cannot honour them."""
-    groups = [None] * n if groups is None else list(groups)
-    known = [g for g in groups if g is not None]
-    summary = {"known": bool(known), "groups": len(set(known)), "cells_without": n - len(known), "note": None}
-    if not known:
-        summary["note"] = ("this site records no slide image for its cells: folds split cells, and cells of one "
-                           "image on both sides of a split (same stain, focus, patient) make every figure look better")
-    elif summary["cells_without"]:
-        summary["note"] = (f"{summary['cells_without']} of {n} cells have no recorded slide image; "
-                           "each is treated as an image of its own")
-    return summary
-
-
-def counted_figures(found: int, positives: int, cleared: int, negatives: int, confidence: float = 0.95) -> dict:
-    """Sensitivity (``found`` of ``positives``) and specificity (``cleared`` of
-    ``negatives``), each None of nothing, with Wilson intervals, and the ``missed`` and
-    ``false_alarms`` counts: the figures of calls on cells and on simulated cases alike."""
-    found, positives, cleared, negatives = int(found), int(positives), int(cleared), int(negatives)
-    return {"sensitivity": found / positives if positives else None,
-            "specificity": cleared / negatives if negatives else None,
-            "sensitivity_ci": wilson_interval(found, positives, confidence),
-            "specificity_ci": wilson_interval(cleared, negatives, confidence),
-            "missed": positives - found, "false_alarms": negatives - cleared}
-
-
-def binary_figures(positive: np.ndarray, called: np.ndarray, confidence: float = 0.95) -> dict:
-    """``counted_figures`` of calls (bool (n,) each), with their accuracy and counts."""
-    positive = np.asarray(positive, dtype=bool)
-    called = np.asarray(called, dtype=bool)
-    n_pos, n_neg = int(positive.sum()), int((~positive).sum())
-    return {**counted_figures(int((positive & called).sum()), n_pos, int((~positive & ~called).sum()), n_neg,
-                              confidence),
-            "accuracy": float((positive == called).mean()), "positives": n_pos, "negatives": n_neg}
-
-
-def abnormality_scores(abnormal: np.ndarray, distances: np.ndarray) -> np.ndarray:
-    """The abnormality score of each query: the share of its matches that are abnormal,
-    weighted as the case conclusion weighs them (``pathmaster.conclusion.match_weights``,
-    ``WEIGHTING``), so that evaluation measures the score a case is concluded on.
-
-    abnormal: bool (m, k), each match abnormal in the site's vocabulary; distances: float
-    (m, k), nearest first. Returns float64 (m,) in [0, 1].
-    """
-    from pathmaster.conclusion import match_weights
-
-    abnormal = np.asarray(abnormal, dtype=bool)
-    distances = np.asarray(distances, dtype=np.float64)
-    weights = np.vstack([match_weights(row, len(row), WEIGHTING) for row in distances])
-    return (weights * abnormal).sum(axis=1) / weights.sum(axis=1)
 
 
 def _distances(V_query: np.ndarray, V_base: np.ndarray) -> np.ndarray:
@@ -378,84 +153,9 @@ CEILINGS: dict[str, Callable] = {"knn_tuned": _tuned_knn, "logistic_regression":
 KNN_CHOICES = (1, 3, 5, 7, 9, 11, 15, 21, 31)
 
 
-def score_predictions(query_labels, predicted, *, confidence: float = 0.95, abnormal_labels=None) -> dict:
-    """Accuracy, binary (normal vs abnormal) accuracy, sensitivity and specificity for the
-    abnormal labels (default: Herlev's dysplasias and carcinoma) and per-class recall of class
-    predictions, with Wilson intervals; binary figures are None when no label is abnormal."""
-    truth = np.asarray(query_labels, dtype=object)
-    predicted = np.asarray(predicted, dtype=object)
-    right = truth == predicted
-    m = len(truth)
-    result = {"accuracy": float(right.mean()), "binary_accuracy": None,
-              "ci": {"accuracy": wilson_interval(int(right.sum()), m, confidence)}, "per_class": {}}
-    abnormal = _abnormal_set(abnormal_labels, truth)
-    if abnormal:
-        positive = np.isin(truth, list(abnormal))
-        binary = binary_figures(positive, np.isin(predicted, list(abnormal)), confidence)
-        result["binary_accuracy"] = binary["accuracy"]
-        result["ci"]["binary_accuracy"] = wilson_interval(int(round(binary["accuracy"] * m)), m, confidence)
-        result["abnormal"] = binary
-    for label in [d for d in DIAGNOSES if d in set(truth)] + sorted(set(truth) - set(DIAGNOSES)):
-        rows = truth == label
-        result["per_class"][label] = {"n": int(rows.sum()), "recall": float(right[rows].mean()),
-                                      "recall_ci": wilson_interval(int(right[rows].sum()), int(rows.sum()), confidence)}
-    return result
-
-
-def _abnormal_set(abnormal_labels, labels) -> frozenset:
-    """The abnormal labels present among ``labels``' vocabulary: ``abnormal_labels`` as given,
-    or Herlev's abnormal classes when None; empty when every or no label is abnormal."""
-    present = set(np.asarray(labels, dtype=object).tolist())
-    abnormal = frozenset(set(DIAGNOSES) - NORMAL_DIAGNOSES if abnormal_labels is None else abnormal_labels)
-    inside = present & abnormal
-    return frozenset(abnormal) if inside and present - abnormal else frozenset()
-
-
-def auc_by_ranks(positive: np.ndarray, scores: np.ndarray, axis: int = -1) -> np.ndarray:
-    """ROC AUC of ``scores`` (float) for ``positive`` cells (bool) along ``axis``, by the
-    Mann-Whitney rank sum: the chance that a positive cell outscores a negative one, ties
-    counting a half (as ``sklearn.metrics.roc_auc_score``); NaN where one side is empty.
-
-    Hand-written because the bootstrap below needs the AUC of a thousand resamples at once,
-    whose class counts differ: sklearn scores one sample per call (~7 ms of input checks each)
-    and ``scipy.stats.mannwhitneyu`` takes the two classes as separate, equal-shaped arrays.
-    """
-    from scipy.stats import rankdata
-
-    positive = np.moveaxis(np.asarray(positive, dtype=bool), axis, -1)
-    ranks = rankdata(np.moveaxis(np.asarray(scores, dtype=np.float64), axis, -1), axis=-1)
-    n_pos = positive.sum(axis=-1)
-    n_neg = positive.shape[-1] - n_pos
-    rank_sum = np.where(positive, ranks, 0.0).sum(axis=-1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        auc = (rank_sum - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
-    return np.where((n_pos > 0) & (n_neg > 0), auc, np.nan)
-
-
-def roc(positive: np.ndarray, scores: np.ndarray, *, confidence: float = 0.95, seed: int = 0) -> dict | None:
-    """ROC curve (sklearn.metrics.roc_curve) and AUC of ``scores`` for ``positive`` cells,
-    with a seeded percentile bootstrap interval of the AUC over the cells (scipy.stats);
-    None when one side is empty."""
-    from scipy.stats import bootstrap
-    from sklearn.metrics import roc_auc_score, roc_curve
-
-    positive = np.asarray(positive, dtype=bool)
-    scores = np.asarray(scores, dtype=np.float64)
-    if positive.all() or not positive.any():
-        return None
-    fpr, tpr, thresholds = roc_curve(positive, scores)
-    generator = {"rng" if "rng" in inspect.signature(bootstrap).parameters else "random_state":
-                 np.random.default_rng(seed)}
-    interval = bootstrap((positive, scores), auc_by_ranks, paired=True, vectorized=True, n_resamples=1000,
-                         confidence_level=confidence, method="percentile", **generator).confidence_interval
-    return {"auc": float(roc_auc_score(positive, scores)), "auc_ci": [float(interval.low), float(interval.high)],
-            "fpr": fpr.round(6).tolist(), "tpr": tpr.round(6).tolist(),
-            "thresholds": [round(float(t), 6) if np.isfinite(t) else None for t in thresholds]}
-
-
 def cross_validate(X: np.ndarray, labels, fit: Callable, *, groups=None, abnormal_labels=None, folds: int = 5,
                    seed: int = 0, k: int = defaults.K, ceilings=tuple(CEILINGS), confidence: float = 0.95,
-                   cases: int = CASES_PER_FOLD, target_sensitivity: float = learn.TARGET_SENSITIVITY,
+                   cases: int = CASES_PER_FOLD, target_sensitivity: float = TARGET_SENSITIVITY,
                    progress: bool = False, site_score: Callable | None = None) -> dict:
     """Stratified k-fold retrieval metrics, folds split by slide image, the similarity
     refitted on each training fold.
@@ -488,8 +188,8 @@ def cross_validate(X: np.ndarray, labels, fit: Callable, *, groups=None, abnorma
     labels = np.asarray(labels, dtype=object)
     n = len(labels)
     splits = stratified_folds(labels, folds, seed, groups)
-    codes = _group_codes(groups, n)
-    abnormal = _abnormal_set(abnormal_labels, labels)
+    codes = group_codes(groups, n)
+    abnormal = abnormal_set(abnormal_labels, labels)
     positive = np.isin(labels, list(abnormal))
     run = _Run(n, k, ceilings, site_score)
     for number, (train, test) in enumerate(tqdm(splits, desc="cross-validating", unit="fold", disable=not progress)):
@@ -554,7 +254,7 @@ class _Run:
             apart_order = np.argsort(d_apart, axis=1, kind="stable")[:, :k]
             train_scores = abnormality_scores(np.isin(labels[train][apart_order], flags),
                                              np.sqrt(np.take_along_axis(d_apart, apart_order, axis=1)))
-            threshold = learn.operating_point(train_scores, positive[train], target)["threshold"]
+            threshold = operating_point(train_scores, positive[train], target)["threshold"]
             self.thresholds.append(threshold)
             self.called[test] = self.scores[test] >= threshold
             self._cases(number, train_scores, positive[train], self.scores[test], positive[test],
@@ -638,29 +338,6 @@ class _Run:
                 "target_met_on_training": self.case_targets_met}
 
 
-def site_score_figures(positive, scores, called, thresholds, groups=None, *, confidence: float = 0.95, seed: int = 0,
-                       cases: int = CASES_PER_FOLD) -> dict:
-    """Figures of a site's own abnormality score on held-out cells: its ROC, sensitivity and
-    specificity of its calls (``called``: score at or above the site's operating point,
-    ``thresholds``: each cell's), and simulated cases of these cells concluded as the
-    coordinator concludes them (a cell supports an abnormality when its score reaches the
-    site's operating point: ``conclusion.aligned_score``)."""
-    from pathmaster.conclusion import CASE_CELLS, DEFAULT_THRESHOLD, aligned_score, simulate_cases
-
-    positive, scores = np.asarray(positive, bool), np.asarray(scores, np.float64)
-    figures = {"operating_point": {**binary_figures(positive, called, confidence),
-                                   "target_sensitivity": learn.TARGET_SENSITIVITY},
-               "roc": roc(positive, scores, confidence=confidence, seed=seed), "cases": None}
-    if positive.any() and (~positive).any():
-        aligned = [aligned_score(s, t, DEFAULT_THRESHOLD) for s, t in zip(scores, thresholds)]
-        drawn = simulate_cases(aligned, positive, groups, cases=cases, thresholds=[DEFAULT_THRESHOLD], seed=seed)
-        found, cleared = round(drawn["sensitivity"][0] * cases), round(drawn["specificity"][0] * cases)
-        figures["cases"] = {"cells_per_case": CASE_CELLS, "cases": 2 * cases, "abnormal_cases": cases,
-                            "rule": "abnormal when a cell's score reaches the site's operating point",
-                            **counted_figures(found, cases, cleared, cases, confidence)}
-    return figures
-
-
 # The last representation fitted (``_fit_representation``): cross-validation's fit and the
 # site's score fit the same training fold one after the other.
 _LAST_FIT: dict = {}
@@ -670,7 +347,7 @@ def _fit_representation(X_train: np.ndarray, labels_train, names: list[str], cho
     """``index.fit_representation``, once for the same cells and choices."""
     import hashlib
 
-    from pathmaster import index
+    from pathmaster.site import index
 
     key = (hashlib.sha256(np.ascontiguousarray(X_train, np.float64).tobytes()).hexdigest(),
            tuple(map(str, labels_train)), tuple(names), choice, seed)
@@ -682,7 +359,7 @@ def _fit_representation(X_train: np.ndarray, labels_train, names: list[str], cho
 
 def site_similarity_fit(names: list[str], choice: str = "auto", seed: int = 0, min_cells: int | None = None) -> Callable:
     """A ``fit`` for ``cross_validate`` that refits a site's representation on each training
-    fold with the function indexing uses (``pathmaster.index.fit_representation``)."""
+    fold with the function indexing uses (``pathmaster.site.index.fit_representation``)."""
     def fit(X_train: np.ndarray, labels_train: np.ndarray) -> Callable:
         normalization, projection = _fit_representation(X_train, labels_train, names, choice, seed)
         return lambda X: projection.apply(normalization.apply(X))
@@ -694,15 +371,15 @@ def site_score_fit(X: np.ndarray, labels, groups, names: list[str], abnormal_lab
                    similarity_choice: str = "auto", eye_vectors: np.ndarray | None = None, eye: dict | None = None,
                    seed: int = 0) -> Callable:
     """A ``site_score`` for ``cross_validate``: ``site_score(train, test)`` learns on the
-    training cells what indexing learns (``pathmaster.learnt.learn_from``: the lens and head
+    training cells what indexing learns (``pathmaster.site.fitting.learn_from``: the lens and head
     on the cells' ``eye_vectors`` (float (n, D), by the eye ``eye`` describes) when given, the
     feature classifier, the abnormality score and its operating point, chosen for the case)
     and scores the test cells as ``SiteIndex.abnormality`` does. Returns {"score",
     "threshold", "cell_threshold", "scores" (m,), "note"}. X, labels, groups: the cells
     ``cross_validate`` is given (its indices)."""
-    from pathmaster import learnt
-    from pathmaster.abnormality import FeatureClassifier
-    from pathmaster.embedding import neighbour_share
+    from pathmaster.site import fitting
+    from pathmaster.learning.abnormality import FeatureClassifier
+    from pathmaster.learning.neighbours import neighbour_share
 
     labels = np.asarray(labels, dtype=object).astype(str)
     abnormal = set(abnormal_labels)
@@ -713,13 +390,13 @@ def site_score_fit(X: np.ndarray, labels, groups, names: list[str], abnormal_lab
         train_groups = None if groups is None else list(np.asarray(groups, dtype=object)[train])
         train_groups = None if train_groups is None or None in train_groups else np.asarray(train_groups, str)
         use_eye = eye_vectors is not None and similarity_choice != "features"
-        fitted, lens = learnt.learn_from(Z[train], labels[train], train_groups, abnormal, projection, names,
+        fitted, lens = fitting.learn_from(Z[train], labels[train], train_groups, abnormal, projection, names,
                                          eye_vectors[train] if use_eye else None, eye if use_eye else None,
                                          choice=similarity_choice, seed=seed)
         features, embeddings = projection.apply(Z).astype(np.float64), None
         if lens is not None:
             embeddings = lens.embed(eye_vectors)
-            refit = learn.fitted_similarity(embeddings[train], features[train])  # as indexing, on the site's cells
+            refit = fitted_similarity(embeddings[train], features[train])  # as indexing, on the site's cells
             fitted.mean, fitted.std = refit.mean, refit.std
             fitted.feature_scale, fitted.embedding_scale = refit.feature_scale, refit.embedding_scale
         vectors = np.asarray(fitted.vectors(features, embeddings), np.float64)
@@ -745,7 +422,7 @@ def held_out(site, records, k: int = defaults.K) -> tuple[dict, list]:
     cannot be analysed are skipped and returned as (source, problem) pairs alongside the
     metrics, so a bad query file never stops an evaluation.
     """
-    from pathmaster.ingest import problem_pair
+    from pathmaster.site.ingest import problem_pair
     from pathmaster.records import CellRecord, InvalidInput
 
     labels, ranked, distances, ap, problems, site_scores = [], [], [], [], [], []
@@ -773,7 +450,7 @@ def held_out(site, records, k: int = defaults.K) -> tuple[dict, list]:
         raise ValueError("no query cell could be analysed: " + "; ".join(f"{s}: {p}" for s, p in problems[:5]))
     ranked = np.asarray(ranked, dtype=object)
     metrics = score_rankings(labels, ranked, np.asarray(ap), k)
-    abnormal = _abnormal_set(site.vocabulary.abnormal, np.concatenate([labels, site.labels()]))
+    abnormal = abnormal_set(site.vocabulary.abnormal, np.concatenate([labels, site.labels()]))
     metrics["abnormal"] = None
     if abnormal:
         positive = np.isin(labels, list(abnormal))
@@ -794,123 +471,3 @@ def held_out(site, records, k: int = defaults.K) -> tuple[dict, list]:
         figures["operating_point"]["rule"] = "the site's own, chosen when it was indexed"
         metrics["site_score"] = figures
     return metrics, problems
-
-
-def _interval(ci: dict, key: str) -> str:
-    low_high = ci.get(key)
-    return "" if low_high is None else f"  [{low_high[0]:.3f}, {low_high[1]:.3f}]"
-
-
-def _pair(figures: dict) -> str:
-    """'sensitivity 0.912 [0.88, 0.94]  specificity ...' of ``binary_figures``."""
-    parts = []
-    for key in ("sensitivity", "specificity"):
-        value = figures[key]
-        low, high = figures[f"{key}_ci"]
-        parts.append(f"{key} {'n/a' if value is None else f'{value:.3f}'} [{low:.3f}, {high:.3f}]")
-    return "  ".join(parts)
-
-
-def _abnormal_lines(metrics: dict) -> list[str]:
-    """The report's lines on abnormal cells, simulated cases and the ROC."""
-    abnormal = metrics.get("abnormal")
-    if abnormal is None:
-        return ["", "abnormal vs normal: n/a (the site's labels have no abnormal and normal side)"]
-    majority, point = abnormal["majority"], abnormal["operating_point"]
-    lines = ["", f"abnormal ({', '.join(abnormal['labels'])}) vs normal: "
-                 f"{majority['positives']} abnormal, {majority['negatives']} normal cells",
-             f"  majority of the {metrics['k']} matches   {_pair(majority)}  ({majority['missed']} abnormal called normal)"]
-    if point:
-        lines.append(f"  match share's operating point {_pair(point)}  ({point['missed']} abnormal called normal;"
-                     f" threshold chosen on each training fold for sensitivity >= {point['target_sensitivity']:.2f})")
-    curve = abnormal.get("roc")
-    if curve:
-        lines.append(f"  ROC AUC of the match share {curve['auc']:.3f} [{curve['auc_ci'][0]:.3f}, "
-                     f"{curve['auc_ci'][1]:.3f}] ({abnormal['score']})")
-    cases = metrics.get("cases")
-    if cases:
-        lines.append(f"  simulated {cases['cells_per_case']}-cell cases of held-out cells by the match share "
-                     f"({cases['cases']}, {cases['abnormal_cases']} with 1-2 abnormal cells): {_pair(cases)}")
-    return lines + _site_score_lines(metrics.get("site_score"))
-
-
-def _site_score_lines(site: dict | None) -> list[str]:
-    """The report's lines on the score the site decides by: a pathologist's line, then the figures."""
-    from pathmaster.embedding import SCORE_WORDS
-
-    if not site:
-        return []
-    point, names = site["operating_point"], site["score"]
-    name = names if isinstance(names, str) else max(set(names), key=names.count)
-    lines = ["", f"the site's own abnormality score ({name if isinstance(names, str) else ', '.join(names)}), "
-                 "as it answers queries and as the case conclusion reads it:",
-             f"  In plain words: the site calls a cell abnormal by {SCORE_WORDS.get(name, name)}; on cells it had "
-             f"not seen it found {point['positives'] - point['missed']} of {point['positives']} abnormal cells and "
-             f"cleared {point['negatives'] - point['false_alarms']} of {point['negatives']} normal ones "
-             "(decision support, not a diagnosis).",
-             f"  at its operating point    {_pair(point)}  ({point['missed']} abnormal called normal; "
-             f"{point['rule']})"]
-    for fold in site.get("per_fold", []):
-        shown = {key: "n/a" if fold[key] is None else f"{fold[key]:.3f}" for key in ("sensitivity", "specificity")}
-        lines.append(f"    fold: {fold['score']} >= {fold['threshold']:.3f}: sensitivity {shown['sensitivity']}"
-                     f"  specificity {shown['specificity']}")
-    if site.get("roc"):
-        curve = site["roc"]
-        lines.append(f"  ROC AUC {curve['auc']:.3f} [{curve['auc_ci'][0]:.3f}, {curve['auc_ci'][1]:.3f}]")
-    if site.get("cases"):
-        cases = site["cases"]
-        lines.append(f"  simulated {cases['cells_per_case']}-cell cases ({cases['cases']}, {cases['abnormal_cases']} "
-                     f"with 1-2 abnormal cells): {_pair(cases)}")
-    by_cell = site.get("cell_rule")
-    if by_cell:
-        lines.append(f"  the per-cell rule instead (sensitivity >= {by_cell['operating_point']['target_sensitivity']:.2f}"
-                     f" a cell): cells {_pair(by_cell['operating_point'])}"
-                     + (f"; cases {_pair(by_cell['cases'])}" if by_cell.get("cases") else ""))
-    return lines
-
-
-def format_report(metrics: dict) -> str:
-    """The metrics as a short plain-text report: each metric with its confidence interval,
-    abnormal sensitivity and specificity, the ROC AUC, simulated cases, per-class recall,
-    the classifier ceilings (when cross-validated) and the confusion matrix."""
-    ci = metrics.get("ci", {})
-    head = f"queries: {metrics['queries']}"
-    if "folds" in metrics:
-        groups = metrics.get("groups") or {}
-        split = f"split by slide image, {groups['groups']} images" if groups.get("known") else "split by cell"
-        head += f" ({metrics['folds']}-fold stratified cross-validation, {split}, seed {metrics['seed']})"
-    lines = [head]
-    if (metrics.get("groups") or {}).get("note"):
-        lines.append(f"note: {metrics['groups']['note']}")
-    if ci:
-        lines.append(f"{'':16s} {'value':>5s}  {int(round(100 * metrics.get('confidence', 0.95)))}% interval")
-    for key in ("top1", "precision_at_5", "majority_at_5", "map", "binary_accuracy"):
-        value = metrics.get(key)
-        lines.append(f"{key:16s} {'n/a' if value is None else f'{value:.3f}'}{_interval(ci, key)}")
-    if "abnormal" in metrics:
-        lines += _abnormal_lines(metrics)
-    ceilings = metrics.get("ceilings") or {}
-    per_class = metrics["per_class"]
-    lines.append("")
-    lines.append("recall per class (majority@5" + "".join(f" | {name}" for name in ceilings) + "):")
-    for label, row in per_class.items():
-        cells = [f"{row['majority_at_5']:.3f}{_interval(row, 'recall_ci')}"]
-        cells += [f"{c['per_class'][label]['recall']:.3f}" for c in ceilings.values() if label in c["per_class"]]
-        lines.append(f"  {label[:21]:21s} n={row['n']:<4d} " + " | ".join(cells))
-    if ceilings:
-        lines.append("")
-        lines.append("classifier ceiling on the same folds and representation (accuracy = its top1; "
-                     f"retrieval's majority@5: {metrics['majority_at_5']:.3f}):")
-        for name, c in ceilings.items():
-            binary = "n/a" if c["binary_accuracy"] is None else f"{c['binary_accuracy']:.3f}"
-            lines.append(f"  {name:20s} accuracy {c['accuracy']:.3f}{_interval(c['ci'], 'accuracy')}"
-                         f"  binary {binary}{_interval(c['ci'], 'binary_accuracy')}")
-    confusion = metrics["confusion"]
-    labels = confusion["labels"]
-    short = [label[:10] for label in labels]
-    lines.append("")
-    lines.append(f"confusion ({confusion['rows']} x {confusion['columns']}):")
-    lines.append(" " * 22 + " ".join(f"{s:>10s}" for s in short))
-    for label, row in zip(labels, confusion["matrix"]):
-        lines.append(f"{label[:21]:21s} " + " ".join(f"{c:10d}" for c in row))
-    return "\n".join(lines)

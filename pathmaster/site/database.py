@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sqlite3
 from collections import Counter
 from contextlib import contextmanager
@@ -214,32 +213,6 @@ def read_cell(conn: sqlite3.Connection, cell_id: str, *, features: bool = False)
 def cells_with_hash(conn: sqlite3.Connection, digest: str) -> list[str]:
     """Ids of the cells whose image hash is ``digest`` (``image_hash``), in insertion order."""
     return [r[0] for r in conn.execute("SELECT cell_id FROM cells WHERE image_hash = ? ORDER BY rowid", (digest,))]
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that ``path`` is either absent, old, or complete."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-
-
-def remove_orphan_temporaries(site_dir: Path) -> int:
-    """Delete temporary files left by ``write_atomic`` in processes that no longer run
-    (an ingest killed mid-write); returns how many were removed."""
-    removed = 0
-    for tmp in Path(site_dir).rglob(".*.tmp"):
-        try:
-            pid = int(tmp.name.rsplit(".", 2)[-2])
-            os.kill(pid, 0)  # raises if no such process
-            continue
-        except ProcessLookupError:
-            pass
-        except (ValueError, PermissionError):
-            continue  # not ours, or a live process of another user
-        tmp.unlink(missing_ok=True)
-        removed += 1
-    return removed
 
 
 class SiteDB:

@@ -3,7 +3,7 @@
 The page (staging and sending), `pathmaster batch`, `pathmaster query` (at the coordinator's
 analysis and at each site, where the cell is decoded: `services.site.cells.decode_cell`) and
 `pathmaster search` call `check_cell_image` on the decoded RGB array, after the decoders
-(`pathmaster.imageio`) have said it is an image at all. A wrong file refused here is refused
+(`pathmaster.image.io`) have said it is an image at all. A wrong file refused here is refused
 with the same code and words on every path; taken as a cell, it would be matched and
 counted towards the case's conclusion.
 
@@ -14,7 +14,7 @@ Refused, each with a stable code (`NotACell.code`) and plain words:
 - ``looks_like_field``: a field of view with several whole cells (`whole_cells`), not one
   cell cropped.
 
-Thresholds are set on synthetic cells, masks and fields (`pathmaster.synth`), see the
+Thresholds are set on synthetic cells, masks and fields (`pathmaster.image.synth`), see the
 constants; tests/core/test_uploads.py holds them.
 """
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from pathmaster.records import InvalidInput
-from pathmaster.segmentation import whole_cells
+from pathmaster.image.segmentation import whole_cells
 
 # A label image: its MASK_COLOURS commonest colours cover at least MASK_SHARE of its
 # pixels. A camera image of a cell has sensor noise on every pixel: on synthetic cells the
@@ -35,7 +35,7 @@ MASK_COLOURS = 8
 MASK_SHARE = 0.9
 COLOUR_BITS = 5
 # A field of view: at least this many whole cells with a nucleus that stand apart
-# (`pathmaster.segmentation.whole_cells`). Synthetic single cells show 0 or 1, synthetic
+# (`pathmaster.image.segmentation.whole_cells`). Synthetic single cells show 0 or 1, synthetic
 # fields of 12 cells 8 and of 16 cells 13; a hand-cut crop of one cell may hold a few whole
 # neighbours, so the line is well above 1.
 FIELD_MIN_CELLS = 6
@@ -72,7 +72,7 @@ def label_colour_share(image: np.ndarray) -> float:
 def check_cell_image(image: np.ndarray, source: str | None = None) -> None:
     """Refuse a decoded image that is not one cell: raises `NotACell` naming `source`.
 
-    image: uint8 (H, W, 3) RGB, as `pathmaster.imageio.decode_image` gives it. An image of
+    image: uint8 (H, W, 3) RGB, as `pathmaster.image.io.decode_image` gives it. An image of
     one flat colour is left to the analysis (it is no label image of several regions).
     """
     if label_colour_share(image) >= MASK_SHARE and np.ptp(image.reshape(-1, 3), axis=0).max() > 0:

@@ -1,7 +1,7 @@
 """A site that grows without a rebuild: new cells join its search index, cells leave it or
 change diagnosis, and what the site learnt from its cells is kept until it is learnt again.
 
-What a site fits to its cells when it is indexed (``pathmaster.index.build_search_index``:
+What a site fits to its cells when it is indexed (``pathmaster.site.index.build_search_index``:
 the z-scores, the feature choice or weighting, anything else it learns) is its
 *representation*; everything else in the ``index`` config is the search structure. After
 cells are added, ``update_search_index`` keeps the representation and adds the new cells'
@@ -27,9 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
-from pathmaster import similarity
+from pathmaster.site import faiss_index
 from pathmaster.records import InvalidInput
-from pathmaster.sitedb import SiteDB
+from pathmaster.site.database import SiteDB
 
 log = logging.getLogger(__name__)
 
@@ -77,9 +77,9 @@ def drift(reference: np.ndarray, old: np.ndarray, new: np.ndarray) -> dict:
 
     if len(new) < DRIFT_MIN_CELLS or len(old) < DRIFT_MIN_CELLS:
         return {"drifted": False, "p": None, "effect": None, "new_cells": len(new)}
-    index = similarity.build_index(reference)
-    d_new = similarity.search(index, new, 1)[0][:, 0]
-    d_old = similarity.search(index, old, 1)[0][:, 0]
+    index = faiss_index.build_index(reference)
+    d_new = faiss_index.search(index, new, 1)[0][:, 0]
+    d_old = faiss_index.search(index, old, 1)[0][:, 0]
     test = mannwhitneyu(d_new, d_old, alternative="greater")
     effect = float(test.statistic) / (len(d_new) * len(d_old))
     return {"drifted": bool(test.pvalue < DRIFT_P and effect >= DRIFT_EFFECT), "p": float(test.pvalue),
@@ -111,7 +111,7 @@ def update_search_index(db: SiteDB, *, algorithm: str | None = None, features: s
     vectors. `algorithm`: another search structure ("flat", "ivf", "hnsw"; rebuilt from
     the stored vectors), None to keep it.
     """
-    from pathmaster.index import build_search_index, read_index_file
+    from pathmaster.site.index import build_search_index, read_index_file
 
     previous = db.get_config("index")
     options = db.get_config("index_options", {"algorithm": "auto", "features": "auto"})
@@ -123,16 +123,16 @@ def update_search_index(db: SiteDB, *, algorithm: str | None = None, features: s
         return build_search_index(db, algorithm=algorithm, features=features, seed=seed,
                                   similarity_choice=similarity_choice)
     if algorithm is not None:
-        if algorithm not in ("auto", *similarity.ALGORITHMS):
+        if algorithm not in ("auto", *faiss_index.ALGORITHMS):
             raise InvalidInput(f"unknown search algorithm {algorithm!r}; known: auto, "
-                               f"{', '.join(similarity.ALGORITHMS)}")
+                               f"{', '.join(faiss_index.ALGORITHMS)}")
         db.set_config("index_options", {**options, "algorithm": algorithm})
     fingerprint, n_cells = db.fingerprint(), len(db)
     if n_cells == 0:
         raise InvalidInput("the site database has no cells left; nothing to index", db.path)
     kind = algorithm or options.get("algorithm", "auto")
     if kind == "auto":
-        kind = "flat" if n_cells <= similarity.EXACT_LIMIT else "ivf"
+        kind = "flat" if n_cells <= faiss_index.EXACT_LIMIT else "ivf"
     if fingerprint == previous["fingerprint"] and kind == previous["algorithm"]:
         return previous
     grown = (kind == previous["algorithm"] and n_cells > previous["n_cells"]
@@ -157,23 +157,23 @@ def update_search_index(db: SiteDB, *, algorithm: str | None = None, features: s
         index.add(new)
         state["added"] += len(new)
     else:   # removed or reordered cells, another structure, or no usable file: rebuilt, representation kept
-        from pathmaster.index import stored_vectors
+        from pathmaster.site.index import stored_vectors
 
-        index = similarity.build_index(stored_vectors(db, previous), kind, seed=seed)
+        index = faiss_index.build_index(stored_vectors(db, previous), kind, seed=seed)
         state["removed"] += max(0, previous["n_cells"] - n_cells)
         state["added"] += max(0, n_cells - previous["n_cells"])
     return _save(db, previous, index, kind, state, seed)
 
 
 def _new_vectors(db: SiteDB, previous: dict) -> np.ndarray:
-    from pathmaster.index import stored_vectors
+    from pathmaster.site.index import stored_vectors
 
     return np.ascontiguousarray(stored_vectors(db, previous, offset=previous["n_cells"]), dtype=np.float32)
 
 
 def _save(db: SiteDB, previous: dict, index, kind: str, state: dict, seed: int) -> dict:
     """Store the grown index and its config (structure keys new, representation kept)."""
-    from pathmaster.index import measure_recall, save_index
+    from pathmaster.site.index import measure_recall, save_index
 
     fingerprint = db.fingerprint()
     config = {key: value for key, value in previous.items() if key not in STRUCTURE_KEYS}

@@ -10,11 +10,11 @@ writer, this process, inserts the rows with their files in batches, one transact
 database and running the same command again completes it. Files that cannot
 be read or analysed (or whose analysis crashed or ran over its budget) are recorded in
 the database's ``problems`` table by name and reported; the rest goes on. Finally the
-search index is brought up to date (``pathmaster.growth.update_search_index``: the new
+search index is brought up to date (``pathmaster.site.growth.update_search_index``: the new
 cells added to it, what the site learnt from its cells kept until it re-learns).
 
 Where the analysis runs (``workers``, ``ray_address``): in this process (1 worker), in a
-pool of local worker processes (``pathmaster.budget.AnalysisPool``: each task under a CPU
+pool of local worker processes (``pathmaster.analysis.budget.AnalysisPool``: each task under a CPU
 budget and a memory limit, a crashed worker replaced, the default of ``pathmaster index``
 on every core), or as Ray tasks on a running Ray cluster (``ray_address``; Ray is the
 site extra's, imported only then). All three run the same ``analyse_units`` over the same
@@ -39,10 +39,11 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from pathmaster.imageio import encode_png
+from pathmaster.image.io import encode_png
 from pathmaster.records import CellRecord, InvalidInput
-from pathmaster.site import analyse_cell
-from pathmaster.sitedb import THUMBNAIL_PX, CellRow, SiteDB, cell_id_for, image_hash, remove_orphan_temporaries
+from pathmaster.analysis.cell import analyse_cell
+from pathmaster.site.database import THUMBNAIL_PX, CellRow, SiteDB, cell_id_for, image_hash
+from pathmaster.files import remove_orphan_temporaries
 
 BATCH_SIZE = 32
 # Files per task sent to a worker: enough to make the hand-over's cost small against the
@@ -52,7 +53,7 @@ FILES_PER_TASK = 8
 TASKS_AHEAD = 3
 # What a worker's first cell imports, imported once by the pool's fork server instead of by
 # every new worker (its first cell cost ~2x the next without; skimage.measure loads lazily).
-ANALYSIS_MODULES = ("pathmaster.ingest", "pathmaster.importers", "pathmaster.embedding",
+ANALYSIS_MODULES = ("pathmaster.site.ingest", "pathmaster.importers", "pathmaster.embedding",
                     "skimage.measure._regionprops", "skimage.measure._find_contours")
 
 
@@ -150,7 +151,7 @@ def analyse_units(units: list, vocabulary) -> list:
     """
     global _one_thread
     if not _one_thread:  # a worker's numeric libraries run one thread: the cores are the workers'
-        from pathmaster.budget import one_thread_numerics
+        from pathmaster.analysis.budget import one_thread_numerics
 
         one_thread_numerics()
         _one_thread = True
@@ -234,7 +235,7 @@ class _LocalProcesses(_Windowed):
     def __init__(self, workers: int):
         from concurrent.futures import ThreadPoolExecutor
 
-        from pathmaster.budget import AnalysisPool
+        from pathmaster.analysis.budget import AnalysisPool
 
         self.workers, self.window = workers, workers * TASKS_AHEAD
         self.where = f"{workers} local processes"
@@ -252,7 +253,7 @@ class _LocalProcesses(_Windowed):
                                     pixels=MAX_ANALYSIS_PIXELS * len(units), name=_unit_name(units[0]))
 
     def _result(self, future):
-        from pathmaster.budget import CellStopped
+        from pathmaster.analysis.budget import CellStopped
 
         try:
             return future.result()
@@ -410,7 +411,7 @@ def _fill_in_older_rows(db: SiteDB, filled: list) -> None:
     again (`filled`), else the hash of the stored image (PNG: the same pixels) and the group
     its Herlev file name tells."""
     from pathmaster.importers.base import herlev_group
-    from pathmaster.imageio import decode_image
+    from pathmaster.image.io import decode_image
 
     with db.transaction():
         for source, group, digest in filled:
@@ -431,7 +432,7 @@ def ingest(dataset_dir: str | Path, site_dir: str | Path, *, batch_size: int = B
 
     batch_size: cells per committed transaction (a kill loses at most this much work).
     progress: show a tqdm progress bar (files, with an ETA) on stderr. build_index: bring
-    the search index up to date at the end (``pathmaster.growth.update_search_index``: new
+    the search index up to date at the end (``pathmaster.site.growth.update_search_index``: new
     cells added, what the site learnt kept unless `relearn` or the new cells drifted;
     ``algorithm``/``features``/``similarity`` as in ``index.build_search_index``'s
     ``algorithm``/``features``/``similarity_choice``). pixel_um: micrometres per pixel of
@@ -496,7 +497,7 @@ def ingest(dataset_dir: str | Path, site_dir: str | Path, *, batch_size: int = B
         report.total_cells = len(db)
         report.seconds = time.perf_counter() - started
         if build_index and report.total_cells:
-            from pathmaster.growth import update_search_index
+            from pathmaster.site.growth import update_search_index
 
             report.index = update_search_index(db, algorithm=algorithm, features=features, relearn=relearn,
                                                similarity_choice=similarity)
