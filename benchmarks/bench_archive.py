@@ -372,7 +372,7 @@ def rss():
     return int(next(l for l in open('/proc/self/status') if l.startswith('VmRSS')).split()[1]) * 1024
 import faiss
 faiss.omp_set_num_threads(1)
-from pathmaster.site import SiteIndex
+from pathmaster.site.search import SiteIndex
 queries = np.load(sys.argv[2])   # made by the parent: nothing of the analysis imported before the open
 before = rss()
 t0, c0 = time.perf_counter(), time.process_time()
@@ -412,7 +412,7 @@ print(json.dumps({"rss_bytes": after - before, "served_rss_bytes": served - befo
 ANSWERS = """
 import hashlib, json, sys
 import numpy as np
-from pathmaster.site import SiteIndex
+from pathmaster.site.search import SiteIndex
 rows = SiteIndex.open(sys.argv[1]).search_many(np.load(sys.argv[2])[:int(sys.argv[3])], k=5)
 answers = [[(m.cell_id, m.diagnosis, m.distance, m.source_id) for m in row] for row in rows]
 print(json.dumps({"sha256": hashlib.sha256(repr(answers).encode()).hexdigest(), "matches": sum(map(len, rows))}))
@@ -422,7 +422,7 @@ print(json.dumps({"sha256": hashlib.sha256(repr(answers).encode()).hexdigest(), 
 INDEX = """
 import json, resource, sys, time
 from pathmaster.site.index import build_search_index
-from pathmaster.sitedb import SiteDB
+from pathmaster.site.database import SiteDB
 with SiteDB(sys.argv[1]) as db:
     t0, c0 = time.perf_counter(), time.process_time()
     config = build_search_index(db)

@@ -10,7 +10,7 @@ operating point, chosen for 6-cell cases), then the held-out cells query it as u
 and the site's abnormality score at its own operating point (sensitivity, specificity, ROC
 AUC), plus the time to index and the CPU time of one upload's analysis and of its eye.
 Side by side on the same held-out cells and the same score, the thresholds every rule of
-the site's report (``learn.MARGIN_RULES``) would have chosen: "third" (the point estimate on
+the site's report (``thresholds.MARGIN_RULES``) would have chosen: "third" (the point estimate on
 the first inner fold's cells), "point" (on every held-out cell), "cpX" (the Clopper-Pearson
 margin at confidence X); per fold and pooled.
 

@@ -275,7 +275,7 @@ def _search(args) -> int:
 
 
 def _site_score_fit(db, site, X, labels, groups, labelled, options: dict, seed: int):
-    """``evaluate.site_score_fit`` for an indexed site: with its cells' eye vectors when it
+    """``crossval.site_score_fit`` for an indexed site: with its cells' eye vectors when it
     looks through an eye, so each training fold learns its lens as indexing did."""
     from pathmaster.evaluation import crossval
     from pathmaster.site.fitting import eye_vectors

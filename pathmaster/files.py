@@ -1,4 +1,4 @@
-"""TODO docstring for pathmaster.files (from pathmaster.sitedb)."""
+"""Files written so that a reader sees them absent, old or complete, never half-written."""
 
 from __future__ import annotations
 

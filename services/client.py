@@ -362,7 +362,7 @@ def local_analysis_plan(statuses: list[pb.SiteStatus], only: list[str] | None = 
     """(the sites the cells' eye vectors go to, the sites that get the cells' images instead,
     (the eye's id, its description) or ("", "")): the eyed sites are those looking through
     the first eye a site names that this client can open; sites that read an eye
-    (``embedding.reads_network``) the coordinator does not name (``ListSites`` names it only
+    (``policy.reads_network``) the coordinator does not name (``ListSites`` names it only
     when it can open it), or another eye, get the images. ``only``: the case's sites (None:
     every one)."""
     from pathmaster.learning.policy import reads_network

@@ -264,7 +264,7 @@ def _context(preload: tuple[str, ...]):
 class AnalysisPool:
     """Worker processes that run one task each under a `CellBudget` (see the module doc).
 
-    pool = AnalysisPool(workers=1, budget=CellBudget(), preload=("pathmaster.site",))
+    pool = AnalysisPool(workers=1, budget=CellBudget(), preload=("pathmaster.analysis.cell",))
     result = pool.run(fn, arg1, arg2, pixels=w * h, deadline=time.time() + 30, name="cell 'a.png'")
     pool.close()
 

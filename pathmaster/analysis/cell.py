@@ -1,4 +1,11 @@
-"""TODO docstring for pathmaster.analysis.cell (from pathmaster.embedding, pathmaster.site)."""
+"""One cell analysed: its features, and the patch its eye sees.
+
+- ``analyse_cell(image, background, mask)`` -> ``CellAnalysis``: the 130 interpretable
+  features of one cell, segmenting it and estimating its blank slide when they are not
+  given, and the eye's patch; what a site and the coordinator both run on an upload.
+- ``cell_patch(image, background, size)``: the cell's image made square (padded with its
+  blank slide's colour) and resized to the eye's input side; uint8 (S, S, 3).
+"""
 
 from __future__ import annotations
 

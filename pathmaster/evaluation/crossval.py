@@ -9,7 +9,7 @@ Three ways to get rankings, one way to score them:
   training cells of its fold. The honest figure for a site's own cells: confidence
   intervals, per-class recall, sensitivity and specificity for the site's abnormal labels
   (by the 5-nearest majority, and at an operating point on the abnormality score chosen on
-  the training fold by the site's rule, ``learn.operating_point``), the ROC of that score
+  the training fold by the site's rule, ``thresholds.operating_point``), the ROC of that score
   (``pathmaster.conclusion``), simulated 6-cell cases of held-out cells, and classifiers on
   the same folds and representation (``CEILINGS``) as a ceiling.
 - ``leave_one_out(vectors, labels)``: every database cell queries the rest of the database

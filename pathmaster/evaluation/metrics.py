@@ -1,4 +1,11 @@
-"""TODO docstring for pathmaster.evaluation.metrics (from pathmaster.evaluate)."""
+"""Figures of retrieval and of an abnormality score, with their confidence intervals.
+
+``score_rankings`` ranked neighbour labels -> top-1, precision@5, majority@5, mean average
+precision, binary accuracy, confusion; ``score_predictions`` the same for predicted labels;
+``roc`` the ROC and AUC of a score (scikit-learn's); ``site_score_figures`` a site's score at
+its operating points, per cell and for simulated 6-cell cases; Wilson intervals for
+proportions, a seeded percentile bootstrap for means.
+"""
 
 from __future__ import annotations
 

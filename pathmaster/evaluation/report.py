@@ -1,4 +1,4 @@
-"""TODO docstring for pathmaster.evaluation.report (from pathmaster.evaluate)."""
+"""An evaluation's figures as the text ``pathmaster evaluate`` prints."""
 
 from __future__ import annotations
 

@@ -11,6 +11,8 @@ the ``core`` extra, checked by SHA-256 once per process, never downloaded at run
   ``classify(patches)`` -> ImageNet logits (m, 1000).
 - `open_eye(name, **options)`, `EYES`, `DEFAULT_EYE`: the eyes by name.
 - `EyeUnavailable`: its weights package missing or its file altered.
+- `eye_vectors_of`, `pack_eye_vector` / `unpack_eye_vector`, `eye_id`, `eye_from`: a cell's
+  eye vector as the rest of the product handles it, and the id sites check an eye by.
 
 ``python -m pathmaster.eye --check`` loads the eye and prints its description (JSON).
 """
@@ -30,6 +32,7 @@ from pathmaster.eye._eye import (
     EyeUnavailable,
     open_eye,
 )
+from pathmaster.eye._vectors import eye_from, eye_id, eye_vectors_of, pack_eye_vector, unpack_eye_vector
 
 __all__ = [
     "DEFAULT_BLOCKS",
@@ -44,5 +47,10 @@ __all__ = [
     "EfficientNetLite0",
     "Eye",
     "EyeUnavailable",
+    "eye_from",
+    "eye_id",
+    "eye_vectors_of",
     "open_eye",
+    "pack_eye_vector",
+    "unpack_eye_vector",
 ]

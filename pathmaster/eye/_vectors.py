@@ -1,4 +1,10 @@
-"""TODO docstring for pathmaster.eye._vectors (from pathmaster.embedding)."""
+"""A cell's eye vector as the rest of the product handles it.
+
+``eye_vectors_of(eye, patches)`` float32 (m, dim); ``pack_eye_vector`` /
+``unpack_eye_vector`` its bytes on the wire (float32, little-endian); ``eye_id(description)``
+the short id by which a site, the coordinator and a client check they use the same eye;
+``eye_from(description)`` opens the eye a description names.
+"""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from importlib import import_module
 from .catalog import FEATURES, GROUPS, Feature, feature_names
 
 # Name -> the module that defines it, imported when the name is first used (PEP 562).
-_LAZY = {"extract_features": ".extract", "grey_optical_density": ".density", "optical_density": ".density",
+_LAZY = {"extract_features": ".extract", "grey_optical_density": "pathmaster.image.optics", "optical_density": "pathmaster.image.optics",
          "quantise_od": ".texture"}
 
 __all__ = ["FEATURES", "GROUPS", "Feature", "extract_features", "feature_names",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from pathmaster.image.optics import channel_mean, optical_density
+
 from . import density, geometry, texture
 from .catalog import FEATURES, feature_names
 from .regions import CellRegions, cell_regions
@@ -33,8 +35,8 @@ def features_of(cell: CellRegions) -> np.ndarray:
     """Feature vector of a cell already checked and cut into regions (`cell_regions`, or
     `crop_regions` after `pathmaster.image.io.check_cell`): float64 (len(FEATURES),)."""
     values = geometry.geometry_features(cell)
-    od_rgb = density.optical_density(cell.image, cell.background)
-    od_grey = density.channel_mean(od_rgb)
+    od_rgb = optical_density(cell.image, cell.background)
+    od_grey = channel_mean(od_rgb)
     values.update(density.density_features(cell, od_rgb, od_grey))
     values.update(texture.texture_features(cell.nucleus, od_grey))
     if len(values) != len(_NAMES) or not values.keys() >= set(_NAMES):

@@ -25,9 +25,10 @@ SCHEMA_VERSION = "fs1"  # the scheme of this hash itself
 _PACKAGE = Path(__file__).resolve().parents[1]
 # Every module whose code can move a feature value, relative to the pathmaster package.
 VALUE_MODULES = (
-    "imageio.py",
-    "morphology.py",
-    "segmentation.py",
+    "image/io.py",
+    "image/optics.py",
+    "image/morphology.py",
+    "image/segmentation.py",
     "features/catalog.py",
     "features/regions.py",
     "features/density.py",

@@ -1,4 +1,10 @@
-"""TODO docstring for pathmaster.image.optics (from pathmaster.features.density)."""
+"""Optical density (OD) of a cell image against its blank slide (Beer-Lambert).
+
+A stain of optical density OD passes I = I0 * 10**(-OD) of the lamp's light, so
+OD = -log10(I / I0) with I the cell image and I0 the background (blank slide, same
+lighting) at the same pixel. The segmentation finds stained regions by it and the density
+features (``pathmaster.features.density``) measure it per region.
+"""
 
 from __future__ import annotations
 

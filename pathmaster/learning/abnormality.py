@@ -1,7 +1,7 @@
 """A site's classifier of abnormal cells over its own features, one of its abnormality scores.
 
 A site scores each query cell's abnormality by the labels of its k nearest database cells,
-by its network's head (``pathmaster.embedding``), or by this: a multinomial logistic
+by its lens's head (``pathmaster.learning.lens``), or by this: a multinomial logistic
 regression over the z-scored features the site compares, fitted on the site's labelled
 cells when it is indexed; the score is the probability it puts on the site's abnormal
 labels. Multinomial over the site's diagnoses, not normal-against-abnormal: the fine

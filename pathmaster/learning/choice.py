@@ -2,7 +2,7 @@
 
 A site sees each cell twice: by its 130 interpretable features (``pathmaster.similarity``)
 and by its frozen pretrained eye (``pathmaster.eye``) through the lens it fits on top
-(``embedding.SiteLens``: shrinkage linear discriminant axes of its diagnoses, and their
+(``lens.SiteLens``: shrinkage linear discriminant axes of its diagnoses, and their
 posterior as a head). ``learn_similarity`` fits lenses on inner folds of the site's own
 labelled cells (grouped by slide image), chooses what to compare (the features, the lens or
 both fused) by held-out retrieval, and the abnormality score and its operating point by
@@ -70,7 +70,7 @@ def learn_similarity(eye_vectors: np.ndarray, eye: dict, feature_vectors_fit, la
     abnormal_labels : collection of str
         The site's abnormal labels.
     choice : str
-        "auto" or one of ``embedding.SIMILARITY_MODES`` to force it.
+        "auto" or one of ``policy.SIMILARITY_MODES`` to force it.
     k : int
         Neighbours for the vote and the neighbours' abnormality score.
     other_scores : dict of str to ndarray, optional

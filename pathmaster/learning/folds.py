@@ -1,4 +1,10 @@
-"""TODO docstring for pathmaster.learning.folds (from pathmaster.evaluate, pathmaster.learn)."""
+"""Folds split by slide image: cells of one image share stain, focus and patient, so they
+are never on both sides of a split.
+
+``stratified_folds`` the outer folds of an evaluation (scikit-learn's StratifiedGroupKFold,
+diagnoses stratified); ``inner_folds`` the folds a site learns on, inside its own cells;
+``group_codes`` a group label per cell as integers; ``group_summary`` what the groups were.
+"""
 
 from __future__ import annotations
 

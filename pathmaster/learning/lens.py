@@ -1,4 +1,11 @@
-"""TODO docstring for pathmaster.learning.lens (from pathmaster.embedding)."""
+"""``SiteLens``: what a site learns on top of its eye when it is indexed.
+
+A linear map of its eye vectors into the space it compares (the discriminant axes of its
+diagnoses, by shrinkage linear discriminant analysis, ``fit_discriminant_lens``; the
+principal axes on a site too small to learn, ``fit_lens``), and the discriminant's posterior
+over its diagnoses (its "network" abnormality score). Plain arrays applied with NumPy,
+stored as an ``.npz`` named by its content hash.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,9 @@
-"""TODO docstring for pathmaster.learning.neighbours (from pathmaster.embedding, pathmaster.learn)."""
+"""The nearest neighbours' rules: which cells are nearest and what their diagnoses say.
+
+``nearest`` the k nearest training rows of each test row (squared Euclidean);
+``majority_vote`` the most common label, a tie to the first ranked; ``neighbour_share`` the
+share of abnormal diagnoses among the first k matches.
+"""
 
 from __future__ import annotations
 

@@ -1,18 +1,11 @@
-"""What a site sees of a cell: its patch, its frozen pretrained eye's vector, and the lens
-the site learns on top of the eye from its own labelled cells.
+"""``LearntSimilarity``: how a site turns a cell into its search vector and its abnormality
+score, as its cross-validation chose them.
 
-- ``cell_patch(image, background, size)``: the cell's image made square (padded with its
-  blank slide's colour) and resized to the eye's input side; uint8 (S, S, 3).
-- The eye (``pathmaster.eye``) turns patches into vectors: a public, frozen network, the
-  same at every site that names it, so anyone (the coordinator, a client) can compute a
-  cell's eye vector and a site checks it by the eye's id.
-- ``SiteLens``: what a site learns on top of the eye when it is indexed: a linear map of
-  its eye vectors into the space it compares (the discriminant axes of its diagnoses, by
-  shrinkage linear discriminant analysis; the principal axes on a site too small to learn),
-  and the discriminant's posterior over its diagnoses (its "network" abnormality score).
-  Plain arrays applied with NumPy, stored as an ``.npz`` named by its content hash.
-- ``LearntSimilarity``: how the site turns a cell's features and lens vector into its
-  search vector and its abnormality score, as its cross-validation chose them.
+It compares the 130 features, the eye's vector through the site's lens, or both fused
+(``SIMILARITY_MODES``), and scores abnormality by its lens's posterior, the neighbours'
+share, their mean, a logistic regression over the features, or their ensemble
+(``ABNORMAL_SCORES``; ``SCORE_WORDS`` says each in plain words). ``reads_network`` tells
+whether a mode and score need the eye's vector of a query.
 """
 
 from __future__ import annotations
@@ -58,7 +51,7 @@ class LearntSimilarity:
     over its features, ``pathmaster.learning.abnormality``, whose weights ``classifier`` holds, or
     "ensemble": the mean of those the site has among network, neighbours and classifier) and
     threshold: the score at or above which a cell supports an abnormality (the operating
-    point, chosen for the case: ``learn.case_operating_point``).
+    point, chosen for the case: ``thresholds.case_operating_point``).
     model: the lens's sha256 (``SiteLens``), "" without one.
     """
 

@@ -1,4 +1,14 @@
-"""TODO docstring for pathmaster.learning.thresholds (from pathmaster.learn)."""
+"""Operating points: the threshold on an abnormality score at which a cell supports an
+abnormality.
+
+``operating_point`` is the project's one rule for the threshold at which held-out
+sensitivity reaches a target: a site chooses its own with a margin (``site_threshold``,
+``choose_site_score``), and the evaluation chooses its training folds' by the same rule
+without one. ``case_operating_point`` chooses the threshold for 6-cell cases from simulated
+cases of the site's held-out cells (``pathmaster.conclusion.simulate_cases``);
+``cells_needed`` and ``auc_standard_error`` say how many cells a target needs and how
+certain an AUC is.
+"""
 
 from __future__ import annotations
 

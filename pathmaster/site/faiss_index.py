@@ -1,4 +1,11 @@
-"""TODO docstring for pathmaster.site.faiss_index (from pathmaster.similarity)."""
+"""FAISS search indexes over a site's vectors.
+
+``build_index(vectors, algorithm)``: exact (``"flat"``) by default, ``"ivf"`` or ``"hnsw"``
+for large sites (``ALGORITHMS``; exact up to ``EXACT_LIMIT`` cells), with ``tune_nprobe``
+measuring recall against exact search. All vectors handed to FAISS are float32,
+C-contiguous. Distances returned by ``search`` are Euclidean (not squared) in the site's
+space: unitless, smaller is closer.
+"""
 
 from __future__ import annotations
 

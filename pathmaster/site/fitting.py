@@ -1,4 +1,4 @@
-"""A site's learnt similarity, between its database and ``pathmaster.learn``.
+"""What a site learns from its own cells when it is indexed, between its database and ``pathmaster.learning``.
 
 ``fit_learnt(db, X, normalization, projection, vocabulary, ...)`` is what indexing runs after
 the features are fitted: every cell's eye vector (``pathmaster.eye``, the frozen pretrained
@@ -48,7 +48,7 @@ def scored_cells(labelled: np.ndarray, seed: int) -> np.ndarray:
 
 
 def cell_patches(db, cells, size: int) -> np.ndarray:
-    """uint8 (n, size, size, 3): ``embedding.cell_patch`` of each stored cell (image, slide)."""
+    """uint8 (n, size, size, 3): ``cell.cell_patch`` of each stored cell (image, slide)."""
     from pathmaster.image.io import decode_image
 
     patches = np.zeros((len(cells), size, size, 3), np.uint8)
@@ -152,8 +152,8 @@ def learn_from(Z: np.ndarray, labels: np.ndarray, groups, abnormal_labels, proje
                seed: int = 0) -> tuple[policy.LearntSimilarity, SiteLens | None]:
     """(what a site learns from these labelled cells, its lens or None): the feature
     classifier, then the lens, head and the choice of what to compare
-    (``learn.learn_similarity``); a site too small for that, plain nearest neighbours in the
-    eye's space (``learn.plain_lens``); without eye vectors (the option "features") the
+    (``choice.learn_similarity``); a site too small for that, plain nearest neighbours in the
+    eye's space (``choice.plain_lens``); without eye vectors (the option "features") the
     features alone. Either way the abnormality score and its operating point. Z: their
     z-scored features (n, n_features); labels: str (n,); vectors: their eye vectors (n, D).
     Indexing runs it on a site's cells, ``pathmaster evaluate`` on each training fold's."""
@@ -215,7 +215,7 @@ def features_only(fit, labels: np.ndarray, groups, abnormal_labels, reason: str,
                   other_scores: dict | None = None) -> policy.LearntSimilarity:
     """The features alone; the abnormality score (the neighbours' share, or one of
     ``other_scores``: out-of-fold scores (n,)) the held-out folds rank best, with its
-    threshold there (``learn.choose_site_score``: with its margin) when there are enough cells (else the neighbours'
+    threshold there (``thresholds.choose_site_score``: with its margin) when there are enough cells (else the neighbours'
     share at 0.5: a majority of the neighbours); and why."""
     from pathmaster.learning import neighbours
     from pathmaster.learning import thresholds

@@ -48,7 +48,7 @@ def build_search_index(db: SiteDB, *, algorithm: str | None = None, features: st
     """Fit z-scores and the feature subset to the database, build and save the FAISS index.
 
     algorithm: "flat", "ivf", "hnsw", or None for the site's stored choice (default: exact
-    below ``similarity.EXACT_LIMIT`` cells, IVF above). features: "auto" (the best of
+    below ``faiss_index.EXACT_LIMIT`` cells, IVF above). features: "auto" (the best of
     all features, Fisher weights, forward selection and linear discriminant axes learnt
     from the site's labels, by cross-validated retrieval,
     ``similarity.choose_projection``), or one of ``similarity.PROJECTIONS`` to force it;
@@ -58,7 +58,8 @@ def build_search_index(db: SiteDB, *, algorithm: str | None = None, features: st
     it; None for the stored choice (default "auto").
     Returns the ``index`` config written to the database.
     """
-    from pathmaster.site import fitting as learnt_module
+    from pathmaster.learning.policy import LearntSimilarity
+    from pathmaster.site import fitting
 
     options = db.get_config("index_options", {"algorithm": "auto", "features": "auto"})
     options.setdefault("similarity", "auto")
@@ -73,9 +74,9 @@ def build_search_index(db: SiteDB, *, algorithm: str | None = None, features: st
         raise InvalidInput(f"unknown search algorithm {options['algorithm']!r}; known: auto, {', '.join(faiss_index.ALGORITHMS)}")
     if options["features"] not in FEATURE_CHOICES:
         raise InvalidInput(f"unknown feature choice {options['features']!r}; known: {', '.join(FEATURE_CHOICES)}")
-    if options["similarity"] not in learnt_module.SIMILARITY_CHOICES:
+    if options["similarity"] not in fitting.SIMILARITY_CHOICES:
         raise InvalidInput(f"unknown similarity {options['similarity']!r}; known: "
-                           f"{', '.join(learnt_module.SIMILARITY_CHOICES)}")
+                           f"{', '.join(fitting.SIMILARITY_CHOICES)}")
     db.set_config("index_options", options)
 
     names = db.get_config("feature_names")
@@ -90,11 +91,11 @@ def build_search_index(db: SiteDB, *, algorithm: str | None = None, features: st
         # z-scores, feature choice and lens (fitting them is the slow part).
         normalization = similarity.Normalization.from_dict(previous["normalization"])
         projection = similarity.Projection.from_dict(previous["projection"])
-        learnt = learnt_module.emb.LearntSimilarity.from_dict(previous.get("learnt"))
+        learnt = LearntSimilarity.from_dict(previous.get("learnt"))
         vectors = index_vectors(db, X, normalization, projection, learnt)
     else:
         normalization, projection = _fit_features(db, X, names, options["features"], seed)
-        learnt, embeddings = learnt_module.fit_learnt(
+        learnt, embeddings = fitting.fit_learnt(
             db, X, normalization, projection, _vocabulary(db), choice=options["similarity"], seed=seed)
         vectors = search_vectors(X, normalization, projection, learnt, embeddings)
 
@@ -172,14 +173,14 @@ def _vocabulary(db: SiteDB):
 def index_vectors(db: SiteDB, X: np.ndarray, normalization, projection, learnt, offset: int = 0) -> np.ndarray:
     """The search vectors (float32 (n, d)) of the database's cells from the `offset`-th on
     (`X` their features): their features' projection, with their lens vectors when the
-    site compares them (their eye vectors from the site's store, ``learnt.eye_vectors``)."""
-    from pathmaster.site import fitting as learnt_module
+    site compares them (their eye vectors from the site's store, ``fitting.eye_vectors``)."""
+    from pathmaster.site import fitting
     from pathmaster.eye._vectors import eye_from
 
     embeddings = None
     if learnt.mode != "features":
-        lens = learnt_module.load_learnt(db.site_dir, learnt)
-        embeddings = lens.embed(learnt_module.eye_vectors(db, db.cells()[offset:], eye_from(lens.eye)))
+        lens = fitting.load_learnt(db.site_dir, learnt)
+        embeddings = lens.embed(fitting.eye_vectors(db, db.cells()[offset:], eye_from(lens.eye)))
     return search_vectors(X, normalization, projection, learnt, embeddings)
 
 

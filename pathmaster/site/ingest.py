@@ -53,7 +53,7 @@ FILES_PER_TASK = 8
 TASKS_AHEAD = 3
 # What a worker's first cell imports, imported once by the pool's fork server instead of by
 # every new worker (its first cell cost ~2x the next without; skimage.measure loads lazily).
-ANALYSIS_MODULES = ("pathmaster.site.ingest", "pathmaster.importers", "pathmaster.embedding",
+ANALYSIS_MODULES = ("pathmaster.site.ingest", "pathmaster.importers", "pathmaster.analysis.cell",
                     "skimage.measure._regionprops", "skimage.measure._find_contours")
 
 

@@ -299,7 +299,7 @@ class SiteIndex:
         return self._file(cell_id, "mask_path")
 
     def cell(self, cell_id: str) -> CellRow:
-        """The stored row of a cell (a ``sitedb.CellRow`` without features), read from the
+        """The stored row of a cell (a ``database.CellRow`` without features), read from the
         database; KeyError if unknown."""
         return self._read(lambda conn: read_cell(conn, cell_id))
 
@@ -310,7 +310,7 @@ class SiteIndex:
             return index_vectors(db, X, self._normalization, self._projection, self.learnt)
 
     def cells_with_hash(self, digest: str) -> list[str]:
-        """Ids of the database cells whose pixels hash to ``digest`` (``sitedb.image_hash``):
+        """Ids of the database cells whose pixels hash to ``digest`` (``database.image_hash``):
         a query that is already in the database."""
         from pathmaster.site.database import cells_with_hash
 

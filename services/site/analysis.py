@@ -14,7 +14,7 @@ from services.site.cells import decode_cell
 # What the pool's fork server imports (and, for WARM_MODULE, runs) once, so a replacement
 # worker starts with all of it and its first cell costs what any other does.
 WARM_MODULE = "services.site.warm_analysis"
-PRELOAD = ("services.site.analysis", "pathmaster.site", "pathmaster.features.extract", "pathmaster.image.segmentation",
+PRELOAD = ("services.site.analysis", "pathmaster.analysis.cell", "pathmaster.features.extract", "pathmaster.image.segmentation",
            WARM_MODULE)
 
 
@@ -27,7 +27,7 @@ def analyse_encoded(cell_id: str, image: bytes, background: bytes, mask: bytes):
 def analyse_encoded_cell(cell_id: str, image: bytes, background: bytes, mask: bytes):
     """`analyse_encoded`, the cell's patch (uint8 (S, S, 3), what a site's learnt network
     embeds: ``pathmaster.analysis.cell.cell_patch``) as a fourth item, and the hash of its
-    pixels (``sitedb.image_hash``: a site finds the test cell among its own by it) as a fifth."""
+    pixels (``database.image_hash``: a site finds the test cell among its own by it) as a fifth."""
     from pathmaster.analysis.cell import analyse_cell
     from pathmaster.site.database import image_hash
 

@@ -233,7 +233,7 @@ def test_each_training_folds_operating_point_is_the_sites_rule_on_its_cells():
         return rule(scores, abnormal, target, confidence)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(crossval.learn, "operating_point", spy)
+        patch.setattr(crossval, "operating_point", spy)
         m = crossval.cross_validate(X, y, _zscores, folds=4, seed=0, cases=20, ceilings=(), target_sensitivity=0.9)
     assert chosen == [(0.9, None)] * 4  # the point estimate, no margin, at the target asked for
     assert m["abnormal"]["operating_point"]["target_sensitivity"] == 0.9

@@ -279,7 +279,7 @@ def test_opening_a_site_loads_no_image_analysis_library(site_dir):
     import subprocess
     import sys
 
-    code = ("import sys, numpy as np; from pathmaster.site import SiteIndex; s = SiteIndex.open(sys.argv[1]); "
+    code = ("import sys, numpy as np; from pathmaster.site.search import SiteIndex; s = SiteIndex.open(sys.argv[1]); "
             "s.search(np.ones(len(s.feature_names))); "
             "print(sorted(m for m in ('skimage', 'cv2', 'mahotas') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code, str(site_dir)], capture_output=True, text=True, timeout=120)

@@ -19,7 +19,7 @@ def real_uploads(folder: Path, every: int = 20) -> list[np.ndarray]:
 
 
 def reference_patch(image: np.ndarray, background: np.ndarray, size: int = PATCH_PX) -> np.ndarray:
-    """`embedding.cell_patch` as its docstring defines it: padded with the slide's median
+    """`cell.cell_patch` as its docstring defines it: padded with the slide's median
     colour (NumPy's median of each channel), resized in float32 and rounded."""
     import cv2
 

@@ -164,7 +164,7 @@ def plain_site(tmp_path_factory) -> tuple[Path, dict[str, Ran]]:
 @pytest.fixture(scope="module")
 def learnt_site(tmp_path_factory) -> tuple[Path, dict[str, Ran]]:
     """(folder, {command: Ran}): the core commands on LEARNT_CELLS cells: the site learns a
-    lens and head on top of its eye (``learn.MIN_CELLS_TO_LEARN`` lowered to LEARNT_CELLS:
+    lens and head on top of its eye (``choice.MIN_CELLS_TO_LEARN`` lowered to LEARNT_CELLS:
     this tests the commands, not what the site learns)."""
     from pathmaster.learning import choice
 

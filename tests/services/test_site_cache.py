@@ -38,7 +38,7 @@ def test_the_builder_changes_with_code_not_with_docstrings(tmp_path, monkeypatch
     monkeypatch.setattr(pathmaster, "__file__", str(copy / "__init__.py"))
     try:
         before = identity()
-        learn = copy / "learn.py"
+        learn = copy / "learning" / "thresholds.py"
         source = learn.read_text()
         learn.write_text(source.replace('"""', '"""Reworded. ', 1) + "\n# a comment\n")
         assert identity() == before
