@@ -238,6 +238,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no Herlev uploads at {args.data}", file=sys.stderr)
         return 1
     if args.worker:
+        import old_layout  # this tree's names in a tree from before the core's rooms
+
+        old_layout.install()
         return worker(args)
     layout = plan(args.data, args.seed)
     with tempfile.TemporaryDirectory(prefix="bench-accuracy-") as tmp:

@@ -447,6 +447,8 @@ def code_tree(tmp: Path, commit: str | None) -> Path:
 
 def run_in(tree: Path, script: str, *args: str, timeout: int = 7200) -> dict:
     """Run `script` with the code of `tree` in a fresh process; its last line, parsed."""
+    script = f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent)!r}); import old_layout; " \
+             f"old_layout.install()\n{script}"  # this tree's names in a tree from before the core's rooms
     done = subprocess.run([sys.executable, "-c", script, *args], cwd=tree, env=dict(os.environ, PYTHONPATH=str(tree)),
                           capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -77,6 +77,9 @@ from typing import Callable  # noqa: E402
 import cv2  # noqa: E402
 import numpy as np  # noqa: E402
 
+import old_layout  # noqa: E402  (this tree's names in a tree from before the core's rooms)
+
+old_layout.install()
 from pathmaster.features import FEATURES, extract_features  # noqa: E402
 from pathmaster.features.texture import HARALICK_DISTANCES  # noqa: E402
 from pathmaster.records import CYTOPLASM, DIAGNOSES, NUCLEUS  # noqa: E402
@@ -275,6 +278,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sweep-worker", type=int, metavar="SIDE", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.sweep_worker:
+        import old_layout  # this tree's names in a tree from before the core's rooms
+
+        old_layout.install()
         print(json.dumps(sweep_worker(args.sweep_worker, args.repeats, args.seed, args.allocator, args.cells)))
         return 0
     if args.sweep:

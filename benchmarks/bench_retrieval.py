@@ -105,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no Herlev data at {args.data}", file=sys.stderr)
         return 1
     if args.worker:
+        import old_layout  # this tree's names in a tree from before the core's rooms
+
+        old_layout.install()
         print(json.dumps(evaluate_tree(args.data, args.choice, args.seed)))
         return 0
     trees = {"after": _run(REPO, args)}

@@ -34,13 +34,18 @@ BASELINE = "a884e40"  # segmentation before the rewrite this benchmark measures
 
 
 def module_at(revision: str, name: str):
-    """The module ``pathmaster.<name>`` of a git revision, loaded under another name (its
-    own imports come from this checkout)."""
-    source = subprocess.run(["git", "-C", str(ROOT), "show", f"{revision}:pathmaster/{name}.py"],
-                            check=True, capture_output=True, text=True).stdout
-    spec = importlib.util.spec_from_loader(f"{name}_{revision}", loader=None)
+    """The module ``pathmaster/<name>.py`` of a git revision (today's path, e.g.
+    ``image/segmentation``, or in a tree from before the core's rooms its file of the same
+    name at the top), loaded under another name (its own imports come from this checkout)."""
+    for path in (f"pathmaster/{name}.py", f"pathmaster/{name.rsplit('/', 1)[-1]}.py"):
+        shown = subprocess.run(["git", "-C", str(ROOT), "show", f"{revision}:{path}"], capture_output=True, text=True)
+        if shown.returncode == 0:
+            break
+    else:
+        raise FileNotFoundError(f"{revision} has no pathmaster/{name}.py")
+    spec = importlib.util.spec_from_loader(f"{name.replace('/', '_')}_{revision}", loader=None)
     module = importlib.util.module_from_spec(spec)
-    exec(compile(source, f"{revision}:pathmaster/{name}.py", "exec"), module.__dict__)
+    exec(compile(shown.stdout, f"{revision}:{path}", "exec"), module.__dict__)
     return module
 
 
@@ -67,7 +72,7 @@ def main(argv=None) -> int:
         print(f"no Herlev data at {args.data}", file=sys.stderr)
         return 1
 
-    methods = {"before": module_at(args.before, "segmentation").segment_cell, "after": segmentation.segment_cell}
+    methods = {"before": module_at(args.before, "image/segmentation").segment_cell, "after": segmentation.segment_cell}
     records = [r for r in iter_dataset(args.data, layout="herlev") if isinstance(r, CellRecord)][::args.every]
     scores = {name: {"nucleus": [], "cell": [], "ms": []} for name in methods}
     labels = []

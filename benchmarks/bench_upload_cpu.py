@@ -125,6 +125,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
+        import old_layout  # this tree's names in a tree from before the core's rooms
+
+        old_layout.install()
         print(json.dumps(worker(args.uploads, args.every, args.repeats)))
         return 0
     if not args.uploads.is_dir():

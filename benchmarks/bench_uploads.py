@@ -89,7 +89,7 @@ def main(argv=None) -> int:
     if not uploads.is_dir() or not masks.is_dir():
         print(f"no Herlev uploads or masks under {args.data}", file=sys.stderr)
         return 1
-    methods = {"before": module_at(args.before, "segmentation").complete_cell, "after": segmentation.complete_cell}
+    methods = {"before": module_at(args.before, "image/segmentation").complete_cell, "after": segmentation.complete_cell}
     rows = []
     for number, (folder, upload, small) in enumerate(pairs(uploads, masks)):
         if number % args.every:

@@ -164,6 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.compare:
         return 1 if compare(*args.compare, args.rtol, args.atol) else 0
     if args.dump:
+        import old_layout  # this tree's names in a tree from before the core's rooms
+
+        old_layout.install()
         dump(args.dump, args.synthetic, args.herlev, args.uploads)
         return 0
     if not args.before:
