@@ -30,10 +30,11 @@ from pathlib import Path
 
 import pytest
 
+from qos import netns
 from qos.classes import DEFAULT_CLASSES
 from qos.emulator.runner import nfqueue_unavailable_reason
 from qos.experiment import fidelity
-from qos.testbed import Testbed, kernel, netns
+from qos.testbed import Testbed, kernel
 from qos.testbed.config import from_dict
 from qos.testbed.probe import ping
 from qos.traffic import burst

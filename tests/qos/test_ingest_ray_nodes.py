@@ -10,8 +10,8 @@ import pytest
 
 from pathmaster.ingest import ingest
 from pathmaster.synth import write_dataset
-from qos.testbed import netns
 from tests.core.test_ingest import site_rows
+from qos import netns
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 

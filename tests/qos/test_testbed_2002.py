@@ -12,10 +12,11 @@ import subprocess
 import pytest
 
 from pathmaster.records import ConfigError
+from qos import netns
 from qos.emulator.config import build_links, config_from_dict
 from qos.emulator.disciplines import Fifo, FlowWfq, Priority, SharedMedium
 from qos.experiment import fidelity
-from qos.testbed import Testbed, hubs, load_config, netns
+from qos.testbed import Testbed, hubs, load_config
 from qos.traffic.iperf import IperfServer, finish_client, start_client
 
 HUB_BPS = 10_000_000
