@@ -174,7 +174,7 @@ NODE_DRIVER = """
 import json, os, sys, time
 import ray
 from pathmaster.site.ingest import ingest
-from qos.testbed import netns
+from qos import netns
 address, dataset, warm_dataset, site, warm_site, *namespaces = sys.argv[1:]
 def cpu_s(namespace):   # CPU seconds of the processes in `namespace` now, this driver's left out
     tick, total = os.sysconf("SC_CLK_TCK"), 0.0
@@ -217,7 +217,7 @@ def bench_nodes(tmp: Path, cells: int, repeats: int) -> dict | None:
         print(f"nodes: skipped ({reason})")
         return None
     from pathmaster.image.synth import write_dataset
-    from qos.testbed import netns
+    from qos import netns
     from services.experiment.ingest_nodes import ingest_clusters
 
     dataset = write_dataset(tmp / "data", cells, seed=0)

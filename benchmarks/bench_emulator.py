@@ -28,8 +28,8 @@ import sys
 import time
 from pathlib import Path
 
+from qos import netns
 from qos.emulator import launch
-from qos.testbed import netns
 from qos.testbed.line import line_topology
 from qos.traffic.iperf import client_argv
 

@@ -37,12 +37,12 @@ from qos.cisco import HOLD_QUEUE_PACKETS, WFQ_WEIGHTS
 from qos.classes import DEFAULT_CLASSES
 
 from pathmaster.records import ConfigError
+from qos import netns
 from qos.emulator import ios
 from qos.emulator.config import config_from_dict, load_config
 from qos.emulator.disciplines import BANDS
 from qos.emulator.disciplines.codel import CODEL_LIMIT_PACKETS
 from qos.network import SHAPER_BURST_BYTES
-from qos.testbed import netns
 
 READY_PREFIX = "READY "
 

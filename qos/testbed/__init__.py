@@ -1,10 +1,10 @@
 """The 2002 PathMaster QoS testbed in Linux network namespaces (Mininet style).
 
-Modules, bottom up: `netns` (namespaces, commands inside them, cleanup), `node` (Host,
-Router), `link` (veth Link, bridge Lan), `topology` (Topology, PathMaster2002), `kernel`
-(htb/pfifo disciplines on DSCP), `config` (TOML), `testbed` (the Testbed facade),
-`probe` (ICMP ping from a node), `deployment` (PathMaster's own processes in the nodes),
-`commands` (`pathmaster testbed up|down|status`). README.md says where the queues are.
+Modules, bottom up (the namespaces themselves are `qos.netns`, shared with the emulator's
+launcher): `node` (Host, Router), `link` (veth Link, bridge Lan), `topology` (Topology,
+PathMaster2002), `kernel` (htb/pfifo disciplines on DSCP), `config` (TOML), `testbed`
+(the Testbed facade), `probe` (ICMP ping from a node), `deployment` (PathMaster's own
+processes in the nodes), `commands` (`pathmaster testbed up|down|status`). README.md says where the queues are.
 """
 
 from qos.testbed.config import ConfigError, TestbedConfig, load_config

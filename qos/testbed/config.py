@@ -17,10 +17,10 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, Field, PrivateAttr, field_validator, model_validator
 
 from pathmaster.records import ConfigError
+from qos import netns
 from qos.cisco import HOLD_QUEUE_PACKETS
 from qos.config import FileModel, Seq, old_rate, read_toml, validate
 from qos.network import BOTTLENECK_RATE_KBIT
-from qos.testbed import netns
 from qos.testbed.kernel import ETHERNET_HEADER_BYTES
 
 DEFAULT_CONFIG = Path(__file__).with_name("default.toml")

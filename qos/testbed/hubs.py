@@ -35,6 +35,7 @@ host-side variant. Every other station runs the same discipline unshaped.
 
 from __future__ import annotations
 
+from qos.emulator.launch import settings_from_strategy
 from qos.network import HOST_CARD_QUEUE_PACKETS
 
 
@@ -59,8 +60,6 @@ def station_settings(discipline: dict, rate_kbit: float, overhead_bytes: int) ->
     dict
         Emulator link settings (`qos.emulator.config.LinkSettings` keys).
     """
-    from qos.emulator.launch import settings_from_strategy  # (qos.emulator imports the testbed's netns)
-
     return settings_from_strategy({"rate_kbit": rate_kbit, "overhead_bytes": overhead_bytes, **discipline})
 
 

@@ -33,9 +33,9 @@ import functools
 import json
 from dataclasses import dataclass, field
 
+from qos import netns
 from qos.cisco import HOLD_QUEUE_PACKETS
 from qos.classes import DEFAULT_CLASSES, ClassTable
-from qos.testbed import netns
 from qos.testbed.node import Node
 
 STRATEGIES = ("fifo", "priority", "shares", "shaping")

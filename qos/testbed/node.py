@@ -10,7 +10,7 @@ from __future__ import annotations
 import subprocess
 import time
 
-from qos.testbed import netns
+from qos import netns
 
 
 class Interface:

@@ -20,9 +20,10 @@ import signal
 import time
 from pathlib import Path
 
+from qos import netns
 from qos.classes import DEFAULT_CLASSES, ClassTable
 from qos.network import HOST_CARD_QUEUE_PACKETS, HOST_CARD_RATE_KBIT, HUB_RATE_KBIT, ROUTER_QUEUE_PACKETS
-from qos.testbed import kernel, netns
+from qos.testbed import kernel
 from qos.testbed.config import STRATEGY_PLACES, TestbedConfig, load_config
 from qos.testbed.node import Interface, Node
 from qos.testbed.topology import PathMaster2002

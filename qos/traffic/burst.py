@@ -153,7 +153,7 @@ def through(src, dst, classes: list[tuple[int, int]], port: int, timeout: float 
     """
     import subprocess  # here, not at the top: the two ends need none of it
 
-    from qos.testbed import netns
+    from qos import netns
 
     sink = dst.popen([sys.executable, __file__, "sink", "--port", str(port), "--classes", str(len(classes))],
                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

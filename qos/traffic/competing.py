@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 
 from scipy.optimize import brentq
 
+from qos import netns
 from qos.classes import DEFAULT_CLASSES
-from qos.testbed import netns
 from qos.testbed.node import Node
 from qos.traffic import pareto
 from qos.traffic.iperf import IperfServer, finish_client, start_client

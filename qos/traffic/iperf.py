@@ -15,7 +15,7 @@ import signal
 import subprocess
 from dataclasses import dataclass
 
-from qos.testbed import netns
+from qos import netns
 from qos.testbed.node import Node
 
 IP_HEADER = 20

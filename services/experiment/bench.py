@@ -22,10 +22,11 @@ import subprocess
 import sys
 import time
 
+from qos import netns
 from qos import traffic
 from qos.cisco import WFQ_WEIGHTS
 from qos.experiment.spec import Competing, Experiment, LinkProfile, Strategy
-from qos.testbed import kernel, netns
+from qos.testbed import kernel
 from qos.testbed.config import load_config
 from qos.testbed.testbed import Testbed
 from services.experiment.deployment import SITE_PORT

@@ -68,7 +68,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from qos.experiment.fidelity import machine_lock
     from qos.experiment.report import write_report
     from qos.experiment.runner import run_experiment
-    from qos.testbed.netns import CommandError
+    from qos.netns import CommandError
 
     try:
         # Alone on the machine: the emulator shares its cores with whatever else runs.

@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pathmaster.environment import environment_program
+from qos import netns
 from qos.classes import DEFAULT_CLASSES, ClassTable
-from qos.testbed import netns
 from qos.testbed.node import Node
 from services.site.ray_local import cluster_environment
 

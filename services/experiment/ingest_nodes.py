@@ -25,7 +25,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from qos.testbed import netns
+from qos import netns
 from qos.testbed.node import Node
 from qos.testbed.topology import Topology
 from services.experiment.deployment import ray_cluster, ray_driver_environment, ray_temp_dir

@@ -13,9 +13,10 @@ import time
 
 import pytest
 
+from qos import netns
 from qos.emulator.runner import nfqueue_unavailable_reason
 from qos.experiment import fidelity
-from qos.testbed import Testbed, netns
+from qos.testbed import Testbed
 from qos.testbed.config import from_dict
 
 pytestmark = [pytest.mark.netns, pytest.mark.timing]

@@ -14,9 +14,9 @@ import time
 
 import pytest
 
+from qos import netns
 from qos.emulator import ConfigError, EmulatorError, launch
 from qos.emulator.runner import nfqueue_unavailable_reason
-from qos.testbed import netns
 from qos.testbed.line import line_topology
 
 pytestmark = [pytest.mark.netns, pytest.mark.timing]

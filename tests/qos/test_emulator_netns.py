@@ -30,10 +30,11 @@ from pathlib import Path
 
 import pytest
 
+from qos import netns
 from qos.classes import DEFAULT_CLASSES
 from qos.emulator.runner import nfqueue_unavailable_reason
 from qos.experiment import fidelity
-from qos.testbed import Testbed, kernel, netns
+from qos.testbed import Testbed, kernel
 from qos.testbed.config import from_dict
 from qos.testbed.probe import ping
 from qos.traffic import burst
@@ -379,7 +380,7 @@ def check_ceil(sent: dict, packets: list[list[int]], limit: int) -> dict:
     return {"bulk_share": share, "service_s": burst.service_s(after)}
 
 
-BURSTS_PER_BACKEND = 3
+BURSTS_PER_BACKEND = 5  # the pace is their median: two bursts the machine disturbed cannot decide it
 
 COMPARISONS = {
     # name: (the testbed's strategy table, the bursts [(dscp, count)] sent at once, the check
@@ -401,24 +402,32 @@ def test_user_space_matches_the_kernel_on_the_same_workload(testbed, name):
     found = {}
     for backend in ("kernel", "emulator"):
         testbed.set_strategy(strategy, subnets=["A"], backend=backend)
-        # Every burst must keep the discipline's order and limits; the pace is the fastest
-        # burst's: a busy or stolen CPU (a VM's neighbours) can delay a qdisc's timer or the
-        # emulator's clock and so slow a backlog's pace, never speed it past the link.
-        results = []
         # A burst during which the emulator fell behind is sent again, as the experiment driver
         # runs such a run again (fidelity.judge): a stalled emulator reads the burst spread
-        # out and lets more of it through. The kernel's bursts are always valid.
+        # out and lets more of it through. One still invalid after the driver's attempts is
+        # kept apart; every valid burst must keep the discipline's order and limits. The
+        # kernel's bursts are always valid.
+        results, invalid = [], []
         for _ in range(BURSTS_PER_BACKEND):
             (sent, packets), record = fidelity.measured(testbed, lambda: send_bursts(testbed, "B1", classes),
                                                         attempts=fidelity.MAX_ATTEMPTS)
+            if not record["valid"]:
+                invalid.append((record["invalid_reasons"], record["emulator"]["lateness_s"]))
+                continue
             try:
                 results.append(check(sent, packets, strategy["limit_packets"]))
             except AssertionError as failed:
-                raise AssertionError(f"{failed}\n{backend}: this burst's fidelity {record['valid']} "
-                                     f"{record['invalid_reasons']}, emulator {record['emulator']}") from None
+                raise AssertionError(f"{failed}\n{backend}: this burst's emulator {record['emulator']}") from None
         if backend == "emulator":
             emulator_stats(testbed)
-        found[backend] = min(results, key=lambda r: r["service_s"])
+        assert results, f"{backend}: no valid burst in {BURSTS_PER_BACKEND}: {invalid}"
+        # The pace is the bursts' median, not the fastest: the machine can move a backlog's
+        # receive stamps either way. A busy or stolen CPU can delay a qdisc's timer or the
+        # emulator's clock and slow the pace; forwarding deferred behind the bottleneck
+        # (softirqs left to ksoftirqd beside other work) hands a stretch of the backlog to
+        # the sink at once, stamped closer together than the link sent it.
+        paces = sorted(r["service_s"] for r in results)
+        found[backend] = {"service_s": statistics.median(paces), "paces": paces, "invalid": len(invalid)}
     # The backlog leaves at the same pace from both, and neither beats the link.
     for backend, result in found.items():
         assert result["service_s"] == pytest.approx(service, rel=0.03), f"{name}: {found}"

@@ -9,8 +9,8 @@ import pytest
 
 from pathmaster.site.ingest import ingest
 from pathmaster.image.synth import write_dataset
-from qos.testbed import netns
 from tests.core.test_ingest import site_rows
+from qos import netns
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 

@@ -16,9 +16,10 @@ import time
 
 import pytest
 
+from qos import netns
 from qos.classes import DEFAULT_CLASSES
 from qos.experiment import fidelity
-from qos.testbed import Testbed, kernel, load_config, netns
+from qos.testbed import Testbed, kernel, load_config
 from qos.traffic.iperf import IperfServer, finish_client, run_client, start_client
 
 pytestmark = [pytest.mark.netns, pytest.mark.timing]

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from qos.testbed import Testbed, load_config, netns
+from qos import netns
+from qos.testbed import Testbed, load_config
 from qos.testbed.probe import ping
 from qos.traffic import burst
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from qos.testbed import netns
+from qos import netns
 from qos.testbed.line import LineTopology, line_topology
 from qos.testbed.node import Host
 

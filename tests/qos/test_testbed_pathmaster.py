@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import pytest
 
-from qos.testbed import Testbed, load_config, netns
+from qos import netns
+from qos.testbed import Testbed, load_config
 from services.experiment.deployment import deploy, ray_temp_dir, run_case
 from qos.traffic import BulkDownloads
 

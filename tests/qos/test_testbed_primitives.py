@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from qos.testbed import netns
+from qos import netns
 from qos.testbed.link import Lan, Link
 from qos.testbed.node import Host, Router
 

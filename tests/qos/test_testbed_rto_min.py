@@ -8,8 +8,9 @@ import sys
 import pytest
 
 from pathmaster.records import ConfigError
+from qos import netns
 from qos.experiment.spec import LINUX_RTO_MIN_MS, RTO_MIN_MS_RANGE, parse_spec
-from qos.testbed import Testbed, load_config, netns
+from qos.testbed import Testbed, load_config
 
 PORT = 5419
 # Accepts one connection and echoes what it reads until the peer closes (bounded by a timeout).

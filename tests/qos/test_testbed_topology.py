@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from pathmaster.cli import main
-from qos.testbed import ConfigError, Testbed, load_config, netns, teardown
+from qos import netns
+from qos.testbed import ConfigError, Testbed, load_config, teardown
 from qos.testbed.probe import checksum, ping
 from qos.testbed.testbed import state_path
 from qos.traffic.iperf import IperfServer, run_client

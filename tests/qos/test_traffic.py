@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from qos import netns
 from qos.classes import DEFAULT_CLASSES
-from qos.testbed import Testbed, load_config, netns
+from qos.testbed import Testbed, load_config
 from qos.traffic import pareto
 from qos.traffic.iperf import client_argv, parse
 from qos.traffic.competing import (BulkDownloads, ConstantRateUDP, FileFetches, ParetoBursts, from_spec,

@@ -18,8 +18,8 @@ from collections import defaultdict
 
 import pytest
 
+from qos import netns
 from qos.classes import DEFAULT_CLASSES
-from qos.testbed import netns
 from qos.testbed.link import Link
 from qos.testbed.node import Host
 from services.site.worker import RAY_START_ATTEMPTS

@@ -5,6 +5,9 @@ namespaces of one testbed can be found again from the tag alone, also after a cr
 lost the state file. Everything a testbed creates (interfaces, qdiscs, iptables rules,
 processes) lives inside its namespaces; deleting a namespace deletes its interfaces and
 rules with it, and `delete` kills the processes first (the kernel would not).
+
+A leaf module: the testbed builds its nodes on it and the emulator's launcher runs its
+process and iptables rules through it, so neither package has to import the other's.
 """
 
 from __future__ import annotations
