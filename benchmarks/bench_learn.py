@@ -73,7 +73,7 @@ def query_fold(site, records, modes):
 def scores(rows, abnormal_labels):
     from sklearn.metrics import roc_auc_score
 
-    from pathmaster.evaluation.crossval import majority_vote
+    from pathmaster.learning.neighbours import majority_vote
 
     truth = np.array([row[0] for row in rows])
     nearest = np.array([row[1][0] for row in rows])

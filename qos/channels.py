@@ -15,6 +15,7 @@ import ipaddress
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 
