@@ -265,7 +265,7 @@ def majority(labels, order=None) -> Vote | None:
 
     Returns None when nothing voted.
     """
-    counts = Counter(x for x in labels if x)
+    counts = Counter(x for x in labels if x is not None and x != "")
     if not counts:
         return None
     top = max(counts.values())

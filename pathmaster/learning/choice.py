@@ -21,7 +21,7 @@ import numpy as np
 
 from pathmaster.learning.lens import fit_discriminant_lens, fit_lens
 from pathmaster.learning.folds import INNER_FOLDS, inner_folds
-from pathmaster.learning.neighbours import majority_vote, nearest
+from pathmaster.learning.neighbours import majority_vote, nearest, neighbour_shares
 from pathmaster.learning.thresholds import case_operating_point, choose_site_score, operating_point, with_ensemble
 
 # ---------------------------------------------------------------- choosing what a site compares
@@ -140,7 +140,7 @@ def _inner_lenses(eye_vectors, eye, feature_vectors_fit, labels, abnormal_labels
             vectors = similarity.vectors(all_f, embedded)
             rows = nearest(vectors[train], vectors[test], k)
             oof["votes"][(name, w)][test] = [majority_vote(labels[train][row]) for row in rows]
-            oof["share"][(name, w)][test] = abnormal[train][rows].mean(axis=1)
+            oof["share"][(name, w)][test] = neighbour_shares(abnormal[train], rows)
     return oof
 
 

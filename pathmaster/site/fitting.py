@@ -228,8 +228,8 @@ def features_only(fit, labels: np.ndarray, groups, abnormal_labels, reason: str,
     share = np.zeros(len(labels))
     for train, test in inner_folds(labels, groups, seed):
         train_vectors, vectors = fit(train)
-        nearest = neighbours.nearest(train_vectors, vectors[test], learnt.k)
-        share[test] = abnormal[train][nearest].mean(axis=1)
+        share[test] = neighbours.neighbour_shares(abnormal[train], neighbours.nearest(train_vectors, vectors[test],
+                                                                                      learnt.k))
     scores = thresholds.with_ensemble({"neighbours": share, **(other_scores or {})})
     learnt.score, points, learnt.report["thresholds"] = thresholds.choose_site_score(scores, abnormal)
     learnt.report["scores"] = points
