@@ -50,12 +50,17 @@ MIN_RESOLUTION, MAX_RESOLUTION = 32, 1024
 EYE_OPTIONS = ("blocks", "resolution", "views")
 
 
-def dihedral(patches: np.ndarray) -> np.ndarray:
-    """The 8 rotations and flips of each patch: (m, S, S, C) -> (8, m, S, S, C)."""
+def dihedral(patches: np.ndarray, which=range(8)) -> np.ndarray:
+    """Rotations and flips of each patch: (m, S, S, C) -> (len(which), m, S, S, C).
+
+    View i is the patch rotated by i * 90 degrees (i < 4), or flipped left-right and then
+    rotated by (i - 4) * 90 degrees; ``which`` picks the views, in its order (all 8 by
+    default). Only those are built: an eye averaging one view makes no other.
+    """
     views = []
-    for flipped in (patches, patches[:, :, ::-1]):
-        for turns in range(4):
-            views.append(np.rot90(flipped, turns, axes=(1, 2)))
+    for index in which:
+        flipped = patches[:, :, ::-1] if index >= 4 else patches
+        views.append(np.rot90(flipped, index % 4, axes=(1, 2)))
     return np.stack(views)
 
 
@@ -224,7 +229,7 @@ class EfficientNetLite0(Eye):
         out = np.empty((len(patches), self.dim), np.float32)
         with _one_blas_thread():
             for row, patch in enumerate(patches):
-                views = dihedral(patch[None])[list(VIEW_ORDER[:self.views]), 0]
+                views = dihedral(patch[None], VIEW_ORDER[:self.views])[:, 0]
                 sums = [np.zeros(net.BLOCK_CHANNELS[b], np.float32) for b in self.blocks]
                 for view in net.normalise_input(views):
                     for total, pooled in zip(sums, net.pooled_blocks(self._weights, view[None], self.blocks)):

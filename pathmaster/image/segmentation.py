@@ -250,16 +250,16 @@ def _cell_and_nucleus(image: np.ndarray, lamp: np.ndarray, nucleus_wanted: bool 
             nucleus = fill_holes(_component_nearest_centre(core, NUCLEUS_CENTRE_REACH, why))
     rest = score[~nucleus]
     if rest.size > 10 and np.ptp(rest) > 0:
-        cell = score > threshold_otsu(rest)
-        if (nucleus.any() and _piece_holding(cell, nucleus).sum() < THIN_CYTOPLASM * nucleus.sum()
-                and _more_than_three_values(rest)):
+        # The piece holding the nucleus, taken once: the test below and the cell both use it.
+        cell = _piece_holding(score > threshold_otsu(rest), nucleus)
+        if nucleus.any() and cell.sum() < THIN_CYTOPLASM * nucleus.sum() and _more_than_three_values(rest):
             # Only the nucleus stood out: a pale cytoplasm filling the crop (little glass
             # to split it from) fell with the glass. The lower of three density classes
             # of the rest splits glass from pale cytoplasm instead.
-            cell = score > threshold_multiotsu(rest, classes=3)[0]
+            cell = _piece_holding(score > threshold_multiotsu(rest, classes=3)[0], nucleus)
     else:
-        cell = np.ones((height, width), dtype=bool)
-    cell = fill_holes(_piece_holding(cell, nucleus))
+        cell = np.ones((height, width), dtype=bool)  # one piece: the piece holding the nucleus
+    cell = fill_holes(cell)
     cell = open_with_disk(cell, max(1, small // 40)) | nucleus
     cell = fill_holes(_piece_holding(cell, nucleus))
     if nucleus_wanted:

@@ -24,7 +24,7 @@ from pathmaster.eye import (
     open_eye,
 )
 from pathmaster.eye import _efficientnet_lite as net
-from pathmaster.eye._eye import _weights_file
+from pathmaster.eye._eye import VIEW_COUNTS, VIEW_ORDER, _weights_file, dihedral
 from pathmaster.eye._pth import MAGIC_NUMBER, PROTOCOL_VERSION, read_state_dict
 from pathmaster.records import InvalidInput
 
@@ -105,6 +105,15 @@ def test_four_views_are_invariant_to_rotation_not_to_a_flip(china):
     vector = eye.features(china)
     np.testing.assert_allclose(eye.features(np.ascontiguousarray(np.rot90(china, 1, axes=(1, 2)))), vector, atol=1e-6)
     assert np.abs(eye.features(np.ascontiguousarray(china[:, :, ::-1])) - vector).max() > 1e-3
+
+
+def test_the_views_built_are_the_rotations_and_flips_asked_for_in_their_order(china):
+    patches = np.ascontiguousarray(china[:, ::7, ::7])
+    every = np.stack([np.rot90(flipped, turns, axes=(1, 2)) for flipped in (patches, patches[:, :, ::-1])
+                      for turns in range(4)])
+    assert np.array_equal(dihedral(patches), every)
+    for count in VIEW_COUNTS:
+        assert np.array_equal(dihedral(patches, VIEW_ORDER[:count]), every[list(VIEW_ORDER[:count])])
 
 
 def test_stopping_after_a_block_gives_the_full_passes_vector_of_that_block(china, monkeypatch):
