@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pathmaster.records import CellRecord
-from services.commands import COORDINATOR_PORT, DEMO_CELLS
+from services.constants import COORDINATOR_PORT, DEMO_CELLS
 from services.config import CoordinatorConfig, SiteConfig, SiteEndpoint
 from services.coordinator.analysis import ANALYSIS_READY_S
 from services.coordinator.server import CASE_ID_KEY_FILE, CoordinatorServer

@@ -15,13 +15,10 @@ import numpy as np
 
 from pathmaster.records import InvalidInput
 from qos.classes import ClassTable, RequestClass, UnknownClass
+from services.constants import DEFAULT_CLASS, MAX_K
 from services.coordinator.bounds import check_bounds
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.site.cells import probe_cell
-
-MAX_K = 100           # more matches per cell than this is refused
-
-DEFAULT_CLASS = "routine"
 
 
 class CaseRejected(Exception):

@@ -29,7 +29,7 @@ from qos.classes import DEFAULT_CLASSES, ClassTable
 from qos.predict import RecentMedian
 from qos.transport import CopyFilter, MarkedServer, connect_address
 from services.config import SiteConfig
-from services.coordinator.validation import MAX_K
+from services.constants import MAX_K
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
 from services.site.cells import check_cell_size
