@@ -22,12 +22,11 @@ from qos.classes import DEFAULT_CLASSES
 from qos.testbed import netns
 from qos.testbed.link import Link
 from qos.testbed.node import Host
+from services.constants import COORDINATOR_PORT, SITE_PORT
 from services.site.worker import RAY_START_ATTEMPTS
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
-SITE_PORT = 50051
-COORDINATOR_PORT = 50050
 CLASS_PORTS = {c.name: 50061 + i for i, c in enumerate(DEFAULT_CLASSES)}
 COORDINATOR_BASE = 50071  # the coordinator's class ports: class_port_base, in class order
 COORDINATOR_PORTS = {c.name: COORDINATOR_BASE + i for i, c in enumerate(DEFAULT_CLASSES)}
