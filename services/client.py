@@ -39,9 +39,9 @@ from qos import channels as transport_channels
 from qos.transport import STALE_PORT_CODES, ClassChannels, TLSFiles, files_signature
 from services.classinfo import table_from_info
 from services.constants import QUERY_DEADLINE_S
-from services.tracing import case_span, end_span, end_span_code
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
+from services.tracing import case_span, end_span, end_span_code
 
 log = logging.getLogger("pathmaster.client")
 
@@ -339,7 +339,7 @@ def analyse_locally(cells: list[pb.CellImage], *, eye=None, identity: str = ""
     from pathmaster.features.schema import feature_schema
     from pathmaster.site import analyse_cell
     from pathmaster.sitedb import image_hash
-    from services.site.cells import decode_cell
+    from services.cells import decode_cell
 
     ids, vectors = [], []
     for cell in cells:

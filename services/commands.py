@@ -155,7 +155,7 @@ def run_demo(args: argparse.Namespace) -> int:
     from services.client import CoordinatorClient
     from services.demo import CASE_SEED, dataset_case, start_demo
     from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
-    from services.site.synthetic import synthetic_case_cells
+    from services.synthetic import synthetic_case_cells
 
     print("PathMaster demo on loopback WITHOUT TLS (for TLS/mutual TLS use `pathmaster serve` "
           "with a [tls] section; deploy/make-certs.sh makes certificates)", flush=True)
@@ -218,7 +218,7 @@ def _start_gateway(coordinator_address: str, cache: Path | None = None):
         from services.gateway import start_gateway
     except ImportError:
         return None
-    from services.site.synthetic import cache_root
+    from services.synthetic import cache_root
 
     handle = start_gateway(coordinator_address, state_dir=Path(cache) / "gateway" if cache else cache_root() / "demo-gateway")
     if handle.accounts.role(DEMO_USER) is None:

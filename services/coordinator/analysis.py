@@ -26,11 +26,12 @@ import ray
 from pathmaster.budget import AnalysisPool, CellBudget, CellStopped
 from pathmaster.records import InvalidInput
 from qos.predict import RecentMedian
+from services.analysis import PRELOAD, analyse_encoded_cell
+from services.cells import check_cell_size
+from services.constants import WARM_UP_SEED
+from services.dispatch import PriorityDispatcher
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
-from services.site.analysis import PRELOAD, analyse_encoded_cell
-from services.site.cells import check_cell_size
-from services.site.dispatch import PriorityDispatcher
-from services.site.worker import RAY_OUT_OF_ORDER, RAY_TASK_EVENTS, WARM_UP_SEED
+from services.ray_local import RAY_OUT_OF_ORDER, RAY_TASK_EVENTS
 
 ANALYSIS_READY_S = 120.0        # how long the coordinator waits for them before images-only
 
@@ -58,7 +59,7 @@ class CellAnalyser:
         costs are paid here, not by the first case (whose time the predictor learns
         from). Returns its seconds (also `warm_up_s`), None when the cell was not
         analysed (logged: a warm-up never stops the coordinator)."""
-        from services.site.synthetic import synthetic_case_cells
+        from services.synthetic import synthetic_case_cells
 
         cell = synthetic_case_cells(1, WARM_UP_SEED)[0]
         t0 = time.perf_counter()
@@ -104,7 +105,7 @@ class CellAnalyser:
         return result, time.perf_counter() - t0
 
 
-# its calls leave no task events in Ray's GCS (services.site.worker.RAY_TASK_EVENTS)
+# its calls leave no task events in Ray's GCS (services.ray_local.RAY_TASK_EVENTS)
 _RemoteAnalyser = ray.remote(max_restarts=-1, max_task_retries=0, enable_task_events=RAY_TASK_EVENTS,
                              allow_out_of_order_execution=RAY_OUT_OF_ORDER)(CellAnalyser)
 

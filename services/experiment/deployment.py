@@ -15,7 +15,7 @@ bottleneck queues exactly as the product sends them, each class on its DSCP: req
 the coordinator's per-class channels, replies by the sites' per-class ports (and
 client<->coordinator likewise, by the coordinator's class ports).
 
-Site databases are synthetic (`services.site.synthetic`), built once and cached.
+Site databases are synthetic (`services.synthetic`), built once and cached.
 
 The run's request classes (`deploy(classes=...)`: the experiment file's table) go into every
 site's and the coordinator's configuration as `[classes]`; `pathmaster query` learns them
@@ -40,7 +40,7 @@ from qos.classes import DEFAULT_CLASSES, ClassTable
 from qos.testbed import netns
 from qos.testbed.node import Node
 from services.constants import SITE_PORT
-from services.site.ray_local import cluster_environment
+from services.ray_local import cluster_environment
 
 CLASS_PORT_BASE = 50061    # a site's fixed per-class reply ports: this one, +1, ... by priority
 DEPLOY_TIMEOUT_S = 300.0   # deploying PathMaster in the testbed (Ray, sites, coordinator) must end by then
@@ -243,7 +243,7 @@ def deploy(testbed, workdir: str | Path, cells_per_site: int = 40, workers_on_x2
     `cells_per_site` sizes each site's synthetic database (seed = subnet number; cached).
     Raises DeploymentError (with the failing process's log) and stops what it started.
     """
-    from services.site.synthetic import build_synthetic_site, cache_root
+    from services.synthetic import build_synthetic_site, cache_root
 
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -297,7 +297,7 @@ class CaseResult:
 
 def write_case_files(folder: Path, cells: int = 6, seed: int = CASE_SEED) -> list[Path]:
     """`cells` synthetic test cells as NAME.png, NAME-background.png, NAME-mask.png in `folder`."""
-    from services.site.synthetic import synthetic_case_cells
+    from services.synthetic import synthetic_case_cells
 
     folder.mkdir(parents=True, exist_ok=True)
     paths = []

@@ -28,19 +28,20 @@ from pathmaster.ids import log_tag, shown
 from qos.classes import DEFAULT_CLASSES, ClassTable
 from qos.predict import RecentMedian
 from qos.transport import CopyFilter, MarkedServer, connect_address
+from services.cells import check_cell_size
 from services.config import SiteConfig
 from services.constants import MAX_K
-from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
-from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
-from services.site.cells import check_cell_size
+from services.dispatch import Job, PriorityDispatcher, WorkersDown
 from services.fate import remember_descendants
 from services.metrics import serve_metrics, stop_metrics
-from services.tracing import server_interceptors, start_tracing
-from services.site.dispatch import Job, PriorityDispatcher, WorkersDown
+from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
+from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
+from services.ray_local import ensure_ray
 from services.site.explain import check_weights, pack
 from services.site.metrics import SiteMetrics
 from services.site.supervisor import Supervisor
-from services.site.worker import CellOutcome, SiteWorker, ensure_ray, start_worker, start_workers, stop_workers
+from services.site.worker import CellOutcome, SiteWorker, start_worker, start_workers, stop_workers
+from services.tracing import server_interceptors, start_tracing
 
 log = logging.getLogger("pathmaster.site")
 

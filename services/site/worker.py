@@ -9,13 +9,10 @@ so the same code runs in-process (benchmarks' baseline) and as a Ray actor (`sta
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import json
 import logging
-import os
-import signal
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -31,35 +28,21 @@ from pathmaster.imageio import wire_thumbnail
 from pathmaster.records import InvalidInput
 from pathmaster.site import Match
 from pathmaster.synth import GENERATOR
-from services.site.analysis import PRELOAD, analyse_encoded_cell
-from services.site.cells import check_cell_size, decode_cell
+from services.analysis import PRELOAD, analyse_encoded_cell
+from services.cells import check_cell_size, decode_cell
+from services.constants import WARM_UP_SEED
+from services.ray_local import RAY_OUT_OF_ORDER, RAY_TASK_EVENTS
 from services.site.explain import RERANK_CANDIDATES, Explainer
-from services.site.ray_local import prepare_local_ray
 
 SITE_RESOURCE_PER_WORKER = 0.001  # of a site's Ray placement resource (a node that holds its
                                   # database offers 1), asked by each of its actors and index builds:
                                   # it pins them to that node without limiting how many run there
-RAY_START_ATTEMPTS = 3     # a local Ray that does not register in Ray's fixed 30 s (a very busy
-                           # host) is torn down and started again, this many times in all
-RAY_TASK_EVENTS = False    # Ray records every call to our actors (site workers, analysers, their
-                           # pings) as task events kept in its GCS for its dashboard and state
-                           # API, which we do not use: on, the GCS grew ~30 KB a case (bench_memory)
-RAY_OUT_OF_ORDER = True    # our actors (site workers, analysers) run calls in the order they arrive,
-                           # not Ray's per-caller sequence: a call cancelled while its image
-                           # arguments were still being put in the object store otherwise leaves a
-                           # gap that stalls the actor's next calls 30 s and then fails them
-                           # (ActorUnavailableError "timed out waiting for seq_no"; 6 of 40 in a
-                           # test loop, ray 2.60; cf. ray-project/ray#60850). Order is ours to keep:
-                           # a site's dispatcher sends a worker one job at a time
 WIRE_THUMBNAIL_PX = 48     # a match's inline thumbnail; full images on demand, cached by content hash
 # WebP at quality 80: ~300 B a real cell (Herlev), half the JPEG q80 of before (~640 B) at about
 # its fidelity (PSNR within ~1 dB), so that a site's 30 matches fit in one initial congestion
 # window (benchmarks/bench_wire_reply.py). Every browser the page supports shows WebP.
 WIRE_THUMBNAIL_FORMAT = "WEBP"
 WIRE_THUMBNAIL_QUALITY = 80
-WARM_UP_SEED = 7919             # the synthetic cell a site worker or analyser serves once at start,
-                                # so the first case does not pay (nor teach the predictor) a fresh
-                                # process's lazy imports and first search
 WARM_UP_THUMBNAILS = 1024       # database cells whose wire thumbnails a site worker makes at start
                                 # (~3 ms each): a case's search then costs the same whether or not
                                 # its matches were seen before (the demo's first case: 0.2 s more)
@@ -142,7 +125,7 @@ class SiteWorker:
         The wire parts (thumbnail, image hash) of the first WARM_UP_THUMBNAILS database
         cells are made too: a search's time then does not depend on whether its matches
         were met before (~3 ms a match, 30 in a 6-cell case)."""
-        from services.site.synthetic import synthetic_case_cells
+        from services.synthetic import synthetic_case_cells
 
         cell = synthetic_case_cells(1, WARM_UP_SEED)[0]
         try:
@@ -356,39 +339,6 @@ def prepare_index(db: str | Path, algorithm: str) -> str:
             log.info("%s: building the %s search index", db, algorithm)
             config = build_search_index(site_db, algorithm=algorithm)
     return config["algorithm"]
-
-
-def ensure_ray(address: str = "", num_cpus: int | None = None) -> None:
-    """Connect this process to Ray once: a local instance by default, or `address`
-    ("auto", "HOST:PORT", "ray://HOST:PORT") to join an existing cluster."""
-    if ray.is_initialized():
-        return
-    kwargs = dict(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
-    if address:
-        ray.init(address=address, **kwargs)
-    else:  # a local instance: loopback only, token authentication, ends with this process
-        from services.fate import descendants, remember_descendants, watch_me
-
-        watch_me()  # even when SIGKILLed: its Ray processes are killed by a watchdog (services/fate.py)
-        # Ray starts its workers at nice 15 by default. Our workers serve a user's case
-        # while they wait, so any busy process on the host (a build, a backup) would starve
-        # them to a crawl: they run at the service's own priority instead.
-        prepare_local_ray()
-        for attempt in range(1, RAY_START_ATTEMPTS + 1):
-            before = set(descendants(os.getpid()))
-            try:
-                ray.init(num_cpus=num_cpus, _system_config={"worker_niceness": 0}, **kwargs)
-                break
-            except Exception as exc:  # Ray raises a bare Exception when its node does not register
-                if "timed out during startup" not in str(exc) or attempt == RAY_START_ATTEMPTS:
-                    raise
-                log.warning("local Ray did not start (%s); starting it again (%d of %d)",
-                            exc, attempt + 1, RAY_START_ATTEMPTS)
-                ray.shutdown()
-                for pid in set(descendants(os.getpid())) - before:  # the half-started node's processes
-                    with contextlib.suppress(OSError):
-                        os.kill(pid, signal.SIGKILL)
-        remember_descendants()  # Ray's own processes, the agents included
 
 
 # Ray restarts nothing: a dead worker is replaced by the site's supervisor (supervisor.py),

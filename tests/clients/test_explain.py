@@ -10,13 +10,13 @@ from pathmaster.site import SiteIndex
 from pathmaster.sitedb import SiteDB
 from pathmaster.imageio import decode_image, encode_png
 from pathmaster.sitedb import image_hash
-from services.site.analysis import analyse_encoded_cell
+from services.analysis import analyse_encoded_cell
 from services.site.explain import CONCEPTS, Explainer, pack, survival_share, unpack
 
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
-    from services.site.synthetic import build_synthetic_site
+    from services.synthetic import build_synthetic_site
 
     folder = build_synthetic_site(tmp_path_factory.mktemp("site") / "s", cells=21, seed=7, similarity="features")
     index = SiteIndex.open(folder)

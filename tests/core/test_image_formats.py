@@ -17,9 +17,9 @@ from pathmaster.budget import check_analysis_size
 from pathmaster.imageio import (ACCEPTED_FORMATS, FORMAT_NOT_ACCEPTED, accepted_format, decode_image,
                                 decode_mask, probe_image, read_image)
 from pathmaster.records import InvalidInput
+from services.cells import decode_cell, probe_cell
 from services.client import cells_from_files
 from services.gateway.upload import check_file
-from services.site.cells import decode_cell, probe_cell
 
 # The formats a site used to decode beyond the documented four (an outside fuzzer's list),
 # each with the mode Pillow writes it in.

@@ -1,12 +1,12 @@
 """The coordinator's prediction of its own analysis time (services/coordinator/analysis.py)
-and the cells its dispatcher counts ahead of a new case's (services/site/dispatch.py)."""
+and the cells its dispatcher counts ahead of a new case's (services/dispatch.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from services.coordinator.analysis import Analysers
-from services.site.dispatch import Job, PriorityDispatcher
+from services.dispatch import Job, PriorityDispatcher
 
 URGENT, BULK = 0, 3  # priorities: smaller is more favoured
 

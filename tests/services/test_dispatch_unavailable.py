@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ray
 
-from services.site.dispatch import PriorityDispatcher
+from services.dispatch import PriorityDispatcher
 from services.site.supervisor import Supervisor
 from tests.services.test_coordinator import poll_until
 
