@@ -327,7 +327,7 @@ def main() -> int:
     if args.serve_deployment:
         return serve_deployment(args.cells)
 
-    from services.constants import CASE_DEADLINE_S
+    from services.shared import CASE_DEADLINE_S
     from services.client import CoordinatorClient
     from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
     from services.synthetic import synthetic_case_cells

@@ -38,7 +38,7 @@ from qos.classes import ClassTable, RequestClass, UnknownClass
 from qos import channels as transport_channels
 from qos.transport import STALE_PORT_CODES, ClassChannels, TLSFiles, files_signature
 from services.classinfo import table_from_info
-from services.constants import QUERY_DEADLINE_S
+from services.shared import QUERY_DEADLINE_S
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
 from services.tracing import case_span, end_span, end_span_code

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pathmaster import defaults
 from services.command_line import SignalStop, add_tls_arguments, tls_from_args
-from services.constants import COORDINATOR_PORT, DEMO_CELLS, OTLP_ENDPOINT, QUERY_DEADLINE_S
+from services.shared import COORDINATOR_PORT, DEMO_CELLS, OTLP_ENDPOINT, QUERY_DEADLINE_S
 from services.logs import add_arguments as add_log_arguments
 from services.logs import setup_logging
 

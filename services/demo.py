@@ -20,7 +20,7 @@ from pathlib import Path
 
 from pathmaster.records import CellRecord
 from services.config import CoordinatorConfig, SiteConfig, SiteEndpoint
-from services.constants import COORDINATOR_PORT, DEMO_CELLS
+from services.shared import COORDINATOR_PORT, DEMO_CELLS
 from services.coordinator.analysis import ANALYSIS_READY_S
 from services.coordinator.server import CASE_ID_KEY_FILE, CoordinatorServer
 from services.ray_local import ensure_ray

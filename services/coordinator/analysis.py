@@ -28,7 +28,7 @@ from pathmaster.records import InvalidInput
 from qos.predict import RecentMedian
 from services.analysis import PRELOAD, analyse_encoded_cell
 from services.cells import check_cell_size
-from services.constants import WARM_UP_SEED
+from services.shared import WARM_UP_SEED
 from services.dispatch import PriorityDispatcher
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.ray_local import RAY_OUT_OF_ORDER, RAY_TASK_EVENTS

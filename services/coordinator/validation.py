@@ -16,7 +16,7 @@ import numpy as np
 from pathmaster.records import InvalidInput
 from qos.classes import ClassTable, RequestClass, UnknownClass
 from services.cells import probe_cell
-from services.constants import DEFAULT_CLASS, MAX_K
+from services.shared import DEFAULT_CLASS, MAX_K
 from services.coordinator.bounds import check_bounds
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 

@@ -28,7 +28,7 @@ from qos.experiment.spec import Competing, Experiment, LinkProfile, Strategy
 from qos.testbed import kernel, netns
 from qos.testbed.config import load_config
 from qos.testbed.testbed import Testbed
-from services.constants import SITE_PORT
+from services.shared import SITE_PORT
 from services.experiment.workload import classes_argv
 
 

@@ -39,7 +39,7 @@ from pathmaster.environment import environment_program
 from qos.classes import DEFAULT_CLASSES, ClassTable
 from qos.testbed import netns
 from qos.testbed.node import Node
-from services.constants import SITE_PORT
+from services.shared import SITE_PORT
 from services.ray_local import cluster_environment
 
 CLASS_PORT_BASE = 50061    # a site's fixed per-class reply ports: this one, +1, ... by priority

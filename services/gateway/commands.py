@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from services.command_line import SignalStop, add_tls_arguments, tls_from_args
-from services.constants import BATCH_CASE_CELLS, BATCH_JOBS, CASE_DEADLINE_S, COORDINATOR_PORT, GATEWAY_PORT
+from services.shared import BATCH_CASE_CELLS, BATCH_JOBS, CASE_DEADLINE_S, COORDINATOR_PORT, GATEWAY_PORT
 from services.gateway.accounts import ROLE_REFUSED_CLASSES
 
 DEMO_COORDINATOR = f"127.0.0.1:{COORDINATOR_PORT}"  # where `pathmaster demo` listens

@@ -14,7 +14,7 @@ from pathmaster.vocabulary import BETHESDA_TERMS
 from qos.classes import UnknownClass
 from qos.transport import TLSFiles
 from services.client import AsyncCases, CoordinatorClient, tls_hint, unknown_class_message
-from services.constants import CASE_DEADLINE_S, DEFAULT_CLASS
+from services.shared import CASE_DEADLINE_S, DEFAULT_CLASS
 from services.gateway import events
 from services.gateway.accounts import Accounts, LoginThrottle, Session, may_send
 from services.gateway.audit import AuditLog

@@ -30,14 +30,13 @@ from qos.predict import RecentMedian
 from qos.transport import CopyFilter, MarkedServer, connect_address
 from services.cells import check_cell_size
 from services.config import SiteConfig
-from services.constants import MAX_K
+from services.shared import MAX_K, check_weights, pack
 from services.dispatch import Job, PriorityDispatcher, WorkersDown
 from services.fate import remember_descendants
 from services.metrics import serve_metrics, stop_metrics
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
 from services.ray_local import ensure_ray
-from services.site.explain import check_weights, pack
 from services.site.metrics import SiteMetrics
 from services.site.supervisor import Supervisor
 from services.site.worker import CellOutcome, SiteWorker, start_worker, start_workers, stop_workers

@@ -30,7 +30,7 @@ from pathmaster.site import Match
 from pathmaster.synth import GENERATOR
 from services.analysis import PRELOAD, analyse_encoded_cell
 from services.cells import check_cell_size, decode_cell
-from services.constants import WARM_UP_SEED
+from services.shared import WARM_UP_SEED
 from services.ray_local import RAY_OUT_OF_ORDER, RAY_TASK_EVENTS
 from services.site.explain import RERANK_CANDIDATES, Explainer
 

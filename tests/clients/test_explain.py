@@ -11,7 +11,8 @@ from pathmaster.sitedb import SiteDB
 from pathmaster.imageio import decode_image, encode_png
 from pathmaster.sitedb import image_hash
 from services.analysis import analyse_encoded_cell
-from services.site.explain import CONCEPTS, Explainer, pack, survival_share, unpack
+from services.shared import CONCEPTS, pack, unpack
+from services.site.explain import Explainer, survival_share
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +121,7 @@ def test_measures_travel_packed_and_come_back_as_ratios(site):
 
 
 def test_refining_by_concept_reranks_and_refuses_unknown_concepts(site):
-    from services.site.explain import check_weights
+    from services.shared import check_weights
 
     index, explainer, ids, raw = site
     query = raw[0].copy()

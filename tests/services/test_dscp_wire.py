@@ -22,7 +22,7 @@ from qos.classes import DEFAULT_CLASSES
 from qos.testbed import netns
 from qos.testbed.link import Link
 from qos.testbed.node import Host
-from services.constants import COORDINATOR_PORT, SITE_PORT
+from services.shared import COORDINATOR_PORT, SITE_PORT
 from services.ray_local import RAY_START_ATTEMPTS
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
