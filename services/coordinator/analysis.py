@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from typing import NamedTuple
 
 import ray
 
@@ -36,6 +37,17 @@ from services.ray_local import RAY_OUT_OF_ORDER, RAY_TASK_EVENTS
 ANALYSIS_READY_S = 120.0        # how long the coordinator waits for them before images-only
 
 log = logging.getLogger("pathmaster.coordinator")
+
+
+class AnalyseTimed(NamedTuple):
+    """Analyse one submitted cell and time it on the actor (`CellAnalyser.analyse_timed`)."""
+
+    cell_id: str
+    image: bytes
+    background: bytes            # b"": not sent (estimated)
+    mask: bytes                  # b"": not sent (segmented)
+    deadline: float | None       # time.time() after which the answer is of no use
+    method = "analyse_timed"
 
 
 class CellAnalyser:
@@ -165,8 +177,8 @@ class Analysers:
         deadline = time.time() + timeout_s
         started = time.monotonic()
         rounds = self.rounds(len(cells), self.dispatcher.ahead(priority))
-        jobs = [self.dispatcher.submit(priority, (c.cell_id, c.image, c.background, c.mask, deadline),
-                                       method="analyse_timed") for c in cells]
+        jobs = [self.dispatcher.submit(priority, AnalyseTimed(c.cell_id, c.image, c.background, c.mask, deadline))
+                for c in cells]
         try:
             for job in jobs:
                 if not job.done.wait(max(0.0, started + timeout_s - time.monotonic())):

@@ -18,6 +18,7 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import ray
@@ -80,6 +81,52 @@ class CellOutcome:
     search_s: float = 0.0
     abnormal_score: float | None = None  # the site's per-cell score (SiteIndex.abnormality)
     abnormal: bool = False               # the score reaches the site's operating point
+
+
+# ------------------------------------------------------------------ the work the site server sends
+# Each is one call of a worker's method (services/dispatch.py runs `worker.<method>(*record)`);
+# records and not bare tuples, so that a reader of either end sees the fields.
+
+
+class AnalyseCell(NamedTuple):
+    """Analyse one encoded cell and search its matches (`SiteWorker.analyse`)."""
+
+    cell_id: str
+    image: bytes
+    background: bytes            # b"": not sent (estimated)
+    mask: bytes                  # b"": not sent (segmented)
+    k: int
+    deadline: float | None       # time.time() after which the answer is of no use
+    weights: dict[str, float] | None  # concept weights of a refined search; None: the site's own
+    method = "analyse"
+
+
+class FeatureCell(NamedTuple):
+    """One cell analysed elsewhere, as a features request carries it."""
+
+    cell_id: str
+    values: list[float]          # its raw feature vector (or the request's columns of it)
+    background_estimated: bool
+    mask_estimated: bool
+    embedding: list[float] | None = None  # its eye vector, for a site that looks through one
+    image_hash: str = ""         # sitedb.image_hash of its pixels; "": not sent
+
+
+class SearchFeatures(NamedTuple):
+    """Search the matches of cells analysed elsewhere, in one call (`SiteWorker.search_many`)."""
+
+    cells: list[FeatureCell]
+    k: int
+    columns: list[int] | None    # the feature columns the values are; None: full vectors
+    weights: dict[str, float] | None
+    method = "search_many"
+
+
+class FetchImage(NamedTuple):
+    """Read one database cell's image (`SiteWorker.image`)."""
+
+    cell_id: str
+    method = "image"
 
 
 def ray_task_cancelled() -> bool:
@@ -267,13 +314,14 @@ class SiteWorker:
         except InvalidInput as exc:
             return CellOutcome(cell_id, error=f"cell {cell_id!r}: {exc}")
 
-    def search_many(self, cells: list[tuple], k: int, columns: list[int] | None = None,
+    def search_many(self, cells: list[FeatureCell], k: int, columns: list[int] | None = None,
                     weights: dict[str, float] | None = None) -> list[CellOutcome]:
-        """`search` for each of `cells` (tuples (cell_id, values, background_estimated,
-        mask_estimated[, embedding[, image_hash]])) with `k`, `columns` and `weights`, in one
-        call: a features-mode request is one Ray task, not one per cell."""
-        return [self.search(cell[0], cell[1], k, cell[2], cell[3], columns, *cell[4:5], weights=weights,
-                            image_hash=cell[5] if len(cell) > 5 else "")
+        """`search` for each of `cells` (FeatureCells, or tuples of their fields in order)
+        with `k`, `columns` and `weights`, in one call: a features-mode request is one Ray
+        task, not one per cell."""
+        cells = [FeatureCell(*cell) for cell in cells]
+        return [self.search(cell.cell_id, cell.values, k, cell.background_estimated, cell.mask_estimated, columns,
+                            cell.embedding, weights=weights, image_hash=cell.image_hash)
                 for cell in cells]
 
     def analyse(self, cell_id: str, image: bytes, background: bytes, mask: bytes, k: int,
