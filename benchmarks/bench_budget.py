@@ -18,7 +18,7 @@ The machine is shared: compare figures of one run only.
     python benchmarks/bench_budget.py --replacement [--processes 3] [--rounds 5] [--replacement-before REV]
 
 The worker that replaces a killed one, without Ray: an `AnalysisPool` (default budget, the
-PRELOAD of services.site.analysis) with the code of git revision REV ("before"; default the
+PRELOAD of services.analysis) with the code of git revision REV ("before"; default the
 commit before the warm fork server) and of this tree ("after"), in alternating fresh
 processes (a process has one fork server). Each round: an urgent ~200 px cell (image only,
 as users send it) on a worker that has served cells; a hostile 1024^2 checkerboard stopped
@@ -80,7 +80,7 @@ def phase(args) -> dict:
     from services.coordinator.server import CoordinatorServer
     from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
     from services.site.server import SiteServer
-    from services.site.synthetic import build_synthetic_site, synthetic_case_cells
+    from services.synthetic import build_synthetic_site, synthetic_case_cells
 
     ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False,
              _node_ip_address="127.0.0.1")
@@ -159,7 +159,7 @@ def timed_analysis(image: bytes) -> dict:
     import resource
     import sys
 
-    from services.site.analysis import analyse_encoded
+    from services.analysis import analyse_encoded
 
     def cpu_s():
         usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -176,8 +176,8 @@ def replacement_phase(args) -> dict:
     import multiprocessing.forkserver
 
     from pathmaster.analysis.budget import AnalysisPool, CellBudget, CellStopped
-    from services.site.analysis import PRELOAD  # of the tree on PYTHONPATH
-    from services.site.synthetic import synthetic_case_cells
+    from services.analysis import PRELOAD  # of the tree on PYTHONPATH
+    from services.synthetic import synthetic_case_cells
 
     urgent = synthetic_case_cells(1, seed=2026)[0]["image"]
     hostile = checkerboard_png(1024)

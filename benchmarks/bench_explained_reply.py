@@ -41,7 +41,7 @@ def main(argv=None) -> None:
     from qos.network import TCP_INITIAL_WINDOW_BYTES
     from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
     from services.site.server import cell_result
-    from services.site.synthetic import build_synthetic_site, cache_root, is_current, synthetic_case_cells
+    from services.synthetic import build_synthetic_site, cache_root, is_current, synthetic_case_cells
     from services.site.worker import SiteWorker
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -103,8 +103,8 @@ def serve_deployment(cells: int) -> int:
     import ray
 
     from services.demo import DemoSite, LoopbackDeployment, demo_databases
-    from services.site.synthetic import cache_root
-    from services.site.worker import ensure_ray
+    from services.synthetic import cache_root
+    from services.ray_local import ensure_ray
 
     for attempt in range(1, RAY_TRIES + 1):  # a busy host can make Ray's own attempts time out
         try:
@@ -327,10 +327,10 @@ def main() -> int:
     if args.serve_deployment:
         return serve_deployment(args.cells)
 
-    from services.gateway.commands import CASE_DEADLINE_S
+    from services.shared import CASE_DEADLINE_S
     from services.client import CoordinatorClient
     from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
-    from services.site.synthetic import synthetic_case_cells
+    from services.synthetic import synthetic_case_cells
 
     load_start = os.getloadavg()
     processes: list[subprocess.Popen] = []

@@ -391,8 +391,8 @@ def main() -> int:
     from services.client import CoordinatorClient
     from services.demo import CASE_SEED, DEMO_SITES, LoopbackDeployment, demo_databases
     from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
-    from services.site.synthetic import synthetic_case_cells
-    from services.site.worker import ensure_ray
+    from services.synthetic import synthetic_case_cells
+    from services.ray_local import ensure_ray
 
     logging.basicConfig(level=logging.WARNING)
     timeline = Timeline()

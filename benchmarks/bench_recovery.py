@@ -27,9 +27,9 @@ import ray  # noqa: E402
 from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
 
 from services.config import SiteConfig  # noqa: E402
+from services.ray_local import ensure_ray  # noqa: E402
 from services.site.server import SITE_SERVICE, SiteServer  # noqa: E402
-from services.site.synthetic import build_synthetic_site  # noqa: E402
-from services.site.worker import ensure_ray  # noqa: E402
+from services.synthetic import build_synthetic_site  # noqa: E402
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 

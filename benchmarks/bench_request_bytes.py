@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     from services.coordinator.fanout import features_request
     from services.demo import DEMO_SITES
     from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
-    from services.site.synthetic import cache_root, synthetic_case_cells
+    from services.synthetic import cache_root, synthetic_case_cells
 
     test_cells = synthetic_case_cells(args.cells, seed=2026)
     cells = [pb.CellImage(cell_id=c["cell_id"], image=c["image"], background=c["background"], mask=c["mask"])

@@ -107,8 +107,8 @@ def main() -> int:
     import logging
 
     from services.demo import CASE_SEED, DEMO_SITES, LoopbackDeployment, demo_databases
-    from services.site.synthetic import cache_root, synthetic_case_cells
-    from services.site.worker import ensure_ray
+    from services.synthetic import cache_root, synthetic_case_cells
+    from services.ray_local import ensure_ray
 
     logging.basicConfig(level=logging.ERROR)
     print(f"bench_urgent: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start")

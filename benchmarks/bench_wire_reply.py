@@ -51,7 +51,7 @@ def demo_sources() -> dict[str, list[tuple[str, str, str, str, bytes]]]:
     """{source: [(cell_id, diagnosis, bethesda, source_id, thumbnail PNG)]} of each cached demo site."""
     from pathmaster.site.search import SiteIndex
     from services.demo import DEMO_SITES
-    from services.site.synthetic import cache_root
+    from services.synthetic import cache_root
 
     out = {}
     for site in DEMO_SITES:

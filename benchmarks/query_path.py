@@ -3,7 +3,7 @@ decodes and checks the cell's images.
 
     python benchmarks/query_path.py [--cells 40] [--no-mask]
 
-Builds a small synthetic site (services/site/synthetic.py), starts one site and a
+Builds a small synthetic site (services/synthetic.py), starts one site and a
 coordinator on loopback in this process (services.demo.LoopbackDeployment) over a local
 Ray, and sends one 1-cell case through the client library: client -> coordinator -> site -> Ray worker -> core and
 back. The site's worker is the real `SiteWorker` run in this process behind an actor
@@ -142,7 +142,7 @@ def main() -> None:
 
     import ray
 
-    from services.site.synthetic import build_synthetic_site, synthetic_case_cells
+    from services.synthetic import build_synthetic_site, synthetic_case_cells
 
     work = Path(tempfile.mkdtemp(prefix="query-path-"))
     db = build_synthetic_site(work / "site", args.cells, seed=1)

@@ -38,10 +38,10 @@ from qos.classes import ClassTable, RequestClass, UnknownClass
 from qos import channels as transport_channels
 from qos.transport import STALE_PORT_CODES, ClassChannels, TLSFiles, files_signature
 from services.classinfo import table_from_info
-from services.commands import QUERY_DEADLINE_S
-from services.tracing import case_span, end_span, end_span_code
+from services.shared import QUERY_DEADLINE_S
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
+from services.tracing import case_span, end_span, end_span_code
 
 log = logging.getLogger("pathmaster.client")
 
@@ -339,7 +339,7 @@ def analyse_locally(cells: list[pb.CellImage], *, eye=None, identity: str = ""
     from pathmaster.features.schema import feature_schema
     from pathmaster.analysis.cell import analyse_cell
     from pathmaster.site.database import image_hash
-    from services.site.cells import decode_cell
+    from services.cells import decode_cell
 
     ids, vectors = [], []
     for cell in cells:

@@ -28,7 +28,7 @@ from qos.channels import RENEW_CONNECTIONS
 from qos.classes import DEFAULT_CLASSES, ClassTable
 from qos.policy import COPY_GAP_S, MAX_REQUEST_COPIES, SMALL_REQUEST_BYTES, SMALL_REQUEST_COPIES
 from qos.transport import TLSFiles, split_address
-from services.commands import OTLP_ENDPOINT, QUERY_DEADLINE_S
+from services.shared import OTLP_ENDPOINT, QUERY_DEADLINE_S
 
 STATS_WINDOW_CASES = 1000  # completion times the coordinator keeps per class for its statistics
 WORKER_RESTART_MIN_S = 0.5       # a dead worker's replacement starts after this, doubling on

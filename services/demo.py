@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pathmaster.records import CellRecord
-from services.commands import COORDINATOR_PORT, DEMO_CELLS
 from services.config import CoordinatorConfig, SiteConfig, SiteEndpoint
+from services.shared import COORDINATOR_PORT, DEMO_CELLS
 from services.coordinator.analysis import ANALYSIS_READY_S
 from services.coordinator.server import CASE_ID_KEY_FILE, CoordinatorServer
+from services.ray_local import ensure_ray
 from services.site.server import SiteServer
-from services.site.synthetic import READY, build_synthetic_site, cache_root, is_current, ready_stamp
-from services.site.worker import ensure_ray
+from services.synthetic import READY, build_synthetic_site, cache_root, is_current, ready_stamp
 
 log = logging.getLogger("pathmaster.demo")
 

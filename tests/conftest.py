@@ -161,7 +161,7 @@ RAY_CPUS = 2
 def start_ray() -> None:
     """This process's local Ray for the Ray folders, the service's own way (ensure_ray:
     loopback, workers at the service's priority); nothing when it is up."""
-    from services.site.worker import ensure_ray
+    from services.ray_local import ensure_ray
 
     ensure_ray(num_cpus=RAY_CPUS)
 

@@ -1,10 +1,14 @@
-"""No module of the core imports, however indirectly, a module that imports it back.
+"""No module of a package imports, however indirectly, a module that imports it back.
 
 Imports inside functions count: they hide a circle from Python's start-up, not from a
 reader. The graph is read from the source (``ast``), module by module; a package's
 ``__init__`` re-exporting its private files is its own business and not an edge to itself.
-The services package still holds circles (its constants), so the check names the packages
-it holds today.
+Every package is checked.
+
+In services, the servers are rooms of their own: a site, the coordinator and the gateway
+never import one another (what two of them need is in a module of services/ itself, such as
+services/shared.py), and no module imports a command module (the `pathmaster` plug-in list
+names them as strings).
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-CHECKED = ("pathmaster", "qos")
+CHECKED = ("pathmaster", "qos", "services")
+SERVERS = ("services.site", "services.coordinator", "services.gateway")
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -94,6 +99,23 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 @pytest.mark.parametrize("package", CHECKED)
 def test_no_import_circle_inside_the_package(package):
     assert circles(import_graph(REPO / package)) == []
+
+
+def test_no_server_imports_another():
+    graph = import_graph(REPO / "services")
+    room = {name: next((s for s in SERVERS if name == s or name.startswith(s + ".")), None) for name in graph}
+    crossing = sorted(f"{a} imports {b}" for a, targets in graph.items() for b in targets
+                      if room[a] and room[b] and room[a] != room[b])
+    assert crossing == []
+
+
+def test_nothing_imports_a_command_module():
+    from pathmaster.cli import COMMAND_MODULES
+
+    commands = {name for name in COMMAND_MODULES if name.startswith("services.")}
+    graph = import_graph(REPO / "services")
+    assert commands <= set(graph)
+    assert sorted(f"{a} imports {b}" for a, targets in graph.items() for b in targets & commands) == []
 
 
 def test_the_check_finds_a_circle_hidden_in_a_function(tmp_path):

@@ -117,5 +117,5 @@ def cell_patch(image: np.ndarray, background: np.ndarray, size: int = PATCH_PX) 
     top, left = (side - h) // 2, (side - w) // 2
     square[top:top + h, left:left + w] = image
     # Area averaging: every pixel of the upload counts, as PIL's antialiased reduction; in
-    # NumPy out of NumPy, so an upload's pixels are decoded once (services/site/cells.py).
+    # NumPy out of NumPy, so an upload's pixels are decoded once (services/cells.py).
     return cv2.resize(square, (size, size), interpolation=cv2.INTER_AREA if side >= size else cv2.INTER_LINEAR)

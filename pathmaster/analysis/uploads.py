@@ -1,7 +1,7 @@
 """Is a decoded image one cell? The check every path runs before an image becomes a cell.
 
 The page (staging and sending), `pathmaster batch`, `pathmaster query` (at the coordinator's
-analysis and at each site, where the cell is decoded: `services.site.cells.decode_cell`) and
+analysis and at each site, where the cell is decoded: `services.cells.decode_cell`) and
 `pathmaster search` call `check_cell_image` on the decoded RGB array, after the decoders
 (`pathmaster.image.io`) have said it is an image at all. A wrong file refused here is refused
 with the same code and words on every path; taken as a cell, it would be matched and

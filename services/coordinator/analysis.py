@@ -20,21 +20,34 @@ from __future__ import annotations
 import logging
 import math
 import time
+from typing import NamedTuple
 
 import ray
 
 from pathmaster.analysis.budget import AnalysisPool, CellBudget, CellStopped
 from pathmaster.records import InvalidInput
 from qos.predict import RecentMedian
+from services.analysis import PRELOAD, analyse_encoded_cell
+from services.cells import check_cell_size
+from services.shared import WARM_UP_SEED
+from services.dispatch import PriorityDispatcher
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
-from services.site.analysis import PRELOAD, analyse_encoded_cell
-from services.site.cells import check_cell_size
-from services.site.dispatch import PriorityDispatcher
-from services.site.worker import RAY_OUT_OF_ORDER, RAY_TASK_EVENTS, WARM_UP_SEED
+from services.ray_local import RAY_OUT_OF_ORDER, RAY_TASK_EVENTS
 
 ANALYSIS_READY_S = 120.0        # how long the coordinator waits for them before images-only
 
 log = logging.getLogger("pathmaster.coordinator")
+
+
+class AnalyseTimed(NamedTuple):
+    """Analyse one submitted cell and time it on the actor (`CellAnalyser.analyse_timed`)."""
+
+    cell_id: str
+    image: bytes
+    background: bytes            # b"": not sent (estimated)
+    mask: bytes                  # b"": not sent (segmented)
+    deadline: float | None       # time.time() after which the answer is of no use
+    method = "analyse_timed"
 
 
 class CellAnalyser:
@@ -58,7 +71,7 @@ class CellAnalyser:
         costs are paid here, not by the first case (whose time the predictor learns
         from). Returns its seconds (also `warm_up_s`), None when the cell was not
         analysed (logged: a warm-up never stops the coordinator)."""
-        from services.site.synthetic import synthetic_case_cells
+        from services.synthetic import synthetic_case_cells
 
         cell = synthetic_case_cells(1, WARM_UP_SEED)[0]
         t0 = time.perf_counter()
@@ -104,7 +117,7 @@ class CellAnalyser:
         return result, time.perf_counter() - t0
 
 
-# its calls leave no task events in Ray's GCS (services.site.worker.RAY_TASK_EVENTS)
+# its calls leave no task events in Ray's GCS (services.ray_local.RAY_TASK_EVENTS)
 _RemoteAnalyser = ray.remote(max_restarts=-1, max_task_retries=0, enable_task_events=RAY_TASK_EVENTS,
                              allow_out_of_order_execution=RAY_OUT_OF_ORDER)(CellAnalyser)
 
@@ -164,8 +177,8 @@ class Analysers:
         deadline = time.time() + timeout_s
         started = time.monotonic()
         rounds = self.rounds(len(cells), self.dispatcher.ahead(priority))
-        jobs = [self.dispatcher.submit(priority, (c.cell_id, c.image, c.background, c.mask, deadline),
-                                       method="analyse_timed") for c in cells]
+        jobs = [self.dispatcher.submit(priority, AnalyseTimed(c.cell_id, c.image, c.background, c.mask, deadline))
+                for c in cells]
         try:
             for job in jobs:
                 if not job.done.wait(max(0.0, started + timeout_s - time.monotonic())):

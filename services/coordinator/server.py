@@ -224,7 +224,7 @@ def case_log(cfg: CoordinatorConfig) -> CaseLog:
             log.warning("case log %s: case ids kept as the clients sent them (keep_case_ids)", cfg.case_log)
         return CaseLog(cfg.case_log)
     from pathmaster.ids import private_secret
-    from services.site.synthetic import cache_root
+    from services.synthetic import cache_root
 
     key_file = cfg.case_id_key or cache_root() / CASE_ID_KEY_FILE
     log.info("case log %s: case ids as their HMAC-SHA256 under the secret in %s", cfg.case_log, key_file)
@@ -288,7 +288,7 @@ class CoordinatorServer:
         """Start the Ray actors that analyse each case once; until they are ready (or if
         they cannot start) every site gets the images."""
         from services.coordinator.analysis import Analysers
-        from services.site.worker import ensure_ray
+        from services.ray_local import ensure_ray
 
         try:
             ensure_ray(self.config.ray_address)

@@ -15,13 +15,10 @@ import numpy as np
 
 from pathmaster.records import InvalidInput
 from qos.classes import ClassTable, RequestClass, UnknownClass
+from services.cells import probe_cell
+from services.shared import DEFAULT_CLASS, MAX_K
 from services.coordinator.bounds import check_bounds
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
-from services.site.cells import probe_cell
-
-MAX_K = 100           # more matches per cell than this is refused
-
-DEFAULT_CLASS = "routine"
 
 
 class CaseRejected(Exception):
@@ -47,7 +44,7 @@ def check_case_request(request: pb.CaseRequest, classes: ClassTable, max_cells: 
 
     Raises CaseRejected with INVALID_ARGUMENT, FAILED_PRECONDITION or RESOURCE_EXHAUSTED.
     Checks every cell's parts from their headers and decodes only its mask
-    (services/site/cells.py `probe_cell`), so a part that is not an image, too large, cut
+    (services/cells.py `probe_cell`), so a part that is not an image, too large, cut
     short or of the wrong size is reported here, naming its cell; damage inside compressed
     pixels is reported by the sites, per cell. A case sent as features (`request.features`)
     must be in `feature_schema`, the coordinator's own, with one finite vector per cell id.

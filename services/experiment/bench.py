@@ -29,10 +29,8 @@ from qos.experiment.spec import Competing, Experiment, LinkProfile, Strategy
 from qos.testbed import kernel
 from qos.testbed.config import load_config
 from qos.testbed.testbed import Testbed
-from services.experiment.deployment import SITE_PORT
+from services.shared import SITE_PORT
 from services.experiment.workload import classes_argv
-
-SITE_PORT = SITE_PORT
 
 
 def discipline_table(strategy: Strategy, link: LinkProfile) -> tuple[dict, str]:

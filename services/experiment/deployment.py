@@ -15,7 +15,7 @@ bottleneck queues exactly as the product sends them, each class on its DSCP: req
 the coordinator's per-class channels, replies by the sites' per-class ports (and
 client<->coordinator likewise, by the coordinator's class ports).
 
-Site databases are synthetic (`services.site.synthetic`), built once and cached.
+Site databases are synthetic (`services.synthetic`), built once and cached.
 
 The run's request classes (`deploy(classes=...)`: the experiment file's table) go into every
 site's and the coordinator's configuration as `[classes]`; `pathmaster query` learns them
@@ -39,13 +39,15 @@ from pathmaster.environment import environment_program
 from qos import netns
 from qos.classes import DEFAULT_CLASSES, ClassTable
 from qos.testbed.node import Node
-from services.site.ray_local import cluster_environment
+from services.shared import SITE_PORT
+from services.ray_local import cluster_environment
 
-SITE_PORT = 50051          # a site's control port on its own host (testbed deployments)
 CLASS_PORT_BASE = 50061    # a site's fixed per-class reply ports: this one, +1, ... by priority
 DEPLOY_TIMEOUT_S = 300.0   # deploying PathMaster in the testbed (Ray, sites, coordinator) must end by then
 
-COORDINATOR_PORT = 50050
+# The master (A1) serves subnet A's site on SITE_PORT too, so the coordinator there cannot
+# have the product's COORDINATOR_PORT (the same number, 50051) and listens one below.
+MASTER_COORDINATOR_PORT = 50050
 RAY_PORT = 6379
 # The sites' Ray clusters are reachable only inside the testbed's namespaces; Ray's token
 # authentication would need the token copied to every node for nothing.
@@ -71,7 +73,7 @@ class Deployment:
 
     @property
     def coordinator_address(self) -> str:
-        return f"{self.testbed.master.ip}:{COORDINATOR_PORT}"
+        return f"{self.testbed.master.ip}:{MASTER_COORDINATOR_PORT}"
 
     def stop(self, timeout: float = 20.0) -> None:
         """Stop the coordinator and the sites together (each site takes its Ray down with it)."""
@@ -210,7 +212,7 @@ def ray_driver_environment() -> dict:
 
 def _write_coordinator_config(path: Path, ip: str, sites: dict[str, str], classes: ClassTable) -> None:
     entries = "".join(f'\n[[sites]]\nname = "{n}"\naddress = "{a}"\n' for n, a in sites.items())
-    path.write_text(f'[coordinator]\nlisten = "{ip}:{COORDINATOR_PORT}"\n'
+    path.write_text(f'[coordinator]\nlisten = "{ip}:{MASTER_COORDINATOR_PORT}"\n'
                     f'case_log = "{path.parent / "cases.jsonl"}"\n{entries}{_classes_toml(classes)}')
 
 
@@ -241,7 +243,7 @@ def deploy(testbed, workdir: str | Path, cells_per_site: int = 40, workers_on_x2
     `cells_per_site` sizes each site's synthetic database (seed = subnet number; cached).
     Raises DeploymentError (with the failing process's log) and stops what it started.
     """
-    from services.site.synthetic import build_synthetic_site, cache_root
+    from services.synthetic import build_synthetic_site, cache_root
 
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -273,7 +275,7 @@ def deploy(testbed, workdir: str | Path, cells_per_site: int = 40, workers_on_x2
         _write_coordinator_config(config, testbed.master.ip, endpoints, classes)
         log = workdir / "coordinator.log"
         deployment.coordinator = _start(testbed.master, ["serve", "coordinator", "--config", str(config)], log)
-        _wait_serving(testbed.master, deployment.coordinator, COORDINATOR_PORT, log, deadline)
+        _wait_serving(testbed.master, deployment.coordinator, MASTER_COORDINATOR_PORT, log, deadline)
     except BaseException:
         deployment.stop()
         raise
@@ -295,7 +297,7 @@ class CaseResult:
 
 def write_case_files(folder: Path, cells: int = 6, seed: int = CASE_SEED) -> list[Path]:
     """`cells` synthetic test cells as NAME.png, NAME-background.png, NAME-mask.png in `folder`."""
-    from services.site.synthetic import synthetic_case_cells
+    from services.synthetic import synthetic_case_cells
 
     folder.mkdir(parents=True, exist_ok=True)
     paths = []

@@ -68,7 +68,7 @@ from qos.transport import ClassChannels, CopyFilter, MarkedServer
 from services import reasons
 from services.coordinator.directory import SiteDirectory
 from services.coordinator.pipeline import Case, CasePipeline, Settings
-from services.coordinator.validation import MAX_K
+from services.shared import MAX_K
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
 

@@ -44,7 +44,7 @@ from pathmaster.records import ALL_DIAGNOSES, InvalidInput, diagnosis_from_name
 from qos.transport import TLSFiles
 from services.client import CoordinatorClient
 from services.conclusion_words import headline, spread_text
-from services.gateway.commands import BATCH_CASE_CELLS, BATCH_JOBS, CASE_DEADLINE_S
+from services.shared import BATCH_CASE_CELLS, BATCH_JOBS, CASE_DEADLINE_S
 from services.gateway.events import status_name
 from services.gateway.pairing import IMAGE_EXTENSIONS, CellFiles, mask_labels, pair_files
 from services.gateway.upload import MAX_FILE_BYTES, cell_problem

@@ -6,13 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from services.commands import COORDINATOR_PORT, SignalStop, add_tls_arguments, tls_from_args
+from services.command_line import SignalStop, add_tls_arguments, tls_from_args
+from services.shared import BATCH_CASE_CELLS, BATCH_JOBS, CASE_DEADLINE_S, COORDINATOR_PORT, GATEWAY_PORT
 from services.gateway.accounts import ROLE_REFUSED_CLASSES
-
-GATEWAY_PORT = 8080        # the web page (`pathmaster gateway`)
-CASE_DEADLINE_S = 300.0    # a case whose sites have not all answered by then is cut off
-BATCH_JOBS = 2             # cases `pathmaster batch` keeps in flight at once
-BATCH_CASE_CELLS = 6       # cells per case `pathmaster batch` sends (a study case is 6 cells)
 
 DEMO_COORDINATOR = f"127.0.0.1:{COORDINATOR_PORT}"  # where `pathmaster demo` listens
 DEFAULT_STATE_DIR = Path.home() / ".local" / "state" / "pathmaster" / "gateway"

@@ -11,7 +11,7 @@ import base64
 import grpc
 
 from services import conclusion_words, reasons
-from services.site.explain import unpack
+from services.shared import unpack
 
 _STATUS_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
 

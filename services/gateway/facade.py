@@ -14,11 +14,10 @@ from pathmaster.vocabulary import BETHESDA_TERMS
 from qos.classes import UnknownClass
 from qos.transport import TLSFiles
 from services.client import AsyncCases, CoordinatorClient, tls_hint, unknown_class_message
-from services.coordinator.validation import DEFAULT_CLASS  # what the coordinator takes for no class
+from services.shared import CASE_DEADLINE_S, DEFAULT_CLASS
 from services.gateway import events
 from services.gateway.accounts import Accounts, LoginThrottle, Session, may_send
 from services.gateway.audit import AuditLog
-from services.gateway.commands import CASE_DEADLINE_S
 from services.gateway.errors import HttpError, grpc_http_error
 from services.gateway.metrics import UNKNOWN_CLASS, GatewayMetrics
 from services.gateway.staging import StagedFiles, StagingLimits

@@ -18,7 +18,7 @@ from services.gateway.accounts import MAX_PASSWORD_CHARS
 from services.gateway.errors import HttpError
 from services.gateway.limits import check_json_depth
 from services.gateway.upload import MAX_CASE_FILES, MAX_FILE_BYTES
-from services.site.explain import CONCEPTS, MAX_WEIGHT, check_weights
+from services.shared import CONCEPTS, MAX_WEIGHT, check_weights
 
 MAX_JSON_BYTES = 256 * 1024        # one JSON request body at the gateway (e.g. a case's file names)
 STAGED_UPLOAD_OVERHEAD_BYTES = 16 * 1024  # a one-file upload's multipart boundaries and headers

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from services.coordinator.validation import DEFAULT_CLASS  # what the coordinator takes for no class
+from services.shared import DEFAULT_CLASS  # what the coordinator takes for no class
 from services.gateway.accounts import Session, may_send
 from services.gateway.errors import HttpError
 from services.gateway.facade import Gateway, class_label

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 
 from pathmaster.records import InvalidInput
-from services.coordinator.validation import DEFAULT_CLASS  # what the coordinator takes for no class
+from services.shared import DEFAULT_CLASS  # what the coordinator takes for no class
 from services.gateway.accounts import Session, may_send
 from services.gateway.errors import HttpError
 from services.gateway.facade import Gateway

@@ -70,7 +70,7 @@ from starlette.requests import ClientDisconnect
 from qos.transport import TLSFiles
 from services.gateway.accounts import Accounts, Session
 from services.gateway.audit import AuditLog
-from services.gateway.commands import CASE_DEADLINE_S
+from services.shared import CASE_DEADLINE_S
 from services.gateway.errors import HttpError, error_response
 from services.gateway.facade import Gateway
 from services.gateway.limits import (GATEWAY_BODY_TIMEOUT_S, GATEWAY_HEAD_TIMEOUT_S, MAX_REQUEST_BYTES, BodyLimits,

@@ -21,31 +21,16 @@ with the project's FAISS search.
 
 from __future__ import annotations
 
-import math
 from functools import lru_cache
 
 import numpy as np
 
-# concept -> (the feature shown for it, prefixes of the features it is made of)
-CONCEPTS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "nucleus_size": ("nucleus_area", ("nucleus_area", "nucleus_perimeter", "nucleus_major_axis",
-                                      "nucleus_minor_axis", "nucleus_feret_")),
-    "nc_ratio": ("nc_ratio", ("nc_ratio",)),
-    "chromatin": ("nucleus_od_mean", ("nucleus_od_", "nucleus_brightness_", "nucleus_haralick_",
-                                      "nucleus_lbp_")),
-    "nucleus_shape": ("nucleus_form_factor", ("nucleus_form_factor", "nucleus_eccentricity", "nucleus_solidity",
-                                              "nucleus_radial_cv", "nucleus_fourier_")),
-    "cytoplasm": ("cell_area", ("cell_", "cytoplasm_")),
-}
-MAX_WEIGHT = 10.0  # a concept's weight when refining by concept: 0 (ignore it) to 10
+from services.shared import CONCEPTS
+
 RERANK_CANDIDATES = 50  # the site's nearest cells a refined search re-ranks
 SAMPLE_CELLS = 2000  # database cells whose nearest-neighbour distances calibrate `similarities`
 SAMPLE_SEED = 0
 REFINED_MEASURES = 32  # refined measures (concept weights) whose calibration a worker keeps
-# A shown value's ratio (match over test cell) outside 1/RELIABLE_RATIO..RELIABLE_RATIO says
-# one of the two cells was segmented wrongly, not that they differ so: it is not shown.
-RELIABLE_RATIO = 8.0
-NO_RATIO = 10_000  # a packed log2 ratio (Match.measure_log2_ratio): the ratio is not reliable
 
 
 def concept_columns(feature_names: list[str]) -> dict[str, np.ndarray]:
@@ -55,51 +40,10 @@ def concept_columns(feature_names: list[str]) -> dict[str, np.ndarray]:
             for concept, (_, prefixes) in CONCEPTS.items()}
 
 
-def check_weights(weights) -> dict[str, float]:
-    """`weights` ({concept: weight}) as a dict; ValueError naming a concept not in
-    `CONCEPTS` or a weight outside 0..MAX_WEIGHT."""
-    out = {}
-    for concept, weight in dict(weights).items():
-        if concept not in CONCEPTS:
-            raise ValueError(f"no concept {concept[:40]!r}; the concepts are {', '.join(CONCEPTS)}")
-        if not 0.0 <= float(weight) <= MAX_WEIGHT:
-            raise ValueError(f"the weight of {concept} must be 0 to {MAX_WEIGHT:g}, not {weight}")
-        out[concept] = float(weight)
-    return out
-
-
-UNMEASURED = 255  # a packed share: the site was not sent the concept's shown feature
-
-
-def pack(measures: list[dict]) -> tuple[list[int], list[int]]:
-    """`Explainer.measures` as the wire's packed fields (Match.measure_log2_ratio,
-    Match.measure_share), one value per concept in `CONCEPTS` order."""
-    by_concept = {m["concept"]: m for m in measures}
-    ratios, shares = [], []
-    for concept in CONCEPTS:
-        m = by_concept.get(concept)
-        if m is None or not (m["query"] > 0 and m["match"] > 0):
-            ratios.append(0)
-            shares.append(UNMEASURED)
-            continue
-        ratios.append(round(100 * math.log2(m["match"] / m["query"])) if reliable(m["query"], m["match"])
-                      else NO_RATIO)
-        shares.append(min(100, round(100 * m["share"])))
-    return ratios, shares
-
-
-def reliable(query: float, match: float) -> bool:
-    """Whether a shown feature's two raw values can be compared as a ratio: both positive
-    and finite, and within RELIABLE_RATIO of each other."""
-    if not (math.isfinite(query) and math.isfinite(match) and query > 0 and match > 0):
-        return False
-    return 1 / RELIABLE_RATIO <= match / query <= RELIABLE_RATIO
-
-
 def nearest_distances(vectors: np.ndarray) -> np.ndarray:
     """Sorted float64 (n,): each row's Euclidean distance to its nearest other row of
     `vectors` (float32 (n, d)); an exact duplicate's is 0. Empty for fewer than 2 rows."""
-    from pathmaster.site import faiss_index  # FAISS: the site's; the page's gateway needs only `unpack`
+    from pathmaster.site import faiss_index  # FAISS: the site's own
 
     if len(vectors) < 2:
         return np.zeros(0)
@@ -119,14 +63,6 @@ def survival_share(nearest: np.ndarray, distances) -> np.ndarray:
     return larger / (len(nearest) + 1)
 
 
-def unpack(ratios, shares) -> list[dict]:
-    """The packed fields as [{"concept", "ratio" (match over test cell; None where it is not
-    reliable), "share" (0..1)}], largest share first, concepts the site did not measure left out."""
-    out = [{"concept": concept, "ratio": None if r == NO_RATIO else round(2 ** (r / 100), 3), "share": s / 100}
-           for concept, r, s in zip(CONCEPTS, ratios, shares) if s != UNMEASURED]
-    return sorted(out, key=lambda m: -m["share"])
-
-
 class Explainer:
     """Explanations and comparable similarities for one site's matches.
 
@@ -137,7 +73,7 @@ class Explainer:
     """
 
     def __init__(self, index):
-        from pathmaster.site.database import SiteDB  # the site's; the page's gateway needs only `unpack`
+        from pathmaster.site.database import SiteDB  # the site's own
 
         self._db = SiteDB(index.site_dir)  # a match's raw features are read when it is explained
         names = list(index.feature_names)

@@ -28,25 +28,26 @@ from pathmaster.ids import log_tag, shown
 from qos.classes import DEFAULT_CLASSES, ClassTable
 from qos.predict import RecentMedian
 from qos.transport import CopyFilter, MarkedServer, connect_address
+from services.cells import check_cell_size
 from services.config import SiteConfig
-from services.coordinator.validation import MAX_K
-from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
-from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
-from services.site.cells import check_cell_size
+from services.shared import MAX_K, check_weights, pack
+from services.dispatch import Job, PriorityDispatcher, WorkersDown
 from services.fate import remember_descendants
 from services.metrics import serve_metrics, stop_metrics
-from services.tracing import server_interceptors, start_tracing
-from services.site.dispatch import Job, PriorityDispatcher, WorkersDown
-from services.site.explain import check_weights, pack
+from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
+from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
+from services.ray_local import ensure_ray
 from services.site.metrics import SiteMetrics
 from services.site.supervisor import Supervisor
-from services.site.worker import CellOutcome, SiteWorker, ensure_ray, start_worker, start_workers, stop_workers
+from services.site.worker import (AnalyseCell, CellOutcome, FeatureCell, FetchImage, SearchFeatures, SiteWorker,
+                                  start_worker, start_workers, stop_workers)
+from services.tracing import server_interceptors, start_tracing
 
 log = logging.getLogger("pathmaster.site")
 
 SITE_SERVICE = pb.DESCRIPTOR.services_by_name["Site"].full_name
 POLL_S = 0.1  # how often a waiting handler checks whether its caller has gone
-METHOD_OF_MODE = {"images": "analyse", "features": "search_many"}  # the worker method of each mode
+METHOD_OF_MODE = {"images": AnalyseCell.method, "features": SearchFeatures.method}  # the worker method of each mode
 # What a site learnt, as the worker's info names it and SiteInfo carries it.
 LEARNT_INFO = ("similarity", "similarity_note", "model_sha256", "eye", "abnormal_score", "abnormal_threshold",
                "abnormal_sensitivity", "abnormal_specificity")
@@ -145,9 +146,8 @@ class SiteServicer(pb_grpc.SiteServicer):
             self._refuse_copy(request, context)
             remaining = context.time_remaining()
             deadline = None if remaining is None else time.time() + remaining
-            return "images", [self.dispatcher.submit(priority, (c.cell_id, c.image, c.background, c.mask, k, deadline,
-                                                                weights),
-                                                     method=METHOD_OF_MODE["images"])
+            return "images", [self.dispatcher.submit(priority, AnalyseCell(c.cell_id, c.image, c.background, c.mask,
+                                                                           k, deadline, weights))
                               for c in request.cells]
         if request.cells:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "send cells as images or as features, not both")
@@ -164,12 +164,12 @@ class SiteServicer(pb_grpc.SiteServicer):
                           f"{model[:16]} (SiteInfo.eye), or the images")
         self._refuse_copy(request, context)
         # One job for the whole request: a search is ~1 ms, a Ray task per cell costs more.
-        cells = [(f.cell_id, list(f.values), f.background_estimated, f.mask_estimated, _eye_vector(f.embedding),
-                  f.image_sha256.hex()) for f in request.features]
+        cells = [FeatureCell(f.cell_id, list(f.values), f.background_estimated, f.mask_estimated,
+                             _eye_vector(f.embedding), f.image_sha256.hex()) for f in request.features]
+        work = SearchFeatures(cells, k, columns, weights)
         if self.local is not None:
-            return "features", [self._search_here(cells, k, columns, weights)]
-        return "features", [self.dispatcher.submit(priority, (cells, k, columns, weights), method=METHOD_OF_MODE["features"],
-                                                   cells=len(cells))]
+            return "features", [self._search_here(work)]
+        return "features", [self.dispatcher.submit(priority, work, cells=len(cells))]
 
     def _check_columns(self, request: pb.AnalyseRequest, context: grpc.ServicerContext) -> list[int] | None:
         """The columns a subset request carries (None: full vectors, checked cell by cell
@@ -191,13 +191,13 @@ class SiteServicer(pb_grpc.SiteServicer):
                               f"the request names {len(columns)} columns and must carry one value for each")
         return columns or None
 
-    def _search_here(self, cells: list[tuple], k: int, columns: list[int] | None = None, weights=None) -> Job:
+    def _search_here(self, work: SearchFeatures) -> Job:
         """A features request searched here, in the handler's thread, as a finished Job
         (its result, or the error a worker would have raised): no queue, no hand-off."""
-        job = Job((cells, k, columns, weights), method=METHOD_OF_MODE["features"], cells=len(cells))
+        job = Job(work, cells=len(work.cells))
         job.started = time.perf_counter()
         try:
-            job.result = self.local.search_many(cells, k, columns, weights)
+            job.result = self.local.search_many(*work)
         except Exception as exc:  # noqa: BLE001 - the handler turns it into a gRPC status, as for a worker's
             job.error = exc
         job.finished = time.perf_counter()
@@ -310,7 +310,7 @@ class SiteServicer(pb_grpc.SiteServicer):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "cell_id is empty")
         if self.dispatcher.alive() == 0:
             context.abort(grpc.StatusCode.UNAVAILABLE, f"site {self.name} cannot serve now: no worker is alive")
-        job = self.dispatcher.submit(self._least_favoured(), (request.cell_id,), method="image", cells=0)
+        job = self.dispatcher.submit(self._least_favoured(), FetchImage(request.cell_id), cells=0)
         try:
             while not job.done.wait(self._wait_s(context, request, [job])):
                 pass

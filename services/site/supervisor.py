@@ -22,7 +22,7 @@ from collections.abc import Callable
 import ray
 
 from services.config import WORKER_RESTART_MAX_S, WORKER_RESTART_MIN_S
-from services.site.dispatch import PriorityDispatcher
+from services.dispatch import PriorityDispatcher
 
 WORKER_PING_S = 1.0              # how often a site asks each Ray worker whether it is alive
 WORKER_START_S = 120.0           # a replacement not ready by then is given up and tried again

@@ -9,18 +9,16 @@ so the same code runs in-process (benchmarks' baseline) and as a Ray actor (`sta
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import json
 import logging
-import os
-import signal
 import time
 from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import ray
@@ -31,35 +29,21 @@ from pathmaster.image.io import wire_thumbnail
 from pathmaster.records import InvalidInput
 from pathmaster.site.search import Match
 from pathmaster.image.synth import GENERATOR
-from services.site.analysis import PRELOAD, analyse_encoded_cell
-from services.site.cells import check_cell_size, decode_cell
+from services.analysis import PRELOAD, analyse_encoded_cell
+from services.cells import check_cell_size, decode_cell
+from services.shared import WARM_UP_SEED
+from services.ray_local import RAY_OUT_OF_ORDER, RAY_TASK_EVENTS
 from services.site.explain import RERANK_CANDIDATES, Explainer
-from services.site.ray_local import prepare_local_ray
 
 SITE_RESOURCE_PER_WORKER = 0.001  # of a site's Ray placement resource (a node that holds its
                                   # database offers 1), asked by each of its actors and index builds:
                                   # it pins them to that node without limiting how many run there
-RAY_START_ATTEMPTS = 3     # a local Ray that does not register in Ray's fixed 30 s (a very busy
-                           # host) is torn down and started again, this many times in all
-RAY_TASK_EVENTS = False    # Ray records every call to our actors (site workers, analysers, their
-                           # pings) as task events kept in its GCS for its dashboard and state
-                           # API, which we do not use: on, the GCS grew ~30 KB a case (bench_memory)
-RAY_OUT_OF_ORDER = True    # our actors (site workers, analysers) run calls in the order they arrive,
-                           # not Ray's per-caller sequence: a call cancelled while its image
-                           # arguments were still being put in the object store otherwise leaves a
-                           # gap that stalls the actor's next calls 30 s and then fails them
-                           # (ActorUnavailableError "timed out waiting for seq_no"; 6 of 40 in a
-                           # test loop, ray 2.60; cf. ray-project/ray#60850). Order is ours to keep:
-                           # a site's dispatcher sends a worker one job at a time
 WIRE_THUMBNAIL_PX = 48     # a match's inline thumbnail; full images on demand, cached by content hash
 # WebP at quality 80: ~300 B a real cell (Herlev), half the JPEG q80 of before (~640 B) at about
 # its fidelity (PSNR within ~1 dB), so that a site's 30 matches fit in one initial congestion
 # window (benchmarks/bench_wire_reply.py). Every browser the page supports shows WebP.
 WIRE_THUMBNAIL_FORMAT = "WEBP"
 WIRE_THUMBNAIL_QUALITY = 80
-WARM_UP_SEED = 7919             # the synthetic cell a site worker or analyser serves once at start,
-                                # so the first case does not pay (nor teach the predictor) a fresh
-                                # process's lazy imports and first search
 WARM_UP_THUMBNAILS = 1024       # database cells whose wire thumbnails a site worker makes at start
                                 # (~3 ms each): a case's search then costs the same whether or not
                                 # its matches were seen before (the demo's first case: 0.2 s more)
@@ -97,6 +81,52 @@ class CellOutcome:
     search_s: float = 0.0
     abnormal_score: float | None = None  # the site's per-cell score (SiteIndex.abnormality)
     abnormal: bool = False               # the score reaches the site's operating point
+
+
+# ------------------------------------------------------------------ the work the site server sends
+# Each is one call of a worker's method (services/dispatch.py runs `worker.<method>(*record)`);
+# records and not bare tuples, so that a reader of either end sees the fields.
+
+
+class AnalyseCell(NamedTuple):
+    """Analyse one encoded cell and search its matches (`SiteWorker.analyse`)."""
+
+    cell_id: str
+    image: bytes
+    background: bytes            # b"": not sent (estimated)
+    mask: bytes                  # b"": not sent (segmented)
+    k: int
+    deadline: float | None       # time.time() after which the answer is of no use
+    weights: dict[str, float] | None  # concept weights of a refined search; None: the site's own
+    method = "analyse"
+
+
+class FeatureCell(NamedTuple):
+    """One cell analysed elsewhere, as a features request carries it."""
+
+    cell_id: str
+    values: list[float]          # its raw feature vector (or the request's columns of it)
+    background_estimated: bool
+    mask_estimated: bool
+    embedding: list[float] | None = None  # its eye vector, for a site that looks through one
+    image_hash: str = ""         # sitedb.image_hash of its pixels; "": not sent
+
+
+class SearchFeatures(NamedTuple):
+    """Search the matches of cells analysed elsewhere, in one call (`SiteWorker.search_many`)."""
+
+    cells: list[FeatureCell]
+    k: int
+    columns: list[int] | None    # the feature columns the values are; None: full vectors
+    weights: dict[str, float] | None
+    method = "search_many"
+
+
+class FetchImage(NamedTuple):
+    """Read one database cell's image (`SiteWorker.image`)."""
+
+    cell_id: str
+    method = "image"
 
 
 def ray_task_cancelled() -> bool:
@@ -142,7 +172,7 @@ class SiteWorker:
         The wire parts (thumbnail, image hash) of the first WARM_UP_THUMBNAILS database
         cells are made too: a search's time then does not depend on whether its matches
         were met before (~3 ms a match, 30 in a 6-cell case)."""
-        from services.site.synthetic import synthetic_case_cells
+        from services.synthetic import synthetic_case_cells
 
         cell = synthetic_case_cells(1, WARM_UP_SEED)[0]
         try:
@@ -284,13 +314,14 @@ class SiteWorker:
         except InvalidInput as exc:
             return CellOutcome(cell_id, error=f"cell {cell_id!r}: {exc}")
 
-    def search_many(self, cells: list[tuple], k: int, columns: list[int] | None = None,
+    def search_many(self, cells: list[FeatureCell], k: int, columns: list[int] | None = None,
                     weights: dict[str, float] | None = None) -> list[CellOutcome]:
-        """`search` for each of `cells` (tuples (cell_id, values, background_estimated,
-        mask_estimated[, embedding[, image_hash]])) with `k`, `columns` and `weights`, in one
-        call: a features-mode request is one Ray task, not one per cell."""
-        return [self.search(cell[0], cell[1], k, cell[2], cell[3], columns, *cell[4:5], weights=weights,
-                            image_hash=cell[5] if len(cell) > 5 else "")
+        """`search` for each of `cells` (FeatureCells, or tuples of their fields in order)
+        with `k`, `columns` and `weights`, in one call: a features-mode request is one Ray
+        task, not one per cell."""
+        cells = [FeatureCell(*cell) for cell in cells]
+        return [self.search(cell.cell_id, cell.values, k, cell.background_estimated, cell.mask_estimated, columns,
+                            cell.embedding, weights=weights, image_hash=cell.image_hash)
                 for cell in cells]
 
     def analyse(self, cell_id: str, image: bytes, background: bytes, mask: bytes, k: int,
@@ -356,39 +387,6 @@ def prepare_index(db: str | Path, algorithm: str) -> str:
             log.info("%s: building the %s search index", db, algorithm)
             config = build_search_index(site_db, algorithm=algorithm)
     return config["algorithm"]
-
-
-def ensure_ray(address: str = "", num_cpus: int | None = None) -> None:
-    """Connect this process to Ray once: a local instance by default, or `address`
-    ("auto", "HOST:PORT", "ray://HOST:PORT") to join an existing cluster."""
-    if ray.is_initialized():
-        return
-    kwargs = dict(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
-    if address:
-        ray.init(address=address, **kwargs)
-    else:  # a local instance: loopback only, token authentication, ends with this process
-        from services.fate import descendants, remember_descendants, watch_me
-
-        watch_me()  # even when SIGKILLed: its Ray processes are killed by a watchdog (services/fate.py)
-        # Ray starts its workers at nice 15 by default. Our workers serve a user's case
-        # while they wait, so any busy process on the host (a build, a backup) would starve
-        # them to a crawl: they run at the service's own priority instead.
-        prepare_local_ray()
-        for attempt in range(1, RAY_START_ATTEMPTS + 1):
-            before = set(descendants(os.getpid()))
-            try:
-                ray.init(num_cpus=num_cpus, _system_config={"worker_niceness": 0}, **kwargs)
-                break
-            except Exception as exc:  # Ray raises a bare Exception when its node does not register
-                if "timed out during startup" not in str(exc) or attempt == RAY_START_ATTEMPTS:
-                    raise
-                log.warning("local Ray did not start (%s); starting it again (%d of %d)",
-                            exc, attempt + 1, RAY_START_ATTEMPTS)
-                ray.shutdown()
-                for pid in set(descendants(os.getpid())) - before:  # the half-started node's processes
-                    with contextlib.suppress(OSError):
-                        os.kill(pid, signal.SIGKILL)
-        remember_descendants()  # Ray's own processes, the agents included
 
 
 # Ray restarts nothing: a dead worker is replaced by the site's supervisor (supervisor.py),

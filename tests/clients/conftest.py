@@ -22,7 +22,7 @@ SITES = (("site-a", 11), ("site-b", 12), ("site-c", 13))
 def stack(ray_session):
     """A running LoopbackDeployment of 3 small synthetic sites + coordinator."""
     from services.demo import DemoSite, LoopbackDeployment, demo_databases
-    from services.site.synthetic import cache_root
+    from services.synthetic import cache_root
 
     databases = demo_databases([DemoSite(name, seed, "flat") for name, seed in SITES],
                                cells=SITE_CELLS, cache=cache_root() / "test-clients")
@@ -81,7 +81,7 @@ def down_gateway(down_coordinator):
 def case_dir(tmp_path_factory) -> Path:
     """A synthetic 6-cell case as a pathologist's files: cell1-3 with NAME-background.png
     and NAME-mask.png, cell4-6 alone (the sites estimate them)."""
-    from services.site.synthetic import synthetic_case_cells
+    from services.synthetic import synthetic_case_cells
 
     folder = tmp_path_factory.mktemp("case")
     for n, cell in enumerate(synthetic_case_cells(6, seed=4242), start=1):

@@ -10,13 +10,14 @@ from pathmaster.site.search import SiteIndex
 from pathmaster.site.database import SiteDB
 from pathmaster.image.io import decode_image, encode_png
 from pathmaster.site.database import image_hash
-from services.site.analysis import analyse_encoded_cell
-from services.site.explain import CONCEPTS, Explainer, pack, survival_share, unpack
+from services.analysis import analyse_encoded_cell
+from services.shared import CONCEPTS, pack, unpack
+from services.site.explain import Explainer, survival_share
 
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
-    from services.site.synthetic import build_synthetic_site
+    from services.synthetic import build_synthetic_site
 
     folder = build_synthetic_site(tmp_path_factory.mktemp("site") / "s", cells=21, seed=7, similarity="features")
     index = SiteIndex.open(folder)
@@ -120,7 +121,7 @@ def test_measures_travel_packed_and_come_back_as_ratios(site):
 
 
 def test_refining_by_concept_reranks_and_refuses_unknown_concepts(site):
-    from services.site.explain import check_weights
+    from services.shared import check_weights
 
     index, explainer, ids, raw = site
     query = raw[0].copy()

@@ -55,7 +55,7 @@ def samples(text: str) -> dict[tuple, float]:
 
 
 def test_requests_cases_and_refused_sign_ins_are_counted(handle):
-    from services.site.synthetic import synthetic_case_cells
+    from services.synthetic import synthetic_case_cells
 
     image = synthetic_case_cells(1, seed=7)[0]["image"]
     assert fetch(handle.url + "api/login", json.dumps({"name": "ann", "password": "nope"}).encode(),

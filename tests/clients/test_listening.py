@@ -19,7 +19,7 @@ import pytest
 
 from qos.transport import is_loopback
 from services.fate import descendants
-from services.site.ray_local import private_token_file
+from services.ray_local import private_token_file
 
 TCP_LISTEN = "0A"       # /proc/net/tcp state of a listening socket
 UDP_UNCONNECTED = "07"  # /proc/net/udp state of a socket with no peer (TCP_CLOSE)

@@ -24,7 +24,7 @@ from qos.classes import DEFAULT_CLASSES
 from services.classinfo import class_messages
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
-from services.site.explain import pack
+from services.shared import pack
 from tests.clients.browser import ARTIFACTS, run_case
 from tests.clients.test_page import axe_problems, no_sideways_scrolling
 

@@ -55,7 +55,7 @@ def send(web: WebClient, refs: dict[str, str], request_class: str = "routine"):
 
 @pytest.fixture(scope="module")
 def cell():
-    from services.site.synthetic import synthetic_case_cells
+    from services.synthetic import synthetic_case_cells
 
     return synthetic_case_cells(1, seed=7)[0]
 

@@ -24,9 +24,9 @@ from pathmaster.image.io import (
     read_image,
 )
 from pathmaster.records import InvalidInput
+from services.cells import decode_cell, probe_cell
 from services.client import cells_from_files
 from services.gateway.upload import check_file
-from services.site.cells import decode_cell, probe_cell
 
 # The formats a site used to decode beyond the documented four (an outside fuzzer's list),
 # each with the mode Pillow writes it in.

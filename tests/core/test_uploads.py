@@ -93,7 +93,7 @@ def test_the_sites_and_the_gateway_refuse_with_the_same_code(cells):
     from pathmaster.image.io import encode_png
     from services.gateway.pairing import CellFiles
     from services.gateway.upload import cell_problem, check_file
-    from services.site.cells import decode_cell
+    from services.cells import decode_cell
 
     mask_png = encode_png(herlev_coloured(cells[0].mask))
     with pytest.raises(NotACell) as at_site:

@@ -23,7 +23,7 @@ from PIL import Image
 from pathmaster import defaults
 from qos.classes import DEFAULT_CLASSES
 from qos.policy import MAX_CASE_DEADLINE_S
-from services.coordinator.validation import MAX_K
+from services.shared import MAX_K
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 
 KNOWN_CLASSES = tuple(DEFAULT_CLASSES.names())

@@ -70,7 +70,7 @@ class FuzzStack:
     def start(self) -> "FuzzStack":
         from services.demo import DemoSite, LoopbackDeployment, demo_databases
         from services.gateway import start_gateway
-        from services.site.synthetic import cache_root
+        from services.synthetic import cache_root
         from tests.clients.web import WebClient
 
         if self.own:

@@ -52,7 +52,7 @@ def cached_synthetic_site(cells: int, seed: int) -> Path:
     see half a database. Callers copy it (shutil.copytree) before using it, so that what a
     test writes stays out of the cache.
     """
-    from services.site.synthetic import build_synthetic_site, cache_root, is_current
+    from services.synthetic import build_synthetic_site, cache_root, is_current
 
     cached = cache_root() / "test-services" / f"site-seed{seed}-{cells}cells-features"
     if not is_current(cached):
@@ -97,7 +97,7 @@ def deployment(ray_session, site_dbs, tmp_path_factory):
 @pytest.fixture(scope="session")
 def case_cells() -> list[dict]:
     """Six synthetic test cells (encoded PNG parts, with their true diagnosis)."""
-    from services.site.synthetic import synthetic_case_cells
+    from services.synthetic import synthetic_case_cells
 
     return synthetic_case_cells(6, seed=2026)
 

@@ -5,7 +5,7 @@ With Ray's per-caller ordering, such a cancellation left a gap in the call seque
 worker waited 30 s for the missing call and then failed the next ones with
 ActorUnavailableError ("timed out waiting for seq_no"), so the next case at that site waited
 30 s and failed (seen in loaded CI runs; 6 of 40 cancellations in a loop). The workers now
-run calls as they arrive (services.site.worker.RAY_OUT_OF_ORDER); their dispatcher keeps the order."""
+run calls as they arrive (services.ray_local.RAY_OUT_OF_ORDER); their dispatcher keeps the order."""
 
 from __future__ import annotations
 

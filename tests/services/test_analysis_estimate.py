@@ -1,14 +1,19 @@
 """The coordinator's prediction of its own analysis time (services/coordinator/analysis.py)
-and the cells its dispatcher counts ahead of a new case's (services/site/dispatch.py)."""
+and the cells its dispatcher counts ahead of a new case's (services/dispatch.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from services.coordinator.analysis import Analysers
-from services.site.dispatch import Job, PriorityDispatcher
+from services.coordinator.analysis import Analysers, AnalyseTimed
+from services.dispatch import Job, PriorityDispatcher
 
 URGENT, BULK = 0, 3  # priorities: smaller is more favoured
+
+
+def cell(cell_id: str) -> AnalyseTimed:
+    """A cell's analysis (its bytes do not matter: nothing runs it)."""
+    return AnalyseTimed(cell_id, b"", b"", b"", None)
 
 
 def held_dispatcher(workers: list) -> PriorityDispatcher:
@@ -28,7 +33,7 @@ def analysers_with(per_cell_s: list[float], waiting: dict[int, int]) -> Analyser
         analysers.seconds_per_cell.add(seconds)
     for priority, cells in waiting.items():
         for _ in range(cells):
-            analysers.dispatcher.submit(priority, ("cell",), method="analyse_timed")
+            analysers.dispatcher.submit(priority, cell("cell"))
     return analysers
 
 
@@ -51,12 +56,12 @@ def test_an_urgent_cases_estimate_leaves_out_the_bulk_cells_it_will_overtake():
 def test_the_dispatcher_counts_waiting_cells_at_the_same_or_a_more_favoured_priority_and_running_ones():
     dispatcher = held_dispatcher(["w"])
     for priority, cells in ((URGENT, 2), (1, 3), (BULK, 4)):
-        dispatcher.submit(priority, ("case",), cells=cells)
-    cancelled = dispatcher.submit(URGENT, ("gone",), cells=5)
+        dispatcher.submit(priority, cell("case"), cells=cells)
+    cancelled = dispatcher.submit(URGENT, cell("gone"), cells=5)
     dispatcher.cancel(cancelled)
     assert [dispatcher.ahead(p) for p in (URGENT, 1, 2, BULK)] == [2, 5, 5, 9]
     # A bulk job already on a worker is not interrupted: every class waits for it.
-    running = Job(("running",), cells=1)
+    running = Job(cell("running"), cells=1)
     running.priority = BULK
     dispatcher._running[object()] = (running, 0, "w")
     assert [dispatcher.ahead(p) for p in (URGENT, BULK)] == [2 + 1, 9 + 1]

@@ -16,7 +16,7 @@ import pytest
 
 from pathmaster.vocabulary import BUILTIN, severity
 from services.demo import CASE_SEED, DEMO_SITES
-from services.site.synthetic import READY, synthetic_case_cells
+from services.synthetic import READY, synthetic_case_cells
 
 
 @pytest.mark.slow

@@ -5,9 +5,11 @@ took to load, and every call failed meanwhile.)"""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import ray
 
-from services.site.dispatch import PriorityDispatcher
+from services.dispatch import PriorityDispatcher
 from services.site.supervisor import Supervisor
 from tests.services.test_coordinator import poll_until
 
@@ -38,10 +40,17 @@ class Flaky:
         return self.pings
 
 
+class Work(NamedTuple):
+    """`Flaky.work(x)` as the dispatcher sends it."""
+
+    x: int
+    method = "work"
+
+
 def test_a_job_is_run_again_and_the_worker_kept(ray_session):
     dispatcher = PriorityDispatcher([Flaky.remote(2)])
     try:
-        job = dispatcher.submit(0, (21,), method="work")
+        job = dispatcher.submit(0, Work(21))
         assert job.done.wait(60)
         assert job.error is None and job.result == 42 and job.attempts == 3
         assert dispatcher.alive() == 1

@@ -22,12 +22,11 @@ from qos import netns
 from qos.classes import DEFAULT_CLASSES
 from qos.testbed.link import Link
 from qos.testbed.node import Host
-from services.site.worker import RAY_START_ATTEMPTS
+from services.shared import COORDINATOR_PORT, SITE_PORT
+from services.ray_local import RAY_START_ATTEMPTS
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
-SITE_PORT = 50051
-COORDINATOR_PORT = 50050
 CLASS_PORTS = {c.name: 50061 + i for i, c in enumerate(DEFAULT_CLASSES)}
 COORDINATOR_BASE = 50071  # the coordinator's class ports: class_port_base, in class order
 COORDINATOR_PORTS = {c.name: COORDINATOR_BASE + i for i, c in enumerate(DEFAULT_CLASSES)}
@@ -106,7 +105,7 @@ def test_each_class_carries_its_dscp_both_ways(two_hosts, site_db, tmp_path, cas
         except AssertionError:
             if site.poll() is not None and "timed out during startup" in site_log.read_text(errors="replace"):
                 # The site's own local Ray missed Ray 2.60's fixed 30 s node registration on every
-                # one of its tries (services.site.worker.RAY_START_ATTEMPTS): seen only with the host's cores
+                # one of its tries (services.ray_local.RAY_START_ATTEMPTS): seen only with the host's cores
                 # kept busy by other work. Nothing about the DSCP marks was measured.
                 pytest.skip(f"the site's local Ray did not register in Ray's fixed 30 s in "
                             f"{RAY_START_ATTEMPTS} tries: this host is too busy for Ray 2.60")

@@ -133,9 +133,9 @@ def test_a_features_request_is_searched_in_the_site_server_with_the_workers_matc
     submitted = []
     submit = servicer.dispatcher.submit
 
-    def recording(*args, **kwargs):
-        submitted.append(kwargs.get("method"))
-        return submit(*args, **kwargs)
+    def recording(priority, work, **kwargs):
+        submitted.append(work.method)
+        return submit(priority, work, **kwargs)
 
     servicer.dispatcher.submit = recording
     try:

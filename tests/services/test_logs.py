@@ -90,7 +90,7 @@ def signal_handlers():
 
 
 def test_the_first_stop_signal_is_kept_whenever_it_comes(signal_handlers):
-    from services.commands import SignalStop
+    from services.command_line import SignalStop
 
     early = SignalStop()
     signal.raise_signal(signal.SIGTERM)  # its handler runs now, in this (the main) thread
@@ -112,7 +112,7 @@ STOP_WAIT_S = 60  # for the server to exit after SIGTERM
 # only a signal delivered to its own thread wakes, hangs instead.
 AT_EVERY_BYTECODE = """
 import signal, sys, threading
-from services.commands import SignalStop
+from services.command_line import SignalStop
 
 for n in range(1, 400):
     seen = 0

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from pathmaster.environment import environment_program
-from services.site.ray_local import cluster_environment
+from services.ray_local import cluster_environment
 
 REPO = Path(__file__).resolve().parents[2]
 HEAD_IP, NODE_IP = "127.0.0.2", "127.0.0.3"   # two loopback addresses: two nodes, never off the host
@@ -211,7 +211,8 @@ def two_nodes(tmp_path):
 DRIVER = """
 import json, sys
 import ray
-from services.site.worker import ensure_ray, start_workers, stop_workers
+from services.ray_local import ensure_ray
+from services.site.worker import start_workers, stop_workers
 
 gcs, db, resource = sys.argv[1:4]
 REFUSE_S = float(sys.argv[4])

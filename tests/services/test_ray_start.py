@@ -17,9 +17,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 SCRIPT = """
 import ray
-from services.site import worker
+from services import ray_local
 
-worker.RAY_START_ATTEMPTS = 5  # the faked timeout takes one; a busy host may take a real one too
+ray_local.RAY_START_ATTEMPTS = 5  # the faked timeout takes one; a busy host may take a real one too
 
 real_init, calls = ray.init, []
 def init(*args, **kwargs):
@@ -28,7 +28,7 @@ def init(*args, **kwargs):
         raise Exception("The current node timed out during startup. This could happen because ...")
     return real_init(*args, **kwargs)
 ray.init = init
-worker.ensure_ray(num_cpus=1)
+ray_local.ensure_ray(num_cpus=1)
 print("initialised", ray.is_initialized(), "cpus", ray.cluster_resources().get("CPU"))
 print("attempts", len(calls))
 ray.shutdown()

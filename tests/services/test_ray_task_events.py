@@ -1,4 +1,4 @@
-"""Calls to our Ray actors leave no task events in Ray's GCS (services.site.worker.RAY_TASK_EVENTS).
+"""Calls to our Ray actors leave no task events in Ray's GCS (services.ray_local.RAY_TASK_EVENTS).
 
 Ray records every task and actor call as task events kept in its GCS (for its dashboard
 and state API, which the project does not read); under load, with a site's workers
@@ -13,7 +13,8 @@ from __future__ import annotations
 import ray
 
 from services.coordinator.analysis import _RemoteAnalyser
-from services.site.worker import RAY_TASK_EVENTS, _RemoteWorker, start_workers, stop_workers
+from services.ray_local import RAY_TASK_EVENTS
+from services.site.worker import _RemoteWorker, start_workers, stop_workers
 from tests.services.test_coordinator import poll_until
 
 CALLS = 20

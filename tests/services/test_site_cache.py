@@ -7,8 +7,8 @@ import shutil
 from pathlib import Path
 
 import pathmaster
-from services.site import synthetic
-from services.site.synthetic import READY, build_synthetic_site, builder_identity, is_current
+from services import synthetic
+from services.synthetic import READY, build_synthetic_site, builder_identity, is_current
 
 
 def test_a_site_built_by_other_code_is_rebuilt(tmp_path):

@@ -1,5 +1,5 @@
 """A submitted cell is checked at the coordinator without decoding its image, and
-decoded and checked once at the site (services/site/cells.py, worker.py)."""
+decoded and checked once at the site (services/cells.py, worker.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from PIL import Image
 from pathmaster.image import io as imageio
 from pathmaster.records import InvalidInput
 from pathmaster.site.search import Match
-from services.site.cells import decode_cell, probe_cell
+from services.cells import decode_cell, probe_cell
 
 COUNTED = {imageio.decode_image: "decode_image", imageio.decode_mask: "decode_mask",
            imageio.check_cell: "check_cell", Image._getdecoder: "pixels decoded"}

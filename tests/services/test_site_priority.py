@@ -13,12 +13,18 @@ from qos.predict import RecentMedian
 from services.coordinator.directory import site_load
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.site.server import SiteServicer
+from services.site.worker import AnalyseCell, FetchImage
 from tests.services.conftest import CallFailed
 from tests.services.test_analysis_estimate import held_dispatcher
 from tests.services.test_coordinator import poll_until
 
 URGENT, ROUTINE, BULK = 0, 1, 3  # the default classes' priorities
 INFO = {"algorithm": "fake", "database_cells": 1, "diagnoses": []}
+
+
+def cell(cell_id: str) -> AnalyseCell:
+    """An image-mode cell's work (its bytes do not matter: nothing runs it)."""
+    return AnalyseCell(cell_id, b"", b"", b"", 5, None, None)
 
 
 class Context:
@@ -48,8 +54,8 @@ def servicer():
 
 def test_the_dispatcher_counts_the_work_a_new_job_of_a_priority_would_wait_for(servicer):
     dispatcher = servicer.dispatcher
-    dispatcher.submit(URGENT, ("a",), method="analyse", cells=1)
-    dispatcher.submit(BULK, ("b",), method="analyse", cells=4)
+    dispatcher.submit(URGENT, cell("a"), cells=1)
+    dispatcher.submit(BULK, cell("b"), cells=4)
     per_cell = {"analyse": 0.5}
     assert dispatcher.work_ahead_s(per_cell, URGENT) == pytest.approx(0.5)   # the bulk cells start after it
     assert dispatcher.work_ahead_s(per_cell, BULK) == pytest.approx(2.5)
@@ -59,8 +65,8 @@ def test_the_dispatcher_counts_the_work_a_new_job_of_a_priority_would_wait_for(s
 def test_a_site_reports_each_class_its_own_work_ahead_and_the_coordinator_reads_it(servicer):
     servicer.seconds_per_cell["images"] = RecentMedian()
     servicer.seconds_per_cell["images"].add(0.5)
-    servicer.dispatcher.submit(URGENT, ("a",), method="analyse", cells=1)
-    servicer.dispatcher.submit(BULK, ("b",), method="analyse", cells=4)
+    servicer.dispatcher.submit(URGENT, cell("a"), cells=1)
+    servicer.dispatcher.submit(BULK, cell("b"), cells=4)
     load = servicer.load()
     assert dict(load.waiting_s_by_class) == pytest.approx({"urgent": 0.5, "routine": 0.5, "teaching": 0.5,
                                                            "bulk": 2.5})
@@ -93,14 +99,14 @@ def queued(dispatcher) -> list[tuple[int, str]]:
 
 
 def test_a_large_image_is_read_in_its_turn_after_every_queued_cell(servicer):
-    servicer.dispatcher.submit(BULK, ("bulk cell",), method="analyse")
-    servicer.dispatcher.submit(URGENT, ("urgent cell",), method="analyse")
+    servicer.dispatcher.submit(BULK, cell("bulk cell"))
+    servicer.dispatcher.submit(URGENT, cell("urgent cell"))
     thread, out = fetch_in_background(servicer, Context())
     poll_until(lambda: len(servicer.dispatcher._heap) == 3, 10, "the image read queued")
     assert queued(servicer.dispatcher) == [(URGENT, "analyse"), (BULK, "analyse"), (BULK, "image")]
     assert servicer.dispatcher.waiting() == 2  # a read is not a cell to analyse
     image_job = next(job for _, _, job in servicer.dispatcher._heap if job.method == "image")
-    assert image_job.args == ("db-7",)
+    assert image_job.work == FetchImage("db-7")
     image_job.result = {"image": b"png", "diagnosis": "NILM", "mask": b""}
     image_job.done.set()
     thread.join(10)
@@ -122,4 +128,4 @@ def test_an_unknown_cell_is_not_found_and_a_gone_caller_leaves_no_read_queued(se
     context.active = False
     thread.join(10)
     assert out["reply"] == pb.ImageReply()
-    assert next(job for _, _, job in servicer.dispatcher._heap if job.args == ("db-7",)).cancelled
+    assert next(job for _, _, job in servicer.dispatcher._heap if job.work == FetchImage("db-7")).cancelled

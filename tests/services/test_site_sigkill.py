@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from services.site.worker import RAY_START_ATTEMPTS
+from services.ray_local import RAY_START_ATTEMPTS
 
 
 ROOT = Path(__file__).resolve().parents[2]

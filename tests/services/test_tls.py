@@ -226,7 +226,7 @@ def test_batch_runs_over_mutual_tls_and_says_why_without_it(secure, certs, cell_
 
 def test_gateway_relays_a_case_over_mutual_tls_and_says_why_without_it(secure, certs, case_cells):
     from pathmaster.cli import build_parser
-    from services.commands import tls_from_args
+    from services.command_line import tls_from_args
     from services.gateway import start_gateway
     from tests.clients.web import WebClient
 

@@ -2,7 +2,7 @@
 
 After a hostile cell's worker is killed, the next cell (possibly an
 urgent case's) runs on a new worker. The pool's fork server imports the analysis and runs
-one small analysis (services/site/warm_analysis.py) before it forks any worker, so the new
+one small analysis (services/warm_analysis.py) before it forks any worker, so the new
 worker starts with every module the analysis loads on first use. Asserted on outcomes (the
 modules a first analysis imports, the worker's pid, the server's threads), not on times.
 Each case runs in a fresh interpreter: a process has one fork server, whose preload is
@@ -27,8 +27,8 @@ SCRIPT = """
 import json, multiprocessing.forkserver, os, sys
 sys.path.insert(0, {tests!r})
 from pathmaster.analysis.budget import AnalysisPool, CellStopped
-from services.site.analysis import PRELOAD, WARM_MODULE
-from services.site.synthetic import synthetic_case_cells
+from services.analysis import PRELOAD, WARM_MODULE
+from services.synthetic import synthetic_case_cells
 import warm_tasks
 preload = PRELOAD if sys.argv[1] == "warm" else tuple(m for m in PRELOAD if m != WARM_MODULE)
 cell = synthetic_case_cells(1, seed=5)[0]

@@ -14,7 +14,7 @@ def kill_self():
 
 def imports_during_analysis(image: bytes, background: bytes = b"", mask: bytes = b"") -> tuple[int, list[str]]:
     """(this worker's pid, the modules one `analyse_encoded` of the cell imported)."""
-    from services.site.analysis import analyse_encoded
+    from services.analysis import analyse_encoded
 
     before = set(sys.modules)
     analyse_encoded("first.png", image, background, mask)

@@ -72,7 +72,7 @@ function databaseNote(info) {
   return notes.filter(Boolean).join(", ");
 }
 
-// Refining by concept (the sites re-rank: services/site/explain.py): the concepts offered and
+// Refining by concept (the sites re-rank: services/shared.py CONCEPTS): the concepts offered and
 // the weights a pathologist chooses between.
 const CONCEPT_LABELS = [["nucleus_size", "Nucleus size"], ["nc_ratio", "N/C ratio"], ["chromatin", "Chromatin"],
                         ["nucleus_shape", "Nucleus shape"], ["cytoplasm", "Cytoplasm"]];

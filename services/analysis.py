@@ -9,13 +9,13 @@ must stay light to import (no Ray, no gRPC): the pool's fork server preloads it.
 
 from __future__ import annotations
 
-from services.site.cells import decode_cell
+from services.cells import decode_cell
 
 # What the pool's fork server imports (and, for WARM_MODULE, runs) once, so a replacement
 # worker starts with all of it and its first cell costs what any other does.
-WARM_MODULE = "services.site.warm_analysis"
-PRELOAD = ("services.site.analysis", "pathmaster.analysis.cell", "pathmaster.features.extract", "pathmaster.image.segmentation",
-           WARM_MODULE)
+WARM_MODULE = "services.warm_analysis"
+PRELOAD = ("services.analysis", "pathmaster.analysis.cell", "pathmaster.features.extract",
+           "pathmaster.image.segmentation", WARM_MODULE)
 
 
 def analyse_encoded(cell_id: str, image: bytes, background: bytes, mask: bytes):

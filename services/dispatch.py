@@ -5,6 +5,10 @@ most one cell at a time, so a waiting urgent cell is the next one any actor star
 behind a queue of bulk cells (a cell already running is not interrupted for it). Within a
 class, cells start in the order they came. A cancelled cell is dropped from the queue, and
 a running one is told to stop (`ray.cancel`; the worker kills its analysis process).
+
+A job's work is a named record (a NamedTuple: `AnalyseCell`, `SearchFeatures`, `FetchImage`
+in services/site/worker.py, `AnalyseTimed` in services/coordinator/analysis.py): its
+`method` names the actor's method and its fields are that method's arguments, in order.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ import heapq
 import itertools
 import threading
 import time
+from collections.abc import Iterator
+from typing import ClassVar, Protocol
 
 import ray
 
@@ -20,14 +26,21 @@ POLL_S = 0.02  # how often the dispatcher looks for finished cells while some ru
 UNAVAILABLE_ATTEMPTS = 3  # runs of a job whose worker Ray could not reach for a moment
 
 
+class Work(Protocol):
+    """What a job runs: `actor.<method>(*work)`, the record's fields as the arguments."""
+
+    method: ClassVar[str]
+
+    def __iter__(self) -> Iterator: ...
+
+
 class Job:
-    """One piece of work, `actor.<method>(*args)`, for `cells` cells: `done` is set when
+    """One piece of work, `actor.<work.method>(*work)`, for `cells` cells: `done` is set when
     `result` (or `error`) is there. `started` and `finished` (time.perf_counter(), None
     until then) time it on its worker, dispatch to result, for the site's service time."""
 
-    def __init__(self, args: tuple, method: str = "analyse", cells: int = 1):
-        self.args = args
-        self.method = method
+    def __init__(self, work: Work, cells: int = 1):
+        self.work = work
         self.cells = cells
         self.done = threading.Event()
         self.result = None
@@ -38,6 +51,11 @@ class Job:
         self.finished: float | None = None
         self.priority = 0
         self.attempts = 1
+
+    @property
+    def method(self) -> str:
+        """The worker method that does this job's work."""
+        return self.work.method
 
     def service_s(self) -> float | None:
         """Seconds on its worker (dispatch to result), None unless it ran to the end."""
@@ -51,7 +69,7 @@ class WorkersDown(RuntimeError):
 
 
 class PriorityDispatcher:
-    """Runs `actor.<job.method>.remote(*job.args)` on `workers`, lowest priority number first.
+    """Runs `actor.<job.method>.remote(*job.work)` on `workers`, lowest priority number first.
 
     A worker that dies (its job fails with RayActorError, or the supervisor says so with
     `worker_down`) is given no more jobs until `replace` puts its successor in its place;
@@ -71,8 +89,9 @@ class PriorityDispatcher:
         self._thread = threading.Thread(target=self._run, daemon=True, name="site-dispatch")
         self._thread.start()
 
-    def submit(self, priority: int, args: tuple, method: str = "analyse", cells: int = 1) -> Job:
-        job = Job(args, method, cells)
+    def submit(self, priority: int, work: Work, cells: int = 1) -> Job:
+        """Queue `work` (a record of `cells` cells) at `priority` (0 most favoured)."""
+        job = Job(work, cells)
         job.priority = priority
         with self._changed:
             if len(self._down) == len(self.workers):
@@ -175,7 +194,7 @@ class PriorityDispatcher:
             worker = self._idle.pop()
             actor = self.workers[worker]
             job.started = time.perf_counter()
-            job.ref = getattr(actor, job.method).remote(*job.args)
+            job.ref = getattr(actor, job.method).remote(*job.work)
             self._running[job.ref] = (job, worker, actor)
 
     def _run(self) -> None:

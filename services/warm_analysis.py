@@ -1,4 +1,4 @@
-"""Imported by the analysis pool's fork server only (services.site.analysis.PRELOAD, after
+"""Imported by the analysis pool's fork server only (services.analysis.PRELOAD, after
 ``pathmaster._single_thread``): one thread for OpenCV and the BLAS/OpenMP pools, their
 control library loaded, then one small analysis (`warm_up_analysis`), all before the
 server forks a worker. A new worker (the first, or one replacing a worker that was killed
@@ -24,7 +24,7 @@ from pathmaster.analysis.budget import one_thread_numerics
 one_thread_numerics()
 
 try:
-    from services.site.analysis import warm_up_analysis
+    from services.analysis import warm_up_analysis
 
     warm_up_analysis()
 except Exception as exc:  # noqa: BLE001  (anything: the fork server must start)
