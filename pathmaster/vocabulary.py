@@ -312,6 +312,13 @@ def bethesda_vote(site_matches) -> Vote | None:
                     BETHESDA_TERMS)
 
 
+def stored_vocabulary(stored: dict | None, labels, source=None) -> Vocabulary:
+    """A site's vocabulary as its database keeps it (``Vocabulary.as_dict``), or, for a site
+    indexed before sites declared vocabularies (`stored` None), the built-in one that holds
+    its cells' `labels`."""
+    return Vocabulary.from_dict(stored, source) if stored else vocabulary_for_labels(labels)
+
+
 def site_vocabulary(db, declared: Vocabulary | None = None, default: Vocabulary | None = None) -> Vocabulary:
     """A site's vocabulary: the one stored in its database `db` (a ``pathmaster.site.database.SiteDB``),
     else `declared`, else one holding the labels of the cells it already has, else
@@ -322,13 +329,13 @@ def site_vocabulary(db, declared: Vocabulary | None = None, default: Vocabulary 
     """
     stored = db.get_config("vocabulary")
     if stored is not None:
-        current = Vocabulary.from_dict(stored, db.path)
+        current = stored_vocabulary(stored, (), db.path)
         if declared is not None and declared.as_dict() != current.as_dict():
             raise InvalidInput(f"this site's vocabulary is {current.name!r}, not {declared.name!r}; a site has "
                                "one vocabulary (index into a new site directory to use another)", db.path)
         return current
     if declared is None and len(db):  # indexed before sites declared vocabularies
-        declared = vocabulary_for_labels(c.diagnosis for c in db.cells())
+        declared = stored_vocabulary(None, (c.diagnosis for c in db.cells()))
     declared = declared or default or BUILTIN[DEFAULT]
     db.set_config("vocabulary", declared.as_dict())
     return declared

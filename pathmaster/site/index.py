@@ -164,10 +164,9 @@ def fit_representation(X: np.ndarray, labels, names: list[str], choice: str, *, 
 
 def _vocabulary(db: SiteDB):
     """The site's stored vocabulary, or the built-in one that holds its labels."""
-    from pathmaster.vocabulary import Vocabulary, vocabulary_for_labels
+    from pathmaster.vocabulary import stored_vocabulary
 
-    stored = db.get_config("vocabulary")
-    return Vocabulary.from_dict(stored, db.path) if stored else vocabulary_for_labels(c.diagnosis for c in db.cells())
+    return stored_vocabulary(db.get_config("vocabulary"), (c.diagnosis for c in db.cells()), db.path)
 
 
 def index_vectors(db: SiteDB, X: np.ndarray, normalization, projection, learnt, offset: int = 0) -> np.ndarray:

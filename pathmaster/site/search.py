@@ -51,13 +51,10 @@ class SiteIndex:
 
     def __init__(self, site_dir: Path, config: dict, index, cells: CellColumns, feature_names: list[str],
                  vocabulary: dict | None = None):
-        from pathmaster.vocabulary import Vocabulary, vocabulary_for_labels
+        from pathmaster.vocabulary import stored_vocabulary
 
         self.site_dir = Path(site_dir)
-        # The site's diagnosis vocabulary (``pathmaster.vocabulary``); a database indexed
-        # before sites declared one gets the built-in vocabulary that holds its labels.
-        self.vocabulary = (Vocabulary.from_dict(vocabulary, self.site_dir) if vocabulary
-                           else vocabulary_for_labels(cells.diagnoses))
+        self.vocabulary = stored_vocabulary(vocabulary, cells.diagnoses, self.site_dir)
         self.config = config
         self.feature_names = list(feature_names)
         self._index = index
