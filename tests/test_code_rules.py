@@ -1,6 +1,7 @@
 """Rules of the code that a reader can rely on (docs/ARCHITECTURE.md): no function over 80
 lines and no class over 400 in the packages, and no reference to an issue tracker's number
-(the tracker is not in the repository; the history is in git)."""
+(the tracker is not in the repository; the history is in git); and each rule of the product
+written in one module, its home."""
 
 from __future__ import annotations
 
@@ -64,3 +65,32 @@ def test_no_issue_numbers_in_code_tests_or_benchmarks():
 def test_the_issue_check_sees_the_usual_spellings():
     assert all(ISSUE_NUMBER.search(text) for text in ("(issue 10)", "Issue 13 item 2", "issues 4", "issue #7"))
     assert not any(ISSUE_NUMBER.search(text) for text in ("an issue", "issued 10 tokens", "tissue 5"))
+
+
+# A rule and the one module that may write it (the others call it there).
+RULE_HOMES = {
+    "folds split by slide image": (re.compile(r"\bStratified(Group)?KFold\("), {"pathmaster/learning/folds.py"}),
+    "the operating point's threshold": (re.compile(r"^def operating_point\(", re.M), {"pathmaster/learning/thresholds.py"}),
+    "a vote's winner and its ties": (re.compile(r"^def majority\(", re.M), {"pathmaster/vocabulary.py"}),
+    "the neighbours' abnormal share": (re.compile(r"^def neighbour_shares?\(|abnormal[^\n=]*\]\.mean\(axis=1\)", re.M),
+                                       {"pathmaster/learning/neighbours.py"}),
+    "a match's weight in a vote": (re.compile(r"^def match_weights\(|1\.0 / \(", re.M), {"pathmaster/conclusion.py"}),
+    "a site's stored vocabulary": (re.compile(r"Vocabulary\.from_dict\("), {"pathmaster/vocabulary.py"}),
+    "the coordinator's port": (re.compile(r"^COORDINATOR_PORT\s*=", re.M), {"services/shared.py"}),
+}
+
+
+def rule_writers(pattern: re.Pattern) -> set[str]:
+    return {str(path.relative_to(REPO)) for path in package_files() if pattern.search(path.read_text())}
+
+
+def test_each_rule_is_written_in_its_home_alone():
+    strays = {rule: sorted(rule_writers(pattern) - home) for rule, (pattern, home) in RULE_HOMES.items()}
+    assert not any(strays.values()), f"written outside its home: {strays}"
+    assert all(rule_writers(pattern) == home for pattern, home in RULE_HOMES.values())  # the homes hold them
+
+
+def test_the_rule_check_sees_a_second_writer(tmp_path):
+    pattern, _ = RULE_HOMES["the neighbours' abnormal share"]
+    assert pattern.search("share[test] = abnormal[train][nearest].mean(axis=1)\n")
+    assert not pattern.search("share = neighbour_shares(abnormal[train], rows)\n")
