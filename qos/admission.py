@@ -1,6 +1,6 @@
 """Urgent admission: a reserved share of capacity for urgent work.
 
-This is seed 004's guaranteed service applied to compute: of `capacity` slots (cases in
+This is IntServ's guaranteed service applied to compute: of `capacity` slots (cases in
 flight at the coordinator, or cells in flight at a site), `reserved` are kept for the most
 favoured class. The rest are shared, with a cap per class so that a burst of teaching or
 bulk work cannot take them all, and a cap per client so that one client cannot fill a class.
@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 CASE_SLOTS = 64                 # cases in progress at once at one coordinator
-URGENT_RESERVED_SLOTS = 16      # of those, kept for the most favoured class (seed 004's guarantee)
+URGENT_RESERVED_SLOTS = 16      # of those, kept for the most favoured class (its guarantee)
 CLASS_SHARE = {"teaching": 0.5, "bulk": 0.25}  # most of the shared slots one class may hold
 PER_CLIENT_CASES = 16           # cases one client may have in progress at once
 

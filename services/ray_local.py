@@ -36,11 +36,10 @@ RAY_TASK_EVENTS = False    # Ray records every call to our actors (site workers,
                            # API, which we do not use: on, the GCS grew ~30 KB a case (bench_memory)
 RAY_OUT_OF_ORDER = True    # our actors (site workers, analysers) run calls in the order they arrive,
                            # not Ray's per-caller sequence: a call cancelled while its image
-                           # arguments were still being put in the object store otherwise leaves a
-                           # gap that stalls the actor's next calls 30 s and then fails them
-                           # (ActorUnavailableError "timed out waiting for seq_no"; 6 of 40 in a
-                           # test loop, ray 2.60; cf. ray-project/ray#60850). Order is ours to keep:
-                           # a site's dispatcher sends a worker one job at a time
+                           # arguments are still being put in the object store leaves a gap in that
+                           # sequence, which stalls the actor's next calls and then fails them
+                           # (ActorUnavailableError "timed out waiting for seq_no"). Order is ours
+                           # to keep: a site's dispatcher sends a worker one job at a time
 
 log = logging.getLogger("pathmaster.ray")
 

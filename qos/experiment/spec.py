@@ -158,8 +158,7 @@ class Adaptive(FileModel):
 
     thumbnail_bytes: int = Field(WIRE_THUMBNAIL_BYTES, ge=0, le=MAX_WIRE_THUMBNAIL_BYTES,
                                  description="bytes of each match's inline thumbnail in the transfer workload's "
-                                             "replies (the real site's 48 px WebP: ~300 B; its 48 px JPEG "
-                                             "before: ~640 B; the workload's stand-in before: 1000)")
+                                             "replies (the real site's 48 px WebP: ~300 B)")
 
     @field_validator("ship")
     @classmethod
@@ -276,7 +275,7 @@ class LinkProfile(FileModel):
     @model_validator(mode="after")
     def _what_the_network_applies(self) -> "LinkProfile":
         if self.access_kbit is not None:
-            # It used to be accepted, put in the bound and never applied to the testbed.
+            # Refused, not ignored: the bound would count a rate the testbed never applies.
             raise ValueError("access_kbit: the testbed does not apply it; the host links follow the network "
                              '(network = "lan": unshaped; "2002": 10 Mbit/s cards on hubs); leave it out')
         if self.network == "2002":

@@ -3,12 +3,14 @@
 `CasePipeline` is the coordinator's whole handling of a case after it was admitted; the
 coordinator's servicer is gRPC glue around it, and the testbed's workload (the master of
 the QoS experiment) runs the same pipeline, so what the testbed measures is what the
-product does. Everything it talks to is injected: the sites' directory and channels, the
-analysers, the predictor and case model, the clock, the case log and metrics (either may
-be absent), so unit tests run it with fakes.
+product does; the few ways the testbed departs from it are one record, `Trial`.
+Everything it talks to is injected: the sites' directory and channels, the analysers,
+the predictor and case model, the clock, the case log and metrics (either may be
+absent), so unit tests run it with fakes.
 
 - **plan**: per site, the mode, class, hedge and copies (`qos.policy.plan_site`, or images
-  as asked for a static case), each predicted (`qos.predict`), and the case's prediction;
+  as asked in a testbed's static `Trial`), each predicted (`qos.predict`), and the case's
+  prediction;
 - **analyse**: the cells once, here, when any site takes features (the analysers), else
   nothing; when that fails every site gets the images;
 - **fan out**: every site at once (`FanOut`: copies, hedges, fallbacks), each request as
@@ -67,16 +69,33 @@ def site_deadline(now: float, case_deadline: float, share: float = RESERVE_SHARE
     return max(0.0, left - min(most_s, share * left))
 
 
+@dataclass(frozen=True)
+class Trial:
+    """How the testbed's driver (services/experiment) runs a case the product never does.
+
+    `static`: images in the class asked for, no policy (the 2002 study's case); `learn`:
+    False for a warm-up case (nothing learnt of the whole case); `subset`: False sends every
+    site the full feature vectors, not only its columns (a what-if); `plan_deadline_s`: the
+    deadline planned against when it is not the cut-off (the class's deadline; None: the
+    case's own).
+    """
+
+    static: bool = False
+    learn: bool = True
+    subset: bool = True
+    plan_deadline_s: float | None = None
+
+
+PRODUCT = Trial()  # the product's own way: policy, learning, each site's columns, its deadline
+
+
 @dataclass
 class Case:
     """One admitted case, as the pipeline runs it.
 
-    `features` (with `feature_schema`) are the cells analysed by the client; `static`: images
-    in the class asked for, no policy (the testbed's case of the 2002 study); `learn`: False
-    for a warm-up case (nothing learnt of the whole case); `subset`: False sends every site
-    the full vectors (a what-if of the testbed); `plan_deadline_s`: the deadline planned
-    against when it is not the cut-off (the testbed's class deadline); `metadata`: of
-    every site call; `concept_weights`: each site's request carries them (refine by concept).
+    `features` (with `feature_schema`) are the cells analysed by the client; `metadata`: of
+    every site call; `concept_weights`: each site's request carries them (refine by concept);
+    `trial`: the testbed's switches (`Trial`), the product's way unless its driver sets them.
     """
 
     case_id: str
@@ -91,12 +110,9 @@ class Case:
     feature_schema: str = ""
     ship: str = "auto"
     why: list[Why] = field(default_factory=list)
-    static: bool = False
-    learn: bool = True
-    subset: bool = True
     metadata: tuple = ()
-    plan_deadline_s: float | None = None
     concept_weights: dict[str, float] = field(default_factory=dict)  # refine by concept: every site re-ranks
+    trial: Trial = PRODUCT
 
     @property
     def deadline(self) -> float:
@@ -283,13 +299,13 @@ class CasePipeline:
             def predict(cls, mode, site=site, mode_bytes=mode_bytes):
                 return self.predictor.predict(site, cls, mode, mode_bytes[mode], cells, sharing)
 
-            if case.static:
+            if case.trial.static:
                 plans[site] = SitePlan(site, "images", served.name, predict(served.name, "images"), None, None,
                                        why=(Why("images_as_sent"),))
                 continue
             plans[site] = plan_site(
                 site, requested=served.name, entitled=entitled,
-                deadline_s=case.plan_deadline_s or case.deadline_s, ship=case.ship,
+                deadline_s=case.trial.plan_deadline_s or case.deadline_s, ship=case.ship,
                 schema_matches=(bool(schema) and site_schema == schema) or (
                     bool(case.features) and site_schema == case.feature_schema),
                 predict=predict, mode_bytes=mode_bytes, small_request_bytes=self.settings.small_request_bytes,
@@ -309,7 +325,7 @@ class CasePipeline:
 
     def _features_bytes(self, case: Case, site: str, schema: str) -> int:
         """The bytes of `site`'s features request, before the values are known."""
-        columns = self.directory.columns.get(site, ()) if case.subset else ()
+        columns = self.directory.columns.get(site, ()) if case.trial.subset else ()
         return features_request_bytes(case.cell_ids, self.feature_count, columns,
                                       case_id=case.case_id, request_class=case.served.name, k=case.k,
                                       feature_schema=case.feature_schema or schema)
@@ -383,7 +399,7 @@ class CasePipeline:
             with the cells' vectors by its pretrained eye when it looks through one."""
             if analysed.features is None:
                 return None
-            columns = self.directory.columns.get(site, ()) if case.subset else ()
+            columns = self.directory.columns.get(site, ()) if case.trial.subset else ()
             model = self.directory.models.get(site, "")
             if (columns, model) not in by_kind:
                 if model not in by_eye:  # the eye is the costly part: ~17 ms a cell, whatever the columns
@@ -480,7 +496,7 @@ class CasePipeline:
                total_s: float, outcome: str) -> None:
         """Learn from the case (completed as planned, every site answered) and record it."""
         error = None
-        if outcome != "cancelled" and case.learn:
+        if outcome != "cancelled" and case.trial.learn:
             error = self.predictions.add(planned.predicted_s, total_s)
             if all(r.status_code == 0 for r in results):
                 self.case_model.observe(planned.modes, [r.mode for r in results], len(case.cell_ids), total_s,

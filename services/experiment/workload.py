@@ -67,7 +67,7 @@ from qos.predict import Predictor, RecentMedian  # scipy.stats loads with the fi
 from qos.transport import ClassChannels, CopyFilter, MarkedServer
 from services import reasons
 from services.coordinator.directory import SiteDirectory
-from services.coordinator.pipeline import Case, CasePipeline, Settings
+from services.coordinator.pipeline import Case, CasePipeline, Settings, Trial
 from services.shared import MAX_K
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
@@ -354,9 +354,9 @@ class Master:
         metadata = (((WIRE_REPLY_KEY, str(adaptive.get("thumbnail_bytes", WIRE_THUMBNAIL_BYTES))),)
                     if adaptive is not None else ())
         case = Case(case_id, asked, asked, list(self.sites), cells, k, deadline_s, time.monotonic(),
-                    ship=(adaptive or {}).get("ship", "auto"), static=adaptive is None, learn=not warming,
-                    subset=not (adaptive or {}).get("feature_values"), metadata=metadata,
-                    plan_deadline_s=plan_deadline)
+                    ship=(adaptive or {}).get("ship", "auto"), metadata=metadata,
+                    trial=Trial(static=adaptive is None, learn=not warming,
+                                subset=not (adaptive or {}).get("feature_values"), plan_deadline_s=plan_deadline))
         try:
             steps = list(pipeline.run(case, channels=channels))
         finally:

@@ -3,8 +3,8 @@
 `SiteWorker` holds one `SiteIndex` (SQLite metadata + FAISS index, loaded once when the
 worker starts) and analyses one encoded cell at a time: decode, segment/estimate what
 the user did not send, extract features, search, attach thumbnails; the result is a
-`CellOutcome`. It is a plain class
-so the same code runs in-process (benchmarks' baseline) and as a Ray actor (`start_workers`).
+`CellOutcome`. It is a plain class, so the same code runs in the site server's own process
+(`search_in_server`, tests) and as a Ray actor (`start_workers`).
 """
 
 from __future__ import annotations
@@ -39,14 +39,13 @@ SITE_RESOURCE_PER_WORKER = 0.001  # of a site's Ray placement resource (a node t
                                   # database offers 1), asked by each of its actors and index builds:
                                   # it pins them to that node without limiting how many run there
 WIRE_THUMBNAIL_PX = 48     # a match's inline thumbnail; full images on demand, cached by content hash
-# WebP at quality 80: ~300 B a real cell (Herlev), half the JPEG q80 of before (~640 B) at about
-# its fidelity (PSNR within ~1 dB), so that a site's 30 matches fit in one initial congestion
-# window (benchmarks/bench_wire_reply.py). Every browser the page supports shows WebP.
+# WebP at quality 80: ~300 B a real cell (Herlev), half a JPEG's at about its fidelity, so a
+# site's 30 matches fit in one initial congestion window. Every browser the page supports shows WebP.
 WIRE_THUMBNAIL_FORMAT = "WEBP"
 WIRE_THUMBNAIL_QUALITY = 80
 WARM_UP_THUMBNAILS = 1024       # database cells whose wire thumbnails a site worker makes at start
                                 # (~3 ms each): a case's search then costs the same whether or not
-                                # its matches were seen before (the demo's first case: 0.2 s more)
+                                # its matches were seen before
 
 log = logging.getLogger("pathmaster.site")
 SYNTHETIC = "synthetic"  # what SiteInfo.database_origins calls cells PathMaster generated
@@ -134,7 +133,7 @@ def ray_task_cancelled() -> bool:
     cancels a cell whose case its caller gave up); False outside a Ray worker."""
     try:
         return ray.get_runtime_context().is_canceled()
-    except RuntimeError:  # not a Ray worker: the in-process use (benchmarks' baseline)
+    except RuntimeError:  # not a Ray worker: the in-process use
         return False
 
 
@@ -150,9 +149,8 @@ class SiteWorker:
         self.index = SiteIndex.open(db)
         self.explainer = Explainer(self.index)
         self._wire = lru_cache(maxsize=4096)(self._wire_parts)
-        # budget: cells are analysed in a bounded worker process (CPU
-        # budget, memory limit, deadline); budget=None analyses in this process, unbounded
-        # (the old way, kept for benchmarks' "before").
+        # budget: each cell is analysed in a bounded worker process (CPU budget, memory
+        # limit, deadline); None: in this process, unbounded (a server that only searches).
         self.pool = AnalysisPool(budget=budget, preload=PRELOAD) if budget is not None else None
         if self.pool is not None:
             self.pool.warm_up()  # the fork server and a worker start now, not on the first case

@@ -7,7 +7,7 @@ import threading
 import numpy as np
 import pytest
 
-from qos.admission import Admission, Refused, Turns
+from qos.admission import DEFAULT_RETRY_AFTER_S, HOLD_EWMA_ALPHA, Admission, Refused, Turns
 from qos.policy import plan_site
 from qos.predict import RECENT_CALLS, PathModel, PredictionLog, RecentMedian, SiteLoad, SiteModel
 from services.reasons import codes
@@ -356,6 +356,36 @@ def test_one_client_cannot_fill_a_class():
     adm.release(first)  # idempotent
     assert adm.admit("routine", "greedy").served_as == "routine"
     assert adm.in_use() == 3
+
+
+def test_a_retry_after_follows_the_served_classs_holding_times_and_refusals_count_by_the_class_asked():
+    clock = Clock()
+    adm = Admission(CLASSES, capacity=2, reserved=1, clock=clock)
+    for held_s in (10.0, 20.0):
+        ticket = adm.admit("teaching", "t")
+        clock.now += held_s
+        adm.release(ticket)
+    adm.admit("teaching", "t"), adm.admit("urgent", "u")  # the shared slot, the reserved one
+    with pytest.raises(Refused) as teaching:
+        adm.admit("teaching", "t2")
+    assert teaching.value.retry_after_s == pytest.approx(10.0 + HOLD_EWMA_ALPHA * (20.0 - 10.0))
+    with pytest.raises(Refused) as urgent:  # past its reservation, and routine has no room either
+        adm.admit("urgent", "u2")
+    assert urgent.value.retry_after_s == DEFAULT_RETRY_AFTER_S  # routine has held nothing yet
+    assert adm.refused == {"teaching": 1, "urgent": 1} and adm.reclassified == 0
+
+
+@pytest.mark.parametrize("capacity, reserved", [(0, 0), (2, 2), (2, -1)])
+def test_a_reservation_needs_a_shared_slot_beside_it(capacity, reserved):
+    with pytest.raises(ValueError):
+        Admission(CLASSES, capacity=capacity, reserved=reserved)
+
+
+def test_an_unknown_class_is_not_admitted_and_takes_no_slot():
+    adm = Admission(CLASSES, capacity=2)
+    with pytest.raises(ValueError):
+        adm.admit("vip", "c")
+    assert adm.in_use() == 0 and adm.refused == {}
 
 
 

@@ -5,7 +5,7 @@ import json
 
 from services.case_words import format_summary
 from services.conclusion_words import conclusion_json, format_conclusion, headline
-from services.coordinator.conclusion import case_conclusion
+from services.coordinator.conclusion import case_conclusion, site_cells
 from services.gateway.events import summary_json
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 
@@ -70,3 +70,16 @@ def test_sites_disagreeing_are_named():
     assert conclusion.outcome == "cannot_conclude" and conclusion.why[0].code == "sites_disagree"
     assert dict(conclusion.why[0].params)["abnormal_sites"] == "a"
     assert list(conclusion.cells[0].nilm_sites) == ["b", "c"]
+
+
+def test_a_sites_own_score_and_reading_enter_only_where_its_cell_result_carries_them():
+    scored = site("a", {"x": ["NILM"] * 5})
+    scored.cells[0].abnormal_score, scored.cells[0].abnormal = 0.9, True
+    plain = site("b", {"x": ["NILM"] * 5})
+    plain.cells[0].abnormal = True  # no score: the flag alone is not the site's reading
+    assert [(c.site, c.score, c.reading, c.terms) for c in site_cells([scored, plain])] == [
+        ("a", 0.9, True, ("NILM",) * 5), ("b", None, None, ("NILM",) * 5)]
+    alone = case_conclusion([scored]).cells[0]
+    assert alone.abnormal and list(alone.abnormal_sites) == ["a"] and alone.abnormal_score > 0
+    pooled = case_conclusion([scored, plain]).cells[0]  # a's reading pooled with b's NILM matches
+    assert (list(pooled.abnormal_sites), list(pooled.nilm_sites)) == (["a"], ["b"])

@@ -17,7 +17,7 @@ from qos.admission import Turns
 from qos.classes import DEFAULT_CLASSES
 from qos.predict import Predictor
 from services.coordinator.directory import SiteDirectory
-from services.coordinator.pipeline import Case, CasePipeline, Settings
+from services.coordinator.pipeline import Case, CasePipeline, Settings, Trial
 from services.pb.pathmaster.v1 import pathmaster_pb2 as pb
 from services.reasons import codes
 from tests.services.conftest import CallFailed
@@ -186,6 +186,29 @@ def test_a_second_case_is_predicted_from_the_first_and_its_error_logged():
     assert first.predicted_s == 0 and all(p.predicted_s == 0 for p in first.sites)
     assert second.predicted_s > 0 and all(p.predicted_s > 0 for p in second.sites)
     assert len(pipeline.predictions) == 1 and pipeline.cases_running == 0  # the first had no prediction
+
+
+def test_a_testbed_trial_sends_the_images_as_asked_and_a_warm_up_learns_nothing():
+    clock = Clock()
+    pipeline, _ = pipeline_with(FakeSites(clock, seconds={"alpha": 1.0, "beta": 1.0}), clock,
+                                FakeAnalysers(clock))
+    warm_up = Trial(static=True, learn=False)
+    plan = events(pipeline.run(a_case(clock, trial=warm_up)))[0].plan
+    events(pipeline.run(a_case(clock, trial=warm_up)))
+    assert [(p.mode, codes(p.why)) for p in plan.sites] == [("images", ["images_as_sent"])] * 2
+    assert len(pipeline.predictions) == 0  # as the product, the second case would add one
+
+
+def test_a_features_request_carries_the_sites_columns_unless_the_trial_sends_full_vectors():
+    clock = Clock()
+    sites = FakeSites(clock)
+    pipeline, _ = pipeline_with(sites, clock, FakeAnalysers(clock))
+    pipeline.directory.columns["alpha"] = (0, 2)
+    for trial, values in ((Trial(), [0.1, 0.3]), (Trial(subset=False), [0.1, 0.2, 0.3, 0.4])):
+        sites.requests.clear()
+        events(pipeline.run(a_case(clock, trial=trial)))
+        (features,) = [request.features for site, _, _, request in sites.requests if site == "alpha"]
+        assert [list(f.values) for f in features] == [pytest.approx(values)] * 2
 
 
 class RecordingTurns(Turns):
