@@ -15,7 +15,7 @@ Refused, each with a stable code (`NotACell.code`) and plain words:
   cell cropped.
 
 Thresholds are set on synthetic cells, masks and fields (`pathmaster.image.synth`), see the
-constants; tests/core/test_uploads.py holds them.
+constants; tests/core/analysis/test_uploads.py holds them.
 """
 
 from __future__ import annotations

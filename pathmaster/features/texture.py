@@ -10,7 +10,7 @@ floating-point precision, differently for a rotated or shifted copy of the same 
 
 `uniform_lbp` is scikit-image's ``local_binary_pattern(..., method="uniform")`` written
 again as whole-array NumPy: the same interpolation, in the same floating-point
-operations, so the same codes bit for bit (tests/core/test_features.py checks it), about
+operations, so the same codes bit for bit (tests/core/features/test_features.py checks it), about
 twice as fast on the nucleus of a 224 px upload (0.9 against 1.7 ms a call, two calls a
 cell; 1.7 against 5.1 ms on a 110 px square), where a whole upload may take 30 ms.
 """

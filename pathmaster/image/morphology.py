@@ -6,7 +6,7 @@ it says so) as the scipy.ndimage or scikit-image call its docstring names, throu
 or a counting shortcut that is several times faster on the small images of one cell: the
 segmentation of a ~200 px upload calls them some hundred times. Where OpenCV has the
 operation, it does the work; what is hand-written here is only the glue that makes its
-borders, connectivity and dtypes match the reference call (tests/core/test_morphology.py
+borders, connectivity and dtypes match the reference call (tests/core/image/test_morphology.py
 checks each against it).
 """
 

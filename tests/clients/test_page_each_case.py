@@ -24,7 +24,7 @@ from pathmaster.image.io import encode_png
 from pathmaster.records import DIAGNOSES
 from pathmaster.image.synth import cell_rng, synth_cell, synth_field
 from tests.clients.browser import ARTIFACTS, run_case
-from tests.core.test_uploads import herlev_coloured
+from tests.core.analysis.test_uploads import herlev_coloured
 from tests.clients.test_page_check_by_eye import fake, pick, sign_in  # noqa: F401  (fake: a fixture)
 
 pytestmark = pytest.mark.browser

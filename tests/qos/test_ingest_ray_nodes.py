@@ -9,7 +9,7 @@ import pytest
 
 from pathmaster.site.ingest import ingest
 from pathmaster.image.synth import write_dataset
-from tests.core.test_ingest import site_rows
+from tests.core.site.test_ingest import site_rows
 from qos import netns
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]

@@ -105,7 +105,7 @@ def test_a_slow_cell_is_stopped_by_its_budget_and_the_urgent_case_is_answered(bu
     if cost < 2 * BUDGET["cell_cpu_floor_s"]:
         # RLIMIT_CPU counts whole seconds, so the budget is 1.5-2.5 s; since the analysis got
         # faster the 1024^2 pixel cap bounds a legal cell below that (the pool's kill itself
-        # is tested with a slow task in tests/core/test_budget.py).
+        # is tested with a slow task in tests/core/analysis/test_budget.py).
         pytest.skip(f"no legal cell is slow enough here: the costliest known takes {cost:.2f} s of CPU, "
                     f"under the site's {BUDGET['cell_cpu_floor_s']} s budget")
     hostile = [pb.CellImage(cell_id="hostile.png", image=slow), case[1], case[2]]

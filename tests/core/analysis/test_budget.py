@@ -169,7 +169,7 @@ def test_a_worker_ends_at_sigterm_whatever_its_fork_server_caught():
     import os
     import subprocess
 
-    repo = str(Path(__file__).resolve().parents[2])  # the fork server finds pathmaster here
+    repo = str(Path(__file__).resolve().parents[3])  # the fork server finds pathmaster here
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")])))
     code = ("from pathmaster.analysis.budget import AnalysisPool\n"
             "import budget_tasks\n"
@@ -209,7 +209,7 @@ def test_workers_do_not_run_the_parents_main_script_again(tmp_path):
     ran = tmp_path / "ran.txt"
     script = tmp_path / "main_script.py"
     script.write_text(MAIN_SCRIPT.format(tests=str(Path(__file__).parent), ran=str(ran)))
-    repo = str(Path(__file__).resolve().parents[2])
+    repo = str(Path(__file__).resolve().parents[3])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")])))
     done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=300)

@@ -1,4 +1,4 @@
-"""Tasks for tests/core/test_budget.py, run in the analysis pool's worker processes (so
+"""Tasks for tests/core/analysis/test_budget.py, run in the analysis pool's worker processes (so
 they live in a module the workers can import by name)."""
 
 from __future__ import annotations
