@@ -62,6 +62,12 @@ def register(subparsers) -> None:
                    help="what the site compares: its features, what a frozen pretrained network (the eye) sees "
                         "of the cells' pixels through a lens fitted to its own labelled cells, both fused, or "
                         "auto = whichever its cross-validation finds best (default: as before, else auto)")
+    p.add_argument("--eye-views", type=int, default=None, metavar="N",
+                   help="how many of each cell patch's rotations/flips the eye averages: 1, 2, 4 or 8 (each a "
+                        "pass of the network, on every upload too; default: as before, else the eye's default)")
+    p.add_argument("--eye-resolution", type=int, default=None, metavar="PX",
+                   help="the side the eye resizes each cell patch to: a multiple of 16 from 96 up to the "
+                        "patch's side (fewer pixels, less CPU; default: as before, else the eye's default)")
     p.add_argument("--vocabulary", metavar="NAME|FILE",
                    help="the site's diagnosis labels: herlev, sipakmed, bethesda, or a TOML file (labels, which "
                         "are abnormal, each one's Bethesda term; see pathmaster/vocabulary.py); set on the first "
@@ -156,6 +162,11 @@ def _index(args) -> int:
         raise NotADirectoryError(f"{args.dataset}: not a dataset directory")
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be at least 1, got {args.batch_size}")
+    eye = _eye_choice(args)
+    if eye:
+        from pathmaster.site.fitting import eye_options
+
+        eye_options(**eye)   # refused before anything is ingested
     workers = local_cores() if args.workers is None else args.workers
     if not 1 <= workers <= 1024:
         raise ValueError(f"--workers must be 1 to 1024, got {workers}")
@@ -167,7 +178,7 @@ def _index(args) -> int:
     report = ingest(args.dataset, args.db, progress=not args.quiet, algorithm=args.algorithm,
                     features=args.features, batch_size=args.batch_size, vocabulary=vocabulary,
                     workers=workers, ray_address=args.ray_address, relearn=args.relearn,
-                    similarity=args.similarity)
+                    similarity=args.similarity, eye=eye)
     for source, problem in report.problems:
         print(f"skipped {source}: {problem}", file=sys.stderr)
     print(f"{report.added} cells added, {report.skipped} already there, {len(report.problems)} problems; "
@@ -183,7 +194,18 @@ def _index(args) -> int:
         site = SiteIndex.open(args.db)
         print(f"similarity: {site.similarity_note()}; abnormality score: {site.learnt.score} >= "
               f"{site.learnt.threshold:.3g} (the site's operating point)")
+        if site.eye is not None:
+            print(f"eye: {site.eye.name} at {site.eye.resolution} px, {site.eye.views} "
+                  f"view{'s' if site.eye.views > 1 else ''} averaged")
     return 0 if report.total_cells else 1
+
+
+def _eye_choice(args) -> dict | None:
+    """The eye's options given on the command line (``fitting.eye_options`` checks them), or
+    None to keep the site's."""
+    given = {key: value for key, value in (("views", args.eye_views), ("resolution", args.eye_resolution))
+             if value is not None}
+    return given or None
 
 
 def _known_cells(handler):
