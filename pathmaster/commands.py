@@ -45,6 +45,47 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.set_defaults(func=_synth)
 
+    _register_index(subparsers)
+
+    _register_cells(subparsers)
+
+    p = subparsers.add_parser("search", help="the most similar database cells to one test cell",
+                              description="Analyse one cell image and print the k most similar cells of the site.")
+    p.add_argument("image", type=Path, metavar="IMAGE", help="the test cell image (PNG, BMP, JPEG or TIFF)")
+    p.add_argument("--db", required=True, type=Path, metavar="SITE_DIR")
+    p.add_argument("--background", type=Path, help="blank-slide image taken with the same lighting")
+    p.add_argument("--mask", type=Path, help="label image: 0 background, 1 cytoplasm, 2 nucleus, 3 nucleolus")
+    p.add_argument("--k", type=int, default=5, help="number of matches (default 5)")
+    p.add_argument("--json", action="store_true", help='print {"matches": [{"cell_id", "diagnosis", "distance"}, ...]}')
+    p.add_argument("--exclude-self", action="store_true",
+                   help="leave out database cells with the query's own pixels (the query is already in the database)")
+    p.set_defaults(func=_search)
+
+    p = subparsers.add_parser("evaluate", help="retrieval quality of a site (cross-validated, or held-out queries)",
+                              description="Stratified k-fold cross-validation over the site's own cells, folds "
+                                          "split by slide image (the site's representation refitted on each "
+                                          "training fold), leave-one-out, or held-out query cells from another "
+                                          "dataset: top-1, precision@5, majority@5, mAP, binary normal/abnormal "
+                                          "accuracy, abnormal sensitivity and specificity with 95%% confidence "
+                                          "intervals, the ROC of the per-cell abnormality score, simulated 6-cell "
+                                          "cases, recall per class, the confusion matrix and, cross-validated, "
+                                          "classifiers on the same folds and representation as a ceiling.")
+    p.add_argument("--db", required=True, type=Path, metavar="SITE_DIR")
+    p.add_argument("--queries", type=Path, metavar="DATASET_DIR", help="held-out query cells (default: cross-validation)")
+    p.add_argument("--folds", type=int, default=5, help="stratified folds (default 5)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the fold split, bootstrap and classifiers (default 0)")
+    p.add_argument("--loo", action="store_true",
+                   help="leave-one-out in the site's stored space instead (fitted to every cell, queries included)")
+    p.add_argument("--no-ceiling", action="store_true", help="skip the classifier ceiling")
+    p.add_argument("--no-site-score", action="store_true", help=NO_SITE_SCORE_HELP)
+    p.add_argument("--json", action="store_true", help="print the metrics as JSON")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_evaluate)
+
+
+
+def _register_index(subparsers) -> None:
+    """``pathmaster index``: ingest a dataset into a site directory and (re)build its index."""
     p = subparsers.add_parser("index", help="add a dataset's cells to a site database and (re)build its index",
                               description="Ingest a dataset (synthetic, Herlev, SIPaKMeD or class folders of images) "
                                           "into a site directory. Re-running skips cells already there and completes "
@@ -86,42 +127,6 @@ def register(subparsers) -> None:
                         "have drifted from the cells it was fitted to")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_index)
-
-    _register_cells(subparsers)
-
-    p = subparsers.add_parser("search", help="the most similar database cells to one test cell",
-                              description="Analyse one cell image and print the k most similar cells of the site.")
-    p.add_argument("image", type=Path, metavar="IMAGE", help="the test cell image (PNG, BMP, JPEG or TIFF)")
-    p.add_argument("--db", required=True, type=Path, metavar="SITE_DIR")
-    p.add_argument("--background", type=Path, help="blank-slide image taken with the same lighting")
-    p.add_argument("--mask", type=Path, help="label image: 0 background, 1 cytoplasm, 2 nucleus, 3 nucleolus")
-    p.add_argument("--k", type=int, default=5, help="number of matches (default 5)")
-    p.add_argument("--json", action="store_true", help='print {"matches": [{"cell_id", "diagnosis", "distance"}, ...]}')
-    p.add_argument("--exclude-self", action="store_true",
-                   help="leave out database cells with the query's own pixels (the query is already in the database)")
-    p.set_defaults(func=_search)
-
-    p = subparsers.add_parser("evaluate", help="retrieval quality of a site (cross-validated, or held-out queries)",
-                              description="Stratified k-fold cross-validation over the site's own cells, folds "
-                                          "split by slide image (the site's representation refitted on each "
-                                          "training fold), leave-one-out, or held-out query cells from another "
-                                          "dataset: top-1, precision@5, majority@5, mAP, binary normal/abnormal "
-                                          "accuracy, abnormal sensitivity and specificity with 95%% confidence "
-                                          "intervals, the ROC of the per-cell abnormality score, simulated 6-cell "
-                                          "cases, recall per class, the confusion matrix and, cross-validated, "
-                                          "classifiers on the same folds and representation as a ceiling.")
-    p.add_argument("--db", required=True, type=Path, metavar="SITE_DIR")
-    p.add_argument("--queries", type=Path, metavar="DATASET_DIR", help="held-out query cells (default: cross-validation)")
-    p.add_argument("--folds", type=int, default=5, help="stratified folds (default 5)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the fold split, bootstrap and classifiers (default 0)")
-    p.add_argument("--loo", action="store_true",
-                   help="leave-one-out in the site's stored space instead (fitted to every cell, queries included)")
-    p.add_argument("--no-ceiling", action="store_true", help="skip the classifier ceiling")
-    p.add_argument("--no-site-score", action="store_true", help=NO_SITE_SCORE_HELP)
-    p.add_argument("--json", action="store_true", help="print the metrics as JSON")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=_evaluate)
-
 
 
 def _register_cells(subparsers) -> None:
