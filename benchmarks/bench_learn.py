@@ -14,7 +14,12 @@ the site's report (``thresholds.MARGIN_RULES``) would have chosen: "third" (the 
 the first inner fold's cells), "point" (on every held-out cell), "cpX" (the Clopper-Pearson
 margin at confidence X); per fold and pooled.
 
-    python benchmarks/bench_learn.py [--data DIR] [--folds 5] [--only 0,1] [--json FILE]
+With ``--eyes 160x1,160x2,144x2`` (side in px x views averaged) each fold's cells are ingested
+once and indexed once per variant of the eye's options (``pathmaster index --eye-resolution
+--eye-views``): the same folds, the same held-out uploads analysed once; per variant the
+figures above, then a table of them side by side with the eye's median CPU per upload.
+
+    python benchmarks/bench_learn.py [--data DIR] [--folds 5] [--only 0,1] [--eyes 160x1,160x2] [--json FILE]
 
 Needs a labelled image dataset (default: the shared Herlev development half,
 ../shared/data/herlev-224-dev); nothing learnt is kept.
@@ -38,19 +43,30 @@ def group_of(source_id: str) -> str:
     return re.sub(r"-\d+$", "", Path(source_id).name)
 
 
-def query_fold(site, records, modes):
-    """Per mode, each query's (label, nearest labels, abnormality score); and analysis CPU times."""
-    from pathmaster.site import faiss_index
+def analyse_queries(records):
+    """Each held-out record as an upload (image only): (label, its analysis), and the median
+    CPU seconds of one analysis; the same for every eye variant of a fold."""
+    from pathmaster.analysis.cell import analyse_cell
 
-    analysed, cpu_features, cpu_learnt = [], [], []
+    analysed, cpu = [], []
     for record in records:
         t0 = time.process_time()
-        analysis = site.analyse(record.image, source=record.source_id)
-        t1 = time.process_time()
+        analysed.append((record.diagnosis, analyse_cell(record.image, source=record.source_id)))
+        cpu.append(time.process_time() - t0)
+    return analysed, float(np.median(cpu))
+
+
+def query_fold(site, analysed, modes):
+    """Per mode, each query's (label, nearest labels, abnormality score); and the median CPU
+    seconds of one upload's eye vector (the site's eye on its patch)."""
+    from pathmaster.site import faiss_index
+
+    embedded, cpu_eye = [], []
+    for label, analysis in analysed:
+        t0 = time.process_time()
         embedding = site.embed(analysis.patch[None])
-        cpu_features.append(t1 - t0)
-        cpu_learnt.append(time.process_time() - t1)
-        analysed.append((record.diagnosis, analysis.features, embedding))
+        cpu_eye.append(time.process_time() - t0)
+        embedded.append((label, analysis.features, embedding))
     chosen = (site.learnt.mode, site.learnt.embedding_weight)
     out = {}
     for mode in modes:
@@ -61,13 +77,30 @@ def query_fold(site, records, modes):
             site.learnt.embedding_weight = 0.5
         site._index = faiss_index.build_index(site.vectors())
         rows = []
-        for label, features, embedding in analysed:
+        for label, features, embedding in embedded:
             matches = site.search(features, 5, embedding=None if embedding is None else embedding[0])
             [score] = site.abnormality(embedding, [matches], features[None])
             rows.append((label, [m.diagnosis for m in matches], score, site.learnt.threshold))
         out[mode] = rows
         site.learnt.mode, site.learnt.embedding_weight = chosen
-    return out, float(np.median(cpu_features)), float(np.median(cpu_learnt))
+    return out, float(np.median(cpu_eye))
+
+
+def parse_eyes(text: str) -> dict[str, dict]:
+    """``"160x1,144x2"`` -> {"160x1": {"resolution": 160, "views": 1}, ...}, each checked as
+    indexing checks it (``fitting.eye_options``); "" -> the eye's defaults alone."""
+    from pathmaster.site.fitting import eye_options
+
+    variants = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        side, _, views = item.partition("x")
+        if not (side.isdigit() and views.isdigit()):
+            raise SystemExit(f"--eyes: {item!r} is not SIDExVIEWS, e.g. 160x2")
+        variants[item] = eye_options(resolution=int(side), views=int(views))
+    if not variants:
+        default = eye_options()
+        variants[f"{default['resolution']}x{default['views']}"] = default
+    return variants
 
 
 def scores(rows, abnormal_labels):
@@ -135,18 +168,67 @@ def cases(rows, abnormal_labels, groups):
                                          round(simulation["chosen_specificity"], 3)]}
 
 
+def variant_report(folds: list[dict], pooled: dict, pooled_groups: list, abnormal) -> dict:
+    """One eye variant's pooled figures over its folds, its simulated cases and its costs."""
+    report = {"folds": folds}
+    report["pooled"] = {m: {k: round(v, 3) for k, v in scores(r, abnormal).items()} for m, r in pooled.items() if r}
+    report["cases"] = cases(pooled["site_choice"], abnormal, np.array(pooled_groups))
+    report["eye_cpu_ms"] = round(float(np.median([f["learnt_cpu_ms"] for f in folds])), 1)
+    report["index_s"] = round(float(np.median([f["index_s"] for f in folds])), 1)
+    return report
+
+
+def print_variant(name: str, report: dict) -> None:
+    print(f"eye {name}: pooled over folds (sensitivity/specificity at each fold's site's own operating point):")
+    print(json.dumps(report["pooled"], indent=1))
+    print(f"eye {name}: simulated 6-cell cases (case sensitivity, specificity):", json.dumps(report["cases"]))
+    print(f"eye {name}: the site's score at each rule's threshold, on the same held-out cells:")
+    print(rules_table(report["folds"]))
+
+
+def pooled_rule(folds: list[dict], rule: str) -> tuple[float, float]:
+    """A rule's pooled (sensitivity, specificity) over the folds' held-out cells (NaN where
+    no fold's site had enough cells for it)."""
+    cells = [f["rules"][rule] for f in folds if rule in f["rules"]]
+    if not cells:
+        return float("nan"), float("nan")
+    return (sum(c["found"] for c in cells) / sum(c["abnormal"] for c in cells),
+            sum(c["cleared"] for c in cells) / sum(c["normal"] for c in cells))
+
+
+def variants_table(variants: dict) -> str:
+    """The variants side by side: the site's own choice pooled, its per-cell rule, its cases, costs."""
+    from pathmaster.learning.thresholds import MARGIN_CONFIDENCE
+
+    rule = f"cp{MARGIN_CONFIDENCE:g}"
+    lines = [f"eye      AUC    top-1  site point sens/spec  cell rule {rule} sens/spec  cases at point sens/spec  "
+             "cases at spec>=0.90 sens/spec  eye CPU ms/upload  index s/fold"]
+    for name, report in variants.items():
+        site = report["pooled"]["site_choice"]
+        sens, spec = pooled_rule(report["folds"], rule)
+        point, ceiling = report["cases"]["at_operating_point"], report["cases"]["at_case_specificity_0.90"]
+        lines.append(f"{name:8s} {site['auc']:.3f}  {site['top1']:.3f}  {site['sensitivity']:.3f} / "
+                     f"{site['specificity']:.3f}         {sens:.3f} / {spec:.3f}               "
+                     f"{point[0]:.3f} / {point[1]:.3f}            {ceiling[0]:.3f} / {ceiling[1]:.3f}"
+                     f"                  {report['eye_cpu_ms']:5.1f}             {report['index_s']:.1f}")
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     shared = Path(os.environ.get("PATHMASTER_SHARED", Path(__file__).resolve().parents[2] / "shared"))
     parser.add_argument("--data", type=Path, default=shared / "data" / "herlev-224-dev")
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--only", default="", help="comma-separated fold numbers to run (default: all)")
+    parser.add_argument("--eyes", default="", help="eye variants SIDExVIEWS, comma-separated, e.g. 160x1,160x2 "
+                                                   "(default: the eye's defaults alone)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args()
     if not args.data.is_dir():
         print(f"skipped: no dataset at {args.data}")
         return 0
+    eyes = parse_eyes(args.eyes)
 
     from sklearn.model_selection import StratifiedGroupKFold
 
@@ -161,9 +243,11 @@ def main() -> int:
     groups = np.array([group_of(r.source_id) for r in records])
     only = {int(f) for f in args.only.split(",") if f}
     modes = ("features", "embedding", "fused")
-    pooled = {mode: [] for mode in modes}
+    pooled = {name: {mode: [] for mode in modes} for name in eyes}
+    folds_of = {name: [] for name in eyes}
     pooled_groups = []
-    report = {"folds": [], "load_before": os.getloadavg()}
+    abnormal = set()
+    report = {"eyes": eyes, "load_before": os.getloadavg()}
     folds = StratifiedGroupKFold(args.folds, shuffle=True, random_state=args.seed).split(labels, labels, groups)
     for f, (train, test) in enumerate(folds):
         if only and f not in only:
@@ -171,37 +255,43 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="bench-learn-") as site_dir:
             t0 = time.perf_counter()
             ingest(args.data, site_dir, records=[records[i] for i in train], build_index=False)
-            with SiteDB(site_dir) as db:
-                build_search_index(db)
-            index_s = time.perf_counter() - t0
-            site = SiteIndex.open(site_dir)
-            rows, cpu_features, cpu_learnt = query_fold(site, [records[i] for i in test], modes)
-            abnormal = set(site.vocabulary.abnormal)
-            fold = {"fold": f, "index_s": round(index_s, 1), "train_cells": int(len(train)),
-                    "chosen": site.learnt.mode, "note": site.similarity_note(), "score": site.learnt.score,
-                    "threshold": site.learnt.threshold, "analysis_cpu_ms": round(1000 * cpu_features, 1),
-                    "learnt_cpu_ms": round(1000 * cpu_learnt, 1), "load": os.getloadavg(),
-                    "case_point": (site.learnt.report or {}).get("case"),
-                    "modes": {m: scores(r, abnormal) for m, r in rows.items()}}
-            for mode, r in rows.items():
-                pooled[mode].extend(r)
-            fold["site_choice"] = scores(rows[site.learnt.mode], abnormal)
-            fold["rules"] = rule_figures(rows[site.learnt.mode], abnormal,
-                                         {"used": site.learnt.threshold,
-                                          **((site.learnt.report or {}).get("thresholds") or {})})
-            pooled.setdefault("site_choice", []).extend(rows[site.learnt.mode])
+            ingest_s = time.perf_counter() - t0
+            analysed, cpu_features = analyse_queries([records[i] for i in test])
+            for name, eye in eyes.items():
+                t0 = time.perf_counter()
+                with SiteDB(site_dir) as db:
+                    build_search_index(db, eye=eye)
+                index_s = time.perf_counter() - t0
+                site = SiteIndex.open(site_dir)
+                rows, cpu_eye = query_fold(site, analysed, modes)
+                abnormal = set(site.vocabulary.abnormal)
+                fold = {"fold": f, "eye": name, "described": None if site.eye is None else site.eye.describe(),
+                        "ingest_s": round(ingest_s, 1), "index_s": round(index_s, 1), "train_cells": int(len(train)),
+                        "chosen": site.learnt.mode, "note": site.similarity_note(), "score": site.learnt.score,
+                        "threshold": site.learnt.threshold, "analysis_cpu_ms": round(1000 * cpu_features, 1),
+                        "learnt_cpu_ms": round(1000 * cpu_eye, 1), "load": os.getloadavg(),
+                        "case_point": (site.learnt.report or {}).get("case"),
+                        "modes": {m: scores(r, abnormal) for m, r in rows.items()}}
+                for mode, r in rows.items():
+                    pooled[name][mode].extend(r)
+                fold["site_choice"] = scores(rows[site.learnt.mode], abnormal)
+                fold["rules"] = rule_figures(rows[site.learnt.mode], abnormal,
+                                             {"used": site.learnt.threshold,
+                                              **((site.learnt.report or {}).get("thresholds") or {})})
+                pooled[name].setdefault("site_choice", []).extend(rows[site.learnt.mode])
+                folds_of[name].append(fold)
+                print(json.dumps(fold), flush=True)
             pooled_groups.extend(groups[test])
-            report["folds"].append(fold)
-            print(json.dumps(fold), flush=True)
-    report["pooled"] = {m: {k: round(v, 3) for k, v in scores(r, abnormal).items()} for m, r in pooled.items() if r}
-    report["cases"] = cases(pooled["site_choice"], abnormal, np.array(pooled_groups))
-    print("pooled over folds (sensitivity/specificity at each fold's site's own operating point):")
-    print(json.dumps(report["pooled"], indent=1))
-    print("simulated 6-cell cases (case sensitivity, specificity):", json.dumps(report["cases"]))
-    print("the site's score at each rule's threshold, on the same held-out cells:")
-    print(rules_table(report["folds"]))
+    report["variants"] = {name: variant_report(folds_of[name], pooled[name], pooled_groups, abnormal)
+                          for name in eyes}
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))
+    for name, variant in report["variants"].items():
+        print_variant(name, variant)
+    print("the eye's variants side by side (pooled over the same folds; CPU: median over uploads of one fold, "
+          "then over folds, of the eye's vector of one upload; index: the eye's look at every cell and what the "
+          "site learns, wall):")
+    print(variants_table(report["variants"]))
     return 0
 
 

@@ -1,6 +1,7 @@
 """CPU time of a whole upload's analysis on real 224 px cells, the eye included, before vs after.
 
-    python benchmarks/bench_upload_cpu.py [--before REV] [--every 10] [--repeats 5] [--rounds 3] [--json]
+    python benchmarks/bench_upload_cpu.py [--before REV] [--eyes 160x1,144x2] [--every 10] [--repeats 5]
+                                          [--rounds 3] [--json]
 
 An upload as a user sends it: a real Herlev cell as a 224 px JPEG, letter-boxed, no mask
 and no blank slide (../shared/data/herlev-224-dev, or $PATHMASTER_SHARED/data/...; every
@@ -15,7 +16,9 @@ figure is the median of `repeats`; printed are the medians over uploads.
 Before and after run in fresh processes of their own trees (git revision REV in a
 temporary worktree, and this working tree), `rounds` times in alternation, so machine
 noise hits both alike; each round's medians and their ratio are printed, then the
-median over rounds. Results: benchmarks/results/upload-cpu-*.txt.
+median over rounds. With ``--eyes`` (side in px x views averaged) this tree runs once per
+variant of the eye's options in each round (the patch made at its side, the eye resizing it
+to the variant's), each against the same before. Results: benchmarks/results/upload-cpu-*.txt.
 """
 
 from __future__ import annotations
@@ -40,8 +43,9 @@ SHARED = Path(os.environ.get("PATHMASTER_SHARED", REPO.parent / "shared"))
 PARTS = ("analyse", "learnt", "total")
 
 
-def worker(uploads: Path, every: int, repeats: int) -> dict:
-    """Median CPU ms per upload of each part, with whatever pathmaster is first on sys.path."""
+def worker(uploads: Path, every: int, repeats: int, eye: str = "") -> dict:
+    """Median CPU ms per upload of each part, with whatever pathmaster is first on sys.path;
+    ``eye`` "SIDExVIEWS" for other options of its eye than the defaults ("")."""
     import cv2
     import numpy as np
     from PIL import Image
@@ -50,7 +54,7 @@ def worker(uploads: Path, every: int, repeats: int) -> dict:
     from pathmaster.analysis.cell import analyse_cell
 
     cv2.setNumThreads(1)
-    learnt = _learnt_part()
+    learnt = _learnt_part(eye)
     images = [np.asarray(Image.open(p).convert("RGB")) for p in sorted(uploads.glob("*/*.jpg"))[::every]]
 
     learnt(analyse_cell(images[0]))  # lazy imports and caches out of the timing
@@ -73,9 +77,10 @@ def worker(uploads: Path, every: int, repeats: int) -> dict:
             **{f"{part}_ms": statistics.median(values) for part, values in per_upload.items()}}
 
 
-def _learnt_part():
+def _learnt_part(variant: str = ""):
     """``learnt(analysis)``: what a site runs on an upload's patch besides its analysis, in
-    the tree first on sys.path (its docstring says which)."""
+    the tree first on sys.path (its docstring says which); ``variant`` "SIDExVIEWS": the
+    eye with those options."""
     import numpy as np
 
     try:
@@ -92,7 +97,8 @@ def _learnt_part():
             """the site's learnt network (random weights)"""
             embedder.abnormal_probability(embedder.embed(analysis.patch))
         return learnt
-    eye = open_eye()
+    side, _, views = variant.partition("x")
+    eye = open_eye(**({"resolution": int(side), "views": int(views)} if variant else {}))
     vectors = np.random.default_rng(0).normal(size=(400, eye.dim))
     lens = fit_lens(vectors, eye.describe())
     lens.head = fit_classifier(lens.embed(vectors), np.array(["a", "b"] * 200), {"b"}, range(lens.dim), 1.0)
@@ -100,12 +106,15 @@ def _learnt_part():
     def learnt(analysis) -> None:
         """the pretrained eye and a lens and head on top"""
         lens.abnormal_probability(lens.embed(eye.features(analysis.patch[None])))
+    views = f"{eye.views} view{'s' if eye.views > 1 else ''}"
+    learnt.__doc__ = f"the pretrained eye ({eye.resolution} px, {views}) and a lens and head on top"
     return learnt
 
 
-def _run(tree: Path, args) -> dict:
+def _run(tree: Path, args, eye: str = "") -> dict:
     out = subprocess.run([sys.executable, __file__, "--worker", "--uploads", str(args.uploads),
-                          "--every", str(args.every), "--repeats", str(args.repeats)],
+                          "--every", str(args.every), "--repeats", str(args.repeats),
+                          *(["--eyes", eye] if eye else [])],
                          env={**os.environ, "PYTHONPATH": str(tree)}, check=True, capture_output=True, text=True,
                          timeout=3600)
     result = json.loads(out.stdout.strip().splitlines()[-1])
@@ -118,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--uploads", type=Path, default=SHARED / "data" / "herlev-224-dev")
     parser.add_argument("--before", default=BASELINE, help=f"git revision to compare with (default {BASELINE})")
+    parser.add_argument("--eyes", default="", help="this tree's eye as variants SIDExVIEWS, comma-separated, e.g. "
+                                                   "160x1,144x2 (default: its defaults)")
     parser.add_argument("--every", type=int, default=10, help="every n-th upload (default %(default)s)")
     parser.add_argument("--repeats", type=int, default=5, help="timings per upload (default %(default)s)")
     parser.add_argument("--rounds", type=int, default=3, help="alternating before/after rounds (default %(default)s)")
@@ -128,11 +139,12 @@ def main(argv: list[str] | None = None) -> int:
         import old_layout  # this tree's names in a tree from before the core's rooms
 
         old_layout.install()
-        print(json.dumps(worker(args.uploads, args.every, args.repeats)))
+        print(json.dumps(worker(args.uploads, args.every, args.repeats, args.eyes)))
         return 0
     if not args.uploads.is_dir():
         print(f"no uploads at {args.uploads}", file=sys.stderr)
         return 1
+    afters = {(f"after {eye}" if eye else "after"): eye for eye in (args.eyes.split(",") if args.eyes else [""])}
     rounds = []
     with tempfile.TemporaryDirectory(prefix="bench-upload-cpu-") as tmp:
         old_tree = Path(tmp) / "tree"
@@ -140,33 +152,37 @@ def main(argv: list[str] | None = None) -> int:
                        check=True)
         try:
             for number in range(args.rounds):
-                row = {"before": _run(old_tree, args), "after": _run(REPO, args), "load_average": os.getloadavg()[0]}
+                row = {"before": _run(old_tree, args)}
+                row.update({side: _run(REPO, args, eye) for side, eye in afters.items()})
+                row["load_average"] = os.getloadavg()[0]
                 rounds.append(row)
                 if not args.json:
-                    print(_line(f"round {number + 1}", row), flush=True)
+                    for side in afters:
+                        print(_line(f"round {number + 1}", row, side), flush=True)
         finally:
             subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(old_tree)], check=False)
     summary = {side: {f"{part}_ms": statistics.median(r[side][f"{part}_ms"] for r in rounds) for part in PARTS}
-               for side in ("before", "after")}
+               for side in ("before", *afters)}
     if args.json:
-        print(json.dumps({"before": args.before, "every": args.every, "repeats": args.repeats, "rounds": rounds,
-                          "median_over_rounds": summary}, indent=1))
+        print(json.dumps({"before": args.before, "eyes": args.eyes, "every": args.every, "repeats": args.repeats,
+                          "rounds": rounds, "median_over_rounds": summary}, indent=1))
         return 0
-    first = rounds[0]["after"]
-    print(_line("median over rounds", summary))
-    print(f"{first['uploads']} uploads of {args.uploads.name}, median of {args.repeats} CPU timings each, one thread; "
-          f"before = {args.before} (learnt: {rounds[0]['before']['learnt_included']}), after = this working tree "
-          f"(learnt: {first['learnt_included']})")
+    for side in afters:
+        print(_line("median over rounds", summary, side))
+    first = rounds[0]
+    print(f"{first['before']['uploads']} uploads of {args.uploads.name}, median of {args.repeats} CPU timings each, "
+          f"one thread; before = {args.before} (learnt: {first['before']['learnt_included']}), after = this "
+          "working tree (learnt: " + "; ".join(first[side]["learnt_included"] for side in afters) + ")")
     return 0
 
 
-def _line(name: str, row: dict) -> str:
+def _line(name: str, row: dict, after: str = "after") -> str:
     parts = []
     for part in PARTS:
-        before, after = row["before"][f"{part}_ms"], row["after"][f"{part}_ms"]
-        parts.append(f"{part} {before:.1f} -> {after:.1f} ms (x{before / after:.2f})")
+        before, later = row["before"][f"{part}_ms"], row[after][f"{part}_ms"]
+        parts.append(f"{part} {before:.1f} -> {later:.1f} ms (x{before / later:.2f})")
     load = f" (load {row['load_average']:.1f})" if "load_average" in row else ""
-    return f"{name}{load}: " + "; ".join(parts)
+    return f"{name}{load}{after[len('after'):]}: " + "; ".join(parts)
 
 
 if __name__ == "__main__":

@@ -45,41 +45,7 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.set_defaults(func=_synth)
 
-    p = subparsers.add_parser("index", help="add a dataset's cells to a site database and (re)build its index",
-                              description="Ingest a dataset (synthetic, Herlev, SIPaKMeD or class folders of images) "
-                                          "into a site directory. Re-running skips cells already there and completes "
-                                          "an interrupted run; unreadable files are reported and skipped.")
-    p.add_argument("dataset", type=Path, metavar="DATASET_DIR",
-                   help="the dataset folder: synthetic, Herlev, SIPaKMeD or class folders (datasets/README.md)")
-    p.add_argument("--db", required=True, type=Path, metavar="SITE_DIR", help="site directory (created if needed)")
-    p.add_argument("--algorithm", choices=("auto", "flat", "ivf", "hnsw"), default=None,
-                   help="search index: exact (flat), IVF or HNSW; auto = exact up to 200k cells (default: as before, else auto)")
-    p.add_argument("--features", choices=("auto", "all", "fisher", "forward", "lda"), default=None,
-                   help="feature weighting: all equal, Fisher-ratio weights, forward selection, linear "
-                        "discriminant axes learnt from the site's labels (lda), or auto = "
-                        "whichever retrieves diagnoses best under cross-validation (default: as before, else auto)")
-    p.add_argument("--similarity", choices=("auto", "features", "embedding", "fused"), default=None,
-                   help="what the site compares: its features, what a frozen pretrained network (the eye) sees "
-                        "of the cells' pixels through a lens fitted to its own labelled cells, both fused, or "
-                        "auto = whichever its cross-validation finds best (default: as before, else auto)")
-    p.add_argument("--vocabulary", metavar="NAME|FILE",
-                   help="the site's diagnosis labels: herlev, sipakmed, bethesda, or a TOML file (labels, which "
-                        "are abnormal, each one's Bethesda term; see pathmaster/vocabulary.py); set on the first "
-                        "run and kept (default: the dataset's, herlev for most)")
-    p.add_argument("--batch-size", type=int, default=32,
-                   help="cells per committed transaction: at most this much work is redone after a crash (default 32)")
-    p.add_argument("--workers", type=int, default=None,
-                   help="local processes analysing cells in parallel (default: one per core; 1: in the "
-                        "indexing process itself)")
-    p.add_argument("--ray-address", metavar="HOST:PORT",
-                   help="analyse on this running Ray cluster instead, one task per CPU (needs the site "
-                        "extra; the cluster's nodes must see DATASET_DIR at the same path)")
-    p.add_argument("--relearn", action="store_true",
-                   help="fit what the site learns from its cells (z-scores, feature choice) to all of them "
-                        "again; without it new cells join the search index and that is kept, unless they "
-                        "have drifted from the cells it was fitted to")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=_index)
+    _register_index(subparsers)
 
     _register_cells(subparsers)
 
@@ -116,6 +82,51 @@ def register(subparsers) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_evaluate)
 
+
+
+def _register_index(subparsers) -> None:
+    """``pathmaster index``: ingest a dataset into a site directory and (re)build its index."""
+    p = subparsers.add_parser("index", help="add a dataset's cells to a site database and (re)build its index",
+                              description="Ingest a dataset (synthetic, Herlev, SIPaKMeD or class folders of images) "
+                                          "into a site directory. Re-running skips cells already there and completes "
+                                          "an interrupted run; unreadable files are reported and skipped.")
+    p.add_argument("dataset", type=Path, metavar="DATASET_DIR",
+                   help="the dataset folder: synthetic, Herlev, SIPaKMeD or class folders (datasets/README.md)")
+    p.add_argument("--db", required=True, type=Path, metavar="SITE_DIR", help="site directory (created if needed)")
+    p.add_argument("--algorithm", choices=("auto", "flat", "ivf", "hnsw"), default=None,
+                   help="search index: exact (flat), IVF or HNSW; auto = exact up to 200k cells (default: as before, else auto)")
+    p.add_argument("--features", choices=("auto", "all", "fisher", "forward", "lda"), default=None,
+                   help="feature weighting: all equal, Fisher-ratio weights, forward selection, linear "
+                        "discriminant axes learnt from the site's labels (lda), or auto = "
+                        "whichever retrieves diagnoses best under cross-validation (default: as before, else auto)")
+    p.add_argument("--similarity", choices=("auto", "features", "embedding", "fused"), default=None,
+                   help="what the site compares: its features, what a frozen pretrained network (the eye) sees "
+                        "of the cells' pixels through a lens fitted to its own labelled cells, both fused, or "
+                        "auto = whichever its cross-validation finds best (default: as before, else auto)")
+    p.add_argument("--eye-views", type=int, default=None, metavar="N",
+                   help="how many of each cell patch's rotations/flips the eye averages: 1, 2, 4 or 8 (each a "
+                        "pass of the network, on every upload too; default: as before, else the eye's default)")
+    p.add_argument("--eye-resolution", type=int, default=None, metavar="PX",
+                   help="the side the eye resizes each cell patch to: a multiple of 16 from 96 up to the "
+                        "patch's side (fewer pixels, less CPU; default: as before, else the eye's default)")
+    p.add_argument("--vocabulary", metavar="NAME|FILE",
+                   help="the site's diagnosis labels: herlev, sipakmed, bethesda, or a TOML file (labels, which "
+                        "are abnormal, each one's Bethesda term; see pathmaster/vocabulary.py); set on the first "
+                        "run and kept (default: the dataset's, herlev for most)")
+    p.add_argument("--batch-size", type=int, default=32,
+                   help="cells per committed transaction: at most this much work is redone after a crash (default 32)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="local processes analysing cells in parallel (default: one per core; 1: in the "
+                        "indexing process itself)")
+    p.add_argument("--ray-address", metavar="HOST:PORT",
+                   help="analyse on this running Ray cluster instead, one task per CPU (needs the site "
+                        "extra; the cluster's nodes must see DATASET_DIR at the same path)")
+    p.add_argument("--relearn", action="store_true",
+                   help="fit what the site learns from its cells (z-scores, feature choice) to all of them "
+                        "again; without it new cells join the search index and that is kept, unless they "
+                        "have drifted from the cells it was fitted to")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_index)
 
 
 def _register_cells(subparsers) -> None:
@@ -156,6 +167,11 @@ def _index(args) -> int:
         raise NotADirectoryError(f"{args.dataset}: not a dataset directory")
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be at least 1, got {args.batch_size}")
+    eye = _eye_choice(args)
+    if eye:
+        from pathmaster.site.fitting import eye_options
+
+        eye_options(**eye)   # refused before anything is ingested
     workers = local_cores() if args.workers is None else args.workers
     if not 1 <= workers <= 1024:
         raise ValueError(f"--workers must be 1 to 1024, got {workers}")
@@ -167,7 +183,7 @@ def _index(args) -> int:
     report = ingest(args.dataset, args.db, progress=not args.quiet, algorithm=args.algorithm,
                     features=args.features, batch_size=args.batch_size, vocabulary=vocabulary,
                     workers=workers, ray_address=args.ray_address, relearn=args.relearn,
-                    similarity=args.similarity)
+                    similarity=args.similarity, eye=eye)
     for source, problem in report.problems:
         print(f"skipped {source}: {problem}", file=sys.stderr)
     print(f"{report.added} cells added, {report.skipped} already there, {len(report.problems)} problems; "
@@ -183,7 +199,18 @@ def _index(args) -> int:
         site = SiteIndex.open(args.db)
         print(f"similarity: {site.similarity_note()}; abnormality score: {site.learnt.score} >= "
               f"{site.learnt.threshold:.3g} (the site's operating point)")
+        if site.eye is not None:
+            print(f"eye: {site.eye.name} at {site.eye.resolution} px, {site.eye.views} "
+                  f"view{'s' if site.eye.views > 1 else ''} averaged")
     return 0 if report.total_cells else 1
+
+
+def _eye_choice(args) -> dict | None:
+    """The eye's options given on the command line (``fitting.eye_options`` checks them), or
+    None to keep the site's."""
+    given = {key: value for key, value in (("views", args.eye_views), ("resolution", args.eye_resolution))
+             if value is not None}
+    return given or None
 
 
 def _known_cells(handler):

@@ -32,7 +32,11 @@ WEIGHTS_SHA256 = "579344248a93e23026e6b78f1f6faf0bc1d282386f6c881cdbaacd49cabf77
 # 15: 80 + 112 + 192 + 320 numbers) of one view at 160 px. 160 px ranked held-out cells as
 # well as 224 (ROC AUC 0.98 either way) at about half the CPU (~17 ms of one core a cell);
 # 4 views gained 0.016 of AUC for 4 times the CPU (benchmarks/results/eye-98a9c49.txt,
-# learn-eye-98a9c49.txt).
+# learn-eye-98a9c49.txt). Measured again as a site's options (`pathmaster index --eye-views
+# --eye-resolution`): 2 views at 144 px raised the specificity of the site's per-cell rule and
+# of its 6-cell cases by 0.03-0.09 at the same sensitivity, but cost ~8.5 ms more a cell,
+# putting a whole upload over its 40 ms budget; 2 views at 128 px fit and were not better for
+# cases (learn-eyes-5424272.txt, upload-cpu-eyes-f913d1e.txt).
 DEFAULT_BLOCKS = (7, 10, 14, 15)
 DEFAULT_RESOLUTION = 160
 DEFAULT_VIEWS = 1

@@ -23,11 +23,45 @@ from pathmaster.analysis.cell import PATCH_PX, cell_patch
 from pathmaster.eye._vectors import eye_id, eye_vectors_of
 from pathmaster.learning.lens import SiteLens
 from pathmaster.learning import similarity
+from pathmaster.records import InvalidInput
 
 log = logging.getLogger(__name__)
 
 # What ``pathmaster index --similarity`` accepts: "auto" lets the site's cross-validation choose.
 SIMILARITY_CHOICES = ("auto", *policy.SIMILARITY_MODES)
+
+# The eye's options a site may be indexed with (``pathmaster index --eye-views/--eye-resolution``):
+# how many rotations/flips it averages (``pathmaster.eye.VIEW_COUNTS``) and the side it resizes
+# the patch to. Every cell's patch is made at ``PATCH_PX`` (the coordinator makes one per cell
+# for every site), so a site's eye may only shrink it: multiples of 16 from 96 px up to it.
+EYE_RESOLUTIONS = tuple(range(96, PATCH_PX + 1, 16))
+# Reason codes of eye options refused (``InvalidInput.code``).
+EYE_VIEWS_REFUSED = "eye_views_refused"
+EYE_RESOLUTION_REFUSED = "eye_resolution_refused"
+
+
+def eye_options(stored: dict | None = None, *, views: int | None = None, resolution: int | None = None) -> dict:
+    """The eye's options a site is indexed with, {"resolution", "views"}: ``stored`` (its
+    index options' "eye", kept by a re-index) with ``views`` / ``resolution`` given instead,
+    the eye's defaults for the rest. InvalidInput (`EYE_VIEWS_REFUSED`,
+    `EYE_RESOLUTION_REFUSED`) for a count of views not in ``VIEW_COUNTS`` or a side not in
+    `EYE_RESOLUTIONS`."""
+    from pathmaster.eye import DEFAULT_RESOLUTION, DEFAULT_VIEWS, VIEW_COUNTS
+
+    options = {"resolution": DEFAULT_RESOLUTION, "views": DEFAULT_VIEWS, **(stored or {})}
+    if views is not None:
+        options["views"] = views
+    if resolution is not None:
+        options["resolution"] = resolution
+    if set(options) != {"resolution", "views"}:
+        raise InvalidInput(f"the eye's options are resolution and views, got {sorted(options)}")
+    if type(options["views"]) is not int or options["views"] not in VIEW_COUNTS:
+        raise InvalidInput(f"the eye averages {', '.join(map(str, VIEW_COUNTS))} views, not {options['views']!r}",
+                           code=EYE_VIEWS_REFUSED)
+    if type(options["resolution"]) is not int or options["resolution"] not in EYE_RESOLUTIONS:
+        raise InvalidInput(f"the eye's resolution is one of {', '.join(map(str, EYE_RESOLUTIONS))} px (at most "
+                           f"the patch's {PATCH_PX} px), not {options['resolution']!r}", code=EYE_RESOLUTION_REFUSED)
+    return options
 
 
 # The most labelled cells a site learns and scores from: the held-out neighbours take an
@@ -102,12 +136,12 @@ def _groups(cells, labelled: np.ndarray):
 
 
 def fit_learnt(db, X: np.ndarray, normalization, projection, vocabulary, *, choice: str = "auto",
-               seed: int = 0) -> tuple[policy.LearntSimilarity, np.ndarray | None]:
+               seed: int = 0, eye_choice: dict | None = None) -> tuple[policy.LearntSimilarity, np.ndarray | None]:
     """(what the site compares, its cells' lens vectors (n, r) or None when it compares its features alone).
 
-    Writes the lens's file (``SiteLens.save``) into the site directory. Raises
-    ``pathmaster.eye.EyeUnavailable`` when the eye cannot be opened: a site never falls back
-    to another representation on its own.
+    ``eye_choice``: the eye's options (`eye_options`; None: its defaults). Writes the lens's
+    file (``SiteLens.save``) into the site directory. Raises ``pathmaster.eye.EyeUnavailable``
+    when the eye cannot be opened: a site never falls back to another representation on its own.
     """
     from pathmaster.learning.choice import fitted_similarity
 
@@ -120,7 +154,7 @@ def fit_learnt(db, X: np.ndarray, normalization, projection, vocabulary, *, choi
     if choice != "features":
         from pathmaster.eye import open_eye
 
-        eye = open_eye()
+        eye = open_eye(**eye_options(eye_choice))
         vectors = eye_vectors(db, cells, eye)
     learnt, lens = learn_from(Z[labelled], labels[labelled].astype(str), _groups(cells, labelled), abnormal_labels,
                               projection, db.get_config("feature_names"),

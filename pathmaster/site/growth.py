@@ -100,28 +100,31 @@ def _vectors_in(index, rows: np.ndarray) -> np.ndarray:
 
 
 def update_search_index(db: SiteDB, *, algorithm: str | None = None, features: str | None = None,
-                        relearn: bool = False, similarity_choice: str | None = None, seed: int = 0) -> dict:
+                        relearn: bool = False, similarity_choice: str | None = None, seed: int = 0,
+                        eye: dict | None = None) -> dict:
     """Bring the site's search index up to date with its database; returns the ``index`` config.
 
     Fits the representation (``index.build_search_index``) when there is none yet, when
     `relearn`, when `features` asks for another feature choice than the stored one, or
-    `similarity_choice` asks for another (features, embedding, fused, auto), or
-    when the new cells have drifted (``drift``). Otherwise keeps it: cells appended since
+    `similarity_choice` asks for another (features, embedding, fused, auto), or `eye` other
+    options of the eye (``fitting.eye_options``), or when the new cells have drifted (``drift``). Otherwise keeps it: cells appended since
     are added to the FAISS index; after removals the structure is rebuilt from the stored
     vectors. `algorithm`: another search structure ("flat", "ivf", "hnsw"; rebuilt from
     the stored vectors), None to keep it.
     """
+    from pathmaster.site.fitting import eye_options
     from pathmaster.site.index import build_search_index, read_index_file
 
     previous = db.get_config("index")
     options = db.get_config("index_options", {"algorithm": "auto", "features": "auto"})
     new_features = features is not None and features != options.get("features")
     new_similarity = similarity_choice is not None and similarity_choice != options.get("similarity", "auto")
-    if previous is None or relearn or new_features or new_similarity:
+    new_eye = eye is not None and eye_options(options.get("eye"), **eye) != eye_options(options.get("eye"))
+    if previous is None or relearn or new_features or new_similarity or new_eye:
         if previous is not None:
             db.set_config("index", None)   # nothing is kept: build_search_index fits afresh
         return build_search_index(db, algorithm=algorithm, features=features, seed=seed,
-                                  similarity_choice=similarity_choice)
+                                  similarity_choice=similarity_choice, eye=eye)
     if algorithm is not None:
         if algorithm not in ("auto", *faiss_index.ALGORITHMS):
             raise InvalidInput(f"unknown search algorithm {algorithm!r}; known: auto, "

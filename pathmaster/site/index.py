@@ -44,7 +44,7 @@ FEATURE_CHOICES = ("auto", *similarity.PROJECTIONS)
 
 
 def build_search_index(db: SiteDB, *, algorithm: str | None = None, features: str | None = None,
-                       seed: int = 0, similarity_choice: str | None = None) -> dict:
+                       seed: int = 0, similarity_choice: str | None = None, eye: dict | None = None) -> dict:
     """Fit z-scores and the feature subset to the database, build and save the FAISS index.
 
     algorithm: "flat", "ivf", "hnsw", or None for the site's stored choice (default: exact
@@ -56,6 +56,8 @@ def build_search_index(db: SiteDB, *, algorithm: str | None = None, features: st
     similarity_choice: "auto" (the site's cross-validation picks features, what its eye
     sees through its lens, or both fused, ``pathmaster.site.fitting``), or one of them to force
     it; None for the stored choice (default "auto").
+    eye: the eye's options, {"views": ..., "resolution": ...} or either alone
+    (``fitting.eye_options``), the rest as stored; None for the stored ones (default the eye's).
     Returns the ``index`` config written to the database.
     """
     from pathmaster.learning.policy import LearntSimilarity
@@ -77,6 +79,7 @@ def build_search_index(db: SiteDB, *, algorithm: str | None = None, features: st
     if options["similarity"] not in fitting.SIMILARITY_CHOICES:
         raise InvalidInput(f"unknown similarity {options['similarity']!r}; known: "
                            f"{', '.join(fitting.SIMILARITY_CHOICES)}")
+    options["eye"] = fitting.eye_options(options.get("eye"), **(eye or {}))
     db.set_config("index_options", options)
 
     names = db.get_config("feature_names")
@@ -86,7 +89,7 @@ def build_search_index(db: SiteDB, *, algorithm: str | None = None, features: st
     fingerprint = db.fingerprint()
     previous = db.get_config("index") or {}
     if (previous.get("fingerprint") == fingerprint and previous.get("features") == options["features"]
-            and previous.get("similarity", "auto") == options["similarity"]):
+            and previous.get("similarity", "auto") == options["similarity"] and previous.get("eye") == options["eye"]):
         # Same cells, same choices: only the search structure changes, so keep the fitted
         # z-scores, feature choice and lens (fitting them is the slow part).
         normalization = similarity.Normalization.from_dict(previous["normalization"])
@@ -95,8 +98,8 @@ def build_search_index(db: SiteDB, *, algorithm: str | None = None, features: st
         vectors = index_vectors(db, X, normalization, projection, learnt)
     else:
         normalization, projection = _fit_features(db, X, names, options["features"], seed)
-        learnt, embeddings = fitting.fit_learnt(
-            db, X, normalization, projection, _vocabulary(db), choice=options["similarity"], seed=seed)
+        learnt, embeddings = fitting.fit_learnt(db, X, normalization, projection, _vocabulary(db),
+                                                choice=options["similarity"], seed=seed, eye_choice=options["eye"])
         vectors = search_vectors(X, normalization, projection, learnt, embeddings)
 
     kind = options["algorithm"]
@@ -105,7 +108,7 @@ def build_search_index(db: SiteDB, *, algorithm: str | None = None, features: st
     index = faiss_index.build_index(vectors, kind, seed=seed)
     config = {"algorithm": kind, "features": options["features"], "normalization": normalization.to_dict(),
               "projection": projection.to_dict(), "n_cells": len(cell_ids), "fingerprint": fingerprint,
-              "similarity": options["similarity"], "learnt": learnt.to_dict()}
+              "similarity": options["similarity"], "eye": options["eye"], "learnt": learnt.to_dict()}
     if kind in ("ivf", "hnsw"):
         config.update(measure_recall(index, vectors, kind, seed))
     config["index_sha1"] = save_index(db.site_dir, fingerprint, index)

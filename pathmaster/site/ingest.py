@@ -427,15 +427,16 @@ def ingest(dataset_dir: str | Path, site_dir: str | Path, *, batch_size: int = B
            progress: bool = False, build_index: bool = True, algorithm: str | None = None,
            features: str | None = None, records=None, vocabulary=None, workers: int = 1,
            ray_address: str | None = None, files_per_task: int = FILES_PER_TASK,
-           relearn: bool = False, similarity: str | None = None, pixel_um: float | None = None) -> IngestReport:
+           relearn: bool = False, similarity: str | None = None, pixel_um: float | None = None,
+           eye: dict | None = None) -> IngestReport:
     """Add every cell of ``dataset_dir`` that ``site_dir`` does not hold yet.
 
     batch_size: cells per committed transaction (a kill loses at most this much work).
     progress: show a tqdm progress bar (files, with an ETA) on stderr. build_index: bring
     the search index up to date at the end (``pathmaster.site.growth.update_search_index``: new
     cells added, what the site learnt kept unless `relearn` or the new cells drifted;
-    ``algorithm``/``features``/``similarity`` as in ``index.build_search_index``'s
-    ``algorithm``/``features``/``similarity_choice``). pixel_um: micrometres per pixel of
+    ``algorithm``/``features``/``similarity``/``eye`` as in ``index.build_search_index``'s
+    ``algorithm``/``features``/``similarity_choice``/``eye``). pixel_um: micrometres per pixel of
     the cells added, when the caller knows it (None: what the dataset's importer knows,
     ``importers.dataset_pixel_um``, for a dataset folder; not known for `records`).
     records: an iterable to use instead of ``iter_dataset(dataset_dir)`` (CellRecords and
@@ -500,7 +501,7 @@ def ingest(dataset_dir: str | Path, site_dir: str | Path, *, batch_size: int = B
             from pathmaster.site.growth import update_search_index
 
             report.index = update_search_index(db, algorithm=algorithm, features=features, relearn=relearn,
-                                               similarity_choice=similarity)
+                                               similarity_choice=similarity, eye=eye)
     return report
 
 

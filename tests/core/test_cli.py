@@ -48,6 +48,24 @@ def test_index_reports_and_a_second_run_adds_nothing(dataset, site, capsys):
     assert f"0 cells added, {N_CELLS} already there, 0 problems; {N_CELLS} cells" in capsys.readouterr().out
 
 
+def test_index_with_eye_options_looks_through_that_eye_and_a_reindex_keeps_it(dataset, tmp_path, capsys):
+    path = tmp_path / "site"
+    assert main(["index", str(dataset), "--db", str(path), "--quiet", "--eye-views", "2",
+                 "--eye-resolution", "144"]) == 0
+    assert "2 views" in capsys.readouterr().out
+    assert main(["index", str(dataset), "--db", str(path), "--quiet", "--relearn"]) == 0
+    described = SiteIndex.open(path).eye.describe()
+    assert (described["views"], described["resolution"]) == (2, 144)
+
+
+@pytest.mark.parametrize("option, value", [("--eye-views", "3"), ("--eye-resolution", "150"),
+                                           ("--eye-resolution", "320")])
+def test_index_refuses_eye_options_out_of_bounds_before_ingesting(dataset, tmp_path, option, value):
+    path = tmp_path / "site"
+    assert main(["index", str(dataset), "--db", str(path), "--quiet", option, value]) == 2
+    assert not path.exists()
+
+
 def test_search_json_finds_the_database_cell_itself_first(dataset, site, capsys):
     entry, files = _cell_files(dataset)
     out = _run_json(capsys, ["search", "--db", str(site), str(files["image"]), "--background", str(files["background"]),

@@ -18,12 +18,16 @@ from services.pb.pathmaster.v1 import pathmaster_pb2_grpc as pb_grpc
 from pathmaster.learning import choice
 
 OK = 0
+# The learnt site's eye: other options than the eye's defaults, so that a coordinator or a
+# client that opened the default eye instead of the one the site names would be caught.
+SITE_EYE = {"resolution": 96, "views": 4}
 
 
 @pytest.fixture(scope="module")
 def learnt_db(tmp_path_factory):
-    """The services' 70-cell synthetic site, indexed again to compare fused vectors (it
-    learns on top of its eye from 60 cells: these tests check the plumbing, not what it learns)."""
+    """The services' 70-cell synthetic site, indexed again to compare fused vectors through
+    the eye `SITE_EYE` (it learns on top of its eye from 60 cells: these tests check the
+    plumbing, not what it learns)."""
     from pathmaster.site.index import build_search_index
     from pathmaster.site.database import SiteDB
     from tests.services.conftest import SITE_CELLS, cached_synthetic_site
@@ -33,7 +37,7 @@ def learnt_db(tmp_path_factory):
     mp.setattr(choice, "MIN_CELLS_TO_LEARN", 60)
     try:
         with SiteDB(path) as db:
-            build_search_index(db, features="lda", similarity_choice="fused")
+            build_search_index(db, features="lda", similarity_choice="fused", eye=SITE_EYE)
     finally:
         mp.undo()
     return path
@@ -88,8 +92,11 @@ def test_a_learnt_site_names_its_eye_and_nothing_it_learnt(learnt_deployment):
     assert info.similarity == "fused" and "fused chosen" in info.similarity_note
     assert 0.0 <= info.abnormal_threshold <= 1.0
     described = json.loads(info.eye)
-    assert info.model_sha256 == eye_id(described) == eye_id(open_eye().describe())  # the public eye, by id
+    assert info.model_sha256 == eye_id(described) == eye_id(open_eye(**SITE_EYE).describe())  # the public eye, by id
     assert {"name", "version", "sha256"} <= set(described)
+    assert {key: described[key] for key in SITE_EYE} == SITE_EYE  # with the options it was indexed with
+    eyes = learnt_deployment.coordinator.servicer.directory.eyes
+    assert eyes.get(info.model_sha256, info.eye).describe() == described  # the coordinator opens that eye
     assert not hasattr(pb_grpc.SiteStub(grpc.insecure_channel("127.0.0.1:1")), "GetModel")
     plain = site_stub(learnt_deployment, "plain").Info(pb.SiteInfoRequest(), timeout=30)
     assert plain.similarity == "features" and plain.model_sha256 == "" and plain.eye == ""

@@ -282,3 +282,40 @@ def test_cells_added_to_a_site_that_looks_through_its_eye_join_its_search_as_a_f
         found, again = a.search_analysis(analysis, k=5), b.search_analysis(analysis, k=5)
         assert [m.cell_id for m in found] == [m.cell_id for m in again]
         assert found[0].source_id == cell.source_id
+
+
+def test_a_site_indexed_with_other_eye_options_looks_through_that_eye_and_a_reindex_keeps_it(tmp_path):
+    from pathmaster.eye import DEFAULT_RESOLUTION, DEFAULT_VIEWS
+    from pathmaster.eye._vectors import eye_id
+    from pathmaster.site.growth import update_search_index
+
+    chosen = {"resolution": 128, "views": 2}
+    assert chosen != {"resolution": DEFAULT_RESOLUTION, "views": DEFAULT_VIEWS}
+    ingest("synthetic", tmp_path, records=records(21), eye=chosen)
+    site = SiteIndex.open(tmp_path)
+    assert {key: site.eye.describe()[key] for key in chosen} == chosen
+    assert eye_from(site.lens.eye).describe() == site.eye.describe()  # reopened from its description
+    assert (tmp_path / f"eye-{eye_id(site.eye.describe())[:16]}.npz").exists()
+    with SiteDB(tmp_path) as db:
+        assert db.get_config("index_options")["eye"] == chosen
+        assert update_search_index(db, relearn=True)["eye"] == chosen  # fitted again: the same eye
+        assert update_search_index(db, relearn=True, eye={"views": 1})["eye"] == {"resolution": 128, "views": 1}
+    assert SiteIndex.open(tmp_path).eye.describe()["views"] == 1
+
+
+@pytest.mark.parametrize("given, code", [({"views": 3}, "eye_views_refused"), ({"views": 16}, "eye_views_refused"),
+                                         ({"resolution": 150}, "eye_resolution_refused"),
+                                         ({"resolution": 224}, "eye_resolution_refused"),
+                                         ({"resolution": 64}, "eye_resolution_refused")])
+def test_eye_options_out_of_bounds_are_refused_before_anything_is_stored(tmp_path, given, code):
+    from pathmaster.site.fitting import eye_options
+
+    with pytest.raises(InvalidInput) as refused:
+        eye_options(**given)
+    assert refused.value.code == code
+    ingest("synthetic", tmp_path, records=records(7), build_index=False)
+    with SiteDB(tmp_path) as db:
+        with pytest.raises(InvalidInput) as refused:
+            build_search_index(db, eye=given)
+        assert refused.value.code == code
+        assert db.get_config("index_options") is None and db.get_config("index") is None
