@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.import_graph import import_graph
+
 REPO = Path(__file__).resolve().parents[1]
 LAYERS = ("pathmaster", "qos", "services")  # bottom to top
 # The core's rooms, bottom to top: a module of the core imports its own room and rooms below.
@@ -96,27 +98,6 @@ def room_of(module: str) -> int:
     return next(rank for rank, names in enumerate(CORE_ROOMS) if part in names)
 
 
-def core_imports(path: Path, root: Path = REPO) -> set[tuple[str, int]]:
-    """The core modules one file imports anywhere in it (``from pathmaster import x`` names
-    x; relative imports resolved), with the line."""
-    package = ".".join(path.relative_to(root).with_suffix("").parts[:-1])
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                base = ".".join(parts[:len(parts) - node.level + 1] + ([node.module] if node.module else []))
-            by_name = base == "pathmaster" or node.module is None  # the names are modules
-            names = [f"{base}.{alias.name}" for alias in node.names] if by_name else [base]
-        else:
-            continue
-        found.update((name, node.lineno) for name in names if name.startswith("pathmaster."))
-    return found
-
-
 def test_every_core_module_has_a_room():
     modules = {path.relative_to(REPO / "pathmaster").parts[0].removesuffix(".py")
                for path in (REPO / "pathmaster").rglob("*.py")} - {"__init__"}
@@ -124,24 +105,25 @@ def test_every_core_module_has_a_room():
     assert modules <= placed, f"not in CORE_ROOMS: {sorted(modules - placed)}"
 
 
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """'module imports target' for each import of a core module from a higher room."""
+    return sorted(f"{module} imports {target}" for module, targets in graph.items() if module != "pathmaster"
+                  for target in targets if room_of(target) > room_of(module))
+
+
 def test_no_room_of_the_core_imports_a_higher_one():
-    upward = []
-    for path in sorted((REPO / "pathmaster").rglob("*.py")):
-        if path.parent == REPO / "pathmaster" and path.name == "__init__.py":
-            continue
-        module = ".".join(path.relative_to(REPO).with_suffix("").parts)
-        for name, line in core_imports(path):
-            if room_of(name) > room_of(module):
-                upward.append(f"{path.relative_to(REPO)}:{line} imports {name}")
+    upward = upward_imports(import_graph(REPO / "pathmaster"))
     assert not upward, "a room of the core imports a higher one:\n" + "\n".join(upward)
 
 
 def test_the_room_check_sees_relative_and_function_level_imports(tmp_path):
     package = tmp_path / "pathmaster" / "image"
-    package.mkdir(parents=True)
-    source = package / "m.py"
-    source.write_text("from . import io\nfrom pathmaster import site\ndef f():\n    from ..learning.choice import x\n")
-    assert core_imports(source, tmp_path) == {("pathmaster.image.io", 1), ("pathmaster.site", 2),
-                                    ("pathmaster.learning.choice", 4)}
-    assert [room_of(name) > room_of("pathmaster.image.m") for name, _ in sorted(core_imports(source, tmp_path))] == [
-        False, True, True]
+    for folder in (tmp_path / "pathmaster", package, tmp_path / "pathmaster" / "learning"):
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "__init__.py").write_text("")
+    for name in ("io.py", "../site.py", "../learning/choice.py"):
+        (package / name).write_text("")
+    (package / "m.py").write_text("from . import io\nfrom pathmaster import site\ndef f():\n"
+                                  "    from ..learning.choice import x\n")
+    assert upward_imports(import_graph(tmp_path / "pathmaster")) == [
+        "pathmaster.image.m imports pathmaster.learning.choice", "pathmaster.image.m imports pathmaster.site"]
