@@ -341,7 +341,7 @@ class SiteServicer(pb_grpc.SiteServicer):
             class_dscp=self.class_dscp,
             feature_schema=self.info.get("feature_schema", "unknown"),
             load=self.load(),
-            vocabulary=site_vocabulary(self.info["vocabulary"]),
+            vocabulary=vocabulary_message(self.info["vocabulary"]),
             feature_columns=self.info.get("feature_columns", []),
             feature_column_names=self.info.get("feature_column_names", []),
             database_origins=self.info.get("database_origins", {}),
@@ -361,7 +361,7 @@ def _eye_vector(data: bytes) -> list[float]:
     return unpack_eye_vector(data[:len(data) - len(data) % 2]).tolist()
 
 
-def site_vocabulary(vocabulary: dict) -> pb.Vocabulary:
+def vocabulary_message(vocabulary: dict) -> pb.Vocabulary:
     """A ``Vocabulary.as_dict`` as the Vocabulary message (aliases stay at the site)."""
     return pb.Vocabulary(name=vocabulary["name"], labels=vocabulary["labels"],
                          abnormal=vocabulary["abnormal"], bethesda=vocabulary["bethesda"])
