@@ -244,16 +244,14 @@ class EfficientNetLite0(Eye):
 
     def features(self, patches: np.ndarray) -> np.ndarray:
         """float32 (m, dim) unit vectors of uint8 RGB patches (m, S, S, 3), one patch at a time
-        (the same vector alone or in a batch; one pass is fastest per image on one core)."""
+        (the same vector alone or in a batch), its views in one pass (fewer, larger matrix
+        products: faster on one core than a pass per view)."""
         patches = self._resized(patches)
         out = np.empty((len(patches), self.dim), np.float32)
         with _one_blas_thread():
             for row, patch in enumerate(patches):
-                views = dihedral(patch[None], VIEW_ORDER[:self.views])[:, 0]
-                sums = [np.zeros(net.BLOCK_CHANNELS[b], np.float32) for b in self.blocks]
-                for view in net.normalise_input(views):
-                    for total, pooled in zip(sums, net.pooled_blocks(self._weights, view[None], self.blocks)):
-                        total += pooled[0]
+                views = net.normalise_input(dihedral(patch[None], VIEW_ORDER[:self.views])[:, 0])
+                sums = [pooled.sum(axis=0) for pooled in net.pooled_blocks(self._weights, views, self.blocks)]
                 out[row] = np.concatenate([total / max(float(np.linalg.norm(total)), 1e-12) for total in sums])
         return out / np.float32(np.sqrt(len(self.blocks)))
 
