@@ -20,7 +20,11 @@ once and indexed once per variant of the eye's options (``pathmaster index --eye
 --eye-views``): the same folds, the same held-out uploads analysed once; per variant the
 figures above, then a table of them side by side with the eye's median CPU per upload.
 
-    python benchmarks/bench_learn.py [--data DIR] [--folds 5] [--only 0,1] [--eyes 160x1,160x2] [--json FILE]
+    python benchmarks/bench_learn.py [--data DIR] [--folds 5] [--only 0,1] [--eyes 160x1,160x2]
+        [--train-share 0.5] [--json FILE]
+
+``--train-share`` indexes each fold's site with that share of its training slide images: run
+at a few shares, it is a learning curve (does the site gain from more cells?).
 
 Needs a labelled image dataset (default: the shared Herlev development half,
 ../shared/data/herlev-224-dev); nothing learnt is kept.
@@ -43,6 +47,15 @@ import numpy as np
 def group_of(source_id: str) -> str:
     """The slide image of a Herlev cell: its file name less the last '-NNN'."""
     return re.sub(r"-\d+$", "", Path(source_id).name)
+
+
+def fewer_images(train: np.ndarray, groups: np.ndarray, share: float, seed: int) -> np.ndarray:
+    """The training cells of a seeded ``share`` of their slide images (all of them at 1)."""
+    if share >= 1.0:
+        return train
+    images = np.unique(groups[train])
+    kept = np.random.default_rng(seed).choice(images, max(1, round(share * len(images))), replace=False)
+    return train[np.isin(groups[train], kept)]
 
 
 def analyse_queries(records):
@@ -253,6 +266,9 @@ def main() -> int:
     parser.add_argument("--eyes", default="", help="eye variants SIDExVIEWS, comma-separated, e.g. 160x1,160x2 "
                                                    "(default: the eye's defaults alone)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--train-share", type=float, default=1.0,
+                        help="index each fold's site with this share of its training slide images "
+                             "(a seeded draw; for a learning curve), the held-out cells unchanged")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args()
     if not args.data.is_dir():
@@ -277,11 +293,14 @@ def main() -> int:
     folds_of = {name: [] for name in eyes}
     pooled_groups = []
     abnormal = set()
-    report = {"eyes": eyes, "load_before": os.getloadavg()}
+    if not 0.0 < args.train_share <= 1.0:
+        raise SystemExit("--train-share must be in (0, 1]")
+    report = {"eyes": eyes, "train_share": args.train_share, "load_before": os.getloadavg()}
     folds = StratifiedGroupKFold(args.folds, shuffle=True, random_state=args.seed).split(labels, labels, groups)
     for f, (train, test) in enumerate(folds):
         if only and f not in only:
             continue
+        train = fewer_images(train, groups, args.train_share, args.seed + f)
         with tempfile.TemporaryDirectory(prefix="bench-learn-") as site_dir:
             t0 = time.perf_counter()
             ingest(args.data, site_dir, records=[records[i] for i in train], build_index=False)
