@@ -309,6 +309,7 @@ def main() -> int:
             for name, eye in eyes.items():
                 t0 = time.perf_counter()
                 with SiteDB(site_dir) as db, unturned(name.endswith(UNTURNED)):
+                    db.set_config("index", {})  # learn again: variants may share the eye's options
                     build_search_index(db, eye=eye)
                 index_s = time.perf_counter() - t0
                 site = SiteIndex.open(site_dir)
