@@ -14,8 +14,7 @@ the site's report (``thresholds.MARGIN_RULES``) would have chosen: "third" (the 
 the first inner fold's cells), "point" (on every held-out cell), "cpX" (the Clopper-Pearson
 margin at confidence X); per fold and pooled.
 
-With ``--eyes 160x1,160x2,144x2`` (side in px x views averaged; ``160x1-unturned``: that eye,
-its lens learning from the cells' eye vectors alone, not their turned patches') each fold's cells are ingested
+With ``--eyes 160x1,160x2,144x2`` (side in px x views averaged) each fold's cells are ingested
 once and indexed once per variant of the eye's options (``pathmaster index --eye-resolution
 --eye-views``): the same folds, the same held-out uploads analysed once; per variant the
 figures above, then a table of them side by side with the eye's median CPU per upload.
@@ -33,7 +32,6 @@ Needs a labelled image dataset (default: the shared Herlev development half,
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import re
@@ -101,20 +99,14 @@ def query_fold(site, analysed, modes):
     return out, float(np.median(cpu_eye))
 
 
-# A variant's suffix for a site whose lens learns from its cells' eye vectors alone, not
-# also from their turned patches' (``fitting.turned_eye_vectors``): the code before the turns.
-UNTURNED = "-unturned"
-
-
 def parse_eyes(text: str) -> dict[str, dict]:
     """``"160x1,144x2"`` -> {"160x1": {"resolution": 160, "views": 1}, ...}, each checked as
-    indexing checks it (``fitting.eye_options``); "" -> the eye's defaults alone. A name
-    ending in `UNTURNED` is the same eye, its lens learning without the turned patches."""
+    indexing checks it (``fitting.eye_options``); "" -> the eye's defaults alone."""
     from pathmaster.site.fitting import eye_options
 
     variants = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
-        side, _, views = item.removesuffix(UNTURNED).partition("x")
+        side, _, views = item.partition("x")
         if not (side.isdigit() and views.isdigit()):
             raise SystemExit(f"--eyes: {item!r} is not SIDExVIEWS, e.g. 160x2")
         variants[item] = eye_options(resolution=int(side), views=int(views))
@@ -243,20 +235,6 @@ def variants_table(variants: dict) -> str:
     return "\n".join(lines)
 
 
-@contextlib.contextmanager
-def unturned(active: bool):
-    """While active, a site's lens learns from its cells' eye vectors alone: no turned patches."""
-    from pathmaster.site import fitting
-
-    original = fitting.turned_eye_vectors
-    if active:
-        fitting.turned_eye_vectors = lambda db, cells, eye: np.zeros((len(cells), 0, eye.dim), np.float32)
-    try:
-        yield
-    finally:
-        fitting.turned_eye_vectors = original
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     shared = Path(os.environ.get("PATHMASTER_SHARED", Path(__file__).resolve().parents[2] / "shared"))
@@ -308,7 +286,7 @@ def main() -> int:
             analysed, cpu_features = analyse_queries([records[i] for i in test])
             for name, eye in eyes.items():
                 t0 = time.perf_counter()
-                with SiteDB(site_dir) as db, unturned(name.endswith(UNTURNED)):
+                with SiteDB(site_dir) as db:
                     db.set_config("index", {})  # learn again: variants may share the eye's options
                     build_search_index(db, eye=eye)
                 index_s = time.perf_counter() - t0
