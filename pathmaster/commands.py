@@ -305,17 +305,17 @@ def _site_score_fit(db, site, X, labels, groups, labelled, options: dict, seed: 
     """``crossval.site_score_fit`` for an indexed site: with its cells' eye vectors when it
     looks through an eye, so each training fold learns its lens as indexing did."""
     from pathmaster.evaluation import crossval
-    from pathmaster.site.fitting import eye_vectors, turned_eye_vectors
+    from pathmaster.site.fitting import eye_vectors
 
-    vectors = eye = turned = None
+    vectors = eye = None
     if site.eye is not None:
-        cells = [c for c, keep in zip(db.cells(), labelled) if keep]
-        vectors, turned = eye_vectors(db, cells, site.eye), turned_eye_vectors(db, cells, site.eye)
+        cells = db.cells()
+        vectors = eye_vectors(db, [c for c, keep in zip(cells, labelled) if keep], site.eye)
         eye = site.eye.describe()
     return crossval.site_score_fit(X[labelled], labels[labelled], groups[labelled], site.feature_names,
                                    site.vocabulary.abnormal, choice=options.get("features", "auto"),
                                    similarity_choice=options.get("similarity", "auto"), eye_vectors=vectors,
-                                   eye=eye, turned=turned, seed=seed)
+                                   eye=eye, seed=seed)
 
 
 @_reports_bad_input

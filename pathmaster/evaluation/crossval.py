@@ -369,11 +369,10 @@ def site_similarity_fit(names: list[str], choice: str = "auto", seed: int = 0, m
 
 def site_score_fit(X: np.ndarray, labels, groups, names: list[str], abnormal_labels, *, choice: str = "auto",
                    similarity_choice: str = "auto", eye_vectors: np.ndarray | None = None, eye: dict | None = None,
-                   turned: np.ndarray | None = None, seed: int = 0) -> Callable:
+                   seed: int = 0) -> Callable:
     """A ``site_score`` for ``cross_validate``: ``site_score(train, test)`` learns on the
     training cells what indexing learns (``pathmaster.site.fitting.learn_from``: the lens and head
-    on the cells' ``eye_vectors`` (float (n, D), by the eye ``eye`` describes) and their
-    ``turned`` vectors (float (n, T, D), ``fitting.turned_eye_vectors``) when given, the
+    on the cells' ``eye_vectors`` (float (n, D), by the eye ``eye`` describes) when given, the
     feature classifier, the abnormality score and its operating point, chosen for the case)
     and scores the test cells as ``SiteIndex.abnormality`` does. Returns {"score",
     "threshold", "cell_threshold", "scores" (m,), "note"}. X, labels, groups: the cells
@@ -393,8 +392,7 @@ def site_score_fit(X: np.ndarray, labels, groups, names: list[str], abnormal_lab
         use_eye = eye_vectors is not None and similarity_choice != "features"
         fitted, lens = fitting.learn_from(Z[train], labels[train], train_groups, abnormal, projection, names,
                                          eye_vectors[train] if use_eye else None, eye if use_eye else None,
-                                         choice=similarity_choice, seed=seed,
-                                         turned=turned[train] if use_eye and turned is not None else None)
+                                         choice=similarity_choice, seed=seed)
         features, embeddings = projection.apply(Z).astype(np.float64), None
         if lens is not None:
             embeddings = lens.embed(eye_vectors)

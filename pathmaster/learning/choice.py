@@ -51,8 +51,7 @@ def cannot_learn(labels, abnormal_labels) -> str:
 
 
 def learn_similarity(eye_vectors: np.ndarray, eye: dict, feature_vectors_fit, labels, groups, abnormal_labels, *,
-                     choice: str = "auto", k: int = 5, seed: int = 0, other_scores: dict | None = None,
-                     turned: np.ndarray | None = None):
+                     choice: str = "auto", k: int = 5, seed: int = 0, other_scores: dict | None = None):
     """Fit a site's lens and head, and choose what it compares, by cross-validation on its cells.
 
     Parameters
@@ -77,10 +76,6 @@ def learn_similarity(eye_vectors: np.ndarray, eye: dict, feature_vectors_fit, la
     other_scores : dict of str to ndarray, optional
         More candidate abnormality scores: each cell's score (n,) from a model fitted
         without its ``inner_folds`` fold (e.g. the feature classifier's).
-    turned : ndarray of float, shape (n, T, D), optional
-        Each cell's eye vectors of its patch turned (``Eye.turned_features``): more samples
-        of the same cells for every lens (a held-out cell's are left out with it); the
-        neighbours and the held-out cells are compared by ``eye_vectors`` alone.
 
     Returns
     -------
@@ -92,7 +87,7 @@ def learn_similarity(eye_vectors: np.ndarray, eye: dict, feature_vectors_fit, la
     abnormal = np.array([label in set(abnormal_labels) for label in labels])
     candidates = [("features", 0.0), ("embedding", 1.0)] + [("fused", w) for w in FUSED_WEIGHTS]
     folds = inner_folds(labels, groups, seed)
-    oof = _inner_lenses(eye_vectors, eye, feature_vectors_fit, labels, abnormal_labels, candidates, folds, k, turned)
+    oof = _inner_lenses(eye_vectors, eye, feature_vectors_fit, labels, abnormal_labels, candidates, folds, k)
     network_p = oof["network"]
     report = {"folds": INNER_FOLDS, "held_out_cells": len(labels), "grouped": groups is not None,
               "eye": eye, "candidates": {}}
@@ -107,8 +102,7 @@ def learn_similarity(eye_vectors: np.ndarray, eye: dict, feature_vectors_fit, la
     score, points, report["thresholds"] = choose_site_score(scores, abnormal)
     report["scores"] = points
     report["case"] = case_operating_point(scores[score], abnormal, groups, points[score]["threshold"], seed)
-    lens = fit_discriminant_lens(*_lens_samples(eye_vectors, turned, labels, np.arange(len(labels))),
-                                 abnormal_labels, eye)
+    lens = fit_discriminant_lens(eye_vectors, labels, abnormal_labels, eye)
     _, all_f = feature_vectors_fit(np.arange(len(labels)))
     learnt = fitted_similarity(lens.embed(eye_vectors), all_f)
     learnt.mode, learnt.embedding_weight, learnt.model = mode, weight, lens.sha256
@@ -127,16 +121,7 @@ def plain_lens(eye_vectors: np.ndarray, eye: dict, reason: str, k: int = 5):
     return lens, learnt
 
 
-def _lens_samples(eye_vectors, turned, labels, rows) -> tuple[np.ndarray, np.ndarray]:
-    """(vectors, labels) a lens learns from: the cells ``rows``' eye vectors, and their
-    turned vectors when there are any (each with its cell's label)."""
-    if turned is None or turned.shape[1] == 0:
-        return eye_vectors[rows], labels[rows]
-    samples = np.concatenate([eye_vectors[rows][:, None], turned[rows]], axis=1)
-    return samples.reshape(-1, eye_vectors.shape[1]), np.repeat(labels[rows], samples.shape[1])
-
-
-def _inner_lenses(eye_vectors, eye, feature_vectors_fit, labels, abnormal_labels, candidates, folds, k, turned=None):
+def _inner_lenses(eye_vectors, eye, feature_vectors_fit, labels, abnormal_labels, candidates, folds, k):
     """Out-of-fold figures of the inner folds: each candidate's k-nearest votes and abnormal
     share, and the lens's head's abnormal probability, every fold's lens and feature
     projection fitted on the other folds' cells."""
@@ -146,7 +131,7 @@ def _inner_lenses(eye_vectors, eye, feature_vectors_fit, labels, abnormal_labels
            "network": np.zeros(n)}
     for train, test in folds:
         train_f, all_f = feature_vectors_fit(train)
-        lens = fit_discriminant_lens(*_lens_samples(eye_vectors, turned, labels, train), abnormal_labels, eye)
+        lens = fit_discriminant_lens(eye_vectors[train], labels[train], abnormal_labels, eye)
         oof["network"][test] = lens.abnormal_probability(eye_vectors[test])
         embedded = lens.embed(eye_vectors)
         similarity = fitted_similarity(embedded[train], train_f)

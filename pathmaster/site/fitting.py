@@ -20,7 +20,7 @@ import numpy as np
 
 from pathmaster.learning import policy
 from pathmaster.analysis.cell import PATCH_PX, cell_patch
-from pathmaster.eye._vectors import eye_id
+from pathmaster.eye._vectors import eye_id, eye_vectors_of
 from pathmaster.learning.lens import SiteLens
 from pathmaster.learning import similarity
 from pathmaster.records import InvalidInput
@@ -97,39 +97,21 @@ def cell_patches(db, cells, size: int) -> np.ndarray:
 def eye_vectors(db, cells, eye) -> np.ndarray:
     """float32 (n, eye.dim): each cell's vector by ``eye``, read from the site's store of
     them (``eye-<id>.npz``, by cell id) where it holds them, the rest computed and stored."""
-    from pathmaster.eye import eye_vectors_of
-
-    return _stored_vectors(db, cells, eye, "eye", eye_vectors_of, (eye.dim,))
-
-
-def turned_eye_vectors(db, cells, eye) -> np.ndarray:
-    """float32 (n, T, eye.dim): each cell's vectors by ``eye`` of its patch turned
-    (``Eye.turned_features``), stored as `eye_vectors` stores its vectors (``turned-<id>.npz``);
-    what a site's lens learns from beside `eye_vectors`."""
-    from pathmaster.eye import TURNS, turned_vectors_of
-
-    return _stored_vectors(db, cells, eye, "turned", turned_vectors_of, (len(TURNS[eye.views]) - 1, eye.dim))
-
-
-def _stored_vectors(db, cells, eye, kind: str, compute, shape: tuple) -> np.ndarray:
-    """float32 (n, *shape): ``compute(eye, patches)`` of each cell, kept in the site directory
-    as ``<kind>-<eye id>.npz`` by cell id, so a cell is looked at once."""
-    path = Path(db.site_dir) / f"{kind}-{eye_id(eye.describe())[:16]}.npz"
+    path = Path(db.site_dir) / f"eye-{eye_id(eye.describe())[:16]}.npz"
     known: dict[str, np.ndarray] = {}
     if path.exists():
         with np.load(path, allow_pickle=False) as stored:
             known = dict(zip(stored["cell_ids"].tolist(), stored["vectors"]))
     missing = [c for c in cells if c.cell_id not in known]
     if missing:
-        log.info("%s: the eye looks at %d cells (%s)", db.site_dir, len(missing), kind)
+        log.info("%s: the eye looks at %d cells", db.site_dir, len(missing))
         for start in range(0, len(missing), EYE_BATCH):
             batch = missing[start:start + EYE_BATCH]
-            for cell, vector in zip(batch, compute(eye, cell_patches(db, batch, PATCH_PX))):
+            for cell, vector in zip(batch, eye_vectors_of(eye, cell_patches(db, batch, PATCH_PX))):
                 known[cell.cell_id] = vector
         _store_eye_vectors(path, known)
-    if not cells:
-        return np.zeros((0, *shape), np.float32)
-    return np.stack([known[c.cell_id] for c in cells]).astype(np.float32)
+    return np.stack([known[c.cell_id] for c in cells]).astype(np.float32) if cells else np.zeros((0, eye.dim),
+                                                                                                  np.float32)
 
 
 # Cells patched and looked at together when a site computes its eye vectors (bounded memory).
@@ -143,9 +125,7 @@ def _store_eye_vectors(path: Path, vectors: dict) -> None:
 
     buffer = io.BytesIO()
     ids = sorted(vectors)
-    # half floats: the vectors are rounded to them (``eye_vectors_of``), so nothing is lost
-    np.savez(buffer, cell_ids=np.asarray(ids, dtype=str),
-             vectors=np.stack([vectors[i] for i in ids]).astype(np.float16))
+    np.savez(buffer, cell_ids=np.asarray(ids, dtype=str), vectors=np.stack([vectors[i] for i in ids]))
     write_atomic(path, buffer.getvalue())
 
 
@@ -170,18 +150,16 @@ def fit_learnt(db, X: np.ndarray, normalization, projection, vocabulary, *, choi
     labelled = scored_cells(np.array([label is not None for label in labels]), seed)
     abnormal_labels = set(vocabulary.abnormal)
     Z = normalization.apply(X)
-    eye = vectors = turned = None
+    eye = vectors = None
     if choice != "features":
         from pathmaster.eye import open_eye
 
         eye = open_eye(**eye_options(eye_choice))
         vectors = eye_vectors(db, cells, eye)
-        if not why_not_learn(labels[labelled], abnormal_labels):
-            turned = turned_eye_vectors(db, [c for c, keep in zip(cells, labelled) if keep], eye)
     learnt, lens = learn_from(Z[labelled], labels[labelled].astype(str), _groups(cells, labelled), abnormal_labels,
                               projection, db.get_config("feature_names"),
                               None if vectors is None else vectors[labelled],
-                              None if eye is None else eye.describe(), choice=choice, seed=seed, turned=turned)
+                              None if eye is None else eye.describe(), choice=choice, seed=seed)
     if lens is None:
         log.info("%s: comparing features alone: %s", db.site_dir, learnt.report.get("reason"))
         return learnt, None
@@ -205,16 +183,14 @@ def why_not_learn(labels, abnormal_labels) -> str:
 
 def learn_from(Z: np.ndarray, labels: np.ndarray, groups, abnormal_labels, projection, names: list[str],
                vectors: np.ndarray | None, eye: dict | None, *, choice: str = "auto",
-               seed: int = 0, turned: np.ndarray | None = None) -> tuple[policy.LearntSimilarity, SiteLens | None]:
+               seed: int = 0) -> tuple[policy.LearntSimilarity, SiteLens | None]:
     """(what a site learns from these labelled cells, its lens or None): the feature
     classifier, then the lens, head and the choice of what to compare
     (``choice.learn_similarity``); a site too small for that, plain nearest neighbours in the
     eye's space (``choice.plain_lens``); without eye vectors (the option "features") the
     features alone. Either way the abnormality score and its operating point. Z: their
     z-scored features (n, n_features); labels: str (n,); vectors: their eye vectors (n, D).
-    turned: their vectors of the patch turned (n, T, D; `turned_eye_vectors`), which the
-    lens learns from beside ``vectors``, or None. Indexing runs it on a site's cells,
-    ``pathmaster evaluate`` on each training fold's."""
+    Indexing runs it on a site's cells, ``pathmaster evaluate`` on each training fold's."""
     from pathmaster.learning.choice import learn_similarity, plain_lens
 
     fit = _refit(projection, Z, labels, names, seed)
@@ -227,7 +203,7 @@ def learn_from(Z: np.ndarray, labels: np.ndarray, groups, abnormal_labels, proje
         lens, learnt = plain_lens(vectors, eye, reason)
     else:
         lens, learnt = learn_similarity(vectors, eye, fit, labels, groups, abnormal_labels, choice=choice,
-                                        seed=seed, other_scores=by_features, turned=turned)
+                                              seed=seed, other_scores=by_features)
     learnt.classifier = None if classifier is None else classifier.to_dict()
     return learnt, lens
 

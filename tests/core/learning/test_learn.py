@@ -195,26 +195,6 @@ def test_a_learnt_site_searches_fused_vectors_and_scores_cells(learnt_site):
         site.search_many(analysis.features[None], k=5, embeddings=vectors[:, :-1])
 
 
-def test_a_learnt_sites_lens_learns_from_every_look_of_its_cells_and_keeps_them(learnt_site):
-    from pathmaster.eye import TURNS
-    from pathmaster.site.fitting import eye_vectors, turned_eye_vectors
-
-    path, _ = learnt_site
-    site = SiteIndex.open(path)
-    with SiteDB(path) as db:
-        cells = db.cells()
-        vectors, turned = eye_vectors(db, cells, site.eye), turned_eye_vectors(db, cells, site.eye)
-    assert turned.shape == (len(cells), len(TURNS[site.eye.views]) - 1, site.eye.dim)
-    assert (path / f"turned-{site.lens.eye_id[:16]}.npz").exists()
-    looks = np.concatenate([vectors[:, None], turned], axis=1)
-    labels = np.repeat([c.diagnosis for c in cells], looks.shape[1])
-    refit = fit_discriminant_lens(looks.reshape(-1, site.eye.dim), labels, set(site.vocabulary.abnormal),
-                                  site.lens.eye)
-    assert refit.sha256 == site.lens.sha256
-    alone = fit_discriminant_lens(vectors, [c.diagnosis for c in cells], set(site.vocabulary.abnormal), site.lens.eye)
-    assert alone.sha256 != site.lens.sha256
-
-
 def test_rebuilding_the_search_structure_keeps_the_lens_and_the_eye_looks_once(learnt_site, monkeypatch):
     from pathmaster import eye as eye_module
 
