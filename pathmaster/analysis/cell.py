@@ -76,9 +76,9 @@ def analyse_cell(image: np.ndarray, background: np.ndarray | None = None, mask: 
                         cell_choice=cell.extra.get("cell_choice"), patch=patch)
 
 
-# Side of the patch made of an upload, in pixels: the eye's input side
-# (``pathmaster.eye.DEFAULT_RESOLUTION``; it resizes a patch of another side), so a database
-# cell and a query are resized alike, once.
+# Side of the patch made of an upload, in pixels: the largest side a site's eye may read
+# (the eye resizes it to its own, ``pathmaster.eye.DEFAULT_RESOLUTION`` by default), so a
+# database cell and a query are made alike and every site can read the one patch sent.
 PATCH_PX = 160
 
 

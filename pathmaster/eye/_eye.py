@@ -29,17 +29,16 @@ WEIGHTS_SHA256 = "579344248a93e23026e6b78f1f6faf0bc1d282386f6c881cdbaacd49cabf77
 
 # What the eye reads, chosen by measurement on the development half (5 folds by slide image,
 # shrinkage discriminant analysis on top): the outputs of stages 4 to 7 (blocks 7, 10, 14 and
-# 15: 80 + 112 + 192 + 320 numbers) of one view at 160 px. 160 px ranked held-out cells as
-# well as 224 (ROC AUC 0.98 either way) at about half the CPU (~17 ms of one core a cell);
-# 4 views gained 0.016 of AUC for 4 times the CPU (benchmarks/results/eye-98a9c49.txt,
-# learn-eye-98a9c49.txt). Measured again as a site's options (`pathmaster index --eye-views
-# --eye-resolution`): 2 views at 144 px raised the specificity of the site's per-cell rule and
-# of its 6-cell cases by 0.03-0.09 at the same sensitivity, but cost ~8.5 ms more a cell,
-# putting a whole upload over its 40 ms budget; 2 views at 128 px fit and were not better for
-# cases (learn-eyes-5424272.txt, upload-cpu-eyes-f913d1e.txt).
+# 15: 80 + 112 + 192 + 320 numbers) of 2 views (the patch and its 180 degree turn) at 144 px.
+# 160 px ranked held-out cells as well as 224 (ROC AUC 0.98 either way) at about half the CPU
+# (benchmarks/results/eye-98a9c49.txt, learn-eye-98a9c49.txt). Against 1 view at 160 px, 2
+# views at 144 px raised the specificity of the site's per-cell rule by 0.03 / 0.08 and of its
+# 6-cell cases by 0.04 / 0.09 at the same sensitivity in two draws of the folds (top-1 0.03 /
+# 0.02 lower; learn-eyes-5424272.txt, learn-eyes-seed1-5424272.txt), for ~5.5 ms more of one
+# core an upload (35 against 30 ms the whole analysis, upload-cpu-batched-f3f7f1c.txt).
 DEFAULT_BLOCKS = (7, 10, 14, 15)
-DEFAULT_RESOLUTION = 160
-DEFAULT_VIEWS = 1
+DEFAULT_RESOLUTION = 144
+DEFAULT_VIEWS = 2
 # How many of the 8 rotations/flips may be averaged, and their order: indices into
 # `dihedral`'s views (identity, rotations by 90, 180, 270 degrees, then
 # the same of the flipped patch) so that each prefix is a group: {identity, 180}, the four
