@@ -17,7 +17,8 @@ The study's own claim (`hub_claim`) is stronger: the case's packets were lost at
 stations (the hosts' cards, "host card" here), where priority queuing at the routers cannot
 reach, so PQ removes the losses at the routers' ports but not those at the stations. Two parts:
 (a) where FIFO loses the case's packets: the share of its drops at the stations (of stations
-plus router ports), with a percentile bootstrap interval over runs; (b) PQ against FIFO:
+plus router ports), with a percentile bootstrap interval over runs (no decision on fewer than
+CLAIM_MIN_RUNS runs); (b) PQ against FIFO:
 fewer drops at the router ports (one-sided Mann-Whitney U), while drops at the stations remain
 (a bootstrap interval of PQ's mean station drops above 0). The hosts' kernel FIFOs
 ("A1:A1-eth0") count drops of every class together ("all"): they are counted apart, as
@@ -124,6 +125,7 @@ def mechanism_tests(cells: dict, level: float, case_class: str = "urgent", basel
 HUB, PORT = "host card", "router port"
 CLAIM_SEED = 0  # the bootstrap's seed: a report drawn twice from the same raw data says the same
 CLAIM_RESAMPLES = 9999
+CLAIM_MIN_RUNS = 5  # fewer runs give a bootstrap of a handful of distinct resamples: no decision on it
 
 
 def unclassed_drops(record: dict) -> int:
@@ -207,17 +209,18 @@ def hub_claim(cells: dict, level: float, case_class: str = "urgent", baseline: s
     else:
         out["hub_share"], out["hub_share_ci"] = float("nan"), (float("nan"), float("nan"))
     lo, hi = out["hub_share_ci"]
-    out["where"] = ("no drops" if not lost.any() else "hub stations" if lo > 0.5 else
-                    "router ports" if hi < 0.5 else "not resolvable")
+    out["where"] = ("no drops" if not lost.any() else "not resolvable" if lost.sum() < CLAIM_MIN_RUNS else
+                    "hub stations" if lo > 0.5 else "router ports" if hi < 0.5 else "not resolvable")
     a, b = port[pq], port[baseline]
     out["port_p"] = (1.0 if a.size < 2 or b.size < 2 or np.ptp(np.r_[a, b]) == 0 else float(sps.mannwhitneyu(a, b, alternative="less").pvalue))
     out["pq_hub_mean"] = float(hub[pq].mean())
     out["pq_hub_mean_ci"] = _bootstrap(_mean, (hub[pq],), conf)
     ports_fewer = out["port_p"] < alpha
     hub_lo, hub_hi = out["pq_hub_mean_ci"]
-    stations_remain = "yes" if hub_lo > 0 else "no" if hub_hi == 0 else "not resolvable"
+    stations_remain = ("not resolvable" if hub[pq].size < CLAIM_MIN_RUNS else
+                       "yes" if hub_lo > 0 else "no" if hub_hi == 0 else "not resolvable")
     out["pq_fewer_at_ports"], out["pq_stations_remain"] = ports_fewer, stations_remain
-    if out["where"] in ("router ports", "no drops") or stations_remain == "no":
+    if out["n_fifo"] >= CLAIM_MIN_RUNS and out["where"] in ("router ports", "no drops") or stations_remain == "no":
         out["verdict"] = "not reproduced"
     elif out["where"] == "hub stations" and ports_fewer and stations_remain == "yes":
         out["verdict"] = "reproduced"
@@ -270,7 +273,8 @@ def report_lines(cells: dict, markdown_table) -> list[str]:
              "percentile bootstrap interval over runs (seeded): 'hub stations' when the interval is above "
              "0.5, 'router ports' when below. (b) PQ against FIFO: fewer urgent drops at the router ports "
              "(one-sided Mann-Whitney U, alpha 0.05), and urgent drops at the stations remain (bootstrap "
-             "interval of PQ's mean per run above 0). Reproduced when (a) says hub stations and both "
+             f"interval of PQ's mean per run above 0). Neither part decides on fewer than {CLAIM_MIN_RUNS} "
+             "runs. Reproduced when (a) says hub stations and both "
              "parts of (b) hold; not reproduced when (a) says router ports (or FIFO lost none) or PQ lost "
              "none at the stations. Unclassed drops: the hosts' kernel FIFOs, which count every class "
              "together; in neither part.", "",

@@ -78,6 +78,8 @@ def test_the_hub_claim_is_not_reproduced_when_fifo_loses_at_the_router_ports():
 def test_the_hub_claim_needs_enough_runs_and_the_per_station_counters():
     few = mechanism.hub_claim(_cells(fifo=[(40, 2), (0, 45)], prio=[(0, 3), (0, 0)]), 16.0)
     assert few["where"] == "not resolvable" and few["verdict"] == "not resolvable at this n"
+    smoke = mechanism.hub_claim(_cells(fifo=[(23, 0), (44, 9)], prio=[(0, 6)]), 16.0)  # the smoke's FIFO@4
+    assert smoke["hub_share_ci"][1] < 0.5 and smoke["verdict"] == "not resolvable at this n"
     old = _cells(fifo=[(1, 1)] * 3, prio=[(1, 1)] * 3)
     for c in old.values():
         c.records = [{"router_counters": {"rA:hub": {"urgent": {"drops": 10}}}}] * 3
