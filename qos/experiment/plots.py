@@ -2,16 +2,20 @@
 built from OUT/runs/*.json, and for the time series the run files themselves).
 
     fig7_mean_LINK_CLASS       mean completion time vs competing traffic, a line per unshaped
-                               strategy, 95% t-interval of the mean (the study's Figure 7)
-    fig8_std_LINK_CLASS        standard deviation of the same runs, 95% chi-square CI (Figure 8)
+                               strategy, 95% t-interval of the mean (the study's Figure 7, plus
+                               the disciplines it did not draw, e.g. CBWFQ)
+    fig8_std_LINK_CLASS        standard deviation of the same runs, 95% Bonett interval (skewed
+                               cells: stats.std_interval_skewed) (Figure 8, plus the same)
     fig9_shaping_LINK_CLASS    the competing traffic shaped 4000..200 kbit/s, a panel per limit
                                against the same discipline unshaped (Figure 9)
     ratio_LINK_CLASS           mean completion time / lower bound, every strategy
     box_LINK_CLASS             box plots of every strategy, a panel per level (3 a row), n per box
     cdf_LINK_CLASS             CDF of completion time at the highest level, a panel per group
     tradeoff_LINK_CLASS        at the highest level, per strategy: the case's mean time against
-                               the competing frames received, both with 95% t-intervals
-    timeseries_LINK_CLASS      one run per strategy at the highest level: the competing traffic
+                               the competing frames received, both with 95% t-intervals, and
+                               the same numbers in a table beside it (the points crowd)
+    timeseries_LINK_CLASS      the median run (by completion time) per strategy at the highest
+                               level: the competing traffic
                                the targets received during the case, and when each site answered
                                (runs that recorded samples: runner.CompetingSampler)
     links_CLASS                with a delay sweep: mean time and throughput against delay, per MTU
@@ -39,14 +43,15 @@ import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from qos.experiment.spec import competing_unit  # noqa: E402
-from qos.experiment.stats import std_interval, summarise  # noqa: E402
+from qos.experiment.stats import BONETT_MIN_N, std_interval_skewed, summarise  # noqa: E402
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h", "*", "p")
 LINESTYLES = ("-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1)), (0, (1, 3)), (0, (8, 3, 2, 3)))
 COLOURS = plt.get_cmap("tab10").colors
 CI_TEXT = "Error bars: 95% t-interval of the mean (Student's t, n - 1 degrees of freedom; none where n < 2)."
-STD_CI_TEXT = ("Error bars: 95% chi-square interval of the standard deviation (normal theory, n - 1 degrees "
-               "of freedom; none where n < 2).")
+STD_CI_TEXT = ("Error bars: 95% Bonett interval of the standard deviation (the chi-square interval widened by "
+               "the cell's kurtosis, for skewed cells, where the normal-theory chi-square interval and a "
+               f"bootstrap are too narrow; none where n < {BONETT_MIN_N}).")
 
 
 def symlog_text(linthresh: float) -> str:
@@ -150,7 +155,7 @@ def _series(cells, strategy, levels, link, cls, stat: str, seed: int = 0):
         if stat == "mean":
             value, low, high = s.mean, s.ci_low, s.ci_high
         elif stat == "std":
-            value, (low, high) = s.std, std_interval(cell.times)
+            value, (low, high) = s.std, std_interval_skewed(cell.times)
         else:
             r = summarise(cell.ratios)
             value, low, high = r.mean, r.ci_low, r.ci_high
@@ -350,18 +355,22 @@ def figure_tradeoff(meta: dict, cells: dict, link: str, cls: str) -> Figure | No
 
 
 def timeseries_runs(meta: dict, records: list[dict], link: str, cls: str) -> dict[str, dict]:
-    """One successful run per strategy at the highest competing level that recorded samples:
-    the first in the experiment's run order."""
-    position = {rid: i for i, rid in enumerate(meta.get("order", []))}
-    picked: dict[str, dict] = {}
+    """Per strategy at the highest competing level, of its successful runs that recorded
+    samples: the median run by completion time (the lower middle one of an even count, so it
+    is a run that happened), marked with how many it was chosen from (`"of_runs"`)."""
     usable = [r for r in records if r.get("ok") and r["run"]["link"] == link and r["run"]["request_class"] == cls
               and len(r.get("competing", {}).get("samples") or []) >= 2]
     if not usable:
-        return picked
+        return {}
     top = max(float(r["run"]["competing"]) for r in usable)
-    for rec in sorted(usable, key=lambda r: position.get(r["run"]["run_id"], 1 << 30)):
+    by_strategy: dict[str, list[dict]] = {}
+    for rec in usable:
         if float(rec["run"]["competing"]) == top:
-            picked.setdefault(rec["run"]["strategy"], rec)
+            by_strategy.setdefault(rec["run"]["strategy"], []).append(rec)
+    picked = {}
+    for name, runs in by_strategy.items():
+        runs = sorted(runs, key=lambda r: (float(r["completion_s"]), r["run"]["run_id"]))
+        picked[name] = runs[(len(runs) - 1) // 2] | {"of_runs": len(runs)}
     return picked
 
 
@@ -434,7 +443,8 @@ def figure_timeseries(meta: dict, picked: dict[str, dict], link: str, cls: str) 
                     fontsize="x-small", va="top", ha="left",
                     bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.7, "pad": 0.5})
         ax.set_ylabel("kbit/s", fontsize="small")
-        ax.set_title(f"{name}: run {rec['run']['run_id']}, case {completion:.2f} s", fontsize="small", loc="left")
+        ax.set_title(f"{name}: run {rec['run']['run_id']}, case {completion:.2f} s "
+                     f"(median run of {rec.get('of_runs', 1)})", fontsize="small", loc="left")
         ax.grid(True, alpha=0.3)
     axes[0, 0].set_ylim(0, highest * 1.12)
     axes[-1, 0].set_xlim(0, longest * 1.05 if longest else 1)
@@ -442,13 +452,15 @@ def figure_timeseries(meta: dict, picked: dict[str, dict], link: str, cls: str) 
     axes[0, 0].legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), fontsize="x-small", ncols=3, frameon=False,
                       borderaxespad=0.1)
     level = float(next(iter(picked.values()))["run"]["competing"]) if picked else 0
-    fig.suptitle(f"The case against the competing traffic, one run per strategy at {level:g} {unit} per target\n"
+    fig.suptitle(f"The case against the competing traffic, the median run per strategy at {level:g} {unit} per "
+                 f"target\n"
                  f"{describe_link(meta, link)}, {cls} class", fontsize="medium")
     caption(fig, f"Line: the bytes the competing targets' interfaces received (Ethernet frames) per window of "
                  f"at least {RATE_WINDOW_S:g} s (a shorter case: one window over all of it), as kbit/s; dashed: the shared segment's capacity, which the "
                  f"competing traffic to both targets crosses; shaded: the case, from submission to its last "
-                 f"reply; dotted: when each site's reply arrived. One run per strategy (n = 1 per panel, no "
-                 f"interval), the first at this level in the run order.")
+                 f"reply; dotted: when each site's reply arrived. One run per strategy (no interval): the median "
+                 f"run of n by completion time (the lower middle one when n is even) of the strategy's runs at "
+                 f"this level that recorded the competing traffic, n in each panel's title.")
     return fig
 
 
@@ -491,7 +503,8 @@ def figure_shaping(meta: dict, cells: dict, link: str, cls: str) -> Figure:
     for ax in axes.flat:
         ax.set_ylim(bottom=0)
     axes[0][0].set_ylabel("mean completion time (s)")
-    form = "the study's Figure 9" if study_form(levels) else f"{len(levels)} levels: points, not curves"
+    form = ("the study's Figure 9, a panel per limit" if study_form(levels)
+            else f"{len(levels)} levels: points, not curves")
     fig.suptitle(f"Mean completion time with the competing traffic shaped ({form})\n"
                  f"{describe_link(meta, link)}, {cls} class", fontsize="medium")
     against = (" against the same discipline with the competing traffic unshaped (black)" if baselines else
@@ -501,6 +514,17 @@ def figure_shaping(meta: dict, cells: dict, link: str, cls: str) -> Figure:
                  f"{n_text(counts)}. {CI_TEXT} "
                  + (symlog_text(linear_part(levels)) if study_form(levels) else "One category per level run."))
     return fig
+
+
+STUDY_FIGURE_DISCIPLINES = ("fifo", "prio", "wfq", "wred")  # what the study's Figures 7 and 8 drew, at the routers
+
+
+def study_figure(number: int, drawn: list[dict]) -> str:
+    """"the study's Figure N", plus the strategies drawn that the study's figure did not have
+    (another discipline, adaptive, or at the hosts), e.g. "the study's Figure 7, plus cbwfq"."""
+    extra = [s["name"] for s in drawn if s["discipline"] not in STUDY_FIGURE_DISCIPLINES or s.get("adaptive")
+             or s.get("strategy_at", "routers") != "routers"]
+    return f"the study's Figure {number}" + (f", plus {', '.join(extra)}" if extra else "")
 
 
 def write_figures(meta: dict, cells: dict, folder: Path, records: list[dict] | None = None) -> list[Path]:
@@ -518,13 +542,15 @@ def write_figures(meta: dict, cells: dict, folder: Path, records: list[dict] | N
         tag = _safe(f"{link}_{cls}")
         present = [s["name"] for s in strategies if any((s["name"], lv, link, cls) in cells for lv in levels)]
         if len(levels) > 1:
+            drawn = [s for s in strategies if s.get("shape_kbit") is None
+                     and any((s["name"], lv, link, cls) in cells for lv in levels)]
             written += _save(figure_level_lines(
                 meta, cells, link, cls, "mean", unshaped,
-                "Mean completion time of a PathMaster case vs competing traffic (the study's Figure 7)"),
-                folder, f"fig7_mean_{tag}")
+                "Mean completion time of a PathMaster case by strategy vs competing traffic "
+                f"({study_figure(7, drawn)})"), folder, f"fig7_mean_{tag}")
             written += _save(figure_level_lines(
                 meta, cells, link, cls, "std", unshaped,
-                "Standard deviation of completion time vs competing traffic (the study's Figure 8)"),
+                f"Standard deviation of completion time by strategy vs competing traffic ({study_figure(8, drawn)})"),
                 folder, f"fig8_std_{tag}")
             if shaped:
                 written += _save(figure_shaping(meta, cells, link, cls), folder, f"fig9_shaping_{tag}")
