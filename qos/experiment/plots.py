@@ -314,10 +314,41 @@ def figure_cdf(meta: dict, cells: dict, link: str, cls: str) -> Figure | None:
     return fig
 
 
+CROWD_GAP = 0.05  # means closer than this share of the x axis, side by side, count as crowded
+
+
+def crowded(xs: list[float], span: float, least: int = 3) -> list[int]:
+    """Indices of the largest run of at least `least` values of `xs` whose neighbours (sorted)
+    lie within CROWD_GAP x `span` of each other; [] when none crowd."""
+    order = sorted(range(len(xs)), key=lambda i: xs[i])
+    best: list[int] = []
+    run: list[int] = []
+    for i in order:
+        run = run + [i] if run and xs[i] - xs[run[-1]] <= CROWD_GAP * span else [i]
+        best = run if len(run) > len(best) else best
+    return best if len(best) >= least else []
+
+
+def _tradeoff_points(ax, points, size: float) -> None:
+    for index, name, x, y, xs, ys in points:
+        st = style(index)
+        if xs.size == ys.size:
+            ax.plot(xs, ys, linestyle="none", marker=st["marker"], color=st["color"], markersize=3, alpha=0.3)
+        ax.errorbar([x.mean], [y.mean], xerr=[[x.mean - x.ci_low], [x.ci_high - x.mean]],
+                    yerr=[[y.mean - y.ci_low], [y.ci_high - y.mean]], linestyle="none", marker=st["marker"],
+                    color=st["color"], markersize=size, capsize=3, label=f"{name} (n = {y.n})")
+
+
 def figure_tradeoff(meta: dict, cells: dict, link: str, cls: str) -> Figure | None:
     """At the highest competing level, per strategy: the case's mean completion time against the
     competing traffic the targets received during the cases, each with its 95% t-interval, the
-    runs behind each mean drawn faintly. None when that level carried no competing traffic."""
+    runs behind each mean drawn faintly; where three or more means crowd together (`crowded`),
+    a second panel zooms into them; under both, a table of the same means and intervals. None
+    when that level carried no competing traffic.
+
+    A zoom and a table rather than labels or jitter: the crowded strategies' intervals overlap
+    in both directions, so no placement of labels separates them, and moving a point would
+    misstate its mean; the zoom shows their order, the table their numbers."""
     unit = competing_unit(meta["experiment"]["competing"]["kind"])
     levels = sorted({k[1] for k in cells if k[2] == link and k[3] == cls})
     top = levels[-1] if levels else 0
@@ -329,28 +360,59 @@ def figure_tradeoff(meta: dict, cells: dict, link: str, cls: str) -> Figure | No
                            np.asarray(cell.achieved_kbit) / 1000, np.asarray(cell.times)))
     if top <= 0 or not points:
         return None
-    fig, ax = plt.subplots(figsize=(7.6, 4.6), layout="constrained")
-    for index, name, x, y, xs, ys in points:
-        st = style(index)
-        if xs.size == ys.size:
-            ax.plot(xs, ys, linestyle="none", marker=st["marker"], color=st["color"], markersize=3, alpha=0.3)
-        ax.errorbar([x.mean], [y.mean], xerr=[[x.mean - x.ci_low], [x.ci_high - x.mean]],
-                    yerr=[[y.mean - y.ci_low], [y.ci_high - y.mean]], linestyle="none", marker=st["marker"],
-                    color=st["color"], markersize=8, capsize=3, label=f"{name} (n = {y.n})")
-    ax.set_xlim(0, max(max(p[4].max(), p[2].ci_high) for p in points) * 1.08 or 1)
+    x_top = max(max(p[4].max(), p[2].ci_high) for p in points) * 1.08 or 1
+    crowd = [points[i] for i in sorted(crowded([p[2].mean for p in points], x_top))]
+    rows = 1 + len(points)
+    fig = plt.figure(figsize=(11.0 if crowd else 7.6, 4.6 + 0.22 * rows), layout="constrained")
+    grid = fig.add_gridspec(2, 2 if crowd else 1, height_ratios=[4.4, 0.26 * rows + 0.2])
+    ax = fig.add_subplot(grid[0, 0])
+    _tradeoff_points(ax, points, 8)
+    ax.set_xlim(0, x_top)
     ax.set_ylim(0, max(max(p[5].max(), p[3].ci_high) for p in points) * 1.08 or 1)
-    ax.set(xlabel="competing traffic received at the targets' interfaces during the case\n"
-                  "(Mbit/s of Ethernet frames, headers included)",
-           ylabel="completion time of a case (s)")
-    ax.set_title(f"What each strategy costs the competing traffic, at {top:g} {unit} per target\n"
-                 f"{describe_link(meta, link)}, {cls} class", fontsize="medium")
+    xlabel = "competing traffic received at the targets' interfaces during the case\n(Mbit/s of Ethernet frames, headers included)"
+    ax.set(xlabel=xlabel, ylabel="completion time of a case (s)")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="x-small", title="strategy", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    zoom_text = ""
+    if crowd:
+        zoom = fig.add_subplot(grid[0, 1])
+        _tradeoff_points(zoom, crowd, 9)
+        x_lo, x_hi = min(p[2].ci_low for p in crowd), max(p[2].ci_high for p in crowd)
+        y_lo, y_hi = min(p[3].ci_low for p in crowd), max(p[3].ci_high for p in crowd)
+        pad_x, pad_y = 0.15 * (x_hi - x_lo or 1), 0.15 * (y_hi - y_lo or 1)
+        zoom.set_xlim(x_lo - pad_x, x_hi + pad_x)
+        zoom.set_ylim(y_lo - pad_y, y_hi + pad_y)
+        zoom.set(xlabel="competing traffic received (Mbit/s), zoomed", ylabel="completion time (s), zoomed")
+        zoom.set_title(f"zoom: the {len(crowd)} strategies crowded at "
+                       f"{min(p[2].mean for p in crowd):.1f}-{max(p[2].mean for p in crowd):.1f} Mbit/s",
+                       fontsize="small")
+        zoom.grid(True, alpha=0.3)
+        zoom.legend(fontsize="x-small", loc="best")
+        ax.indicate_inset((zoom.get_xlim()[0], zoom.get_ylim()[0], np.diff(zoom.get_xlim())[0],
+                           np.diff(zoom.get_ylim())[0]), edgecolor="grey")
+        zoom_text = (" Right: a zoom into the strategies whose means crowd together (its axes do not start "
+                     "at 0; runs outside it are cut off); the grey box on the left marks it.")
+    ax.legend(fontsize="x-small", title="strategy", loc="upper left")
+    table_ax = fig.add_subplot(grid[1, :])
+    table_ax.axis("off")
+
+    def between(v):
+        return f"{v.mean:.2f} [{v.ci_low:.2f}, {v.ci_high:.2f}]"
+
+    table = table_ax.table(cellText=[[name, str(y.n), between(x), between(y)] for _, name, x, y, _, _ in points],
+                           colLabels=["strategy", "n", "competing received, Mbit/s: mean [95% CI]",
+                                      "completion time, s: mean [95% CI]"], colWidths=[0.2, 0.06, 0.37, 0.37],
+                           loc="center", cellLoc="left")
+    table.auto_set_font_size(False)
+    table.set_fontsize(8)
+    for row, (index, *_rest) in enumerate(points, start=1):
+        table[row, 0].get_text().set_color(style(index)["color"])
+    fig.suptitle(f"What each strategy costs the competing traffic, at {top:g} {unit} per target\n"
+                 f"{describe_link(meta, link)}, {cls} class", fontsize="medium")
     caption(fig, "Large markers: per strategy, the mean over its runs of the bytes the competing targets' "
                  "interfaces received during the case (frames with their Ethernet headers, so a little above "
                  "TCP goodput) and the mean completion time; bars: 95% t-intervals of both means. Small faint "
                  f"markers: the runs. {n_text([p[3].n for p in points])}. Lower right is better for both. "
-                 "Both axes start at 0.")
+                 f"The left panel's axes start at 0.{zoom_text} The table gives the same means and intervals.")
     return fig
 
 
@@ -449,8 +511,8 @@ def figure_timeseries(meta: dict, picked: dict[str, dict], link: str, cls: str) 
     axes[0, 0].set_ylim(0, highest * 1.12)
     axes[-1, 0].set_xlim(0, longest * 1.05 if longest else 1)
     axes[-1, 0].set_xlabel("time since the case was submitted (s)")
-    axes[0, 0].legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), fontsize="x-small", ncols=3, frameon=False,
-                      borderaxespad=0.1)
+    handles, labels = axes[0, 0].get_legend_handles_labels()  # above the panels: clear of the first one's title
+    fig.legend(handles, labels, loc="outside upper right", fontsize="x-small", ncols=3, frameon=False)
     level = float(next(iter(picked.values()))["run"]["competing"]) if picked else 0
     fig.suptitle(f"The case against the competing traffic, the median run per strategy at {level:g} {unit} per "
                  f"target\n"

@@ -228,3 +228,24 @@ def test_the_tradeoff_plots_each_strategys_mean_with_both_intervals(cells):
     assert ax.get_xlim()[0] == 0 and ax.get_ylim()[0] == 0
     assert "Ethernet frames" in ax.get_xlabel() and "goodput" not in ax.get_xlabel()
     assert "95% t-intervals of both means" in fig.caption and "n = 5" in fig.caption
+    assert "The table gives the same means and intervals" in fig.caption
+
+
+def test_the_tradeoff_zooms_into_crowded_means_and_tabulates_them(cells):
+    from qos.experiment.plots import crowded
+
+    # the faithful matrix at 16: five disciplines within 8.4-8.7 Mbit/s, the shaped ones apart
+    xs = [8.67, 8.57, 8.39, 8.53, 8.69, 3.92, 0.93, 0.20]
+    assert sorted(crowded(xs, span=9.4)) == [0, 1, 2, 3, 4]
+    assert crowded([0.2, 3.9, 8.6], span=9.4) == []  # nothing crowds: no zoom
+    meta, data = cells
+    fig = figure_tradeoff(meta, data, "hubs", "urgent")  # every strategy received ~16 Mbit/s: all crowd
+    main, zoom, table_ax = fig.axes
+    assert zoom.get_title().startswith("zoom: the 5 strategies")
+    assert {c.get_label().split(" (")[0] for c in zoom.containers} == set(SLOWDOWN)
+    assert main.get_xlim()[0] == 0 and zoom.get_xlim()[0] > 0
+    table = table_ax.tables[0]
+    fifo = data[("fifo", 16.0, "hubs", "urgent")]
+    s = summarise(fifo.times)
+    assert table[1, 0].get_text().get_text() == "fifo"
+    assert table[1, 3].get_text().get_text() == f"{s.mean:.2f} [{s.ci_low:.2f}, {s.ci_high:.2f}]"
