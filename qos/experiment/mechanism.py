@@ -192,7 +192,7 @@ def hub_claim(cells: dict, level: float, case_class: str = "urgent", baseline: s
     if fifo is None or prio is None or not fifo.records or not prio.records:
         return out | {"verdict": f"not testable: no {baseline} or {pq} runs at {level:g}"}
     if not split_counters({fifo.key: fifo, prio.key: prio}):
-        return out | {"verdict": "not testable: counters missing (per medium only, not per station and port)"}
+        return out | {"verdict": "not testable: counters missing (no drops by class per station and port)"}
     conf = 1 - alpha
     places = {name: [drops_by_place(r, case_class) for r in c.records] for name, c in ((baseline, fifo), (pq, prio))}
     hub = {n: np.array([p[HUB] or 0 for p in per], dtype=float) for n, per in places.items()}
@@ -251,10 +251,18 @@ def claim_row(claim: dict) -> dict:
         "unclassed drops": claim["unclassed"]}
 
 
-def report_lines(cells: dict, markdown_table) -> list[str]:
+def router_strategy(meta: dict, discipline: str) -> str | None:
+    """The name of the experiment's plain `discipline` strategy at the routers (not shaped, not
+    adaptive), e.g. "prio" or "router-pq"; None when it has none."""
+    return next((s["name"] for s in meta["experiment"]["strategies"] if s["discipline"] == discipline
+                 and s.get("shape_kbit") is None and not s.get("adaptive")
+                 and s.get("at", "routers") == "routers"), None)
+
+
+def report_lines(meta: dict, cells: dict, markdown_table) -> list[str]:
     """The report's "Mechanism" section: drops by place at the highest level, the study's claim
-    (`hub_claim`) and each strategy against FIFO at the routers' ports (`mechanism_tests`);
-    `markdown_table(rows, columns)` draws a table."""
+    (`hub_claim`, FIFO and PQ as the experiment names them) and each strategy against FIFO at
+    the routers' ports (`mechanism_tests`); `markdown_table(rows, columns)` draws a table."""
     levels = sorted({k[1] for k in cells})
     if not levels or not any(r.get("router_counters") for c in cells.values() for r in c.records):
         return []
@@ -266,7 +274,8 @@ def report_lines(cells: dict, markdown_table) -> list[str]:
             f"strategy cannot act), or a medium's total where the runs did not record its stations; "
             f"'-': no queue of that place recorded.", "",
             markdown_table(rows, list(rows[0])) if rows else "(no runs)", ""]
-    claim = claim_row(hub_claim(cells, top))
+    claim = claim_row(hub_claim(cells, top, baseline=router_strategy(meta, "fifo") or "fifo",
+                                pq=router_strategy(meta, "prio") or "prio"))
     text += ["### The study's claim: urgent requests were dropped at the hubs", "",
              "(a) Under FIFO, the share of the urgent class's drops that were at the hubs' stations (of "
              "stations plus router ports; ratio of the totals over the runs that lost any), with a 95% "

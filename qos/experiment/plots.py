@@ -585,7 +585,7 @@ def study_figure(number: int, drawn: list[dict]) -> str:
     """"the study's Figure N", plus the strategies drawn that the study's figure did not have
     (another discipline, adaptive, or at the hosts), e.g. "the study's Figure 7, plus cbwfq"."""
     extra = [s["name"] for s in drawn if s["discipline"] not in STUDY_FIGURE_DISCIPLINES or s.get("adaptive")
-             or s.get("strategy_at", "routers") != "routers"]
+             or s.get("at", "routers") != "routers"]
     return f"the study's Figure {number}" + (f", plus {', '.join(extra)}" if extra else "")
 
 

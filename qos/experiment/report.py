@@ -437,7 +437,7 @@ def write_report(out_dir: str | Path, plots: bool = True, findings_from=None) ->
         "## Table 1", "", table,
         *_findings_section(meta, cells, declared, later is not None),
         *fidelity_section(cells),
-        *mechanism_section(cells),
+        *mechanism_section(meta, cells),
         "## Prediction error", "",
         "Each case's time as predicted before it was sent (the coordinator's passive model, "
         "qos.predict, one per strategy) against its actual time: median absolute percentage error "
@@ -497,12 +497,12 @@ def _significance_section(sig: list[dict]) -> list[str]:
                                  "ci95_high_s", "welch_p", "p_holm"]) if not_sig else "(none)", ""]
 
 
-def mechanism_section(cells: dict[tuple, Cell]) -> list[str]:
+def mechanism_section(meta: dict, cells: dict[tuple, Cell]) -> list[str]:
     """Drops by place at the highest level and the mechanism claims tested on them
     (qos/experiment/mechanism.py)."""
     from qos.experiment import mechanism
 
-    return mechanism.report_lines(cells, markdown_table)
+    return mechanism.report_lines(meta, cells, markdown_table)
 
 
 def fidelity_section(cells: dict[tuple, Cell]) -> list[str]:

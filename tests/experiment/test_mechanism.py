@@ -94,3 +94,12 @@ def test_the_hosts_unclassed_fifo_drops_are_counted_apart():
             r["router_counters"]["A2:A2-eth0"] = {"all": {"drops": 4}}
     claim = mechanism.hub_claim(cells, 16.0)
     assert claim["unclassed"] == 6 * 4 and claim["fifo_hub_median"] == 41  # A1's classed card FIFO: 1
+
+
+def test_the_claim_takes_fifo_and_pq_as_the_experiment_names_them():
+    meta = {"experiment": {"strategies": [
+        {"name": "fifo", "discipline": "fifo"}, {"name": "host-pq", "discipline": "prio", "at": "hosts"},
+        {"name": "adaptive-prio", "discipline": "prio", "adaptive": {"analyse": True}},
+        {"name": "router-pq", "discipline": "prio", "at": "routers"}]}}
+    assert mechanism.router_strategy(meta, "prio") == "router-pq"
+    assert mechanism.router_strategy(meta, "fifo") == "fifo" and mechanism.router_strategy(meta, "wred") is None

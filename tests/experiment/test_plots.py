@@ -151,7 +151,7 @@ def test_figures_7_and_8_name_what_they_add_to_the_studys(cells):
     unshaped = [s for s in strategies if s.get("shape_kbit") is None]
     assert study_figure(7, unshaped) == "the study's Figure 7"  # fifo, prio, wfq, wred: the study's own
     more = unshaped + [{"name": "cbwfq", "discipline": "cbwfq"}, {"name": "host-pq", "discipline": "prio",
-                                                                   "strategy_at": "hosts"}]
+                                                                   "at": "hosts"}]
     assert study_figure(8, more) == "the study's Figure 8, plus cbwfq, host-pq"
 
 
