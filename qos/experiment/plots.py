@@ -479,8 +479,15 @@ def figure_timeseries(meta: dict, picked: dict[str, dict], link: str, cls: str) 
     answered and the case finished."""
     names = [n for n in _names(meta) if n in picked]
     unit = competing_unit(meta["experiment"]["competing"]["kind"])
-    fig, axes = plt.subplots(len(names), 1, figsize=(7.4, 1.8 * len(names) + 1.6), sharex=True, sharey=True,
-                             squeeze=False, layout="constrained")
+    fig, grid = plt.subplots(len(names) + 1, 1, figsize=(7.4, 1.8 * len(names) + 1.9), squeeze=False,
+                             layout="constrained", height_ratios=[0.14] + [1.0] * len(names))
+    key_ax, axes = grid[0, 0], grid[1:]  # a strip for the legend: clear of the title and of the panels
+    key_ax.axis("off")
+    for ax in axes[1:, 0]:
+        ax.sharex(axes[0, 0])
+        ax.sharey(axes[0, 0])
+    for ax in axes[:-1, 0]:
+        ax.tick_params(labelbottom=False)  # one time axis, under the last panel
     order = _names(meta)
     capacity = _capacity_kbit(meta, link)
     longest, highest = 0.0, capacity or 1.0
@@ -511,8 +518,8 @@ def figure_timeseries(meta: dict, picked: dict[str, dict], link: str, cls: str) 
     axes[0, 0].set_ylim(0, highest * 1.12)
     axes[-1, 0].set_xlim(0, longest * 1.05 if longest else 1)
     axes[-1, 0].set_xlabel("time since the case was submitted (s)")
-    handles, labels = axes[0, 0].get_legend_handles_labels()  # above the panels: clear of the first one's title
-    fig.legend(handles, labels, loc="outside upper right", fontsize="x-small", ncols=3, frameon=False)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    key_ax.legend(handles, labels, loc="center", fontsize="x-small", ncols=3, frameon=False)
     level = float(next(iter(picked.values()))["run"]["competing"]) if picked else 0
     fig.suptitle(f"The case against the competing traffic, the median run per strategy at {level:g} {unit} per "
                  f"target\n"

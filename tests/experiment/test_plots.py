@@ -183,15 +183,16 @@ def test_the_time_series_shows_one_run_per_strategy_against_the_competing_traffi
     times = sorted(r["completion_s"] for r in even)
     assert timeseries_runs(meta, even, "hubs", "urgent")["fifo"]["completion_s"] == times[1]  # lower middle, a real run
     fig = figure_timeseries(meta, picked, "hubs", "urgent")
-    assert len(fig.axes) == 5
-    for ax in fig.axes:
+    key, *panels = fig.axes  # a strip holding the legend, then a panel per strategy
+    assert len(panels) == 5 and [x.get_text() for x in key.get_legend().get_texts()][0] == "competing received"
+    for ax in panels:
         rate = [line for line in ax.get_lines() if line.get_label() == "competing received"][0]
         assert np.allclose(rate.get_ydata(), 16_000, rtol=0.05)  # 16 Mbit... as kbit/s: 16 x 1000
         assert ax.get_ylim()[0] == 0
         capacity = [line for line in ax.get_lines() if line.get_label() == "segment capacity"][0]
         assert capacity.get_ydata()[0] == 10_000
     assert "median run of n" in fig.caption and "window of at least" in fig.caption
-    assert all("(median run of 5)" in ax.get_title(loc="left") for ax in fig.axes)
+    assert all("(median run of 5)" in ax.get_title(loc="left") for ax in panels)
     # jittered 0.5 s readings of a steady 8 Mbit/s: per interval up to +-10 %, per >= 2 s window within 3 %
     t = np.cumsum(np.r_[0, 0.5 + np.tile([0.04, -0.04], 20)])
     samples = [[x, int(x * 8e6 / 8 + (3000 if i % 2 else 0))] for i, x in enumerate(t)]
