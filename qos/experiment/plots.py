@@ -391,7 +391,7 @@ def figure_tradeoff(meta: dict, cells: dict, link: str, cls: str) -> Figure | No
                            np.diff(zoom.get_ylim())[0]), edgecolor="grey")
         zoom_text = (" Right: a zoom into the strategies whose means crowd together (its axes do not start "
                      "at 0; runs outside it are cut off); the grey box on the left marks it.")
-    ax.legend(fontsize="x-small", title="strategy", loc="upper left")
+    ax.legend(fontsize="x-small", title="strategy", loc="best")
     table_ax = fig.add_subplot(grid[1, :])
     table_ax.axis("off")
 
