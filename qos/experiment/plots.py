@@ -2,16 +2,20 @@
 built from OUT/runs/*.json, and for the time series the run files themselves).
 
     fig7_mean_LINK_CLASS       mean completion time vs competing traffic, a line per unshaped
-                               strategy, 95% t-interval of the mean (the study's Figure 7)
-    fig8_std_LINK_CLASS        standard deviation of the same runs, 95% chi-square CI (Figure 8)
+                               strategy, 95% t-interval of the mean (the study's Figure 7, plus
+                               the disciplines it did not draw, e.g. CBWFQ)
+    fig8_std_LINK_CLASS        standard deviation of the same runs, 95% Bonett interval (skewed
+                               cells: stats.std_interval_skewed) (Figure 8, plus the same)
     fig9_shaping_LINK_CLASS    the competing traffic shaped 4000..200 kbit/s, a panel per limit
                                against the same discipline unshaped (Figure 9)
     ratio_LINK_CLASS           mean completion time / lower bound, every strategy
     box_LINK_CLASS             box plots of every strategy, a panel per level (3 a row), n per box
     cdf_LINK_CLASS             CDF of completion time at the highest level, a panel per group
     tradeoff_LINK_CLASS        at the highest level, per strategy: the case's mean time against
-                               the competing frames received, both with 95% t-intervals
-    timeseries_LINK_CLASS      one run per strategy at the highest level: the competing traffic
+                               the competing frames received, both with 95% t-intervals, and
+                               the same numbers in a table beside it (the points crowd)
+    timeseries_LINK_CLASS      the median run (by completion time) per strategy at the highest
+                               level: the competing traffic
                                the targets received during the case, and when each site answered
                                (runs that recorded samples: runner.CompetingSampler)
     links_CLASS                with a delay sweep: mean time and throughput against delay, per MTU
@@ -39,14 +43,15 @@ import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from qos.experiment.spec import competing_unit  # noqa: E402
-from qos.experiment.stats import std_interval, summarise  # noqa: E402
+from qos.experiment.stats import BONETT_MIN_N, std_interval_skewed, summarise  # noqa: E402
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h", "*", "p")
 LINESTYLES = ("-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1)), (0, (1, 3)), (0, (8, 3, 2, 3)))
 COLOURS = plt.get_cmap("tab10").colors
 CI_TEXT = "Error bars: 95% t-interval of the mean (Student's t, n - 1 degrees of freedom; none where n < 2)."
-STD_CI_TEXT = ("Error bars: 95% chi-square interval of the standard deviation (normal theory, n - 1 degrees "
-               "of freedom; none where n < 2).")
+STD_CI_TEXT = ("Error bars: 95% Bonett interval of the standard deviation (the chi-square interval widened by "
+               "the cell's kurtosis, for skewed cells, where the normal-theory chi-square interval and a "
+               f"bootstrap are too narrow; none where n < {BONETT_MIN_N}).")
 
 
 def symlog_text(linthresh: float) -> str:
@@ -150,7 +155,7 @@ def _series(cells, strategy, levels, link, cls, stat: str, seed: int = 0):
         if stat == "mean":
             value, low, high = s.mean, s.ci_low, s.ci_high
         elif stat == "std":
-            value, (low, high) = s.std, std_interval(cell.times)
+            value, (low, high) = s.std, std_interval_skewed(cell.times)
         else:
             r = summarise(cell.ratios)
             value, low, high = r.mean, r.ci_low, r.ci_high
@@ -309,10 +314,41 @@ def figure_cdf(meta: dict, cells: dict, link: str, cls: str) -> Figure | None:
     return fig
 
 
+CROWD_GAP = 0.05  # means closer than this share of the x axis, side by side, count as crowded
+
+
+def crowded(xs: list[float], span: float, least: int = 3) -> list[int]:
+    """Indices of the largest run of at least `least` values of `xs` whose neighbours (sorted)
+    lie within CROWD_GAP x `span` of each other; [] when none crowd."""
+    order = sorted(range(len(xs)), key=lambda i: xs[i])
+    best: list[int] = []
+    run: list[int] = []
+    for i in order:
+        run = run + [i] if run and xs[i] - xs[run[-1]] <= CROWD_GAP * span else [i]
+        best = run if len(run) > len(best) else best
+    return best if len(best) >= least else []
+
+
+def _tradeoff_points(ax, points, size: float) -> None:
+    for index, name, x, y, xs, ys in points:
+        st = style(index)
+        if xs.size == ys.size:
+            ax.plot(xs, ys, linestyle="none", marker=st["marker"], color=st["color"], markersize=3, alpha=0.3)
+        ax.errorbar([x.mean], [y.mean], xerr=[[x.mean - x.ci_low], [x.ci_high - x.mean]],
+                    yerr=[[y.mean - y.ci_low], [y.ci_high - y.mean]], linestyle="none", marker=st["marker"],
+                    color=st["color"], markersize=size, capsize=3, label=f"{name} (n = {y.n})")
+
+
 def figure_tradeoff(meta: dict, cells: dict, link: str, cls: str) -> Figure | None:
     """At the highest competing level, per strategy: the case's mean completion time against the
     competing traffic the targets received during the cases, each with its 95% t-interval, the
-    runs behind each mean drawn faintly. None when that level carried no competing traffic."""
+    runs behind each mean drawn faintly; where three or more means crowd together (`crowded`),
+    a second panel zooms into them; under both, a table of the same means and intervals. None
+    when that level carried no competing traffic.
+
+    A zoom and a table rather than labels or jitter: the crowded strategies' intervals overlap
+    in both directions, so no placement of labels separates them, and moving a point would
+    misstate its mean; the zoom shows their order, the table their numbers."""
     unit = competing_unit(meta["experiment"]["competing"]["kind"])
     levels = sorted({k[1] for k in cells if k[2] == link and k[3] == cls})
     top = levels[-1] if levels else 0
@@ -324,44 +360,79 @@ def figure_tradeoff(meta: dict, cells: dict, link: str, cls: str) -> Figure | No
                            np.asarray(cell.achieved_kbit) / 1000, np.asarray(cell.times)))
     if top <= 0 or not points:
         return None
-    fig, ax = plt.subplots(figsize=(7.6, 4.6), layout="constrained")
-    for index, name, x, y, xs, ys in points:
-        st = style(index)
-        if xs.size == ys.size:
-            ax.plot(xs, ys, linestyle="none", marker=st["marker"], color=st["color"], markersize=3, alpha=0.3)
-        ax.errorbar([x.mean], [y.mean], xerr=[[x.mean - x.ci_low], [x.ci_high - x.mean]],
-                    yerr=[[y.mean - y.ci_low], [y.ci_high - y.mean]], linestyle="none", marker=st["marker"],
-                    color=st["color"], markersize=8, capsize=3, label=f"{name} (n = {y.n})")
-    ax.set_xlim(0, max(max(p[4].max(), p[2].ci_high) for p in points) * 1.08 or 1)
+    x_top = max(max(p[4].max(), p[2].ci_high) for p in points) * 1.08 or 1
+    crowd = [points[i] for i in sorted(crowded([p[2].mean for p in points], x_top))]
+    rows = 1 + len(points)
+    fig = plt.figure(figsize=(11.0 if crowd else 7.6, 4.6 + 0.22 * rows), layout="constrained")
+    grid = fig.add_gridspec(2, 2 if crowd else 1, height_ratios=[4.4, 0.26 * rows + 0.2])
+    ax = fig.add_subplot(grid[0, 0])
+    _tradeoff_points(ax, points, 8)
+    ax.set_xlim(0, x_top)
     ax.set_ylim(0, max(max(p[5].max(), p[3].ci_high) for p in points) * 1.08 or 1)
-    ax.set(xlabel="competing traffic received at the targets' interfaces during the case\n"
-                  "(Mbit/s of Ethernet frames, headers included)",
-           ylabel="completion time of a case (s)")
-    ax.set_title(f"What each strategy costs the competing traffic, at {top:g} {unit} per target\n"
-                 f"{describe_link(meta, link)}, {cls} class", fontsize="medium")
+    xlabel = "competing traffic received at the targets' interfaces during the case\n(Mbit/s of Ethernet frames, headers included)"
+    ax.set(xlabel=xlabel, ylabel="completion time of a case (s)")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="x-small", title="strategy", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    zoom_text = ""
+    if crowd:
+        zoom = fig.add_subplot(grid[0, 1])
+        _tradeoff_points(zoom, crowd, 9)
+        x_lo, x_hi = min(p[2].ci_low for p in crowd), max(p[2].ci_high for p in crowd)
+        y_lo, y_hi = min(p[3].ci_low for p in crowd), max(p[3].ci_high for p in crowd)
+        pad_x, pad_y = 0.15 * (x_hi - x_lo or 1), 0.15 * (y_hi - y_lo or 1)
+        zoom.set_xlim(x_lo - pad_x, x_hi + pad_x)
+        zoom.set_ylim(y_lo - pad_y, y_hi + pad_y)
+        zoom.set(xlabel="competing traffic received (Mbit/s), zoomed", ylabel="completion time (s), zoomed")
+        zoom.set_title(f"zoom: the {len(crowd)} strategies crowded at "
+                       f"{min(p[2].mean for p in crowd):.1f}-{max(p[2].mean for p in crowd):.1f} Mbit/s",
+                       fontsize="small")
+        zoom.grid(True, alpha=0.3)
+        zoom.legend(fontsize="x-small", loc="best")
+        ax.indicate_inset((zoom.get_xlim()[0], zoom.get_ylim()[0], np.diff(zoom.get_xlim())[0],
+                           np.diff(zoom.get_ylim())[0]), edgecolor="grey")
+        zoom_text = (" Right: a zoom into the strategies whose means crowd together (its axes do not start "
+                     "at 0; runs outside it are cut off); the grey box on the left marks it.")
+    ax.legend(fontsize="x-small", title="strategy", loc="best")
+    table_ax = fig.add_subplot(grid[1, :])
+    table_ax.axis("off")
+
+    def between(v):
+        return f"{v.mean:.2f} [{v.ci_low:.2f}, {v.ci_high:.2f}]"
+
+    table = table_ax.table(cellText=[[name, str(y.n), between(x), between(y)] for _, name, x, y, _, _ in points],
+                           colLabels=["strategy", "n", "competing received, Mbit/s: mean [95% CI]",
+                                      "completion time, s: mean [95% CI]"], colWidths=[0.2, 0.06, 0.37, 0.37],
+                           loc="center", cellLoc="left")
+    table.auto_set_font_size(False)
+    table.set_fontsize(8)
+    for row, (index, *_rest) in enumerate(points, start=1):
+        table[row, 0].get_text().set_color(style(index)["color"])
+    fig.suptitle(f"What each strategy costs the competing traffic, at {top:g} {unit} per target\n"
+                 f"{describe_link(meta, link)}, {cls} class", fontsize="medium")
     caption(fig, "Large markers: per strategy, the mean over its runs of the bytes the competing targets' "
                  "interfaces received during the case (frames with their Ethernet headers, so a little above "
                  "TCP goodput) and the mean completion time; bars: 95% t-intervals of both means. Small faint "
                  f"markers: the runs. {n_text([p[3].n for p in points])}. Lower right is better for both. "
-                 "Both axes start at 0.")
+                 f"The left panel's axes start at 0.{zoom_text} The table gives the same means and intervals.")
     return fig
 
 
 def timeseries_runs(meta: dict, records: list[dict], link: str, cls: str) -> dict[str, dict]:
-    """One successful run per strategy at the highest competing level that recorded samples:
-    the first in the experiment's run order."""
-    position = {rid: i for i, rid in enumerate(meta.get("order", []))}
-    picked: dict[str, dict] = {}
+    """Per strategy at the highest competing level, of its successful runs that recorded
+    samples: the median run by completion time (the lower middle one of an even count, so it
+    is a run that happened), marked with how many it was chosen from (`"of_runs"`)."""
     usable = [r for r in records if r.get("ok") and r["run"]["link"] == link and r["run"]["request_class"] == cls
               and len(r.get("competing", {}).get("samples") or []) >= 2]
     if not usable:
-        return picked
+        return {}
     top = max(float(r["run"]["competing"]) for r in usable)
-    for rec in sorted(usable, key=lambda r: position.get(r["run"]["run_id"], 1 << 30)):
+    by_strategy: dict[str, list[dict]] = {}
+    for rec in usable:
         if float(rec["run"]["competing"]) == top:
-            picked.setdefault(rec["run"]["strategy"], rec)
+            by_strategy.setdefault(rec["run"]["strategy"], []).append(rec)
+    picked = {}
+    for name, runs in by_strategy.items():
+        runs = sorted(runs, key=lambda r: (float(r["completion_s"]), r["run"]["run_id"]))
+        picked[name] = runs[(len(runs) - 1) // 2] | {"of_runs": len(runs)}
     return picked
 
 
@@ -408,8 +479,15 @@ def figure_timeseries(meta: dict, picked: dict[str, dict], link: str, cls: str) 
     answered and the case finished."""
     names = [n for n in _names(meta) if n in picked]
     unit = competing_unit(meta["experiment"]["competing"]["kind"])
-    fig, axes = plt.subplots(len(names), 1, figsize=(7.4, 1.8 * len(names) + 1.6), sharex=True, sharey=True,
-                             squeeze=False, layout="constrained")
+    fig, grid = plt.subplots(len(names) + 1, 1, figsize=(7.4, 1.8 * len(names) + 1.9), squeeze=False,
+                             layout="constrained", height_ratios=[0.14] + [1.0] * len(names))
+    key_ax, axes = grid[0, 0], grid[1:]  # a strip for the legend: clear of the title and of the panels
+    key_ax.axis("off")
+    for ax in axes[1:, 0]:
+        ax.sharex(axes[0, 0])
+        ax.sharey(axes[0, 0])
+    for ax in axes[:-1, 0]:
+        ax.tick_params(labelbottom=False)  # one time axis, under the last panel
     order = _names(meta)
     capacity = _capacity_kbit(meta, link)
     longest, highest = 0.0, capacity or 1.0
@@ -434,21 +512,24 @@ def figure_timeseries(meta: dict, picked: dict[str, dict], link: str, cls: str) 
                     fontsize="x-small", va="top", ha="left",
                     bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.7, "pad": 0.5})
         ax.set_ylabel("kbit/s", fontsize="small")
-        ax.set_title(f"{name}: run {rec['run']['run_id']}, case {completion:.2f} s", fontsize="small", loc="left")
+        ax.set_title(f"{name}: run {rec['run']['run_id']}, case {completion:.2f} s "
+                     f"(median run of {rec.get('of_runs', 1)})", fontsize="small", loc="left")
         ax.grid(True, alpha=0.3)
     axes[0, 0].set_ylim(0, highest * 1.12)
     axes[-1, 0].set_xlim(0, longest * 1.05 if longest else 1)
     axes[-1, 0].set_xlabel("time since the case was submitted (s)")
-    axes[0, 0].legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), fontsize="x-small", ncols=3, frameon=False,
-                      borderaxespad=0.1)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    key_ax.legend(handles, labels, loc="center", fontsize="x-small", ncols=3, frameon=False)
     level = float(next(iter(picked.values()))["run"]["competing"]) if picked else 0
-    fig.suptitle(f"The case against the competing traffic, one run per strategy at {level:g} {unit} per target\n"
+    fig.suptitle(f"The case against the competing traffic, the median run per strategy at {level:g} {unit} per "
+                 f"target\n"
                  f"{describe_link(meta, link)}, {cls} class", fontsize="medium")
     caption(fig, f"Line: the bytes the competing targets' interfaces received (Ethernet frames) per window of "
                  f"at least {RATE_WINDOW_S:g} s (a shorter case: one window over all of it), as kbit/s; dashed: the shared segment's capacity, which the "
                  f"competing traffic to both targets crosses; shaded: the case, from submission to its last "
-                 f"reply; dotted: when each site's reply arrived. One run per strategy (n = 1 per panel, no "
-                 f"interval), the first at this level in the run order.")
+                 f"reply; dotted: when each site's reply arrived. One run per strategy (no interval): the median "
+                 f"run of n by completion time (the lower middle one when n is even) of the strategy's runs at "
+                 f"this level that recorded the competing traffic, n in each panel's title.")
     return fig
 
 
@@ -491,7 +572,8 @@ def figure_shaping(meta: dict, cells: dict, link: str, cls: str) -> Figure:
     for ax in axes.flat:
         ax.set_ylim(bottom=0)
     axes[0][0].set_ylabel("mean completion time (s)")
-    form = "the study's Figure 9" if study_form(levels) else f"{len(levels)} levels: points, not curves"
+    form = ("the study's Figure 9, a panel per limit" if study_form(levels)
+            else f"{len(levels)} levels: points, not curves")
     fig.suptitle(f"Mean completion time with the competing traffic shaped ({form})\n"
                  f"{describe_link(meta, link)}, {cls} class", fontsize="medium")
     against = (" against the same discipline with the competing traffic unshaped (black)" if baselines else
@@ -501,6 +583,17 @@ def figure_shaping(meta: dict, cells: dict, link: str, cls: str) -> Figure:
                  f"{n_text(counts)}. {CI_TEXT} "
                  + (symlog_text(linear_part(levels)) if study_form(levels) else "One category per level run."))
     return fig
+
+
+STUDY_FIGURE_DISCIPLINES = ("fifo", "prio", "wfq", "wred")  # what the study's Figures 7 and 8 drew, at the routers
+
+
+def study_figure(number: int, drawn: list[dict]) -> str:
+    """"the study's Figure N", plus the strategies drawn that the study's figure did not have
+    (another discipline, adaptive, or at the hosts), e.g. "the study's Figure 7, plus cbwfq"."""
+    extra = [s["name"] for s in drawn if s["discipline"] not in STUDY_FIGURE_DISCIPLINES or s.get("adaptive")
+             or s.get("at", "routers") != "routers"]
+    return f"the study's Figure {number}" + (f", plus {', '.join(extra)}" if extra else "")
 
 
 def write_figures(meta: dict, cells: dict, folder: Path, records: list[dict] | None = None) -> list[Path]:
@@ -518,13 +611,15 @@ def write_figures(meta: dict, cells: dict, folder: Path, records: list[dict] | N
         tag = _safe(f"{link}_{cls}")
         present = [s["name"] for s in strategies if any((s["name"], lv, link, cls) in cells for lv in levels)]
         if len(levels) > 1:
+            drawn = [s for s in strategies if s.get("shape_kbit") is None
+                     and any((s["name"], lv, link, cls) in cells for lv in levels)]
             written += _save(figure_level_lines(
                 meta, cells, link, cls, "mean", unshaped,
-                "Mean completion time of a PathMaster case vs competing traffic (the study's Figure 7)"),
-                folder, f"fig7_mean_{tag}")
+                "Mean completion time of a PathMaster case by strategy vs competing traffic "
+                f"({study_figure(7, drawn)})"), folder, f"fig7_mean_{tag}")
             written += _save(figure_level_lines(
                 meta, cells, link, cls, "std", unshaped,
-                "Standard deviation of completion time vs competing traffic (the study's Figure 8)"),
+                f"Standard deviation of completion time by strategy vs competing traffic ({study_figure(8, drawn)})"),
                 folder, f"fig8_std_{tag}")
             if shaped:
                 written += _save(figure_shaping(meta, cells, link, cls), folder, f"fig9_shaping_{tag}")

@@ -437,7 +437,7 @@ def write_report(out_dir: str | Path, plots: bool = True, findings_from=None) ->
         "## Table 1", "", table,
         *_findings_section(meta, cells, declared, later is not None),
         *fidelity_section(cells),
-        *mechanism_section(cells),
+        *mechanism_section(meta, cells),
         "## Prediction error", "",
         "Each case's time as predicted before it was sent (the coordinator's passive model, "
         "qos.predict, one per strategy) against its actual time: median absolute percentage error "
@@ -497,28 +497,12 @@ def _significance_section(sig: list[dict]) -> list[str]:
                                  "ci95_high_s", "welch_p", "p_holm"]) if not_sig else "(none)", ""]
 
 
-def mechanism_section(cells: dict[tuple, Cell]) -> list[str]:
-    """Drops by place at the highest level, and the mechanism claim tested where the runs
-    recorded per-station counters (qos/experiment/mechanism.py)."""
+def mechanism_section(meta: dict, cells: dict[tuple, Cell]) -> list[str]:
+    """Drops by place at the highest level and the mechanism claims tested on them
+    (qos/experiment/mechanism.py)."""
     from qos.experiment import mechanism
 
-    levels = sorted({k[1] for k in cells})
-    if not levels or not any(r.get("router_counters") for c in cells.values() for r in c.records):
-        return []
-    top = levels[-1]
-    rows = mechanism.place_rows(cells, top)
-    text = ["## Mechanism: where packets were dropped", "",
-            f"Median per run, at {top:g}, of each class's drops by place: a router's port (where a router "
-            f"strategy runs), a host's card (where it cannot act), or a medium's total where the runs did "
-            f"not record its stations; '-': no queue of that place recorded.", "", markdown_table(rows, list(rows[0])) if rows else "(no runs)", ""]
-    if not mechanism.split_counters(cells):
-        return text + ["These raw data predate the per-station counters: a hub's drops are one total per medium "
-                       "(\"rA:hub\" mixes the master's card with router rA's port), so the mechanism claim "
-                       "(the strategy protects the case where it runs) cannot be tested on them.", ""]
-    tests = mechanism.mechanism_tests(cells, top)
-    return text + ["The claim: each strategy loses fewer of the case's (urgent) packets at the routers' ports "
-                   "than FIFO (one-sided Mann-Whitney U per strategy, Holm-adjusted together).", "",
-                   markdown_table(tests, list(tests[0])) if tests else "(no FIFO cell to compare with)", ""]
+    return mechanism.report_lines(meta, cells, markdown_table)
 
 
 def fidelity_section(cells: dict[tuple, Cell]) -> list[str]:

@@ -47,3 +47,59 @@ def test_the_mechanism_claim_can_come_out_either_way():
     rows = {r["strategy"]: r for r in mechanism.mechanism_tests(cells, 16.0)}
     assert rows["prio"]["fewer_at_routers"] and not rows["wred"]["fewer_at_routers"]
     assert mechanism.split_counters(cells)
+
+
+def _cells(fifo: list[tuple[int, int]], prio: list[tuple[int, int]], level: float = 16.0) -> dict:
+    """FIFO and PQ cells whose runs lost (router port, hub station) urgent packets as given."""
+    out = {}
+    for name, runs in (("fifo", fifo), ("prio", prio)):
+        c = Cell(name, level, "hubs", "urgent")
+        c.records = [_record(router, card) for router, card in runs]
+        c.times = [1.0] * len(runs)
+        out[c.key] = c
+    return out
+
+
+def test_the_hub_claim_is_reproduced_when_fifo_loses_at_the_stations_and_pq_only_clears_the_ports():
+    claim = mechanism.hub_claim(_cells(fifo=[(3, 40), (5, 52), (2, 47), (4, 61), (6, 38), (1, 55)],
+                                       prio=[(0, 35), (0, 48), (1, 44), (0, 51), (0, 39), (0, 42)]), 16.0)
+    assert claim["where"] == "hub stations" and 0.5 < claim["hub_share_ci"][0] <= claim["hub_share"]
+    assert claim["pq_fewer_at_ports"] and claim["pq_stations_remain"] == "yes"
+    assert claim["verdict"] == "reproduced" and claim["n_fifo"] == claim["n_pq"] == 6
+
+
+def test_the_hub_claim_is_not_reproduced_when_fifo_loses_at_the_router_ports():
+    claim = mechanism.hub_claim(_cells(fifo=[(40, 2), (52, 0), (47, 3), (61, 1), (38, 0), (55, 2)],
+                                       prio=[(0, 0), (1, 1), (0, 0), (0, 2), (0, 0), (2, 0)]), 16.0)
+    assert claim["where"] == "router ports" and claim["hub_share_ci"][1] < 0.5
+    assert claim["verdict"] == "not reproduced"
+
+
+def test_the_hub_claim_needs_enough_runs_and_the_per_station_counters():
+    few = mechanism.hub_claim(_cells(fifo=[(40, 2), (0, 45)], prio=[(0, 3), (0, 0)]), 16.0)
+    assert few["where"] == "not resolvable" and few["verdict"] == "not resolvable at this n"
+    smoke = mechanism.hub_claim(_cells(fifo=[(23, 0), (44, 9)], prio=[(0, 6)]), 16.0)  # the smoke's FIFO@4
+    assert smoke["hub_share_ci"][1] < 0.5 and smoke["verdict"] == "not resolvable at this n"
+    old = _cells(fifo=[(1, 1)] * 3, prio=[(1, 1)] * 3)
+    for c in old.values():
+        c.records = [{"router_counters": {"rA:hub": {"urgent": {"drops": 10}}}}] * 3
+    assert mechanism.hub_claim(old, 16.0)["verdict"].startswith("not testable: counters missing")
+    assert mechanism.hub_claim(old, 8.0)["verdict"].startswith("not testable: no fifo")
+
+
+def test_the_hosts_unclassed_fifo_drops_are_counted_apart():
+    cells = _cells(fifo=[(3, 40)] * 3, prio=[(0, 40)] * 3)
+    for c in cells.values():
+        for r in c.records:
+            r["router_counters"]["A2:A2-eth0"] = {"all": {"drops": 4}}
+    claim = mechanism.hub_claim(cells, 16.0)
+    assert claim["unclassed"] == 6 * 4 and claim["fifo_hub_median"] == 41  # A1's classed card FIFO: 1
+
+
+def test_the_claim_takes_fifo_and_pq_as_the_experiment_names_them():
+    meta = {"experiment": {"strategies": [
+        {"name": "fifo", "discipline": "fifo"}, {"name": "host-pq", "discipline": "prio", "at": "hosts"},
+        {"name": "adaptive-prio", "discipline": "prio", "adaptive": {"analyse": True}},
+        {"name": "router-pq", "discipline": "prio", "at": "routers"}]}}
+    assert mechanism.router_strategy(meta, "prio") == "router-pq"
+    assert mechanism.router_strategy(meta, "fifo") == "fifo" and mechanism.router_strategy(meta, "wred") is None

@@ -58,6 +58,43 @@ def test_intervals_are_t_and_chi_square_based():
     assert shi == pytest.approx(s * np.sqrt(4 / sps.chi2.ppf(0.025, 4)))
 
 
+SKEWED_SIGMA = 0.8  # lognormal times: skewness ~3.7, like a cell with an occasional long stall
+
+
+def _coverage(interval, n: int = 10, draws: int = 200, seed: int = 11) -> float:
+    """How often `interval(x)` holds the true std over `draws` seeded lognormal samples of `n`."""
+    rng = np.random.default_rng(seed)
+    v = SKEWED_SIGMA**2
+    true_std = np.sqrt((np.exp(v) - 1) * np.exp(v))
+    hits = 0
+    for i in range(draws):
+        lo, hi = interval(rng.lognormal(0, SKEWED_SIGMA, n), i)
+        hits += lo <= true_std <= hi
+    return hits / draws
+
+
+def test_the_skewed_cells_std_interval_covers_better_than_chi_square_and_the_bootstrap():
+    from scipy import stats as sps
+
+    from qos.experiment.stats import std_interval, std_interval_skewed
+
+    def bca(x, seed):
+        ci = sps.bootstrap((x,), lambda a, axis=-1: np.std(a, ddof=1, axis=axis), method="BCa",
+                           n_resamples=999, random_state=seed).confidence_interval
+        return ci.low, ci.high
+
+    chi = _coverage(lambda x, _: std_interval(x))
+    bonett = _coverage(lambda x, _: std_interval_skewed(x))
+    boot = _coverage(bca)
+    assert chi < 0.75 and bonett > chi + 0.08  # chi-square far below 95% on skewed times
+    assert boot < bonett  # at n = 10 a bootstrap cannot see the tail its sample lacks
+    normal = np.random.default_rng(5).normal(10, 1, 40)
+    lo, hi = std_interval_skewed(normal)
+    clo, chi_hi = std_interval(normal)
+    assert lo < normal.std(ddof=1) < hi and hi / lo == pytest.approx(chi_hi / clo, rel=0.25)  # normal: alike
+    assert np.isnan(std_interval_skewed([1.0, 2.0, 3.0, 4.0])[0])  # below BONETT_MIN_N: none
+
+
 def test_bound_single_remote_site_is_bytes_over_rate_plus_round_trip_plus_work():
     # 125 kB at 1 Mbit/s = 1 s each way; 2 x 50 ms delay; 0.5 s work
     site = SiteTransfer("B1", bytes_up=125_000, bytes_down=125_000, compute_s=0.5, behind_core=True)
