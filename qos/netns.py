@@ -6,7 +6,7 @@ lost the state file. Everything a testbed creates (interfaces, qdiscs, iptables 
 processes) lives inside its namespaces; deleting a namespace deletes its interfaces and
 rules with it, and `delete` kills the processes first (the kernel would not).
 
-A leaf module: the testbed builds its nodes on it and the emulator's launcher runs its
+A leaf module (beside qos.machine, whose lock every namespace maker holds): the testbed builds its nodes on it and the emulator's launcher runs its
 process and iptables rules through it, so neither package has to import the other's.
 """
 
@@ -19,6 +19,8 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+
+from qos import machine
 
 PREFIX = "pm"
 NETNS_DIR = Path("/run/netns")
@@ -159,7 +161,11 @@ def list_namespaces(prefix: str = PREFIX + "-") -> list[str]:
 
 
 def add(namespace: str) -> None:
-    """Create `namespace` (if missing) with its loopback up."""
+    """Create `namespace` (if missing) with its loopback up.
+
+    This process first holds the machine shared (`qos.machine.share`): a testbed is not built
+    beside a running experiment (MachineBusy after the bounded wait)."""
+    machine.share()
     if not exists(namespace):
         host_run(["ip", "netns", "add", namespace])
     host_run(["ip", "-n", namespace, "link", "set", "lo", "up"])

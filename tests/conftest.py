@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import qos  # noqa: F401  (before any test imports grpc: gRPC's fork handlers off, see qos/__init__.py)
+from qos import machine
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("PATHMASTER_SHARED", REPO.parent / "shared"))
@@ -51,12 +52,33 @@ def netns_unavailable_reason() -> str | None:
     return None
 
 
+# How long a session's namespace tests wait for an experiment holding the machine (qos.machine)
+# before they skip: once, since the skip of this session fixture is kept for every later test.
+MACHINE_WAIT_S = 60.0
+os.environ.setdefault(machine.WAIT_ENV, str(MACHINE_WAIT_S))  # testbeds made in tests' subprocesses too
+
+
 @pytest.fixture(scope="session")
 def netns_ok() -> None:
-    """Skip the test, with the reason, where network namespaces cannot be made."""
+    """Skip the test, with the reason, where network namespaces cannot be made or an experiment
+    holds the machine (after waiting for it at most machine.wait_s(): MACHINE_WAIT_S unless set); otherwise this process holds
+    the machine shared until the session ends, so no experiment starts beside its testbeds."""
     reason = netns_unavailable_reason()
     if reason:
         pytest.skip(reason)
+    reason = machine_busy_reason(machine.wait_s())
+    if reason:
+        pytest.skip(reason)
+
+
+def machine_busy_reason(wait_s: float, path: Path | None = None) -> str | None:
+    """Why this session's testbeds cannot be built now (an experiment holds the machine, named),
+    or None once this process holds the machine shared."""
+    try:
+        machine.share(path, wait=wait_s)
+    except machine.MachineBusy as exc:
+        return f"{exc.code}: an experiment holds the machine ({machine.describe(exc.holders)})"
+    return None
 
 
 # The folders whose tests run on the one local Ray below, which ends after them: last in a

@@ -16,26 +16,18 @@ run records, for the window of its case:
 `judge` marks a run invalid when its emulator fell behind past `FidelityBound`; the runner
 runs it again (at most `MAX_ATTEMPTS` times in all) and the report counts both.
 
-`machine_lock` makes the driver the only testbed experiment on the machine: an exclusive
-`fcntl.flock` on a file under the testbed's state directory, whose content names the holder,
-and a refusal while any other testbed's namespaces exist.
+Keeping other testbeds off the machine while an experiment runs is qos.machine's lock.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import json
 import os
-import subprocess
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, TypeVar
 
-from pathmaster.records import InvalidInput
 from qos.emulator.stats import LATENESS_EDGES_S, histogram_quantiles
-from qos.testbed.testbed import STATE_DIR
 
 # One full Ethernet frame (1514 B + 24 B of preamble, FCS and gap) takes 1.23 ms on the
 # 10 Mbit/s hub: an emulator whose 99th-percentile release is later than one frame time has
@@ -193,72 +185,3 @@ def measured(source, measure: Callable[[], T], bound: FidelityBound = DEFAULT_BO
         if record["valid"] and usable(result):
             break
     return result, record
-
-
-# -- one experiment at a time -----------------------------------------------------------------
-
-LOCK_PATH = STATE_DIR / "experiment.lock"
-NAMESPACE_PREFIX = "pm-"
-
-
-class MachineBusy(InvalidInput):
-    """Another testbed or experiment holds the machine; `code` says which ("lock_held", "testbed_running")."""
-
-    def __init__(self, problem: str, source, code: str):
-        super().__init__(problem, source)
-        self.code = code
-
-
-def other_testbeds(own_prefix: str | None = None) -> list[str]:
-    """Network namespaces of testbeds (`pm-<tag>-<node>`) other than `own_prefix`'s, by name."""
-    try:
-        out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    names = [line.split()[0] for line in out.splitlines() if line.strip()]
-    return sorted(n for n in names if n.startswith(NAMESPACE_PREFIX)
-                  and not (own_prefix and n.startswith(own_prefix)))
-
-
-@contextlib.contextmanager
-def machine_lock(label: str, path: str | Path = LOCK_PATH, check_namespaces: bool = True):
-    """Hold the machine for one experiment: an exclusive, non-blocking flock on `path`.
-
-    Parameters
-    ----------
-    label : str
-        What holds it (the experiment's name and output folder), written into the lock file
-        with the process id and start time, so a refusal names the holder.
-    path : path
-        The lock file (created; the testbed's state directory by default).
-    check_namespaces : bool
-        Also refuse while any testbed's namespaces exist (a testbed run outside an experiment).
-
-    Raises
-    ------
-    MachineBusy
-        Another process holds the lock (its holder named), or other testbeds' namespaces exist.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = Path(path).read_text().strip() or "unknown"
-            raise MachineBusy(f"another experiment holds the machine ({holder}); wait for it to finish", path,
-                              "lock_held") from None
-        if check_namespaces:
-            others = other_testbeds()
-            if others:
-                raise MachineBusy(f"another testbed runs on this machine (namespaces {', '.join(others[:6])}"
-                                  f"{' ...' if len(others) > 6 else ''}); take it down first "
-                                  f"(`pathmaster testbed down --tag TAG`)", path,
-                              "testbed_running")
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps({"pid": os.getpid(), "label": label,
-                                  "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}).encode(), 0)
-        yield
-    finally:
-        os.close(fd)  # releases the lock

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from qos import netns
+from qos.machine import STATE_DIR
 from qos.classes import DEFAULT_CLASSES, ClassTable
 from qos.network import HOST_CARD_QUEUE_PACKETS, HOST_CARD_RATE_KBIT, HUB_RATE_KBIT, ROUTER_QUEUE_PACKETS
 from qos.testbed import kernel
@@ -28,7 +29,6 @@ from qos.testbed.config import STRATEGY_PLACES, TestbedConfig, load_config
 from qos.testbed.node import Interface, Node
 from qos.testbed.topology import PathMaster2002
 
-STATE_DIR = Path(os.environ.get("PATHMASTER_TESTBED_STATE", "/run/pathmaster"))
 
 
 def state_path(tag: str) -> Path:

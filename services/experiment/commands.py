@@ -65,14 +65,14 @@ def cmd_run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     from services.experiment.bench import TestbedBench
-    from qos.experiment.fidelity import machine_lock
+    from qos.machine import experiment_lock
     from qos.experiment.report import write_report
     from qos.experiment.runner import run_experiment
     from qos.netns import CommandError
 
     try:
         # Alone on the machine: the emulator shares its cores with whatever else runs.
-        with machine_lock(f"experiment {experiment.name} --out {args.out}"), TestbedBench(experiment) as bench:
+        with experiment_lock(f"experiment {experiment.name} --out {args.out}"), TestbedBench(experiment) as bench:
             store = run_experiment(experiment, args.out, bench, progress=not args.quiet, max_runs=args.max_runs,
                                      allow_dirty=args.allow_dirty, allow_code_change=args.allow_code_change)
     except (InvalidInput, ValueError, CommandError) as exc:

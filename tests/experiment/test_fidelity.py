@@ -4,8 +4,6 @@ randomised rounds. Fakes only (no root): the real emulator's side is tests/qos/t
 from __future__ import annotations
 
 import collections
-import subprocess
-import sys
 
 import pytest
 
@@ -233,39 +231,3 @@ def test_each_raw_record_says_its_place_in_the_order(tmp_path):
     records = sorted(store.load_runs(), key=lambda r: r["order"]["position"])
     assert [r["run"]["run_id"] for r in records] == store.metadata()["order"]
     assert {(r["order"]["kind"], r["order"]["seed"]) for r in records} == {("rounds", 11)}
-
-
-# -- one experiment at a time ------------------------------------------------------------------
-
-_HOLD = """
-import sys, time
-from qos.experiment.fidelity import machine_lock
-with machine_lock("holder-exp out/x", sys.argv[1], check_namespaces=False):
-    print("held", flush=True)
-    sys.stdin.readline()
-"""
-
-
-def test_the_lock_refuses_a_second_experiment_and_names_the_holder(tmp_path):
-    path = tmp_path / "experiment.lock"
-    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(path)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "held"
-        with pytest.raises(fidelity.MachineBusy) as err:
-            with fidelity.machine_lock("second", path, check_namespaces=False):
-                pass
-        assert err.value.code == "lock_held"
-        assert "holder-exp out/x" in str(err.value) and str(holder.pid) in str(err.value)
-    finally:
-        holder.communicate("\n", timeout=30)
-    with fidelity.machine_lock("third", path, check_namespaces=False):  # free again once the holder ends
-        assert "third" in path.read_text()
-
-
-def test_the_lock_refuses_while_another_testbed_runs(tmp_path, monkeypatch):
-    monkeypatch.setattr(fidelity, "other_testbeds", lambda own_prefix=None: ["pm-ab12-A1", "pm-ab12-core"])
-    with pytest.raises(fidelity.MachineBusy) as err:
-        with fidelity.machine_lock("exp", tmp_path / "lock"):
-            pass
-    assert err.value.code == "testbed_running" and "pm-ab12-A1" in str(err.value)
