@@ -22,6 +22,7 @@ Keeping other testbeds off the machine while an experiment runs is qos.machine's
 from __future__ import annotations
 
 import os
+import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -37,6 +38,16 @@ FRAME_TIME_10M_S = (1514 + 24) * 8 / 10e6
 # (1.26 ms), since the measured quantiles are bin edges (+26 % at most).
 P99_BOUND_S = min(edge for edge in LATENESS_EDGES_S if edge >= FRAME_TIME_10M_S)
 MAX_ATTEMPTS = 3  # a run judged invalid is run again, at most this many attempts in all
+# The machine during a case, sampled every half second (machine_window's medians). On this
+# 2-core machine a quiet pilot of the contested cells (16 wget processes per target, nothing
+# else running) had a runnable median of 1 (the sampler itself) for FIFO and PQ and 2 for the
+# heavier WFQ and CBWFQ emulators; with one CPU-bound process beside it, 2 for PQ. So a run
+# is invalid when at its median sample more tasks were ready than cores plus a half: a task
+# waiting for a core through most of the case means something beside the experiment ran.
+RUNNABLE_MEDIAN_BOUND = (os.cpu_count() or 1) + 0.5
+# Steal: the hypervisor's share of the vCPUs' time. In that pilot every attempt with a steal
+# median of 5 % or more (5-25 %) had the emulators' p99 at 4-10 ms; without steal, 0.4-2.5 ms.
+STEAL_MEDIAN_BOUND = 0.05
 
 T = TypeVar("T")
 
@@ -50,11 +61,16 @@ class FidelityBound:
     max_lateness_s : the worst release (default 200 ms, Linux's minimum TCP retransmission
         timeout: a later release can by itself make a sender time out).
     nfqueue_drops : packets the kernel dropped before the emulator saw them (default 0).
+    runnable_median : the median of the machine's runnable tasks over the case
+        (RUNNABLE_MEDIAN_BOUND); None: not judged.
+    steal_median : the median share of CPU time the hypervisor took (STEAL_MEDIAN_BOUND).
     """
 
     p99_lateness_s: float = P99_BOUND_S
     max_lateness_s: float = 0.200
     nfqueue_drops: int = 0
+    runnable_median: float | None = RUNNABLE_MEDIAN_BOUND
+    steal_median: float | None = STEAL_MEDIAN_BOUND
 
 
 DEFAULT_BOUND = FidelityBound()
@@ -69,24 +85,57 @@ def cpu_times(path: str | Path = "/proc/stat") -> dict[str, int]:
     return {n: int(v) for n, v in zip(names, fields)}
 
 
+def runnable_tasks(path: str | Path = "/proc/stat") -> int | None:
+    """Tasks running or ready to run right now (/proc/stat's procs_running, this reader included)."""
+    for line in Path(path).read_text().splitlines():
+        if line.startswith("procs_running "):
+            return int(line.split()[1])
+    return None
+
+
 def load_average(path: str | Path = "/proc/loadavg") -> float:
     """The 1-minute load average."""
     return float(Path(path).read_text().split()[0])
 
 
 def machine_sample() -> dict:
-    """A point-in-time sample of the machine: CPU times and load average."""
-    return {"cpu": cpu_times(), "loadavg_1m": load_average(), "cpus": os.cpu_count()}
+    """A point-in-time sample of the machine: monotonic time, CPU times, runnable tasks, load average."""
+    return {"t": time.monotonic(), "cpu": cpu_times(), "runnable": runnable_tasks(), "loadavg_1m": load_average(),
+            "cpus": os.cpu_count()}
 
 
-def machine_window(before: dict, after: dict) -> dict:
-    """CPU busy and steal fractions (of all cores) between two `machine_sample`s, and the load."""
+def _fractions(before: dict, after: dict) -> dict:
     d = {k: after["cpu"][k] - before["cpu"].get(k, 0) for k in after["cpu"]}
     total = sum(d.values())
     frac = (lambda v: v / total) if total > 0 else (lambda v: None)
-    return {"cpu_busy": frac(total - d["idle"] - d["iowait"]), "cpu_steal": frac(d["steal"]),
-            "cpu_iowait": frac(d["iowait"]), "loadavg_1m_start": before["loadavg_1m"],
-            "loadavg_1m_end": after["loadavg_1m"], "cpus": after.get("cpus")}
+    return {"busy": frac(total - d["idle"] - d["iowait"]), "steal": frac(d["steal"]), "iowait": frac(d["iowait"])}
+
+
+def machine_window(before: dict, after: dict, during: list[dict] | None = None) -> dict:
+    """The machine over a window: CPU busy and steal fractions (of all cores) between two
+    `machine_sample`s, the load average at both ends, and from the samples taken `during` the
+    window (every SAMPLE_S) the medians that judge it.
+
+    `samples` is [[s since `before`, runnable tasks, busy fraction, steal fraction], ...]: each
+    sample's runnable count and the CPU fractions over the interval that ended at it;
+    `runnable_median`, `busy_median`, `steal_median` their medians (None without samples).
+    The 1-minute load average lags a window of a minute by most of it: the samples do not.
+    """
+    whole = _fractions(before, after)
+    out = {"cpu_busy": whole["busy"], "cpu_steal": whole["steal"], "cpu_iowait": whole["iowait"],
+           "loadavg_1m_start": before["loadavg_1m"], "loadavg_1m_end": after["loadavg_1m"],
+           "cpus": after.get("cpus")}
+    points = [before, *(during or []), after]
+    rows = []
+    for prev, cur in zip(points, points[1:]):
+        f = _fractions(prev, cur)
+        rows.append([round(cur.get("t", 0.0) - before.get("t", 0.0), 3), cur.get("runnable"), f["busy"], f["steal"]])
+    rows = rows if during else []
+    out["samples"] = rows
+    for i, name in ((1, "runnable_median"), (2, "busy_median"), (3, "steal_median")):
+        values = [r[i] for r in rows if r[i] is not None]
+        out[name] = float(statistics.median(values)) if values else None
+    return out
 
 
 # -- the emulators ----------------------------------------------------------------------------
@@ -139,10 +188,12 @@ def _lateness(counts: list[int]) -> dict:
 # -- the verdict ------------------------------------------------------------------------------
 
 def judge(fidelity: dict, bound: FidelityBound = DEFAULT_BOUND) -> tuple[bool, list[str]]:
-    """Whether a run's emulators kept to `bound`; (valid, reason codes when not).
+    """Whether a run's emulators and machine kept to `bound`; (valid, reason codes when not).
 
-    A run without emulators (kernel queues only) or whose emulators released no packet is valid.
-    Codes: "lateness_p99", "lateness_max", "nfqueue_drops".
+    A run without emulators (kernel queues only) or whose emulators released no packet is
+    judged on its machine (and settling) alone. Codes: "lateness_p99", "lateness_max",
+    "nfqueue_drops"; "load" (runnable median above the bound), "steal"; "unsettled" (the
+    competing traffic had not reached its rate when the case began: `settle`).
     """
     late = (fidelity.get("emulator") or {}).get("lateness_s") or {}
     reasons = []
@@ -152,15 +203,25 @@ def judge(fidelity: dict, bound: FidelityBound = DEFAULT_BOUND) -> tuple[bool, l
         reasons.append("lateness_max")
     if (fidelity.get("emulator") or {}).get("nfqueue_drops_total", 0) > bound.nfqueue_drops:
         reasons.append("nfqueue_drops")
+    machine = fidelity.get("machine") or {}
+    for key, code in (("runnable_median", "load"), ("steal_median", "steal")):
+        limit = getattr(bound, key)
+        if limit is not None and machine.get(key) is not None and machine[key] > limit:
+            reasons.append(code)
+    if (fidelity.get("settle") or {}).get("settled") is False:
+        reasons.append("unsettled")
     return not reasons, reasons
 
 
 def fidelity_record(machine_before: dict, machine_after: dict, emulators_before: dict, emulators_after: dict,
-                    bound: FidelityBound = DEFAULT_BOUND) -> dict:
-    """A run's `fidelity` block: machine and emulator windows, the bound, and the verdict."""
-    record = {"machine": machine_window(machine_before, machine_after),
+                    bound: FidelityBound = DEFAULT_BOUND, machine_during: list[dict] | None = None,
+                    settle: dict | None = None) -> dict:
+    """A run's `fidelity` block: machine (with its samples `machine_during` the window) and
+    emulator windows, how the competing traffic settled before it (`settle`), the bound, and
+    the verdict."""
+    record = {"machine": machine_window(machine_before, machine_after, machine_during),
               "emulator": emulator_window(emulators_before, emulators_after) if emulators_after else None,
-              "bound": asdict(bound)}
+              "settle": settle, "bound": asdict(bound)}
     valid, reasons = judge(record, bound)
     return record | {"valid": valid, "invalid_reasons": reasons}
 

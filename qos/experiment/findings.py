@@ -34,7 +34,7 @@ from typing import Callable
 import numpy as np
 from pydantic import Field, field_validator, model_validator
 
-from qos.config import FileModel, one_of
+from qos.config import FileModel, Seq, one_of
 
 CLAIMS = ("less", "greater", "alike")
 STATISTICS = ("mean", "median", "p95", "std", "spread")
@@ -109,6 +109,55 @@ class Finding(FileModel):
         if self.change_from is not None:
             refs += [r.model_copy(update={"level": self.change_from}) for r in (self.a, *self.others)]
         return refs
+
+
+FAMILY_ALPHA = 0.05  # the chance of any false verdict, over all looks of a sequential design
+CONTINUE_RULES = ("all", "open")
+
+
+class Sequential(FileModel):
+    """`[sequential]`: the declared findings tested at several looks as the runs accrue (a
+    group-sequential design fixed before the first run).
+
+    At look k every cell has `looks[k]` runs and the findings are tested at `alpha[k]` (Holm
+    within the look, as `evaluate`); the alphas add up to at most FAMILY_ALPHA, so testing at
+    every look keeps the chance of any false verdict at or below it (Bonferroni over looks).
+    A finding's verdict is final at the first look that resolves it; after a look, with
+    `continue = "open"`, only the cells of findings still open get more runs.
+    """
+
+    looks: Seq[int] = Field(description="runs per cell at each look, increasing; the last is [experiment] "
+                                        "repetitions")
+    alpha: Seq[float] = Field(description="the error rate spent at each look (one per look; sum <= 0.05)")
+    continue_cells: str = Field("open", alias="continue", json_schema_extra={"enum": list(CONTINUE_RULES)},
+                                description='after a look: "open", only the cells of findings still not resolved '
+                                            'get more runs; "all", every cell')
+
+    @field_validator("looks")
+    @classmethod
+    def _looks(cls, looks: tuple[int, ...]) -> tuple[int, ...]:
+        if not looks or looks[0] < 3 or any(b <= a for a, b in zip(looks, looks[1:])):
+            raise ValueError(f"looks must increase from at least 3 runs per cell, got {list(looks)!r}")
+        return looks
+
+    @field_validator("continue_cells")
+    @classmethod
+    def _continue(cls, value: str) -> str:
+        return one_of(value, CONTINUE_RULES)
+
+    @model_validator(mode="after")
+    def _alphas(self) -> "Sequential":
+        if len(self.alpha) != len(self.looks):
+            raise ValueError(f"alpha needs one value per look ({len(self.looks)}), got {len(self.alpha)}")
+        if any(not 0 < a < 1 for a in self.alpha):
+            raise ValueError(f"every alpha must be in (0, 1), got {list(self.alpha)!r}")
+        if sum(self.alpha) > FAMILY_ALPHA + 1e-12:
+            raise ValueError(f"the alphas spend {sum(self.alpha):g}, more than the family's {FAMILY_ALPHA}")
+        return self
+
+    def look_at(self, n: int) -> int | None:
+        """The look (0-based) whose runs per cell is `n`, or None."""
+        return self.looks.index(n) if n in self.looks else None
 
 
 @dataclass(frozen=True)

@@ -268,106 +268,6 @@ def links_table(meta: dict, cells: dict[tuple, Cell]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _unshaped_by_discipline(meta: dict) -> dict[str, str]:
-    """discipline -> the first unshaped strategy using it (the study's four queueing strategies)."""
-    out: dict[str, str] = {}
-    for s in meta["experiment"]["strategies"]:
-        if s.get("shape_kbit") is None:
-            out.setdefault(s["discipline"], s["name"])
-    return out
-
-
-def _described_at(cells: dict[tuple, Cell], link: str, cls: str, by_disc: dict, shaped: list) -> list[dict]:
-    """`study_findings` for one (link, class) pair: a row per finding its levels can describe."""
-    rows: list[dict] = []
-    levels = sorted({k[1] for k in cells if k[2] == link and k[3] == cls})
-    if len(levels) < 2:
-        return []
-    low, top = levels[0], levels[-1]
-
-    def times(name, level):
-        cell = cells.get((name, level, link, cls))
-        return cell.times if cell and len(cell.times) >= 2 else None
-
-    def stat(name, level, fn):
-        t = times(name, level)
-        return fn(np.asarray(t)) if t else float("nan")
-
-    mean = lambda n, lv: stat(n, lv, np.mean)  # noqa: E731
-    std = lambda n, lv: stat(n, lv, lambda x: x.std(ddof=1))  # noqa: E731
-    queueing = [n for n in by_disc.values() if times(n, low) and times(n, top)]
-    where = f"{link}, {cls}"
-    if len(queueing) >= 2:
-        means = {n: mean(n, low) for n in queueing}
-        spread = max(means.values()) / min(means.values())
-        differ = [f"{a}/{b}" for a, b in itertools.combinations(queueing, 2)
-                  if compare(times(a, low), times(b, low)).p < 0.05]
-        rows.append({"where": where, "finding": "1. all strategies alike at low traffic",
-                     "data": f"at {low:g}: means {', '.join(f'{n} {v:.2f}' for n, v in means.items())} s "
-                             f"(max/min {spread:.2f}); significantly different pairs: {', '.join(differ) or 'none'}",
-                     "agrees": spread < 1.25 or not differ})
-    fifo, prio, wfq, wred = (by_disc.get(d) for d in ("fifo", "prio", "wfq", "wred"))
-    if fifo in queueing and len(queueing) >= 2:
-        growth = {n: mean(n, top) / mean(n, low) for n in queueing}
-        worst_mean = max(queueing, key=lambda n: mean(n, top))
-        worst_std = max(queueing, key=lambda n: std(n, top))
-        rows.append({"where": where, "finding": "2. FIFO degrades most, with a large std",
-                     "data": f"at {top:g}: mean/idle {', '.join(f'{n} {v:.1f}x' for n, v in growth.items())}; "
-                             f"std {', '.join(f'{n} {std(n, top):.2f}' for n in queueing)} s",
-                     "agrees": worst_mean == fifo and worst_std == fifo})
-    if fifo in queueing and prio in queueing:
-        c = compare(times(fifo, top), times(prio, top))
-        rows.append({"where": where, "finding": "3. priority queuing beats FIFO, with much smaller std",
-                     "data": f"at {top:g}: {prio} {mean(prio, top):.2f} (std {std(prio, top):.2f}) vs "
-                             f"{fifo} {mean(fifo, top):.2f} (std {std(fifo, top):.2f}) s; Welch p = {c.p:.3g}",
-                     "agrees": mean(prio, top) < mean(fifo, top) and std(prio, top) < std(fifo, top)})
-    loaded = [lv for lv in levels if lv > low]
-    if wfq in queueing and len(queueing) >= 2:
-        avg = {n: float(np.mean([mean(n, lv) for lv in loaded])) for n in queueing}
-        best = min(avg, key=avg.get)
-        rows.append({"where": where, "finding": "4. WFQ best on average",
-                     "data": "mean over loaded levels: " + ", ".join(f"{n} {v:.2f}" for n, v in avg.items())
-                             + f" s; best {best}",
-                     "agrees": best == wfq})
-    if wred in queueing and len(queueing) >= 2:
-        at_top = {n: mean(n, top) for n in queueing}
-        best = min(at_top, key=at_top.get)
-        c = compare(times(wred, top), times(best, top)) if best != wred else None
-        rows.append({"where": where, "finding": "5. WRED shortest at the highest traffic",
-                     "data": f"at {top:g}: " + ", ".join(f"{n} {v:.2f}" for n, v in at_top.items())
-                             + f" s; shortest {best}"
-                             + (f" (WRED vs it: Welch p = {c.p:.3g})" if c else ""),
-                     "agrees": best == wred})
-    flat = [(s["name"], s["shape_kbit"], mean(s["name"], top) / mean(s["name"], low))
-            for s in shaped if times(s["name"], low) and times(s["name"], top)]
-    if flat:
-        rows.append({"where": where, "finding": "6. with shaping, completion time flat as competing traffic grows",
-                     "data": "mean at top / idle: " + ", ".join(f"{kb:g} kbit/s {g:.2f}x" for _, kb, g in flat),
-                     "agrees": flat[-1][2] < 1.25 and all(b[2] <= a[2] * 1.1 for a, b in zip(flat, flat[1:]))})
-    return rows
-
-
-def study_findings(meta: dict, cells: dict[tuple, Cell]) -> list[dict]:
-    """The study's six findings (BRIEF §3), each described against this experiment's data.
-
-    Descriptive only (directions of means and stds, unadjusted p-values): an experiment that
-    declares its findings gets their tests instead (`declared_findings`), and the report then
-    shows only those, so that each finding has one verdict.
-
-    Returns one row per finding that the matrix can test: the finding, what the data say
-    (computed here, from the cells), and whether they agree. Per (link, class) pair.
-    """
-    by_disc = _unshaped_by_discipline(meta)
-    shaped = sorted((s for s in meta["experiment"]["strategies"] if s.get("shape_kbit") is not None),
-                    key=lambda s: -s["shape_kbit"])
-    rows = []
-    for link, cls in sorted({(k[2], k[3]) for k in cells}):
-        rows += _described_at(cells, link, cls, by_disc, shaped)
-    for row in rows:
-        row["agrees"] = bool(row["agrees"])
-    return rows
-
-
 DECLARED_COLUMNS = ["finding", "claim", "statistic", "n", "versus", "a", "b", "effect_s", "ratio", "p", "p_holm",
                     "p_opposite_holm", "verdict"]
 VERDICT_COLUMNS = ["study", "verdict", "parts"]
@@ -458,18 +358,15 @@ def write_report(out_dir: str | Path, plots: bool = True, findings_from=None) ->
 
 
 def _findings_section(meta: dict, cells: dict[tuple, Cell], declared: list[dict], after: bool) -> list[str]:
-    """The findings: with declared ones, one verdict per study finding and its parts' tests;
-    otherwise the descriptive check (no test)."""
+    """The findings: one verdict per study finding and its parts' tests; the study's statements
+    are judged only by these tests (none where the experiment declares none)."""
     from qos.experiment.findings import study_verdicts
 
     if not declared:
-        rows = study_findings(meta, cells)
-        if not rows:
-            return []
-        return ["## The study's findings, described (no test)", "",
-                "Directions of this experiment's means and stds against the study's words; exploratory: "
-                "this experiment declares no findings to test.", "",
-                markdown_table(rows, ["where", "finding", "data", "agrees"]), ""]
+        return ["## Findings", "",
+                "This experiment declares no findings, so none is tested (the pairwise table below is "
+                "exploratory). `pathmaster experiment report OUT --findings FILE` tests a file's declared "
+                "findings on these data, as a re-analysis.", ""]
     when = ("declared AFTER these data were collected (for the re-run; on these data a re-analysis, "
             "not a confirmatory test)" if after else "declared in the experiment file before the run")
     return [

@@ -25,7 +25,7 @@ import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Protocol
+from typing import Callable, Protocol
 
 from tqdm import tqdm
 
@@ -33,6 +33,7 @@ from qos.experiment import fidelity
 from qos.experiment.bound import SiteTransfer, lower_bound
 from qos.experiment.matrix import Run, expand, remaining
 from qos.experiment.spec import Experiment, LinkProfile, Strategy
+from pathmaster.records import InvalidInput
 from qos.experiment.store import Store, now_iso
 
 
@@ -152,22 +153,76 @@ def save_block_iperf3(store: Store, result, block: list[tuple[str, tuple[float, 
                                    **iperf3_of_run(result, window)})
 
 
-# How often the competing targets' received bytes are read during a case (the time series
-# of the case against the competing traffic, plots.figure_timeseries).
+# Competing kinds whose rate is TCP's to find again after a queue changes (pareto's is its sender's).
+TCP_KINDS = ("downloads", "wget")
+SETTLE_WINDOW_S = 1.0   # the received rate that settles a level is measured over this last window
+SETTLE_POLL_S = 0.25
+
+
+def path_rate_kbit(link: LinkProfile, strategy: Strategy) -> float:
+    """The rate the path allows the competing traffic: the core link's, a shared medium's, or
+    the strategy's shaped rate, whichever is least."""
+    rates = [link.core_kbit, link.access_rate_kbit if link.shared_medium else None, strategy.shape_kbit]
+    return float(min(r for r in rates if r))
+
+
+def settle_competing(bench: Bench, target_kbit: float, limit_s: float, p99_bound_s: float | None = None,
+                     window_s: float = SETTLE_WINDOW_S, poll_s: float = SETTLE_POLL_S,
+                     clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> dict:
+    """Wait until the testbed is steady, at most `limit_s`: the competing targets received at
+    least `target_kbit` over the last `window_s`, and (with `p99_bound_s`) the emulators'
+    99th-percentile release lateness over that window was within it.
+
+    Returns {"settled", "waited_s", "rate_kbit" and "emulator_p99_s" (the last window's),
+    "target_kbit"}. After a queue changes (a new strategy restarts the emulators; new competing
+    processes) TCP's flows back off and take seconds to fill the path again (after host-side
+    queues changed, 1.6-2.9 Mbit/s for 3 s against 8.9-9.3 later), and a restarted emulator
+    meets their recovery burst: a case submitted before would meet less traffic than its
+    level, or an emulator behind its bound. `clock` and `sleep` are the time's (tests give
+    their own).
+    """
+    t0 = clock()
+    points = [(0.0, bench.competing_bytes(), bench.emulator_snapshots() if p99_bound_s is not None else {})]
+    rate, p99 = 0.0, None
+    while True:
+        sleep(poll_s)
+        now = clock() - t0
+        points.append((now, bench.competing_bytes(), bench.emulator_snapshots() if p99_bound_s is not None else {}))
+        past = [p for p in points if p[0] <= now - window_s]
+        if past:
+            t_old, b_old, emulators_old = past[-1]
+            rate = (points[-1][1] - b_old) * 8 / 1000 / (now - t_old)
+            if points[-1][2]:
+                p99 = fidelity.emulator_window(emulators_old, points[-1][2])["lateness_s"]["p99"]
+            # no emulators (kernel queues): nothing to keep time; else a window of released packets
+            steady = p99_bound_s is None or not points[-1][2] or (p99 is not None and p99 <= p99_bound_s)
+            if rate >= target_kbit and steady:
+                return {"settled": True, "waited_s": now, "rate_kbit": rate, "emulator_p99_s": p99,
+                        "target_kbit": target_kbit}
+        if now >= limit_s:
+            return {"settled": False, "waited_s": now, "rate_kbit": rate, "emulator_p99_s": p99,
+                    "target_kbit": target_kbit}
+
+
+# How often the competing targets' received bytes and the machine are read during a case (the
+# time series of the case against the competing traffic, plots.figure_timeseries; the
+# machine's medians that judge the run, fidelity.machine_window).
 SAMPLE_S = 0.5
 
 
 class CompetingSampler:
-    """Reads `bench.competing_bytes()` every `every_s` in a thread while a case runs.
+    """Reads `bench.competing_bytes()` and the machine every `every_s` in a thread while a case runs.
 
     `samples` is [[t_s, bytes], ...]: seconds since the case started and the bytes the
     competing targets received since then (their interfaces' rx counters: every competing
-    kind). Bounded: it stops at `stop()` or after `limit_s`.
+    kind); `machine` the `fidelity.machine_sample`s. Bounded: it stops at `stop()` or after
+    `limit_s`.
     """
 
     def __init__(self, bench: Bench, every_s: float = SAMPLE_S, limit_s: float = 3600.0):
         self.bench, self.every_s, self.limit_s = bench, every_s, limit_s
         self.samples: list[list[float]] = []
+        self.machine: list[dict] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="competing-sampler", daemon=True)
 
@@ -178,6 +233,7 @@ class CompetingSampler:
 
     def _read(self) -> None:
         try:
+            self.machine.append(fidelity.machine_sample())
             total = self.bench.competing_bytes()
         except Exception:  # noqa: BLE001 - a missed sample must not fail the run
             return
@@ -219,9 +275,16 @@ def execute_run(experiment: Experiment, run: Run, bench: Bench, state: dict) -> 
         state["competing"] = run.competing
         state["competing_since"] = time.monotonic()
     # The competing traffic needs time to reach its steady rate (TCP slow start) before a case.
-    wait = experiment.settle_s - (time.monotonic() - state["competing_since"])
-    if wait > 0 and run.competing:
-        time.sleep(wait)
+    settle = None
+    if run.competing:
+        wait = experiment.settle_s - (time.monotonic() - state["competing_since"])
+        if wait > 0:
+            time.sleep(wait)
+        if experiment.settle_fraction > 0 and experiment.competing.kind in TCP_KINDS:
+            settle = settle_competing(bench, experiment.settle_fraction * path_rate_kbit(link, strategy),
+                                      experiment.settle_limit_s,
+                                      state.get("bound", fidelity.DEFAULT_BOUND).p99_lateness_s)
+        settle = (settle or {}) | {"since_change_s": time.monotonic() - state["competing_since"]}
     emulators_before = bench.emulator_snapshots()
     machine_before = fidelity.machine_sample()
     counters_before = bench.counters()
@@ -242,7 +305,7 @@ def execute_run(experiment: Experiment, run: Run, bench: Bench, state: dict) -> 
     # The emulators' snapshots written after the case ended count all of its packets.
     emulators_after = bench.emulator_snapshots(newer_than=epoch0 + window)
     record["fidelity"] = fidelity.fidelity_record(machine_before, machine_after, emulators_before, emulators_after,
-                                                  state.get("bound", fidelity.DEFAULT_BOUND))
+                                                  state.get("bound", fidelity.DEFAULT_BOUND), sampler.machine, settle)
     record["router_counters"] = counter_delta(counters_before, bench.counters())
     record["competing"] = {
         "kind": experiment.competing.kind, "level": run.competing, "unit": experiment.competing.unit,
@@ -277,22 +340,38 @@ def run_valid(experiment: Experiment, run: Run, bench: Bench, state: dict, store
             record["invalid_attempts"] = earlier
             return record
         store.save_invalid(run, attempt, record)
+        machine = record["fidelity"]["machine"]
         earlier.append({"attempt": attempt, "reasons": record["fidelity"]["invalid_reasons"],
-                        "lateness_s": (record["fidelity"]["emulator"] or {}).get("lateness_s")})
+                        "lateness_s": (record["fidelity"]["emulator"] or {}).get("lateness_s"),
+                        "runnable_median": machine.get("runnable_median"),
+                        "steal_median": machine.get("steal_median"), "settle": record["fidelity"].get("settle")})
     raise AssertionError("unreachable")  # the loop returns on its last attempt
 
 
+def look_runs(experiment: Experiment, look: int) -> int:
+    """Runs per cell at look `look` (1-based) of the experiment's `[sequential]` design."""
+    design = experiment.sequential
+    if design is None:
+        raise InvalidInput(f"{experiment.name} declares no [sequential] looks", experiment.source)
+    if not 1 <= look <= len(design.looks):
+        raise InvalidInput(f"look {look}: {experiment.name} has looks 1-{len(design.looks)}", experiment.source)
+    return design.looks[look - 1]
+
+
 def run_experiment(experiment: Experiment, out_dir: str | Path, bench: Bench, progress: bool = True,
-                   max_runs: int | None = None, allow_dirty: bool = False,
-                   allow_code_change: bool = False, bound: fidelity.FidelityBound = fidelity.DEFAULT_BOUND,
+                   max_runs: int | None = None, through_look: int | None = None, allow_dirty: bool = False,
+                   allow_code_change: bool = False, bound: fidelity.FidelityBound | None = None,
                    max_attempts: int = fidelity.MAX_ATTEMPTS) -> Store:
-    """Run (or resume) `experiment` into `out_dir` on `bench`; stop after `max_runs` new runs if given.
+    """Run (or resume) `experiment` into `out_dir` on `bench`; stop after `max_runs` new runs if
+    given, and with a `[sequential]` design after look `through_look` (1-based: every cell at
+    that look's runs).
 
     Refuses (InvalidInput) code with uncommitted changes unless `allow_dirty`, and a resume
     with other code than the start's unless `allow_code_change` (Store.open_for); the
     metadata records both.
 
-    Each run's fidelity is judged against `bound` (fidelity.judge); an invalid run is run again,
+    Each run's fidelity is judged against `bound` (default: the experiment's, its [fidelity]
+    table or fidelity.DEFAULT_BOUND; fidelity.judge); an invalid run is run again,
     `max_attempts` in all: the invalid attempts are kept in OUT/invalid/, the last attempt in
     runs/ (with `fidelity.valid` false if none was valid), and each session in the metadata
     counts invalid runs and re-runs.
@@ -301,12 +380,16 @@ def run_experiment(experiment: Experiment, out_dir: str | Path, bench: Bench, pr
     competing traffic, and what it reports (each competing block's totals) goes into the
     metadata. The bench stays up: its owner closes it.
     """
+    bound = bound or experiment.fidelity_bound
     store = Store(out_dir)
     order = expand(experiment)
     store.open_for(experiment, order, allow_dirty=allow_dirty, allow_code_change=allow_code_change)
     todo = remaining(order, store.done_ids())
+    if through_look is not None:
+        todo = [run for run in todo if run.repetition < look_runs(experiment, through_look)]
     if max_runs is not None:
         todo = todo[:max_runs]
+    session = len(store.metadata().get("sessions", [])) + 1  # each run says which session ran it
     state: dict = {"bound": bound}
     failures = invalid = reruns = 0
     started = time.monotonic()
@@ -318,6 +401,7 @@ def run_experiment(experiment: Experiment, out_dir: str | Path, bench: Bench, pr
         for run in bar:
             record = run_valid(experiment, run, bench, state, store, max_attempts)
             record["order"] = {"kind": experiment.order, "seed": experiment.seed, "position": position[run.run_id]}
+            record["session"] = session
             failures += not record.get("ok")
             invalid += not record["fidelity"]["valid"]
             reruns += record["attempt"] - 1
@@ -335,7 +419,7 @@ def run_experiment(experiment: Experiment, out_dir: str | Path, bench: Bench, pr
             closing = bench.finish() or {}
         meta = store.metadata()
         sessions = meta.get("sessions", [])
-        sessions.append({"runs": len(todo), "failed": failures, "invalid": invalid, "reruns": reruns,
+        sessions.append({"session": session, "runs": len(todo), "failed": failures, "invalid": invalid, "reruns": reruns,
                          "fidelity_bound": asdict(bound), "max_attempts": max_attempts,
                          "wall_s": time.monotonic() - started,
                          "ended": now_iso(), **closing})

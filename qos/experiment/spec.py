@@ -77,7 +77,8 @@ from pathmaster.records import InvalidInput
 from qos.channels import RENEW_CONNECTIONS
 from qos.classes import DEFAULT_CLASSES, ClassEntry, ClassTable
 from qos.config import FileModel, Seq, one_of, read_toml, validate
-from qos.experiment.findings import Finding
+from qos.experiment import fidelity
+from qos.experiment.findings import Finding, Sequential
 from qos.network import HOST_CARD_RATE_KBIT, ROUTER_QUEUE_PACKETS, SHAPER_BURST_BYTES
 from qos.policy import COPY_GAP_S, MAX_CASE_DEADLINE_S, MAX_REQUEST_COPIES, SMALL_REQUEST_COPIES
 from qos.testbed.config import STRATEGY_PLACES
@@ -417,7 +418,16 @@ class Head(FileModel):
     repetitions: int = Field(EXPERIMENT_REPETITIONS, ge=1, description="runs per cell of the matrix")
     seed: int = Field(0, description="shuffles the run order; recorded with every run")
     request_classes: Seq[str] = ("urgent",)
-    settle_s: float = Field(1.0, description="competing traffic runs this long before a case is submitted")
+    settle_s: float = Field(1.0, ge=0, le=600, description="competing traffic runs at least this long before a case "
+                                                            "is submitted")
+    settle_fraction: float = Field(0.6, ge=0, le=1,
+                                   description="TCP competing traffic (downloads, wget): after settle_s a case also "
+                                               "waits until the targets received, over the last second, this "
+                                               "share of the rate the path allows it (the link's, or the "
+                                               "strategy's shaped rate); 0: settle_s only")
+    settle_limit_s: float = Field(20.0, gt=0, le=600,
+                                  description="the longest wait for settle_fraction; a run whose traffic never "
+                                              "got there is invalid (reason 'unsettled') and run again")
     order: str = Field("shuffled", json_schema_extra={"enum": list(ORDERS)},
                        description="blocked: by competing level; rounds: one block per level in every "
                                    "repetition round, levels and strategies shuffled anew each round "
@@ -469,6 +479,24 @@ Strategies = Annotated[Seq[Strategy], BeforeValidator(_named),
                                        "description": "one [strategies.NAME] table per strategy"})]
 
 
+class FidelityTable(FileModel):
+    """`[fidelity]`: this experiment's own bounds for a valid run (qos/experiment/fidelity.py's
+    FidelityBound; each key defaults to its default there)."""
+
+    p99_lateness_s: float = Field(fidelity.P99_BOUND_S, gt=0, le=1.0,
+                                  description="the emulators' 99th-percentile release lateness over a case, s")
+    max_lateness_s: float = Field(fidelity.DEFAULT_BOUND.max_lateness_s, gt=0, le=10.0,
+                                  description="the emulators' worst release lateness over a case, s")
+    nfqueue_drops: int = Field(0, ge=0, le=1_000_000, description="packets the kernel's NFQUEUE dropped")
+    runnable_median: float | None = Field(fidelity.RUNNABLE_MEDIAN_BOUND, gt=0, le=1000,
+                                          description="the median of the machine's runnable tasks during a case")
+    steal_median: float | None = Field(fidelity.STEAL_MEDIAN_BOUND, ge=0, le=1,
+                                       description="the median share of CPU time the hypervisor took")
+
+    def bound(self) -> fidelity.FidelityBound:
+        return fidelity.FidelityBound(**self.model_dump())
+
+
 class Experiment(FileModel):
     """A whole experiment file, validated (its tables as in the module docstring)."""
 
@@ -479,6 +507,11 @@ class Experiment(FileModel):
     links: Seq[LinkProfile] = Field(min_length=1, description="one [[links]] entry per link setting")
     findings: Seq[Finding] = Field((), description="[[findings]]: claims declared before the run, each a "
                                                     "test (qos/experiment/findings.py), Holm-adjusted together")
+    fidelity_table: FidelityTable | None = Field(None, alias="fidelity",
+                                                 description="[fidelity]: this experiment's bounds for a valid run "
+                                                             "(default: qos/experiment/fidelity.py's)")
+    sequential: Sequential | None = Field(None, description="[sequential]: the findings tested at declared looks "
+                                                             "as the runs accrue (qos/experiment/findings.py)")
     classes_table: dict[str, ClassEntry] | None = Field(
         None, alias="classes", min_length=1,
         description="the run's request classes ([classes.NAME] tables); default: the default table")
@@ -507,6 +540,14 @@ class Experiment(FileModel):
                     raise ValueError(f"{where}: no link {side.link!r}")
                 if side.request_class is not None and side.request_class not in self.request_classes:
                     raise ValueError(f"{where}: {side.request_class!r} is not one of the request classes")
+        if self.sequential is not None:
+            if not self.findings:
+                raise ValueError("[sequential] needs [[findings]] to test at its looks")
+            if self.sequential.looks[-1] != self.repetitions:
+                raise ValueError(f"[sequential] looks end at {self.sequential.looks[-1]} runs per cell; "
+                                 f"[experiment] repetitions is {self.repetitions}: make them the same")
+            if self.order != "rounds":
+                raise ValueError('[sequential] needs order = "rounds" (every cell at the same n whenever runs stop)')
         hosts = [s.name for s in self.strategies if s.at == "hosts"]
         if self.links[0].network == "lan" and hosts:
             raise ValueError(f"strategies {', '.join(hosts)}: at = \"hosts\" needs network = \"2002\" (on \"lan\" "
@@ -534,7 +575,14 @@ class Experiment(FileModel):
     seed = property(lambda self: self.experiment.seed)
     request_classes = property(lambda self: self.experiment.request_classes)
     settle_s = property(lambda self: self.experiment.settle_s)
+    settle_fraction = property(lambda self: self.experiment.settle_fraction)
+    settle_limit_s = property(lambda self: self.experiment.settle_limit_s)
     order = property(lambda self: self.experiment.order)
+
+    @property
+    def fidelity_bound(self) -> fidelity.FidelityBound:
+        """The bound a run must keep to: the file's [fidelity], or fidelity.DEFAULT_BOUND."""
+        return self.fidelity_table.bound() if self.fidelity_table else fidelity.DEFAULT_BOUND
 
     @property
     def source(self) -> str:
@@ -556,6 +604,10 @@ class Experiment(FileModel):
                     classes=self.classes.to_table())
         if self.findings:  # (only when declared: older experiments keep their fingerprint)
             data["findings"] = [f.model_dump() for f in self.findings]
+        if self.fidelity_table:
+            data["fidelity"] = self.fidelity_table.model_dump()
+        if self.sequential:
+            data["sequential"] = self.sequential.model_dump(by_alias=True)
         return data
 
     def fingerprint(self) -> str:

@@ -19,6 +19,8 @@ def register(subparsers) -> None:
                      help="an experiment file, or a built-in: pathmaster2002, wan-latency, bursty, smoke")
     run.add_argument("--out", required=True, metavar="DIR", help="output directory (created; resumed if it exists)")
     run.add_argument("--max-runs", type=int, default=None, help="stop after this many new runs")
+    run.add_argument("--through-look", type=int, default=None, metavar="K",
+                     help="an experiment with [sequential] looks: stop once every cell has look K's runs")
     run.add_argument("--no-report", action="store_true", help="do not write the report at the end")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument("--allow-dirty", action="store_true",
@@ -44,10 +46,13 @@ def register(subparsers) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from pathmaster.records import InvalidInput
+    from qos.experiment.runner import look_runs
     from qos.experiment.spec import load_spec
 
     try:
         experiment = load_spec(args.experiment)
+        if args.through_look is not None:
+            look_runs(experiment, args.through_look)
     except InvalidInput as exc:
         print(f"pathmaster experiment: {exc}", file=sys.stderr)
         return 2
@@ -74,7 +79,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         # Alone on the machine: the emulator shares its cores with whatever else runs.
         with experiment_lock(f"experiment {experiment.name} --out {args.out}"), TestbedBench(experiment) as bench:
             store = run_experiment(experiment, args.out, bench, progress=not args.quiet, max_runs=args.max_runs,
-                                     allow_dirty=args.allow_dirty, allow_code_change=args.allow_code_change)
+                                   through_look=args.through_look, allow_dirty=args.allow_dirty,
+                                   allow_code_change=args.allow_code_change)
     except (InvalidInput, ValueError, CommandError) as exc:
         print(f"pathmaster experiment: {exc}", file=sys.stderr)
         return 2

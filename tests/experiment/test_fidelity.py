@@ -8,14 +8,15 @@ import collections
 import pytest
 
 from qos.emulator.stats import LATENESS_EDGES_S, histogram_quantiles, lateness_bin
-from qos.experiment import fidelity
+from qos.experiment import fidelity, runner
 from qos.experiment.matrix import expand
 from qos.experiment.runner import run_experiment
 from qos.experiment.spec import parse_spec
 from qos.experiment.store import Store
 
 SPEC = {
-    "experiment": {"name": "t", "repetitions": 3, "seed": 11, "settle_s": 0.0, "order": "rounds"},
+    "experiment": {"name": "t", "repetitions": 3, "seed": 11, "settle_s": 0.0, "settle_fraction": 0.0,
+                   "order": "rounds"},
     "competing": {"levels": [0, 2, 4, 8]},
     "strategies": {"fifo": {"discipline": "fifo"}, "prio": {"discipline": "prio"}, "wfq": {"discipline": "wfq"}},
     "links": [{"name": "a", "core_kbit": 1000}],
@@ -120,6 +121,106 @@ def test_machine_window_reads_busy_and_steal(tmp_path):
     assert w["cpu_busy"] == pytest.approx(200 / 300)
     assert w["cpu_steal"] == pytest.approx(50 / 300)
     assert (w["loadavg_1m_start"], w["loadavg_1m_end"]) == (1.0, 3.0)
+
+
+def _sample(t: float, busy: int, idle: int, steal: int, runnable: int) -> dict:
+    return {"t": t, "cpu": {"user": busy, "nice": 0, "system": 0, "idle": idle, "iowait": 0, "irq": 0,
+                            "softirq": 0, "steal": steal}, "runnable": runnable, "loadavg_1m": 0.5, "cpus": 2}
+
+
+def test_the_machine_is_judged_by_the_medians_of_its_samples_during_the_window():
+    before = _sample(0.0, 0, 0, 0, 1)
+    # every half second: +50 busy +50 idle; the runnable count high in 2 of 5 samples only
+    during = [_sample(0.5 * i, 50 * i, 50 * i, 0, r) for i, r in enumerate([2, 9, 2, 9, 3], start=1)]
+    after = _sample(3.0, 300, 300, 0, 2)
+    w = fidelity.machine_window(before, after, during)
+    assert w["runnable_median"] == 2.5 and w["busy_median"] == pytest.approx(0.5) and w["steal_median"] == 0
+    assert len(w["samples"]) == 6 and w["samples"][1][:2] == [1.0, 9]
+    two_cores = fidelity.FidelityBound(runnable_median=2.5)  # the default's value on 2 cores
+    assert fidelity.judge({"machine": w}, two_cores) == (True, [])
+    # most of the window crowded: the median passes the bound
+    during = [_sample(0.5 * i, 50 * i, 50 * i, 0, r) for i, r in enumerate([9, 9, 2, 9, 9], start=1)]
+    w = fidelity.machine_window(before, after, during)
+    assert fidelity.judge({"machine": w}, two_cores) == (False, ["load"])
+    # the hypervisor took a third of every interval
+    during = [_sample(0.5 * i, 40 * i, 40 * i, 40 * i, 2) for i in range(1, 6)]
+    w = fidelity.machine_window(before, _sample(3.0, 240, 240, 240, 2), during)
+    assert w["steal_median"] == pytest.approx(1 / 3)
+    assert fidelity.judge({"machine": w}) == (False, ["steal"])
+    # without samples (the ends only) the medians are not judged
+    w = fidelity.machine_window(before, after)
+    assert w["runnable_median"] is None and fidelity.judge({"machine": w}) == (True, [])
+
+
+def test_a_run_whose_traffic_had_not_settled_is_invalid():
+    assert fidelity.judge({"settle": {"settled": False, "waited_s": 20.0}}) == (False, ["unsettled"])
+    assert fidelity.judge({"settle": {"settled": True, "waited_s": 2.0}}) == (True, [])
+    assert fidelity.judge({"settle": None}) == (True, [])
+
+
+class _Ramp:
+    """Competing traffic on a fake clock: `slow_kbit` until `until_s`, then `fast_kbit`."""
+
+    def __init__(self, slow_kbit: float, fast_kbit: float, until_s: float):
+        self.now, self.slow, self.fast, self.until = 0.0, slow_kbit, fast_kbit, until_s
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.now += s
+
+    def competing_bytes(self) -> int:
+        t = self.now
+        kbit = self.slow * min(t, self.until) + self.fast * max(0.0, t - self.until)
+        return int(kbit * 1000 / 8)
+
+
+def test_settling_waits_until_the_last_second_reaches_the_target():
+    ramp = _Ramp(2000, 9000, until_s=3.0)
+    got = runner.settle_competing(ramp, 6000, limit_s=20, clock=ramp.clock, sleep=ramp.sleep)
+    assert got["settled"] and 3.0 < got["waited_s"] <= 4.0 + runner.SETTLE_POLL_S
+    assert got["rate_kbit"] >= 6000
+    ramp = _Ramp(2000, 2000, until_s=0.0)  # never there: bounded, and says so
+    got = runner.settle_competing(ramp, 6000, limit_s=5, clock=ramp.clock, sleep=ramp.sleep)
+    assert not got["settled"] and 5.0 <= got["waited_s"] < 5.0 + 2 * runner.SETTLE_POLL_S
+    assert got["rate_kbit"] == pytest.approx(2000, rel=0.01)
+
+
+def test_settling_also_waits_for_the_emulators_to_keep_time():
+    ramp = _Ramp(9000, 9000, until_s=0.0)  # the traffic at its rate at once; an emulator late at first
+    late = {"snap": _snapshot([])}
+
+    def snapshots(newer_than=0.0):
+        late["snap"] = _snapshot([5e-3 if ramp.now < 3.0 else 1e-5] * 100, base=late["snap"])
+        return {"core": late["snap"]}
+
+    ramp.emulator_snapshots = snapshots
+    got = runner.settle_competing(ramp, 6000, limit_s=20, p99_bound_s=fidelity.P99_BOUND_S,
+                                  clock=ramp.clock, sleep=ramp.sleep)
+    assert got["settled"] and got["waited_s"] > 3.0 and got["emulator_p99_s"] <= fidelity.P99_BOUND_S
+    got = runner.settle_competing(ramp, 6000, limit_s=20, clock=ramp.clock, sleep=ramp.sleep)
+    assert got["settled"] and got["waited_s"] <= 1.0 + runner.SETTLE_POLL_S  # the rate alone
+
+
+def test_the_path_rate_is_the_least_of_link_medium_and_shaping():
+    exp = parse_spec({**SPEC, "strategies": {"fifo": {"discipline": "fifo"},
+                                             "shape": {"discipline": "wfq", "shape_kbit": 200}}})
+    link = exp.link("a")
+    assert runner.path_rate_kbit(link, exp.strategy("fifo")) == 1000
+    assert runner.path_rate_kbit(link, exp.strategy("shape")) == 200
+
+
+def test_an_unsettled_run_is_run_again_and_its_attempts_say_why(tmp_path):
+    exp = parse_spec({**SPEC, "experiment": {**SPEC["experiment"], "repetitions": 1, "settle_fraction": 0.5,
+                                             "settle_limit_s": 0.3}, "competing": {"levels": [4]},
+                      "strategies": {"fifo": {"discipline": "fifo"}}})
+    store = run_experiment(exp, tmp_path / "out", _StarvedBench([1e-5] * 3), progress=False, allow_dirty=True)
+    (record,) = store.load_runs()
+    assert record["attempt"] == fidelity.MAX_ATTEMPTS and not record["fidelity"]["valid"]
+    assert [a["reasons"] for a in record["invalid_attempts"]] == [["unsettled"]] * (fidelity.MAX_ATTEMPTS - 1)
+    assert record["fidelity"]["settle"]["settled"] is False and record["fidelity"]["settle"]["target_kbit"] == 500
+    assert store.metadata()["sessions"][-1]["invalid"] == 1
 
 
 # -- the invalid-run rule in the runner --------------------------------------------------------

@@ -193,7 +193,7 @@ def test_a_level_0_run_after_a_block_neither_meets_nor_counts_its_leftovers(monk
     monkeypatch.setattr(runner, "QUIET_S", 0.01)
     monkeypatch.setattr(runner, "drain_competing",
                         lambda bench, limit_s=30, quiet_s=0.01: drain_competing(bench, limit_s, quiet_s))
-    exp = parse_spec({**SPEC, "experiment": {"name": "t", "repetitions": 1, "settle_s": 0.0},
+    exp = parse_spec({**SPEC, "experiment": {"name": "t", "repetitions": 1, "settle_s": 0.0, "settle_fraction": 0.0},
                       "competing": {"levels": [0, 4]}})
     bench = _Bench()
     state: dict = {}
