@@ -488,10 +488,12 @@ class FidelityTable(FileModel):
     max_lateness_s: float = Field(fidelity.DEFAULT_BOUND.max_lateness_s, gt=0, le=10.0,
                                   description="the emulators' worst release lateness over a case, s")
     nfqueue_drops: int = Field(0, ge=0, le=1_000_000, description="packets the kernel's NFQUEUE dropped")
-    runnable_median: float | None = Field(fidelity.RUNNABLE_MEDIAN_BOUND, gt=0, le=1000,
-                                          description="the median of the machine's runnable tasks during a case")
-    steal_median: float | None = Field(fidelity.STEAL_MEDIAN_BOUND, ge=0, le=1,
-                                       description="the median share of CPU time the hypervisor took")
+    runnable_median: float | None = Field(None, gt=0, le=1000,
+                                          description="the median of the machine's runnable tasks during a case "
+                                                      "(none: recorded, not judged)")
+    steal_median: float | None = Field(None, ge=0, le=1,
+                                       description="the median share of CPU time the hypervisor took during a case "
+                                                   "(none: recorded, not judged)")
 
     def bound(self) -> fidelity.FidelityBound:
         return fidelity.FidelityBound(**self.model_dump())
