@@ -50,6 +50,7 @@ class Cell:
     invalid: int = 0  # runs whose emulator fell behind past the bound on every attempt (kept apart)
     reruns: int = 0  # attempts judged invalid and run again
     records: list[dict] = field(default_factory=list, repr=False)  # the valid runs' raw records
+    repetitions: set[int] = field(default_factory=set)  # every repetition run (valid, invalid or failed)
 
     @property
     def key(self) -> tuple:
@@ -68,6 +69,7 @@ def load_cells(out_dir: str | Path) -> tuple[dict, dict[tuple, Cell]]:
         run = rec["run"]
         key = (run["strategy"], float(run["competing"]), run["link"], run["request_class"])
         cell = cells.setdefault(key, Cell(*key))
+        cell.repetitions.add(int(run["repetition"]))
         cell.reruns += int(rec.get("attempt", 1)) - 1
         if not (rec.get("fidelity") or {}).get("valid", True):
             cell.invalid += 1
@@ -320,7 +322,8 @@ def write_report(out_dir: str | Path, plots: bool = True, findings_from=None) ->
     table = links_table(meta, cells) if several_links else table1(meta, cells)
     (report_dir / "table1.md").write_text(table)
     later = None if findings_from is None else [f.model_dump() for f in findings_from.findings]
-    declared = declared_findings(meta, cells, findings=later)
+    sequential = later is None and bool(meta["experiment"].get("sequential"))
+    declared = _sequential_findings(meta, cells) if sequential else declared_findings(meta, cells, findings=later)
     if declared:
         write_csv(report_dir / "findings.csv", declared, DECLARED_COLUMNS)
     name = meta["experiment"]["name"]
@@ -335,7 +338,9 @@ def write_report(out_dir: str | Path, plots: bool = True, findings_from=None) ->
         f"- kernel {env.get('kernel')}, git {env.get('git_commit')}, seed {meta.get('seed')}, "
         f"order {meta['experiment'].get('order', 'shuffled')}", "",
         "## Table 1", "", table,
-        *_findings_section(meta, cells, declared, later is not None),
+        *(_sequential_section(meta, cells, declared) if sequential
+          else _findings_section(meta, cells, declared, later is not None)),
+        *_sessions_section(cells),
         *fidelity_section(cells),
         *mechanism_section(meta, cells),
         "## Prediction error", "",
@@ -381,6 +386,53 @@ def _findings_section(meta: dict, cells: dict[tuple, Cell], declared: list[dict]
         f"together by Holm's method (alpha 0.05). a, b: the statistic of a and of the binding other cell "
         f"(`versus`); effect_s = a - b in seconds.", "",
         markdown_table(declared, DECLARED_COLUMNS), ""]
+
+
+LOOK_COLUMNS = ["finding", "look", "look_n", "alpha", "n", "versus", "a", "b", "effect_s", "p", "p_holm",
+                "p_opposite_holm", "verdict"]
+
+
+def _sequential_findings(meta: dict, cells: dict[tuple, Cell]) -> list[dict]:
+    from qos.experiment.sequential import verdicts
+
+    return verdicts(meta, cells)
+
+
+def _sequential_section(meta: dict, cells: dict[tuple, Cell], final: list[dict]) -> list[str]:
+    """A sequential design's findings: one verdict each (at the first look that resolved it),
+    then every look's tests."""
+    from qos.experiment.findings import study_verdicts
+    from qos.experiment.sequential import look_rows
+
+    design = meta["experiment"]["sequential"]
+    looks = ", ".join(f"{n} runs per cell at alpha {a:g}" for n, a in zip(design["looks"], design["alpha"]))
+    rows = look_rows(meta, cells)
+    return [
+        "## Findings: one verdict each, at declared looks", "",
+        f"The findings declared in the experiment file before the first run, tested at its looks ({looks}; "
+        f"Holm within a look over the findings still open and every comparison's opposite; the looks' alphas "
+        f"add up to {sum(design['alpha']):g}). A verdict is final at the first look that resolves it; after a "
+        f"look, {'only the cells of open findings get more runs' if design.get('continue', 'open') == 'open' else 'every cell gets more runs'}.",
+        "", markdown_table(study_verdicts(final), VERDICT_COLUMNS), "",
+        markdown_table(final, LOOK_COLUMNS), "",
+        "### Every look's tests", "",
+        markdown_table(rows, LOOK_COLUMNS) if rows else "(no look reached yet)", ""]
+
+
+def _sessions_section(cells: dict[tuple, Cell]) -> list[str]:
+    """The sessions as each other's replicate (sequential.session_rows), when there are two."""
+    from qos.experiment.sequential import SESSION_COLUMNS, session_rows
+
+    rows = session_rows(cells)
+    if not rows:
+        return []
+    differ = [r for r in rows if r["differ"]]
+    return [
+        "## The sessions as each other's replicate", "",
+        f"Each cell's runs of a later session against its first session's: Welch's two-sided test and the 95% "
+        f"interval of the difference of means (later - first), Holm over the {len(rows)} cells. "
+        f"{len(differ)} of {len(rows)} differ after adjustment.", "",
+        markdown_table(rows, SESSION_COLUMNS), ""]
 
 
 def _significance_section(sig: list[dict]) -> list[str]:

@@ -40,6 +40,19 @@ def register(subparsers) -> None:
                              "declare (the report says they were declared after the data)")
     report.set_defaults(func=cmd_report)
 
+    power = sub.add_parser("power", help="a sequential design's power, simulated from committed runs",
+                           description="Simulate the experiment's [sequential] design by drawing every cell's "
+                                       "runs from a committed raw folder's cells (with replacement) and testing "
+                                       "its findings at its looks as the report does; prints each finding's "
+                                       "power (reproduced by each look).")
+    power.add_argument("experiment", metavar="FILE|NAME", help="an experiment with [sequential] looks")
+    power.add_argument("--from", dest="source", required=True, metavar="DIR",
+                       help="a raw folder whose cells (strategy, level) give the runs to draw from")
+    power.add_argument("--simulations", type=int, default=1000, help="simulated experiments (1-100000)")
+    power.add_argument("--seed", type=int, default=0)
+    power.add_argument("--json", action="store_true", help="the rows as JSON")
+    power.set_defaults(func=cmd_power)
+
     show = sub.add_parser("list", help="the built-in experiments")
     show.set_defaults(func=cmd_list)
 
@@ -109,6 +122,27 @@ def cmd_report(args: argparse.Namespace) -> int:
         return 2
     print(f"report: {folder / 'report.md'}")
     print((folder / "table1.md").read_text())
+    return 0
+
+
+def cmd_power(args: argparse.Namespace) -> int:
+    import json
+
+    from pathmaster.records import InvalidInput
+    from qos.experiment.power import committed_cells, simulate
+    from qos.experiment.report import markdown_table
+    from qos.experiment.spec import load_spec
+
+    try:
+        experiment = load_spec(args.experiment)
+        if experiment.sequential is None:
+            raise InvalidInput(f"{experiment.name} declares no [sequential] looks", experiment.source)
+        rows = simulate({"experiment": experiment.to_dict()}, committed_cells(args.source),
+                        simulations=args.simulations, seed=args.seed)
+    except (InvalidInput, ValueError) as exc:
+        print(f"pathmaster experiment: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(rows, indent=1) if args.json else markdown_table(rows, list(rows[0])))
     return 0
 
 
