@@ -5,7 +5,7 @@ times in a committed raw folder (so the cells keep their own spread and skew, an
 the committed data show are taken as true), then tests the declared findings at the design's
 looks exactly as the report does (sequential.look_rows: only open findings at each look, Holm
 within it). Power of a finding at look k: the share of simulated experiments in which it was
-reproduced at look k or before. No library simulates a Holm-within-look, alpha-split design
+resolved (reproduced, or its opposite shown) at look k or before. No library simulates a Holm-within-look, alpha-split design
 over intersection-union claims, hence this module.
 """
 
@@ -21,8 +21,9 @@ MAX_SIMULATIONS = 100_000
 
 def simulate(meta: dict, source: dict[tuple, Cell], simulations: int = 1000, seed: int = 0) -> list[dict]:
     """Per declared finding of `meta` (an experiment's to_dict() as `meta["experiment"]`): the
-    share of `simulations` experiments that reproduced it by each look, and that resolved it
-    the other way ("not reproduced") by the last.
+    share of `simulations` experiments that had reproduced it by each look's n
+    (`reproduced_nN`), and that had resolved it the other way (`not_reproduced_nN`); their sum
+    is the design's power to settle the finding by then.
 
     `source`: committed cells by (strategy, level) (link and class are the design's); each
     cell a finding needs must have at least 2 valid runs there.
@@ -32,6 +33,7 @@ def simulate(meta: dict, source: dict[tuple, Cell], simulations: int = 1000, see
     design = meta["experiment"]["sequential"]
     findings = meta["experiment"]["findings"]
     looks = design["looks"]
+    verdicts = ("reproduced", "not reproduced")
     needed = set().union(*(finding_cells(meta, f) for f in findings))
     pools = {}
     for key in needed:
@@ -40,8 +42,7 @@ def simulate(meta: dict, source: dict[tuple, Cell], simulations: int = 1000, see
             raise ValueError(f"the committed data have no cell {key[0]}@{key[1]:g} with 2 or more valid runs")
         pools[key] = np.asarray(cell.times, float)
     rng = np.random.default_rng(seed)
-    reproduced = {f["name"]: np.zeros(len(looks), int) for f in findings}
-    against = {f["name"]: 0 for f in findings}
+    resolved = {(f["name"], v): np.zeros(len(looks), int) for f in findings for v in verdicts}
     for _ in range(simulations):
         cells = {}
         for key, pool in pools.items():
@@ -52,13 +53,11 @@ def simulate(meta: dict, source: dict[tuple, Cell], simulations: int = 1000, see
             cell.repetitions = set(range(looks[-1]))
             cells[key] = cell
         for row in look_rows(meta, cells):
-            if row["verdict"] == "reproduced":
-                reproduced[row["finding"]][row["look"] - 1:] += 1
-            elif row["verdict"] == "not reproduced":
-                against[row["finding"]] += 1
+            if row["verdict"] in verdicts:
+                resolved[row["finding"], row["verdict"]][row["look"] - 1:] += 1
     return [{"finding": f["name"],
-             **{f"power_look{k + 1}_n{n}": float(reproduced[f["name"]][k]) / simulations for k, n in enumerate(looks)},
-             "not_reproduced": against[f["name"]] / simulations}
+             **{f"{v.replace(' ', '_')}_n{n}": float(resolved[f["name"], v][k]) / simulations
+                for v in verdicts for k, n in enumerate(looks)}}
             for f in findings]
 
 

@@ -359,13 +359,28 @@ def look_runs(experiment: Experiment, look: int) -> int:
     return design.looks[look - 1]
 
 
+def _still_needed(experiment: Experiment, store: Store, run: Run) -> bool:
+    """A `[sequential]` design's rule for `run`: past the first look, with continue = "open",
+    a cell whose findings are resolved at a look reached gets no more runs (sequential.needed,
+    on the runs stored so far)."""
+    design = experiment.sequential
+    if design is None or design.continue_cells == "all" or run.repetition < design.looks[0]:
+        return True
+    from qos.experiment.report import load_cells  # here: a plain run needs no report
+    from qos.experiment.sequential import needed
+
+    _, cells = load_cells(store.root)
+    return needed({"experiment": experiment.to_dict()}, cells, run.cell, run.repetition)
+
+
 def run_experiment(experiment: Experiment, out_dir: str | Path, bench: Bench, progress: bool = True,
                    max_runs: int | None = None, through_look: int | None = None, allow_dirty: bool = False,
                    allow_code_change: bool = False, bound: fidelity.FidelityBound | None = None,
                    max_attempts: int = fidelity.MAX_ATTEMPTS) -> Store:
     """Run (or resume) `experiment` into `out_dir` on `bench`; stop after `max_runs` new runs if
     given, and with a `[sequential]` design after look `through_look` (1-based: every cell at
-    that look's runs).
+    that look's runs). Past the first look, with continue = "open", the cells whose findings a
+    look has resolved get no more runs (the session's metadata lists them).
 
     Refuses (InvalidInput) code with uncommitted changes unless `allow_dirty`, and a resume
     with other code than the start's unless `allow_code_change` (Store.open_for); the
@@ -392,7 +407,8 @@ def run_experiment(experiment: Experiment, out_dir: str | Path, bench: Bench, pr
         todo = todo[:max_runs]
     session = len(store.metadata().get("sessions", [])) + 1  # each run says which session ran it
     state: dict = {"bound": bound}
-    failures = invalid = reruns = 0
+    failures = invalid = reruns = not_needed = 0
+    held_back: set[tuple] = set()  # cells whose findings a look resolved: no more runs
     started = time.monotonic()
     try:
         store.update_metadata(bench=bench.environment())
@@ -400,6 +416,10 @@ def run_experiment(experiment: Experiment, out_dir: str | Path, bench: Bench, pr
                    initial=len(order) - len(remaining(order, store.done_ids())), total=len(order))
         position = {r.run_id: i for i, r in enumerate(order)}
         for run in bar:
+            if run.cell in held_back or not _still_needed(experiment, store, run):
+                held_back.add(run.cell)
+                not_needed += 1
+                continue
             record = run_valid(experiment, run, bench, state, store, max_attempts)
             record["order"] = {"kind": experiment.order, "seed": experiment.seed, "position": position[run.run_id]}
             record["session"] = session
@@ -420,10 +440,13 @@ def run_experiment(experiment: Experiment, out_dir: str | Path, bench: Bench, pr
             closing = bench.finish() or {}
         meta = store.metadata()
         sessions = meta.get("sessions", [])
-        sessions.append({"session": session, "runs": len(todo), "failed": failures, "invalid": invalid, "reruns": reruns,
+        sessions.append({"session": session, "runs": len(todo) - not_needed, "failed": failures, "invalid": invalid, "reruns": reruns,
                          "fidelity_bound": asdict(bound), "max_attempts": max_attempts,
                          "wall_s": time.monotonic() - started,
                          "ended": now_iso(), **closing})
+        if held_back:
+            sessions[-1]["resolved_cells"] = sorted("/".join(f"{part:g}" if isinstance(part, (int, float)) else part
+                                                             for part in cell) for cell in held_back)
         fields = {"sessions": sessions}
         if not remaining(order, store.done_ids()):
             fields["finished"] = now_iso()

@@ -104,6 +104,17 @@ def open_cells(meta: dict, cells: dict[tuple, Cell]) -> set[tuple]:
     return set().union(*(finding_cells(meta, f) for f in keep)) if keep else set()
 
 
+def needed(meta: dict, cells: dict[tuple, Cell], cell: tuple, repetition: int) -> bool:
+    """Whether a run of `cell` (strategy, level, link, class) at `repetition` (0-based) is still
+    wanted: always within the first look, and with `continue = "all"`; past the first look with
+    `continue = "open"`, only while a finding the cell serves is unresolved by the looks reached
+    in `cells` (the runs so far)."""
+    design = meta["experiment"].get("sequential")
+    if not design or design.get("continue", "open") == "all" or repetition < design["looks"][0]:
+        return True
+    return cell in open_cells(meta, cells)
+
+
 SESSION_COLUMNS = ["strategy", "competing", "session_a", "session_b", "n_a", "n_b", "mean_a_s", "mean_b_s",
                    "diff_s", "ci95_low_s", "ci95_high_s", "welch_p", "p_holm", "differ"]
 

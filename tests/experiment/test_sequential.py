@@ -87,3 +87,30 @@ def test_running_through_a_look_stops_with_every_cell_at_its_n(tmp_path):
         look_runs(exp, 4)
     with pytest.raises(InvalidInput):
         look_runs(parse_spec({**BASE, "sequential": None, "findings": []}), 1)
+
+
+def test_past_the_first_look_a_resolved_cell_gets_no_more_runs(tmp_path, monkeypatch):
+    import qos.experiment.sequential as sequential
+
+    asked = []
+
+    def prio_resolved(meta, cells, cell, repetition):  # the look's verdict stands in: prio's finding resolved
+        asked.append((cell[0], repetition, sum(len(c.repetitions) for c in cells.values())))
+        return cell[0] != "prio"
+
+    monkeypatch.setattr(sequential, "needed", prio_resolved)
+    exp = parse_spec(spec())
+    run_experiment(exp, tmp_path / "out", _Bench(), progress=False, through_look=1, allow_dirty=True)
+    assert asked == []  # within the first look every run is wanted
+    store = run_experiment(exp, tmp_path / "out", _Bench(), progress=False, through_look=2, allow_dirty=True)
+    reps = sorted((r["run"]["strategy"], r["run"]["repetition"]) for r in store.load_runs())
+    assert [rep for name, rep in reps if name == "prio"] == [0, 1, 2]
+    assert [rep for name, rep in reps if name == "fifo"] == [0, 1, 2, 3, 4, 5]
+    assert asked[0][2] >= 6  # asked on the runs stored so far
+    assert sum(name == "prio" for name, _, _ in asked) == 1  # once held back, not asked again
+    session = store.metadata()["sessions"][-1]
+    assert session["runs"] == 3 and session["resolved_cells"] == ["prio/0/l/urgent"]
+    exp_all = parse_spec(spec(**{"continue": "all"}))
+    asked.clear()
+    store = run_experiment(exp_all, tmp_path / "all", _Bench(), progress=False, through_look=2, allow_dirty=True)
+    assert asked == [] and len(store.load_runs()) == 12
