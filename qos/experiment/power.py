@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from qos.experiment.report import Cell, load_cells
+from qos.experiment.cells import Cell, load_cells
 from qos.experiment.sequential import finding_cells, look_rows
 
 MAX_SIMULATIONS = 100_000

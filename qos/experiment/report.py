@@ -19,80 +19,15 @@ import csv
 import itertools
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from pathmaster.records import InvalidInput
+from qos.experiment import sequential
+from qos.experiment.cells import Cell, declared_findings, load_cells
 from qos.experiment.spec import competing_unit
 from qos.experiment.stats import Summary, compare, summarise
-from qos.predict import absolute_percentage_error
 from qos.experiment.store import Store
-
-
-@dataclass
-class Cell:
-    """The runs of one matrix cell (strategy, competing level, link, request class)."""
-
-    strategy: str
-    competing: float
-    link: str
-    request_class: str
-    times: list[float] = field(default_factory=list)  # completion, seconds, successful runs
-    ratios: list[float] = field(default_factory=list)  # completion / lower bound
-    bounds: list[float] = field(default_factory=list)
-    achieved_kbit: list[float] = field(default_factory=list)  # competing traffic actually carried
-    throughput_kbit: list[float] = field(default_factory=list)  # case bytes / completion time
-    errors: list[float] = field(default_factory=list)  # |predicted - actual| / actual, runs with a prediction
-    unpredicted: int = 0  # successful runs without a prediction (the predictor had not seen the path yet)
-    failed: int = 0
-    invalid: int = 0  # runs whose emulator fell behind past the bound on every attempt (kept apart)
-    reruns: int = 0  # attempts judged invalid and run again
-    records: list[dict] = field(default_factory=list, repr=False)  # the valid runs' raw records
-    repetitions: set[int] = field(default_factory=set)  # every repetition run (valid, invalid or failed)
-
-    @property
-    def key(self) -> tuple:
-        return (self.strategy, self.competing, self.link, self.request_class)
-
-
-def load_cells(out_dir: str | Path) -> tuple[dict, dict[tuple, Cell]]:
-    """The metadata and the runs grouped by matrix cell."""
-    store = Store(out_dir)
-    meta = store.metadata()
-    records = store.load_runs()
-    if not records:
-        raise InvalidInput("no runs yet in runs/: nothing to report", store.root)
-    cells: dict[tuple, Cell] = {}
-    for rec in records:
-        run = rec["run"]
-        key = (run["strategy"], float(run["competing"]), run["link"], run["request_class"])
-        cell = cells.setdefault(key, Cell(*key))
-        cell.repetitions.add(int(run["repetition"]))
-        cell.reruns += int(rec.get("attempt", 1)) - 1
-        if not (rec.get("fidelity") or {}).get("valid", True):
-            cell.invalid += 1
-            continue
-        if not rec.get("ok"):
-            cell.failed += 1
-            continue
-        cell.records.append(rec)
-        t = float(rec["completion_s"])
-        cell.times.append(t)
-        bound = float(rec["bound"]["total_s"])
-        cell.bounds.append(bound)
-        cell.ratios.append(t / bound)
-        achieved = rec.get("competing", {}).get("achieved_kbit")
-        if achieved is not None:
-            cell.achieved_kbit.append(float(achieved))
-        case_bytes = rec.get("bytes_up", 0) + rec.get("bytes_down", 0)
-        cell.throughput_kbit.append(case_bytes * 8 / 1000 / t)
-        if rec.get("predicted_s"):
-            cell.errors.append(absolute_percentage_error(float(rec["predicted_s"]), t))
-        else:
-            cell.unpredicted += 1
-    return meta, cells
 
 
 def strategy_order(meta: dict) -> list[str]:
@@ -275,32 +210,6 @@ DECLARED_COLUMNS = ["finding", "claim", "statistic", "n", "versus", "a", "b", "e
 VERDICT_COLUMNS = ["study", "verdict", "parts"]
 
 
-def declared_findings(meta: dict, cells: dict[tuple, Cell], alpha: float = 0.05,
-                      findings: list[dict] | None = None) -> list[dict]:
-    """The experiment file's `[[findings]]` (or `findings`, declared elsewhere), each tested on its
-    cells, Holm-adjusted together (qos/experiment/findings.py); [] when none are declared."""
-    from qos.experiment.findings import Finding, Pair, evaluate
-
-    declared = [Finding(**f) for f in (meta["experiment"].get("findings", []) if findings is None else findings)]
-    if not declared:
-        return []
-    first_link = meta["experiment"]["links"][0]["name"]
-    first_class = meta["experiment"]["request_classes"][0]
-
-    def times(ref, level=None) -> np.ndarray:
-        key = (ref.strategy, float(ref.level if level is None else level), ref.link or first_link,
-               ref.request_class or first_class)
-        cell = cells.get(key)
-        return np.asarray(cell.times if cell else [], float)
-
-    def pairs(f) -> list:
-        base = f.change_from
-        return [Pair(times(f.a), times(b), None if base is None else times(f.a, base),
-                     None if base is None else times(b, base)) for b in f.others]
-
-    return evaluate(declared, [pairs(f) for f in declared], alpha=alpha, seed=int(meta.get("seed") or 0))
-
-
 def write_report(out_dir: str | Path, plots: bool = True, findings_from=None) -> Path:
     """Write every table (and, with `plots`, every figure) into OUT/report/; returns that folder.
 
@@ -322,8 +231,8 @@ def write_report(out_dir: str | Path, plots: bool = True, findings_from=None) ->
     table = links_table(meta, cells) if several_links else table1(meta, cells)
     (report_dir / "table1.md").write_text(table)
     later = None if findings_from is None else [f.model_dump() for f in findings_from.findings]
-    sequential = later is None and bool(meta["experiment"].get("sequential"))
-    declared = _sequential_findings(meta, cells) if sequential else declared_findings(meta, cells, findings=later)
+    is_sequential = later is None and bool(meta["experiment"].get("sequential"))
+    declared = sequential.verdicts(meta, cells) if is_sequential else declared_findings(meta, cells, findings=later)
     if declared:
         write_csv(report_dir / "findings.csv", declared, DECLARED_COLUMNS)
     name = meta["experiment"]["name"]
@@ -338,7 +247,7 @@ def write_report(out_dir: str | Path, plots: bool = True, findings_from=None) ->
         f"- kernel {env.get('kernel')}, git {env.get('git_commit')}, seed {meta.get('seed')}, "
         f"order {meta['experiment'].get('order', 'shuffled')}", "",
         "## Table 1", "", table,
-        *(_sequential_section(meta, cells, declared) if sequential
+        *(_sequential_section(meta, cells, declared) if is_sequential
           else _findings_section(meta, cells, declared, later is not None)),
         *_sessions_section(cells),
         *fidelity_section(cells),
@@ -392,21 +301,14 @@ LOOK_COLUMNS = ["finding", "look", "look_n", "alpha", "n", "versus", "a", "b", "
                 "p_opposite_holm", "verdict"]
 
 
-def _sequential_findings(meta: dict, cells: dict[tuple, Cell]) -> list[dict]:
-    from qos.experiment.sequential import verdicts
-
-    return verdicts(meta, cells)
-
-
 def _sequential_section(meta: dict, cells: dict[tuple, Cell], final: list[dict]) -> list[str]:
     """A sequential design's findings: one verdict each (at the first look that resolved it),
     then every look's tests."""
     from qos.experiment.findings import study_verdicts
-    from qos.experiment.sequential import look_rows
 
     design = meta["experiment"]["sequential"]
     looks = ", ".join(f"{n} runs per cell at alpha {a:g}" for n, a in zip(design["looks"], design["alpha"]))
-    rows = look_rows(meta, cells)
+    rows = sequential.look_rows(meta, cells)
     return [
         "## Findings: one verdict each, at declared looks", "",
         f"The findings declared in the experiment file before the first run, tested at its looks ({looks}; "
@@ -421,9 +323,7 @@ def _sequential_section(meta: dict, cells: dict[tuple, Cell], final: list[dict])
 
 def _sessions_section(cells: dict[tuple, Cell]) -> list[str]:
     """The sessions as each other's replicate (sequential.session_rows), when there are two."""
-    from qos.experiment.sequential import SESSION_COLUMNS, session_rows
-
-    rows = session_rows(cells)
+    rows = sequential.session_rows(cells)
     if not rows:
         return []
     differ = [r for r in rows if r["differ"]]
@@ -432,7 +332,7 @@ def _sessions_section(cells: dict[tuple, Cell]) -> list[str]:
         f"Each cell's runs of a later session against its first session's: Welch's two-sided test and the 95% "
         f"interval of the difference of means (later - first), Holm over the {len(rows)} cells. "
         f"{len(differ)} of {len(rows)} differ after adjustment.", "",
-        markdown_table(rows, SESSION_COLUMNS), ""]
+        markdown_table(rows, sequential.SESSION_COLUMNS), ""]
 
 
 def _significance_section(sig: list[dict]) -> list[str]:

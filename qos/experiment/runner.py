@@ -366,7 +366,7 @@ def _still_needed(experiment: Experiment, store: Store, run: Run) -> bool:
     design = experiment.sequential
     if design is None or design.continue_cells == "all" or run.repetition < design.looks[0]:
         return True
-    from qos.experiment.report import load_cells  # here: a plain run needs no report
+    from qos.experiment.cells import load_cells  # here: a plain run reads no cells
     from qos.experiment.sequential import needed
 
     _, cells = load_cells(store.root)

@@ -18,7 +18,7 @@ are adjusted together and the intervals show how big a difference the data rule 
 from __future__ import annotations
 
 from qos.experiment.findings import holm
-from qos.experiment.report import Cell, declared_findings
+from qos.experiment.cells import Cell, declared_findings
 from qos.experiment.stats import compare
 
 RESOLVED = ("reproduced", "not reproduced")

@@ -16,7 +16,8 @@ import pytest
 from pathmaster import defaults
 from pathmaster.records import InvalidInput
 from qos.classes import DEFAULT_CLASSES
-from qos.experiment.report import load_cells, prediction_rows, write_report
+from qos.experiment.cells import load_cells
+from qos.experiment.report import prediction_rows, write_report
 from qos.experiment.spec import (CLASS_DEADLINES_S, MAX_WIRE_THUMBNAIL_BYTES, WIRE_THUMBNAIL_BYTES, load_spec,
                                  parse_spec)
 from qos.network import GRPC_REPLY_FRAMING_BYTES, TCP_INITIAL_WINDOW_BYTES

@@ -93,7 +93,7 @@ def test_the_experiment_file_declares_them_and_they_are_checked():
 
 
 def test_the_report_tests_the_declared_findings_on_their_cells():
-    from qos.experiment.report import Cell, declared_findings
+    from qos.experiment.cells import Cell, declared_findings
 
     meta = {"seed": 3, "experiment": {"links": [{"name": "l"}], "request_classes": ["urgent"], "findings": [
         {"name": "pq beats fifo", "claim": "less", "statistic": "mean",

@@ -300,7 +300,7 @@ def test_re_runs_are_bounded_and_the_last_attempt_stays_marked(tmp_path):
 
 
 def test_the_report_keeps_invalid_runs_apart(tmp_path):
-    from qos.experiment.report import load_cells
+    from qos.experiment.cells import load_cells
 
     bench = _StarvedBench([0.02] * 10)
     run_experiment(_one_run_spec(), tmp_path / "out", bench, progress=False, allow_dirty=True, max_attempts=1)

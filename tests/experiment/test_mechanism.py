@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from qos.experiment import mechanism
-from qos.experiment.report import Cell
+from qos.experiment.cells import Cell
 from qos.testbed.testbed import _emulated_counters
 
 

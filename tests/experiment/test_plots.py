@@ -15,7 +15,7 @@ import pytest
 from qos.experiment.matrix import expand
 from qos.experiment.plots import (figure_box, figure_cdf, figure_level_lines, figure_timeseries,
                                   figure_tradeoff, timeseries_runs, write_figures)
-from qos.experiment.report import load_cells
+from qos.experiment.cells import load_cells
 from qos.experiment.spec import parse_spec
 from qos.experiment.stats import std_interval_skewed, summarise
 from qos.experiment.store import FORMAT_VERSION
