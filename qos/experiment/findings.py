@@ -375,9 +375,13 @@ def _row(finding: Finding, tested, claim, against, alpha: float, n: int) -> dict
             "p": claim[0], "p_holm": claim[1], "p_opposite_holm": against, "verdict": verdict}
 
 
+PENDING = "no look reached yet"  # a sequential design's finding before its first look
+
+
 def study_verdicts(rows: list[dict]) -> list[dict]:
     """One verdict per study finding from its parts' rows: reproduced when every part is;
-    not reproduced when any part is; otherwise not resolvable (naming the parts that are not)."""
+    not reproduced when any part is; "no look reached yet" while a part waits for its first
+    look (sequential designs); otherwise not resolvable (naming the parts that are not)."""
     groups: dict[str, list[dict]] = {}
     for row in rows:
         groups.setdefault(row["study"], []).append(row)
@@ -388,6 +392,8 @@ def study_verdicts(rows: list[dict]) -> list[dict]:
             verdict = "reproduced"
         elif any(v == "not reproduced" for v in verdicts):
             verdict = "not reproduced"
+        elif any(v.startswith(PENDING) for v in verdicts):
+            verdict = PENDING
         else:
             verdict = "not resolvable"
         detail = "; ".join(f"{p['finding'].split('.')[0]}: {p['verdict']}" for p in parts)

@@ -17,7 +17,7 @@ are adjusted together and the intervals show how big a difference the data rule 
 
 from __future__ import annotations
 
-from qos.experiment.findings import holm
+from qos.experiment.findings import PENDING, holm
 from qos.experiment.cells import Cell, declared_findings
 from qos.experiment.stats import compare
 
@@ -90,7 +90,7 @@ def verdicts(meta: dict, cells: dict[tuple, Cell]) -> list[dict]:
             n = min((len(cells[k].repetitions) if k in cells else 0) for k in keys)
             out.append({"finding": f["name"], "study": f.get("study_finding") or f["name"].split(".")[0][:1],
                         "claim": f["claim"], "statistic": f.get("statistic", "mean"), "n": n,
-                        "verdict": f"no look reached yet ({n} runs per cell)"})
+                        "verdict": f"{PENDING} ({n} runs per cell)"})
     return out
 
 

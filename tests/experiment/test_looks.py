@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from qos.experiment import sequential
+from qos.experiment.findings import study_verdicts
 from qos.experiment.power import simulate
 from qos.experiment.cells import Cell
 from qos.experiment.spec import parse_spec
@@ -59,6 +60,8 @@ def test_a_look_waits_for_every_cell_it_needs():
     final = sequential.verdicts(META, cells)
     assert [r["verdict"] for r in final] == ["no look reached yet (7 runs per cell)",
                                              "no look reached yet (3 runs per cell)"]
+    # The study's verdict says so too, not "not resolvable" (which is a look's verdict).
+    assert [r["verdict"] for r in study_verdicts(final)] == ["no look reached yet"] * 2
 
 
 def test_after_a_look_only_the_open_findings_cells_continue():
