@@ -1,7 +1,7 @@
 """One wait per site, predicted from the pathologist's own path: on a slowed link (400 ms
 latency, 40 kB/s, Chromium's network emulation) each site card says one wait that adds the
 page's own link to the coordinator's prediction, the side panel says the case's (the
-slowest site's) and no other number while the case runs, and what a case took beyond its
+slowest site's) and no other number from the plan on, and what a case took beyond its
 wait is learnt: the next case's wait includes it. (How close a wait comes to the answer is
 the machine's timing, not asserted here.)
 
@@ -24,12 +24,18 @@ LATENCY_MS = 400
 RATE_BYTES_PER_S = 40_000
 COORDINATOR_S = 0.3 + 0.5  # the fake's prediction of its analysis, then of each site
 
-# Every text the side panel shows while the case runs, as the page draws it.
+# Every text the side panel shows while a site card waits with its wait known (from the plan
+# on; before it the panel keeps the kind's past estimate), as the page draws it: looked at on
+# any change of the page (texts, the cards' classes and waits: the panel may be drawn before
+# the cards are marked), each distinct text once.
 WATCH_EXPECT = """() => {
   window.expectTexts = [];
   new MutationObserver(() => {
-    if (document.querySelector('.site-card.waiting')) window.expectTexts.push(document.querySelector('#expect').innerText);
-  }).observe(document.querySelector('#expect'), {childList: true, subtree: true, characterData: true});
+    if (!document.querySelector('.site-card.waiting[data-predicted-s]')) return;
+    const text = document.querySelector('#expect').innerText;
+    if (window.expectTexts[window.expectTexts.length - 1] !== text) window.expectTexts.push(text);
+  }).observe(document.body, {childList: true, subtree: true, characterData: true,
+                             attributes: true, attributeFilter: ['class', 'data-predicted-s']});
 }"""
 
 
@@ -69,7 +75,7 @@ def test_one_wait_per_site_with_the_link_included(browser, fake, case_files):  #
                 assert card.locator(".site-expected").inner_text().count("~") == 1
                 assert card.inner_text().count("expected") == 1  # not the coordinator's own words again
             assert case_wait == max(waits)
-            # While it ran the side panel said that wait (in whole hundredths) and no other number.
+            # From the plan on the side panel said that wait (in whole hundredths), no other number.
             shown = [t for t in page.evaluate("() => window.expectTexts") if t.strip()]
             assert shown and all(re.findall(r"\d+\.\d+", t) == [f"{case_wait:.2f}"] for t in shown), shown
             # The link is in it (a round trip over the slowed link beyond the coordinator's
