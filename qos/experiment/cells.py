@@ -82,6 +82,14 @@ def load_cells(out_dir: str | Path) -> tuple[dict, dict[tuple, Cell]]:
     return meta, cells
 
 
+def cell_key(meta: dict, ref, level: float | None = None) -> tuple:
+    """The cell key (strategy, level, link, class) a finding's cell reference (findings.CellRef)
+    names in experiment `meta`, at `level` instead of its own if given: the experiment's first
+    link and class where the reference leaves them out."""
+    return (ref.strategy, float(ref.level if level is None else level),
+            ref.link or meta["experiment"]["links"][0]["name"],
+            ref.request_class or meta["experiment"]["request_classes"][0])
+
 
 def declared_findings(meta: dict, cells: dict[tuple, Cell], alpha: float = 0.05,
                       findings: list[dict] | None = None) -> list[dict]:
@@ -92,13 +100,9 @@ def declared_findings(meta: dict, cells: dict[tuple, Cell], alpha: float = 0.05,
     declared = [Finding(**f) for f in (meta["experiment"].get("findings", []) if findings is None else findings)]
     if not declared:
         return []
-    first_link = meta["experiment"]["links"][0]["name"]
-    first_class = meta["experiment"]["request_classes"][0]
 
     def times(ref, level=None) -> np.ndarray:
-        key = (ref.strategy, float(ref.level if level is None else level), ref.link or first_link,
-               ref.request_class or first_class)
-        cell = cells.get(key)
+        cell = cells.get(cell_key(meta, ref, level))
         return np.asarray(cell.times if cell else [], float)
 
     def pairs(f) -> list:

@@ -232,7 +232,8 @@ def write_report(out_dir: str | Path, plots: bool = True, findings_from=None) ->
     (report_dir / "table1.md").write_text(table)
     later = None if findings_from is None else [f.model_dump() for f in findings_from.findings]
     is_sequential = later is None and bool(meta["experiment"].get("sequential"))
-    declared = sequential.verdicts(meta, cells) if is_sequential else declared_findings(meta, cells, findings=later)
+    look_tests = sequential.look_rows(meta, cells) if is_sequential else []
+    declared = sequential.verdicts(meta, cells, look_tests) if is_sequential else declared_findings(meta, cells, findings=later)
     if declared:
         write_csv(report_dir / "findings.csv", declared, DECLARED_COLUMNS)
     name = meta["experiment"]["name"]
@@ -247,7 +248,7 @@ def write_report(out_dir: str | Path, plots: bool = True, findings_from=None) ->
         f"- kernel {env.get('kernel')}, git {env.get('git_commit')}, seed {meta.get('seed')}, "
         f"order {meta['experiment'].get('order', 'shuffled')}", "",
         "## Table 1", "", table,
-        *(_sequential_section(meta, cells, declared) if is_sequential
+        *(_sequential_section(meta, declared, look_tests) if is_sequential
           else _findings_section(meta, cells, declared, later is not None)),
         *_sessions_section(cells),
         *fidelity_section(cells),
@@ -301,14 +302,13 @@ LOOK_COLUMNS = ["finding", "look", "look_n", "alpha", "n", "versus", "a", "b", "
                 "p_opposite_holm", "verdict"]
 
 
-def _sequential_section(meta: dict, cells: dict[tuple, Cell], final: list[dict]) -> list[str]:
-    """A sequential design's findings: one verdict each (at the first look that resolved it),
-    then every look's tests."""
+def _sequential_section(meta: dict, final: list[dict], rows: list[dict]) -> list[str]:
+    """A sequential design's findings: one verdict each (`final`, at the first look that
+    resolved it), then every look's tests (`rows`, sequential.look_rows)."""
     from qos.experiment.findings import study_verdicts
 
     design = meta["experiment"]["sequential"]
     looks = ", ".join(f"{n} runs per cell at alpha {a:g}" for n, a in zip(design["looks"], design["alpha"]))
-    rows = sequential.look_rows(meta, cells)
     return [
         "## Findings: one verdict each, at declared looks", "",
         f"The findings declared in the experiment file before the first run, tested at its looks ({looks}; "

@@ -359,18 +359,23 @@ def look_runs(experiment: Experiment, look: int) -> int:
     return design.looks[look - 1]
 
 
-def _still_needed(experiment: Experiment, store: Store, run: Run) -> bool:
-    """A `[sequential]` design's rule for `run`: past the first look, with continue = "open",
-    a cell whose findings are resolved at a look reached gets no more runs (sequential.needed,
-    on the runs stored so far)."""
-    design = experiment.sequential
-    if design is None or design.continue_cells == "all" or run.repetition < design.looks[0]:
-        return True
-    from qos.experiment.cells import load_cells  # here: a plain run reads no cells
-    from qos.experiment.sequential import needed
+def _still_needed(experiment: Experiment, store: Store, run: Run, asked: dict) -> bool:
+    """A `[sequential]` design's rule for `run` (sequential.needed: past the first look, with
+    continue = "open", a cell whose findings a look resolved gets no more runs), read from the
+    runs stored so far once per cell and look (`asked` keeps the answers: a look's verdicts
+    change only when a look is reached, and the rounds reach it before its runs start)."""
+    from qos.experiment import sequential  # here: a plain run reads no cells
 
-    _, cells = load_cells(store.root)
-    return needed({"experiment": experiment.to_dict()}, cells, run.cell, run.repetition)
+    meta = {"experiment": experiment.to_dict()}
+    look = sequential.deciding_look(meta["experiment"].get("sequential"), run.repetition)
+    if look is None:
+        return True
+    if (run.cell, look) not in asked:
+        from qos.experiment.cells import load_cells
+
+        _, cells = load_cells(store.root)
+        asked[run.cell, look] = sequential.needed(meta, cells, run.cell, run.repetition)
+    return asked[run.cell, look]
 
 
 def run_experiment(experiment: Experiment, out_dir: str | Path, bench: Bench, progress: bool = True,
@@ -409,6 +414,7 @@ def run_experiment(experiment: Experiment, out_dir: str | Path, bench: Bench, pr
     state: dict = {"bound": bound}
     failures = invalid = reruns = not_needed = 0
     held_back: set[tuple] = set()  # cells whose findings a look resolved: no more runs
+    asked: dict[tuple, bool] = {}  # (cell, look) -> still needed (_still_needed)
     started = time.monotonic()
     try:
         store.update_metadata(bench=bench.environment())
@@ -416,7 +422,7 @@ def run_experiment(experiment: Experiment, out_dir: str | Path, bench: Bench, pr
                    initial=len(order) - len(remaining(order, store.done_ids())), total=len(order))
         position = {r.run_id: i for i, r in enumerate(order)}
         for run in bar:
-            if run.cell in held_back or not _still_needed(experiment, store, run):
+            if run.cell in held_back or not _still_needed(experiment, store, run, asked):
                 held_back.add(run.cell)
                 not_needed += 1
                 continue

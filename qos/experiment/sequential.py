@@ -17,8 +17,8 @@ are adjusted together and the intervals show how big a difference the data rule 
 
 from __future__ import annotations
 
-from qos.experiment.findings import PENDING, holm
-from qos.experiment.cells import Cell, declared_findings
+from qos.experiment.cells import Cell, cell_key, declared_findings
+from qos.experiment.findings import PENDING, Finding, holm
 from qos.experiment.stats import compare
 
 RESOLVED = ("reproduced", "not reproduced")
@@ -26,16 +26,7 @@ RESOLVED = ("reproduced", "not reproduced")
 
 def finding_cells(meta: dict, finding: dict) -> set[tuple]:
     """The cell keys (strategy, level, link, class) a declared finding (its dict) tests."""
-    first_link = meta["experiment"]["links"][0]["name"]
-    first_class = meta["experiment"]["request_classes"][0]
-    refs = [finding["a"], *(finding["b"] if isinstance(finding["b"], list) else [finding["b"]])]
-    keys = set()
-    for ref in refs:
-        levels = [ref["level"]] + ([finding["change_from"]] if finding.get("change_from") is not None else [])
-        for level in levels:
-            keys.add((ref["strategy"], float(level), ref.get("link") or first_link,
-                      ref.get("request_class") or first_class))
-    return keys
+    return {cell_key(meta, ref) for ref in Finding(**finding).cells()}
 
 
 def through(cells: dict[tuple, Cell], n: int) -> dict[tuple, Cell]:
@@ -74,11 +65,12 @@ def look_rows(meta: dict, cells: dict[tuple, Cell]) -> list[dict]:
     return rows
 
 
-def verdicts(meta: dict, cells: dict[tuple, Cell]) -> list[dict]:
+def verdicts(meta: dict, cells: dict[tuple, Cell], rows: list[dict] | None = None) -> list[dict]:
     """One row per declared finding: its verdict at the first look that resolved it, or its
     last look's row ("not resolvable at n = N"); a finding no look has reached yet gets
-    "no look reached yet" and the runs per cell so far."""
-    rows = look_rows(meta, cells)
+    "no look reached yet" and the runs per cell so far. `rows`: look_rows(meta, cells) if
+    already made."""
+    rows = look_rows(meta, cells) if rows is None else rows
     out = []
     for f in meta["experiment"].get("findings") or []:
         mine = [r for r in rows if r["finding"] == f["name"]]
@@ -88,7 +80,7 @@ def verdicts(meta: dict, cells: dict[tuple, Cell]) -> list[dict]:
         else:
             keys = finding_cells(meta, f)
             n = min((len(cells[k].repetitions) if k in cells else 0) for k in keys)
-            out.append({"finding": f["name"], "study": f.get("study_finding") or f["name"].split(".")[0][:1],
+            out.append({"finding": f["name"], "study": Finding(**f).group,
                         "claim": f["claim"], "statistic": f.get("statistic", "mean"), "n": n,
                         "verdict": f"{PENDING} ({n} runs per cell)"})
     return out
@@ -104,13 +96,21 @@ def open_cells(meta: dict, cells: dict[tuple, Cell]) -> set[tuple]:
     return set().union(*(finding_cells(meta, f) for f in keep)) if keep else set()
 
 
+def deciding_look(design: dict | None, repetition: int) -> int | None:
+    """The 1-based look of a `[sequential]` design (its dict) whose runs include `repetition`
+    (0-based), when the looks before it can hold such a run back; None within the first look,
+    with `continue = "all"`, or without a design."""
+    if not design or design.get("continue", "open") == "all" or repetition < design["looks"][0]:
+        return None
+    return next(k for k, n in enumerate(design["looks"], start=1) if repetition < n)
+
+
 def needed(meta: dict, cells: dict[tuple, Cell], cell: tuple, repetition: int) -> bool:
     """Whether a run of `cell` (strategy, level, link, class) at `repetition` (0-based) is still
     wanted: always within the first look, and with `continue = "all"`; past the first look with
     `continue = "open"`, only while a finding the cell serves is unresolved by the looks reached
     in `cells` (the runs so far)."""
-    design = meta["experiment"].get("sequential")
-    if not design or design.get("continue", "open") == "all" or repetition < design["looks"][0]:
+    if deciding_look(meta["experiment"].get("sequential"), repetition) is None:
         return True
     return cell in open_cells(meta, cells)
 

@@ -44,7 +44,7 @@ def register(subparsers) -> None:
                            description="Simulate the experiment's [sequential] design by drawing every cell's "
                                        "runs from a committed raw folder's cells (with replacement) and testing "
                                        "its findings at its looks as the report does; prints each finding's "
-                                       "power (reproduced by each look).")
+                                       "share of either verdict (reproduced, not reproduced) by each look.")
     power.add_argument("experiment", metavar="FILE|NAME", help="an experiment with [sequential] looks")
     power.add_argument("--from", dest="source", required=True, metavar="DIR",
                        help="a raw folder whose cells (strategy, level) give the runs to draw from")
