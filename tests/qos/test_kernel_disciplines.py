@@ -29,6 +29,9 @@ BOTTLENECK = "rA:rA-eth4"
 WINDOW_S = 2.0
 STARTED_BYTES = 250_000  # a class has sent this much since the flows began, or holds a queue: it is running
 BUSY = 0.90  # of RATE: the greedy flows together carried at least this in a window that measured the link
+# The hypervisor's share of the CPU past which a window measured the machine, not the kernel's
+# queue (in the contested experiment's pilot the emulators missed their time from 5 % of steal).
+STOLEN = 0.05
 
 
 @pytest.fixture(scope="module")
@@ -107,10 +110,17 @@ def test_discipline_tables_are_checked():
 
 def test_one_tcp_flow_fills_a_shaped_link(testbed):
     testbed.set_strategy({"strategy": "fifo", "limit_packets": 100})
-    with IperfServer(testbed.host("B1"), 5201):
-        result = run_client(testbed.master, testbed.ip("B1"), port=5201, seconds=2.0, omit=0.5)
-    frames = result.frame_bps()
-    assert 0.95 * RATE <= frames <= 1.03 * RATE, f"{frames / 1e6:.2f} Mbit/s of frames"
+    # A flow short of the rate while the hypervisor took STOLEN of the CPU measured the machine:
+    # measured again, at most fidelity.MAX_ATTEMPTS in all (the last is judged).
+    for _ in range(fidelity.MAX_ATTEMPTS):
+        before = fidelity.machine_sample()
+        with IperfServer(testbed.host("B1"), 5201):
+            result = run_client(testbed.master, testbed.ip("B1"), port=5201, seconds=2.0, omit=0.5)
+        stolen = fidelity.machine_window(before, fidelity.machine_sample())["cpu_steal"] or 0.0
+        frames = result.frame_bps()
+        if frames >= 0.95 * RATE or stolen < STOLEN:
+            break
+    assert 0.95 * RATE <= frames <= 1.03 * RATE, f"{frames / 1e6:.2f} Mbit/s of frames, steal {stolen:.3f}"
     # The queue really is the htb pfifo on rA's uplink, and it counted the flow.
     counted = testbed.bottleneck_stats()[BOTTLENECK]["all"]["bytes"]
     assert counted >= result.received_bytes
